@@ -1,0 +1,295 @@
+/**
+ * The Backend interface: the few primitive operations everything above it is written in terms of.
+ * `cuda.ts` implements it over the driver API; `emulated.ts` over host memory with the same
+ * semantics (capacity, errors, alignment, stream order), so the library and its whole test suite
+ * run on a machine with no GPU.
+ *
+ * Conventions, chosen for the hot path:
+ * - Addresses (device, host, managed, virtual) are JavaScript numbers. Every address the driver
+ *   hands out on x86-64 and aarch64 lies below 2^53, so numbers are exact; both backends check it.
+ * - Handles (contexts, streams, events, pools, physical allocations, modules) are opaque numbers.
+ *   Stream 0 is the legacy default stream.
+ * - Every failure throws a `CudaError` (or `OutOfMemoryError`) naming the call.
+ * - Calls act on the calling thread's current context (see `contextSetCurrent`).
+ */
+
+/** A device, host or virtual address. */
+export type Ptr = number;
+/** An opaque handle (CUcontext, CUstream, CUevent, CUmemoryPool, CUmemGenericAllocationHandle). */
+export type Handle = number;
+
+/** The legacy default stream. */
+export const DEFAULT_STREAM: Handle = 0;
+
+/** What a memory library needs to know about a device. */
+export interface DeviceInfo {
+  readonly ordinal: number;
+  readonly name: string;
+  /** The device UUID as `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
+  readonly uuid: string;
+  readonly computeCapability: readonly [major: number, minor: number];
+  readonly totalMemory: number;
+  /** `domain:bus:device.function`, e.g. `0000:17:00.0`. */
+  readonly pciBusId: string;
+  readonly multiprocessorCount: number;
+  readonly unifiedAddressing: boolean;
+  readonly canMapHostMemory: boolean;
+  readonly memoryPoolsSupported: boolean;
+  readonly virtualMemoryManagementSupported: boolean;
+  readonly concurrentManagedAccess: boolean;
+  readonly managedMemory: boolean;
+  readonly asyncEngineCount: number;
+  readonly l2CacheSize: number;
+  /** Pitch alignment the driver uses for 2D allocations (texture pitch alignment). */
+  readonly texturePitchAlignment: number;
+  readonly integrated: boolean;
+}
+
+/** Free and total memory of the current context's device, in bytes. */
+export interface MemInfo {
+  readonly free: number;
+  readonly total: number;
+}
+
+/** Context creation flags (CUctx_flags). */
+export const ContextFlags = {
+  SCHED_AUTO: 0x0,
+  SCHED_SPIN: 0x1,
+  SCHED_YIELD: 0x2,
+  SCHED_BLOCKING_SYNC: 0x4,
+  MAP_HOST: 0x8,
+  LMEM_RESIZE_TO_MAX: 0x10,
+} as const;
+
+/** cuMemHostAlloc flags. */
+export const HostAllocFlags = {
+  PORTABLE: 0x1,
+  DEVICEMAP: 0x2,
+  WRITECOMBINED: 0x4,
+} as const;
+
+/** cuMemHostRegister flags. */
+export const HostRegisterFlags = {
+  PORTABLE: 0x1,
+  DEVICEMAP: 0x2,
+  IOMEMORY: 0x4,
+  READ_ONLY: 0x8,
+} as const;
+
+/** cuMemAllocManaged attach flags. */
+export const MemAttach = {
+  GLOBAL: 0x1,
+  HOST: 0x2,
+  SINGLE: 0x4,
+} as const;
+
+/** cuMemAdvise advice values (CUmem_advise). */
+export const MemAdvice = {
+  SET_READ_MOSTLY: 1,
+  UNSET_READ_MOSTLY: 2,
+  SET_PREFERRED_LOCATION: 3,
+  UNSET_PREFERRED_LOCATION: 4,
+  SET_ACCESSED_BY: 5,
+  UNSET_ACCESSED_BY: 6,
+} as const;
+
+/** Where managed memory is prefetched to or advised about: a device ordinal, or the host. */
+export type MemLocation = number | 'host';
+
+/** Stream creation flags. */
+export const StreamFlags = {
+  DEFAULT: 0x0,
+  NON_BLOCKING: 0x1,
+} as const;
+
+/** Event creation flags. */
+export const EventFlags = {
+  DEFAULT: 0x0,
+  BLOCKING_SYNC: 0x1,
+  DISABLE_TIMING: 0x2,
+  INTERPROCESS: 0x4,
+} as const;
+
+/** Attributes of a stream-ordered memory pool (CUmemPool_attribute). */
+export const MemPoolAttribute = {
+  REUSE_FOLLOW_EVENT_DEPENDENCIES: 1,
+  REUSE_ALLOW_OPPORTUNISTIC: 2,
+  REUSE_ALLOW_INTERNAL_DEPENDENCIES: 3,
+  RELEASE_THRESHOLD: 4,
+  RESERVED_MEM_CURRENT: 5,
+  RESERVED_MEM_HIGH: 6,
+  USED_MEM_CURRENT: 7,
+  USED_MEM_HIGH: 8,
+} as const;
+export type MemPoolAttribute = (typeof MemPoolAttribute)[keyof typeof MemPoolAttribute];
+
+/** Handle types a pool's memory can be exported as (CUmemAllocationHandleType). */
+export const MemHandleType = {
+  NONE: 0x0,
+  POSIX_FILE_DESCRIPTOR: 0x1,
+} as const;
+
+/** Properties of a new stream-ordered memory pool (a subset of CUmemPoolProps). */
+export interface MemPoolProps {
+  /** Device ordinal the pool's memory lives on. */
+  readonly device: number;
+  /** Handle types for IPC export; `MemHandleType.NONE` when not shared. */
+  readonly handleTypes?: number;
+  /** Upper bound on the pool's reserved memory in bytes; 0 for no bound. */
+  readonly maxSize?: number;
+}
+
+/** Access flags for peers of a pool or a mapping (CUmemAccess_flags). */
+export const MemAccess = {
+  NONE: 0x0,
+  READ: 0x1,
+  READWRITE: 0x3,
+} as const;
+
+/** Memory type as reported for a pointer (CUmemorytype). */
+export const MemoryType = {
+  HOST: 1,
+  DEVICE: 2,
+  ARRAY: 3,
+  UNIFIED: 4,
+} as const;
+
+/** What the driver knows about an address. */
+export interface PointerAttributes {
+  /** `MemoryType` value; 0 when the address is not known to the driver. */
+  readonly memoryType: number;
+  /** Device ordinal the memory belongs to; -1 for unknown. */
+  readonly device: number;
+  readonly isManaged: boolean;
+  /** Start and size of the allocation that contains the address. */
+  readonly rangeStart: Ptr;
+  readonly rangeSize: number;
+  /** The context the allocation belongs to (0 when none). */
+  readonly context: Handle;
+}
+
+/** A 2D copy between pitched regions (a subset of CUDA_MEMCPY2D, addresses only). */
+export interface Memcpy2D {
+  readonly dst: Ptr;
+  readonly dstPitch: number;
+  readonly src: Ptr;
+  readonly srcPitch: number;
+  readonly widthBytes: number;
+  readonly height: number;
+}
+
+/** JavaScript memory a copy may read from or write to. */
+export type HostMemory = ArrayBufferView | ArrayBuffer;
+
+/** The primitive operations vram needs from a GPU (or from its stand-in). */
+export interface Backend {
+  /** `cuda` for the real driver, `emulated` for host memory standing in for a device. */
+  readonly name: 'cuda' | 'emulated';
+
+  // --- Driver and devices ---
+  /** The driver's CUDA version, e.g. 13000 for 13.0. */
+  driverVersion(): number;
+  deviceCount(): number;
+  deviceInfo(ordinal: number): DeviceInfo;
+  deviceCanAccessPeer(ordinal: number, peerOrdinal: number): boolean;
+
+  // --- Contexts ---
+  /** Retains the device's primary context (the one cudart, CuPy and PyTorch share). */
+  primaryContextRetain(ordinal: number): Handle;
+  primaryContextRelease(ordinal: number): void;
+  contextCreate(ordinal: number, flags: number): Handle;
+  contextDestroy(ctx: Handle): void;
+  /** Makes `ctx` current on the calling thread; cheap when it already is. */
+  contextSetCurrent(ctx: Handle): void;
+  /** The calling thread's current context, 0 when none. */
+  contextGetCurrent(): Handle;
+  /** Blocks until all work in the current context has completed. */
+  contextSynchronize(): void;
+  contextEnablePeerAccess(peerCtx: Handle): void;
+  contextDisablePeerAccess(peerCtx: Handle): void;
+  memGetInfo(): MemInfo;
+
+  // --- Device memory ---
+  memAlloc(bytes: number): Ptr;
+  memFree(ptr: Ptr): void;
+  /** Pitched 2D allocation; `elementBytes` is 4, 8 or 16 as for cuMemAllocPitch. */
+  memAllocPitch(widthBytes: number, height: number, elementBytes: number): { ptr: Ptr; pitch: number };
+  memAllocManaged(bytes: number, attachFlags: number): Ptr;
+  memPrefetchAsync(ptr: Ptr, bytes: number, location: MemLocation, stream: Handle): void;
+  memAdvise(ptr: Ptr, bytes: number, advice: number, location: MemLocation): void;
+
+  // --- Pinned host memory ---
+  memHostAlloc(bytes: number, flags: number): Ptr;
+  memFreeHost(ptr: Ptr): void;
+  /** The device address of mapped host memory (allocated with DEVICEMAP or registered with it). */
+  memHostGetDevicePointer(hostPtr: Ptr): Ptr;
+  /** Page-locks JavaScript memory in place; returns its host address. */
+  memHostRegister(memory: HostMemory, flags: number): Ptr;
+  memHostUnregister(hostPtr: Ptr): void;
+  /** A zero-copy view of host-accessible memory (pinned or managed) as an ArrayBuffer. */
+  hostView(hostPtr: Ptr, bytes: number): ArrayBuffer;
+  /** The address of JavaScript memory (the first byte of the view). */
+  addressOf(memory: HostMemory): Ptr;
+
+  // --- Copies and fills (unified addressing: any address to any address) ---
+  memcpy(dst: Ptr, src: Ptr, bytes: number): void;
+  memcpyAsync(dst: Ptr, src: Ptr, bytes: number, stream: Handle): void;
+  /** Copies from JavaScript memory (pageable) to an address; synchronous. */
+  memcpyFromHost(dst: Ptr, src: HostMemory, bytes: number): void;
+  /** Copies from an address to JavaScript memory (pageable); synchronous. */
+  memcpyToHost(dst: HostMemory, src: Ptr, bytes: number): void;
+  memcpyPeer(dst: Ptr, dstCtx: Handle, src: Ptr, srcCtx: Handle, bytes: number): void;
+  memcpyPeerAsync(dst: Ptr, dstCtx: Handle, src: Ptr, srcCtx: Handle, bytes: number, stream: Handle): void;
+  memcpy2D(copy: Memcpy2D): void;
+  memcpy2DAsync(copy: Memcpy2D, stream: Handle): void;
+  /** Fills `count` elements of 1, 2 or 4 bytes with `value`. */
+  memset(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number): void;
+  memsetAsync(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number, stream: Handle): void;
+
+  // --- Streams and events ---
+  streamCreate(flags: number, priority: number): Handle;
+  streamDestroy(stream: Handle): void;
+  streamSynchronize(stream: Handle): void;
+  /** True when all work on the stream has completed. */
+  streamQuery(stream: Handle): boolean;
+  streamWaitEvent(stream: Handle, event: Handle): void;
+  /** [least, greatest] stream priority; greatest is numerically smallest. */
+  streamPriorityRange(): readonly [least: number, greatest: number];
+  eventCreate(flags: number): Handle;
+  eventDestroy(event: Handle): void;
+  eventRecord(event: Handle, stream: Handle): void;
+  /** True when the work captured by the event has completed. */
+  eventQuery(event: Handle): boolean;
+  eventSynchronize(event: Handle): void;
+  /** Milliseconds between two completed events. */
+  eventElapsedTime(start: Handle, end: Handle): number;
+
+  // --- Stream-ordered allocation (CUDA memory pools) ---
+  memAllocAsync(bytes: number, stream: Handle): Ptr;
+  memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr;
+  memFreeAsync(ptr: Ptr, stream: Handle): void;
+  deviceGetDefaultMemPool(ordinal: number): Handle;
+  memPoolCreate(props: MemPoolProps): Handle;
+  memPoolDestroy(pool: Handle): void;
+  memPoolTrimTo(pool: Handle, minBytesToKeep: number): void;
+  memPoolGetAttribute(pool: Handle, attribute: MemPoolAttribute): number;
+  /** Sets a pool attribute; the high-water marks accept only 0 (reset). */
+  memPoolSetAttribute(pool: Handle, attribute: MemPoolAttribute, value: number): void;
+  memPoolSetAccess(pool: Handle, ordinal: number, flags: number): void;
+  memPoolGetAccess(pool: Handle, ordinal: number): number;
+
+  // --- Virtual memory management ---
+  /** Minimum granularity of cuMemCreate/cuMemMap on the device (2 MiB on current GPUs). */
+  memGetAllocationGranularity(ordinal: number): number;
+  memAddressReserve(bytes: number, alignment: number): Ptr;
+  memAddressFree(ptr: Ptr, bytes: number): void;
+  /** Creates `bytes` of physical device memory (a multiple of the granularity). */
+  memCreate(bytes: number, ordinal: number): Handle;
+  memRelease(handle: Handle): void;
+  memMap(ptr: Ptr, bytes: number, handle: Handle): void;
+  memUnmap(ptr: Ptr, bytes: number): void;
+  memSetAccess(ptr: Ptr, bytes: number, ordinal: number, flags: number): void;
+
+  // --- Pointer attributes ---
+  pointerGetAttributes(ptr: Ptr): PointerAttributes;
+}
