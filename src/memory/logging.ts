@@ -1,0 +1,113 @@
+/**
+ * LoggingAdaptor: writes every allocation and deallocation as RMM's CSV allocation log, so a
+ * program's real allocation pattern can be kept, replayed through other resources (`vram replay`)
+ * and compared with RMM's own tools.
+ */
+import { closeSync, openSync, writeSync } from 'node:fs';
+import { threadId } from 'node:worker_threads';
+import type { Ptr } from '../backend/backend.js';
+import { checkBytes } from '../validate.js';
+import { ResourceAdaptor } from './adaptor.js';
+import type { MemoryResource, StreamRef } from './resource.js';
+
+/** The header line of RMM's allocation log (rmm::mr::logging_resource_adaptor). */
+export const ALLOCATION_LOG_HEADER = 'Thread,Time,Action,Pointer,Size,Stream';
+
+/** Where log lines go: a file path (truncated, then buffered) or a function called per line. */
+export type LogSink = string | ((line: string) => void);
+
+/** Options of a LoggingAdaptor. */
+export interface LoggingOptions {
+  /** Buffered lines that trigger a write to a file sink (default 4096). */
+  readonly bufferLines?: number;
+}
+
+/**
+ * Logs each call as `Thread,Time,Action,Pointer,Size,Stream`: Thread is the worker thread id (0 on
+ * the main thread); Time is whole microseconds since the adaptor was created (the shared replay
+ * traces use this form; RMM itself writes wall-clock `HH:MM:SS.ffffff`, and the replay parser reads
+ * both); Action is `allocate`, `free` or, when the upstream fails, `allocate failure` with pointer
+ * 0x0 (as RMM does); Pointer is 0x-hex; Stream is the stream handle. A file sink is written in
+ * batches and on `flush()`/`close()`; call `close()` (or `using`) so the tail reaches the file.
+ */
+export class LoggingAdaptor extends ResourceAdaptor {
+  private readonly origin = performance.now();
+  private readonly emit: ((line: string) => void) | undefined;
+  private readonly path: string | undefined;
+  private fd: number | undefined;
+  private buffer: string[] = [];
+  private readonly bufferLines: number;
+
+  constructor(upstream: MemoryResource, sink: LogSink, options: LoggingOptions = {}) {
+    super(upstream);
+    this.bufferLines = options.bufferLines ?? 4096;
+    if (typeof sink === 'string') {
+      this.path = sink;
+      this.fd = openSync(sink, 'w');
+      this.buffer.push(ALLOCATION_LOG_HEADER);
+    } else if (typeof sink === 'function') {
+      this.emit = sink;
+      sink(ALLOCATION_LOG_HEADER);
+    } else {
+      throw new TypeError('LoggingAdaptor: sink must be a file path or a function taking a line');
+    }
+  }
+
+  /** Allocates through the upstream and logs it (or logs the failure and rethrows). */
+  allocate(bytes: number, stream?: StreamRef): Ptr {
+    checkBytes(bytes);
+    const handle = stream?.handle ?? 0;
+    let ptr: Ptr;
+    try {
+      ptr = this.upstream.allocate(bytes, stream);
+    } catch (error) {
+      this.write(`${threadId},${this.now()},allocate failure,0x0,${bytes},${handle}`);
+      throw error;
+    }
+    this.write(`${threadId},${this.now()},allocate,0x${ptr.toString(16)},${bytes},${handle}`);
+    return ptr;
+  }
+
+  /** Deallocates through the upstream and logs it (only once it succeeded). */
+  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
+    this.upstream.deallocate(ptr, bytes, stream);
+    this.write(`${threadId},${this.now()},free,0x${ptr.toString(16)},${bytes},${stream?.handle ?? 0}`);
+  }
+
+  /** Writes buffered lines to the file sink (a function sink has nothing buffered). */
+  flush(): void {
+    if (this.fd === undefined || this.buffer.length === 0) return;
+    writeSync(this.fd, this.buffer.join('\n') + '\n');
+    this.buffer = [];
+  }
+
+  /** Flushes and closes the file sink; later calls still allocate but log nothing to it. */
+  close(): void {
+    if (this.fd === undefined) return;
+    this.flush();
+    closeSync(this.fd);
+    this.fd = undefined;
+  }
+
+  /** Closes the file sink at the end of a `using` block. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  protected override describeParameters(): string {
+    return this.path !== undefined ? `file=${this.path}` : 'sink=function';
+  }
+
+  private now(): number {
+    return Math.round((performance.now() - this.origin) * 1000);
+  }
+
+  private write(line: string): void {
+    if (this.emit !== undefined) {
+      this.emit(line);
+    } else if (this.fd !== undefined) {
+      this.buffer.push(line);
+      if (this.buffer.length >= this.bufferLines) this.flush();
+    }
+  }
+}
