@@ -1,9 +1,15 @@
 /**
  * Devices and contexts. By default every device is used through its primary context, the one
  * cudart, CuPy and PyTorch share, so pointers interoperate with them in the same process.
+ *
+ * A program that wants an explicit context (other scheduling flags, host mapping) creates one with
+ * `Context.create(device)`; while it is the device's selected context (after `makeCurrent()`, until
+ * it is destroyed or the primary is selected again), every vram operation on that device runs in it.
  */
-import type { Backend, DeviceInfo, Handle, MemInfo } from './backend/backend.js';
+import './polyfills.js';
+import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo } from './backend/backend.js';
 import { getBackend } from './backend/select.js';
+import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
 
 /** A CUDA device (or an emulated one), with its primary context retained on first use. */
@@ -11,6 +17,8 @@ export class Device {
   private static readonly devices = new Map<number, Device>();
   private primaryContext: Handle | undefined;
   private cachedInfo: DeviceInfo | undefined;
+  /** The explicit context selected for this device, if any; undefined means the primary context. */
+  private selected: Context | undefined;
 
   private constructor(
     /** The device's ordinal, as the driver numbers them. */
@@ -26,9 +34,9 @@ export class Device {
 
   /** The device with this ordinal (0 by default); the same object for every call. */
   static get(ordinal = 0): Device {
-    checkNonNegativeInteger(ordinal, 'device ordinal');
     let device = Device.devices.get(ordinal);
     if (device === undefined) {
+      checkNonNegativeInteger(ordinal, 'device ordinal');
       const backend = getBackend();
       const count = backend.deviceCount();
       if (ordinal >= count) {
@@ -38,6 +46,17 @@ export class Device {
       Device.devices.set(ordinal, device);
     }
     return device;
+  }
+
+  /**
+   * Resolves the optional `device` argument every API takes: a Device, an ordinal, or undefined
+   * for device 0. One place, so every layer reports a bad device the same way.
+   */
+  static resolve(device: Device | number | undefined): Device {
+    if (device === undefined) return Device.get(0);
+    if (device instanceof Device) return device;
+    if (typeof device === 'number') return Device.get(device);
+    throw new TypeError(`device must be a Device or an ordinal, got ${typeof device}`);
   }
 
   /** Name, memory, compute capability and the attributes a memory library needs. */
@@ -52,9 +71,20 @@ export class Device {
     return this.primaryContext;
   }
 
-  /** Makes this device's primary context current on the calling thread. */
+  /**
+   * The context vram uses for this device: the explicit `Context` last made current for it, or
+   * the primary context. Peer copies and peer access name this context.
+   */
+  get activeContext(): Handle {
+    return this.selected?.handle ?? this.context;
+  }
+
+  /**
+   * Makes this device's active context (primary unless an explicit Context was selected) current
+   * on the calling thread. Cheap when it already is, so every operation calls it.
+   */
   makeCurrent(): this {
-    this.backend.contextSetCurrent(this.context);
+    this.backend.contextSetCurrent(this.selected?.handle ?? this.context);
     return this;
   }
 
@@ -64,9 +94,170 @@ export class Device {
     return this.backend.memGetInfo();
   }
 
-  /** Blocks until all work on this device's primary context has completed. */
+  /** Blocks until all work in this device's active context has completed. */
   synchronize(): void {
     this.makeCurrent();
     this.backend.contextSynchronize();
   }
+
+  /** True when kernels and copies on this device can address `other`'s memory directly. */
+  canAccessPeer(other: Device): boolean {
+    checkDevice(other, 'other');
+    if (other === this) return false;
+    return this.backend.deviceCanAccessPeer(this.ordinal, other.ordinal);
+  }
+
+  /**
+   * Lets this device's context address `other`'s memory (one direction; call it on both for both).
+   * Idempotent: enabling access that is already enabled is not an error.
+   */
+  enablePeerAccess(other: Device): void {
+    checkDevice(other, 'other');
+    if (other === this) throw new RangeError('a device cannot enable peer access to itself');
+    if (!this.canAccessPeer(other)) {
+      throw new VramStateError(`device ${this.ordinal} cannot access device ${other.ordinal} as a peer`);
+    }
+    this.makeCurrent();
+    try {
+      this.backend.contextEnablePeerAccess(other.activeContext);
+    } catch (error) {
+      if (!(error instanceof CudaError && error.code === CUresult.PEER_ACCESS_ALREADY_ENABLED)) throw error;
+    }
+  }
+
+  /** Revokes access enabled by `enablePeerAccess`; idempotent like it. */
+  disablePeerAccess(other: Device): void {
+    checkDevice(other, 'other');
+    if (other === this) throw new RangeError('a device cannot disable peer access to itself');
+    this.makeCurrent();
+    try {
+      this.backend.contextDisablePeerAccess(other.activeContext);
+    } catch (error) {
+      if (!(error instanceof CudaError && error.code === CUresult.PEER_ACCESS_NOT_ENABLED)) throw error;
+    }
+  }
+
+  /** Selects `ctx` (or the primary context, for undefined) as the one vram uses for this device. */
+  /* @internal */ select(ctx: Context | undefined): void {
+    this.selected = ctx;
+  }
+
+  /** The explicit context selected for this device, if any. */
+  /* @internal */ get selectedContext(): Context | undefined {
+    return this.selected;
+  }
+
+  /** A short description for logs: `Device(0: NVIDIA H200)`. */
+  toString(): string {
+    return `Device(${this.ordinal}: ${this.info.name})`;
+  }
+}
+
+/** How the host thread waits for the device (CUctx_flags scheduling). */
+export type ContextSchedule = 'auto' | 'spin' | 'yield' | 'blocking-sync';
+
+/** Options for `Context.create`. */
+export interface ContextOptions {
+  /** How synchronising calls wait: spin, yield, or block on an OS primitive. Default 'auto'. */
+  readonly schedule?: ContextSchedule;
+  /** Allow mapped pinned host memory in this context (CU_CTX_MAP_HOST). Default false. */
+  readonly mapHost?: boolean;
+}
+
+const scheduleFlags: Readonly<Record<ContextSchedule, number>> = {
+  auto: ContextFlags.SCHED_AUTO,
+  spin: ContextFlags.SCHED_SPIN,
+  yield: ContextFlags.SCHED_YIELD,
+  'blocking-sync': ContextFlags.SCHED_BLOCKING_SYNC,
+};
+
+/**
+ * An explicit CUDA context. Most programs never need one: the primary context is shared with
+ * every other CUDA library in the process. Create one for different scheduling flags, or to
+ * isolate a component's allocations; memory allocated in it is invalid once it is destroyed.
+ */
+export class Context {
+  private destroyed = false;
+
+  private constructor(
+    /** The device the context belongs to. */
+    readonly device: Device,
+    private readonly ctx: Handle,
+    /** True for the device's primary context, which cannot be destroyed. */
+    readonly isPrimary: boolean,
+    /** The CUctx_flags it was created with (0 for the primary context as seen here). */
+    readonly flags: number,
+  ) {}
+
+  /**
+   * Creates a context on `device` and selects it: vram operations on that device run in it until
+   * it is destroyed or another context is made current. The driver makes it current, too.
+   */
+  static create(device: Device, options: ContextOptions = {}): Context {
+    checkDevice(device, 'device');
+    const schedule = options.schedule ?? 'auto';
+    if (!Object.hasOwn(scheduleFlags, schedule)) {
+      throw new RangeError(`schedule must be 'auto', 'spin', 'yield' or 'blocking-sync', got '${String(schedule)}'`);
+    }
+    const flags = scheduleFlags[schedule] | (options.mapHost === true ? ContextFlags.MAP_HOST : 0);
+    const handle = device.backend.contextCreate(device.ordinal, flags);
+    const ctx = new Context(device, handle, false, flags);
+    device.backend.contextSetCurrent(handle);
+    device.select(ctx);
+    return ctx;
+  }
+
+  /** The device's primary context, as a Context (making it current selects the primary again). */
+  static primary(device: Device = Device.get(0)): Context {
+    checkDevice(device, 'device');
+    return new Context(device, device.context, true, 0);
+  }
+
+  /** The driver's handle (CUcontext). */
+  get handle(): Handle {
+    if (this.destroyed) throw new UseAfterFreeError('the context was destroyed');
+    return this.ctx;
+  }
+
+  /** True once `destroy()` has run. */
+  get isDestroyed(): boolean {
+    return this.destroyed;
+  }
+
+  /** Makes this context current on the calling thread and selects it for its device. */
+  makeCurrent(): this {
+    const handle = this.handle;
+    this.device.backend.contextSetCurrent(handle);
+    this.device.select(this.isPrimary ? undefined : this);
+    return this;
+  }
+
+  /**
+   * Destroys the context and every allocation, stream and event made in it; the device goes back
+   * to its primary context. The primary context cannot be destroyed (it is shared).
+   */
+  destroy(): void {
+    if (this.isPrimary) throw new VramStateError('the primary context is shared and cannot be destroyed');
+    if (this.destroyed) throw new UseAfterFreeError('the context was already destroyed');
+    this.destroyed = true;
+    if (this.device.selectedContext === this) this.device.select(undefined);
+    this.device.backend.contextDestroy(this.ctx);
+  }
+
+  /** `using ctx = Context.create(...)` destroys it at the end of the scope. */
+  [Symbol.dispose](): void {
+    if (!this.destroyed && !this.isPrimary) this.destroy();
+  }
+}
+
+/**
+ * Makes some context current when none is: host-memory calls (pinned allocation, registration)
+ * need a context but belong to no device in particular; device 0's active context serves.
+ */
+export function ensureAnyContext(backend: Backend = getBackend()): void {
+  if (backend.contextGetCurrent() === 0) Device.get(0).makeCurrent();
+}
+
+function checkDevice(value: unknown, name: string): asserts value is Device {
+  if (!(value instanceof Device)) throw new TypeError(`${name} must be a Device`);
 }

@@ -1,0 +1,302 @@
+/**
+ * Streams and events. A stream is an ordered queue of device work; an event marks a point in it.
+ * Everything here is explicit: `synchronize()` blocks the thread, `synchronized()` returns a promise
+ * that polls without ever blocking the event loop, and nothing synchronises behind the caller's back.
+ */
+import './polyfills.js';
+import { DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
+import { Device } from './device.js';
+import { DoubleFreeError, UseAfterFreeError, VramStateError } from './errors.js';
+import type { StreamRef } from './memory/resource.js';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
+
+/** Options for `Stream.create`. */
+export interface StreamOptions {
+  /** The device whose active context owns the stream (device 0 by default). */
+  readonly device?: Device;
+  /** Do not synchronise with the legacy default stream (CU_STREAM_NON_BLOCKING). */
+  readonly nonBlocking?: boolean;
+  /**
+   * Scheduling priority, in the backend's `streamPriorityRange()` (numerically smaller is higher;
+   * 0 is the default priority).
+   */
+  readonly priority?: number;
+}
+
+/**
+ * Polls `done` until it returns true without blocking the event loop: a few rounds on
+ * setImmediate (cheap, lets I/O run), then timers backing off to a few milliseconds, so a long
+ * wait costs almost no CPU and a short one adds microseconds, not a timer tick.
+ */
+export async function pollUntil(done: () => boolean): Promise<void> {
+  let rounds = 0;
+  let delayMs = 0.25;
+  while (!done()) {
+    if (rounds < 32) {
+      rounds++;
+      await nextTurn();
+    } else {
+      await sleep(Math.ceil(delayMs));
+      delayMs = Math.min(delayMs * 2, 4);
+    }
+  }
+}
+
+/** A CUDA stream: work queued on it runs in order; different streams may run concurrently. */
+export class Stream implements StreamRef {
+  private static readonly defaults = new Map<Device, Stream>();
+  private destroyed = false;
+
+  private constructor(
+    private readonly raw: Handle,
+    /** The device the stream belongs to. */
+    readonly device: Device,
+    /** Its scheduling priority (0 for the default stream). */
+    readonly priority: number,
+    /** True when it does not synchronise with the legacy default stream. */
+    readonly nonBlocking: boolean,
+  ) {}
+
+  /** Creates a stream on `device` (device 0 by default). Destroy it with `destroy()` or `using`. */
+  static create(options: StreamOptions = {}): Stream {
+    const device = Device.resolve(options.device);
+    const nonBlocking = options.nonBlocking ?? false;
+    if (typeof nonBlocking !== 'boolean') throw new TypeError('nonBlocking must be a boolean');
+    const priority = options.priority ?? 0;
+    if (typeof priority !== 'number') throw new TypeError(`priority must be a number, got ${typeof priority}`);
+    const [least, greatest] = device.backend.streamPriorityRange();
+    const low = Math.min(least, greatest);
+    const high = Math.max(least, greatest);
+    if (!Number.isInteger(priority) || priority < low || priority > high) {
+      throw new RangeError(
+        `priority must be a whole number from ${greatest} (highest) to ${least} (lowest), got ${priority}`);
+    }
+    device.makeCurrent();
+    const flags = nonBlocking ? StreamFlags.NON_BLOCKING : StreamFlags.DEFAULT;
+    return new Stream(device.backend.streamCreate(flags, priority), device, priority, nonBlocking);
+  }
+
+  /** The legacy default stream (handle 0) of `device`; it is never destroyed. */
+  static default(device?: Device): Stream {
+    const dev = Device.resolve(device);
+    let stream = Stream.defaults.get(dev);
+    if (stream === undefined) {
+      stream = new Stream(DEFAULT_STREAM, dev, 0, false);
+      Stream.defaults.set(dev, stream);
+    }
+    return stream;
+  }
+
+  /** The driver's handle (CUstream); 0 for the default stream. */
+  get handle(): Handle {
+    if (this.destroyed) throw new UseAfterFreeError('the stream was destroyed');
+    return this.raw;
+  }
+
+  /** True for the legacy default stream. */
+  get isDefault(): boolean {
+    return this.raw === DEFAULT_STREAM;
+  }
+
+  /** True once `destroy()` has run. */
+  get isDestroyed(): boolean {
+    return this.destroyed;
+  }
+
+  /**
+   * Records `event` (a new timing-capable event when omitted) at the current end of the stream
+   * and returns it.
+   */
+  record(event?: Event): Event {
+    if (event !== undefined && !(event instanceof Event)) throw new TypeError('record expects an Event');
+    void this.handle; // throws UseAfterFreeError before an event is created for a destroyed stream
+    const ev = event ?? Event.create({ device: this.device });
+    ev.record(this);
+    return ev;
+  }
+
+  /** Makes work queued on this stream from now on wait until `event` has completed; does not block. */
+  waitEvent(event: Event): this {
+    if (!(event instanceof Event)) throw new TypeError('waitEvent expects an Event');
+    const handle = this.handle;
+    this.device.makeCurrent();
+    this.device.backend.streamWaitEvent(handle, event.handle);
+    return this;
+  }
+
+  /** True when all work queued so far has completed; never blocks. */
+  query(): boolean {
+    const handle = this.handle;
+    return this.device.backend.streamQuery(handle);
+  }
+
+  /** Blocks the calling thread (and the event loop) until all queued work has completed. */
+  synchronize(): void {
+    const handle = this.handle;
+    this.device.makeCurrent();
+    this.device.backend.streamSynchronize(handle);
+  }
+
+  /**
+   * Resolves when all work queued so far has completed, polling the stream without blocking the
+   * event loop. Work queued after the call is not waited for: an event marks the point.
+   */
+  async synchronized(): Promise<void> {
+    const handle = this.handle;
+    if (this.device.backend.streamQuery(handle)) return;
+    // An event pins the point to wait for, so later work on the stream does not prolong the wait.
+    const event = Event.create({ device: this.device, timing: false });
+    try {
+      event.record(this);
+      await event.synchronized();
+    } finally {
+      event.destroy();
+    }
+  }
+
+  /**
+   * Destroys the stream. Work already queued still completes; the handle may not be used again.
+   * The default stream is never destroyed (a no-op).
+   */
+  destroy(): void {
+    if (this.destroyed) throw new DoubleFreeError('the stream was already destroyed');
+    if (this.isDefault) return;
+    this.destroyed = true;
+    this.device.makeCurrent();
+    this.device.backend.streamDestroy(this.raw);
+  }
+
+  /** `using stream = Stream.create()` destroys it at the end of the scope. */
+  [Symbol.dispose](): void {
+    if (!this.destroyed) this.destroy();
+  }
+
+  /** A short description for logs. */
+  toString(): string {
+    return this.isDefault ? `Stream(default, device ${this.device.ordinal})` : `Stream(${this.raw}, device ${this.device.ordinal})`;
+  }
+}
+
+/** Options for `Event.create`. */
+export interface EventOptions {
+  /** The device whose active context owns the event (device 0 by default). */
+  readonly device?: Device;
+  /** Record timestamps, so `elapsedSince` works (default true, as in CUDA). Off is cheaper. */
+  readonly timing?: boolean;
+  /** `synchronize()` blocks on an OS primitive instead of spinning (CU_EVENT_BLOCKING_SYNC). */
+  readonly blockingSync?: boolean;
+}
+
+/** A CUDA event: a marker in a stream that other streams can wait on and the host can poll. */
+export class Event {
+  private destroyed = false;
+  private recorded = false;
+
+  private constructor(
+    private readonly raw: Handle,
+    /** The device the event belongs to. */
+    readonly device: Device,
+    /** True when the event records timestamps. */
+    readonly timing: boolean,
+  ) {}
+
+  /** Creates an event; record it on a stream with `record()` or `stream.record(event)`. */
+  static create(options: EventOptions = {}): Event {
+    const device = Device.resolve(options.device);
+    const timing = options.timing ?? true;
+    const blockingSync = options.blockingSync ?? false;
+    if (typeof timing !== 'boolean') throw new TypeError('timing must be a boolean');
+    if (typeof blockingSync !== 'boolean') throw new TypeError('blockingSync must be a boolean');
+    const flags = (timing ? EventFlags.DEFAULT : EventFlags.DISABLE_TIMING)
+      | (blockingSync ? EventFlags.BLOCKING_SYNC : 0);
+    device.makeCurrent();
+    return new Event(device.backend.eventCreate(flags), device, timing);
+  }
+
+  /** The driver's handle (CUevent). */
+  get handle(): Handle {
+    if (this.destroyed) throw new UseAfterFreeError('the event was destroyed');
+    return this.raw;
+  }
+
+  /** True once `destroy()` has run. */
+  get isDestroyed(): boolean {
+    return this.destroyed;
+  }
+
+  /** True once the event has been recorded on a stream at least once. */
+  get isRecorded(): boolean {
+    return this.recorded;
+  }
+
+  /** Records the event at the current end of `stream` (the default stream when omitted). */
+  record(stream?: StreamRef): this {
+    const handle = this.handle;
+    const s = streamHandleOf(stream);
+    this.device.makeCurrent();
+    this.device.backend.eventRecord(handle, s);
+    this.recorded = true;
+    return this;
+  }
+
+  /** True when the work captured by the event has completed (or it was never recorded). */
+  query(): boolean {
+    return this.device.backend.eventQuery(this.handle);
+  }
+
+  /** Blocks the calling thread until the captured work has completed. */
+  synchronize(): void {
+    const handle = this.handle;
+    this.device.makeCurrent();
+    this.device.backend.eventSynchronize(handle);
+  }
+
+  /** Resolves when the captured work has completed, polling without blocking the event loop. */
+  async synchronized(): Promise<void> {
+    const backend = this.device.backend;
+    const handle = this.handle;
+    await pollUntil(() => {
+      if (this.destroyed) throw new UseAfterFreeError('the event was destroyed while being awaited');
+      return backend.eventQuery(handle);
+    });
+  }
+
+  /**
+   * Milliseconds from `start` to this event; both must have timing on, have been recorded, and
+   * have completed (await `end.synchronized()` first: this never waits).
+   */
+  elapsedSince(start: Event): number {
+    if (!(start instanceof Event)) throw new TypeError('elapsedSince expects the start Event');
+    const end = this.handle;
+    const begin = start.handle;
+    if (!this.timing || !start.timing) {
+      throw new VramStateError('elapsedSince needs two events created with timing: true');
+    }
+    if (!this.recorded || !start.recorded) {
+      throw new VramStateError('elapsedSince needs two events that have been recorded');
+    }
+    return this.device.backend.eventElapsedTime(begin, end);
+  }
+
+  /** Destroys the event; safe while work it captured is still pending. */
+  destroy(): void {
+    if (this.destroyed) throw new DoubleFreeError('the event was already destroyed');
+    this.destroyed = true;
+    this.device.makeCurrent();
+    this.device.backend.eventDestroy(this.raw);
+  }
+
+  /** `using ev = Event.create()` destroys it at the end of the scope. */
+  [Symbol.dispose](): void {
+    if (!this.destroyed) this.destroy();
+  }
+}
+
+/** The handle of an optional StreamRef, checking its shape (0, the default stream, when omitted). */
+export function streamHandleOf(stream: StreamRef | undefined): Handle {
+  if (stream === undefined) return DEFAULT_STREAM;
+  if (stream === null || typeof stream !== 'object' || typeof stream.handle !== 'number') {
+    throw new TypeError('stream must be a Stream or an object with a numeric handle');
+  }
+  return stream.handle;
+}
