@@ -1,0 +1,261 @@
+/**
+ * The replay engine: runs a recorded allocation trace through a resource stack, in order, without
+ * touching the memory, and measures what the stack costs in time and in memory held beyond what
+ * the traced program had live (the overhead figure of DESIGN.md's replay table).
+ */
+import { StreamFlags } from '../backend/backend.js';
+import { getBackend } from '../backend/select.js';
+import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../memory/resource.js';
+import { alignUp } from '../validate.js';
+import type { AllocationTrace } from './parse.js';
+
+/** How peak reserved bytes were found. */
+export type ReservedSource =
+  /** The resource's own `peakReservedBytes` (a ReservingResource). */
+  | 'resource'
+  /** A figure the resource stack supplied (e.g. a CUDA pool's RESERVED_MEM_HIGH). */
+  | 'stack'
+  /** `estimateDriverReservation` over the live set (resources that hold nothing beyond it). */
+  | 'estimate';
+
+/** Options of a replay. */
+export interface ReplayOptions {
+  /**
+   * Peak reserved bytes as the stack knows them, read after the replay (e.g. a CUDA memory pool's
+   * RESERVED_MEM_HIGH, or the pool under a binning resource); preferred to the resource's own
+   * `peakReservedBytes`. Return undefined to fall back to that, then to the estimate.
+   */
+  readonly peakReservedBytes?: () => number | undefined;
+  /**
+   * Time every operation on its own, for medians (two clock reads per operation, which add
+   * roughly 50-100 ns each to the total); off by default, when only the whole loop is timed.
+   */
+  readonly perOperationTiming?: boolean;
+}
+
+/** What a replay measured. */
+export interface ReplayResult {
+  /** The resource stack, as it describes itself. */
+  readonly resource: string;
+  /** Allocations plus frees replayed. */
+  readonly operations: number;
+  readonly allocations: number;
+  readonly frees: number;
+  /** Wall time of the replay loop, in nanoseconds. */
+  readonly totalNs: number;
+  /** `totalNs / operations`. */
+  readonly nsPerOperation: number;
+  /** Median allocate and free times, with `perOperationTiming`. */
+  readonly medianAllocateNs?: number;
+  readonly medianFreeNs?: number;
+  /** The most bytes live at once, from the trace's sizes. */
+  readonly peakLiveBytes: number;
+  /** The most bytes the stack held from the driver at once. */
+  readonly peakReservedBytes: number;
+  readonly reservedSource: ReservedSource;
+  /** `(peakReserved / peakLive - 1) * 100`. */
+  readonly overheadPercent: number;
+}
+
+/** A replay that stopped because the resource failed an operation. */
+export class ReplayError extends Error {
+  constructor(
+    /** The failing event's line in the log. */
+    readonly line: number,
+    /** The failing event's index among the log's events (0-based). */
+    readonly eventIndex: number,
+    message: string,
+    cause: unknown,
+  ) {
+    super(message, { cause });
+    this.name = 'ReplayError';
+  }
+}
+
+/** Blocks at or below this size are packed by the driver into shared pages (see the estimate). */
+const SMALL_BLOCK_LIMIT = 1 << 20;
+/** The driver's minimum spacing of small cuMemAlloc blocks. */
+const SMALL_BLOCK_ROUNDING = 512;
+/** The driver's page size for large blocks (CUDA's allocation granularity on current GPUs). */
+const LARGE_BLOCK_ROUNDING = 2 << 20;
+
+/**
+ * What plain cuMemAlloc is taken to reserve for one block, since the driver does not report it
+ * per allocation: a block up to 1 MiB occupies its size rounded up to 512 B (the spacing of
+ * consecutive small allocations), a larger one its size rounded up to 2 MiB (the page size the
+ * driver maps device memory in). An estimate of the rule, not a measurement.
+ */
+export function estimateDriverReservation(bytes: number): number {
+  return bytes <= SMALL_BLOCK_LIMIT ? alignUp(bytes, SMALL_BLOCK_ROUNDING) : alignUp(bytes, LARGE_BLOCK_ROUNDING);
+}
+
+/** The peak, over the trace, of the live blocks' sizes each mapped by `occupied`. */
+export function peakOccupied(trace: AllocationTrace, occupied: (bytes: number) => number): number {
+  let current = 0;
+  let peak = 0;
+  for (const event of trace.events) {
+    if (event.action === 'allocate') {
+      current += occupied(event.size);
+      if (current > peak) peak = current;
+    } else if (event.action === 'free') {
+      current -= occupied(event.size);
+    }
+  }
+  return peak;
+}
+
+function median(values: Float64Array): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = values.slice().sort();
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] as number : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
+/**
+ * Replays `trace` through `resource`: every allocate and free in log order, on the stream the log
+ * names (trace stream 0 is the default stream; other ids get new backend streams, destroyed
+ * afterwards). Trace pointers map to the resource's pointers through the allocation slots; the
+ * memory itself is never read or written. Allocations the log never frees are freed after the
+ * timed loop. On failure, everything the replay allocated is returned and a `ReplayError` naming
+ * the log line is thrown with the resource's error as its cause.
+ */
+export function replay(trace: AllocationTrace, resource: MemoryResource, options: ReplayOptions = {}): ReplayResult {
+  const events = trace.events;
+  const n = events.length;
+  // Compile the events into flat arrays so the timed loop does nothing but call the resource.
+  const kinds = new Uint8Array(n); // 0 allocate, 1 free, 2 skip
+  const sizes = new Float64Array(n);
+  const slots = new Int32Array(n);
+  const streamOf: StreamRef[] = new Array<StreamRef>(n);
+  const streamRefs = new Map<number, StreamRef>([[0, defaultStream]]);
+  const created: number[] = [];
+  const backend = trace.summary.streams.some((id) => id !== 0) ? getBackend() : undefined;
+  for (const id of trace.summary.streams) {
+    if (id === 0 || backend === undefined) continue;
+    const handle = backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
+    created.push(handle);
+    streamRefs.set(id, Object.freeze({ handle }));
+  }
+  for (let i = 0; i < n; i++) {
+    const event = events[i]!;
+    kinds[i] = event.action === 'allocate' ? 0 : event.action === 'free' ? 1 : 2;
+    sizes[i] = event.size;
+    slots[i] = event.slot;
+    streamOf[i] = streamRefs.get(event.stream) ?? defaultStream;
+  }
+  const pointers = new Float64Array(trace.summary.allocations);
+  const isLive = new Uint8Array(trace.summary.allocations);
+  const perOp = options.perOperationTiming === true;
+  const allocTimes = new Float64Array(perOp ? trace.summary.allocations : 0);
+  const freeTimes = new Float64Array(perOp ? trace.summary.frees : 0);
+  if (isReserving(resource)) resource.resetPeakReserved();
+
+  let i = 0;
+  let totalNs = 0;
+  try {
+    const start = process.hrtime.bigint();
+    if (!perOp) {
+      for (; i < n; i++) {
+        const kind = kinds[i];
+        if (kind === 0) {
+          const slot = slots[i]!;
+          pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+          isLive[slot] = 1;
+        } else if (kind === 1) {
+          const slot = slots[i]!;
+          resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+          isLive[slot] = 0;
+        }
+      }
+    } else {
+      let a = 0, f = 0;
+      for (; i < n; i++) {
+        const kind = kinds[i];
+        if (kind === 2) continue;
+        const slot = slots[i]!;
+        const t0 = process.hrtime.bigint();
+        if (kind === 0) {
+          pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+          allocTimes[a++] = Number(process.hrtime.bigint() - t0);
+          isLive[slot] = 1;
+        } else {
+          resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+          freeTimes[f++] = Number(process.hrtime.bigint() - t0);
+          isLive[slot] = 0;
+        }
+      }
+    }
+    totalNs = Number(process.hrtime.bigint() - start);
+  } catch (error) {
+    const event = events[i]!;
+    freeLive(resource, pointers, isLive, sizes, events);
+    destroyStreams(created);
+    const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
+    throw new ReplayError(event.line, i,
+      `${trace.source}:${event.line}: ${what} failed on ${resource.describe()}: ` +
+      `${error instanceof Error ? error.message : String(error)}`, error);
+  }
+
+  // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
+  const peakLiveBytes = trace.summary.peakLiveBytes;
+  let peakReservedBytes: number;
+  let reservedSource: ReservedSource;
+  const fromStack = options.peakReservedBytes?.();
+  if (fromStack !== undefined) {
+    peakReservedBytes = fromStack;
+    reservedSource = 'stack';
+  } else if (isReserving(resource)) {
+    peakReservedBytes = resource.peakReservedBytes;
+    reservedSource = 'resource';
+  } else {
+    peakReservedBytes = peakOccupied(trace, estimateDriverReservation);
+    reservedSource = 'estimate';
+  }
+  freeLive(resource, pointers, isLive, sizes, events);
+  destroyStreams(created);
+
+  const operations = trace.summary.operations;
+  const medianAllocateNs = perOp ? median(allocTimes) : undefined;
+  const medianFreeNs = perOp ? median(freeTimes) : undefined;
+  return {
+    resource: resource.describe(),
+    operations,
+    allocations: trace.summary.allocations,
+    frees: trace.summary.frees,
+    totalNs,
+    nsPerOperation: operations > 0 ? totalNs / operations : 0,
+    ...(medianAllocateNs !== undefined ? { medianAllocateNs } : {}),
+    ...(medianFreeNs !== undefined ? { medianFreeNs } : {}),
+    peakLiveBytes,
+    peakReservedBytes,
+    reservedSource,
+    overheadPercent: peakLiveBytes > 0 ? (peakReservedBytes / peakLiveBytes - 1) * 100 : 0,
+  };
+
+  function freeLive(mr: MemoryResource, ptrs: Float64Array, live: Uint8Array, sz: Float64Array,
+    evs: AllocationTrace['events']): void {
+    // Sizes live by slot: find each live slot's allocation event (rare path: leftovers, failures).
+    const slotSize = new Float64Array(ptrs.length);
+    const slotStream: StreamRef[] = new Array<StreamRef>(ptrs.length);
+    for (let k = 0; k < evs.length; k++) {
+      if (evs[k]!.action !== 'allocate') continue;
+      slotSize[evs[k]!.slot] = sz[k]!;
+      slotStream[evs[k]!.slot] = streamOf[k] ?? defaultStream;
+    }
+    for (let s = ptrs.length - 1; s >= 0; s--) {
+      if (live[s] === 1) {
+        mr.deallocate(ptrs[s]!, slotSize[s]!, slotStream[s]);
+        live[s] = 0;
+      }
+    }
+  }
+}
+
+function destroyStreams(handles: readonly number[]): void {
+  if (handles.length === 0) return;
+  const backend = getBackend();
+  for (const handle of handles) {
+    backend.streamSynchronize(handle);
+    backend.streamDestroy(handle);
+  }
+}
