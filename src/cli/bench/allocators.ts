@@ -1,0 +1,115 @@
+/**
+ * Allocator rows: allocate+free pair latency of every memory resource at 256 B, 1 MiB and 64 MiB
+ * (same batch scheme as the driver rows), and RMM's random-allocations pattern through each (time
+ * per operation). Each case builds its resource fresh, warms it, measures, and tears it down, so
+ * the figures are a pool *hit* and one resource's cache never serves another.
+ */
+import '../../polyfills.js';
+import { AsyncResource } from '../../memory/async-resource.js';
+import { CudaResource } from '../../memory/cuda-resource.js';
+import type { MemoryResource } from '../../memory/resource.js';
+import { Stream } from '../../stream.js';
+import { median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
+import { pairsPerBatch, timePairs } from './pairs.js';
+import { runRandomAllocations, type RandomPattern } from './random-allocations.js';
+
+/** A resource under test: how to build it, and whether each pair is a slow driver call. */
+interface Subject {
+  readonly name: string;
+  /** True when every allocation reaches the driver synchronously (fewer pairs per batch). */
+  readonly slow: boolean;
+  create(): MemoryResource;
+}
+
+/** Never release: the pool keeps what was freed, as a long-running program wants. */
+const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
+
+const SUBJECTS: readonly Subject[] = [
+  { name: 'CudaResource', slow: true, create: () => new CudaResource() },
+  {
+    name: 'AsyncResource',
+    slow: false,
+    create: () => {
+      const mr = new AsyncResource({ pool: {} });
+      mr.releaseThreshold = KEEP_EVERYTHING;
+      return mr;
+    },
+  },
+];
+
+/** Frees what a resource holds: its cache, and the resource itself when it can be destroyed. */
+function teardown(mr: MemoryResource): void {
+  mr.releaseCached();
+  const disposable = mr as Partial<Disposable>;
+  disposable[Symbol.dispose]?.();
+}
+
+/** Runs `body` with a fresh resource and a non-blocking stream, both torn down afterwards. */
+function withSubject<T>(subject: Subject, body: (mr: MemoryResource, stream: Stream) => T): T {
+  const stream = Stream.create({ nonBlocking: true });
+  try {
+    const mr = subject.create();
+    try {
+      return body(mr, stream);
+    } finally {
+      stream.synchronize();
+      teardown(mr);
+    }
+  } finally {
+    stream.destroy();
+  }
+}
+
+function pairCase(settings: BenchSettings, subject: Subject, size: number): BenchCase {
+  return {
+    group: 'allocators', name: subject.name, size,
+    run: (): BenchRow => withSubject(subject, (mr, stream) => {
+      const { ns, batches } = timePairs(settings, pairsPerBatch(size, subject.slow), {
+        pair: () => mr.deallocate(mr.allocate(size, stream), size, stream),
+        sync: () => stream.synchronize(),
+      });
+      return { group: 'allocators', name: subject.name, size, value: ns, unit: 'ns/pair', repeats: batches };
+    }),
+  };
+}
+
+/** RMM's defaults scaled to a quick run: 10,000 allocations (1,000 quick) of up to 1 MiB. */
+function randomPattern(settings: BenchSettings, slow: boolean): RandomPattern {
+  const full = slow ? 2000 : 10_000;
+  return {
+    allocations: settings.quick ? full / 10 : full,
+    maxSize: 1 << 20,
+    maxUsage: 1 << 30,
+    seed: 42,
+  };
+}
+
+function randomCase(settings: BenchSettings, subject: Subject): BenchCase {
+  const pattern = randomPattern(settings, subject.slow);
+  const name = `${subject.name} random`;
+  return {
+    group: 'allocators', name, size: pattern.maxSize,
+    run: (): BenchRow => withSubject(subject, (mr, stream) => {
+      // One untimed pass warms the resource (pool growth, driver caches); timed passes repeat it.
+      runRandomAllocations(mr, pattern, stream);
+      stream.synchronize();
+      const repeats = repeatsFor(settings, 5);
+      const samples: number[] = [];
+      for (let r = 0; r < repeats; r++) {
+        const start = nowNs();
+        const operations = runRandomAllocations(mr, pattern, stream);
+        stream.synchronize();
+        samples.push((nowNs() - start) / operations);
+      }
+      return { group: 'allocators', name, size: pattern.maxSize, value: median(samples), unit: 'ns/op', repeats };
+    }),
+  };
+}
+
+/** Every allocator case: pair latency at each size, then the random pattern, per resource. */
+export function allocatorCases(settings: BenchSettings): BenchCase[] {
+  return SUBJECTS.flatMap((subject) => [
+    ...settings.allocSizes.map((size) => pairCase(settings, subject, size)),
+    randomCase(settings, subject),
+  ]);
+}

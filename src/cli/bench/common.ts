@@ -1,0 +1,80 @@
+/**
+ * What every group of benchmark rows shares: the row shape (rows are data; the table and `--json`
+ * are views over them), the run settings, and the statistics (median of repeats).
+ */
+import type { Backend } from '../../backend/backend.js';
+
+/** The groups `--only` selects. */
+export const GROUPS = ['transfers', 'alloc', 'allocators'] as const;
+/** One of {@link GROUPS}. */
+export type Group = (typeof GROUPS)[number];
+
+/** The unit of a measured value: bandwidth, or nanoseconds per allocate+free pair or per operation. */
+export type Unit = 'GB/s' | 'ns/pair' | 'ns/op';
+
+/** One measured figure: a cell of the bench table, an element of `--json`'s `rows`. */
+export interface BenchRow {
+  readonly group: Group;
+  /** What was measured, e.g. `pinned H2D`, `cuMemAllocAsync+cuMemFreeAsync`, `PoolResource`. */
+  readonly name: string;
+  /** Bytes per copy or per allocation (the largest size for random-size patterns). */
+  readonly size: number;
+  /** The median over repeats. */
+  readonly value: number;
+  readonly unit: Unit;
+  /** How many timed repeats (or batches) the median is over. */
+  readonly repeats: number;
+}
+
+/** A measurement that could not run (unsupported on this backend, or failed), kept in the output. */
+export interface SkippedRow {
+  readonly group: Group;
+  readonly name: string;
+  readonly size: number;
+  readonly reason: string;
+}
+
+/** The settings a run was asked for, shared by every group. */
+export interface BenchSettings {
+  readonly backend: Backend;
+  /** Fewer repeats and batches: a smoke run, or the emulated backend. */
+  readonly quick: boolean;
+  /** Transfer sizes in bytes. */
+  readonly transferSizes: readonly number[];
+  /** Allocation sizes in bytes for pair latency. */
+  readonly allocSizes: readonly number[];
+  /** Overrides the number of timed repeats / batches when set. */
+  readonly repeats?: number;
+}
+
+/** One measurement to run: a label for the progress line, and the code that yields its row. */
+export interface BenchCase {
+  readonly group: Group;
+  readonly name: string;
+  readonly size: number;
+  run(): BenchRow;
+}
+
+/** The median of a non-empty list of samples; robust to the odd slow repeat (page faults, clocks). */
+export function median(samples: readonly number[]): number {
+  if (samples.length === 0) throw new RangeError('median of no samples');
+  const sorted = [...samples].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+/** Bandwidth in GB/s (1e9 bytes per second), the unit CUDA's own samples report. */
+export function gbPerSecond(bytes: number, seconds: number): number {
+  return bytes / seconds / 1e9;
+}
+
+/** The host's monotonic clock in nanoseconds, as a number (exact for any run shorter than 104 days). */
+export function nowNs(): number {
+  return Number(process.hrtime.bigint());
+}
+
+/** Repeats chosen for full runs, scaled down for quick ones, or exactly what `--repeats` asked. */
+export function repeatsFor(settings: BenchSettings, full: number): number {
+  if (settings.repeats !== undefined) return settings.repeats;
+  return settings.quick ? Math.max(3, Math.ceil(full / 5)) : full;
+}

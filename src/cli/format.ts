@@ -1,0 +1,103 @@
+/**
+ * Text output for the CLI: byte sizes, aligned tables and a one-line progress counter. Kept apart
+ * from the commands so each command only decides *what* to print.
+ */
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'] as const;
+
+/** A byte count for people: `256 B`, `64 KiB`, `1.5 GiB` (binary units, as the sizes are chosen). */
+export function formatBytes(bytes: number): string {
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const text = Number.isInteger(value) ? String(value) : value.toFixed(value >= 100 ? 0 : value >= 10 ? 1 : 2);
+  return `${text} ${UNITS[unit]}`;
+}
+
+const SIZE_SUFFIX: Readonly<Record<string, number>> = {
+  '': 1, b: 1, k: 1024, kb: 1024, kib: 1024, m: 1024 ** 2, mb: 1024 ** 2, mib: 1024 ** 2,
+  g: 1024 ** 3, gb: 1024 ** 3, gib: 1024 ** 3,
+};
+
+/** Parses `64K`, `1M`, `256MiB`, `4096` into bytes (binary units), so options read like the table. */
+export function parseBytes(text: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
+  const factor = match ? SIZE_SUFFIX[match[2]!.toLowerCase()] : undefined;
+  if (!match || factor === undefined) throw new RangeError(`not a byte size: '${text}' (try 64K, 1M, 256M)`);
+  const bytes = Math.round(Number(match[1]) * factor);
+  if (bytes <= 0) throw new RangeError(`a byte size must be positive: '${text}'`);
+  return bytes;
+}
+
+/** A measured value with a sensible number of significant digits for a table cell. */
+export function formatValue(value: number): string {
+  if (!Number.isFinite(value)) return String(value);
+  const magnitude = Math.abs(value);
+  if (magnitude >= 1000) return Math.round(value).toLocaleString('en-US');
+  if (magnitude >= 100) return value.toFixed(0);
+  if (magnitude >= 10) return value.toFixed(1);
+  return value.toFixed(2);
+}
+
+/** How a column is aligned: numbers read best right-aligned. */
+export type Align = 'left' | 'right';
+
+/** Renders rows as an aligned plain-text table with a header and a rule, for terminals and logs. */
+export function formatTable(header: readonly string[], rows: readonly (readonly string[])[], align: readonly Align[] = []): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, i) => (align[i] === 'right' ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+/**
+ * A one-line counter on stderr, rewritten in place with `\r`, so a long benchmark shows it is
+ * alive. Silent when stderr is not a terminal, so piped and JSON output stay clean.
+ */
+export class Progress {
+  private done = 0;
+  private readonly enabled: boolean;
+  private lastLength = 0;
+
+  constructor(
+    /** How many steps there will be (0 when unknown). */
+    private total: number,
+    private readonly stream: NodeJS.WriteStream = process.stderr,
+  ) {
+    this.enabled = stream.isTTY === true;
+  }
+
+  /** Adds steps discovered after construction. */
+  grow(steps: number): void {
+    this.total += steps;
+  }
+
+  /** Announces the step that starts now. */
+  step(label: string): void {
+    this.done += 1;
+    if (!this.enabled) return;
+    const count = this.total > 0 ? `[${Math.min(this.done, this.total)}/${this.total}]` : `[${this.done}]`;
+    const columns = this.stream.columns ?? 80;
+    const text = `${count} ${label}`.slice(0, Math.max(10, columns - 1));
+    this.stream.write(`\r${text.padEnd(this.lastLength)}`);
+    this.lastLength = text.length;
+  }
+
+  /** Erases the counter line. */
+  finish(): void {
+    if (this.enabled && this.lastLength > 0) this.stream.write(`\r${' '.repeat(this.lastLength)}\r`);
+    this.lastLength = 0;
+  }
+}
+
+/** Key-value lines with the values aligned, for reports that are one thing rather than a table. */
+export function formatPairs(pairs: readonly (readonly [string, string])[], indent = ''): string {
+  const width = Math.max(0, ...pairs.map(([key]) => key.length));
+  return pairs.map(([key, value]) => `${indent}${key.padEnd(width)}  ${value}`).join('\n');
+}

@@ -1,0 +1,61 @@
+/**
+ * The `vram` command: picks the subcommand, hands it the rest of the arguments and turns what it
+ * returns or throws into an exit status (0 ok, 1 failure, 2 usage error). Subcommands are loaded
+ * lazily so `vram info` never loads the benchmark or replay code.
+ */
+import { readFileSync } from 'node:fs';
+import { USAGE, UsageError } from './usage.js';
+
+/** A subcommand: takes its own arguments, prints, and returns the exit status. */
+type Command = (args: string[]) => Promise<number>;
+
+const COMMANDS: Readonly<Record<string, () => Promise<Command>>> = {
+  info: async () => (await import('./info.js')).infoCommand,
+  bench: async () => (await import('./bench.js')).benchCommand,
+  replay: async () => (await import('./replay.js')).replayCommand,
+};
+
+function packageVersion(): string {
+  const url = new URL('../../../package.json', import.meta.url);
+  const pkg = JSON.parse(readFileSync(url, 'utf8')) as { version?: unknown };
+  return typeof pkg.version === 'string' ? pkg.version : 'unknown';
+}
+
+function isUsageError(error: unknown): error is Error {
+  if (error instanceof UsageError) return true;
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
+}
+
+/** Runs the CLI on `argv` (without `node` and the script) and returns the exit status. */
+export async function main(argv: readonly string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  try {
+    if (name === undefined) throw new UsageError('missing command');
+    if (name === 'help' || name === '--help' || name === '-h') {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    if (name === '--version' || name === '-v' || name === 'version') {
+      process.stdout.write(`${packageVersion()}\n`);
+      return 0;
+    }
+    const load = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+    if (load === undefined) throw new UsageError(`unknown command '${name}'`);
+    const command = await load();
+    return await command(rest);
+  } catch (error) {
+    if (isUsageError(error)) {
+      process.stderr.write(`vram: ${error.message}\n\n${USAGE}\n`);
+      return 2;
+    }
+    // The stack is for developers (VRAM_DEBUG=1); users get the one-line message.
+    const message = error instanceof Error
+      ? (process.env.VRAM_DEBUG ? (error.stack ?? error.message) : error.message)
+      : String(error);
+    process.stderr.write(`vram: ${message}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));
