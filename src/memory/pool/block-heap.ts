@@ -1,0 +1,253 @@
+/**
+ * A stream-ordered, coalescing best-fit heap over address ranges ("regions"), shared by
+ * PoolResource and ArenaResource. It only does arithmetic on addresses: where the memory behind
+ * the addresses comes from (an upstream resource, virtual memory pages, a fixed arena) is the
+ * caller's business.
+ *
+ * Stream order (as RMM's and CUDA's pools): each stream has its own free lists. A block freed on
+ * stream A is reusable at once by A. When B finds nothing in its own lists it takes A's blocks:
+ * it records A's reusable event (capturing all work A has queued, including every free done on A
+ * so far), makes B wait on it (no host synchronisation), and moves all of A's free blocks into
+ * B's lists. No event is recorded per free, so a hit makes no driver call.
+ */
+import type { Backend } from '../../backend/backend.js';
+import { EventFlags } from '../../backend/backend.js';
+import { BlockStore, LIVE, NIL } from './block-store.js';
+import { FreeLists, GRANULE } from './free-list.js';
+
+/** List id of memory no stream has used yet (fresh address space): reusable by any stream. */
+export const NEUTRAL = 0;
+
+/** What the heap needs from outside: events for cross-stream reuse. */
+export interface HeapEvents {
+  eventCreate(flags: number): number;
+  eventRecord(event: number, stream: number): void;
+  streamWaitEvent(stream: number, event: number): void;
+  eventDestroy(event: number): void;
+}
+
+/** The coalescing, stream-ordered best-fit heap. */
+export class BlockHeap {
+  /** Block records. */
+  readonly store = new BlockStore();
+  /** Free lists by id: 0 is NEUTRAL, then one per stream seen. */
+  readonly lists: FreeLists[];
+  private readonly byStream = new Map<number, FreeLists>();
+  private lastStream = Number.NaN;
+  private lastLists: FreeLists;
+  /** Live blocks by address. */
+  readonly live = new Map<number, number>();
+  /** Bytes the callers asked for, summed over live blocks. */
+  liveBytes = 0;
+  /** High-water mark of liveBytes. */
+  peakLiveBytes = 0;
+  /** Block bytes (rounded sizes) of live blocks. */
+  liveBlockBytes = 0;
+  /** How many times a stream took another stream's free blocks. */
+  steals = 0;
+
+  constructor(private readonly events: HeapEvents | Backend) {
+    const neutral = new FreeLists(NEUTRAL, -1, this.store);
+    this.lists = [neutral];
+    this.lastLists = neutral;
+  }
+
+  /** The free lists of `stream`, created on first use. */
+  listsFor(stream: number): FreeLists {
+    if (stream === this.lastStream) return this.lastLists;
+    let l = this.byStream.get(stream);
+    if (l === undefined) {
+      l = new FreeLists(this.lists.length, stream, this.store);
+      this.lists.push(l);
+      this.byStream.set(stream, l);
+    }
+    this.lastStream = stream;
+    this.lastLists = l;
+    return l;
+  }
+
+  /**
+   * Adds a region of free address space [start, start + size) and returns its block. `stream` is
+   * the stream it may be used on first (-1: any stream, no pending work).
+   */
+  addRegion(start: number, size: number, stream: number): number {
+    const lists = stream < 0 ? this.lists[NEUTRAL]! : this.listsFor(stream);
+    const s = this.store;
+    const i = s.alloc();
+    s.start[i] = start;
+    s.size[i] = size;
+    s.prev[i] = NIL;
+    s.next[i] = NIL;
+    s.owner[i] = lists.id;
+    lists.insert(i);
+    return i;
+  }
+
+  /** Removes a wholly free region (its one block `i`) from the heap. */
+  removeRegion(i: number): void {
+    const s = this.store;
+    if (s.owner[i] === LIVE || s.prev[i] !== NIL || s.next[i] !== NIL) {
+      throw new Error('internal: removeRegion of a region that is not wholly free');
+    }
+    this.lists[s.owner[i]!]!.remove(i);
+    s.release(i);
+  }
+
+  /**
+   * Finds and detaches a free block of at least `size` bytes (a multiple of GRANULE) usable on
+   * `stream`, aligned to `alignment` (a power of two >= GRANULE), and splits off the rest.
+   * Returns the block, not yet live (see `markLive`), or NIL when nothing fits.
+   */
+  take(size: number, stream: number, alignment = GRANULE): number {
+    const need = alignment > GRANULE ? size + alignment - GRANULE : size;
+    const own = this.listsFor(stream);
+    let i = own.findFit(need);
+    if (i === NIL) i = this.steal(need, own);
+    if (i === NIL) i = this.lists[NEUTRAL]!.findFit(need);
+    if (i === NIL) return NIL;
+    const s = this.store;
+    const owner = s.owner[i]!;
+    const lists = this.lists[owner]!;
+    lists.remove(i);
+    if (alignment > GRANULE) {
+      const pad = Math.ceil(s.start[i]! / alignment) * alignment - s.start[i]!;
+      if (pad > 0) {
+        const j = this.split(i, pad);
+        s.owner[i] = owner;
+        lists.insert(i);
+        i = j;
+      }
+    }
+    if (s.size[i]! > size) {
+      const j = this.split(i, size);
+      s.owner[j] = owner;
+      lists.insert(j);
+    }
+    s.owner[i] = LIVE;
+    return i;
+  }
+
+  /** Records block `i` as handed out for a request of `bytes`. */
+  markLive(i: number, bytes: number): void {
+    const s = this.store;
+    s.requested[i] = bytes;
+    this.live.set(s.start[i]!, i);
+    this.liveBlockBytes += s.size[i]!;
+    if ((this.liveBytes += bytes) > this.peakLiveBytes) this.peakLiveBytes = this.liveBytes;
+  }
+
+  /** Forgets live block `i` (before `give`). */
+  unmarkLive(i: number): void {
+    const s = this.store;
+    this.live.delete(s.start[i]!);
+    this.liveBytes -= s.requested[i]!;
+    this.liveBlockBytes -= s.size[i]!;
+  }
+
+  /**
+   * Returns block `i` (detached or live, not in any list) to `stream`'s free lists, merging it
+   * with free neighbours of the same stream (or untouched neutral space).
+   */
+  give(i: number, stream: number): void {
+    const lists = this.listsFor(stream);
+    const s = this.store;
+    const id = lists.id;
+    const n = s.next[i]!;
+    if (n !== NIL) {
+      const o = s.owner[n]!;
+      if (o === id || o === NEUTRAL) {
+        this.lists[o]!.remove(n);
+        this.absorbNext(i, n);
+      }
+    }
+    const p = s.prev[i]!;
+    if (p !== NIL) {
+      const o = s.owner[p]!;
+      if (o === id || o === NEUTRAL) {
+        this.lists[o]!.remove(p);
+        this.absorbNext(p, i);
+        i = p;
+      }
+    }
+    s.owner[i] = id;
+    lists.insert(i);
+  }
+
+  /** The free blocks of every stream, for wholesale release. */
+  freeBlocks(): number[] {
+    const out: number[] = [];
+    const s = this.store;
+    for (const l of this.lists) {
+      for (let c = 0; c < l.heads.length; c++) {
+        for (let i = l.heads[c]!; i !== NIL; i = s.fnext[i]!) out.push(i);
+      }
+    }
+    return out;
+  }
+
+  /** Total bytes in free lists. */
+  get freeBytes(): number {
+    let b = 0;
+    for (const l of this.lists) b += l.bytes;
+    return b;
+  }
+
+  /** Destroys the per-stream events. */
+  destroy(): void {
+    for (const l of this.lists) {
+      if (l.event !== 0) {
+        this.events.eventDestroy(l.event);
+        l.event = 0;
+      }
+    }
+  }
+
+  /**
+   * Takes another stream's free blocks when one of them fits: event on that stream, `own` waits
+   * on it, then all its free blocks move to `own` (coalescing). Returns a fitting block or NIL.
+   */
+  private steal(size: number, own: FreeLists): number {
+    const lists = this.lists;
+    for (let k = 1; k < lists.length; k++) {
+      const other = lists[k]!;
+      if (other === own || other.count === 0 || other.findFit(size) === NIL) continue;
+      if (other.event === 0) other.event = this.events.eventCreate(EventFlags.DISABLE_TIMING);
+      this.events.eventRecord(other.event, other.stream);
+      this.events.streamWaitEvent(own.stream, other.event);
+      this.steals++;
+      const s = this.store;
+      for (let i = other.any(); i !== NIL; i = other.any()) {
+        other.remove(i);
+        s.owner[i] = LIVE;
+        this.give(i, own.stream);
+      }
+      return own.findFit(size);
+    }
+    return NIL;
+  }
+
+  /** Splits block `i` at `offset`; returns the new block holding the tail (owner unset). */
+  private split(i: number, offset: number): number {
+    const j = this.store.alloc();
+    const s = this.store;
+    s.start[j] = s.start[i]! + offset;
+    s.size[j] = s.size[i]! - offset;
+    s.size[i] = offset;
+    const n = s.next[i]!;
+    s.next[j] = n;
+    s.prev[j] = i;
+    s.next[i] = j;
+    if (n !== NIL) s.prev[n] = j;
+    return j;
+  }
+
+  /** Merges block `n` (the next one in address order) into `i`. */
+  private absorbNext(i: number, n: number): void {
+    const s = this.store;
+    s.size[i]! += s.size[n]!;
+    const nn = s.next[n]!;
+    s.next[i] = nn;
+    if (nn !== NIL) s.prev[nn] = i;
+    s.release(n);
+  }
+}

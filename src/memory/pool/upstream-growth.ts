@@ -1,0 +1,97 @@
+/**
+ * Growth from an upstream MemoryResource, RMM style: the pool takes chunks (initialSize first,
+ * then max(request, chunkSize) rounded up), its heap splits and merges blocks within a chunk, and
+ * chunks that are wholly free again go back upstream on `releaseCached()`.
+ */
+import type { MemoryResource } from '../resource.js';
+import type { BlockHeap } from './block-heap.js';
+import { LIVE, NIL } from './block-store.js';
+import { GRANULE } from './free-list.js';
+
+/** One chunk taken from upstream. */
+interface Chunk {
+  /** What upstream returned, and its size (given back as is). */
+  readonly ptr: number;
+  readonly bytes: number;
+  /** The heap block at the chunk's first usable address (stable: merges keep the lower block). */
+  readonly head: number;
+  readonly start: number;
+  readonly end: number;
+}
+
+/** The chunks a pool holds from its upstream. */
+export class UpstreamChunks {
+  private readonly chunks: Chunk[] = [];
+  /** Bytes held from upstream. */
+  reservedBytes = 0;
+  /** High-water mark of reservedBytes. */
+  peakReservedBytes = 0;
+
+  constructor(
+    private readonly upstream: MemoryResource,
+    private readonly heap: BlockHeap,
+    /** Smallest chunk taken after the first. */
+    private readonly chunkSize: number,
+    /** Cap on bytes held (Infinity for none). */
+    private readonly maximumBytes: number,
+  ) {}
+
+  /**
+   * Takes a chunk big enough for a block of `size` bytes, usable first on `stream`, and adds it to
+   * the heap. Returns false when the maximum or the upstream refuses (the upstream's error is
+   * rethrown when it is not an out-of-memory error).
+   */
+  grow(size: number, stream: number, preferred = Math.max(size, this.chunkSize)): boolean {
+    const slack = this.upstream.alignment >= GRANULE ? 0 : GRANULE;
+    const want = Math.ceil((preferred + slack) / (2 * 1024 * 1024)) * 2 * 1024 * 1024;
+    const minimum = size + slack;
+    for (const bytes of want > minimum ? [want, minimum] : [minimum]) {
+      if (this.reservedBytes + bytes > this.maximumBytes) continue;
+      let ptr: number;
+      try {
+        ptr = this.upstream.allocate(bytes, { handle: stream });
+      } catch (error) {
+        if (error instanceof Error && error.name === 'OutOfMemoryError') continue;
+        throw error;
+      }
+      // Upstream alignment may be below the pool's granule (host memory); align inside the chunk.
+      const start = Math.ceil(ptr / GRANULE) * GRANULE;
+      const usable = Math.floor((ptr + bytes - start) / GRANULE) * GRANULE;
+      const head = this.heap.addRegion(start, usable, stream);
+      this.chunks.push({ ptr, bytes, head, start, end: start + usable });
+      this.reservedBytes += bytes;
+      if (this.reservedBytes > this.peakReservedBytes) this.peakReservedBytes = this.reservedBytes;
+      return true;
+    }
+    return false;
+  }
+
+  /** True when `ptr` lies in one of the chunks. */
+  contains(ptr: number): boolean {
+    return this.chunks.some((c) => ptr >= c.start && ptr < c.end);
+  }
+
+  /** Gives every wholly free chunk back to upstream, on the stream its memory was last freed on. */
+  releaseCached(): number {
+    let released = 0;
+    const s = this.heap.store;
+    for (let k = this.chunks.length - 1; k >= 0; k--) {
+      const c = this.chunks[k]!;
+      const owner = s.owner[c.head]!;
+      if (owner === LIVE || s.next[c.head] !== NIL) continue;
+      const stream = Math.max(0, this.heap.lists[owner]!.stream);
+      this.heap.removeRegion(c.head);
+      this.chunks.splice(k, 1);
+      this.upstream.deallocate(c.ptr, c.bytes, { handle: stream });
+      this.reservedBytes -= c.bytes;
+      released += c.bytes;
+    }
+    return released;
+  }
+
+  /** Gives every chunk back (live blocks included: the pool is being destroyed). */
+  destroy(): void {
+    for (const c of this.chunks.splice(0)) this.upstream.deallocate(c.ptr, c.bytes);
+    this.reservedBytes = 0;
+  }
+}
