@@ -1,0 +1,289 @@
+/**
+ * The copy and fill logic every buffer shares, with its argument checks in one place: offsets and
+ * lengths are checked against both sides before any driver call (RangeError), freed buffers throw
+ * UseAfterFreeError, and an asynchronous copy from or to pageable JavaScript memory is refused
+ * (TypeError): the garbage collector may move or reclaim that memory while the DMA still runs.
+ * A copy is synchronous unless a stream is given; an asynchronous one never synchronises.
+ */
+import type { Ptr } from '../backend/backend.js';
+import { getBackend } from '../backend/select.js';
+import { Device, ensureAnyContext } from '../device.js';
+import { Stream, streamHandleOf } from '../stream.js';
+import { checkNonNegativeInteger, checkRange } from '../validate.js';
+import { Allocation } from './lifetime.js';
+import type { StreamRef } from './resource.js';
+
+/** JavaScript memory a copy may read or write: any TypedArray, Buffer, DataView or ArrayBuffer. */
+export type HostData = ArrayBuffer | ArrayBufferView;
+
+/** One side of a copy: a vram allocation (device, pinned or managed memory) or JavaScript memory. */
+export type CopyEndpoint = Allocation | HostData;
+
+/** Options of a linear copy. Offsets are in bytes, also for TypedArrays (from the view's first byte). */
+export interface CopyOptions {
+  /** Byte offset into this buffer (the destination of copyFrom*, the source of copyTo*). Default 0. */
+  readonly offset?: number;
+  /** Bytes to copy. Default: everything from the source offset to the end of the source. */
+  readonly bytes?: number;
+  /** Copy asynchronously on this stream. Omitted: a synchronous copy. */
+  readonly stream?: StreamRef;
+}
+
+/** Options of a copy into this buffer. */
+export interface CopyInOptions extends CopyOptions {
+  /** Byte offset into the source. Default 0. */
+  readonly srcOffset?: number;
+}
+
+/** Options of a copy out of this buffer. */
+export interface CopyOutOptions extends CopyOptions {
+  /** Byte offset into the destination. Default 0. */
+  readonly dstOffset?: number;
+}
+
+/** Options of `memset`. */
+export interface MemsetOptions {
+  /** Width of the pattern: 1, 2 or 4 bytes (default 1). */
+  readonly elementBytes?: 1 | 2 | 4;
+  /** Byte offset of the first element (a multiple of elementBytes). Default 0. */
+  readonly offset?: number;
+  /** Elements to fill. Default: from offset to the end (which must then be whole elements). */
+  readonly count?: number;
+  /** Fill asynchronously on this stream. Omitted: a synchronous fill. */
+  readonly stream?: StreamRef;
+}
+
+/** A resolved side of a copy: an address, or bytes of JavaScript memory. */
+type Side =
+  | { readonly js: false; readonly ptr: Ptr; readonly size: number; readonly device: Device | undefined }
+  | { readonly js: true; readonly bytes: Uint8Array; readonly size: number };
+
+/** True for the JavaScript memory types copies accept. */
+export function isHostData(value: unknown): value is HostData {
+  return value instanceof ArrayBuffer || ArrayBuffer.isView(value);
+}
+
+/** A Uint8Array over exactly the bytes of `data`. */
+export function bytesOf(data: HostData): Uint8Array {
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
+/**
+ * Memory that device work can address: the base of DeviceBuffer and ManagedBuffer, holding the
+ * copies and fills they share. `device` is where the memory lives for peer copies (undefined for
+ * memory every device reaches through unified addressing, as managed memory).
+ */
+export abstract class DeviceMemory extends Allocation {
+  /** The device whose context copies and fills run in. */
+  abstract readonly device: Device;
+
+  /** The device the memory lives on, for choosing a peer copy; undefined when not device-resident. */
+  abstract readonly residentDevice: Device | undefined;
+
+  /**
+   * Fills elements of 1, 2 or 4 bytes with `value` (an unsigned or signed integer of that width).
+   * Synchronous unless `stream` is given.
+   */
+  memset(value: number, options: MemsetOptions = {}): void {
+    fill(this, value, options);
+  }
+
+  /**
+   * Copies from JavaScript memory or a HostBuffer into this buffer. Synchronous unless `stream` is
+   * given; a stream needs a HostBuffer (pinned) source, else TypeError.
+   */
+  copyFromHost(src: CopyEndpoint, options: CopyInOptions = {}): void {
+    if (!isHostData(src) && !(src instanceof Allocation)) {
+      throw new TypeError('copyFromHost: src must be a TypedArray, Buffer, DataView, ArrayBuffer or HostBuffer');
+    }
+    copyBetween(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFromHost');
+  }
+
+  /**
+   * Copies from this buffer into JavaScript memory or a HostBuffer and returns `dst`. Synchronous
+   * unless `stream` is given; a stream needs a HostBuffer (pinned) destination, else TypeError.
+   */
+  copyToHost<T extends CopyEndpoint>(dst: T, options: CopyOutOptions = {}): T {
+    if (!isHostData(dst) && !(dst instanceof Allocation)) {
+      throw new TypeError('copyToHost: dst must be a TypedArray, Buffer, DataView, ArrayBuffer or HostBuffer');
+    }
+    copyBetween(dst, options.dstOffset ?? 0, this, options.offset ?? 0, options, 'copyToHost');
+    return dst;
+  }
+
+  /**
+   * Copies from another device-addressable buffer (a peer copy when they live on different
+   * devices). Synchronous unless `stream` is given.
+   */
+  copyFrom(src: DeviceMemory, options: CopyInOptions = {}): void {
+    if (!(src instanceof DeviceMemory)) throw new TypeError('copyFrom: src must be a DeviceBuffer or ManagedBuffer');
+    copyBetween(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFrom');
+  }
+}
+
+function resolve(end: CopyEndpoint, what: string): Side {
+  if (end instanceof Allocation) {
+    const ptr = end.ptr; // UseAfterFreeError for a freed buffer
+    const device = end instanceof DeviceMemory ? end.residentDevice : undefined;
+    return { js: false, ptr, size: end.byteLength, device };
+  }
+  if (isHostData(end)) {
+    const bytes = bytesOf(end);
+    return { js: true, bytes, size: bytes.byteLength };
+  }
+  throw new TypeError(`${what} must be a buffer or JavaScript memory (TypedArray, Buffer, DataView, ArrayBuffer)`);
+}
+
+/** Makes the right context current for a copy: the stream's device, else a side's, else any. */
+function activate(stream: StreamRef | undefined, a: Side, b: Side, fallback: Device | undefined): void {
+  if (stream instanceof Stream) stream.device.makeCurrent();
+  else if (fallback !== undefined) fallback.makeCurrent();
+  else if (!a.js && a.device !== undefined) a.device.makeCurrent();
+  else if (!b.js && b.device !== undefined) b.device.makeCurrent();
+  else ensureAnyContext();
+}
+
+function deviceOf(end: CopyEndpoint): Device | undefined {
+  return end instanceof DeviceMemory ? end.device : undefined;
+}
+
+/**
+ * Copies `options.bytes` (default: the rest of the source) from `src` at `srcOffset` to `dst` at
+ * `dstOffset`, checking both ranges; synchronous unless `options.stream` is given.
+ */
+export function copyBetween(
+  dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
+  options: CopyOptions, what: string,
+): void {
+  if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
+  const stream = options.stream;
+  const streamHandle = stream === undefined ? undefined : streamHandleOf(stream);
+  const d = resolve(dst, `${what}: destination`);
+  const s = resolve(src, `${what}: source`);
+  checkNonNegativeInteger(dstOffset, `${what}: destination offset`);
+  checkNonNegativeInteger(srcOffset, `${what}: source offset`);
+  if (srcOffset > s.size) throw new RangeError(`${what}: source offset ${srcOffset} is past the end of the source (${s.size} bytes)`);
+  if (dstOffset > d.size) throw new RangeError(`${what}: destination offset ${dstOffset} is past the end of the destination (${d.size} bytes)`);
+  const bytes = options.bytes === undefined ? s.size - srcOffset : checkNonNegativeInteger(options.bytes, `${what}: bytes`);
+  checkRange(srcOffset, bytes, s.size, `${what}: source`);
+  checkRange(dstOffset, bytes, d.size, `${what}: destination`);
+  if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
+  if (streamHandle !== undefined && (d.js || s.js)) {
+    throw new TypeError(
+      `${what}: an asynchronous copy needs pinned host memory; JavaScript memory may be moved or ` +
+      'collected while the copy runs. Copy through a HostBuffer (HostBuffer.allocate or ' +
+      'HostBuffer.register), or omit the stream for a synchronous copy.');
+  }
+  if (bytes === 0) return;
+  const backend = getBackend();
+  activate(stream, d, s, deviceOf(dst) ?? deviceOf(src));
+  if (d.js) {
+    if (s.js) return; // unreachable, checked above
+    backend.memcpyToHost(d.bytes.subarray(dstOffset, dstOffset + bytes), s.ptr + srcOffset, bytes);
+  } else if (s.js) {
+    backend.memcpyFromHost(d.ptr + dstOffset, s.bytes.subarray(srcOffset, srcOffset + bytes), bytes);
+  } else if (d.device !== undefined && s.device !== undefined && d.device !== s.device) {
+    const dc = d.device.activeContext;
+    const sc = s.device.activeContext;
+    if (streamHandle === undefined) backend.memcpyPeer(d.ptr + dstOffset, dc, s.ptr + srcOffset, sc, bytes);
+    else backend.memcpyPeerAsync(d.ptr + dstOffset, dc, s.ptr + srcOffset, sc, bytes, streamHandle);
+  } else if (streamHandle === undefined) {
+    backend.memcpy(d.ptr + dstOffset, s.ptr + srcOffset, bytes);
+  } else {
+    backend.memcpyAsync(d.ptr + dstOffset, s.ptr + srcOffset, bytes, streamHandle);
+  }
+}
+
+/** Checks and normalises a memset pattern to the unsigned value of its width. */
+export function memsetValue(value: unknown, elementBytes: 1 | 2 | 4): number {
+  if (typeof value !== 'number') throw new TypeError(`memset value must be a number, got ${typeof value}`);
+  const bits = elementBytes * 8;
+  const min = -(2 ** (bits - 1));
+  const max = 2 ** bits - 1;
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new RangeError(`memset value must be a whole number from ${min} to ${max} for ${elementBytes}-byte elements, got ${value}`);
+  }
+  return value < 0 ? value + 2 ** bits : value;
+}
+
+/** The memset behind DeviceMemory.memset: checks everything, then one (async) driver call. */
+export function fill(target: DeviceMemory, value: number, options: MemsetOptions): void {
+  if (options === null || typeof options !== 'object') throw new TypeError('memset: options must be an object');
+  const elementBytes = options.elementBytes ?? 1;
+  if (elementBytes !== 1 && elementBytes !== 2 && elementBytes !== 4) {
+    throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
+  }
+  const pattern = memsetValue(value, elementBytes);
+  const stream = options.stream === undefined ? undefined : streamHandleOf(options.stream);
+  const ptr = target.ptr;
+  const size = target.byteLength;
+  const offset = checkNonNegativeInteger(options.offset ?? 0, 'memset offset');
+  if (offset % elementBytes !== 0) {
+    throw new RangeError(`memset: offset ${offset} must be a multiple of elementBytes (${elementBytes})`);
+  }
+  if (offset > size) throw new RangeError(`memset: offset ${offset} is past the end of the buffer (${size} bytes)`);
+  let count: number;
+  if (options.count === undefined) {
+    if ((size - offset) % elementBytes !== 0) {
+      throw new RangeError(`memset: ${size - offset} bytes from offset ${offset} are not whole ${elementBytes}-byte elements; pass count`);
+    }
+    count = (size - offset) / elementBytes;
+  } else {
+    count = checkNonNegativeInteger(options.count, 'memset count');
+  }
+  checkRange(offset, count * elementBytes, size, 'memset');
+  if (count === 0) return;
+  if (options.stream instanceof Stream) options.stream.device.makeCurrent();
+  else target.device.makeCurrent();
+  const backend = getBackend();
+  if (stream === undefined) backend.memset(ptr + offset, pattern, elementBytes, count);
+  else backend.memsetAsync(ptr + offset, pattern, elementBytes, count, stream);
+}
+
+/** One side of a 2D copy: memory, the byte offset of the region's first row, and the row pitch. */
+export interface Region2D {
+  readonly memory: CopyEndpoint;
+  readonly offset: number;
+  readonly pitch: number;
+}
+
+/**
+ * Copies a `widthBytes` x `height` region between pitched layouts, checking that each pitch is at
+ * least `widthBytes` and that each region fits its memory. JavaScript memory only synchronously.
+ */
+export function copy2D(
+  dst: Region2D, src: Region2D, widthBytes: number, height: number,
+  stream: StreamRef | undefined, what: string,
+): void {
+  const streamHandle = stream === undefined ? undefined : streamHandleOf(stream);
+  const d = resolve(dst.memory, `${what}: destination`);
+  const s = resolve(src.memory, `${what}: source`);
+  checkNonNegativeInteger(widthBytes, `${what}: widthBytes`);
+  checkNonNegativeInteger(height, `${what}: height`);
+  for (const [side, region, name] of [[d, dst, 'destination'], [s, src, 'source']] as const) {
+    checkNonNegativeInteger(region.offset, `${what}: ${name} offset`);
+    checkNonNegativeInteger(region.pitch, `${what}: ${name} pitch`);
+    if (region.pitch < widthBytes) {
+      throw new RangeError(`${what}: ${name} pitch ${region.pitch} is smaller than widthBytes ${widthBytes}`);
+    }
+    if (widthBytes > 0 && height > 0) {
+      checkRange(region.offset, (height - 1) * region.pitch + widthBytes, side.size, `${what}: ${name}`);
+    }
+  }
+  if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
+  if (streamHandle !== undefined && (d.js || s.js)) {
+    throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
+  }
+  if (widthBytes === 0 || height === 0) return;
+  const backend = getBackend();
+  activate(stream, d, s, deviceOf(dst.memory) ?? deviceOf(src.memory));
+  // JavaScript memory is addressed for the duration of this synchronous call only.
+  const dptr = d.js ? backend.addressOf(d.bytes) : d.ptr;
+  const sptr = s.js ? backend.addressOf(s.bytes) : s.ptr;
+  const copy = {
+    dst: dptr + dst.offset, dstPitch: dst.pitch, src: sptr + src.offset, srcPitch: src.pitch, widthBytes, height,
+  };
+  if (streamHandle === undefined) backend.memcpy2D(copy);
+  else backend.memcpy2DAsync(copy, streamHandle);
+}
