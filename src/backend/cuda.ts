@@ -1,0 +1,665 @@
+/**
+ * The real GPU backend: every Backend operation over the CUDA driver API (libcuda) through koffi.
+ *
+ * Hot-path rules (a koffi call costs ~50 ns; anything more shows in allocate+free pairs): handles
+ * and addresses pass as plain numbers, out-parameters are preallocated typed arrays read with
+ * `Number(out[0])`, and the allocation calls are one FFI call plus one `r !== 0` test, with error
+ * construction kept out of line.
+ */
+import koffi from 'koffi';
+import type {
+  Backend, DeviceInfo, Handle, HostMemory, MemInfo, MemLocation, Memcpy2D, MemPoolAttribute, MemPoolProps,
+  PointerAttributes, Ptr,
+} from './backend.js';
+import { MemHandleType } from './backend.js';
+import { CUresult, CudaError } from '../errors.js';
+import { checkBytes, checkNonNegativeInteger } from '../validate.js';
+import { openDriver, type CudaDriver } from '../cuda/driver.js';
+import type { DriverFunctions } from '../cuda/entry-points.js';
+import {
+  AllocationGranularity, DeviceAttribute, DEVICE_CPU, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
+  PointerAttribute, type Memcpy2DValue, type MemAllocationPropValue, type MemLocationValue,
+} from '../cuda/types.js';
+
+/** Largest address or handle a JS number holds exactly. */
+const MAX_EXACT = Number.MAX_SAFE_INTEGER;
+
+/** The pointer attributes fetched by pointerGetAttributes, in slot order (8 bytes per slot). */
+const POINTER_ATTRIBUTES = [
+  PointerAttribute.CONTEXT,
+  PointerAttribute.MEMORY_TYPE,
+  PointerAttribute.IS_MANAGED,
+  PointerAttribute.DEVICE_ORDINAL,
+  PointerAttribute.RANGE_START_ADDR,
+  PointerAttribute.RANGE_SIZE,
+] as const;
+
+/** Pool attributes whose value is an `int` (the reuse policies); the rest are cuuint64_t. */
+function isIntPoolAttribute(attribute: number): boolean {
+  return attribute >= 1 && attribute <= 3;
+}
+
+/** The Backend over libcuda. One instance per process (see loadCudaBackend). */
+class CudaBackend implements Backend {
+  readonly name = 'cuda' as const;
+  private readonly fn: DriverFunctions;
+  // Preallocated out-parameters: no allocation per call.
+  private readonly u64 = new BigUint64Array(1);
+  private readonly u64b = new BigUint64Array(1);
+  private readonly i32 = new Int32Array(1);
+  private readonly i32b = new Int32Array(1);
+  private readonly f32 = new Float32Array(1);
+  private readonly text = new Uint8Array(256);
+  /** CUdevice for each ordinal, looked up once. */
+  private readonly devices: number[] = [];
+  /** The context this thread last made current through this backend; undefined when unknown. */
+  private currentContext: Handle | undefined;
+  /** Reused descriptor objects (koffi copies them in on each call). */
+  private readonly location: MemLocationValue = { type: MemLocationType.DEVICE, id: 0 };
+  private readonly accessDesc = { location: this.location, flags: 0 };
+  private readonly copy2D: Memcpy2DValue = {
+    srcXInBytes: 0, srcY: 0, srcMemoryType: MEMORYTYPE_UNIFIED, srcHost: 0, srcDevice: 0, srcArray: 0, srcPitch: 0,
+    dstXInBytes: 0, dstY: 0, dstMemoryType: MEMORYTYPE_UNIFIED, dstHost: 0, dstDevice: 0, dstArray: 0, dstPitch: 0,
+    WidthInBytes: 0, Height: 0,
+  };
+  /** Stable native memory the driver writes pointer attributes into, and the pointers to its slots. */
+  private readonly attrSlots: DataView;
+  private readonly attrSlotPointers: BigUint64Array;
+  private readonly attrList = Int32Array.from(POINTER_ATTRIBUTES);
+
+  constructor(private readonly driver: CudaDriver) {
+    this.fn = driver.fn;
+    const slotBytes = 8 * POINTER_ATTRIBUTES.length;
+    const base = koffi.alloc('uint64_t', POINTER_ATTRIBUTES.length) as bigint;
+    this.attrSlots = new DataView(koffi.view(base, slotBytes));
+    this.attrSlotPointers = BigUint64Array.from(POINTER_ATTRIBUTES, (_, i) => base + BigInt(8 * i));
+  }
+
+  // --- Failure paths (kept out of the hot functions) ---
+
+  private fail(r: number, call: string, requestedBytes = 0): CudaError {
+    return this.driver.errors.error(r, call, requestedBytes);
+  }
+
+  private check(r: number, call: string): void {
+    if (r !== 0) throw this.fail(r, call);
+  }
+
+  /** Reads the 64-bit out-parameter as a number, refusing values a number cannot hold exactly. */
+  private outNumber(call: string, out: BigUint64Array = this.u64): number {
+    const value = Number(out[0]);
+    if (value > MAX_EXACT) {
+      throw new RangeError(`${call} returned 0x${(out[0] ?? 0n).toString(16)}, beyond 2^53: not representable as a JavaScript number`);
+    }
+    return value;
+  }
+
+  private device(ordinal: number): number {
+    let dev = this.devices[ordinal];
+    if (dev === undefined) {
+      checkNonNegativeInteger(ordinal, 'device ordinal');
+      this.check(this.fn.cuDeviceGet(this.i32, ordinal), 'cuDeviceGet');
+      dev = this.i32[0] ?? 0;
+      this.devices[ordinal] = dev;
+    }
+    return dev;
+  }
+
+  private attribute(dev: number, attribute: number): number {
+    this.check(this.fn.cuDeviceGetAttribute(this.i32, attribute, dev), 'cuDeviceGetAttribute');
+    return this.i32[0] ?? 0;
+  }
+
+  private readText(): string {
+    const end = this.text.indexOf(0);
+    return Buffer.from(this.text.buffer, this.text.byteOffset, end < 0 ? this.text.length : end).toString('utf8');
+  }
+
+  private setLocation(location: MemLocation): MemLocationValue {
+    if (location === 'host') {
+      this.location.type = MemLocationType.HOST;
+      this.location.id = 0;
+    } else {
+      this.location.type = MemLocationType.DEVICE;
+      this.location.id = this.device(location);
+    }
+    return this.location;
+  }
+
+  private deviceLocation(ordinal: number): MemLocationValue {
+    this.location.type = MemLocationType.DEVICE;
+    this.location.id = this.device(ordinal);
+    return this.location;
+  }
+
+  private allocationProp(ordinal: number): MemAllocationPropValue {
+    return {
+      type: MemAllocationType.PINNED,
+      requestedHandleTypes: MemHandleType.NONE,
+      location: { type: MemLocationType.DEVICE, id: this.device(ordinal) },
+      win32HandleMetaData: 0,
+      compressionType: 0,
+      gpuDirectRDMACapable: 0,
+      usage: 0,
+    };
+  }
+
+  // --- Driver and devices ---
+
+  driverVersion(): number {
+    return this.driver.version;
+  }
+
+  deviceCount(): number {
+    this.check(this.fn.cuDeviceGetCount(this.i32), 'cuDeviceGetCount');
+    return this.i32[0] ?? 0;
+  }
+
+  deviceInfo(ordinal: number): DeviceInfo {
+    const dev = this.device(ordinal);
+    this.text.fill(0);
+    this.check(this.fn.cuDeviceGetName(this.text, this.text.length, dev), 'cuDeviceGetName');
+    const name = this.readText();
+    const uuidBytes = new Uint8Array(16);
+    this.check(this.fn.cuDeviceGetUuid_v2(uuidBytes, dev), 'cuDeviceGetUuid_v2');
+    this.check(this.fn.cuDeviceTotalMem_v2(this.u64, dev), 'cuDeviceTotalMem_v2');
+    const totalMemory = this.outNumber('cuDeviceTotalMem_v2');
+    this.text.fill(0);
+    this.check(this.fn.cuDeviceGetPCIBusId(this.text, 64, dev), 'cuDeviceGetPCIBusId');
+    const pciBusId = this.readText().toLowerCase();
+    const flag = (attribute: number): boolean => this.attribute(dev, attribute) !== 0;
+    return {
+      ordinal,
+      name,
+      uuid: formatUuid(uuidBytes),
+      computeCapability: [
+        this.attribute(dev, DeviceAttribute.COMPUTE_CAPABILITY_MAJOR),
+        this.attribute(dev, DeviceAttribute.COMPUTE_CAPABILITY_MINOR),
+      ],
+      totalMemory,
+      pciBusId,
+      multiprocessorCount: this.attribute(dev, DeviceAttribute.MULTIPROCESSOR_COUNT),
+      unifiedAddressing: flag(DeviceAttribute.UNIFIED_ADDRESSING),
+      canMapHostMemory: flag(DeviceAttribute.CAN_MAP_HOST_MEMORY),
+      memoryPoolsSupported: flag(DeviceAttribute.MEMORY_POOLS_SUPPORTED),
+      virtualMemoryManagementSupported: flag(DeviceAttribute.VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED),
+      concurrentManagedAccess: flag(DeviceAttribute.CONCURRENT_MANAGED_ACCESS),
+      managedMemory: flag(DeviceAttribute.MANAGED_MEMORY),
+      asyncEngineCount: this.attribute(dev, DeviceAttribute.ASYNC_ENGINE_COUNT),
+      l2CacheSize: this.attribute(dev, DeviceAttribute.L2_CACHE_SIZE),
+      texturePitchAlignment: this.attribute(dev, DeviceAttribute.TEXTURE_PITCH_ALIGNMENT),
+      integrated: flag(DeviceAttribute.INTEGRATED),
+    };
+  }
+
+  deviceCanAccessPeer(ordinal: number, peerOrdinal: number): boolean {
+    this.check(this.fn.cuDeviceCanAccessPeer(this.i32, this.device(ordinal), this.device(peerOrdinal)), 'cuDeviceCanAccessPeer');
+    return this.i32[0] !== 0;
+  }
+
+  // --- Contexts ---
+
+  primaryContextRetain(ordinal: number): Handle {
+    this.check(this.fn.cuDevicePrimaryCtxRetain(this.u64, this.device(ordinal)), 'cuDevicePrimaryCtxRetain');
+    return this.outNumber('cuDevicePrimaryCtxRetain');
+  }
+
+  primaryContextRelease(ordinal: number): void {
+    this.check(this.fn.cuDevicePrimaryCtxRelease_v2(this.device(ordinal)), 'cuDevicePrimaryCtxRelease_v2');
+    // The last release destroys the context, which may have been current: no longer known.
+    this.currentContext = undefined;
+  }
+
+  contextCreate(ordinal: number, flags: number): Handle {
+    const dev = this.device(ordinal);
+    const { cuCtxCreate_v4, cuCtxCreate_v2 } = this.fn;
+    if (cuCtxCreate_v4 !== undefined) {
+      this.check(cuCtxCreate_v4(this.u64, null, flags, dev), 'cuCtxCreate_v4');
+    } else if (cuCtxCreate_v2 !== undefined) {
+      this.check(cuCtxCreate_v2(this.u64, flags, dev), 'cuCtxCreate_v2');
+    } else {
+      throw new CudaError(CUresult.NOT_SUPPORTED, 'CUDA_ERROR_NOT_SUPPORTED', 'cuCtxCreate', 'the driver has no cuCtxCreate');
+    }
+    const ctx = this.outNumber('cuCtxCreate');
+    // cuCtxCreate pushes the new context: it is now current on this thread.
+    this.currentContext = ctx;
+    return ctx;
+  }
+
+  contextDestroy(ctx: Handle): void {
+    this.check(this.fn.cuCtxDestroy_v2(ctx), 'cuCtxDestroy_v2');
+    if (this.currentContext === ctx) this.currentContext = undefined;
+  }
+
+  contextSetCurrent(ctx: Handle): void {
+    if (ctx === this.currentContext) return;
+    const r = this.fn.cuCtxSetCurrent(ctx);
+    if (r !== 0) throw this.fail(r, 'cuCtxSetCurrent');
+    this.currentContext = ctx;
+  }
+
+  contextGetCurrent(): Handle {
+    this.check(this.fn.cuCtxGetCurrent(this.u64), 'cuCtxGetCurrent');
+    const ctx = this.outNumber('cuCtxGetCurrent');
+    this.currentContext = ctx;
+    return ctx;
+  }
+
+  contextSynchronize(): void {
+    this.check(this.fn.cuCtxSynchronize(), 'cuCtxSynchronize');
+  }
+
+  contextEnablePeerAccess(peerCtx: Handle): void {
+    this.check(this.fn.cuCtxEnablePeerAccess(peerCtx, 0), 'cuCtxEnablePeerAccess');
+  }
+
+  contextDisablePeerAccess(peerCtx: Handle): void {
+    this.check(this.fn.cuCtxDisablePeerAccess(peerCtx), 'cuCtxDisablePeerAccess');
+  }
+
+  memGetInfo(): MemInfo {
+    this.check(this.fn.cuMemGetInfo_v2(this.u64, this.u64b), 'cuMemGetInfo_v2');
+    return { free: this.outNumber('cuMemGetInfo_v2'), total: this.outNumber('cuMemGetInfo_v2', this.u64b) };
+  }
+
+  // --- Device memory (memAlloc/memFree are hot: one call, one test) ---
+
+  memAlloc(bytes: number): Ptr {
+    const r = this.fn.cuMemAlloc_v2(this.u64, bytes);
+    if (r !== 0) throw this.fail(r, 'cuMemAlloc_v2', bytes);
+    return Number(this.u64[0]);
+  }
+
+  memFree(ptr: Ptr): void {
+    const r = this.fn.cuMemFree_v2(ptr);
+    if (r !== 0) throw this.fail(r, 'cuMemFree_v2');
+  }
+
+  memAllocPitch(widthBytes: number, height: number, elementBytes: number): { ptr: Ptr; pitch: number } {
+    const r = this.fn.cuMemAllocPitch_v2(this.u64, this.u64b, widthBytes, height, elementBytes);
+    if (r !== 0) throw this.fail(r, 'cuMemAllocPitch_v2', widthBytes * height);
+    return { ptr: this.outNumber('cuMemAllocPitch_v2'), pitch: this.outNumber('cuMemAllocPitch_v2', this.u64b) };
+  }
+
+  memAllocManaged(bytes: number, attachFlags: number): Ptr {
+    const r = this.fn.cuMemAllocManaged(this.u64, bytes, attachFlags);
+    if (r !== 0) throw this.fail(r, 'cuMemAllocManaged', bytes);
+    return this.outNumber('cuMemAllocManaged');
+  }
+
+  memPrefetchAsync(ptr: Ptr, bytes: number, location: MemLocation, stream: Handle): void {
+    const { cuMemPrefetchAsync_v2, cuMemPrefetchAsync } = this.fn;
+    if (cuMemPrefetchAsync_v2 !== undefined) {
+      this.check(cuMemPrefetchAsync_v2(ptr, bytes, this.setLocation(location), 0, stream), 'cuMemPrefetchAsync_v2');
+    } else if (cuMemPrefetchAsync !== undefined) {
+      const device = location === 'host' ? DEVICE_CPU : this.device(location);
+      this.check(cuMemPrefetchAsync(ptr, bytes, device, stream), 'cuMemPrefetchAsync');
+    } else {
+      throw new CudaError(CUresult.NOT_SUPPORTED, 'CUDA_ERROR_NOT_SUPPORTED', 'cuMemPrefetchAsync', 'the driver has no cuMemPrefetchAsync');
+    }
+  }
+
+  memAdvise(ptr: Ptr, bytes: number, advice: number, location: MemLocation): void {
+    const { cuMemAdvise_v2, cuMemAdvise } = this.fn;
+    if (cuMemAdvise_v2 !== undefined) {
+      this.check(cuMemAdvise_v2(ptr, bytes, advice, this.setLocation(location)), 'cuMemAdvise_v2');
+    } else if (cuMemAdvise !== undefined) {
+      const device = location === 'host' ? DEVICE_CPU : this.device(location);
+      this.check(cuMemAdvise(ptr, bytes, advice, device), 'cuMemAdvise');
+    } else {
+      throw new CudaError(CUresult.NOT_SUPPORTED, 'CUDA_ERROR_NOT_SUPPORTED', 'cuMemAdvise', 'the driver has no cuMemAdvise');
+    }
+  }
+
+  // --- Pinned host memory ---
+
+  memHostAlloc(bytes: number, flags: number): Ptr {
+    const r = this.fn.cuMemHostAlloc(this.u64, bytes, flags);
+    if (r !== 0) throw this.fail(r, 'cuMemHostAlloc', bytes);
+    return this.outNumber('cuMemHostAlloc');
+  }
+
+  memFreeHost(ptr: Ptr): void {
+    this.check(this.fn.cuMemFreeHost(ptr), 'cuMemFreeHost');
+  }
+
+  memHostGetDevicePointer(hostPtr: Ptr): Ptr {
+    this.check(this.fn.cuMemHostGetDevicePointer_v2(this.u64, hostPtr, 0), 'cuMemHostGetDevicePointer_v2');
+    return this.outNumber('cuMemHostGetDevicePointer_v2');
+  }
+
+  memHostRegister(memory: HostMemory, flags: number): Ptr {
+    const bytes = checkBytes(memory.byteLength, 'memory.byteLength');
+    const address = this.addressOf(memory);
+    this.check(this.fn.cuMemHostRegister_v2(address, bytes, flags), 'cuMemHostRegister_v2');
+    return address;
+  }
+
+  memHostUnregister(hostPtr: Ptr): void {
+    this.check(this.fn.cuMemHostUnregister(hostPtr), 'cuMemHostUnregister');
+  }
+
+  hostView(hostPtr: Ptr, bytes: number): ArrayBuffer {
+    checkBytes(bytes);
+    if (hostPtr === 0) throw new RangeError('hostView: address is null');
+    return koffi.view(hostPtr, bytes);
+  }
+
+  addressOf(memory: HostMemory): Ptr {
+    // koffi.address honours a view's byteOffset and pins an on-heap typed array's storage
+    // off-heap first, so the address stays valid for the memory's lifetime.
+    const address = Number(koffi.address(memory));
+    if (address > MAX_EXACT) throw new RangeError('addressOf: address beyond 2^53');
+    return address;
+  }
+
+  // --- Copies and fills ---
+
+  memcpy(dst: Ptr, src: Ptr, bytes: number): void {
+    this.check(this.fn.cuMemcpy(dst, src, bytes), 'cuMemcpy');
+  }
+
+  memcpyAsync(dst: Ptr, src: Ptr, bytes: number, stream: Handle): void {
+    const r = this.fn.cuMemcpyAsync(dst, src, bytes, stream);
+    if (r !== 0) throw this.fail(r, 'cuMemcpyAsync');
+  }
+
+  memcpyFromHost(dst: Ptr, src: HostMemory, bytes: number): void {
+    checkHostRange(src, bytes, 'memcpyFromHost');
+    // koffi passes the view's data pointer, byteOffset included.
+    this.check(this.fn.cuMemcpyHtoD_v2(dst, src, bytes), 'cuMemcpyHtoD_v2');
+  }
+
+  memcpyToHost(dst: HostMemory, src: Ptr, bytes: number): void {
+    checkHostRange(dst, bytes, 'memcpyToHost');
+    this.check(this.fn.cuMemcpyDtoH_v2(dst, src, bytes), 'cuMemcpyDtoH_v2');
+  }
+
+  memcpyPeer(dst: Ptr, dstCtx: Handle, src: Ptr, srcCtx: Handle, bytes: number): void {
+    this.check(this.fn.cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes), 'cuMemcpyPeer');
+  }
+
+  memcpyPeerAsync(dst: Ptr, dstCtx: Handle, src: Ptr, srcCtx: Handle, bytes: number, stream: Handle): void {
+    this.check(this.fn.cuMemcpyPeerAsync(dst, dstCtx, src, srcCtx, bytes, stream), 'cuMemcpyPeerAsync');
+  }
+
+  private fill2D(copy: Memcpy2D): Memcpy2DValue {
+    const c = this.copy2D;
+    c.srcDevice = copy.src;
+    c.srcPitch = copy.srcPitch;
+    c.dstDevice = copy.dst;
+    c.dstPitch = copy.dstPitch;
+    c.WidthInBytes = copy.widthBytes;
+    c.Height = copy.height;
+    return c;
+  }
+
+  memcpy2D(copy: Memcpy2D): void {
+    this.check(this.fn.cuMemcpy2D_v2(this.fill2D(copy)), 'cuMemcpy2D_v2');
+  }
+
+  memcpy2DAsync(copy: Memcpy2D, stream: Handle): void {
+    this.check(this.fn.cuMemcpy2DAsync_v2(this.fill2D(copy), stream), 'cuMemcpy2DAsync_v2');
+  }
+
+  memset(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number): void {
+    switch (elementBytes) {
+      case 1: return this.check(this.fn.cuMemsetD8_v2(ptr, value & 0xff, count), 'cuMemsetD8_v2');
+      case 2: return this.check(this.fn.cuMemsetD16_v2(ptr, value & 0xffff, count), 'cuMemsetD16_v2');
+      case 4: return this.check(this.fn.cuMemsetD32_v2(ptr, value >>> 0, count), 'cuMemsetD32_v2');
+      default: throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
+    }
+  }
+
+  memsetAsync(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number, stream: Handle): void {
+    switch (elementBytes) {
+      case 1: return this.check(this.fn.cuMemsetD8Async(ptr, value & 0xff, count, stream), 'cuMemsetD8Async');
+      case 2: return this.check(this.fn.cuMemsetD16Async(ptr, value & 0xffff, count, stream), 'cuMemsetD16Async');
+      case 4: return this.check(this.fn.cuMemsetD32Async(ptr, value >>> 0, count, stream), 'cuMemsetD32Async');
+      default: throw new RangeError(`memsetAsync: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
+    }
+  }
+
+  // --- Streams and events ---
+
+  streamCreate(flags: number, priority: number): Handle {
+    this.check(this.fn.cuStreamCreateWithPriority(this.u64, flags, priority), 'cuStreamCreateWithPriority');
+    return this.outNumber('cuStreamCreateWithPriority');
+  }
+
+  streamDestroy(stream: Handle): void {
+    this.check(this.fn.cuStreamDestroy_v2(stream), 'cuStreamDestroy_v2');
+  }
+
+  streamSynchronize(stream: Handle): void {
+    this.check(this.fn.cuStreamSynchronize(stream), 'cuStreamSynchronize');
+  }
+
+  streamQuery(stream: Handle): boolean {
+    const r = this.fn.cuStreamQuery(stream);
+    if (r === 0) return true;
+    if (r === CUresult.NOT_READY) return false;
+    throw this.fail(r, 'cuStreamQuery');
+  }
+
+  streamWaitEvent(stream: Handle, event: Handle): void {
+    this.check(this.fn.cuStreamWaitEvent(stream, event, 0), 'cuStreamWaitEvent');
+  }
+
+  streamPriorityRange(): readonly [least: number, greatest: number] {
+    this.check(this.fn.cuCtxGetStreamPriorityRange(this.i32, this.i32b), 'cuCtxGetStreamPriorityRange');
+    return [this.i32[0] ?? 0, this.i32b[0] ?? 0];
+  }
+
+  eventCreate(flags: number): Handle {
+    this.check(this.fn.cuEventCreate(this.u64, flags), 'cuEventCreate');
+    return this.outNumber('cuEventCreate');
+  }
+
+  eventDestroy(event: Handle): void {
+    this.check(this.fn.cuEventDestroy_v2(event), 'cuEventDestroy_v2');
+  }
+
+  eventRecord(event: Handle, stream: Handle): void {
+    const r = this.fn.cuEventRecord(event, stream);
+    if (r !== 0) throw this.fail(r, 'cuEventRecord');
+  }
+
+  eventQuery(event: Handle): boolean {
+    const r = this.fn.cuEventQuery(event);
+    if (r === 0) return true;
+    if (r === CUresult.NOT_READY) return false;
+    throw this.fail(r, 'cuEventQuery');
+  }
+
+  eventSynchronize(event: Handle): void {
+    this.check(this.fn.cuEventSynchronize(event), 'cuEventSynchronize');
+  }
+
+  eventElapsedTime(start: Handle, end: Handle): number {
+    const elapsed = this.fn.cuEventElapsedTime_v2 ?? this.fn.cuEventElapsedTime;
+    if (elapsed === undefined) {
+      throw new CudaError(CUresult.NOT_SUPPORTED, 'CUDA_ERROR_NOT_SUPPORTED', 'cuEventElapsedTime', 'the driver has no cuEventElapsedTime');
+    }
+    this.check(elapsed(this.f32, start, end), 'cuEventElapsedTime');
+    return this.f32[0] ?? 0;
+  }
+
+  // --- Stream-ordered allocation (hot: one call, one test) ---
+
+  memAllocAsync(bytes: number, stream: Handle): Ptr {
+    const r = this.fn.cuMemAllocAsync(this.u64, bytes, stream);
+    if (r !== 0) throw this.fail(r, 'cuMemAllocAsync', bytes);
+    return Number(this.u64[0]);
+  }
+
+  memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr {
+    const r = this.fn.cuMemAllocFromPoolAsync(this.u64, bytes, pool, stream);
+    if (r !== 0) throw this.fail(r, 'cuMemAllocFromPoolAsync', bytes);
+    return Number(this.u64[0]);
+  }
+
+  memFreeAsync(ptr: Ptr, stream: Handle): void {
+    const r = this.fn.cuMemFreeAsync(ptr, stream);
+    if (r !== 0) throw this.fail(r, 'cuMemFreeAsync');
+  }
+
+  deviceGetDefaultMemPool(ordinal: number): Handle {
+    this.check(this.fn.cuDeviceGetDefaultMemPool(this.u64, this.device(ordinal)), 'cuDeviceGetDefaultMemPool');
+    return this.outNumber('cuDeviceGetDefaultMemPool');
+  }
+
+  memPoolCreate(props: MemPoolProps): Handle {
+    const r = this.fn.cuMemPoolCreate(this.u64, {
+      allocType: MemAllocationType.PINNED,
+      handleTypes: props.handleTypes ?? MemHandleType.NONE,
+      location: { type: MemLocationType.DEVICE, id: this.device(props.device) },
+      win32SecurityAttributes: 0,
+      maxSize: props.maxSize ?? 0,
+      usage: 0,
+    });
+    if (r !== 0) throw this.fail(r, 'cuMemPoolCreate', props.maxSize ?? 0);
+    return this.outNumber('cuMemPoolCreate');
+  }
+
+  memPoolDestroy(pool: Handle): void {
+    this.check(this.fn.cuMemPoolDestroy(pool), 'cuMemPoolDestroy');
+  }
+
+  memPoolTrimTo(pool: Handle, minBytesToKeep: number): void {
+    this.check(this.fn.cuMemPoolTrimTo(pool, minBytesToKeep), 'cuMemPoolTrimTo');
+  }
+
+  memPoolGetAttribute(pool: Handle, attribute: MemPoolAttribute): number {
+    if (isIntPoolAttribute(attribute)) {
+      this.check(this.fn.cuMemPoolGetAttribute(pool, attribute, this.i32), 'cuMemPoolGetAttribute');
+      return this.i32[0] ?? 0;
+    }
+    this.check(this.fn.cuMemPoolGetAttribute(pool, attribute, this.u64), 'cuMemPoolGetAttribute');
+    return this.outNumber('cuMemPoolGetAttribute');
+  }
+
+  memPoolSetAttribute(pool: Handle, attribute: MemPoolAttribute, value: number): void {
+    checkNonNegativeInteger(value, 'pool attribute value');
+    if (isIntPoolAttribute(attribute)) {
+      this.i32[0] = value;
+      this.check(this.fn.cuMemPoolSetAttribute(pool, attribute, this.i32), 'cuMemPoolSetAttribute');
+      return;
+    }
+    this.u64[0] = BigInt(value);
+    this.check(this.fn.cuMemPoolSetAttribute(pool, attribute, this.u64), 'cuMemPoolSetAttribute');
+  }
+
+  memPoolSetAccess(pool: Handle, ordinal: number, flags: number): void {
+    this.deviceLocation(ordinal);
+    this.accessDesc.flags = flags;
+    this.check(this.fn.cuMemPoolSetAccess(pool, this.accessDesc, 1), 'cuMemPoolSetAccess');
+  }
+
+  memPoolGetAccess(pool: Handle, ordinal: number): number {
+    this.check(this.fn.cuMemPoolGetAccess(this.i32, pool, this.deviceLocation(ordinal)), 'cuMemPoolGetAccess');
+    return this.i32[0] ?? 0;
+  }
+
+  // --- Virtual memory management ---
+
+  memGetAllocationGranularity(ordinal: number): number {
+    this.check(this.fn.cuMemGetAllocationGranularity(this.u64, this.allocationProp(ordinal), AllocationGranularity.MINIMUM),
+      'cuMemGetAllocationGranularity');
+    return this.outNumber('cuMemGetAllocationGranularity');
+  }
+
+  memAddressReserve(bytes: number, alignment: number): Ptr {
+    const r = this.fn.cuMemAddressReserve(this.u64, bytes, alignment, 0, 0);
+    if (r !== 0) throw this.fail(r, 'cuMemAddressReserve', bytes);
+    return this.outNumber('cuMemAddressReserve');
+  }
+
+  memAddressFree(ptr: Ptr, bytes: number): void {
+    this.check(this.fn.cuMemAddressFree(ptr, bytes), 'cuMemAddressFree');
+  }
+
+  memCreate(bytes: number, ordinal: number): Handle {
+    const r = this.fn.cuMemCreate(this.u64, bytes, this.allocationProp(ordinal), 0);
+    if (r !== 0) throw this.fail(r, 'cuMemCreate', bytes);
+    return this.outNumber('cuMemCreate');
+  }
+
+  memRelease(handle: Handle): void {
+    this.check(this.fn.cuMemRelease(handle), 'cuMemRelease');
+  }
+
+  memMap(ptr: Ptr, bytes: number, handle: Handle): void {
+    this.check(this.fn.cuMemMap(ptr, bytes, 0, handle, 0), 'cuMemMap');
+  }
+
+  memUnmap(ptr: Ptr, bytes: number): void {
+    this.check(this.fn.cuMemUnmap(ptr, bytes), 'cuMemUnmap');
+  }
+
+  memSetAccess(ptr: Ptr, bytes: number, ordinal: number, flags: number): void {
+    this.deviceLocation(ordinal);
+    this.accessDesc.flags = flags;
+    this.check(this.fn.cuMemSetAccess(ptr, bytes, this.accessDesc, 1), 'cuMemSetAccess');
+  }
+
+  // --- Pointer attributes ---
+
+  pointerGetAttributes(ptr: Ptr): PointerAttributes {
+    const slots = this.attrSlots;
+    for (let offset = 0; offset < slots.byteLength; offset += 8) slots.setBigUint64(offset, 0n, true);
+    // Unlike cuPointerGetAttribute, this does not fail for addresses the driver does not know:
+    // it leaves the defaults (zeros), which map to memoryType 0 and device -1 below.
+    this.check(this.fn.cuPointerGetAttributes(this.attrList.length, this.attrList, this.attrSlotPointers, ptr), 'cuPointerGetAttributes');
+    const memoryType = slots.getUint32(8, true);
+    const known = memoryType !== 0;
+    return {
+      context: slotNumber(slots, 0),
+      memoryType,
+      isManaged: slots.getUint32(16, true) !== 0,
+      device: known ? slots.getInt32(24, true) : -1,
+      rangeStart: slotNumber(slots, 32),
+      rangeSize: slotNumber(slots, 40),
+    };
+  }
+}
+
+/** A 64-bit slot as a number, refusing values beyond 2^53. */
+function slotNumber(slots: DataView, offset: number): number {
+  const value = Number(slots.getBigUint64(offset, true));
+  if (value > MAX_EXACT) throw new RangeError('cuPointerGetAttributes returned a value beyond 2^53');
+  return value;
+}
+
+/** Checks that `bytes` fits in `memory` before the driver reads or writes it. */
+function checkHostRange(memory: HostMemory, bytes: number, what: string): void {
+  checkNonNegativeInteger(bytes, `${what} bytes`);
+  if (bytes > memory.byteLength) {
+    throw new RangeError(`${what}: ${bytes} bytes do not fit in JavaScript memory of ${memory.byteLength} bytes`);
+  }
+}
+
+/** 16 UUID bytes as `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (nvidia-smi's spelling). */
+function formatUuid(bytes: Uint8Array): string {
+  const hex = Buffer.from(bytes).toString('hex');
+  return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+let instance: Backend | undefined;
+let failure: Error | undefined;
+
+/**
+ * The CUDA backend, loaded once per process. Throws a clear Error when libcuda cannot be found or
+ * initialised (listing what was tried); the same failure is rethrown on later calls.
+ */
+export function loadCudaBackend(): Backend {
+  if (instance !== undefined) return instance;
+  if (failure !== undefined) throw failure;
+  try {
+    instance = new CudaBackend(openDriver());
+    return instance;
+  } catch (error) {
+    failure = error instanceof Error ? error : new Error(String(error));
+    throw failure;
+  }
+}

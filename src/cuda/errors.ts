@@ -1,0 +1,47 @@
+/**
+ * Turning a nonzero CUresult into vram's typed errors, with the driver's own name and description
+ * (cuGetErrorName / cuGetErrorString). Only ever runs on the failure path.
+ */
+import koffi from 'koffi';
+import { CudaError, CUresult, CUresultName, OutOfMemoryError } from '../errors.js';
+
+/** cuGetErrorName / cuGetErrorString in the shape both are bound with. */
+export type ErrorStringFn = (error: number, str: BigUint64Array) => number;
+
+/** Builds CudaError / OutOfMemoryError values for a loaded driver. */
+export class CudaErrorFactory {
+  private readonly out = new BigUint64Array(1);
+
+  constructor(
+    private readonly getName: ErrorStringFn,
+    private readonly getString: ErrorStringFn,
+  ) {}
+
+  /** The driver's symbolic name for `code`, e.g. `CUDA_ERROR_INVALID_VALUE`. */
+  name(code: number): string {
+    return this.lookup(this.getName, code) ?? CUresultName[code] ?? `CUDA_ERROR_${code}`;
+  }
+
+  /** The driver's description of `code`, if it has one. */
+  description(code: number): string | undefined {
+    return this.lookup(this.getString, code);
+  }
+
+  /**
+   * The error for a failed `call`. Out-of-memory becomes `OutOfMemoryError` carrying the request
+   * (`requestedBytes`, 0 when the call allocates nothing of its own).
+   */
+  error(code: number, call: string, requestedBytes = 0): CudaError {
+    const description = this.description(code);
+    if (code === CUresult.OUT_OF_MEMORY) {
+      return new OutOfMemoryError(requestedBytes, call, undefined, undefined, description);
+    }
+    return new CudaError(code, this.name(code), call, description);
+  }
+
+  private lookup(fn: ErrorStringFn, code: number): string | undefined {
+    this.out[0] = 0n;
+    if (fn(code, this.out) !== 0 || this.out[0] === 0n) return undefined;
+    return koffi.decode.string(this.out[0]);
+  }
+}
