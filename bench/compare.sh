@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs vram's bench and its references side by side, in one go, on the GPU machine: builds the CUDA C
+# programs (bench/c) with nvcc, runs them, runs the Python peers (CuPy, PyTorch), runs
+# `vram bench`, and prints one comparison table (bench/peers/compare_table.py).
+# Everything is written under $OUT/compare (or bench/build/compare when OUT is unset).
+# usage: bench/compare.sh [extra vram bench options, e.g. --quick]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+DIR=${OUT:+$OUT/compare}
+DIR=${DIR:-$ROOT/bench/build/compare}
+mkdir -p "$DIR"
+log() { printf '== %s\n' "$*" >&2; }
+
+command -v nvcc >/dev/null || { echo "compare.sh: nvcc not found on PATH" >&2; exit 1; }
+command -v node >/dev/null || { echo "compare.sh: node not found (run through scripts/gpu-run.sh compare)" >&2; exit 1; }
+[ -f dist/src/cli/main.js ] || { echo "compare.sh: dist/ is missing: build first (npx tsc -p .)" >&2; exit 1; }
+
+log "building the CUDA C references"
+make -s -C bench/c OUT="$ROOT/bench/build" 2>&1 | tee "$DIR/build.log" >&2
+
+# A failing reference is reported and the rest still run: the table shows what is missing.
+status=0
+run() { # run <output file> <command...>
+  local out=$1; shift
+  log "$*"
+  if ! "$@" >"$out" 2>"$out.err"; then
+    echo "compare.sh: '$*' failed; see $out.err" >&2
+    cat "$out.err" >&2 || true
+    status=1
+  fi
+}
+
+run "$DIR/pinned_copy.jsonl" bench/build/pinned_copy
+run "$DIR/alloc_async.jsonl" bench/build/alloc_async
+if command -v python3 >/dev/null; then
+  run "$DIR/peers.jsonl" python3 bench/peers/cupy_pool.py
+else
+  echo "compare.sh: python3 not found; skipping the Python peers" >&2
+fi
+run "$DIR/vram.json" node bin/vram.js bench --json --only transfers,alloc,allocators "$@"
+node bin/vram.js info > "$DIR/info.txt" 2>&1 || true
+
+python3 bench/peers/compare_table.py "$DIR" | tee "$DIR/comparison.txt"
+exit $status
