@@ -40,14 +40,15 @@ const ownRoots: readonly string[] = (() => {
   return roots;
 })();
 
-/** The current stack without the `Error` line and without vram's own frames. */
+/** The current stack without the `Error` line, vram's own frames and Node's internal ones. */
 function callerStack(): string {
   const previousLimit = Error.stackTraceLimit;
   Error.stackTraceLimit = 40; // adaptor stacks are deep; keep the caller's frames in reach
   const raw = new Error().stack ?? '';
   Error.stackTraceLimit = previousLimit;
   const frames = raw.split('\n').slice(1).map((line) => line.trim())
-    .filter((line) => line.startsWith('at ') && !ownRoots.some((root) => line.includes(root)));
+    .filter((line) => line.startsWith('at ') && !line.includes('node:internal/') &&
+      !ownRoots.some((root) => line.includes(root)));
   return frames.slice(0, 12).join('\n');
 }
 

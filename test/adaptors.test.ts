@@ -1,0 +1,347 @@
+/** Adaptors: statistics, limiting, tracking, logging, and the retry-on-out-of-memory policy. */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import type { Ptr } from '../src/backend/backend.js';
+import { CudaError, InvalidPointerError, OutOfMemoryError } from '../src/errors.js';
+import { LimitingAdaptor } from '../src/memory/limiting.js';
+import { LoggingAdaptor } from '../src/memory/logging.js';
+import { RetryOnOutOfMemory, isOutOfMemory } from '../src/memory/out-of-memory.js';
+import type { MemoryKind, MemoryResource, StreamRef } from '../src/memory/resource.js';
+import { StatisticsAdaptor } from '../src/memory/statistics.js';
+import { TrackingAdaptor } from '../src/memory/tracking.js';
+import { replay } from '../src/replay/engine.js';
+import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
+
+/**
+ * The smallest upstream: hands out distinct 256-aligned addresses from a counter (the adaptors
+ * never touch memory, so none is needed) and counts what is live, so a test can see that an
+ * adaptor returned everything it took.
+ */
+class CountingResource implements MemoryResource {
+  readonly kind: MemoryKind = 'device';
+  readonly alignment = 256;
+  readonly device = 0;
+  readonly live = new Map<Ptr, number>();
+  private next = 0x7f0000000000;
+
+  allocate(bytes: number, _stream?: StreamRef): Ptr {
+    const ptr = this.next;
+    this.next += Math.ceil(bytes / 256) * 256 + 256;
+    this.live.set(ptr, bytes);
+    return ptr;
+  }
+
+  deallocate(ptr: Ptr, bytes: number): void {
+    assert.equal(this.live.get(ptr), bytes, `upstream: 0x${ptr.toString(16)} freed with the wrong size`);
+    this.live.delete(ptr);
+  }
+
+  isEqual(other: MemoryResource): boolean {
+    return other === this;
+  }
+
+  releaseCached(): number {
+    return 0;
+  }
+
+  describe(): string {
+    return 'CountingResource';
+  }
+
+  get liveBytes(): number {
+    let sum = 0;
+    for (const bytes of this.live.values()) sum += bytes;
+    return sum;
+  }
+}
+
+/** A random program: allocate a size, or free the k-th live block. */
+type Step = { readonly op: 'alloc'; readonly bytes: number } | { readonly op: 'free'; readonly pick: number };
+const steps = fc.array(fc.oneof(
+  fc.record({ op: fc.constant('alloc' as const), bytes: fc.integer({ min: 1, max: 1 << 20 }) }),
+  fc.record({ op: fc.constant('free' as const), pick: fc.nat() }),
+), { maxLength: 200 });
+
+/** Runs steps against `mr`; calls `check` after each with the model's figures. */
+function run(mr: MemoryResource, program: readonly Step[],
+  check?: (model: { current: number; peak: number; total: number; count: number; peakCount: number; totalCount: number }) => void,
+): Array<{ ptr: Ptr; bytes: number }> {
+  const live: Array<{ ptr: Ptr; bytes: number }> = [];
+  const model = { current: 0, peak: 0, total: 0, count: 0, peakCount: 0, totalCount: 0 };
+  for (const step of program) {
+    if (step.op === 'alloc') {
+      live.push({ ptr: mr.allocate(step.bytes), bytes: step.bytes });
+      model.current += step.bytes;
+      model.total += step.bytes;
+      model.count += 1;
+      model.totalCount += 1;
+      model.peak = Math.max(model.peak, model.current);
+      model.peakCount = Math.max(model.peakCount, model.count);
+    } else if (live.length > 0) {
+      const [block] = live.splice(step.pick % live.length, 1);
+      mr.deallocate(block!.ptr, block!.bytes);
+      model.current -= block!.bytes;
+      model.count -= 1;
+    }
+    check?.(model);
+  }
+  return live;
+}
+
+describe('StatisticsAdaptor', () => {
+  it('matches a simple model under random allocate/free sequences', () => {
+    fc.assert(fc.property(steps, (program) => {
+      const upstream = new CountingResource();
+      const stats = new StatisticsAdaptor(upstream);
+      const live = run(stats, program, (m) => {
+        assert.deepEqual(stats.statistics, {
+          currentBytes: m.current, peakBytes: m.peak, totalBytes: m.total,
+          currentCount: m.count, peakCount: m.peakCount, totalCount: m.totalCount,
+        });
+      });
+      for (const b of live) stats.deallocate(b.ptr, b.bytes);
+      assert.equal(stats.statistics.currentBytes, 0);
+      assert.equal(upstream.live.size, 0);
+    }));
+  });
+
+  it('resetPeaks starts the marks from the current figures', () => {
+    const stats = new StatisticsAdaptor(new CountingResource());
+    const a = stats.allocate(1000);
+    const b = stats.allocate(3000);
+    stats.deallocate(b, 3000);
+    assert.equal(stats.statistics.peakBytes, 4000);
+    stats.resetPeaks();
+    assert.equal(stats.statistics.peakBytes, 1000);
+    assert.equal(stats.statistics.peakCount, 1);
+    stats.deallocate(a, 1000);
+  });
+
+  it('forwards kind, alignment and device, and describes itself around the upstream', () => {
+    const stats = new StatisticsAdaptor(new CountingResource());
+    assert.equal(stats.kind, 'device');
+    assert.equal(stats.alignment, 256);
+    assert.equal(stats.device, 0);
+    assert.equal(stats.describe(), 'StatisticsAdaptor(CountingResource)');
+    assert.throws(() => stats.allocate(0), RangeError);
+  });
+});
+
+describe('LimitingAdaptor', () => {
+  it('refuses past the limit with an OutOfMemoryError and leaves nothing allocated', () => {
+    const upstream = new CountingResource();
+    const limit = new LimitingAdaptor(upstream, 1 << 20);
+    const blocks: Ptr[] = [];
+    for (let i = 0; i < 4; i++) blocks.push(limit.allocate(256 << 10));
+    assert.equal(limit.availableBytes, 0);
+    assert.throws(() => limit.allocate(1), (error: unknown) => {
+      assert.ok(error instanceof OutOfMemoryError);
+      assert.equal(error.requestedBytes, 1);
+      assert.match(error.resource ?? '', /LimitingAdaptor\(limit=1 MiB, CountingResource\)/);
+      assert.equal(error.statistics?.currentBytes, 1 << 20);
+      assert.equal(error.statistics?.currentCount, 4);
+      return true;
+    });
+    assert.equal(upstream.live.size, 4, 'the refused request took nothing upstream');
+    for (const p of blocks) limit.deallocate(p, 256 << 10);
+    assert.equal(upstream.live.size, 0);
+    assert.equal(limit.allocatedBytes, 0);
+  });
+
+  it('never lets a random program exceed its limit', () => {
+    fc.assert(fc.property(steps, fc.integer({ min: 1 << 10, max: 8 << 20 }), (program, cap) => {
+      const upstream = new CountingResource();
+      const limit = new LimitingAdaptor(upstream, cap);
+      const live: Array<{ ptr: Ptr; bytes: number }> = [];
+      for (const step of program) {
+        if (step.op === 'alloc') {
+          try {
+            live.push({ ptr: limit.allocate(step.bytes), bytes: step.bytes });
+          } catch (error) {
+            assert.ok(error instanceof OutOfMemoryError);
+          }
+        } else if (live.length > 0) {
+          const [b] = live.splice(step.pick % live.length, 1);
+          limit.deallocate(b!.ptr, b!.bytes);
+        }
+        assert.ok(limit.allocatedBytes <= cap);
+        assert.ok(upstream.liveBytes <= cap);
+      }
+      for (const b of live) limit.deallocate(b.ptr, b.bytes);
+      assert.equal(upstream.live.size, 0);
+    }));
+  });
+});
+
+describe('TrackingAdaptor', () => {
+  function allocateTheLeakyBuffer(mr: MemoryResource): Ptr {
+    return mr.allocate(4096);
+  }
+
+  it('lists outstanding allocations and names the allocating function in the leak report', () => {
+    const tracking = new TrackingAdaptor(new CountingResource(), { captureStacks: true });
+    const leaked = allocateTheLeakyBuffer(tracking);
+    allocateTheLeakyBuffer(tracking);
+    const other = tracking.allocate(100, { handle: 7 });
+    const list = tracking.outstanding();
+    assert.equal(list.length, 3);
+    assert.equal(list[0]!.ptr, leaked);
+    assert.equal(list[0]!.bytes, 4096);
+    assert.equal(list[2]!.stream, 7);
+    assert.ok(typeof list[0]!.time === 'number');
+    assert.ok(!(list[0]!.stack ?? '').includes('tracking.js'), 'vram frames trimmed');
+    const report = tracking.leakReport();
+    assert.match(report, /allocateTheLeakyBuffer/);
+    assert.match(report, /3 outstanding allocation/);
+    // Largest group first: the two 4 KiB allocations from one place before the 100 bytes.
+    assert.ok(report.indexOf('allocateTheLeakyBuffer') < report.indexOf('100 B'));
+    tracking.deallocate(other, 100, { handle: 7 });
+    assert.equal(tracking.outstandingCount, 2);
+  });
+
+  it('rejects an unknown pointer and a wrong size with InvalidPointerError, passing nothing upstream', () => {
+    const upstream = new CountingResource();
+    const tracking = new TrackingAdaptor(upstream);
+    const p = tracking.allocate(512);
+    assert.throws(() => tracking.deallocate(p + 256, 512), InvalidPointerError);
+    assert.throws(() => tracking.deallocate(p, 256), InvalidPointerError);
+    assert.equal(upstream.live.size, 1);
+    tracking.deallocate(p, 512);
+    assert.throws(() => tracking.deallocate(p, 512), InvalidPointerError);
+    assert.match(tracking.leakReport(), /no outstanding allocations/);
+  });
+});
+
+describe('LoggingAdaptor', () => {
+  it('writes a log that parses back and replays to the same peak live', () => {
+    fc.assert(fc.property(steps, (program) => {
+      const lines: string[] = [];
+      const stats = new StatisticsAdaptor(new CountingResource());
+      const logging = new LoggingAdaptor(stats, (line) => lines.push(line));
+      const live = run(logging, program);
+      for (const b of live) logging.deallocate(b.ptr, b.bytes, { handle: 0 });
+      assert.equal(lines[0], 'Thread,Time,Action,Pointer,Size,Stream');
+      const trace = parseAllocationLog(lines.join('\n'), 'logged');
+      assert.equal(trace.summary.peakLiveBytes, stats.statistics.peakBytes);
+      assert.equal(trace.summary.allocations, stats.statistics.totalCount);
+      const again = new StatisticsAdaptor(new CountingResource());
+      const result = replay(trace, again);
+      assert.equal(result.peakLiveBytes, stats.statistics.peakBytes);
+      assert.equal(again.statistics.peakBytes, stats.statistics.peakBytes);
+      assert.equal(again.statistics.currentBytes, 0);
+    }), { numRuns: 50 });
+  });
+
+  it('buffers to a file and flushes on close; logs a failed allocation as RMM does', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vram-log-'));
+    try {
+      const path = join(dir, 'log.csv');
+      const logging = new LoggingAdaptor(new LimitingAdaptor(new CountingResource(), 1 << 20), path);
+      const a = logging.allocate(1000, { handle: 3 });
+      assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError);
+      logging.deallocate(a, 1000, { handle: 3 });
+      logging.close();
+      const trace = readAllocationLog(path);
+      assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
+      assert.equal(trace.events[0]!.pointer, a);
+      assert.equal(trace.events[0]!.stream, 3);
+      assert.equal(trace.summary.failures, 1);
+      assert.equal(trace.summary.peakLiveBytes, 1000);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+/**
+ * A caching resource for the retry test: keeps freed blocks for reuse by size and gives them back
+ * upstream only on releaseCached(), as a pool does.
+ */
+class CachingResource implements MemoryResource {
+  readonly kind: MemoryKind = 'device';
+  readonly alignment = 256;
+  readonly device = 0;
+  private readonly cache: Array<{ ptr: Ptr; bytes: number }> = [];
+  constructor(readonly upstream: MemoryResource) {}
+  allocate(bytes: number): Ptr {
+    const i = this.cache.findIndex((b) => b.bytes === bytes);
+    if (i >= 0) return this.cache.splice(i, 1)[0]!.ptr;
+    return this.upstream.allocate(bytes);
+  }
+  deallocate(ptr: Ptr, bytes: number): void {
+    this.cache.push({ ptr, bytes });
+  }
+  isEqual(other: MemoryResource): boolean {
+    return other === this;
+  }
+  releaseCached(): number {
+    let released = 0;
+    for (const b of this.cache.splice(0)) {
+      this.upstream.deallocate(b.ptr, b.bytes);
+      released += b.bytes;
+    }
+    return released;
+  }
+  describe(): string {
+    return `CachingResource(${this.upstream.describe()})`;
+  }
+}
+
+describe('RetryOnOutOfMemory', () => {
+  it('releases the cache below it and succeeds on the retry', () => {
+    const upstream = new CountingResource();
+    const cache = new CachingResource(new LimitingAdaptor(upstream, 4 << 20));
+    const retry = new RetryOnOutOfMemory(cache);
+    const blocks = [retry.allocate(1 << 20), retry.allocate(1 << 20), retry.allocate(1 << 20)];
+    for (const p of blocks) retry.deallocate(p, 1 << 20); // cached, still held upstream
+    assert.equal(upstream.live.size, 3);
+    const big = retry.allocate(3 << 20); // needs the cached 3 MiB back
+    assert.equal(retry.retries, 1);
+    assert.equal(retry.recovered, 1);
+    assert.equal(upstream.live.size, 1);
+    retry.deallocate(big, 3 << 20);
+    cache.releaseCached();
+    assert.equal(upstream.live.size, 0);
+  });
+
+  it('releases the caches of roots too', () => {
+    const upstream = new CountingResource();
+    const limit = new LimitingAdaptor(upstream, 2 << 20);
+    const other = new CachingResource(limit);
+    const p = other.allocate(2 << 20);
+    other.deallocate(p, 2 << 20);
+    const retry = new RetryOnOutOfMemory(limit, { roots: [other] });
+    const q = retry.allocate(2 << 20);
+    assert.equal(retry.recovered, 1);
+    retry.deallocate(q, 2 << 20);
+  });
+
+  it('raises OutOfMemoryError with the request and the nearest statistics when the retry fails', () => {
+    const upstream = new CountingResource();
+    const stats = new StatisticsAdaptor(new LimitingAdaptor(upstream, 1 << 20));
+    const retry = new RetryOnOutOfMemory(stats);
+    const held = retry.allocate(768 << 10);
+    assert.throws(() => retry.allocate(512 << 10), (error: unknown) => {
+      assert.ok(error instanceof OutOfMemoryError);
+      assert.equal(error.requestedBytes, 512 << 10);
+      assert.equal(error.statistics?.currentBytes, 768 << 10);
+      assert.equal(error.statistics?.currentCount, 1);
+      assert.match(error.resource ?? '', /^RetryOnOutOfMemory\(StatisticsAdaptor\(LimitingAdaptor/);
+      assert.ok(error.cause instanceof OutOfMemoryError);
+      return true;
+    });
+    retry.deallocate(held, 768 << 10);
+    assert.equal(upstream.live.size, 0);
+  });
+
+  it('treats a driver CUDA_ERROR_OUT_OF_MEMORY as out of memory, and other errors not', () => {
+    assert.ok(isOutOfMemory(new CudaError(2, 'CUDA_ERROR_OUT_OF_MEMORY', 'cuMemAlloc')));
+    assert.ok(isOutOfMemory(new OutOfMemoryError(1, 'x')));
+    assert.ok(!isOutOfMemory(new CudaError(1, 'CUDA_ERROR_INVALID_VALUE', 'cuMemAlloc')));
+    assert.ok(!isOutOfMemory(new RangeError('bytes')));
+  });
+});
