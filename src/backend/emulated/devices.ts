@@ -1,0 +1,79 @@
+/**
+ * Emulated devices and contexts: each device has a fixed capacity that allocations are charged
+ * against, emulated attributes, and a primary context; contexts remember their device, peers and
+ * legacy default stream.
+ */
+import type { DeviceInfo } from '../backend.js';
+import { outOfMemory } from './fail.js';
+import type { StreamState } from './streams.js';
+
+/** One emulated device: its capacity and what is charged against it. */
+export class DeviceState {
+  /** Bytes of capacity currently charged. */
+  used = 0;
+  /** Handle of the primary context, created on first retain. */
+  primary: number | undefined;
+  /** Retain count of the primary context. */
+  primaryRetains = 0;
+
+  constructor(
+    readonly ordinal: number,
+    readonly capacity: number,
+  ) {}
+
+  /** Charges `bytes` of capacity, or throws OutOfMemoryError naming `call`. */
+  charge(bytes: number, call: string, requested = bytes): void {
+    if (this.used + bytes > this.capacity) {
+      outOfMemory(requested, call,
+        `emulated device ${this.ordinal}: ${this.capacity - this.used} of ${this.capacity} bytes free, ${bytes} needed`);
+    }
+    this.used += bytes;
+  }
+
+  /** Gives `bytes` of capacity back. */
+  uncharge(bytes: number): void {
+    this.used -= bytes;
+  }
+
+  /**
+   * The emulated attributes. These are made-up values in the range of a current data-centre GPU
+   * (compute capability 9.0, 50 MiB L2, 512-byte texture pitch alignment), not measurements.
+   */
+  info(): DeviceInfo {
+    const ord = this.ordinal.toString(16).padStart(12, '0');
+    return {
+      ordinal: this.ordinal,
+      name: 'vram emulated device',
+      uuid: `GPU-7672616d-656d-4c61-7465-${ord}`,
+      computeCapability: [9, 0],
+      totalMemory: this.capacity,
+      pciBusId: `0000:${this.ordinal.toString(16).padStart(2, '0')}:00.0`,
+      multiprocessorCount: 132,
+      unifiedAddressing: true,
+      canMapHostMemory: true,
+      memoryPoolsSupported: true,
+      virtualMemoryManagementSupported: true,
+      concurrentManagedAccess: true,
+      managedMemory: true,
+      asyncEngineCount: 2,
+      l2CacheSize: 50 * 1024 * 1024,
+      texturePitchAlignment: 512,
+      integrated: false,
+    };
+  }
+}
+
+/** A context: its device, flags, peers and legacy default stream. */
+export class ContextState {
+  /** Handles of peer contexts this one has enabled access to. */
+  readonly peers = new Set<number>();
+
+  constructor(
+    readonly handle: number,
+    readonly device: DeviceState,
+    readonly flags: number,
+    readonly primary: boolean,
+    /** The context's legacy default stream (handle 0). */
+    readonly legacy: StreamState,
+  ) {}
+}

@@ -1,0 +1,35 @@
+/**
+ * Driver-shaped failures for the emulated backend: every error it raises is the `CudaError` the
+ * driver would return, with the driver's name and code and the entry point that failed.
+ */
+import { CudaError, CUresult, CUresultName, OutOfMemoryError } from '../../errors.js';
+
+/** Throws the driver's error `code` for `call`; never returns, so callers can `throw` or not. */
+export function fail(code: number, call: string, description?: string): never {
+  throw new CudaError(code, CUresultName[code] ?? `CUDA_ERROR_${code}`, call, description);
+}
+
+/** CUDA_ERROR_INVALID_VALUE, the driver's answer to most bad arguments. */
+export function invalidValue(call: string, description?: string): never {
+  fail(CUresult.INVALID_VALUE, call, description);
+}
+
+/** Out of (emulated) device memory, as `OutOfMemoryError` so callers can catch one type. */
+export function outOfMemory(bytes: number, call: string, description: string): never {
+  throw new OutOfMemoryError(bytes, call, undefined, undefined, description);
+}
+
+/** Checks a byte count the way the driver sees a size_t: a whole number >= 0 that is exact. */
+export function checkCount(value: number, call: string, what: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    invalidValue(call, `${what} must be a whole number >= 0, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Checks a size that must be positive (allocation sizes: 0 is CUDA_ERROR_INVALID_VALUE). */
+export function checkSize(value: number, call: string, what = 'size'): number {
+  checkCount(value, call, what);
+  if (value === 0) invalidValue(call, `${what} must not be 0`);
+  return value;
+}

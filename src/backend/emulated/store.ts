@@ -1,0 +1,216 @@
+/**
+ * Where emulated memory keeps its bytes. Device memory is a `LazyStore`: 64 KiB pages allocated on
+ * first write, untouched pages read as zeros, so a large allocation that is never written costs
+ * nothing. Host-accessible memory (pinned, managed, registered JavaScript memory) is an
+ * `EagerStore` over a real ArrayBuffer, so views of it are zero-copy.
+ */
+
+/** Size of one lazily allocated page of device memory. */
+export const PAGE_SIZE = 64 * 1024;
+
+/** Bytes behind an allocation, addressed by offset. */
+export type Store = LazyStore | EagerStore;
+
+/** A fill pattern: one element of 1, 2 or 4 bytes, little-endian. */
+export function fillPattern(value: number, elementBytes: 1 | 2 | 4): Uint8Array {
+  const pattern = new Uint8Array(elementBytes);
+  for (let i = 0; i < elementBytes; i++) pattern[i] = (value >>> (8 * i)) & 0xff;
+  return pattern;
+}
+
+/** Fills `target` with repeats of `pattern` (starting at the pattern's first byte). */
+function fillWith(target: Uint8Array, pattern: Uint8Array): void {
+  if (pattern.length === 1 || pattern.every((b) => b === pattern[0])) {
+    target.fill(pattern[0] ?? 0);
+    return;
+  }
+  const n = target.length;
+  let filled = Math.min(pattern.length, n);
+  target.set(pattern.subarray(0, filled));
+  while (filled < n) {
+    const chunk = Math.min(filled, n - filled);
+    target.copyWithin(filled, 0, chunk);
+    filled += chunk;
+  }
+}
+
+/** Memory backed page by page on first write; reads of untouched pages are zeros. */
+export class LazyStore {
+  /** Discriminates the two store kinds. */
+  readonly kind = 'lazy' as const;
+  private readonly pages = new Map<number, Uint8Array>();
+
+  constructor(
+    /** Addressable size in bytes. */
+    readonly size: number,
+  ) {}
+
+  /** How many pages have been backed (written); for tests of lazy backing. */
+  get backedPages(): number {
+    return this.pages.size;
+  }
+
+  /** Copies [offset, offset + dst.length) into `dst`. */
+  read(offset: number, dst: Uint8Array): void {
+    let done = 0;
+    const n = dst.length;
+    while (done < n) {
+      const at = offset + done;
+      const index = Math.floor(at / PAGE_SIZE);
+      const inPage = at - index * PAGE_SIZE;
+      const chunk = Math.min(PAGE_SIZE - inPage, n - done);
+      const page = this.pages.get(index);
+      if (page === undefined) dst.fill(0, done, done + chunk);
+      else dst.set(page.subarray(inPage, inPage + chunk), done);
+      done += chunk;
+    }
+  }
+
+  /** Copies `src` to [offset, offset + src.length), backing the pages it touches. */
+  write(offset: number, src: Uint8Array): void {
+    let done = 0;
+    const n = src.length;
+    while (done < n) {
+      const at = offset + done;
+      const index = Math.floor(at / PAGE_SIZE);
+      const inPage = at - index * PAGE_SIZE;
+      const chunk = Math.min(PAGE_SIZE - inPage, n - done);
+      this.page(index).set(src.subarray(done, done + chunk), inPage);
+      done += chunk;
+    }
+  }
+
+  /** Fills [offset, offset + length) with `pattern`; zero fills never back a page. */
+  fill(offset: number, length: number, pattern: Uint8Array): void {
+    const zero = pattern.every((b) => b === 0);
+    let done = 0;
+    while (done < length) {
+      const at = offset + done;
+      const index = Math.floor(at / PAGE_SIZE);
+      const inPage = at - index * PAGE_SIZE;
+      const chunk = Math.min(PAGE_SIZE - inPage, length - done);
+      if (zero) {
+        const page = this.pages.get(index);
+        if (page !== undefined) {
+          if (chunk === PAGE_SIZE) this.pages.delete(index);
+          else page.fill(0, inPage, inPage + chunk);
+        }
+      } else {
+        // Chunks start at element boundaries: fills are element-aligned and pages are 4-aligned.
+        fillWith(this.page(index).subarray(inPage, inPage + chunk), pattern);
+      }
+      done += chunk;
+    }
+  }
+
+  /** Copies [srcOffset, +length) of this store to `dst` at `dstOffset`, page by page. */
+  copyTo(srcOffset: number, dst: LazyStore, dstOffset: number, length: number): void {
+    const zero = new Uint8Array(1);
+    let done = 0;
+    while (done < length) {
+      const at = srcOffset + done;
+      const index = Math.floor(at / PAGE_SIZE);
+      const inPage = at - index * PAGE_SIZE;
+      const chunk = Math.min(PAGE_SIZE - inPage, length - done);
+      const page = this.pages.get(index);
+      if (page === undefined) dst.fill(dstOffset + done, chunk, zero);
+      else dst.write(dstOffset + done, page.subarray(inPage, inPage + chunk));
+      done += chunk;
+    }
+  }
+
+  private page(index: number): Uint8Array {
+    let page = this.pages.get(index);
+    if (page === undefined) {
+      page = new Uint8Array(PAGE_SIZE);
+      this.pages.set(index, page);
+    }
+    return page;
+  }
+}
+
+/** Memory backed at once by (a range of) a real ArrayBuffer. */
+export class EagerStore {
+  /** Discriminates the two store kinds. */
+  readonly kind = 'eager' as const;
+  private readonly bytes: Uint8Array;
+
+  constructor(
+    /** The buffer holding the bytes (owned, or the caller's for registered memory). */
+    readonly buffer: ArrayBufferLike,
+    /** Where this store's first byte lies in `buffer`. */
+    readonly byteOffset: number,
+    /** Addressable size in bytes. */
+    readonly size: number,
+  ) {
+    this.bytes = new Uint8Array(buffer, byteOffset, size);
+  }
+
+  /** A zero-copy view of [offset, offset + length). */
+  view(offset: number, length: number): Uint8Array {
+    return this.bytes.subarray(offset, offset + length);
+  }
+
+  /** Copies [offset, offset + dst.length) into `dst`. */
+  read(offset: number, dst: Uint8Array): void {
+    dst.set(this.bytes.subarray(offset, offset + dst.length));
+  }
+
+  /** Copies `src` to [offset, offset + src.length). */
+  write(offset: number, src: Uint8Array): void {
+    this.bytes.set(src, offset);
+  }
+
+  /** Fills [offset, offset + length) with `pattern`. */
+  fill(offset: number, length: number, pattern: Uint8Array): void {
+    fillWith(this.bytes.subarray(offset, offset + length), pattern);
+  }
+}
+
+/** Copies `length` bytes between two stores (possibly the same one, possibly overlapping). */
+export function copyStore(dst: Store, dstOffset: number, src: Store, srcOffset: number, length: number): void {
+  if (length === 0) return;
+  if (src.kind === 'eager') {
+    // TypedArray#set copies correctly when source and target share a buffer.
+    dst.write(dstOffset, src.view(srcOffset, length));
+  } else if (dst.kind === 'eager') {
+    src.read(srcOffset, dst.view(dstOffset, length));
+  } else if (src === dst && srcOffset < dstOffset + length && dstOffset < srcOffset + length) {
+    const tmp = new Uint8Array(length);
+    src.read(srcOffset, tmp);
+    dst.write(dstOffset, tmp);
+  } else {
+    src.copyTo(srcOffset, dst, dstOffset, length);
+  }
+}
+
+/** A contiguous piece of an address range: `length` bytes of `store` from `offset`. */
+export interface Span {
+  readonly store: Store;
+  readonly offset: number;
+  readonly length: number;
+}
+
+/** Copies between two address ranges given as span lists of equal total length. */
+export function copySpans(dst: readonly Span[], src: readonly Span[]): void {
+  if (dst.length === 1 && src.length === 1) {
+    const d = dst[0]!;
+    const s = src[0]!;
+    copyStore(d.store, d.offset, s.store, s.offset, Math.min(d.length, s.length));
+    return;
+  }
+  let di = 0;
+  let si = 0;
+  let dDone = 0;
+  let sDone = 0;
+  while (di < dst.length && si < src.length) {
+    const d = dst[di]!;
+    const s = src[si]!;
+    const chunk = Math.min(d.length - dDone, s.length - sDone);
+    copyStore(d.store, d.offset + dDone, s.store, s.offset + sDone, chunk);
+    dDone += chunk;
+    sDone += chunk;
+    if (dDone === d.length) { di++; dDone = 0; }
+    if (sDone === s.length) { si++; sDone = 0; }
+  }
+}
