@@ -11,7 +11,7 @@ import { allocCases } from './bench/alloc.js';
 import { allocatorCases } from './bench/allocators.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { transferCases } from './bench/transfers.js';
-import { formatBytes, formatTable, formatValue, parseBytes, Progress } from './format.js';
+import { formatBytes, formatPairs, formatTable, formatValue, parseBytes, Progress } from './format.js';
 import { describeBackend, emulatedReason } from './info.js';
 import { UsageError } from './usage.js';
 
@@ -147,7 +147,7 @@ export async function benchCommand(args: string[]): Promise<number> {
     ...(repeats === undefined ? {} : { repeats }),
   };
 
-  const header = `backend: ${describeBackend(backend)}\ndevice:  ${device.info.name}`;
+  const header = formatPairs([['backend', describeBackend(backend)], ['device', device.info.name]]);
   if (!values.json) process.stdout.write(`${header}\n\n`);
   const { rows, skipped } = runCases(groups.flatMap((g) => CASES[g](settings)));
 

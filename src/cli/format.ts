@@ -98,6 +98,6 @@ export class Progress {
 
 /** Key-value lines with the values aligned, for reports that are one thing rather than a table. */
 export function formatPairs(pairs: readonly (readonly [string, string])[], indent = ''): string {
-  const width = Math.max(0, ...pairs.map(([key]) => key.length));
-  return pairs.map(([key, value]) => `${indent}${key.padEnd(width)}  ${value}`).join('\n');
+  const width = Math.max(0, ...pairs.map(([key]) => key.length + 1));
+  return pairs.map(([key, value]) => `${indent}${`${key}:`.padEnd(width)}  ${value}`).join('\n');
 }

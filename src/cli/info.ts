@@ -38,8 +38,13 @@ export function emulatedReason(backend: Backend): string | undefined {
 
 /** The one-line backend description that heads `info` and `bench` output. */
 export function describeBackend(backend: Backend): string {
-  const reason = emulatedReason(backend);
-  return reason === undefined ? backend.name : `${backend.name} (no GPU: ${reason})`;
+  return describeBackendName(backend.name, emulatedReason(backend));
+}
+
+/** `cuda`, `emulated (no GPU: <why auto fell back>)`, or `emulated (selected by ...)`. */
+function describeBackendName(name: Backend['name'], reason: string | undefined): string {
+  if (reason === undefined) return name;
+  return backendFallbackReason() === undefined ? `${name} (${reason})` : `${name} (no GPU: ${reason})`;
 }
 
 /** CUDA's integer version (13000) as people write it (13.0). */
@@ -101,9 +106,7 @@ function formatDevice(d: DeviceReport): string {
 
 /** The text view of the whole report. */
 export function formatInfo(report: InfoReport): string {
-  const backend = report.emulatedReason === undefined
-    ? report.backend
-    : `${report.backend} (no GPU: ${report.emulatedReason})`;
+  const backend = describeBackendName(report.backend, report.emulatedReason);
   const driver = report.backend === 'emulated'
     ? `none (emulating CUDA ${report.cudaVersion})`
     : `${report.driverVersion ?? 'unknown'} (CUDA ${report.cudaVersion})`;
