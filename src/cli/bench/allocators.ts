@@ -5,8 +5,11 @@
  * the figures are a pool *hit* and one resource's cache never serves another.
  */
 import '../../polyfills.js';
+import { ArenaResource } from '../../memory/arena.js';
 import { AsyncResource } from '../../memory/async-resource.js';
+import { BinningResource } from '../../memory/binning.js';
 import { CudaResource } from '../../memory/cuda-resource.js';
+import { PoolResource } from '../../memory/pool.js';
 import type { MemoryResource } from '../../memory/resource.js';
 import { Stream } from '../../stream.js';
 import { median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
@@ -24,8 +27,11 @@ interface Subject {
 /** Never release: the pool keeps what was freed, as a long-running program wants. */
 const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
 
+/** Room for the random pattern's live bytes (1 GiB) with slack for fragmentation. */
+const ARENA_BYTES = 2 * 1024 ** 3;
+
 const SUBJECTS: readonly Subject[] = [
-  { name: 'CudaResource', slow: true, create: () => new CudaResource() },
+  { name: 'PoolResource', slow: false, create: () => new PoolResource() },
   {
     name: 'AsyncResource',
     slow: false,
@@ -34,14 +40,26 @@ const SUBJECTS: readonly Subject[] = [
       mr.releaseThreshold = KEEP_EVERYTHING;
       return mr;
     },
+  { name: 'CudaResource', slow: true, create: () => new CudaResource() },
+  { name: 'ArenaResource', slow: false, create: () => ArenaResource.activate(ARENA_BYTES) },
+  {
+    // RMM's binning benchmark: power-of-two bins from 256 KiB to 4 MiB over a pool.
+    name: 'BinningResource',
+    slow: false,
+    create: () => new BinningResource(new PoolResource(), { minSizeExponent: 18, maxSizeExponent: 22 }),
   },
 ];
 
-/** Frees what a resource holds: its cache, and the resource itself when it can be destroyed. */
+/**
+ * Frees what a resource holds: its cache, the resource itself when it can be destroyed, then its
+ * upstream chain (every resource in a subject's chain was created for the case).
+ */
 function teardown(mr: MemoryResource): void {
   mr.releaseCached();
-  const disposable = mr as Partial<Disposable>;
-  disposable[Symbol.dispose]?.();
+  const owned = mr as MemoryResource & { destroy?: () => void } & Partial<Disposable>;
+  if (typeof owned.destroy === 'function') owned.destroy();
+  else owned[Symbol.dispose]?.();
+  if (mr.upstream !== undefined) teardown(mr.upstream);
 }
 
 /** Runs `body` with a fresh resource and a non-blocking stream, both torn down afterwards. */
