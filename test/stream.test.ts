@@ -1,0 +1,143 @@
+/** Streams and events: ordering, polling without blocking, timing, lifetimes. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { onGpu } from './helpers.js';
+import { Device } from '../src/device.js';
+import { Event, Stream, pollUntil } from '../src/stream.js';
+import { DeviceBuffer } from '../src/memory/device-buffer.js';
+import { HostBuffer } from '../src/memory/host-buffer.js';
+import { DoubleFreeError, UseAfterFreeError, VramStateError } from '../src/errors.js';
+
+test('Stream.create, query, synchronize, destroy', () => {
+  const s = Stream.create();
+  assert.notEqual(s.handle, 0);
+  assert.equal(s.device, Device.get(0));
+  assert.equal(s.query(), true);
+  s.synchronize();
+  s.destroy();
+  assert.equal(s.isDestroyed, true);
+  assert.throws(() => s.handle, UseAfterFreeError);
+  assert.throws(() => s.query(), UseAfterFreeError);
+  assert.throws(() => s.synchronize(), UseAfterFreeError);
+  assert.throws(() => s.record(), UseAfterFreeError);
+  assert.throws(() => s.destroy(), DoubleFreeError);
+  s[Symbol.dispose]();
+});
+
+test('Stream options: nonBlocking and priorities in the backend range', () => {
+  const [least, greatest] = Device.get(0).backend.streamPriorityRange();
+  using hi = Stream.create({ priority: greatest, nonBlocking: true });
+  using lo = Stream.create({ priority: least });
+  assert.equal(hi.priority, greatest);
+  assert.equal(hi.nonBlocking, true);
+  assert.equal(lo.priority, least);
+  const outside = Math.min(least, greatest) - 1;
+  assert.throws(() => Stream.create({ priority: outside }), RangeError);
+  assert.throws(() => Stream.create({ priority: Math.max(least, greatest) + 1 }), RangeError);
+  assert.throws(() => Stream.create({ priority: 0.5 }), RangeError);
+  assert.throws(() => Stream.create({ priority: '0' as unknown as number }), TypeError);
+  assert.throws(() => Stream.create({ nonBlocking: 1 as unknown as boolean }), TypeError);
+});
+
+test('Stream.default is handle 0 and is never destroyed', () => {
+  const s = Stream.default();
+  assert.equal(s.handle, 0);
+  assert.equal(s.isDefault, true);
+  assert.equal(s, Stream.default(Device.get(0)));
+  s.destroy();
+  assert.equal(s.handle, 0);
+  { using d = Stream.default(); void d; }
+  assert.equal(s.query(), true);
+});
+
+test('using-declaration destroys a stream', () => {
+  let kept: Stream | undefined;
+  {
+    using s = Stream.create();
+    kept = s;
+  }
+  assert.equal(kept.isDestroyed, true);
+});
+
+test('stream ordering: async copies through pinned memory, across streams with an event', async () => {
+  const n = 1 << 20;
+  using src = HostBuffer.allocate(n);
+  using dst = HostBuffer.allocate(n);
+  using dev = DeviceBuffer.allocate(n);
+  const input = src.view();
+  for (let i = 0; i < n; i++) input[i] = (i * 31 + 7) & 0xff;
+  using s1 = Stream.create({ nonBlocking: true });
+  using s2 = Stream.create({ nonBlocking: true });
+  dev.memset(0, { stream: s1 });
+  dev.copyFromHost(src, { stream: s1 });
+  const done = s1.record();
+  s2.waitEvent(done);
+  dev.copyToHost(dst, { stream: s2 });
+  await s2.synchronized();
+  assert.equal(s2.query(), true);
+  assert.equal(done.query(), true);
+  assert.deepEqual(dst.view(), input);
+  done.destroy();
+});
+
+test('synchronized() polls without blocking the event loop', async () => {
+  let ticks = 0;
+  let running = true;
+  const tick = (): void => { ticks++; if (running) setImmediate(tick); };
+  setImmediate(tick);
+  const start = Date.now();
+  await pollUntil(() => Date.now() - start >= 30);
+  assert.ok(ticks > 5, `the event loop ran ${ticks} times while polling`);
+
+  // A large transfer on a stream; on a GPU it takes milliseconds, during which the loop must run.
+  const bytes = onGpu ? 256 << 20 : 1 << 20;
+  using host = HostBuffer.allocate(bytes);
+  using dev = DeviceBuffer.allocate(bytes);
+  using s = Stream.create();
+  ticks = 0;
+  for (let i = 0; i < 4; i++) dev.copyFromHost(host, { stream: s });
+  const pending = s.synchronized();
+  await pending;
+  running = false;
+  assert.equal(s.query(), true);
+  if (onGpu) assert.ok(ticks > 0, `the event loop ran ${ticks} times during the transfer`);
+});
+
+test('Event: record, query, synchronize, elapsed time', async () => {
+  using s = Stream.create();
+  using start = Event.create();
+  using end = Event.create({ blockingSync: true });
+  assert.equal(start.timing, true);
+  assert.throws(() => end.elapsedSince(start), VramStateError);
+  start.record(s);
+  using dev = DeviceBuffer.allocate(1 << 20);
+  dev.memset(1, { stream: s });
+  s.record(end);
+  await end.synchronized();
+  end.synchronize();
+  assert.equal(end.query(), true);
+  const ms = end.elapsedSince(start);
+  assert.equal(typeof ms, 'number');
+  assert.ok(ms >= 0 && Number.isFinite(ms));
+  assert.throws(() => end.elapsedSince(5 as unknown as Event), TypeError);
+});
+
+test('Event without timing cannot measure; destroyed events throw', () => {
+  const a = Event.create({ timing: false });
+  const b = Event.create({ timing: false });
+  a.record();
+  b.record(Stream.default());
+  b.synchronize();
+  assert.throws(() => b.elapsedSince(a), VramStateError);
+  a.destroy();
+  assert.throws(() => a.record(), UseAfterFreeError);
+  assert.throws(() => a.query(), UseAfterFreeError);
+  assert.throws(() => b.elapsedSince(a), UseAfterFreeError);
+  assert.throws(() => a.destroy(), DoubleFreeError);
+  a[Symbol.dispose]();
+  b.destroy();
+  assert.throws(() => Event.create({ timing: 'yes' as unknown as boolean }), TypeError);
+  assert.throws(() => Stream.default().waitEvent({} as Event), TypeError);
+  using c = Event.create();
+  assert.throws(() => c.record({ handle: 'x' } as unknown as Stream), TypeError);
+});
