@@ -40,6 +40,7 @@ const SUBJECTS: readonly Subject[] = [
       mr.releaseThreshold = KEEP_EVERYTHING;
       return mr;
     },
+  },
   { name: 'CudaResource', slow: true, create: () => new CudaResource() },
   { name: 'ArenaResource', slow: false, create: () => ArenaResource.activate(ARENA_BYTES) },
   {
