@@ -1,0 +1,179 @@
+/** Replay: the RMM log parser, the replay engine, and the real traces through real stacks. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { getBackend } from '../src/backend/select.js';
+import { CudaResource } from '../src/memory/cuda-resource.js';
+import { LimitingAdaptor } from '../src/memory/limiting.js';
+import { PoolResource } from '../src/memory/pool.js';
+import { StatisticsAdaptor } from '../src/memory/statistics.js';
+import { ReplayError, estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
+import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
+
+// resnet50_train peaks at 5.4 GiB live: give an emulated device room for it (its memory is lazily
+// backed, so this costs nothing); a real GPU is what it is. Read when the backend is first chosen.
+process.env.VRAM_EMULATED_BYTES ??= String(16 * 2 ** 30);
+
+const HEADER = 'Thread,Time,Action,Pointer,Size,Stream';
+/** The shared traces, copied into the repository so a machine without ../shared finds them. */
+const traces = fileURLToPath(new URL('../../test/fixtures/traces/', import.meta.url));
+
+function log(...lines: string[]): string {
+  return [HEADER, ...lines].join('\n') + '\n';
+}
+
+function parseFails(text: string, line: number, reason: RegExp): void {
+  assert.throws(() => parseAllocationLog(text, 't.csv'), (error: unknown) => {
+    assert.ok(error instanceof TraceParseError, String(error));
+    assert.equal(error.line, line);
+    assert.match(error.message, new RegExp(`^t\\.csv:${line}: `));
+    assert.match(error.message, reason);
+    return true;
+  });
+}
+
+describe('allocation log parser', () => {
+  it('reports malformed lines with their line numbers', () => {
+    parseFails('', 1, /empty/);
+    parseFails('Thread,Time,Action,Pointer\n', 1, /missing column\(s\) Size, Stream/);
+    parseFails(log('0,0,allocate,0x1000,256,0', '0,1,allocate,0x2000,256'), 3, /expected 6 fields, got 5/);
+    parseFails(log('0,0,alloc,0x1000,256,0'), 2, /Action 'alloc'/);
+    parseFails(log('0,0,allocate,0xzz,256,0'), 2, /Pointer '0xzz'/);
+    parseFails(log('0,0,allocate,0x1000,-5,0'), 2, /Size '-5'/);
+    parseFails(log('0,soon,allocate,0x1000,5,0'), 2, /Time 'soon'/);
+    parseFails(log('x,0,allocate,0x1000,5,0'), 2, /Thread 'x'/);
+    parseFails(log('0,0,allocate,0x1000,5,s'), 2, /Stream 's'/);
+    parseFails(log('0,0,allocate,0x1000,0,0'), 2, /0 bytes/);
+  });
+
+  it('rejects a free of an unknown pointer, a double allocation and a size mismatch, naming the line', () => {
+    parseFails(log('0,0,allocate,0x1000,256,0', '0,1,free,0x2000,256,0'), 3, /free of 0x2000, which is not allocated/);
+    parseFails(log('0,0,allocate,0x1000,256,0', '0,1,free,0x1000,256,0', '0,2,free,0x1000,256,0'), 4, /not allocated/);
+    parseFails(log('0,0,allocate,0x1000,256,0', '0,1,allocate,0x1000,256,0'), 3, /still live \(allocated at line 2\)/);
+    parseFails(log('0,0,allocate,0x1000,256,0', '0,1,free,0x1000,512,0'), 3, /512 bytes, allocated with 256 at line 2/);
+  });
+
+  it('reads RMM\'s own form: wall-clock time, allocate failure with (nil), CRLF, extra blank lines', () => {
+    const text = [HEADER, '140213,12:00:01.000250,allocate,0x7f00,100,0x0',
+      '140213,12:00:01.000300,allocate failure,(nil),999,0', '', '140213,12:00:01.001250,free,0x7f00,100,0', ''].join('\r\n');
+    const trace = parseAllocationLog(text);
+    assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
+    assert.equal(trace.summary.durationUs, 1000);
+    assert.equal(trace.summary.failures, 1);
+    assert.equal(trace.summary.operations, 2);
+    assert.deepEqual(trace.summary.threads, [140213]);
+  });
+
+  it('summarises a synthetic trace with a known peak live', () => {
+    // live: 100 -> 300 -> 200 -> 700 (peak) -> 400 -> 450; 450 left over
+    const trace = parseAllocationLog(log(
+      '0,0,allocate,0x1000,100,0', '0,1,allocate,0x2000,200,0', '0,2,free,0x1000,100,0',
+      '0,3,allocate,0x3000,500,0', '0,4,free,0x3000,500,0', '0,5,allocate,0x3000,200,0', '0,6,allocate,0x1000,50,0'));
+    const s = trace.summary;
+    assert.equal(s.peakLiveBytes, 700);
+    assert.equal(s.peakLiveCount, 3);
+    assert.equal(s.allocations, 5);
+    assert.equal(s.frees, 2);
+    assert.equal(s.operations, 7);
+    assert.equal(s.leftoverCount, 3);
+    assert.equal(s.leftoverBytes, 450);
+    assert.equal(s.largestAllocation, 500);
+    assert.deepEqual(s.streams, [0]);
+    assert.deepEqual(trace.events.map((e) => e.slot), [0, 1, 0, 2, 2, 3, 4]);
+  });
+});
+
+/** An upstream that hands out distinct addresses and remembers nothing but what is live. */
+function addresses(): StatisticsAdaptor {
+  let next = 0x10000;
+  const live = new Map<number, number>();
+  return new StatisticsAdaptor({
+    kind: 'device', alignment: 256, device: 0,
+    allocate(bytes: number): number { const p = next; next += bytes + 256; live.set(p, bytes); return p; },
+    deallocate(ptr: number, bytes: number): void { assert.equal(live.get(ptr), bytes); live.delete(ptr); },
+    isEqual(): boolean { return false; },
+    releaseCached(): number { return 0; },
+    describe(): string { return 'Addresses'; },
+  });
+}
+
+describe('replay engine', () => {
+  const synthetic = parseAllocationLog(log(
+    '0,0,allocate,0x1000,100,0', '0,1,allocate,0x2000,200,0', '0,2,free,0x1000,100,0',
+    '0,3,allocate,0x3000,500,0', '0,4,free,0x3000,500,0', '0,5,allocate,0x3000,200,0', '0,6,allocate,0x1000,50,0'), 'synthetic');
+
+  it('replays in order to the trace\'s peak live and frees the leftovers', () => {
+    const mr = addresses();
+    const result = replay(synthetic, mr);
+    assert.equal(mr.statistics.peakBytes, 700);
+    assert.equal(mr.statistics.totalCount, 5);
+    assert.equal(mr.statistics.currentBytes, 0, 'leftovers freed after the timed loop');
+    assert.equal(result.operations, 7);
+    assert.equal(result.peakLiveBytes, 700);
+    assert.ok(result.totalNs > 0);
+    assert.equal(result.nsPerOperation, result.totalNs / 7);
+    assert.equal(result.reservedSource, 'estimate');
+    assert.equal(result.peakReservedBytes, 3 * 512); // three small blocks live at the end
+    assert.equal(result.overheadPercent, (1536 / 700 - 1) * 100);
+  });
+
+  it('uses a figure the stack supplies, and medians with per-operation timing', () => {
+    const result = replay(synthetic, addresses(), { peakReservedBytes: () => 1400, perOperationTiming: true });
+    assert.equal(result.reservedSource, 'stack');
+    assert.equal(result.overheadPercent, 100);
+    assert.ok((result.medianAllocateNs ?? -1) >= 0);
+    assert.ok((result.medianFreeNs ?? -1) >= 0);
+  });
+
+  it('stops at a failing operation, names its line and returns everything it took', () => {
+    const mr = addresses();
+    const limited = new LimitingAdaptor(mr, 512);
+    assert.throws(() => replay(synthetic, limited), (error: unknown) => {
+      assert.ok(error instanceof ReplayError);
+      assert.equal(error.line, 5);
+      assert.match(error.message, /^synthetic:5: allocate 500 bytes failed on LimitingAdaptor/);
+      return true;
+    });
+    assert.equal(mr.statistics.currentBytes, 0);
+  });
+
+  it('estimates what cuMemAlloc reserves by the documented rule', () => {
+    assert.equal(estimateDriverReservation(1), 512);
+    assert.equal(estimateDriverReservation(1 << 20), 1 << 20);
+    assert.equal(estimateDriverReservation((1 << 20) + 1), 2 << 20);
+    assert.equal(peakOccupied(synthetic, (b) => b), 700);
+  });
+});
+
+describe('replay of the real traces', () => {
+  const resnet = readAllocationLog(`${traces}resnet50_train.csv`);
+  const bert = readAllocationLog(`${traces}bert_dynamic_infer.csv`);
+
+  it('parses both shared traces', () => {
+    assert.equal(resnet.summary.operations, 5081);
+    assert.equal(bert.summary.operations, 16798);
+    assert.deepEqual(resnet.summary.streams, [0]);
+    assert.ok(resnet.summary.peakLiveBytes > 0);
+  });
+
+  it('replays resnet50_train through cuda with peak reserved >= peak live', () => {
+    const backend = getBackend();
+    const before = backend.memGetInfo().free;
+    const result = replay(resnet, new CudaResource());
+    assert.equal(result.operations, 5081);
+    assert.ok(result.peakReservedBytes >= result.peakLiveBytes);
+    assert.equal(backend.memGetInfo().free, before, 'every block returned');
+  });
+
+  it('replays resnet50_train through pool with peak reserved >= peak live', () => {
+    const pool = new PoolResource();
+    try {
+      const result = replay(resnet, pool);
+      assert.equal(result.reservedSource, 'resource');
+      assert.ok(result.peakReservedBytes >= result.peakLiveBytes,
+        `peak reserved ${result.peakReservedBytes} < peak live ${result.peakLiveBytes}`);
+    } finally {
+      pool.releaseCached();
+    }
+  });
+});
