@@ -87,7 +87,7 @@ export class PoolResource implements ReservingResource {
       const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : checkBytes(options.chunkSize, 'chunkSize');
       this.pages = null;
       this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
-      if (initial > 0 && !this.chunks.grow(initial, 0, initial)) {
+      if (initial > 0 && !this.chunks.grow(initial, -1, initial)) {
         throw new OutOfMemoryError(initial, 'PoolResource', this.describe(), undefined,
           `cannot take the initial ${initial} bytes from ${upstream.describe()}`);
       }

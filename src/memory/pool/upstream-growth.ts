@@ -37,7 +37,8 @@ export class UpstreamChunks {
   ) {}
 
   /**
-   * Takes a chunk big enough for a block of `size` bytes, usable first on `stream`, and adds it to
+   * Takes a chunk big enough for a block of `size` bytes, usable first on `stream` (-1: taken at
+   * creation on the default stream, before any work, so usable on every stream), and adds it to
    * the heap. Returns false when the maximum or the upstream refuses (the upstream's error is
    * rethrown when it is not an out-of-memory error).
    */
@@ -49,7 +50,7 @@ export class UpstreamChunks {
       if (this.reservedBytes + bytes > this.maximumBytes) continue;
       let ptr: number;
       try {
-        ptr = this.upstream.allocate(bytes, { handle: stream });
+        ptr = this.upstream.allocate(bytes, { handle: Math.max(0, stream) });
       } catch (error) {
         if (error instanceof Error && error.name === 'OutOfMemoryError') continue;
         throw error;

@@ -1,0 +1,143 @@
+/** PoolResource: random sequences against the model, bad input, stream order, growth and release. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { getBackend } from '../src/backend/select.js';
+import { Device } from '../src/device.js';
+import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
+import { CudaResource } from '../src/memory/cuda-resource.js';
+import { PoolResource } from '../src/memory/pool.js';
+import { factories, runModel } from './fuzz/allocator-model.js';
+
+const MiB = 1024 * 1024;
+const backend = getBackend();
+Device.get(0).makeCurrent();
+
+for (const f of factories.filter((x) => x.name.startsWith('PoolResource'))) {
+  test(`${f.name}: random allocate/free on 3 streams keeps every invariant`, () => {
+    for (const seed of [1, 2, 3]) runModel(f, { seed, ops: 2000 });
+  });
+}
+
+test('bad sizes are TypeError/RangeError before anything else', () => {
+  using pool = new PoolResource();
+  for (const bad of [0, -1, 1.5, NaN, Infinity, 2 ** 60]) assert.throws(() => pool.allocate(bad), RangeError);
+  assert.throws(() => pool.allocate('8' as unknown as number), TypeError);
+  assert.equal(pool.statistics().liveCount, 0);
+});
+
+test('foreign pointer, double free and wrong size are typed errors that leave the pool consistent', () => {
+  using pool = new PoolResource();
+  const a = pool.allocate(1000);
+  const b = pool.allocate(3000);
+  const foreign = backend.memAlloc(4096);
+  assert.throws(() => pool.deallocate(foreign, 4096), InvalidPointerError);
+  backend.memFree(foreign);
+  assert.throws(() => pool.deallocate(a, 1024), InvalidPointerError);
+  assert.throws(() => pool.deallocate(a + 256, 256), InvalidPointerError);
+  pool.deallocate(a, 1000);
+  assert.throws(() => pool.deallocate(a, 1000), DoubleFreeError);
+  assert.equal(pool.statistics().liveCount, 1);
+  assert.equal(pool.statistics().liveBytes, 3000);
+  pool.deallocate(b, 3000);
+  assert.equal(pool.statistics().liveCount, 0);
+});
+
+test('a hit reuses the block just freed on the same stream; reserved stays put', () => {
+  using pool = new PoolResource();
+  const a = pool.allocate(MiB);
+  const reserved = pool.reservedBytes;
+  pool.deallocate(a, MiB);
+  assert.equal(pool.allocate(MiB), a);
+  assert.equal(pool.reservedBytes, reserved);
+});
+
+test('virtual growth: physical pages follow live data; cached pages are reused, then released', () => {
+  const before = backend.memGetInfo().free;
+  const pool = new PoolResource();
+  const page = backend.memGetAllocationGranularity(0);
+  const a = pool.allocate(8 * page);
+  assert.equal(pool.reservedBytes, 8 * page);
+  const b = pool.allocate(page);
+  assert.equal(pool.reservedBytes, 9 * page);
+  pool.deallocate(a, 8 * page);
+  assert.equal(pool.reservedBytes, 9 * page, 'freed pages stay mapped as a cache');
+  // A request that does not fit the freed range lands on fresh addresses, reusing cached pages.
+  const c = pool.allocate(10 * page);
+  assert.equal(pool.reservedBytes, 11 * page, 'only 2 new pages: 8 cached ones were moved');
+  backend.memset(c, 7, 1, 10 * page);
+  pool.deallocate(c, 10 * page);
+  pool.deallocate(b, page);
+  assert.equal(pool.releaseCached(), 11 * page);
+  assert.equal(pool.reservedBytes, 0);
+  assert.equal(pool.peakReservedBytes, 11 * page);
+  pool.destroy();
+  assert.equal(backend.memGetInfo().free, before);
+  assert.throws(() => pool.allocate(1), UseAfterFreeError);
+});
+
+test('maximumSize caps physical memory with an OutOfMemoryError carrying the request and statistics', () => {
+  using pool = new PoolResource({ maximumSize: 4 * MiB });
+  const a = pool.allocate(3 * MiB);
+  const err = (() => { try { pool.allocate(2 * MiB); } catch (e) { return e; } return undefined; })();
+  assert.ok(err instanceof OutOfMemoryError);
+  assert.equal(err.requestedBytes, 2 * MiB);
+  assert.match(err.resource ?? '', /PoolResource/);
+  assert.equal(err.statistics?.currentBytes, 3 * MiB);
+  pool.deallocate(a, 3 * MiB);
+  const b = pool.allocate(4 * MiB);
+  pool.deallocate(b, 4 * MiB);
+});
+
+test('upstream growth: chunks from upstream, wholly free chunks released', () => {
+  const before = backend.memGetInfo().free;
+  const pool = new PoolResource({ upstream: new CudaResource(), initialSize: 4 * MiB, chunkSize: 8 * MiB });
+  assert.equal(pool.reservedBytes, 4 * MiB);
+  const a = pool.allocate(MiB);
+  const b = pool.allocate(5 * MiB);
+  assert.equal(pool.reservedBytes, 12 * MiB);
+  pool.deallocate(b, 5 * MiB);
+  assert.equal(pool.releaseCached(), 8 * MiB);
+  pool.deallocate(a, MiB);
+  assert.equal(pool.releaseCached(), 4 * MiB);
+  pool.destroy();
+  assert.equal(backend.memGetInfo().free, before);
+});
+
+for (const mode of ['virtual', 'upstream'] as const) {
+  test(`${mode}: a block freed on stream A is reused on stream B only after B waits on A`, () => {
+    const calls: string[] = [];
+    const waitEvent = backend.streamWaitEvent.bind(backend);
+    const record = backend.eventRecord.bind(backend);
+    backend.streamWaitEvent = (s, e) => { calls.push(`wait ${s}`); waitEvent(s, e); };
+    backend.eventRecord = (e, s) => { calls.push(`record ${s}`); record(e, s); };
+    const A = { handle: backend.streamCreate(0, 0) };
+    const B = { handle: backend.streamCreate(0, 0) };
+    try {
+      const pool = mode === 'virtual' ? new PoolResource({ maximumSize: 2 * MiB })
+        : new PoolResource({ upstream: new CudaResource(), initialSize: 2 * MiB, maximumSize: 2 * MiB });
+      const n = 2 * MiB;
+      const p = pool.allocate(n, A);
+      backend.memsetAsync(p, 0xab, 1, n, A.handle);
+      pool.deallocate(p, n, A);
+      assert.deepEqual(calls, []);
+      const q = pool.allocate(n, B);
+      assert.equal(q, p, 'B reuses the block A freed');
+      assert.deepEqual(calls, [`record ${A.handle}`, `wait ${B.handle}`]);
+      const out = new Uint8Array(16);
+      const host = backend.memHostAlloc(16, 0);
+      backend.memcpyAsync(host, q + n - 16, 16, B.handle);
+      backend.streamSynchronize(B.handle);
+      backend.memcpyToHost(out, host, 16);
+      backend.memFreeHost(host);
+      assert.deepEqual([...out], new Array(16).fill(0xab), "B's read ran after A's memset");
+      pool.deallocate(q, n, B);
+      assert.equal(pool.statistics().streamSteals, 1);
+      pool.destroy();
+    } finally {
+      backend.streamWaitEvent = waitEvent;
+      backend.eventRecord = record;
+      backend.streamDestroy(A.handle);
+      backend.streamDestroy(B.handle);
+    }
+  });
+}
