@@ -342,7 +342,7 @@ test('offsets and lengths past the end are RangeErrors and copy nothing', () => 
   assert.throws(() => buf.copyFromHost(src, { offset: 0.5 }), RangeError);
   assert.throws(() => buf.copyFromHost(src, { bytes: Number.NaN }), RangeError);
   assert.throws(() => buf.copyToHost(new Uint8Array(99)), RangeError);
-  assert.throws(() => buf.copyToHost(new Uint8Array(100), { offset: 1 }), RangeError);
+  assert.throws(() => buf.copyToHost(new Uint8Array(100), { offset: 1, bytes: 100 }), RangeError);
   assert.throws(() => buf.copyToHost(new Uint8Array(100), { dstOffset: 1 }), RangeError);
   assert.ok(buf.copyToHost(new Uint8Array(100)).every((x) => x === 1), 'nothing was copied');
   buf.copyFromHost(src, { offset: 100, bytes: 0 });

@@ -1,0 +1,188 @@
+/** The upstream memory resources and the current resource per device. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { Device } from '../src/device.js';
+import { Stream } from '../src/stream.js';
+import { CudaResource } from '../src/memory/cuda-resource.js';
+import { AsyncResource } from '../src/memory/async-resource.js';
+import { ManagedResource } from '../src/memory/managed-resource.js';
+import { PinnedHostResource } from '../src/memory/pinned-host-resource.js';
+import { getCurrentResource, setCurrentResource } from '../src/memory/current.js';
+import { DeviceBuffer } from '../src/memory/device-buffer.js';
+import { isReserving, type MemoryResource } from '../src/memory/resource.js';
+import { OutOfMemoryError, UseAfterFreeError, VramStateError } from '../src/errors.js';
+
+const device = Device.get(0);
+
+function used(): number {
+  const m = device.memInfo();
+  return m.total - m.free;
+}
+
+/** Allocates random sizes, checks alignment and that blocks do not overlap, frees them all. */
+function exercise(mr: MemoryResource, stream?: Stream): void {
+  fc.assert(fc.property(fc.array(fc.integer({ min: 1, max: 1 << 16 }), { minLength: 1, maxLength: 20 }), (sizes) => {
+    const blocks = sizes.map((bytes) => ({ ptr: mr.allocate(bytes, stream), bytes }));
+    for (const b of blocks) assert.equal(b.ptr % mr.alignment, 0, `${mr.describe()} returned a misaligned pointer`);
+    const sorted = [...blocks].sort((a, b) => a.ptr - b.ptr);
+    for (let i = 1; i < sorted.length; i++) {
+      assert.ok(sorted[i - 1]!.ptr + sorted[i - 1]!.bytes <= sorted[i]!.ptr, 'blocks overlap');
+    }
+    for (const b of blocks) mr.deallocate(b.ptr, b.bytes, stream);
+  }), { numRuns: 20 });
+}
+
+/** Bad sizes are typed errors for every resource. */
+function badSizes(mr: MemoryResource): void {
+  assert.throws(() => mr.allocate(0), RangeError);
+  assert.throws(() => mr.allocate(-8), RangeError);
+  assert.throws(() => mr.allocate(1.25), RangeError);
+  assert.throws(() => mr.allocate(Number.NaN), RangeError);
+  assert.throws(() => mr.allocate('64' as unknown as number), TypeError);
+}
+
+test('CudaResource', () => {
+  const before = used();
+  const mr = new CudaResource();
+  assert.equal(mr.kind, 'device');
+  assert.equal(mr.device, 0);
+  assert.equal(mr.alignment, 256);
+  assert.equal(mr.describe(), 'CudaResource(device=0)');
+  assert.ok(mr.isEqual(new CudaResource(device)));
+  assert.ok(!mr.isEqual(new PinnedHostResource()));
+  assert.equal(mr.releaseCached(), 0);
+  exercise(mr);
+  using s = Stream.create();
+  exercise(mr, s);
+  badSizes(mr);
+  assert.throws(() => mr.allocate(device.info.totalMemory + 1), OutOfMemoryError);
+  assert.equal(used(), before);
+});
+
+test('AsyncResource over the default pool', async () => {
+  const mr = new AsyncResource();
+  assert.equal(mr.kind, 'device');
+  assert.equal(mr.alignment, 256);
+  assert.equal(mr.ownsPool, false);
+  assert.ok(isReserving(mr));
+  assert.ok(mr.isEqual(new AsyncResource({ device })));
+  assert.match(mr.describe(), /AsyncResource\(device=0, pool=default\)/);
+  using s = Stream.create();
+  exercise(mr, s);
+  badSizes(mr);
+  assert.throws(() => mr.destroy(), VramStateError);
+  await s.synchronized();
+  assert.equal(mr.usedBytes, 0);
+});
+
+test('AsyncResource over a created pool: attributes, statistics, trim, release', async () => {
+  using mr = new AsyncResource({ pool: { maxSize: 0 } });
+  assert.equal(mr.ownsPool, true);
+  assert.ok(!mr.isEqual(new AsyncResource()));
+  using s = Stream.create();
+  mr.releaseThreshold = 64 << 20;
+  assert.equal(mr.releaseThreshold, 64 << 20);
+  for (const name of ['reuseFollowEventDependencies', 'reuseAllowOpportunistic', 'reuseAllowInternalDependencies'] as const) {
+    const was = mr[name];
+    assert.equal(typeof was, 'boolean');
+    mr[name] = !was;
+    assert.equal(mr[name], !was);
+    mr[name] = was;
+    assert.throws(() => { mr[name] = 1 as unknown as boolean; }, TypeError);
+  }
+  assert.throws(() => { mr.releaseThreshold = -1; }, RangeError);
+  const bytes = 4 << 20;
+  const ptr = mr.allocate(bytes, s);
+  assert.ok(mr.usedBytes >= bytes);
+  assert.ok(mr.reservedBytes >= bytes);
+  assert.ok(mr.peakUsedBytes >= bytes);
+  assert.ok(mr.peakReservedBytes >= mr.reservedBytes);
+  mr.deallocate(ptr, bytes, s);
+  await s.synchronized();
+  assert.equal(mr.usedBytes, 0);
+  assert.ok(mr.reservedBytes >= bytes, 'the release threshold keeps the memory in the pool');
+  mr.resetPeaks();
+  assert.equal(mr.peakUsedBytes, 0);
+  const reserved = mr.reservedBytes;
+  const released = mr.releaseCached();
+  assert.equal(released, reserved - mr.reservedBytes);
+  assert.ok(released > 0);
+  assert.equal(mr.reservedBytes, 0);
+  mr.resetPeakReserved();
+  assert.equal(mr.peakReservedBytes, 0);
+  mr.trimTo(0);
+  assert.throws(() => mr.trimTo(-1), RangeError);
+  assert.throws(() => mr.setAccess(device, 'read'), RangeError);
+  assert.throws(() => mr.setAccess(device, 'write' as 'read'), RangeError);
+  assert.throws(() => mr.setAccess(0 as unknown as Device, 'read'), TypeError);
+  assert.equal(mr.getAccess(device), 'readwrite');
+  if (Device.count() > 1) {
+    const peer = Device.get(1);
+    mr.setAccess(peer, 'readwrite');
+    assert.equal(mr.getAccess(peer), 'readwrite');
+    mr.setAccess(peer, 'none');
+  }
+});
+
+test('AsyncResource: a bounded pool runs out, and destroy ends its use', () => {
+  const mr = new AsyncResource({ pool: { maxSize: 32 << 20 } });
+  assert.throws(() => mr.allocate(64 << 20), OutOfMemoryError);
+  const ptr = mr.allocate(1 << 20);
+  mr.deallocate(ptr, 1 << 20);
+  Device.get(0).synchronize();
+  mr.destroy();
+  assert.throws(() => mr.allocate(16), UseAfterFreeError);
+  assert.throws(() => mr.reservedBytes, UseAfterFreeError);
+  assert.throws(() => new AsyncResource({ pool: { handleTypes: 'win32' as 'none' } }), RangeError);
+  assert.throws(() => new AsyncResource({ pool: 'mine' as 'default' }), TypeError);
+  assert.throws(() => new AsyncResource({ pool: { maxSize: -1 } }), RangeError);
+});
+
+test('ManagedResource', () => {
+  const mr = new ManagedResource();
+  assert.equal(mr.kind, 'managed');
+  assert.equal(mr.alignment, 256);
+  assert.equal(mr.attach, 'global');
+  assert.ok(mr.isEqual(new ManagedResource({ attach: 'host' })));
+  assert.match(mr.describe(), /ManagedResource/);
+  assert.equal(mr.releaseCached(), 0);
+  exercise(mr);
+  badSizes(mr);
+  assert.throws(() => new ManagedResource({ attach: 'single' as 'host' }), RangeError);
+});
+
+test('PinnedHostResource', () => {
+  const mr = new PinnedHostResource({ mapped: true, portable: true });
+  assert.equal(mr.kind, 'pinned-host');
+  assert.equal(mr.device, -1);
+  assert.equal(mr.alignment, 256);
+  assert.deepEqual(mr.options, { portable: true, mapped: true, writeCombined: false });
+  assert.equal(mr.describe(), 'PinnedHostResource(portable, mapped)');
+  assert.ok(mr.isEqual(new PinnedHostResource()));
+  assert.ok(!mr.isEqual(new CudaResource()));
+  assert.equal(mr.releaseCached(), 0);
+  exercise(mr);
+  badSizes(mr);
+  assert.throws(() => new PinnedHostResource({ writeCombined: 1 as unknown as boolean }), TypeError);
+});
+
+test('current resource per device', () => {
+  const first = getCurrentResource();
+  assert.ok(first instanceof CudaResource);
+  assert.equal(getCurrentResource(device), first);
+  assert.equal(getCurrentResource(0), first);
+  const pool = new AsyncResource();
+  assert.equal(setCurrentResource(device, pool), first);
+  assert.equal(getCurrentResource(), pool);
+  using buf = DeviceBuffer.allocate(1000);
+  assert.equal(buf.resource, pool);
+  assert.equal(setCurrentResource(0, first), pool);
+  assert.throws(() => setCurrentResource(device, new PinnedHostResource()), TypeError);
+  assert.throws(() => setCurrentResource(device, {} as MemoryResource), TypeError);
+  if (Device.count() > 1) {
+    assert.throws(() => setCurrentResource(device, new CudaResource(1)), RangeError);
+    assert.equal(getCurrentResource(1).device, 1);
+  }
+  assert.equal(getCurrentResource(), first);
+});
