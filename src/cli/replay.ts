@@ -6,7 +6,8 @@
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { getBackend } from '../backend/select.js';
-import { replay, type ReplayResult } from '../replay/engine.js';
+import { isOutOfMemory } from '../memory/out-of-memory.js';
+import { ReplayError, replay, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';
 import { formatBytes, formatTable, formatValue } from './format.js';
@@ -42,8 +43,11 @@ function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: 
     });
     return { stack: name, ok: true, notes: stack.notes, result };
   } catch (error) {
-    const exhausted = name === 'arena' ? ' (the arena was exhausted: it cannot grow)' : '';
-    return { stack: name, ok: false, notes: stack.notes, error: `${messageOf(error)}${exhausted}` };
+    const outOfMemory = isOutOfMemory(error instanceof ReplayError ? error.cause : error);
+    const hint = !outOfMemory ? ''
+      : name === 'arena' ? ' (the arena was exhausted: it cannot grow)'
+        : getBackend().name === 'emulated' ? ' (the emulated device is too small for this trace: raise VRAM_EMULATED_BYTES)' : '';
+    return { stack: name, ok: false, notes: stack.notes, error: `${messageOf(error)}${hint}` };
   } finally {
     stack.close();
   }
