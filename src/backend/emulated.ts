@@ -279,7 +279,7 @@ export class EmulatedBackend implements Backend {
     return this.allocDevice(bytes, 'cuMemAlloc');
   }
 
-  /** cuMemFree: synchronises, then frees device or pool memory allocated at exactly `ptr`. */
+  /** cuMemFree: synchronises, then frees device, managed or pool memory allocated at exactly `ptr`. */
   memFree(ptr: Ptr): void {
     const call = 'cuMemFree';
     this.scheduler.drainAll();
@@ -289,9 +289,10 @@ export class EmulatedBackend implements Backend {
       block.segment.pool.free(block, undefined);
       return;
     }
-    const a = this.deviceIndex.find(ptr);
+    const index = this.managedRange.contains(ptr) ? this.managedIndex : this.deviceIndex;
+    const a = index.find(ptr);
     if (a === undefined || a.base !== ptr || a.kind === 'pool') invalidValue(call, `${hex(ptr)} is not an allocation`);
-    this.dropAllocation(this.deviceIndex, a);
+    this.dropAllocation(index, a);
   }
 
   /** cuMemAllocPitch: pitch is the width rounded up to the 512-byte texture pitch alignment. */
@@ -390,9 +391,10 @@ export class EmulatedBackend implements Backend {
 
   /**
    * The ArrayBuffer behind pinned, managed or registered memory, zero-copy. JavaScript cannot alias
-   * part of an ArrayBuffer, so `hostPtr` and `bytes` must cover a whole backing buffer (a whole
-   * allocation; for registered memory, the caller's whole ArrayBuffer); take sub-range views with
-   * `new Uint8Array(view, offset, length)`. Anything else is CUDA_ERROR_NOT_SUPPORTED.
+   * part of an ArrayBuffer, so `hostPtr` must be the first byte of a backing buffer (a pinned or
+   * managed allocation; for registered memory, the caller's ArrayBuffer) and the whole buffer is
+   * returned, which may be longer than `bytes`: take views with `new Uint8Array(view, 0, bytes)`.
+   * Any other address is CUDA_ERROR_NOT_SUPPORTED.
    */
   hostView(hostPtr: Ptr, bytes: number): ArrayBuffer {
     const call = 'hostView';
@@ -401,8 +403,8 @@ export class EmulatedBackend implements Backend {
     const store = a.store;
     const offset = hostPtr - a.base;
     if (offset + bytes > a.size) invalidValue(call, 'the range extends past its allocation');
-    if (store.byteOffset + offset !== 0 || bytes !== store.buffer.byteLength || !(store.buffer instanceof ArrayBuffer)) {
-      fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend can only view a whole backing ArrayBuffer; view sub-ranges of it instead');
+    if (store.byteOffset + offset !== 0 || !(store.buffer instanceof ArrayBuffer)) {
+      fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend can only view a backing ArrayBuffer from its first byte; view sub-ranges of that instead');
     }
     return store.buffer;
   }

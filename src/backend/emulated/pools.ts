@@ -188,18 +188,19 @@ export class PoolState implements Interval {
     if (stream === undefined) {
       block.pending = undefined;
       this.insertFree(block);
-      this.coalesce(block);
+      this.coalesce(block, undefined);
       return undefined;
     }
     const pending: PendingFree = { stream, done: false, blocks: [block] };
     block.pending = pending;
     this.insertFree(block);
+    this.coalesce(block, pending);
     return (): void => {
       pending.done = true;
       for (const b of pending.blocks) {
-        if (b.free && b.pending === pending) {
+        if (b.free && b.pending === pending && this.segments.has(b.segment)) {
           b.pending = undefined;
-          if (this.segments.has(b.segment)) this.coalesce(b);
+          this.coalesce(b, undefined);
         }
       }
     };
@@ -262,30 +263,42 @@ export class PoolState implements Interval {
     return undefined;
   }
 
-  private coalesce(block: Block): void {
+  /**
+   * Merges `block` (free) with free neighbours it may join: neighbours usable by every stream, and,
+   * when `pending` is a free not yet reached, neighbours freed earlier on the same stream. The
+   * result carries `pending` (the latest free on that stream), which is the conservative choice.
+   */
+  private coalesce(block: Block, pending: PendingFree | undefined): void {
+    const joins = (n: Block | undefined): n is Block =>
+      n !== undefined && n.free && (usableBy(n, undefined) || (pending !== undefined && n.pending?.stream === pending.stream));
     let b = block;
     const prev = b.prev;
-    if (prev !== undefined && prev.free && usableBy(prev, undefined)) {
+    if (joins(prev)) {
       this.removeFree(prev);
       this.removeFree(b);
       prev.size += b.size;
       prev.next = b.next;
       if (b.next !== undefined) b.next.prev = prev;
-      prev.generation++;
-      prev.pending = undefined;
+      b.free = false;
+      b.pending = undefined;
       b = prev;
       this.insertFree(b);
     }
     const next = b.next;
-    if (next !== undefined && next.free && usableBy(next, undefined)) {
+    if (joins(next)) {
       this.removeFree(next);
       this.removeFree(b);
       b.size += next.size;
       b.next = next.next;
       if (next.next !== undefined) next.next.prev = b;
-      b.generation++;
-      b.pending = undefined;
+      next.free = false;
+      next.pending = undefined;
       this.insertFree(b);
+    }
+    if (b !== block || b.pending !== pending) {
+      b.generation++;
+      b.pending = pending;
+      if (pending !== undefined && !pending.blocks.includes(b)) pending.blocks.push(b);
     }
   }
 
