@@ -7,9 +7,11 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { Ptr } from '../src/backend/backend.js';
 import { CudaError, InvalidPointerError, OutOfMemoryError } from '../src/errors.js';
+import { CudaResource } from '../src/memory/cuda-resource.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { LoggingAdaptor } from '../src/memory/logging.js';
 import { RetryOnOutOfMemory, isOutOfMemory } from '../src/memory/out-of-memory.js';
+import { PoolResource } from '../src/memory/pool.js';
 import type { MemoryKind, MemoryResource, StreamRef } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { TrackingAdaptor } from '../src/memory/tracking.js';
@@ -306,6 +308,24 @@ describe('RetryOnOutOfMemory', () => {
     retry.deallocate(big, 3 << 20);
     cache.releaseCached();
     assert.equal(upstream.live.size, 0);
+  });
+
+  it('releases a PoolResource\'s cached chunks and succeeds on the retry', () => {
+    const limit = new LimitingAdaptor(new CudaResource(), 8 << 20);
+    const pool = new PoolResource({ upstream: limit, chunkSize: 4 << 20 });
+    const retry = new RetryOnOutOfMemory(pool);
+    try {
+      const a = retry.allocate(3 << 20);
+      retry.deallocate(a, 3 << 20);
+      assert.equal(limit.allocatedBytes, 4 << 20, 'the pool keeps its 4 MiB chunk');
+      const b = retry.allocate(6 << 20); // a new chunk fits under the limit only once the cached one is released
+      assert.equal(retry.retries, 1);
+      assert.equal(retry.recovered, 1);
+      retry.deallocate(b, 6 << 20);
+    } finally {
+      pool.destroy();
+    }
+    assert.equal(limit.allocatedBytes, 0);
   });
 
   it('releases the caches of roots too', () => {

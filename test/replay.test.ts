@@ -2,7 +2,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { getBackend } from '../src/backend/select.js';
+import { replayCommand } from '../src/cli/replay.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { PoolResource } from '../src/memory/pool.js';
@@ -174,6 +178,31 @@ describe('replay of the real traces', () => {
         `peak reserved ${result.peakReservedBytes} < peak live ${result.peakLiveBytes}`);
     } finally {
       pool.releaseCached();
+    }
+  });
+});
+
+describe('vram replay', () => {
+  it('exits 2 on usage errors, 1 on a bad log, 0 on a replay that succeeds', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vram-replay-'));
+    const quiet = { stdout: process.stdout.write, stderr: process.stderr.write };
+    process.stdout.write = process.stderr.write = (() => true) as typeof process.stdout.write;
+    try {
+      const good = join(dir, 'good.csv');
+      const bad = join(dir, 'bad.csv');
+      writeFileSync(good, log('0,0,allocate,0x1000,100,0', '0,1,free,0x1000,100,0'));
+      writeFileSync(bad, log('0,0,free,0x1000,100,0'));
+      assert.equal(await replayCommand([]), 2);
+      assert.equal(await replayCommand([join(dir, 'missing.csv')]), 2);
+      assert.equal(await replayCommand([good, '--resource', 'nope']), 2);
+      assert.equal(await replayCommand([good, '--bogus']), 2);
+      assert.equal(await replayCommand([bad]), 1);
+      assert.equal(await replayCommand([good, '-r', 'cuda', '-r', 'pool', '--json']), 0);
+      assert.equal(await replayCommand([good, '--resource', 'all']), 0);
+    } finally {
+      process.stdout.write = quiet.stdout;
+      process.stderr.write = quiet.stderr;
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
