@@ -64,6 +64,7 @@ export class Stream implements StreamRef {
     if (typeof nonBlocking !== 'boolean') throw new TypeError('nonBlocking must be a boolean');
     const priority = options.priority ?? 0;
     if (typeof priority !== 'number') throw new TypeError(`priority must be a number, got ${typeof priority}`);
+    device.makeCurrent();
     const [least, greatest] = device.backend.streamPriorityRange();
     const low = Math.min(least, greatest);
     const high = Math.max(least, greatest);
@@ -71,7 +72,6 @@ export class Stream implements StreamRef {
       throw new RangeError(
         `priority must be a whole number from ${greatest} (highest) to ${least} (lowest), got ${priority}`);
     }
-    device.makeCurrent();
     const flags = nonBlocking ? StreamFlags.NON_BLOCKING : StreamFlags.DEFAULT;
     return new Stream(device.backend.streamCreate(flags, priority), device, priority, nonBlocking);
   }
@@ -127,6 +127,7 @@ export class Stream implements StreamRef {
   /** True when all work queued so far has completed; never blocks. */
   query(): boolean {
     const handle = this.handle;
+    this.device.makeCurrent();
     return this.device.backend.streamQuery(handle);
   }
 
@@ -142,8 +143,7 @@ export class Stream implements StreamRef {
    * event loop. Work queued after the call is not waited for: an event marks the point.
    */
   async synchronized(): Promise<void> {
-    const handle = this.handle;
-    if (this.device.backend.streamQuery(handle)) return;
+    if (this.query()) return;
     // An event pins the point to wait for, so later work on the stream does not prolong the wait.
     const event = Event.create({ device: this.device, timing: false });
     try {
@@ -241,7 +241,9 @@ export class Event {
 
   /** True when the work captured by the event has completed (or it was never recorded). */
   query(): boolean {
-    return this.device.backend.eventQuery(this.handle);
+    const handle = this.handle;
+    this.device.makeCurrent();
+    return this.device.backend.eventQuery(handle);
   }
 
   /** Blocks the calling thread until the captured work has completed. */
@@ -253,11 +255,10 @@ export class Event {
 
   /** Resolves when the captured work has completed, polling without blocking the event loop. */
   async synchronized(): Promise<void> {
-    const backend = this.device.backend;
-    const handle = this.handle;
+    void this.handle;
     await pollUntil(() => {
       if (this.destroyed) throw new UseAfterFreeError('the event was destroyed while being awaited');
-      return backend.eventQuery(handle);
+      return this.query();
     });
   }
 
