@@ -66,9 +66,32 @@ class CudaBackend implements Backend {
   private readonly attrSlots: DataView;
   private readonly attrSlotPointers: BigUint64Array;
   private readonly attrList = Int32Array.from(POINTER_ATTRIBUTES);
+  // Hot entry points held in fields of their own: the table of all of them is a large object
+  // built key by key, which V8 keeps in (slower) dictionary mode.
+  private readonly allocAsync: DriverFunctions['cuMemAllocAsync'];
+  private readonly allocFromPoolAsync: DriverFunctions['cuMemAllocFromPoolAsync'];
+  private readonly freeAsync: DriverFunctions['cuMemFreeAsync'];
+  private readonly alloc: DriverFunctions['cuMemAlloc_v2'];
+  private readonly free: DriverFunctions['cuMemFree_v2'];
+  private readonly copyAsync: DriverFunctions['cuMemcpyAsync'];
+  private readonly setCurrent: DriverFunctions['cuCtxSetCurrent'];
+  private readonly queryStream: DriverFunctions['cuStreamQuery'];
+  private readonly recordEvent: DriverFunctions['cuEventRecord'];
+  private readonly queryEvent: DriverFunctions['cuEventQuery'];
 
   constructor(private readonly driver: CudaDriver) {
-    this.fn = driver.fn;
+    const fn = driver.fn;
+    this.fn = fn;
+    this.allocAsync = fn.cuMemAllocAsync;
+    this.allocFromPoolAsync = fn.cuMemAllocFromPoolAsync;
+    this.freeAsync = fn.cuMemFreeAsync;
+    this.alloc = fn.cuMemAlloc_v2;
+    this.free = fn.cuMemFree_v2;
+    this.copyAsync = fn.cuMemcpyAsync;
+    this.setCurrent = fn.cuCtxSetCurrent;
+    this.queryStream = fn.cuStreamQuery;
+    this.recordEvent = fn.cuEventRecord;
+    this.queryEvent = fn.cuEventQuery;
     const slotBytes = 8 * POINTER_ATTRIBUTES.length;
     const base = koffi.alloc('uint64_t', POINTER_ATTRIBUTES.length) as bigint;
     this.attrSlots = new DataView(koffi.view(base, slotBytes));
@@ -233,7 +256,7 @@ class CudaBackend implements Backend {
 
   contextSetCurrent(ctx: Handle): void {
     if (ctx === this.currentContext) return;
-    const r = this.fn.cuCtxSetCurrent(ctx);
+    const r = this.setCurrent(ctx);
     if (r !== 0) throw this.fail(r, 'cuCtxSetCurrent');
     this.currentContext = ctx;
   }
@@ -265,13 +288,13 @@ class CudaBackend implements Backend {
   // --- Device memory (memAlloc/memFree are hot: one call, one test) ---
 
   memAlloc(bytes: number): Ptr {
-    const r = this.fn.cuMemAlloc_v2(this.u64, bytes);
+    const r = this.alloc(this.u64, bytes);
     if (r !== 0) throw this.fail(r, 'cuMemAlloc_v2', bytes);
     return Number(this.u64[0]);
   }
 
   memFree(ptr: Ptr): void {
-    const r = this.fn.cuMemFree_v2(ptr);
+    const r = this.free(ptr);
     if (r !== 0) throw this.fail(r, 'cuMemFree_v2');
   }
 
@@ -360,7 +383,7 @@ class CudaBackend implements Backend {
   }
 
   memcpyAsync(dst: Ptr, src: Ptr, bytes: number, stream: Handle): void {
-    const r = this.fn.cuMemcpyAsync(dst, src, bytes, stream);
+    const r = this.copyAsync(dst, src, bytes, stream);
     if (r !== 0) throw this.fail(r, 'cuMemcpyAsync');
   }
 
@@ -436,7 +459,7 @@ class CudaBackend implements Backend {
   }
 
   streamQuery(stream: Handle): boolean {
-    const r = this.fn.cuStreamQuery(stream);
+    const r = this.queryStream(stream);
     if (r === 0) return true;
     if (r === CUresult.NOT_READY) return false;
     throw this.fail(r, 'cuStreamQuery');
@@ -461,12 +484,12 @@ class CudaBackend implements Backend {
   }
 
   eventRecord(event: Handle, stream: Handle): void {
-    const r = this.fn.cuEventRecord(event, stream);
+    const r = this.recordEvent(event, stream);
     if (r !== 0) throw this.fail(r, 'cuEventRecord');
   }
 
   eventQuery(event: Handle): boolean {
-    const r = this.fn.cuEventQuery(event);
+    const r = this.queryEvent(event);
     if (r === 0) return true;
     if (r === CUresult.NOT_READY) return false;
     throw this.fail(r, 'cuEventQuery');
@@ -488,19 +511,19 @@ class CudaBackend implements Backend {
   // --- Stream-ordered allocation (hot: one call, one test) ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {
-    const r = this.fn.cuMemAllocAsync(this.u64, bytes, stream);
+    const r = this.allocAsync(this.u64, bytes, stream);
     if (r !== 0) throw this.fail(r, 'cuMemAllocAsync', bytes);
     return Number(this.u64[0]);
   }
 
   memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr {
-    const r = this.fn.cuMemAllocFromPoolAsync(this.u64, bytes, pool, stream);
+    const r = this.allocFromPoolAsync(this.u64, bytes, pool, stream);
     if (r !== 0) throw this.fail(r, 'cuMemAllocFromPoolAsync', bytes);
     return Number(this.u64[0]);
   }
 
   memFreeAsync(ptr: Ptr, stream: Handle): void {
-    const r = this.fn.cuMemFreeAsync(ptr, stream);
+    const r = this.freeAsync(ptr, stream);
     if (r !== 0) throw this.fail(r, 'cuMemFreeAsync');
   }
 

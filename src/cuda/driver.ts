@@ -4,7 +4,7 @@
  * every other entry point through cuGetProcAddress. The result is one process-wide `CudaDriver`.
  */
 import koffi from 'koffi';
-import { CudaError, CUresultName } from '../errors.js';
+import { CudaError } from '../errors.js';
 import { resolveEntryPoints, type DriverFunctions, type GetProcAddress } from './entry-points.js';
 import { CudaErrorFactory, type ErrorStringFn } from './errors.js';
 import { openDriverLibrary } from './library.js';
@@ -63,9 +63,8 @@ export function openDriver(): CudaDriver {
 
   r = cuInit(0);
   if (r !== 0) {
-    const error = errors.error(r, 'cuInit');
-    throw new CudaError(error.code, error.errorName, 'cuInit',
-      `${errors.description(r) ?? CUresultName[r] ?? 'initialisation failed'} (driver loaded from ${lib.path})`);
+    // No device, a stub library, a driver/kernel-module mismatch: name the library that said so.
+    throw new CudaError(r, errors.name(r), 'cuInit', `${errors.description(r) ?? 'initialisation failed'} (driver loaded from ${lib.path})`);
   }
 
   const fn = resolveEntryPoints(getProc, version, GET_PROC_ADDRESS_DEFAULT);

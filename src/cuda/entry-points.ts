@@ -235,7 +235,8 @@ export function resolveEntryPoints(getProc: GetProcAddress, driverVersion: numbe
     const r = getProc(spec.symbol, pfn, spec.version, flags, status);
     if (r !== 0 || pfn[0] === 0n) {
       if (!spec.optional) {
-        missing.push(`${spec.symbol}@${spec.version}: CUresult ${r}${QUERY_RESULT[status[0] ?? 0] ? `, ${QUERY_RESULT[status[0] ?? 0]}` : ''}`);
+        const why = QUERY_RESULT[status[0] ?? 0];
+        missing.push(`${spec.symbol}@${spec.version}: CUresult ${r}${why !== undefined ? `, ${why}` : ''}`);
       }
       continue;
     }

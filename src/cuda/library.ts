@@ -52,15 +52,16 @@ export function openDriverLibrary(env: NodeJS.ProcessEnv = process.env): DriverL
   const failures: string[] = [];
   for (const path of candidates) {
     if (isStub(path)) {
-      failures.push(`${path}: a CUDA toolkit stub, not a driver`);
+      failures.push(`${path} (a CUDA toolkit stub, not a driver)`);
       continue;
     }
     try {
       return { lib: koffi.load(path), path };
     } catch (error) {
-      failures.push(`${path}: ${error instanceof Error ? error.message.split('\n')[0] : String(error)}`);
+      const message = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
+      failures.push(`${path} (${/no such file|cannot open shared object|not found/i.test(message) ? 'not found' : message})`);
     }
   }
-  const tried = failures.length > 0 ? failures.join('; ') : `nothing (no known driver location on ${process.platform})`;
+  const tried = failures.length > 0 ? failures.join(', ') : `nothing (no known driver location on ${process.platform})`;
   throw new Error(`cannot load the CUDA driver library; tried ${tried}. Set VRAM_LIBCUDA to the driver's libcuda.so.1 if it is elsewhere.`);
 }
