@@ -15,7 +15,7 @@ import { addressRange, IntervalIndex, type Interval } from './emulated/address-s
 import type { Allocation, AllocationKind } from './emulated/allocation.js';
 import { ContextState, DeviceState } from './emulated/devices.js';
 import { checkCount, checkSize, fail, invalidValue, outOfMemory } from './emulated/fail.js';
-import { type Block, PoolState, Segment, type PoolHost, POOL_SEGMENT_GRANULARITY } from './emulated/pools.js';
+import { type Block, PoolState, type PoolHost, POOL_SEGMENT_GRANULARITY } from './emulated/pools.js';
 import { copySpans, EagerStore, fillPattern, LazyStore, type Span, type Store } from './emulated/store.js';
 import { EventState, Scheduler, StreamState, type StreamPoint } from './emulated/streams.js';
 import { PhysicalMemory, PhysicalTable, Reservation, VMM_GRANULARITY } from './emulated/vmm.js';
@@ -115,32 +115,21 @@ export class EmulatedBackend implements Backend {
   private readonly managedRange = addressRange('managed');
   private readonly virtualRange = addressRange('virtual');
   private readonly pinnedRange = addressRange('pinned');
+  private readonly poolRange = addressRange('pool');
   private readonly jsRange = addressRange('javascript');
   private readonly deviceIndex = new IntervalIndex<Allocation>();
   private readonly managedIndex = new IntervalIndex<Allocation>();
   private readonly virtualIndex = new IntervalIndex<Reservation>();
   private readonly pinnedIndex = new IntervalIndex<Allocation>();
+  private readonly poolIndex = new IntervalIndex<PoolState>();
   private readonly registeredIndex = new IntervalIndex<Allocation>();
   private readonly pageableIndex = new IntervalIndex<PageableBuffer>();
   private readonly jsAddresses = new WeakMap<ArrayBufferLike, PageableBuffer>();
   private readonly pageableCleanup = new FinalizationRegistry<PageableBuffer>((entry) => this.pageableIndex.remove(entry));
 
   private readonly poolHost: PoolHost = {
-    createSegment: (pool, bytes, call) => {
-      const device = this.devices[pool.device]!;
-      device.charge(bytes, call);
-      const base = this.deviceRange.take(bytes, POOL_SEGMENT_GRANULARITY, call);
-      const segment = new Segment(pool, base, bytes, this.ctx().handle);
-      this.deviceIndex.insert(segment);
-      return segment;
-    },
-    destroySegment: (segment) => {
-      this.deviceIndex.remove(segment);
-      this.devices[segment.device]!.uncharge(segment.size);
-      for (let b: Block | undefined = segment.first; b !== undefined; b = b.next) {
-        if (!b.free) this.poolBlocks.delete(b.address);
-      }
-    },
+    charge: (pool, bytes, call) => this.devices[pool.device]!.charge(bytes, call),
+    uncharge: (pool, bytes) => this.devices[pool.device]!.uncharge(bytes),
   };
 
   constructor(options: EmulatedBackendOptions = {}) {
@@ -286,7 +275,7 @@ export class EmulatedBackend implements Backend {
     const block = this.poolBlocks.get(ptr);
     if (block !== undefined) {
       this.poolBlocks.delete(ptr);
-      block.segment.pool.free(block, undefined);
+      block.pool.free(block, undefined);
       return;
     }
     const index = this.managedRange.contains(ptr) ? this.managedIndex : this.deviceIndex;
@@ -668,7 +657,7 @@ export class EmulatedBackend implements Backend {
       invalidValue(call, `${hex(ptr)} is not a stream-ordered allocation`);
     }
     this.poolBlocks.delete(ptr);
-    const complete = block.segment.pool.free(block, s);
+    const complete = block.pool.free(block, s);
     this.enqueue(s, complete);
   }
 
@@ -686,9 +675,7 @@ export class EmulatedBackend implements Backend {
     const handleTypes = props.handleTypes ?? 0;
     checkCount(maxSize, call, 'maxSize');
     if (handleTypes !== 0 && handleTypes !== 1) invalidValue(call, `unsupported handle types ${handleTypes}`);
-    const pool = new PoolState(this.handle(), props.device, maxSize, handleTypes, this.poolHost);
-    this.pools.set(pool.handle, pool);
-    return pool.handle;
+    return this.newPool(props.device, maxSize, handleTypes, call).handle;
   }
 
   /** cuMemPoolDestroy: default pools cannot be destroyed; memory still allocated goes with it. */
@@ -697,7 +684,9 @@ export class EmulatedBackend implements Backend {
     const p = this.pool(pool, call);
     if ([...this.defaultPools.values()].includes(p)) invalidValue(call, 'a default pool cannot be destroyed');
     this.scheduler.drainAll();
+    for (const b of p.allocatedBlocks()) this.poolBlocks.delete(b.address);
     p.destroy();
+    this.poolIndex.remove(p);
     this.pools.delete(pool);
   }
 
@@ -852,7 +841,7 @@ export class EmulatedBackend implements Backend {
     if (a === undefined) return { memoryType: 0, device: -1, isManaged: false, rangeStart: 0, rangeSize: 0, context: 0 };
     let rangeStart = a.base;
     let rangeSize = a.size;
-    if (a instanceof Segment) {
+    if (a instanceof PoolState) {
       const block = a.blockAt(ptr);
       if (block !== undefined) {
         rangeStart = block.address;
@@ -932,10 +921,24 @@ export class EmulatedBackend implements Backend {
   private defaultPool(ordinal: number): PoolState {
     let pool = this.defaultPools.get(ordinal);
     if (pool === undefined) {
-      pool = new PoolState(this.handle(), ordinal, 0, 0, this.poolHost);
+      pool = this.newPool(ordinal, 0, 0, 'cuDeviceGetDefaultMemPool');
       this.defaultPools.set(ordinal, pool);
-      this.pools.set(pool.handle, pool);
     }
+    return pool;
+  }
+
+  /**
+   * A new pool with its own virtual address range: four times the device's capacity (or its
+   * maxSize), enough for any fragmentation the capacity allows.
+   */
+  private newPool(ordinal: number, maxSize: number, handleTypes: number, call: string): PoolState {
+    const device = this.devices[ordinal]!;
+    const span = Math.ceil((maxSize > 0 ? Math.min(maxSize, device.capacity) : device.capacity) * 4 / POOL_SEGMENT_GRANULARITY)
+      * POOL_SEGMENT_GRANULARITY;
+    const base = this.poolRange.take(span, POOL_SEGMENT_GRANULARITY, call);
+    const pool = new PoolState(this.handle(), ordinal, this.ctx().handle, maxSize, handleTypes, base, span, this.poolHost);
+    this.pools.set(pool.handle, pool);
+    this.poolIndex.insert(pool);
     return pool;
   }
 
@@ -1011,6 +1014,7 @@ export class EmulatedBackend implements Backend {
     if (this.managedRange.contains(address)) return this.managedIndex.find(address);
     if (this.virtualRange.contains(address)) return this.virtualIndex.find(address);
     if (this.pinnedRange.contains(address)) return this.pinnedIndex.find(address);
+    if (this.poolRange.contains(address)) return this.poolIndex.find(address);
     if (this.jsRange.contains(address)) return this.registeredIndex.find(address);
     return undefined;
   }

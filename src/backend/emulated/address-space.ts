@@ -135,6 +135,7 @@ export const ADDRESS_RANGES = {
   virtual: { start: 0x1_0000_0000_0000, size: 128 * TIB },
   pinned: { start: 0x2_0000_0000_0000, size: 64 * TIB },
   javascript: { start: 0x3_0000_0000_0000, size: 64 * TIB },
+  pool: { start: 0x4_0000_0000_0000, size: 1024 * TIB },
 } as const;
 
 /** Creates the bump range for one kind of memory. */

@@ -1,14 +1,16 @@
 /**
- * Stream-ordered memory pools (cuMemAllocAsync), emulated. A pool takes capacity from its device in
- * segments whose size is the request rounded up to the 2 MiB physical granularity, sub-allocates
- * them best fit in 512-byte granules, coalesces free neighbours, and keeps freed memory cached
- * until trimmed: at each synchronisation point it gives back whole free segments while it holds more
- * than its release threshold, as the driver does.
+ * Stream-ordered memory pools (cuMemAllocAsync), emulated the way the driver builds them: a pool
+ * owns a large range of virtual addresses and backs it with physical memory in 2 MiB pages, mapped
+ * when a block needs them and unmapped when the pool releases memory. Blocks tile the range from
+ * its start; allocation is best fit over free blocks (512-byte granules), else the range grows at
+ * its top (extending a free block at the top if there is one); free neighbours coalesce. What the
+ * pool reserves (RESERVED_MEM_CURRENT, and capacity) is the mapped pages. Freed memory stays
+ * mapped until released: at each synchronisation point the pool unmaps pages lying wholly inside
+ * free blocks while it holds more than its release threshold, as the driver does.
  *
  * Reuse follows stream order: a block freed on stream A may be handed out again at once on A, but
  * on another stream only after A has reached the free.
  */
-import type { Interval } from './address-space.js';
 import type { Allocation } from './allocation.js';
 import { outOfMemory } from './fail.js';
 import { LazyStore } from './store.js';
@@ -16,7 +18,7 @@ import type { StreamState } from './streams.js';
 
 /** Granule of pool blocks: every block address and size is a multiple of it. */
 export const POOL_BLOCK_ALIGNMENT = 512;
-/** Granule of pool segments: the physical allocation granularity. */
+/** Page size of pool memory: the physical allocation granularity. */
 export const POOL_SEGMENT_GRANULARITY = 2 * 1024 * 1024;
 
 /** A free that a stream has not reached yet; shared by the pieces of a block split meanwhile. */
@@ -32,84 +34,43 @@ function usableBy(block: Block, stream: StreamState | undefined): boolean {
   return p === undefined || p.done || p.stream === stream;
 }
 
-/** A sub-range of a segment, allocated or free. */
+/** A sub-range of a pool's address range, allocated or free. */
 export class Block {
   /** True when free (cached in the pool). */
   free = false;
   /** The free that a stream has not reached yet; only that stream may reuse the block meanwhile. */
   pending: PendingFree | undefined;
-  /** Bumped whenever the block changes hands, so a stale queued free is ignored. */
+  /** Bumped whenever the block changes hands. */
   generation = 0;
   prev: Block | undefined;
   next: Block | undefined;
 
   constructor(
-    readonly segment: Segment,
+    readonly pool: PoolState,
     public address: number,
     public size: number,
   ) {}
 }
 
-/** Memory a pool holds from its device: an allocation in the device address range. */
-export class Segment implements Allocation {
-  readonly kind = 'pool' as const;
-  live = true;
-  readonly store: LazyStore;
-  readonly flags = 0;
-  /** First block of the segment (blocks tile it in address order). */
-  first: Block;
-
-  constructor(
-    readonly pool: PoolState,
-    readonly base: number,
-    readonly size: number,
-    readonly context: number,
-  ) {
-    this.store = new LazyStore(size);
-    this.first = new Block(this, base, size);
-  }
-
-  /** Capacity this segment holds. */
-  get charged(): number {
-    return this.size;
-  }
-
-  /** The pool's device. */
-  get device(): number {
-    return this.pool.device;
-  }
-
-  /** True when the whole segment is one free block that no stream still has a pending free on. */
-  get reclaimable(): boolean {
-    return this.first.free && this.first.next === undefined && usableBy(this.first, undefined);
-  }
-
-  /** The block containing `address`. */
-  blockAt(address: number): Block | undefined {
-    for (let b: Block | undefined = this.first; b !== undefined; b = b.next) {
-      if (address >= b.address && address < b.address + b.size) return b;
-    }
-    return undefined;
-  }
-}
-
-/** What a pool needs from the backend: capacity and addresses for segments. */
+/** What a pool needs from the backend: capacity for the pages it maps. */
 export interface PoolHost {
-  /** Takes `bytes` of capacity and an address range for a new segment (throws when out of memory). */
-  createSegment(pool: PoolState, bytes: number, call: string): Segment;
-  /** Gives a segment's capacity and addresses back. */
-  destroySegment(segment: Segment): void;
+  /** Takes `bytes` of the pool's device capacity (throws OutOfMemoryError naming `call`). */
+  charge(pool: PoolState, bytes: number, call: string): void;
+  /** Gives `bytes` of capacity back. */
+  uncharge(pool: PoolState, bytes: number): void;
 }
 
 function compareFree(a: Block, b: Block): number {
   return a.size - b.size || a.address - b.address;
 }
 
-/** A stream-ordered pool: its attributes, statistics, segments and free blocks. */
-export class PoolState implements Interval {
-  readonly base: number;
-  readonly size = 1;
+/** A stream-ordered pool: its attributes, statistics, address range, pages and blocks. */
+export class PoolState implements Allocation {
+  readonly kind = 'pool' as const;
   live = true;
+  readonly flags = 0;
+  readonly charged = 0;
+  readonly store: LazyStore;
   /** The three reuse policies, stored as set (they default to enabled). */
   readonly reuse = new Map<number, number>([[1, 1], [2, 1], [3, 1]]);
   releaseThreshold = 0;
@@ -119,7 +80,12 @@ export class PoolState implements Interval {
   usedHigh = 0;
   /** Access of other devices (the owning device always has read-write). */
   readonly access = new Map<number, number>();
-  readonly segments = new Set<Segment>();
+  /** Indexes (from `base`, in 2 MiB pages) of the mapped pages. */
+  private readonly mapped = new Set<number>();
+  /** The first block; blocks tile [base, top). */
+  private first: Block | undefined;
+  private last: Block | undefined;
+  private top: number;
   /** Free blocks sorted by (size, address), for best fit. */
   private readonly freeBlocks: Block[] = [];
 
@@ -128,13 +94,20 @@ export class PoolState implements Interval {
     readonly handle: number,
     /** Device ordinal the pool's memory lives on. */
     readonly device: number,
+    /** Context it was created in. */
+    readonly context: number,
     /** Upper bound on reserved bytes; 0 for none. */
     readonly maxSize: number,
     /** Handle types it can be exported as. */
     readonly handleTypes: number,
+    /** Start of the pool's virtual address range (2 MiB aligned). */
+    readonly base: number,
+    /** Size of the range. */
+    readonly size: number,
     private readonly host: PoolHost,
   ) {
-    this.base = handle;
+    this.top = base;
+    this.store = new LazyStore(size);
   }
 
   /** Hands out a block of at least `bytes` usable by `stream`. */
@@ -142,29 +115,37 @@ export class PoolState implements Interval {
     const size = Math.ceil(bytes / POOL_BLOCK_ALIGNMENT) * POOL_BLOCK_ALIGNMENT;
     let block = this.bestFit(size, stream);
     if (block === undefined) {
-      const segmentSize = Math.ceil(size / POOL_SEGMENT_GRANULARITY) * POOL_SEGMENT_GRANULARITY;
-      let segment: Segment;
-      try {
-        segment = this.grow(segmentSize, call);
-      } catch (error) {
-        // Give back what is cached and try once more before failing.
-        if (this.releaseTo(0) === 0) throw error;
-        segment = this.grow(segmentSize, call);
+      const tail = this.last !== undefined && this.last.free && usableBy(this.last, stream) ? this.last : undefined;
+      const grow = size - (tail?.size ?? 0);
+      if (this.top + grow > this.base + this.size) {
+        outOfMemory(bytes, call, `the pool's ${this.size}-byte address range is exhausted`);
       }
-      this.reserved += segmentSize;
-      this.reservedHigh = Math.max(this.reservedHigh, this.reserved);
-      block = segment.first;
+      if (tail !== undefined) {
+        this.removeFree(tail);
+        tail.size += grow;
+        block = tail;
+      } else {
+        block = new Block(this, this.top, grow);
+        block.free = true;
+        block.prev = this.last;
+        if (this.last !== undefined) this.last.next = block;
+        else this.first = block;
+        this.last = block;
+      }
+      this.top += grow;
     } else {
       this.removeFree(block);
     }
+    this.mapPages(block.address, size, bytes, call, block);
     if (block.size - size >= POOL_BLOCK_ALIGNMENT) {
-      const rest = new Block(block.segment, block.address + size, block.size - size);
+      const rest = new Block(this, block.address + size, block.size - size);
       rest.free = true;
       rest.pending = block.pending;
       rest.pending?.blocks.push(rest);
       rest.prev = block;
       rest.next = block.next;
       if (block.next !== undefined) block.next.prev = rest;
+      else this.last = rest;
       block.next = rest;
       block.size = size;
       this.insertFree(rest);
@@ -198,7 +179,7 @@ export class PoolState implements Interval {
     return (): void => {
       pending.done = true;
       for (const b of pending.blocks) {
-        if (b.free && b.pending === pending && this.segments.has(b.segment)) {
+        if (b.free && b.pending === pending && this.live) {
           b.pending = undefined;
           this.coalesce(b, undefined);
         }
@@ -206,45 +187,82 @@ export class PoolState implements Interval {
     };
   }
 
-  /** Gives back whole free segments while more than `keep` bytes are reserved; returns bytes released. */
+  /** Unmaps pages wholly inside free blocks while more than `keep` bytes are mapped; returns bytes released. */
   releaseTo(keep: number): number {
-    let released = 0;
     if (this.reserved <= keep) return 0;
-    for (const segment of this.segments) {
-      if (this.reserved <= keep) break;
-      if (!segment.reclaimable) continue;
-      this.removeFree(segment.first);
-      this.segments.delete(segment);
-      this.reserved -= segment.size;
-      released += segment.size;
-      this.host.destroySegment(segment);
+    let released = 0;
+    // Largest free blocks first: they hold the most whole pages.
+    for (let i = this.freeBlocks.length - 1; i >= 0 && this.reserved > keep; i--) {
+      const b = this.freeBlocks[i]!;
+      if (!usableBy(b, undefined)) continue;
+      const first = Math.ceil((b.address - this.base) / POOL_SEGMENT_GRANULARITY);
+      // Past the top block nothing is allocated, so its last partial page counts as free too.
+      const end = (b.next === undefined ? Math.ceil : Math.floor)((b.address + b.size - this.base) / POOL_SEGMENT_GRANULARITY);
+      for (let page = first; page < end && this.reserved > keep; page++) {
+        if (!this.mapped.delete(page)) continue;
+        this.reserved -= POOL_SEGMENT_GRANULARITY;
+        released += POOL_SEGMENT_GRANULARITY;
+        this.store.fill(page * POOL_SEGMENT_GRANULARITY, POOL_SEGMENT_GRANULARITY, new Uint8Array(1));
+      }
     }
+    if (released > 0) this.host.uncharge(this, released);
     return released;
   }
 
   /** Releases what exceeds the release threshold (called at synchronisation points). */
   releaseAboveThreshold(): void {
-    this.releaseTo(this.releaseThreshold);
+    if (this.reserved > this.releaseThreshold) this.releaseTo(this.releaseThreshold);
   }
 
-  /** Destroys every segment (memPoolDestroy). */
+  /** The block containing `address`, if it lies in the pool's blocks. */
+  blockAt(address: number): Block | undefined {
+    for (let b = this.first; b !== undefined; b = b.next) {
+      if (address >= b.address && address < b.address + b.size) return b;
+    }
+    return undefined;
+  }
+
+  /** Every allocated block, in address order. */
+  *allocatedBlocks(): IterableIterator<Block> {
+    for (let b = this.first; b !== undefined; b = b.next) if (!b.free) yield b;
+  }
+
+  /** Gives every mapped page back (memPoolDestroy). */
   destroy(): void {
-    for (const segment of this.segments) this.host.destroySegment(segment);
-    this.segments.clear();
+    if (this.reserved > 0) this.host.uncharge(this, this.reserved);
+    this.mapped.clear();
     this.freeBlocks.length = 0;
+    this.first = undefined;
+    this.last = undefined;
     this.reserved = 0;
     this.used = 0;
     this.live = false;
   }
 
-  private grow(segmentSize: number, call: string): Segment {
-    if (this.maxSize > 0 && this.reserved + segmentSize > this.maxSize) {
-      outOfMemory(segmentSize, call,
-        `the pool holds ${this.reserved} bytes and its maximum size is ${this.maxSize}`);
+  /** Maps the pages under [address, address + length) that are not mapped yet. */
+  private mapPages(address: number, length: number, requested: number, call: string, block: Block): void {
+    const first = Math.floor((address - this.base) / POOL_SEGMENT_GRANULARITY);
+    const end = Math.ceil((address + length - this.base) / POOL_SEGMENT_GRANULARITY);
+    let missing = 0;
+    for (let page = first; page < end; page++) if (!this.mapped.has(page)) missing++;
+    if (missing === 0) return;
+    const bytes = missing * POOL_SEGMENT_GRANULARITY;
+    try {
+      if (this.maxSize > 0 && this.reserved + bytes > this.maxSize) {
+        outOfMemory(requested, call, `the pool holds ${this.reserved} bytes and its maximum size is ${this.maxSize}`);
+      }
+      this.host.charge(this, bytes, call);
+    } catch (error) {
+      // Give back cached pages (not the ones this block needs) and try once more before failing.
+      this.insertFree(block);
+      if (this.releaseTo(0) === 0) throw error;
+      this.removeFree(block);
+      this.mapPages(address, length, requested, call, block);
+      return;
     }
-    const segment = this.host.createSegment(this, segmentSize, call);
-    this.segments.add(segment);
-    return segment;
+    for (let page = first; page < end; page++) this.mapped.add(page);
+    this.reserved += bytes;
+    this.reservedHigh = Math.max(this.reservedHigh, this.reserved);
   }
 
   private bestFit(size: number, stream: StreamState): Block | undefined {
@@ -279,6 +297,7 @@ export class PoolState implements Interval {
       prev.size += b.size;
       prev.next = b.next;
       if (b.next !== undefined) b.next.prev = prev;
+      else this.last = prev;
       b.free = false;
       b.pending = undefined;
       b = prev;
@@ -291,6 +310,7 @@ export class PoolState implements Interval {
       b.size += next.size;
       b.next = next.next;
       if (next.next !== undefined) next.next.prev = b;
+      else this.last = b;
       next.free = false;
       next.pending = undefined;
       this.insertFree(b);
