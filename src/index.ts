@@ -1,0 +1,66 @@
+/**
+ * vram: CUDA memory management for TypeScript. This module is the public API; the layers below it
+ * (src/cuda, src/backend) are reachable through `getBackend()` for code that needs a primitive the
+ * classes do not cover.
+ */
+import './polyfills.js';
+
+// Backend selection and the primitive interface
+export { getBackend, setBackend, backendFallbackReason } from './backend/select.js';
+export { EmulatedBackend } from './backend/emulated.js';
+export type {
+  Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory,
+} from './backend/backend.js';
+
+// Errors and argument checks
+export {
+  CudaError, OutOfMemoryError, VramStateError, UseAfterFreeError, DoubleFreeError,
+  InvalidPointerError, NotSupportedError, CUresult,
+} from './errors.js';
+export type { OutOfMemoryStatistics } from './errors.js';
+
+// Devices, contexts, streams, events
+export { Device, Context } from './device.js';
+export type { ContextOptions, ContextSchedule } from './device.js';
+export { Stream, Event } from './stream.js';
+export type { StreamOptions, EventOptions } from './stream.js';
+
+// Buffers and lifetimes
+export { DeviceBuffer, PitchedDeviceBuffer } from './memory/device-buffer.js';
+export type { DeviceBufferOptions, PitchedOptions } from './memory/device-buffer.js';
+export { HostBuffer } from './memory/host-buffer.js';
+export type { HostBufferOptions, HostRegisterOptions } from './memory/host-buffer.js';
+export { ManagedBuffer } from './memory/managed-buffer.js';
+export type { ManagedBufferOptions, ManagedAdvice } from './memory/managed-buffer.js';
+export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from './memory/lifetime.js';
+export type { LeakRecord, LeakStatistics } from './memory/lifetime.js';
+
+// Memory resources: the interface, upstream resources, sub-allocators, adaptors
+export { defaultStream, isReserving } from './memory/resource.js';
+export type { MemoryResource, ReservingResource, StreamRef, MemoryKind } from './memory/resource.js';
+export { getCurrentResource, setCurrentResource } from './memory/current.js';
+export { CudaResource } from './memory/cuda-resource.js';
+export { AsyncResource } from './memory/async-resource.js';
+export type { AsyncResourceOptions, AsyncPoolOptions } from './memory/async-resource.js';
+export { ManagedResource } from './memory/managed-resource.js';
+export { PinnedHostResource } from './memory/pinned-host-resource.js';
+export { PoolResource } from './memory/pool.js';
+export type { PoolOptions, PoolStatistics } from './memory/pool.js';
+export { ArenaResource } from './memory/arena.js';
+export type { ArenaOptions, PitchedBlock } from './memory/arena.js';
+export { BinningResource } from './memory/binning.js';
+export { FixedSizeResource } from './memory/fixed-size.js';
+export { PinnedHostPool } from './memory/pinned-host-pool.js';
+export { StatisticsAdaptor } from './memory/statistics.js';
+export type { AllocationStatistics } from './memory/statistics.js';
+export { LimitingAdaptor } from './memory/limiting.js';
+export { TrackingAdaptor } from './memory/tracking.js';
+export type { TrackedAllocation } from './memory/tracking.js';
+export { LoggingAdaptor, ALLOCATION_LOG_HEADER } from './memory/logging.js';
+export { RetryOnOutOfMemory } from './memory/out-of-memory.js';
+
+// Allocation logs and their replay
+export { parseAllocationLog, readAllocationLog, TraceParseError } from './replay/parse.js';
+export type { AllocationTrace, TraceEvent } from './replay/parse.js';
+export { replay, ReplayError } from './replay/engine.js';
+export type { ReplayResult, ReplayOptions } from './replay/engine.js';
