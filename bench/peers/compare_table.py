@@ -47,14 +47,17 @@ def main(directory):
     # kind 'higher': ratio = ours/ref, must be >= target; 'lower': ratio = ours/ref, must be <= target;
     # 'absolute': ours must be <= target (ns); None: for information.
     lines = []
-    for size in sorted(pinned):
+    pinned_sizes = sorted(set(pinned) | {size for (name, size) in ours if name.startswith("pinned ")})
+    for size in pinned_sizes:
         for direction, key in (("H2D", "h2d_gbps"), ("D2H", "d2h_gbps")):
             target = 0.97 if size >= (256 << 20) else None
             lines.append((f"pinned {direction} GB/s", size, ours.get((f"pinned {direction}", size)),
-                          "CUDA C pinned_copy", pinned[size][key], "higher", target))
-    for (name, size), ref in sorted(alloc.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+                          "CUDA C pinned_copy", pinned.get(size, {}).get(key), "higher", target))
+    driver_rows = set(alloc) | {key for key in ours if key[0].startswith("cuMemAlloc")}
+    for name, size in sorted(driver_rows):
         target = 1.3 if name.startswith("cuMemAllocAsync") else None
-        lines.append((f"{name} ns", size, ours.get((name, size)), "CUDA C alloc_async", ref, "lower", target))
+        lines.append((f"{name} ns", size, ours.get((name, size)), "CUDA C alloc_async", alloc.get((name, size)),
+                      "lower", target))
     for size in (256, 1 << 20, 64 << 20):
         pool = ours.get(("PoolResource", size))
         lines.append(("PoolResource pair ns", size, pool, "cupy MemoryPool", peers.get(("cupy MemoryPool", size)),
