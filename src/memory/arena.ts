@@ -197,8 +197,8 @@ export class ArenaResource implements ReservingResource {
 
   private liveBlock(ptr: Ptr): number {
     this.checkActive();
-    const i = this.heap.live.get(ptr);
-    if (i !== undefined) return i;
+    const i = typeof ptr === 'number' ? this.heap.live.get(ptr) : NIL;
+    if (i !== NIL) return i;
     const s = this.heap.store;
     if (typeof ptr === 'number' && ptr >= this.start && ptr < this.start + this.size) {
       for (const f of this.heap.freeBlocks()) {

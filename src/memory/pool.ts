@@ -149,8 +149,8 @@ export class PoolResource implements ReservingResource {
     checkBytes(bytes);
     if (this.destroyed) throw new UseAfterFreeError(`${this.describe()} was destroyed`);
     const heap = this.heap;
-    const i = heap.live.get(ptr);
-    if (i === undefined) throw this.badPointer(ptr);
+    const i = typeof ptr === 'number' ? heap.live.get(ptr) : NIL;
+    if (i === NIL) throw this.badPointer(ptr);
     const s = heap.store;
     if (s.requested[i] !== bytes) {
       throw new InvalidPointerError(

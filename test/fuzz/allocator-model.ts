@@ -8,7 +8,7 @@
 import type { Backend } from '../../src/backend/backend.js';
 import { getBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
-import { DoubleFreeError, InvalidPointerError } from '../../src/errors.js';
+import { DoubleFreeError, InvalidPointerError, OutOfMemoryError } from '../../src/errors.js';
 import { ArenaResource } from '../../src/memory/arena.js';
 import { BinningResource } from '../../src/memory/binning.js';
 import { CudaResource } from '../../src/memory/cuda-resource.js';
@@ -38,6 +38,10 @@ export interface Subject {
   live?(): { bytes: number; count: number };
   /** Bytes held from upstream / driver. */
   reserved?(): number;
+  /** Largest request (wrong-size probes stay below it, so they reach the same allocator). */
+  readonly maxRequest?: number;
+  /** The allocator may run out (a fixed arena): OutOfMemoryError on allocate is then no failure. */
+  readonly bounded?: boolean;
   /** Frees what the allocator holds (after all blocks were freed). */
   close(): void;
 }
@@ -78,6 +82,7 @@ export const factories: readonly SubjectFactory[] = [
         resource: arena,
         size: (r) => logUniform(r, 2 * 1024 * 1024),
         live: () => ({ bytes: arena.liveBytes, count: -1 }),
+        bounded: true,
         reserved: () => arena.reservedBytes,
         close: () => arena.shutdown(),
       };
@@ -102,6 +107,7 @@ export const factories: readonly SubjectFactory[] = [
       const bin = new BinningResource(new CudaResource(), { minSizeExponent: 8, maxSizeExponent: 16 });
       return {
         resource: bin,
+        maxRequest: 64 * 1024,
         size: (r) => logUniform(r, 64 * 1024), // within the bins: the upstream (cuMemFree) does not detect double frees
         close: () => { bin.releaseCached(); bin.destroy(); },
       };
@@ -190,7 +196,16 @@ export function runModel(factory: SubjectFactory, options: RunOptions): void {
       if (live.length < maxLive && (r < 0.52 || live.length === 0)) {
         const bytes = subject.size(random);
         const stream = pick(streams);
-        const ptr = mr.allocate(bytes, stream);
+        let ptr: number;
+        try {
+          ptr = mr.allocate(bytes, stream);
+        } catch (error) {
+          if (subject.bounded === true && error instanceof OutOfMemoryError) {
+            check(subject, live, liveBytes);
+            continue;
+          }
+          throw error;
+        }
         if (ptr % mr.alignment !== 0) throw new Error(`block 0x${ptr.toString(16)} is not aligned to ${mr.alignment}`);
         insertChecked(live, { ptr, bytes, stream });
         liveBytes += bytes;
@@ -206,7 +221,8 @@ export function runModel(factory: SubjectFactory, options: RunOptions): void {
         }
       } else if (r < 0.985) {
         const b = live[Math.floor(random() * live.length)]!;
-        expectThrow('wrong size', () => mr.deallocate(b.ptr, b.bytes + 1 + Math.floor(random() * 4096)), [InvalidPointerError, RangeError]);
+        const wrong = Math.min(b.bytes + 1 + Math.floor(random() * 4096), subject.maxRequest ?? Infinity);
+        if (wrong !== b.bytes) expectThrow('wrong size', () => mr.deallocate(b.ptr, wrong), [InvalidPointerError, RangeError]);
         expectThrow('foreign pointer', () => mr.deallocate(12345 * 4096 + 17, 256), [InvalidPointerError]);
         expectThrow('zero size', () => mr.allocate(0), [RangeError]);
         expectThrow('fractional size', () => mr.allocate(1.5), [RangeError]);

@@ -14,6 +14,7 @@ import type { Backend } from '../../backend/backend.js';
 import { EventFlags } from '../../backend/backend.js';
 import { BlockStore, LIVE, NIL } from './block-store.js';
 import { FreeLists, GRANULE } from './free-list.js';
+import { LiveTable } from './live-table.js';
 
 /** List id of memory no stream has used yet (fresh address space): reusable by any stream. */
 export const NEUTRAL = 0;
@@ -36,7 +37,7 @@ export class BlockHeap {
   private lastStream = Number.NaN;
   private lastLists: FreeLists;
   /** Live blocks by address. */
-  readonly live = new Map<number, number>();
+  readonly live = new LiveTable();
   /** Bytes the callers asked for, summed over live blocks. */
   liveBytes = 0;
   /** High-water mark of liveBytes. */

@@ -27,6 +27,8 @@ export class BlockStore {
   fprev: Int32Array;
   fnext: Int32Array;
   owner: Int32Array;
+  /** Size class of a free block (set when it enters a free list). */
+  sizeClass: Int16Array;
   private spare: Int32Array;
   private spareCount = 0;
   private used = 0;
@@ -40,6 +42,7 @@ export class BlockStore {
     this.fprev = new Int32Array(capacity);
     this.fnext = new Int32Array(capacity);
     this.owner = new Int32Array(capacity);
+    this.sizeClass = new Int16Array(capacity);
     this.spare = new Int32Array(capacity);
   }
 
@@ -73,6 +76,9 @@ export class BlockStore {
     this.fprev = i32(this.fprev);
     this.fnext = i32(this.fnext);
     this.owner = i32(this.owner);
+    const cls = new Int16Array(n);
+    cls.set(this.sizeClass);
+    this.sizeClass = cls;
     this.spare = i32(this.spare);
   }
 }

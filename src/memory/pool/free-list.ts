@@ -54,6 +54,7 @@ export class FreeLists {
   insert(i: number): void {
     const s = this.store;
     const c = sizeClass(s.size[i]!);
+    s.sizeClass[i] = c;
     const h = this.heads[c]!;
     s.fprev[i] = NIL;
     s.fnext[i] = h;
@@ -75,7 +76,7 @@ export class FreeLists {
     if (n !== NIL) s.fprev[n] = p;
     if (p !== NIL) s.fnext[p] = n;
     else {
-      const c = sizeClass(s.size[i]!);
+      const c = s.sizeClass[i]!;
       this.heads[c] = n;
       if (n === NIL) {
         const g = c >> SL_BITS;
@@ -94,9 +95,10 @@ export class FreeLists {
   findFit(size: number): number {
     const c = sizeClass(size);
     const higher = this.nextNonEmpty(c + 1);
-    let best = this.bestIn(c, size, higher === NIL ? Infinity : SCAN_LIMIT);
-    if (best === NIL && higher !== NIL) best = this.bestIn(higher, size, SCAN_LIMIT);
-    return best;
+    if (this.heads[c] === NIL) return higher === NIL ? NIL : this.bestIn(higher, size, SCAN_LIMIT);
+    const best = this.bestIn(c, size, higher === NIL ? Infinity : SCAN_LIMIT);
+    if (best !== NIL || higher === NIL) return best;
+    return this.bestIn(higher, size, SCAN_LIMIT);
   }
 
   /** The first free block found (any size), or NIL: used to drain these lists. */
