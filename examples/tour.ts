@@ -1,0 +1,75 @@
+/**
+ * The README's tour of the API, as one program that runs on either backend:
+ * `node dist/examples/tour.js` (test/examples.test.ts runs it in `npm test`).
+ */
+import assert from 'node:assert/strict';
+import {
+  ArenaResource, Device, DeviceBuffer, HostBuffer, PoolResource, StatisticsAdaptor, Stream,
+  TrackingAdaptor, getBackend, parseAllocationLog, replay, setCurrentResource,
+} from '../src/index.js';
+
+// 1. Devices: name, memory and the attributes a memory library needs.
+const device = Device.get(0);
+console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free} bytes free`);
+
+// 2. Device memory: allocate, copy in and out, free (or `using`, which frees at scope end).
+{
+  using buf = DeviceBuffer.allocate(1024);
+  buf.copyFromHost(new Float32Array(256).fill(1.5));
+  const back = buf.copyToHost(new Float32Array(256));
+  assert.equal(back[255], 1.5);
+}
+
+// 3. Pinned host memory and stream-ordered async copies; await without blocking the event loop.
+{
+  using stream = Stream.create({ nonBlocking: true });
+  using pinned = HostBuffer.allocate(1 << 20);
+  using dev = DeviceBuffer.allocate(1 << 20, { stream });
+  pinned.view(Uint32Array).fill(7);
+  dev.copyFromHost(pinned, { stream });
+  dev.copyToHost(pinned, { stream, offset: 0, bytes: 4 });
+  await stream.synchronized();
+  assert.equal(pinned.view(Uint32Array)[0], 7);
+}
+
+// 4. A pool as the current resource: allocation on a hit costs no driver call.
+{
+  const pool = new StatisticsAdaptor(new PoolResource());
+  const previous = setCurrentResource(device, pool);
+  for (let i = 0; i < 100; i++) DeviceBuffer.allocate(4096).free();
+  console.log('pool statistics:', pool.statistics);
+  setCurrentResource(device, previous);
+  pool.releaseCached();
+}
+
+// 5. An arena with 2D pitched blocks, sized with its helper.
+{
+  const arena = ArenaResource.activate(ArenaResource.ceil2DVolume(1000, 100));
+  const { ptr, pitch } = arena.allocatePitched(1000, 100);
+  console.log(`pitched block at 0x${ptr.toString(16)}, pitch ${pitch}`);
+  arena.deallocatePitched(ptr);
+  arena.shutdown();
+}
+
+// 6. Where did my memory go? Outstanding allocations with their stacks.
+{
+  const tracker = new TrackingAdaptor(new PoolResource(), { captureStacks: true });
+  const leaked = tracker.allocate(1 << 16);
+  console.log(tracker.leakReport().split('\n')[0]);
+  tracker.deallocate(leaked, 1 << 16);
+}
+
+// 7. Replay an RMM allocation log through a resource and read its fragmentation overhead.
+{
+  const log = parseAllocationLog([
+    'Thread,Time,Action,Pointer,Size,Stream',
+    '0,0,allocate,0x1000,3000000,0',
+    '0,1,allocate,0x2000,1000,0',
+    '0,2,free,0x1000,3000000,0',
+    '0,3,free,0x2000,1000,0',
+  ].join('\n'));
+  const pool = new PoolResource();
+  const result = replay(log, pool);
+  console.log(`peak live ${result.peakLiveBytes} B, peak reserved ${result.peakReservedBytes} B`);
+  pool.releaseCached();
+}
