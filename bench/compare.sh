@@ -38,6 +38,7 @@ run() { # run <output file> <command...>
     cat "$out.err" >&2 || true
     status=1
   fi
+  [ -s "$out.err" ] || rm -f "$out.err"
 }
 
 if [ "$built" = 1 ]; then
