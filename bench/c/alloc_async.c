@@ -1,6 +1,6 @@
 /*
  * Reference for vram bench's allocation rows, with the same batch scheme as
- * src/cli/bench/pairs.ts: one untimed warm-up batch, then 21 timed batches of N pairs on the host
+ * src/cli/bench/pairs.ts: three untimed warm-up batches, then 51 timed batches of N pairs on the host
  * clock, each ending with cuStreamSynchronize inside the timing; median ns per pair.
  *  - cuMemAllocAsync + cuMemFreeAsync on a non-blocking stream, from the device's default pool
  *    with its release threshold at UINT64_MAX (a pool hit), N = 1000.
@@ -37,7 +37,7 @@ static void run_batch(const pair_kind *kind, size_t bytes, int pairs, CUstream s
 }
 
 int main(int argc, char **argv) {
-  int batches = argc > 1 ? atoi(argv[1]) : 21;
+  int batches = argc > 1 ? atoi(argv[1]) : 51;
   if (batches < 1) { fprintf(stderr, "usage: alloc_async [batches]\n"); return 2; }
   CUdevice dev = init_primary_context();
 
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
       size_t bytes = sizes[s];
       int pairs = pairs_per_batch(bytes, kinds[k].async);
-      run_batch(&kinds[k], bytes, pairs, stream); /* warm-up: fills the pool */
+      for (int w = 0; w < 3; w++) run_batch(&kinds[k], bytes, pairs, stream); /* warm-up: fills the pool */
       for (int b = 0; b < batches; b++) {
         double start = now_ns();
         run_batch(&kinds[k], bytes, pairs, stream);

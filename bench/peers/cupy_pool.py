@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Peer reference for vram's allocator rows: allocate+free pair latency of CuPy's MemoryPool (the
 reference for PoolResource), CuPy's MemoryAsyncPool (cudaMallocAsync) and torch.empty (PyTorch's
-caching allocator), with the batch scheme of src/cli/bench/pairs.ts: one untimed warm-up batch,
-then 21 timed batches of 1000 pairs on the host clock, each ending with a stream synchronize inside
+caching allocator), with the batch scheme of src/cli/bench/pairs.ts: three untimed warm-up batches,
+then 51 timed batches of 1000 pairs on the host clock, each ending with a stream synchronize inside
 the timing; median ns per pair at 256 B, 1 MiB and 64 MiB. Every pair is a pool hit.
 
 Prints one JSON line per row; a peer that is missing or fails prints a line with "skipped".
@@ -15,7 +15,8 @@ import time
 
 SIZES = (256, 1 << 20, 64 << 20)
 PAIRS = 1000
-BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 21
+BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 51
+WARMUP_BATCHES = 3
 
 
 def emit(**fields):
@@ -23,10 +24,11 @@ def emit(**fields):
 
 
 def time_pairs(pair, sync):
-    """Median ns per pair over BATCHES timed batches, after one warm-up batch."""
-    for _ in range(PAIRS):
-        pair()
-    sync()
+    """Median ns per pair over BATCHES timed batches, after the warm-up batches."""
+    for _ in range(WARMUP_BATCHES):
+        for _ in range(PAIRS):
+            pair()
+        sync()
     samples = []
     for _ in range(BATCHES):
         start = time.perf_counter_ns()

@@ -1,13 +1,15 @@
 /**
  * The batch scheme for allocate+free pair latency, shared by the driver rows and the allocator
- * rows and mirrored by bench/c/alloc_async.c: one untimed warm-up batch, then timed batches of N
+ * rows and mirrored by bench/c/alloc_async.c: three untimed warm-up batches, then timed batches of N
  * pairs on the host clock, each batch ending with a stream synchronize (inside the timing, so
  * nothing deferred by a stream-ordered free is hidden); the row is the median ns per pair.
  */
 import { median, nowNs, repeatsFor, type BenchSettings } from './common.js';
 
 /** Timed batches per row on a full run (bench/c/alloc_async.c uses the same). */
-export const FULL_BATCHES = 21;
+export const FULL_BATCHES = 51;
+/** Untimed batches first (JIT, CPU clock ramp, pool growth); bench/c/alloc_async.c uses the same. */
+export const WARMUP_BATCHES = 3;
 
 /** Pairs per batch: enough that a batch is long against the clock, few where each pair is slow. */
 export function pairsPerBatch(bytes: number, slow: boolean): number {
@@ -25,8 +27,10 @@ export interface PairOps {
 export function timePairs(settings: BenchSettings, pairs: number, ops: PairOps): { ns: number; batches: number } {
   const batches = repeatsFor(settings, FULL_BATCHES);
   const perBatch = settings.quick ? Math.max(10, Math.ceil(pairs / 10)) : pairs;
-  for (let i = 0; i < perBatch; i++) ops.pair();
-  ops.sync();
+  for (let w = 0; w < WARMUP_BATCHES; w++) {
+    for (let i = 0; i < perBatch; i++) ops.pair();
+    ops.sync();
+  }
   const samples: number[] = [];
   for (let b = 0; b < batches; b++) {
     const start = nowNs();
