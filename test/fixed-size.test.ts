@@ -35,7 +35,8 @@ test('blocks of exactly blockSize, grown in chunks, released when idle', () => {
   fixed.releaseCached();
   assert.equal(fixed.reservedBytes, 0);
   fixed.destroy();
-  assert.equal(backend.memGetInfo().free, before);
+  // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
+  if (backend.name === 'emulated') assert.equal(backend.memGetInfo().free, before);
 });
 
 test('a block freed on stream A goes to stream B only after B waits on an event on A', () => {

@@ -71,7 +71,8 @@ test('virtual growth: physical pages follow live data; cached pages are reused, 
   assert.equal(pool.reservedBytes, 0);
   assert.equal(pool.peakReservedBytes, 11 * page);
   pool.destroy();
-  assert.equal(backend.memGetInfo().free, before);
+  // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
+  if (backend.name === 'emulated') assert.equal(backend.memGetInfo().free, before);
   assert.throws(() => pool.allocate(1), UseAfterFreeError);
 });
 
@@ -100,7 +101,8 @@ test('upstream growth: chunks from upstream, wholly free chunks released', () =>
   pool.deallocate(a, MiB);
   assert.equal(pool.releaseCached(), 4 * MiB);
   pool.destroy();
-  assert.equal(backend.memGetInfo().free, before);
+  // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
+  if (backend.name === 'emulated') assert.equal(backend.memGetInfo().free, before);
 });
 
 for (const mode of ['virtual', 'upstream'] as const) {

@@ -235,10 +235,12 @@ export function runModel(factory: SubjectFactory, options: RunOptions): void {
     for (const b of live.splice(0)) mr.deallocate(b.ptr, b.bytes, b.stream);
     check(subject, live, 0);
     subject.close();
+    if (subject.reserved !== undefined && subject.reserved() !== 0) throw new Error(`reserved ${subject.reserved()} bytes after close`);
     for (const s of streams) if (s.handle !== 0) backend.streamDestroy(s.handle);
     backend.contextSynchronize();
     const after = backend.memGetInfo().free;
-    if (after !== before) throw new Error(`memory not returned: free was ${before} bytes, now ${after}`);
+    // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
+    if (backend.name === 'emulated' && after !== before) throw new Error(`memory not returned: free was ${before} bytes, now ${after}`);
   } catch (error) {
     throw new FuzzFailure(factory.name, options.seed, step, error);
   }
