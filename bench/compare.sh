@@ -41,9 +41,9 @@ run() { # run <output file> <command...>
   [ -s "$out.err" ] || rm -f "$out.err"
 }
 
-# Two rounds, each running every program once (references first, then vram), so neither side gets
+# Rounds (3, or COMPARE_ROUNDS), each running every program once (references first, then vram), so neither side gets
 # only the cold CPU; the table takes each program's best round.
-ROUNDS=${COMPARE_ROUNDS:-2}
+ROUNDS=${COMPARE_ROUNDS:-3}
 rm -f "$DIR"/*.jsonl "$DIR"/vram.*.json
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round of $ROUNDS"
