@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs vram's bench and its references side by side, in one go, on the GPU machine: builds the CUDA C
 # programs (bench/c) with nvcc, runs them, runs the Python peers (CuPy, PyTorch), runs
-# `vram bench`, and prints one comparison table (bench/peers/compare_table.py).
+# `vram bench`, and prints one comparison table (bench/peers/compare_table.py); then the peers'
+# fragmentation on the replay traces (bench/peers/replay_peers.py).
 # Everything is written under $OUT/compare (or bench/build/compare when OUT is unset).
 # usage: bench/compare.sh [extra vram bench options, e.g. --quick]
 set -euo pipefail
@@ -60,4 +61,12 @@ rm -f "$DIR/round.out"
 node bin/vram.js info > "$DIR/info.txt" 2>&1 || true
 
 python3 bench/peers/compare_table.py "$DIR" | tee "$DIR/comparison.txt"
+
+# Fragmentation of the peers on the real traces (the reference for `vram replay`'s overhead figure).
+if compgen -G 'test/fixtures/traces/*.csv' >/dev/null; then
+  log "python3 bench/peers/replay_peers.py"
+  echo
+  python3 bench/peers/replay_peers.py > "$DIR/replay_peers.txt" 2>&1 || status=1
+  sed -n '/^trace /,$p' "$DIR/replay_peers.txt"
+fi
 exit $status
