@@ -45,7 +45,7 @@ run() { # run <output file> <command...>
 # Rounds (3, or COMPARE_ROUNDS), each running every program once (references first, then vram), so neither side gets
 # only the cold CPU; the table takes each program's best round.
 ROUNDS=${COMPARE_ROUNDS:-3}
-rm -f "$DIR"/*.jsonl "$DIR"/vram.*.json
+rm -f "$DIR"/*.jsonl "$DIR"/vram.*.json "$DIR/vram.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round of $ROUNDS"
   if [ "$built" = 1 ]; then
@@ -58,6 +58,10 @@ for round in $(seq 1 "$ROUNDS"); do
   run "$DIR/vram.$round.json" node bin/vram.js bench --json --only transfers,alloc,allocators "$@"
 done
 rm -f "$DIR/round.out"
+# Few files come back from the GPU machine: vram's rounds go into one file, a JSON report a line.
+python3 -c 'import json, sys; [print(json.dumps(json.load(open(p)))) for p in sys.argv[1:]]' \
+  "$DIR"/vram.*.json > "$DIR/vram.jsonl" 2>/dev/null && rm -f "$DIR"/vram.*.json || rm -f "$DIR/vram.jsonl"
+[ -s "$DIR/build.log" ] || rm -f "$DIR/build.log"
 node bin/vram.js info > "$DIR/info.txt" 2>&1 || true
 
 python3 bench/peers/compare_table.py "$DIR" | tee "$DIR/comparison.txt"

@@ -3,7 +3,7 @@
 references (bench/c) and the Python peers (cupy_pool.py), with the ratio and the target each row is
 held to. Reads the files compare.sh wrote into one directory.
 
-usage: compare_table.py <dir>    (expects vram.*.json, pinned_copy.jsonl, alloc_async.jsonl, peers.jsonl;
+usage: compare_table.py <dir>    (expects vram.jsonl or vram.*.json, pinned_copy.jsonl, alloc_async.jsonl, peers.jsonl;
                                    a program run several times counts with its best run)
 """
 import glob
@@ -38,7 +38,7 @@ def num(v):
 
 def main(directory):
     # vram's rounds (vram.1.json, vram.2.json, ...): best per row, as for the references.
-    runs = []
+    runs = read_jsonl(os.path.join(directory, "vram.jsonl"))
     for name in sorted(glob.glob(os.path.join(directory, "vram*.json"))):
         with open(name) as f:
             try:
