@@ -102,9 +102,8 @@ export class PoolResource implements ReservingResource {
       const range = options.addressSpaceSize === undefined
         ? 2 * dev.info.totalMemory
         : checkBytes(options.addressSpaceSize, 'addressSpaceSize');
-      this.pages = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum);
+      this.pages = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap);
       this.chunks = null;
-      this.heap.addRegion(this.pages.base, this.pages.rangeBytes, -1);
       if (initial > 0) {
         // Map the first pages now, so the first allocations hit.
         const ptr = this.allocate(initial);
