@@ -72,5 +72,10 @@ if compgen -G 'test/fixtures/traces/*.csv' >/dev/null; then
   echo
   python3 bench/peers/replay_peers.py > "$DIR/replay_peers.txt" 2>&1 || status=1
   sed -n '/^trace /,$p' "$DIR/replay_peers.txt"
+  # vram's own stacks on the same traces, in the same call: pool (ours) against async (the driver's pool).
+  for trace in test/fixtures/traces/*.csv; do
+    log "node bin/vram.js replay $trace -r pool -r async -r cuda"
+    node bin/vram.js replay "$trace" -r pool -r async -r cuda | tee -a "$DIR/replay_vram.txt" || status=1
+  done
 fi
 exit $status
