@@ -16,6 +16,11 @@ import { BlockStore, LIVE, NIL } from './block-store.js';
 import { FreeLists, GRANULE } from './free-list.js';
 import { LiveTable } from './live-table.js';
 
+/** Slots of BlockHeap's `figures`. */
+const LIVE_BYTES = 0;
+const PEAK_LIVE_BYTES = 1;
+const LIVE_BLOCK_BYTES = 2;
+
 /** List id of memory no stream has used yet (fresh address space): reusable by any stream. */
 export const NEUTRAL = 0;
 
@@ -38,14 +43,34 @@ export class BlockHeap {
   private lastLists: FreeLists;
   /** Live blocks by address. */
   readonly live = new LiveTable();
-  /** Bytes the callers asked for, summed over live blocks. */
-  liveBytes = 0;
-  /** High-water mark of liveBytes. */
-  peakLiveBytes = 0;
-  /** Block bytes (rounded sizes) of live blocks. */
-  liveBlockBytes = 0;
+  /**
+   * liveBytes, peakLiveBytes and liveBlockBytes. Byte counts pass 2^30 and arrive as doubles (read
+   * from Float64Arrays); held in plain fields they would start as small integers and be widened
+   * mid-run, which changes the heap's hidden class and throws away every optimized hit path that
+   * touches it (seen as a slow first benchmark pass). A Float64Array never changes shape.
+   */
+  private readonly figures = new Float64Array(3);
   /** How many times a stream took another stream's free blocks. */
   steals = 0;
+
+  /** Bytes the callers asked for, summed over live blocks. */
+  get liveBytes(): number {
+    return this.figures[LIVE_BYTES]!;
+  }
+
+  /** High-water mark of liveBytes. */
+  get peakLiveBytes(): number {
+    return this.figures[PEAK_LIVE_BYTES]!;
+  }
+
+  set peakLiveBytes(bytes: number) {
+    this.figures[PEAK_LIVE_BYTES] = bytes;
+  }
+
+  /** Block bytes (rounded sizes) of live blocks. */
+  get liveBlockBytes(): number {
+    return this.figures[LIVE_BLOCK_BYTES]!;
+  }
 
   constructor(private readonly events: HeapEvents | Backend) {
     const neutral = new FreeLists(NEUTRAL, -1, this.store);
@@ -133,16 +158,19 @@ export class BlockHeap {
     const s = this.store;
     s.requested[i] = bytes;
     this.live.set(s.start[i]!, i);
-    this.liveBlockBytes += s.size[i]!;
-    if ((this.liveBytes += bytes) > this.peakLiveBytes) this.peakLiveBytes = this.liveBytes;
+    const f = this.figures;
+    f[LIVE_BLOCK_BYTES]! += s.size[i]!;
+    const live = (f[LIVE_BYTES]! += bytes);
+    if (live > f[PEAK_LIVE_BYTES]!) f[PEAK_LIVE_BYTES] = live;
   }
 
   /** Forgets live block `i` (before `give`). */
   unmarkLive(i: number): void {
     const s = this.store;
     this.live.delete(s.start[i]!);
-    this.liveBytes -= s.requested[i]!;
-    this.liveBlockBytes -= s.size[i]!;
+    const f = this.figures;
+    f[LIVE_BYTES]! -= s.requested[i]!;
+    f[LIVE_BLOCK_BYTES]! -= s.size[i]!;
   }
 
   /**

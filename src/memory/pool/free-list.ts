@@ -37,10 +37,13 @@ export class FreeLists {
   private readonly classBitmap = new Int32Array(GROUPS);
   /** Number of free blocks in these lists. */
   count = 0;
-  /** Bytes in these lists. */
-  bytes = 0;
-  /** A reusable event on this stream (0 until first needed). */
-  event = 0;
+  /**
+   * `bytes` and `event`: a region's size (hundreds of GB) and a driver event handle (a pointer) are
+   * doubles. Plain fields would start as small integers and be widened the first time, changing
+   * the hidden class of every FreeLists and discarding the optimized hit path mid-run; a
+   * Float64Array never changes shape.
+   */
+  private readonly numbers = new Float64Array(2);
 
   constructor(
     /** Index of these lists in the owning heap. */
@@ -49,6 +52,20 @@ export class FreeLists {
     readonly stream: number,
     private readonly store: BlockStore,
   ) {}
+
+  /** Bytes in these lists. */
+  get bytes(): number {
+    return this.numbers[0]!;
+  }
+
+  /** A reusable event on this stream (0 until first needed). */
+  get event(): number {
+    return this.numbers[1]!;
+  }
+
+  set event(handle: number) {
+    this.numbers[1] = handle;
+  }
 
   /** Adds free block `i` (its owner must already be set to this list's id). */
   insert(i: number): void {
@@ -65,7 +82,7 @@ export class FreeLists {
     }
     this.heads[c] = i;
     this.count++;
-    this.bytes += s.size[i]!;
+    this.numbers[0]! += s.size[i]!;
   }
 
   /** Removes free block `i` from these lists (its size must not have changed since insert). */
@@ -85,7 +102,7 @@ export class FreeLists {
       }
     }
     this.count--;
-    this.bytes -= s.size[i]!;
+    this.numbers[0]! -= s.size[i]!;
   }
 
   /**
