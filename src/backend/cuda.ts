@@ -184,9 +184,9 @@ class CudaBackend implements Backend {
     this.check(this.fn.cuDeviceGetName(this.text, this.text.length, dev), 'cuDeviceGetName');
     const name = this.readText();
     const uuidBytes = new Uint8Array(16);
-    this.check(this.fn.cuDeviceGetUuid_v2(uuidBytes, dev), 'cuDeviceGetUuid_v2');
-    this.check(this.fn.cuDeviceTotalMem_v2(this.u64, dev), 'cuDeviceTotalMem_v2');
-    const totalMemory = this.outNumber('cuDeviceTotalMem_v2');
+    this.check(this.fn.cuDeviceGetUuid_v2(uuidBytes, dev), 'cuDeviceGetUuid');
+    this.check(this.fn.cuDeviceTotalMem_v2(this.u64, dev), 'cuDeviceTotalMem');
+    const totalMemory = this.outNumber('cuDeviceTotalMem');
     this.text.fill(0);
     this.check(this.fn.cuDeviceGetPCIBusId(this.text, 64, dev), 'cuDeviceGetPCIBusId');
     const pciBusId = this.readText().toLowerCase();
@@ -228,7 +228,7 @@ class CudaBackend implements Backend {
   }
 
   primaryContextRelease(ordinal: number): void {
-    this.check(this.fn.cuDevicePrimaryCtxRelease_v2(this.device(ordinal)), 'cuDevicePrimaryCtxRelease_v2');
+    this.check(this.fn.cuDevicePrimaryCtxRelease_v2(this.device(ordinal)), 'cuDevicePrimaryCtxRelease');
     // The last release destroys the context, which may have been current: no longer known.
     this.currentContext = undefined;
   }
@@ -237,9 +237,9 @@ class CudaBackend implements Backend {
     const dev = this.device(ordinal);
     const { cuCtxCreate_v4, cuCtxCreate_v2 } = this.fn;
     if (cuCtxCreate_v4 !== undefined) {
-      this.check(cuCtxCreate_v4(this.u64, null, flags, dev), 'cuCtxCreate_v4');
+      this.check(cuCtxCreate_v4(this.u64, null, flags, dev), 'cuCtxCreate');
     } else if (cuCtxCreate_v2 !== undefined) {
-      this.check(cuCtxCreate_v2(this.u64, flags, dev), 'cuCtxCreate_v2');
+      this.check(cuCtxCreate_v2(this.u64, flags, dev), 'cuCtxCreate');
     } else {
       throw new CudaError(CUresult.NOT_SUPPORTED, 'CUDA_ERROR_NOT_SUPPORTED', 'cuCtxCreate', 'the driver has no cuCtxCreate');
     }
@@ -250,7 +250,7 @@ class CudaBackend implements Backend {
   }
 
   contextDestroy(ctx: Handle): void {
-    this.check(this.fn.cuCtxDestroy_v2(ctx), 'cuCtxDestroy_v2');
+    this.check(this.fn.cuCtxDestroy_v2(ctx), 'cuCtxDestroy');
     if (this.currentContext === ctx) this.currentContext = undefined;
   }
 
@@ -281,27 +281,27 @@ class CudaBackend implements Backend {
   }
 
   memGetInfo(): MemInfo {
-    this.check(this.fn.cuMemGetInfo_v2(this.u64, this.u64b), 'cuMemGetInfo_v2');
-    return { free: this.outNumber('cuMemGetInfo_v2'), total: this.outNumber('cuMemGetInfo_v2', this.u64b) };
+    this.check(this.fn.cuMemGetInfo_v2(this.u64, this.u64b), 'cuMemGetInfo');
+    return { free: this.outNumber('cuMemGetInfo'), total: this.outNumber('cuMemGetInfo', this.u64b) };
   }
 
   // --- Device memory (memAlloc/memFree are hot: one call, one test) ---
 
   memAlloc(bytes: number): Ptr {
     const r = this.alloc(this.u64, bytes);
-    if (r !== 0) throw this.fail(r, 'cuMemAlloc_v2', bytes);
+    if (r !== 0) throw this.fail(r, 'cuMemAlloc', bytes);
     return Number(this.u64[0]);
   }
 
   memFree(ptr: Ptr): void {
     const r = this.free(ptr);
-    if (r !== 0) throw this.fail(r, 'cuMemFree_v2');
+    if (r !== 0) throw this.fail(r, 'cuMemFree');
   }
 
   memAllocPitch(widthBytes: number, height: number, elementBytes: number): { ptr: Ptr; pitch: number } {
     const r = this.fn.cuMemAllocPitch_v2(this.u64, this.u64b, widthBytes, height, elementBytes);
-    if (r !== 0) throw this.fail(r, 'cuMemAllocPitch_v2', widthBytes * height);
-    return { ptr: this.outNumber('cuMemAllocPitch_v2'), pitch: this.outNumber('cuMemAllocPitch_v2', this.u64b) };
+    if (r !== 0) throw this.fail(r, 'cuMemAllocPitch', widthBytes * height);
+    return { ptr: this.outNumber('cuMemAllocPitch'), pitch: this.outNumber('cuMemAllocPitch', this.u64b) };
   }
 
   memAllocManaged(bytes: number, attachFlags: number): Ptr {
@@ -313,7 +313,7 @@ class CudaBackend implements Backend {
   memPrefetchAsync(ptr: Ptr, bytes: number, location: MemLocation, stream: Handle): void {
     const { cuMemPrefetchAsync_v2, cuMemPrefetchAsync } = this.fn;
     if (cuMemPrefetchAsync_v2 !== undefined) {
-      this.check(cuMemPrefetchAsync_v2(ptr, bytes, this.setLocation(location), 0, stream), 'cuMemPrefetchAsync_v2');
+      this.check(cuMemPrefetchAsync_v2(ptr, bytes, this.setLocation(location), 0, stream), 'cuMemPrefetchAsync');
     } else if (cuMemPrefetchAsync !== undefined) {
       const device = location === 'host' ? DEVICE_CPU : this.device(location);
       this.check(cuMemPrefetchAsync(ptr, bytes, device, stream), 'cuMemPrefetchAsync');
@@ -325,7 +325,7 @@ class CudaBackend implements Backend {
   memAdvise(ptr: Ptr, bytes: number, advice: number, location: MemLocation): void {
     const { cuMemAdvise_v2, cuMemAdvise } = this.fn;
     if (cuMemAdvise_v2 !== undefined) {
-      this.check(cuMemAdvise_v2(ptr, bytes, advice, this.setLocation(location)), 'cuMemAdvise_v2');
+      this.check(cuMemAdvise_v2(ptr, bytes, advice, this.setLocation(location)), 'cuMemAdvise');
     } else if (cuMemAdvise !== undefined) {
       const device = location === 'host' ? DEVICE_CPU : this.device(location);
       this.check(cuMemAdvise(ptr, bytes, advice, device), 'cuMemAdvise');
@@ -347,14 +347,14 @@ class CudaBackend implements Backend {
   }
 
   memHostGetDevicePointer(hostPtr: Ptr): Ptr {
-    this.check(this.fn.cuMemHostGetDevicePointer_v2(this.u64, hostPtr, 0), 'cuMemHostGetDevicePointer_v2');
-    return this.outNumber('cuMemHostGetDevicePointer_v2');
+    this.check(this.fn.cuMemHostGetDevicePointer_v2(this.u64, hostPtr, 0), 'cuMemHostGetDevicePointer');
+    return this.outNumber('cuMemHostGetDevicePointer');
   }
 
   memHostRegister(memory: HostMemory, flags: number): Ptr {
     const bytes = checkBytes(memory.byteLength, 'memory.byteLength');
     const address = this.addressOf(memory);
-    this.check(this.fn.cuMemHostRegister_v2(address, bytes, flags), 'cuMemHostRegister_v2');
+    this.check(this.fn.cuMemHostRegister_v2(address, bytes, flags), 'cuMemHostRegister');
     return address;
   }
 
@@ -390,12 +390,12 @@ class CudaBackend implements Backend {
   memcpyFromHost(dst: Ptr, src: HostMemory, bytes: number): void {
     checkHostRange(src, bytes, 'memcpyFromHost');
     // koffi passes the view's data pointer, byteOffset included.
-    this.check(this.fn.cuMemcpyHtoD_v2(dst, src, bytes), 'cuMemcpyHtoD_v2');
+    this.check(this.fn.cuMemcpyHtoD_v2(dst, src, bytes), 'cuMemcpyHtoD');
   }
 
   memcpyToHost(dst: HostMemory, src: Ptr, bytes: number): void {
     checkHostRange(dst, bytes, 'memcpyToHost');
-    this.check(this.fn.cuMemcpyDtoH_v2(dst, src, bytes), 'cuMemcpyDtoH_v2');
+    this.check(this.fn.cuMemcpyDtoH_v2(dst, src, bytes), 'cuMemcpyDtoH');
   }
 
   memcpyPeer(dst: Ptr, dstCtx: Handle, src: Ptr, srcCtx: Handle, bytes: number): void {
@@ -418,18 +418,18 @@ class CudaBackend implements Backend {
   }
 
   memcpy2D(copy: Memcpy2D): void {
-    this.check(this.fn.cuMemcpy2D_v2(this.fill2D(copy)), 'cuMemcpy2D_v2');
+    this.check(this.fn.cuMemcpy2D_v2(this.fill2D(copy)), 'cuMemcpy2D');
   }
 
   memcpy2DAsync(copy: Memcpy2D, stream: Handle): void {
-    this.check(this.fn.cuMemcpy2DAsync_v2(this.fill2D(copy), stream), 'cuMemcpy2DAsync_v2');
+    this.check(this.fn.cuMemcpy2DAsync_v2(this.fill2D(copy), stream), 'cuMemcpy2DAsync');
   }
 
   memset(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number): void {
     switch (elementBytes) {
-      case 1: return this.check(this.fn.cuMemsetD8_v2(ptr, value & 0xff, count), 'cuMemsetD8_v2');
-      case 2: return this.check(this.fn.cuMemsetD16_v2(ptr, value & 0xffff, count), 'cuMemsetD16_v2');
-      case 4: return this.check(this.fn.cuMemsetD32_v2(ptr, value >>> 0, count), 'cuMemsetD32_v2');
+      case 1: return this.check(this.fn.cuMemsetD8_v2(ptr, value & 0xff, count), 'cuMemsetD8');
+      case 2: return this.check(this.fn.cuMemsetD16_v2(ptr, value & 0xffff, count), 'cuMemsetD16');
+      case 4: return this.check(this.fn.cuMemsetD32_v2(ptr, value >>> 0, count), 'cuMemsetD32');
       default: throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
     }
   }
@@ -451,7 +451,7 @@ class CudaBackend implements Backend {
   }
 
   streamDestroy(stream: Handle): void {
-    this.check(this.fn.cuStreamDestroy_v2(stream), 'cuStreamDestroy_v2');
+    this.check(this.fn.cuStreamDestroy_v2(stream), 'cuStreamDestroy');
   }
 
   streamSynchronize(stream: Handle): void {
@@ -480,7 +480,7 @@ class CudaBackend implements Backend {
   }
 
   eventDestroy(event: Handle): void {
-    this.check(this.fn.cuEventDestroy_v2(event), 'cuEventDestroy_v2');
+    this.check(this.fn.cuEventDestroy_v2(event), 'cuEventDestroy');
   }
 
   eventRecord(event: Handle, stream: Handle): void {

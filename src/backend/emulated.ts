@@ -484,9 +484,9 @@ export class EmulatedBackend implements Backend {
     this.enqueue(s, () => copySpans(d, from));
   }
 
-  /** cuMemcpy2DUnaligned: synchronous. */
+  /** cuMemcpy2D: synchronous. */
   memcpy2D(copy: Memcpy2D): void {
-    const rows = this.rows(copy, 'cuMemcpy2DUnaligned');
+    const rows = this.rows(copy, 'cuMemcpy2D');
     this.scheduler.drainAll();
     for (const [d, s] of rows) copySpans(d, s);
   }

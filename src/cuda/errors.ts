@@ -8,6 +8,14 @@ import { CudaError, CUresult, CUresultName, OutOfMemoryError } from '../errors.j
 /** cuGetErrorName / cuGetErrorString in the shape both are bound with. */
 export type ErrorStringFn = (error: number, str: BigUint64Array) => number;
 
+/**
+ * The API name users read for an entry point: `cuMemAlloc`, not the ABI variant `cuMemAlloc_v2`
+ * that cuGetProcAddress resolved (the emulated backend reports the same names).
+ */
+export function apiName(call: string): string {
+  return call.replace(/_v\d+$/, '');
+}
+
 /** Builds CudaError / OutOfMemoryError values for a loaded driver. */
 export class CudaErrorFactory {
   private readonly out = new BigUint64Array(1);
@@ -33,10 +41,11 @@ export class CudaErrorFactory {
    */
   error(code: number, call: string, requestedBytes = 0): CudaError {
     const description = this.description(code);
+    const api = apiName(call);
     if (code === CUresult.OUT_OF_MEMORY) {
-      return new OutOfMemoryError(requestedBytes, call, undefined, undefined, description);
+      return new OutOfMemoryError(requestedBytes, api, undefined, undefined, description);
     }
-    return new CudaError(code, this.name(code), call, description);
+    return new CudaError(code, this.name(code), api, description);
   }
 
   private lookup(fn: ErrorStringFn, code: number): string | undefined {
