@@ -457,9 +457,38 @@ describe('pointer attributes', () => {
   });
 });
 
+/** A fresh emulated backend with device 0's primary context current, as a driver program starts. */
+function emulated(options: ConstructorParameters<typeof EmulatedBackend>[0]): EmulatedBackend {
+  const emu = new EmulatedBackend(options);
+  emu.contextSetCurrent(emu.primaryContextRetain(0));
+  return emu;
+}
+
 describe('emulation', () => {
+  test('with no current context, calls that need one fail as on the driver', emulatedOnly, () => {
+    const emu = new EmulatedBackend({ capacityBytes: 64 * MiB });
+    assert.equal(emu.contextGetCurrent(), 0);
+    throwsCuda(() => emu.memGetInfo(), 'CUDA_ERROR_INVALID_CONTEXT');
+    throwsCuda(() => emu.memAlloc(4096), 'CUDA_ERROR_INVALID_CONTEXT');
+    throwsCuda(() => emu.streamCreate(StreamFlags.NON_BLOCKING, 0), 'CUDA_ERROR_INVALID_CONTEXT');
+    throwsCuda(() => emu.streamSynchronize(0), 'CUDA_ERROR_INVALID_CONTEXT');
+    throwsCuda(() => emu.memHostAlloc(4096, 0), 'CUDA_ERROR_INVALID_CONTEXT');
+    throwsCuda(() => emu.contextSynchronize(), 'CUDA_ERROR_INVALID_CONTEXT');
+    // Device-level queries need none.
+    assert.equal(emu.deviceInfo(0).totalMemory, 64 * MiB);
+    // Destroying the current created context makes the one below it on the stack current again.
+    const primary = emu.primaryContextRetain(0);
+    emu.contextSetCurrent(primary);
+    const created = emu.contextCreate(0, 0);
+    assert.equal(emu.contextGetCurrent(), created);
+    emu.contextDestroy(created);
+    assert.equal(emu.contextGetCurrent(), primary);
+    emu.contextSetCurrent(0);
+    assert.equal(emu.contextGetCurrent(), 0);
+  });
+
   test('allocations are backed lazily: 2 GiB untouched costs no memory', emulatedOnly, () => {
-    const emu = new EmulatedBackend({ capacityBytes: 8 * 1024 ** 3 });
+    const emu = emulated({ capacityBytes: 8 * 1024 ** 3 });
     const rss = process.memoryUsage().rss;
     const big = emu.memAlloc(2 * 1024 ** 3);
     emu.memset(big, 0, 1, 2 * 1024 ** 3);
@@ -471,7 +500,7 @@ describe('emulation', () => {
   });
 
   test('capacity is what is allocated, not what is touched', emulatedOnly, () => {
-    const emu = new EmulatedBackend({ capacityBytes: 64 * MiB });
+    const emu = emulated({ capacityBytes: 64 * MiB });
     assert.equal(emu.memGetInfo().total, 64 * MiB);
     const a = emu.memAlloc(40 * MiB);
     assert.throws(() => emu.memAlloc(30 * MiB), OutOfMemoryError);
@@ -484,7 +513,7 @@ describe('emulation', () => {
   });
 
   test('released physical memory holds capacity until unmapped', emulatedOnly, () => {
-    const emu = new EmulatedBackend({ capacityBytes: 64 * MiB });
+    const emu = emulated({ capacityBytes: 64 * MiB });
     const va = emu.memAddressReserve(4 * MiB, 0);
     assert.equal(emu.memGetInfo().free, 64 * MiB, 'reservations cost no capacity');
     const h = emu.memCreate(4 * MiB, 0);
@@ -497,7 +526,7 @@ describe('emulation', () => {
   });
 
   test('a block freed on one stream is reused on another only after the free ran', emulatedOnly, () => {
-    const emu = new EmulatedBackend({ capacityBytes: 64 * MiB });
+    const emu = emulated({ capacityBytes: 64 * MiB });
     const s1 = emu.streamCreate(StreamFlags.NON_BLOCKING, 0);
     const s2 = emu.streamCreate(StreamFlags.NON_BLOCKING, 0);
     const a = emu.memAllocAsync(MiB, s1);

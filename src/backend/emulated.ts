@@ -101,7 +101,11 @@ export class EmulatedBackend implements Backend {
 
   private readonly devices: DeviceState[];
   private readonly contexts = new Map<number, ContextState>();
-  private current = 0;
+  /**
+   * The calling thread's context stack, as the driver keeps it: the top is the current context;
+   * cuCtxCreate pushes, cuCtxSetCurrent replaces the top, destroying the current context pops it.
+   */
+  private readonly stack: number[] = [];
   private nextHandle = 0x1000;
   private readonly scheduler = new Scheduler();
   private readonly streams = new Map<number, StreamState>();
@@ -186,7 +190,7 @@ export class EmulatedBackend implements Backend {
     const device = this.device(ordinal, 'cuCtxCreate');
     if (!Number.isInteger(flags) || (flags & ~0x1f) !== 0) invalidValue('cuCtxCreate', `unknown context flags ${flags}`);
     const ctx = this.newContext(device, flags, false);
-    this.current = ctx.handle;
+    this.stack.push(ctx.handle);
     return ctx.handle;
   }
 
@@ -217,30 +221,33 @@ export class EmulatedBackend implements Backend {
     }
     for (const other of this.contexts.values()) other.peers.delete(ctx);
     this.contexts.delete(ctx);
-    if (this.current === ctx) this.current = 0;
+    // The driver pops a destroyed context that is current: the one below it (if any) is current again.
+    for (let i = this.stack.length - 1; i >= 0; i--) if (this.stack[i] === ctx) this.stack.splice(i, 1);
   }
 
-  /** Makes `ctx` current (0: none). */
+  /** Makes `ctx` current, replacing the top of the context stack (0: pops it). */
   contextSetCurrent(ctx: Handle): void {
     if (ctx !== 0 && !this.contexts.has(ctx)) fail(CUresult.INVALID_CONTEXT, 'cuCtxSetCurrent', `unknown context ${ctx}`);
-    this.current = ctx;
+    if (ctx === 0) this.stack.pop();
+    else if (this.stack.length === 0) this.stack.push(ctx);
+    else this.stack[this.stack.length - 1] = ctx;
   }
 
-  /** The current context, 0 when none has been made current. */
+  /** The current context, 0 when none is. */
   contextGetCurrent(): Handle {
-    return this.current;
+    return this.currentHandle();
   }
 
   /** Runs all queued work, then releases pool memory above each pool's release threshold. */
   contextSynchronize(): void {
-    this.ctx();
+    this.ctx('cuCtxSynchronize');
     this.synchronizeAll();
   }
 
   /** Enables access from the current context to `peerCtx`'s memory. */
   contextEnablePeerAccess(peerCtx: Handle): void {
     const call = 'cuCtxEnablePeerAccess';
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     const peer = this.context(peerCtx, call);
     if (peer.device === ctx.device) fail(CUresult.INVALID_DEVICE, call, 'a context cannot be its own peer');
     if (ctx.peers.has(peerCtx)) fail(CUresult.PEER_ACCESS_ALREADY_ENABLED, call);
@@ -250,14 +257,14 @@ export class EmulatedBackend implements Backend {
   /** Disables access from the current context to `peerCtx`'s memory. */
   contextDisablePeerAccess(peerCtx: Handle): void {
     const call = 'cuCtxDisablePeerAccess';
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     this.context(peerCtx, call);
     if (!ctx.peers.delete(peerCtx)) fail(CUresult.PEER_ACCESS_NOT_ENABLED, call);
   }
 
   /** Capacity-based free and total memory of the current context's device. */
   memGetInfo(): MemInfo {
-    const device = this.ctx().device;
+    const device = this.ctx('cuMemGetInfo').device;
     return { free: device.capacity - device.used, total: device.capacity };
   }
 
@@ -299,7 +306,7 @@ export class EmulatedBackend implements Backend {
     const call = 'cuMemAllocManaged';
     checkSize(bytes, call);
     if (attachFlags !== 0x1 && attachFlags !== 0x2) invalidValue(call, `attach flags must be GLOBAL or HOST, got ${attachFlags}`);
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     const store = this.eagerStore(bytes, call);
     const base = this.managedRange.take(bytes, HOST_ALIGNMENT, call);
     this.managedIndex.insert(new PlainAllocation('managed', base, bytes, ctx.device.ordinal, ctx.handle, store, 0, attachFlags));
@@ -330,7 +337,7 @@ export class EmulatedBackend implements Backend {
     const call = 'cuMemHostAlloc';
     checkSize(bytes, call);
     if (!Number.isInteger(flags) || (flags & ~0x7) !== 0) invalidValue(call, `unknown flags ${flags}`);
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     const store = this.eagerStore(bytes, call);
     const base = this.pinnedRange.take(bytes, HOST_ALIGNMENT, call);
     this.pinnedIndex.insert(new PlainAllocation('pinned', base, bytes, ctx.device.ordinal, ctx.handle, store, 0, flags));
@@ -364,7 +371,7 @@ export class EmulatedBackend implements Backend {
     if (byteLength === 0) invalidValue(call, 'cannot register 0 bytes');
     const base = this.addressOf(memory);
     if (this.registeredIndex.findOverlap(base, byteLength) !== undefined) fail(CUresult.HOST_MEMORY_ALREADY_REGISTERED, call);
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     this.registeredIndex.insert(new PlainAllocation('registered', base, byteLength, ctx.device.ordinal, ctx.handle,
       new EagerStore(buffer, byteOffset, byteLength), 0, flags));
     return base;
@@ -522,7 +529,7 @@ export class EmulatedBackend implements Backend {
     const call = 'cuStreamCreateWithPriority';
     if (flags !== 0 && flags !== 1) invalidValue(call, `unknown stream flags ${flags}`);
     if (!Number.isInteger(priority)) invalidValue(call, `priority must be a whole number, got ${priority}`);
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     const clamped = Math.min(PRIORITY_RANGE[0], Math.max(PRIORITY_RANGE[1], priority));
     const stream = new StreamState(this.handle(), flags, clamped, ctx.handle, false);
     this.streams.set(stream.handle, stream);
@@ -630,7 +637,8 @@ export class EmulatedBackend implements Backend {
     const call = 'cuMemAllocAsync';
     checkSize(bytes, call);
     const s = this.stream(stream, call);
-    return this.poolAlloc(this.defaultPool(this.ctx().device.ordinal), bytes, s, call);
+    // The default pool of the stream's device (the stream carries its context).
+    return this.poolAlloc(this.defaultPool(this.context(s.context, call).device.ordinal), bytes, s, call);
   }
 
   /** cuMemAllocFromPoolAsync. */
@@ -768,7 +776,8 @@ export class EmulatedBackend implements Backend {
     checkCount(alignment, call, 'alignment');
     if (bytes % VMM_GRANULARITY !== 0) invalidValue(call, `size must be a multiple of ${VMM_GRANULARITY}`);
     if (alignment !== 0 && (alignment & (alignment - 1)) !== 0 && Math.log2(alignment) % 1 !== 0) invalidValue(call, 'alignment must be a power of two');
-    const ctx = this.ctx();
+    // A reservation is address space only: the driver needs no current context for it.
+    const ctx = this.contextFor(0);
     const base = this.virtualRange.take(bytes, Math.max(alignment, VMM_GRANULARITY), call);
     this.virtualIndex.insert(new Reservation(base, bytes, ctx.device.ordinal, ctx.handle));
     return base;
@@ -885,22 +894,37 @@ export class EmulatedBackend implements Backend {
     return ctx;
   }
 
+  private currentHandle(): Handle {
+    return this.stack.length === 0 ? 0 : this.stack[this.stack.length - 1]!;
+  }
+
   /**
-   * The current context. Leniency: with none current, device 0's primary context is retained and
-   * used (as the runtime API would), instead of CUDA_ERROR_INVALID_CONTEXT.
+   * The current context, which `call` needs: with none current it fails with
+   * CUDA_ERROR_INVALID_CONTEXT, as the driver does (no implicit primary context: that is the
+   * runtime API's behaviour, not the driver's, and code that relied on it would fail on a GPU).
    */
-  private ctx(): ContextState {
-    let ctx = this.contexts.get(this.current);
-    if (ctx === undefined) {
-      const device = this.devices[0]!;
-      if (device.primary === undefined) this.primaryContextRetain(0);
-      ctx = this.contexts.get(device.primary!)!;
-    }
+  private ctx(call: string): ContextState {
+    const ctx = this.contexts.get(this.currentHandle());
+    if (ctx === undefined) fail(CUresult.INVALID_CONTEXT, call, 'no context is current on the calling thread');
     return ctx;
   }
 
+  /**
+   * The context of calls that name their device or memory rather than use the current context
+   * (pools, reservations, copies between known addresses): the current one, else the primary
+   * context of device `ordinal` (which the emulation creates without retaining it).
+   */
+  private contextFor(ordinal: number): ContextState {
+    const current = this.contexts.get(this.currentHandle());
+    if (current !== undefined) return current;
+    const device = this.devices[ordinal]!;
+    device.primary ??= this.newContext(device, 0, true).handle;
+    return this.contexts.get(device.primary)!;
+  }
+
   private stream(handle: Handle, call: string): StreamState {
-    if (handle === 0 || handle === 1) return this.ctx().legacy;
+    // 0 and 1 (CU_STREAM_LEGACY) are the current context's legacy default stream.
+    if (handle === 0 || handle === 1) return this.ctx(call).legacy;
     const s = this.streams.get(handle);
     if (s === undefined) fail(CUresult.INVALID_HANDLE, call, `unknown stream ${handle}`);
     return s;
@@ -936,7 +960,7 @@ export class EmulatedBackend implements Backend {
     const span = Math.ceil((maxSize > 0 ? Math.min(maxSize, device.capacity) : device.capacity) * 4 / POOL_SEGMENT_GRANULARITY)
       * POOL_SEGMENT_GRANULARITY;
     const base = this.poolRange.take(span, POOL_SEGMENT_GRANULARITY, call);
-    const pool = new PoolState(this.handle(), ordinal, this.ctx().handle, maxSize, handleTypes, base, span, this.poolHost);
+    const pool = new PoolState(this.handle(), ordinal, this.contextFor(ordinal).handle, maxSize, handleTypes, base, span, this.poolHost);
     this.pools.set(pool.handle, pool);
     this.poolIndex.insert(pool);
     return pool;
@@ -968,7 +992,7 @@ export class EmulatedBackend implements Backend {
 
   private allocDevice(bytes: number, call: string): Ptr {
     checkSize(bytes, call);
-    const ctx = this.ctx();
+    const ctx = this.ctx(call);
     const large = bytes >= LARGE_ALLOCATION;
     const charged = large ? Math.ceil(bytes / LARGE_PAGE) * LARGE_PAGE : Math.ceil(bytes / DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT;
     ctx.device.charge(charged, call, bytes);
@@ -1029,7 +1053,7 @@ export class EmulatedBackend implements Backend {
     }
     const offset = address - a.base;
     if (offset + bytes > a.size) invalidValue(call, `[${hex(address)}, +${bytes}) extends past its allocation of ${a.size} bytes`);
-    if (a instanceof Reservation) return a.spans(offset, bytes, this.ctx().device.ordinal, write, call);
+    if (a instanceof Reservation) return a.spans(offset, bytes, this.contextFor(a.device).device.ordinal, write, call);
     return [{ store: a.store!, offset, length: bytes }];
   }
 
