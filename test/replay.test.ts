@@ -5,18 +5,21 @@ import { fileURLToPath } from 'node:url';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { getBackend } from '../src/backend/select.js';
+import { EmulatedBackend } from '../src/backend/emulated.js';
+import { setBackend } from '../src/backend/select.js';
 import { replayCommand } from '../src/cli/replay.js';
+import { Device } from '../src/device.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { PoolResource } from '../src/memory/pool.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
+import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 
 // resnet50_train peaks at 5.4 GiB live: give an emulated device room for it (its memory is lazily
-// backed, so this costs nothing); a real GPU is what it is. Read when the backend is first chosen.
-process.env.VRAM_EMULATED_BYTES ??= String(16 * 2 ** 30);
+// backed, so this costs nothing); a real GPU is what it is.
+if (!onGpu) setBackend(new EmulatedBackend({ capacityBytes: 16 * 2 ** 30 }));
 
 const HEADER = 'Thread,Time,Action,Pointer,Size,Stream';
 /** The shared traces, copied into the repository so a machine without ../shared finds them. */
@@ -161,12 +164,21 @@ describe('replay of the real traces', () => {
   });
 
   it('replays resnet50_train through cuda with peak reserved >= peak live', () => {
-    const backend = getBackend();
-    const before = backend.memGetInfo().free;
-    const result = replay(resnet, new CudaResource());
+    // Through the Device (which makes its context current), not the bare backend: driver calls
+    // act on the current context, and the replay may be the first thing this process does.
+    const before = deviceMemoryUsed(Device.get(0));
+    const counted = new StatisticsAdaptor(new CudaResource());
+    const result = replay(resnet, counted);
     assert.equal(result.operations, 5081);
+    // The replay held exactly the trace's live set at its peak, and gave every block back.
+    assert.equal(counted.statistics.peakBytes, result.peakLiveBytes);
+    assert.equal(counted.statistics.totalCount, resnet.summary.allocations);
+    assert.equal(counted.statistics.currentBytes, 0, 'every block returned to the resource');
+    // cuMemAlloc reports nothing per block: peak reserved is the documented estimate over the live set.
+    assert.equal(result.reservedSource, 'estimate');
+    assert.equal(result.peakReservedBytes, peakOccupied(resnet, estimateDriverReservation));
     assert.ok(result.peakReservedBytes >= result.peakLiveBytes);
-    assert.equal(backend.memGetInfo().free, before, 'every block returned');
+    assertMemoryReturned(before, deviceMemoryUsed(Device.get(0)), 'every block returned to the driver');
   });
 
   it('replays resnet50_train through pool with peak reserved >= peak live', () => {

@@ -4,7 +4,7 @@
  * the traced program had live (the overhead figure of DESIGN.md's replay table).
  */
 import { StreamFlags } from '../backend/backend.js';
-import { getBackend } from '../backend/select.js';
+import { Device } from '../device.js';
 import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../memory/resource.js';
 import { alignUp } from '../validate.js';
 import type { AllocationTrace } from './parse.js';
@@ -129,10 +129,13 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   const streamOf: StreamRef[] = new Array<StreamRef>(n);
   const streamRefs = new Map<number, StreamRef>([[0, defaultStream]]);
   const created: number[] = [];
-  const backend = trace.summary.streams.some((id) => id !== 0) ? getBackend() : undefined;
+  // The trace's other streams are created in the resource's device's context (a stream belongs to
+  // the context current when it is made; host resources, device -1, use device 0's).
+  const device = trace.summary.streams.some((id) => id !== 0) ? Device.get(Math.max(resource.device, 0)) : undefined;
   for (const id of trace.summary.streams) {
-    if (id === 0 || backend === undefined) continue;
-    const handle = backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
+    if (id === 0 || device === undefined) continue;
+    device.makeCurrent();
+    const handle = device.backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
     created.push(handle);
     streamRefs.set(id, Object.freeze({ handle }));
   }
@@ -189,7 +192,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   } catch (error) {
     const event = events[i]!;
     freeLive(resource, pointers, isLive, sizes, events);
-    destroyStreams(created);
+    destroyStreams(device, created);
     const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
     throw new ReplayError(event.line, i,
       `${trace.source}:${event.line}: ${what} failed on ${resource.describe()}: ` +
@@ -212,7 +215,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     reservedSource = 'estimate';
   }
   freeLive(resource, pointers, isLive, sizes, events);
-  destroyStreams(created);
+  destroyStreams(device, created);
 
   const operations = trace.summary.operations;
   const medianAllocateNs = perOp ? median(allocTimes) : undefined;
@@ -251,11 +254,11 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   }
 }
 
-function destroyStreams(handles: readonly number[]): void {
-  if (handles.length === 0) return;
-  const backend = getBackend();
+function destroyStreams(device: Device | undefined, handles: readonly number[]): void {
+  if (device === undefined || handles.length === 0) return;
+  device.makeCurrent();
   for (const handle of handles) {
-    backend.streamSynchronize(handle);
-    backend.streamDestroy(handle);
+    device.backend.streamSynchronize(handle);
+    device.backend.streamDestroy(handle);
   }
 }
