@@ -27,6 +27,24 @@ function throwsCuda(fn: () => unknown, errorName: string): void {
   });
 }
 
+/**
+ * Asserts that `fn`, which uses a stream or event after its destroy, fails the way the driver
+ * does. CUDA documents such use as undefined; CUDA 12-13 drivers answer
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED, and the emulated backend must give exactly that answer. On a
+ * GPU, CUDA_ERROR_INVALID_HANDLE (what other driver versions say) is accepted too: still an error,
+ * never a success or a crash.
+ */
+function throwsDestroyed(fn: () => unknown): void {
+  assert.throws(fn, (error: unknown) => {
+    assert.ok(error instanceof CudaError, `expected a CudaError, got ${String(error)}`);
+    const accepted = backend.name === 'cuda'
+      ? ['CUDA_ERROR_CONTEXT_IS_DESTROYED', 'CUDA_ERROR_INVALID_HANDLE']
+      : ['CUDA_ERROR_CONTEXT_IS_DESTROYED'];
+    assert.ok(accepted.includes(error.errorName), `${error.errorName} is not one of ${accepted.join(', ')}`);
+    return true;
+  });
+}
+
 function randomBytes(n: number): Uint8Array {
   return randomFillSync(new Uint8Array(n));
 }
@@ -246,9 +264,11 @@ describe('streams and events', () => {
     const never = backend.eventCreate(0);
     throwsCuda(() => backend.eventElapsedTime(start, never), 'CUDA_ERROR_INVALID_HANDLE');
     for (const e of [start, end, noTiming, never]) backend.eventDestroy(e);
-    throwsCuda(() => backend.eventQuery(start), 'CUDA_ERROR_INVALID_HANDLE');
+    throwsDestroyed(() => backend.eventQuery(start));
+    throwsDestroyed(() => backend.eventSynchronize(end));
     backend.streamDestroy(s);
-    throwsCuda(() => backend.streamSynchronize(s), 'CUDA_ERROR_INVALID_HANDLE');
+    throwsDestroyed(() => backend.streamSynchronize(s));
+    throwsDestroyed(() => backend.streamQuery(s));
     backend.memFree(a);
   });
 
@@ -338,10 +358,23 @@ describe('stream-ordered pools', () => {
     backend.memPoolDestroy(pool);
   });
 
-  test('errors', () => {
+  test('zero bytes and errors', () => {
     const s = backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
-    throwsCuda(() => backend.memAllocAsync(0, s), 'CUDA_ERROR_INVALID_VALUE');
+    // Unlike cuMemAlloc, the stream-ordered allocators accept 0 bytes: success, and no memory
+    // (the driver leaves the pointer unset; the backends report the null pointer).
+    const pool = backend.deviceGetDefaultMemPool(0);
+    backend.streamSynchronize(s);
+    const used = backend.memPoolGetAttribute(pool, MemPoolAttribute.USED_MEM_CURRENT);
+    const decoy = backend.memAlloc(4096); // leaves a nonzero pointer in the backend's out-parameter
+    assert.equal(backend.memAllocAsync(0, s), 0);
+    const created = backend.memPoolCreate({ device: 0 });
+    assert.equal(backend.memAllocFromPoolAsync(0, created, s), 0);
+    backend.streamSynchronize(s);
+    assert.equal(backend.memPoolGetAttribute(pool, MemPoolAttribute.USED_MEM_CURRENT), used);
+    assert.equal(backend.memPoolGetAttribute(created, MemPoolAttribute.USED_MEM_CURRENT), 0);
     throwsCuda(() => backend.memFreeAsync(0x1234, s), 'CUDA_ERROR_INVALID_VALUE');
+    backend.memFree(decoy);
+    backend.memPoolDestroy(created);
     backend.streamDestroy(s);
   });
 });
@@ -374,9 +407,20 @@ describe('virtual memory management', () => {
     const g = backend.memGetAllocationGranularity(0);
     const va = backend.memAddressReserve(2 * g, 0);
     const h = backend.memCreate(2 * g, 0);
+    const other = backend.memCreate(g, 0);
     backend.memMap(va, 2 * g, h);
-    throwsCuda(() => backend.memMap(va, g, h), 'CUDA_ERROR_INVALID_VALUE');
+    // A range already mapped cannot be mapped again, by the same handle or another one.
+    throwsCuda(() => backend.memMap(va, 2 * g, h), 'CUDA_ERROR_NOT_SUPPORTED');
+    throwsCuda(() => backend.memMap(va + g, g, other), 'CUDA_ERROR_NOT_SUPPORTED');
+    // Nor can memory be mapped where nothing is reserved (a reservation already freed).
+    const gone = backend.memAddressReserve(g, 0);
+    backend.memAddressFree(gone, g);
+    throwsCuda(() => backend.memMap(gone, g, other), 'CUDA_ERROR_INVALID_VALUE');
     backend.memUnmap(va, 2 * g);
+    // Once unmapped, the range takes a mapping again.
+    backend.memMap(va, g, other);
+    backend.memUnmap(va, g);
+    backend.memRelease(other);
     backend.memRelease(h);
     backend.memAddressFree(va, 2 * g);
   });

@@ -511,12 +511,16 @@ class CudaBackend implements Backend {
   // --- Stream-ordered allocation (hot: one call, one test) ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {
+    // The driver accepts 0 bytes and then leaves the out-parameter as it was: clear it, or the
+    // previous call's pointer (or handle) would come back as this allocation's.
+    this.u64[0] = 0n;
     const r = this.allocAsync(this.u64, bytes, stream);
     if (r !== 0) throw this.fail(r, 'cuMemAllocAsync', bytes);
     return Number(this.u64[0]);
   }
 
   memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr {
+    this.u64[0] = 0n; // as in memAllocAsync: 0 bytes succeed without writing the pointer
     const r = this.allocFromPoolAsync(this.u64, bytes, pool, stream);
     if (r !== 0) throw this.fail(r, 'cuMemAllocFromPoolAsync', bytes);
     return Number(this.u64[0]);

@@ -110,6 +110,13 @@ export class EmulatedBackend implements Backend {
   private readonly scheduler = new Scheduler();
   private readonly streams = new Map<number, StreamState>();
   private readonly events = new Map<number, EventState>();
+  /**
+   * Streams and events that were destroyed (handles are never reused here). Using one is undefined
+   * behaviour in CUDA's documentation; CUDA 12-13 drivers answer CUDA_ERROR_CONTEXT_IS_DESTROYED,
+   * not CUDA_ERROR_INVALID_HANDLE, and the emulation gives the same answer.
+   */
+  private readonly destroyedStreams = new Set<number>();
+  private readonly destroyedEvents = new Set<number>();
   private readonly pools = new Map<number, PoolState>();
   private readonly defaultPools = new Map<number, PoolState>();
   private readonly poolBlocks = new Map<number, Block>();
@@ -205,6 +212,7 @@ export class EmulatedBackend implements Backend {
       if (stream.context === ctx) {
         this.scheduler.remove(stream);
         this.streams.delete(handle);
+        this.destroyedStreams.add(handle);
       }
     }
     this.scheduler.remove(context.legacy);
@@ -540,9 +548,14 @@ export class EmulatedBackend implements Backend {
   /** cuStreamDestroy: the stream's queued work still runs (now). */
   streamDestroy(stream: Handle): void {
     const s = this.streams.get(stream);
-    if (s === undefined) fail(CUresult.INVALID_HANDLE, 'cuStreamDestroy', `unknown stream ${stream}`);
+    if (s === undefined) {
+      // Not the legacy stream either: 0 is not a stream that can be destroyed.
+      if (this.destroyedStreams.has(stream)) fail(CUresult.CONTEXT_IS_DESTROYED, 'cuStreamDestroy', `stream ${stream} was destroyed`);
+      fail(CUresult.INVALID_HANDLE, 'cuStreamDestroy', `unknown stream ${stream}`);
+    }
     this.scheduler.remove(s);
     this.streams.delete(stream);
+    this.destroyedStreams.add(stream);
   }
 
   /** cuStreamSynchronize: runs the stream's work, then releases pool memory above thresholds. */
@@ -585,7 +598,9 @@ export class EmulatedBackend implements Backend {
 
   /** cuEventDestroy. */
   eventDestroy(event: Handle): void {
-    if (!this.events.delete(event)) fail(CUresult.INVALID_HANDLE, 'cuEventDestroy', `unknown event ${event}`);
+    this.event(event, 'cuEventDestroy');
+    this.events.delete(event);
+    this.destroyedEvents.add(event);
   }
 
   /** cuEventRecord: the event completes (and takes its time) when the stream reaches it. */
@@ -632,21 +647,26 @@ export class EmulatedBackend implements Backend {
 
   // --- Stream-ordered allocation ---
 
-  /** cuMemAllocAsync from the current device's default pool. */
+  /**
+   * cuMemAllocAsync from the default pool of the stream's device. 0 bytes succeed and allocate
+   * nothing (the driver leaves the pointer unset; the null pointer here), unlike cuMemAlloc.
+   */
   memAllocAsync(bytes: number, stream: Handle): Ptr {
     const call = 'cuMemAllocAsync';
-    checkSize(bytes, call);
+    checkCount(bytes, call, 'size');
     const s = this.stream(stream, call);
+    if (bytes === 0) return 0;
     // The default pool of the stream's device (the stream carries its context).
     return this.poolAlloc(this.defaultPool(this.context(s.context, call).device.ordinal), bytes, s, call);
   }
 
-  /** cuMemAllocFromPoolAsync. */
+  /** cuMemAllocFromPoolAsync; 0 bytes as in memAllocAsync. */
   memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr {
     const call = 'cuMemAllocFromPoolAsync';
-    checkSize(bytes, call);
+    checkCount(bytes, call, 'size');
     const p = this.pool(pool, call);
     const s = this.stream(stream, call);
+    if (bytes === 0) return 0;
     return this.poolAlloc(p, bytes, s, call);
   }
 
@@ -926,13 +946,19 @@ export class EmulatedBackend implements Backend {
     // 0 and 1 (CU_STREAM_LEGACY) are the current context's legacy default stream.
     if (handle === 0 || handle === 1) return this.ctx(call).legacy;
     const s = this.streams.get(handle);
-    if (s === undefined) fail(CUresult.INVALID_HANDLE, call, `unknown stream ${handle}`);
+    if (s === undefined) {
+      if (this.destroyedStreams.has(handle)) fail(CUresult.CONTEXT_IS_DESTROYED, call, `stream ${handle} was destroyed`);
+      fail(CUresult.INVALID_HANDLE, call, `unknown stream ${handle}`);
+    }
     return s;
   }
 
   private event(handle: Handle, call: string): EventState {
     const e = this.events.get(handle);
-    if (e === undefined) fail(CUresult.INVALID_HANDLE, call, `unknown event ${handle}`);
+    if (e === undefined) {
+      if (this.destroyedEvents.has(handle)) fail(CUresult.CONTEXT_IS_DESTROYED, call, `event ${handle} was destroyed`);
+      fail(CUresult.INVALID_HANDLE, call, `unknown event ${handle}`);
+    }
     return e;
   }
 

@@ -73,7 +73,8 @@ export class Reservation implements Allocation {
     if (size > memory.size) invalidValue(call, 'the range is larger than the physical allocation');
     for (const m of this.mappings) {
       if (m.offset < offset + size && offset < m.offset + m.size) {
-        invalidValue(call, 'the range overlaps an existing mapping');
+        // The driver's answer to mapping over a mapping (unmap first): not INVALID_VALUE.
+        fail(CUresult.NOT_SUPPORTED, call, 'the range overlaps an existing mapping');
       }
     }
     let i = 0;
