@@ -27,24 +27,6 @@ function throwsCuda(fn: () => unknown, errorName: string): void {
   });
 }
 
-/**
- * Asserts that `fn`, which uses a stream or event after its destroy, fails the way the driver
- * does. CUDA documents such use as undefined; CUDA 12-13 drivers answer
- * CUDA_ERROR_CONTEXT_IS_DESTROYED, and the emulated backend must give exactly that answer. On a
- * GPU, CUDA_ERROR_INVALID_HANDLE (what other driver versions say) is accepted too: still an error,
- * never a success or a crash.
- */
-function throwsDestroyed(fn: () => unknown): void {
-  assert.throws(fn, (error: unknown) => {
-    assert.ok(error instanceof CudaError, `expected a CudaError, got ${String(error)}`);
-    const accepted = backend.name === 'cuda'
-      ? ['CUDA_ERROR_CONTEXT_IS_DESTROYED', 'CUDA_ERROR_INVALID_HANDLE']
-      : ['CUDA_ERROR_CONTEXT_IS_DESTROYED'];
-    assert.ok(accepted.includes(error.errorName), `${error.errorName} is not one of ${accepted.join(', ')}`);
-    return true;
-  });
-}
-
 function randomBytes(n: number): Uint8Array {
   return randomFillSync(new Uint8Array(n));
 }
@@ -263,13 +245,35 @@ describe('streams and events', () => {
     throwsCuda(() => backend.eventElapsedTime(start, noTiming), 'CUDA_ERROR_INVALID_HANDLE');
     const never = backend.eventCreate(0);
     throwsCuda(() => backend.eventElapsedTime(start, never), 'CUDA_ERROR_INVALID_HANDLE');
+    // An event never recorded is complete to a query (and to a synchronize), as on the driver.
+    assert.equal(backend.eventQuery(never), true);
     for (const e of [start, end, noTiming, never]) backend.eventDestroy(e);
-    throwsDestroyed(() => backend.eventQuery(start));
-    throwsDestroyed(() => backend.eventSynchronize(end));
     backend.streamDestroy(s);
-    throwsDestroyed(() => backend.streamSynchronize(s));
-    throwsDestroyed(() => backend.streamQuery(s));
     backend.memFree(a);
+  });
+
+  // Using a stream or event after its destroy is undefined behaviour in CUDA's documentation: on a
+  // GPU the driver reads freed memory, and the process may crash (a SIGSEGV was seen on CUDA 13),
+  // so only the emulation is checked here. It follows what the CUDA 13 driver answered when probed
+  // (H200): CUDA_ERROR_CONTEXT_IS_DESTROYED for an event, CUDA_ERROR_INVALID_CONTEXT for a stream.
+  // The library never gets there: Stream and Event refuse use after destroy with typed errors.
+  test('a destroyed event or stream fails as the driver answers', emulatedOnly, () => {
+    const s = backend.streamCreate(0, 0);
+    const e = backend.eventCreate(EventFlags.DEFAULT);
+    const live = backend.eventCreate(EventFlags.DISABLE_TIMING);
+    backend.eventRecord(e, s);
+    backend.eventSynchronize(e);
+    backend.eventDestroy(e);
+    for (const use of [() => backend.eventQuery(e), () => backend.eventSynchronize(e), () => backend.eventRecord(e, s),
+      () => backend.eventElapsedTime(e, e), () => backend.streamWaitEvent(s, e), () => backend.eventDestroy(e)]) {
+      throwsCuda(use, 'CUDA_ERROR_CONTEXT_IS_DESTROYED');
+    }
+    backend.streamDestroy(s);
+    for (const use of [() => backend.streamSynchronize(s), () => backend.streamQuery(s), () => backend.streamWaitEvent(s, live),
+      () => backend.eventRecord(live, s), () => backend.memAllocAsync(4096, s), () => backend.streamDestroy(s)]) {
+      throwsCuda(use, 'CUDA_ERROR_INVALID_CONTEXT');
+    }
+    backend.eventDestroy(live);
   });
 
   test('stream priorities', () => {
@@ -372,7 +376,15 @@ describe('stream-ordered pools', () => {
     backend.streamSynchronize(s);
     assert.equal(backend.memPoolGetAttribute(pool, MemPoolAttribute.USED_MEM_CURRENT), used);
     assert.equal(backend.memPoolGetAttribute(created, MemPoolAttribute.USED_MEM_CURRENT), 0);
+    // Freeing the null pointer is a no-op, stream-ordered or not; other addresses must be blocks.
+    backend.memFreeAsync(0, s);
+    backend.memFree(0);
     throwsCuda(() => backend.memFreeAsync(0x1234, s), 'CUDA_ERROR_INVALID_VALUE');
+    const block = backend.memAllocAsync(MiB, s);
+    throwsCuda(() => backend.memFreeAsync(block + 512, s), 'CUDA_ERROR_INVALID_VALUE');
+    backend.memFreeAsync(block, s);
+    backend.streamSynchronize(s);
+    throwsCuda(() => backend.memFreeAsync(block, s), 'CUDA_ERROR_INVALID_VALUE');
     backend.memFree(decoy);
     backend.memPoolDestroy(created);
     backend.streamDestroy(s);
@@ -403,26 +415,36 @@ describe('virtual memory management', () => {
     throwsCuda(() => backend.memCreate(g + 1, 0), 'CUDA_ERROR_INVALID_VALUE');
   });
 
-  test('mapping errors: overlap and outside a reservation', () => {
+  test('mapping errors: overlap, part of an allocation, outside a reservation', () => {
     const g = backend.memGetAllocationGranularity(0);
-    const va = backend.memAddressReserve(2 * g, 0);
+    const va = backend.memAddressReserve(4 * g, 0);
     const h = backend.memCreate(2 * g, 0);
     const other = backend.memCreate(g, 0);
-    backend.memMap(va, 2 * g, h);
-    // A range already mapped cannot be mapped again, by the same handle or another one.
-    throwsCuda(() => backend.memMap(va, 2 * g, h), 'CUDA_ERROR_NOT_SUPPORTED');
-    throwsCuda(() => backend.memMap(va + g, g, other), 'CUDA_ERROR_NOT_SUPPORTED');
-    // Nor can memory be mapped where nothing is reserved (a reservation already freed).
-    const gone = backend.memAddressReserve(g, 0);
-    backend.memAddressFree(gone, g);
-    throwsCuda(() => backend.memMap(gone, g, other), 'CUDA_ERROR_INVALID_VALUE');
-    backend.memUnmap(va, 2 * g);
-    // Once unmapped, the range takes a mapping again.
-    backend.memMap(va, g, other);
-    backend.memUnmap(va, g);
-    backend.memRelease(other);
-    backend.memRelease(h);
-    backend.memAddressFree(va, 2 * g);
+    try {
+      backend.memMap(va, 2 * g, h);
+      // A range already mapped cannot be mapped again, by the same handle or another one.
+      throwsCuda(() => backend.memMap(va, 2 * g, h), 'CUDA_ERROR_INVALID_VALUE');
+      throwsCuda(() => backend.memMap(va + g, g, other), 'CUDA_ERROR_INVALID_VALUE');
+      // Allocations map whole: part of one (or more than it) is not supported, overlapping or not.
+      throwsCuda(() => backend.memMap(va, g, h), 'CUDA_ERROR_NOT_SUPPORTED');
+      throwsCuda(() => backend.memMap(va + 2 * g, g, h), 'CUDA_ERROR_NOT_SUPPORTED');
+      throwsCuda(() => backend.memMap(va + 2 * g, 2 * g, other), 'CUDA_ERROR_NOT_SUPPORTED');
+      // Nor can memory be mapped where nothing is reserved (a reservation already freed).
+      const gone = backend.memAddressReserve(g, 0);
+      backend.memAddressFree(gone, g);
+      throwsCuda(() => backend.memMap(gone, g, other), 'CUDA_ERROR_NOT_SUPPORTED');
+      // An unmap must take mappings whole; a range with nothing mapped in it unmaps nothing.
+      throwsCuda(() => backend.memUnmap(va, g), 'CUDA_ERROR_INVALID_VALUE');
+      backend.memUnmap(va + 2 * g, 2 * g);
+      backend.memUnmap(va, 2 * g);
+      // Once unmapped, the range takes a mapping again.
+      backend.memMap(va + g, g, other);
+      backend.memUnmap(va + g, g);
+    } finally {
+      backend.memRelease(other);
+      backend.memRelease(h);
+      backend.memAddressFree(va, 4 * g);
+    }
   });
 });
 
@@ -518,8 +540,15 @@ describe('emulation', () => {
     throwsCuda(() => emu.streamSynchronize(0), 'CUDA_ERROR_INVALID_CONTEXT');
     throwsCuda(() => emu.memHostAlloc(4096, 0), 'CUDA_ERROR_INVALID_CONTEXT');
     throwsCuda(() => emu.contextSynchronize(), 'CUDA_ERROR_INVALID_CONTEXT');
-    // Device-level queries need none.
+    throwsCuda(() => emu.eventCreate(EventFlags.DEFAULT), 'CUDA_ERROR_INVALID_CONTEXT');
+    // Device-level calls need none, nor do pools and virtual memory (they name their device).
     assert.equal(emu.deviceInfo(0).totalMemory, 64 * MiB);
+    assert.equal(emu.memGetAllocationGranularity(0), 2 * MiB);
+    emu.memPoolGetAttribute(emu.deviceGetDefaultMemPool(0), MemPoolAttribute.RELEASE_THRESHOLD);
+    emu.memPoolDestroy(emu.memPoolCreate({ device: 0 }));
+    emu.memAddressFree(emu.memAddressReserve(2 * MiB, 0), 2 * MiB);
+    emu.memRelease(emu.memCreate(2 * MiB, 0));
+    assert.equal(emu.pointerGetAttributes(0x1000).memoryType, 0);
     // Destroying the current created context makes the one below it on the stack current again.
     const primary = emu.primaryContextRetain(0);
     emu.contextSetCurrent(primary);
@@ -529,6 +558,23 @@ describe('emulation', () => {
     assert.equal(emu.contextGetCurrent(), primary);
     emu.contextSetCurrent(0);
     assert.equal(emu.contextGetCurrent(), 0);
+  });
+
+  test('the last release of the primary context destroys it; a retain brings it back, same handle', emulatedOnly, () => {
+    const emu = new EmulatedBackend({ capacityBytes: 64 * MiB });
+    const primary = emu.primaryContextRetain(0);
+    emu.contextSetCurrent(primary);
+    emu.memAlloc(4 * MiB);
+    assert.equal(emu.memGetInfo().free, 60 * MiB);
+    emu.primaryContextRelease(0);
+    // Still current, as on the driver, but destroyed: its memory went with it.
+    assert.equal(emu.contextGetCurrent(), primary);
+    throwsCuda(() => emu.memGetInfo(), 'CUDA_ERROR_CONTEXT_IS_DESTROYED');
+    throwsCuda(() => emu.memAlloc(4096), 'CUDA_ERROR_CONTEXT_IS_DESTROYED');
+    throwsCuda(() => emu.primaryContextRelease(0), 'CUDA_ERROR_INVALID_CONTEXT');
+    assert.equal(emu.primaryContextRetain(0), primary);
+    assert.equal(emu.memGetInfo().free, 64 * MiB);
+    emu.memFree(emu.memAlloc(4096));
   });
 
   test('allocations are backed lazily: 2 GiB untouched costs no memory', emulatedOnly, () => {

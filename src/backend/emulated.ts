@@ -112,8 +112,9 @@ export class EmulatedBackend implements Backend {
   private readonly events = new Map<number, EventState>();
   /**
    * Streams and events that were destroyed (handles are never reused here). Using one is undefined
-   * behaviour in CUDA's documentation; CUDA 12-13 drivers answer CUDA_ERROR_CONTEXT_IS_DESTROYED,
-   * not CUDA_ERROR_INVALID_HANDLE, and the emulation gives the same answer.
+   * behaviour in CUDA's documentation; the CUDA 13 driver answers CUDA_ERROR_INVALID_CONTEXT for a
+   * destroyed stream and CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed event (not
+   * CUDA_ERROR_INVALID_HANDLE), and the emulation gives the same answers.
    */
   private readonly destroyedStreams = new Set<number>();
   private readonly destroyedEvents = new Set<number>();
@@ -177,19 +178,37 @@ export class EmulatedBackend implements Backend {
 
   // --- Contexts ---
 
-  /** Retains the device's primary context; the handle stays the same for the device's lifetime. */
+  /**
+   * Retains the device's primary context; the handle stays the same for the device's lifetime,
+   * also when it is retained again after its last release destroyed it (as the driver does).
+   */
   primaryContextRetain(ordinal: number): Handle {
     const device = this.device(ordinal, 'cuDevicePrimaryCtxRetain');
     device.primary ??= this.newContext(device, 0, true).handle;
+    const ctx = this.contexts.get(device.primary)!;
+    if (ctx.destroyed) {
+      ctx.destroyed = false;
+      ctx.legacy = new StreamState(0, 0, 0, ctx.handle, true);
+      this.scheduler.add(ctx.legacy);
+    }
     device.primaryRetains++;
     return device.primary;
   }
 
-  /** Releases one retain of the primary context (CUDA_ERROR_INVALID_CONTEXT when none is held). */
+  /**
+   * Releases one retain of the primary context (CUDA_ERROR_INVALID_CONTEXT when none is held).
+   * The last release destroys it, as cuDevicePrimaryCtxRelease does: its work completes, its memory
+   * and streams go, and calls in it fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained.
+   */
   primaryContextRelease(ordinal: number): void {
     const device = this.device(ordinal, 'cuDevicePrimaryCtxRelease');
     if (device.primaryRetains === 0) fail(CUresult.INVALID_CONTEXT, 'cuDevicePrimaryCtxRelease', 'the primary context is not retained');
     device.primaryRetains--;
+    if (device.primaryRetains === 0 && device.primary !== undefined) {
+      const ctx = this.contexts.get(device.primary)!;
+      this.dropContextResources(ctx);
+      ctx.destroyed = true;
+    }
   }
 
   /** Creates a new context on the device and makes it current, as cuCtxCreate does. */
@@ -207,27 +226,7 @@ export class EmulatedBackend implements Backend {
     if (context === undefined || context.primary) {
       fail(CUresult.INVALID_CONTEXT, 'cuCtxDestroy', context === undefined ? `unknown context ${ctx}` : 'primary contexts are released, not destroyed');
     }
-    this.scheduler.drainAll();
-    for (const [handle, stream] of this.streams) {
-      if (stream.context === ctx) {
-        this.scheduler.remove(stream);
-        this.streams.delete(handle);
-        this.destroyedStreams.add(handle);
-      }
-    }
-    this.scheduler.remove(context.legacy);
-    for (const index of [this.deviceIndex, this.managedIndex, this.pinnedIndex, this.registeredIndex]) {
-      for (const a of [...index.values()]) {
-        if (a.context === ctx && a.kind !== 'pool') this.dropAllocation(index, a);
-      }
-    }
-    for (const r of [...this.virtualIndex.values()]) {
-      if (r.context === ctx) {
-        this.releaseMappings(r.unmapAll());
-        this.virtualIndex.remove(r);
-      }
-    }
-    for (const other of this.contexts.values()) other.peers.delete(ctx);
+    this.dropContextResources(context);
     this.contexts.delete(ctx);
     // The driver pops a destroyed context that is current: the one below it (if any) is current again.
     for (let i = this.stack.length - 1; i >= 0; i--) if (this.stack[i] === ctx) this.stack.splice(i, 1);
@@ -283,10 +282,14 @@ export class EmulatedBackend implements Backend {
     return this.allocDevice(bytes, 'cuMemAlloc');
   }
 
-  /** cuMemFree: synchronises, then frees device, managed or pool memory allocated at exactly `ptr`. */
+  /**
+   * cuMemFree: synchronises, then frees device, managed or pool memory allocated at exactly `ptr`.
+   * The null pointer is accepted and frees nothing, as on the driver.
+   */
   memFree(ptr: Ptr): void {
     const call = 'cuMemFree';
     this.scheduler.drainAll();
+    if (ptr === 0) return;
     const block = this.poolBlocks.get(ptr);
     if (block !== undefined) {
       this.poolBlocks.delete(ptr);
@@ -550,7 +553,7 @@ export class EmulatedBackend implements Backend {
     const s = this.streams.get(stream);
     if (s === undefined) {
       // Not the legacy stream either: 0 is not a stream that can be destroyed.
-      if (this.destroyedStreams.has(stream)) fail(CUresult.CONTEXT_IS_DESTROYED, 'cuStreamDestroy', `stream ${stream} was destroyed`);
+      if (this.destroyedStreams.has(stream)) fail(CUresult.INVALID_CONTEXT, 'cuStreamDestroy', `stream ${stream} was destroyed`);
       fail(CUresult.INVALID_HANDLE, 'cuStreamDestroy', `unknown stream ${stream}`);
     }
     this.scheduler.remove(s);
@@ -591,6 +594,7 @@ export class EmulatedBackend implements Backend {
   eventCreate(flags: number): Handle {
     if (!Number.isInteger(flags) || (flags & ~0x7) !== 0) invalidValue('cuEventCreate', `unknown event flags ${flags}`);
     if ((flags & 0x4) !== 0 && (flags & 0x2) === 0) invalidValue('cuEventCreate', 'INTERPROCESS events need DISABLE_TIMING');
+    this.ctx('cuEventCreate');
     const e = new EventState(this.handle(), flags);
     this.events.set(e.handle, e);
     return e.handle;
@@ -670,10 +674,14 @@ export class EmulatedBackend implements Backend {
     return this.poolAlloc(p, bytes, s, call);
   }
 
-  /** cuMemFreeAsync: the block returns to its pool when `stream` reaches the free. */
+  /**
+   * cuMemFreeAsync: the block returns to its pool when `stream` reaches the free. The null pointer
+   * (what a 0-byte memAllocAsync returns) is accepted and frees nothing, as on the driver.
+   */
   memFreeAsync(ptr: Ptr, stream: Handle): void {
     const call = 'cuMemFreeAsync';
     const s = this.stream(stream, call);
+    if (ptr === 0) return;
     const block = this.poolBlocks.get(ptr);
     if (block === undefined) {
       const a = this.deviceIndex.find(ptr);
@@ -831,17 +839,21 @@ export class EmulatedBackend implements Backend {
     if (memory !== undefined) this.devices[memory.device]!.uncharge(memory.size);
   }
 
-  /** cuMemMap: maps a whole physical allocation at `ptr` inside a reservation. */
+  /**
+   * cuMemMap: maps a whole physical allocation at `ptr` inside a reservation. As on the driver, a
+   * size other than the allocation's and an address outside any reservation are
+   * CUDA_ERROR_NOT_SUPPORTED; a range already mapped is CUDA_ERROR_INVALID_VALUE.
+   */
   memMap(ptr: Ptr, bytes: number, handle: Handle): void {
     const call = 'cuMemMap';
     checkSize(bytes, call);
     const memory = this.physical.get(handle, call);
     const r = this.virtualIndex.find(ptr);
-    if (r === undefined) invalidValue(call, `${hex(ptr)} is not in a reserved range`);
+    if (r === undefined) fail(CUresult.NOT_SUPPORTED, call, `${hex(ptr)} is not in a reserved range`);
     r.map(ptr - r.base, bytes, memory, call);
   }
 
-  /** cuMemUnmap: the range must cover whole mappings. */
+  /** cuMemUnmap: the range must cover whole mappings (a range with none in it is fine). */
   memUnmap(ptr: Ptr, bytes: number): void {
     const call = 'cuMemUnmap';
     checkSize(bytes, call);
@@ -914,6 +926,32 @@ export class EmulatedBackend implements Backend {
     return ctx;
   }
 
+  /** What destroying a context takes with it: its queued work runs, its streams, memory and peers go. */
+  private dropContextResources(context: ContextState): void {
+    const ctx = context.handle;
+    this.scheduler.drainAll();
+    for (const [handle, stream] of this.streams) {
+      if (stream.context === ctx) {
+        this.scheduler.remove(stream);
+        this.streams.delete(handle);
+        this.destroyedStreams.add(handle);
+      }
+    }
+    this.scheduler.remove(context.legacy);
+    for (const index of [this.deviceIndex, this.managedIndex, this.pinnedIndex, this.registeredIndex]) {
+      for (const a of [...index.values()]) {
+        if (a.context === ctx && a.kind !== 'pool') this.dropAllocation(index, a);
+      }
+    }
+    for (const r of [...this.virtualIndex.values()]) {
+      if (r.context === ctx) {
+        this.releaseMappings(r.unmapAll());
+        this.virtualIndex.remove(r);
+      }
+    }
+    for (const other of this.contexts.values()) other.peers.delete(ctx);
+  }
+
   private currentHandle(): Handle {
     return this.stack.length === 0 ? 0 : this.stack[this.stack.length - 1]!;
   }
@@ -926,6 +964,7 @@ export class EmulatedBackend implements Backend {
   private ctx(call: string): ContextState {
     const ctx = this.contexts.get(this.currentHandle());
     if (ctx === undefined) fail(CUresult.INVALID_CONTEXT, call, 'no context is current on the calling thread');
+    if (ctx.destroyed) fail(CUresult.CONTEXT_IS_DESTROYED, call, 'the current (primary) context was released and destroyed');
     return ctx;
   }
 
@@ -936,7 +975,7 @@ export class EmulatedBackend implements Backend {
    */
   private contextFor(ordinal: number): ContextState {
     const current = this.contexts.get(this.currentHandle());
-    if (current !== undefined) return current;
+    if (current !== undefined && !current.destroyed) return current;
     const device = this.devices[ordinal]!;
     device.primary ??= this.newContext(device, 0, true).handle;
     return this.contexts.get(device.primary)!;
@@ -947,7 +986,7 @@ export class EmulatedBackend implements Backend {
     if (handle === 0 || handle === 1) return this.ctx(call).legacy;
     const s = this.streams.get(handle);
     if (s === undefined) {
-      if (this.destroyedStreams.has(handle)) fail(CUresult.CONTEXT_IS_DESTROYED, call, `stream ${handle} was destroyed`);
+      if (this.destroyedStreams.has(handle)) fail(CUresult.INVALID_CONTEXT, call, `stream ${handle} was destroyed`);
       fail(CUresult.INVALID_HANDLE, call, `unknown stream ${handle}`);
     }
     return s;

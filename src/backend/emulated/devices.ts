@@ -67,13 +67,19 @@ export class DeviceState {
 export class ContextState {
   /** Handles of peer contexts this one has enabled access to. */
   readonly peers = new Set<number>();
+  /**
+   * True for a primary context whose last retain was released: the driver destroyed it, but its
+   * handle stays (current where it was, and the same handle again on the next retain). Calls in
+   * it fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained again.
+   */
+  destroyed = false;
 
   constructor(
     readonly handle: number,
     readonly device: DeviceState,
     readonly flags: number,
     readonly primary: boolean,
-    /** The context's legacy default stream (handle 0). */
-    readonly legacy: StreamState,
+    /** The context's legacy default stream (handle 0); a new one when a primary context is retained again. */
+    public legacy: StreamState,
   ) {}
 }

@@ -69,12 +69,14 @@ export class Reservation implements Allocation {
     if (offset % VMM_GRANULARITY !== 0 || size % VMM_GRANULARITY !== 0) {
       invalidValue(call, `address and size must be multiples of the ${VMM_GRANULARITY}-byte granularity`);
     }
+    // The driver maps whole allocations only: part of one, or more than it, is not supported.
+    if (size !== memory.size) {
+      fail(CUresult.NOT_SUPPORTED, call, `a mapping of ${size} bytes of a ${memory.size}-byte allocation (only whole allocations map)`);
+    }
     if (offset + size > this.size) invalidValue(call, 'the range extends past its reservation');
-    if (size > memory.size) invalidValue(call, 'the range is larger than the physical allocation');
     for (const m of this.mappings) {
       if (m.offset < offset + size && offset < m.offset + m.size) {
-        // The driver's answer to mapping over a mapping (unmap first): not INVALID_VALUE.
-        fail(CUresult.NOT_SUPPORTED, call, 'the range overlaps an existing mapping');
+        invalidValue(call, 'the range overlaps an existing mapping');
       }
     }
     let i = 0;
@@ -83,10 +85,12 @@ export class Reservation implements Allocation {
     memory.mappings++;
   }
 
-  /** Unmaps every mapping in [offset, offset + size), which must cover them whole; returns them. */
+  /**
+   * Unmaps every mapping in [offset, offset + size), which must cover them whole; returns them.
+   * A range with nothing mapped in it unmaps nothing, without an error (as on the driver).
+   */
   unmap(offset: number, size: number, call: string): PhysicalMemory[] {
     const inRange = this.mappings.filter((m) => m.offset < offset + size && offset < m.offset + m.size);
-    if (inRange.length === 0) invalidValue(call, 'nothing is mapped in the range');
     for (const m of inRange) {
       if (m.offset < offset || m.offset + m.size > offset + size) {
         invalidValue(call, 'the range must cover whole mappings');
