@@ -277,12 +277,16 @@ test('using-declarations free buffers at the end of the scope', () => {
   const bytes = 4 * FREE_MEMORY_SLACK + (1 << 20);
   const before = used();
   let kept: DeviceBuffer | undefined;
+  let address = 0;
   {
     using buf = DeviceBuffer.allocate(bytes);
     kept = buf;
+    address = buf.ptr;
     assert.ok(used() - before >= bytes - FREE_MEMORY_SLACK, 'the allocation shows in used memory');
   }
   assert.equal(kept.isFreed, true);
+  // The driver no longer knows the address (exact on both backends), and the memory is back.
+  assert.equal(getBackend().pointerGetAttributes(address).memoryType, 0, 'the driver freed the allocation');
   assertMemoryReturned(before, used(), 'the using-declaration gave the memory back');
   assert.throws(() => kept.ptr, UseAfterFreeError);
 });
@@ -480,6 +484,8 @@ test('the FinalizationRegistry backstop frees dropped buffers and counts them as
     assert.equal(after.count, stats.count + 2);
     assert.equal(after.bytes, stats.bytes + deviceBytes + 4096);
     assert.deepEqual(seen.map((l) => l.releaseError), [undefined, undefined], 'the backstop returned both without an error');
+    const leaked = seen.find((l) => l.kind === 'DeviceBuffer')!;
+    assert.equal(getBackend().pointerGetAttributes(leaked.ptr).memoryType, 0, 'the driver freed the leaked allocation');
     assertMemoryReturned(before, used(), 'the leaked device memory went back');
     assert.deepEqual(seen.map((l) => l.kind).sort(), ['DeviceBuffer', 'HostBuffer']);
     assert.ok(seen.every((l) => typeof l.stack === 'string' && l.stack.includes('buffers.test')));

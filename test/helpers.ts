@@ -15,11 +15,12 @@ const MiB = 1024 * 1024;
  * How far the device's used memory (total - free, as cuMemGetInfo reports it) may move across
  * code that returns everything it allocated. On the emulated backend the figure is vram's own
  * exact accounting: 0. On a GPU the driver keeps state of its own in device memory and moves it
- * on its own schedule: the 2 MiB pages of its small-allocation heap stay mapped for a while after
- * their last block is freed, and per-stream, per-module and per-pool state appears on first use.
- * Tests that check memory went back allocate several times this much, so a real leak still fails.
+ * in its 2 MiB pages on its own schedule (CUDA 13, H200: the first stream created takes a page
+ * that its destroy does not give back; a failed cuMemAlloc larger than the device gives one
+ * back), so a few pages of slack, on the cuda backend only. Tests that check memory went back
+ * allocate several times this much, so memory not given back still fails them on a GPU.
  */
-export const FREE_MEMORY_SLACK: number = onGpu ? 16 * MiB : 0;
+export const FREE_MEMORY_SLACK: number = onGpu ? 4 * 2 * MiB : 0;
 
 /** Device memory in use on `device` (device 0 by default): total - free, as the backend reports it. */
 export function deviceMemoryUsed(device: Device = Device.get(0)): number {

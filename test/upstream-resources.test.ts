@@ -62,6 +62,7 @@ test('CudaResource', () => {
   const big = mr.allocate(bytes);
   assert.ok(used() - before >= bytes - FREE_MEMORY_SLACK, 'the allocation shows in used memory');
   mr.deallocate(big, bytes);
+  assert.equal(device.backend.pointerGetAttributes(big).memoryType, 0, 'the driver freed the block');
   assertMemoryReturned(before, used(), 'CudaResource gave everything back');
 });
 
