@@ -78,7 +78,10 @@ describe('driver and devices', () => {
     backend.contextSetCurrent(primary);
     backend.contextDestroy(created);
     assert.equal(backend.contextGetCurrent(), primary);
-    throwsCuda(() => backend.contextDestroy(created), 'CUDA_ERROR_INVALID_CONTEXT');
+    // Destroying it again uses a dangling handle: undefined behaviour on a GPU (CUDA 13 answered
+    // INVALID_CONTEXT in one run, CONTEXT_IS_DESTROYED in another; the process may crash), so only
+    // the emulation's answer is checked. Context.destroy() twice is a typed error (device tests).
+    if (backend.name === 'emulated') throwsCuda(() => backend.contextDestroy(created), 'CUDA_ERROR_INVALID_CONTEXT');
   });
 });
 
@@ -416,34 +419,47 @@ describe('virtual memory management', () => {
   });
 
   test('mapping errors: overlap, part of an allocation, outside a reservation', () => {
+    // The order and the answers are those of the CUDA 13 driver, probed on an H200 (scripts/probe-driver.mjs).
     const g = backend.memGetAllocationGranularity(0);
-    const va = backend.memAddressReserve(4 * g, 0);
+    const va = backend.memAddressReserve(2 * g, 0);
+    const va2 = backend.memAddressReserve(4 * g, 0);
     const h = backend.memCreate(2 * g, 0);
     const other = backend.memCreate(g, 0);
+    let cleanedUp = false;
     try {
       backend.memMap(va, 2 * g, h);
-      // A range already mapped cannot be mapped again, by the same handle or another one.
-      throwsCuda(() => backend.memMap(va, 2 * g, h), 'CUDA_ERROR_INVALID_VALUE');
-      throwsCuda(() => backend.memMap(va + g, g, other), 'CUDA_ERROR_INVALID_VALUE');
-      // Allocations map whole: part of one (or more than it) is not supported, overlapping or not.
+      // Allocations map whole: part of one is not supported (checked before any overlap).
       throwsCuda(() => backend.memMap(va, g, h), 'CUDA_ERROR_NOT_SUPPORTED');
-      throwsCuda(() => backend.memMap(va + 2 * g, g, h), 'CUDA_ERROR_NOT_SUPPORTED');
-      throwsCuda(() => backend.memMap(va + 2 * g, 2 * g, other), 'CUDA_ERROR_NOT_SUPPORTED');
-      // Nor can memory be mapped where nothing is reserved (a reservation already freed).
-      const gone = backend.memAddressReserve(g, 0);
-      backend.memAddressFree(gone, g);
-      throwsCuda(() => backend.memMap(gone, g, other), 'CUDA_ERROR_NOT_SUPPORTED');
+      // A range already mapped cannot be mapped again, by the same allocation or another one.
+      throwsCuda(() => backend.memMap(va, 2 * g, h), 'CUDA_ERROR_INVALID_VALUE');
+      throwsCuda(() => backend.memMap(va, g, other), 'CUDA_ERROR_INVALID_VALUE');
+      throwsCuda(() => backend.memMap(va + g, g, other), 'CUDA_ERROR_INVALID_VALUE');
+      // Part of an allocation, or more than it, where nothing is mapped: not supported either.
+      throwsCuda(() => backend.memMap(va2, g, h), 'CUDA_ERROR_NOT_SUPPORTED');
+      throwsCuda(() => backend.memMap(va2 + 2 * g, 2 * g, other), 'CUDA_ERROR_NOT_SUPPORTED');
+      backend.memMap(va2 + 3 * g, g, other);
       // An unmap must take mappings whole; a range with nothing mapped in it unmaps nothing.
       throwsCuda(() => backend.memUnmap(va, g), 'CUDA_ERROR_INVALID_VALUE');
-      backend.memUnmap(va + 2 * g, 2 * g);
+      backend.memUnmap(va2 + g, g);
+      backend.memUnmap(va2 + 3 * g, g);
+      // Part of an allocation where nothing is reserved (a reservation already freed): not supported.
+      const gone = backend.memAddressReserve(g, 0);
+      backend.memAddressFree(gone, g);
+      throwsCuda(() => backend.memMap(gone, g, h), 'CUDA_ERROR_NOT_SUPPORTED');
       backend.memUnmap(va, 2 * g);
-      // Once unmapped, the range takes a mapping again.
-      backend.memMap(va + g, g, other);
-      backend.memUnmap(va + g, g);
-    } finally {
       backend.memRelease(other);
       backend.memRelease(h);
-      backend.memAddressFree(va, 4 * g);
+      backend.memAddressFree(va, 2 * g);
+      backend.memAddressFree(va2, 4 * g);
+      cleanedUp = true;
+    } finally {
+      // After a failed assertion: give back what can be, without hiding that failure.
+      if (!cleanedUp) {
+        for (const step of [() => backend.memUnmap(va, 2 * g), () => backend.memUnmap(va2 + 3 * g, g), () => backend.memRelease(other),
+          () => backend.memRelease(h), () => backend.memAddressFree(va, 2 * g), () => backend.memAddressFree(va2, 4 * g)]) {
+          try { step(); } catch { /* already gone */ }
+        }
+      }
     }
   });
 });

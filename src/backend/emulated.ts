@@ -841,15 +841,19 @@ export class EmulatedBackend implements Backend {
 
   /**
    * cuMemMap: maps a whole physical allocation at `ptr` inside a reservation. As on the driver, a
-   * size other than the allocation's and an address outside any reservation are
-   * CUDA_ERROR_NOT_SUPPORTED; a range already mapped is CUDA_ERROR_INVALID_VALUE.
+   * size other than the allocation's is CUDA_ERROR_NOT_SUPPORTED, whatever the address (checked
+   * first); a range already mapped is CUDA_ERROR_INVALID_VALUE.
    */
   memMap(ptr: Ptr, bytes: number, handle: Handle): void {
     const call = 'cuMemMap';
     checkSize(bytes, call);
     const memory = this.physical.get(handle, call);
+    if (bytes % VMM_GRANULARITY !== 0) invalidValue(call, `size must be a multiple of the ${VMM_GRANULARITY}-byte granularity`);
+    if (bytes !== memory.size) {
+      fail(CUresult.NOT_SUPPORTED, call, `a mapping of ${bytes} bytes of a ${memory.size}-byte allocation (only whole allocations map)`);
+    }
     const r = this.virtualIndex.find(ptr);
-    if (r === undefined) fail(CUresult.NOT_SUPPORTED, call, `${hex(ptr)} is not in a reserved range`);
+    if (r === undefined) invalidValue(call, `${hex(ptr)} is not in a reserved range`);
     r.map(ptr - r.base, bytes, memory, call);
   }
 
