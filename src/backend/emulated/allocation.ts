@@ -23,3 +23,18 @@ export interface Allocation extends Interval {
   /** cuMemHostAlloc / cuMemHostRegister / cuMemAllocManaged flags. */
   readonly flags: number;
 }
+
+/** A plain allocation: device, pitched, managed, pinned or registered memory. */
+export class PlainAllocation implements Allocation {
+  live = true;
+  constructor(
+    readonly kind: AllocationKind,
+    readonly base: number,
+    readonly size: number,
+    readonly device: number,
+    readonly context: number,
+    readonly store: Store,
+    readonly charged: number,
+    readonly flags: number,
+  ) {}
+}

@@ -33,3 +33,8 @@ export function checkSize(value: number, call: string, what = 'size'): number {
   if (value === 0) invalidValue(call, `${what} must not be 0`);
   return value;
 }
+
+/** An address as error messages show it (hex), tolerating a non-number from untyped callers. */
+export function hex(address: number): string {
+  return typeof address === 'number' ? `0x${address.toString(16)}` : String(address);
+}

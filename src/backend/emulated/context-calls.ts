@@ -1,0 +1,142 @@
+/**
+ * The emulated driver's device and context calls: device attributes and peer access, primary and
+ * created contexts, the calling thread's context stack, and the capacity-based memory figures.
+ */
+import type { DeviceInfo, Handle, MemInfo } from '../backend.js';
+import { CUresult } from '../../errors.js';
+import { fail, invalidValue } from './fail.js';
+import type { EmulatedState } from './state.js';
+import { StreamState } from './streams.js';
+
+/** The emulated CUDA driver version (13.0). */
+const DRIVER_VERSION = 13000;
+
+/** Devices and contexts of one emulated driver. */
+export class ContextCalls {
+  constructor(private readonly s: EmulatedState) {}
+
+  /** 13000: the emulation follows CUDA 13.0's driver API. */
+  driverVersion(): number {
+    return DRIVER_VERSION;
+  }
+
+  /** The number of emulated devices. */
+  deviceCount(): number {
+    return this.s.devices.length;
+  }
+
+  /** Emulated attributes (see DeviceState.info): capacity as total memory, CC 9.0. */
+  deviceInfo(ordinal: number): DeviceInfo {
+    return this.s.device(ordinal, 'cuDeviceGet').info();
+  }
+
+  /** True between distinct emulated devices (all share host memory). */
+  deviceCanAccessPeer(ordinal: number, peerOrdinal: number): boolean {
+    this.s.device(ordinal, 'cuDeviceCanAccessPeer');
+    this.s.device(peerOrdinal, 'cuDeviceCanAccessPeer');
+    return ordinal !== peerOrdinal;
+  }
+
+  /**
+   * Retains the device's primary context; the handle stays the same for the device's lifetime,
+   * also when it is retained again after its last release destroyed it (as the driver does).
+   */
+  primaryContextRetain(ordinal: number): Handle {
+    const device = this.s.device(ordinal, 'cuDevicePrimaryCtxRetain');
+    device.primary ??= this.s.newContext(device, 0, true).handle;
+    const ctx = this.s.contexts.get(device.primary)!;
+    if (ctx.destroyed) {
+      ctx.destroyed = false;
+      ctx.legacy = new StreamState(0, 0, 0, ctx.handle, true);
+      this.s.scheduler.add(ctx.legacy);
+    }
+    device.primaryRetains++;
+    return device.primary;
+  }
+
+  /**
+   * Releases one retain of the primary context (CUDA_ERROR_INVALID_CONTEXT when none is held).
+   * The last release destroys it, as cuDevicePrimaryCtxRelease does: its work completes, its memory
+   * and streams go, and calls in it fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained.
+   */
+  primaryContextRelease(ordinal: number): void {
+    const device = this.s.device(ordinal, 'cuDevicePrimaryCtxRelease');
+    if (device.primaryRetains === 0) fail(CUresult.INVALID_CONTEXT, 'cuDevicePrimaryCtxRelease', 'the primary context is not retained');
+    device.primaryRetains--;
+    if (device.primaryRetains === 0 && device.primary !== undefined) {
+      const ctx = this.s.contexts.get(device.primary)!;
+      this.s.dropContextResources(ctx);
+      ctx.destroyed = true;
+    }
+  }
+
+  /** Creates a new context on the device and makes it current, as cuCtxCreate does. */
+  contextCreate(ordinal: number, flags: number): Handle {
+    const device = this.s.device(ordinal, 'cuCtxCreate');
+    if (!Number.isInteger(flags) || (flags & ~0x1f) !== 0) invalidValue('cuCtxCreate', `unknown context flags ${flags}`);
+    const ctx = this.s.newContext(device, flags, false);
+    this.s.stack.push(ctx.handle);
+    return ctx.handle;
+  }
+
+  /** Destroys a created context: its work completes and its memory is freed. */
+  contextDestroy(ctx: Handle): void {
+    const context = this.s.contexts.get(ctx);
+    if (context === undefined || context.primary) {
+      fail(CUresult.INVALID_CONTEXT, 'cuCtxDestroy', context === undefined ? `unknown context ${ctx}` : 'primary contexts are released, not destroyed');
+    }
+    this.s.dropContextResources(context);
+    this.s.contexts.delete(ctx);
+    // The driver pops a destroyed context that is current: the one below it (if any) is current again.
+    for (let i = this.s.stack.length - 1; i >= 0; i--) if (this.s.stack[i] === ctx) this.s.stack.splice(i, 1);
+  }
+
+  /** Makes `ctx` current, replacing the top of the context stack (0: pops it). */
+  contextSetCurrent(ctx: Handle): void {
+    if (ctx !== 0 && !this.s.contexts.has(ctx)) fail(CUresult.INVALID_CONTEXT, 'cuCtxSetCurrent', `unknown context ${ctx}`);
+    if (ctx === 0) this.s.stack.pop();
+    else if (this.s.stack.length === 0) this.s.stack.push(ctx);
+    else this.s.stack[this.s.stack.length - 1] = ctx;
+  }
+
+  /** The current context, 0 when none is. */
+  contextGetCurrent(): Handle {
+    return this.s.currentHandle();
+  }
+
+  /** Runs all queued work, then releases pool memory above each pool's release threshold. */
+  contextSynchronize(): void {
+    this.s.ctx('cuCtxSynchronize');
+    this.s.scheduler.drainAll();
+    this.s.releasePools();
+  }
+
+  /** Enables access from the current context to `peerCtx`'s memory. */
+  contextEnablePeerAccess(peerCtx: Handle): void {
+    const call = 'cuCtxEnablePeerAccess';
+    const ctx = this.s.ctx(call);
+    const peer = this.s.context(peerCtx, call);
+    if (peer.device === ctx.device) fail(CUresult.INVALID_DEVICE, call, 'a context cannot be its own peer');
+    if (ctx.peers.has(peerCtx)) fail(CUresult.PEER_ACCESS_ALREADY_ENABLED, call);
+    ctx.peers.add(peerCtx);
+  }
+
+  /** Disables access from the current context to `peerCtx`'s memory. */
+  contextDisablePeerAccess(peerCtx: Handle): void {
+    const call = 'cuCtxDisablePeerAccess';
+    const ctx = this.s.ctx(call);
+    this.s.context(peerCtx, call);
+    if (!ctx.peers.delete(peerCtx)) fail(CUresult.PEER_ACCESS_NOT_ENABLED, call);
+  }
+
+  /** Capacity-based free and total memory of the current context's device. */
+  memGetInfo(): MemInfo {
+    const device = this.s.ctx('cuMemGetInfo').device;
+    return { free: device.capacity - device.used, total: device.capacity };
+  }
+
+  /** Bytes of device capacity in use on `ordinal` (for tests and `vram info`). */
+  capacityUsed(ordinal = 0): number {
+    return this.s.device(ordinal, 'capacityUsed').used;
+  }
+}

@@ -1,0 +1,25 @@
+/**
+ * cuPointerGetAttributes for the emulated driver: what it knows about any address, resolved
+ * through the same address-space indexes that copies use.
+ */
+import { type PointerAttributes, type Ptr, MemoryType } from '../backend.js';
+import { PoolState } from './pools.js';
+import type { EmulatedState } from './state.js';
+
+/** What the emulated driver knows about `ptr`; memoryType 0 and device -1 when nothing. */
+export function pointerAttributes(s: EmulatedState, ptr: Ptr): PointerAttributes {
+  const a = typeof ptr === 'number' ? s.lookup(ptr) : undefined;
+  if (a === undefined) return { memoryType: 0, device: -1, isManaged: false, rangeStart: 0, rangeSize: 0, context: 0 };
+  let rangeStart = a.base;
+  let rangeSize = a.size;
+  if (a instanceof PoolState) {
+    const block = a.blockAt(ptr);
+    if (block !== undefined) {
+      rangeStart = block.address;
+      rangeSize = block.size;
+    }
+  }
+  const memoryType = a.kind === 'managed' ? MemoryType.UNIFIED
+    : a.kind === 'pinned' || a.kind === 'registered' ? MemoryType.HOST : MemoryType.DEVICE;
+  return { memoryType, device: a.device, isManaged: a.kind === 'managed', rangeStart, rangeSize, context: a.context };
+}

@@ -1,0 +1,244 @@
+/**
+ * The emulated driver's shared state: devices, the context stack, streams, events, pools and the
+ * address-space indexes, with the look-ups every group of driver calls needs (the current context,
+ * a stream or event by handle, the bytes behind an address). Each module of calls under
+ * `emulated/` works on one `EmulatedState`, so they all see one driver.
+ */
+import type { Handle } from '../backend.js';
+import { CUresult } from '../../errors.js';
+import { addressRange, IntervalIndex, type Interval } from './address-space.js';
+import type { Allocation } from './allocation.js';
+import { ContextState, DeviceState } from './devices.js';
+import { fail, hex, invalidValue } from './fail.js';
+import type { Block, PoolState, PoolHost } from './pools.js';
+import { EagerStore, type Span } from './store.js';
+import { EventState, Scheduler, StreamState, type StreamPoint } from './streams.js';
+import { type PhysicalMemory, PhysicalTable, Reservation } from './vmm.js';
+
+/** JavaScript memory that was given an address (addressOf), held weakly. */
+export class PageableBuffer implements Interval {
+  live = true;
+  constructor(
+    readonly base: number,
+    readonly size: number,
+    readonly buffer: WeakRef<ArrayBufferLike>,
+  ) {}
+}
+
+/** One emulated driver's state, shared by the modules that implement its calls. */
+export class EmulatedState {
+  readonly devices: DeviceState[];
+  readonly contexts = new Map<number, ContextState>();
+  /**
+   * The calling thread's context stack, as the driver keeps it: the top is the current context;
+   * cuCtxCreate pushes, cuCtxSetCurrent replaces the top, destroying the current context pops it.
+   */
+  readonly stack: number[] = [];
+  private nextHandle = 0x1000;
+  readonly scheduler = new Scheduler();
+  readonly streams = new Map<number, StreamState>();
+  readonly events = new Map<number, EventState>();
+  /**
+   * Streams and events that were destroyed (handles are never reused here). Using one is undefined
+   * behaviour in CUDA's documentation; the CUDA 13 driver answers CUDA_ERROR_INVALID_CONTEXT for a
+   * destroyed stream and CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed event (not
+   * CUDA_ERROR_INVALID_HANDLE), and the emulation gives the same answers.
+   */
+  readonly destroyedStreams = new Set<number>();
+  readonly destroyedEvents = new Set<number>();
+  readonly pools = new Map<number, PoolState>();
+  readonly defaultPools = new Map<number, PoolState>();
+  readonly poolBlocks = new Map<number, Block>();
+  readonly physical = new PhysicalTable();
+
+  readonly deviceRange = addressRange('device');
+  readonly managedRange = addressRange('managed');
+  readonly virtualRange = addressRange('virtual');
+  readonly pinnedRange = addressRange('pinned');
+  readonly poolRange = addressRange('pool');
+  readonly jsRange = addressRange('javascript');
+  readonly deviceIndex = new IntervalIndex<Allocation>();
+  readonly managedIndex = new IntervalIndex<Allocation>();
+  readonly virtualIndex = new IntervalIndex<Reservation>();
+  readonly pinnedIndex = new IntervalIndex<Allocation>();
+  readonly poolIndex = new IntervalIndex<PoolState>();
+  readonly registeredIndex = new IntervalIndex<Allocation>();
+  readonly pageableIndex = new IntervalIndex<PageableBuffer>();
+  readonly jsAddresses = new WeakMap<ArrayBufferLike, PageableBuffer>();
+  readonly pageableCleanup = new FinalizationRegistry<PageableBuffer>((entry) => this.pageableIndex.remove(entry));
+
+  /** How pools charge and uncharge their device's capacity. */
+  readonly poolHost: PoolHost = {
+    charge: (pool, bytes, call) => this.devices[pool.device]!.charge(bytes, call),
+    uncharge: (pool, bytes) => this.devices[pool.device]!.uncharge(bytes),
+  };
+
+  constructor(deviceCount: number, capacity: number) {
+    this.devices = Array.from({ length: deviceCount }, (_, i) => new DeviceState(i, capacity));
+  }
+
+  /** A fresh handle (handles are never reused). */
+  handle(): number {
+    return this.nextHandle++;
+  }
+
+  /** Device `ordinal`, or CUDA_ERROR_INVALID_DEVICE for `call`. */
+  device(ordinal: number, call: string): DeviceState {
+    const device = Number.isInteger(ordinal) ? this.devices[ordinal] : undefined;
+    if (device === undefined) fail(CUresult.INVALID_DEVICE, call, `no emulated device ${ordinal}`);
+    return device;
+  }
+
+  /** Creates a context with its legacy default stream (not pushed on the stack). */
+  newContext(device: DeviceState, flags: number, primary: boolean): ContextState {
+    const handle = this.handle();
+    const legacy = new StreamState(0, 0, 0, handle, true);
+    const ctx = new ContextState(handle, device, flags, primary, legacy);
+    this.contexts.set(handle, ctx);
+    this.scheduler.add(legacy);
+    return ctx;
+  }
+
+  /** The context `handle`, or CUDA_ERROR_INVALID_CONTEXT for `call`. */
+  context(handle: Handle, call: string): ContextState {
+    const ctx = this.contexts.get(handle);
+    if (ctx === undefined) fail(CUresult.INVALID_CONTEXT, call, `unknown context ${handle}`);
+    return ctx;
+  }
+
+  /** What destroying a context takes with it: its queued work runs, its streams, memory and peers go. */
+  dropContextResources(context: ContextState): void {
+    const ctx = context.handle;
+    this.scheduler.drainAll();
+    for (const [handle, stream] of this.streams) {
+      if (stream.context === ctx) {
+        this.scheduler.remove(stream);
+        this.streams.delete(handle);
+        this.destroyedStreams.add(handle);
+      }
+    }
+    this.scheduler.remove(context.legacy);
+    for (const index of [this.deviceIndex, this.managedIndex, this.pinnedIndex, this.registeredIndex]) {
+      for (const a of [...index.values()]) {
+        if (a.context === ctx && a.kind !== 'pool') this.dropAllocation(index, a);
+      }
+    }
+    for (const r of [...this.virtualIndex.values()]) {
+      if (r.context === ctx) {
+        this.releaseMappings(r.unmapAll());
+        this.virtualIndex.remove(r);
+      }
+    }
+    for (const other of this.contexts.values()) other.peers.delete(ctx);
+  }
+
+  /** The handle on top of the context stack, 0 when it is empty. */
+  currentHandle(): Handle {
+    return this.stack.length === 0 ? 0 : this.stack[this.stack.length - 1]!;
+  }
+
+  /**
+   * The current context, which `call` needs: with none current it fails with
+   * CUDA_ERROR_INVALID_CONTEXT, as the driver does (no implicit primary context: that is the
+   * runtime API's behaviour, not the driver's, and code that relied on it would fail on a GPU).
+   */
+  ctx(call: string): ContextState {
+    const ctx = this.contexts.get(this.currentHandle());
+    if (ctx === undefined) fail(CUresult.INVALID_CONTEXT, call, 'no context is current on the calling thread');
+    if (ctx.destroyed) fail(CUresult.CONTEXT_IS_DESTROYED, call, 'the current (primary) context was released and destroyed');
+    return ctx;
+  }
+
+  /**
+   * The context of calls that name their device or memory rather than use the current context
+   * (pools, reservations, copies between known addresses): the current one, else the primary
+   * context of device `ordinal` (which the emulation creates without retaining it).
+   */
+  contextFor(ordinal: number): ContextState {
+    const current = this.contexts.get(this.currentHandle());
+    if (current !== undefined && !current.destroyed) return current;
+    const device = this.devices[ordinal]!;
+    device.primary ??= this.newContext(device, 0, true).handle;
+    return this.contexts.get(device.primary)!;
+  }
+
+  /** The stream `handle` (0 and 1: the current context's legacy stream), or the driver's error. */
+  stream(handle: Handle, call: string): StreamState {
+    // 0 and 1 (CU_STREAM_LEGACY) are the current context's legacy default stream.
+    if (handle === 0 || handle === 1) return this.ctx(call).legacy;
+    const s = this.streams.get(handle);
+    if (s === undefined) {
+      if (this.destroyedStreams.has(handle)) fail(CUresult.INVALID_CONTEXT, call, `stream ${handle} was destroyed`);
+      fail(CUresult.INVALID_HANDLE, call, `unknown stream ${handle}`);
+    }
+    return s;
+  }
+
+  /** The event `handle`, or the driver's error for an unknown or destroyed one. */
+  event(handle: Handle, call: string): EventState {
+    const e = this.events.get(handle);
+    if (e === undefined) {
+      if (this.destroyedEvents.has(handle)) fail(CUresult.CONTEXT_IS_DESTROYED, call, `event ${handle} was destroyed`);
+      fail(CUresult.INVALID_HANDLE, call, `unknown event ${handle}`);
+    }
+    return e;
+  }
+
+  /** Queues `run` on `stream`; work on other streams of the context also waits for its legacy stream. */
+  enqueue(stream: StreamState, run: (() => void) | undefined, deps?: readonly StreamPoint[]): StreamPoint {
+    const legacy = stream.legacy ? undefined : this.contexts.get(stream.context)?.legacy;
+    return this.scheduler.enqueue(stream, run, deps, legacy);
+  }
+
+  /** Releases pool memory above each pool's release threshold, as a synchronisation does. */
+  releasePools(): void {
+    for (const pool of this.pools.values()) pool.releaseAboveThreshold();
+  }
+
+  /** Removes a plain allocation from its index and gives its capacity back. */
+  dropAllocation(index: IntervalIndex<Allocation>, a: Allocation): void {
+    index.remove(a);
+    if (a.charged > 0) this.devices[a.device]!.uncharge(a.charged);
+  }
+
+  /** Gives back the capacity of released physical memory that is no longer mapped anywhere. */
+  releaseMappings(memories: readonly PhysicalMemory[]): void {
+    for (const m of memories) {
+      if (m.released && m.mappings === 0) this.devices[m.device]!.uncharge(m.size);
+    }
+  }
+
+  /** The allocation containing `address`, of any kind (registered JavaScript memory included). */
+  lookup(address: number): Allocation | undefined {
+    if (this.deviceRange.contains(address)) return this.deviceIndex.find(address);
+    if (this.managedRange.contains(address)) return this.managedIndex.find(address);
+    if (this.virtualRange.contains(address)) return this.virtualIndex.find(address);
+    if (this.pinnedRange.contains(address)) return this.pinnedIndex.find(address);
+    if (this.poolRange.contains(address)) return this.poolIndex.find(address);
+    if (this.jsRange.contains(address)) return this.registeredIndex.find(address);
+    return undefined;
+  }
+
+  /** The bytes behind [address, address + bytes), or CUDA_ERROR_INVALID_VALUE. */
+  spans(address: number, bytes: number, write: boolean, call: string): Span[] {
+    if (typeof address !== 'number' || !Number.isSafeInteger(address)) invalidValue(call, `bad address ${String(address)}`);
+    const a = this.lookup(address);
+    if (a === undefined) {
+      if (this.jsRange.contains(address)) return this.pageableSpans(address, bytes, call);
+      invalidValue(call, `${hex(address)} is not in any allocation`);
+    }
+    const offset = address - a.base;
+    if (offset + bytes > a.size) invalidValue(call, `[${hex(address)}, +${bytes}) extends past its allocation of ${a.size} bytes`);
+    if (a instanceof Reservation) return a.spans(offset, bytes, this.contextFor(a.device).device.ordinal, write, call);
+    return [{ store: a.store!, offset, length: bytes }];
+  }
+
+  private pageableSpans(address: number, bytes: number, call: string): Span[] {
+    const entry = this.pageableIndex.find(address);
+    const buffer = entry?.buffer.deref();
+    if (entry === undefined || buffer === undefined) invalidValue(call, `${hex(address)} is not in any allocation`);
+    const offset = address - entry.base;
+    if (offset + bytes > buffer.byteLength) invalidValue(call, `[${hex(address)}, +${bytes}) extends past its ArrayBuffer`);
+    return [{ store: new EagerStore(buffer, 0, buffer.byteLength), offset, length: bytes }];
+  }
+}
