@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { median } from '../src/cli/bench/common.js';
-import { mulberry32 } from '../src/cli/bench/random-allocations.js';
+import { mulberry32 } from '../src/util/random.js';
 import { formatBytes, formatTable, parseBytes } from '../src/cli/format.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));

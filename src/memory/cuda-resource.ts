@@ -3,7 +3,7 @@
  * cuda_memory_resource. Every allocation is a driver call (microseconds to tens of microseconds),
  * so it is the upstream that pools sit on, not what hot loops should allocate from.
  */
-import type { Ptr } from '../backend/backend.js';
+import type { Backend, Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { OutOfMemoryError } from '../errors.js';
 import { checkBytes } from '../validate.js';
@@ -21,6 +21,20 @@ export function rethrowWithResource(error: unknown, bytes: number, resource: Mem
     throw new OutOfMemoryError(bytes, error.call, resource.describe(), error.statistics);
   }
   throw error;
+}
+
+/**
+ * Checks `bytes`, then runs `alloc` in `device`'s context, so that the memory belongs to that
+ * device and an out-of-memory error names `resource` (see rethrowWithResource).
+ */
+export function allocateInContext(device: Device, bytes: number, resource: MemoryResource, alloc: (backend: Backend) => Ptr): Ptr {
+  checkBytes(bytes);
+  device.makeCurrent();
+  try {
+    return alloc(device.backend);
+  } catch (error) {
+    rethrowWithResource(error, bytes, resource);
+  }
 }
 
 /** Device memory from cuMemAlloc; the stream argument is accepted and ignored (allocation is synchronous). */
@@ -44,14 +58,7 @@ export class CudaResource implements MemoryResource {
 
   /** cuMemAlloc; `stream` is ignored (the memory is usable on every stream at once). */
   allocate(bytes: number, _stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    const dev = this.deviceObject;
-    dev.makeCurrent();
-    try {
-      return dev.backend.memAlloc(bytes);
-    } catch (error) {
-      rethrowWithResource(error, bytes, this);
-    }
+    return allocateInContext(this.deviceObject, bytes, this, (backend) => backend.memAlloc(bytes));
   }
 
   /** cuMemFree, which waits for work using the memory to finish (it synchronises the device). */

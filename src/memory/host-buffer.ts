@@ -51,6 +51,30 @@ export interface ViewOptions {
   readonly length?: number;
 }
 
+/**
+ * Checks `view()`'s arguments against a buffer of `byteLength` bytes and resolves the defaults, so
+ * every host-accessible buffer rejects the same bad views with the same errors.
+ */
+export function viewRange(
+  byteLength: number,
+  Type: TypedArrayConstructor<ArrayBufferView>,
+  options: ViewOptions,
+): { byteOffset: number; length: number } {
+  if (typeof Type !== 'function' || typeof Type.BYTES_PER_ELEMENT !== 'number') {
+    throw new TypeError('view expects a TypedArray class, e.g. Float32Array');
+  }
+  const size = Type.BYTES_PER_ELEMENT;
+  const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
+  if (byteOffset % size !== 0) throw new RangeError(`byteOffset ${byteOffset} must be a multiple of ${size}`);
+  if (byteOffset > byteLength) throw new RangeError(`byteOffset ${byteOffset} is past the end (${byteLength} bytes)`);
+  const maxLength = Math.floor((byteLength - byteOffset) / size);
+  const length = options.length === undefined ? maxLength : checkNonNegativeInteger(options.length, 'length');
+  if (length > maxLength) {
+    throw new RangeError(`a view of ${length} elements at byte ${byteOffset} exceeds the buffer's ${byteLength} bytes`);
+  }
+  return { byteOffset, length };
+}
+
 const defaultResources = new Map<number, PinnedHostResource>();
 let warnedWriteCombined = false;
 
@@ -174,18 +198,7 @@ export class HostBuffer extends Allocation {
     options: ViewOptions = {},
   ): T {
     const ptr = this.ptr;
-    if (typeof Type !== 'function' || typeof Type.BYTES_PER_ELEMENT !== 'number') {
-      throw new TypeError('view expects a TypedArray class, e.g. Float32Array');
-    }
-    const size = Type.BYTES_PER_ELEMENT;
-    const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
-    if (byteOffset % size !== 0) throw new RangeError(`byteOffset ${byteOffset} must be a multiple of ${size}`);
-    if (byteOffset > this.byteLength) throw new RangeError(`byteOffset ${byteOffset} is past the end (${this.byteLength} bytes)`);
-    const maxLength = Math.floor((this.byteLength - byteOffset) / size);
-    const length = options.length === undefined ? maxLength : checkNonNegativeInteger(options.length, 'length');
-    if (length > maxLength) {
-      throw new RangeError(`a view of ${length} elements at byte ${byteOffset} exceeds the buffer's ${this.byteLength} bytes`);
-    }
+    const { byteOffset, length } = viewRange(this.byteLength, Type, options);
     if (this.writeCombined && !warnedWriteCombined) {
       warnedWriteCombined = true;
       process.emitWarning(

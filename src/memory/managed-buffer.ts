@@ -12,7 +12,7 @@ import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { DeviceMemory } from './copy.js';
-import type { TypedArrayConstructor, ViewOptions } from './host-buffer.js';
+import { type TypedArrayConstructor, type ViewOptions, viewRange } from './host-buffer.js';
 import { ManagedResource, type ManagedAttach } from './managed-resource.js';
 import { defaultStream, type MemoryResource, type StreamRef } from './resource.js';
 
@@ -139,18 +139,7 @@ export class ManagedBuffer extends DeviceMemory {
     options: ViewOptions = {},
   ): T {
     const ptr = this.ptr;
-    if (typeof Type !== 'function' || typeof Type.BYTES_PER_ELEMENT !== 'number') {
-      throw new TypeError('view expects a TypedArray class, e.g. Float32Array');
-    }
-    const size = Type.BYTES_PER_ELEMENT;
-    const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
-    if (byteOffset % size !== 0) throw new RangeError(`byteOffset ${byteOffset} must be a multiple of ${size}`);
-    if (byteOffset > this.byteLength) throw new RangeError(`byteOffset ${byteOffset} is past the end (${this.byteLength} bytes)`);
-    const maxLength = Math.floor((this.byteLength - byteOffset) / size);
-    const length = options.length === undefined ? maxLength : checkNonNegativeInteger(options.length, 'length');
-    if (length > maxLength) {
-      throw new RangeError(`a view of ${length} elements at byte ${byteOffset} exceeds the buffer's ${this.byteLength} bytes`);
-    }
+    const { byteOffset, length } = viewRange(this.byteLength, Type, options);
     this.cachedView ??= getBackend().hostView(ptr, this.byteLength);
     return new Type(this.cachedView, byteOffset, length);
   }

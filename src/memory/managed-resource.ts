@@ -5,8 +5,7 @@
  */
 import { MemAttach, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { checkBytes } from '../validate.js';
-import { DEVICE_ALIGNMENT, rethrowWithResource } from './cuda-resource.js';
+import { allocateInContext, DEVICE_ALIGNMENT } from './cuda-resource.js';
 import type { MemoryKind, MemoryResource, StreamRef } from './resource.js';
 
 /** Which streams may touch new managed memory: all ('global') or only the host until attached ('host'). */
@@ -51,14 +50,8 @@ export class ManagedResource implements MemoryResource {
 
   /** cuMemAllocManaged; `stream` is ignored. */
   allocate(bytes: number, _stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    const dev = this.deviceObject;
-    dev.makeCurrent();
-    try {
-      return dev.backend.memAllocManaged(bytes, this.attach === 'global' ? MemAttach.GLOBAL : MemAttach.HOST);
-    } catch (error) {
-      rethrowWithResource(error, bytes, this);
-    }
+    const attach = this.attach === 'global' ? MemAttach.GLOBAL : MemAttach.HOST;
+    return allocateInContext(this.deviceObject, bytes, this, (backend) => backend.memAllocManaged(bytes, attach));
   }
 
   /** cuMemFree. */

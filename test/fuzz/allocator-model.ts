@@ -16,18 +16,7 @@ import { FixedSizeResource } from '../../src/memory/fixed-size.js';
 import { PinnedHostPool } from '../../src/memory/pinned-host-pool.js';
 import { PoolResource } from '../../src/memory/pool.js';
 import type { MemoryResource, StreamRef } from '../../src/memory/resource.js';
-
-/** A small, fast, seeded PRNG (mulberry32), so any failing run can be replayed from its seed. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../../src/util/random.js';
 
 /** One allocator under test, with what the model needs to check it. */
 export interface Subject {
@@ -173,7 +162,7 @@ export function runModel(factory: SubjectFactory, options: RunOptions): void {
   const before = backend.memGetInfo().free;
   const streams: StreamRef[] = [{ handle: 0 }];
   for (let k = 0; k < 2; k++) streams.push({ handle: backend.streamCreate(0, 0) });
-  const random = rng(options.seed);
+  const random = mulberry32(options.seed);
   const subject = factory.create(backend);
   const mr = subject.resource;
   const maxLive = options.maxLive ?? 64;

@@ -14,22 +14,12 @@ export class Copies {
 
   /** cuMemcpy: synchronous, after all queued work. */
   memcpy(dst: Ptr, src: Ptr, bytes: number): void {
-    const call = 'cuMemcpy';
-    checkCount(bytes, call, 'bytes');
-    this.s.scheduler.drainAll();
-    if (bytes === 0) return;
-    copySpans(this.s.spans(dst, bytes, true, call), this.s.spans(src, bytes, false, call));
+    this.copyNow(dst, src, bytes, 'cuMemcpy');
   }
 
   /** cuMemcpyAsync: checked now, runs in stream order. */
   memcpyAsync(dst: Ptr, src: Ptr, bytes: number, stream: Handle): void {
-    const call = 'cuMemcpyAsync';
-    checkCount(bytes, call, 'bytes');
-    const s = this.s.stream(stream, call);
-    if (bytes === 0) return;
-    const d = this.s.spans(dst, bytes, true, call);
-    const from = this.s.spans(src, bytes, false, call);
-    this.s.enqueue(s, () => copySpans(d, from));
+    this.copyInOrder(dst, src, bytes, stream, 'cuMemcpyAsync');
   }
 
   /** cuMemcpyHtoD from JavaScript memory; synchronous. */
@@ -59,10 +49,7 @@ export class Copies {
     const call = 'cuMemcpyPeer';
     this.s.context(dstCtx, call);
     this.s.context(srcCtx, call);
-    checkCount(bytes, call, 'bytes');
-    this.s.scheduler.drainAll();
-    if (bytes === 0) return;
-    copySpans(this.s.spans(dst, bytes, true, call), this.s.spans(src, bytes, false, call));
+    this.copyNow(dst, src, bytes, call);
   }
 
   /** cuMemcpyPeerAsync: checked now, runs in stream order. */
@@ -70,12 +57,7 @@ export class Copies {
     const call = 'cuMemcpyPeerAsync';
     this.s.context(dstCtx, call);
     this.s.context(srcCtx, call);
-    checkCount(bytes, call, 'bytes');
-    const s = this.s.stream(stream, call);
-    if (bytes === 0) return;
-    const d = this.s.spans(dst, bytes, true, call);
-    const from = this.s.spans(src, bytes, false, call);
-    this.s.enqueue(s, () => copySpans(d, from));
+    this.copyInOrder(dst, src, bytes, stream, call);
   }
 
   /** cuMemcpy2D: synchronous. */
@@ -107,6 +89,24 @@ export class Copies {
     const s = this.s.stream(stream, call);
     const fill = this.fill(ptr, value, elementBytes, count, call);
     if (fill !== undefined) this.s.enqueue(s, fill);
+  }
+
+  /** A synchronous copy between addresses, after all queued work (cuMemcpy, cuMemcpyPeer). */
+  private copyNow(dst: Ptr, src: Ptr, bytes: number, call: string): void {
+    checkCount(bytes, call, 'bytes');
+    this.s.scheduler.drainAll();
+    if (bytes === 0) return;
+    copySpans(this.s.spans(dst, bytes, true, call), this.s.spans(src, bytes, false, call));
+  }
+
+  /** A copy between addresses, checked now and run in stream order (cuMemcpyAsync, cuMemcpyPeerAsync). */
+  private copyInOrder(dst: Ptr, src: Ptr, bytes: number, stream: Handle, call: string): void {
+    checkCount(bytes, call, 'bytes');
+    const s = this.s.stream(stream, call);
+    if (bytes === 0) return;
+    const d = this.s.spans(dst, bytes, true, call);
+    const from = this.s.spans(src, bytes, false, call);
+    this.s.enqueue(s, () => copySpans(d, from));
   }
 
   private rows(copy: Memcpy2D, call: string): [Span[], Span[]][] {

@@ -34,6 +34,23 @@ function fillWith(target: Uint8Array, pattern: Uint8Array): void {
   }
 }
 
+/**
+ * Walks [offset, offset + length) page by page: `visit` gets the page index, the offset in that
+ * page, the bytes already walked and the chunk's length. Every LazyStore operation is this walk.
+ */
+function forEachPage(offset: number, length: number,
+  visit: (index: number, inPage: number, done: number, chunk: number) => void): void {
+  let done = 0;
+  while (done < length) {
+    const at = offset + done;
+    const index = Math.floor(at / PAGE_SIZE);
+    const inPage = at - index * PAGE_SIZE;
+    const chunk = Math.min(PAGE_SIZE - inPage, length - done);
+    visit(index, inPage, done, chunk);
+    done += chunk;
+  }
+}
+
 /** Memory backed page by page on first write; reads of untouched pages are zeros. */
 export class LazyStore {
   /** Discriminates the two store kinds. */
@@ -52,43 +69,24 @@ export class LazyStore {
 
   /** Copies [offset, offset + dst.length) into `dst`. */
   read(offset: number, dst: Uint8Array): void {
-    let done = 0;
-    const n = dst.length;
-    while (done < n) {
-      const at = offset + done;
-      const index = Math.floor(at / PAGE_SIZE);
-      const inPage = at - index * PAGE_SIZE;
-      const chunk = Math.min(PAGE_SIZE - inPage, n - done);
+    forEachPage(offset, dst.length, (index, inPage, done, chunk) => {
       const page = this.pages.get(index);
       if (page === undefined) dst.fill(0, done, done + chunk);
       else dst.set(page.subarray(inPage, inPage + chunk), done);
-      done += chunk;
-    }
+    });
   }
 
   /** Copies `src` to [offset, offset + src.length), backing the pages it touches. */
   write(offset: number, src: Uint8Array): void {
-    let done = 0;
-    const n = src.length;
-    while (done < n) {
-      const at = offset + done;
-      const index = Math.floor(at / PAGE_SIZE);
-      const inPage = at - index * PAGE_SIZE;
-      const chunk = Math.min(PAGE_SIZE - inPage, n - done);
+    forEachPage(offset, src.length, (index, inPage, done, chunk) => {
       this.page(index).set(src.subarray(done, done + chunk), inPage);
-      done += chunk;
-    }
+    });
   }
 
   /** Fills [offset, offset + length) with `pattern`; zero fills never back a page. */
   fill(offset: number, length: number, pattern: Uint8Array): void {
     const zero = pattern.every((b) => b === 0);
-    let done = 0;
-    while (done < length) {
-      const at = offset + done;
-      const index = Math.floor(at / PAGE_SIZE);
-      const inPage = at - index * PAGE_SIZE;
-      const chunk = Math.min(PAGE_SIZE - inPage, length - done);
+    forEachPage(offset, length, (index, inPage, _done, chunk) => {
       if (zero) {
         const page = this.pages.get(index);
         if (page !== undefined) {
@@ -99,24 +97,17 @@ export class LazyStore {
         // Chunks start at element boundaries: fills are element-aligned and pages are 4-aligned.
         fillWith(this.page(index).subarray(inPage, inPage + chunk), pattern);
       }
-      done += chunk;
-    }
+    });
   }
 
   /** Copies [srcOffset, +length) of this store to `dst` at `dstOffset`, page by page. */
   copyTo(srcOffset: number, dst: LazyStore, dstOffset: number, length: number): void {
     const zero = new Uint8Array(1);
-    let done = 0;
-    while (done < length) {
-      const at = srcOffset + done;
-      const index = Math.floor(at / PAGE_SIZE);
-      const inPage = at - index * PAGE_SIZE;
-      const chunk = Math.min(PAGE_SIZE - inPage, length - done);
+    forEachPage(srcOffset, length, (index, inPage, done, chunk) => {
       const page = this.pages.get(index);
       if (page === undefined) dst.fill(dstOffset + done, chunk, zero);
       else dst.write(dstOffset + done, page.subarray(inPage, inPage + chunk));
-      done += chunk;
-    }
+    });
   }
 
   private page(index: number): Uint8Array {

@@ -6,18 +6,7 @@
  */
 import type { MemoryResource, StreamRef } from '../../memory/resource.js';
 import type { Ptr } from '../../backend/backend.js';
-
-/** A small, fast, seeded PRNG (mulberry32): the pattern must be reproducible, not cryptographic. */
-export function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../../util/random.js';
 
 /** The pattern's parameters. */
 export interface RandomPattern {
