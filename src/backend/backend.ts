@@ -121,6 +121,7 @@ export const MemPoolAttribute = {
   USED_MEM_CURRENT: 7,
   USED_MEM_HIGH: 8,
 } as const;
+/** One of MemPoolAttribute's values, so attribute arguments are checked at compile time. */
 export type MemPoolAttribute = (typeof MemPoolAttribute)[keyof typeof MemPoolAttribute];
 
 /** Handle types a pool's memory can be exported as (CUmemAllocationHandleType). */
