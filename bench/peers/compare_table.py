@@ -91,6 +91,8 @@ def main(directory):
         lines.append(("AsyncResource pair ns", size, ours.get(("AsyncResource", size)), "cupy MemoryAsyncPool",
                       peers.get(("cupy MemoryAsyncPool", size)), "lower", None))
         lines.append(("PoolResource pair ns", size, pool, "torch.empty", peers.get(("torch.empty", size)), "lower", None))
+        lines.append(("AsyncResource pair ns", size, ours.get(("AsyncResource", size)), "cuda.core Buffer",
+                      peers.get(("cuda.core Buffer", size)), "lower", None))
 
     header = ("what", "size", "vram", "reference", "ref", "ratio", "target", "")
     table = [header]

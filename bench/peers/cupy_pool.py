@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Peer reference for vram's allocator rows: allocate+free pair latency of CuPy's MemoryPool (the
 reference for PoolResource), CuPy's MemoryAsyncPool (cudaMallocAsync) and torch.empty (PyTorch's
-caching allocator), with the batch scheme of src/cli/bench/pairs.ts: three untimed warm-up batches,
+caching allocator) and cuda.core's device memory resource (Buffer allocate/close, over the
+device's default stream-ordered pool), with the batch scheme of src/cli/bench/pairs.ts: three untimed warm-up batches,
 then 51 timed batches of 1000 pairs on the host clock, each ending with a stream synchronize inside
 the timing; median ns per pair at 256 B, 1 MiB and 64 MiB. Every pair is a pool hit.
 
@@ -124,9 +125,33 @@ def torch_empty():
     bench("torch.empty", setup)
 
 
+def cuda_core_buffer():
+    try:
+        from cuda.core import Device
+    except ImportError:
+        from cuda.core.experimental import Device
+
+    def setup(size):
+        device = Device()
+        device.set_current()
+        stream = device.create_stream()
+        allocate = device.memory_resource.allocate
+
+        def pair():
+            allocate(size, stream=stream).close(stream)
+
+        def teardown():
+            stream.sync()
+            stream.close()
+
+        return pair, stream.sync, teardown
+
+    bench("cuda.core Buffer", setup)
+
+
 def main():
     for peer, name in ((cupy_memory_pool, "cupy MemoryPool"), (cupy_async_pool, "cupy MemoryAsyncPool"),
-                       (torch_empty, "torch.empty")):
+                       (torch_empty, "torch.empty"), (cuda_core_buffer, "cuda.core Buffer")):
         try:
             peer()
         except ImportError as error:
