@@ -61,9 +61,24 @@ test('virtual growth: physical pages follow live data; cached pages are reused, 
   assert.equal(pool.reservedBytes, 9 * page);
   pool.deallocate(a, 8 * page);
   assert.equal(pool.reservedBytes, 9 * page, 'freed pages stay mapped as a cache');
-  // A request that does not fit the freed range lands on fresh addresses, reusing cached pages.
-  const c = pool.allocate(10 * page);
+  // A request that does not fit the freed range lands on fresh addresses, reusing cached pages:
+  // before unmapping them the pool waits only for the stream that freed them (an event), never
+  // for the whole device.
+  const contextSynchronize = backend.contextSynchronize.bind(backend);
+  const record = backend.eventRecord.bind(backend);
+  const recorded: number[] = [];
+  backend.contextSynchronize = () => assert.fail('growth must not synchronize the device');
+  backend.eventRecord = (e, s) => { recorded.push(s); record(e, s); };
+  let c: number;
+  try {
+    c = pool.allocate(10 * page);
+  } finally {
+    backend.contextSynchronize = contextSynchronize;
+    backend.eventRecord = record;
+  }
+  assert.deepEqual(recorded, [0], 'one event, on the stream that freed the moved pages');
   assert.equal(pool.reservedBytes, 11 * page, 'only 2 new pages: 8 cached ones were moved');
+  assert.equal(pool.statistics().pageMoves, 8);
   backend.memset(c, 7, 1, 10 * page);
   pool.deallocate(c, 10 * page);
   pool.deallocate(b, page);

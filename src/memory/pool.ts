@@ -48,6 +48,16 @@ export interface PoolStatistics {
   readonly freeBytes: number;
   /** Times a stream took another stream's free blocks (an event wait each). */
   readonly streamSteals: number;
+  /**
+   * Virtual growth: cached physical pages moved to where live data needed them (an unmap and a
+   * map each, on the growth path only); 0 with upstream growth.
+   */
+  readonly pageMoves: number;
+  /**
+   * Virtual growth: host waits before unmapping cached pages, each for one event on one stream
+   * that freed blocks on them and had not yet passed it; 0 with upstream growth.
+   */
+  readonly synchronizations: number;
 }
 
 const DEFAULT_CHUNK = 32 * 1024 * 1024;
@@ -126,11 +136,9 @@ export class PoolResource implements ReservingResource {
     if (i === NIL) i = this.growAndTake(size, h, bytes);
     const pages = this.pages;
     if (pages !== null) {
-      const s = heap.store;
       try {
-        pages.commit(s.start[i]!, size);
+        i = pages.commit(i, size, h);
       } catch (error) {
-        heap.give(i, h);
         if (error instanceof PhysicalExhausted) throw this.outOfMemory(bytes, error.message);
         throw error;
       }
@@ -166,15 +174,13 @@ export class PoolResource implements ReservingResource {
   }
 
   /**
-   * Gives unused memory back: cached physical pages (virtual growth; synchronizes the device
-   * first) or wholly free chunks (upstream growth). Returns the bytes released.
+   * Gives unused memory back: cached physical pages (virtual growth; waits, on the host, only for
+   * the streams that freed blocks on those pages) or wholly free chunks (upstream growth). Returns
+   * the bytes released.
    */
   releaseCached(): number {
     if (this.destroyed) return 0;
-    if (this.pages !== null) {
-      this.backend.contextSynchronize();
-      return this.pages.releaseCached();
-    }
+    if (this.pages !== null) return this.pages.releaseCached();
     return this.chunks!.releaseCached();
   }
 
@@ -219,6 +225,8 @@ export class PoolResource implements ReservingResource {
       peakReservedBytes: this.peakReservedBytes,
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
+      pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
+      synchronizations: this.pages !== null ? this.pages.synchronizations : 0,
     };
   }
 

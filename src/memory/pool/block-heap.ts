@@ -52,6 +52,11 @@ export class BlockHeap {
   private readonly figures = new Float64Array(3);
   /** How many times a stream took another stream's free blocks. */
   steals = 0;
+  /**
+   * The list id `take` last took its block from, so the caller's slow path can put that block back
+   * exactly where it was (`untake`) when it prefers another placement. Always a small integer.
+   */
+  private takenFrom = NEUTRAL;
 
   /** Bytes the callers asked for, summed over live blocks. */
   get liveBytes(): number {
@@ -133,6 +138,7 @@ export class BlockHeap {
     if (i === NIL) return NIL;
     const s = this.store;
     const owner = s.owner[i]!;
+    this.takenFrom = owner;
     const lists = this.lists[owner]!;
     lists.remove(i);
     if (alignment > GRANULE) {
@@ -143,6 +149,55 @@ export class BlockHeap {
         lists.insert(i);
         i = j;
       }
+    }
+    if (s.size[i]! > size) {
+      const j = this.split(i, size);
+      s.owner[j] = owner;
+      lists.insert(j);
+    }
+    s.owner[i] = LIVE;
+    return i;
+  }
+
+  /**
+   * Undoes the last `take` (whose block `i` is not yet live): the block goes back to the list it
+   * came from and re-merges with the pieces split off it, so the heap is as it was before.
+   */
+  untake(i: number): void {
+    const id = this.takenFrom;
+    const lists = this.lists[id]!;
+    const s = this.store;
+    const n = s.next[i]!;
+    if (n !== NIL && s.owner[n] === id) {
+      lists.remove(n);
+      this.absorbNext(i, n);
+    }
+    const p = s.prev[i]!;
+    if (p !== NIL && s.owner[p] === id) {
+      lists.remove(p);
+      this.absorbNext(p, i);
+      i = p;
+    }
+    s.owner[i] = id;
+    lists.insert(i);
+  }
+
+  /**
+   * Detaches `size` bytes at `offset` inside free block `i` (a placement chosen by the caller, not
+   * by best fit); what lies before and after stays free in the same list. Returns the block, not
+   * yet live.
+   */
+  takeAt(i: number, offset: number, size: number): number {
+    const s = this.store;
+    const owner = s.owner[i]!;
+    this.takenFrom = owner;
+    const lists = this.lists[owner]!;
+    lists.remove(i);
+    if (offset > 0) {
+      const j = this.split(i, offset);
+      s.owner[i] = owner;
+      lists.insert(i);
+      i = j;
     }
     if (s.size[i]! > size) {
       const j = this.split(i, size);
