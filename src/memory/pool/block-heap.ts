@@ -136,27 +136,9 @@ export class BlockHeap {
     if (i === NIL) i = this.steal(need, own);
     if (i === NIL) i = this.lists[NEUTRAL]!.findFit(need);
     if (i === NIL) return NIL;
-    const s = this.store;
-    const owner = s.owner[i]!;
-    this.takenFrom = owner;
-    const lists = this.lists[owner]!;
-    lists.remove(i);
-    if (alignment > GRANULE) {
-      const pad = Math.ceil(s.start[i]! / alignment) * alignment - s.start[i]!;
-      if (pad > 0) {
-        const j = this.split(i, pad);
-        s.owner[i] = owner;
-        lists.insert(i);
-        i = j;
-      }
-    }
-    if (s.size[i]! > size) {
-      const j = this.split(i, size);
-      s.owner[j] = owner;
-      lists.insert(j);
-    }
-    s.owner[i] = LIVE;
-    return i;
+    const start = this.store.start[i]!;
+    const pad = alignment > GRANULE ? Math.ceil(start / alignment) * alignment - start : 0;
+    return this.takeAt(i, pad, size);
   }
 
   /**
@@ -183,8 +165,8 @@ export class BlockHeap {
   }
 
   /**
-   * Detaches `size` bytes at `offset` inside free block `i` (a placement chosen by the caller, not
-   * by best fit); what lies before and after stays free in the same list. Returns the block, not
+   * Detaches `size` bytes at `offset` inside free block `i` (best fit's choice, or a placement chosen
+   * by the caller); what lies before and after stays free in the same list. Returns the block, not
    * yet live.
    */
   takeAt(i: number, offset: number, size: number): number {

@@ -117,12 +117,17 @@ export class VirtualPages {
     const p0 = Math.floor((start - this.base) / this.pageBytes);
     const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
     if (!this.allMapped(p0, p1)) return this.commitSlow(i, size, stream);
+    this.countIn(p0, p1);
+    return i;
+  }
+
+  /** Counts a live block on pages p0..p1: only its edge pages can be shared with other blocks. */
+  private countIn(p0: number, p1: number): void {
     const count = this.edgeCount;
     let fresh = p1 - p0 + 1;
     if (count[p0]++ !== 0) fresh--;
     if (p1 !== p0 && count[p1]++ !== 0) fresh--;
     this.usedPages += fresh;
-    return i;
   }
 
   /**
@@ -145,11 +150,7 @@ export class VirtualPages {
         throw error;
       }
     }
-    const count = this.edgeCount;
-    let fresh = p1 - p0 + 1;
-    if (count[p0]++ !== 0) fresh--;
-    if (p1 !== p0 && count[p1]++ !== 0) fresh--;
-    this.usedPages += fresh;
+    this.countIn(p0, p1);
     return i;
   }
 
