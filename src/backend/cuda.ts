@@ -1,10 +1,12 @@
 /**
  * The real GPU backend: every Backend operation over the CUDA driver API (libcuda) through koffi.
  *
- * Hot-path rules (a koffi call costs ~50 ns; anything more shows in allocate+free pairs): handles
+ * Hot-path rules (a koffi call costs ~45 ns; anything more shows in allocate+free pairs): handles
  * and addresses pass as plain numbers, out-parameters are preallocated typed arrays read with
  * `Number(out[0])`, and the allocation calls are one FFI call plus one `r !== 0` test, with error
- * construction kept out of line.
+ * construction kept out of line. The allocation calls write their pointer into a native OutSlot
+ * whose address is passed as a number and which is read as two 32-bit words (no typed-array
+ * pointer argument, no BigInt): see src/cuda/out-slot.ts and bench/ffi-overhead/run.mjs.
  */
 import koffi from 'koffi';
 import type {
@@ -16,6 +18,7 @@ import { CUresult, CudaError } from '../errors.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
+import { HIGH_WORD_MAX, OutSlot, TWO_32, beyondExactError } from '../cuda/out-slot.js';
 import {
   AllocationGranularity, DeviceAttribute, DEVICE_CPU, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
   PointerAttribute, type Memcpy2DValue, type MemAllocationPropValue, type MemLocationValue,
@@ -49,6 +52,11 @@ class CudaBackend implements Backend {
   private readonly i32 = new Int32Array(1);
   private readonly i32b = new Int32Array(1);
   private readonly f32 = new Float32Array(1);
+  // The allocation calls' out-parameter (native memory): its address, its two 32-bit words, and
+  // a double alias to clear it in one store. Fields of their own, read straight off `this`.
+  private readonly outAddress: number;
+  private readonly outWords: Uint32Array;
+  private readonly outZero: Float64Array;
   private readonly text = new Uint8Array(256);
   /** CUdevice for each ordinal, looked up once. */
   private readonly devices: number[] = [];
@@ -82,6 +90,10 @@ class CudaBackend implements Backend {
   constructor(private readonly driver: CudaDriver) {
     const fn = driver.fn;
     this.fn = fn;
+    const out = new OutSlot();
+    this.outAddress = out.address;
+    this.outWords = out.words;
+    this.outZero = out.zero;
     this.allocAsync = fn.cuMemAllocAsync;
     this.allocFromPoolAsync = fn.cuMemAllocFromPoolAsync;
     this.freeAsync = fn.cuMemFreeAsync;
@@ -288,9 +300,13 @@ class CudaBackend implements Backend {
   // --- Device memory (memAlloc/memFree are hot: one call, one test) ---
 
   memAlloc(bytes: number): Ptr {
-    const r = this.alloc(this.u64, bytes);
+    const r = this.alloc(this.outAddress, bytes);
     if (r !== 0) throw this.fail(r, 'cuMemAlloc', bytes);
-    return Number(this.u64[0]);
+    const words = this.outWords;
+    const low = words[0];
+    const high = words[1];
+    if (high > HIGH_WORD_MAX) throw beyondExactError('cuMemAlloc', low, high);
+    return low + high * TWO_32;
   }
 
   memFree(ptr: Ptr): void {
@@ -512,18 +528,26 @@ class CudaBackend implements Backend {
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {
     // The driver accepts 0 bytes and then leaves the out-parameter as it was: clear it, or the
-    // previous call's pointer (or handle) would come back as this allocation's.
-    this.u64[0] = 0n;
-    const r = this.allocAsync(this.u64, bytes, stream);
+    // previous call's pointer would come back as this allocation's.
+    this.outZero[0] = 0;
+    const r = this.allocAsync(this.outAddress, bytes, stream);
     if (r !== 0) throw this.fail(r, 'cuMemAllocAsync', bytes);
-    return Number(this.u64[0]);
+    const words = this.outWords;
+    const low = words[0];
+    const high = words[1];
+    if (high > HIGH_WORD_MAX) throw beyondExactError('cuMemAllocAsync', low, high);
+    return low + high * TWO_32;
   }
 
   memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr {
-    this.u64[0] = 0n; // as in memAllocAsync: 0 bytes succeed without writing the pointer
-    const r = this.allocFromPoolAsync(this.u64, bytes, pool, stream);
+    this.outZero[0] = 0; // as in memAllocAsync: 0 bytes succeed without writing the pointer
+    const r = this.allocFromPoolAsync(this.outAddress, bytes, pool, stream);
     if (r !== 0) throw this.fail(r, 'cuMemAllocFromPoolAsync', bytes);
-    return Number(this.u64[0]);
+    const words = this.outWords;
+    const low = words[0];
+    const high = words[1];
+    if (high > HIGH_WORD_MAX) throw beyondExactError('cuMemAllocFromPoolAsync', low, high);
+    return low + high * TWO_32;
   }
 
   memFreeAsync(ptr: Ptr, stream: Handle): void {

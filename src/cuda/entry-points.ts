@@ -12,7 +12,10 @@
  *
  * Conventions, for the hot path: handles and device addresses are `uint64_t` (plain JS numbers
  * in, no pointer objects); out-parameters are plain pointers that callers fill with preallocated
- * typed arrays (never `_Out_`, which costs a JS array conversion per call).
+ * typed arrays (never `_Out_`, which costs a JS array conversion per call). The allocation calls
+ * (cuMemAlloc, cuMemAllocAsync, cuMemAllocFromPoolAsync) go further: their device-pointer
+ * out-parameter is declared as an integer and given the address of a native OutSlot as a number,
+ * which koffi passes with no per-call typed-array lookup (see out-slot.ts).
  */
 import koffi from 'koffi';
 import type { HostMemory } from '../backend/backend.js';
@@ -47,7 +50,8 @@ export interface DriverFunctions {
   cuCtxDisablePeerAccess(peerCtx: number): R;
   cuCtxGetStreamPriorityRange(least: Int32Array, greatest: Int32Array): R;
   cuMemGetInfo_v2(free: BigUint64Array, total: BigUint64Array): R;
-  cuMemAlloc_v2(dptr: BigUint64Array, bytes: number): R;
+  /** `dptr`: the address of an OutSlot (out-slot.ts), as a number. */
+  cuMemAlloc_v2(dptr: number, bytes: number): R;
   cuMemFree_v2(dptr: number): R;
   cuMemAllocPitch_v2(dptr: BigUint64Array, pitch: BigUint64Array, widthBytes: number, height: number, elementBytes: number): R;
   cuMemAllocManaged(dptr: BigUint64Array, bytes: number, flags: number): R;
@@ -86,8 +90,10 @@ export interface DriverFunctions {
   cuEventSynchronize(event: number): R;
   cuEventElapsedTime_v2?: (ms: Float32Array, start: number, end: number) => R;
   cuEventElapsedTime?: (ms: Float32Array, start: number, end: number) => R;
-  cuMemAllocAsync(dptr: BigUint64Array, bytes: number, stream: number): R;
-  cuMemAllocFromPoolAsync(dptr: BigUint64Array, bytes: number, pool: number, stream: number): R;
+  /** `dptr`: the address of an OutSlot (out-slot.ts), as a number. */
+  cuMemAllocAsync(dptr: number, bytes: number, stream: number): R;
+  /** `dptr`: the address of an OutSlot (out-slot.ts), as a number. */
+  cuMemAllocFromPoolAsync(dptr: number, bytes: number, pool: number, stream: number): R;
   cuMemFreeAsync(dptr: number, stream: number): R;
   cuDeviceGetDefaultMemPool(pool: BigUint64Array, dev: number): R;
   cuMemPoolCreate(pool: BigUint64Array, props: MemPoolPropsValue): R;
@@ -120,6 +126,12 @@ interface EntrySpec {
 }
 
 const U64 = 'uint64_t';
+/**
+ * A `CUdeviceptr *` out-parameter bound as the integer address of an OutSlot: same ABI (a 64-bit
+ * pointer is a 64-bit integer in the same register), but a plain number for koffi to pass, and no
+ * pointer parameter, which also lets koffi use its fast call path (no per-call finalisation).
+ */
+const OUT_SLOT = 'uint64_t';
 
 /** Every entry point vram uses. Versions as in cuda.h / cudaTypedefs.h for CUDA 12-13. */
 const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
@@ -145,7 +157,7 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuCtxDisablePeerAccess: { symbol: 'cuCtxDisablePeerAccess', version: 4000, params: `${U64} peerCtx` },
   cuCtxGetStreamPriorityRange: { symbol: 'cuCtxGetStreamPriorityRange', version: 5050, params: 'int *least, int *greatest' },
   cuMemGetInfo_v2: { symbol: 'cuMemGetInfo', version: 3020, params: 'uint64_t *free, uint64_t *total' },
-  cuMemAlloc_v2: { symbol: 'cuMemAlloc', version: 3020, params: 'uint64_t *dptr, size_t bytes' },
+  cuMemAlloc_v2: { symbol: 'cuMemAlloc', version: 3020, params: `${OUT_SLOT} dptr, size_t bytes` },
   cuMemFree_v2: { symbol: 'cuMemFree', version: 3020, params: `${U64} dptr` },
   cuMemAllocPitch_v2: { symbol: 'cuMemAllocPitch', version: 3020, params: 'uint64_t *dptr, uint64_t *pitch, size_t widthBytes, size_t height, uint32_t elementBytes' },
   cuMemAllocManaged: { symbol: 'cuMemAllocManaged', version: 6000, params: 'uint64_t *dptr, size_t bytes, uint32_t flags' },
@@ -184,8 +196,8 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuEventSynchronize: { symbol: 'cuEventSynchronize', version: 2000, params: `${U64} event` },
   cuEventElapsedTime_v2: { symbol: 'cuEventElapsedTime', version: 12080, params: `float *ms, ${U64} start, ${U64} end`, optional: true },
   cuEventElapsedTime: { symbol: 'cuEventElapsedTime', version: 2000, params: `float *ms, ${U64} start, ${U64} end`, optional: true },
-  cuMemAllocAsync: { symbol: 'cuMemAllocAsync', version: 11020, params: `uint64_t *dptr, size_t bytes, ${U64} stream` },
-  cuMemAllocFromPoolAsync: { symbol: 'cuMemAllocFromPoolAsync', version: 11020, params: `uint64_t *dptr, size_t bytes, ${U64} pool, ${U64} stream` },
+  cuMemAllocAsync: { symbol: 'cuMemAllocAsync', version: 11020, params: `${OUT_SLOT} dptr, size_t bytes, ${U64} stream` },
+  cuMemAllocFromPoolAsync: { symbol: 'cuMemAllocFromPoolAsync', version: 11020, params: `${OUT_SLOT} dptr, size_t bytes, ${U64} pool, ${U64} stream` },
   cuMemFreeAsync: { symbol: 'cuMemFreeAsync', version: 11020, params: `${U64} dptr, ${U64} stream` },
   cuDeviceGetDefaultMemPool: { symbol: 'cuDeviceGetDefaultMemPool', version: 11020, params: 'uint64_t *pool, int dev' },
   cuMemPoolCreate: { symbol: 'cuMemPoolCreate', version: 11020, params: 'uint64_t *pool, const vram_CUmemPoolProps *props' },
