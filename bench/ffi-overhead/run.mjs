@@ -109,6 +109,9 @@ function nativeSlot() {
 
 // ---------------------------------------------------------------------------------------------
 // Variants: each returns { alloc(bytes) -> number, free(ptr), pair() }.
+// Each is spelled out in full on purpose: a shared factory taking the read-back or the argument as
+// a function would put an extra (possibly polymorphic) call on the path being timed, and the
+// differences measured here are a few nanoseconds.
 
 const variants = {
   // The real backend, as built in dist/ (load it with the stub as libcuda); with BEFORE_DIST set
