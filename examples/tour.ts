@@ -44,11 +44,11 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
 
 // 5. An arena with 2D pitched blocks, sized with its helper.
 {
-  const arena = ArenaResource.activate(ArenaResource.ceil2DVolume(1000, 100));
+  const arena = new ArenaResource({ size: ArenaResource.ceil2DVolume(1000, 100) });
   const { ptr, pitch } = arena.allocatePitched(1000, 100);
   console.log(`pitched block at 0x${ptr.toString(16)}, pitch ${pitch}`);
   arena.deallocatePitched(ptr);
-  arena.shutdown();
+  arena.destroy();
 }
 
 // 6. Where did my memory go? Outstanding allocations with their stacks.

@@ -1,12 +1,40 @@
 /**
- * Errors raised by vram. Every failure is typed: driver failures are `CudaError` (the emulated
- * backend raises the same names and codes), misuse of a buffer or resource is a `VramStateError`
- * subclass, and bad arguments are the built-in `TypeError` / `RangeError`, raised before any
- * driver call.
+ * Errors raised by vram. Every failure is typed and every vram error is a `VramError`: driver
+ * failures are `CudaError` (the emulated backend raises the same names and codes), running out of
+ * memory is `OutOfMemoryError` (whoever ran out: the driver, a pool, an arena, a limit), misuse of
+ * a buffer or resource is a `VramStateError` subclass. Bad arguments are the built-in `TypeError` /
+ * `RangeError`, raised before any driver call.
  */
+import type { Counter } from './counter.js';
+
+/**
+ * The base of every error vram raises itself (argument errors excepted: those are the built-in
+ * `TypeError`/`RangeError`). `catch (e) { if (e instanceof VramError) ... }` catches them all.
+ *
+ * @example
+ * ```ts
+ * try { pool.allocate(2 ** 40); } catch (e) { if (e instanceof VramError) console.error(e.message); }
+ * ```
+ */
+export class VramError extends Error {
+  /**
+   * @param message What went wrong, in words.
+   * @param options `cause`: the error that led to this one.
+   */
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
 
 /** A failed driver call, with the driver's own name, code and description, and the call that failed. */
-export class CudaError extends Error {
+export class CudaError extends VramError {
+  /**
+   * @param code The driver's CUresult.
+   * @param errorName Its symbolic name.
+   * @param call The entry point that failed.
+   * @param description The driver's description, if it has one.
+   */
   constructor(
     /** The driver's numeric CUresult. */
     readonly code: number,
@@ -17,7 +45,6 @@ export class CudaError extends Error {
     description?: string,
   ) {
     super(`${call} failed: ${errorName} (${code})${description ? `: ${description}` : ''}`);
-    this.name = 'CudaError';
   }
 }
 
@@ -63,43 +90,98 @@ export const CUresultName: Readonly<Record<number, string>> = {
   801: 'CUDA_ERROR_NOT_SUPPORTED',
 };
 
-/** Statistics attached to an out-of-memory failure, when the failing resource keeps them. */
+/** Figures attached to an out-of-memory failure, when the failing resource keeps them. */
 export interface OutOfMemoryStatistics {
-  readonly currentBytes: number;
-  readonly peakBytes: number;
-  readonly currentCount: number;
+  /** Bytes live through the resource (as requested), with peak and total. */
+  readonly bytes: Counter;
+  /** Live allocations, with peak and total. */
+  readonly allocations: Counter;
+  /** Bytes the resource holds from the driver or its upstream, for caching resources. */
   readonly reservedBytes?: number;
 }
 
 /**
- * An allocation that could not be satisfied, by the driver or by a resource's own limit.
- * Carries the request and, where known, the resource and its statistics, so a program can log
- * where its memory went.
+ * Why an allocation could not be satisfied: `device` (the driver has no memory left), `host`
+ * (no pinned host memory), `limit` (a LimitingAdaptor's cap), `maximum` (a pool's maximumSize),
+ * `arena` (the arena's fixed region has no free range large enough), `upstream` (a sub-allocator's
+ * upstream refused it a chunk), `address-space` (a virtual-memory pool's reserved range is full).
  */
-export class OutOfMemoryError extends CudaError {
-  constructor(
-    /** The number of bytes that were asked for. */
-    readonly requestedBytes: number,
-    call: string,
-    /** A name for the resource that failed (its class and parameters). */
-    readonly resource?: string,
-    /** That resource's statistics at the time of the failure. */
-    readonly statistics?: OutOfMemoryStatistics,
-    description?: string,
-  ) {
-    super(CUresult.OUT_OF_MEMORY, 'CUDA_ERROR_OUT_OF_MEMORY', call,
-      description ?? `cannot allocate ${requestedBytes} bytes${resource ? ` from ${resource}` : ''}`);
-    this.name = 'OutOfMemoryError';
+export type OutOfMemoryReason = 'device' | 'host' | 'limit' | 'maximum' | 'arena' | 'upstream' | 'address-space';
+
+/** What an OutOfMemoryError is made from. */
+export interface OutOfMemoryDetails {
+  /** The number of bytes that were asked for. */
+  readonly requestedBytes: number;
+  /** The call or method that failed, e.g. `cuMemAlloc` or `PoolResource.allocate`. */
+  readonly call: string;
+  /** Why it failed. */
+  readonly reason: OutOfMemoryReason;
+  /** The failing resource's `describe()`, when a resource failed. */
+  readonly resource?: string;
+  /** That resource's figures at the time. */
+  readonly statistics?: OutOfMemoryStatistics;
+  /** The message; a default is made from the request and resource. */
+  readonly message?: string;
+  /** The error underneath: the driver's `CudaError`, or the upstream's `OutOfMemoryError`. */
+  readonly cause?: unknown;
+}
+
+/**
+ * An allocation that could not be satisfied, by the driver or by a resource's own limit. Carries
+ * the request, why, and where known the resource and its figures, so a program can log where its
+ * memory went. It is not a `CudaError`: a pool or a limit runs out with no driver call failing.
+ * Where the driver did fail, its `CudaError` (CUDA_ERROR_OUT_OF_MEMORY) is the `cause`.
+ *
+ * @example
+ * ```ts
+ * try { limited.allocate(1 << 30); }
+ * catch (e) { if (e instanceof OutOfMemoryError && e.reason === 'limit') shrinkBatch(); else throw e; }
+ * ```
+ */
+export class OutOfMemoryError extends VramError {
+  /** The number of bytes that were asked for. */
+  readonly requestedBytes: number;
+  /** The call or method that failed. */
+  readonly call: string;
+  /** Why it failed. */
+  readonly reason: OutOfMemoryReason;
+  /** A name for the resource that failed (its class and parameters). */
+  readonly resource: string | undefined;
+  /** That resource's statistics at the time of the failure. */
+  readonly statistics: OutOfMemoryStatistics | undefined;
+
+  /** @param details The request, the reason and what is known of the resource. */
+  constructor(details: OutOfMemoryDetails) {
+    const { requestedBytes, call, reason, resource } = details;
+    super(details.message ??
+      `${call}: cannot allocate ${requestedBytes} bytes${resource ? ` from ${resource}` : ''} (${reason})`,
+    details.cause === undefined ? undefined : { cause: details.cause });
+    this.requestedBytes = requestedBytes;
+    this.call = call;
+    this.reason = reason;
+    this.resource = resource;
+    this.statistics = details.statistics;
   }
 }
 
-/** Misuse of a buffer, pointer or resource that the library detects before it could do harm. */
-export class VramStateError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = new.target.name;
-  }
+/**
+ * True for every out-of-memory failure: an `OutOfMemoryError`, or a raw driver `CudaError` with
+ * CUDA_ERROR_OUT_OF_MEMORY. The one test the library uses, so user code can use it too.
+ *
+ * @param error Anything caught.
+ * @returns Whether it reports a lack of memory.
+ * @example
+ * ```ts
+ * try { buf = DeviceBuffer.allocate(n); } catch (e) { if (!isOutOfMemory(e)) throw e; n >>= 1; }
+ * ```
+ */
+export function isOutOfMemory(error: unknown): error is OutOfMemoryError | CudaError {
+  return error instanceof OutOfMemoryError ||
+    (error instanceof CudaError && error.code === CUresult.OUT_OF_MEMORY);
 }
+
+/** Misuse of a buffer, pointer or resource that the library detects before it could do harm. */
+export class VramStateError extends VramError {}
 
 /** A buffer or block used after it was freed. */
 export class UseAfterFreeError extends VramStateError {}

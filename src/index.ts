@@ -14,16 +14,17 @@ export type {
 
 // Errors and argument checks
 export {
-  CudaError, OutOfMemoryError, VramStateError, UseAfterFreeError, DoubleFreeError,
+  VramError, CudaError, OutOfMemoryError, isOutOfMemory, VramStateError, UseAfterFreeError, DoubleFreeError,
   InvalidPointerError, NotSupportedError, CUresult,
 } from './errors.js';
-export type { OutOfMemoryStatistics } from './errors.js';
+export type { OutOfMemoryStatistics, OutOfMemoryReason, OutOfMemoryDetails } from './errors.js';
+export type { Counter } from './counter.js';
 
 // Devices, contexts, streams, events
 export { Device, Context } from './device.js';
 export type { ContextOptions, ContextSchedule } from './device.js';
-export { Stream, Event } from './stream.js';
-export type { StreamOptions, EventOptions } from './stream.js';
+export { Stream, Event, watchStreamDestroy } from './stream.js';
+export type { StreamOptions, EventOptions, StreamWatcher } from './stream.js';
 
 // Buffers and lifetimes
 export { DeviceBuffer, PitchedDeviceBuffer } from './memory/device-buffer.js';
@@ -36,8 +37,11 @@ export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } 
 export type { LeakRecord, LeakStatistics } from './memory/lifetime.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
-export { defaultStream, isReserving } from './memory/resource.js';
-export type { MemoryResource, ReservingResource, StreamRef, MemoryKind } from './memory/resource.js';
+export { MemoryResource, defaultStream, isReserving } from './memory/resource.js';
+export type { ReservingResource, StreamRef, MemoryKind } from './memory/resource.js';
+export { ResourceAdaptor } from './memory/adaptor.js';
+export { StreamOrder } from './memory/stream-order.js';
+export type { Lane } from './memory/stream-order.js';
 export { getCurrentResource, setCurrentResource } from './memory/current.js';
 export { CudaResource } from './memory/cuda-resource.js';
 export { AsyncResource } from './memory/async-resource.js';

@@ -7,7 +7,7 @@ import './polyfills.js';
 import { DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';
 import { DoubleFreeError, UseAfterFreeError, VramStateError } from './errors.js';
-import type { StreamRef } from './memory/resource.js';
+import { checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 
 /** Options for `Stream.create`. */
@@ -39,6 +39,55 @@ export async function pollUntil(done: () => boolean): Promise<void> {
       await sleep(Math.ceil(delayMs));
       delayMs = Math.min(delayMs * 2, 4);
     }
+  }
+}
+
+/** Anything with a stream handle: a `Stream`, or `{ handle: 0 }` for the default stream. */
+export interface StreamRef {
+  readonly handle: number;
+}
+
+/** The legacy default stream, as a StreamRef. */
+export const defaultStream: StreamRef = Object.freeze({ handle: 0 });
+
+/**
+ * Told just before a `Stream` is destroyed. Resources that cache memory freed on a stream keep
+ * per-stream state keyed by its handle; a destroyed stream's handle must never be used again (the
+ * driver may crash on it, or hand the same value to a new stream), so they retire that state
+ * while the stream still exists (see `StreamOrder.retire`).
+ */
+export interface StreamWatcher {
+  /** Called with the handle of a stream about to be destroyed; it is still valid during the call. */
+  streamDestroying(handle: number): void;
+}
+
+/** Watchers, held weakly: a resource dropped without `destroy()` must still be collectable. */
+const watchers = new Set<WeakRef<StreamWatcher>>();
+
+/**
+ * Registers `watcher` to be told before any `Stream` is destroyed.
+ *
+ * @param watcher The object to notify (held weakly).
+ * @returns A function that unregisters it.
+ * @example
+ * ```ts
+ * const unwatch = watchStreamDestroy({ streamDestroying: (h) => console.log('stream', h, 'ends') });
+ * unwatch();
+ * ```
+ */
+export function watchStreamDestroy(watcher: StreamWatcher): () => void {
+  const ref = new WeakRef(watcher);
+  watchers.add(ref);
+  return () => {
+    watchers.delete(ref);
+  };
+}
+
+function notifyStreamDestroying(handle: number): void {
+  for (const ref of watchers) {
+    const watcher = ref.deref();
+    if (watcher === undefined) watchers.delete(ref);
+    else watcher.streamDestroying(handle);
   }
 }
 
@@ -161,8 +210,10 @@ export class Stream implements StreamRef {
   destroy(): void {
     if (this.destroyed) throw new DoubleFreeError('the stream was already destroyed');
     if (this.isDefault) return;
-    this.destroyed = true;
     this.device.makeCurrent();
+    // Resources retire what they cached on this stream while its handle is still valid.
+    notifyStreamDestroying(this.raw);
+    this.destroyed = true;
     this.device.backend.streamDestroy(this.raw);
   }
 
@@ -295,9 +346,5 @@ export class Event {
 
 /** The handle of an optional StreamRef, checking its shape (0, the default stream, when omitted). */
 export function streamHandleOf(stream: StreamRef | undefined): Handle {
-  if (stream === undefined) return DEFAULT_STREAM;
-  if (stream === null || typeof stream !== 'object' || typeof stream.handle !== 'number') {
-    throw new TypeError('stream must be a Stream or an object with a numeric handle');
-  }
-  return stream.handle;
+  return stream === undefined ? DEFAULT_STREAM : checkStreamHandle(stream);
 }

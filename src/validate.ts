@@ -54,3 +54,39 @@ export function checkRange(offset: number, length: number, size: number, what: s
 export function alignUp(n: number, alignment: number): number {
   return Math.ceil(n / alignment) * alignment;
 }
+
+/**
+ * Checks a device or host address passed back to vram (a pointer to free, a pointer to wrap) and
+ * returns it: a number (TypeError otherwise) that is a whole number >= 0 (RangeError otherwise:
+ * NaN, a fraction or a negative number is never an address).
+ */
+export function checkPointer(value: unknown, name = 'ptr'): number {
+  if (typeof value !== 'number') {
+    throw new TypeError(`${name} must be a number (an address), got ${typeof value}`);
+  }
+  if (!Number.isInteger(value) || value < 0 || value > MAX_BYTES) {
+    throw new RangeError(`${name} must be an address (a whole number >= 0), got ${value}`);
+  }
+  return value;
+}
+
+/**
+ * The handle of an optional stream argument, checked: omitted means the default stream (0); a
+ * `Stream` gives its handle (its getter throws UseAfterFreeError once the stream is destroyed);
+ * anything else must be an object whose `handle` is a whole number >= 0. A handle of 1.5, -1 or
+ * NaN is a RangeError, not a driver call with a garbage handle.
+ */
+export function checkStreamHandle(stream: unknown, name = 'stream'): number {
+  if (stream === undefined) return 0;
+  if (stream === null || typeof stream !== 'object') {
+    throw new TypeError(`${name} must be a Stream or an object with a numeric handle, got ${stream === null ? 'null' : typeof stream}`);
+  }
+  const handle = (stream as { readonly handle?: unknown }).handle;
+  if (typeof handle !== 'number') {
+    throw new TypeError(`${name} must be a Stream or an object with a numeric handle, got a handle of type ${typeof handle}`);
+  }
+  if (!Number.isInteger(handle) || handle < 0 || handle > MAX_BYTES) {
+    throw new RangeError(`${name}.handle must be a whole number >= 0, got ${handle}`);
+  }
+  return handle;
+}

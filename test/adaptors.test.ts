@@ -6,13 +6,13 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { Ptr } from '../src/backend/backend.js';
-import { CudaError, InvalidPointerError, OutOfMemoryError } from '../src/errors.js';
+import { CudaError, InvalidPointerError, isOutOfMemory, OutOfMemoryError } from '../src/errors.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { LoggingAdaptor } from '../src/memory/logging.js';
-import { RetryOnOutOfMemory, isOutOfMemory } from '../src/memory/out-of-memory.js';
+import { RetryOnOutOfMemory } from '../src/memory/out-of-memory.js';
 import { PoolResource } from '../src/memory/pool.js';
-import type { MemoryKind, MemoryResource, StreamRef } from '../src/memory/resource.js';
+import { MemoryResource, type MemoryKind } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { TrackingAdaptor } from '../src/memory/tracking.js';
 import { replay } from '../src/replay/engine.js';
@@ -23,31 +23,25 @@ import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
  * never touch memory, so none is needed) and counts what is live, so a test can see that an
  * adaptor returned everything it took.
  */
-class CountingResource implements MemoryResource {
+class CountingResource extends MemoryResource {
   readonly kind: MemoryKind = 'device';
   readonly alignment = 256;
   readonly device = 0;
   readonly live = new Map<Ptr, number>();
   private next = 0x7f0000000000;
 
-  allocate(bytes: number, _stream?: StreamRef): Ptr {
+  protected doAllocate(bytes: number): Ptr {
     const ptr = this.next;
     this.next += Math.ceil(bytes / 256) * 256 + 256;
     this.live.set(ptr, bytes);
     return ptr;
   }
 
-  deallocate(ptr: Ptr, bytes: number): void {
-    assert.equal(this.live.get(ptr), bytes, `upstream: 0x${ptr.toString(16)} freed with the wrong size`);
+  protected doDeallocate(ptr: Ptr, bytes: number): void {
+    const size = this.live.get(ptr);
+    if (size === undefined) throw new InvalidPointerError(`upstream: 0x${ptr.toString(16)} is not live`);
+    if (size !== bytes) throw new InvalidPointerError(`upstream: 0x${ptr.toString(16)} freed with the wrong size`);
     this.live.delete(ptr);
-  }
-
-  isEqual(other: MemoryResource): boolean {
-    return other === this;
-  }
-
-  releaseCached(): number {
-    return 0;
   }
 
   describe(): string {
@@ -101,12 +95,12 @@ describe('StatisticsAdaptor', () => {
       const stats = new StatisticsAdaptor(upstream);
       const live = run(stats, program, (m) => {
         assert.deepEqual(stats.statistics, {
-          currentBytes: m.current, peakBytes: m.peak, totalBytes: m.total,
-          currentCount: m.count, peakCount: m.peakCount, totalCount: m.totalCount,
+          bytes: { value: m.current, peak: m.peak, total: m.total },
+          allocations: { value: m.count, peak: m.peakCount, total: m.totalCount },
         });
       });
       for (const b of live) stats.deallocate(b.ptr, b.bytes);
-      assert.equal(stats.statistics.currentBytes, 0);
+      assert.equal(stats.statistics.bytes.value, 0);
       assert.equal(upstream.live.size, 0);
     }));
   });
@@ -116,10 +110,10 @@ describe('StatisticsAdaptor', () => {
     const a = stats.allocate(1000);
     const b = stats.allocate(3000);
     stats.deallocate(b, 3000);
-    assert.equal(stats.statistics.peakBytes, 4000);
+    assert.equal(stats.statistics.bytes.peak, 4000);
     stats.resetPeaks();
-    assert.equal(stats.statistics.peakBytes, 1000);
-    assert.equal(stats.statistics.peakCount, 1);
+    assert.equal(stats.statistics.bytes.peak, 1000);
+    assert.equal(stats.statistics.allocations.peak, 1);
     stats.deallocate(a, 1000);
   });
 
@@ -144,8 +138,8 @@ describe('LimitingAdaptor', () => {
       assert.ok(error instanceof OutOfMemoryError);
       assert.equal(error.requestedBytes, 1);
       assert.match(error.resource ?? '', /LimitingAdaptor\(limit=1 MiB, CountingResource\)/);
-      assert.equal(error.statistics?.currentBytes, 1 << 20);
-      assert.equal(error.statistics?.currentCount, 4);
+      assert.equal(error.statistics?.bytes.value, 1 << 20);
+      assert.equal(error.statistics?.allocations.value, 4);
       return true;
     });
     assert.equal(upstream.live.size, 4, 'the refused request took nothing upstream');
@@ -228,13 +222,13 @@ describe('LoggingAdaptor', () => {
       for (const b of live) logging.deallocate(b.ptr, b.bytes, { handle: 0 });
       assert.equal(lines[0], 'Thread,Time,Action,Pointer,Size,Stream');
       const trace = parseAllocationLog(lines.join('\n'), 'logged');
-      assert.equal(trace.summary.peakLiveBytes, stats.statistics.peakBytes);
-      assert.equal(trace.summary.allocations, stats.statistics.totalCount);
+      assert.equal(trace.summary.peakLiveBytes, stats.statistics.bytes.peak);
+      assert.equal(trace.summary.allocations, stats.statistics.allocations.total);
       const again = new StatisticsAdaptor(new CountingResource());
       const result = replay(trace, again);
-      assert.equal(result.peakLiveBytes, stats.statistics.peakBytes);
-      assert.equal(again.statistics.peakBytes, stats.statistics.peakBytes);
-      assert.equal(again.statistics.currentBytes, 0);
+      assert.equal(result.peakLiveBytes, stats.statistics.bytes.peak);
+      assert.equal(again.statistics.bytes.peak, stats.statistics.bytes.peak);
+      assert.equal(again.statistics.bytes.value, 0);
     }), { numRuns: 50 });
   });
 
@@ -246,7 +240,7 @@ describe('LoggingAdaptor', () => {
       const a = logging.allocate(1000, { handle: 3 });
       assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError);
       logging.deallocate(a, 1000, { handle: 3 });
-      logging.close();
+      logging.destroy();
       const trace = readAllocationLog(path);
       assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
       assert.equal(trace.events[0]!.pointer, a);
@@ -263,24 +257,23 @@ describe('LoggingAdaptor', () => {
  * A caching resource for the retry test: keeps freed blocks for reuse by size and gives them back
  * upstream only on releaseCached(), as a pool does.
  */
-class CachingResource implements MemoryResource {
+class CachingResource extends MemoryResource {
   readonly kind: MemoryKind = 'device';
   readonly alignment = 256;
   readonly device = 0;
   private readonly cache: Array<{ ptr: Ptr; bytes: number }> = [];
-  constructor(readonly upstream: MemoryResource) {}
-  allocate(bytes: number): Ptr {
+  constructor(override readonly upstream: MemoryResource) {
+    super();
+  }
+  protected doAllocate(bytes: number): Ptr {
     const i = this.cache.findIndex((b) => b.bytes === bytes);
     if (i >= 0) return this.cache.splice(i, 1)[0]!.ptr;
     return this.upstream.allocate(bytes);
   }
-  deallocate(ptr: Ptr, bytes: number): void {
+  protected doDeallocate(ptr: Ptr, bytes: number): void {
     this.cache.push({ ptr, bytes });
   }
-  isEqual(other: MemoryResource): boolean {
-    return other === this;
-  }
-  releaseCached(): number {
+  protected override doReleaseCached(): number {
     let released = 0;
     for (const b of this.cache.splice(0)) {
       this.upstream.deallocate(b.ptr, b.bytes);
@@ -348,8 +341,8 @@ describe('RetryOnOutOfMemory', () => {
     assert.throws(() => retry.allocate(512 << 10), (error: unknown) => {
       assert.ok(error instanceof OutOfMemoryError);
       assert.equal(error.requestedBytes, 512 << 10);
-      assert.equal(error.statistics?.currentBytes, 768 << 10);
-      assert.equal(error.statistics?.currentCount, 1);
+      assert.equal(error.statistics?.bytes.value, 768 << 10);
+      assert.equal(error.statistics?.allocations.value, 1);
       assert.match(error.resource ?? '', /^RetryOnOutOfMemory\(StatisticsAdaptor\(LimitingAdaptor/);
       assert.ok(error.cause instanceof OutOfMemoryError);
       return true;
@@ -360,7 +353,7 @@ describe('RetryOnOutOfMemory', () => {
 
   it('treats a driver CUDA_ERROR_OUT_OF_MEMORY as out of memory, and other errors not', () => {
     assert.ok(isOutOfMemory(new CudaError(2, 'CUDA_ERROR_OUT_OF_MEMORY', 'cuMemAlloc')));
-    assert.ok(isOutOfMemory(new OutOfMemoryError(1, 'x')));
+    assert.ok(isOutOfMemory(new OutOfMemoryError({ requestedBytes: 1, call: 'x', reason: 'limit' })));
     assert.ok(!isOutOfMemory(new CudaError(1, 'CUDA_ERROR_INVALID_VALUE', 'cuMemAlloc')));
     assert.ok(!isOutOfMemory(new RangeError('bytes')));
   });

@@ -16,7 +16,7 @@ test('ArenaResource: random allocate/free on 3 streams keeps every invariant', (
 });
 
 test('pitched blocks: pitch rounded to the texture pitch alignment, start aligned, random widths', () => {
-  using arena = ArenaResource.activate(32 * 1024 * 1024);
+  using arena = new ArenaResource({ size: 32 * 1024 * 1024 });
   const align = arena.pitchAlignment;
   assert.equal(align, Math.max(256, Device.get(0).info.texturePitchAlignment));
   const blocks: Array<{ ptr: number; pitch: number; h: number }> = [];
@@ -41,7 +41,7 @@ test('ceil1DVolume / ceil2DVolume size an arena that fits exactly those blocks',
   assert.equal(ArenaResource.ceil2DVolume(1000, 10, 512), 1024 * 10 + 256);
   const align = Math.max(256, Device.get(0).info.texturePitchAlignment);
   const need = ArenaResource.ceil1DVolume(1000) + ArenaResource.ceil2DVolume(1000, 3, align) + ArenaResource.ceil1DVolume(5000);
-  using arena = ArenaResource.activate(need);
+  using arena = new ArenaResource({ size: need });
   arena.allocate(1000);
   arena.allocatePitched(1000, 3);
   arena.allocate(5000);
@@ -49,7 +49,7 @@ test('ceil1DVolume / ceil2DVolume size an arena that fits exactly those blocks',
 });
 
 test('exhaustion is an OutOfMemoryError naming the arena size and free bytes', () => {
-  using arena = ArenaResource.activate(1024 * 1024);
+  using arena = new ArenaResource({ size: 1024 * 1024 });
   const a = arena.allocate(600 * 1024);
   assert.throws(() => arena.allocate(600 * 1024), (e: unknown) =>
     e instanceof OutOfMemoryError && /arena exhausted/.test(e.message) && e.message.includes(`${1024 * 1024} bytes`)
@@ -60,16 +60,16 @@ test('exhaustion is an OutOfMemoryError naming the arena size and free bytes', (
 
 test('bad input and use after shutdown', () => {
   const before = backend.memGetInfo().free;
-  const arena = ArenaResource.activate(1024 * 1024);
+  const arena = new ArenaResource({ size: 1024 * 1024 });
   assert.equal(arena.reservedBytes >= 1024 * 1024, true);
   for (const bad of [0, -5, 0.5, NaN]) assert.throws(() => arena.allocate(bad), RangeError);
-  assert.throws(() => ArenaResource.activate(0), RangeError);
+  assert.throws(() => new ArenaResource({ size: 0 }), RangeError);
   const a = arena.allocate(1000);
   assert.throws(() => arena.deallocate(a, 999), InvalidPointerError);
   assert.throws(() => arena.deallocate(42, 1000), InvalidPointerError);
   arena.deallocate(a, 1000);
   assert.throws(() => arena.deallocate(a, 1000), DoubleFreeError);
-  arena.shutdown();
+  arena.destroy();
   // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
   if (backend.name === 'emulated') assert.equal(backend.memGetInfo().free, before);
   assert.throws(() => arena.allocate(1), UseAfterFreeError);

@@ -173,7 +173,10 @@ describe('device memory', () => {
     const total = backend.deviceInfo(0).totalMemory;
     assert.throws(() => backend.memAlloc(total + 1024 * MiB), (error: unknown) => {
       assert.ok(error instanceof OutOfMemoryError);
-      assert.equal(error.errorName, 'CUDA_ERROR_OUT_OF_MEMORY');
+      assert.ok(!(error instanceof CudaError), 'an OutOfMemoryError is not a CudaError');
+      assert.equal(error.reason, 'device');
+      assert.ok(error.cause instanceof CudaError);
+      assert.equal(error.cause.errorName, 'CUDA_ERROR_OUT_OF_MEMORY');
       assert.equal(error.call, 'cuMemAlloc');
       return true;
     });

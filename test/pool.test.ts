@@ -22,7 +22,7 @@ test('bad sizes are TypeError/RangeError before anything else', () => {
   using pool = new PoolResource();
   for (const bad of [0, -1, 1.5, NaN, Infinity, 2 ** 60]) assert.throws(() => pool.allocate(bad), RangeError);
   assert.throws(() => pool.allocate('8' as unknown as number), TypeError);
-  assert.equal(pool.statistics().liveCount, 0);
+  assert.equal(pool.statistics().allocations.value, 0);
 });
 
 test('foreign pointer, double free and wrong size are typed errors that leave the pool consistent', () => {
@@ -36,10 +36,10 @@ test('foreign pointer, double free and wrong size are typed errors that leave th
   assert.throws(() => pool.deallocate(a + 256, 256), InvalidPointerError);
   pool.deallocate(a, 1000);
   assert.throws(() => pool.deallocate(a, 1000), DoubleFreeError);
-  assert.equal(pool.statistics().liveCount, 1);
-  assert.equal(pool.statistics().liveBytes, 3000);
+  assert.equal(pool.statistics().allocations.value, 1);
+  assert.equal(pool.statistics().bytes.value, 3000);
   pool.deallocate(b, 3000);
-  assert.equal(pool.statistics().liveCount, 0);
+  assert.equal(pool.statistics().allocations.value, 0);
 });
 
 test('a hit reuses the block just freed on the same stream; reserved stays put', () => {
@@ -141,7 +141,7 @@ test('maximumSize caps physical memory with an OutOfMemoryError carrying the req
   assert.ok(err instanceof OutOfMemoryError);
   assert.equal(err.requestedBytes, 2 * MiB);
   assert.match(err.resource ?? '', /PoolResource/);
-  assert.equal(err.statistics?.currentBytes, 3 * MiB);
+  assert.equal(err.statistics?.bytes.value, 3 * MiB);
   pool.deallocate(a, 3 * MiB);
   const b = pool.allocate(4 * MiB);
   pool.deallocate(b, 4 * MiB);

@@ -12,6 +12,7 @@ import { Device } from '../src/device.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { PoolResource } from '../src/memory/pool.js';
+import { MemoryResource } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
@@ -91,17 +92,29 @@ describe('allocation log parser', () => {
 });
 
 /** An upstream that hands out distinct addresses and remembers nothing but what is live. */
+class Addresses extends MemoryResource {
+  readonly kind = 'device';
+  readonly alignment = 256;
+  readonly device = 0;
+  private next = 0x10000;
+  private readonly live = new Map<number, number>();
+  protected doAllocate(bytes: number): number {
+    const p = this.next;
+    this.next += bytes + 256;
+    this.live.set(p, bytes);
+    return p;
+  }
+  protected doDeallocate(ptr: number, bytes: number): void {
+    assert.equal(this.live.get(ptr), bytes);
+    this.live.delete(ptr);
+  }
+  describe(): string {
+    return 'Addresses';
+  }
+}
+
 function addresses(): StatisticsAdaptor {
-  let next = 0x10000;
-  const live = new Map<number, number>();
-  return new StatisticsAdaptor({
-    kind: 'device', alignment: 256, device: 0,
-    allocate(bytes: number): number { const p = next; next += bytes + 256; live.set(p, bytes); return p; },
-    deallocate(ptr: number, bytes: number): void { assert.equal(live.get(ptr), bytes); live.delete(ptr); },
-    isEqual(): boolean { return false; },
-    releaseCached(): number { return 0; },
-    describe(): string { return 'Addresses'; },
-  });
+  return new StatisticsAdaptor(new Addresses());
 }
 
 describe('replay engine', () => {
@@ -112,9 +125,9 @@ describe('replay engine', () => {
   it('replays in order to the trace\'s peak live and frees the leftovers', () => {
     const mr = addresses();
     const result = replay(synthetic, mr);
-    assert.equal(mr.statistics.peakBytes, 700);
-    assert.equal(mr.statistics.totalCount, 5);
-    assert.equal(mr.statistics.currentBytes, 0, 'leftovers freed after the timed loop');
+    assert.equal(mr.statistics.bytes.peak, 700);
+    assert.equal(mr.statistics.allocations.total, 5);
+    assert.equal(mr.statistics.bytes.value, 0, 'leftovers freed after the timed loop');
     assert.equal(result.operations, 7);
     assert.equal(result.peakLiveBytes, 700);
     assert.ok(result.totalNs > 0);
@@ -141,7 +154,7 @@ describe('replay engine', () => {
       assert.match(error.message, /^synthetic:5: allocate 500 bytes failed on LimitingAdaptor/);
       return true;
     });
-    assert.equal(mr.statistics.currentBytes, 0);
+    assert.equal(mr.statistics.bytes.value, 0);
   });
 
   it('estimates what cuMemAlloc reserves by the documented rule', () => {
@@ -171,9 +184,9 @@ describe('replay of the real traces', () => {
     const result = replay(resnet, counted);
     assert.equal(result.operations, 5081);
     // The replay held exactly the trace's live set at its peak, and gave every block back.
-    assert.equal(counted.statistics.peakBytes, result.peakLiveBytes);
-    assert.equal(counted.statistics.totalCount, resnet.summary.allocations);
-    assert.equal(counted.statistics.currentBytes, 0, 'every block returned to the resource');
+    assert.equal(counted.statistics.bytes.peak, result.peakLiveBytes);
+    assert.equal(counted.statistics.allocations.total, resnet.summary.allocations);
+    assert.equal(counted.statistics.bytes.value, 0, 'every block returned to the resource');
     // cuMemAlloc reports nothing per block: peak reserved is the documented estimate over the live set.
     assert.equal(result.reservedSource, 'estimate');
     assert.equal(result.peakReservedBytes, peakOccupied(resnet, estimateDriverReservation));

@@ -11,7 +11,7 @@ import { PinnedHostResource } from '../src/memory/pinned-host-resource.js';
 import { getCurrentResource, setCurrentResource } from '../src/memory/current.js';
 import { DeviceBuffer } from '../src/memory/device-buffer.js';
 import { isReserving, type MemoryResource } from '../src/memory/resource.js';
-import { OutOfMemoryError, UseAfterFreeError, VramStateError } from '../src/errors.js';
+import { OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
 import { assertMemoryReturned, deviceMemoryUsed, FREE_MEMORY_SLACK } from './helpers.js';
 
 const device = Device.get(0);
@@ -49,7 +49,9 @@ test('CudaResource', () => {
   assert.equal(mr.device, 0);
   assert.equal(mr.alignment, 256);
   assert.equal(mr.describe(), 'CudaResource(device=0)');
-  assert.ok(mr.isEqual(new CudaResource(device)));
+  // Each resource checks frees against its own live table: only itself is equal.
+  assert.ok(mr.isEqual(mr));
+  assert.ok(!mr.isEqual(new CudaResource(device)));
   assert.ok(!mr.isEqual(new PinnedHostResource()));
   assert.equal(mr.releaseCached(), 0);
   exercise(mr);
@@ -72,14 +74,17 @@ test('AsyncResource over the default pool', async () => {
   assert.equal(mr.alignment, 256);
   assert.equal(mr.ownsPool, false);
   assert.ok(isReserving(mr));
-  assert.ok(mr.isEqual(new AsyncResource({ device })));
+  assert.ok(!mr.isEqual(new AsyncResource({ device })), 'live tables are per resource');
   assert.match(mr.describe(), /AsyncResource\(device=0, pool=default\)/);
   using s = Stream.create();
   exercise(mr, s);
   badSizes(mr);
-  assert.throws(() => mr.destroy(), VramStateError);
   await s.synchronized();
   assert.equal(mr.usedBytes, 0);
+  // destroy() ends the resource; the device's default pool stays the driver's.
+  mr.destroy();
+  assert.throws(() => mr.allocate(256), UseAfterFreeError);
+  assert.doesNotThrow(() => new AsyncResource().destroy());
 });
 
 test('AsyncResource over a created pool: attributes, statistics, trim, release', async () => {
@@ -153,7 +158,7 @@ test('ManagedResource', () => {
   assert.equal(mr.kind, 'managed');
   assert.equal(mr.alignment, 256);
   assert.equal(mr.attach, 'global');
-  assert.ok(mr.isEqual(new ManagedResource({ attach: 'host' })));
+  assert.ok(!mr.isEqual(new ManagedResource({ attach: 'host' })), 'live tables are per resource');
   assert.match(mr.describe(), /ManagedResource/);
   assert.equal(mr.releaseCached(), 0);
   exercise(mr);
@@ -168,7 +173,7 @@ test('PinnedHostResource', () => {
   assert.equal(mr.alignment, 256);
   assert.deepEqual(mr.options, { portable: true, mapped: true, writeCombined: false });
   assert.equal(mr.describe(), 'PinnedHostResource(portable, mapped)');
-  assert.ok(mr.isEqual(new PinnedHostResource()));
+  assert.ok(!mr.isEqual(new PinnedHostResource()), 'live tables are per resource');
   assert.ok(!mr.isEqual(new CudaResource()));
   assert.equal(mr.releaseCached(), 0);
   exercise(mr);

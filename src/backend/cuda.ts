@@ -14,7 +14,7 @@ import type {
   PointerAttributes, Ptr,
 } from './backend.js';
 import { MemHandleType } from './backend.js';
-import { CUresult, CudaError } from '../errors.js';
+import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
@@ -112,7 +112,7 @@ class CudaBackend implements Backend {
 
   // --- Failure paths (kept out of the hot functions) ---
 
-  private fail(r: number, call: string, requestedBytes = 0): CudaError {
+  private fail(r: number, call: string, requestedBytes = 0): CudaError | OutOfMemoryError {
     return this.driver.errors.error(r, call, requestedBytes);
   }
 

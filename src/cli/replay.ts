@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { getBackend } from '../backend/select.js';
-import { isOutOfMemory } from '../memory/out-of-memory.js';
+import { isOutOfMemory } from '../errors.js';
 import { ReplayError, replay, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';

@@ -39,13 +39,16 @@ export class CudaErrorFactory {
    * The error for a failed `call`. Out-of-memory becomes `OutOfMemoryError` carrying the request
    * (`requestedBytes`, 0 when the call allocates nothing of its own).
    */
-  error(code: number, call: string, requestedBytes = 0): CudaError {
+  error(code: number, call: string, requestedBytes = 0): CudaError | OutOfMemoryError {
     const description = this.description(code);
     const api = apiName(call);
+    const driverError = new CudaError(code, this.name(code), api, description);
     if (code === CUresult.OUT_OF_MEMORY) {
-      return new OutOfMemoryError(requestedBytes, api, undefined, undefined, description);
+      // cuMemHostAlloc and cuMemHostRegister run out of pinned host memory, the rest of device memory.
+      const reason = api.includes('Host') ? 'host' : 'device';
+      return new OutOfMemoryError({ requestedBytes, call: api, reason, cause: driverError, message: driverError.message });
     }
-    return new CudaError(code, this.name(code), api, description);
+    return driverError;
   }
 
   private lookup(fn: ErrorStringFn, code: number): string | undefined {

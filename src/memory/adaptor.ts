@@ -4,22 +4,37 @@
  * only the one thing it adds, and they all describe themselves and compare alike.
  */
 import type { Ptr } from '../backend/backend.js';
-import type { MemoryKind, MemoryResource, StreamRef } from './resource.js';
+import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
 
 /**
- * A resource that wraps another. Subclasses override `allocate`/`deallocate` to add their one
- * concern; kind, alignment, device, cache release and equality are the upstream's, because an
- * adaptor hands out the upstream's memory unchanged.
+ * A resource that wraps another. Subclasses add their one concern around `doAllocate`/
+ * `doDeallocate` (by default plain forwarding); kind, alignment, device, cache release and
+ * equality are the upstream's, because an adaptor hands out the upstream's memory unchanged.
+ * Destroying an adaptor ends the adaptor only: the upstream was given to it, not made by it.
+ *
+ * @example
+ * ```ts
+ * class CountingAdaptor extends ResourceAdaptor {
+ *   calls = 0;
+ *   protected override doAllocate(bytes: number, handle: number, stream?: StreamRef): Ptr {
+ *     this.calls++;
+ *     return super.doAllocate(bytes, handle, stream);
+ *   }
+ * }
+ * ```
  */
-export abstract class ResourceAdaptor implements MemoryResource {
+export abstract class ResourceAdaptor extends MemoryResource {
   /** The resource whose memory this adaptor hands out. */
-  readonly upstream: MemoryResource;
+  override readonly upstream: MemoryResource;
 
+  /**
+   * @param upstream The resource to wrap.
+   * @throws {TypeError} When `upstream` is not a MemoryResource.
+   * @throws {UseAfterFreeError} When it was destroyed.
+   */
   constructor(upstream: MemoryResource) {
-    if (upstream === null || typeof upstream !== 'object' || typeof upstream.allocate !== 'function') {
-      throw new TypeError(`${new.target.name}: upstream must be a MemoryResource`);
-    }
-    this.upstream = upstream;
+    super();
+    this.upstream = checkResource(upstream);
   }
 
   /** The upstream's kind: an adaptor does not change what memory is handed out. */
@@ -37,14 +52,18 @@ export abstract class ResourceAdaptor implements MemoryResource {
     return this.upstream.device;
   }
 
-  /** Allocates through the upstream; subclasses add their concern around it. */
-  abstract allocate(bytes: number, stream?: StreamRef): Ptr;
+  /** Forwards to the upstream with the caller's stream. */
+  protected doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
+    return this.upstream.allocate(bytes, stream);
+  }
 
-  /** Deallocates through the upstream; subclasses add their concern around it. */
-  abstract deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void;
+  /** Forwards to the upstream, which checks ownership and size before anything changes. */
+  protected doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    this.upstream.deallocate(ptr, bytes, stream);
+  }
 
   /** Adaptors cache nothing themselves: releasing is the upstream's job. */
-  releaseCached(): number {
+  protected override doReleaseCached(): number {
     return this.upstream.releaseCached();
   }
 
@@ -52,7 +71,7 @@ export abstract class ResourceAdaptor implements MemoryResource {
    * Memory from one adaptor may be returned through another of the same class over an equal
    * upstream (RMM's rule); any state the adaptor keeps per pointer (tracking) narrows this.
    */
-  isEqual(other: MemoryResource): boolean {
+  override isEqual(other: MemoryResource): boolean {
     if (other === this) return true;
     return other instanceof ResourceAdaptor && other.constructor === this.constructor &&
       this.upstream.isEqual(other.upstream);

@@ -6,20 +6,22 @@
  */
 import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError } from '../errors.js';
-import { alignUp, checkBytes, checkPowerOfTwo } from '../validate.js';
+import { DoubleFreeError, InvalidPointerError, OutOfMemoryError } from '../errors.js';
+import { alignUp, checkBytes, checkPointer, checkPowerOfTwo, checkStreamHandle, MAX_BYTES } from '../validate.js';
 import { CudaResource } from './cuda-resource.js';
 import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
-import type { MemoryKind, MemoryResource, ReservingResource, StreamRef } from './resource.js';
+import { checkResource, MemoryResource, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
 
-/** Options for `ArenaResource.activate`. */
+/** Options of an ArenaResource. */
 export interface ArenaOptions {
+  /** Usable bytes in the arena (rounded up to 256). */
+  readonly size: number;
+  /** Where the region comes from (default a CudaResource on the device, owned by the arena). */
+  readonly upstream?: MemoryResource;
   /** The device (default device 0, or the upstream's). */
   readonly device?: Device;
-  /** Where the region comes from (default a CudaResource on the device). */
-  readonly upstream?: MemoryResource;
 }
 
 /** A pitched 2D block: rows of `pitch` bytes, each starting `pitch` bytes after the previous. */
@@ -31,8 +33,17 @@ export interface PitchedBlock {
 /** The region start is aligned to this, so pitched blocks need no padding in a fresh arena. */
 const REGION_ALIGNMENT = 4096;
 
-/** A fixed region of device memory, sub-allocated. */
-export class ArenaResource implements ReservingResource {
+/**
+ * A fixed region of device memory, sub-allocated.
+ *
+ * @example
+ * ```ts
+ * using arena = new ArenaResource({ size: 64 << 20 });
+ * const { ptr, pitch } = arena.allocatePitched(1920 * 4, 1080);
+ * arena.deallocatePitched(ptr);
+ * ```
+ */
+export class ArenaResource extends MemoryResource implements ReservingResource {
   /** The upstream's kind. */
   readonly kind: MemoryKind;
   /** 1D blocks are aligned to 256 bytes. */
@@ -40,7 +51,7 @@ export class ArenaResource implements ReservingResource {
   /** The device ordinal. */
   readonly device: number;
   /** Where the region came from. */
-  readonly upstream: MemoryResource;
+  override readonly upstream: MemoryResource;
   /** Usable bytes in the arena. */
   readonly size: number;
   /** Row pitch alignment for pitched blocks (the device's texture pitch alignment). */
@@ -49,11 +60,23 @@ export class ArenaResource implements ReservingResource {
   private readonly region: Ptr;
   private readonly regionBytes: number;
   private readonly start: Ptr;
-  private active = true;
+  /** The upstream was created here (and is destroyed with the arena). */
+  private readonly ownsUpstream: boolean;
 
-  private constructor(bytes: number, options: ArenaOptions) {
-    const upstream = options.upstream;
+  /**
+   * Reserves an arena of `options.size` bytes (rounded up to 256) from `upstream` (default a
+   * CudaResource on the device, owned by the arena); all later allocations come from it.
+   * @param options The size (required), the upstream and the device.
+   * @throws {TypeError | RangeError} For a bad size or upstream.
+   * @throws {OutOfMemoryError} When the upstream cannot give the region.
+   */
+  constructor(options: ArenaOptions) {
+    super();
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object with a size');
+    const bytes = checkBytes(options.size, 'size');
+    const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
+    this.ownsUpstream = upstream === undefined;
     this.upstream = upstream ?? new CudaResource(dev);
     this.kind = this.upstream.kind;
     this.device = this.upstream.device;
@@ -61,17 +84,15 @@ export class ArenaResource implements ReservingResource {
     this.size = alignUp(bytes, GRANULE);
     const slack = this.upstream.alignment >= REGION_ALIGNMENT ? 0 : REGION_ALIGNMENT - Math.min(this.upstream.alignment, GRANULE);
     this.regionBytes = this.size + slack;
-    this.region = this.upstream.allocate(this.regionBytes);
+    try {
+      this.region = this.upstream.allocate(this.regionBytes);
+    } catch (error) {
+      if (this.ownsUpstream) this.upstream.destroy();
+      throw error;
+    }
     this.start = alignUp(this.region, REGION_ALIGNMENT);
     this.heap = new BlockHeap(dev.backend);
     this.heap.addRegion(this.start, this.size, -1);
-  }
-
-  /** Reserves an arena of `bytes` (rounded up to 256) once; all later allocations come from it. */
-  static activate(bytes: number, options: ArenaOptions = {}): ArenaResource {
-    checkBytes(bytes);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
-    return new ArenaResource(bytes, options);
   }
 
   /** Arena bytes one 1D block of `bytes` takes: `bytes` rounded up to 256. */
@@ -93,67 +114,73 @@ export class ArenaResource implements ReservingResource {
   }
 
   /** A 1D block of `bytes`, best fit; OutOfMemoryError when no free range is large enough. */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    return this.take(bytes, alignUp(bytes, GRANULE), GRANULE, stream);
+  protected doAllocate(bytes: number, h: number): Ptr {
+    return this.take(bytes, alignUp(bytes, GRANULE), GRANULE, h);
   }
 
   /** Returns a 1D block; `bytes` must be what it was allocated with. */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
-    checkBytes(bytes);
+  protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
     const i = this.liveBlock(ptr);
     const requested = this.heap.store.requested[i]!;
     if (requested !== bytes) {
       throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}, ${bytes}): the block was allocated with ${requested} bytes`);
     }
     this.heap.unmarkLive(i);
-    this.heap.give(i, stream === undefined ? 0 : stream.handle);
+    this.heap.give(i, h);
   }
 
-  /** A pitched 2D block of `height` rows of `widthBytes`; the pitch is rounded to `pitchAlignment`. */
+  /**
+   * A pitched 2D block of `height` rows of `widthBytes`; the pitch is rounded to `pitchAlignment`.
+   * @param widthBytes Bytes per row.
+   * @param height Rows.
+   * @param stream Where it is first used.
+   * @returns The block's address and pitch.
+   * @throws {RangeError} For sizes whose product is larger than any allocation.
+   * @throws {OutOfMemoryError} When no free range is large enough.
+   */
   allocatePitched(widthBytes: number, height: number, stream?: StreamRef): PitchedBlock {
     checkBytes(widthBytes, 'widthBytes');
     checkBytes(height, 'height');
+    const h = checkStreamHandle(stream);
+    if (this.destroyed) throw this.destroyedError();
     const pitch = alignUp(widthBytes, this.pitchAlignment);
+    if (pitch * height > MAX_BYTES) {
+      throw new RangeError(`allocatePitched(${widthBytes}, ${height}): pitch ${pitch} times ${height} rows is larger than any allocation`);
+    }
     const bytes = pitch * height;
-    checkBytes(bytes, 'pitch * height');
-    const ptr = this.take(bytes, alignUp(bytes, GRANULE), this.pitchAlignment, stream);
+    const ptr = this.take(bytes, alignUp(bytes, GRANULE), this.pitchAlignment, h);
     return { ptr, pitch };
   }
 
-  /** Returns a pitched block (its size is remembered). */
+  /**
+   * Returns a pitched block (its size is remembered).
+   * @param ptr What allocatePitched returned.
+   * @param stream The last stream that used it.
+   */
   deallocatePitched(ptr: Ptr, stream?: StreamRef): void {
+    checkPointer(ptr);
+    const h = checkStreamHandle(stream);
+    if (this.destroyed) throw this.destroyedError();
     const i = this.liveBlock(ptr);
     this.heap.unmarkLive(i);
-    this.heap.give(i, stream === undefined ? 0 : stream.handle);
+    this.heap.give(i, h);
   }
 
-  /** Only the same arena may free its blocks. */
-  isEqual(other: MemoryResource): boolean {
-    return other === this;
-  }
-
-  /** The region is the point of an arena: nothing is released before `shutdown()`. */
-  releaseCached(): number {
-    return 0;
-  }
-
-  /** Frees the region (live blocks included); later use throws UseAfterFreeError. */
-  shutdown(): void {
-    if (!this.active) return;
-    this.active = false;
+  /**
+   * Frees the region (live blocks included), on the default stream after every stream that freed
+   * blocks in it; an upstream created by the arena goes too. (The region is the point of an
+   * arena: `releaseCached` releases nothing.)
+   */
+  protected override doDestroy(): void {
+    this.heap.joinAll(0);
     this.heap.destroy();
     this.upstream.deallocate(this.region, this.regionBytes);
-  }
-
-  /** `using arena = ArenaResource.activate(...)` shuts it down at the end of the scope. */
-  [Symbol.dispose](): void {
-    this.shutdown();
+    if (this.ownsUpstream) this.upstream.destroy();
   }
 
   /** The bytes taken from upstream, while active. */
   get reservedBytes(): number {
-    return this.active ? this.regionBytes : 0;
+    return this.destroyed ? 0 : this.regionBytes;
   }
 
   /** An arena's reservation never changes while active. */
@@ -179,24 +206,26 @@ export class ArenaResource implements ReservingResource {
     return `ArenaResource(size=${this.size}, upstream=${this.upstream.describe()})`;
   }
 
-  private take(bytes: number, size: number, alignment: number, stream?: StreamRef): Ptr {
-    this.checkActive();
-    const h = stream === undefined ? 0 : stream.handle;
+  private take(bytes: number, size: number, alignment: number, h: number): Ptr {
     const i = this.heap.take(size, h, alignment);
     if (i === NIL) {
-      const free = this.heap.freeBytes;
-      throw new OutOfMemoryError(bytes, 'ArenaResource.allocate', this.describe(), {
-        currentBytes: this.heap.liveBytes, peakBytes: this.heap.peakLiveBytes,
-        currentCount: this.heap.live.size, reservedBytes: this.regionBytes,
-      }, `arena exhausted: cannot allocate ${bytes} bytes from an arena of ${this.size} bytes with ` +
-        `${free} bytes free (no free range is large enough); size it with ArenaResource.ceil1DVolume/ceil2DVolume`);
+      const heap = this.heap;
+      throw new OutOfMemoryError({
+        requestedBytes: bytes, call: 'ArenaResource.allocate', reason: 'arena', resource: this.describe(),
+        statistics: {
+          bytes: { value: heap.liveBytes, peak: heap.peakLiveBytes, total: heap.totalBytes },
+          allocations: { value: heap.live.size, peak: heap.peakLiveCount, total: heap.totalCount },
+          reservedBytes: this.regionBytes,
+        },
+        message: `arena exhausted: cannot allocate ${bytes} bytes from an arena of ${this.size} bytes with ` +
+          `${heap.freeBytes} bytes free (no free range is large enough); size it with ArenaResource.ceil1DVolume/ceil2DVolume`,
+      });
     }
     this.heap.markLive(i, bytes);
     return this.heap.store.start[i]!;
   }
 
   private liveBlock(ptr: Ptr): number {
-    this.checkActive();
     const i = typeof ptr === 'number' ? this.heap.live.get(ptr) : NIL;
     if (i !== NIL) return i;
     const s = this.heap.store;
@@ -209,10 +238,6 @@ export class ArenaResource implements ReservingResource {
       return fail(new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): not the start of a block of ${this.describe()}`));
     }
     return fail(new InvalidPointerError(`deallocate(${String(ptr)}): the pointer is not from ${this.describe()}`));
-  }
-
-  private checkActive(): void {
-    if (!this.active) throw new UseAfterFreeError(`${this.describe()} was shut down`);
   }
 }
 

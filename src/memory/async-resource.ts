@@ -7,11 +7,11 @@
 import '../polyfills.js';
 import { MemAccess, MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { NotSupportedError, UseAfterFreeError, VramStateError } from '../errors.js';
-import { streamHandleOf } from '../stream.js';
-import { checkBytes, checkNonNegativeInteger } from '../validate.js';
-import { DEVICE_ALIGNMENT, rethrowWithResource } from './cuda-resource.js';
-import type { MemoryKind, MemoryResource, ReservingResource, StreamRef } from './resource.js';
+import { NotSupportedError, UseAfterFreeError } from '../errors.js';
+import { checkNonNegativeInteger } from '../validate.js';
+import { DEVICE_ALIGNMENT } from './cuda-resource.js';
+import { DriverResource } from './driver-resource.js';
+import type { ReservingResource } from './resource.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
 export interface AsyncPoolOptions {
@@ -36,23 +36,38 @@ const accessFlags: Readonly<Record<PoolAccess, number>> = {
   none: MemAccess.NONE, read: MemAccess.READ, readwrite: MemAccess.READWRITE,
 };
 
-/** Stream-ordered device memory from a CUDA memory pool. */
-export class AsyncResource implements ReservingResource {
+/**
+ * Stream-ordered device memory from a CUDA memory pool (cuMemAllocFromPoolAsync/cuMemFreeAsync),
+ * RMM's cuda_async_memory_resource. The driver orders reuse across streams; frees are checked
+ * against the live table first, because the driver reuses a freed address at once and a wrong
+ * pointer would free someone else's memory.
+ *
+ * @example
+ * ```ts
+ * using mr = new AsyncResource({ pool: { maxSize: 1 << 30 } });
+ * const p = mr.allocate(1 << 20, stream);
+ * mr.deallocate(p, 1 << 20, stream);
+ * ```
+ */
+export class AsyncResource extends DriverResource implements ReservingResource {
   /** Plain device memory. */
-  readonly kind: MemoryKind = 'device';
+  readonly kind = 'device';
   /** 256 bytes, as cuMemAlloc. */
   readonly alignment = DEVICE_ALIGNMENT;
-  /** The Device object the pool belongs to. */
-  readonly deviceObject: Device;
-  /** True when this resource created its pool (and so may destroy it). */
+  /** True when this resource created its pool (and so destroys it with itself). */
   readonly ownsPool: boolean;
   private readonly rawPool: Handle;
-  private destroyed = false;
 
-  /** A resource over the device's default pool, or over a new pool with the given properties. */
+  /**
+   * A resource over the device's default pool, or over a new pool with the given properties.
+   * @param options The device and the pool.
+   * @throws {NotSupportedError} When the device has no stream-ordered pools.
+   * @throws {TypeError | RangeError} For bad pool properties.
+   */
   constructor(options: AsyncResourceOptions = {}) {
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
     const device = Device.resolve(options.device);
-    this.deviceObject = device;
+    super(device);
     if (!device.info.memoryPoolsSupported) {
       throw new NotSupportedError(`device ${device.ordinal} does not support stream-ordered memory pools`);
     }
@@ -78,9 +93,14 @@ export class AsyncResource implements ReservingResource {
     }
   }
 
+  /** The Device object the pool belongs to. */
+  get deviceObject(): Device {
+    return this.owner;
+  }
+
   /** The device ordinal. */
   get device(): number {
-    return this.deviceObject.ordinal;
+    return this.owner.ordinal;
   }
 
   /** The driver's pool handle (CUmemoryPool). */
@@ -89,36 +109,19 @@ export class AsyncResource implements ReservingResource {
     return this.rawPool;
   }
 
-  /** cuMemAllocFromPoolAsync on `stream`: usable by work on that stream at once. */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    const s = streamHandleOf(stream);
-    const pool = this.pool;
-    const dev = this.deviceObject;
-    dev.makeCurrent();
-    try {
-      return dev.backend.memAllocFromPoolAsync(bytes, pool, s);
-    } catch (error) {
-      rethrowWithResource(error, bytes, this);
-    }
+  protected driverAllocate(bytes: number, handle: number): Ptr {
+    const pool = this.rawPool;
+    this.owner.makeCurrent();
+    return this.backend.memAllocFromPoolAsync(bytes, pool, handle);
   }
 
-  /** cuMemFreeAsync on `stream`: reusable once the stream's work queued so far completes. */
-  deallocate(ptr: Ptr, _bytes: number, stream?: StreamRef): void {
-    const s = streamHandleOf(stream);
-    void this.pool;
-    const dev = this.deviceObject;
-    dev.makeCurrent();
-    dev.backend.memFreeAsync(ptr, s);
-  }
-
-  /** Resources over the same pool are interchangeable. */
-  isEqual(other: MemoryResource): boolean {
-    return other instanceof AsyncResource && other.rawPool === this.rawPool && other.device === this.device;
+  protected driverFree(ptr: Ptr, _bytes: number, handle: number): void {
+    this.owner.makeCurrent();
+    this.backend.memFreeAsync(ptr, handle);
   }
 
   /** Trims the pool to nothing kept and returns how many reserved bytes that released. */
-  releaseCached(): number {
+  protected override doReleaseCached(): number {
     const before = this.reservedBytes;
     this.trimTo(0);
     return Math.max(0, before - this.reservedBytes);
@@ -222,18 +225,15 @@ export class AsyncResource implements ReservingResource {
     return flags === MemAccess.READWRITE ? 'readwrite' : flags === MemAccess.READ ? 'read' : 'none';
   }
 
-  /** Destroys a pool this resource created; the device's default pool cannot be destroyed. */
-  destroy(): void {
-    if (!this.ownsPool) throw new VramStateError('the device\'s default pool cannot be destroyed');
-    const pool = this.pool;
-    this.destroyed = true;
-    this.deviceObject.makeCurrent();
-    this.deviceObject.backend.memPoolDestroy(pool);
-  }
-
-  /** `using mr = new AsyncResource({ pool: {} })` destroys the created pool at the end of the scope. */
-  [Symbol.dispose](): void {
-    if (this.ownsPool && !this.destroyed) this.destroy();
+  /**
+   * Frees what is still live (stream-ordered, on the default stream) and destroys the pool if this
+   * resource created it; the device's default pool is left to the driver.
+   */
+  protected override doDestroy(): void {
+    super.doDestroy();
+    if (!this.ownsPool) return;
+    this.owner.makeCurrent();
+    this.backend.memPoolDestroy(this.rawPool);
   }
 
   /** `AsyncResource(device=0, pool=default)`. */

@@ -3,83 +3,62 @@
  * cuda_memory_resource. Every allocation is a driver call (microseconds to tens of microseconds),
  * so it is the upstream that pools sit on, not what hot loops should allocate from.
  */
-import type { Backend, Ptr } from '../backend/backend.js';
+import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { OutOfMemoryError } from '../errors.js';
-import { checkBytes } from '../validate.js';
-import type { MemoryKind, MemoryResource, StreamRef } from './resource.js';
+import { DriverResource } from './driver-resource.js';
 
 /** cuMemAlloc guarantees 256-byte alignment (CUDA programming guide, "Device Memory"). */
 export const DEVICE_ALIGNMENT = 256;
 
 /**
- * Re-raises the backend's out-of-memory error naming the resource that failed, so a log line
- * says which allocator ran dry; other errors pass through unchanged.
+ * Device memory from cuMemAlloc. Allocation is synchronous, so the memory is usable on every
+ * stream at once and the stream argument only names where it is first used; cuMemFree waits for
+ * work using the memory to finish (it synchronises the device), so any stream may free it.
+ * Only the same resource may free its memory: it checks every free against its live table.
+ *
+ * @example
+ * ```ts
+ * using mr = new CudaResource(Device.get(0));
+ * const p = mr.allocate(1 << 20);
+ * mr.deallocate(p, 1 << 20);
+ * ```
  */
-export function rethrowWithResource(error: unknown, bytes: number, resource: MemoryResource): never {
-  if (error instanceof OutOfMemoryError && error.resource === undefined) {
-    throw new OutOfMemoryError(bytes, error.call, resource.describe(), error.statistics);
-  }
-  throw error;
-}
-
-/**
- * Checks `bytes`, then runs `alloc` in `device`'s context, so that the memory belongs to that
- * device and an out-of-memory error names `resource` (see rethrowWithResource).
- */
-export function allocateInContext(device: Device, bytes: number, resource: MemoryResource, alloc: (backend: Backend) => Ptr): Ptr {
-  checkBytes(bytes);
-  device.makeCurrent();
-  try {
-    return alloc(device.backend);
-  } catch (error) {
-    rethrowWithResource(error, bytes, resource);
-  }
-}
-
-/** Device memory from cuMemAlloc; the stream argument is accepted and ignored (allocation is synchronous). */
-export class CudaResource implements MemoryResource {
+export class CudaResource extends DriverResource {
   /** Plain device memory. */
-  readonly kind: MemoryKind = 'device';
+  readonly kind = 'device';
   /** 256 bytes, what cuMemAlloc guarantees. */
   readonly alignment = DEVICE_ALIGNMENT;
-  /** The Device object the memory lives on. */
-  readonly deviceObject: Device;
 
-  /** A resource for `device` (device 0 by default). */
+  /**
+   * @param device The device (device 0 by default).
+   * @throws {TypeError} For something that is not a Device or an ordinal.
+   */
   constructor(device?: Device | number) {
-    this.deviceObject = Device.resolve(device);
+    super(Device.resolve(device));
+  }
+
+  /** The Device object the memory lives on. */
+  get deviceObject(): Device {
+    return this.owner;
   }
 
   /** The device ordinal. */
   get device(): number {
-    return this.deviceObject.ordinal;
-  }
-
-  /** cuMemAlloc; `stream` is ignored (the memory is usable on every stream at once). */
-  allocate(bytes: number, _stream?: StreamRef): Ptr {
-    return allocateInContext(this.deviceObject, bytes, this, (backend) => backend.memAlloc(bytes));
-  }
-
-  /** cuMemFree, which waits for work using the memory to finish (it synchronises the device). */
-  deallocate(ptr: Ptr, _bytes: number, _stream?: StreamRef): void {
-    const dev = this.deviceObject;
-    dev.makeCurrent();
-    dev.backend.memFree(ptr);
-  }
-
-  /** Any CudaResource of the same device may free this one's memory. */
-  isEqual(other: MemoryResource): boolean {
-    return other instanceof CudaResource && other.device === this.device;
-  }
-
-  /** Caches nothing. */
-  releaseCached(): number {
-    return 0;
+    return this.owner.ordinal;
   }
 
   /** `CudaResource(device=0)`. */
   describe(): string {
     return `CudaResource(device=${this.device})`;
+  }
+
+  protected driverAllocate(bytes: number): Ptr {
+    this.owner.makeCurrent();
+    return this.backend.memAlloc(bytes);
+  }
+
+  protected driverFree(ptr: Ptr): void {
+    this.owner.makeCurrent();
+    this.backend.memFree(ptr);
   }
 }

@@ -6,9 +6,9 @@
 import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
-import { checkBytes } from '../validate.js';
+import { checkBytes, MAX_BYTES } from '../validate.js';
 import { copy2D, DeviceMemory, type CopyEndpoint } from './copy.js';
-import { CudaResource, rethrowWithResource } from './cuda-resource.js';
+import { CudaResource } from './cuda-resource.js';
 import { getCurrentResource } from './current.js';
 import { defaultStream, type MemoryResource, type StreamRef } from './resource.js';
 
@@ -138,18 +138,21 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     if (elementBytes !== 4 && elementBytes !== 8 && elementBytes !== 16) {
       throw new RangeError(`elementBytes must be 4, 8 or 16, got ${String(elementBytes)}`);
     }
+    if (widthBytes * h > MAX_BYTES) {
+      throw new RangeError(`allocatePitched(${widthBytes}, ${h}): ${widthBytes} bytes times ${h} rows is larger than any allocation`);
+    }
     const device = Device.resolve(options.device);
+    // cuMemAllocPitch memory is plain cuMemAlloc memory to free (cuMemFree), but it does not come
+    // from a resource: the buffer names a CudaResource of its device for `resource` and frees the
+    // pointer itself.
     const resource = new CudaResource(device);
     device.makeCurrent();
-    let allocation: { ptr: Ptr; pitch: number };
-    try {
-      allocation = device.backend.memAllocPitch(widthBytes, h, elementBytes);
-    } catch (error) {
-      rethrowWithResource(error, widthBytes * h, resource);
-    }
-    const { ptr, pitch } = allocation;
-    const bytes = pitch * h;
-    return new PitchedDeviceBuffer(ptr, resource, () => resource.deallocate(ptr, bytes), pitch, widthBytes, h);
+    const { ptr, pitch } = device.backend.memAllocPitch(widthBytes, h, elementBytes);
+    const free = (): void => {
+      device.makeCurrent();
+      device.backend.memFree(ptr);
+    };
+    return new PitchedDeviceBuffer(ptr, resource, free, pitch, widthBytes, h);
   }
 
   /** Copies rows from host memory (JavaScript memory, or a HostBuffer for a stream copy) into this buffer. */

@@ -4,12 +4,13 @@
  * same-sized requests of a binning resource. Grows by chunks of `blocksToPreallocate` blocks.
  */
 import type { Ptr } from '../backend/backend.js';
+import { CounterCell } from '../counter.js';
 import { Device } from '../device.js';
-import { DoubleFreeError, InvalidPointerError, OutOfMemoryError } from '../errors.js';
+import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError } from '../errors.js';
 import { alignUp, checkBytes } from '../validate.js';
 import { GRANULE } from './pool/free-list.js';
-import { StreamStacks } from './pool/stream-stacks.js';
-import type { MemoryKind, MemoryResource, ReservingResource, StreamRef } from './resource.js';
+import { StreamStacks, type StreamStack } from './pool/stream-stacks.js';
+import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from './resource.js';
 
 /** Options for a FixedSizeResource. */
 export interface FixedSizeOptions {
@@ -24,8 +25,19 @@ interface Chunk {
   readonly bytes: number;
 }
 
-/** Equal-sized blocks from chunks of an upstream resource, stream-ordered. */
-export class FixedSizeResource implements ReservingResource {
+/**
+ * Equal-sized blocks from chunks of an upstream resource, stream-ordered. A chunk goes back
+ * upstream (`releaseCached`, `destroy`) only on a stream that waited for every stream that freed
+ * one of its blocks.
+ *
+ * @example
+ * ```ts
+ * using bins = new FixedSizeResource(new CudaResource(), { blockSize: 4096 });
+ * const p = bins.allocate(100, stream);
+ * bins.deallocate(p, 100, stream);
+ * ```
+ */
+export class FixedSizeResource extends MemoryResource implements ReservingResource {
   /** The upstream's kind. */
   readonly kind: MemoryKind;
   /** Blocks are aligned to 256 bytes (block sizes are multiples of 256), or the upstream's lower one. */
@@ -37,62 +49,73 @@ export class FixedSizeResource implements ReservingResource {
   /** Blocks per chunk. */
   readonly blocksToPreallocate: number;
   private readonly free: StreamStacks;
+  /** The resource chunks come from. */
+  override readonly upstream: MemoryResource;
   private readonly live = new Map<number, number>();
   private readonly chunks: Chunk[] = [];
-  private reserved = 0;
-  private peakReserved = 0;
+  private readonly reserved = new CounterCell();
+  /** Requested bytes and blocks of live allocations (for out-of-memory reports). */
+  private readonly liveBytes = new CounterCell();
+  private readonly liveBlocks = new CounterCell();
 
-  /** Blocks of `blockSize` from `upstream`. */
-  constructor(readonly upstream: MemoryResource, options: FixedSizeOptions = {}) {
-    if (upstream === null || typeof upstream !== 'object' || typeof upstream.allocate !== 'function') {
-      throw new TypeError('upstream must be a MemoryResource');
-    }
+  /**
+   * Blocks of `blockSize` from `upstream`.
+   * @param upstream Where chunks come from.
+   * @param options Block size and blocks per chunk.
+   * @throws {TypeError | RangeError} For a bad upstream or option.
+   */
+  constructor(upstream: MemoryResource, options: FixedSizeOptions = {}) {
+    super();
+    this.upstream = checkResource(upstream);
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
     this.kind = upstream.kind;
     this.device = upstream.device;
     this.alignment = Math.min(GRANULE, upstream.alignment);
     this.blockSize = alignUp(checkBytes(options.blockSize ?? 1024 * 1024, 'blockSize'), GRANULE);
     this.blocksToPreallocate = checkBytes(options.blocksToPreallocate ?? 128, 'blocksToPreallocate');
     this.free = new StreamStacks(Device.get(upstream.device >= 0 ? upstream.device : 0).backend);
+    if (this.blockSize * this.blocksToPreallocate > Number.MAX_SAFE_INTEGER) {
+      throw new RangeError('blockSize * blocksToPreallocate is larger than any allocation');
+    }
   }
 
   /** A block of blockSize; `bytes` may be anything up to blockSize (RangeError beyond). */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
+  protected doAllocate(bytes: number, h: number): Ptr {
     if (bytes > this.blockSize) {
       throw new RangeError(`${this.describe()} hands out blocks of ${this.blockSize} bytes; ${bytes} bytes do not fit`);
     }
-    const h = stream === undefined ? 0 : stream.handle;
     let ptr = this.free.pop(h);
     if (ptr < 0) {
       this.grow(h, bytes);
       ptr = this.free.pop(h);
     }
     this.live.set(ptr, bytes);
+    this.liveBytes.add(bytes);
+    this.liveBlocks.add(1);
     return ptr;
   }
 
   /** Returns a block; `bytes` must be what it was allocated with. */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
-    checkBytes(bytes);
+  protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
     const requested = this.live.get(ptr);
     if (requested === undefined) {
       if (this.free.has(ptr)) throw new DoubleFreeError(`deallocate(0x${ptr.toString(16)}): the block is already free`);
-      throw new InvalidPointerError(`deallocate(${String(ptr)}): not a block of ${this.describe()}`);
+      throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): not a block of ${this.describe()}`);
     }
     if (requested !== bytes) {
       throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}, ${bytes}): the block was allocated with ${requested} bytes`);
     }
     this.live.delete(ptr);
-    this.free.push(ptr, stream === undefined ? 0 : stream.handle);
+    this.liveBytes.sub(bytes);
+    this.liveBlocks.sub(1);
+    this.free.push(ptr, h);
   }
 
-  /** Only this resource may free its blocks. */
-  isEqual(other: MemoryResource): boolean {
-    return other === this;
-  }
-
-  /** Gives chunks with no live block back to upstream; returns the bytes released. */
-  releaseCached(): number {
+  /**
+   * Gives chunks with no live block back to upstream; returns the bytes released. Each goes back
+   * on a stream that first waited for every other stream that freed one of its blocks.
+   */
+  protected override doReleaseCached(): number {
     const busy = new Set<Chunk>();
     for (const ptr of this.live.keys()) {
       const c = this.chunkOf(ptr);
@@ -101,41 +124,52 @@ export class FixedSizeResource implements ReservingResource {
     const idle = this.chunks.filter((c) => !busy.has(c));
     if (idle.length === 0) return 0;
     const idleSet = new Set(idle);
-    const lastStream = new Map<Chunk, number>();
-    for (const { ptr, stream } of this.free.remove((p) => idleSet.has(this.chunkOf(p)!))) {
-      lastStream.set(this.chunkOf(ptr)!, stream);
+    const lanes = new Map<Chunk, Set<StreamStack>>();
+    for (const { ptr, stack } of this.free.remove((p) => idleSet.has(this.chunkOf(p)!))) {
+      const c = this.chunkOf(ptr)!;
+      let set = lanes.get(c);
+      if (set === undefined) lanes.set(c, (set = new Set()));
+      set.add(stack);
     }
+    const order = this.free.order;
     let released = 0;
     for (const c of idle) {
+      const holders = [...(lanes.get(c) ?? [])];
+      const live = holders.find((l) => !l.retired);
+      const stream = live !== undefined ? live.stream : 0;
+      for (const l of holders) order.join(l, stream);
       this.chunks.splice(this.chunks.indexOf(c), 1);
-      this.upstream.deallocate(c.ptr, c.bytes, { handle: lastStream.get(c) ?? 0 });
-      this.reserved -= c.bytes;
+      this.upstream.deallocate(c.ptr, c.bytes, { handle: stream });
+      this.reserved.sub(c.bytes);
       released += c.bytes;
     }
     return released;
   }
 
-  /** Gives every chunk back (live blocks included). */
-  destroy(): void {
+  /** Gives every chunk back (live blocks included), on the default stream after every freeing stream. */
+  protected override doDestroy(): void {
+    this.free.joinAll(0);
     this.free.destroy();
     this.live.clear();
+    this.liveBytes.sub(this.liveBytes.value);
+    this.liveBlocks.sub(this.liveBlocks.value);
     for (const c of this.chunks.splice(0)) this.upstream.deallocate(c.ptr, c.bytes);
-    this.reserved = 0;
+    this.reserved.sub(this.reserved.value);
   }
 
   /** Bytes held from upstream. */
   get reservedBytes(): number {
-    return this.reserved;
+    return this.reserved.value;
   }
 
   /** High-water mark of reservedBytes. */
   get peakReservedBytes(): number {
-    return this.peakReserved;
+    return this.reserved.peak;
   }
 
   /** Restarts the high-water mark. */
   resetPeakReserved(): void {
-    this.peakReserved = this.reserved;
+    this.reserved.resetPeak();
   }
 
   /** Number of live blocks. */
@@ -154,17 +188,19 @@ export class FixedSizeResource implements ReservingResource {
     try {
       ptr = this.upstream.allocate(chunkBytes, { handle: stream });
     } catch (error) {
-      if (error instanceof OutOfMemoryError) {
-        throw new OutOfMemoryError(bytes, 'FixedSizeResource.allocate', this.describe(),
-          { currentBytes: this.live.size * this.blockSize, peakBytes: this.peakReserved, currentCount: this.live.size, reservedBytes: this.reserved },
-          `cannot take a chunk of ${chunkBytes} bytes from ${this.upstream.describe()}: ${error.message}`);
-      }
-      throw error;
+      if (!isOutOfMemory(error)) throw error;
+      throw new OutOfMemoryError({
+        requestedBytes: bytes, call: 'FixedSizeResource.allocate', reason: 'upstream', resource: this.describe(),
+        statistics: {
+          bytes: this.liveBytes.snapshot(), allocations: this.liveBlocks.snapshot(), reservedBytes: this.reserved.value,
+        },
+        message: `cannot take a chunk of ${chunkBytes} bytes from ${this.upstream.describe()}: ${(error as Error).message}`,
+        cause: error,
+      });
     }
     this.chunks.push({ ptr, bytes: chunkBytes });
     this.chunks.sort((a, b) => a.ptr - b.ptr);
-    this.reserved += chunkBytes;
-    if (this.reserved > this.peakReserved) this.peakReserved = this.reserved;
+    this.reserved.add(chunkBytes);
     for (let k = this.blocksToPreallocate - 1; k >= 0; k--) this.free.push(ptr + k * this.blockSize, stream);
   }
 

@@ -110,7 +110,7 @@ export class HostBuffer extends Allocation {
     checkBytes(bytes);
     if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
     let resource: MemoryResource;
-    let flags: Required<PinnedHostOptions>;
+    let flags: Readonly<Required<Omit<PinnedHostOptions, 'device'>>>;
     if (options.resource !== undefined) {
       resource = options.resource;
       if (resource === null || typeof resource !== 'object' || resource.kind !== 'pinned-host') {

@@ -3,6 +3,7 @@
  * cannot take the whole device, and exhaustion can be rehearsed without filling a GPU.
  */
 import type { Ptr } from '../backend/backend.js';
+import { CounterCell } from '../counter.js';
 import { OutOfMemoryError } from '../errors.js';
 import { alignUp, checkBytes } from '../validate.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
@@ -10,17 +11,27 @@ import type { MemoryResource, StreamRef } from './resource.js';
 
 /**
  * Refuses an allocation that would take the bytes outstanding through it past `limitBytes`, with
- * an `OutOfMemoryError` carrying the request, this resource and its figures. Each block counts as
- * its size rounded up to the upstream's alignment (as RMM's limiting adaptor does), since that is
- * what it occupies.
+ * an `OutOfMemoryError` of reason `'limit'` carrying the request, this resource and its figures.
+ * Each block counts as its size rounded up to the upstream's alignment (as RMM's limiting adaptor
+ * does), since that is what it occupies. A deallocation the upstream refuses (wrong size, foreign
+ * pointer) gives nothing back to the limit.
+ *
+ * @example
+ * ```ts
+ * const limited = new LimitingAdaptor(new PoolResource(), 1 << 30);
+ * limited.allocate(2 << 30); // OutOfMemoryError, reason 'limit'
+ * ```
  */
 export class LimitingAdaptor extends ResourceAdaptor {
   /** The cap, in bytes. */
   readonly limitBytes: number;
-  private allocated = 0;
-  private peak = 0;
-  private count = 0;
+  private readonly counted = new CounterCell();
+  private readonly allocations = new CounterCell();
 
+  /**
+   * @param upstream The resource to cap.
+   * @param limitBytes The cap, a positive whole number of bytes.
+   */
   constructor(upstream: MemoryResource, limitBytes: number) {
     super(upstream);
     this.limitBytes = checkBytes(limitBytes, 'limitBytes');
@@ -28,35 +39,34 @@ export class LimitingAdaptor extends ResourceAdaptor {
 
   /** Bytes counted against the limit now. */
   get allocatedBytes(): number {
-    return this.allocated;
+    return this.counted.value;
   }
 
   /** Bytes that may still be allocated before the limit. */
   get availableBytes(): number {
-    return this.limitBytes - this.allocated;
+    return this.limitBytes - this.counted.value;
   }
 
-  /** Allocates through the upstream when the request fits under the limit. */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
+  protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
     const counted = alignUp(bytes, this.alignment);
-    if (this.allocated + counted > this.limitBytes) {
-      throw new OutOfMemoryError(bytes, 'LimitingAdaptor.allocate', this.describe(),
-        { currentBytes: this.allocated, peakBytes: this.peak, currentCount: this.count },
-        `cannot allocate ${bytes} bytes: ${formatBytes(this.allocated)} of the ${formatBytes(this.limitBytes)} limit in use`);
+    if (this.counted.value + counted > this.limitBytes) {
+      throw new OutOfMemoryError({
+        requestedBytes: bytes, call: 'LimitingAdaptor.allocate', reason: 'limit', resource: this.describe(),
+        statistics: { bytes: this.counted.snapshot(), allocations: this.allocations.snapshot() },
+        message: `cannot allocate ${bytes} bytes: ${formatBytes(this.counted.value)} of the ` +
+          `${formatBytes(this.limitBytes)} limit in use`,
+      });
     }
     const ptr = this.upstream.allocate(bytes, stream);
-    this.allocated += counted;
-    this.count += 1;
-    if (this.allocated > this.peak) this.peak = this.allocated;
+    this.counted.add(counted);
+    this.allocations.add(1);
     return ptr;
   }
 
-  /** Deallocates through the upstream and gives the block's bytes back to the limit. */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
+  protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
     this.upstream.deallocate(ptr, bytes, stream);
-    this.allocated -= alignUp(bytes, this.alignment);
-    this.count -= 1;
+    this.counted.sub(alignUp(bytes, this.alignment));
+    this.allocations.sub(1);
   }
 
   protected override describeParameters(): string {

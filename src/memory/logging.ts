@@ -28,7 +28,15 @@ export interface LoggingOptions {
  * traces use this form; RMM itself writes wall-clock `HH:MM:SS.ffffff`, and the replay parser reads
  * both); Action is `allocate`, `free` or, when the upstream fails, `allocate failure` with pointer
  * 0x0 (as RMM does); Pointer is 0x-hex; Stream is the stream handle. A file sink is written in
- * batches and on `flush()`/`close()`; call `close()` (or `using`) so the tail reaches the file.
+ * batches and on `flush()` and `destroy()`; call `destroy()` (or `using`) so the tail reaches the
+ * file. When the sink throws, the call fails with the sink's error and nothing is kept: an
+ * allocation whose log line could not be written is given back to the upstream first.
+ *
+ * @example
+ * ```ts
+ * using logged = new LoggingAdaptor(new PoolResource(), 'allocations.csv');
+ * logged.deallocate(logged.allocate(1024), 1024);
+ * ```
  */
 export class LoggingAdaptor extends ResourceAdaptor {
   private readonly origin = performance.now();
@@ -38,9 +46,16 @@ export class LoggingAdaptor extends ResourceAdaptor {
   private buffer: string[] = [];
   private readonly bufferLines: number;
 
+  /**
+   * @param upstream The resource whose calls are logged.
+   * @param sink A file path (created or truncated) or a function called with each line.
+   * @param options `bufferLines`: lines buffered before a write to a file.
+   * @throws {TypeError} For a sink that is neither.
+   */
   constructor(upstream: MemoryResource, sink: LogSink, options: LoggingOptions = {}) {
     super(upstream);
-    this.bufferLines = options.bufferLines ?? 4096;
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    this.bufferLines = options.bufferLines === undefined ? 4096 : checkBytes(options.bufferLines, 'bufferLines');
     if (typeof sink === 'string') {
       this.path = sink;
       this.fd = openSync(sink, 'w');
@@ -54,9 +69,7 @@ export class LoggingAdaptor extends ResourceAdaptor {
   }
 
   /** Allocates through the upstream and logs it (or logs the failure and rethrows). */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    const handle = stream?.handle ?? 0;
+  protected override doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
     let ptr: Ptr;
     try {
       ptr = this.upstream.allocate(bytes, stream);
@@ -64,14 +77,20 @@ export class LoggingAdaptor extends ResourceAdaptor {
       this.write(`${threadId},${this.now()},allocate failure,0x0,${bytes},${handle}`);
       throw error;
     }
-    this.write(`${threadId},${this.now()},allocate,0x${ptr.toString(16)},${bytes},${handle}`);
+    try {
+      this.write(`${threadId},${this.now()},allocate,0x${ptr.toString(16)},${bytes},${handle}`);
+    } catch (error) {
+      // The caller never sees the pointer, so it must not stay allocated.
+      this.upstream.deallocate(ptr, bytes, stream);
+      throw error;
+    }
     return ptr;
   }
 
   /** Deallocates through the upstream and logs it (only once it succeeded). */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
+  protected override doDeallocate(ptr: Ptr, bytes: number, handle: number, stream: StreamRef | undefined): void {
     this.upstream.deallocate(ptr, bytes, stream);
-    this.write(`${threadId},${this.now()},free,0x${ptr.toString(16)},${bytes},${stream?.handle ?? 0}`);
+    this.write(`${threadId},${this.now()},free,0x${ptr.toString(16)},${bytes},${handle}`);
   }
 
   /** Writes buffered lines to the file sink (a function sink has nothing buffered). */
@@ -81,17 +100,15 @@ export class LoggingAdaptor extends ResourceAdaptor {
     this.buffer = [];
   }
 
-  /** Flushes and closes the file sink; later calls still allocate but log nothing to it. */
-  close(): void {
+  /** Flushes and closes the file sink; the adaptor refuses later calls. */
+  protected override doDestroy(): void {
     if (this.fd === undefined) return;
-    this.flush();
-    closeSync(this.fd);
-    this.fd = undefined;
-  }
-
-  /** Closes the file sink at the end of a `using` block. */
-  [Symbol.dispose](): void {
-    this.close();
+    try {
+      this.flush();
+    } finally {
+      closeSync(this.fd);
+      this.fd = undefined;
+    }
   }
 
   protected override describeParameters(): string {

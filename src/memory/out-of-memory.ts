@@ -4,17 +4,10 @@
  * much was asked for and where the memory went.
  */
 import type { Ptr } from '../backend/backend.js';
-import { CudaError, OutOfMemoryError, type OutOfMemoryStatistics } from '../errors.js';
-import { checkBytes } from '../validate.js';
+import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../errors.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
-import type { MemoryResource, StreamRef } from './resource.js';
+import { checkResource, type MemoryResource, type StreamRef } from './resource.js';
 import { StatisticsAdaptor } from './statistics.js';
-
-/** True for the driver's or a resource's out-of-memory failure. */
-export function isOutOfMemory(error: unknown): error is CudaError {
-  return error instanceof OutOfMemoryError ||
-    (error instanceof CudaError && error.errorName === 'CUDA_ERROR_OUT_OF_MEMORY');
-}
 
 /** Options of RetryOnOutOfMemory. */
 export interface RetryOptions {
@@ -36,7 +29,7 @@ function chainOf(resource: MemoryResource): MemoryResource[] {
 
 /**
  * Retries a failed allocation once after releasing cached memory. On an out-of-memory failure
- * (an `OutOfMemoryError`, or a `CudaError` named CUDA_ERROR_OUT_OF_MEMORY) it calls
+ * (`isOutOfMemory`) it calls
  * `releaseCached()` on every resource of its upstream chain, top down, and on the chains of
  * `roots`; if the program was started with `--expose-gc` it also runs `gc()`.
  *
@@ -48,16 +41,29 @@ function chainOf(resource: MemoryResource): MemoryResource[] {
  *
  * When the retry fails too, it raises an `OutOfMemoryError` with the request, this stack's
  * description and the statistics of the nearest StatisticsAdaptor below it (if any); the
- * upstream's error is its `cause`.
+ * upstream's error is its `cause`, and its `reason` is the upstream's.
+ *
+ * @example
+ * ```ts
+ * const pool = new PoolResource();
+ * const mr = new RetryOnOutOfMemory(new BinningResource(pool), { roots: [otherPool] });
+ * ```
  */
 export class RetryOnOutOfMemory extends ResourceAdaptor {
   private readonly roots: readonly MemoryResource[];
   private retryCount = 0;
   private recoveredCount = 0;
 
+  /**
+   * @param upstream The resource to retry on.
+   * @param options `roots`: further resource chains whose caches are released too.
+   */
   constructor(upstream: MemoryResource, options: RetryOptions = {}) {
     super(upstream);
-    this.roots = [...(options.roots ?? [])];
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    const roots = options.roots ?? [];
+    if (!Array.isArray(roots)) throw new TypeError('roots must be an array of MemoryResources');
+    this.roots = roots.map((r, k) => checkResource(r, `roots[${k}]`));
   }
 
   /** How many allocations failed once and were retried. */
@@ -71,8 +77,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
   }
 
   /** Allocates through the upstream, releasing caches and retrying once on out-of-memory. */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
+  protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
     try {
       return this.upstream.allocate(bytes, stream);
     } catch (first) {
@@ -85,19 +90,15 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
         return ptr;
       } catch (second) {
         if (!isOutOfMemory(second)) throw second;
-        const error = new OutOfMemoryError(bytes, 'RetryOnOutOfMemory.allocate', this.describe(),
-          this.nearestStatistics(),
-          `cannot allocate ${bytes} bytes (${formatBytes(bytes)}) from ${this.describe()}, ` +
-          `even after releasing ${formatBytes(released)} of cached memory: ${second.message}`);
-        error.cause = second;
-        throw error;
+        throw new OutOfMemoryError({
+          requestedBytes: bytes, call: 'RetryOnOutOfMemory.allocate', resource: this.describe(),
+          reason: second instanceof OutOfMemoryError ? second.reason : 'device',
+          statistics: this.nearestStatistics(), cause: second,
+          message: `cannot allocate ${bytes} bytes (${formatBytes(bytes)}) from ${this.describe()}, ` +
+            `even after releasing ${formatBytes(released)} of cached memory: ${second.message}`,
+        });
       }
     }
-  }
-
-  /** Deallocates through the upstream. */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
-    this.upstream.deallocate(ptr, bytes, stream);
   }
 
   /** Releases the caches of its chain and of the roots' chains; returns the bytes released. */
@@ -106,7 +107,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
     let released = 0;
     for (const start of [this.upstream, ...this.roots]) {
       for (const resource of chainOf(start)) {
-        if (seen.has(resource)) continue;
+        if (seen.has(resource) || resource.destroyed) continue;
         seen.add(resource);
         released += resource.releaseCached();
       }

@@ -6,17 +6,19 @@
  * stream when it was given back has completed (an event per buffer, queried without blocking).
  */
 import type { Backend, Ptr } from '../backend/backend.js';
-import { getBackend } from '../backend/select.js';
-import { EventFlags } from '../backend/backend.js';
-import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError } from '../errors.js';
-import { checkBytes, checkNonNegativeInteger } from '../validate.js';
+import { Device } from '../device.js';
+import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../errors.js';
+import { checkNonNegativeInteger } from '../validate.js';
 import { PinnedHostResource } from './pinned-host-resource.js';
-import type { MemoryKind, MemoryResource, StreamRef } from './resource.js';
+import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
+import { StreamOrder, type Lane } from './stream-order.js';
 
 /** Options for a PinnedHostPool. */
 export interface PinnedHostPoolOptions {
-  /** Where buffers come from (default a PinnedHostResource). */
+  /** Where buffers come from (default a PinnedHostResource, owned by the pool). */
   readonly upstream?: MemoryResource;
+  /** The device whose backend records the events (default device 0). */
+  readonly device?: Device | number;
   /** Idle buffers kept beyond this are freed (default 256 MiB). */
   readonly maximumCachedBytes?: number;
 }
@@ -38,19 +40,30 @@ export interface PinnedChunk {
   release(stream?: StreamRef): void;
 }
 
-/** A cached or lent buffer. */
-interface Entry {
+/**
+ * A cached or lent buffer: a Lane whose stream is the one it was last given back on, and whose
+ * event was recorded then.
+ */
+interface Entry extends Lane {
   readonly ptr: Ptr;
   readonly capacity: number;
-  /** Event recorded when it was given back with a stream; 0 when none. */
-  event: number;
-  /** True while the event may still be pending. */
-  pending: boolean;
+  stream: number;
   requested: number;
 }
 
-/** Caching pool of pinned host buffers. */
-export class PinnedHostPool implements MemoryResource {
+/**
+ * Caching pool of pinned host buffers.
+ *
+ * @example
+ * ```ts
+ * using staging = new PinnedHostPool({ maximumCachedBytes: 64 << 20 });
+ * const chunk = staging.acquire(1 << 20);
+ * chunk.view().set(data);
+ * copyAsync(device, chunk.ptr, stream);
+ * chunk.release(stream); // reused only after the copy has read it
+ * ```
+ */
+export class PinnedHostPool extends MemoryResource {
   /** Pinned host memory. */
   readonly kind: MemoryKind = 'pinned-host';
   /** The upstream's alignment. */
@@ -58,7 +71,7 @@ export class PinnedHostPool implements MemoryResource {
   /** Host memory belongs to no device. */
   readonly device = -1;
   /** Where the buffers come from. */
-  readonly upstream: MemoryResource;
+  override readonly upstream: MemoryResource;
   /** Idle bytes kept at most. */
   readonly maximumCachedBytes: number;
   private readonly backend: Backend;
@@ -67,16 +80,25 @@ export class PinnedHostPool implements MemoryResource {
   private readonly lent = new Map<Ptr, Entry>();
   private cachedBytes = 0;
   private heldBytes = 0;
-  private destroyed = false;
+  private readonly order: StreamOrder;
+  private readonly ownsUpstream: boolean;
 
-  /** A pool over `upstream` (default pinned memory from cuMemHostAlloc). */
+  /**
+   * A pool over `upstream` (default pinned memory from cuMemHostAlloc).
+   * @param options Upstream, device and the idle bytes kept.
+   * @throws {TypeError | RangeError} For bad options.
+   */
   constructor(options: PinnedHostPoolOptions = {}) {
+    super();
     if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
-    this.upstream = options.upstream ?? new PinnedHostResource();
-    this.alignment = this.upstream.alignment;
+    const device = Device.resolve(options.device);
     this.maximumCachedBytes = options.maximumCachedBytes === undefined
       ? 256 * 1024 * 1024 : checkNonNegativeInteger(options.maximumCachedBytes, 'maximumCachedBytes');
-    this.backend = getBackend();
+    this.ownsUpstream = options.upstream === undefined;
+    this.upstream = options.upstream === undefined ? new PinnedHostResource({ device }) : checkResource(options.upstream);
+    this.alignment = this.upstream.alignment;
+    this.backend = device.backend;
+    this.order = new StreamOrder(this.backend);
   }
 
   /** The size class of a request: 4 steps per power of two, at least 4 KiB (at most 25% slack). */
@@ -87,7 +109,11 @@ export class PinnedHostPool implements MemoryResource {
     return Math.ceil(bytes / step) * step;
   }
 
-  /** Lends a pinned buffer of at least `bytes`, reusing an idle one whose last use has completed. */
+  /**
+   * Lends a pinned buffer of at least `bytes`, reusing an idle one whose last use has completed.
+   * @param bytes The bytes needed.
+   * @returns The chunk; give it back with `release(stream?)`.
+   */
   acquire(bytes: number): PinnedChunk {
     const ptr = this.allocate(bytes);
     const entry = this.lent.get(ptr)!;
@@ -110,9 +136,7 @@ export class PinnedHostPool implements MemoryResource {
   }
 
   /** MemoryResource form of `acquire`: a pinned buffer of at least `bytes`. */
-  allocate(bytes: number, _stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    if (this.destroyed) throw new UseAfterFreeError(`${this.describe()} was destroyed`);
+  protected doAllocate(bytes: number): Ptr {
     const size = PinnedHostPool.sizeClass(bytes);
     let entry = this.takeIdle(size);
     if (entry === undefined) {
@@ -120,10 +144,10 @@ export class PinnedHostPool implements MemoryResource {
       try {
         ptr = this.upstream.allocate(size);
       } catch (error) {
-        if (!(error instanceof OutOfMemoryError) || this.releaseCached() === 0) throw error;
+        if (!isOutOfMemory(error) || this.doReleaseCached() === 0) throw error;
         ptr = this.upstream.allocate(size);
       }
-      entry = { ptr, capacity: size, event: 0, pending: false, requested: bytes };
+      entry = { ptr, capacity: size, stream: 0, event: 0, retired: false, requested: bytes };
       this.heldBytes += size;
     }
     entry.requested = bytes;
@@ -131,25 +155,24 @@ export class PinnedHostPool implements MemoryResource {
     return entry.ptr;
   }
 
-  /** Gives a buffer back; reused only after the work queued on `stream` so far completes. */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
-    checkBytes(bytes);
+  /**
+   * Gives a buffer back; it is reused only after the work queued on stream `h` so far (the
+   * default stream when none was given) has completed: an event recorded now, queried later.
+   */
+  protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
     const entry = this.lent.get(ptr);
     if (entry === undefined) {
       for (const list of this.idle.values()) {
         if (list.some((e) => e.ptr === ptr)) throw new DoubleFreeError(`deallocate(0x${ptr.toString(16)}): already given back`);
       }
-      throw new InvalidPointerError(`deallocate(${String(ptr)}): not a buffer of ${this.describe()}`);
+      throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): not a buffer of ${this.describe()}`);
     }
     if (entry.requested !== bytes) {
       throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}, ${bytes}): the buffer was allocated with ${entry.requested} bytes`);
     }
     this.lent.delete(ptr);
-    if (stream !== undefined) {
-      if (entry.event === 0) entry.event = this.backend.eventCreate(EventFlags.DISABLE_TIMING);
-      this.backend.eventRecord(entry.event, stream.handle);
-      entry.pending = true;
-    }
+    entry.stream = h;
+    this.order.mark(entry);
     let list = this.idle.get(entry.capacity);
     if (list === undefined) this.idle.set(entry.capacity, (list = []));
     list.push(entry);
@@ -157,23 +180,17 @@ export class PinnedHostPool implements MemoryResource {
     this.trim(this.maximumCachedBytes);
   }
 
-  /** Only this pool may take its buffers back. */
-  isEqual(other: MemoryResource): boolean {
-    return other === this;
-  }
-
   /** Frees every idle buffer (waiting for its last use first); returns the bytes freed. */
-  releaseCached(): number {
+  protected override doReleaseCached(): number {
     return this.trim(0);
   }
 
-  /** Frees everything, lent buffers included; later use throws UseAfterFreeError. */
-  destroy(): void {
-    if (this.destroyed) return;
+  /** Frees everything, lent buffers included, and an upstream the pool created. */
+  protected override doDestroy(): void {
     this.trim(0);
     for (const e of this.lent.values()) this.freeEntry(e);
     this.lent.clear();
-    this.destroyed = true;
+    if (this.ownsUpstream) this.upstream.destroy();
   }
 
   /** Bytes held from upstream, idle or lent. */
@@ -197,8 +214,7 @@ export class PinnedHostPool implements MemoryResource {
     if (list === undefined) return undefined;
     for (let k = 0; k < list.length; k++) {
       const e = list[k]!;
-      if (e.pending && !this.backend.eventQuery(e.event)) continue;
-      e.pending = false;
+      if (!this.order.passed(e)) continue;
       list.splice(k, 1);
       this.cachedBytes -= e.capacity;
       return e;
@@ -222,10 +238,8 @@ export class PinnedHostPool implements MemoryResource {
   }
 
   private freeEntry(e: Entry): void {
-    if (e.event !== 0) {
-      if (e.pending) this.backend.eventSynchronize(e.event);
-      this.backend.eventDestroy(e.event);
-    }
+    this.order.hostWait(e, false);
+    this.order.release(e);
     this.upstream.deallocate(e.ptr, e.capacity);
     this.heldBytes -= e.capacity;
   }

@@ -4,11 +4,8 @@
  * can be asynchronous; it is the host side of every fast transfer.
  */
 import { HostAllocFlags, type Ptr } from '../backend/backend.js';
-import { ensureAnyContext } from '../device.js';
-import { getBackend } from '../backend/select.js';
-import { checkBytes } from '../validate.js';
-import { rethrowWithResource } from './cuda-resource.js';
-import type { MemoryKind, MemoryResource, StreamRef } from './resource.js';
+import { Device, ensureAnyContext } from '../device.js';
+import { DriverResource } from './driver-resource.js';
 
 /**
  * The alignment vram promises for pinned host memory: 256 bytes, the figure RMM's
@@ -20,6 +17,8 @@ export const PINNED_HOST_ALIGNMENT = 256;
 
 /** Options for pinned host memory (cuMemHostAlloc flags). */
 export interface PinnedHostOptions {
+  /** The device whose backend (and, when none is current, whose context) pins it; device 0 by default. */
+  readonly device?: Device | number;
   /** Pinned for every context, not only the one current at allocation (CU_MEMHOSTALLOC_PORTABLE). */
   readonly portable?: boolean;
   /** Also mapped into the device address space, for zero-copy access (CU_MEMHOSTALLOC_DEVICEMAP). */
@@ -44,21 +43,36 @@ export function hostAllocFlags(options: PinnedHostOptions): number {
   return flags;
 }
 
-/** Pinned host memory from cuMemHostAlloc; the stream argument is accepted and ignored. */
-export class PinnedHostResource implements MemoryResource {
+/**
+ * Pinned host memory from cuMemHostAlloc, one call per block; frees (cuMemFreeHost) are checked
+ * against the live table. Allocation and free are synchronous, so the stream argument only names
+ * where the memory is first used.
+ *
+ * @example
+ * ```ts
+ * using mr = new PinnedHostResource({ mapped: true });
+ * const p = mr.allocate(4096);
+ * mr.deallocate(p, 4096);
+ * ```
+ */
+export class PinnedHostResource extends DriverResource {
   /** Page-locked host memory. */
-  readonly kind: MemoryKind = 'pinned-host';
+  readonly kind = 'pinned-host';
   /** See `PINNED_HOST_ALIGNMENT`. */
   readonly alignment = PINNED_HOST_ALIGNMENT;
   /** Host memory belongs to no device. */
   readonly device = -1;
   /** The flags every allocation is made with. */
-  readonly options: Readonly<Required<PinnedHostOptions>>;
+  readonly options: Readonly<Required<Omit<PinnedHostOptions, 'device'>>>;
   private readonly flags: number;
 
-  /** A resource handing out pinned memory with these flags (none by default). */
+  /**
+   * @param options The cuMemHostAlloc flags (none by default) and the device whose backend pins.
+   * @throws {TypeError} For flags that are not booleans.
+   */
   constructor(options: PinnedHostOptions = {}) {
     if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    super(Device.resolve(options.device));
     this.flags = hostAllocFlags(options);
     this.options = Object.freeze({
       portable: options.portable === true,
@@ -67,38 +81,19 @@ export class PinnedHostResource implements MemoryResource {
     });
   }
 
-  /** cuMemHostAlloc; `stream` is ignored. */
-  allocate(bytes: number, _stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    const backend = getBackend();
-    ensureAnyContext(backend);
-    try {
-      return backend.memHostAlloc(bytes, this.flags);
-    } catch (error) {
-      rethrowWithResource(error, bytes, this);
-    }
-  }
-
-  /** cuMemFreeHost. */
-  deallocate(ptr: Ptr, _bytes: number, _stream?: StreamRef): void {
-    const backend = getBackend();
-    ensureAnyContext(backend);
-    backend.memFreeHost(ptr);
-  }
-
-  /** Pinned memory from any PinnedHostResource may be freed through another (cuMemFreeHost). */
-  isEqual(other: MemoryResource): boolean {
-    return other instanceof PinnedHostResource;
-  }
-
-  /** Caches nothing. */
-  releaseCached(): number {
-    return 0;
-  }
-
   /** `PinnedHostResource(mapped, portable)`. */
   describe(): string {
     const set = Object.entries(this.options).filter(([, v]) => v).map(([k]) => k);
     return `PinnedHostResource(${set.join(', ')})`;
+  }
+
+  protected driverAllocate(bytes: number): Ptr {
+    ensureAnyContext(this.backend);
+    return this.backend.memHostAlloc(bytes, this.flags);
+  }
+
+  protected driverFree(ptr: Ptr): void {
+    ensureAnyContext(this.backend);
+    this.backend.memFreeHost(ptr);
   }
 }

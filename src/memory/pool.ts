@@ -9,15 +9,16 @@
  * `pool/virtual-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
  */
 import type { Backend, Ptr } from '../backend/backend.js';
+import type { Counter } from '../counter.js';
 import { Device } from '../device.js';
-import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, UseAfterFreeError } from '../errors.js';
+import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
 import { checkBytes } from '../validate.js';
 import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
 import { UpstreamChunks } from './pool/upstream-growth.js';
 import { PhysicalExhausted, VirtualPages } from './pool/virtual-growth.js';
-import type { MemoryKind, MemoryResource, ReservingResource, StreamRef } from './resource.js';
+import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from './resource.js';
 
 /** Options for a PoolResource. */
 export interface PoolOptions {
@@ -37,12 +38,13 @@ export interface PoolOptions {
 
 /** Statistics of a pool, for logs and tests. */
 export interface PoolStatistics {
-  /** Bytes the callers asked for, summed over live blocks. */
-  readonly liveBytes: number;
-  readonly peakLiveBytes: number;
-  readonly liveCount: number;
+  /** Bytes the callers asked for, over live blocks (value), their peak and all ever allocated. */
+  readonly bytes: Counter;
+  /** Live blocks, their peak and all blocks ever allocated. */
+  readonly allocations: Counter;
   /** Bytes held from the driver or upstream. */
   readonly reservedBytes: number;
+  /** High-water mark of reservedBytes. */
   readonly peakReservedBytes: number;
   /** Bytes sitting in free lists (address space for virtual growth). */
   readonly freeBytes: number;
@@ -62,8 +64,18 @@ export interface PoolStatistics {
 
 const DEFAULT_CHUNK = 32 * 1024 * 1024;
 
-/** A stream-ordered pool allocator over virtual memory pages or an upstream resource. */
-export class PoolResource implements ReservingResource {
+/**
+ * A stream-ordered pool allocator over virtual memory pages or an upstream resource. A failed
+ * growth (at creation or in `allocate`) gives back what it took before it throws.
+ *
+ * @example
+ * ```ts
+ * using pool = new PoolResource({ initialSize: 1 << 30 });
+ * const p = pool.allocate(1 << 20, stream);
+ * pool.deallocate(p, 1 << 20, stream);
+ * ```
+ */
+export class PoolResource extends MemoryResource implements ReservingResource {
   /** Device memory, or the upstream's kind. */
   readonly kind: MemoryKind;
   /** Every block is a multiple of 256 bytes, aligned to 256. */
@@ -71,22 +83,28 @@ export class PoolResource implements ReservingResource {
   /** The device ordinal. */
   readonly device: number;
   /** The upstream resource, when growing from one. */
-  readonly upstream?: MemoryResource;
+  declare readonly upstream?: MemoryResource;
   private readonly heap: BlockHeap;
   private readonly pages: VirtualPages | null;
   private readonly chunks: UpstreamChunks | null;
   private readonly backend: Backend;
   private readonly options: PoolOptions;
-  private destroyed = false;
 
-  /** A pool on `device` (virtual growth) or over `upstream` (chunked growth). */
+  /**
+   * A pool on `device` (virtual growth) or over `upstream` (chunked growth).
+   * @param options Device or upstream, initial and maximum size, growth parameters.
+   * @throws {TypeError | RangeError} For bad options.
+   * @throws {NotSupportedError} For virtual growth on a device without virtual memory management.
+   * @throws {OutOfMemoryError} When the initial size cannot be had (nothing is kept).
+   */
   constructor(options: PoolOptions = {}) {
+    super();
     if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
     this.options = options;
     const maximum = options.maximumSize === undefined ? Infinity : checkBytes(options.maximumSize, 'maximumSize');
     const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : checkBytes(options.initialSize, 'initialSize');
     if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
-    const upstream = options.upstream;
+    const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
     this.backend = dev.backend;
     this.heap = new BlockHeap(this.backend);
@@ -97,9 +115,11 @@ export class PoolResource implements ReservingResource {
       const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : checkBytes(options.chunkSize, 'chunkSize');
       this.pages = null;
       this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
-      if (initial > 0 && !this.chunks.grow(initial, -1, initial)) {
-        throw new OutOfMemoryError(initial, 'PoolResource', this.describe(), undefined,
-          `cannot take the initial ${initial} bytes from ${upstream.describe()}`);
+      if (initial > 0 && this.chunks.grow(initial, -1, initial) !== null) {
+        throw new OutOfMemoryError({
+          requestedBytes: initial, call: 'new PoolResource', reason: 'upstream', resource: this.describe(),
+          message: `cannot take the initial ${initial} bytes from ${upstream.describe()}`,
+        });
       }
     } else {
       this.kind = 'device';
@@ -115,22 +135,24 @@ export class PoolResource implements ReservingResource {
       this.pages = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap);
       this.chunks = null;
       if (initial > 0) {
-        // Map the first pages now, so the first allocations hit.
-        const ptr = this.allocate(initial);
-        this.deallocate(ptr, initial);
+        // Map the first pages now, so the first allocations hit. If that fails, the failed growth
+        // has unmapped its pages; the address range goes too, since no one can destroy this pool.
+        try {
+          this.deallocate(this.allocate(initial), initial);
+        } catch (error) {
+          this.destroy();
+          throw error;
+        }
       }
     }
   }
 
   /**
-   * Allocates `bytes` usable on `stream` (default stream when omitted). A hit is pure TypeScript;
-   * growth maps pages or takes a chunk from upstream.
+   * A hit is pure TypeScript; growth maps pages or takes a chunk from upstream. Arguments are
+   * checked by MemoryResource.allocate.
    */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
-    if (this.destroyed) throw new UseAfterFreeError(`${this.describe()} was destroyed`);
+  protected doAllocate(bytes: number, h: number): Ptr {
     const size = bytes % GRANULE === 0 ? bytes : (Math.floor(bytes / GRANULE) + 1) * GRANULE;
-    const h = stream === undefined ? 0 : stream.handle;
     const heap = this.heap;
     let i = heap.take(size, h);
     if (i === NIL) i = this.growAndTake(size, h, bytes);
@@ -139,7 +161,7 @@ export class PoolResource implements ReservingResource {
       try {
         i = pages.commit(i, size, h);
       } catch (error) {
-        if (error instanceof PhysicalExhausted) throw this.outOfMemory(bytes, error.message);
+        if (error instanceof PhysicalExhausted) throw this.outOfMemory(bytes, error.message, error.reason, error.cause);
         throw error;
       }
     }
@@ -148,15 +170,13 @@ export class PoolResource implements ReservingResource {
   }
 
   /**
-   * Returns a block, reusable at once on `stream` and, after an event wait, on other streams.
+   * Returns a block, reusable at once on stream `h` and, after an event wait, on other streams.
    * Throws InvalidPointerError (not from this pool, or wrong size) or DoubleFreeError, leaving
    * the pool unchanged.
    */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
-    checkBytes(bytes);
-    if (this.destroyed) throw new UseAfterFreeError(`${this.describe()} was destroyed`);
+  protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
     const heap = this.heap;
-    const i = typeof ptr === 'number' ? heap.live.get(ptr) : NIL;
+    const i = heap.live.get(ptr);
     if (i === NIL) throw this.badPointer(ptr);
     const s = heap.store;
     if (s.requested[i] !== bytes) {
@@ -165,37 +185,24 @@ export class PoolResource implements ReservingResource {
     }
     heap.unmarkLive(i);
     if (this.pages !== null) this.pages.release(ptr, s.size[i]!);
-    heap.give(i, stream === undefined ? 0 : stream.handle);
-  }
-
-  /** Pools are interchangeable only with themselves. */
-  isEqual(other: MemoryResource): boolean {
-    return other === this;
+    heap.give(i, h);
   }
 
   /**
    * Gives unused memory back: cached physical pages (virtual growth; waits, on the host, only for
-   * the streams that freed blocks on those pages) or wholly free chunks (upstream growth). Returns
-   * the bytes released.
+   * the streams that freed blocks on those pages) or wholly free chunks (upstream growth, each on
+   * the stream that freed it). Returns the bytes released.
    */
-  releaseCached(): number {
-    if (this.destroyed) return 0;
+  protected override doReleaseCached(): number {
     if (this.pages !== null) return this.pages.releaseCached();
     return this.chunks!.releaseCached();
   }
 
-  /** Frees everything the pool holds, live blocks included; later use throws UseAfterFreeError. */
-  destroy(): void {
-    if (this.destroyed) return;
-    this.destroyed = true;
-    this.heap.destroy();
+  /** Frees everything the pool holds, live blocks included. */
+  protected override doDestroy(): void {
     if (this.pages !== null) this.pages.destroy();
     else this.chunks!.destroy();
-  }
-
-  /** `using pool = new PoolResource()` destroys it at the end of the scope. */
-  [Symbol.dispose](): void {
-    this.destroy();
+    this.heap.destroy();
   }
 
   /** Bytes obtained from the driver (physical) or upstream. */
@@ -212,15 +219,15 @@ export class PoolResource implements ReservingResource {
   resetPeakReserved(): void {
     if (this.pages !== null) this.pages.resetPeak();
     else this.chunks!.peakReservedBytes = this.chunks!.reservedBytes;
-    this.heap.peakLiveBytes = this.heap.liveBytes;
+    this.heap.resetPeaks();
   }
 
   /** Live, reserved and free figures. */
   statistics(): PoolStatistics {
+    const heap = this.heap;
     return {
-      liveBytes: this.heap.liveBytes,
-      peakLiveBytes: this.heap.peakLiveBytes,
-      liveCount: this.heap.live.size,
+      bytes: { value: heap.liveBytes, peak: heap.peakLiveBytes, total: heap.totalBytes },
+      allocations: { value: heap.live.size, peak: heap.peakLiveCount, total: heap.totalCount },
       reservedBytes: this.reservedBytes,
       peakReservedBytes: this.peakReservedBytes,
       freeBytes: this.heap.freeBytes,
@@ -239,25 +246,32 @@ export class PoolResource implements ReservingResource {
   }
 
   private growAndTake(size: number, stream: number, bytes: number): number {
-    if (this.chunks !== null && this.chunks.grow(size, stream)) {
-      const i = this.heap.take(size, stream);
-      if (i !== NIL) return i;
+    const chunks = this.chunks;
+    if (chunks !== null) {
+      const refusal = chunks.grow(size, stream);
+      if (refusal === null) {
+        const i = this.heap.take(size, stream);
+        if (i !== NIL) return i;
+      }
+      throw this.outOfMemory(bytes, refusal === 'maximum'
+        ? 'the maximum size refused a new chunk' : 'the upstream refused a new chunk',
+      refusal ?? 'upstream', chunks.lastRefusal);
     }
-    throw this.outOfMemory(bytes, this.chunks !== null
-      ? 'the upstream or the maximum size refused a new chunk'
-      : 'the virtual address range is exhausted');
+    throw this.outOfMemory(bytes, 'the virtual address range is exhausted', 'address-space');
   }
 
-  private outOfMemory(bytes: number, why: string): OutOfMemoryError {
-    const stats = {
-      currentBytes: this.heap.liveBytes,
-      peakBytes: this.heap.peakLiveBytes,
-      currentCount: this.heap.live.size,
+  private outOfMemory(bytes: number, why: string, reason: OutOfMemoryReason, cause?: unknown): OutOfMemoryError {
+    const heap = this.heap;
+    const statistics = {
+      bytes: { value: heap.liveBytes, peak: heap.peakLiveBytes, total: heap.totalBytes },
+      allocations: { value: heap.live.size, peak: heap.peakLiveCount, total: heap.totalCount },
       reservedBytes: this.reservedBytes,
     };
-    return new OutOfMemoryError(bytes, 'PoolResource.allocate', this.describe(), stats,
-      `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
-      `(live ${stats.currentBytes} bytes in ${stats.currentCount} blocks, reserved ${stats.reservedBytes} bytes)`);
+    return new OutOfMemoryError({
+      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(), statistics, cause,
+      message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
+        `(live ${heap.liveBytes} bytes in ${heap.live.size} blocks, reserved ${this.reservedBytes} bytes)`,
+    });
   }
 
   /** The error for a pointer that is not a live block: freed before, or never from this pool. */

@@ -1,52 +1,158 @@
 /**
- * The MemoryResource interface shared by every allocator (RMM's device_memory_resource in
- * TypeScript's shape). Upstream resources talk to the Backend; sub-allocators and adaptors wrap an
- * `upstream` resource. Allocation is stream-ordered: memory allocated on a stream may be used by
- * work on that stream at once, and memory deallocated on a stream may be handed out again only
- * when that is safe for the stream it is handed to.
+ * MemoryResource: the one contract every allocator keeps (RMM's device_memory_resource, cuda.core's
+ * MemoryResource, in TypeScript's shape). The public methods are not meant to be overridden: they
+ * check their arguments and the resource's state before anything changes, then call the
+ * subclass's `doAllocate`/`doDeallocate`/`doReleaseCached`/`doDestroy`. So every resource, pool,
+ * sub-allocator and adaptor refuses bad sizes, pointers and streams the same way, and a destroyed
+ * resource refuses every call with `UseAfterFreeError`, written once here rather than per class.
+ *
+ * Constructors take one shape: a resource that cannot work without an upstream takes it first,
+ * `new FixedSizeResource(upstream, options?)` (sub-allocators over a given resource, adaptors);
+ * one whose upstream is optional takes everything in one options object,
+ * `new PoolResource({ upstream?, ... })` (pool, arena, pinned host pool), so the common call has no
+ * `undefined` placeholder; driver-backed resources take their device, `new CudaResource(device?)`.
+ *
+ * Allocation is stream-ordered: memory allocated on a stream may be used by work on that stream at
+ * once, and memory deallocated on a stream may be handed out again only when that is safe for the
+ * stream it is handed to (see `stream-order.ts`).
  */
+import '../polyfills.js';
 import type { Ptr } from '../backend/backend.js';
+import { UseAfterFreeError } from '../errors.js';
+import type { StreamRef } from '../stream.js';
+import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
 
-/** Anything with a stream handle: a `Stream`, or `{ handle: 0 }` for the default stream. */
-export interface StreamRef {
-  readonly handle: number;
-}
-
-/** The legacy default stream, as a StreamRef. */
-export const defaultStream: StreamRef = Object.freeze({ handle: 0 });
+export { defaultStream, type StreamRef } from '../stream.js';
 
 /** What kind of memory a resource hands out. */
 export type MemoryKind = 'device' | 'managed' | 'pinned-host';
 
-/** An allocator of memory, stream-ordered. */
-export interface MemoryResource {
+/**
+ * An allocator of memory, stream-ordered. Subclasses implement the `do*` hooks; callers use
+ * `allocate`, `deallocate`, `releaseCached` and `destroy`.
+ *
+ * @example
+ * ```ts
+ * using pool = new PoolResource();
+ * const ptr = pool.allocate(1 << 20, stream);
+ * pool.deallocate(ptr, 1 << 20, stream);
+ * ```
+ */
+export abstract class MemoryResource {
   /** The kind of memory this resource hands out. */
-  readonly kind: MemoryKind;
+  abstract readonly kind: MemoryKind;
   /** Every pointer this resource returns is a multiple of this (a power of two, >= 256 for device memory). */
-  readonly alignment: number;
+  abstract readonly alignment: number;
   /** The device ordinal the memory belongs to (-1 for host memory). */
-  readonly device: number;
-  /** The resource this one takes its memory from, if any. */
-  readonly upstream?: MemoryResource;
+  abstract readonly device: number;
+  /** The resource this one takes its memory from, if any (declared here, set by subclasses). */
+  declare readonly upstream?: MemoryResource;
+  #destroyed = false;
+
   /**
-   * Allocates `bytes` (a positive whole number) usable on `stream` (default stream when omitted).
-   * Throws `RangeError`/`TypeError` for bad sizes and `OutOfMemoryError` when it cannot.
+   * Allocates `bytes` usable on `stream` (the default stream when omitted).
+   *
+   * @param bytes A positive whole number.
+   * @param stream Where the memory is first used.
+   * @returns The address of the block.
+   * @throws {TypeError | RangeError} For a bad size or stream, before anything changes.
+   * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
+   * @throws {OutOfMemoryError} When it cannot.
    */
-  allocate(bytes: number, stream?: StreamRef): Ptr;
+  allocate(bytes: number, stream?: StreamRef): Ptr {
+    // The common case inline: a whole number in range passes without a call.
+    if (typeof bytes !== 'number' || !(bytes > 0 && bytes <= MAX_BYTES) || bytes % 1 !== 0) checkBytes(bytes);
+    const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (this.#destroyed) throw this.destroyedError();
+    return this.doAllocate(bytes, handle, stream);
+  }
+
   /**
-   * Returns a block to the resource. `bytes` must be the size it was allocated with; `stream` the
-   * stream after whose pending work the block may be reused.
+   * Returns a block. Nothing changes when any check fails: the resource stays as it was.
+   *
+   * @param ptr What `allocate` returned.
+   * @param bytes The size it was allocated with.
+   * @param stream The stream after whose pending work the block may be reused (default stream
+   *   when omitted): the last stream that used it, or one that waited for the others.
+   * @throws {TypeError | RangeError} For a bad pointer, size or stream.
+   * @throws {InvalidPointerError} For a pointer this resource did not hand out, or a wrong size.
+   * @throws {DoubleFreeError} For a block already returned (where the resource can tell).
+   * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
    */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void;
-  /** True when memory from one may be deallocated through the other. */
-  isEqual(other: MemoryResource): boolean;
+  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
+    if (typeof ptr !== 'number' || !(ptr >= 0 && ptr <= MAX_BYTES) || ptr % 1 !== 0) checkPointer(ptr);
+    if (typeof bytes !== 'number' || !(bytes > 0 && bytes <= MAX_BYTES) || bytes % 1 !== 0) checkBytes(bytes);
+    const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (this.#destroyed) throw this.destroyedError();
+    this.doDeallocate(ptr, bytes, handle, stream);
+  }
+
   /**
-   * Gives cached but unused memory back to the upstream (or the driver) and returns how many bytes
-   * were released. Resources that cache nothing return 0. Used by the out-of-memory policy.
+   * Gives cached but unused memory back to the upstream (or the driver), in stream order, and
+   * returns how many bytes were released. Resources that cache nothing return 0. Used by the
+   * out-of-memory policy.
+   *
+   * @returns The bytes released.
+   * @throws {UseAfterFreeError} When the resource was destroyed.
    */
-  releaseCached(): number;
+  releaseCached(): number {
+    if (this.#destroyed) throw this.destroyedError();
+    return this.doReleaseCached();
+  }
+
+  /**
+   * Releases everything the resource holds, live blocks included, and makes every later call
+   * throw `UseAfterFreeError`. Resources it created itself (a default upstream, its bins) are
+   * destroyed with it; resources it was given are not. A second call does nothing.
+   */
+  destroy(): void {
+    if (this.#destroyed) return;
+    this.#destroyed = true;
+    this.doDestroy();
+  }
+
+  /** `using mr = new PoolResource()` destroys it at the end of the scope. */
+  [Symbol.dispose](): void {
+    this.destroy();
+  }
+
+  /** True once `destroy()` has run. */
+  get destroyed(): boolean {
+    return this.#destroyed;
+  }
+
+  /**
+   * True when memory from one may be deallocated through the other. By default only the resource
+   * itself; resources without per-pointer state widen this.
+   *
+   * @param other Another resource.
+   * @returns Whether `other` may free this one's memory and vice versa.
+   */
+  isEqual(other: MemoryResource): boolean {
+    return other === this;
+  }
+
   /** A short description for logs and errors, e.g. `PoolResource(initial=1 GiB)`. */
-  describe(): string;
+  abstract describe(): string;
+
+  /** Allocates; `bytes` and `stream` are checked, `handle` is the stream's handle (0 for default). */
+  protected abstract doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr;
+
+  /** Deallocates; arguments are checked in shape, the hook checks ownership and size. */
+  protected abstract doDeallocate(ptr: Ptr, bytes: number, handle: number, stream: StreamRef | undefined): void;
+
+  /** Releases what the resource caches; nothing by default. */
+  protected doReleaseCached(): number {
+    return 0;
+  }
+
+  /** Frees what the resource holds; nothing by default. */
+  protected doDestroy(): void {}
+
+  /** The error for any call after `destroy()`. */
+  protected destroyedError(): UseAfterFreeError {
+    return new UseAfterFreeError(`${this.describe()} was destroyed`);
+  }
 }
 
 /**
@@ -58,10 +164,31 @@ export interface ReservingResource extends MemoryResource {
   readonly reservedBytes: number;
   /** The high-water mark of `reservedBytes` since creation or the last reset. */
   readonly peakReservedBytes: number;
+  /** Starts a new high-water mark of `reservedBytes` from its current value. */
   resetPeakReserved(): void;
 }
 
-/** True when `mr` reports the memory it reserves from the driver. */
+/**
+ * True when `mr` reports the memory it reserves from the driver.
+ *
+ * @param mr A resource.
+ * @returns Whether it is a ReservingResource.
+ */
 export function isReserving(mr: MemoryResource): mr is ReservingResource {
   return typeof (mr as Partial<ReservingResource>).peakReservedBytes === 'number';
+}
+
+/**
+ * Checks that `value` is a MemoryResource (an upstream given by a caller).
+ *
+ * @param value The argument.
+ * @param name Its name, for the message.
+ * @returns It, typed.
+ * @throws {TypeError} When it is not a MemoryResource.
+ * @throws {UseAfterFreeError} When it was destroyed.
+ */
+export function checkResource(value: unknown, name = 'upstream'): MemoryResource {
+  if (!(value instanceof MemoryResource)) throw new TypeError(`${name} must be a MemoryResource`);
+  if (value.destroyed) throw new UseAfterFreeError(`${name} ${value.describe()} was destroyed`);
+  return value;
 }

@@ -6,7 +6,6 @@
 import { fileURLToPath } from 'node:url';
 import type { Ptr } from '../backend/backend.js';
 import { InvalidPointerError } from '../errors.js';
-import { checkBytes } from '../validate.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
 import type { MemoryResource, StreamRef } from './resource.js';
 
@@ -63,8 +62,13 @@ export class TrackingAdaptor extends ResourceAdaptor {
   private readonly live = new Map<Ptr, TrackedAllocation>();
   private liveBytes = 0;
 
+  /**
+   * @param upstream The resource whose allocations are tracked.
+   * @param options `captureStacks` to record where each allocation was made.
+   */
   constructor(upstream: MemoryResource, options: TrackingOptions = {}) {
     super(upstream);
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
     this.captureStacks = options.captureStacks === true;
   }
 
@@ -79,19 +83,18 @@ export class TrackingAdaptor extends ResourceAdaptor {
   }
 
   /** Allocates through the upstream and records the block. */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    checkBytes(bytes);
+  protected override doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
     const ptr = this.upstream.allocate(bytes, stream);
     const record: TrackedAllocation = this.captureStacks
-      ? { ptr, bytes, stream: stream?.handle ?? 0, time: performance.now(), stack: callerStack() }
-      : { ptr, bytes, stream: stream?.handle ?? 0, time: performance.now() };
+      ? { ptr, bytes, stream: handle, time: performance.now(), stack: callerStack() }
+      : { ptr, bytes, stream: handle, time: performance.now() };
     this.live.set(ptr, record);
     this.liveBytes += bytes;
     return ptr;
   }
 
   /** Checks the block against the record, then deallocates it through the upstream. */
-  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
+  protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
     const record = this.live.get(ptr);
     if (record === undefined) {
       throw new InvalidPointerError(
@@ -104,6 +107,12 @@ export class TrackingAdaptor extends ResourceAdaptor {
     this.upstream.deallocate(ptr, bytes, stream);
     this.live.delete(ptr);
     this.liveBytes -= bytes;
+  }
+
+  /** Forgets the records (the memory stays the upstream's: an adaptor owns none). */
+  protected override doDestroy(): void {
+    this.live.clear();
+    this.liveBytes = 0;
   }
 
   /** Pointers from another tracking adaptor are unknown to this one: only itself is equal. */

@@ -99,7 +99,7 @@ export function createStack(name: StackName, trace: AllocationTrace, options: St
     }
     case 'arena': {
       const size = arenaSizeFor(trace.summary.peakLiveBytes);
-      const resource = ArenaResource.activate(size, { device });
+      const resource = new ArenaResource({ size, device });
       return {
         name, resource,
         notes: [`arena of ${formatBytes(size)} (peak live ${formatBytes(trace.summary.peakLiveBytes)} + 25% + 64 MiB); ` +

@@ -66,14 +66,14 @@ export const factories: readonly SubjectFactory[] = [
   {
     name: 'ArenaResource',
     create: () => {
-      const arena = ArenaResource.activate(64 * 1024 * 1024);
+      const arena = new ArenaResource({ size: 64 * 1024 * 1024 });
       return {
         resource: arena,
         size: (r) => logUniform(r, 2 * 1024 * 1024),
         live: () => ({ bytes: arena.liveBytes, count: -1 }),
         bounded: true,
         reserved: () => arena.reservedBytes,
-        close: () => arena.shutdown(),
+        close: () => arena.destroy(),
       };
     },
   },
@@ -121,7 +121,7 @@ function poolSubject(pool: PoolResource, maxSize: number): Subject {
     size: (r) => logUniform(r, maxSize),
     live: () => {
       const s = pool.statistics();
-      return { bytes: s.liveBytes, count: s.liveCount };
+      return { bytes: s.bytes.value, count: s.allocations.value };
     },
     reserved: () => pool.reservedBytes,
     close: () => { pool.releaseCached(); pool.destroy(); },

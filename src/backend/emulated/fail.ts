@@ -14,9 +14,13 @@ export function invalidValue(call: string, description?: string): never {
   fail(CUresult.INVALID_VALUE, call, description);
 }
 
-/** Out of (emulated) device memory, as `OutOfMemoryError` so callers can catch one type. */
-export function outOfMemory(bytes: number, call: string, description: string): never {
-  throw new OutOfMemoryError(bytes, call, undefined, undefined, description);
+/**
+ * Out of (emulated) device or host memory, as the CUDA backend reports it: an `OutOfMemoryError`
+ * whose cause is the driver's CUDA_ERROR_OUT_OF_MEMORY.
+ */
+export function outOfMemory(bytes: number, call: string, description: string, reason: 'device' | 'host' = 'device'): never {
+  const cause = new CudaError(CUresult.OUT_OF_MEMORY, CUresultName[CUresult.OUT_OF_MEMORY]!, call, description);
+  throw new OutOfMemoryError({ requestedBytes: bytes, call, reason, cause, message: cause.message });
 }
 
 /** Checks a byte count the way the driver sees a size_t: a whole number >= 0 that is exact. */

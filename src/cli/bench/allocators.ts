@@ -42,7 +42,7 @@ const SUBJECTS: readonly Subject[] = [
     },
   },
   { name: 'CudaResource', slow: true, create: () => new CudaResource() },
-  { name: 'ArenaResource', slow: false, create: () => ArenaResource.activate(ARENA_BYTES) },
+  { name: 'ArenaResource', slow: false, create: () => new ArenaResource({ size: ARENA_BYTES }) },
   {
     // RMM's binning benchmark: power-of-two bins from 256 KiB to 4 MiB over a pool.
     name: 'BinningResource',
@@ -52,15 +52,12 @@ const SUBJECTS: readonly Subject[] = [
 ];
 
 /**
- * Frees what a resource holds: its cache, the resource itself when it can be destroyed, then its
- * upstream chain (every resource in a subject's chain was created for the case).
+ * Frees what a resource holds, then its upstream chain (every resource in a subject's chain was
+ * created for the case; one a resource created itself is already gone with it).
  */
 function teardown(mr: MemoryResource): void {
-  mr.releaseCached();
-  const owned = mr as MemoryResource & { destroy?: () => void } & Partial<Disposable>;
-  if (typeof owned.destroy === 'function') owned.destroy();
-  else owned[Symbol.dispose]?.();
-  if (mr.upstream !== undefined) teardown(mr.upstream);
+  mr.destroy();
+  if (mr.upstream !== undefined && !mr.upstream.destroyed) teardown(mr.upstream);
 }
 
 /** Runs `body` with a fresh resource and a non-blocking stream, both torn down afterwards. */

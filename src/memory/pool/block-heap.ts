@@ -4,14 +4,15 @@
  * the addresses comes from (an upstream resource, virtual memory pages, a fixed arena) is the
  * caller's business.
  *
- * Stream order (as RMM's and CUDA's pools): each stream has its own free lists. A block freed on
- * stream A is reusable at once by A. When B finds nothing in its own lists it takes A's blocks:
- * it records A's reusable event (capturing all work A has queued, including every free done on A
- * so far), makes B wait on it (no host synchronisation), and moves all of A's free blocks into
- * B's lists. No event is recorded per free, so a hit makes no driver call.
+ * Stream order (as RMM's and CUDA's pools): each stream has its own free lists, a Lane of
+ * StreamOrder. A block freed on stream A is reusable at once by A. When B finds nothing in its own
+ * lists it takes A's blocks: `StreamOrder.join` makes B wait on an event recorded on A (capturing
+ * every free done on A so far, no host synchronisation), and all of A's free blocks move into B's
+ * lists. No event is recorded per free, so a hit makes no driver call. When a stream is destroyed
+ * its lists are retired, not dropped: their blocks stay takeable after a wait on its last event.
  */
-import type { Backend } from '../../backend/backend.js';
-import { EventFlags } from '../../backend/backend.js';
+import { watchStreamDestroy, type StreamWatcher } from '../../stream.js';
+import { StreamOrder, type OrderEvents } from '../stream-order.js';
 import { BlockStore, LIVE, NIL } from './block-store.js';
 import { FreeLists, GRANULE } from './free-list.js';
 import { LiveTable } from './live-table.js';
@@ -20,20 +21,15 @@ import { LiveTable } from './live-table.js';
 const LIVE_BYTES = 0;
 const PEAK_LIVE_BYTES = 1;
 const LIVE_BLOCK_BYTES = 2;
+const TOTAL_BYTES = 3;
+const PEAK_LIVE_COUNT = 4;
+const TOTAL_COUNT = 5;
 
 /** List id of memory no stream has used yet (fresh address space): reusable by any stream. */
 export const NEUTRAL = 0;
 
-/** What the heap needs from outside: events for cross-stream reuse. */
-export interface HeapEvents {
-  eventCreate(flags: number): number;
-  eventRecord(event: number, stream: number): void;
-  streamWaitEvent(stream: number, event: number): void;
-  eventDestroy(event: number): void;
-}
-
 /** The coalescing, stream-ordered best-fit heap. */
-export class BlockHeap {
+export class BlockHeap implements StreamWatcher {
   /** Block records. */
   readonly store = new BlockStore();
   /** Free lists by id: 0 is NEUTRAL, then one per stream seen. */
@@ -49,9 +45,10 @@ export class BlockHeap {
    * mid-run, which changes the heap's hidden class and throws away every optimized hit path that
    * touches it (seen as a slow first benchmark pass). A Float64Array never changes shape.
    */
-  private readonly figures = new Float64Array(3);
-  /** How many times a stream took another stream's free blocks. */
-  steals = 0;
+  private readonly figures = new Float64Array(6);
+  /** Cross-stream reuse, returns upstream and host waits, in stream order. */
+  readonly order: StreamOrder;
+  private readonly unwatch: () => void;
   /**
    * The list id `take` last took its block from, so the caller's slow path can put that block back
    * exactly where it was (`untake`) when it prefers another placement. Always a small integer.
@@ -68,8 +65,25 @@ export class BlockHeap {
     return this.figures[PEAK_LIVE_BYTES]!;
   }
 
-  set peakLiveBytes(bytes: number) {
-    this.figures[PEAK_LIVE_BYTES] = bytes;
+  /** Bytes ever handed out (as requested). */
+  get totalBytes(): number {
+    return this.figures[TOTAL_BYTES]!;
+  }
+
+  /** High-water mark of live blocks. */
+  get peakLiveCount(): number {
+    return this.figures[PEAK_LIVE_COUNT]!;
+  }
+
+  /** Blocks ever handed out. */
+  get totalCount(): number {
+    return this.figures[TOTAL_COUNT]!;
+  }
+
+  /** Starts new high-water marks (live bytes and count) from the current figures. */
+  resetPeaks(): void {
+    this.figures[PEAK_LIVE_BYTES] = this.figures[LIVE_BYTES]!;
+    this.figures[PEAK_LIVE_COUNT] = this.live.size;
   }
 
   /** Block bytes (rounded sizes) of live blocks. */
@@ -77,10 +91,37 @@ export class BlockHeap {
     return this.figures[LIVE_BLOCK_BYTES]!;
   }
 
-  constructor(private readonly events: HeapEvents | Backend) {
+  constructor(events: OrderEvents) {
     const neutral = new FreeLists(NEUTRAL, -1, this.store);
     this.lists = [neutral];
     this.lastLists = neutral;
+    this.order = new StreamOrder(events);
+    this.unwatch = watchStreamDestroy(this);
+  }
+
+  /** How many times a stream took another stream's free blocks. */
+  get steals(): number {
+    return this.order.joins;
+  }
+
+  /**
+   * A stream is being destroyed: its lists are retired (their last event recorded now) and a new
+   * stream that gets the same handle starts with lists of its own.
+   */
+  streamDestroying(handle: number): void {
+    const l = this.byStream.get(handle);
+    if (l === undefined) return;
+    this.order.retire(l);
+    this.byStream.delete(handle);
+    this.lastStream = Number.NaN;
+  }
+
+  /**
+   * Makes `waiter` wait for every stream that freed blocks into this heap, so memory may be given
+   * back upstream on `waiter` in order (destroy).
+   */
+  joinAll(waiter: number): void {
+    for (let k = NEUTRAL + 1; k < this.lists.length; k++) this.order.join(this.lists[k]!, waiter);
   }
 
   /** The free lists of `stream`, created on first use. */
@@ -199,6 +240,10 @@ export class BlockHeap {
     f[LIVE_BLOCK_BYTES]! += s.size[i]!;
     const live = (f[LIVE_BYTES]! += bytes);
     if (live > f[PEAK_LIVE_BYTES]!) f[PEAK_LIVE_BYTES] = live;
+    f[TOTAL_BYTES]! += bytes;
+    f[TOTAL_COUNT]! += 1;
+    const count = this.live.size;
+    if (count > f[PEAK_LIVE_COUNT]!) f[PEAK_LIVE_COUNT] = count;
   }
 
   /** Forgets live block `i` (before `give`). */
@@ -258,14 +303,10 @@ export class BlockHeap {
     return b;
   }
 
-  /** Destroys the per-stream events. */
+  /** Destroys the per-stream events and stops watching streams. */
   destroy(): void {
-    for (const l of this.lists) {
-      if (l.event !== 0) {
-        this.events.eventDestroy(l.event);
-        l.event = 0;
-      }
-    }
+    this.unwatch();
+    for (const l of this.lists) this.order.release(l);
   }
 
   /**
@@ -277,10 +318,7 @@ export class BlockHeap {
     for (let k = 1; k < lists.length; k++) {
       const other = lists[k]!;
       if (other === own || other.count === 0 || other.findFit(size) === NIL) continue;
-      if (other.event === 0) other.event = this.events.eventCreate(EventFlags.DISABLE_TIMING);
-      this.events.eventRecord(other.event, other.stream);
-      this.events.streamWaitEvent(own.stream, other.event);
-      this.steals++;
+      this.order.join(other, own.stream);
       const s = this.store;
       for (let i = other.any(); i !== NIL; i = other.any()) {
         other.remove(i);

@@ -58,6 +58,9 @@ export class FreeLists {
     return this.numbers[0]!;
   }
 
+  /** Set when the stream was destroyed (see StreamOrder.retire); `event` then marks its end. */
+  retired = false;
+
   /** A reusable event on this stream (0 until first needed). */
   get event(): number {
     return this.numbers[1]!;

@@ -82,6 +82,13 @@ export class LiveTable {
     return out;
   }
 
+  /** Every entry as [address, block], for error paths and teardown. */
+  entries(): Array<[ptr: number, block: number]> {
+    const out: Array<[number, number]> = [];
+    for (let i = 0; i < this.vals.length; i++) if (this.vals[i] !== EMPTY) out.push([this.keys[i]!, this.vals[i]!]);
+    return out;
+  }
+
   private resize(capacity: number): void {
     const keys = this.keys;
     const vals = this.vals;

@@ -1,26 +1,34 @@
 /**
  * Stream-ordered free stacks of equal-sized blocks (for FixedSizeResource): a block freed on a
- * stream is reusable at once on that stream; another stream takes a stream's whole stack after an
- * event recorded there and a wait on it (no host synchronisation, no event per free).
+ * stream is reusable at once on that stream; another stream takes a stream's whole stack after
+ * `StreamOrder.join` (an event recorded there and a wait on it: no host synchronisation, no event
+ * per free). A destroyed stream's stack is retired, its blocks still takeable after its last event.
  */
-import { EventFlags } from '../../backend/backend.js';
-import type { HeapEvents } from './block-heap.js';
+import { watchStreamDestroy, type StreamWatcher } from '../../stream.js';
+import { StreamOrder, type Lane, type OrderEvents } from '../stream-order.js';
 
-/** Free blocks of one stream. */
-interface StreamStack {
-  readonly stream: number;
+/** Free blocks of one stream: a Lane with its block addresses. */
+export interface StreamStack extends Lane {
   readonly ptrs: number[];
-  event: number;
 }
 
 /** Per-stream stacks of free block addresses. */
-export class StreamStacks {
+export class StreamStacks implements StreamWatcher {
   private readonly stacks: StreamStack[] = [];
   private last: StreamStack | undefined;
-  /** Times a stream took another's blocks. */
-  steals = 0;
+  /** Cross-stream reuse and returns upstream, in stream order. */
+  readonly order: StreamOrder;
+  private readonly unwatch: () => void;
 
-  constructor(private readonly events: HeapEvents) {}
+  constructor(events: OrderEvents) {
+    this.order = new StreamOrder(events);
+    this.unwatch = watchStreamDestroy(this);
+  }
+
+  /** Times a stream took another's blocks. */
+  get steals(): number {
+    return this.order.joins;
+  }
 
   /** Pushes a free block for `stream`. */
   push(ptr: number, stream: number): void {
@@ -33,30 +41,33 @@ export class StreamStacks {
     if (own.ptrs.length > 0) return own.ptrs.pop()!;
     for (const other of this.stacks) {
       if (other === own || other.ptrs.length === 0) continue;
-      if (other.event === 0) other.event = this.events.eventCreate(EventFlags.DISABLE_TIMING);
-      this.events.eventRecord(other.event, other.stream);
-      this.events.streamWaitEvent(own.stream, other.event);
-      this.steals++;
+      this.order.join(other, own.stream);
       for (const p of other.ptrs) own.ptrs.push(p);
       other.ptrs.length = 0;
+      if (other.retired) this.drop(other);
       return own.ptrs.pop()!;
     }
     return -1;
   }
 
-  /** Removes the blocks for which `drop` is true; returns them with their streams. */
-  remove(drop: (ptr: number) => boolean): Array<{ ptr: number; stream: number }> {
-    const out: Array<{ ptr: number; stream: number }> = [];
+  /** Removes the blocks for which `drop` is true; returns them with the stacks they were in. */
+  remove(drop: (ptr: number) => boolean): Array<{ ptr: number; stack: StreamStack }> {
+    const out: Array<{ ptr: number; stack: StreamStack }> = [];
     for (const s of this.stacks) {
       const keep = s.ptrs.filter((p) => {
         if (!drop(p)) return true;
-        out.push({ ptr: p, stream: s.stream });
+        out.push({ ptr: p, stack: s });
         return false;
       });
       s.ptrs.length = 0;
       s.ptrs.push(...keep);
     }
     return out;
+  }
+
+  /** Makes `waiter` wait for every stream that freed blocks here (before memory goes upstream). */
+  joinAll(waiter: number): void {
+    for (const s of this.stacks) this.order.join(s, waiter);
   }
 
   /** Number of free blocks. */
@@ -71,20 +82,34 @@ export class StreamStacks {
     return this.stacks.some((s) => s.ptrs.includes(ptr));
   }
 
-  /** Destroys the events. */
+  /** The stream's stack is retired: its last event recorded, a new stream with the handle gets a new one. */
+  streamDestroying(handle: number): void {
+    const s = this.stacks.find((x) => x.stream === handle && !x.retired);
+    if (s === undefined) return;
+    this.order.retire(s);
+    if (this.last === s) this.last = undefined;
+  }
+
+  /** Destroys the events and stops watching streams. */
   destroy(): void {
+    this.unwatch();
     for (const s of this.stacks) {
-      if (s.event !== 0) this.events.eventDestroy(s.event);
-      s.event = 0;
+      this.order.release(s);
       s.ptrs.length = 0;
     }
   }
 
+  /** Forgets an emptied retired stack (its stream is gone: nothing will be pushed to it again). */
+  private drop(stack: StreamStack): void {
+    this.order.release(stack);
+    this.stacks.splice(this.stacks.indexOf(stack), 1);
+  }
+
   private stackFor(stream: number): StreamStack {
     if (this.last !== undefined && this.last.stream === stream) return this.last;
-    let s = this.stacks.find((x) => x.stream === stream);
+    let s = this.stacks.find((x) => x.stream === stream && !x.retired);
     if (s === undefined) {
-      s = { stream, ptrs: [], event: 0 };
+      s = { stream, ptrs: [], event: 0, retired: false };
       this.stacks.push(s);
     }
     this.last = s;

@@ -18,14 +18,23 @@
  * a bitmap.
  */
 import type { Backend } from '../../backend/backend.js';
-import { EventFlags, MemAccess } from '../../backend/backend.js';
-import { OutOfMemoryError } from '../../errors.js';
+import { MemAccess } from '../../backend/backend.js';
+import { isOutOfMemory } from '../../errors.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { CLASS_COUNT, type FreeLists, sizeClass } from './free-list.js';
 
 /** Thrown by `commit` when physical memory cannot be had; the pool turns it into its own error. */
-export class PhysicalExhausted extends Error {}
+export class PhysicalExhausted extends Error {
+  constructor(
+    message: string,
+    /** `maximum`: the pool's cap; `device`: the driver had no memory (its error is the cause). */
+    readonly reason: 'maximum' | 'device',
+    cause?: unknown,
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+  }
+}
 
 /** Per-page bookkeeping and the driver calls that map and unmap pages. */
 export class VirtualPages {
@@ -371,40 +380,63 @@ export class VirtualPages {
     const P = this.pageBytes;
     if ((this.physicalPages + create) * P > this.maximumBytes) {
       throw new PhysicalExhausted(
-        `needs ${create} more page(s) of ${P} bytes beyond the maximum of ${this.maximumBytes} bytes`);
+        `needs ${create} more page(s) of ${P} bytes beyond the maximum of ${this.maximumBytes} bytes`, 'maximum');
     }
     const found = reuse > 0 ? this.findCached(reuse, p0, p1) : 0;
     if (found !== reuse) throw new Error(`internal: expected ${reuse} cached page(s), found ${found}`);
     if (reuse > 0) this.waitForDonors(reuse);
     this.pageMoves += reuse;
-    for (let done = 0; done < missing; done++) {
-      const p = this.pending[done]!;
-      const addr = this.base + p * P;
-      let h: number;
-      if (done < reuse) {
-        const q = this.donors[done]!;
-        h = this.handle[q]!;
-        b.memUnmap(this.base + q * P, P);
-        this.setUnmapped(q);
-      } else {
+    let done = 0;
+    try {
+      for (; done < missing; done++) {
+        const p = this.pending[done]!;
+        const addr = this.base + p * P;
+        let h: number;
+        if (done < reuse) {
+          const q = this.donors[done]!;
+          h = this.handle[q]!;
+          b.memUnmap(this.base + q * P, P);
+          this.setUnmapped(q);
+        } else {
+          try {
+            h = b.memCreate(P, this.ordinal);
+          } catch (error) {
+            if (isOutOfMemory(error)) throw new PhysicalExhausted(error.message, 'device', error);
+            throw error;
+          }
+          this.physicalPages++;
+          if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
+        }
         try {
-          h = b.memCreate(P, this.ordinal);
+          b.memMap(addr, P, h);
+          b.memSetAccess(addr, P, this.ordinal, MemAccess.READWRITE);
         } catch (error) {
-          if (error instanceof OutOfMemoryError) throw new PhysicalExhausted(error.message);
+          b.memRelease(h);
+          this.physicalPages--;
           throw error;
         }
-        this.physicalPages++;
-        if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
+        this.setMapped(p, h);
       }
-      try {
-        b.memMap(addr, P, h);
-        b.memSetAccess(addr, P, this.ordinal, MemAccess.READWRITE);
-      } catch (error) {
-        b.memRelease(h);
-        this.physicalPages--;
-        throw error;
-      }
-      this.setMapped(p, h);
+    } catch (error) {
+      this.undoCreated(reuse, done);
+      throw error;
+    }
+  }
+
+  /**
+   * A growth that failed gives back the pages it created (pending[reuse..done)): they are not
+   * used by any block, and keeping them would leave the device fuller than before the failed call,
+   * so the next allocator (ours or another) would fail too. Moved pages stay mapped where they
+   * went, as cache: they were cache before.
+   */
+  private undoCreated(reuse: number, done: number): void {
+    const P = this.pageBytes;
+    for (let k = reuse; k < done; k++) {
+      const p = this.pending[k]!;
+      this.backend.memUnmap(this.base + p * P, P);
+      this.backend.memRelease(this.handle[p]!);
+      this.setUnmapped(p);
+      this.physicalPages--;
     }
   }
 
@@ -477,16 +509,12 @@ export class VirtualPages {
         if (s.owner[j]! >= 0) mark[s.owner[j]!] = 1;
       }
     }
-    const b = this.backend;
+    const order = heap.order;
     for (let id = NEUTRAL + 1; id < lists.length; id++) {
       if (mark[id] === 0) continue;
-      const l = lists[id]!;
-      if (l.event === 0) l.event = b.eventCreate(EventFlags.DISABLE_TIMING);
-      b.eventRecord(l.event, l.stream);
-      if (!b.eventQuery(l.event)) {
-        b.eventSynchronize(l.event);
-        this.synchronizations++;
-      }
+      const waits = order.hostWaits;
+      order.hostWait(lists[id]!);
+      if (order.hostWaits !== waits) this.synchronizations++;
     }
   }
 

@@ -1,0 +1,89 @@
+/**
+ * The shared base of the resources that hand out driver memory one call per block (CudaResource,
+ * ManagedResource, PinnedHostResource, AsyncResource). What they share is written once here: the
+ * live sizes (so a foreign, inner, double or wrongly sized free is a typed error before the driver
+ * sees it), the out-of-memory error naming the resource, and `destroy()` freeing what is still live.
+ */
+import type { Backend, Ptr } from '../backend/backend.js';
+import type { Device } from '../device.js';
+import { OutOfMemoryError } from '../errors.js';
+import { MemoryResource, type StreamRef } from './resource.js';
+import { SizeTable } from './size-table.js';
+
+/**
+ * A resource whose every block is one driver allocation. Subclasses implement `driverAllocate`
+ * and `driverFree`; this class keeps the live table and names itself in errors.
+ */
+export abstract class DriverResource extends MemoryResource {
+  /** The live allocations and their sizes. */
+  private readonly table = new SizeTable();
+
+  /**
+   * @param owner The device whose backend and context the calls use (for host memory: the device
+   *   whose context pins it).
+   */
+  protected constructor(protected readonly owner: Device) {
+    super();
+  }
+
+  /** The backend of the owning device. */
+  protected get backend(): Backend {
+    return this.owner.backend;
+  }
+
+  /** Bytes in live allocations. */
+  get liveBytes(): number {
+    return this.table.bytes.value;
+  }
+
+  /** Number of live allocations. */
+  get liveCount(): number {
+    return this.table.size;
+  }
+
+  /** One driver allocation of `bytes` on stream `handle`. */
+  protected abstract driverAllocate(bytes: number, handle: number): Ptr;
+
+  /** Frees one driver allocation on stream `handle`. */
+  protected abstract driverFree(ptr: Ptr, bytes: number, handle: number): void;
+
+  protected doAllocate(bytes: number, handle: number, _stream: StreamRef | undefined): Ptr {
+    let ptr: Ptr;
+    try {
+      ptr = this.driverAllocate(bytes, handle);
+    } catch (error) {
+      throw this.nameOutOfMemory(error, bytes);
+    }
+    this.table.add(ptr, bytes);
+    return ptr;
+  }
+
+  protected doDeallocate(ptr: Ptr, bytes: number, handle: number, _stream: StreamRef | undefined): void {
+    this.table.check(ptr, bytes, this.describe());
+    this.driverFree(ptr, bytes, handle);
+    this.table.remove(ptr);
+  }
+
+  /** Frees every allocation still live (on the default stream), then forgets them. */
+  protected override doDestroy(): void {
+    for (const [ptr, bytes] of this.table.entries()) {
+      this.driverFree(ptr, bytes, 0);
+      this.table.remove(ptr);
+    }
+  }
+
+  /**
+   * The driver's out-of-memory error again, naming this resource and its figures, with the
+   * driver's error as the cause; other errors unchanged.
+   */
+  private nameOutOfMemory(error: unknown, bytes: number): unknown {
+    if (!(error instanceof OutOfMemoryError) || error.resource !== undefined) return error;
+    const live = this.table;
+    return new OutOfMemoryError({
+      requestedBytes: bytes, call: error.call, reason: error.reason, resource: this.describe(),
+      statistics: { bytes: live.bytes.snapshot(), allocations: live.allocations.snapshot() },
+      message: `${error.message} (${this.describe()}: ${live.size} live allocations, ${live.bytes.value} bytes)`,
+      cause: error.cause ?? error,
+    });
+  }
+}
