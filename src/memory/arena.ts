@@ -212,11 +212,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
       const heap = this.heap;
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'ArenaResource.allocate', reason: 'arena', resource: this.describe(),
-        statistics: {
-          bytes: { value: heap.liveBytes, peak: heap.peakLiveBytes, total: heap.totalBytes },
-          allocations: { value: heap.live.size, peak: heap.peakLiveCount, total: heap.totalCount },
-          reservedBytes: this.regionBytes,
-        },
+        statistics: { ...heap.counters(), reservedBytes: this.regionBytes },
         message: `arena exhausted: cannot allocate ${bytes} bytes from an arena of ${this.size} bytes with ` +
           `${heap.freeBytes} bytes free (no free range is large enough); size it with ArenaResource.ceil1DVolume/ceil2DVolume`,
       });

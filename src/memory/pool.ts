@@ -226,8 +226,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   statistics(): PoolStatistics {
     const heap = this.heap;
     return {
-      bytes: { value: heap.liveBytes, peak: heap.peakLiveBytes, total: heap.totalBytes },
-      allocations: { value: heap.live.size, peak: heap.peakLiveCount, total: heap.totalCount },
+      ...heap.counters(),
       reservedBytes: this.reservedBytes,
       peakReservedBytes: this.peakReservedBytes,
       freeBytes: this.heap.freeBytes,
@@ -262,11 +261,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
 
   private outOfMemory(bytes: number, why: string, reason: OutOfMemoryReason, cause?: unknown): OutOfMemoryError {
     const heap = this.heap;
-    const statistics = {
-      bytes: { value: heap.liveBytes, peak: heap.peakLiveBytes, total: heap.totalBytes },
-      allocations: { value: heap.live.size, peak: heap.peakLiveCount, total: heap.totalCount },
-      reservedBytes: this.reservedBytes,
-    };
+    const statistics = { ...heap.counters(), reservedBytes: this.reservedBytes };
     return new OutOfMemoryError({
       requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(), statistics, cause,
       message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +

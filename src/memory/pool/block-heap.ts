@@ -11,6 +11,7 @@
  * lists. No event is recorded per free, so a hit makes no driver call. When a stream is destroyed
  * its lists are retired, not dropped: their blocks stay takeable after a wait on its last event.
  */
+import type { Counter } from '../../counter.js';
 import { watchStreamDestroy, type StreamWatcher } from '../../stream.js';
 import { StreamOrder, type OrderEvents } from '../stream-order.js';
 import { BlockStore, LIVE, NIL } from './block-store.js';
@@ -78,6 +79,15 @@ export class BlockHeap implements StreamWatcher {
   /** Blocks ever handed out. */
   get totalCount(): number {
     return this.figures[TOTAL_COUNT]!;
+  }
+
+  /** Live bytes (as requested) and live blocks, each as a Counter. */
+  counters(): { bytes: Counter; allocations: Counter } {
+    const f = this.figures;
+    return {
+      bytes: { value: f[LIVE_BYTES]!, peak: f[PEAK_LIVE_BYTES]!, total: f[TOTAL_BYTES]! },
+      allocations: { value: this.live.size, peak: f[PEAK_LIVE_COUNT]!, total: f[TOTAL_COUNT]! },
+    };
   }
 
   /** Starts new high-water marks (live bytes and count) from the current figures. */
