@@ -8,7 +8,7 @@
  */
 import './polyfills.js';
 import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo } from './backend/backend.js';
-import { getBackend } from './backend/select.js';
+import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
 
@@ -32,7 +32,10 @@ export class Device {
     return getBackend().deviceCount();
   }
 
-  /** The device with this ordinal (0 by default); the same object for every call. */
+  /**
+   * The device with this ordinal (0 by default); the same object for every call. The first call
+   * fixes the process's backend (`setBackend` refuses another one afterwards).
+   */
   static get(ordinal = 0): Device {
     let device = Device.devices.get(ordinal);
     if (device === undefined) {
@@ -42,6 +45,8 @@ export class Device {
       if (ordinal >= count) {
         throw new RangeError(`device ordinal ${ordinal} is out of range: the ${backend.name} backend has ${count} device(s)`);
       }
+      // From here on the backend is fixed: this device's contexts and handles belong to it.
+      claimBackend();
       device = new Device(ordinal, backend);
       Device.devices.set(ordinal, device);
     }
