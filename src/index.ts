@@ -34,7 +34,7 @@ export type { HostBufferOptions, HostRegisterOptions } from './memory/host-buffe
 export { ManagedBuffer } from './memory/managed-buffer.js';
 export type { ManagedBufferOptions, ManagedAdvice } from './memory/managed-buffer.js';
 export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from './memory/lifetime.js';
-export type { LeakRecord, LeakStatistics } from './memory/lifetime.js';
+export type { LeakRecord, LeakStatistics, FreeOptions } from './memory/lifetime.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
 export { MemoryResource, defaultStream, isReserving } from './memory/resource.js';

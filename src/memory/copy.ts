@@ -4,9 +4,10 @@
  * UseAfterFreeError, and an asynchronous copy from or to pageable JavaScript memory is refused
  * (TypeError): the garbage collector may move or reclaim that memory while the DMA still runs.
  * A copy is synchronous unless a stream is given; an asynchronous one never synchronises.
+ * Every call goes through the backend of the buffers involved (`Allocation.backend`, the owning
+ * device's), never through the process-wide `getBackend()`.
  */
-import type { Ptr } from '../backend/backend.js';
-import { getBackend } from '../backend/select.js';
+import type { Backend, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
@@ -136,12 +137,19 @@ function resolve(end: CopyEndpoint, what: string): Side {
 }
 
 /** Makes the right context current for a copy: the stream's device, else a side's, else any. */
-function activate(stream: StreamRef | undefined, a: Side, b: Side, fallback: Device | undefined): void {
+function activate(stream: StreamRef | undefined, a: Side, b: Side, fallback: Device | undefined, backend: Backend): void {
   if (stream instanceof Stream) stream.device.makeCurrent();
   else if (fallback !== undefined) fallback.makeCurrent();
   else if (!a.js && a.device !== undefined) a.device.makeCurrent();
   else if (!b.js && b.device !== undefined) b.device.makeCurrent();
-  else ensureAnyContext();
+  else ensureAnyContext(backend);
+}
+
+/** The backend of a copy: that of its vram buffer (the destination's when both are buffers). */
+function backendOf(a: CopyEndpoint, b: CopyEndpoint): Backend {
+  if (a instanceof Allocation) return a.backend;
+  if (b instanceof Allocation) return b.backend;
+  throw new TypeError('a copy needs a vram buffer on one side'); // callers check this first
 }
 
 function deviceOf(end: CopyEndpoint): Device | undefined {
@@ -176,8 +184,8 @@ export function copyBetween(
       'HostBuffer.register), or omit the stream for a synchronous copy.');
   }
   if (bytes === 0) return;
-  const backend = getBackend();
-  activate(stream, d, s, deviceOf(dst) ?? deviceOf(src));
+  const backend = backendOf(dst, src);
+  activate(stream, d, s, deviceOf(dst) ?? deviceOf(src), backend);
   if (d.js) {
     if (s.js) return; // unreachable, checked above
     backend.memcpyToHost(d.bytes.subarray(dstOffset, dstOffset + bytes), s.ptr + srcOffset, bytes);
@@ -236,7 +244,7 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   if (count === 0) return;
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
   else target.device.makeCurrent();
-  const backend = getBackend();
+  const backend = target.backend;
   if (stream === undefined) backend.memset(ptr + offset, pattern, elementBytes, count);
   else backend.memsetAsync(ptr + offset, pattern, elementBytes, count, stream);
 }
@@ -276,8 +284,8 @@ export function copy2D(
     throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
   }
   if (widthBytes === 0 || height === 0) return;
-  const backend = getBackend();
-  activate(stream, d, s, deviceOf(dst.memory) ?? deviceOf(src.memory));
+  const backend = backendOf(dst.memory, src.memory);
+  activate(stream, d, s, deviceOf(dst.memory) ?? deviceOf(src.memory), backend);
   // JavaScript memory is addressed for the duration of this synchronous call only.
   const dptr = d.js ? backend.addressOf(d.bytes) : d.ptr;
   const sptr = s.js ? backend.addressOf(s.bytes) : s.ptr;

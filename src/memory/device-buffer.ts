@@ -10,6 +10,7 @@ import { checkBytes, MAX_BYTES } from '../validate.js';
 import { copy2D, DeviceMemory, type CopyEndpoint } from './copy.js';
 import { CudaResource } from './cuda-resource.js';
 import { getCurrentResource } from './current.js';
+import type { Release } from './lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from './resource.js';
 
 /** Options for `DeviceBuffer.allocate`. */
@@ -28,14 +29,15 @@ export class DeviceBuffer extends DeviceMemory {
   readonly device: Device;
   /** The resource it was allocated from and is returned to. */
   readonly resource: MemoryResource;
-  /** The stream it was allocated on and is freed on. */
+  /** The stream it was allocated on, and is freed on unless `free({ stream })` names another. */
   readonly stream: StreamRef;
 
-  protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: () => void) {
-    super(ptr, bytes, release);
+  protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
+    const device = Device.get(resource.device);
+    super(ptr, bytes, release, device, stream);
     this.resource = resource;
     this.stream = stream;
-    this.device = Device.get(resource.device);
+    this.device = device;
   }
 
   /**
@@ -49,7 +51,7 @@ export class DeviceBuffer extends DeviceMemory {
     const stream = options.stream ?? defaultStream;
     streamHandleOf(stream);
     const ptr = resource.allocate(bytes, stream);
-    return new DeviceBuffer(ptr, bytes, resource, stream, () => resource.deallocate(ptr, bytes, stream));
+    return new DeviceBuffer(ptr, bytes, resource, stream, (on) => resource.deallocate(ptr, bytes, on));
   }
 
   /**
@@ -118,7 +120,7 @@ export interface Copy2DFromOptions {
 /** A 2D device allocation whose rows start `pitch` bytes apart (pitch >= widthBytes). */
 export class PitchedDeviceBuffer extends DeviceBuffer {
   private constructor(
-    ptr: Ptr, resource: MemoryResource, release: () => void,
+    ptr: Ptr, resource: MemoryResource, release: Release,
     /** Bytes from the start of one row to the next, chosen by the driver. */
     readonly pitch: number,
     /** Bytes of data in each row. */
@@ -148,6 +150,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     const resource = new CudaResource(device);
     device.makeCurrent();
     const { ptr, pitch } = device.backend.memAllocPitch(widthBytes, h, elementBytes);
+    // cuMemFree synchronises the device, so the stream a free names needs no ordering here.
     const free = (): void => {
       device.makeCurrent();
       device.backend.memFree(ptr);

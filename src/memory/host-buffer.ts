@@ -9,17 +9,22 @@
  * bus). Use it only for buffers the host fills and the GPU reads; `view()` of one warns once per
  * process (warning code VRAM_WRITE_COMBINED_READ).
  *
- * Views are valid only until the buffer is freed: a view used afterwards reads freed memory.
+ * Views keep the buffer alive: while a view is reachable, the garbage-collection backstop does not
+ * free the memory under it. An explicit `free()` does: views must not be used after it (they would
+ * read and write memory that was unmapped, a crash, or handed to another buffer).
+ *
+ * A buffer from a stream-ordered resource (a PinnedHostPool) is freed on its stream, so the pool
+ * reuses it only once the copies queued on that stream have read or written it.
  */
 import { HostRegisterFlags, type Ptr } from '../backend/backend.js';
-import { getBackend } from '../backend/select.js';
-import { ensureAnyContext } from '../device.js';
+import { Device, ensureAnyContext } from '../device.js';
 import { VramStateError } from '../errors.js';
+import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { bytesOf, isHostData, type HostData } from './copy.js';
-import { Allocation } from './lifetime.js';
+import { Allocation, type Release } from './lifetime.js';
 import { hostAllocFlags, PinnedHostResource, type PinnedHostOptions } from './pinned-host-resource.js';
-import type { MemoryResource } from './resource.js';
+import type { MemoryResource, StreamRef } from './resource.js';
 
 /** A TypedArray class that `view()` can build over pinned memory. */
 export interface TypedArrayConstructor<T extends ArrayBufferView> {
@@ -31,6 +36,13 @@ export interface TypedArrayConstructor<T extends ArrayBufferView> {
 export interface HostBufferOptions extends PinnedHostOptions {
   /** A pinned-host resource to allocate from instead (then leave the flags out: they are its own). */
   readonly resource?: MemoryResource;
+  /**
+   * The stream the buffer is allocated on and freed on (`deallocate(ptr, bytes, stream)`): a
+   * caching resource such as PinnedHostPool then reuses it only after the work queued on that
+   * stream when it was freed (the async copies reading or writing it) has completed. Default: no
+   * stream, which tells the resource the memory is free for reuse at once.
+   */
+  readonly stream?: StreamRef;
 }
 
 /** Options for `HostBuffer.register` (cuMemHostRegister flags). */
@@ -90,14 +102,22 @@ export class HostBuffer extends Allocation {
   readonly writeCombined: boolean;
   /** The JavaScript memory pinned in place, for registered buffers. */
   readonly registered: Uint8Array | undefined;
+  /**
+   * The stream it was allocated on and is freed on unless `free({ stream })` names another;
+   * undefined when allocated on no stream (and for registered memory).
+   */
+  readonly stream: StreamRef | undefined;
   private cachedDevicePtr: Ptr | undefined;
-  private cachedView: ArrayBuffer | undefined;
 
   private constructor(
-    ptr: Ptr, bytes: number, release: () => void,
+    ptr: Ptr, bytes: number, release: Release, stream: StreamRef | undefined,
     flags: { resource?: MemoryResource; mapped: boolean; portable: boolean; writeCombined: boolean; registered?: Uint8Array },
   ) {
-    super(ptr, bytes, release);
+    // Host memory belongs to no device; device 0's context is the one host calls use
+    // (ensureAnyContext), and its backend the one the memory was allocated through.
+    // Registered memory is unpinned by a host call, not in stream order.
+    super(ptr, bytes, release, Device.get(0), stream, flags.registered === undefined);
+    this.stream = stream;
     this.resource = flags.resource;
     this.mapped = flags.mapped;
     this.portable = flags.portable;
@@ -105,10 +125,28 @@ export class HostBuffer extends Allocation {
     this.registered = flags.registered;
   }
 
-  /** Allocates `bytes` of pinned memory (cuMemHostAlloc with the given flags). */
+  /**
+   * Allocates `bytes` of pinned memory: cuMemHostAlloc with the given flags, or from
+   * `options.resource` (a PinnedHostResource or PinnedHostPool) on `options.stream`.
+   *
+   * @param bytes A positive whole number.
+   * @param options Flags, or a resource; the stream it is allocated and freed on.
+   * @returns The buffer; free it with `free()` or `using`.
+   * @throws {TypeError | RangeError} For a bad size, flag, resource or stream.
+   * @throws {UseAfterFreeError} When `options.stream` was destroyed.
+   * @throws {OutOfMemoryError} When no pinned memory is left.
+   * @example
+   * ```ts
+   * const staging = new PinnedHostPool();
+   * using h = HostBuffer.allocate(1 << 20, { resource: staging, stream });
+   * dev.copyFromHost(h, { stream }); // the pool reuses h only after this copy has read it
+   * ```
+   */
   static allocate(bytes: number, options: HostBufferOptions = {}): HostBuffer {
     checkBytes(bytes);
     if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    const stream = options.stream;
+    if (stream !== undefined) streamHandleOf(stream); // TypeError, or UseAfterFreeError for a destroyed Stream
     let resource: MemoryResource;
     let flags: Readonly<Required<Omit<PinnedHostOptions, 'device'>>>;
     if (options.resource !== undefined) {
@@ -131,9 +169,11 @@ export class HostBuffer extends Allocation {
       resource = pinned;
       flags = pinned.options;
     }
-    const ptr = resource.allocate(bytes);
+    const ptr = resource.allocate(bytes, stream);
     const mr = resource;
-    return new HostBuffer(ptr, bytes, () => mr.deallocate(ptr, bytes), { resource: mr, ...flags });
+    // Freed on the stream free() resolves (the allocation stream by default), so a caching pool
+    // does not hand the memory out while a copy queued on that stream may still read it.
+    return new HostBuffer(ptr, bytes, (on) => mr.deallocate(ptr, bytes, on), stream, { resource: mr, ...flags });
   }
 
   /**
@@ -153,7 +193,7 @@ export class HostBuffer extends Allocation {
       if (typeof value !== 'boolean') throw new TypeError(`${name} must be a boolean, got ${typeof value}`);
       if (value) flags |= bit;
     }
-    const backend = getBackend();
+    const backend = Device.get(0).backend;
     ensureAnyContext(backend);
     const ptr = backend.memHostRegister(bytes, flags);
     // The closure keeps the JavaScript memory alive until it is unregistered, even by the backstop.
@@ -162,7 +202,7 @@ export class HostBuffer extends Allocation {
       backend.memHostUnregister(ptr);
       void bytes.byteLength;
     };
-    return new HostBuffer(ptr, bytes.byteLength, release, {
+    return new HostBuffer(ptr, bytes.byteLength, release, undefined, {
       mapped: options.mapped === true, portable: options.portable === true, writeCombined: false, registered: bytes,
     });
   }
@@ -182,7 +222,7 @@ export class HostBuffer extends Allocation {
       throw new VramStateError('devicePtr needs a mapped HostBuffer: allocate or register it with { mapped: true }');
     }
     if (this.cachedDevicePtr === undefined) {
-      const backend = getBackend();
+      const backend = this.backend;
       ensureAnyContext(backend);
       this.cachedDevicePtr = backend.memHostGetDevicePointer(ptr);
     }
@@ -190,14 +230,31 @@ export class HostBuffer extends Allocation {
   }
 
   /**
-   * A zero-copy TypedArray (Uint8Array by default) over the pinned memory. Valid until the buffer
-   * is freed. Reading write-combined memory this way is very slow (warned once per process).
+   * A zero-copy TypedArray (Uint8Array by default) over the pinned memory. Reading
+   * write-combined memory this way is very slow (warned once per process).
+   *
+   * The view keeps this buffer alive: the garbage-collection backstop never frees the memory
+   * while a view (or its ArrayBuffer) is reachable, even if the buffer object itself is not.
+   * An explicit `free()` (or the end of a `using` scope) does free it; using a view after that is
+   * the caller's error and is not detected: the memory may be unmapped (the process crashes) or
+   * already handed to another buffer (its data is read or overwritten).
+   *
+   * @param Type The TypedArray class (Uint8Array by default).
+   * @param options `byteOffset` (a multiple of the element size) and `length` in elements.
+   * @returns The view.
+   * @throws {UseAfterFreeError} When the buffer was freed.
+   * @throws {TypeError | RangeError} For a bad type, offset or length.
+   * @example
+   * ```ts
+   * using h = HostBuffer.allocate(4096);
+   * h.view(Float32Array).fill(1.5);
+   * ```
    */
   view<T extends ArrayBufferView = Uint8Array>(
     Type: TypedArrayConstructor<T> = Uint8Array as unknown as TypedArrayConstructor<T>,
     options: ViewOptions = {},
   ): T {
-    const ptr = this.ptr;
+    this.checkLive();
     const { byteOffset, length } = viewRange(this.byteLength, Type, options);
     if (this.writeCombined && !warnedWriteCombined) {
       warnedWriteCombined = true;
@@ -210,8 +267,7 @@ export class HostBuffer extends Allocation {
       const r = this.registered;
       return new Type(r.buffer as ArrayBuffer, r.byteOffset + byteOffset, length);
     }
-    this.cachedView ??= getBackend().hostView(ptr, this.byteLength);
-    return new Type(this.cachedView, byteOffset, length);
+    return this.hostView(Type, byteOffset, length);
   }
 
   /** `HostBuffer(4096 bytes, mapped)`. */
@@ -219,11 +275,5 @@ export class HostBuffer extends Allocation {
     const flags = [this.registered ? 'registered' : 'pinned', this.mapped ? 'mapped' : '', this.portable ? 'portable' : '',
       this.writeCombined ? 'write-combined' : ''].filter(Boolean).join(', ');
     return `HostBuffer(${this.byteLength} bytes, ${flags}${this.isFreed ? ', freed' : ''})`;
-  }
-
-  /** Drops the cached view with the memory. */
-  override free(): void {
-    super.free();
-    this.cachedView = undefined;
   }
 }

@@ -5,13 +5,15 @@
  *
  * Host access through `view()` is safe while no device work touches the memory, or at any time on
  * devices with `concurrentManagedAccess`; on others, touching it while a kernel runs faults.
+ * Views keep the buffer alive (the backstop never frees memory under a reachable view); an
+ * explicit `free()` does not wait for them, and a view used afterwards is the caller's error.
  */
 import { MemAdvice, type MemLocation, type Ptr } from '../backend/backend.js';
-import { getBackend } from '../backend/select.js';
 import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { DeviceMemory } from './copy.js';
+import type { Release } from './lifetime.js';
 import { type TypedArrayConstructor, type ViewOptions, viewRange } from './host-buffer.js';
 import { ManagedResource, type ManagedAttach } from './managed-resource.js';
 import { defaultStream, type MemoryResource, type StreamRef } from './resource.js';
@@ -45,15 +47,15 @@ export class ManagedBuffer extends DeviceMemory {
   readonly device: Device;
   /** The resource it was allocated from and is returned to. */
   readonly resource: MemoryResource;
-  /** The stream it was allocated on and is freed on. */
+  /** The stream it was allocated on, and is freed on unless `free({ stream })` names another. */
   readonly stream: StreamRef;
-  private cachedView: ArrayBuffer | undefined;
 
-  private constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: () => void) {
-    super(ptr, bytes, release);
+  private constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
+    const device = Device.get(resource.device);
+    super(ptr, bytes, release, device, stream);
     this.resource = resource;
     this.stream = stream;
-    this.device = Device.get(resource.device);
+    this.device = device;
   }
 
   /** Allocates `bytes` of managed memory (cuMemAllocManaged). */
@@ -82,7 +84,7 @@ export class ManagedBuffer extends DeviceMemory {
     streamHandleOf(stream);
     const ptr = resource.allocate(bytes, stream);
     const mr = resource;
-    return new ManagedBuffer(ptr, bytes, mr, stream, () => mr.deallocate(ptr, bytes, stream));
+    return new ManagedBuffer(ptr, bytes, mr, stream, (on) => mr.deallocate(ptr, bytes, on));
   }
 
   /** Managed memory is reachable from every device: copies never need the peer path. */
@@ -101,7 +103,7 @@ export class ManagedBuffer extends DeviceMemory {
     const { offset, bytes } = this.range(range, 'prefetch');
     if (bytes === 0) return;
     (location instanceof Device ? location : this.device).makeCurrent();
-    getBackend().memPrefetchAsync(ptr + offset, bytes, loc, s);
+    this.backend.memPrefetchAsync(ptr + offset, bytes, loc, s);
   }
 
   /**
@@ -127,27 +129,36 @@ export class ManagedBuffer extends DeviceMemory {
       loc = toLocation(location, 'advise');
     }
     this.device.makeCurrent();
-    getBackend().memAdvise(ptr, this.byteLength, code, loc);
+    this.backend.memAdvise(ptr, this.byteLength, code, loc);
   }
 
   /**
-   * A zero-copy TypedArray (Uint8Array by default) over the memory, for host access. Valid until
-   * the buffer is freed; see the class note on concurrent access.
+   * A zero-copy TypedArray (Uint8Array by default) over the memory, for host access; see the
+   * class note on concurrent access.
+   *
+   * The view keeps this buffer alive: the garbage-collection backstop never frees the memory
+   * while a view (or its ArrayBuffer) is reachable. An explicit `free()` does free it; using a
+   * view after that is the caller's error and is not detected: the memory may be unmapped (the
+   * process crashes) or already handed to another buffer (its data is read or overwritten).
+   *
+   * @param Type The TypedArray class (Uint8Array by default).
+   * @param options `byteOffset` (a multiple of the element size) and `length` in elements.
+   * @returns The view.
+   * @throws {UseAfterFreeError} When the buffer was freed.
+   * @throws {TypeError | RangeError} For a bad type, offset or length.
+   * @example
+   * ```ts
+   * using m = ManagedBuffer.allocate(4096);
+   * m.view(Uint32Array).fill(7);
+   * ```
    */
   view<T extends ArrayBufferView = Uint8Array>(
     Type: TypedArrayConstructor<T> = Uint8Array as unknown as TypedArrayConstructor<T>,
     options: ViewOptions = {},
   ): T {
-    const ptr = this.ptr;
+    this.checkLive();
     const { byteOffset, length } = viewRange(this.byteLength, Type, options);
-    this.cachedView ??= getBackend().hostView(ptr, this.byteLength);
-    return new Type(this.cachedView, byteOffset, length);
-  }
-
-  /** Drops the cached view with the memory. */
-  override free(): void {
-    super.free();
-    this.cachedView = undefined;
+    return this.hostView(Type, byteOffset, length);
   }
 
   /** `ManagedBuffer(1024 bytes)`. */
