@@ -21,6 +21,7 @@ import { leakStatistics, onLeak, captureAllocationStacks, type LeakRecord } from
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { PinnedHostResource } from '../src/memory/pinned-host-resource.js';
 import { DoubleFreeError, OutOfMemoryError, UseAfterFreeError, VramStateError } from '../src/errors.js';
+import type { Backend } from '../src/backend/backend.js';
 
 if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 << 30 }));
 
@@ -442,6 +443,55 @@ test('ManagedBuffer: host view, copies, prefetch and advice', async () => {
   using h = ManagedBuffer.allocate(64, { attach: 'host' });
   assert.throws(() => ManagedBuffer.allocate(64, { attach: 'device' as 'host' }), RangeError);
   void h;
+});
+
+test('setBackend refuses another backend once a Device exists, and accepts the one in use', () => {
+  const inUse = device.backend;
+  assert.equal(getBackend(), inUse);
+  // Devices, streams and buffers already hold this backend's contexts, handles and addresses.
+  assert.throws(() => setBackend(new EmulatedBackend()), VramStateError);
+  assert.throws(() => setBackend(new EmulatedBackend()), /before the first Device\.get/);
+  assert.equal(getBackend(), inUse, 'a refused setBackend changes nothing');
+  setBackend(inUse);
+  assert.equal(getBackend(), inUse);
+  assert.throws(() => setBackend(null as unknown as Backend), TypeError);
+  assert.throws(() => setBackend('cuda' as unknown as Backend), TypeError);
+});
+
+test('buffers, copies and fills go through the owning device\'s backend', () => {
+  using d = DeviceBuffer.allocate(64);
+  using h = HostBuffer.allocate(64);
+  using m = ManagedBuffer.allocate(64);
+  for (const b of [d, h, m]) assert.equal(b.backend, device.backend);
+  // Count the calls on the device's backend: every operation below must go through it.
+  const backend = device.backend;
+  const calls: string[] = [];
+  const target = backend as unknown as Record<string, unknown>;
+  const names = ['memcpyFromHost', 'memcpyToHost', 'memcpy', 'memset', 'hostView'] as const;
+  const saved = names.map((name) => [name, Object.getOwnPropertyDescriptor(backend, name)] as const);
+  for (const name of names) {
+    const original = backend[name] as (...args: unknown[]) => unknown;
+    target[name] = (...args: unknown[]): unknown => {
+      calls.push(name);
+      return original.apply(backend, args);
+    };
+  }
+  try {
+    d.copyFromHost(new Uint8Array(64).fill(3));
+    d.memset(4, { count: 8 });
+    d.copyToHost(h);
+    m.copyFrom(d);
+    m.copyToHost(new Uint8Array(64));
+    assert.equal(h.view()[0], 4);
+    assert.equal(m.view()[63], 3);
+  } finally {
+    for (const [name, descriptor] of saved) {
+      if (descriptor === undefined) delete target[name];
+      else Object.defineProperty(backend, name, descriptor);
+    }
+  }
+  assert.deepEqual(calls.filter((c) => c !== 'hostView'), ['memcpyFromHost', 'memset', 'memcpy', 'memcpy', 'memcpyToHost']);
+  assert.ok(calls.includes('hostView'));
 });
 
 /** A way to force garbage collection, if the runtime allows one. */
