@@ -110,6 +110,55 @@ export const EventFlags = {
   INTERPROCESS: 0x4,
 } as const;
 
+/**
+ * Conditions of `streamWaitValue32` (CUstreamWaitValue_flags). The stream's later work waits until
+ * the 32-bit word at the address satisfies the condition against `value`:
+ * - GEQ: `(int32_t)(word - value) >= 0`, a cyclic greater-or-equal that ignores wraparound;
+ * - EQ: `word == value`;
+ * - AND: `(word & value) != 0`;
+ * - NOR: `~(word | value) != 0`.
+ * (CU_STREAM_WAIT_VALUE_FLUSH is not offered: few platforms can flush remote writes; an H100 on
+ * x86-64 answered CUDA_ERROR_NOT_SUPPORTED.)
+ */
+export const StreamWaitValueFlags = {
+  GEQ: 0x0,
+  EQ: 0x1,
+  AND: 0x2,
+  NOR: 0x3,
+} as const;
+
+/**
+ * Flags of `streamWriteValue32` (CUstreamWriteValue_flags). DEFAULT, the only one: the write comes
+ * after a memory barrier, so whoever sees it also sees the stream's earlier writes.
+ * CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER is not supported by the v2 entry point vram binds (the
+ * driver answers CUDA_ERROR_INVALID_VALUE, as NVIDIA documents and an H100 confirmed).
+ */
+export const StreamWriteValueFlags = {
+  DEFAULT: 0x0,
+} as const;
+
+/**
+ * The argument checks both backends make for `streamWaitValue32` / `streamWriteValue32` before
+ * any driver call: `addr` a whole number > 0 aligned to 4 bytes, `value` a 32-bit unsigned whole
+ * number, `flags` one the call supports. A non-number is a TypeError, the rest RangeErrors.
+ */
+export function checkStreamValue32(call: 'streamWaitValue32' | 'streamWriteValue32', addr: unknown, value: unknown, flags: unknown): void {
+  for (const [name, v] of [['addr', addr], ['value', value], ['flags', flags]] as const) {
+    if (typeof v !== 'number') throw new TypeError(`${call}: ${name} must be a number, got ${typeof v}`);
+  }
+  const a = addr as number;
+  const v = value as number;
+  const f = flags as number;
+  if (!Number.isSafeInteger(a) || a <= 0) throw new RangeError(`${call}: addr must be a device address (a whole number > 0), got ${a}`);
+  if (a % 4 !== 0) throw new RangeError(`${call}: addr 0x${a.toString(16)} is not aligned to 4 bytes`);
+  if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new RangeError(`${call}: value must be a 32-bit unsigned whole number, got ${v}`);
+  const maxFlag = call === 'streamWaitValue32' ? StreamWaitValueFlags.NOR : StreamWriteValueFlags.DEFAULT;
+  if (!Number.isInteger(f) || f < 0 || f > maxFlag) {
+    const known = call === 'streamWaitValue32' ? 'a StreamWaitValueFlags value (GEQ, EQ, AND or NOR)' : 'StreamWriteValueFlags.DEFAULT (0)';
+    throw new RangeError(`${call}: flags must be ${known}, got ${f}`);
+  }
+}
+
 /** Attributes of a stream-ordered memory pool (CUmemPool_attribute). */
 export const MemPoolAttribute = {
   REUSE_FOLLOW_EVENT_DEPENDENCIES: 1,
@@ -256,6 +305,35 @@ export interface Backend {
   streamWaitEvent(stream: Handle, event: Handle): void;
   /** [least, greatest] stream priority; greatest is numerically smallest. */
   streamPriorityRange(): readonly [least: number, greatest: number];
+  /**
+   * cuStreamWaitValue32: later work on `stream` waits until the 32-bit word at device address
+   * `addr` satisfies `flags` (a StreamWaitValueFlags condition) against `value`; the call itself
+   * returns at once. `addr` is device memory, or (the usual case) the device pointer of mapped
+   * pinned host memory: `memHostAlloc(bytes, HostAllocFlags.DEVICEMAP)`, then
+   * `memHostGetDevicePointer`. Managed and pageable memory are CUDA_ERROR_INVALID_VALUE.
+   *
+   * This is how a test holds a stream back deterministically on a real GPU: the stream stops at
+   * the wait, and the host releases it by writing a satisfying value into the memory's host view
+   * (`new Uint32Array(backend.hostView(hostPtr, 4))[0] = value`); until then the stream, events
+   * recorded on it after the wait and streams waiting on those events stay pending
+   * (`streamQuery`/`eventQuery` report false). Never synchronise on held work before the host
+   * releases it: on a GPU that call never returns; the emulated backend fails it with
+   * CUDA_ERROR_NOT_READY, saying which wait holds it, instead of hanging. What waits, as probed
+   * on an H100: stream, event and context synchronisation, cuMemFree, cuMemFreeHost,
+   * cuMemHostUnregister and destroying the context wait for held work on any stream; copies and
+   * fills that involve host or managed memory, and synchronising the legacy default stream, wait
+   * for held *blocking* streams only (hold a NON_BLOCKING stream to read memory meanwhile);
+   * copies and fills between device addresses never block the host, but behind a held blocking
+   * stream they run only once it is released. Allocating and streamDestroy do not wait.
+   */
+  streamWaitValue32(stream: Handle, addr: Ptr, value: number, flags: number): void;
+  /**
+   * cuStreamWriteValue32: writes the 32-bit `value` to device address `addr` in stream order,
+   * after a memory barrier (`flags`: StreamWriteValueFlags.DEFAULT); the same memory as for
+   * streamWaitValue32. Pairs with a streamWaitValue32 on another stream to order two streams
+   * through memory.
+   */
+  streamWriteValue32(stream: Handle, addr: Ptr, value: number, flags: number): void;
   eventCreate(flags: number): Handle;
   eventDestroy(event: Handle): void;
   eventRecord(event: Handle, stream: Handle): void;

@@ -13,7 +13,7 @@ import type {
   Backend, DeviceInfo, Handle, HostMemory, MemInfo, MemLocation, Memcpy2D, MemPoolAttribute, MemPoolProps,
   PointerAttributes, Ptr,
 } from './backend.js';
-import { MemHandleType } from './backend.js';
+import { checkStreamValue32, MemHandleType } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
@@ -483,6 +483,16 @@ class CudaBackend implements Backend {
 
   streamWaitEvent(stream: Handle, event: Handle): void {
     this.check(this.fn.cuStreamWaitEvent(stream, event, 0), 'cuStreamWaitEvent');
+  }
+
+  streamWaitValue32(stream: Handle, addr: Ptr, value: number, flags: number): void {
+    checkStreamValue32('streamWaitValue32', addr, value, flags);
+    this.check(this.fn.cuStreamWaitValue32_v2(stream, addr, value, flags), 'cuStreamWaitValue32');
+  }
+
+  streamWriteValue32(stream: Handle, addr: Ptr, value: number, flags: number): void {
+    checkStreamValue32('streamWriteValue32', addr, value, flags);
+    this.check(this.fn.cuStreamWriteValue32_v2(stream, addr, value, flags), 'cuStreamWriteValue32');
   }
 
   streamPriorityRange(): readonly [least: number, greatest: number] {

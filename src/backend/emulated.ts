@@ -255,6 +255,14 @@ export class EmulatedBackend implements Backend {
     this.streams.streamWaitEvent(stream, event);
   }
 
+  streamWaitValue32(stream: Handle, addr: Ptr, value: number, flags: number): void {
+    this.streams.streamWaitValue32(stream, addr, value, flags);
+  }
+
+  streamWriteValue32(stream: Handle, addr: Ptr, value: number, flags: number): void {
+    this.streams.streamWriteValue32(stream, addr, value, flags);
+  }
+
   streamPriorityRange(): readonly [least: number, greatest: number] {
     return this.streams.streamPriorityRange();
   }

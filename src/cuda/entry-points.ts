@@ -83,6 +83,8 @@ export interface DriverFunctions {
   cuStreamSynchronize(stream: number): R;
   cuStreamQuery(stream: number): R;
   cuStreamWaitEvent(stream: number, event: number, flags: number): R;
+  cuStreamWaitValue32_v2(stream: number, addr: number, value: number, flags: number): R;
+  cuStreamWriteValue32_v2(stream: number, addr: number, value: number, flags: number): R;
   cuEventCreate(event: BigUint64Array, flags: number): R;
   cuEventDestroy_v2(event: number): R;
   cuEventRecord(event: number, stream: number): R;
@@ -189,6 +191,9 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuStreamSynchronize: { symbol: 'cuStreamSynchronize', version: 2000, params: `${U64} stream` },
   cuStreamQuery: { symbol: 'cuStreamQuery', version: 2000, params: `${U64} stream` },
   cuStreamWaitEvent: { symbol: 'cuStreamWaitEvent', version: 3020, params: `${U64} stream, ${U64} event, uint32_t flags` },
+  // The _v2 stream memory operations (CUDA 11.7): always available, no CAN_USE_STREAM_MEM_OPS_V1 opt-in.
+  cuStreamWaitValue32_v2: { symbol: 'cuStreamWaitValue32', version: 11070, params: `${U64} stream, ${U64} addr, uint32_t value, uint32_t flags` },
+  cuStreamWriteValue32_v2: { symbol: 'cuStreamWriteValue32', version: 11070, params: `${U64} stream, ${U64} addr, uint32_t value, uint32_t flags` },
   cuEventCreate: { symbol: 'cuEventCreate', version: 2000, params: 'uint64_t *event, uint32_t flags' },
   cuEventDestroy_v2: { symbol: 'cuEventDestroy', version: 4000, params: `${U64} event` },
   cuEventRecord: { symbol: 'cuEventRecord', version: 2000, params: `${U64} event, ${U64} stream` },

@@ -62,6 +62,8 @@ export class ContextCalls {
   primaryContextRelease(ordinal: number): void {
     const device = this.s.device(ordinal, 'cuDevicePrimaryCtxRelease');
     if (device.primaryRetains === 0) fail(CUresult.INVALID_CONTEXT, 'cuDevicePrimaryCtxRelease', 'the primary context is not retained');
+    // The last release waits for the context's work, as a destroy does.
+    if (device.primaryRetains === 1 && device.primary !== undefined) this.s.checkContextNotHeld('cuDevicePrimaryCtxRelease', device.primary);
     device.primaryRetains--;
     if (device.primaryRetains === 0 && device.primary !== undefined) {
       const ctx = this.s.contexts.get(device.primary)!;
@@ -79,12 +81,16 @@ export class ContextCalls {
     return ctx.handle;
   }
 
-  /** Destroys a created context: its work completes and its memory is freed. */
+  /**
+   * Destroys a created context: its work completes and its memory is freed. Work held by a wait
+   * value fails it with CUDA_ERROR_NOT_READY (the driver waits for that work: forever).
+   */
   contextDestroy(ctx: Handle): void {
     const context = this.s.contexts.get(ctx);
     if (context === undefined || context.primary) {
       fail(CUresult.INVALID_CONTEXT, 'cuCtxDestroy', context === undefined ? `unknown context ${ctx}` : 'primary contexts are released, not destroyed');
     }
+    this.s.checkContextNotHeld('cuCtxDestroy', ctx);
     this.s.dropContextResources(context);
     this.s.contexts.delete(ctx);
     // The driver pops a destroyed context that is current: the one below it (if any) is current again.
@@ -104,10 +110,13 @@ export class ContextCalls {
     return this.s.currentHandle();
   }
 
-  /** Runs all queued work, then releases pool memory above each pool's release threshold. */
+  /**
+   * Runs all queued work, then releases pool memory above each pool's release threshold; work of
+   * the context held by a wait value fails it with CUDA_ERROR_NOT_READY (a GPU would never return).
+   */
   contextSynchronize(): void {
     this.s.ctx('cuCtxSynchronize');
-    this.s.scheduler.drainAll();
+    this.s.settle('cuCtxSynchronize', 'context');
     this.s.releasePools();
   }
 

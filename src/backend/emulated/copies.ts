@@ -1,6 +1,8 @@
 /**
  * The emulated driver's copies and fills: checked when called, run at once (synchronous calls,
- * after all queued work) or in stream order (the Async calls).
+ * after all queued work) or in stream order (the Async calls). A synchronous call that the host
+ * waits for fails while a wait value holds the work it waits for (see EmulatedState.settle); one
+ * between device addresses is queued behind held work instead (EmulatedState.runOnDevice).
  */
 import type { Handle, HostMemory, Memcpy2D, Ptr } from '../backend.js';
 import { checkCount, hex, invalidValue } from './fail.js';
@@ -28,7 +30,7 @@ export class Copies {
     checkCount(bytes, call, 'bytes');
     const { buffer, byteOffset, byteLength } = hostBytes(src);
     if (bytes > byteLength) invalidValue(call, `${bytes} bytes requested from host memory of ${byteLength}`);
-    this.s.scheduler.drainAll();
+    this.s.settle(call, 'legacy');
     if (bytes === 0) return;
     copySpans(this.s.spans(dst, bytes, true, call), [{ store: new EagerStore(buffer, byteOffset, bytes), offset: 0, length: bytes }]);
   }
@@ -39,7 +41,7 @@ export class Copies {
     checkCount(bytes, call, 'bytes');
     const { buffer, byteOffset, byteLength } = hostBytes(dst);
     if (bytes > byteLength) invalidValue(call, `${bytes} bytes requested into host memory of ${byteLength}`);
-    this.s.scheduler.drainAll();
+    this.s.settle(call, 'legacy');
     if (bytes === 0) return;
     copySpans([{ store: new EagerStore(buffer, byteOffset, bytes), offset: 0, length: bytes }], this.s.spans(src, bytes, false, call));
   }
@@ -62,9 +64,13 @@ export class Copies {
 
   /** cuMemcpy2D: synchronous. */
   memcpy2D(copy: Memcpy2D): void {
-    const rows = this.rows(copy, 'cuMemcpy2D');
-    this.s.scheduler.drainAll();
-    for (const [d, s] of rows) copySpans(d, s);
+    const call = 'cuMemcpy2D';
+    const rows = this.rows(copy, call);
+    if (rows.length === 0) {
+      this.s.settle(call, 'none');
+      return;
+    }
+    this.synchronous(call, [copy.dst, copy.src], () => { for (const [d, s] of rows) copySpans(d, s); });
   }
 
   /** cuMemcpy2DAsync: checked now, runs in stream order. */
@@ -78,9 +84,10 @@ export class Copies {
 
   /** cuMemsetD8/D16/D32: synchronous; `ptr` must be aligned to the element size. */
   memset(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number): void {
-    const fill = this.fill(ptr, value, elementBytes, count, `cuMemsetD${elementBytes * 8}`);
-    this.s.scheduler.drainAll();
-    fill?.();
+    const call = `cuMemsetD${elementBytes * 8}`;
+    const fill = this.fill(ptr, value, elementBytes, count, call);
+    if (fill === undefined) this.s.settle(call, 'none');
+    else this.synchronous(call, [ptr], fill);
   }
 
   /** cuMemsetD8/D16/D32Async: checked now, runs in stream order. */
@@ -94,9 +101,28 @@ export class Copies {
   /** A synchronous copy between addresses, after all queued work (cuMemcpy, cuMemcpyPeer). */
   private copyNow(dst: Ptr, src: Ptr, bytes: number, call: string): void {
     checkCount(bytes, call, 'bytes');
-    this.s.scheduler.drainAll();
-    if (bytes === 0) return;
-    copySpans(this.s.spans(dst, bytes, true, call), this.s.spans(src, bytes, false, call));
+    if (bytes === 0) {
+      this.s.settle(call, 'none');
+      return;
+    }
+    const d = this.s.spans(dst, bytes, true, call);
+    const from = this.s.spans(src, bytes, false, call);
+    this.synchronous(call, [dst, src], () => copySpans(d, from));
+  }
+
+  /**
+   * Runs a synchronous copy or fill after all queued work. Between device addresses the host
+   * does not wait for it, so it is ordered on the legacy stream (and queued there while held
+   * work is ahead of it); with host or managed memory involved the host waits, and held work it
+   * would wait for fails the call.
+   */
+  private synchronous(call: string, addresses: readonly Ptr[], run: () => void): void {
+    if (addresses.every((a) => this.s.isDeviceMemory(a))) {
+      this.s.runOnDevice(run);
+    } else {
+      this.s.settle(call, 'legacy');
+      run();
+    }
   }
 
   /** A copy between addresses, checked now and run in stream order (cuMemcpyAsync, cuMemcpyPeerAsync). */

@@ -33,7 +33,7 @@ export class DeviceMemory {
    */
   memFree(ptr: Ptr): void {
     const call = 'cuMemFree';
-    this.s.scheduler.drainAll();
+    this.s.settle(call, 'context');
     if (ptr === 0) return;
     const block = this.s.poolBlocks.get(ptr);
     if (block !== undefined) {

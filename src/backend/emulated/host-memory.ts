@@ -51,7 +51,7 @@ export class HostMemoryCalls {
 
   /** cuMemFreeHost: synchronises, then frees pinned memory allocated at exactly `ptr`. */
   memFreeHost(ptr: Ptr): void {
-    this.s.scheduler.drainAll();
+    this.s.settle('cuMemFreeHost', 'context');
     const a = this.s.pinnedIndex.find(ptr);
     if (a === undefined || a.base !== ptr) invalidValue('cuMemFreeHost', `${hex(ptr)} is not pinned host memory`);
     this.s.dropAllocation(this.s.pinnedIndex, a);
@@ -84,7 +84,7 @@ export class HostMemoryCalls {
 
   /** cuMemHostUnregister: `hostPtr` must be the start of a registration. */
   memHostUnregister(hostPtr: Ptr): void {
-    this.s.scheduler.drainAll();
+    this.s.settle('cuMemHostUnregister', 'context');
     const a = this.s.registeredIndex.find(hostPtr);
     if (a === undefined || a.base !== hostPtr) fail(CUresult.HOST_MEMORY_NOT_REGISTERED, 'cuMemHostUnregister');
     this.s.registeredIndex.remove(a);

@@ -80,7 +80,7 @@ export class PoolCalls {
     const call = 'cuMemPoolDestroy';
     const p = this.pool(pool, call);
     if ([...this.s.defaultPools.values()].includes(p)) invalidValue(call, 'a default pool cannot be destroyed');
-    this.s.scheduler.drainAll();
+    this.s.settle(call, 'none');
     for (const b of p.allocatedBlocks()) this.s.poolBlocks.delete(b.address);
     p.destroy();
     this.s.poolIndex.remove(p);

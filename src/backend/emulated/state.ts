@@ -12,7 +12,7 @@ import { ContextState, DeviceState } from './devices.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { Block, PoolState, PoolHost } from './pools.js';
 import { EagerStore, type Span } from './store.js';
-import { EventState, Scheduler, StreamState, type StreamPoint } from './streams.js';
+import { EventState, Scheduler, StreamState, type Hold, type StreamPoint } from './streams.js';
 import { type PhysicalMemory, PhysicalTable, Reservation } from './vmm.js';
 
 /** JavaScript memory that was given an address (addressOf), held weakly. */
@@ -23,6 +23,11 @@ export class PageableBuffer implements Interval {
     readonly size: number,
     readonly buffer: WeakRef<ArrayBufferLike>,
   ) {}
+}
+
+/** The streams a call ordered on the legacy default stream waits for: it and the blocking streams. */
+function waitsForLegacy(stream: StreamState): boolean {
+  return stream.legacy || stream.blocking;
 }
 
 /** One emulated driver's state, shared by the modules that implement its calls. */
@@ -184,10 +189,90 @@ export class EmulatedState {
     return e;
   }
 
-  /** Queues `run` on `stream`; work on other streams of the context also waits for its legacy stream. */
-  enqueue(stream: StreamState, run: (() => void) | undefined, deps?: readonly StreamPoint[]): StreamPoint {
+  /**
+   * Queues `run` on `stream` (after `hold`'s condition, if any); work on other streams of the
+   * context also waits for its legacy stream.
+   */
+  enqueue(stream: StreamState, run: (() => void) | undefined, deps?: readonly StreamPoint[], hold?: Hold): StreamPoint {
     const legacy = stream.legacy ? undefined : this.contexts.get(stream.context)?.legacy;
-    return this.scheduler.enqueue(stream, run, deps, legacy);
+    return this.scheduler.enqueue(stream, run, deps, legacy, hold);
+  }
+
+  /**
+   * What a synchronous call does first: runs all queued work that can run, then fails with
+   * CUDA_ERROR_NOT_READY if work the call waits for is still held by a wait value
+   * (cuStreamWaitValue32) that the host never released, where on a GPU the call would never
+   * return. What each call waits for, as probed on an H100 (CUDA 13) with a stream held:
+   * - `legacy`: the current context's legacy default stream and its blocking streams (not the
+   *   non-blocking ones): synchronous copies and fills that involve host or managed memory
+   *   (cuMemcpyHtoD/DtoH, cuMemcpy to or from pinned memory, cuMemset of pinned or managed memory);
+   * - `context`: every stream of the current context: cuCtxSynchronize, cuMemFree,
+   *   cuMemFreeHost, cuMemHostUnregister;
+   * - `none`: no held work (cuMemAddressFree, cuMemUnmap, cuMemPoolDestroy, cuMemAlloc...).
+   * Copies and fills between device addresses do not make the host wait: see `runOnDevice`.
+   */
+  settle(call: string, waitsFor: 'legacy' | 'context' | 'none'): void {
+    this.scheduler.drainAll();
+    if (waitsFor === 'none') return;
+    const held = this.scheduler.held(this.currentHandle(), waitsFor === 'context' ? () => true : waitsForLegacy);
+    if (held !== undefined) this.heldError(call, held);
+  }
+
+  /**
+   * A synchronous copy or fill between device addresses (cuMemcpy, cuMemcpy2D, cuMemcpyPeer,
+   * cuMemset of device memory): the host does not wait for it (CUDA's API synchronisation rules),
+   * it is ordered on the legacy default stream. It runs now, after all queued work that can run,
+   * unless the legacy stream or a blocking stream of the current context is held: then it is
+   * queued on the legacy stream, behind them, and runs once they are released (as probed: the
+   * driver returns at once and the copy lands after the held work).
+   */
+  runOnDevice(run: () => void): void {
+    this.scheduler.drainAll();
+    const ctx = this.contexts.get(this.currentHandle());
+    if (ctx !== undefined && !ctx.destroyed && this.scheduler.held(ctx.handle, waitsForLegacy) !== undefined) {
+      this.enqueue(ctx.legacy, run);
+      return;
+    }
+    run();
+  }
+
+  /** True for device memory (plain, pool or virtual): not host, managed or pageable memory. */
+  isDeviceMemory(address: number): boolean {
+    const kind = this.lookup(address)?.kind;
+    return kind === 'device' || kind === 'pool' || kind === 'reservation';
+  }
+
+  /**
+   * Runs the work that synchronising `stream` waits for: its queue (with what it depends on),
+   * and for a legacy default stream the queues of the blocking streams of its context too
+   * (cuStreamSynchronize(0) waits for them, as probed). Returns the stream whose work a wait
+   * value holds, or undefined when all of it ran.
+   */
+  runStream(stream: StreamState): StreamState | undefined {
+    if (!stream.drain()) return stream;
+    if (stream.legacy) {
+      for (const s of this.scheduler.streamsOf(stream.context)) if (s.blocking && !s.drain()) return s;
+    }
+    return undefined;
+  }
+
+  /** Fails `call` (which would destroy `context`) when a wait value holds work of the context. */
+  checkContextNotHeld(call: string, context: number): void {
+    this.scheduler.drainAll();
+    const held = this.scheduler.held(context, () => true);
+    if (held !== undefined) this.heldError(call, held);
+  }
+
+  /** The error of a synchronisation `call` that would wait forever on `stream`'s held work. */
+  heldError(call: string, stream: StreamState): never {
+    const by = stream.heldBy() ?? 'a cuStreamWaitValue32';
+    fail(CUresult.NOT_READY, call, `emulated ${this.streamName(stream)} is blocked: it waits for ${by}, which the host never ` +
+      'released; on a GPU this call would never return (write the value into the memory\'s host view before synchronising)');
+  }
+
+  /** A stream as messages name it. */
+  streamName(stream: StreamState): string {
+    return stream.legacy ? `the legacy default stream of context ${stream.context}` : `stream ${stream.handle}`;
   }
 
   /** Releases pool memory above each pool's release threshold, as a synchronisation does. */

@@ -2,10 +2,11 @@
  * The emulated driver's stream and event calls: creation and destruction, ordering between
  * streams, and the deterministic rule that queries and synchronisations run queued work now.
  */
-import type { Handle } from '../backend.js';
+import { checkStreamValue32, type Handle, type Ptr } from '../backend.js';
 import { CUresult } from '../../errors.js';
-import { fail, invalidValue } from './fail.js';
+import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
+import type { Span } from './store.js';
 import { EventState, StreamState } from './streams.js';
 
 /** Which stream priorities streamCreate accepts: [least, greatest]. */
@@ -41,19 +42,25 @@ export class StreamCalls {
     this.s.destroyedStreams.add(stream);
   }
 
-  /** cuStreamSynchronize: runs the stream's work, then releases pool memory above thresholds. */
+  /**
+   * cuStreamSynchronize: runs the stream's work (for the legacy default stream, its blocking
+   * streams' work too), then releases pool memory above thresholds. Work held by a wait value the
+   * host has not released fails with CUDA_ERROR_NOT_READY (a GPU would wait forever).
+   */
   streamSynchronize(stream: Handle): void {
-    this.s.stream(stream, 'cuStreamSynchronize').drain();
+    const call = 'cuStreamSynchronize';
+    const held = this.s.runStream(this.s.stream(stream, call));
+    if (held !== undefined) this.s.heldError(call, held);
     this.s.releasePools();
   }
 
   /**
    * cuStreamQuery. Deterministic rule: a query runs the stream's queued work and reports true
-   * (the emulated device finishes work as soon as anyone looks).
+   * (the emulated device finishes work as soon as anyone looks), or false while a wait value
+   * holds some of it.
    */
   streamQuery(stream: Handle): boolean {
-    this.s.stream(stream, 'cuStreamQuery').drain();
-    return true;
+    return this.s.runStream(this.s.stream(stream, 'cuStreamQuery')) === undefined;
   }
 
   /** cuStreamWaitEvent: later work on `stream` runs after the event's recorded point. */
@@ -63,6 +70,48 @@ export class StreamCalls {
     const e = this.s.event(event, call);
     if (e.recordedAt === undefined || e.completed) return;
     this.s.enqueue(s, undefined, [e.recordedAt]);
+  }
+
+  /**
+   * cuStreamWaitValue32: later work on the stream is held until the 32-bit word at `addr`
+   * satisfies the condition. The word is read whenever the queue runs (at sync points and
+   * queries), so a value the host writes releases the stream at the next one.
+   */
+  streamWaitValue32(stream: Handle, addr: Ptr, value: number, flags: number): void {
+    const call = 'cuStreamWaitValue32';
+    checkStreamValue32('streamWaitValue32', addr, value, flags);
+    const s = this.s.stream(stream, call);
+    const spans = this.word(addr, false, call);
+    const test = WAIT_CONDITIONS[flags]!;
+    const ready = (): boolean => test(readWord(spans), value);
+    const describe = (): string =>
+      `the cuStreamWaitValue32 on ${this.s.streamName(s)} for the word at ${hex(addr)} ${WAIT_NAMES[flags]!(value)} (it is ${readWord(spans)})`;
+    const progress = (): void => this.s.scheduler.drainAll();
+    this.s.enqueue(s, undefined, undefined, { ready, progress, describe });
+  }
+
+  /** cuStreamWriteValue32: writes the 32-bit word at `addr` in stream order. */
+  streamWriteValue32(stream: Handle, addr: Ptr, value: number, flags: number): void {
+    const call = 'cuStreamWriteValue32';
+    checkStreamValue32('streamWriteValue32', addr, value, flags);
+    const s = this.s.stream(stream, call);
+    const spans = this.word(addr, true, call);
+    const bytes = new Uint8Array(4);
+    new DataView(bytes.buffer).setUint32(0, value, true);
+    this.s.enqueue(s, () => { for (const sp of spans) sp.store.write(sp.offset, bytes); });
+  }
+
+  /**
+   * The 4 bytes a stream memory operation reads or writes: device memory (plain, pool or mapped
+   * virtual memory) or page-locked host memory (pinned or registered; its address is its device
+   * address under unified addressing). Managed memory and pageable JavaScript memory are
+   * CUDA_ERROR_INVALID_VALUE, as for the driver, which cannot use them there.
+   */
+  private word(addr: Ptr, write: boolean, call: string): Span[] {
+    const a = this.s.lookup(addr);
+    if (a === undefined && this.s.jsRange.contains(addr)) invalidValue(call, `${hex(addr)} is pageable host memory (register it first)`);
+    if (a?.kind === 'managed') invalidValue(call, `${hex(addr)} is managed memory, which stream memory operations cannot use`);
+    return this.s.spans(addr, 4, write, call);
   }
 
   /** [0, -5], as current GPUs report. */
@@ -101,15 +150,22 @@ export class StreamCalls {
     });
   }
 
-  /** cuEventQuery: like streamQuery, runs the work up to the event and reports true. */
+  /**
+   * cuEventQuery: like streamQuery, runs the work up to the event and reports true, or false
+   * while a wait value holds that work.
+   */
   eventQuery(event: Handle): boolean {
-    this.runToEvent(this.s.event(event, 'cuEventQuery'));
-    return true;
+    return this.runToEvent(this.s.event(event, 'cuEventQuery'));
   }
 
-  /** cuEventSynchronize: runs the work up to the event, then releases pool memory above thresholds. */
+  /**
+   * cuEventSynchronize: runs the work up to the event, then releases pool memory above thresholds;
+   * CUDA_ERROR_NOT_READY when a wait value the host has not released holds that work.
+   */
   eventSynchronize(event: Handle): void {
-    this.runToEvent(this.s.event(event, 'cuEventSynchronize'));
+    const call = 'cuEventSynchronize';
+    const e = this.s.event(event, call);
+    if (!this.runToEvent(e)) this.s.heldError(call, e.recordedAt!.stream);
     this.s.releasePools();
   }
 
@@ -129,7 +185,35 @@ export class StreamCalls {
     return b.time - a.time;
   }
 
-  private runToEvent(e: EventState): void {
-    if (e.recordedAt !== undefined) e.recordedAt.stream.runTo(e.recordedAt.position);
+  /** Runs the work up to the event's record; true when it ran (or the event was never recorded). */
+  private runToEvent(e: EventState): boolean {
+    return e.recordedAt === undefined || e.recordedAt.stream.runTo(e.recordedAt.position);
   }
 }
+
+/** The 32-bit word little-endian at `spans` (4 bytes, one span: the address is 4-aligned). */
+function readWord(spans: readonly Span[]): number {
+  const bytes = new Uint8Array(4);
+  let done = 0;
+  for (const sp of spans) {
+    sp.store.read(sp.offset, bytes.subarray(done, done + sp.length));
+    done += sp.length;
+  }
+  return new DataView(bytes.buffer).getUint32(0, true);
+}
+
+/** The conditions of CUstreamWaitValue_flags, by flag value, on unsigned 32-bit words. */
+const WAIT_CONDITIONS: readonly ((word: number, value: number) => boolean)[] = [
+  (word, value) => ((word - value) | 0) >= 0, // GEQ: (int32_t)(word - value) >= 0, cyclic
+  (word, value) => word === value, // EQ
+  (word, value) => (word & value) !== 0, // AND
+  (word, value) => ~(word | value) !== 0, // NOR
+];
+
+/** How error messages spell each condition. */
+const WAIT_NAMES: readonly ((value: number) => string)[] = [
+  (value) => `to reach ${value} (GEQ, cyclic)`,
+  (value) => `to equal ${value} (EQ)`,
+  (value) => `to share a set bit with ${hex(value)} (AND)`,
+  (value) => `to have a bit clear that is also clear in ${hex(value)} (NOR)`,
+];

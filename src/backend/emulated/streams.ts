@@ -4,6 +4,11 @@
  * on an event recorded on it, and before any synchronous operation that touches memory. Each queued
  * operation carries the points of other streams it depends on (`streamWaitEvent`, and the legacy
  * default stream's implicit synchronisation with blocking streams), and those run first.
+ *
+ * An operation may also carry a condition (cuStreamWaitValue32): while it is false the operation
+ * is held, and so is everything behind it: running a queue stops there, and work on other streams
+ * that depends on a point past it stops too. Nothing is lost: the next time anyone runs the queue
+ * (a sync point) the condition is read again, so once the host writes the value the work runs.
  */
 
 /** A point in a stream's order: everything enqueued on `stream` before `position` ran. */
@@ -12,9 +17,22 @@ export interface StreamPoint {
   readonly position: number;
 }
 
-/** One queued operation: its dependencies on other streams, then its effect (if any). */
+/**
+ * A condition an operation waits for (cuStreamWaitValue32): `ready` reads memory each time it is
+ * asked; `progress` runs the other streams' runnable work, which on a GPU runs meanwhile and may
+ * write the awaited value (a cuStreamWriteValue32, a copy); `describe` says what is awaited, for
+ * the error of a synchronisation that cannot finish.
+ */
+export interface Hold {
+  readonly ready: () => boolean;
+  readonly progress: () => void;
+  readonly describe: () => string;
+}
+
+/** One queued operation: its dependencies on other streams, its condition, then its effect (if any). */
 interface Operation {
   readonly deps: readonly StreamPoint[] | undefined;
+  readonly hold: Hold | undefined;
   readonly run: (() => void) | undefined;
 }
 
@@ -28,6 +46,8 @@ export class StreamState {
   executed = 0;
   /** Set by streamDestroy. */
   destroyed = false;
+  /** True while runTo runs this queue (a hold's progress may come back to it: it then waits). */
+  private running = false;
 
   constructor(
     /** The stream's handle (0 for a context's legacy default stream). */
@@ -53,33 +73,74 @@ export class StreamState {
   }
 
   /** Appends an operation; returns the stream point just after it. */
-  push(run: (() => void) | undefined, deps: readonly StreamPoint[] | undefined): StreamPoint {
-    this.queue.push({ run, deps });
+  push(run: (() => void) | undefined, deps: readonly StreamPoint[] | undefined, hold?: Hold): StreamPoint {
+    this.queue.push({ run, deps, hold });
     this.enqueued++;
     return { stream: this, position: this.enqueued };
   }
 
-  /** Runs queued operations until `position` operations have run. */
-  runTo(position: number): void {
-    while (this.executed < position) {
-      const op = this.queue[this.head];
-      this.queue[this.head] = undefined;
-      this.head++;
-      if (op !== undefined) {
-        if (op.deps !== undefined) for (const d of op.deps) d.stream.runTo(d.position);
-        op.run?.();
+  /**
+   * Runs queued operations until `position` operations have run, or until one is held (its
+   * condition is false, or a point it depends on is held). True when `position` was reached.
+   */
+  runTo(position: number): boolean {
+    // Dependencies are points enqueued before the operation that has them, so a run that comes
+    // back to this queue meanwhile (through them, or a hold's progress) never needs to run more.
+    if (this.running) return this.executed >= position;
+    this.running = true;
+    let reached = true;
+    try {
+      while (this.executed < position) {
+        const op = this.queue[this.head];
+        if (op !== undefined && !this.satisfied(op)) {
+          reached = false;
+          break;
+        }
+        this.queue[this.head] = undefined;
+        this.head++;
+        op?.run?.();
+        this.executed++;
       }
-      this.executed++;
+    } finally {
+      this.running = false;
     }
     if (this.head > 1024 && this.head * 2 > this.queue.length) {
       this.queue = this.queue.slice(this.head);
       this.head = 0;
     }
+    return reached;
   }
 
-  /** Runs everything enqueued so far. */
-  drain(): void {
-    this.runTo(this.enqueued);
+  /** Runs everything enqueued so far that can run; true when nothing is left (not held). */
+  drain(): boolean {
+    return this.runTo(this.enqueued);
+  }
+
+  /**
+   * What holds the stream at its next operation, after a run stopped there: the description of
+   * the unsatisfied wait, followed through the points it depends on; undefined when nothing does.
+   */
+  heldBy(): string | undefined {
+    if (this.idle) return undefined;
+    const op = this.queue[this.head];
+    if (op === undefined) return undefined;
+    if (op.deps !== undefined) {
+      for (const d of op.deps) if (d.stream.executed < d.position) return d.stream.heldBy();
+    }
+    if (op.hold !== undefined && !op.hold.ready()) return op.hold.describe();
+    return undefined;
+  }
+
+  /**
+   * Runs the operation's dependencies and reads its condition (again after letting the other
+   * streams run, when it is false at first): true when the operation may run now.
+   */
+  private satisfied(op: Operation): boolean {
+    if (op.deps !== undefined) for (const d of op.deps) if (!d.stream.runTo(d.position)) return false;
+    const hold = op.hold;
+    if (hold === undefined || hold.ready()) return true;
+    hold.progress();
+    return hold.ready();
   }
 }
 
@@ -116,11 +177,14 @@ export class Scheduler {
     this.streams.add(stream);
   }
 
-  /** Runs the stream's work and forgets it. */
+  /**
+   * Destroys a stream: its work runs, as cuStreamDestroy lets it finish. Work held by a wait
+   * value stays queued (the driver also returns at once and finishes it later, as probed on an
+   * H100): the stream is forgotten once a later run completes it.
+   */
   remove(stream: StreamState): void {
-    stream.drain();
     stream.destroyed = true;
-    this.streams.delete(stream);
+    if (stream.drain()) this.streams.delete(stream);
   }
 
   /**
@@ -128,7 +192,8 @@ export class Scheduler {
    * synchronisation: work on the legacy stream waits for all blocking streams of its context, and
    * work on a blocking stream waits for the legacy stream's earlier work.
    */
-  enqueue(stream: StreamState, run: (() => void) | undefined, extraDeps?: readonly StreamPoint[], legacy?: StreamState): StreamPoint {
+  enqueue(stream: StreamState, run: (() => void) | undefined, extraDeps?: readonly StreamPoint[], legacy?: StreamState,
+    hold?: Hold): StreamPoint {
     let deps: StreamPoint[] | undefined = extraDeps === undefined ? undefined : [...extraDeps];
     if (stream.legacy) {
       for (const s of this.streams) {
@@ -139,25 +204,42 @@ export class Scheduler {
     } else if (stream.blocking && legacy !== undefined && !legacy.idle) {
       (deps ??= []).push({ stream: legacy, position: legacy.enqueued });
     }
-    return stream.push(run, deps);
+    return stream.push(run, deps, hold);
   }
 
-  /** Runs all queued work on every stream. */
+  /**
+   * Runs all queued work on every stream, except work held by a wait value (and what depends on
+   * it), which stays queued. Destroyed streams whose held work has now run are forgotten.
+   */
   drainAll(): void {
-    let again = true;
-    while (again) {
-      again = false;
+    let progress = true;
+    while (progress) {
+      progress = false;
       for (const s of this.streams) {
-        if (!s.idle) {
-          s.drain();
-          again = true;
-        }
+        if (s.idle) continue;
+        const before = s.executed;
+        if (s.drain() && s.destroyed) this.streams.delete(s);
+        if (s.executed !== before) progress = true;
       }
     }
   }
 
-  /** Runs all queued work on the streams of one context. */
+  /** Runs all queued work on the streams of one context (except work held by a wait value). */
   drainContext(context: number): void {
     for (const s of this.streams) if (s.context === context) s.drain();
+  }
+
+  /** The streams of `context`, destroyed ones with held work included. */
+  *streamsOf(context: number): IterableIterator<StreamState> {
+    for (const s of this.streams) if (s.context === context) yield s;
+  }
+
+  /**
+   * The first stream of `context` that still has queued work (after a drainAll: work held by a
+   * wait value) and that `waitsFor` says the caller would wait for; undefined when none.
+   */
+  held(context: number, waitsFor: (stream: StreamState) => boolean): StreamState | undefined {
+    for (const s of this.streams) if (s.context === context && !s.idle && waitsFor(s)) return s;
+    return undefined;
   }
 }

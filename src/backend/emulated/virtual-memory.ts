@@ -37,7 +37,7 @@ export class VirtualMemory {
     const call = 'cuMemAddressFree';
     const r = this.s.virtualIndex.find(ptr);
     if (r === undefined || r.base !== ptr || r.size !== bytes) invalidValue(call, 'not a reservation');
-    this.s.scheduler.drainAll();
+    this.s.settle(call, 'none');
     this.s.releaseMappings(r.unmapAll());
     this.s.virtualIndex.remove(r);
   }
@@ -84,7 +84,7 @@ export class VirtualMemory {
     checkSize(bytes, call);
     const r = this.s.virtualIndex.find(ptr);
     if (r === undefined) invalidValue(call, `${hex(ptr)} is not in a reserved range`);
-    this.s.scheduler.drainAll();
+    this.s.settle(call, 'none');
     this.s.releaseMappings(r.unmap(ptr - r.base, bytes, call));
   }
 
