@@ -61,7 +61,7 @@ export abstract class MemoryResource {
    */
   allocate(bytes: number, stream?: StreamRef): Ptr {
     // The common case inline: a whole number in range passes without a call.
-    if (typeof bytes !== 'number' || !(bytes > 0 && bytes <= MAX_BYTES) || bytes % 1 !== 0) checkBytes(bytes);
+    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (this.#destroyed) throw this.destroyedError();
     return this.doAllocate(bytes, handle, stream);
@@ -80,8 +80,10 @@ export abstract class MemoryResource {
    * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
    */
   deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
-    if (typeof ptr !== 'number' || !(ptr >= 0 && ptr <= MAX_BYTES) || ptr % 1 !== 0) checkPointer(ptr);
-    if (typeof bytes !== 'number' || !(bytes > 0 && bytes <= MAX_BYTES) || bytes % 1 !== 0) checkBytes(bytes);
+    // Number.isInteger, not `% 1`: device addresses are above 2^31, so they are doubles, and a
+    // double's `% 1` is a call to fmod on the hit path.
+    if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
+    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (this.#destroyed) throw this.destroyedError();
     this.doDeallocate(ptr, bytes, handle, stream);
