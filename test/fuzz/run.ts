@@ -1,40 +1,205 @@
 /**
- * `npm run fuzz`: a million or more seeded random operations per allocator, checked against the
- * model in allocator-model.ts. Prints the seed of any failure so it can be replayed:
- *   node dist/test/fuzz/run.js --seed 1234 --ops 1000000 [--only Pool]
+ * `npm run fuzz`: seeded random operations, a million or more per target, on whichever backend
+ * VRAM_BACKEND selects (auto: the GPU when there is one, else the emulated device).
+ *
+ * Two fuzzes, and by default both run:
+ * - model (allocator-model.ts): allocate / free / bad input / releaseCached on several streams
+ *   against a bookkeeping model (no overlap, alignment, statistics, everything returned), checked
+ *   after every step, for the sub-allocators.
+ * - data (data-fuzz.ts, targets in resources.ts): every resource and adaptor stack; fills every
+ *   block with a byte pattern on its stream, moves blocks between streams through events, frees on
+ *   streams, releases caches, rebuilds the stack, and reads the blocks back now and then: a resource
+ *   that hands memory to a stream before the work of the stream that freed it is ordered before it
+ *   fails with a data mismatch.
+ *
+ * Usage:
+ *   node dist/test/fuzz/run.js [--model | --data] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
+ *   npm run fuzz -- --data --ops 1000000
+ *
+ *   --model / --data  run only that fuzz (default: both)
+ *   --ops N           operations per target, split over the runs (default 1000000)
+ *   --runs N          runs per target, each with its own random seed (default 4)
+ *   --seed S          one run with this seed (0 to 4294967295): the replay of a failure
+ *   --only NAME       only the target named NAME exactly, else those whose names contain it
+ *                     (case-insensitive)
+ *   --list            print the targets and exit
+ *   --help            print this and exit
+ *
+ * Every run's seed is printed before it starts; a failure prints its seed, the step and a replay
+ * command. Exit status: 0 when every run passed, 1 when one failed, 2 for bad arguments.
  */
 import { parseArgs } from 'node:util';
+import { getBackend } from '../../src/backend/select.js';
 import { FuzzFailure, factories, runModel } from './allocator-model.js';
+import { DataFuzzFailure, runDataFuzz } from './data-fuzz.js';
+import { resourceFactories } from './resources.js';
 
-const { values } = parseArgs({
-  options: {
-    seed: { type: 'string' },
-    ops: { type: 'string', default: '1000000' },
-    only: { type: 'string' },
-    runs: { type: 'string', default: '4' },
+const USAGE = `usage: node dist/test/fuzz/run.js [--model | --data] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
+
+  --model / --data  run only the bookkeeping fuzz / only the data fuzz (default: both)
+  --ops N           operations per target, split over the runs (default 1000000)
+  --runs N          runs per target, each with its own random seed (default 4)
+  --seed S          one run with this seed (0 to 4294967295), to replay a failure
+  --only NAME       only the target named NAME exactly, else the targets whose names contain it
+  --list            print the targets of the selected fuzzes and exit
+  --help            print this and exit
+
+Exit status: 0 all runs passed, 1 a run failed (its seed and a replay command are printed), 2 bad arguments.`;
+
+/** One fuzz the runner can run: its targets and how to run one of them. */
+interface Fuzz {
+  readonly name: 'model' | 'data';
+  readonly targets: readonly string[];
+  /** Runs one seed; returns a failure message, or undefined when it passed. */
+  run(target: string, seed: number, ops: number): string | undefined;
+}
+
+const fuzzes: readonly Fuzz[] = [
+  {
+    name: 'model',
+    targets: factories.map((f) => f.name),
+    run(target, seed, ops) {
+      const f = factories.find((x) => x.name === target)!;
+      try {
+        // Every invariant is checked after every step.
+        runModel(f, { seed, ops, maxLive: 256 });
+        return undefined;
+      } catch (error) {
+        const detail = error instanceof FuzzFailure ? error.message
+          : `${target}: seed ${seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}`;
+        return `${detail}\n  replay: VRAM_BACKEND=${getBackend().name} node dist/test/fuzz/run.js --model --only '${target}' --seed ${seed} --ops ${ops}`;
+      }
+    },
   },
-});
-const ops = Number(values.ops);
-const runs = values.seed !== undefined ? 1 : Number(values.runs);
-if (!Number.isInteger(ops) || ops <= 0) throw new RangeError(`--ops must be a positive whole number, got ${values.ops}`);
-let failures = 0;
-for (const f of factories.filter((x) => values.only === undefined || x.name.includes(values.only))) {
+  {
+    name: 'data',
+    targets: resourceFactories.map((f) => f.name),
+    run(target, seed, ops) {
+      const f = resourceFactories.find((x) => x.name === target)!;
+      try {
+        runDataFuzz(f, { seed, ops });
+        return undefined;
+      } catch (error) {
+        if (error instanceof DataFuzzFailure) return error.message;
+        return `${target}: seed ${seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}`;
+      }
+    },
+  },
+];
+
+/** A bad command line: the message and the usage go to stderr, exit status 2. */
+class UsageError extends Error {}
+
+interface Plan {
+  readonly selected: ReadonlyArray<{ fuzz: Fuzz; targets: string[] }>;
+  readonly ops: number;
+  readonly runs: number;
+  readonly seed: number | undefined;
+  readonly list: boolean;
+  readonly help: boolean;
+}
+
+function wholeNumber(text: string, flag: string, min: number, max: number): number {
+  if (!/^\d+$/.test(text)) throw new UsageError(`${flag} must be a whole number, got '${text}'`);
+  const n = Number(text);
+  if (n < min || n > max) throw new UsageError(`${flag} must be from ${min} to ${max}, got ${text}`);
+  return n;
+}
+
+function parse(argv: readonly string[]): Plan {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        model: { type: 'boolean' },
+        data: { type: 'boolean' },
+        seed: { type: 'string' },
+        ops: { type: 'string' },
+        only: { type: 'string' },
+        runs: { type: 'string' },
+        list: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+  if (values.help === true) return { selected: [], ops: 0, runs: 0, seed: undefined, list: false, help: true };
+  const ops = values.ops === undefined ? 1_000_000 : wholeNumber(values.ops, '--ops', 1, Number.MAX_SAFE_INTEGER);
+  const seed = values.seed === undefined ? undefined : wholeNumber(values.seed, '--seed', 0, 0xffffffff);
+  let runs = values.runs === undefined ? 4 : wholeNumber(values.runs, '--runs', 1, 1_000_000);
+  if (seed !== undefined) {
+    if (values.runs !== undefined && runs !== 1) throw new UsageError('--seed replays one run: leave out --runs');
+    runs = 1;
+  }
+  if (runs > ops) throw new UsageError(`--runs (${runs}) is more than --ops (${ops}): every run needs an operation`);
+  const wanted = fuzzes.filter((f) => (values.model !== true && values.data !== true) ||
+    (f.name === 'model' && values.model === true) || (f.name === 'data' && values.data === true));
+  const only = values.only;
+  if (only !== undefined && only.trim() === '') throw new UsageError('--only needs a name');
+  const all = wanted.flatMap((f) => f.targets);
+  const exact = only !== undefined && all.includes(only);
+  const selected = wanted.map((fuzz) => ({
+    fuzz,
+    targets: fuzz.targets.filter((t) => only === undefined || (exact ? t === only : t.toLowerCase().includes(only.toLowerCase()))),
+  })).filter((x) => x.targets.length > 0);
+  if (selected.length === 0) {
+    throw new UsageError(`--only '${only}' matches no target of the ${wanted.map((f) => f.name).join(' and ')} fuzz; targets:\n` +
+      wanted.map((f) => f.targets.map((t) => `  ${f.name}: ${t}`).join('\n')).join('\n'));
+  }
+  return { selected, ops, runs, seed, list: values.list === true, help: false };
+}
+
+function main(argv: readonly string[]): number {
+  let plan: Plan;
+  try {
+    plan = parse(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    console.error(`error: ${error.message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (plan.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  if (plan.list) {
+    for (const { fuzz, targets } of plan.selected) for (const t of targets) console.log(`${fuzz.name}: ${t}`);
+    return 0;
+  }
+  const perRun = Math.ceil(plan.ops / plan.runs);
+  console.log(`backend ${getBackend().name}; ${plan.ops} operations per target in ${plan.runs} run(s) of ${perRun}` +
+    (plan.seed !== undefined ? `, seed ${plan.seed}` : ', random seeds'));
+  let failures = 0;
   const t0 = performance.now();
-  for (let r = 0; r < runs; r++) {
-    const seed = values.seed !== undefined ? Number(values.seed) : (Math.random() * 2 ** 31) >>> 0;
-    try {
-      // Every invariant is checked after every step; a run of ops/runs operations per seed.
-      runModel(f, { seed, ops: Math.ceil(ops / runs), maxLive: 256 });
-    } catch (error) {
-      failures++;
-      if (error instanceof FuzzFailure) {
-        console.error(`FAIL ${error.message}\n  replay: node dist/test/fuzz/run.js --only '${f.name}' --seed ${seed} --ops ${Math.ceil(ops / runs)}`);
-      } else throw error;
+  for (const { fuzz, targets } of plan.selected) {
+    for (const target of targets) {
+      const seeds = plan.seed !== undefined ? [plan.seed]
+        : Array.from({ length: plan.runs }, () => (Math.random() * 2 ** 32) >>> 0);
+      console.log(`${fuzz.name}: ${target}: seed(s) ${seeds.join(', ')}`);
+      const t = performance.now();
+      let failed = 0;
+      for (const seed of seeds) {
+        const message = fuzz.run(target, seed, perRun);
+        if (message !== undefined) {
+          failed++;
+          console.error(`FAIL ${fuzz.name}: ${message}`);
+        }
+      }
+      failures += failed;
+      console.log(`${fuzz.name}: ${target}: ${perRun * seeds.length} operations in ` +
+        `${((performance.now() - t) / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} FAILED run(s)` : ''}`);
     }
   }
-  console.log(`${f.name}: ${ops} operations in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  console.log(`done in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  if (failures > 0) {
+    console.error(`${failures} failing run(s)`);
+    return 1;
+  }
+  return 0;
 }
-if (failures > 0) {
-  console.error(`${failures} failing run(s)`);
-  process.exitCode = 1;
-}
+
+process.exitCode = main(process.argv.slice(2));

@@ -1,0 +1,694 @@
+/**
+ * The data fuzz: checks that a memory resource never lets two streams' work touch the same bytes
+ * out of order, by writing a known byte pattern into every block and reading it back.
+ *
+ * A run drives one resource (a stack from resources.ts) on several streams: the legacy default
+ * stream, one blocking stream and two non-blocking streams. Each step, a seeded PRNG picks one of:
+ * - allocate a block (sizes: tiny, multiples of 256, odd, around powers of two, now and then
+ *   large) on a random stream and fill it at once with a fresh pattern (cuMemsetD8Async on that
+ *   stream; pinned host memory is sometimes written by the host instead, as a staging buffer is);
+ * - fill a live block again on its stream;
+ * - hand a block to another stream correctly: record an event on its stream, make the other stream
+ *   wait on it, fill it there; the other stream owns it from then on;
+ * - free a block on its stream, or on another stream after such an event wait;
+ * - releaseCached();
+ * - now and then, free most live blocks at once and release the cache (so whole chunks fall idle
+ *   with work still queued on them);
+ * - rarely, free everything, destroy the stack and build a new one.
+ * Every so often (a random interval) it verifies: every stream is synchronised, then the blocks
+ * written since the last verification, a few random others and, every few verifications, every
+ * live block are copied to pinned host memory on their stream (host memory is read in place) and
+ * every byte must equal the block's last pattern.
+ *
+ * Why a wrong resource fails here, on the emulated backend too: the emulated device runs a stream's
+ * queued work only when someone synchronises (or queries) it, so work queued on a stream that
+ * freed a block, and never ordered before the block's next owner, runs whenever that stream is
+ * next synchronised. The fuzz remembers which blocks were freed on which stream since the last
+ * verification; when a new block overlaps one freed on another stream, the verification
+ * synchronises the new owner's stream first and the freeing stream after it, so stale work lands
+ * last and shows up as the freeing block's pattern in the new block. A correct resource made the
+ * new owner wait for the free (an event), so synchronising the owner first runs the stale work
+ * first and the data is right. Other streams are synchronised in random order.
+ *
+ * A mismatch throws DataFuzzFailure naming the resource, seed and step, the block, what its bytes
+ * held instead and which write that pattern came from, and a replay command.
+ */
+import { Buffer } from 'node:buffer';
+import type { Backend, Ptr } from '../../src/backend/backend.js';
+import { getBackend } from '../../src/backend/select.js';
+import { Device } from '../../src/device.js';
+import { OutOfMemoryError } from '../../src/errors.js';
+import type { MemoryResource, StreamRef } from '../../src/memory/resource.js';
+import { Event, Stream } from '../../src/stream.js';
+import { mulberry32 } from '../../src/util/random.js';
+import type { FuzzTarget, ResourceFactory, SharedUpstream } from './resources.js';
+
+const KiB = 1024;
+const MiB = 1024 * 1024;
+/** Pinned host memory the verification copies device memory into. */
+const STAGING_BYTES = 4 * MiB;
+
+/** Options of one run. */
+export interface DataFuzzOptions {
+  readonly seed: number;
+  /** Steps to run (each one operation). */
+  readonly ops: number;
+  /** Live blocks at most (default 96). */
+  readonly maxLive?: number;
+  /** Mean steps between verifications (default 48; each interval is random, 1 to twice this). */
+  readonly verifyInterval?: number;
+  /** Every this many verifications, read every live block, not only the recent ones (default 8). */
+  readonly fullEvery?: number;
+  /** Chance per step of destroying the stack and building a new one (default 1/1500). */
+  readonly rebuildRate?: number;
+  /** How failures say to replay (default: the fuzz runner with --data, --only, --seed, --ops). */
+  readonly replay?: (name: string, seed: number, ops: number) => string;
+}
+
+/** What a run did. */
+export interface DataFuzzStats {
+  steps: number;
+  allocations: number;
+  outOfMemory: number;
+  frees: number;
+  fills: number;
+  moves: number;
+  releases: number;
+  bursts: number;
+  rebuilds: number;
+  verifications: number;
+  blocksChecked: number;
+  bytesChecked: number;
+  /** Allocations that overlapped a block freed on another stream since the last verification. */
+  crossStreamReuses: number;
+  milliseconds: number;
+}
+
+/** A run's failure: the first wrong data, or any error the resource threw. */
+export class DataFuzzFailure extends Error {
+  constructor(
+    readonly resource: string,
+    readonly seed: number,
+    readonly step: number,
+    readonly replay: string,
+    /** True when data was wrong (a DataMismatch); false when something threw. */
+    readonly mismatch: boolean,
+    detail: string,
+  ) {
+    super(`${resource}: seed ${seed} failed at step ${step}: ${detail}\n  replay: ${replay}`);
+    this.name = 'DataFuzzFailure';
+  }
+}
+
+/** Wrong bytes in a block (the detail of a DataFuzzFailure). */
+export class DataMismatch extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'DataMismatch';
+  }
+}
+
+/** The default replay command: the fuzz runner, data mode, one resource, one seed. */
+export function replayCommand(name: string, seed: number, ops: number): string {
+  const backend = getBackend().name;
+  return `VRAM_BACKEND=${backend} node dist/test/fuzz/run.js --data --only '${name}' --seed ${seed} --ops ${ops}`;
+}
+
+/** A request size: tiny, a multiple of 256, odd, around a power of two, medium or (1%) large; at most `max`. */
+export function drawSize(random: () => number, max: number): number {
+  const u = random();
+  let n: number;
+  if (u < 0.22) n = 1 + Math.floor(random() * 64);
+  else if (u < 0.42) n = 256 * (1 + Math.floor(random() * 64));
+  else if (u < 0.62) n = 2 * Math.floor(random() * 32 * KiB) + 1;
+  else if (u < 0.84) n = 2 ** (8 + Math.floor(random() * 14)) + Math.floor(random() * 3) - 1;
+  else if (u < 0.99) n = Math.floor(Math.exp(random() * Math.log(1 * MiB)));
+  else n = MiB + Math.floor(random() * 3 * MiB);
+  if (n > max) n = random() < 0.5 ? max : 1 + Math.floor(random() * max);
+  return Math.max(1, n);
+}
+
+interface Block {
+  readonly id: number;
+  readonly ptr: Ptr;
+  readonly bytes: number;
+  /** Index of the stream that owns it now. */
+  stream: number;
+  /** The byte every one of its bytes must hold. */
+  pattern: number;
+  /** The verification epoch of its last write (written since the last verification: this epoch). */
+  written: number;
+  /** The epoch it was last checked in (so a block is checked once per verification). */
+  checked: number;
+  /** Its place in the live array (-1 once freed). */
+  index: number;
+  readonly allocatedAt: number;
+  readonly allocatedOn: number;
+}
+
+/** The latest write of each pattern value, to say where wrong bytes came from. */
+interface Write {
+  readonly step: number;
+  readonly what: string;
+  readonly block: Block;
+  readonly stream: number;
+  freedAt: number;
+  freedOn: number;
+}
+
+/** Streams of a run: labels for messages. */
+const STREAM_LABELS = ['default', 'blocking', 'nonblocking-1', 'nonblocking-2'];
+
+/**
+ * Runs `options.ops` steps on a fresh stack from `factory`; throws DataFuzzFailure on the first
+ * wrong byte or error. Creates its own streams, event and staging memory and frees them after.
+ */
+export function runDataFuzz(factory: ResourceFactory, options: DataFuzzOptions): DataFuzzStats {
+  const run = new DataRun(factory, options);
+  try {
+    run.run();
+  } catch (error) {
+    const replay = (options.replay ?? replayCommand)(factory.name, options.seed, options.ops);
+    const mismatch = error instanceof DataMismatch;
+    const detail = mismatch ? error.message : error instanceof Error ? error.stack ?? error.message : String(error);
+    throw new DataFuzzFailure(factory.name, options.seed, run.step, replay, mismatch, detail);
+  } finally {
+    run.dispose();
+  }
+  return run.stats;
+}
+
+class DataRun {
+  readonly stats: DataFuzzStats = {
+    steps: 0, allocations: 0, outOfMemory: 0, frees: 0, fills: 0, moves: 0, releases: 0, bursts: 0, rebuilds: 0,
+    verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, milliseconds: 0,
+  };
+  step = 0;
+  private readonly backend: Backend;
+  private readonly random: () => number;
+  private readonly streams: Stream[] = [];
+  /** Stream handles, by index (hot path). */
+  private readonly handles: number[] = [];
+  private readonly refs: StreamRef[] = [];
+  private event: Event | undefined;
+  private staging: Ptr = 0;
+  private stagingView: Uint8Array = new Uint8Array(0);
+  private target: FuzzTarget | undefined;
+  /** The factory's upstream shared by every stack of the run, if it has one. */
+  private shared: SharedUpstream | undefined;
+  /** True once the current target was closed. */
+  private closed = true;
+  private mr!: MemoryResource;
+  private host = false;
+  /** False once hostView failed for this target's memory (then it is copied like device memory). */
+  private hostViewWorks = true;
+  private readonly live: Block[] = [];
+  private nextId = 0;
+  private pattern: number;
+  private epoch = 1;
+  private readonly dirty: Block[] = [];
+  private readonly writes: (Write | undefined)[] = new Array<Write | undefined>(256).fill(undefined);
+  /** Blocks freed since the last verification: address, end, stream. */
+  private freedStart: number[] = [];
+  private freedEnd: number[] = [];
+  private freedStream: number[] = [];
+  /** drainAfter[a]: bit s set when stream s must be synchronised after stream a. */
+  private readonly drainAfter: number[];
+  private nextVerify = 0;
+  private verifyCount = 0;
+  private freeBefore = 0;
+  private readonly maxLive: number;
+  /**
+   * Live blocks the current phase aims at (up to maxLive): redrawn now and then, so phases of few
+   * live blocks leave whole chunks idle and growth, release and regrowth happen often.
+   */
+  private liveCap: number;
+  private readonly interval: number;
+  private readonly fullEvery: number;
+  private readonly rebuildRate: number;
+
+  constructor(private readonly factory: ResourceFactory, private readonly options: DataFuzzOptions) {
+    if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
+      throw new RangeError(`seed must be a whole number from 0 to 2^32-1, got ${options.seed}`);
+    }
+    if (!Number.isInteger(options.ops) || options.ops < 0) throw new RangeError(`ops must be a whole number, got ${options.ops}`);
+    this.backend = getBackend();
+    this.random = mulberry32(options.seed);
+    this.pattern = 1 + (options.seed % 255);
+    this.maxLive = options.maxLive ?? 96;
+    this.liveCap = this.maxLive;
+    this.interval = options.verifyInterval ?? 48;
+    this.fullEvery = options.fullEvery ?? 8;
+    this.rebuildRate = options.rebuildRate ?? 1 / 1500;
+    this.drainAfter = new Array<number>(STREAM_LABELS.length).fill(0);
+  }
+
+  run(): void {
+    const t0 = performance.now();
+    const b = this.backend;
+    const device = Device.get(0);
+    device.makeCurrent();
+    b.contextSynchronize();
+    this.freeBefore = b.memGetInfo().free;
+    this.streams.push(Stream.default(device), Stream.create({ device }),
+      Stream.create({ device, nonBlocking: true }), Stream.create({ device, nonBlocking: true }));
+    for (const s of this.streams) {
+      this.handles.push(s.handle);
+      this.refs.push(s);
+    }
+    this.event = Event.create({ device, timing: false });
+    this.staging = b.memHostAlloc(STAGING_BYTES, 0);
+    this.stagingView = new Uint8Array(b.hostView(this.staging, STAGING_BYTES), 0, STAGING_BYTES);
+    this.shared = this.factory.shared?.();
+    this.build();
+    this.scheduleVerify();
+    const r = this.random;
+    for (this.step = 0; this.step < this.options.ops; this.step++) {
+      const live = this.live;
+      const u = r();
+      if (live.length === 0 || (u < 0.36 && live.length < this.liveCap)) this.allocate();
+      else if (u < 0.36) this.free(live[Math.floor(r() * live.length)]!, false);
+      else if (u < 0.52) this.refill(live[Math.floor(r() * live.length)]!);
+      else if (u < 0.60) this.move(live[Math.floor(r() * live.length)]!);
+      else if (u < 0.88) this.free(live[Math.floor(r() * live.length)]!, false);
+      else if (u < 0.94) this.free(live[Math.floor(r() * live.length)]!, true);
+      else if (u < 0.945) this.releaseCached();
+      else if (u < 0.947) this.freeBurst();
+      else if (u < 0.947 + this.rebuildRate) this.rebuild();
+      else if (live.length < this.liveCap) this.allocate();
+      else this.free(live[Math.floor(r() * live.length)]!, false);
+      if (this.step >= this.nextVerify) this.verify(this.verifyCount % this.fullEvery === this.fullEvery - 1);
+    }
+    this.stats.steps = this.step;
+    this.finish();
+    this.stats.milliseconds = performance.now() - t0;
+  }
+
+  /**
+   * Frees what the run created. After a failure, also tries to free the live blocks and close the
+   * stack (errors there are ignored: the failure being reported matters more).
+   */
+  dispose(): void {
+    const b = this.backend;
+    if (this.target !== undefined && !this.closed) {
+      try {
+        for (const block of this.live) this.mr.deallocate(block.ptr, block.bytes, this.refs[block.stream]);
+        this.live.length = 0;
+        this.target.close();
+      } catch { /* see above */ }
+      this.closed = true;
+    }
+    if (this.shared !== undefined) {
+      try {
+        this.shared.close();
+      } catch { /* see above */ }
+      this.shared = undefined;
+    }
+    try {
+      b.contextSynchronize();
+    } catch { /* see above */ }
+    for (const s of this.streams) if (!s.isDefault && !s.isDestroyed) s.destroy();
+    if (this.event !== undefined && !this.event.isDestroyed) this.event.destroy();
+    if (this.staging !== 0) {
+      b.memFreeHost(this.staging);
+      this.staging = 0;
+    }
+  }
+
+  private build(): void {
+    this.target = this.factory.create(this.shared?.resource);
+    this.closed = false;
+    this.mr = this.target.resource;
+    this.host = this.mr.kind === 'pinned-host';
+  }
+
+  /**
+   * The next verification: a random interval around `interval` steps, shorter in phases of few
+   * live blocks (a stale write is seen only while the block it hits is still live).
+   */
+  private scheduleVerify(): void {
+    const mean = Math.min(this.interval, 2 * this.liveCap);
+    this.nextVerify = this.step + 1 + Math.floor(this.random() * 2 * mean);
+  }
+
+  private nextPattern(): number {
+    this.pattern = this.pattern === 255 ? 1 : this.pattern + 1;
+    return this.pattern;
+  }
+
+  private otherStream(s: number): number {
+    const k = Math.floor(this.random() * (this.handles.length - 1));
+    return k >= s ? k + 1 : k;
+  }
+
+  /** Writes a new pattern into `block`: on `stream` (memsetD8Async), or by the host when `byHost`. */
+  private write(block: Block, stream: number, what: string, byHost: boolean): void {
+    const pattern = this.nextPattern();
+    if (byHost) {
+      const view = this.hostBytes(block);
+      if (view !== undefined) view.fill(pattern);
+      else this.backend.memsetAsync(block.ptr, pattern, 1, block.bytes, this.handles[stream]!);
+    } else {
+      this.backend.memsetAsync(block.ptr, pattern, 1, block.bytes, this.handles[stream]!);
+    }
+    block.pattern = pattern;
+    block.stream = stream;
+    if (block.written !== this.epoch) {
+      block.written = this.epoch;
+      this.dirty.push(block);
+    }
+    this.writes[pattern] = { step: this.step, what, block, stream, freedAt: -1, freedOn: -1 };
+    this.stats.fills++;
+  }
+
+  /** A zero-copy view of a host block, or undefined when the backend cannot view it in place. */
+  private hostBytes(block: Block): Uint8Array | undefined {
+    if (!this.hostViewWorks) return undefined;
+    try {
+      return new Uint8Array(this.backend.hostView(block.ptr, block.bytes), 0, block.bytes);
+    } catch {
+      this.hostViewWorks = false;
+      return undefined;
+    }
+  }
+
+  private allocate(): void {
+    const r = this.random;
+    const bytes = drawSize(r, this.target!.maxBytes);
+    const s = Math.floor(r() * this.handles.length);
+    const byHost = this.host && r() < 0.5;
+    let ptr: Ptr;
+    try {
+      ptr = this.mr.allocate(bytes, this.refs[s]);
+    } catch (error) {
+      if (!(error instanceof OutOfMemoryError)) throw error;
+      this.stats.outOfMemory++;
+      if (this.live.length > 0) this.free(this.live[Math.floor(r() * this.live.length)]!, false);
+      return;
+    }
+    if (typeof ptr !== 'number' || ptr % this.mr.alignment !== 0) {
+      throw new DataMismatch(`allocate(${bytes}) returned ${String(ptr)}, not aligned to ${this.mr.alignment}`);
+    }
+    this.stats.allocations++;
+    const block: Block = {
+      id: this.nextId++, ptr, bytes, stream: s, pattern: 0, written: 0, checked: 0,
+      index: this.live.length, allocatedAt: this.step, allocatedOn: s,
+    };
+    this.live.push(block);
+    this.noteReuse(ptr, ptr + bytes, s);
+    this.write(block, s, byHost ? 'host write after allocate' : 'fill after allocate', byHost);
+  }
+
+  /** Records that stream `s` must be drained before any stream that freed memory overlapping [start, end). */
+  private noteReuse(start: number, end: number, s: number): void {
+    const fs = this.freedStart;
+    const fe = this.freedEnd;
+    const fo = this.freedStream;
+    let crossed = false;
+    for (let k = 0; k < fs.length; k++) {
+      if (fs[k]! < end && start < fe[k]! && fo[k] !== s) {
+        this.drainAfter[s]! |= 1 << fo[k]!;
+        crossed = true;
+      }
+    }
+    if (crossed) this.stats.crossStreamReuses++;
+  }
+
+  private refill(block: Block): void {
+    if (this.host && this.random() < 0.3) {
+      // The host may write only after the block's stream finished its work on it.
+      this.backend.streamSynchronize(this.handles[block.stream]!);
+      this.write(block, block.stream, 'host write', true);
+    } else {
+      this.write(block, block.stream, 'refill', false);
+    }
+  }
+
+  /** Orders `to` after everything queued so far on `from` (event record + stream wait). */
+  private join(from: number, to: number): void {
+    const e = this.event!.handle;
+    this.backend.eventRecord(e, this.handles[from]!);
+    this.backend.streamWaitEvent(this.handles[to]!, e);
+  }
+
+  private move(block: Block): void {
+    const t = this.otherStream(block.stream);
+    this.join(block.stream, t);
+    this.write(block, t, `moved from ${STREAM_LABELS[block.stream]} and filled`, false);
+    this.stats.moves++;
+  }
+
+  private free(block: Block, elsewhere: boolean): void {
+    let s = block.stream;
+    if (elsewhere) {
+      const t = this.otherStream(s);
+      this.join(s, t);
+      s = t;
+    }
+    this.mr.deallocate(block.ptr, block.bytes, this.refs[s]);
+    const last = this.live.pop()!;
+    if (last !== block) {
+      this.live[block.index] = last;
+      last.index = block.index;
+    }
+    block.index = -1;
+    this.freedStart.push(block.ptr);
+    this.freedEnd.push(block.ptr + block.bytes);
+    this.freedStream.push(s);
+    const w = this.writes[block.pattern];
+    if (w !== undefined && w.block === block) {
+      w.freedAt = this.step;
+      w.freedOn = s;
+    }
+    this.stats.frees++;
+  }
+
+  private releaseCached(): void {
+    const released = this.mr.releaseCached();
+    if (!Number.isInteger(released) || released < 0) throw new Error(`releaseCached() returned ${released}`);
+    this.stats.releases++;
+  }
+
+  /** Verifies every block, frees them all, destroys the stack and builds a new one. */
+  private rebuild(): void {
+    this.verify(true);
+    this.freeAll();
+    if (this.random() < 0.5) this.releaseCached();
+    this.closed = true;
+    this.target!.close();
+    this.build();
+    this.stats.rebuilds++;
+  }
+
+  /**
+   * The boundary of an iteration: frees a random half or more of the live blocks at once, usually
+   * releases the cache, and often allocates a burst of new blocks at once. Whole chunks fall idle
+   * this way and go back upstream with work still queued on the blocks just freed, and the burst
+   * takes memory again before any synchronisation, so memory given back on the wrong stream is
+   * handed out while the stale work is still queued.
+   */
+  private freeBurst(): void {
+    const r = this.random;
+    const keep = r() * 0.5;
+    let freed = 0;
+    for (let k = this.live.length - 1; k >= 0; k--) {
+      if (k < this.live.length && r() >= keep) {
+        this.free(this.live[k]!, r() < 0.2);
+        freed++;
+      }
+    }
+    if (r() < 0.7) this.releaseCached();
+    if (r() < 0.6) {
+      const n = Math.min(1 + Math.floor(r() * (freed + 1)), this.maxLive - this.live.length);
+      for (let k = 0; k < n; k++) this.allocate();
+      // Look soon, while the new blocks are live.
+      this.nextVerify = Math.min(this.nextVerify, this.step + 1 + Math.floor(r() * 8));
+    }
+    this.stats.bursts++;
+  }
+
+  private freeAll(): void {
+    while (this.live.length > 0) this.free(this.live[this.live.length - 1]!, this.random() < 0.3);
+  }
+
+  private finish(): void {
+    this.verify(true);
+    this.freeAll();
+    const b = this.backend;
+    this.closed = true;
+    this.target!.close();
+    const shared = this.shared;
+    this.shared = undefined;
+    shared?.close();
+    b.contextSynchronize();
+    // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
+    const after = b.memGetInfo().free;
+    if (b.name === 'emulated' && after !== this.freeBefore) {
+      throw new Error(`memory not returned after close: free was ${this.freeBefore} bytes, now ${after}`);
+    }
+  }
+
+  /** Synchronises every stream (adversarial order), then checks the chosen blocks. */
+  private verify(full: boolean): void {
+    this.drainAll();
+    const epoch = this.epoch;
+    const live = this.live;
+    const chosen: Block[] = [];
+    if (full) {
+      for (const b of live) chosen.push(b);
+    } else {
+      for (const b of this.dirty) {
+        if (b.index >= 0 && b.written === epoch && b.checked !== epoch) {
+          b.checked = epoch;
+          chosen.push(b);
+        }
+      }
+      for (let k = 0; k < 4 && live.length > 0; k++) {
+        const b = live[Math.floor(this.random() * live.length)]!;
+        if (b.checked !== epoch) {
+          b.checked = epoch;
+          chosen.push(b);
+        }
+      }
+    }
+    this.check(chosen);
+    this.dirty.length = 0;
+    this.freedStart.length = 0;
+    this.freedEnd.length = 0;
+    this.freedStream.length = 0;
+    this.epoch++;
+    this.verifyCount++;
+    this.stats.verifications++;
+    if (this.random() < 0.1) {
+      const caps = [3, 8, 24, this.maxLive >> 1, this.maxLive, this.maxLive];
+      this.liveCap = Math.max(1, Math.min(this.maxLive, caps[Math.floor(this.random() * caps.length)]!));
+    }
+    this.scheduleVerify();
+  }
+
+  /**
+   * Synchronises every stream, one at a time: a stream that reused memory freed on another since
+   * the last verification goes before that other stream (see the header); the rest in random order.
+   */
+  private drainAll(): void {
+    const n = this.handles.length;
+    const after = this.drainAfter;
+    let remaining = (1 << n) - 1;
+    while (remaining !== 0) {
+      let candidates = 0;
+      for (let s = 0; s < n; s++) {
+        if ((remaining & (1 << s)) === 0) continue;
+        let blocked = false;
+        for (let a = 0; a < n; a++) {
+          if (a !== s && (remaining & (1 << a)) !== 0 && (after[a]! & (1 << s)) !== 0) blocked = true;
+        }
+        if (!blocked) candidates |= 1 << s;
+      }
+      if (candidates === 0) candidates = remaining; // a cycle: any order
+      let pick = Math.floor(this.random() * popcount(candidates));
+      let s = 0;
+      for (; s < n; s++) {
+        if ((candidates & (1 << s)) !== 0 && pick-- === 0) break;
+      }
+      this.backend.streamSynchronize(this.handles[s]!);
+      remaining &= ~(1 << s);
+    }
+    after.fill(0);
+  }
+
+  /** Reads `blocks` back (in place for host memory, else through the staging buffer) and compares. */
+  private check(blocks: readonly Block[]): void {
+    const b = this.backend;
+    const batch: Array<{ block: Block; at: number; from: number; n: number }> = [];
+    let used = 0;
+    let streams = 0;
+    const flush = (): void => {
+      for (let s = 0; s < this.handles.length; s++) if ((streams & (1 << s)) !== 0) b.streamSynchronize(this.handles[s]!);
+      for (const x of batch) this.compare(x.block, this.stagingView.subarray(x.at, x.at + x.n), x.from);
+      batch.length = 0;
+      used = 0;
+      streams = 0;
+    };
+    for (const block of blocks) {
+      this.stats.blocksChecked++;
+      this.stats.bytesChecked += block.bytes;
+      if (this.host) {
+        const view = this.hostBytes(block);
+        if (view !== undefined) {
+          this.compare(block, view, 0);
+          continue;
+        }
+      }
+      for (let from = 0; from < block.bytes; from += STAGING_BYTES) {
+        const n = Math.min(STAGING_BYTES, block.bytes - from);
+        if (used + n > STAGING_BYTES) flush();
+        b.memcpyAsync(this.staging + used, block.ptr + from, n, this.handles[block.stream]!);
+        batch.push({ block, at: used, from, n });
+        streams |= 1 << block.stream;
+        used = Math.ceil((used + n) / 256) * 256;
+      }
+    }
+    flush();
+  }
+
+  /** Throws DataMismatch unless every byte of `view` (the block's bytes from `from`) is its pattern. */
+  private compare(block: Block, view: Uint8Array, from: number): void {
+    if (allEqual(view, block.pattern)) return;
+    throw new DataMismatch(this.describeMismatch(block, view, from));
+  }
+
+  private describeMismatch(block: Block, view: Uint8Array, from: number): string {
+    const counts = new Map<number, number>();
+    let first = -1;
+    let wrong = 0;
+    for (let i = 0; i < view.length; i++) {
+      const v = view[i]!;
+      if (v !== block.pattern) {
+        if (first < 0) first = i;
+        wrong++;
+        counts.set(v, (counts.get(v) ?? 0) + 1);
+      }
+    }
+    const hex = (v: number): string => `0x${v.toString(16).padStart(2, '0')}`;
+    const lines = [
+      `data mismatch in block #${block.id} at 0x${block.ptr.toString(16)} (+${block.bytes} bytes) ` +
+      `from ${this.mr.describe()}`,
+      `  allocated at step ${block.allocatedAt} on stream ${STREAM_LABELS[block.allocatedOn]}, now on ` +
+      `${STREAM_LABELS[block.stream]}; expected every byte ${hex(block.pattern)} (${this.describeWrite(block.pattern)})`,
+      `  ${wrong} of ${view.length} bytes read${from > 0 ? ` (from offset ${from})` : ''} are wrong, ` +
+      `the first at offset ${from + first}`,
+    ];
+    const top = [...counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, 3);
+    for (const [value, n] of top) lines.push(`  ${n} byte(s) hold ${hex(value)}: ${this.describeWrite(value)}`);
+    lines.push(`  verification #${this.stats.verifications + 1}; ${this.live.length} live blocks; ` +
+      `${this.stats.rebuilds} rebuild(s) so far`);
+    return lines.join('\n');
+  }
+
+  private describeWrite(value: number): string {
+    if (value === 0) return 'zero: never written, or memory the resource or driver cleared';
+    const w = this.writes[value];
+    if (w === undefined) return 'a pattern this run never wrote';
+    const blk = w.block;
+    const freed = w.freedAt >= 0 ? `freed at step ${w.freedAt} on stream ${STREAM_LABELS[w.freedOn]}`
+      : blk.index < 0 ? 'since freed' : blk.pattern === value ? 'still live' : 'still live, written again since';
+    return `last written at step ${w.step} (${w.what}) into block #${blk.id} at 0x${blk.ptr.toString(16)} ` +
+      `(+${blk.bytes}) on stream ${STREAM_LABELS[w.stream]}, ${freed}`;
+  }
+}
+
+function popcount(x: number): number {
+  let n = 0;
+  for (; x !== 0; x &= x - 1) n++;
+  return n;
+}
+
+/** True when every byte of `view` is `value`: one memcmp of the view against itself shifted by one. */
+export function allEqual(view: Uint8Array, value: number): boolean {
+  const n = view.length;
+  if (n === 0) return true;
+  if (view[0] !== value) return false;
+  if (n === 1) return true;
+  const b = Buffer.from(view.buffer, view.byteOffset, n);
+  return b.compare(b, 0, n - 1, 1, n) === 0;
+}
