@@ -42,6 +42,36 @@ for (const f of resourceFactories) {
 }
 
 /**
+ * Seeds on which the data fuzz failed before the stream-order fixes of commit 3c01194 (run against
+ * the tree of 29eeb67): FixedSizeResource.releaseCached gave an idle chunk back upstream on the last
+ * stream that freed one of its blocks, while another stream's work on another of its blocks was
+ * still queued, and the upstream handed the chunk to the next grow on that stream; the next owner's
+ * fill was then overwritten by the stale one (e.g. seed 74: 579 bytes of a 64 KiB block on
+ * nonblocking-1 held the pattern of a 579-byte block freed on nonblocking-2 four steps before).
+ * They pass now. A seed names a sequence of this engine's choices: after a change to data-fuzz.ts
+ * they still run, but may no longer reach the old defect (hunt again with the old tree).
+ */
+const regressionSeeds: ReadonlyArray<readonly [name: string, seed: number, failedAt: number]> = [
+  ['FixedSizeResource (upstream shared PoolResource)', 74, 44],
+  ['FixedSizeResource (upstream shared PoolResource)', 6, 88],
+  ['FixedSizeResource (upstream shared PoolResource)', 51, 349],
+  ['BinningResource (upstream AsyncResource)', 239, 94],
+  ['BinningResource (upstream AsyncResource)', 213, 158],
+  ['BinningResource (upstream shared PoolResource)', 178, 171],
+  // Before 3c01194 this one failed with CUDA_ERROR_INVALID_CONTEXT: a stream's cached blocks were
+  // taken after the stream was destroyed, by recording an event on its dead handle.
+  ['FixedSizeResource (upstream AsyncResource)', 8, 140],
+];
+
+test('data fuzz: seeds that failed before the stream-order fixes pass', () => {
+  for (const [name, seed, failedAt] of regressionSeeds) {
+    const f = resourceFactories.find((x) => x.name === name);
+    assert.ok(f !== undefined, `no target named ${name} in resources.ts`);
+    runDataFuzz(f, { seed, ops: failedAt + 200 });
+  }
+});
+
+/**
  * Deliberately broken: caches freed blocks by power-of-two size class and hands them out again at
  * once, to any stream, ignoring the stream they were freed on (no event, no synchronisation).
  */

@@ -14,6 +14,7 @@
  * - releaseCached();
  * - now and then, free most live blocks at once and release the cache (so whole chunks fall idle
  *   with work still queued on them);
+ * - rarely, destroy a stream (its blocks handed to others first) and create a new one in its place;
  * - rarely, free everything, destroy the stack and build a new one.
  * Every so often (a random interval) it verifies: every stream is synchronised, then the blocks
  * written since the last verification, a few random others and, every few verifications, every
@@ -76,6 +77,8 @@ export interface DataFuzzStats {
   releases: number;
   bursts: number;
   rebuilds: number;
+  /** Streams destroyed (with blocks cached on them) and replaced by new ones. */
+  streamsReplaced: number;
   verifications: number;
   blocksChecked: number;
   bytesChecked: number;
@@ -180,7 +183,7 @@ export function runDataFuzz(factory: ResourceFactory, options: DataFuzzOptions):
 
 class DataRun {
   readonly stats: DataFuzzStats = {
-    steps: 0, allocations: 0, outOfMemory: 0, frees: 0, fills: 0, moves: 0, releases: 0, bursts: 0, rebuilds: 0,
+    steps: 0, allocations: 0, outOfMemory: 0, frees: 0, fills: 0, moves: 0, releases: 0, bursts: 0, rebuilds: 0, streamsReplaced: 0,
     verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, milliseconds: 0,
   };
   step = 0;
@@ -274,7 +277,8 @@ class DataRun {
       else if (u < 0.94) this.free(live[Math.floor(r() * live.length)]!, true);
       else if (u < 0.945) this.releaseCached();
       else if (u < 0.947) this.freeBurst();
-      else if (u < 0.947 + this.rebuildRate) this.rebuild();
+      else if (u < 0.9475) this.replaceStream();
+      else if (u < 0.9475 + this.rebuildRate) this.rebuild();
       else if (live.length < this.liveCap) this.allocate();
       else this.free(live[Math.floor(r() * live.length)]!, false);
       if (this.step >= this.nextVerify) this.verify(this.verifyCount % this.fullEvery === this.fullEvery - 1);
@@ -467,6 +471,28 @@ class DataRun {
     const released = this.mr.releaseCached();
     if (!Number.isInteger(released) || released < 0) throw new Error(`releaseCached() returned ${released}`);
     this.stats.releases++;
+  }
+
+  /**
+   * Destroys one of the created streams and puts a new one in its place: its live blocks first go
+   * to other streams (an event wait each), while blocks freed on it may still sit in the
+   * resource's caches, which must then neither lose them nor use the dead handle.
+   */
+  private replaceStream(): void {
+    const s = 1 + Math.floor(this.random() * (this.streams.length - 1));
+    for (const block of this.live) {
+      if (block.stream !== s) continue;
+      const t = this.otherStream(s);
+      this.join(s, t);
+      block.stream = t;
+    }
+    const old = this.streams[s]!;
+    old.destroy();
+    const fresh = Stream.create({ device: old.device, nonBlocking: old.nonBlocking });
+    this.streams[s] = fresh;
+    this.handles[s] = fresh.handle;
+    this.refs[s] = fresh;
+    this.stats.streamsReplaced++;
   }
 
   /** Verifies every block, frees them all, destroys the stack and builds a new one. */
