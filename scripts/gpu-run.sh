@@ -47,11 +47,6 @@ if [ "$(cat node_modules/.vram-pack-stamp 2>/dev/null || true)" != "$stamp" ]; t
   echo "$stamp" > node_modules/.vram-pack-stamp
 fi
 
-if [ -d "$PACK/traces" ] && [ ! -d test/fixtures/traces ]; then
-  mkdir -p test/fixtures/traces
-  cp "$PACK"/traces/*.csv test/fixtures/traces/
-fi
-
 export PATH="$NODE_HOME/bin:$PATH"
 export LD_LIBRARY_PATH="/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Offline: npm must not try the registry, nor print notices that wait on the network.

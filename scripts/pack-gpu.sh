@@ -6,7 +6,6 @@
 #   npm.tar.gz           this machine's npm (so `npm run test:gpu` itself runs there)
 #   node_modules.tar.gz  koffi (linux-x64 glibc build only) and the dev dependencies, so the
 #                        GPU machine can rebuild with tsc
-#   traces/              the RMM replay traces, when test/fixtures/traces is not in the tree
 #   MANIFEST             versions, sizes and a stamp gpu-run.sh uses to unpack only once
 # Then run there: scripts/gpu-run.sh <test|bench|compare|info|replay|exec> ...
 # usage: scripts/pack-gpu.sh        (env: PACK_DIR to pack elsewhere, PACK_LIMIT_MB, default 55)
@@ -57,11 +56,6 @@ tar -czf "$PACK/node_modules.tar.gz" \
   --exclude='node_modules/.cache' \
   node_modules
 
-if [ ! -d test/fixtures/traces ] && compgen -G '/work/shared/traces/*.csv' >/dev/null; then
-  log "traces from /work/shared/traces (test/fixtures/traces is absent)"
-  mkdir -p "$PACK/traces"
-  cp /work/shared/traces/*.csv "$PACK/traces/"
-fi
 
 stamp=$(cat "$PACK/node.gz" "$PACK/npm.tar.gz" "$PACK/node_modules.tar.gz" | cksum | cut -d' ' -f1)
 {

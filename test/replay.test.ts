@@ -23,7 +23,7 @@ import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 if (!onGpu) setBackend(new EmulatedBackend({ capacityBytes: 16 * 2 ** 30 }));
 
 const HEADER = 'Thread,Time,Action,Pointer,Size,Stream';
-/** The shared traces, copied into the repository so a machine without ../shared finds them. */
+/** The real allocation traces the project keeps in its fixtures. */
 const traces = fileURLToPath(new URL('../../test/fixtures/traces/', import.meta.url));
 
 function log(...lines: string[]): string {

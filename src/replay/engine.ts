@@ -1,7 +1,7 @@
 /**
  * The replay engine: runs a recorded allocation trace through a resource stack, in order, without
  * touching the memory, and measures what the stack costs in time and in memory held beyond what
- * the traced program had live (the overhead figure of DESIGN.md's replay table).
+ * the traced program had live (the fragmentation overhead figure replay reports).
  */
 import { StreamFlags } from '../backend/backend.js';
 import { Device } from '../device.js';
