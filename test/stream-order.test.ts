@@ -51,6 +51,36 @@ function assertAll(bytes: Uint8Array, value: number, what: string): void {
   assert.equal(bad, -1, `${what}: byte ${bad} is 0x${bytes[bad]?.toString(16)}, expected 0x${value.toString(16)}`);
 }
 
+/**
+ * Stream b, held, writes a block and frees it (and, with `destroyB`, is destroyed); stream a gets
+ * the same block and writes its own pattern, which must be what remains once b is released.
+ */
+function handOver(make: () => MemoryResource, destroyB: boolean): void {
+  const mr = make();
+  const bytes = 1 << 20;
+  using a = Stream.create({ nonBlocking: true });
+  const b = Stream.create({ nonBlocking: true });
+  const p = mr.allocate(bytes, b);
+  let q = 0;
+  try {
+    whileHeld(b, () => {
+      backend.memsetAsync(p, 0xbb, 1, bytes, b.handle);
+      mr.deallocate(p, bytes, b);
+      if (destroyB) b.destroy(); // its work still runs later; its handle must never be used again
+      q = mr.allocate(bytes, a);
+      assert.equal(q, p, 'the freed block is the one reused');
+      backend.memsetAsync(q, 0xaa, 1, bytes, a.handle);
+    });
+    assertAll(readBack(q, bytes, ...(destroyB ? [a] : [a, b])), 0xaa, 'the new owner\'s data');
+  } finally {
+    if (!b.isDestroyed) b.destroy();
+  }
+  mr.deallocate(q, bytes, a);
+  const upstream = mr.upstream;
+  mr.destroy();
+  upstream?.destroy();
+}
+
 describe('stream order, checked with a held stream', () => {
   it('FixedSizeResource.releaseCached returns a chunk only after every stream that freed a block in it', () => {
     const blockSize = 64 * KiB;
@@ -82,41 +112,12 @@ describe('stream order, checked with a held stream', () => {
     ['FixedSizeResource', (): MemoryResource => new FixedSizeResource(new ArenaResource({ size: 4 << 20 }), { blockSize: 1 << 20, blocksToPreallocate: 4 })],
   ] as const) {
     it(`${name}: a block freed on a held stream is reused on another stream only after it`, () => {
-      const mr = make();
-      const bytes = 1 << 20;
-      using a = Stream.create({ nonBlocking: true });
-      using b = Stream.create({ nonBlocking: true });
-      const p = mr.allocate(bytes, b);
-      let q = 0;
-      whileHeld(b, () => {
-        backend.memsetAsync(p, 0xbb, 1, bytes, b.handle);
-        mr.deallocate(p, bytes, b);
-        q = mr.allocate(bytes, a);
-        assert.equal(q, p, 'the freed block is the one reused');
-        backend.memsetAsync(q, 0xaa, 1, bytes, a.handle);
-      });
-      assertAll(readBack(q, bytes, a, b), 0xaa, 'the new owner\'s data');
-      mr.deallocate(q, bytes, a);
-      const upstream = mr.upstream;
-      mr.destroy();
-      upstream?.destroy();
+      handOver(make, false);
     });
 
     it(`${name}: blocks freed on a stream destroyed while held are handed over after its last work`, () => {
-      const mr = make();
-      const bytes = 1 << 20;
-      using a = Stream.create({ nonBlocking: true });
-      const b = Stream.create({ nonBlocking: true });
-      const p = mr.allocate(bytes, b);
-      let q = 0;
-      whileHeld(b, () => {
-        backend.memsetAsync(p, 0xbb, 1, bytes, b.handle);
-        mr.deallocate(p, bytes, b);
-        b.destroy(); // its work still runs later; its handle must never be used again
-        q = mr.allocate(bytes, a);
-        assert.equal(q, p);
-        backend.memsetAsync(q, 0xaa, 1, bytes, a.handle);
-      });
+      handOver(make, true);
+    });
       assertAll(readBack(q, bytes, a), 0xaa, 'the new owner\'s data');
       mr.deallocate(q, bytes, a);
       const upstream = mr.upstream;
