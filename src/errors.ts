@@ -194,3 +194,10 @@ export class InvalidPointerError extends VramStateError {}
 
 /** An operation that needs a capability the backend or device does not have. */
 export class NotSupportedError extends VramStateError {}
+
+/**
+ * JavaScript memory a copy was reading or writing was detached meanwhile (transferred to a worker,
+ * or by `ArrayBuffer.prototype.transfer`): the copy stops there, and the bytes it had not reached
+ * are not copied.
+ */
+export class DetachedBufferError extends VramStateError {}

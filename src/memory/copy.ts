@@ -9,10 +9,11 @@
  */
 import type { Backend, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
-import { Stream, streamHandleOf } from '../stream.js';
+import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { Allocation } from './lifetime.js';
-import type { StreamRef } from './resource.js';
+import { defaultStream, type StreamRef } from './resource.js';
+import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
 /** JavaScript memory a copy may read or write: any TypedArray, Buffer, DataView or ArrayBuffer. */
 export type HostData = ArrayBuffer | ArrayBufferView;
@@ -26,8 +27,17 @@ export interface CopyOptions {
   readonly offset?: number;
   /** Bytes to copy. Default: everything from the source offset to the end of the source. */
   readonly bytes?: number;
-  /** Copy asynchronously on this stream. Omitted: a synchronous copy. */
+  /**
+   * Copy asynchronously on this stream. Omitted: a synchronous copy. For the Async methods, the
+   * stream the copy is queued on (default the legacy default stream).
+   */
   readonly stream?: StreamRef;
+  /**
+   * For JavaScript memory: true pins it in place now (the registration cache) so this and later
+   * copies run at pinned speed; false never does; omitted, the cache's policy decides (a buffer of
+   * 8 MiB or more is pinned on its second copy). See `configureTransfers`.
+   */
+  readonly register?: boolean;
 }
 
 /** Options of a copy into this buffer. */
@@ -91,25 +101,89 @@ export abstract class DeviceMemory extends Allocation {
   }
 
   /**
-   * Copies from JavaScript memory or a HostBuffer into this buffer. Synchronous unless `stream` is
-   * given; a stream needs a HostBuffer (pinned) source, else TypeError.
+   * Copies from JavaScript memory or a HostBuffer into this buffer, synchronously unless `stream`
+   * is given (a stream needs a HostBuffer source, else TypeError: use `copyFromHostAsync`).
+   * JavaScript memory of 1 MiB or more is staged through pinned memory by the copy threads, or
+   * copied straight from where it lies once the registration cache has pinned it (its second copy).
+   *
+   * @param src The source.
+   * @param options `offset` (into this buffer), `srcOffset`, `bytes`, `stream`, `register`.
+   * @throws {TypeError | RangeError} For a bad source, option or range.
+   * @throws {UseAfterFreeError} When either buffer was freed.
+   * @throws {DetachedBufferError} When the JavaScript memory was detached.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(data.byteLength);
+   * buf.copyFromHost(data); // a Float32Array of 256 MiB: staged, on the copy threads
+   * ```
    */
   copyFromHost(src: CopyEndpoint, options: CopyInOptions = {}): void {
-    if (!isHostData(src) && !(src instanceof Allocation)) {
-      throw new TypeError('copyFromHost: src must be a TypedArray, Buffer, DataView, ArrayBuffer or HostBuffer');
-    }
+    checkHostEndpoint(src, 'copyFromHost: src');
     copyBetween(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFromHost');
   }
 
   /**
-   * Copies from this buffer into JavaScript memory or a HostBuffer and returns `dst`. Synchronous
-   * unless `stream` is given; a stream needs a HostBuffer (pinned) destination, else TypeError.
+   * Copies from this buffer into JavaScript memory or a HostBuffer and returns `dst`; synchronous
+   * unless `stream` is given (a stream needs a HostBuffer destination: use `copyToHostAsync`).
+   * JavaScript memory takes the same paths as in `copyFromHost`.
+   *
+   * @param dst The destination.
+   * @param options `offset` (into this buffer), `dstOffset`, `bytes`, `stream`, `register`.
+   * @returns `dst`.
+   * @throws {TypeError | RangeError} For a bad destination, option or range.
+   * @throws {UseAfterFreeError} When either buffer was freed.
+   * @throws {DetachedBufferError} When the JavaScript memory was detached.
+   * @example
+   * ```ts
+   * const out = buf.copyToHost(new Float32Array(buf.byteLength / 4));
+   * ```
    */
   copyToHost<T extends CopyEndpoint>(dst: T, options: CopyOutOptions = {}): T {
-    if (!isHostData(dst) && !(dst instanceof Allocation)) {
-      throw new TypeError('copyToHost: dst must be a TypedArray, Buffer, DataView, ArrayBuffer or HostBuffer');
-    }
+    checkHostEndpoint(dst, 'copyToHost: dst');
     copyBetween(dst, options.dstOffset ?? 0, this, options.offset ?? 0, options, 'copyToHost');
+    return dst;
+  }
+
+  /**
+   * Copies from JavaScript memory or a HostBuffer into this buffer on `options.stream` (default
+   * the legacy default stream), after the work queued there, and resolves once the data is in
+   * device memory. The event loop is never blocked: JavaScript memory is staged through pinned
+   * chunks by the copy threads (or copied in place once registered). The source must not be
+   * changed or detached until the promise settles.
+   *
+   * @param src The source.
+   * @param options `offset`, `srcOffset`, `bytes`, `stream`, `register`.
+   * @returns A promise that resolves when the copy is complete.
+   * @throws {TypeError | RangeError} For a bad source, option or range (rejects; nothing is queued).
+   * @throws {DetachedBufferError} When the source is detached meanwhile (rejects).
+   * @example
+   * ```ts
+   * await buf.copyFromHostAsync(data, { stream });
+   * ```
+   */
+  async copyFromHostAsync(src: CopyEndpoint, options: CopyInOptions = {}): Promise<void> {
+    checkHostEndpoint(src, 'copyFromHostAsync: src');
+    await copyBetweenAsync(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFromHostAsync');
+  }
+
+  /**
+   * Copies from this buffer into JavaScript memory or a HostBuffer on `options.stream` (default
+   * the legacy default stream), after the work queued there, and resolves with `dst` once the data
+   * is there; the event loop is never blocked. `dst` must not be read, changed or detached until then.
+   *
+   * @param dst The destination.
+   * @param options `offset`, `dstOffset`, `bytes`, `stream`, `register`.
+   * @returns A promise of `dst`, resolved when the copy is complete.
+   * @throws {TypeError | RangeError} For a bad destination, option or range (rejects; nothing is queued).
+   * @throws {DetachedBufferError} When the destination is detached meanwhile (rejects).
+   * @example
+   * ```ts
+   * const out = await buf.copyToHostAsync(new Float32Array(n), { stream });
+   * ```
+   */
+  async copyToHostAsync<T extends CopyEndpoint>(dst: T, options: CopyOutOptions = {}): Promise<T> {
+    checkHostEndpoint(dst, 'copyToHostAsync: dst');
+    await copyBetweenAsync(dst, options.dstOffset ?? 0, this, options.offset ?? 0, options, 'copyToHostAsync');
     return dst;
   }
 
@@ -120,6 +194,13 @@ export abstract class DeviceMemory extends Allocation {
   copyFrom(src: DeviceMemory, options: CopyInOptions = {}): void {
     if (!(src instanceof DeviceMemory)) throw new TypeError('copyFrom: src must be a DeviceBuffer or ManagedBuffer');
     copyBetween(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFrom');
+  }
+}
+
+/** TypeError unless `end` is JavaScript memory or a vram buffer (checked before anything else). */
+function checkHostEndpoint(end: unknown, what: string): void {
+  if (!isHostData(end) && !(end instanceof Allocation)) {
+    throw new TypeError(`${what} must be a TypedArray, Buffer, DataView, ArrayBuffer or HostBuffer`);
   }
 }
 
@@ -156,17 +237,31 @@ function deviceOf(end: CopyEndpoint): Device | undefined {
   return end instanceof DeviceMemory ? end.device : undefined;
 }
 
+/** A checked linear copy: both sides resolved, offsets and length within them. */
+interface PlannedCopy {
+  readonly d: Side;
+  readonly s: Side;
+  readonly dstOffset: number;
+  readonly srcOffset: number;
+  readonly bytes: number;
+  readonly backend: Backend;
+  /** The device whose context the copy runs in (the stream's, else a side's); undefined: any. */
+  readonly device: Device | undefined;
+}
+
 /**
- * Copies `options.bytes` (default: the rest of the source) from `src` at `srcOffset` to `dst` at
- * `dstOffset`, checking both ranges; synchronous unless `options.stream` is given.
+ * Checks a linear copy of `options.bytes` (default: the rest of the source) from `src` at
+ * `srcOffset` to `dst` at `dstOffset` against both sides, before anything is copied.
  */
-export function copyBetween(
+function planCopy(
   dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
   options: CopyOptions, what: string,
-): void {
+): PlannedCopy {
   if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
-  const stream = options.stream;
-  const streamHandle = stream === undefined ? undefined : streamHandleOf(stream);
+  if (options.register !== undefined && typeof options.register !== 'boolean') {
+    throw new TypeError(`${what}: register must be a boolean, got ${typeof options.register}`);
+  }
+  if (options.stream !== undefined) streamHandleOf(options.stream);
   const d = resolve(dst, `${what}: destination`);
   const s = resolve(src, `${what}: source`);
   checkNonNegativeInteger(dstOffset, `${what}: destination offset`);
@@ -177,21 +272,40 @@ export function copyBetween(
   checkRange(srcOffset, bytes, s.size, `${what}: source`);
   checkRange(dstOffset, bytes, d.size, `${what}: destination`);
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
-  if (streamHandle !== undefined && (d.js || s.js)) {
-    throw new TypeError(
-      `${what}: an asynchronous copy needs pinned host memory; JavaScript memory may be moved or ` +
-      'collected while the copy runs. Copy through a HostBuffer (HostBuffer.allocate or ' +
-      'HostBuffer.register), or omit the stream for a synchronous copy.');
+  const stream = options.stream;
+  const device = stream instanceof Stream ? stream.device : deviceOf(dst) ?? deviceOf(src);
+  return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device };
+}
+
+/**
+ * The pageable copy `plan` describes when one side is JavaScript memory and the other device
+ * memory (the transfer layer's job), else undefined.
+ */
+function pageable(plan: PlannedCopy, register: boolean | undefined): PageableCopy | undefined {
+  const { d, s, device } = plan;
+  if (device === undefined) return undefined;
+  if (s.js && !d.js) {
+    return {
+      direction: 'to-device', device, devicePtr: d.ptr + plan.dstOffset,
+      host: s.bytes.subarray(plan.srcOffset, plan.srcOffset + plan.bytes), options: { register },
+    };
   }
-  if (bytes === 0) return;
-  const backend = backendOf(dst, src);
-  activate(stream, d, s, deviceOf(dst) ?? deviceOf(src), backend);
-  if (d.js) {
-    if (s.js) return; // unreachable, checked above
-    backend.memcpyToHost(d.bytes.subarray(dstOffset, dstOffset + bytes), s.ptr + srcOffset, bytes);
-  } else if (s.js) {
-    backend.memcpyFromHost(d.ptr + dstOffset, s.bytes.subarray(srcOffset, srcOffset + bytes), bytes);
-  } else if (d.device !== undefined && s.device !== undefined && d.device !== s.device) {
+  if (d.js && !s.js) {
+    return {
+      direction: 'from-device', device, devicePtr: s.ptr + plan.srcOffset,
+      host: d.bytes.subarray(plan.dstOffset, plan.dstOffset + plan.bytes), options: { register },
+    };
+  }
+  return undefined;
+}
+
+/** Queues (or runs, without a stream) the copy between two vram buffers that `plan` describes. */
+function issue(plan: PlannedCopy, stream: StreamRef | undefined): void {
+  const { d, s, dstOffset, srcOffset, bytes, backend } = plan;
+  if (d.js || s.js) throw new TypeError('issue: JavaScript memory goes through the transfer layer'); // callers route it
+  const streamHandle = stream === undefined ? undefined : stream.handle;
+  activate(stream, d, s, plan.device, backend);
+  if (d.device !== undefined && s.device !== undefined && d.device !== s.device) {
     const dc = d.device.activeContext;
     const sc = s.device.activeContext;
     if (streamHandle === undefined) backend.memcpyPeer(d.ptr + dstOffset, dc, s.ptr + srcOffset, sc, bytes);
@@ -200,6 +314,72 @@ export function copyBetween(
     backend.memcpy(d.ptr + dstOffset, s.ptr + srcOffset, bytes);
   } else {
     backend.memcpyAsync(d.ptr + dstOffset, s.ptr + srcOffset, bytes, streamHandle);
+  }
+}
+
+/**
+ * Copies `options.bytes` (default: the rest of the source) from `src` at `srcOffset` to `dst` at
+ * `dstOffset`, checking both ranges; synchronous unless `options.stream` is given. JavaScript
+ * memory and device memory go through the transfer layer (registered, direct or staged).
+ */
+export function copyBetween(
+  dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
+  options: CopyOptions, what: string,
+): void {
+  const plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
+  const stream = options.stream;
+  if (stream !== undefined && (plan.d.js || plan.s.js)) {
+    throw new TypeError(
+      `${what}: an asynchronous copy needs pinned host memory; JavaScript memory may be moved or ` +
+      'collected while the copy runs. Use the Async form of the method (it stages JavaScript memory ' +
+      'through pinned memory and resolves when done), copy through a HostBuffer, or omit the stream ' +
+      'for a synchronous copy.');
+  }
+  if (plan.bytes === 0) return;
+  if (plan.d.js || plan.s.js) {
+    const copy = pageable(plan, options.register);
+    if (copy !== undefined) {
+      copyPageable(copy);
+      return;
+    }
+    // JavaScript memory and pinned or managed memory with no device to stage for: the driver copies.
+    activate(undefined, plan.d, plan.s, plan.device, plan.backend);
+    const { d, s, dstOffset, srcOffset, bytes, backend } = plan;
+    if (d.js && !s.js) backend.memcpyToHost(d.bytes.subarray(dstOffset, dstOffset + bytes), s.ptr + srcOffset, bytes);
+    else if (s.js && !d.js) backend.memcpyFromHost(d.ptr + dstOffset, s.bytes.subarray(srcOffset, srcOffset + bytes), bytes);
+    return;
+  }
+  issue(plan, stream);
+}
+
+/**
+ * The asynchronous form of `copyBetween`: queued on `options.stream` (default the legacy default
+ * stream) after the work there, resolving once the data has arrived. JavaScript memory is staged
+ * (or registered) by the transfer layer; the event loop is never blocked.
+ */
+export async function copyBetweenAsync(
+  dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
+  options: CopyOptions, what: string,
+): Promise<void> {
+  const plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
+  const stream = options.stream ?? defaultStream;
+  if (plan.bytes === 0) return;
+  const copy = pageable(plan, options.register);
+  if (copy !== undefined) {
+    await copyPageableAsync(copy, stream);
+    return;
+  }
+  if (plan.d.js || plan.s.js) {
+    throw new TypeError(`${what}: an asynchronous copy of JavaScript memory needs device memory on the other side`);
+  }
+  issue(plan, stream);
+  const device = plan.device ?? (stream instanceof Stream ? stream.device : Device.get(0));
+  const done = Event.create({ device, timing: false });
+  try {
+    done.record(stream);
+    await done.synchronized();
+  } finally {
+    done.destroy();
   }
 }
 

@@ -23,6 +23,7 @@ import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { bytesOf, isHostData, type HostData } from './copy.js';
 import { Allocation, type Release } from './lifetime.js';
+import { forgetRegistration } from './transfer/transfers.js';
 import { hostAllocFlags, PinnedHostResource, type PinnedHostOptions } from './pinned-host-resource.js';
 import type { MemoryResource, StreamRef } from './resource.js';
 
@@ -195,6 +196,8 @@ export class HostBuffer extends Allocation {
     }
     const backend = Device.get(0).backend;
     ensureAnyContext(backend);
+    // The driver registers memory once: undo the transfer layer's registration of it, if any.
+    forgetRegistration(backend, bytes);
     const ptr = backend.memHostRegister(bytes, flags);
     // The closure keeps the JavaScript memory alive until it is unregistered, even by the backstop.
     const release = (): void => {

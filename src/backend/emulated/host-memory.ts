@@ -4,7 +4,7 @@
  */
 import type { HostMemory, Ptr } from '../backend.js';
 import { CUresult } from '../../errors.js';
-import { PlainAllocation } from './allocation.js';
+import { PlainAllocation, type Allocation } from './allocation.js';
 import { checkSize, fail, hex, invalidValue, outOfMemory } from './fail.js';
 import { type EmulatedState, PageableBuffer } from './state.js';
 import { EagerStore } from './store.js';
@@ -77,8 +77,7 @@ export class HostMemoryCalls {
     const base = this.addressOf(memory);
     if (this.s.registeredIndex.findOverlap(base, byteLength) !== undefined) fail(CUresult.HOST_MEMORY_ALREADY_REGISTERED, call);
     const ctx = this.s.ctx(call);
-    this.s.registeredIndex.insert(new PlainAllocation('registered', base, byteLength, ctx.device.ordinal, ctx.handle,
-      new EagerStore(buffer, byteOffset, byteLength), 0, flags));
+    this.s.registeredIndex.insert(new RegisteredAllocation(base, byteLength, ctx.device.ordinal, ctx.handle, buffer, byteOffset, flags));
     return base;
   }
 
@@ -126,5 +125,35 @@ export class HostMemoryCalls {
       this.s.pageableCleanup.register(buffer, entry);
     }
     return entry.base + byteOffset;
+  }
+}
+
+/**
+ * Registered JavaScript memory. As with the driver, registering does not keep the memory alive:
+ * the registration holds it weakly, and once it is collected its bytes are gone (`store` is
+ * undefined and copies through the address fail) until the registration is undone.
+ */
+class RegisteredAllocation implements Allocation {
+  readonly kind = 'registered' as const;
+  readonly charged = 0;
+  live = true;
+  private readonly memory: WeakRef<ArrayBufferLike>;
+
+  constructor(
+    readonly base: number,
+    readonly size: number,
+    readonly device: number,
+    readonly context: number,
+    buffer: ArrayBufferLike,
+    private readonly byteOffset: number,
+    readonly flags: number,
+  ) {
+    this.memory = new WeakRef(buffer);
+  }
+
+  /** The registered bytes, while the JavaScript memory lives. */
+  get store(): EagerStore | undefined {
+    const buffer = this.memory.deref();
+    return buffer === undefined ? undefined : new EagerStore(buffer, this.byteOffset, this.size);
   }
 }

@@ -315,7 +315,9 @@ export class EmulatedState {
     const offset = address - a.base;
     if (offset + bytes > a.size) invalidValue(call, `[${hex(address)}, +${bytes}) extends past its allocation of ${a.size} bytes`);
     if (a instanceof Reservation) return a.spans(offset, bytes, this.contextFor(a.device).device.ordinal, write, call);
-    return [{ store: a.store!, offset, length: bytes }];
+    const store = a.store;
+    if (store === undefined) invalidValue(call, `${hex(address)} is registered JavaScript memory that was collected`);
+    return [{ store, offset, length: bytes }];
   }
 
   private pageableSpans(address: number, bytes: number, call: string): Span[] {

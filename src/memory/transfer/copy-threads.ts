@@ -1,0 +1,234 @@
+/**
+ * CopyThreads: host-side copies between native addresses, split over worker threads, for staged
+ * transfers (a pageable ArrayBuffer to or from pinned staging memory). One copy is one batch of
+ * pieces in the shared job ring (copy-ring.ts); a synchronous copy blocks on the batch with
+ * `Atomics.wait`, an asynchronous one awaits it with `Atomics.waitAsync` and never blocks the event
+ * loop. The threads start on first use (about 25 ms each, once per process), are unref'd so they
+ * never keep a process alive, and sleep in `Atomics.wait` while idle.
+ *
+ * A single thread copies at about the speed of the driver's own pageable path (8-9 GB/s on the
+ * machines we measured); the copy engine takes 50+ GB/s from pinned memory, so staging is only
+ * worth it with several threads copying at once.
+ */
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
+import { hostMemcpy } from '../../cuda/host-memcpy.js';
+import { BATCHES, PIECES, Ring } from './copy-ring.js';
+
+/** One host copy: `bytes` from native address `src` to native address `dst`. */
+export interface HostCopy {
+  readonly dst: number;
+  readonly src: number;
+  readonly bytes: number;
+}
+
+/** Pieces smaller than this are not split further: waking a thread costs more than it saves. */
+const MIN_PIECE = 256 * 1024;
+/** How long starting the threads may take before copies run on the calling thread instead. */
+const START_TIMEOUT_MS = 10_000;
+
+/**
+ * The default thread count: `VRAM_COPY_THREADS` when set, else half the cores (the copies are
+ * memory-bound; more threads than that add contention, not bandwidth), at least 1 and at most 8.
+ */
+export function defaultCopyThreads(env: NodeJS.ProcessEnv = process.env): number {
+  const set = env.VRAM_COPY_THREADS;
+  if (set !== undefined && set !== '') {
+    const n = Number(set);
+    if (!Number.isInteger(n) || n < 0 || n > PIECES) {
+      throw new RangeError(`VRAM_COPY_THREADS must be a whole number from 0 to ${PIECES}, got '${set}'`);
+    }
+    return n;
+  }
+  return Math.min(8, Math.max(1, Math.floor(availableParallelism() / 2)));
+}
+
+/**
+ * A pool of copy threads. `threads: 0` copies on the calling thread (what also happens, with one
+ * warning, when the threads cannot start).
+ *
+ * @example
+ * ```ts
+ * const threads = new CopyThreads(4);
+ * await threads.copyAsync([{ dst: staging, src: nativeAddress(data), bytes: data.byteLength }]);
+ * threads.destroy();
+ * ```
+ */
+export class CopyThreads {
+  /** Threads copies are split over (0: the calling thread). */
+  readonly threads: number;
+  private ring: Ring | undefined;
+  private workers: Worker[] = [];
+  private readonly free: number[] = [];
+  private readonly waitingForBatch: (() => void)[] = [];
+  private failed = false;
+  private destroyed = false;
+  /** Asynchronous copies waiting now. */
+  private waitingAsync = 0;
+
+  /**
+   * @param threads Worker threads, 0 to 64 (default `defaultCopyThreads()`).
+   * @throws {RangeError} For a bad count.
+   */
+  constructor(threads: number = defaultCopyThreads()) {
+    if (!Number.isInteger(threads) || threads < 0 || threads > PIECES) {
+      throw new RangeError(`threads must be a whole number from 0 to ${PIECES}, got ${threads}`);
+    }
+    this.threads = threads;
+    for (let b = BATCHES - 1; b >= 0; b--) this.free.push(b);
+  }
+
+  /** True when the copies run on worker threads (started, and not failed). */
+  get running(): boolean {
+    return this.ring !== undefined && !this.failed;
+  }
+
+  /**
+   * Runs the copies, split over the threads, and returns when all are done (blocking the calling
+   * thread, as any synchronous copy does).
+   *
+   * @param copies The copies; their memory must stay valid until this returns.
+   */
+  copy(copies: readonly HostCopy[]): void {
+    const ring = this.start();
+    if (ring === undefined) {
+      copyHere(copies);
+      return;
+    }
+    const batch = this.free.pop();
+    if (batch === undefined) {
+      // Every batch belongs to an asynchronous copy in flight, and those give theirs back on the
+      // event loop, which this synchronous call holds: copy here rather than wait for them.
+      copyHere(copies);
+      return;
+    }
+    try {
+      post(ring, batch, copies, this.threads);
+      waitBatch(ring.batches, batch);
+    } finally {
+      this.release(batch);
+    }
+  }
+
+  /**
+   * Runs the copies on the threads and resolves when all are done; the event loop runs meanwhile.
+   *
+   * @param copies The copies; their memory must stay valid (reachable, not detached) until the
+   *   promise settles.
+   * @returns A promise that resolves when every byte is copied.
+   */
+  async copyAsync(copies: readonly HostCopy[]): Promise<void> {
+    const ring = this.start();
+    if (ring === undefined) {
+      copyHere(copies);
+      return;
+    }
+    let batch = this.free.pop();
+    while (batch === undefined) {
+      await new Promise<void>((resolve) => this.waitingForBatch.push(resolve));
+      batch = this.free.pop();
+    }
+    // A pending Atomics.waitAsync does not keep Node's event loop alive (the threads are unref'd
+    // so that idle ones never do): while an asynchronous copy waits, one thread is ref'd.
+    if (this.waitingAsync++ === 0) this.workers[0]?.ref();
+    try {
+      post(ring, batch, copies, this.threads);
+      for (;;) {
+        const left = Atomics.load(ring.batches, batch);
+        if (left === 0) break;
+        const wait = Atomics.waitAsync(ring.batches, batch, left);
+        if (wait.async) await wait.value;
+      }
+    } finally {
+      if (--this.waitingAsync === 0) this.workers[0]?.unref();
+      this.release(batch);
+    }
+  }
+
+  /** Stops the threads (they finish what was posted); later copies run on the calling thread. */
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    this.ring?.stop();
+    this.ring = undefined;
+    this.workers = [];
+  }
+
+  private release(batch: number): void {
+    this.free.push(batch);
+    this.waitingForBatch.shift()?.();
+  }
+
+  /** The ring, starting the threads on first use; undefined to copy on the calling thread. */
+  private start(): Ring | undefined {
+    if (this.ring !== undefined) return this.ring;
+    if (this.threads === 0 || this.failed || this.destroyed) return undefined;
+    const ring = new Ring();
+    const url = new URL('./copy-worker.js', import.meta.url);
+    try {
+      for (let i = 0; i < this.threads; i++) {
+        const worker = new Worker(url, { workerData: ring.buffers });
+        worker.unref();
+        // A thread that fails to start reports here; copies then run on the calling thread.
+        worker.on('error', (error) => this.fail(error));
+        this.workers.push(worker);
+      }
+    } catch (error) {
+      this.fail(error);
+      return undefined;
+    }
+    if (!ring.waitReady(this.threads, START_TIMEOUT_MS)) {
+      ring.stop();
+      this.fail(new Error(`only ${ring.readyThreads} of ${this.threads} copy threads started within ${START_TIMEOUT_MS} ms`));
+      return undefined;
+    }
+    this.ring = ring;
+    return ring;
+  }
+
+  private fail(error: unknown): void {
+    if (this.failed) return;
+    this.failed = true;
+    this.ring?.stop();
+    this.ring = undefined;
+    process.emitWarning(
+      `vram's copy threads could not start (${error instanceof Error ? error.message : String(error)}); ` +
+      'staged copies run on the main thread instead, at single-thread speed.',
+      { code: 'VRAM_COPY_THREADS', type: 'PerformanceWarning' });
+  }
+}
+
+/** Splits `copies` into at most `threads` pieces each (at least MIN_PIECE bytes) and posts them as `batch`. */
+function post(ring: Ring, batch: number, copies: readonly HostCopy[], threads: number): void {
+  const first = ring.posted;
+  let count = 0;
+  const total = copies.reduce((sum, c) => sum + c.bytes, 0);
+  const perPiece = Math.max(MIN_PIECE, Math.ceil(total / threads));
+  for (const c of copies) {
+    const pieces = Math.min(PIECES - count - (copies.length - 1), Math.max(1, Math.round(c.bytes / perPiece)));
+    const step = Math.ceil(c.bytes / pieces / 4096) * 4096;
+    for (let offset = 0; offset < c.bytes; offset += step) {
+      const bytes = Math.min(step, c.bytes - offset);
+      ring.write(first + count, batch, c.dst + offset, c.src + offset, bytes);
+      count++;
+    }
+  }
+  if (count === 0) return;
+  ring.post(batch, count);
+}
+
+/** Blocks until batch `batch` has no job left. */
+function waitBatch(batches: Int32Array, batch: number): void {
+  for (;;) {
+    const left = Atomics.load(batches, batch);
+    if (left === 0) return;
+    Atomics.wait(batches, batch, left);
+  }
+}
+
+/** The copies, on the calling thread. */
+function copyHere(copies: readonly HostCopy[]): void {
+  if (copies.length === 0) return;
+  const memcpy = hostMemcpy();
+  for (const c of copies) if (c.bytes > 0) memcpy(c.dst, c.src, c.bytes);
+}
