@@ -1,0 +1,847 @@
+/**
+ * DeviceArray: a typed n-dimensional array in device memory. A dtype, a shape, strides in
+ * elements and a byte offset over a buffer: a DeviceBuffer it allocated from the current resource
+ * (or the one given) and owns, another array's buffer (a view: slices, reshapes, transposes), a
+ * pitched 2D allocation, or a mapped HostBuffer's device address (`HostArray.deviceView()`).
+ *
+ * Lifetimes: an array that allocated its buffer owns it and frees it with `free()` or at the end
+ * of a `using` scope; the buffer's garbage-collection backstop returns it if the program drops it
+ * instead. Views hold the buffer (so it stays reachable, and the backstop leaves it alone, while
+ * any view is), never own it, and throw UseAfterFreeError once the owner freed it.
+ *
+ * Copies honour the layout: see strided-copy.ts for which copy path each layout takes.
+ */
+import type { Ptr } from '../backend/backend.js';
+import { Device } from '../device.js';
+import { NotSupportedError, UseAfterFreeError, VramStateError } from '../errors.js';
+import { ArenaResource } from '../memory/arena.js';
+import { bytesOf, DeviceMemory } from '../memory/copy.js';
+import { DeviceBuffer, PitchedDeviceBuffer } from '../memory/device-buffer.js';
+import { HostBuffer } from '../memory/host-buffer.js';
+import type { Release } from '../memory/lifetime.js';
+import { defaultStream, type MemoryResource, type StreamRef } from '../memory/resource.js';
+import { checkNonNegativeInteger } from '../validate.js';
+import { dtypeOf, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
+import {
+  allocateHost, encodeScalar, hostElements, toNested,
+  type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue,
+} from './host-data.js';
+import { checkLayoutFits, checkStrides, contiguousLayout, StridedArray, type Layout } from './layout.js';
+import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
+import {
+  copyOnDevice, pinnedSink, pinnedSource, readElements, readElementsAsync, streamDone, writeElements,
+  writeElementsAsync, type HostBytes,
+} from './strided-copy.js';
+
+/** Where a new array's memory comes from. */
+export interface DeviceArrayOptions {
+  /** The resource to allocate from; default the device's current resource (`getCurrentResource`). */
+  readonly resource?: MemoryResource;
+  /** The stream it is allocated on and freed on, and the default stream of its async copies. */
+  readonly stream?: StreamRef;
+  /** The device, when no resource is named (device 0 by default). */
+  readonly device?: Device | number;
+}
+
+/** Options of `DeviceArray.from`: the dtype (inferred from a TypedArray) and shape of the data. */
+export interface DeviceArrayFromOptions<N extends DTypeName> extends DeviceArrayOptions {
+  /** The element type; inferred from a TypedArray's class when left out (Float32Array -> float32). */
+  readonly dtype?: N | DType<N>;
+  /** The array's shape in elements; inferred from the data when left out. */
+  readonly shape?: Shape;
+}
+
+/** Options of `DeviceArray.pitched`. */
+export interface PitchedArrayOptions {
+  /** An ArenaResource to take a pitched block from; default cuMemAllocPitch on the device. */
+  readonly resource?: ArenaResource;
+  /** The device, for cuMemAllocPitch (device 0 by default). */
+  readonly device?: Device | number;
+  /** The stream an arena block is allocated and freed on, and the default stream of async copies. */
+  readonly stream?: StreamRef;
+}
+
+/** Options of `DeviceArray.fromBuffer`: how the array lies in the memory. */
+export interface DeviceArrayViewOptions<N extends DTypeName> {
+  /** The element type. */
+  readonly dtype: N | DType<N>;
+  /** The shape; default as many whole elements as fit after `byteOffset`, in one dimension. */
+  readonly shape?: Shape;
+  /** Strides in elements; default row-major. */
+  readonly strides?: readonly number[];
+  /** Byte offset of element (0, ..., 0); a multiple of the dtype's alignment. Default 0. */
+  readonly byteOffset?: number;
+  /** For a mapped HostBuffer: the device whose kernels read it (device 0 by default). */
+  readonly device?: Device | number;
+  /** The default stream of the array's async copies; default the buffer's own stream. */
+  readonly stream?: StreamRef;
+}
+
+/** Options of the asynchronous copies. */
+export interface AsyncCopyOptions {
+  /** The stream the copies are queued on; default the array's stream. */
+  readonly stream?: StreamRef;
+}
+
+/** The TypedArrays whose class names a dtype, for `DeviceArray.from` without a dtype. */
+export type InferableTypedArray =
+  | Float32Array | Float64Array | Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array
+  | BigInt64Array | BigUint64Array | Float16ArrayLike;
+
+/** The dtype `DeviceArray.from` infers from a TypedArray's class. */
+export type InferredDType<T> =
+  T extends Float16ArrayLike ? 'float16'
+    : T extends Float32Array ? 'float32' : T extends Float64Array ? 'float64'
+      : T extends Int8Array ? 'int8' : T extends Uint8Array ? 'uint8'
+        : T extends Int16Array ? 'int16' : T extends Uint16Array ? 'uint16'
+          : T extends Int32Array ? 'int32' : T extends Uint32Array ? 'uint32'
+            : T extends BigInt64Array ? 'int64' : T extends BigUint64Array ? 'uint64' : never;
+
+const inferable: Readonly<Record<string, DTypeName>> = Object.freeze({
+  Float16Array: 'float16', Float32Array: 'float32', Float64Array: 'float64', Int8Array: 'int8', Uint8Array: 'uint8',
+  Int16Array: 'int16', Uint16Array: 'uint16', Int32Array: 'int32', Uint32Array: 'uint32',
+  BigInt64Array: 'int64', BigUint64Array: 'uint64',
+});
+
+/**
+ * The dtype and bytes of host input for a new array: the dtype given, or the one a TypedArray's
+ * class names; raw bytes and nested arrays need the dtype spelled out.
+ *
+ * @param data The host input.
+ * @param dtype The dtype, if given.
+ * @param shape The shape, if given.
+ * @returns The dtype schema, the bytes (row-major) and the shape.
+ * @throws {TypeError} When no dtype is given and none can be inferred, or the data does not fit the dtype.
+ * @throws {RangeError} When the shape does not match the data.
+ * @example
+ * ```ts
+ * resolveHostInput(new Float32Array(6), undefined, [2, 3]).dtype.name; // 'float32'
+ * ```
+ */
+export function resolveHostInput(
+  data: unknown, dtype: DTypeName | DType | undefined, shape: Shape | undefined,
+): { dtype: DType; bytes: Uint8Array; shape: Shape } {
+  let dt: DType;
+  if (dtype !== undefined) {
+    dt = dtypeOf(dtype);
+  } else {
+    const tag = ArrayBuffer.isView(data) ? Object.prototype.toString.call(data).slice(8, -1) : undefined;
+    const name = tag === undefined ? undefined : inferable[tag];
+    if (name === undefined) {
+      throw new TypeError('the dtype cannot be inferred from ' +
+        `${tag ?? (Array.isArray(data) ? 'nested arrays' : typeof data)}: pass { dtype } (TypedArrays other than Uint8ClampedArray and DataView name their own)`);
+    }
+    dt = dtypeOf(name);
+  }
+  const h = hostElements(dt, data as HostInput<DTypeName>, shape);
+  return { dtype: dt, bytes: h.bytes, shape: h.shape };
+}
+
+/** The memory a DeviceArray lives in: device (or managed) memory, or a mapped HostBuffer. */
+export type DeviceArrayMemory = DeviceMemory | HostBuffer;
+
+/** A pitched block of an ArenaResource as a buffer: freed back to the arena with deallocatePitched. */
+class ArenaPitchedBuffer extends DeviceBuffer {
+  private constructor(ptr: Ptr, bytes: number, arena: ArenaResource, stream: StreamRef, release: Release) {
+    super(ptr, bytes, arena, stream, release);
+  }
+
+  /** Takes `height` rows of at least `widthBytes` from the arena; the pitch comes back with the buffer. */
+  static take(arena: ArenaResource, widthBytes: number, height: number, stream: StreamRef): { buffer: DeviceBuffer; pitch: number } {
+    const { ptr, pitch } = arena.allocatePitched(widthBytes, height, stream);
+    // Built here so that the release captures the arena and pointer, never the buffer.
+    const release: Release = (on) => arena.deallocatePitched(ptr, on);
+    return { buffer: new ArenaPitchedBuffer(ptr, pitch * height, arena, stream, release), pitch };
+  }
+}
+
+function gcd(a: number, b: number): number {
+  return b === 0 ? a : gcd(b, a % b);
+}
+
+/** The largest power of two dividing `n` (n > 0): a lower bound of the alignment a pitch was rounded to. */
+function powerOfTwoIn(n: number): number {
+  let p = 1;
+  while (n % (p * 2) === 0) p *= 2;
+  return p;
+}
+
+function checkOptions(options: unknown, what: string): void {
+  if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
+}
+
+/**
+ * A typed n-dimensional array in device memory (generic over its dtype name, so a
+ * `DeviceArray<'float32'>` and a `DeviceArray<'float3'>` are different types).
+ *
+ * @example
+ * ```ts
+ * using a = DeviceArray.from(new Float32Array([1, 2, 3, 4, 5, 6]), { shape: [2, 3] });
+ * a.T.toHost();                                  // Float32Array [1, 4, 2, 5, 3, 6]
+ * using p = DeviceArray.from(xyz, { dtype: 'float3' }); // a Float32Array of N * 3 as N float3
+ * ```
+ */
+export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N> {
+  /** The memory the array lives in (shared with its views). */
+  readonly buffer: DeviceArrayMemory;
+  /** The device whose context runs its copies. */
+  readonly device: Device;
+  /** The default stream of its asynchronous copies (the stream it was allocated on). */
+  readonly stream: StreamRef;
+  readonly #owns: boolean;
+
+  private constructor(dtype: DType<N>, layout: Layout, buffer: DeviceArrayMemory, device: Device, stream: StreamRef, owns: boolean) {
+    super(dtype, layout);
+    this.buffer = buffer;
+    this.device = device;
+    this.stream = stream;
+    this.#owns = owns;
+  }
+
+  /**
+   * A new contiguous array of uninitialised memory.
+   *
+   * @param shape The shape (whole numbers >= 0).
+   * @param dtype The element type.
+   * @param options Resource, stream and device.
+   * @returns The array; it owns its memory.
+   * @throws {TypeError | RangeError} For a bad shape, dtype or options.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using a = DeviceArray.empty([1080, 1920], 'uchar4');
+   * ```
+   */
+  static empty<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    const s = checkShape(shape);
+    const dt = dtypeOf(dtype);
+    checkOptions(options, 'DeviceArray.empty');
+    return DeviceArray.allocate(dt, s, options);
+  }
+
+  /**
+   * A new contiguous array of zeros (one memset).
+   *
+   * @param shape The shape.
+   * @param dtype The element type.
+   * @param options Resource, stream and device.
+   * @returns The array.
+   * @throws {TypeError | RangeError} For a bad shape, dtype or options.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using acc = DeviceArray.zeros([256], 'float64');
+   * ```
+   */
+  static zeros<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    const a = DeviceArray.empty(shape, dtype, options);
+    (a.buffer as DeviceMemory).memset(0);
+    return a;
+  }
+
+  /**
+   * A new contiguous array with every element `value` (NumPy's `full(shape, fill_value, dtype)`).
+   *
+   * @param shape The shape.
+   * @param value One element of the dtype: a number, bigint (64-bit), boolean (bool), or an array of components.
+   * @param dtype The element type.
+   * @param options Resource, stream and device.
+   * @returns The array.
+   * @throws {TypeError | RangeError} For a bad shape or dtype, or a value the dtype cannot hold.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using ones = DeviceArray.full([4, 4], 1, 'float32');
+   * using up = DeviceArray.full([100], [0, 1, 0], 'float3');
+   * ```
+   */
+  static full<N extends DTypeName>(shape: Shape, value: ScalarValue<N>, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    const dt = dtypeOf(dtype);
+    const pattern = encodeScalar(dt, value);
+    const a = DeviceArray.empty(shape, dt, options);
+    try {
+      fillContiguous(a.buffer as DeviceMemory, a.byteOffset, a.size, pattern);
+    } catch (error) {
+      a.free();
+      throw error;
+    }
+    return a;
+  }
+
+  /**
+   * A new uninitialised contiguous array of the shape and dtype of `like`.
+   *
+   * @param like Any array.
+   * @param options Resource, stream and device (default `like`'s device).
+   * @returns The array.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using out = DeviceArray.emptyLike(input);
+   * ```
+   */
+  static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    if (!(like instanceof StridedArray)) throw new TypeError('emptyLike expects a DeviceArray or HostArray');
+    const device = options.device ?? (like instanceof DeviceArray && options.resource === undefined ? like.device : undefined);
+    return DeviceArray.empty(like.shape, like.dtype, { ...options, device });
+  }
+
+  /**
+   * A new contiguous array of zeros of the shape and dtype of `like`.
+   *
+   * @param like Any array.
+   * @param options Resource, stream and device.
+   * @returns The array.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using grad = DeviceArray.zerosLike(weights);
+   * ```
+   */
+  static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    const a = DeviceArray.emptyLike(like, options);
+    (a.buffer as DeviceMemory).memset(0);
+    return a;
+  }
+
+  /**
+   * A new array holding a copy of host data: the dtype's TypedArray (its class names the dtype
+   * when none is given), raw bytes (ArrayBuffer, DataView: give the dtype) or nested arrays (give
+   * the dtype). A vector dtype takes its components flat: `from(f32, { dtype: 'float3' })` reads an
+   * (N * 3) Float32Array as N float3 elements; nested data is `[[x, y, z], ...]`.
+   *
+   * @param data The host data.
+   * @param options dtype, shape, resource, stream, device.
+   * @returns The array (synchronously filled).
+   * @throws {TypeError} For a TypedArray of the wrong class for the dtype, or no dtype for raw or nested data.
+   * @throws {RangeError} When the shape does not match the data.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using a = DeviceArray.from(new Float32Array(12), { shape: [3, 4] }); // DeviceArray<'float32'>
+   * using b = DeviceArray.from([[1, 2], [3, 4]], { dtype: 'int32' });
+   * ```
+   */
+  static from<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): DeviceArray<N>;
+  static from<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): DeviceArray<InferredDType<T>>;
+  static from(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): DeviceArray {
+    checkOptions(options, 'DeviceArray.from');
+    const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
+    const a = DeviceArray.allocate(dtype, shape, options);
+    try {
+      writeElements(a.buffer, a.layout, bytes, 'DeviceArray.from');
+    } catch (error) {
+      a.free();
+      throw error;
+    }
+    return a;
+  }
+
+  /**
+   * `from`, with the copy queued on `options.stream` (default the legacy default stream); the
+   * promise resolves once the data is on the device. The memory is allocated on that stream.
+   *
+   * @param data The host data.
+   * @param options dtype, shape, resource, stream, device.
+   * @returns The array, once filled.
+   * @throws {TypeError | RangeError} As `from` (synchronously, before anything is allocated).
+   * @example
+   * ```ts
+   * const a = await DeviceArray.fromAsync(samples, { stream });
+   * ```
+   */
+  static fromAsync<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): Promise<DeviceArray<N>>;
+  static fromAsync<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): Promise<DeviceArray<InferredDType<T>>>;
+  static fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
+    checkOptions(options, 'DeviceArray.fromAsync');
+    const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
+    const a = DeviceArray.allocate(dtype, shape, options);
+    return (async () => {
+      try {
+        await writeElementsAsync(a.buffer, a.layout, bytes, a.stream, a.device, 'DeviceArray.fromAsync');
+      } catch (error) {
+        a.free();
+        throw error;
+      }
+      return a;
+    })();
+  }
+
+  /**
+   * An array over memory the caller owns: a DeviceBuffer, ManagedBuffer, or mapped HostBuffer
+   * (for kernels that read host memory in place). The array does not own it: free the buffer.
+   *
+   * @param memory The memory.
+   * @param options dtype (required), shape, strides (elements), byteOffset, device, stream.
+   * @returns The array.
+   * @throws {TypeError} For memory of another kind, or bad options.
+   * @throws {RangeError} When the layout reaches outside the memory, or byteOffset is misaligned.
+   * @throws {VramStateError} For a HostBuffer that is not mapped.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(4096);
+   * const every4th = DeviceArray.fromBuffer(buf, { dtype: 'float32', shape: [256], strides: [4] });
+   * ```
+   */
+  static fromBuffer<N extends DTypeName>(memory: DeviceArrayMemory, options: DeviceArrayViewOptions<N>): DeviceArray<N> {
+    checkOptions(options, 'DeviceArray.fromBuffer');
+    const dt = dtypeOf(options.dtype);
+    let device: Device;
+    let stream: StreamRef;
+    if (memory instanceof HostBuffer) {
+      if (!memory.mapped) {
+        throw new VramStateError('DeviceArray.fromBuffer: a HostBuffer needs to be mapped ({ mapped: true }) for the device to address it');
+      }
+      device = Device.resolve(options.device);
+      stream = memory.stream ?? defaultStream;
+    } else if (memory instanceof DeviceMemory) {
+      device = memory.device;
+      stream = memory instanceof DeviceBuffer ? memory.stream : defaultStream;
+    } else {
+      throw new TypeError('DeviceArray.fromBuffer expects a DeviceBuffer, ManagedBuffer or mapped HostBuffer');
+    }
+    if (memory.isFreed) throw new UseAfterFreeError(`DeviceArray.fromBuffer: ${String(memory)} was freed`);
+    const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
+    if (byteOffset % dt.alignment !== 0) {
+      throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
+    }
+    const shape = options.shape === undefined
+      ? [Math.floor(Math.max(0, memory.byteLength - byteOffset) / dt.byteSize)] : checkShape(options.shape);
+    const layout: Layout = options.strides === undefined
+      ? contiguousLayout(Object.freeze(shape.slice()), dt.byteSize, byteOffset)
+      : { shape: Object.freeze(shape.slice()), strides: checkStrides(options.strides, shape.length), byteOffset, itemSize: dt.byteSize };
+    checkLayoutFits(layout, memory.byteLength, 'DeviceArray.fromBuffer');
+    return new DeviceArray(dt, layout, memory, device, options.stream ?? stream, false);
+  }
+
+  /**
+   * A 2D array of `height` rows of `width` elements, each row starting at a pitch chosen for
+   * coalesced access: cuMemAllocPitch, or a pitched block of `options.resource` (an
+   * ArenaResource). Strides are `[pitch / byteSize, 1]`; for dtypes whose size is not a power of
+   * two (float3, char3, ...) the rows are padded further so the pitch is a whole number of
+   * elements. Copies to and from the host are 2D copies that skip the padding.
+   *
+   * @param shape `[height, width]`, both at least 1.
+   * @param dtype The element type.
+   * @param options An arena to take the block from, the device, the stream.
+   * @returns The array; it owns its memory.
+   * @throws {RangeError} For a shape that is not two positive dimensions.
+   * @throws {TypeError} For a resource that is not an ArenaResource.
+   * @throws {OutOfMemoryError} When there is no memory (or no arena range) left.
+   * @throws {NotSupportedError} When no pitch is a whole number of elements (not seen on any device).
+   * @example
+   * ```ts
+   * using img = DeviceArray.pitched([1080, 1920], 'uchar4');
+   * img.copyFrom(rgba); // one 2D copy
+   * ```
+   */
+  static pitched<N extends DTypeName>(shape: readonly [number, number], dtype: N | DType<N>, options: PitchedArrayOptions = {}): DeviceArray<N> {
+    const s = checkShape(shape);
+    const dt = dtypeOf(dtype);
+    checkOptions(options, 'DeviceArray.pitched');
+    if (s.length !== 2 || s[0] === 0 || s[1] === 0) {
+      throw new RangeError(`DeviceArray.pitched needs [height, width] with both at least 1, got ${formatShape(s)}`);
+    }
+    const [height, width] = s as [number, number];
+    const b = dt.byteSize;
+    const widthBytes = width * b;
+    const resource = options.resource;
+    let buffer: DeviceBuffer;
+    let pitch: number;
+    if (resource !== undefined) {
+      if (!(resource instanceof ArenaResource)) {
+        throw new TypeError('DeviceArray.pitched: resource must be an ArenaResource (its pitched blocks); leave it out for cuMemAllocPitch');
+      }
+      const stream = options.stream ?? defaultStream;
+      // The arena rounds the width up to its pitch alignment: ask for a width that rounds to a
+      // whole number of elements.
+      const a = resource.pitchAlignment;
+      const unit = b * a / gcd(b, a);
+      const asked = Math.ceil(widthBytes / a) * a % b === 0 ? widthBytes : Math.ceil(widthBytes / unit) * unit;
+      ({ buffer, pitch } = ArenaPitchedBuffer.take(resource, asked, height, stream));
+    } else {
+      const elementBytes = b % 16 === 0 ? 16 : b % 8 === 0 ? 8 : 4;
+      const device = Device.resolve(options.device);
+      let p = PitchedDeviceBuffer.allocate2D(widthBytes, height, { elementBytes, device });
+      if (p.pitch % b !== 0) {
+        // The driver's pitch is a multiple of its alignment (a power of two); a width that is a
+        // multiple of both that and the element size comes back as its own pitch.
+        const a = powerOfTwoIn(p.pitch);
+        p.free();
+        const unit = b * a / gcd(b, a);
+        p = PitchedDeviceBuffer.allocate2D(Math.ceil(widthBytes / unit) * unit, height, { elementBytes, device });
+      }
+      buffer = p;
+      pitch = p.pitch;
+    }
+    if (pitch % b !== 0) {
+      buffer.free();
+      throw new NotSupportedError(`DeviceArray.pitched: the pitch ${pitch} is not a whole number of ${dt.name} elements (${b} bytes)`);
+    }
+    const layout: Layout = { shape: s, strides: Object.freeze([pitch / b, 1]), byteOffset: 0, itemSize: b };
+    return new DeviceArray(dt, layout, buffer, buffer.device, options.stream ?? buffer.stream, true);
+  }
+
+  /** Allocates a contiguous array's buffer; the one place arrays take memory from a resource. */
+  private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions): DeviceArray<N> {
+    const bytes = elementCount(shape) * dt.byteSize;
+    // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
+    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), { resource: options.resource, stream: options.stream, device: options.device });
+    return new DeviceArray(dt, contiguousLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
+  }
+
+  /** The device address of element (0, ..., 0), for kernel arguments. */
+  get ptr(): Ptr {
+    this.checkAlive();
+    const base = this.buffer instanceof HostBuffer ? this.buffer.devicePtr : this.buffer.ptr;
+    return base + this.byteOffset;
+  }
+
+  /** True when this array allocated its memory (and frees it); false for views. */
+  get ownsMemory(): boolean {
+    return this.#owns;
+  }
+
+  /** True once the memory is gone (the owner freed it). */
+  get isFreed(): boolean {
+    return this.buffer.isFreed;
+  }
+
+  /**
+   * Frees the memory, for an array that owns it (the one `empty`, `zeros`, `from`... returned).
+   *
+   * @throws {VramStateError} For a view: it does not own the memory (free the array it came from).
+   * @throws {DoubleFreeError} When already freed.
+   * @example
+   * ```ts
+   * const a = DeviceArray.zeros([16], 'int32');
+   * a.free();
+   * ```
+   */
+  free(): void {
+    if (!this.#owns) {
+      throw new VramStateError(`${String(this)} is a view and does not own its memory: free the array it came from`);
+    }
+    this.buffer.free();
+  }
+
+  /** `using a = DeviceArray...` frees an owning array at the end of the scope; views are left alone. */
+  [Symbol.dispose](): void {
+    if (this.#owns && !this.buffer.isFreed) this.buffer.free();
+  }
+
+  /**
+   * The elements as a new contiguous TypedArray of the dtype's host type (strides honoured; a
+   * vector dtype's components flat, (N, 3) for float3).
+   *
+   * @returns The host copy.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * const xyz = points.toHost(); // Float32Array of 3 * points.size
+   * ```
+   */
+  toHost(): HostTypedArray<N> {
+    this.checkAlive();
+    const out = allocateHost(this.dtype, this.size);
+    readElements(this.buffer, this.layout, bytesOf(out), 'toHost');
+    return out;
+  }
+
+  /**
+   * `toHost()` as a promise: the copies are queued on `options.stream` (default the array's) and
+   * the promise resolves once the data has arrived; the event loop is never blocked.
+   *
+   * @param options The stream.
+   * @returns The host copy.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * const host = await a.toHostAsync({ stream });
+   * ```
+   */
+  async toHostAsync(options: AsyncCopyOptions = {}): Promise<HostTypedArray<N>> {
+    const stream = this.streamOf(options, 'toHostAsync');
+    const out = allocateHost(this.dtype, this.size);
+    await readElementsAsync(this.buffer, this.layout, bytesOf(out), stream, this.device, 'toHostAsync');
+    return out;
+  }
+
+  /**
+   * The elements as nested JavaScript arrays: numbers, bigints for 64-bit dtypes, booleans for
+   * bool, decoded floats for float16 and bfloat16, component arrays for vector dtypes. A 0-d array
+   * gives a one-element array.
+   *
+   * @returns The nested arrays.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * DeviceArray.from([[1, 2], [3, 4]], { dtype: 'int32' }).T.toArray(); // [[1, 3], [2, 4]]
+   * ```
+   */
+  toArray(): NestedArray {
+    return toNested(this.dtype, this.toHost(), this.ndim === 0 ? [1] : this.shape);
+  }
+
+  /**
+   * Copies into this array's elements (strides honoured) from host data of its dtype and shape,
+   * a HostArray, or another DeviceArray of the same dtype and shape. Synchronous.
+   *
+   * @param src The data.
+   * @throws {TypeError} For data of another dtype (a TypedArray of the wrong class).
+   * @throws {RangeError} For data of another shape or size.
+   * @throws {VramStateError} When this array's elements overlap (caller-given strides).
+   * @throws {UseAfterFreeError} When either side's memory was freed.
+   * @example
+   * ```ts
+   * a.slice([0, null, 2]).copyFrom(new Float32Array(a.shape[0] / 2)); // every other element
+   * ```
+   */
+  copyFrom(src: HostInput<N> | StridedArray<N>): void {
+    this.checkAlive();
+    if (src instanceof DeviceArray) {
+      this.checkSame(src, 'copyFrom');
+      if (copyOnDevice(this.buffer, this.layout, src.buffer, src.layout, undefined, 'copyFrom')) return;
+      const staged = new Uint8Array(src.nbytes);
+      readElements(src.buffer, src.layout, staged, 'copyFrom');
+      writeElements(this.buffer, this.layout, staged, 'copyFrom');
+      return;
+    }
+    writeElements(this.buffer, this.layout, this.sourceBytes(src, 'copyFrom'), 'copyFrom');
+  }
+
+  /**
+   * Copies this array's elements into `dst`: the dtype's TypedArray or raw bytes of exactly
+   * `nbytes` (filled row-major; returned), a HostArray, or a DeviceArray of the same dtype and shape.
+   *
+   * @param dst The destination.
+   * @returns `dst`.
+   * @throws {TypeError} For a destination of another dtype, or nested arrays (nothing to write into).
+   * @throws {RangeError} For a destination of another size or shape.
+   * @throws {UseAfterFreeError} When either side's memory was freed.
+   * @example
+   * ```ts
+   * const out = a.copyTo(new Float32Array(a.size));
+   * ```
+   */
+  copyTo<T extends HostTypedArray<N> | ArrayBuffer | DataView | StridedArray<N>>(dst: T): T {
+    this.checkAlive();
+    if (dst instanceof DeviceArray) {
+      dst.copyFrom(this);
+      return dst;
+    }
+    if (dst instanceof StridedArray) {
+      const sink = this.sinkOf(dst, 'copyTo');
+      readElements(this.buffer, this.layout, sink.bytes, 'copyTo');
+      sink.commit();
+      return dst;
+    }
+    readElements(this.buffer, this.layout, this.destinationBytes(dst as HostTypedArray<N> | ArrayBuffer | DataView, 'copyTo'), 'copyTo');
+    return dst;
+  }
+
+  /**
+   * `copyFrom` queued on a stream (default the array's); resolves once the data is in place.
+   * Host data is staged through pinned memory before the call returns (a HostArray's pinned
+   * memory is read directly), so `src` may change as soon as it has.
+   *
+   * @param src The data.
+   * @param options The stream.
+   * @throws {TypeError | RangeError | VramStateError | UseAfterFreeError} As `copyFrom`, synchronously.
+   * @example
+   * ```ts
+   * await a.copyFromAsync(frame, { stream });
+   * ```
+   */
+  async copyFromAsync(src: HostInput<N> | StridedArray<N>, options: AsyncCopyOptions = {}): Promise<void> {
+    const stream = this.streamOf(options, 'copyFromAsync');
+    if (src instanceof DeviceArray) {
+      this.checkSame(src, 'copyFromAsync');
+      src.checkAlive();
+      src.buffer.recordStream(stream);
+      this.buffer.recordStream(stream);
+      if (copyOnDevice(this.buffer, this.layout, src.buffer, src.layout, stream, 'copyFromAsync')) {
+        await streamDone(stream, this.device);
+        return;
+      }
+      // Neither side's layout is expressible in device copies alone: the data goes through the
+      // host, and the write is queued only once the read has arrived.
+      const staged = new Uint8Array(src.nbytes);
+      await readElementsAsync(src.buffer, src.layout, staged, stream, this.device, 'copyFromAsync');
+      await writeElementsAsync(this.buffer, this.layout, staged, stream, this.device, 'copyFromAsync');
+      return;
+    }
+    await writeElementsAsync(this.buffer, this.layout, this.sourceBytes(src, 'copyFromAsync'), stream, this.device, 'copyFromAsync');
+  }
+
+  /**
+   * `copyTo` queued on a stream (default the array's); resolves with `dst` once the data has arrived.
+   *
+   * @param dst The destination.
+   * @param options The stream.
+   * @returns `dst`, filled.
+   * @throws {TypeError | RangeError | UseAfterFreeError} As `copyTo`, synchronously.
+   * @example
+   * ```ts
+   * const pinned = HostArray.emptyLike(a);
+   * await a.copyToAsync(pinned, { stream });
+   * ```
+   */
+  async copyToAsync<T extends HostTypedArray<N> | ArrayBuffer | DataView | StridedArray<N>>(dst: T, options: AsyncCopyOptions = {}): Promise<T> {
+    const stream = this.streamOf(options, 'copyToAsync');
+    if (dst instanceof DeviceArray) {
+      await dst.copyFromAsync(this, { stream });
+      return dst;
+    }
+    if (dst instanceof StridedArray) {
+      const sink = this.sinkOf(dst, 'copyToAsync');
+      await readElementsAsync(this.buffer, this.layout, sink.bytes, stream, this.device, 'copyToAsync');
+      sink.commit();
+      return dst;
+    }
+    await readElementsAsync(this.buffer, this.layout, this.destinationBytes(dst as HostTypedArray<N> | ArrayBuffer | DataView, 'copyToAsync'), stream, this.device, 'copyToAsync');
+    return dst;
+  }
+
+  /**
+   * Sets every element to `value` (strides honoured): a memset where the element's bytes repeat
+   * every 1, 2 or 4 bytes, else a pattern written once and doubled on the device.
+   *
+   * @param value One element of the dtype.
+   * @returns This array.
+   * @throws {TypeError | RangeError} For a value the dtype cannot hold.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * a.slice(0).fill(1); // the first row
+   * ```
+   */
+  fill(value: ScalarValue<N>): this {
+    this.checkAlive();
+    const pattern = encodeScalar(this.dtype, value);
+    if (this.isContiguous && this.buffer instanceof DeviceMemory) {
+      fillContiguous(this.buffer, this.byteOffset, this.size, pattern);
+    } else {
+      const bytes = new Uint8Array(this.nbytes);
+      for (let i = 0; i < bytes.length; i += pattern.length) bytes.set(pattern, i);
+      writeElements(this.buffer, this.layout, bytes, 'fill');
+    }
+    return this;
+  }
+
+  /**
+   * A new contiguous array holding a copy of these elements (also how to reshape a strided view).
+   *
+   * @param options Resource, stream and device (default this array's device).
+   * @returns The copy; it owns its memory.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using t = a.T.copy().reshape(-1);
+   * ```
+   */
+  copy(options: DeviceArrayOptions = {}): DeviceArray<N> {
+    this.checkAlive();
+    const a = DeviceArray.emptyLike(this, options);
+    try {
+      a.copyFrom(this);
+    } catch (error) {
+      a.free();
+      throw error;
+    }
+    return a;
+  }
+
+  /** `DeviceArray<float32>(2, 3) on device 0`. */
+  override toString(): string {
+    const view = this.#owns ? '' : ', view';
+    return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.isFreed ? ', freed' : ''}`;
+  }
+
+  protected withLayout(layout: Layout): this {
+    return new DeviceArray(this.dtype, layout, this.buffer, this.device, this.stream, false) as this;
+  }
+
+  protected checkAlive(): void {
+    if (this.buffer.isFreed) throw new UseAfterFreeError(`${String(this)}: its memory was freed`);
+  }
+
+  private streamOf(options: AsyncCopyOptions, what: string): StreamRef {
+    checkOptions(options, what);
+    this.checkAlive();
+    return options.stream ?? this.stream;
+  }
+
+  private checkSame(other: StridedArray<DTypeName>, what: string): void {
+    if (other.dtype.name !== this.dtype.name) {
+      throw new TypeError(`${what}: a ${this.dtype.name} array and a ${other.dtype.name} array`);
+    }
+    if (other.shape.length !== this.shape.length || other.shape.some((n, i) => n !== this.shape[i])) {
+      throw new RangeError(`${what}: shapes ${formatShape(this.shape)} and ${formatShape(other.shape)} differ`);
+    }
+  }
+
+  /** Row-major bytes of host data or a HostArray, checked against this array's dtype and shape. */
+  private sourceBytes(src: HostInput<N> | StridedArray<N>, what: string): HostBytes {
+    if (src instanceof StridedArray) {
+      this.checkSame(src, what);
+      const host = pinnedArray(src, what);
+      return pinnedSource(host.buffer, src.layout);
+    }
+    return hostElements(this.dtype, src, this.shape).bytes;
+  }
+
+  /** The bytes of a TypedArray or raw bytes to read into, checked against this array's dtype and size. */
+  private destinationBytes(dst: HostTypedArray<N> | ArrayBuffer | DataView, what: string): Uint8Array {
+    const h = hostElements(this.dtype, dst as HostInput<N>, this.shape);
+    // A converted input (nested arrays, a Float16Array) is a copy: nothing would reach the caller.
+    if (h.copied) throw new TypeError(`${what}: the destination must be a ${this.dtype.name} TypedArray or raw bytes to write into`);
+    return h.bytes;
+  }
+
+  private sinkOf(dst: StridedArray<N>, what: string): { bytes: HostBytes; commit(): void } {
+    this.checkSame(dst, what);
+    return pinnedSink(pinnedArray(dst, what).buffer, dst.layout);
+  }
+}
+
+/** The HostBuffer of a HostArray (a StridedArray over pinned memory that is not a DeviceArray), alive. */
+function pinnedArray(array: StridedArray<DTypeName>, what: string): { buffer: HostBuffer } {
+  const buffer = array.buffer;
+  if (array instanceof DeviceArray || !(buffer instanceof HostBuffer)) {
+    throw new TypeError(`${what}: expected a HostArray or DeviceArray`);
+  }
+  if (buffer.isFreed) throw new UseAfterFreeError(`${what}: the HostArray's memory was freed`);
+  return { buffer };
+}
+
+/**
+ * Fills `count` contiguous elements at `byteOffset` with `pattern` (one element's bytes): one
+ * memset when the pattern repeats every 1, 2 or 4 bytes, else the pattern written once for up to
+ * 4096 elements and doubled with device-to-device copies (log2(count / 4096) of them).
+ */
+function fillContiguous(memory: DeviceMemory, byteOffset: number, count: number, pattern: Uint8Array): void {
+  if (count === 0) return;
+  const b = pattern.length;
+  for (const w of [1, 2, 4] as const) {
+    if (b % w !== 0 || byteOffset % w !== 0) continue;
+    let periodic = true;
+    for (let i = w; i < b && periodic; i++) periodic = pattern[i] === pattern[i - w];
+    if (!periodic) continue;
+    let value = 0;
+    for (let i = w - 1; i >= 0; i--) value = value * 256 + pattern[i]!;
+    memory.memset(value, { elementBytes: w, offset: byteOffset, count: (count * b) / w });
+    return;
+  }
+  const first = Math.min(count, 4096);
+  const chunk = new Uint8Array(first * b);
+  for (let i = 0; i < chunk.length; i += b) chunk.set(pattern, i);
+  memory.copyFromHost(chunk, { offset: byteOffset });
+  for (let filled = first; filled < count;) {
+    const n = Math.min(filled, count - filled);
+    memory.copyFrom(memory, { offset: byteOffset + filled * b, srcOffset: byteOffset, bytes: n * b });
+    filled += n;
+  }
+}
