@@ -87,13 +87,13 @@ describe('vram bench', () => {
       assert.equal(typeof row.name, 'string');
       assert.ok(Number.isInteger(row.size) && (row.size as number) > 0);
       assert.ok(typeof row.value === 'number' && Number.isFinite(row.value) && row.value > 0, JSON.stringify(row));
-      assert.ok(['GB/s', 'ns/pair', 'ns/op'].includes(String(row.unit)));
+      assert.ok(['GB/s', 'ns/pair', 'ns/op', 'ms'].includes(String(row.unit)));
       assert.ok(Number.isInteger(row.repeats) && (row.repeats as number) >= 1);
       if (row.group === 'transfers') assert.ok((row.size as number) < 256 << 20);
     }
     assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'transfers']);
     const names = new Set((report.rows as Record<string, unknown>[]).map((r) => r.name));
-    for (const name of ['pageable H2D', 'pinned D2H', 'write-combined pinned H2D', 'D2D',
+    for (const name of ['driver pageable H2D', 'staged pageable H2D', 'registered pageable D2H', 'pinned D2H', 'write-combined pinned H2D', 'D2D',
       'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'PoolResource random']) {
       assert.ok(names.has(name), name);
     }

@@ -10,6 +10,7 @@ import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
 import { allocatorCases } from './bench/allocators.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
+import { pageableCases } from './bench/pageable.js';
 import { transferCases } from './bench/transfers.js';
 import { formatBytes, formatPairs, formatTable, formatValue, parseBytes, Progress } from './format.js';
 import { describeBackend, emulatedReason } from './info.js';
@@ -21,7 +22,7 @@ const TRANSFER_SIZES = [64 << 10, 1 << 20, 16 << 20, 256 << 20] as const;
 const ALLOC_SIZES = [256, 1 << 20, 64 << 20] as const;
 
 const CASES: Readonly<Record<Group, (settings: BenchSettings) => BenchCase[]>> = {
-  transfers: transferCases,
+  transfers: (settings) => [...transferCases(settings), ...pageableCases(settings)],
   alloc: allocCases,
   allocators: allocatorCases,
 };
@@ -64,7 +65,7 @@ function parseRepeats(text: string | undefined): number | undefined {
 }
 
 /** Runs the cases in order; a case that throws becomes a skipped row, and the rest still run. */
-function runCases(cases: readonly BenchCase[]): { rows: BenchRow[]; skipped: SkippedRow[] } {
+async function runCases(cases: readonly BenchCase[]): Promise<{ rows: BenchRow[]; skipped: SkippedRow[] }> {
   const progress = new Progress(cases.length);
   const rows: BenchRow[] = [];
   const skipped: SkippedRow[] = [];
@@ -72,7 +73,9 @@ function runCases(cases: readonly BenchCase[]): { rows: BenchRow[]; skipped: Ski
     for (const c of cases) {
       progress.step(`${c.group}: ${c.name} ${formatBytes(c.size)}`);
       try {
-        rows.push(c.run());
+        const result = await c.run();
+        if (Array.isArray(result)) rows.push(...(result as readonly BenchRow[]));
+        else rows.push(result as BenchRow);
       } catch (error) {
         const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
         skipped.push({ group: c.group, name: c.name, size: c.size, reason });
@@ -86,6 +89,7 @@ function runCases(cases: readonly BenchCase[]): { rows: BenchRow[]; skipped: Ski
 
 const TITLES: Readonly<Record<string, string>> = {
   'transfers GB/s': 'transfer bandwidth, GB/s (1e9 bytes/s), median',
+  'transfers ms': 'event-loop delay during the async copy, ms (p99, monitorEventLoopDelay)',
   'alloc ns/pair': 'driver allocate+free pair, ns per pair, median over batches',
   'allocators ns/pair': 'resource allocate+free pair (pool hit), ns per pair, median over batches',
   'allocators ns/op': 'RMM random-allocations pattern, ns per operation (sizes up to the column)',
@@ -149,7 +153,7 @@ export async function benchCommand(args: string[]): Promise<number> {
 
   const header = formatPairs([['backend', describeBackend(backend)], ['device', device.info.name]]);
   if (!values.json) process.stdout.write(`${header}\n\n`);
-  const { rows, skipped } = runCases(groups.flatMap((g) => CASES[g](settings)));
+  const { rows, skipped } = await runCases(groups.flatMap((g) => CASES[g](settings)));
 
   if (values.json) {
     const reason = emulatedReason(backend);

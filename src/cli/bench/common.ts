@@ -9,8 +9,11 @@ export const GROUPS = ['transfers', 'alloc', 'allocators'] as const;
 /** One of {@link GROUPS}. */
 export type Group = (typeof GROUPS)[number];
 
-/** The unit of a measured value: bandwidth, or nanoseconds per allocate+free pair or per operation. */
-export type Unit = 'GB/s' | 'ns/pair' | 'ns/op';
+/**
+ * The unit of a measured value: bandwidth, nanoseconds per allocate+free pair or per operation,
+ * or milliseconds (the event loop's delay during an async copy).
+ */
+export type Unit = 'GB/s' | 'ns/pair' | 'ns/op' | 'ms';
 
 /** One measured figure: a cell of the bench table, an element of `--json`'s `rows`. */
 export interface BenchRow {
@@ -52,7 +55,8 @@ export interface BenchCase {
   readonly group: Group;
   readonly name: string;
   readonly size: number;
-  run(): BenchRow;
+  /** Its row, or rows (a case that measures two figures at once), possibly asynchronously. */
+  run(): BenchRow | readonly BenchRow[] | Promise<BenchRow | readonly BenchRow[]>;
 }
 
 /** The median of a non-empty list of samples; robust to the odd slow repeat (page faults, clocks). */

@@ -11,14 +11,14 @@ import { gbPerSecond, median, nowNs, repeatsFor, type BenchCase, type BenchRow, 
 const WARMUP = 3;
 
 /** Full-run repeats by size: many for small copies (noisy), fewer for large (each is long). */
-function fullRepeats(bytes: number): number {
+export function fullRepeats(bytes: number): number {
   if (bytes <= 1 << 20) return 100;
   if (bytes <= 16 << 20) return 30;
   return 10;
 }
 
 /** Times `copy` `repeats` times with the host clock, after a warm-up; returns the median GB/s. */
-function timeHostClock(bytes: number, repeats: number, copy: () => void): number {
+export function timeHostClock(bytes: number, repeats: number, copy: () => void): number {
   for (let i = 0; i < WARMUP; i++) copy();
   const samples: number[] = [];
   for (let i = 0; i < repeats; i++) {
@@ -81,19 +81,20 @@ function withPinned<T>(backend: Backend, bytes: number, flags: number, body: (pt
 type Measure = (backend: Backend, bytes: number, repeats: number) => number;
 
 /**
- * Pageable copies are timed to completion: the driver may return from a pageable H2D copy once the
+ * The driver's own pageable copies (cuMemcpyHtoD/DtoH from JavaScript memory, what vram's transfer
+ * layer replaces above 1 MiB; see pageable.ts) are timed to completion: the driver may return from a pageable H2D copy once the
  * data is staged, so the context is synchronized inside the timed region (a few microseconds,
  * which is the honest cost a caller pays before it may reuse or trust the data).
  */
 const MEASURES: readonly (readonly [name: string, measure: Measure])[] = [
-  ['pageable H2D', (backend, bytes, repeats) => {
+  ['driver pageable H2D', (backend, bytes, repeats) => {
     const host = new Uint8Array(bytes).fill(1);
     return withDevice(backend, bytes, (dev) => timeHostClock(bytes, repeats, () => {
       backend.memcpyFromHost(dev, host, bytes);
       backend.contextSynchronize();
     }));
   }],
-  ['pageable D2H', (backend, bytes, repeats) => {
+  ['driver pageable D2H', (backend, bytes, repeats) => {
     const host = new Uint8Array(bytes).fill(1);
     return withDevice(backend, bytes, (dev) => timeHostClock(bytes, repeats, () => {
       backend.memcpyToHost(host, dev, bytes);

@@ -1,0 +1,132 @@
+/**
+ * Transfer rows for ordinary JavaScript memory through vram's transfer layer, beside the ceilings
+ * that bound them, all measured in the same run:
+ * - staged pageable H2D/D2H: a one-shot copy (registration off), through pinned chunks on the copy
+ *   threads, timed to completion with the host clock;
+ * - registered pageable H2D/D2H: the same buffer copied again and again (the registration cache
+ *   pinned it during the warm-up);
+ * - host memcpy into/out of pinned: the copy threads alone, same thread count, between the
+ *   JavaScript buffer and pinned memory (the host side's ceiling; the copy engine's is the pinned
+ *   H2D/D2H rows of transfers.ts);
+ * - async staged pageable H2D, and the event loop's delay (p99, `monitorEventLoopDelay`) while it
+ *   runs: the copy must not block the event loop.
+ */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import type { Backend } from '../../backend/backend.js';
+import { nativeAddress } from '../../cuda/host-memcpy.js';
+import { Device } from '../../device.js';
+import { DeviceBuffer } from '../../memory/device-buffer.js';
+import { CopyThreads } from '../../memory/transfer/copy-threads.js';
+import { releaseTransferCaches, transferSettings } from '../../memory/transfer/transfers.js';
+import { gbPerSecond, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
+import { fullRepeats, timeHostClock } from './transfers.js';
+
+type Measure = (bytes: number, repeats: number) => number;
+
+/** A JavaScript buffer of `bytes` with its pages touched (first-touch faults are not the copy's). */
+function pageable(bytes: number): Uint8Array {
+  return new Uint8Array(bytes).fill(7);
+}
+
+/** Runs `body` with a device buffer of `bytes`, freed afterwards, and the transfer caches emptied. */
+function withDevice<T>(bytes: number, body: (buf: DeviceBuffer) => T): T {
+  const buf = DeviceBuffer.allocate(bytes);
+  try {
+    return body(buf);
+  } finally {
+    buf.free();
+    releaseTransferCaches();
+  }
+}
+
+/** The copy threads alone, between JavaScript memory and pinned memory, with the transfers' thread count. */
+function hostCeiling(backend: Backend, bytes: number, repeats: number, intoPinned: boolean): number {
+  const threads = new CopyThreads(transferSettings().threads);
+  const pinned = backend.memHostAlloc(bytes, 0);
+  try {
+    const view = new Uint8Array(backend.hostView(pinned, bytes));
+    view.fill(1);
+    const host = pageable(bytes);
+    const pinnedAddress = nativeAddress(view);
+    const hostAddress = nativeAddress(host);
+    const copy = intoPinned
+      ? { dst: pinnedAddress, src: hostAddress, bytes }
+      : { dst: hostAddress, src: pinnedAddress, bytes };
+    return timeHostClock(bytes, repeats, () => threads.copy([copy]));
+  } finally {
+    threads.destroy();
+    backend.memFreeHost(pinned);
+  }
+}
+
+function measures(backend: Backend): readonly (readonly [name: string, measure: Measure])[] {
+  return [
+    ['staged pageable H2D', (bytes, repeats) => {
+      const host = pageable(bytes);
+      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyFromHost(host, { register: false })));
+    }],
+    ['staged pageable D2H', (bytes, repeats) => {
+      const host = pageable(bytes);
+      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyToHost(host, { register: false })));
+    }],
+    ['registered pageable H2D', (bytes, repeats) => {
+      const host = pageable(bytes);
+      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyFromHost(host, { register: true })));
+    }],
+    ['registered pageable D2H', (bytes, repeats) => {
+      const host = pageable(bytes);
+      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyToHost(host, { register: true })));
+    }],
+    ['host memcpy into pinned (copy threads)', (bytes, repeats) => hostCeiling(backend, bytes, repeats, true)],
+    ['host memcpy out of pinned (copy threads)', (bytes, repeats) => hostCeiling(backend, bytes, repeats, false)],
+  ];
+}
+
+/**
+ * One async staged copy of `bytes` to the device with the event loop's delay histogram running:
+ * the bandwidth row, and the p99 delay row (milliseconds).
+ */
+async function asyncCopy(bytes: number): Promise<{ bandwidth: number; p99Ms: number }> {
+  const host = pageable(bytes);
+  const buf = DeviceBuffer.allocate(bytes, { device: Device.get(0) });
+  try {
+    await buf.copyFromHostAsync(host.subarray(0, Math.min(bytes, 1 << 20)), { register: false }); // threads started
+    const delay = monitorEventLoopDelay({ resolution: 1 });
+    delay.enable();
+    const start = nowNs();
+    await buf.copyFromHostAsync(host, { register: false });
+    const seconds = (nowNs() - start) / 1e9;
+    delay.disable();
+    return { bandwidth: gbPerSecond(bytes, seconds), p99Ms: delay.percentile(99) / 1e6 };
+  } finally {
+    buf.free();
+    releaseTransferCaches();
+  }
+}
+
+/** The pageable rows for the sizes asked for, and the async row at four times the largest. */
+export function pageableCases(settings: BenchSettings): BenchCase[] {
+  const cases: BenchCase[] = [];
+  for (const [name, measure] of measures(settings.backend)) {
+    for (const size of settings.transferSizes) {
+      const repeats = repeatsFor(settings, fullRepeats(size));
+      cases.push({
+        group: 'transfers', name, size,
+        run: (): BenchRow => ({ group: 'transfers', name, size, unit: 'GB/s', repeats, value: measure(size, repeats) }),
+      });
+    }
+  }
+  const size = 4 * Math.max(...settings.transferSizes);
+  const name = 'async staged pageable H2D';
+  cases.push({
+    group: 'transfers', name, size,
+    run: async (): Promise<BenchRow[]> => {
+      const { bandwidth, p99Ms } = await asyncCopy(size);
+      return [
+        { group: 'transfers', name, size, unit: 'GB/s', repeats: 1, value: bandwidth },
+        { group: 'transfers', name: `${name}: event-loop delay p99`, size, unit: 'ms', repeats: 1, value: p99Ms },
+      ];
+    },
+  });
+  return cases;
+}
