@@ -344,7 +344,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @param data The host data.
    * @param options dtype, shape, resource, stream, device.
    * @returns The array, once filled.
-   * @throws {TypeError | RangeError} As `from` (synchronously, before anything is allocated).
+   * @throws {TypeError | RangeError} As `from` (the promise rejects, before anything is allocated).
    * @example
    * ```ts
    * const a = await DeviceArray.fromAsync(samples, { stream });
@@ -352,19 +352,17 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static fromAsync<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): Promise<DeviceArray<N>>;
   static fromAsync<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): Promise<DeviceArray<InferredDType<T>>>;
-  static fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
+  static async fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
     checkOptions(options, 'DeviceArray.fromAsync');
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
-    return (async () => {
-      try {
-        await writeElementsAsync(a.buffer, a.layout, bytes, a.stream, a.device, 'DeviceArray.fromAsync');
-      } catch (error) {
-        a.free();
-        throw error;
-      }
-      return a;
-    })();
+    try {
+      await writeElementsAsync(a.buffer, a.layout, bytes, a.stream, a.device, 'DeviceArray.fromAsync');
+    } catch (error) {
+      a.free();
+      throw error;
+    }
+    return a;
   }
 
   /**
@@ -648,7 +646,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    *
    * @param src The data.
    * @param options The stream.
-   * @throws {TypeError | RangeError | VramStateError | UseAfterFreeError} As `copyFrom`, synchronously.
+   * @throws {TypeError | RangeError | VramStateError | UseAfterFreeError} As `copyFrom` (the promise rejects).
    * @example
    * ```ts
    * await a.copyFromAsync(frame, { stream });
@@ -681,7 +679,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @param dst The destination.
    * @param options The stream.
    * @returns `dst`, filled.
-   * @throws {TypeError | RangeError | UseAfterFreeError} As `copyTo`, synchronously.
+   * @throws {TypeError | RangeError | UseAfterFreeError} As `copyTo` (the promise rejects).
    * @example
    * ```ts
    * const pinned = HostArray.emptyLike(a);
@@ -795,6 +793,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
 
   /** The bytes of a TypedArray or raw bytes to read into, checked against this array's dtype and size. */
   private destinationBytes(dst: HostTypedArray<N> | ArrayBuffer | DataView, what: string): Uint8Array {
+    if (Array.isArray(dst)) throw new TypeError(`${what}: nested arrays cannot be written into; pass a TypedArray`);
     const h = hostElements(this.dtype, dst as HostInput<N>, this.shape);
     // A converted input (nested arrays, a Float16Array) is a copy: nothing would reach the caller.
     if (h.copied) throw new TypeError(`${what}: the destination must be a ${this.dtype.name} TypedArray or raw bytes to write into`);
