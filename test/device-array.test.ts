@@ -229,7 +229,17 @@ function specArbitrary(n: number): fc.Arbitrary<SliceSpec> {
   return fc.oneof(...options);
 }
 
-const viewCase = fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 1, maxLength: 4 }).chain((shape) =>
+/** A random array (shape, dtype, maybe pitched) and a random view of it. */
+interface ViewCase {
+  readonly shape: number[];
+  readonly dtype: DTypeName;
+  readonly specs: SliceSpec[];
+  readonly transpose: boolean;
+  readonly pitched: boolean;
+  readonly seed: number;
+}
+
+const viewCase: fc.Arbitrary<ViewCase> = fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 1, maxLength: 4 }).chain((shape) =>
   fc.record({
     shape: fc.constant(shape),
     dtype: fc.constantFrom<DTypeName>('int32', 'uint8', 'float3', 'float64', 'half2', 'short3', 'double2'),
@@ -265,74 +275,71 @@ function opsOf(c: { shape: number[]; specs: SliceSpec[]; transpose: boolean }): 
   return { specs: c.specs, axes: c.transpose ? Array.from({ length: ndim }, (_, i) => (i + 1) % ndim) : undefined };
 }
 
-test('views read what a pure-JavaScript reference of the same slicing reads', () => {
+/** What a view case gives its check: the base array, its data, the view, its reference and element size. */
+interface ViewSubject {
+  readonly a: DeviceArray;
+  readonly data: Uint8Array;
+  readonly v: DeviceArray;
+  readonly ref: { shape: number[]; flat: number[] };
+  readonly size: number;
+}
+
+/** Builds the base array and the view of a case, runs `check`, and frees the base array. */
+async function withView(c: ViewCase, check: (x: ViewSubject) => void | Promise<void>): Promise<void> {
+  const { a, data } = makeBase(c);
+  try {
+    const ops = opsOf(c);
+    const v = applyOps(a, ops);
+    await check({ a, data, v, ref: referenceView(c.shape, ops), size: v.dtype.byteSize });
+  } finally {
+    a.free();
+  }
+}
+
+/** The base array's bytes after `fresh` was written through the view. */
+function afterWrite(x: ViewSubject, fresh: Uint8Array): Uint8Array {
+  const expected = x.data.slice();
+  x.ref.flat.forEach((i, k) => expected.set(elementBytes(fresh, k, x.size), i * x.size));
+  return expected;
+}
+
+test('views read what a pure-JavaScript reference of the same slicing reads', async () => {
   const before = used();
-  fc.assert(fc.property(viewCase, (c) => {
-    const { a, data } = makeBase(c);
-    try {
-      const ops = opsOf(c);
-      const ref = referenceView(c.shape, ops);
-      const v = applyOps(a, ops);
-      assert.deepEqual(v.shape, ref.shape);
-      const size = v.dtype.byteSize;
-      assert.deepEqual(bytesOf(v.toHost()), expectedBytes(data, ref.flat, size));
-      // A contiguous copy on the device holds the same, and reshapes.
-      using copy = v.copy();
-      assert.ok(copy.isContiguous);
-      assert.deepEqual(bytesOf(copy.reshape(-1).toHost()), expectedBytes(data, ref.flat, size));
-    } finally {
-      a.free();
-    }
-  }), { numRuns: 300 });
+  await fc.assert(fc.asyncProperty(viewCase, (c) => withView(c, ({ v, ref, data, size }) => {
+    assert.deepEqual(v.shape, ref.shape);
+    assert.deepEqual(bytesOf(v.toHost()), expectedBytes(data, ref.flat, size));
+    // A contiguous copy on the device holds the same, and reshapes.
+    using copy = v.copy();
+    assert.ok(copy.isContiguous);
+    assert.deepEqual(bytesOf(copy.reshape(-1).toHost()), expectedBytes(data, ref.flat, size));
+  })), { numRuns: 300 });
   assertMemoryReturned(before, used(), 'every array was freed');
 });
 
-test('writes through views land where the reference says and nowhere else (host and device sources)', () => {
-  fc.assert(fc.property(viewCase, fc.boolean(), (c, fromDevice) => {
-    const { a, data } = makeBase(c);
-    try {
-      const ops = opsOf(c);
-      const ref = referenceView(c.shape, ops);
-      const v = applyOps(a, ops);
-      const size = v.dtype.byteSize;
-      const fresh = bytesOf(randomData(c.dtype, ref.flat.length, c.seed ^ 0x5555));
-      if (fromDevice) {
-        using src = DeviceArray.from(fresh.slice().buffer, { dtype: c.dtype, shape: ref.shape });
-        v.copyFrom(src);
-      } else {
-        v.copyFrom(hostView(dtypeOf(c.dtype), fresh.slice()) as never);
-      }
-      const expected = data.slice();
-      ref.flat.forEach((i, k) => expected.set(elementBytes(fresh, k, size), i * size));
-      assert.deepEqual(bytesOf(a.toHost()), expected);
-    } finally {
-      a.free();
+test('writes through views land where the reference says and nowhere else (host and device sources)', async () => {
+  await fc.assert(fc.asyncProperty(viewCase, fc.boolean(), (c, fromDevice) => withView(c, (x) => {
+    const fresh = bytesOf(randomData(c.dtype, x.ref.flat.length, c.seed ^ 0x5555));
+    if (fromDevice) {
+      using src = DeviceArray.from(fresh.slice().buffer, { dtype: c.dtype, shape: x.ref.shape });
+      x.v.copyFrom(src);
+    } else {
+      x.v.copyFrom(hostView(dtypeOf(c.dtype), fresh.slice()) as never);
     }
-  }), { numRuns: 300 });
+    assert.deepEqual(bytesOf(x.a.toHost()), afterWrite(x, fresh));
+  })), { numRuns: 300 });
 });
 
 test('async reads and writes through views match the reference, queued in order on one stream', async () => {
   using s = Stream.create({ device });
-  await fc.assert(fc.asyncProperty(viewCase, async (c) => {
-    const { a, data } = makeBase(c);
-    try {
-      const ops = opsOf(c);
-      const ref = referenceView(c.shape, ops);
-      const v = applyOps(a, ops);
-      const size = v.dtype.byteSize;
-      const fresh = hostView(dtypeOf(c.dtype), bytesOf(randomData(c.dtype, ref.flat.length, c.seed + 1)));
-      const before = v.toHostAsync({ stream: s });      // queued first: reads the old values
-      const written = v.copyFromAsync(fresh as never, { stream: s });
-      const after = a.toHostAsync({ stream: s });       // queued after the write
-      assert.deepEqual(bytesOf(await before), expectedBytes(data, ref.flat, size));
-      await written;
-      const expected = data.slice();
-      ref.flat.forEach((i, k) => expected.set(elementBytes(bytesOf(fresh), k, size), i * size));
-      assert.deepEqual(bytesOf(await after), expected);
-    } finally {
-      a.free();
-    }
-  }), { numRuns: 60 });
+  await fc.assert(fc.asyncProperty(viewCase, (c) => withView(c, async (x) => {
+    const fresh = hostView(dtypeOf(c.dtype), bytesOf(randomData(c.dtype, x.ref.flat.length, c.seed + 1)));
+    const before = x.v.toHostAsync({ stream: s });      // queued first: reads the old values
+    const written = x.v.copyFromAsync(fresh as never, { stream: s });
+    const after = x.a.toHostAsync({ stream: s });       // queued after the write
+    assert.deepEqual(bytesOf(await before), expectedBytes(x.data, x.ref.flat, x.size));
+    await written;
+    assert.deepEqual(bytesOf(await after), afterWrite(x, bytesOf(fresh)));
+  })), { numRuns: 60 });
 });
 
 test('each layout takes the documented copy path', () => {
