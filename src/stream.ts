@@ -24,21 +24,24 @@ export interface StreamOptions {
 }
 
 /**
- * Polls `done` until it returns true without blocking the event loop: a few rounds on
- * setImmediate (cheap, lets I/O run), then timers backing off to a few milliseconds, so a long
- * wait costs almost no CPU and a short one adds microseconds, not a timer tick.
+ * Polls `done` until it returns true without blocking the event loop: on setImmediate for the
+ * first millisecond (each round lets I/O and timers run, and adds microseconds, not a timer tick,
+ * to a short wait), then on timers backing off to 4 ms, so a long wait costs almost no CPU.
+ * Measured on an H100 machine: a staged 1 GiB async copy that waits on a DMA event per 8 MiB chunk
+ * ran at 6 GB/s when polling moved to 1 ms timers after 32 rounds (about 0.1 ms), the wait of
+ * nearly every chunk costing a timer tick.
  */
 export async function pollUntil(done: () => boolean): Promise<void> {
-  let rounds = 0;
-  let delayMs = 0.25;
+  if (done()) return;
+  const spinUntil = performance.now() + 1;
+  while (performance.now() < spinUntil) {
+    await nextTurn();
+    if (done()) return;
+  }
+  let delayMs = 1;
   while (!done()) {
-    if (rounds < 32) {
-      rounds++;
-      await nextTurn();
-    } else {
-      await sleep(Math.ceil(delayMs));
-      delayMs = Math.min(delayMs * 2, 4);
-    }
+    await sleep(delayMs);
+    delayMs = Math.min(delayMs * 2, 4);
   }
 }
 

@@ -15,6 +15,12 @@ import { Worker } from 'node:worker_threads';
 import { hostMemcpy } from '../../cuda/host-memcpy.js';
 import { BATCHES, PIECES, Ring } from './copy-ring.js';
 
+/** A started copy, to wait for once. */
+export interface CopyTicket {
+  /** The ring batch it holds; -1 when it was copied on the calling thread (already done). */
+  readonly batch: number;
+}
+
 /** One host copy: `bytes` from native address `src` to native address `dst`. */
 export interface HostCopy {
   readonly dst: number;
@@ -60,7 +66,6 @@ export class CopyThreads {
   private ring: Ring | undefined;
   private workers: Worker[] = [];
   private readonly free: number[] = [];
-  private readonly waitingForBatch: (() => void)[] = [];
   private failed = false;
   private destroyed = false;
   /** Asynchronous copies waiting now. */
@@ -90,24 +95,7 @@ export class CopyThreads {
    * @param copies The copies; their memory must stay valid until this returns.
    */
   copy(copies: readonly HostCopy[]): void {
-    const ring = this.start();
-    if (ring === undefined) {
-      copyHere(copies);
-      return;
-    }
-    const batch = this.free.pop();
-    if (batch === undefined) {
-      // Every batch belongs to an asynchronous copy in flight, and those give theirs back on the
-      // event loop, which this synchronous call holds: copy here rather than wait for them.
-      copyHere(copies);
-      return;
-    }
-    try {
-      post(ring, batch, copies, this.threads);
-      waitBatch(ring.batches, batch);
-    } finally {
-      this.release(batch);
-    }
+    this.wait(this.start(copies));
   }
 
   /**
@@ -118,30 +106,66 @@ export class CopyThreads {
    * @returns A promise that resolves when every byte is copied.
    */
   async copyAsync(copies: readonly HostCopy[]): Promise<void> {
-    const ring = this.start();
-    if (ring === undefined) {
+    await this.waitAsync(this.start(copies));
+  }
+
+  /**
+   * Starts the copies on the threads and returns at once; `wait` or `waitAsync` for the ticket
+   * (exactly once: it holds one of the ring's batches until then). A pipeline starts the next
+   * chunk's copy before waiting for this one's, so the threads never idle between chunks.
+   *
+   * @param copies The copies; their memory must stay valid until the ticket is waited for.
+   * @returns The ticket.
+   */
+  start(copies: readonly HostCopy[]): CopyTicket {
+    const ring = this.begin();
+    const batch = ring === undefined ? undefined : this.free.pop();
+    if (ring === undefined || batch === undefined) {
+      // No threads, or every batch is in flight: copy here, now (the ticket is already done).
       copyHere(copies);
-      return;
+      return { batch: -1 };
     }
-    let batch = this.free.pop();
-    while (batch === undefined) {
-      await new Promise<void>((resolve) => this.waitingForBatch.push(resolve));
-      batch = this.free.pop();
+    post(ring, batch, copies, this.threads);
+    return { batch };
+  }
+
+  /**
+   * Blocks until the ticket's copies are done (spinning for a few microseconds first: a chunk's
+   * copy usually ends within them, and a futex wake costs tens).
+   *
+   * @param ticket From `start`.
+   */
+  wait(ticket: CopyTicket): void {
+    if (ticket.batch < 0) return;
+    try {
+      waitBatch(this.ring!.batches, ticket.batch);
+    } finally {
+      this.release(ticket.batch);
     }
+  }
+
+  /**
+   * Resolves when the ticket's copies are done, never blocking the event loop.
+   *
+   * @param ticket From `start`.
+   * @returns A promise that resolves when they are.
+   */
+  async waitAsync(ticket: CopyTicket): Promise<void> {
+    if (ticket.batch < 0) return;
+    const batches = this.ring!.batches;
     // A pending Atomics.waitAsync does not keep Node's event loop alive (the threads are unref'd
     // so that idle ones never do): while an asynchronous copy waits, one thread is ref'd.
     if (this.waitingAsync++ === 0) this.workers[0]?.ref();
     try {
-      post(ring, batch, copies, this.threads);
       for (;;) {
-        const left = Atomics.load(ring.batches, batch);
+        const left = Atomics.load(batches, ticket.batch);
         if (left === 0) break;
-        const wait = Atomics.waitAsync(ring.batches, batch, left);
+        const wait = Atomics.waitAsync(batches, ticket.batch, left);
         if (wait.async) await wait.value;
       }
     } finally {
       if (--this.waitingAsync === 0) this.workers[0]?.unref();
-      this.release(batch);
+      this.release(ticket.batch);
     }
   }
 
@@ -156,11 +180,10 @@ export class CopyThreads {
 
   private release(batch: number): void {
     this.free.push(batch);
-    this.waitingForBatch.shift()?.();
   }
 
   /** The ring, starting the threads on first use; undefined to copy on the calling thread. */
-  private start(): Ring | undefined {
+  private begin(): Ring | undefined {
     if (this.ring !== undefined) return this.ring;
     if (this.threads === 0 || this.failed || this.destroyed) return undefined;
     const ring = new Ring();
@@ -217,8 +240,15 @@ function post(ring: Ring, batch: number, copies: readonly HostCopy[], threads: n
   ring.post(batch, count);
 }
 
-/** Blocks until batch `batch` has no job left. */
+/** Spins on a counter this long before sleeping on it. */
+export const SPIN_NS = 20_000;
+
+/** Blocks until batch `batch` has no job left: spins for SPIN_NS, then sleeps on the counter. */
 function waitBatch(batches: Int32Array, batch: number): void {
+  const spinUntil = process.hrtime.bigint() + BigInt(SPIN_NS);
+  while (Atomics.load(batches, batch) !== 0) {
+    if (process.hrtime.bigint() > spinUntil) break;
+  }
   for (;;) {
     const left = Atomics.load(batches, batch);
     if (left === 0) return;

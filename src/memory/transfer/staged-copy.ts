@@ -7,9 +7,9 @@
  * DMAs of the first `depth` chunks are queued at once; as each completes its chunk is copied out
  * and the staging chunk's next DMA queued.
  *
- * The pipeline is written once, as a generator that yields what it waits for (an event, or host
- * copies); `runStaged` drives it blocking (Atomics.wait, cuEventSynchronize) and `runStagedAsync`
- * without ever blocking the event loop (Atomics.waitAsync, polled events). Either way the
+ * The pipeline is written once, as a generator that yields its steps (wait for an event, start host
+ * copies, wait for them); `runStaged` drives it blocking (Atomics.wait, cuEventSynchronize) and
+ * `runStagedAsync` without ever blocking the event loop (Atomics.waitAsync, polled events). Either way the
  * generator's `finally` gives every chunk back, on the stream, so the pool reuses a chunk only after
  * the DMA that reads or writes it, even when a copy fails halfway.
  *
@@ -25,7 +25,7 @@ import type { Device } from '../../device.js';
 import { DetachedBufferError } from '../../errors.js';
 import { Event, type StreamRef } from '../../stream.js';
 import type { PinnedChunk, PinnedHostPool } from '../pinned-host-pool.js';
-import type { CopyThreads, HostCopy } from './copy-threads.js';
+import type { CopyThreads, CopyTicket, HostCopy } from './copy-threads.js';
 
 /** A staged copy: which way, between what, through which pool and threads. */
 export interface StagedCopy {
@@ -47,10 +47,14 @@ export interface StagedCopy {
   readonly threads: CopyThreads;
 }
 
-/** What a step of the pipeline waits for. */
-type Wait =
+/** A step of the pipeline: wait for an event, start host copies (answered with their ticket), or wait for them. */
+type Step =
   | { readonly kind: 'event'; readonly event: Event }
-  | { readonly kind: 'copies'; readonly copies: readonly HostCopy[] };
+  | { readonly kind: 'start'; readonly copies: readonly HostCopy[] }
+  | { readonly kind: 'finish'; readonly ticket: CopyTicket };
+
+/** The pipeline's generator: yields steps, is answered with a ticket after each 'start'. */
+type Pipeline = Generator<Step, void, CopyTicket | undefined>;
 
 /**
  * Runs a staged copy to the end, blocking the calling thread.
@@ -63,15 +67,17 @@ export function runStaged(copy: StagedCopy): void {
   const steps = pipeline(copy);
   let next = steps.next();
   while (next.done !== true) {
-    const wait = next.value;
+    const step = next.value;
+    let answer: CopyTicket | undefined;
     try {
-      if (wait.kind === 'event') wait.event.synchronize();
-      else copy.threads.copy(wait.copies);
+      if (step.kind === 'event') step.event.synchronize();
+      else if (step.kind === 'start') answer = copy.threads.start(step.copies);
+      else copy.threads.wait(step.ticket);
     } catch (error) {
       next = steps.throw(error); // runs the pipeline's finally, then rethrows
       continue;
     }
-    next = steps.next();
+    next = steps.next(answer);
   }
 }
 
@@ -87,34 +93,72 @@ export async function runStagedAsync(copy: StagedCopy): Promise<void> {
   const steps = pipeline(copy);
   let next = steps.next();
   while (next.done !== true) {
-    const wait = next.value;
+    const step = next.value;
+    let answer: CopyTicket | undefined;
     try {
-      if (wait.kind === 'event') await wait.event.synchronized();
-      else await copy.threads.copyAsync(wait.copies);
+      if (step.kind === 'event') await step.event.synchronized();
+      else if (step.kind === 'start') answer = copy.threads.start(step.copies);
+      else await copy.threads.waitAsync(step.ticket);
     } catch (error) {
       next = steps.throw(error);
       continue;
     }
-    next = steps.next();
+    next = steps.next(answer);
   }
 }
 
-/** The pipeline of either direction; yields each wait, gives everything back in `finally`. */
-function* pipeline(copy: StagedCopy): Generator<Wait, void, void> {
+/**
+ * The pipeline of either direction. The host copy of chunk i + 1 is started before the one of
+ * chunk i is waited for, so the copy threads go from one chunk to the next without idling while
+ * the main thread queues a DMA; `finally` waits for any host copy still running (only after an
+ * error: a short blocking wait), then gives the staging chunks back on the stream.
+ */
+function* pipeline(copy: StagedCopy): Pipeline {
   const { device, stream, host, chunkBytes } = copy;
   const bytes = host.byteLength;
   const chunks = Math.ceil(bytes / chunkBytes);
-  const slots = Math.min(copy.depth, chunks);
+  // Two slots at least when there are two chunks: chunk i + 1's host copy runs beside chunk i's.
+  const slots = Math.min(Math.max(2, copy.depth), chunks);
   const backend: Backend = device.backend;
   const hostAddress = nativeAddress(host);
+  const toDevice = copy.direction === 'to-device';
   const staging: PinnedChunk[] = [];
   const stagingAddress: number[] = [];
   const events: Event[] = [];
+  /** Host copies started and not yet waited for, by chunk. */
+  const running = new Map<number, CopyTicket>();
   const attached = (): void => {
     if (host.byteLength !== bytes) {
       throw new DetachedBufferError(`a staged copy of ${bytes} bytes: the JavaScript memory was detached while it was being copied`);
     }
   };
+  /** Queues the DMA of chunk `i` through its staging chunk, and the event behind it. */
+  const dma = (i: number): void => {
+    const k = i % slots;
+    const offset = i * chunkBytes;
+    const length = Math.min(chunkBytes, bytes - offset);
+    device.makeCurrent();
+    if (toDevice) backend.memcpyAsync(copy.devicePtr + offset, staging[k]!.ptr, length, stream.handle);
+    else backend.memcpyAsync(staging[k]!.ptr, copy.devicePtr + offset, length, stream.handle);
+    events[k]!.record(stream);
+  };
+  /**
+   * Starts the host copy of chunk `i` once its staging chunk is ready: to the device, when the
+   * DMA that last read the staging chunk is done; from it, when the chunk's own DMA is.
+   */
+  function* startHostCopy(i: number): Pipeline {
+    const k = i % slots;
+    if (!toDevice || i >= slots) yield { kind: 'event', event: events[k]! };
+    attached();
+    const offset = i * chunkBytes;
+    const length = Math.min(chunkBytes, bytes - offset);
+    const copies = [toDevice
+      ? { dst: stagingAddress[k]!, src: hostAddress + offset, bytes: length }
+      : { dst: hostAddress + offset, src: stagingAddress[k]!, bytes: length }];
+    const ticket = yield { kind: 'start', copies };
+    if (ticket === undefined) throw new TypeError('staged copy: the driver answered a start with no ticket');
+    running.set(i, ticket);
+  }
   try {
     for (let k = 0; k < slots; k++) {
       const chunk = copy.pool.acquire(Math.min(chunkBytes, bytes));
@@ -122,51 +166,21 @@ function* pipeline(copy: StagedCopy): Generator<Wait, void, void> {
       stagingAddress.push(nativeAddress(chunk.view()));
       events.push(Event.create({ device, timing: false }));
     }
-    /** Queues the DMA of chunk `i` through its staging chunk, and the event behind it. */
-    const dma = (i: number): void => {
-      const k = i % slots;
-      const offset = i * chunkBytes;
-      const length = Math.min(chunkBytes, bytes - offset);
-      device.makeCurrent();
-      if (copy.direction === 'to-device') backend.memcpyAsync(copy.devicePtr + offset, staging[k]!.ptr, length, stream.handle);
-      else backend.memcpyAsync(staging[k]!.ptr, copy.devicePtr + offset, length, stream.handle);
-      events[k]!.record(stream);
-    };
-    /** The host copy of chunk `i` between the JavaScript memory and its staging chunk. */
-    const hostCopy = (i: number): Wait => {
-      const k = i % slots;
-      const offset = i * chunkBytes;
-      const length = Math.min(chunkBytes, bytes - offset);
-      const toDevice = copy.direction === 'to-device';
-      return {
-        kind: 'copies',
-        copies: [toDevice
-          ? { dst: stagingAddress[k]!, src: hostAddress + offset, bytes: length }
-          : { dst: hostAddress + offset, src: stagingAddress[k]!, bytes: length }],
-      };
-    };
-    if (copy.direction === 'to-device') {
-      for (let i = 0; i < chunks; i++) {
-        // The staging chunk's previous DMA must have read it before it is overwritten.
-        if (i >= slots) yield { kind: 'event', event: events[i % slots]! };
-        attached();
-        yield hostCopy(i);
-        attached();
-        dma(i);
-      }
-      // Stream order: the last DMA's event completes after every earlier one.
-      yield { kind: 'event', event: events[(chunks - 1) % slots]! };
-    } else {
-      for (let i = 0; i < slots; i++) dma(i);
-      for (let i = 0; i < chunks; i++) {
-        yield { kind: 'event', event: events[i % slots]! };
-        attached();
-        yield hostCopy(i);
-        attached();
-        if (i + slots < chunks) dma(i + slots);
-      }
+    if (!toDevice) for (let i = 0; i < slots; i++) dma(i);
+    yield* startHostCopy(0);
+    for (let i = 0; i < chunks; i++) {
+      if (i + 1 < chunks) yield* startHostCopy(i + 1);
+      const ticket = running.get(i)!;
+      running.delete(i);
+      yield { kind: 'finish', ticket };
+      attached();
+      if (toDevice) dma(i);
+      else if (i + slots < chunks) dma(i + slots);
     }
+    // To the device, stream order: the last DMA's event completes after every earlier one.
+    if (toDevice) yield { kind: 'event', event: events[(chunks - 1) % slots]! };
   } finally {
+    for (const ticket of running.values()) copy.threads.wait(ticket);
     // Pending events may be destroyed (the driver keeps what queued work needs); the chunks go
     // back on the stream, so a copy that failed halfway cannot hand them out under a running DMA.
     for (const event of events) event.destroy();

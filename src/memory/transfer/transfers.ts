@@ -142,7 +142,7 @@ export function configureTransfers(options: TransferOptions): TransferSettings {
 
 function checkDepth(depth: number): number {
   checkNonNegativeInteger(depth, 'depth');
-  if (depth < 1 || depth > 16) throw new RangeError(`depth must be from 1 to 16, got ${depth}`);
+  if (depth < 2 || depth > 16) throw new RangeError(`depth must be from 2 to 16 (two chunks overlap at least), got ${depth}`);
   return depth;
 }
 
