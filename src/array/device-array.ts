@@ -772,15 +772,6 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     return options.stream ?? this.stream;
   }
 
-  private checkSame(other: StridedArray<DTypeName>, what: string): void {
-    if (other.dtype.name !== this.dtype.name) {
-      throw new TypeError(`${what}: a ${this.dtype.name} array and a ${other.dtype.name} array`);
-    }
-    if (other.shape.length !== this.shape.length || other.shape.some((n, i) => n !== this.shape[i])) {
-      throw new RangeError(`${what}: shapes ${formatShape(this.shape)} and ${formatShape(other.shape)} differ`);
-    }
-  }
-
   /** Row-major bytes of host data or a HostArray, checked against this array's dtype and shape. */
   private sourceBytes(src: HostInput<N> | StridedArray<N>, what: string): HostBytes {
     if (src instanceof StridedArray) {

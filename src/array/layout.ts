@@ -574,6 +574,23 @@ export abstract class StridedArray<N extends DTypeName> {
     return this.withLayout(transposeLayout(this.layout, axes));
   }
 
+  /**
+   * Checks that `other` has this array's dtype and shape, as every copy between arrays needs.
+   *
+   * @param other The other array.
+   * @param what Names the operation.
+   * @throws {TypeError} For another dtype.
+   * @throws {RangeError} For another shape.
+   */
+  protected checkSame(other: StridedArray<DTypeName>, what: string): void {
+    if (other.dtype.name !== this.dtype.name) {
+      throw new TypeError(`${what}: a ${this.dtype.name} array and a ${other.dtype.name} array`);
+    }
+    if (other.shape.length !== this.shape.length || other.shape.some((n, i) => n !== this.shape[i])) {
+      throw new RangeError(`${what}: shapes ${formatShape(this.shape)} and ${formatShape(other.shape)} differ`);
+    }
+  }
+
   /** A view of the same memory with another layout (built by the subclass, sharing the memory). */
   protected abstract withLayout(layout: Layout): this;
 
