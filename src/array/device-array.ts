@@ -23,8 +23,8 @@ import { defaultStream, type MemoryResource, type StreamRef } from '../memory/re
 import { checkNonNegativeInteger } from '../validate.js';
 import { dtypeOf, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import {
-  allocateHost, encodeScalar, hostElements, toNested,
-  type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue,
+  allocateHost, encodeScalar, hostElements,
+  type Float16ArrayLike, type HostInput, type ScalarValue,
 } from './host-data.js';
 import { checkLayoutFits, checkStrides, contiguousLayout, StridedArray, type Layout } from './layout.js';
 import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
@@ -188,14 +188,12 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   readonly device: Device;
   /** The default stream of its asynchronous copies (the stream it was allocated on). */
   readonly stream: StreamRef;
-  readonly #owns: boolean;
 
   private constructor(dtype: DType<N>, layout: Layout, buffer: DeviceArrayMemory, device: Device, stream: StreamRef, owns: boolean) {
-    super(dtype, layout);
+    super(dtype, layout, owns);
     this.buffer = buffer;
     this.device = device;
     this.stream = stream;
-    this.#owns = owns;
   }
 
   /**
@@ -496,39 +494,6 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     return base + this.byteOffset;
   }
 
-  /** True when this array allocated its memory (and frees it); false for views. */
-  get ownsMemory(): boolean {
-    return this.#owns;
-  }
-
-  /** True once the memory is gone (the owner freed it). */
-  get isFreed(): boolean {
-    return this.buffer.isFreed;
-  }
-
-  /**
-   * Frees the memory, for an array that owns it (the one `empty`, `zeros`, `from`... returned).
-   *
-   * @throws {VramStateError} For a view: it does not own the memory (free the array it came from).
-   * @throws {DoubleFreeError} When already freed.
-   * @example
-   * ```ts
-   * const a = DeviceArray.zeros([16], 'int32');
-   * a.free();
-   * ```
-   */
-  free(): void {
-    if (!this.#owns) {
-      throw new VramStateError(`${String(this)} is a view and does not own its memory: free the array it came from`);
-    }
-    this.buffer.free();
-  }
-
-  /** `using a = DeviceArray...` frees an owning array at the end of the scope; views are left alone. */
-  [Symbol.dispose](): void {
-    if (this.#owns && !this.buffer.isFreed) this.buffer.free();
-  }
-
   /**
    * The elements as a new contiguous TypedArray of the dtype's host type (strides honoured; a
    * vector dtype's components flat, (N, 3) for float3).
@@ -564,22 +529,6 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     const out = allocateHost(this.dtype, this.size);
     await readElementsAsync(this.buffer, this.layout, bytesOf(out), stream, this.device, 'toHostAsync');
     return out;
-  }
-
-  /**
-   * The elements as nested JavaScript arrays: numbers, bigints for 64-bit dtypes, booleans for
-   * bool, decoded floats for float16 and bfloat16, component arrays for vector dtypes. A 0-d array
-   * gives a one-element array.
-   *
-   * @returns The nested arrays.
-   * @throws {UseAfterFreeError} When the memory was freed.
-   * @example
-   * ```ts
-   * DeviceArray.from([[1, 2], [3, 4]], { dtype: 'int32' }).T.toArray(); // [[1, 3], [2, 4]]
-   * ```
-   */
-  toArray(): NestedArray {
-    return toNested(this.dtype, this.toHost(), this.ndim === 0 ? [1] : this.shape);
   }
 
   /**
@@ -754,16 +703,12 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
 
   /** `DeviceArray<float32>(2, 3) on device 0`. */
   override toString(): string {
-    const view = this.#owns ? '' : ', view';
+    const view = this.ownsMemory ? '' : ', view';
     return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.isFreed ? ', freed' : ''}`;
   }
 
   protected withLayout(layout: Layout): this {
     return new DeviceArray(this.dtype, layout, this.buffer, this.device, this.stream, false) as this;
-  }
-
-  protected checkAlive(): void {
-    if (this.buffer.isFreed) throw new UseAfterFreeError(`${String(this)}: its memory was freed`);
   }
 
   private streamOf(options: AsyncCopyOptions, what: string): StreamRef {

@@ -26,7 +26,7 @@ import {
   DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType,
 } from './device-array.js';
 import { dtypeOf, hostArrayType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
-import { allocateHost, hostElements, toNested, type HostInput, type NestedArray } from './host-data.js';
+import { allocateHost, hostElements, type HostInput } from './host-data.js';
 import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, StridedArray, type Layout } from './layout.js';
 import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
 
@@ -65,12 +65,10 @@ export interface HostArrayViewOptions<N extends DTypeName> {
 export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> {
   /** The pinned memory the array lives in (shared with its views). */
   readonly buffer: HostBuffer;
-  readonly #owns: boolean;
 
   private constructor(dtype: DType<N>, layout: Layout, buffer: HostBuffer, owns: boolean) {
-    super(dtype, layout);
+    super(dtype, layout, owns);
     this.buffer = buffer;
-    this.#owns = owns;
   }
 
   /**
@@ -229,16 +227,6 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
     return this.buffer.writeCombined;
   }
 
-  /** True when this array allocated its memory (and frees it); false for views. */
-  get ownsMemory(): boolean {
-    return this.#owns;
-  }
-
-  /** True once the memory is gone. */
-  get isFreed(): boolean {
-    return this.buffer.isFreed;
-  }
-
   /**
    * The elements as the dtype's TypedArray over the pinned bytes (zero-copy; components flat),
    * for a contiguous array. Writes through it are the array's elements.
@@ -350,20 +338,6 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   }
 
   /**
-   * The elements as nested JavaScript arrays (as `DeviceArray.toArray`).
-   *
-   * @returns The nested arrays.
-   * @throws {UseAfterFreeError} When the memory was freed.
-   * @example
-   * ```ts
-   * HostArray.from(new Int32Array([1, 2, 3, 4]), { shape: [2, 2] }).T.toArray(); // [[1, 3], [2, 4]]
-   * ```
-   */
-  toArray(): NestedArray {
-    return toNested(this.dtype, this.toHost(), this.ndim === 0 ? [1] : this.shape);
-  }
-
-  /**
    * Copies into this array's elements (strides honoured) from host data of its dtype and shape,
    * another HostArray, or a DeviceArray (a device-to-host copy into the pinned memory). Synchronous.
    *
@@ -458,42 +432,15 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
     return dst;
   }
 
-  /**
-   * Frees the pinned memory, for an array that owns it. TypedArray views must not be used after.
-   *
-   * @throws {VramStateError} For a view: it does not own the memory.
-   * @throws {DoubleFreeError} When already freed.
-   * @example
-   * ```ts
-   * const h = HostArray.empty([16], 'int32');
-   * h.free();
-   * ```
-   */
-  free(): void {
-    if (!this.#owns) {
-      throw new VramStateError(`${String(this)} is a view and does not own its memory: free the array it came from`);
-    }
-    this.buffer.free();
-  }
-
-  /** `using h = HostArray...` frees an owning array at the end of the scope; views are left alone. */
-  [Symbol.dispose](): void {
-    if (this.#owns && !this.buffer.isFreed) this.buffer.free();
-  }
-
   /** `HostArray<float32>(2, 3), mapped`. */
   override toString(): string {
     const flags = [this.buffer.mapped ? 'mapped' : '', this.buffer.writeCombined ? 'write-combined' : '',
-      this.#owns ? '' : 'view', this.buffer.isFreed ? 'freed' : ''].filter(Boolean);
+      this.ownsMemory ? '' : 'view', this.buffer.isFreed ? 'freed' : ''].filter(Boolean);
     return `HostArray<${this.dtype.name}>${formatShape(this.shape)}${flags.length > 0 ? `, ${flags.join(', ')}` : ''}`;
   }
 
   protected withLayout(layout: Layout): this {
     return new HostArray(this.dtype, layout, this.buffer, false) as this;
-  }
-
-  protected checkAlive(): void {
-    if (this.buffer.isFreed) throw new UseAfterFreeError(`${String(this)}: its memory was freed`);
   }
 
 }

@@ -10,9 +10,10 @@
  * or 1, and are never larger than the memory: every layout an array holds has been checked to
  * lie inside its memory (`checkLayoutFits`), so copies never address a byte outside it.
  */
-import { VramStateError } from '../errors.js';
+import { UseAfterFreeError, VramStateError } from '../errors.js';
 import type { Allocation } from '../memory/lifetime.js';
-import type { DType, DTypeName } from './dtype.js';
+import type { DType, DTypeName, HostTypedArray } from './dtype.js';
+import { toNested, type NestedArray } from './host-data.js';
 import { checkShape, contiguousStrides, elementCount, formatShape, type Shape } from './shape.js';
 
 /** Where an array's elements are: shape, strides in elements, byte offset of the first, element size. */
@@ -475,15 +476,78 @@ export abstract class StridedArray<N extends DTypeName> {
   /** The memory the array lives in (shared with its views). */
   abstract readonly buffer: Allocation;
 
+  readonly #owns: boolean;
+
   /**
    * @param dtype The element type.
    * @param layout A layout already checked against the memory.
+   * @param owns True when the array allocated its memory and frees it; false for views.
    */
-  protected constructor(dtype: DType<N>, layout: Layout) {
+  protected constructor(dtype: DType<N>, layout: Layout, owns: boolean) {
     this.dtype = dtype;
     this.shape = layout.shape;
     this.strides = layout.strides;
     this.byteOffset = layout.byteOffset;
+    this.#owns = owns;
+  }
+
+  /** True when this array allocated its memory (and frees it); false for views. */
+  get ownsMemory(): boolean {
+    return this.#owns;
+  }
+
+  /** True once the memory is gone (the owner freed it). */
+  get isFreed(): boolean {
+    return this.buffer.isFreed;
+  }
+
+  /**
+   * Frees the memory, for an array that owns it (the one `empty`, `zeros`, `from`... returned).
+   * Views, and TypedArray views of host memory, must not be used afterwards.
+   *
+   * @throws {VramStateError} For a view: it does not own the memory (free the array it came from).
+   * @throws {DoubleFreeError} When already freed.
+   * @example
+   * ```ts
+   * const a = DeviceArray.zeros([16], 'int32');
+   * a.free();
+   * ```
+   */
+  free(): void {
+    if (!this.#owns) {
+      throw new VramStateError(`${String(this)} is a view and does not own its memory: free the array it came from`);
+    }
+    this.buffer.free();
+  }
+
+  /** `using a = ...` frees an owning array at the end of the scope; views are left alone. */
+  [Symbol.dispose](): void {
+    if (this.#owns && !this.buffer.isFreed) this.buffer.free();
+  }
+
+  /**
+   * The elements as a new contiguous TypedArray of the dtype's host type (strides honoured; a
+   * vector dtype's components flat, (N, 3) for float3).
+   *
+   * @returns The host copy.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   */
+  abstract toHost(): HostTypedArray<N>;
+
+  /**
+   * The elements as nested JavaScript arrays: numbers, bigints for 64-bit dtypes, booleans for
+   * bool, decoded floats for float16 and bfloat16, component arrays for vector dtypes. A 0-d array
+   * gives a one-element array.
+   *
+   * @returns The nested arrays.
+   * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * DeviceArray.from([[1, 2], [3, 4]], { dtype: 'int32' }).T.toArray(); // [[1, 3], [2, 4]]
+   * ```
+   */
+  toArray(): NestedArray {
+    return toNested(this.dtype, this.toHost(), this.ndim === 0 ? [1] : this.shape);
   }
 
   /** The array's layout (shape, strides, byte offset, element size). */
@@ -594,6 +658,8 @@ export abstract class StridedArray<N extends DTypeName> {
   /** A view of the same memory with another layout (built by the subclass, sharing the memory). */
   protected abstract withLayout(layout: Layout): this;
 
-  /** Throws UseAfterFreeError once the memory is gone. */
-  protected abstract checkAlive(): void;
+  /** Throws UseAfterFreeError once the memory is gone; every operation on the array calls it first. */
+  protected checkAlive(): void {
+    if (this.buffer.isFreed) throw new UseAfterFreeError(`${String(this)}: its memory was freed`);
+  }
 }
