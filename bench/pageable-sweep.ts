@@ -40,6 +40,17 @@ function gbps(copy: () => void): number {
   return median(samples);
 }
 
+async function gbpsAsync(copy: () => Promise<unknown>): Promise<number> {
+  await copy();
+  const samples: number[] = [];
+  for (let i = 0; i < REPEATS; i++) {
+    const t = process.hrtime.bigint();
+    await copy();
+    samples.push(bytes / (Number(process.hrtime.bigint() - t) / 1e9) / 1e9);
+  }
+  return median(samples);
+}
+
 const host = new Uint8Array(bytes).fill(3);
 const pinned = backend.memHostAlloc(bytes, 0);
 const pinnedView = new Uint8Array(backend.hostView(pinned, bytes)).fill(1);
@@ -80,9 +91,11 @@ for (const threads of threadCounts) {
       configureTransfers({ threads, chunkBytes, depth, registration: { enabled: false } });
       const h2d = gbps(() => buf.copyFromHost(host));
       const d2h = gbps(() => buf.copyToHost(host));
+      const asyncH2d = await gbpsAsync(() => buf.copyFromHostAsync(host));
+      const asyncD2h = await gbpsAsync(() => buf.copyToHostAsync(host));
       const at = `threads ${threads}, chunk ${chunkBytes / MiB} MiB, depth ${depth}`;
       console.log(JSON.stringify({
-        what: 'staged', threads, chunkMiB: chunkBytes / MiB, depth, h2d, d2h,
+        what: 'staged', threads, chunkMiB: chunkBytes / MiB, depth, h2d, d2h, asyncH2d, asyncD2h,
         h2dOfCeiling: h2d / Math.min(intoPinned, dmaH2D), d2hOfCeiling: d2h / Math.min(outOfPinned, dmaD2H),
       }));
       if (h2d > best.h2d) best = { ...best, h2d, h2dAt: at };

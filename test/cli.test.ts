@@ -93,7 +93,7 @@ describe('vram bench', () => {
     }
     assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'transfers']);
     const names = new Set((report.rows as Record<string, unknown>[]).map((r) => r.name));
-    for (const name of ['driver pageable H2D', 'staged pageable H2D', 'registered pageable D2H', 'pinned D2H', 'write-combined pinned H2D', 'D2D',
+    for (const name of ['driver pageable H2D', 'staged pageable H2D', 'registered pageable D2H', 'async staged pageable D2H', 'pinned D2H', 'write-combined pinned H2D', 'D2D',
       'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'PoolResource random']) {
       assert.ok(names.has(name), name);
     }

@@ -72,8 +72,7 @@ export class PinnedHostPool extends MemoryResource {
   readonly device = -1;
   /** Where the buffers come from. */
   override readonly upstream: MemoryResource;
-  /** Idle bytes kept at most. */
-  readonly maximumCachedBytes: number;
+  #maximumCachedBytes: number;
   private readonly backend: Backend;
   /** Idle buffers by size class, oldest first. */
   private readonly idle = new Map<number, Entry[]>();
@@ -92,7 +91,7 @@ export class PinnedHostPool extends MemoryResource {
     super();
     if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
     const device = Device.resolve(options.device);
-    this.maximumCachedBytes = options.maximumCachedBytes === undefined
+    this.#maximumCachedBytes = options.maximumCachedBytes === undefined
       ? 256 * 1024 * 1024 : checkNonNegativeInteger(options.maximumCachedBytes, 'maximumCachedBytes');
     this.ownsUpstream = options.upstream === undefined;
     this.upstream = options.upstream === undefined ? new PinnedHostResource({ device }) : checkResource(options.upstream);
@@ -177,7 +176,7 @@ export class PinnedHostPool extends MemoryResource {
     if (list === undefined) this.idle.set(entry.capacity, (list = []));
     list.push(entry);
     this.cachedBytes += entry.capacity;
-    this.trim(this.maximumCachedBytes);
+    this.trim(this.#maximumCachedBytes);
   }
 
   /** Frees every idle buffer (waiting for its last use first); returns the bytes freed. */
@@ -191,6 +190,28 @@ export class PinnedHostPool extends MemoryResource {
     for (const e of this.lent.values()) this.freeEntry(e);
     this.lent.clear();
     if (this.ownsUpstream) this.upstream.destroy();
+  }
+
+  /** Idle bytes kept at most. */
+  get maximumCachedBytes(): number {
+    return this.#maximumCachedBytes;
+  }
+
+  /**
+   * Changes the idle bytes kept at most; idle buffers beyond the new bound are freed now (waiting
+   * for their last use first). The transfer layer sizes its staging pools to its chunk settings.
+   *
+   * @param bytes A whole number >= 0.
+   * @throws {RangeError | TypeError} For a bad value.
+   * @example
+   * ```ts
+   * staging.maximumCachedBytes = 64 << 20;
+   * ```
+   */
+  set maximumCachedBytes(bytes: number) {
+    if (this.destroyed) throw this.destroyedError();
+    this.#maximumCachedBytes = checkNonNegativeInteger(bytes, 'maximumCachedBytes');
+    this.trim(bytes);
   }
 
   /** Bytes held from upstream, idle or lent. */

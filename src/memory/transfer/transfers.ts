@@ -292,11 +292,15 @@ export async function copyPageableAsync(copy: PageableCopy, stream: StreamRef = 
 
 /** The staged form of `copy` on `stream`, with the current settings. */
 function staged(copy: PageableCopy, state: BackendTransfers, stream: StreamRef): StagedCopy {
+  // The staging pool keeps enough for two copies in flight with the settings in force (freeing
+  // and allocating pinned chunks each copy would cost milliseconds); more is freed as it goes idle.
+  const keep = 2 * settings.depth * settings.chunkBytes;
   let pool = state.staging.get(copy.device);
   if (pool === undefined) {
-    // Enough for two copies in flight; more is freed as it goes idle.
-    pool = new PinnedHostPool({ device: copy.device, maximumCachedBytes: 2 * settings.depth * settings.chunkBytes });
+    pool = new PinnedHostPool({ device: copy.device, maximumCachedBytes: keep });
     state.staging.set(copy.device, pool);
+  } else if (pool.maximumCachedBytes !== keep) {
+    pool.maximumCachedBytes = keep;
   }
   threads ??= new CopyThreads(settings.threads);
   return {
