@@ -93,7 +93,7 @@ async function asyncCopies(bytes: number): Promise<{ h2d: number; d2h: number; p
   try {
     const warm = host.subarray(0, Math.min(bytes, 4 * transferSettings().chunkBytes));
     await buf.copyFromHostAsync(warm, { register: false });
-    await buf.copyToHostAsync(warm, { register: false });
+    await buf.copyToHostAsync(warm, { register: false, bytes: warm.byteLength });
     const delay = monitorEventLoopDelay({ resolution: 1 });
     delay.enable();
     let start = nowNs();
