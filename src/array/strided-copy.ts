@@ -22,8 +22,12 @@
  *
  * Asynchronous copies queue every device copy on the stream at call time, from pinned memory (the
  * caller's HostBuffer where it is one and no permutation is needed, else a pinned staging buffer
- * filled before the call returns), so the stream's later work sees the data in order; the promise
- * resolves when the copies have completed and any host-side gather is done.
+ * of the whole array, filled before the call returns), so work queued on the stream after the
+ * call sees the data: `a.copyFromAsync(x, { stream }); a.toHostAsync({ stream })` reads x. The
+ * promise resolves when the copies have completed and any host-side gather is done. (The
+ * transfer layer's `copyFromHostAsync` queues its chunks as earlier ones complete, so later work
+ * on the stream could overtake them; arrays pay a whole-array staging buffer and a host copy on
+ * the calling thread for that guarantee.)
  */
 import type { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
@@ -222,18 +226,26 @@ function runBlocks(
   device: CopyEndpoint, host: CopyEndpoint, hostBase: number, blocks: readonly CopyBlock[],
   toDevice: boolean, stream: StreamRef | undefined, what: string,
 ): void {
+  const rows = (deviceOffset: number, hostOffset: number, widthBytes: number, height: number, pitch: number): void => {
+    const d = { memory: device, offset: deviceOffset, pitch };
+    const h = { memory: host, offset: hostBase + hostOffset, pitch: widthBytes };
+    if (toDevice) copy2D(d, h, widthBytes, height, stream, what);
+    else copy2D(h, d, widthBytes, height, stream, what);
+  };
+  // Mapped host memory (a HostArray's deviceView) and JavaScript memory: a one-row 2D copy, whose
+  // unified-addressing form infers both sides' memory types, where the linear form would hand a
+  // host address to cuMemcpyHtoD/DtoH as if it were device memory.
+  const hostToHost = device instanceof HostBuffer && !(host instanceof Allocation);
   const linear = (deviceOffset: number, hostOffset: number, bytes: number): void => {
-    if (toDevice) copyBetween(device, deviceOffset, host, hostBase + hostOffset, { bytes, stream }, what);
+    if (hostToHost) rows(deviceOffset, hostOffset, bytes, 1, bytes);
+    else if (toDevice) copyBetween(device, deviceOffset, host, hostBase + hostOffset, { bytes, stream }, what);
     else copyBetween(host, hostBase + hostOffset, device, deviceOffset, { bytes, stream }, what);
   };
   for (const k of blocks) {
     if (k.height === 1 || k.pitch === k.widthBytes) {
       linear(k.device, k.host, k.widthBytes * k.height);
     } else if (k.pitch <= MAX_COPY_PITCH) {
-      const d = { memory: device, offset: k.device, pitch: k.pitch };
-      const h = { memory: host, offset: hostBase + k.host, pitch: k.widthBytes };
-      if (toDevice) copy2D(d, h, k.widthBytes, k.height, stream, what);
-      else copy2D(h, d, k.widthBytes, k.height, stream, what);
+      rows(k.device, k.host, k.widthBytes, k.height, k.pitch);
     } else {
       for (let r = 0; r < k.height; r++) linear(k.device + r * k.pitch, k.host + r * k.widthBytes, k.widthBytes);
     }
