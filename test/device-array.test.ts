@@ -7,6 +7,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import fc from 'fast-check';
 import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 import { setBackend } from '../src/backend/select.js';
@@ -16,6 +18,7 @@ import { Stream } from '../src/stream.js';
 import { DeviceBuffer } from '../src/memory/device-buffer.js';
 import { ArenaResource } from '../src/memory/arena.js';
 import { bytesOf } from '../src/memory/copy.js';
+import { onLeak } from '../src/memory/lifetime.js';
 import { DoubleFreeError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 import { dtypeOf, dtypes, type DTypeName } from '../src/array/dtype.js';
 import { hostView } from '../src/array/host-data.js';
@@ -622,3 +625,43 @@ test('arrays come from the resource, stream and device asked for', () => {
   }
   assert.match(String(a), /DeviceArray<float32>\(100,\) on device 0/);
 });
+
+/**
+ * Forced garbage collection where the runtime allows it (test/helpers.ts could hold the one copy
+ * of this that buffers.test.ts and transfers.test.ts also write out).
+ */
+const gc = ((): (() => void) | undefined => {
+  try {
+    v8.setFlagsFromString('--expose-gc');
+    const found = (globalThis as { gc?: unknown }).gc ?? vm.runInNewContext('gc');
+    return typeof found === 'function' ? (found as () => void) : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+test('a view keeps its buffer reachable: the backstop frees it only once the last view is dropped',
+  { skip: gc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false }, async () => {
+    const collect = gc as () => void;
+    const leaked: number[] = [];
+    const off = onLeak((leak) => leaked.push(leak.ptr));
+    const settle = async (until: () => boolean): Promise<void> => {
+      for (let i = 0; i < 50 && !until(); i++) {
+        collect();
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    };
+    try {
+      // The owning array is dropped at once; only a strided view of it survives.
+      let view: DeviceArray<'float32'> | undefined = (() => DeviceArray.full([4096], 3, 'float32').slice([0, null, 2]))();
+      const ptr = view.buffer.ptr;
+      await settle(() => false);
+      assert.ok(!leaked.includes(ptr), 'nothing is freed while the view lives');
+      assert.ok(view.toHost().every((x) => x === 3), 'the memory under the view is intact');
+      view = undefined;
+      await settle(() => leaked.includes(ptr));
+      assert.ok(leaked.includes(ptr), 'the backstop freed the buffer once the view was gone');
+    } finally {
+      off();
+    }
+  });
