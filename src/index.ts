@@ -15,7 +15,7 @@ export type {
 // Errors and argument checks
 export {
   VramError, CudaError, OutOfMemoryError, isOutOfMemory, VramStateError, UseAfterFreeError, DoubleFreeError,
-  InvalidPointerError, NotSupportedError, CUresult,
+  InvalidPointerError, NotSupportedError, DetachedBufferError, CUresult,
 } from './errors.js';
 export type { OutOfMemoryStatistics, OutOfMemoryReason, OutOfMemoryDetails } from './errors.js';
 export type { Counter } from './counter.js';
@@ -34,6 +34,12 @@ export type { HostBufferOptions, HostRegisterOptions } from './memory/host-buffe
 export { ManagedBuffer } from './memory/managed-buffer.js';
 export type { ManagedBufferOptions, ManagedAdvice } from './memory/managed-buffer.js';
 export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from './memory/lifetime.js';
+export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './memory/copy.js';
+
+// Moving ordinary JavaScript memory: staged through pinned chunks, or pinned in place when reused
+export { configureTransfers, transferSettings, transferStatistics, releaseTransferCaches } from './memory/transfer/transfers.js';
+export type { TransferSettings, TransferOptions, TransferStatistics, TransferCount } from './memory/transfer/transfers.js';
+export type { RegistrationPolicy, RegistrationStatistics } from './memory/transfer/registration-cache.js';
 export type { LeakRecord, LeakStatistics, FreeOptions } from './memory/lifetime.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
@@ -55,6 +61,7 @@ export type { ArenaOptions, PitchedBlock } from './memory/arena.js';
 export { BinningResource } from './memory/binning.js';
 export { FixedSizeResource } from './memory/fixed-size.js';
 export { PinnedHostPool } from './memory/pinned-host-pool.js';
+export type { PinnedHostPoolOptions, PinnedChunk } from './memory/pinned-host-pool.js';
 export { StatisticsAdaptor } from './memory/statistics.js';
 export type { AllocationStatistics } from './memory/statistics.js';
 export { LimitingAdaptor } from './memory/limiting.js';

@@ -147,6 +147,8 @@ export async function benchCommand(args: string[]): Promise<number> {
     quick: values.quick || emulated,
     // The 256 MiB rows say nothing about host memory standing in for a GPU: skip unless asked.
     transferSizes: sizes ?? (emulated ? TRANSFER_SIZES.filter((s) => s < 256 << 20) : TRANSFER_SIZES),
+    // 1 GiB on a GPU (the copy must leave the event loop free for its whole length); 64 MiB emulated.
+    asyncTransferSize: sizes === undefined ? (emulated ? 64 << 20 : 1 << 30) : Math.max(...sizes),
     allocSizes: ALLOC_SIZES,
     ...(repeats === undefined ? {} : { repeats }),
   };

@@ -44,6 +44,8 @@ export interface BenchSettings {
   readonly quick: boolean;
   /** Transfer sizes in bytes. */
   readonly transferSizes: readonly number[];
+  /** The size of the async pageable copies timed beside the event loop's delay. */
+  readonly asyncTransferSize: number;
   /** Allocation sizes in bytes for pair latency. */
   readonly allocSizes: readonly number[];
   /** Overrides the number of timed repeats / batches when set. */

@@ -8,7 +8,7 @@
  * - host memcpy into/out of pinned: the copy threads alone, same thread count, between the
  *   JavaScript buffer and pinned memory (the host side's ceiling; the copy engine's is the pinned
  *   H2D/D2H rows of transfers.ts);
- * - async staged pageable H2D and D2H at four times the largest size, and the event loop's delay
+ * - async staged pageable H2D and D2H (1 GiB on a GPU by default), and the event loop's delay
  *   (p99, `monitorEventLoopDelay`) while they run: the copies must not block the event loop.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -18,7 +18,7 @@ import { Device } from '../../device.js';
 import { DeviceBuffer } from '../../memory/device-buffer.js';
 import { CopyThreads } from '../../memory/transfer/copy-threads.js';
 import { releaseTransferCaches, transferSettings } from '../../memory/transfer/transfers.js';
-import { gbPerSecond, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
+import { gbPerSecond, median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { fullRepeats, timeHostClock } from './transfers.js';
 
 type Measure = (bytes: number, repeats: number) => number;
@@ -87,7 +87,7 @@ function measures(backend: Backend): readonly (readonly [name: string, measure: 
  * bandwidth rows and the p99 delay (milliseconds). A warm-up copy first starts the threads and
  * fills the staging pool with chunks of the size the copy uses, as a program's first copy does.
  */
-async function asyncCopies(bytes: number): Promise<{ h2d: number; d2h: number; p99Ms: number }> {
+async function asyncCopies(bytes: number, repeats: number): Promise<{ h2d: number; d2h: number; p99Ms: number }> {
   const host = pageable(bytes);
   const buf = DeviceBuffer.allocate(bytes, { device: Device.get(0) });
   try {
@@ -95,22 +95,26 @@ async function asyncCopies(bytes: number): Promise<{ h2d: number; d2h: number; p
     await buf.copyFromHostAsync(warm, { register: false });
     await buf.copyToHostAsync(warm, { register: false, bytes: warm.byteLength });
     const delay = monitorEventLoopDelay({ resolution: 1 });
+    const h2d: number[] = [];
+    const d2h: number[] = [];
     delay.enable();
-    let start = nowNs();
-    await buf.copyFromHostAsync(host, { register: false });
-    const h2d = gbPerSecond(bytes, (nowNs() - start) / 1e9);
-    start = nowNs();
-    await buf.copyToHostAsync(host, { register: false });
-    const d2h = gbPerSecond(bytes, (nowNs() - start) / 1e9);
+    for (let i = 0; i < repeats; i++) {
+      let start = nowNs();
+      await buf.copyFromHostAsync(host, { register: false });
+      h2d.push(gbPerSecond(bytes, (nowNs() - start) / 1e9));
+      start = nowNs();
+      await buf.copyToHostAsync(host, { register: false });
+      d2h.push(gbPerSecond(bytes, (nowNs() - start) / 1e9));
+    }
     delay.disable();
-    return { h2d, d2h, p99Ms: delay.percentile(99) / 1e6 };
+    return { h2d: median(h2d), d2h: median(d2h), p99Ms: delay.percentile(99) / 1e6 };
   } finally {
     buf.free();
     releaseTransferCaches();
   }
 }
 
-/** The pageable rows for the sizes asked for, and the async row at four times the largest. */
+/** The pageable rows for the sizes asked for, and the async rows at `asyncTransferSize`. */
 export function pageableCases(settings: BenchSettings): BenchCase[] {
   const cases: BenchCase[] = [];
   for (const [name, measure] of measures(settings.backend)) {
@@ -122,16 +126,17 @@ export function pageableCases(settings: BenchSettings): BenchCase[] {
       });
     }
   }
-  const size = 4 * Math.max(...settings.transferSizes);
+  const size = settings.asyncTransferSize;
   const name = 'async staged pageable H2D+D2H';
+  const repeats = repeatsFor(settings, 5);
   cases.push({
     group: 'transfers', name, size,
     run: async (): Promise<BenchRow[]> => {
-      const { h2d, d2h, p99Ms } = await asyncCopies(size);
+      const { h2d, d2h, p99Ms } = await asyncCopies(size, repeats);
       return [
-        { group: 'transfers', name: 'async staged pageable H2D', size, unit: 'GB/s', repeats: 1, value: h2d },
-        { group: 'transfers', name: 'async staged pageable D2H', size, unit: 'GB/s', repeats: 1, value: d2h },
-        { group: 'transfers', name: 'event-loop delay p99 during async staged H2D+D2H', size, unit: 'ms', repeats: 1, value: p99Ms },
+        { group: 'transfers', name: 'async staged pageable H2D', size, unit: 'GB/s', repeats, value: h2d },
+        { group: 'transfers', name: 'async staged pageable D2H', size, unit: 'GB/s', repeats, value: d2h },
+        { group: 'transfers', name: 'event-loop delay p99 during async staged H2D+D2H', size, unit: 'ms', repeats, value: p99Ms },
       ];
     },
   });
