@@ -57,6 +57,7 @@ export interface SliceRange {
  * @param itemSize Bytes per element.
  * @param byteOffset Byte offset of the first element (default 0).
  * @returns The layout.
+ * @throws Never.
  * @example
  * ```ts
  * contiguousLayout([2, 3], 4).strides; // [3, 1]
@@ -73,6 +74,7 @@ export function contiguousLayout(shape: Shape, itemSize: number, byteOffset = 0)
  *
  * @param layout The layout.
  * @returns Whether it is C-contiguous.
+ * @throws Never.
  * @example
  * ```ts
  * isContiguous(contiguousLayout([4, 4], 4)); // true
@@ -98,6 +100,7 @@ export function isContiguous(layout: Layout): boolean {
  * @param layout The layout.
  * @returns `{ start, end }`, byte offsets into the memory (end exclusive). Start may be negative
  *   for a layout that does not fit its memory (`checkLayoutFits` rejects those).
+ * @throws Never.
  * @example
  * ```ts
  * byteSpan(contiguousLayout([10], 4, 8)); // { start: 8, end: 48 }
@@ -336,6 +339,7 @@ export function transposeLayout(layout: Layout, axes?: readonly number[]): Layou
  *
  * @param layout The layout.
  * @returns Shape and strides; empty for a single element.
+ * @throws Never.
  * @example
  * ```ts
  * coalesce(contiguousLayout([2, 3, 4], 4)); // { shape: [24], strides: [1] }
@@ -371,6 +375,7 @@ export function coalesce(layout: Layout): { shape: number[]; strides: number[] }
  * @param src Strides (elements) and byte offset of the source.
  * @param itemSize Bytes per element.
  * @param visit Receives the destination and source byte offsets and the element count of a run.
+ * @throws Whatever `visit` throws.
  * @example
  * ```ts
  * forEachRun([2, 2], { strides: [2, 1], byteOffset: 0 }, { strides: [1, 2], byteOffset: 0 }, 4, (d, s, n) => {});
@@ -422,6 +427,7 @@ export function forEachRun(
  * @param dstLayout Where the elements go in `dst` (offsets relative to `dst[0]`).
  * @param src Source bytes.
  * @param srcLayout Where the elements are in `src`.
+ * @throws {RangeError} From `Uint8Array.set` when a run lies outside `dst` (layouts checked against their bytes never do).
  * @example
  * ```ts
  * copyElements(out, contiguousLayout(v.shape, 4), covering, { ...v.layout, byteOffset: v.byteOffset - span.start });
@@ -444,6 +450,7 @@ export function copyElements(dst: Uint8Array, dstLayout: Layout, src: Uint8Array
  *
  * @param layout The layout.
  * @returns Whether its elements are disjoint.
+ * @throws Never.
  * @example
  * ```ts
  * isNonOverlapping({ shape: [3, 3], strides: [1, 1], byteOffset: 0, itemSize: 4 }); // false
@@ -531,6 +538,10 @@ export abstract class StridedArray<N extends DTypeName> {
    *
    * @returns The host copy.
    * @throws {UseAfterFreeError} When the memory was freed.
+   * @example
+   * ```ts
+   * const xyz = points.toHost(); // Float32Array of 3 * points.size for float3
+   * ```
    */
   abstract toHost(): HostTypedArray<N>;
 

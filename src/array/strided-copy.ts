@@ -173,6 +173,7 @@ function blocksPlan(layout: Layout): CopyPlan {
  *
  * @param layout A layout that fits its memory.
  * @returns The plan (see the module comment for the paths).
+ * @throws Never.
  * @example
  * ```ts
  * planRead(a.slice(null, [0, 10]).layout).path; // '2d'
@@ -374,7 +375,19 @@ export function writeElements(memory: Allocation, layout: Layout, src: HostBytes
   return move(true, memory, layout, src, what);
 }
 
-/** Resolves once the work queued on `stream` so far has completed, without blocking the event loop. */
+/**
+ * Resolves once the work queued on `stream` so far has completed, without blocking the event
+ * loop (an event recorded now and polled).
+ *
+ * @param stream The stream.
+ * @param device The device of a plain `{ handle }` stream reference (a Stream names its own).
+ * @returns A promise that resolves when the work is done.
+ * @throws {UseAfterFreeError} When the stream was destroyed (the promise rejects).
+ * @example
+ * ```ts
+ * runBlocks(...); await streamDone(stream, array.device);
+ * ```
+ */
 export async function streamDone(stream: StreamRef, device: Device): Promise<void> {
   const event = Event.create({ device: stream instanceof Stream ? stream.device : device, timing: false });
   try {
@@ -486,6 +499,8 @@ export function writeElementsAsync(
  * @param stream The stream, or undefined for a synchronous copy.
  * @param what Names the operation in errors.
  * @returns True when the copy was done (or queued).
+ * @throws {VramStateError} When the destination's elements overlap.
+ * @throws {UseAfterFreeError} When either memory was freed.
  * @example
  * ```ts
  * if (!copyOnDevice(b.buffer, b.layout, a.buffer, a.layout, undefined, 'copyTo')) { ... }
