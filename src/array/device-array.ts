@@ -393,7 +393,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
       stream = memory.stream ?? defaultStream;
     } else if (memory instanceof DeviceMemory) {
       device = memory.device;
-      stream = memory instanceof DeviceBuffer ? memory.stream : defaultStream;
+      // DeviceBuffer and ManagedBuffer remember their allocation stream; other device memory has none.
+      stream = (memory as { readonly stream?: StreamRef }).stream ?? defaultStream;
     } else {
       throw new TypeError('DeviceArray.fromBuffer expects a DeviceBuffer, ManagedBuffer or mapped HostBuffer');
     }
