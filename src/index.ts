@@ -42,6 +42,29 @@ export type { TransferSettings, TransferOptions, TransferStatistics, TransferCou
 export type { RegistrationPolicy, RegistrationStatistics } from './memory/transfer/registration-cache.js';
 export type { LeakRecord, LeakStatistics, FreeOptions } from './memory/lifetime.js';
 
+// Typed arrays: dtypes (CUDA's scalar and vector types), DeviceArray, HostArray
+export { dtypes, dtypeOf, isDTypeName, hostArrayType } from './array/dtype.js';
+export type {
+  DType, DTypeName, ScalarName, VectorName, DTypeKind, ComponentOf, ComponentsOf, HostTypedArray, AnyHostTypedArray,
+  TypedArrayClass,
+} from './array/dtype.js';
+export {
+  float16Bits, fromFloat16Bits, bfloat16Bits, fromBfloat16Bits, encodeFloat16, decodeFloat16, encodeBfloat16, decodeBfloat16,
+} from './array/half.js';
+export type { Shape } from './array/shape.js';
+export type {
+  HostInput, NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike,
+} from './array/host-data.js';
+export { StridedArray } from './array/layout.js';
+export type { Layout, SliceSpec, SliceRange } from './array/layout.js';
+export { DeviceArray } from './array/device-array.js';
+export type {
+  DeviceArrayOptions, DeviceArrayFromOptions, DeviceArrayViewOptions, PitchedArrayOptions, AsyncCopyOptions,
+  DeviceArrayMemory, InferableTypedArray, InferredDType,
+} from './array/device-array.js';
+export { HostArray } from './array/host-array.js';
+export type { HostArrayFromOptions, HostArrayViewOptions } from './array/host-array.js';
+
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
 export { MemoryResource, defaultStream, isReserving } from './memory/resource.js';
 export type { ReservingResource, StreamRef, MemoryKind } from './memory/resource.js';
