@@ -6,10 +6,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import fc from 'fast-check';
-import { assertMemoryReturned, deviceMemoryUsed, FREE_MEMORY_SLACK, gpuOnly, onGpu } from './helpers.js';
+import { assertMemoryReturned, deviceMemoryUsed, forceGc, FREE_MEMORY_SLACK, gpuOnly, onGpu } from './helpers.js';
 import { setBackend, getBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { Device } from '../src/device.js';
@@ -494,19 +492,7 @@ test('buffers, copies and fills go through the owning device\'s backend', () => 
   assert.ok(calls.includes('hostView'));
 });
 
-/** A way to force garbage collection, if the runtime allows one. */
-function findGc(): (() => void) | undefined {
-  const g = (globalThis as { gc?: () => void }).gc;
-  if (typeof g === 'function') return g;
-  try {
-    v8.setFlagsFromString('--expose-gc');
-    const fromContext = vm.runInNewContext('gc') as unknown;
-    return typeof fromContext === 'function' ? (fromContext as () => void) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-const gc = findGc();
+const gc = forceGc;
 
 test('the FinalizationRegistry backstop frees dropped buffers and counts them as leaks',
   { skip: gc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false }, async () => {

@@ -7,10 +7,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import fc from 'fast-check';
-import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
+import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc, onGpu } from './helpers.js';
 import { setBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { Device } from '../src/device.js';
@@ -622,23 +620,9 @@ test('arrays come from the resource, stream and device asked for', () => {
   assert.match(String(a), /DeviceArray<float32>\(100,\) on device 0/);
 });
 
-/**
- * Forced garbage collection where the runtime allows it (test/helpers.ts could hold the one copy
- * of this that buffers.test.ts and transfers.test.ts also write out).
- */
-const gc = ((): (() => void) | undefined => {
-  try {
-    v8.setFlagsFromString('--expose-gc');
-    const found = (globalThis as { gc?: unknown }).gc ?? vm.runInNewContext('gc');
-    return typeof found === 'function' ? (found as () => void) : undefined;
-  } catch {
-    return undefined;
-  }
-})();
-
 test('a view keeps its buffer reachable: the backstop frees it only once the last view is dropped',
-  { skip: gc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false }, async () => {
-    const collect = gc as () => void;
+  needsGc, async () => {
+    const collect = forceGc!;
     const leaked: number[] = [];
     const off = onLeak((leak) => leaked.push(leak.ptr));
     const settle = async (until: () => boolean): Promise<void> => {

@@ -1,5 +1,7 @@
 /** Shared helpers for the suite, which runs on whichever backend VRAM_BACKEND selects. */
 import assert from 'node:assert/strict';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 
@@ -38,3 +40,23 @@ export function assertMemoryReturned(before: number, after: number, message: str
   assert.ok(Math.abs(drift) <= FREE_MEMORY_SLACK,
     `${message}: used device memory moved by ${drift} bytes (from ${before} to ${after}; allowed ${FREE_MEMORY_SLACK})`);
 }
+
+/**
+ * A way to force garbage collection, if the runtime allows one (`--expose-gc`, or the flag set at
+ * run time and `gc` taken from a new context); undefined when it does not. Tests of the
+ * garbage-collection backstops skip without it.
+ */
+export const forceGc: (() => void) | undefined = ((): (() => void) | undefined => {
+  const g = (globalThis as { gc?: () => void }).gc;
+  if (typeof g === 'function') return g;
+  try {
+    v8.setFlagsFromString('--expose-gc');
+    const fromContext = vm.runInNewContext('gc') as unknown;
+    return typeof fromContext === 'function' ? (fromContext as () => void) : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+/** The skip option of a test that needs `forceGc`. */
+export const needsGc = { skip: forceGc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false } as const;

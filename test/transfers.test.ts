@@ -9,8 +9,6 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, describe, it } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import { HostAllocFlags, StreamWaitValueFlags } from '../src/backend/backend.js';
 import { Device } from '../src/device.js';
 import { DetachedBufferError, UseAfterFreeError } from '../src/errors.js';
@@ -20,7 +18,7 @@ import {
   configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings,
 } from '../src/memory/transfer/transfers.js';
 import { Stream } from '../src/stream.js';
-import { assertMemoryReturned, deviceMemoryUsed } from './helpers.js';
+import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc } from './helpers.js';
 
 const device = Device.get(0);
 device.makeCurrent();
@@ -63,20 +61,6 @@ function hold(stream: Stream): { release: () => void } {
   backend.streamWaitValue32(stream.handle, flagDevice, 1, StreamWaitValueFlags.GEQ);
   return { release: () => { flag[0] = 1; } };
 }
-
-/** A way to force garbage collection, if the runtime allows one. */
-function findGc(): (() => void) | undefined {
-  const g = (globalThis as { gc?: () => void }).gc;
-  if (typeof g === 'function') return g;
-  try {
-    v8.setFlagsFromString('--expose-gc');
-    const fromContext = vm.runInNewContext('gc') as unknown;
-    return typeof fromContext === 'function' ? (fromContext as () => void) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-const gc = findGc();
 
 describe('staged copies of JavaScript memory', () => {
   const sizes = [1, 31, 1025, 3 * MiB + 7];
@@ -273,9 +257,8 @@ describe('the registration cache', () => {
     }
   });
 
-  it('unregisters a buffer once it is garbage-collected',
-    { skip: gc === undefined ? 'no way to force garbage collection here' : false }, async () => {
-      const collect = gc as () => void;
+  it('unregisters a buffer once it is garbage-collected', needsGc, async () => {
+      const collect = forceGc!;
       using buf = DeviceBuffer.allocate(MiB);
       const s0 = transferStatistics().registration;
       (() => {
