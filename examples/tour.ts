@@ -4,8 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import {
-  ArenaResource, Device, DeviceBuffer, HostBuffer, PoolResource, StatisticsAdaptor, Stream,
-  TrackingAdaptor, getBackend, parseAllocationLog, replay, setCurrentResource,
+  ArenaResource, Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, PoolResource, StatisticsAdaptor, Stream,
+  TrackingAdaptor, getBackend, parseAllocationLog, replay, setCurrentResource, transferStatistics,
 } from '../src/index.js';
 
 // 1. Devices: name, memory and the attributes a memory library needs.
@@ -30,6 +30,24 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   dev.copyToHost(pinned, { stream, offset: 0, bytes: 4 });
   await stream.synchronized();
   assert.equal(pinned.view(Uint32Array)[0], 7);
+}
+
+// 3b. Typed arrays: dtypes with CUDA's sizes (float3 is 12 bytes), views without copies, and
+// ordinary JavaScript memory moved through pinned staging by the copy threads.
+{
+  const vertices = new Float32Array(3 * 1000).map((_, i) => i);   // 1000 float3, PyCUDA's to_float3
+  using mesh = DeviceArray.from(vertices, { dtype: 'float3' });   // DeviceArray<'float3'>, shape (1000)
+  const everyOther = mesh.slice([0, null, 2]);                    // a view: strides change, no copy
+  assert.deepEqual(everyOther.toHost().subarray(0, 6), new Float32Array([0, 1, 2, 6, 7, 8]));
+  using image = DeviceArray.zeros([480, 640], 'uint8');           // row-major; image.T is a transpose
+  using pinned = HostArray.empty([480, 640], 'uint8', { mapped: true });
+  pinned.data.fill(9);
+  image.copyFrom(pinned);                                         // pinned: DMA speed
+  const big = new Float32Array(4 << 20);                          // 16 MiB of ordinary JavaScript memory
+  using dev = DeviceArray.from(big);                              // staged, at the host's memory bandwidth
+  await dev.copyFromAsync(big);                                   // async; pinned in place on this second copy
+  const { staged, registered } = transferStatistics();
+  console.log(`transfers: ${staged.copies} staged, ${registered.copies} from registered memory`);
 }
 
 // 4. A pool as the current resource: allocation on a hit costs no driver call.
