@@ -103,7 +103,7 @@ export abstract class DeviceMemory extends Allocation {
   /**
    * Copies from JavaScript memory or a HostBuffer into this buffer, synchronously unless `stream`
    * is given (a stream needs a HostBuffer source, else TypeError: use `copyFromHostAsync`).
-   * JavaScript memory of 1 MiB or more is staged through pinned memory by the copy threads, or
+   * JavaScript memory of 16 MiB or more is staged through pinned memory by the copy threads, or
    * copied straight from where it lies once the registration cache has pinned it (its second copy).
    *
    * @param src The source.

@@ -4,8 +4,11 @@
  * `copyPageableAsync` (never blocks the event loop). Each picks the path:
  * 1. registered: the buffer is in the registration cache (or gets there now: the second copy of a
  *    buffer of at least 8 MiB), so the driver copies it at pinned speed, no staging;
- * 2. direct: a synchronous copy smaller than `stagingThreshold` (default 1 MiB) goes to the
- *    driver's own pageable copy, which costs less than waking the copy threads for it;
+ * 2. direct: a synchronous copy smaller than `stagingThreshold` (default 16 MiB) goes to the
+ *    driver's own pageable copy: on the H100 machine the driver's 11-14 GB/s beat staging's
+ *    7-10 up to 8 MiB (the pipeline has too few chunks to fill), staging won from 16 MiB
+ *    (14.2/16.4 against 12.5/13.6 GB/s H2D/D2H) and ran away with it above (23.8/26.7 against
+ *    9.6/12.8 at 64 MiB, 36/33 against 7.7/14.4 at 256 MiB);
  * 3. staged: everything else goes through pinned chunks, the host side copied by the copy threads
  *    while the copy engine moves the previous chunk (staged-copy.ts).
  * The settings are process-wide (`configureTransfers`); the caches belong to each backend.
@@ -28,7 +31,7 @@ export interface TransferSettings {
   readonly chunkBytes: number;
   /** Staging chunks in flight per copy (default 4; at least 2, so a chunk's host copy overlaps another's DMA). */
   readonly depth: number;
-  /** Synchronous pageable copies below this many bytes go straight to the driver (default 1 MiB). */
+  /** Synchronous pageable copies below this many bytes go straight to the driver (default 16 MiB). */
   readonly stagingThreshold: number;
   /** The registration cache's policy. */
   readonly registration: RegistrationPolicy;
@@ -78,7 +81,7 @@ let settings: TransferSettings = {
   threads: defaultCopyThreads(),
   chunkBytes: 8 * MiB,
   depth: 4,
-  stagingThreshold: MiB,
+  stagingThreshold: 16 * MiB,
   registration: { enabled: true, minimumBytes: 8 * MiB, maximumBytes: 2048 * MiB, afterUses: 2 },
 };
 let threads: CopyThreads | undefined;
