@@ -17,7 +17,7 @@ import { nativeAddress } from '../../cuda/host-memcpy.js';
 import { Device } from '../../device.js';
 import { DeviceBuffer } from '../../memory/device-buffer.js';
 import { CopyThreads } from '../../memory/transfer/copy-threads.js';
-import { releaseTransferCaches, transferSettings } from '../../memory/transfer/transfers.js';
+import { configureTransfers, releaseTransferCaches, transferSettings } from '../../memory/transfer/transfers.js';
 import { gbPerSecond, median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { fullRepeats, timeHostClock } from './transfers.js';
 
@@ -28,13 +28,20 @@ function pageable(bytes: number): Uint8Array {
   return new Uint8Array(bytes).fill(7);
 }
 
-/** Runs `body` with a device buffer of `bytes`, freed afterwards, and the transfer caches emptied. */
+/**
+ * Runs `body` with a device buffer of `bytes` and every pageable copy staged (the threshold below
+ * which copies go straight to the driver set to 0, so each row measures the path it names), then
+ * frees the buffer, restores the threshold and empties the transfer caches.
+ */
 function withDevice<T>(bytes: number, body: (buf: DeviceBuffer) => T): T {
+  const { stagingThreshold } = transferSettings();
+  configureTransfers({ stagingThreshold: 0 });
   const buf = DeviceBuffer.allocate(bytes);
   try {
     return body(buf);
   } finally {
     buf.free();
+    configureTransfers({ stagingThreshold });
     releaseTransferCaches();
   }
 }
