@@ -74,6 +74,7 @@ export type { Lane } from './memory/stream-order.js';
 export { getCurrentResource, setCurrentResource } from './memory/current.js';
 export { CudaResource } from './memory/cuda-resource.js';
 export { AsyncResource } from './memory/async-resource.js';
+export type { PoolAccess } from './memory/pool-access.js';
 export type { AsyncResourceOptions, AsyncPoolOptions } from './memory/async-resource.js';
 export { ManagedResource } from './memory/managed-resource.js';
 export { PinnedHostResource } from './memory/pinned-host-resource.js';

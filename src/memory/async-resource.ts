@@ -5,12 +5,13 @@
  * driver time once the pool is warm; the pool's release threshold decides how much it keeps.
  */
 import '../polyfills.js';
-import { MemAccess, MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../backend/backend.js';
+import { MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { NotSupportedError, UseAfterFreeError } from '../errors.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
+import { accessFlags, poolAccess, type PoolAccess } from './pool-access.js';
 import type { ReservingResource } from './resource.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
@@ -28,13 +29,6 @@ export interface AsyncResourceOptions {
   /** 'default' (the device's default pool, shared with cudaMallocAsync users) or a new pool. */
   readonly pool?: 'default' | AsyncPoolOptions;
 }
-
-/** How a peer device may access the pool's memory. */
-export type PoolAccess = 'none' | 'read' | 'readwrite';
-
-const accessFlags: Readonly<Record<PoolAccess, number>> = {
-  none: MemAccess.NONE, read: MemAccess.READ, readwrite: MemAccess.READWRITE,
-};
 
 /**
  * Stream-ordered device memory from a CUDA memory pool (cuMemAllocFromPoolAsync/cuMemFreeAsync),
@@ -205,15 +199,13 @@ export class AsyncResource extends DriverResource implements ReservingResource {
   /** Lets `peer` access (or stops it accessing) this pool's memory. */
   setAccess(peer: Device, access: PoolAccess): void {
     if (!(peer instanceof Device)) throw new TypeError('peer must be a Device');
-    if (!Object.hasOwn(accessFlags, access)) {
-      throw new RangeError(`access must be 'none', 'read' or 'readwrite', got '${String(access)}'`);
-    }
+    const flags = accessFlags(access);
     if (peer === this.deviceObject) {
       throw new RangeError('a pool\'s own device always has read-write access');
     }
     const pool = this.pool;
     this.deviceObject.makeCurrent();
-    this.deviceObject.backend.memPoolSetAccess(pool, peer.ordinal, accessFlags[access]);
+    this.deviceObject.backend.memPoolSetAccess(pool, peer.ordinal, flags);
   }
 
   /** How `device` may access this pool's memory. */
@@ -221,8 +213,7 @@ export class AsyncResource extends DriverResource implements ReservingResource {
     if (!(device instanceof Device)) throw new TypeError('device must be a Device');
     const pool = this.pool;
     this.deviceObject.makeCurrent();
-    const flags = this.deviceObject.backend.memPoolGetAccess(pool, device.ordinal);
-    return flags === MemAccess.READWRITE ? 'readwrite' : flags === MemAccess.READ ? 'read' : 'none';
+    return poolAccess(this.deviceObject.backend.memPoolGetAccess(pool, device.ordinal));
   }
 
   /**

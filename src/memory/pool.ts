@@ -8,11 +8,12 @@
  * live blocks need them, so address fragmentation costs no physical memory (see
  * `pool/virtual-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
  */
-import type { Backend, Ptr } from '../backend/backend.js';
+import { MemAccess, type Backend, type Ptr } from '../backend/backend.js';
 import type { Counter } from '../counter.js';
 import { Device } from '../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
 import { checkBytes } from '../validate.js';
+import { accessFlags, poolAccess, type PoolAccess } from './pool-access.js';
 import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
@@ -89,6 +90,8 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   private readonly chunks: UpstreamChunks | null;
   private readonly backend: Backend;
   private readonly options: PoolOptions;
+  /** The device the pool's memory lives on. */
+  private readonly owner: Device;
 
   /**
    * A pool on `device` (virtual growth) or over `upstream` (chunked growth).
@@ -107,6 +110,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
     this.backend = dev.backend;
+    this.owner = dev;
     this.heap = new BlockHeap(this.backend);
     if (upstream !== undefined) {
       this.upstream = upstream;
@@ -186,6 +190,57 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     heap.unmarkLive(i);
     if (this.pages !== null) this.pages.release(ptr, s.size[i]!);
     heap.give(i, h);
+  }
+
+  /**
+   * Lets `peer` access (or stops it accessing) this pool's memory: every page mapped now and every
+   * page mapped later (cuMemSetAccess for the peer beside the pool's own device), so blocks from
+   * the pool can be read and written by kernels and copies running on `peer`.
+   *
+   * @param peer Another device that can access this one (`peer.canAccessPeer(device)`).
+   * @param access 'none', 'read' or 'readwrite'.
+   * @throws {TypeError | RangeError} For a bad device or access, or the pool's own device.
+   * @throws {NotSupportedError} When the devices cannot access each other, or the pool grows from an
+   *   upstream (its memory's access is the upstream's: enable peer access between the contexts).
+   * @example
+   * ```ts
+   * const pool = new PoolResource({ device: Device.get(0) });
+   * pool.setAccess(Device.get(1), 'readwrite');
+   * ```
+   */
+  setAccess(peer: Device, access: PoolAccess): void {
+    if (!(peer instanceof Device)) throw new TypeError('peer must be a Device');
+    const flags = accessFlags(access);
+    if (this.destroyed) throw this.destroyedError();
+    const own = this.owner;
+    if (peer === own) throw new RangeError('a pool\'s own device always has read-write access');
+    const pages = this.pages;
+    if (pages === null) {
+      throw new NotSupportedError(`${this.describe()} grows from ${this.upstream!.describe()}, whose memory's peer access ` +
+        'is set on the contexts: call device.enablePeerAccess(peer) on both devices instead');
+    }
+    if (access !== 'none' && !peer.canAccessPeer(own)) {
+      throw new NotSupportedError(`device ${peer.ordinal} cannot access device ${own.ordinal}'s memory (no peer access between them)`);
+    }
+    own.makeCurrent();
+    pages.setPeerAccess(peer.ordinal, flags);
+  }
+
+  /**
+   * How `device` may access this pool's memory.
+   *
+   * @param device A device.
+   * @returns 'readwrite' for the pool's own device; what `setAccess` granted for another.
+   * @throws {TypeError} For a non-device.
+   * @example
+   * ```ts
+   * pool.getAccess(Device.get(1)); // 'none' until setAccess
+   * ```
+   */
+  getAccess(device: Device): PoolAccess {
+    if (!(device instanceof Device)) throw new TypeError('device must be a Device');
+    if (device === this.owner) return 'readwrite';
+    return poolAccess(this.pages === null ? MemAccess.NONE : this.pages.peerAccess(device.ordinal));
   }
 
   /**

@@ -79,6 +79,8 @@ export class VirtualPages {
   /** Scratch of `waitForDonors`: list ids whose stream must pass an event. */
   private waitMark = new Uint8Array(8);
   private destroyed = false;
+  /** Peer devices granted access to every mapped page, now and later: ordinal -> CUmemAccess_flags. */
+  private readonly peers = new Map<number, number>();
 
   /** Reserves the range and adds it to `heap` as one free region usable by any stream. */
   constructor(
@@ -340,6 +342,33 @@ export class VirtualPages {
     return (m[w1]! & tail) === tail;
   }
 
+  /**
+   * Grants device `peer` access `flags` (MemAccess) to every page mapped now, one cuMemSetAccess
+   * per run of mapped pages, and to every page mapped later; MemAccess.NONE revokes it.
+   *
+   * @param peer The peer's ordinal (not the pool's own device).
+   * @param flags MemAccess.NONE, READ or READWRITE.
+   */
+  setPeerAccess(peer: number, flags: number): void {
+    const b = this.backend;
+    const P = this.pageBytes;
+    const pages = this.rangeBytes / P;
+    for (let p = 0; p < pages; p++) {
+      if (!this.isMapped(p)) continue;
+      let q = p;
+      while (q + 1 < pages && this.isMapped(q + 1)) q++;
+      b.memSetAccess(this.base + p * P, (q - p + 1) * P, peer, flags);
+      p = q;
+    }
+    if (flags === MemAccess.NONE) this.peers.delete(peer);
+    else this.peers.set(peer, flags);
+  }
+
+  /** The access `peer` was granted (MemAccess.NONE when none). */
+  peerAccess(peer: number): number {
+    return this.peers.get(peer) ?? MemAccess.NONE;
+  }
+
   private isMapped(p: number): boolean {
     return (this.mapped[p >>> 5]! & (1 << (p & 31))) !== 0;
   }
@@ -410,6 +439,7 @@ export class VirtualPages {
         try {
           b.memMap(addr, P, h);
           b.memSetAccess(addr, P, this.ordinal, MemAccess.READWRITE);
+          for (const [peer, flags] of this.peers) b.memSetAccess(addr, P, peer, flags);
         } catch (error) {
           b.memRelease(h);
           this.physicalPages--;
