@@ -14,7 +14,7 @@ import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { PoolResource } from '../src/memory/pool.js';
 import { MemoryResource } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
-import { ReplayError, estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
+import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 
@@ -157,6 +157,31 @@ describe('replay engine', () => {
     assert.equal(mr.statistics.bytes.value, 0);
   });
 
+  it('repeats the trace back to back: each pass its own pointers, figures and growth share', () => {
+    const mr = addresses();
+    const result = replay(synthetic, mr, { repeat: 3 });
+    assert.equal(result.passes.length, 3);
+    assert.equal(mr.statistics.allocations.total, 15, 'five allocations a pass');
+    assert.equal(mr.statistics.bytes.value, 0, 'every pass\'s leftovers freed');
+    assert.equal(mr.statistics.bytes.peak, 700, 'a pass\'s leftovers never overlap the next pass');
+    assert.equal(result.totalNs, result.passes[0]!.totalNs);
+    assert.throws(() => replay(synthetic, addresses(), { repeat: 0 }), RangeError);
+
+    using pool = new PoolResource();
+    const growth = (): GrowthFigures => {
+      const st = pool.statistics();
+      return { pageMoves: st.pageMoves, hostWaits: st.synchronizations, driverCalls: st.driverCalls, growthNs: st.growthNs };
+    };
+    const warm = replay(synthetic, pool, { repeat: 2, growth });
+    const [first, second] = warm.passes;
+    assert.ok(first!.growth!.driverCalls.create >= 1 && first!.growth!.driverCalls.map >= 1, 'the first pass maps a page');
+    assert.ok(first!.growth!.growthNs > 0);
+    assert.deepEqual(second!.growth!.driverCalls, { create: 0, map: 0, unmap: 0, setAccess: 0, release: 0 }, 'a warm pool makes no driver call');
+    assert.equal(second!.peakReservedBytes, first!.peakReservedBytes);
+    const stats = pool.statistics();
+    assert.equal(stats.driverCalls.map, stats.driverCalls.setAccess, 'one set-access per map (no peers)');
+  });
+
   it('estimates what cuMemAlloc reserves by the documented rule', () => {
     assert.equal(estimateDriverReservation(1), 512);
     assert.equal(estimateDriverReservation(1 << 20), 1 << 20);
@@ -242,6 +267,8 @@ describe('vram replay', () => {
       assert.equal(await replayCommand([bad]), 1);
       assert.equal(await replayCommand([good, '-r', 'cuda', '-r', 'pool', '--json']), 0);
       assert.equal(await replayCommand([good, '--resource', 'all']), 0);
+      assert.equal(await replayCommand([good, '-r', 'pool', '-r', 'async', '--repeat', '3']), 0);
+      for (const bad of ['0', '-1', '1.5', 'x', '1001']) assert.equal(await replayCommand([good, '--repeat', bad]), 2, `--repeat ${bad}`);
     } finally {
       process.stdout.write = quiet.stdout;
       process.stderr.write = quiet.stderr;

@@ -7,16 +7,18 @@ import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { getBackend } from '../backend/select.js';
 import { isOutOfMemory } from '../errors.js';
-import { ReplayError, replay, type ReplayResult } from '../replay/engine.js';
+import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';
 import { formatBytes, formatTable, formatValue } from './format.js';
 
-const REPLAY_USAGE = `usage: vram replay <log.csv> [--resource ${STACK_NAMES.join('|')}|all]... [--json] [--per-op] [--device N]
+const REPLAY_USAGE = `usage: vram replay <log.csv> [--resource ${STACK_NAMES.join('|')}|all]... [--repeat N] [--json] [--per-op] [--device N]
 
   --resource, -r   the stack to replay through; repeat it, or say all, to compare (default all)
+  --repeat         replay the trace N times back to back (default 1) and report the first pass and
+                   the later ones (a training loop's steady state) apart
   --json           print the results as JSON
-  --per-op         also time each operation alone and report median allocate/free times
+  --per-op         also time each operation alone (first pass) and report median allocate/free times
   --device         device ordinal (default 0)`;
 
 /** One stack's outcome: its figures, or why it failed. */
@@ -29,7 +31,7 @@ function usageError(message: string): number {
   return 2;
 }
 
-function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: boolean): Outcome {
+function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: boolean, repeat: number): Outcome {
   let stack;
   try {
     stack = createStack(name, trace, { device });
@@ -39,7 +41,10 @@ function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: 
   try {
     const result = replay(trace, stack.resource, {
       perOperationTiming: perOp,
+      repeat,
       ...(stack.peakReservedBytes ? { peakReservedBytes: stack.peakReservedBytes } : {}),
+      ...(stack.resetPeakReserved ? { resetPeakReserved: stack.resetPeakReserved } : {}),
+      ...(stack.growth ? { growth: stack.growth } : {}),
     });
     return { stack: name, ok: true, notes: stack.notes, result };
   } catch (error) {
@@ -86,8 +91,37 @@ function printTable(trace: AllocationTrace, backend: string, outcomes: readonly 
   if (outcomes.some((o) => o.ok && o.result.reservedSource === 'estimate')) {
     notes.push('* estimated from the live blocks: the driver does not report what cuMemAlloc reserves');
   }
+  const repeated = outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
+  if (repeated.length > 0) out.push('', ...passTable(repeated.map((o) => [o.stack, o.result.passes])));
   out.push('', ...notes);
   process.stdout.write(`${out.join('\n')}\n`);
+}
+
+/**
+ * The repeated replay's table: the first pass beside the later ones (their mean time per operation,
+ * their growth summed), for each stack.
+ */
+function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]): string[] {
+  const count = stacks[0]![1].length;
+  const header = ['resource', 'us/op first', `us/op 2-${count}`, 'growth ms first', `growth ms 2-${count}`,
+    'page moves first', `page moves 2-${count}`, 'driver calls first', `driver calls 2-${count}`, 'peak reserved first', `peak reserved 2-${count}`];
+  const calls = (p: ReplayPass): number => {
+    const c = p.growth?.driverCalls;
+    return c === undefined ? NaN : c.create + c.map + c.unmap + c.setAccess + c.release;
+  };
+  const rows = stacks.map(([name, passes]): string[] => {
+    const first = passes[0]!;
+    const later = passes.slice(1);
+    const sum = (f: (p: ReplayPass) => number): number => later.reduce((t, p) => t + f(p), 0);
+    const growth = (v: number): string => (first.growth === undefined ? '-' : formatValue(v));
+    return [name, formatValue(first.nsPerOperation / 1e3), formatValue(sum((p) => p.nsPerOperation) / later.length / 1e3),
+      growth((first.growth?.growthNs ?? NaN) / 1e6), growth(sum((p) => p.growth?.growthNs ?? NaN) / 1e6),
+      growth(first.growth?.pageMoves ?? NaN), growth(sum((p) => p.growth?.pageMoves ?? NaN)),
+      growth(calls(first)), growth(sum(calls)),
+      formatBytes(first.peakReservedBytes), formatBytes(Math.max(...later.map((p) => p.peakReservedBytes)))];
+  });
+  return [`passes (--repeat ${count}): the first, then passes 2-${count} (time per operation: their mean; growth: their sum)`,
+    formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')])];
 }
 
 /** Runs `vram replay` with the arguments after `replay`; resolves to the exit status. */
@@ -102,6 +136,7 @@ export async function replayCommand(args: string[]): Promise<number> {
         json: { type: 'boolean', default: false },
         'per-op': { type: 'boolean', default: false },
         device: { type: 'string' },
+        repeat: { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -118,6 +153,8 @@ export async function replayCommand(args: string[]): Promise<number> {
   if (!existsSync(path)) return usageError(`no such file: ${path}`);
   const device = values.device === undefined ? 0 : Number(values.device);
   if (!Number.isInteger(device) || device < 0) return usageError(`--device must be a device ordinal, got '${values.device}'`);
+  const repeat = values.repeat === undefined ? 1 : Number(values.repeat);
+  if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) return usageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`);
 
   const requested = (values.resource ?? ['all']).flatMap((r) => r.split(',')).map((r) => r.trim()).filter((r) => r !== '');
   const names: StackName[] = [];
@@ -136,7 +173,7 @@ export async function replayCommand(args: string[]): Promise<number> {
     return 1;
   }
   const backend = getBackend().name;
-  const outcomes = stacks.map((name) => runOne(name, trace, device, values['per-op'] === true));
+  const outcomes = stacks.map((name) => runOne(name, trace, device, values['per-op'] === true, repeat));
 
   if (values.json) {
     process.stdout.write(`${JSON.stringify({ trace: { source: trace.source, ...trace.summary }, backend, results: outcomes }, null, 2)}\n`);

@@ -18,7 +18,9 @@ import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
 import { UpstreamChunks } from './pool/upstream-growth.js';
-import { PhysicalExhausted, VirtualPages } from './pool/virtual-growth.js';
+import {
+  CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
+} from './pool/virtual-growth.js';
 import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from './resource.js';
 
 /** Options for a PoolResource. */
@@ -61,9 +63,31 @@ export interface PoolStatistics {
    * that freed blocks on them and had not yet passed it; 0 with upstream growth.
    */
   readonly synchronizations: number;
+  /**
+   * Virtual growth: driver calls made to grow, move and give back pages, by kind (cuMemCreate,
+   * cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemRelease); all 0 with upstream growth.
+   */
+  readonly driverCalls: GrowthCalls;
+  /** Virtual growth: nanoseconds spent on the growth path (allocations that had to map pages). */
+  readonly growthNs: number;
+}
+
+/** Driver calls of a pool's virtual growth, by kind. */
+export interface GrowthCalls {
+  readonly create: number;
+  readonly map: number;
+  readonly unmap: number;
+  readonly setAccess: number;
+  readonly release: number;
 }
 
 const DEFAULT_CHUNK = 32 * 1024 * 1024;
+
+function growthCalls(pages: VirtualPages | null): GrowthCalls {
+  const c = pages?.calls;
+  if (c === undefined) return { create: 0, map: 0, unmap: 0, setAccess: 0, release: 0 };
+  return { create: c[CALL_CREATE]!, map: c[CALL_MAP]!, unmap: c[CALL_UNMAP]!, setAccess: c[CALL_SET_ACCESS]!, release: c[CALL_RELEASE]! };
+}
 
 /**
  * A stream-ordered pool allocator over virtual memory pages or an upstream resource. A failed
@@ -288,6 +312,8 @@ export class PoolResource extends MemoryResource implements ReservingResource {
       streamSteals: this.heap.steals,
       pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
       synchronizations: this.pages !== null ? this.pages.synchronizations : 0,
+      driverCalls: growthCalls(this.pages),
+      growthNs: this.pages !== null ? this.pages.growthNs : 0,
     };
   }
 

@@ -31,6 +31,39 @@ export interface ReplayOptions {
    * roughly 50-100 ns each to the total); off by default, when only the whole loop is timed.
    */
   readonly perOperationTiming?: boolean;
+  /**
+   * Replays the trace this many times back to back (default 1), each pass with its own pointers;
+   * what a pass leaves live is freed after it, untimed. Later passes meet a warm resource: a
+   * training loop's steady state.
+   */
+  readonly repeat?: number;
+  /** Restarts the stack's high-water mark at the start of each pass, when the resource cannot itself. */
+  readonly resetPeakReserved?: () => void;
+  /** The stack's growth figures so far (cumulative), read around each pass for its share. */
+  readonly growth?: () => GrowthFigures;
+}
+
+/** What a resource spent on growing, cumulative (PoolResource's statistics report these). */
+export interface GrowthFigures {
+  /** Cached pages moved to where live data needed them. */
+  readonly pageMoves: number;
+  /** Host waits for a stream before pages could be moved or released. */
+  readonly hostWaits: number;
+  /** Driver calls by kind (cuMemCreate, cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemRelease). */
+  readonly driverCalls: { readonly create: number; readonly map: number; readonly unmap: number; readonly setAccess: number; readonly release: number };
+  /** Nanoseconds on the growth path. */
+  readonly growthNs: number;
+}
+
+/** One pass of a repeated replay. */
+export interface ReplayPass {
+  /** Wall time of the pass's loop, in nanoseconds. */
+  readonly totalNs: number;
+  readonly nsPerOperation: number;
+  /** The most bytes the stack held during the pass (it starts from what the previous pass kept). */
+  readonly peakReservedBytes: number;
+  /** The pass's share of the growth figures, when the stack reports them. */
+  readonly growth?: GrowthFigures;
 }
 
 /** What a replay measured. */
@@ -55,6 +88,11 @@ export interface ReplayResult {
   readonly reservedSource: ReservedSource;
   /** `(peakReserved / peakLive - 1) * 100`. */
   readonly overheadPercent: number;
+  /**
+   * Every pass (one without `repeat`). The fields above describe the first pass, except peak
+   * reserved and overhead, which are the highest over all passes.
+   */
+  readonly passes: readonly ReplayPass[];
 }
 
 /** A replay that stopped because the resource failed an operation. */
@@ -146,78 +184,91 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     slots[i] = event.slot;
     streamOf[i] = streamRefs.get(event.stream) ?? defaultStream;
   }
+  const repeat = options.repeat ?? 1;
+  if (!Number.isInteger(repeat) || repeat < 1) throw new RangeError(`repeat must be a whole number >= 1, got ${repeat}`);
   const pointers = new Float64Array(trace.summary.allocations);
   const isLive = new Uint8Array(trace.summary.allocations);
   const perOp = options.perOperationTiming === true;
   const allocTimes = new Float64Array(perOp ? trace.summary.allocations : 0);
   const freeTimes = new Float64Array(perOp ? trace.summary.frees : 0);
-  if (isReserving(resource)) resource.resetPeakReserved();
+  const passes: ReplayPass[] = [];
+  const operations = trace.summary.operations;
+  let reservedSource: ReservedSource = 'estimate';
 
-  let i = 0;
-  let totalNs = 0;
-  try {
-    const start = process.hrtime.bigint();
-    if (!perOp) {
-      for (; i < n; i++) {
-        const kind = kinds[i];
-        if (kind === 0) {
+  for (let pass = 0; pass < repeat; pass++) {
+    if (options.resetPeakReserved !== undefined) options.resetPeakReserved();
+    else if (isReserving(resource)) resource.resetPeakReserved();
+    const growthBefore = options.growth?.();
+    let i = 0;
+    let totalNs = 0;
+    try {
+      const start = process.hrtime.bigint();
+      if (!perOp || pass > 0) {
+        for (; i < n; i++) {
+          const kind = kinds[i];
+          if (kind === 0) {
+            const slot = slots[i]!;
+            pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+            isLive[slot] = 1;
+          } else if (kind === 1) {
+            const slot = slots[i]!;
+            resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+            isLive[slot] = 0;
+          }
+        }
+      } else {
+        let a = 0, f = 0;
+        for (; i < n; i++) {
+          const kind = kinds[i];
+          if (kind === 2) continue;
           const slot = slots[i]!;
-          pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
-          isLive[slot] = 1;
-        } else if (kind === 1) {
-          const slot = slots[i]!;
-          resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
-          isLive[slot] = 0;
+          const t0 = process.hrtime.bigint();
+          if (kind === 0) {
+            pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+            allocTimes[a++] = Number(process.hrtime.bigint() - t0);
+            isLive[slot] = 1;
+          } else {
+            resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+            freeTimes[f++] = Number(process.hrtime.bigint() - t0);
+            isLive[slot] = 0;
+          }
         }
       }
-    } else {
-      let a = 0, f = 0;
-      for (; i < n; i++) {
-        const kind = kinds[i];
-        if (kind === 2) continue;
-        const slot = slots[i]!;
-        const t0 = process.hrtime.bigint();
-        if (kind === 0) {
-          pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
-          allocTimes[a++] = Number(process.hrtime.bigint() - t0);
-          isLive[slot] = 1;
-        } else {
-          resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
-          freeTimes[f++] = Number(process.hrtime.bigint() - t0);
-          isLive[slot] = 0;
-        }
-      }
+      totalNs = Number(process.hrtime.bigint() - start);
+    } catch (error) {
+      const event = events[i]!;
+      freeLive(resource, pointers, isLive, sizes, events);
+      destroyStreams(device, created);
+      const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
+      throw new ReplayError(event.line, i,
+        `${trace.source}:${event.line}${repeat > 1 ? ` (pass ${pass + 1} of ${repeat})` : ''}: ${what} failed on ` +
+        `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`, error);
     }
-    totalNs = Number(process.hrtime.bigint() - start);
-  } catch (error) {
-    const event = events[i]!;
+    // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
+    let peakReservedBytes: number;
+    const fromStack = options.peakReservedBytes?.();
+    if (fromStack !== undefined) {
+      peakReservedBytes = fromStack;
+      reservedSource = 'stack';
+    } else if (isReserving(resource)) {
+      peakReservedBytes = resource.peakReservedBytes;
+      reservedSource = 'resource';
+    } else {
+      peakReservedBytes = peakOccupied(trace, estimateDriverReservation);
+      reservedSource = 'estimate';
+    }
+    const growthAfter = options.growth?.();
     freeLive(resource, pointers, isLive, sizes, events);
-    destroyStreams(device, created);
-    const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
-    throw new ReplayError(event.line, i,
-      `${trace.source}:${event.line}: ${what} failed on ${resource.describe()}: ` +
-      `${error instanceof Error ? error.message : String(error)}`, error);
+    passes.push({
+      totalNs, nsPerOperation: operations > 0 ? totalNs / operations : 0, peakReservedBytes,
+      ...(growthBefore !== undefined && growthAfter !== undefined ? { growth: growthBetween(growthBefore, growthAfter) } : {}),
+    });
   }
-
-  // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
-  const peakLiveBytes = trace.summary.peakLiveBytes;
-  let peakReservedBytes: number;
-  let reservedSource: ReservedSource;
-  const fromStack = options.peakReservedBytes?.();
-  if (fromStack !== undefined) {
-    peakReservedBytes = fromStack;
-    reservedSource = 'stack';
-  } else if (isReserving(resource)) {
-    peakReservedBytes = resource.peakReservedBytes;
-    reservedSource = 'resource';
-  } else {
-    peakReservedBytes = peakOccupied(trace, estimateDriverReservation);
-    reservedSource = 'estimate';
-  }
-  freeLive(resource, pointers, isLive, sizes, events);
   destroyStreams(device, created);
 
-  const operations = trace.summary.operations;
+  const peakLiveBytes = trace.summary.peakLiveBytes;
+  const peakReservedBytes = Math.max(...passes.map((p) => p.peakReservedBytes));
+  const first = passes[0]!;
   const medianAllocateNs = perOp ? median(allocTimes) : undefined;
   const medianFreeNs = perOp ? median(freeTimes) : undefined;
   return {
@@ -225,14 +276,15 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     operations,
     allocations: trace.summary.allocations,
     frees: trace.summary.frees,
-    totalNs,
-    nsPerOperation: operations > 0 ? totalNs / operations : 0,
+    totalNs: first.totalNs,
+    nsPerOperation: first.nsPerOperation,
     ...(medianAllocateNs !== undefined ? { medianAllocateNs } : {}),
     ...(medianFreeNs !== undefined ? { medianFreeNs } : {}),
     peakLiveBytes,
     peakReservedBytes,
     reservedSource,
     overheadPercent: peakLiveBytes > 0 ? (peakReservedBytes / peakLiveBytes - 1) * 100 : 0,
+    passes,
   };
 
   function freeLive(mr: MemoryResource, ptrs: Float64Array, live: Uint8Array, sz: Float64Array,
@@ -252,6 +304,21 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
       }
     }
   }
+}
+
+/** The growth figures between two cumulative readings. */
+function growthBetween(a: GrowthFigures, b: GrowthFigures): GrowthFigures {
+  const c = a.driverCalls;
+  const d = b.driverCalls;
+  return {
+    pageMoves: b.pageMoves - a.pageMoves,
+    hostWaits: b.hostWaits - a.hostWaits,
+    driverCalls: {
+      create: d.create - c.create, map: d.map - c.map, unmap: d.unmap - c.unmap,
+      setAccess: d.setAccess - c.setAccess, release: d.release - c.release,
+    },
+    growthNs: b.growthNs - a.growthNs,
+  };
 }
 
 function destroyStreams(device: Device | undefined, handles: readonly number[]): void {

@@ -11,6 +11,7 @@ import { PoolResource } from '../memory/pool.js';
 import type { MemoryResource } from '../memory/resource.js';
 import { formatBytes } from '../memory/adaptor.js';
 import { alignUp } from '../validate.js';
+import type { GrowthFigures } from './engine.js';
 import type { AllocationTrace } from './parse.js';
 
 /** The stacks by name, in the order `all` runs them. */
@@ -30,6 +31,10 @@ export interface ReplayStack {
   readonly resource: MemoryResource;
   /** Peak reserved bytes when the top resource does not report them itself (see ReplayOptions). */
   readonly peakReservedBytes?: () => number | undefined;
+  /** Restarts that high-water mark, for a repeated replay's passes (see ReplayOptions). */
+  readonly resetPeakReserved?: () => void;
+  /** The stack's growth figures, cumulative, when it reports them (the pools do). */
+  readonly growth?: () => GrowthFigures;
   /** What the reader should know about how the stack was set up (sizes chosen, rules applied). */
   readonly notes: readonly string[];
   /** Gives everything the stack holds back to the driver. */
@@ -49,6 +54,12 @@ export interface StackOptions {
  */
 export function arenaSizeFor(peakLiveBytes: number): number {
   return alignUp(Math.ceil(peakLiveBytes * 1.25) + (64 << 20), 2 << 20);
+}
+
+/** A PoolResource's growth figures, as the replay engine reads them. */
+function growthOf(pool: PoolResource): GrowthFigures {
+  const s = pool.statistics();
+  return { pageMoves: s.pageMoves, hostWaits: s.synchronizations, driverCalls: s.driverCalls, growthNs: s.growthNs };
 }
 
 function dispose(resource: MemoryResource): void {
@@ -85,7 +96,7 @@ export function createStack(name: StackName, trace: AllocationTrace, options: St
     }
     case 'pool': {
       const resource = new PoolResource({ device });
-      return { name, resource, notes: [], close: () => resource.destroy() };
+      return { name, resource, growth: () => growthOf(resource), notes: [], close: () => resource.destroy() };
     }
     case 'binning': {
       const pool = new PoolResource({ device });
@@ -93,6 +104,7 @@ export function createStack(name: StackName, trace: AllocationTrace, options: St
       const resource = new BinningResource(pool, { minSizeExponent: 18, maxSizeExponent: 22 });
       return {
         name, resource, peakReservedBytes: () => pool.peakReservedBytes,
+        resetPeakReserved: () => pool.resetPeakReserved(), growth: () => growthOf(pool),
         notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them'],
         close: () => { resource.destroy(); pool.destroy(); },
       };

@@ -24,6 +24,13 @@ import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { CLASS_COUNT, type FreeLists, sizeClass } from './free-list.js';
 
+/** Indices of `VirtualPages.calls`. */
+export const CALL_CREATE = 0;
+export const CALL_MAP = 1;
+export const CALL_UNMAP = 2;
+export const CALL_SET_ACCESS = 3;
+export const CALL_RELEASE = 4;
+
 /** Thrown by `commit` when physical memory cannot be had; the pool turns it into its own error. */
 export class PhysicalExhausted extends Error {
   constructor(
@@ -66,6 +73,13 @@ export class VirtualPages {
   pageMoves = 0;
   /** Host waits for a stream before unmapping cached pages (see `waitForDonors`). */
   synchronizations = 0;
+  /**
+   * Driver calls made to grow, move and give back pages (not the reservation, nor `destroy`), by
+   * kind: CALL_CREATE, CALL_MAP, CALL_UNMAP, CALL_SET_ACCESS, CALL_RELEASE.
+   */
+  readonly calls = new Float64Array(5);
+  /** Nanoseconds spent on the growth path (commits that had to map pages), driver calls included. */
+  growthNs = 0;
   /** The search state of `placeOnMapped` (fields, so the slow path allocates nothing). */
   private bestAdded = 0;
   private bestBlock = NIL;
@@ -127,7 +141,14 @@ export class VirtualPages {
     const start = this.heap.store.start[i]!;
     const p0 = Math.floor((start - this.base) / this.pageBytes);
     const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
-    if (!this.allMapped(p0, p1)) return this.commitSlow(i, size, stream);
+    if (!this.allMapped(p0, p1)) {
+      const t0 = performance.now();
+      try {
+        return this.commitSlow(i, size, stream);
+      } finally {
+        this.growthNs += (performance.now() - t0) * 1e6;
+      }
+    }
     this.countIn(p0, p1);
     return i;
   }
@@ -303,6 +324,8 @@ export class VirtualPages {
       const p = this.donors[k]!;
       this.backend.memUnmap(this.base + p * this.pageBytes, this.pageBytes);
       this.backend.memRelease(this.handle[p]!);
+      this.calls[CALL_UNMAP]!++;
+      this.calls[CALL_RELEASE]!++;
       this.setUnmapped(p);
       this.physicalPages--;
     }
@@ -358,6 +381,7 @@ export class VirtualPages {
       let q = p;
       while (q + 1 < pages && this.isMapped(q + 1)) q++;
       b.memSetAccess(this.base + p * P, (q - p + 1) * P, peer, flags);
+      this.calls[CALL_SET_ACCESS]!++;
       p = q;
     }
     if (flags === MemAccess.NONE) this.peers.delete(peer);
@@ -425,10 +449,12 @@ export class VirtualPages {
           const q = this.donors[done]!;
           h = this.handle[q]!;
           b.memUnmap(this.base + q * P, P);
+          this.calls[CALL_UNMAP]!++;
           this.setUnmapped(q);
         } else {
           try {
             h = b.memCreate(P, this.ordinal);
+            this.calls[CALL_CREATE]!++;
           } catch (error) {
             if (isOutOfMemory(error)) throw new PhysicalExhausted(error.message, 'device', error);
             throw error;
@@ -438,10 +464,16 @@ export class VirtualPages {
         }
         try {
           b.memMap(addr, P, h);
+          this.calls[CALL_MAP]!++;
           b.memSetAccess(addr, P, this.ordinal, MemAccess.READWRITE);
-          for (const [peer, flags] of this.peers) b.memSetAccess(addr, P, peer, flags);
+          this.calls[CALL_SET_ACCESS]!++;
+          for (const [peer, flags] of this.peers) {
+            b.memSetAccess(addr, P, peer, flags);
+            this.calls[CALL_SET_ACCESS]!++;
+          }
         } catch (error) {
           b.memRelease(h);
+          this.calls[CALL_RELEASE]!++;
           this.physicalPages--;
           throw error;
         }
@@ -465,6 +497,8 @@ export class VirtualPages {
       const p = this.pending[k]!;
       this.backend.memUnmap(this.base + p * P, P);
       this.backend.memRelease(this.handle[p]!);
+      this.calls[CALL_UNMAP]!++;
+      this.calls[CALL_RELEASE]!++;
       this.setUnmapped(p);
       this.physicalPages--;
     }
