@@ -17,16 +17,18 @@ import { NotSupportedError, UseAfterFreeError, VramStateError } from '../errors.
 import { ArenaResource } from '../memory/arena.js';
 import { bytesOf, DeviceMemory } from '../memory/copy.js';
 import { DeviceBuffer, PitchedDeviceBuffer } from '../memory/device-buffer.js';
+import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../memory/foreign-device-buffer.js';
 import { HostBuffer } from '../memory/host-buffer.js';
 import type { Release } from '../memory/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../memory/resource.js';
+import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { dtypeOf, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import {
   allocateHost, encodeScalar, hostElements,
   type Float16ArrayLike, type HostInput, type ScalarValue,
 } from './host-data.js';
-import { checkLayoutFits, checkStrides, contiguousLayout, StridedArray, type Layout } from './layout.js';
+import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, StridedArray, type Layout } from './layout.js';
 import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
 import {
   copyOnDevice, pinnedSink, pinnedSource, readElements, readElementsAsync, streamDone, writeElements,
@@ -74,6 +76,19 @@ export interface DeviceArrayViewOptions<N extends DTypeName> {
   /** For a mapped HostBuffer: the device whose kernels read it (device 0 by default). */
   readonly device?: Device | number;
   /** The default stream of the array's async copies; default the buffer's own stream. */
+  readonly stream?: StreamRef;
+}
+
+/** Options of `DeviceArray.fromPointer`: the foreign memory's owner and release, and the layout in it. */
+export interface DeviceArrayPointerOptions extends ForeignPointerOptions {
+  /** Strides in elements; default row-major. Negative strides reach below element (0, ..., 0). */
+  readonly strides?: readonly number[];
+  /**
+   * Byte offset of element (0, ..., 0) from `ptr`; a multiple of the dtype's alignment. Default 0.
+   * Elements a negative stride reaches lie between `ptr` and there.
+   */
+  readonly byteOffset?: number;
+  /** The default stream of the array's async copies; default the legacy default stream. */
   readonly stream?: StreamRef;
 }
 
@@ -417,6 +432,55 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
       : { shape: Object.freeze(shape.slice()), strides: checkStrides(options.strides, shape.length), byteOffset, itemSize: dt.byteSize };
     checkLayoutFits(layout, memory.byteLength, 'DeviceArray.fromBuffer');
     return new DeviceArray(dt, layout, memory, device, options.stream ?? stream, false);
+  }
+
+  /**
+   * An array over memory vram did not allocate, without a copy: `ptr` is a device address (a
+   * `CUdeviceptr` from C code, another runtime's tensor; mapped host memory's device pointer),
+   * checked with cuPointerGetAttributes as `DeviceBuffer.fromPointer` does, over the bytes the
+   * layout reaches. The array owns the wrapper, not the memory: `free()`, `using` or the backstop
+   * call `onRelease` exactly once and drop `owner`; vram never frees the memory. Its views hold
+   * the wrapper like any other array's. Synchronous copies run in the memory's own context.
+   *
+   * @param ptr The address of the first byte the layout may reach (element (0, ..., 0) is at `ptr + byteOffset`).
+   * @param shape The shape.
+   * @param dtype The element type.
+   * @param options owner, onRelease, strides (elements), byteOffset, device, stream.
+   * @returns The array; it owns the ForeignDeviceBuffer around the memory.
+   * @throws {TypeError | RangeError} For a bad pointer, shape, dtype, strides or offset (no driver call yet).
+   * @throws {InvalidPointerError} For memory the driver does not know, unmapped host memory,
+   *   another device's memory without peer access, or a layout reaching past the allocation.
+   * @example
+   * ```ts
+   * const ptr = native.makeMatrix(rows, cols); // cuMemAlloc'd and filled in C
+   * using m = DeviceArray.fromPointer(ptr, [rows, cols], 'float32', { onRelease: () => native.free(ptr) });
+   * m.T.toHost();
+   * ```
+   */
+  static fromPointer<N extends DTypeName>(
+    ptr: number, shape: Shape, dtype: N | DType<N>, options: DeviceArrayPointerOptions = {},
+  ): DeviceArray<N> {
+    checkOptions(options, 'DeviceArray.fromPointer');
+    const s = Object.freeze(checkShape(shape).slice());
+    const dt = dtypeOf(dtype);
+    const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
+    if (byteOffset % dt.alignment !== 0) {
+      throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
+    }
+    const layout: Layout = options.strides === undefined
+      ? contiguousLayout(s, dt.byteSize, byteOffset)
+      : { shape: s, strides: checkStrides(options.strides, s.length), byteOffset, itemSize: dt.byteSize };
+    const { start, end } = byteSpan(layout);
+    if (start < 0) {
+      throw new RangeError(`DeviceArray.fromPointer: strides (${layout.strides.join(', ')}) reach ${-start} bytes ` +
+        'before ptr: pass the address of the lowest element as ptr and its distance to element (0, ..., 0) as byteOffset');
+    }
+    if (typeof ptr === 'number' && (ptr + byteOffset) % dt.alignment !== 0) {
+      throw new RangeError(`DeviceArray.fromPointer: element (0, ..., 0) at 0x${(ptr + byteOffset).toString(16)} is not aligned to ${dt.name}'s ${dt.alignment} bytes`);
+    }
+    if (options.stream !== undefined) streamHandleOf(options.stream);
+    const buffer = ForeignDeviceBuffer.wrap(ptr, end, options);
+    return new DeviceArray(dt, layout, buffer, buffer.device, options.stream ?? buffer.stream, true);
   }
 
   /**

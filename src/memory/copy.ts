@@ -7,7 +7,7 @@
  * Every call goes through the backend of the buffers involved (`Allocation.backend`, the owning
  * device's), never through the process-wide `getBackend()`.
  */
-import type { Backend, Ptr } from '../backend/backend.js';
+import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
@@ -66,7 +66,11 @@ export interface MemsetOptions {
 
 /** A resolved side of a copy: an address, or bytes of JavaScript memory. */
 type Side =
-  | { readonly js: false; readonly ptr: Ptr; readonly size: number; readonly device: Device | undefined }
+  | {
+    readonly js: false; readonly ptr: Ptr; readonly size: number; readonly device: Device | undefined;
+    /** The context its memory belongs to, for peer copies (the resident device's active one for vram's own). */
+    readonly context: Handle | undefined;
+  }
   | { readonly js: true; readonly bytes: Uint8Array; readonly size: number };
 
 /** True for the JavaScript memory types copies accept. */
@@ -91,6 +95,48 @@ export abstract class DeviceMemory extends Allocation {
 
   /** The device the memory lives on, for choosing a peer copy; undefined when not device-resident. */
   abstract readonly residentDevice: Device | undefined;
+
+  /**
+   * The context the memory belongs to: the device's active context for memory vram allocated (it
+   * allocates in that context), the context the driver reported for a ForeignDeviceBuffer.
+   * Peer copies name it.
+   *
+   * @returns The CUcontext handle.
+   * @throws {UseAfterFreeError} When the device's selected Context was destroyed (never for the primary).
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(64);
+   * buf.context === buf.device.activeContext; // true
+   * ```
+   */
+  get context(): Handle {
+    return this.device.activeContext;
+  }
+
+  /**
+   * Makes the memory's context current on the calling thread: what synchronous copies and fills
+   * of it do first. The device's active context for vram's own memory; a ForeignDeviceBuffer
+   * enters the context its memory belongs to, also when that is not the device's primary context.
+   *
+   * @returns Nothing.
+   * @throws {CudaError} When the context was destroyed (the driver's error).
+   * @example
+   * ```ts
+   * buf.makeCurrent(); // then raw backend calls on buf.ptr run in its context
+   * ```
+   */
+  makeCurrent(): void {
+    this.device.makeCurrent();
+  }
+
+  /**
+   * True when the memory belongs to a context of its own rather than its device's active one (a
+   * ForeignDeviceBuffer's). Synchronous copies of such memory from or to JavaScript memory are
+   * single driver copies made in that context, not staged on the device's copy streams.
+   */
+  get ownContext(): boolean {
+    return false;
+  }
 
   /**
    * Fills elements of 1, 2 or 4 bytes with `value` (an unsigned or signed integer of that width).
@@ -208,7 +254,8 @@ function resolve(end: CopyEndpoint, what: string): Side {
   if (end instanceof Allocation) {
     const ptr = end.ptr; // UseAfterFreeError for a freed buffer
     const device = end instanceof DeviceMemory ? end.residentDevice : undefined;
-    return { js: false, ptr, size: end.byteLength, device };
+    const context = end instanceof DeviceMemory && device !== undefined ? end.context : undefined;
+    return { js: false, ptr, size: end.byteLength, device, context };
   }
   if (isHostData(end)) {
     const bytes = bytesOf(end);
@@ -217,12 +264,14 @@ function resolve(end: CopyEndpoint, what: string): Side {
   throw new TypeError(`${what} must be a buffer or JavaScript memory (TypedArray, Buffer, DataView, ArrayBuffer)`);
 }
 
-/** Makes the right context current for a copy: the stream's device, else a side's, else any. */
-function activate(stream: StreamRef | undefined, a: Side, b: Side, fallback: Device | undefined, backend: Backend): void {
+/**
+ * Makes the right context current for a copy: the stream's (work queued on a stream runs in the
+ * stream's context; under unified addressing the driver resolves either side's address there),
+ * else that of the device memory on one side (its own context, for foreign memory), else any.
+ */
+function activate(stream: StreamRef | undefined, home: DeviceMemory | undefined, backend: Backend): void {
   if (stream instanceof Stream) stream.device.makeCurrent();
-  else if (fallback !== undefined) fallback.makeCurrent();
-  else if (!a.js && a.device !== undefined) a.device.makeCurrent();
-  else if (!b.js && b.device !== undefined) b.device.makeCurrent();
+  else if (home !== undefined) home.makeCurrent();
   else ensureAnyContext(backend);
 }
 
@@ -237,6 +286,12 @@ function deviceOf(end: CopyEndpoint): Device | undefined {
   return end instanceof DeviceMemory ? end.device : undefined;
 }
 
+/** The device memory of a copy whose context a copy without a stream runs in: the destination's, else the source's. */
+function homeOf(a: CopyEndpoint, b: CopyEndpoint): DeviceMemory | undefined {
+  if (a instanceof DeviceMemory) return a;
+  return b instanceof DeviceMemory ? b : undefined;
+}
+
 /** A checked linear copy: both sides resolved, offsets and length within them. */
 interface PlannedCopy {
   readonly d: Side;
@@ -247,6 +302,8 @@ interface PlannedCopy {
   readonly backend: Backend;
   /** The device whose context the copy runs in (the stream's, else a side's); undefined: any. */
   readonly device: Device | undefined;
+  /** The device memory whose context a copy without a stream runs in (see `homeOf`). */
+  readonly home: DeviceMemory | undefined;
 }
 
 /**
@@ -274,7 +331,7 @@ function planCopy(
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
   const stream = options.stream;
   const device = stream instanceof Stream ? stream.device : deviceOf(dst) ?? deviceOf(src);
-  return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device };
+  return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device, home: homeOf(dst, src) };
 }
 
 /**
@@ -304,10 +361,10 @@ function issue(plan: PlannedCopy, stream: StreamRef | undefined): void {
   const { d, s, dstOffset, srcOffset, bytes, backend } = plan;
   if (d.js || s.js) throw new TypeError('issue: JavaScript memory goes through the transfer layer'); // callers route it
   const streamHandle = stream === undefined ? undefined : stream.handle;
-  activate(stream, d, s, plan.device, backend);
+  activate(stream, plan.home, backend);
   if (d.device !== undefined && s.device !== undefined && d.device !== s.device) {
-    const dc = d.device.activeContext;
-    const sc = s.device.activeContext;
+    const dc = d.context ?? d.device.activeContext;
+    const sc = s.context ?? s.device.activeContext;
     if (streamHandle === undefined) backend.memcpyPeer(d.ptr + dstOffset, dc, s.ptr + srcOffset, sc, bytes);
     else backend.memcpyPeerAsync(d.ptr + dstOffset, dc, s.ptr + srcOffset, sc, bytes, streamHandle);
   } else if (streamHandle === undefined) {
@@ -337,13 +394,15 @@ export function copyBetween(
   }
   if (plan.bytes === 0) return;
   if (plan.d.js || plan.s.js) {
-    const copy = pageable(plan, options.register);
+    // Memory of a context of its own (foreign memory) is copied by the driver in that context:
+    // the transfer layer stages on the device's copy streams, in the device's active context.
+    const copy = plan.home?.ownContext === true ? undefined : pageable(plan, options.register);
     if (copy !== undefined) {
       copyPageable(copy);
       return;
     }
     // JavaScript memory and pinned or managed memory with no device to stage for: the driver copies.
-    activate(undefined, plan.d, plan.s, plan.device, plan.backend);
+    activate(undefined, plan.home, plan.backend);
     const { d, s, dstOffset, srcOffset, bytes, backend } = plan;
     if (d.js && !s.js) backend.memcpyToHost(d.bytes.subarray(dstOffset, dstOffset + bytes), s.ptr + srcOffset, bytes);
     else if (s.js && !d.js) backend.memcpyFromHost(d.ptr + dstOffset, s.bytes.subarray(srcOffset, srcOffset + bytes), bytes);
@@ -423,7 +482,7 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   checkRange(offset, count * elementBytes, size, 'memset');
   if (count === 0) return;
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
-  else target.device.makeCurrent();
+  else target.makeCurrent();
   const backend = target.backend;
   if (stream === undefined) backend.memset(ptr + offset, pattern, elementBytes, count);
   else backend.memsetAsync(ptr + offset, pattern, elementBytes, count, stream);
@@ -465,7 +524,7 @@ export function copy2D(
   }
   if (widthBytes === 0 || height === 0) return;
   const backend = backendOf(dst.memory, src.memory);
-  activate(stream, d, s, deviceOf(dst.memory) ?? deviceOf(src.memory), backend);
+  activate(stream, homeOf(dst.memory, src.memory), backend);
   // JavaScript memory is addressed for the duration of this synchronous call only.
   const dptr = d.js ? backend.addressOf(d.bytes) : d.ptr;
   const sptr = s.js ? backend.addressOf(s.bytes) : s.ptr;

@@ -9,6 +9,7 @@ import { streamHandleOf } from '../stream.js';
 import { checkBytes, MAX_BYTES } from '../validate.js';
 import { copy2D, DeviceMemory, type CopyEndpoint } from './copy.js';
 import { CudaResource } from './cuda-resource.js';
+import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
 import { getCurrentResource } from './current.js';
 import type { Release } from './lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from './resource.js';
@@ -60,6 +61,34 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static allocatePitched(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
     return PitchedDeviceBuffer.allocate2D(widthBytes, height, options);
+  }
+
+  /**
+   * Wraps device memory vram did not allocate (a `CUdeviceptr` from C code or another runtime)
+   * without copying it. vram never frees it: `free()`, `using` and the garbage-collection backstop
+   * call `options.onRelease` exactly once and drop `options.owner`. The pointer is checked with
+   * cuPointerGetAttributes first: device or managed memory, or mapped host memory's device
+   * pointer, with [ptr, ptr + bytes) inside one allocation; the context the driver reports is
+   * recorded, and synchronous copies and fills of the buffer run in it.
+   *
+   * @param ptr The device address.
+   * @param bytes The size of the range in bytes.
+   * @param options `owner` (kept alive until freed), `onRelease` (hands the memory back), `device`
+   *   (the device that will use it; memory of another device needs peer access).
+   * @returns A ForeignDeviceBuffer (a DeviceMemory: copies, memset and `DeviceArray.fromBuffer` take it).
+   * @throws {TypeError | RangeError} For a malformed pointer, size or option.
+   * @throws {InvalidPointerError} For an address the driver does not know, unmapped host memory,
+   *   another device's memory without peer access, or a range past its allocation (the message
+   *   says which, and what the driver reported).
+   * @example
+   * ```ts
+   * const ptr = native.allocateAndFill(1024); // cuMemAlloc + cuMemcpyHtoD in C
+   * using buf = DeviceBuffer.fromPointer(ptr, 1024, { onRelease: () => native.free(ptr) });
+   * const bytes = buf.copyToHost(new Uint8Array(1024));
+   * ```
+   */
+  static fromPointer(ptr: number, bytes: number, options: ForeignPointerOptions = {}): ForeignDeviceBuffer {
+    return ForeignDeviceBuffer.wrap(ptr, bytes, options);
   }
 
   /** Device memory is resident on its device (peer copies use it). */
