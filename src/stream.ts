@@ -4,9 +4,9 @@
  * that polls without ever blocking the event loop, and nothing synchronises behind the caller's back.
  */
 import './polyfills.js';
-import { DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
+import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';
-import { DoubleFreeError, UseAfterFreeError, VramStateError } from './errors.js';
+import { DoubleFreeError, NotSupportedError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 
@@ -239,6 +239,12 @@ export interface EventOptions {
   readonly timing?: boolean;
   /** `synchronize()` blocks on an OS primitive instead of spinning (CU_EVENT_BLOCKING_SYNC). */
   readonly blockingSync?: boolean;
+  /**
+   * Shareable with other processes (CU_EVENT_INTERPROCESS): `ipcHandle()` gives a handle that
+   * another process opens with `Event.openIpc` to wait for this process's work. CUDA requires such
+   * events to record no timing, so `timing` defaults to false and `timing: true` is a RangeError.
+   */
+  readonly interprocess?: boolean;
 }
 
 /** A CUDA event: a marker in a stream that other streams can wait on and the host can poll. */
@@ -252,19 +258,71 @@ export class Event {
     readonly device: Device,
     /** True when the event records timestamps. */
     readonly timing: boolean,
+    /** True when other processes can wait on it (created with `interprocess`, or opened with `openIpc`). */
+    readonly interprocess = false,
   ) {}
 
   /** Creates an event; record it on a stream with `record()` or `stream.record(event)`. */
   static create(options: EventOptions = {}): Event {
     const device = Device.resolve(options.device);
-    const timing = options.timing ?? true;
+    const interprocess = options.interprocess ?? false;
+    if (typeof interprocess !== 'boolean') throw new TypeError('interprocess must be a boolean');
+    const timing = options.timing ?? !interprocess;
     const blockingSync = options.blockingSync ?? false;
     if (typeof timing !== 'boolean') throw new TypeError('timing must be a boolean');
     if (typeof blockingSync !== 'boolean') throw new TypeError('blockingSync must be a boolean');
+    if (interprocess && timing) {
+      throw new RangeError('an interprocess event records no timing (CUDA requires CU_EVENT_DISABLE_TIMING with CU_EVENT_INTERPROCESS): leave timing out or pass false');
+    }
     const flags = (timing ? EventFlags.DEFAULT : EventFlags.DISABLE_TIMING)
-      | (blockingSync ? EventFlags.BLOCKING_SYNC : 0);
+      | (blockingSync ? EventFlags.BLOCKING_SYNC : 0)
+      | (interprocess ? EventFlags.INTERPROCESS : 0);
     device.makeCurrent();
-    return new Event(device.backend.eventCreate(flags), device, timing);
+    return new Event(device.backend.eventCreate(flags), device, timing, interprocess);
+  }
+
+  /**
+   * Opens an event another process shared (`ipcHandle()` there; cuIpcOpenEventHandle), as an
+   * event of `device`'s context: `stream.waitEvent(event)`, `query()` and `synchronize()` then
+   * wait for the work the other process recorded it after. Destroy it as any event (the other
+   * process's event lives on).
+   *
+   * @param handle The 64 bytes of the other process's `ipcHandle()`.
+   * @param device The device whose context opens it (device 0 by default).
+   * @returns The event (interprocess, no timing).
+   * @throws {TypeError} When `handle` is not 64 bytes.
+   * @throws {CudaError} What the driver answers for a malformed or stale handle.
+   * @example
+   * ```ts
+   * using done = Event.openIpc(handleFromExporter);
+   * stream.waitEvent(done); // this stream's later work runs after the exporter's
+   * ```
+   */
+  static openIpc(handle: Uint8Array, device?: Device): Event {
+    const dev = Device.resolve(device);
+    checkIpcHandle(handle, 'Event.openIpc');
+    dev.makeCurrent();
+    return new Event(dev.backend.ipcOpenEventHandle(handle), dev, false, true);
+  }
+
+  /**
+   * The 64-byte handle another process opens with `Event.openIpc` (cuIpcGetEventHandle). Record
+   * the event after the work to be waited for, as usual; the other process sees each new record.
+   *
+   * @returns 64 bytes.
+   * @throws {NotSupportedError} When the event was not created with `interprocess: true`.
+   * @throws {UseAfterFreeError} When the event was destroyed.
+   * @example
+   * ```ts
+   * const ev = Event.create({ interprocess: true });
+   * send(Buffer.from(ev.ipcHandle()).toString('hex'));
+   * ```
+   */
+  ipcHandle(): Uint8Array {
+    const handle = this.handle;
+    if (!this.interprocess) throw new NotSupportedError('this event cannot be shared with other processes: create it with { interprocess: true }');
+    this.device.makeCurrent();
+    return this.device.backend.ipcGetEventHandle(handle);
   }
 
   /** The driver's handle (CUevent). */

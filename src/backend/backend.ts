@@ -159,6 +159,30 @@ export function checkStreamValue32(call: 'streamWaitValue32' | 'streamWriteValue
   }
 }
 
+/** Size of a legacy IPC handle (CUipcMemHandle, CUipcEventHandle): 64 opaque bytes. */
+export const IPC_HANDLE_BYTES = 64;
+
+/**
+ * Flags of `ipcOpenMemHandle` (CUipcMem_flags). LAZY_ENABLE_PEER_ACCESS lets the driver enable
+ * peer access when the memory lives on another device than the current context's; the driver
+ * requires it (it is the only flag, and the runtime passes it for cudaIpcMemLazyEnablePeerAccess).
+ */
+export const IpcMemFlags = {
+  LAZY_ENABLE_PEER_ACCESS: 0x1,
+} as const;
+
+/**
+ * The argument check both backends make on a handle given to `ipcOpenMemHandle` /
+ * `ipcOpenEventHandle`, before any driver call: a Uint8Array of exactly 64 bytes (koffi would
+ * zero-fill or cut anything else into the by-value struct), else a TypeError.
+ */
+export function checkIpcHandle(handle: unknown, call: string): Uint8Array {
+  if (!(handle instanceof Uint8Array) || handle.length !== IPC_HANDLE_BYTES) {
+    throw new TypeError(`${call}: the handle must be a Uint8Array of ${IPC_HANDLE_BYTES} bytes`);
+  }
+  return handle;
+}
+
 /** Attributes of a stream-ordered memory pool (CUmemPool_attribute). */
 export const MemPoolAttribute = {
   REUSE_FOLLOW_EVENT_DEPENDENCIES: 1,
@@ -342,6 +366,26 @@ export interface Backend {
   eventSynchronize(event: Handle): void;
   /** Milliseconds between two completed events. */
   eventElapsedTime(start: Handle, end: Handle): number;
+
+  // --- Interprocess communication (legacy cuIpc* handles) ---
+  /**
+   * cuIpcGetMemHandle: a 64-byte handle to the cuMemAlloc allocation containing `ptr`, which
+   * another process opens with `ipcOpenMemHandle`. Pool (cuMemAllocAsync), virtual-memory, managed
+   * and host memory are CUDA_ERROR_INVALID_VALUE.
+   */
+  ipcGetMemHandle(ptr: Ptr): Uint8Array;
+  /**
+   * cuIpcOpenMemHandle: maps memory another process exported into the current context and returns
+   * its base address; `flags` is `IpcMemFlags.LAZY_ENABLE_PEER_ACCESS`. Opening a handle the
+   * context already opened returns the same address and counts one more open.
+   */
+  ipcOpenMemHandle(handle: Uint8Array, flags: number): Ptr;
+  /** cuIpcCloseMemHandle: undoes one `ipcOpenMemHandle`; the last close unmaps the memory. */
+  ipcCloseMemHandle(ptr: Ptr): void;
+  /** cuIpcGetEventHandle: a 64-byte handle to an event created with INTERPROCESS | DISABLE_TIMING. */
+  ipcGetEventHandle(event: Handle): Uint8Array;
+  /** cuIpcOpenEventHandle: the event another process exported, as an event of the current context. */
+  ipcOpenEventHandle(handle: Uint8Array): Handle;
 
   // --- Stream-ordered allocation (CUDA memory pools) ---
   memAllocAsync(bytes: number, stream: Handle): Ptr;

@@ -13,7 +13,7 @@ import type {
   Backend, DeviceInfo, Handle, HostMemory, MemInfo, MemLocation, Memcpy2D, MemPoolAttribute, MemPoolProps,
   PointerAttributes, Ptr,
 } from './backend.js';
-import { checkStreamValue32, MemHandleType } from './backend.js';
+import { checkIpcHandle, checkStreamValue32, IPC_HANDLE_BYTES, MemHandleType } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
@@ -532,6 +532,36 @@ class CudaBackend implements Backend {
     }
     this.check(elapsed(this.f32, start, end), 'cuEventElapsedTime');
     return this.f32[0] ?? 0;
+  }
+
+  // --- Interprocess communication ---
+
+  ipcGetMemHandle(ptr: Ptr): Uint8Array {
+    const handle = new Uint8Array(IPC_HANDLE_BYTES);
+    this.check(this.fn.cuIpcGetMemHandle(handle, ptr), 'cuIpcGetMemHandle');
+    return handle;
+  }
+
+  ipcOpenMemHandle(handle: Uint8Array, flags: number): Ptr {
+    const reserved = checkIpcHandle(handle, 'cuIpcOpenMemHandle');
+    this.check(this.fn.cuIpcOpenMemHandle_v2(this.u64, { reserved }, flags), 'cuIpcOpenMemHandle');
+    return this.outNumber('cuIpcOpenMemHandle');
+  }
+
+  ipcCloseMemHandle(ptr: Ptr): void {
+    this.check(this.fn.cuIpcCloseMemHandle(ptr), 'cuIpcCloseMemHandle');
+  }
+
+  ipcGetEventHandle(event: Handle): Uint8Array {
+    const handle = new Uint8Array(IPC_HANDLE_BYTES);
+    this.check(this.fn.cuIpcGetEventHandle(handle, event), 'cuIpcGetEventHandle');
+    return handle;
+  }
+
+  ipcOpenEventHandle(handle: Uint8Array): Handle {
+    const reserved = checkIpcHandle(handle, 'cuIpcOpenEventHandle');
+    this.check(this.fn.cuIpcOpenEventHandle(this.u64, { reserved }), 'cuIpcOpenEventHandle');
+    return this.outNumber('cuIpcOpenEventHandle');
   }
 
   // --- Stream-ordered allocation (hot: one call, one test) ---

@@ -14,6 +14,7 @@ import { ContextCalls } from './emulated/context-calls.js';
 import { Copies } from './emulated/copies.js';
 import { DeviceMemory } from './emulated/device-memory.js';
 import { HostMemoryCalls } from './emulated/host-memory.js';
+import { IpcCalls } from './emulated/ipc.js';
 import { pointerAttributes } from './emulated/pointer-attributes.js';
 import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
@@ -60,6 +61,7 @@ export class EmulatedBackend implements Backend {
   private readonly streams: StreamCalls;
   private readonly pools: PoolCalls;
   private readonly virtualMemory: VirtualMemory;
+  private readonly ipc: IpcCalls;
 
   constructor(options: EmulatedBackendOptions = {}) {
     const capacity = options.capacityBytes ?? defaultCapacity();
@@ -75,6 +77,7 @@ export class EmulatedBackend implements Backend {
     this.streams = new StreamCalls(state);
     this.pools = new PoolCalls(state);
     this.virtualMemory = new VirtualMemory(state);
+    this.ipc = new IpcCalls(state);
   }
 
   // --- Driver, devices and contexts ---
@@ -289,6 +292,28 @@ export class EmulatedBackend implements Backend {
 
   eventElapsedTime(start: Handle, end: Handle): number {
     return this.streams.eventElapsedTime(start, end);
+  }
+
+  // --- Interprocess communication ---
+
+  ipcGetMemHandle(ptr: Ptr): Uint8Array {
+    return this.ipc.ipcGetMemHandle(ptr);
+  }
+
+  ipcOpenMemHandle(handle: Uint8Array, flags: number): Ptr {
+    return this.ipc.ipcOpenMemHandle(handle, flags);
+  }
+
+  ipcCloseMemHandle(ptr: Ptr): void {
+    this.ipc.ipcCloseMemHandle(ptr);
+  }
+
+  ipcGetEventHandle(event: Handle): Uint8Array {
+    return this.ipc.ipcGetEventHandle(event);
+  }
+
+  ipcOpenEventHandle(handle: Uint8Array): Handle {
+    return this.ipc.ipcOpenEventHandle(handle);
   }
 
   // --- Stream-ordered allocation ---

@@ -19,7 +19,7 @@
  */
 import koffi from 'koffi';
 import type { HostMemory } from '../backend/backend.js';
-import type { Memcpy2DValue, MemAccessDescValue, MemAllocationPropValue, MemLocationValue, MemPoolPropsValue } from './types.js';
+import type { IpcHandleValue, Memcpy2DValue, MemAccessDescValue, MemAllocationPropValue, MemLocationValue, MemPoolPropsValue } from './types.js';
 // Registers the vram_* struct types used in the prototypes below before they are parsed.
 import './types.js';
 
@@ -114,6 +114,11 @@ export interface DriverFunctions {
   cuMemUnmap(ptr: number, size: number): R;
   cuMemSetAccess(ptr: number, size: number, desc: MemAccessDescValue, count: number): R;
   cuPointerGetAttributes(count: number, attributes: Int32Array, data: BigUint64Array, ptr: number): R;
+  cuIpcGetMemHandle(handle: Uint8Array, dptr: number): R;
+  cuIpcOpenMemHandle_v2(dptr: BigUint64Array, handle: IpcHandleValue, flags: number): R;
+  cuIpcCloseMemHandle(dptr: number): R;
+  cuIpcGetEventHandle(handle: Uint8Array, event: number): R;
+  cuIpcOpenEventHandle(event: BigUint64Array, handle: IpcHandleValue): R;
 }
 
 /** How one entry point is found: the symbol asked of cuGetProcAddress, at which version, bound how. */
@@ -221,6 +226,12 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemUnmap: { symbol: 'cuMemUnmap', version: 10020, params: `${U64} ptr, size_t size` },
   cuMemSetAccess: { symbol: 'cuMemSetAccess', version: 10020, params: `${U64} ptr, size_t size, const vram_CUmemAccessDesc *desc, size_t count` },
   cuPointerGetAttributes: { symbol: 'cuPointerGetAttributes', version: 7000, params: `uint32_t count, const int *attributes, uint64_t *data, ${U64} ptr` },
+  // The handles are 64-byte structs: written through a pointer, passed to the Open calls by value.
+  cuIpcGetMemHandle: { symbol: 'cuIpcGetMemHandle', version: 4010, params: `uint8_t *handle, ${U64} dptr` },
+  cuIpcOpenMemHandle_v2: { symbol: 'cuIpcOpenMemHandle', version: 11000, params: 'uint64_t *dptr, vram_CUipcMemHandle handle, uint32_t flags' },
+  cuIpcCloseMemHandle: { symbol: 'cuIpcCloseMemHandle', version: 4010, params: `${U64} dptr` },
+  cuIpcGetEventHandle: { symbol: 'cuIpcGetEventHandle', version: 4010, params: `uint8_t *handle, ${U64} event` },
+  cuIpcOpenEventHandle: { symbol: 'cuIpcOpenEventHandle', version: 4010, params: 'uint64_t *event, vram_CUipcEventHandle handle' },
 };
 
 /** cuGetProcAddress_v2, bound by name from the library. */

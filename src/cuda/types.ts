@@ -130,6 +130,23 @@ export const CUDA_MEMCPY2D: TypeObject = namedStruct('vram_CUDA_MEMCPY2D', {
   Height: 'size_t',
 });
 
+/**
+ * CUipcMemHandle and CUipcEventHandle (64 bytes each: `char reserved[64]`). cuIpcOpenMemHandle and
+ * cuIpcOpenEventHandle take them by value, so they are bound as structs rather than pointers.
+ */
+export const CUipcMemHandle: TypeObject = namedStruct('vram_CUipcMemHandle', {
+  reserved: koffi.array('uint8_t', 64),
+});
+/** See CUipcMemHandle: the same 64-byte layout. */
+export const CUipcEventHandle: TypeObject = namedStruct('vram_CUipcEventHandle', {
+  reserved: koffi.array('uint8_t', 64),
+});
+
+/** JS shape of CUipcMemHandle / CUipcEventHandle passed by value. */
+export interface IpcHandleValue {
+  reserved: Uint8Array;
+}
+
 /** JS shape of CUmemLocation. */
 export interface MemLocationValue {
   type: number;

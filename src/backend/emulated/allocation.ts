@@ -7,7 +7,8 @@ import type { Interval } from './address-space.js';
 import type { Store } from './store.js';
 
 /** The kinds of memory the emulated driver hands out. */
-export type AllocationKind = 'device' | 'managed' | 'pinned' | 'registered' | 'pool' | 'reservation';
+/** ('ipc': another process's device memory mapped with cuIpcOpenMemHandle, see ipc.ts.) */
+export type AllocationKind = 'device' | 'managed' | 'pinned' | 'registered' | 'pool' | 'reservation' | 'ipc';
 
 /** A live (or freed) allocation in the emulated address space. */
 export interface Allocation extends Interval {

@@ -44,6 +44,8 @@ export class DeviceMemory {
     const index = this.s.managedRange.contains(ptr) ? this.s.managedIndex : this.s.deviceIndex;
     const a = index.find(ptr);
     if (a === undefined || a.base !== ptr || a.kind === 'pool') invalidValue(call, `${hex(ptr)} is not an allocation`);
+    // Memory opened with cuIpcOpenMemHandle is closed with cuIpcCloseMemHandle, never freed here.
+    if (a.kind === 'ipc') invalidValue(call, `${hex(ptr)} was opened with cuIpcOpenMemHandle: close it with cuIpcCloseMemHandle`);
     this.s.dropAllocation(index, a);
   }
 

@@ -55,6 +55,12 @@ export class EmulatedState {
   readonly defaultPools = new Map<number, PoolState>();
   readonly poolBlocks = new Map<number, Block>();
   readonly physical = new PhysicalTable();
+  /**
+   * Told when a plain allocation is dropped (freed, or its context destroyed): the IPC module
+   * (ipc.ts) unmaps the shared memory of exported and imported allocations there.
+   */
+  onDrop: ((a: Allocation) => void) | undefined = undefined;
+
 
   readonly deviceRange = addressRange('device');
   readonly managedRange = addressRange('managed');
@@ -239,7 +245,7 @@ export class EmulatedState {
   /** True for device memory (plain, pool or virtual): not host, managed or pageable memory. */
   isDeviceMemory(address: number): boolean {
     const kind = this.lookup(address)?.kind;
-    return kind === 'device' || kind === 'pool' || kind === 'reservation';
+    return kind === 'device' || kind === 'pool' || kind === 'reservation' || kind === 'ipc';
   }
 
   /**
@@ -283,6 +289,7 @@ export class EmulatedState {
   /** Removes a plain allocation from its index and gives its capacity back. */
   dropAllocation(index: IntervalIndex<Allocation>, a: Allocation): void {
     index.remove(a);
+    this.onDrop?.(a);
     if (a.charged > 0) this.devices[a.device]!.uncharge(a.charged);
   }
 

@@ -56,6 +56,12 @@ export class LazyStore {
   /** Discriminates the two store kinds. */
   readonly kind = 'lazy' as const;
   private readonly pages = new Map<number, Uint8Array>();
+  /**
+   * Set once the memory is exported to other processes (emulated cuIpcGetMemHandle): from then on
+   * every operation acts on this shared mapping instead of the pages, so work already queued on a
+   * stream (which holds this store) lands where the importers see it.
+   */
+  private shared: Uint8Array | undefined;
 
   constructor(
     /** Addressable size in bytes. */
@@ -67,8 +73,25 @@ export class LazyStore {
     return this.pages.size;
   }
 
+  /**
+   * Moves the contents into `memory` (zero-filled, at least `size` bytes) and serves every later
+   * operation from it; `undefined` detaches it again (after the mapping is gone: reads are zeros).
+   */
+  shareInto(memory: Uint8Array | undefined): void {
+    if (memory !== undefined) {
+      for (const [index, page] of this.pages) memory.set(page.subarray(0, Math.min(PAGE_SIZE, this.size - index * PAGE_SIZE)), index * PAGE_SIZE);
+    }
+    this.pages.clear();
+    this.shared = memory;
+  }
+
   /** Copies [offset, offset + dst.length) into `dst`. */
   read(offset: number, dst: Uint8Array): void {
+    const shared = this.shared;
+    if (shared !== undefined) {
+      dst.set(shared.subarray(offset, offset + dst.length));
+      return;
+    }
     forEachPage(offset, dst.length, (index, inPage, done, chunk) => {
       const page = this.pages.get(index);
       if (page === undefined) dst.fill(0, done, done + chunk);
@@ -78,6 +101,10 @@ export class LazyStore {
 
   /** Copies `src` to [offset, offset + src.length), backing the pages it touches. */
   write(offset: number, src: Uint8Array): void {
+    if (this.shared !== undefined) {
+      this.shared.set(src, offset);
+      return;
+    }
     forEachPage(offset, src.length, (index, inPage, done, chunk) => {
       this.page(index).set(src.subarray(done, done + chunk), inPage);
     });
@@ -85,6 +112,10 @@ export class LazyStore {
 
   /** Fills [offset, offset + length) with `pattern`; zero fills never back a page. */
   fill(offset: number, length: number, pattern: Uint8Array): void {
+    if (this.shared !== undefined) {
+      fillWith(this.shared.subarray(offset, offset + length), pattern);
+      return;
+    }
     const zero = pattern.every((b) => b === 0);
     forEachPage(offset, length, (index, inPage, _done, chunk) => {
       if (zero) {
@@ -102,6 +133,10 @@ export class LazyStore {
 
   /** Copies [srcOffset, +length) of this store to `dst` at `dstOffset`, page by page. */
   copyTo(srcOffset: number, dst: LazyStore, dstOffset: number, length: number): void {
+    if (this.shared !== undefined) {
+      dst.write(dstOffset, this.shared.subarray(srcOffset, srcOffset + length));
+      return;
+    }
     const zero = new Uint8Array(1);
     forEachPage(srcOffset, length, (index, inPage, done, chunk) => {
       const page = this.pages.get(index);

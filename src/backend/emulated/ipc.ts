@@ -1,0 +1,260 @@
+/**
+ * The emulated driver's legacy IPC calls (cuIpcGetMemHandle, cuIpcOpenMemHandle,
+ * cuIpcCloseMemHandle) between processes of one Linux machine.
+ *
+ * Emulated device memory is JavaScript memory of one process, so memory another process is to see
+ * must live where both can map it. At export the allocation's bytes move into an anonymous
+ * shared-memory file (memfd_create, mapped MAP_SHARED) and its store serves every later operation
+ * from that mapping (LazyStore.shareInto), queued stream work included. The 64-byte handle names
+ * the exporter's pid, the file's descriptor number there and a random token that is also the
+ * file's name; the importer opens `/proc/<pid>/fd/<n>`, checks that the link names that token
+ * (a descriptor number reused for another file is refused), maps the file and closes its
+ * descriptor. Because the file has no name in the file system, nothing outlives the processes.
+ *
+ * What this models: a handle travels over any channel as 64 opaque bytes; the importer's mapping
+ * is the exporter's memory (writes on either side are seen on the other after the writer's
+ * synchronous copy returns, or its stream work has run); opening the same handle again in one
+ * context returns the same address and counts the opens (as CUDA documents for
+ * cuIpcOpenMemHandle); cuIpcCloseMemHandle undoes one open and the last one unmaps; a process
+ * that dies leaves the other consistent: the importer's mapping stays valid until it closes it,
+ * and the exporter can still free its memory. Errors: a handle that is not one (bad bytes) or
+ * whose exporter or allocation is gone is CUDA_ERROR_INVALID_VALUE, as the driver reports a bad
+ * handle ("invalid argument" from cudaIpcOpenMemHandle in NCCL's and PyTorch's reports); opening
+ * a handle in the process that exported it is CUDA_ERROR_INVALID_CONTEXT; exporting anything but
+ * cuMemAlloc memory (pool, virtual, managed or host memory) is CUDA_ERROR_INVALID_VALUE, as the
+ * driver answers for cuMemAllocAsync memory.
+ *
+ * What it does not model: the device (both sides use emulated devices of their own, and the
+ * importer charges no capacity for the mapping, as the memory is the exporter's); memory ordering
+ * between the processes beyond what each side's synchronous calls give (there is no device clock
+ * to order against: use an interprocess event on a GPU); non-Linux hosts (NotSupportedError);
+ * the driver's restriction to one importing context per device per other process.
+ */
+import { randomBytes } from 'node:crypto';
+import koffi from 'koffi';
+import { checkIpcHandle, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
+import { CUresult } from '../../errors.js';
+import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
+import { PlainAllocation, type Allocation } from './allocation.js';
+import { DEVICE_ALIGNMENT } from './device-memory.js';
+import { fail, hex, invalidValue } from './fail.js';
+import type { EmulatedState } from './state.js';
+import { EagerStore, LazyStore } from './store.js';
+
+/** The first 8 bytes of an emulated memory handle: 'VRAMIPCM' then a layout version. */
+const MEMORY_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x01] as const;
+/** Bytes of random token that name the shared file. */
+const TOKEN_BYTES = 16;
+/** Mappings are whole pages. */
+const PAGE = 4096;
+
+/** What the handle carries. Layout (little-endian): magic[8], pid u32, fd u32, bytes u64, device u32, pad u32, token[16], zeros. */
+interface HandleFields {
+  readonly pid: number;
+  readonly fd: number;
+  readonly bytes: number;
+  readonly device: number;
+  readonly token: string;
+}
+
+/** An allocation this process exported: its shared file and this process's mapping of it. */
+interface Exported {
+  readonly fd: number;
+  readonly address: number;
+  readonly mapped: number;
+  readonly store: LazyStore;
+  readonly handle: Uint8Array;
+}
+
+/** A handle this process opened: its address, mapping and open count. */
+interface Imported {
+  readonly allocation: PlainAllocation;
+  readonly context: number;
+  readonly address: number;
+  readonly mapped: number;
+  readonly token: string;
+  opens: number;
+}
+
+function roundToPage(bytes: number): number {
+  return Math.ceil(bytes / PAGE) * PAGE;
+}
+
+function encode(fields: HandleFields): Uint8Array {
+  const handle = new Uint8Array(IPC_HANDLE_BYTES);
+  const view = new DataView(handle.buffer);
+  handle.set(MEMORY_MAGIC, 0);
+  view.setUint32(8, fields.pid, true);
+  view.setUint32(12, fields.fd, true);
+  view.setBigUint64(16, BigInt(fields.bytes), true);
+  view.setUint32(24, fields.device, true);
+  handle.set(Buffer.from(fields.token, 'hex'), 32);
+  return handle;
+}
+
+function decode(handle: Uint8Array, call: string): HandleFields {
+  const view = new DataView(handle.buffer, handle.byteOffset, handle.byteLength);
+  const magicOk = MEMORY_MAGIC.every((b, i) => handle[i] === b);
+  const bytes = view.getBigUint64(16, true);
+  const tail = handle.subarray(32 + TOKEN_BYTES);
+  if (!magicOk || bytes === 0n || bytes > BigInt(Number.MAX_SAFE_INTEGER) || tail.some((b) => b !== 0)) {
+    invalidValue(call, 'the bytes are not an IPC memory handle');
+  }
+  return {
+    pid: view.getUint32(8, true),
+    fd: view.getUint32(12, true),
+    bytes: Number(bytes),
+    device: view.getUint32(24, true),
+    token: Buffer.from(handle.subarray(32, 32 + TOKEN_BYTES)).toString('hex'),
+  };
+}
+
+/** The name of the shared file of `token`, and what /proc shows for it. */
+function fileName(token: string): string {
+  return `vram-ipc-${token}`;
+}
+
+/** Legacy IPC of one emulated driver. */
+export class IpcCalls {
+  /** Exported allocations by base address. */
+  private readonly exported = new Map<number, Exported>();
+  /** Opened handles by token (the context that opened them is checked on reopen). */
+  private readonly imported = new Map<string, Imported>();
+  /** Opened handles by address, for cuIpcCloseMemHandle. */
+  private readonly importedAt = new Map<number, Imported>();
+
+  constructor(private readonly s: EmulatedState) {
+    s.onDrop = (a) => this.dropped(a);
+  }
+
+  /** cuIpcGetMemHandle: the same handle every time for one allocation (interior pointers name it too). */
+  ipcGetMemHandle(ptr: Ptr): Uint8Array {
+    const call = 'cuIpcGetMemHandle';
+    this.s.ctx(call);
+    const a = typeof ptr === 'number' && this.s.deviceRange.contains(ptr) ? this.s.deviceIndex.find(ptr) : undefined;
+    if (a === undefined || a.kind !== 'device' || !(a.store instanceof LazyStore)) {
+      invalidValue(call, `${hex(ptr)} is not memory from cuMemAlloc (pool, virtual, managed, host and imported memory cannot be exported this way)`);
+    }
+    const known = this.exported.get(a.base);
+    if (known !== undefined) return known.handle.slice();
+    const token = randomBytes(TOKEN_BYTES).toString('hex');
+    const mapped = roundToPage(a.size);
+    const fd = memfdCreate(fileName(token), mapped);
+    let address: number;
+    try {
+      address = mapShared(fd, mapped);
+    } catch (error) {
+      closeFd(fd);
+      throw error;
+    }
+    // Queued work that writes the allocation holds its store, so the store itself moves its bytes.
+    a.store.shareInto(new Uint8Array(koffi.view(address, mapped)));
+    const handle = encode({ pid: process.pid, fd, bytes: a.size, device: a.device, token });
+    this.exported.set(a.base, { fd, address, mapped, store: a.store, handle });
+    return handle.slice();
+  }
+
+  /** cuIpcOpenMemHandle: maps another process's exported memory into the current context. */
+  ipcOpenMemHandle(handle: Uint8Array, flags: number): Ptr {
+    const call = 'cuIpcOpenMemHandle';
+    checkIpcHandle(handle, call);
+    const ctx = this.s.ctx(call);
+    if (flags !== IpcMemFlags.LAZY_ENABLE_PEER_ACCESS) invalidValue(call, `flags must be CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (1), got ${flags}`);
+    const fields = decode(handle, call);
+    if (fields.pid === process.pid) {
+      fail(CUresult.INVALID_CONTEXT, call, 'the handle was exported by this process: use the memory directly');
+    }
+    const known = this.imported.get(fields.token);
+    if (known !== undefined) {
+      if (known.context !== ctx.handle) fail(CUresult.INVALID_CONTEXT, call, 'the handle is already open in another context of this process');
+      known.opens++;
+      return known.allocation.base;
+    }
+    const device = this.s.devices[fields.device] !== undefined ? fields.device : ctx.device.ordinal;
+    const fd = this.openShared(fields, call);
+    const mapped = roundToPage(fields.bytes);
+    let address: number;
+    try {
+      address = mapShared(fd, mapped);
+    } finally {
+      // The mapping keeps the file alive; the descriptor is not needed once mapped.
+      closeFd(fd);
+    }
+    const base = this.s.deviceRange.take(mapped, DEVICE_ALIGNMENT, call);
+    const store = new EagerStore(koffi.view(address, mapped), 0, fields.bytes);
+    const allocation = new PlainAllocation('ipc', base, fields.bytes, device, ctx.handle, store, 0, 0);
+    this.s.deviceIndex.insert(allocation);
+    const entry: Imported = { allocation, context: ctx.handle, address, mapped, token: fields.token, opens: 1 };
+    this.imported.set(fields.token, entry);
+    this.importedAt.set(base, entry);
+    return base;
+  }
+
+  /** cuIpcCloseMemHandle: one open less; the last unmaps (after the work queued on it has run). */
+  ipcCloseMemHandle(ptr: Ptr): void {
+    const call = 'cuIpcCloseMemHandle';
+    this.s.ctx(call);
+    const entry = typeof ptr === 'number' ? this.importedAt.get(ptr) : undefined;
+    if (entry === undefined) invalidValue(call, `${hex(ptr)} is not memory opened with cuIpcOpenMemHandle`);
+    entry.opens--;
+    if (entry.opens > 0) return;
+    // Work still queued against the mapping must run before it goes, or it would touch unmapped memory.
+    for (const context of this.s.contexts.keys()) this.s.checkContextNotHeld(call, context);
+    this.s.dropAllocation(this.s.deviceIndex, entry.allocation);
+  }
+
+  /** cuIpcGetEventHandle: not emulated across processes (see the class comment). */
+  ipcGetEventHandle(event: Handle): Uint8Array {
+    const call = 'cuIpcGetEventHandle';
+    const e = this.s.event(event, call);
+    if ((e.flags & 0x4) === 0) invalidValue(call, `event ${event} was not created with CU_EVENT_INTERPROCESS`);
+    fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend does not share events between processes (stream work runs in each process\'s own emulation)');
+  }
+
+  /** cuIpcOpenEventHandle: not emulated across processes. */
+  ipcOpenEventHandle(handle: Uint8Array): Handle {
+    const call = 'cuIpcOpenEventHandle';
+    checkIpcHandle(handle, call);
+    this.s.ctx(call);
+    fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend does not share events between processes');
+  }
+
+  /** Opens the exporter's shared file, checking it is the one the handle names. */
+  private openShared(fields: HandleFields, call: string): number {
+    const path = `/proc/${fields.pid}/fd/${fields.fd}`;
+    const expected = `/memfd:${fileName(fields.token)} (deleted)`;
+    if (readLink(path) !== expected) {
+      invalidValue(call, 'the handle is stale: its exporting process has exited or freed the memory');
+    }
+    try {
+      const fd = openReadWrite(path);
+      // The descriptor number could have been reused between the check and the open: check again.
+      if (readLink(`/proc/self/fd/${fd}`) !== expected) {
+        closeFd(fd);
+        invalidValue(call, 'the handle is stale: its exporting process freed the memory');
+      }
+      return fd;
+    } catch (error) {
+      if (error instanceof Error && error.name === 'CudaError') throw error;
+      return invalidValue(call, `the handle is stale: ${(error as Error).message}`);
+    }
+  }
+
+  /** A dropped allocation: an exported one closes its file and mapping, an imported one its mapping. */
+  private dropped(a: Allocation): void {
+    if (a.kind === 'device') {
+      const entry = this.exported.get(a.base);
+      if (entry === undefined) return;
+      this.exported.delete(a.base);
+      entry.store.shareInto(undefined);
+      unmap(entry.address, entry.mapped);
+      closeFd(entry.fd);
+    } else if (a.kind === 'ipc') {
+      const entry = this.importedAt.get(a.base);
+      if (entry === undefined) return;
+      this.importedAt.delete(a.base);
+      this.imported.delete(entry.token);
+      unmap(entry.address, entry.mapped);
+    }
+  }
+}

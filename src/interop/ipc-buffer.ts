@@ -1,0 +1,86 @@
+/**
+ * IpcBuffer: device memory another process exported, mapped into this one with
+ * cuIpcOpenMemHandle. It copies, fills and backs arrays like any DeviceBuffer; freeing it (or the
+ * end of a `using` scope, or the garbage-collection backstop) closes the mapping with
+ * cuIpcCloseMemHandle exactly once and never frees the memory, which stays the exporter's.
+ */
+import { IpcMemFlags, type Ptr } from '../backend/backend.js';
+import type { Device } from '../device.js';
+import { DeviceMemory } from '../memory/copy.js';
+import type { Release } from '../memory/lifetime.js';
+import { defaultStream } from '../memory/resource.js';
+import type { IpcHandle } from './ipc-handle.js';
+
+/**
+ * Another process's device memory, open in this one. Made by `importIpc`.
+ *
+ * @example
+ * ```ts
+ * using shared = importIpc(handleText);
+ * const values = shared.copyToHost(new Float32Array(shared.byteLength / 4));
+ * ```
+ */
+export class IpcBuffer extends DeviceMemory {
+  /** The device whose context the memory is open in (copies and fills run there). */
+  readonly device: Device;
+  /** The address cuIpcOpenMemHandle returned: the exported allocation's first byte here. */
+  readonly mappedBase: Ptr;
+
+  private constructor(ptr: Ptr, bytes: number, mappedBase: Ptr, device: Device, release: Release) {
+    // Not stream-ordered: closing unmaps at once, so a free with recorded streams waits for them on the host.
+    super(ptr, bytes, release, device, defaultStream, false);
+    this.device = device;
+    this.mappedBase = mappedBase;
+  }
+
+  /**
+   * Opens `handle` in `device`'s context (cuIpcOpenMemHandle with lazy peer access) and checks
+   * its extent against the allocation's size as the driver reports it; on any failure after the
+   * open, the mapping is closed again before the error is thrown.
+   *
+   * @param handle The handle.
+   * @param device The importing device.
+   * @returns The open buffer.
+   * @throws {CudaError} What the driver answers for a malformed or stale handle, or one this
+   *   process exported itself.
+   * @throws {RangeError} When the handle's offset and byteLength do not fit in the allocation.
+   * @example
+   * ```ts
+   * const shared = IpcBuffer.open(IpcHandle.from(text), Device.get(0));
+   * ```
+   */
+  static open(handle: IpcHandle, device: Device): IpcBuffer {
+    const backend = device.backend;
+    device.makeCurrent();
+    const base = backend.ipcOpenMemHandle(handle.driverHandle, IpcMemFlags.LAZY_ENABLE_PEER_ACCESS);
+    // cuIpcCloseMemHandle unmaps: work still using the mapping must finish first, and CUDA does not
+    // say that the close waits for it (cuMemFree does), so the release synchronises the context.
+    const release: Release = () => {
+      device.makeCurrent();
+      backend.contextSynchronize();
+      backend.ipcCloseMemHandle(base);
+    };
+    let bytes: number;
+    try {
+      const size = backend.pointerGetAttributes(base).rangeSize;
+      bytes = handle.byteLength ?? size - handle.offset;
+      if (handle.offset + bytes > size || bytes <= 0) {
+        throw new RangeError(`the IPC handle grants ${handle.byteLength ?? 'the rest'} bytes at offset ${handle.offset}, but the exported allocation has ${size}`);
+      }
+    } catch (error) {
+      release(undefined);
+      throw error;
+    }
+    return new IpcBuffer(base + handle.offset, bytes, base, device, release);
+  }
+
+  /** The memory is device memory, reached from the importing device. */
+  get residentDevice(): Device {
+    return this.device;
+  }
+
+  /** `IpcBuffer(4096 bytes on device 0)`. */
+  override toString(): string {
+    return `IpcBuffer(${this.byteLength} bytes on device ${this.device.ordinal}${this.isFreed ? ', closed' : ''})`;
+  }
+}

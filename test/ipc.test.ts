@@ -1,0 +1,399 @@
+/**
+ * Interprocess memory (legacy CUDA IPC): this process and a second Node process (the peer,
+ * test/fixtures/ipc/node-peer.ts, on the same backend) share device memory through handles sent
+ * over the peer's stdio, in both directions, and survive the other's death. On the emulated
+ * backend the shared bytes live in shared memory both processes map (src/backend/emulated/ipc.ts),
+ * so every case but the interprocess-event ones runs there too. GPU-only: Python peers (CuPy) in
+ * both directions and an interprocess event ordering the two processes' work.
+ */
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { createInterface, type Interface } from 'node:readline';
+import { after, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { Device } from '../src/device.js';
+import { CudaError, NotSupportedError, UseAfterFreeError } from '../src/errors.js';
+import { exportIpc, importIpc } from '../src/interop/ipc.js';
+import { IpcBuffer } from '../src/interop/ipc-buffer.js';
+import { IpcHandle } from '../src/interop/ipc-handle.js';
+import { CudaResource } from '../src/memory/cuda-resource.js';
+import { DeviceBuffer } from '../src/memory/device-buffer.js';
+import { LimitingAdaptor } from '../src/memory/limiting.js';
+import { PoolResource } from '../src/memory/pool.js';
+import { Event, Stream } from '../src/stream.js';
+import { forceGc, gpuOnly, needsGc, onGpu } from './helpers.js';
+
+const peerScript = fileURLToPath(new URL('./fixtures/ipc/node-peer.js', import.meta.url));
+const pythonDir = fileURLToPath(new URL('../../test/fixtures/ipc/', import.meta.url));
+const device = Device.get(0);
+
+/** One answer line of the peer. */
+interface Answer {
+  readonly ok: boolean;
+  readonly handle?: string;
+  readonly hex?: string;
+  readonly byteLength?: number;
+  readonly name?: string;
+  readonly code?: number;
+  readonly message?: string;
+}
+
+/** A Node peer process driven one JSON command at a time. */
+class Peer {
+  private readonly child: ChildProcessWithoutNullStreams;
+  private readonly lines: Interface;
+  private readonly waiting: ((answer: Answer) => void)[] = [];
+  readonly exited: Promise<number | null>;
+
+  constructor() {
+    this.child = spawn(process.execPath, [peerScript], { env: process.env });
+    this.child.stderr.on('data', (d: Buffer) => process.stderr.write(`# peer: ${d.toString()}`));
+    this.lines = createInterface({ input: this.child.stdout });
+    this.lines.on('line', (line) => this.waiting.shift()?.(JSON.parse(line) as Answer));
+    this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
+  }
+
+  /** Sends a command; resolves with the answer (rejects when the peer failed it). */
+  async do(command: Record<string, unknown>): Promise<Answer> {
+    const answer = await this.ask(command);
+    if (!answer.ok) throw new Error(`peer failed ${String(command.op)}: ${answer.name}: ${answer.message}`);
+    return answer;
+  }
+
+  /** Sends a command and resolves with the answer, failed or not. */
+  ask(command: Record<string, unknown>): Promise<Answer> {
+    return new Promise((resolve) => {
+      this.waiting.push(resolve);
+      this.child.stdin.write(`${JSON.stringify(command)}\n`);
+    });
+  }
+
+  /** Kills the peer (SIGKILL: no cleanup of any kind) and waits until it is gone. */
+  async kill(): Promise<void> {
+    this.child.kill('SIGKILL');
+    await this.exited;
+  }
+
+  /** Asks the peer to exit and waits for it. */
+  async exit(): Promise<void> {
+    this.child.stdin.end();
+    await this.exited;
+  }
+}
+
+/** A DeviceBuffer of plain cuMemAlloc memory holding bytes 0, 1, 2, ... */
+function sharedBuffer(bytes = 4096): DeviceBuffer {
+  const buf = DeviceBuffer.allocate(bytes, { resource: new CudaResource(device) });
+  buf.copyFromHost(Uint8Array.from({ length: bytes }, (_, i) => i & 0xff));
+  return buf;
+}
+
+function read(buf: DeviceBuffer | IpcBuffer, bytes: number, offset = 0): Uint8Array {
+  return buf.copyToHost(new Uint8Array(bytes), { offset, bytes });
+}
+
+function hex(bytes: Uint8Array): string {
+  return Buffer.from(bytes).toString('hex');
+}
+
+/**
+ * Shared-memory mappings and descriptors of the emulated IPC in this process (/proc/self/maps and
+ * /proc/self/fd): what a leak would leave behind. Always 0 on a GPU, where the driver maps.
+ */
+function emulatedIpcResources(): number {
+  if (onGpu) return 0;
+  const maps = readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes('/memfd:vram-ipc-')).length;
+  let fds = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).includes('/memfd:vram-ipc-')) fds++;
+    } catch {
+      // the descriptor readdir itself used, already closed
+    }
+  }
+  return maps + fds;
+}
+
+const peers: Peer[] = [];
+function peer(): Peer {
+  const p = new Peer();
+  peers.push(p);
+  return p;
+}
+after(async () => {
+  for (const p of peers) await p.kill();
+});
+
+describe('IpcHandle', () => {
+  test('round-trips through its string, bytes and JSON forms, and reads a bare driver handle', () => {
+    const driver = Uint8Array.from({ length: 64 }, (_, i) => (i * 7) & 0xff);
+    const h = new IpcHandle(driver, 4096, 128);
+    for (const again of [IpcHandle.from(h.toString()), IpcHandle.from(h.toBytes()), IpcHandle.from(JSON.parse(JSON.stringify(h)) as string)]) {
+      assert.deepEqual(again.driverHandle, driver);
+      assert.equal(again.byteLength, 4096);
+      assert.equal(again.offset, 128);
+    }
+    const bare = IpcHandle.from(hex(driver), { byteLength: 100, offset: 8 });
+    assert.deepEqual(bare.driverHandle, driver);
+    assert.equal(bare.byteLength, 100);
+    assert.equal(bare.offset, 8);
+    assert.equal(IpcHandle.from(driver).byteLength, undefined);
+  });
+
+  test('refuses what is not a handle, before any driver call', () => {
+    assert.throws(() => IpcHandle.from('vram-ipc:zz'), TypeError);
+    assert.throws(() => IpcHandle.from('abcd'), TypeError);
+    assert.throws(() => IpcHandle.from(new Uint8Array(63)), TypeError);
+    assert.throws(() => IpcHandle.from(42 as unknown as string), TypeError);
+    assert.throws(() => new IpcHandle(new Uint8Array(64), 0), RangeError);
+    assert.throws(() => new IpcHandle(new Uint8Array(64), 16, -1), RangeError);
+    assert.throws(() => importIpc(new Uint8Array(10)), TypeError);
+    assert.throws(() => importIpc(new Uint8Array(64), null as unknown as object), TypeError);
+  });
+});
+
+describe('exportIpc', () => {
+  test('exports cuMemAlloc memory, also through adaptors, the same handle each time', () => {
+    using buf = sharedBuffer();
+    const a = exportIpc(buf);
+    assert.equal(a.byteLength, buf.byteLength);
+    assert.equal(a.offset, 0);
+    assert.deepEqual(exportIpc(buf).driverHandle, a.driverHandle);
+    using limited = DeviceBuffer.allocate(512, { resource: new LimitingAdaptor(new CudaResource(device), 1 << 20) });
+    assert.equal(exportIpc(limited).byteLength, 512);
+  });
+
+  test('refuses pool blocks with a NotSupportedError that says why, and freed or foreign objects', () => {
+    using pool = new PoolResource({ device });
+    using block = DeviceBuffer.allocate(256, { resource: pool });
+    assert.throws(() => exportIpc(block), (e: unknown) => e instanceof NotSupportedError && /whole cuMemAlloc allocations/.test(e.message));
+    const freed = sharedBuffer();
+    freed.free();
+    assert.throws(() => exportIpc(freed), UseAfterFreeError);
+    assert.throws(() => exportIpc({} as DeviceBuffer), TypeError);
+  });
+
+  test('a handle opened in the process that exported it is the driver\'s error', () => {
+    using buf = sharedBuffer();
+    const handle = exportIpc(buf);
+    const before = emulatedIpcResources();
+    assert.throws(() => importIpc(handle), (e: unknown) => {
+      assert.ok(e instanceof CudaError, String(e));
+      console.log(`# importing its own handle: ${e.errorName}`);
+      if (!onGpu) assert.equal(e.errorName, 'CUDA_ERROR_INVALID_CONTEXT');
+      return true;
+    });
+    assert.equal(emulatedIpcResources(), before);
+  });
+});
+
+describe('two Node processes', () => {
+  test('this process exports; the peer reads, writes and closes; the change is seen here', async () => {
+    const p = peer();
+    using buf = sharedBuffer(8192);
+    const handle = exportIpc(buf);
+    assert.equal((await p.do({ op: 'import', handle: handle.toString() })).byteLength, 8192);
+    assert.equal((await p.do({ op: 'read', offset: 4000, bytes: 4 })).hex, hex(Uint8Array.of(4000 & 0xff, 4001 & 0xff, 4002 & 0xff, 4003 & 0xff)));
+    await p.do({ op: 'write', offset: 8190, hex: 'cafe' });
+    assert.deepEqual(read(buf, 2, 8190), Uint8Array.of(0xca, 0xfe));
+    await p.do({ op: 'close' });
+    await p.exit();
+    assert.deepEqual(read(buf, 2, 8190), Uint8Array.of(0xca, 0xfe));
+  });
+
+  test('the peer exports; this process imports, reads, writes; the peer sees it', async () => {
+    const p = peer();
+    const { handle } = await p.do({ op: 'export', bytes: 3000, fill: 0x5a });
+    const before = emulatedIpcResources();
+    {
+      using shared = importIpc(handle ?? '');
+      assert.ok(shared instanceof IpcBuffer);
+      assert.equal(shared.byteLength, 3000);
+      assert.deepEqual(read(shared, 3000), new Uint8Array(3000).fill(0x5a));
+      shared.copyFromHost(Uint8Array.of(1, 2, 3), { offset: 2997 });
+      shared.memset(7, { offset: 0, count: 4 });
+      assert.equal((await p.do({ op: 'read', offset: 2996, bytes: 4 })).hex, '5a010203');
+      assert.equal((await p.do({ op: 'read', offset: 0, bytes: 5 })).hex, '070707075a');
+    }
+    assert.equal(emulatedIpcResources(), before, 'the mapping is closed at the end of the using scope');
+    await p.do({ op: 'free' });
+    await p.exit();
+  });
+
+  test('a handle opened twice in one process: the driver counts the opens, each buffer closes once', async () => {
+    const p = peer();
+    const { handle } = await p.do({ op: 'export', bytes: 1024, fill: 1 });
+    let first: IpcBuffer | undefined;
+    let second: IpcBuffer | undefined;
+    try {
+      first = importIpc(handle ?? '');
+      try {
+        second = importIpc(handle ?? '');
+        console.log(`# a second open of one handle: ${second.mappedBase === first.mappedBase ? 'the same address' : 'another address'}`);
+        assert.equal(second.mappedBase, first.mappedBase);
+      } catch (error) {
+        // A driver that refuses the second open says so with a CudaError; nothing was opened.
+        assert.ok(error instanceof CudaError, String(error));
+        console.log(`# a second open of one handle: ${error.errorName}`);
+      }
+      if (second !== undefined) {
+        second.free();
+        assert.deepEqual(read(first, 4), Uint8Array.of(1, 1, 1, 1), 'the first buffer still maps the memory');
+      }
+    } finally {
+      first?.free();
+    }
+    assert.equal(emulatedIpcResources(), 0);
+    await p.exit();
+  });
+
+  test('stale and malformed handles are the driver\'s errors, and nothing stays open', async () => {
+    const before = emulatedIpcResources();
+    const malformed = Uint8Array.from({ length: 64 }, (_, i) => (i * 31 + 5) & 0xff);
+    assert.throws(() => importIpc(malformed), (e: unknown) => {
+      assert.ok(e instanceof CudaError, String(e));
+      console.log(`# a malformed handle: ${e.errorName}`);
+      if (!onGpu) assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE');
+      return true;
+    });
+    // Freed by its exporter.
+    const p = peer();
+    const freed = (await p.do({ op: 'export', bytes: 2048, fill: 3 })).handle ?? '';
+    await p.do({ op: 'free' });
+    assert.throws(() => importIpc(freed), (e: unknown) => {
+      assert.ok(e instanceof CudaError, String(e));
+      console.log(`# a handle whose memory was freed: ${e.errorName}`);
+      if (!onGpu) assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE');
+      return true;
+    });
+    // Its exporter exited.
+    const gone = (await p.do({ op: 'export', bytes: 2048, fill: 3 })).handle ?? '';
+    await p.exit();
+    assert.throws(() => importIpc(gone), (e: unknown) => {
+      assert.ok(e instanceof CudaError, String(e));
+      console.log(`# a handle whose exporter exited: ${e.errorName}`);
+      if (!onGpu) assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE');
+      return true;
+    });
+    // An extent past the allocation: opened, found too large, closed again.
+    const q = peer();
+    const small = IpcHandle.from((await q.do({ op: 'export', bytes: 1024, fill: 0 })).handle ?? '');
+    assert.throws(() => importIpc(new IpcHandle(small.driverHandle, 1 << 30)), RangeError);
+    assert.equal(emulatedIpcResources(), before);
+    await q.exit();
+  });
+
+  test('an exporter killed mid-way: the mapping stays valid until closed', async () => {
+    const p = peer();
+    const { handle } = await p.do({ op: 'export', bytes: 4096, fill: 0x42 });
+    const shared = importIpc(handle ?? '');
+    await p.kill();
+    assert.deepEqual(read(shared, 8, 4088), new Uint8Array(8).fill(0x42));
+    shared.copyFromHost(Uint8Array.of(9), { offset: 0 });
+    assert.equal(read(shared, 1)[0], 9);
+    shared.free();
+    assert.equal(emulatedIpcResources(), 0);
+  });
+
+  test('an importer killed mid-way: the exporter still uses and frees its memory', async () => {
+    const p = peer();
+    const buf = sharedBuffer();
+    await p.do({ op: 'import', handle: exportIpc(buf).toString() });
+    await p.do({ op: 'write', offset: 0, hex: 'ff' });
+    await p.kill();
+    assert.equal(read(buf, 1)[0], 0xff);
+    buf.copyFromHost(Uint8Array.of(1), { offset: 1 });
+    assert.equal(read(buf, 2)[1], 1);
+    buf.free();
+    assert.equal(emulatedIpcResources(), 0, 'the shared file and mapping are gone with the buffer');
+  });
+
+  test('an IpcBuffer dropped without free is closed by the backstop', needsGc, async () => {
+    const p = peer();
+    const { handle } = await p.do({ op: 'export', bytes: 1024, fill: 0 });
+    const before = emulatedIpcResources();
+    ((): void => {
+      importIpc(handle ?? '');
+    })();
+    for (let i = 0; i < 10 && emulatedIpcResources() !== before; i++) {
+      forceGc?.();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    assert.equal(emulatedIpcResources(), before);
+    await p.exit();
+  });
+});
+
+describe('interprocess events', () => {
+  test('are created without timing; timing is refused; only they give handles', () => {
+    using ev = Event.create({ interprocess: true });
+    assert.equal(ev.interprocess, true);
+    assert.equal(ev.timing, false);
+    assert.throws(() => Event.create({ interprocess: true, timing: true }), RangeError);
+    assert.throws(() => Event.create({ interprocess: 'yes' as unknown as boolean }), TypeError);
+    using plain = Event.create({ timing: false });
+    assert.throws(() => plain.ipcHandle(), NotSupportedError);
+    assert.throws(() => Event.openIpc(new Uint8Array(3)), TypeError);
+    if (!onGpu) {
+      // The emulation runs each process's stream work in that process: it cannot share events.
+      assert.throws(() => ev.ipcHandle(), (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_NOT_SUPPORTED');
+    }
+  });
+
+  test('an event opened from its handle waits for the exporting stream\'s work', gpuOnly, () => {
+    // Within one process the driver opens its own event handles too (unlike memory handles): enough
+    // to check the binding; the cross-process order is the Python case below.
+    using ev = Event.create({ interprocess: true });
+    using stream = Stream.create();
+    using buf = sharedBuffer(64 << 20);
+    buf.memset(0x11, { stream });
+    ev.record(stream);
+    let opened: Event | undefined;
+    try {
+      opened = Event.openIpc(ev.ipcHandle());
+      opened.synchronize();
+      assert.equal(read(buf, 1, (64 << 20) - 1)[0], 0x11);
+    } catch (error) {
+      assert.ok(error instanceof CudaError, String(error));
+      console.log(`# opening an event handle in its own process: ${error.errorName}`);
+    } finally {
+      opened?.destroy();
+    }
+  });
+});
+
+/** Runs a Python helper of test/fixtures/ipc; its stdout lines. */
+function python(args: readonly string[], input?: string): string[] {
+  const r = spawnSync('python3', [`${pythonDir}cupy_peer.py`, ...args], { encoding: 'utf8', input, timeout: 120_000 });
+  assert.equal(r.status, 0, `python3 cupy_peer.py ${args.join(' ')} failed:\n${r.stderr}`);
+  return r.stdout.trim().split('\n');
+}
+
+describe('Python (CuPy) peers', () => {
+  test('CuPy exports an array; vram imports, reads and modifies it; CuPy sees the change', gpuOnly, async () => {
+    const child = spawn('python3', [`${pythonDir}cupy_peer.py`, 'export', '4096']);
+    const lines = createInterface({ input: child.stdout });
+    const it = lines[Symbol.asyncIterator]();
+    const first = (await it.next()).value as string; // "<handle hex> <bytes> <offset>"
+    const [handleHex, bytes, offset] = first.split(' ');
+    {
+      using shared = importIpc(handleHex ?? '', { byteLength: Number(bytes), offset: Number(offset) });
+      assert.deepEqual(read(shared, 4096), Uint8Array.from({ length: 4096 }, (_, i) => i % 251));
+      shared.copyFromHost(new Uint8Array(16).fill(0xee), { offset: 100 });
+    }
+    child.stdin.write('modified\n');
+    const seen = (await it.next()).value as string; // bytes 100..115 as CuPy reads them
+    assert.equal(seen, 'ee'.repeat(16));
+    child.stdin.end();
+    await new Promise((resolve) => child.on('exit', resolve));
+  });
+
+  test('vram exports; CuPy opens the handle, reads and writes it; vram sees the change', gpuOnly, () => {
+    using buf = sharedBuffer(4096);
+    const h = exportIpc(buf);
+    const [seen] = python(['import', hex(h.driverHandle), '4096']);
+    assert.equal(seen, '0001020304050607');
+    assert.deepEqual(read(buf, 4, 4092), Uint8Array.of(0xab, 0xab, 0xab, 0xab));
+  });
+});
