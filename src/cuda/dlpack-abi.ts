@@ -72,13 +72,33 @@ export const DLPACK_FLAG_SUBBYTE_PADDED = 4;
 /** The DLPack version vram writes into the structs it exports (the header it was written against). */
 export const DLPACK_VERSION: { readonly major: number; readonly minor: number } = Object.freeze({ major: 1, minor: 1 });
 
-/** The name of a device type (`kDLROCM`), or `device type N` for one dlpack.h does not define. */
+/**
+ * The name of a device type, for messages.
+ *
+ * @param code A DLDeviceType value.
+ * @returns Its name in dlpack.h (`kDLROCM`), or `device type N` for one dlpack.h does not define.
+ * @throws Never.
+ * @example
+ * ```ts
+ * deviceTypeName(10); // 'kDLROCM'
+ * ```
+ */
 export function deviceTypeName(code: number): string {
   for (const [name, value] of Object.entries(DLDeviceType)) if (value === code) return name;
   return `device type ${code}`;
 }
 
-/** The name of a type code (`kDLComplex`), or `type code N` for one dlpack.h does not define. */
+/**
+ * The name of a type code, for messages.
+ *
+ * @param code A DLDataTypeCode value.
+ * @returns Its name in dlpack.h (`kDLComplex`), or `type code N` for one dlpack.h does not define.
+ * @throws Never.
+ * @example
+ * ```ts
+ * typeCodeName(5); // 'kDLComplex'
+ * ```
+ */
 export function typeCodeName(code: number): string {
   for (const [name, value] of Object.entries(DLDataTypeCode)) if (value === code) return name;
   return `type code ${code}`;
@@ -200,7 +220,17 @@ export const TENSOR_LAYOUT: TensorLayout = Object.freeze({
   byteOffset: koffi.offsetof(DLTensorStruct, 'byte_offset'),
 });
 
-/** The layouts of DLManagedTensorVersioned (`versioned: true`) and DLManagedTensor, from koffi's. */
+/**
+ * Where the fields of a managed tensor struct lie, from koffi's layout of it.
+ *
+ * @param versioned True for DLManagedTensorVersioned, false for DLManagedTensor.
+ * @returns The offsets (frozen).
+ * @throws Never.
+ * @example
+ * ```ts
+ * managedLayout(true).deleter; // 16
+ * ```
+ */
 export function managedLayout(versioned: boolean): ManagedTensorLayout {
   return versioned ? VERSIONED_LAYOUT : LEGACY_LAYOUT;
 }
@@ -223,7 +253,18 @@ const LEGACY_LAYOUT: ManagedTensorLayout = Object.freeze({
   tensor: koffi.offsetof(DLManagedTensorStruct, 'dl_tensor'),
 });
 
-/** An address as a number, checked exact (koffi hands pointers over as bigints). */
+/**
+ * An address as a number, checked exact (koffi hands pointers over as bigints).
+ *
+ * @param value The address.
+ * @param what Names it in the error.
+ * @returns The same address as a number.
+ * @throws {RangeError} For an address at or beyond 2^53 (never seen on x86-64 or aarch64).
+ * @example
+ * ```ts
+ * addressNumber(koffi.address(p), 'p');
+ * ```
+ */
 export function addressNumber(value: bigint, what: string): number {
   const n = Number(value);
   if (BigInt(n) !== value || !Number.isSafeInteger(n)) {
@@ -238,6 +279,11 @@ export function addressNumber(value: bigint, what: string): number {
  * @param address A native address (> 0).
  * @param bytes How many bytes (> 0).
  * @returns The view; valid while the memory is.
+ * @throws {Error} From koffi, for a NULL address; a wild address crashes when read, as in C.
+ * @example
+ * ```ts
+ * nativeView(tensor, 80).getUint32(0, true); // a DLManagedTensorVersioned's major version
+ * ```
  */
 export function nativeView(address: number, bytes: number): DataView {
   return new DataView(nativeBuffer(address, bytes));
@@ -259,13 +305,26 @@ export interface NativeBlock {
  * @param bytes How many bytes (> 0).
  * @returns The block; give it back with `freeNative`.
  * @throws {Error} When the C allocator has no memory (koffi's error).
+ * @example
+ * ```ts
+ * const block = allocateNative(80 + 16 * ndim);
+ * ```
  */
 export function allocateNative(bytes: number): NativeBlock {
   const handle = koffi.alloc('uint64_t', Math.ceil(bytes / 8)) as bigint;
   return { address: addressNumber(handle, 'koffi.alloc'), handle };
 }
 
-/** Gives back a block from `allocateNative` (C's free). */
+/**
+ * Gives back a block from `allocateNative` (C's free), once.
+ *
+ * @param block The block.
+ * @throws Never (a second free of a block is the caller's error, as in C).
+ * @example
+ * ```ts
+ * freeNative(block);
+ * ```
+ */
 export function freeNative(block: NativeBlock): void {
   koffi.free(block.handle);
 }
@@ -275,6 +334,11 @@ export function freeNative(block: NativeBlock): void {
  *
  * @param deleter The function's address (non-zero).
  * @param self The struct's address.
+ * @throws Never from vram; whatever the deleter does (a wild pointer crashes, as in C).
+ * @example
+ * ```ts
+ * callDeleter(deleter, tensor); // the producer frees the tensor
+ * ```
  */
 export function callDeleter(deleter: number, self: number): void {
   koffi.call(deleter, DLPackDeleter, self);
@@ -289,15 +353,25 @@ const registered = new Map<boolean, number>();
  * return the same address and ignore `handler`.
  *
  * @param versioned Which struct kind the deleter is for.
- * @param handler Called with the struct's address; it must not throw (an exception cannot cross C).
+ * @param handler Called with the struct's address; what it throws is caught here (an exception cannot cross C).
  * @returns The function's address.
+ * @throws {Error} From koffi, when no registered-callback slot is left (8192 in use).
+ * @example
+ * ```ts
+ * struct.setBigUint64(16, BigInt(deleterAddress(true, onDelete)), true);
+ * ```
  */
 export function deleterAddress(versioned: boolean, handler: (self: number) => void): number {
   const known = registered.get(versioned);
   if (known !== undefined) return known;
   const callback = koffi.register((self: bigint | null) => {
     if (self === null) return;
-    handler(Number(self));
+    try {
+      handler(Number(self));
+    } catch (error) {
+      // Nothing in C can receive it; say so instead of losing it.
+      process.emitWarning(`a DLPack deleter failed: ${error instanceof Error ? error.message : String(error)}`, { code: 'VRAM_DLPACK_DELETER' });
+    }
   }, koffi.pointer(DLPackDeleter));
   const address = addressNumber(callback, 'koffi.register');
   registered.set(versioned, address);
@@ -311,6 +385,11 @@ export function deleterAddress(versioned: boolean, handler: (self: number) => vo
  * @param address A native address (> 0).
  * @param bytes How many bytes (> 0).
  * @returns The ArrayBuffer; valid while the memory is.
+ * @throws {Error} From koffi, for a NULL address.
+ * @example
+ * ```ts
+ * const floats = new Float32Array(nativeBuffer(data, 4 * n));
+ * ```
  */
 export function nativeBuffer(address: number, bytes: number): ArrayBuffer {
   return koffi.view(address, bytes);

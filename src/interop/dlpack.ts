@@ -192,6 +192,9 @@ function u64(view: DataView, offset: number, what: string): number {
  *
  * The consumer calls the struct's deleter once when done: that frees the struct and releases
  * vram's hold on the array. A second call is ignored while vram holds no struct at that address.
+ * The deleter runs JavaScript: a consumer that calls it from another thread waits until the main
+ * thread's event loop runs it (koffi queues it there), so it must not do so while the main thread
+ * waits for that consumer.
  * Addresses are the backend's: on the emulated backend a device (or pinned) address means
  * something only to vram itself.
  *
