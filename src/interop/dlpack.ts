@@ -41,7 +41,7 @@ import { ManagedBuffer } from '../memory/managed-buffer.js';
 import { DeviceArray } from '../array/device-array.js';
 import { dtypeOf, dtypes, type DType, type DTypeName } from '../array/dtype.js';
 import { HostArray } from '../array/host-array.js';
-import type { StridedArray } from '../array/layout.js';
+import { byteSpan, contiguousLayout, type Layout, type StridedArray } from '../array/layout.js';
 
 /** Options of `toDLPack`. */
 export interface ToDLPackOptions {
@@ -445,42 +445,30 @@ export function fromDLPack(ptr: number | bigint, options: FromDLPackOptions = {}
 }
 
 /**
- * The span of bytes a layout's elements occupy, relative to element (0, ..., 0): `low` <= 0 (where
- * negative strides reach) to `high` (one past the last byte).
- */
-function span(shape: readonly number[], strides: readonly number[], itemSize: number): { low: number; high: number } {
-  let low = 0;
-  let high = itemSize;
-  shape.forEach((n, i) => {
-    const reach = strides[i]! * (n - 1) * itemSize;
-    if (reach < 0) low += reach;
-    else high += reach;
-  });
-  return { low, high };
-}
-
-/**
- * Wraps a checked tensor of at least one element. Device-addressable memory goes to
- * DeviceArray.fromPointer from its lowest byte (DLPack's data + byte_offset is element (0, ..., 0),
- * and negative strides may reach below it). kDLCPU memory is first pinned in place and mapped
+ * Wraps a checked tensor of at least one element. DLPack's data + byte_offset is element
+ * (0, ..., 0) and negative strides may reach below it, so the memory is wrapped from its lowest
+ * byte, with element (0, ..., 0) that far in. Device-addressable memory goes to
+ * DeviceArray.fromPointer as it is. kDLCPU memory is first pinned in place and mapped
  * (HostBuffer.register with DEVICEMAP) and wrapped through its device address; the registration is
  * undone before the producer's deleter runs, when the array is released.
  */
 function wrapTensor(f: TensorFields, release: () => void, device: Device | undefined): DeviceArray {
-  const strides = f.strides ?? rowMajor(f.shape);
-  const { low, high } = span(f.shape, strides, f.dtype.byteSize);
-  const lowest = f.data + f.byteOffset + low;
-  const wrapOptions = { shape: f.shape, strides, byteOffset: -low };
+  const itemSize = f.dtype.byteSize;
+  const layout: Layout = f.strides === undefined
+    ? contiguousLayout(f.shape, itemSize)
+    : { shape: f.shape, strides: f.strides, byteOffset: 0, itemSize };
+  const { start, end } = byteSpan(layout);
+  const lowest = f.data + f.byteOffset + start;
+  const placed = { strides: layout.strides, byteOffset: -start };
   if (f.info.deviceType !== DLDeviceType.kDLCPU) {
-    return DeviceArray.fromPointer(lowest, wrapOptions.shape, f.dtype, {
-      strides, byteOffset: wrapOptions.byteOffset, onRelease: release,
-      device: f.info.deviceType === DLDeviceType.kDLCUDA ? f.deviceId : device,
+    return DeviceArray.fromPointer(lowest, f.shape, f.dtype, {
+      ...placed, onRelease: release, device: f.info.deviceType === DLDeviceType.kDLCUDA ? f.deviceId : device,
     });
   }
-  const pinned = HostBuffer.register(new Uint8Array(nativeBuffer(lowest, high - low)), { mapped: true });
+  const pinned = HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true });
   try {
-    return DeviceArray.fromPointer(pinned.devicePtr, wrapOptions.shape, f.dtype, {
-      strides, byteOffset: wrapOptions.byteOffset, device, owner: pinned,
+    return DeviceArray.fromPointer(pinned.devicePtr, f.shape, f.dtype, {
+      ...placed, device, owner: pinned,
       onRelease: () => {
         try {
           pinned.free();
@@ -493,16 +481,6 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
     pinned.free();
     throw error;
   }
-}
-
-function rowMajor(shape: readonly number[]): number[] {
-  const strides = new Array<number>(shape.length);
-  let step = 1;
-  for (let i = shape.length - 1; i >= 0; i--) {
-    strides[i] = step;
-    step *= Math.max(shape[i]!, 1);
-  }
-  return strides;
 }
 
 /**
