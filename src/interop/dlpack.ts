@@ -16,8 +16,9 @@
  * (cuMemHostRegister with DEVICEMAP) and wrapped through that mapping: copies to and from it are
  * DMA, kernels read it in place, and the registration is undone before the deleter runs. (A
  * HostArray would be the natural type for host tensors, but HostArray has no way yet to own memory
- * it did not allocate and call a release when freed.) The two struct kinds are not self-describing (neither starts with a tag that tells
- * them apart), so the caller says which with `{ versioned }` (DLPack 1.x's struct by default).
+ * it did not allocate and call a release when freed.) The two struct kinds are not
+ * self-describing (neither starts with a tag that tells them apart), so the caller says which with
+ * `{ versioned }` (DLPack 1.x's struct by default).
  *
  * Ownership of a refused import: the producer's struct changes hands only when `fromDLPack`
  * returns. When it throws (an unsupported dtype or device, a malformed shape, another major
