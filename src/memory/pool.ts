@@ -136,6 +136,10 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     this.backend = dev.backend;
     this.owner = dev;
     this.heap = new BlockHeap(this.backend);
+    this.heap.onUnpark = (i) => {
+      const s = this.heap.store;
+      this.pages?.release(s.start[i]!, s.size[i]!);
+    };
     if (upstream !== undefined) {
       this.upstream = upstream;
       this.kind = upstream.kind;
@@ -182,9 +186,21 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   protected doAllocate(bytes: number, h: number): Ptr {
     const size = bytes % GRANULE === 0 ? bytes : (Math.floor(bytes / GRANULE) + 1) * GRANULE;
     const heap = this.heap;
-    let i = heap.take(size, h);
-    if (i === NIL) i = this.growAndTake(size, h, bytes);
+    const parked = heap.takeParked(size, h);
+    if (parked !== NIL) {
+      // The block this stream freed last, of exactly this size: its pages are still counted.
+      heap.markLive(parked, bytes);
+      return heap.store.start[parked]!;
+    }
     const pages = this.pages;
+    let i = heap.take(size, h);
+    if (heap.parkedCount > 0 && (i === NIL || (pages !== null && !pages.covers(heap.store.start[i]!, size)))) {
+      // Growth ahead: first give parked blocks back, so it sees every free byte and cached page
+      // (placement on mapped pages and donor pages are chosen from the lists, after this).
+      heap.unparkAll();
+      if (i === NIL) i = heap.take(size, h);
+    }
+    if (i === NIL) i = this.growAndTake(size, h, bytes);
     if (pages !== null) {
       try {
         i = pages.commit(i, size, h);
@@ -212,6 +228,8 @@ export class PoolResource extends MemoryResource implements ReservingResource {
         `deallocate(${hex(ptr)}, ${bytes}): the block was allocated with ${s.requested[i]} bytes`);
     }
     heap.unmarkLive(i);
+    // Parked: the stream's next allocation of this size takes it back as it is (pages still counted).
+    if (heap.park(i, h)) return;
     if (this.pages !== null) this.pages.release(ptr, s.size[i]!);
     heap.give(i, h);
   }
@@ -273,6 +291,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
    * the stream that freed it). Returns the bytes released.
    */
   protected override doReleaseCached(): number {
+    this.heap.unparkAll();
     if (this.pages !== null) return this.pages.releaseCached();
     return this.chunks!.releaseCached();
   }

@@ -10,6 +10,12 @@
  * every free done on A so far, no host synchronisation), and all of A's free blocks move into B's
  * lists. No event is recorded per free, so a hit makes no driver call. When a stream is destroyed
  * its lists are retired, not dropped: their blocks stay takeable after a wait on its last event.
+ *
+ * Parking, the pool's hit path: the block a stream frees may be parked instead of merged into its
+ * lists, and handed straight back to that stream's next allocation of exactly its size (a training
+ * loop's allocate/free of the same shapes). A parked block is free, but neither merged nor listed:
+ * at most one per stream, and `unparkAll` gives every one back to its lists before anything that
+ * must see all free memory (growth, release, statistics of the cache).
  */
 import type { Counter } from '../../counter.js';
 import { watchStreamDestroy, type StreamWatcher } from '../../stream.js';
@@ -55,6 +61,10 @@ export class BlockHeap implements StreamWatcher {
    * exactly where it was (`untake`) when it prefers another placement. Always a small integer.
    */
   private takenFrom = NEUTRAL;
+  /** Blocks parked now, over all streams. */
+  parkedCount = 0;
+  /** Told about each block leaving the park for the lists (the pool uncounts its pages then). */
+  onUnpark: ((i: number) => void) | undefined;
 
   /** Bytes the callers asked for, summed over live blocks. */
   get liveBytes(): number {
@@ -121,6 +131,7 @@ export class BlockHeap implements StreamWatcher {
   streamDestroying(handle: number): void {
     const l = this.byStream.get(handle);
     if (l === undefined) return;
+    if (l.parked !== NIL) this.unpark(l);
     this.order.retire(l);
     this.byStream.delete(handle);
     this.lastStream = Number.NaN;
@@ -294,7 +305,7 @@ export class BlockHeap implements StreamWatcher {
     lists.insert(i);
   }
 
-  /** The free blocks of every stream, for wholesale release. */
+  /** The free blocks of every stream, parked ones included, for wholesale release and checks. */
   freeBlocks(): number[] {
     const out: number[] = [];
     const s = this.store;
@@ -302,15 +313,65 @@ export class BlockHeap implements StreamWatcher {
       for (let c = 0; c < l.heads.length; c++) {
         for (let i = l.heads[c]!; i !== NIL; i = s.fnext[i]!) out.push(i);
       }
+      if (l.parked !== NIL) out.push(l.parked);
     }
     return out;
   }
 
-  /** Total bytes in free lists. */
+  /** Total bytes free: in free lists, and parked. */
   get freeBytes(): number {
     let b = 0;
-    for (const l of this.lists) b += l.bytes;
+    for (const l of this.lists) {
+      b += l.bytes;
+      if (l.parked !== NIL) b += this.store.size[l.parked]!;
+    }
     return b;
+  }
+
+  /**
+   * Parks block `i` (just freed: not live, not in any list) as `stream`'s parked block.
+   *
+   * @returns False when `stream` has one parked already (then free `i` as usual).
+   */
+  park(i: number, stream: number): boolean {
+    const l = this.listsFor(stream);
+    if (l.parked !== NIL) return false;
+    l.parked = i;
+    this.parkedCount++;
+    return true;
+  }
+
+  /**
+   * `stream`'s parked block when it is exactly `size` bytes, taken out of the park (it stays
+   * owner LIVE: the caller marks it live); else NIL, after giving a parked block of another size
+   * back to the lists.
+   */
+  takeParked(size: number, stream: number): number {
+    const l = this.listsFor(stream);
+    const i = l.parked;
+    if (i === NIL) return NIL;
+    if (this.store.size[i] === size) {
+      l.parked = NIL;
+      this.parkedCount--;
+      return i;
+    }
+    this.unpark(l);
+    return NIL;
+  }
+
+  /** Gives every parked block back to its stream's lists (merging it with its free neighbours). */
+  unparkAll(): void {
+    if (this.parkedCount === 0) return;
+    for (const l of this.lists) if (l.parked !== NIL) this.unpark(l);
+  }
+
+  /** Gives `l`'s parked block back to `l`. */
+  private unpark(l: FreeLists): void {
+    const i = l.parked;
+    l.parked = NIL;
+    this.parkedCount--;
+    this.onUnpark?.(i);
+    this.give(i, l.stream);
   }
 
   /** Destroys the per-stream events and stops watching streams. */
@@ -327,7 +388,10 @@ export class BlockHeap implements StreamWatcher {
     const lists = this.lists;
     for (let k = 1; k < lists.length; k++) {
       const other = lists[k]!;
-      if (other === own || other.count === 0 || other.findFit(size) === NIL) continue;
+      if (other === own) continue;
+      // Another stream's parked block is free memory like its listed ones: a stealer sees it.
+      if (other.parked !== NIL) this.unpark(other);
+      if (other.count === 0 || other.findFit(size) === NIL) continue;
       this.order.join(other, own.stream);
       const s = this.store;
       for (let i = other.any(); i !== NIL; i = other.any()) {

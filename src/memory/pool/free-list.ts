@@ -61,6 +61,12 @@ export class FreeLists {
   /** Set when the stream was destroyed (see StreamOrder.retire); `event` then marks its end. */
   retired = false;
 
+  /**
+   * The block last freed on this stream and parked, not merged nor listed, for the next
+   * allocation of exactly its size on this stream (see BlockHeap.park); NIL when none.
+   */
+  parked = NIL;
+
   /** A reusable event on this stream (0 until first needed). */
   get event(): number {
     return this.numbers[1]!;

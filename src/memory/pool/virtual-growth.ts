@@ -153,6 +153,18 @@ export class VirtualPages {
     return i;
   }
 
+  /**
+   * True when every page of [start, start + size) is mapped: a block there commits without growth.
+   *
+   * @param start The block's first address (in the range).
+   * @param size Its size.
+   */
+  covers(start: number, size: number): boolean {
+    const p0 = Math.floor((start - this.base) / this.pageBytes);
+    const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
+    return this.allMapped(p0, p1);
+  }
+
   /** Counts a live block on pages p0..p1: only its edge pages can be shared with other blocks. */
   private countIn(p0: number, p1: number): void {
     const count = this.edgeCount;
