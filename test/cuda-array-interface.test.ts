@@ -205,7 +205,7 @@ describe('fromCudaArrayInterface', () => {
     bad({ stream: 0 }, RangeError, 'stream 0 is forbidden');
     bad({ stream: 1.5 }, RangeError, 'fractional stream');
     bad({ data: [0x1234_0000, false] }, InvalidPointerError, 'an address the driver does not know');
-    bad({ shape: [4096] }, InvalidPointerError, 'past the allocation');
+    bad({ shape: [2 ** 26] }, InvalidPointerError, 'past the allocation');
     bad({ data: [a.ptr + 2, false] }, RangeError, 'misaligned');
     assert.throws(() => fromCudaArrayInterface(good, { dtype: 'int32' }), RangeError);
     assert.equal(leakStatistics().count, leaks);

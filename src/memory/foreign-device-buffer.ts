@@ -229,6 +229,10 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
   const count = backend.deviceCount();
   const reported = a.device >= 0 && a.device < count ? Device.get(a.device) : undefined;
   const context = a.context === 0 ? undefined : a.context;
+  // Managed memory first: the driver may report it as device or host memory, wherever it lies now.
+  if (a.isManaged || a.memoryType === MemoryType.UNIFIED) {
+    return { device: asked ?? reported ?? probe, resident: undefined, context, kind: 'managed' };
+  }
   if (a.memoryType === MemoryType.HOST) {
     let devicePtr: Ptr;
     try {
@@ -244,9 +248,6 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
         `${hex(devicePtr)} (cuMemHostGetDevicePointer): pass the device address`);
     }
     return { device: asked ?? reported ?? probe, resident: undefined, context, kind: 'mapped-host' };
-  }
-  if (a.isManaged || a.memoryType === MemoryType.UNIFIED) {
-    return { device: asked ?? reported ?? probe, resident: undefined, context, kind: 'managed' };
   }
   const home = reported ?? probe;
   if (asked !== undefined && asked !== home && !asked.canAccessPeer(home)) {
