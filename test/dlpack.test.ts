@@ -19,10 +19,11 @@ import { DeviceArray } from '../src/array/device-array.js';
 import { HostArray } from '../src/array/host-array.js';
 import {
   allocateNative, callDeleter, DLDataTypeCode, DLDeviceType, DLPACK_FLAG_IS_COPIED, DLPACK_FLAG_READ_ONLY, freeNative,
-  managedLayout, nativeView, TENSOR_LAYOUT, type NativeBlock,
+  managedLayout, nativeBuffer, nativeView, TENSOR_LAYOUT, type NativeBlock,
 } from '../src/cuda/dlpack-abi.js';
 import { InvalidPointerError, NotSupportedError, UseAfterFreeError } from '../src/errors.js';
 import { deleteDLPack, dlpackExportsHeld, dlpackInfo, fromDLPack, toDLPack } from '../src/interop/dlpack.js';
+import { HostBuffer } from '../src/memory/host-buffer.js';
 import { ManagedBuffer } from '../src/memory/managed-buffer.js';
 import { forceGc, gpuOnly, needsGc, onGpu } from './helpers.js';
 
@@ -507,6 +508,21 @@ describe('round trips through C', withCc, () => {
     assert.throws(() => fromDLPack(p), RangeError);
     assert.equal(calls(), before);
     deleteDLPack(p);
+    assert.equal(calls(), before + 1);
+  });
+
+  test('a kDLCPU tensor CUDA already pins is wrapped as it is', gpuOnly, () => {
+    const before = calls() as number;
+    const p = produce(true, DLDeviceType.kDLCPU, [2, 4], null, 0, 8);
+    const pinned = HostBuffer.register(new Uint8Array(nativeBuffer(readStruct(p, true).data, 32)), { mapped: true });
+    try {
+      const a = fromDLPack(p);
+      assert.deepEqual(numbers(a.toHost()), [0, 1, 2, 3, 4, 5, 6, 7]);
+      pinned.free(); // the pinning is the test's: undone before the producer frees the memory
+      a.free();
+    } finally {
+      if (!pinned.isFreed) pinned.free();
+    }
     assert.equal(calls(), before + 1);
   });
 

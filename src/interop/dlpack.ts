@@ -35,7 +35,7 @@ import {
   TENSOR_LAYOUT, typeCodeName, type NativeBlock,
 } from '../cuda/dlpack-abi.js';
 import { Device } from '../device.js';
-import { NotSupportedError } from '../errors.js';
+import { CudaError, CUresult, NotSupportedError } from '../errors.js';
 import { ForeignDeviceBuffer } from '../memory/foreign-device-buffer.js';
 import { HostBuffer } from '../memory/host-buffer.js';
 import { ManagedBuffer } from '../memory/managed-buffer.js';
@@ -392,8 +392,8 @@ function readTensor(address: number, versioned: boolean): TensorFields {
  * deleter: vram calls it exactly once, when the array is freed (`free()`, `using`) or, if the
  * program drops it, collected. kDLCUDA, kDLCUDAManaged and kDLCUDAHost tensors are wrapped in the
  * memory's own context (`DeviceArray.fromPointer` checks the pointer with the driver); a kDLCPU
- * tensor's memory is pinned in place and mapped for the device first (so it must not already be
- * registered with CUDA). A tensor of no elements holds no memory: it becomes a new empty array and
+ * tensor's memory is pinned in place and mapped for the device first (memory CUDA already pins is
+ * wrapped as it is). A tensor of no elements holds no memory: it becomes a new empty array and
  * its deleter is called at once.
  *
  * The struct's flags come back through `dlpackInfo(array)`: `copied`, and `readOnly`, which vram
@@ -410,7 +410,7 @@ function readTensor(address: number, versioned: boolean): TensorFields {
  * @throws {InvalidPointerError} When the driver does not know the data pointer as the memory the
  *   struct says (DeviceArray.fromPointer's checks: unknown or freed memory, unmapped pinned memory,
  *   another device's memory without peer access, a layout past the allocation).
- * @throws {CudaError} When a kDLCPU tensor's memory cannot be pinned (already registered, say).
+ * @throws {CudaError} When a kDLCPU tensor's memory cannot be pinned.
  *   On every throw the caller still owns the tensor.
  * @example
  * ```ts
@@ -451,7 +451,8 @@ export function fromDLPack(ptr: number | bigint, options: FromDLPackOptions = {}
  * byte, with element (0, ..., 0) that far in. Device-addressable memory goes to
  * DeviceArray.fromPointer as it is. kDLCPU memory is first pinned in place and mapped
  * (HostBuffer.register with DEVICEMAP) and wrapped through its device address; the registration is
- * undone before the producer's deleter runs, when the array is released.
+ * undone before the producer's deleter runs, when the array is released. Memory the driver says is
+ * already registered is wrapped as it is.
  */
 function wrapTensor(f: TensorFields, release: () => void, device: Device | undefined): DeviceArray {
   const itemSize = f.dtype.byteSize;
@@ -466,7 +467,16 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
       ...placed, onRelease: release, device: f.info.deviceType === DLDeviceType.kDLCUDA ? f.deviceId : device,
     });
   }
-  const pinned = HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true });
+  let pinned: HostBuffer;
+  try {
+    pinned = HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true });
+  } catch (error) {
+    // Host memory CUDA already pins (a framework's pinned tensor reported as kDLCPU, or memory
+    // registered by someone else) is device-addressable under unified addressing as it is:
+    // fromPointer checks that the driver maps it, and the range is inside its allocation.
+    if (!(error instanceof CudaError && error.code === CUresult.HOST_MEMORY_ALREADY_REGISTERED)) throw error;
+    return DeviceArray.fromPointer(lowest, f.shape, f.dtype, { ...placed, device, onRelease: release });
+  }
   try {
     return DeviceArray.fromPointer(pinned.devicePtr, f.shape, f.dtype, {
       ...placed, device, owner: pinned,
