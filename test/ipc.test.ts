@@ -8,12 +8,17 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Device } from '../src/device.js';
-import { CudaError, NotSupportedError, UseAfterFreeError } from '../src/errors.js';
+import { CudaError, NotSupportedError, UseAfterFreeError, VramError } from '../src/errors.js';
+import { closeFd, receiveFd, sendFd, SystemCallError } from '../src/interop/fd-passing.js';
+import { exportPool, exportPoolPointer, importPool } from '../src/interop/pool-ipc.js';
+import { AsyncResource } from '../src/memory/async-resource.js';
 import { exportIpc, importIpc } from '../src/interop/ipc.js';
 import { IpcBuffer } from '../src/interop/ipc-buffer.js';
 import { IpcHandle } from '../src/interop/ipc-handle.js';
@@ -36,6 +41,7 @@ interface Answer {
   readonly byteLength?: number;
   readonly name?: string;
   readonly code?: number;
+  readonly errno?: number;
   readonly message?: string;
 }
 
@@ -51,7 +57,11 @@ class Peer {
     this.child.stderr.on('data', (d: Buffer) => process.stderr.write(`# peer: ${d.toString()}`));
     this.lines = createInterface({ input: this.child.stdout });
     this.lines.on('line', (line) => this.waiting.shift()?.(JSON.parse(line) as Answer));
-    this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
+    this.exited = new Promise((resolve) => this.child.on('exit', (code) => {
+      // A peer that dies answers every waiting command with a failure instead of leaving it pending.
+      for (const waiter of this.waiting.splice(0)) waiter({ ok: false, name: 'Error', message: `the peer exited (${String(code)})` });
+      resolve(code);
+    }));
   }
 
   /** Sends a command; resolves with the answer (rejects when the peer failed it). */
@@ -115,6 +125,30 @@ function emulatedIpcResources(): number {
   return maps + fds;
 }
 
+/** A fresh directory for socket paths and files, removed at the end. */
+const scratch = mkdtempSync(join(tmpdir(), 'vram-ipc-'));
+let sockets = 0;
+function socketPath(): string {
+  return join(scratch, `s${sockets++}.sock`);
+}
+
+/** Sockets open in this process (/proc/self/fd): what a leaked connection would leave behind. */
+function openSockets(): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).startsWith('socket:')) n++;
+    } catch {
+      // gone since readdir
+    }
+  }
+  return n;
+}
+
+/** True when python3 runs here (the fd-passing cases talk to Python's socket.send_fds/recv_fds). */
+const hasPython = spawnSync('python3', ['-c', 'import socket; socket.send_fds'], { encoding: 'utf8' }).status === 0;
+const needsPython = { skip: hasPython ? false : 'needs python3 (3.9 or later, for socket.send_fds)' } as const;
+
 const peers: Peer[] = [];
 function peer(): Peer {
   const p = new Peer();
@@ -123,6 +157,7 @@ function peer(): Peer {
 }
 after(async () => {
   for (const p of peers) await p.kill();
+  rmSync(scratch, { recursive: true, force: true });
 });
 
 describe('IpcHandle', () => {
@@ -395,5 +430,132 @@ describe('Python (CuPy) peers', () => {
     const [seen] = python(['import', hex(h.driverHandle), '4096']);
     assert.equal(seen, '0001020304050607');
     assert.deepEqual(read(buf, 4, 4092), Uint8Array.of(0xab, 0xab, 0xab, 0xab));
+  });
+});
+
+describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
+  test('a Node peer sends a descriptor of a file; this process reads the file through its own copy', async () => {
+    const file = join(scratch, 'payload.txt');
+    writeFileSync(file, 'shared through SCM_RIGHTS');
+    const p = peer();
+    const path = socketPath();
+    const sockets0 = openSockets();
+    const received = receiveFd(path, { timeoutMs: 20_000 });
+    await p.do({ op: 'send-fd', path, file, hex: 'cafe' });
+    const { fd, message } = await received;
+    try {
+      assert.deepEqual(message, Uint8Array.of(0xca, 0xfe));
+      const text = Buffer.alloc(64);
+      const n = readSync(fd, text, 0, 64, 0);
+      assert.equal(text.subarray(0, n).toString(), 'shared through SCM_RIGHTS');
+    } finally {
+      closeFd(fd);
+    }
+    assert.equal(openSockets(), sockets0, 'the listener and the connection are closed');
+    await p.exit();
+  });
+
+  test('Python sends with socket.send_fds; Python receives with socket.recv_fds', needsPython, async () => {
+    const file = join(scratch, 'from-python.txt');
+    writeFileSync(file, 'python');
+    const path = socketPath();
+    const received = receiveFd(path, { timeoutMs: 20_000 });
+    const sender = spawn('python3', ['-c', [
+      'import os, socket, sys',
+      's = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1])',
+      'fd = os.open(sys.argv[2], os.O_RDONLY)',
+      'socket.send_fds(s, [b"py"], [fd]); s.close()',
+    ].join('\n'), path, file]);
+    const { fd, message } = await received;
+    await new Promise((resolve) => sender.on('exit', resolve));
+    assert.equal(Buffer.from(message).toString(), 'py');
+    const text = Buffer.alloc(16);
+    assert.equal(text.subarray(0, readSync(fd, text, 0, 16, 0)).toString(), 'python');
+    closeFd(fd);
+
+    // The other way: Python listens and reads the file through the descriptor it received.
+    const back = socketPath();
+    const receiver = spawn('python3', ['-c', [
+      'import os, socket, sys',
+      'l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); l.bind(sys.argv[1]); l.listen(1)',
+      'print("ready", flush=True)',
+      'c, _ = l.accept(); msg, fds, _, _ = socket.recv_fds(c, 4096, 1)',
+      'print(msg.decode(), os.pread(fds[0], 64, 0).decode(), flush=True)',
+    ].join('\n'), back]);
+    const out = createInterface({ input: receiver.stdout })[Symbol.asyncIterator]();
+    assert.equal((await out.next()).value, 'ready');
+    const mine = openSync(file, 'r');
+    try {
+      sendFd(back, mine, 'node');
+    } finally {
+      closeSync(mine);
+    }
+    assert.equal((await out.next()).value, 'node python');
+    await new Promise((resolve) => receiver.on('exit', resolve));
+  });
+
+  test('a closed descriptor, nobody listening, a path in use, a timeout: typed errors, nothing left open', async () => {
+    const sockets0 = openSockets();
+    const path = socketPath();
+    const received = receiveFd(path, { timeoutMs: 20_000 });
+    // A descriptor number that is not open (a just-closed one would be reused by sendFd's own socket).
+    const closed = 999_999;
+    assert.throws(() => sendFd(path, closed, 'x'), (e: unknown) => e instanceof SystemCallError && e.errno === 9); // EBADF
+    // The failed send closed its connection; the receiver got a connection with nothing on it.
+    await assert.rejects(received, SystemCallError);
+    assert.throws(() => sendFd(join(scratch, 'nobody.sock'), 0, 'x'), SystemCallError);
+    assert.throws(() => sendFd(path, -1, 'x'), RangeError);
+    assert.throws(() => sendFd(path, 0, new Uint8Array(0)), RangeError);
+    const busy = join(scratch, 'busy.sock');
+    writeFileSync(busy, '');
+    await assert.rejects(receiveFd(busy), SystemCallError);
+    await assert.rejects(receiveFd(socketPath(), { timeoutMs: 20 }), (e: unknown) => e instanceof VramError && /in time/.test((e as Error).message));
+    assert.equal(openSockets(), sockets0);
+  });
+});
+
+describe('stream-ordered pools shared between processes', () => {
+  test('the emulated backend refuses with a NotSupportedError that says so', { skip: onGpu ? 'the emulated backend\'s answer' : false }, () => {
+    using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
+    assert.throws(() => exportPool(mr), (e: unknown) => e instanceof NotSupportedError && /does not share stream-ordered pools/.test(e.message));
+    using buf = DeviceBuffer.allocate(256, { resource: mr });
+    assert.throws(() => exportPoolPointer(buf), NotSupportedError);
+    assert.throws(() => importPool(0), NotSupportedError);
+  });
+
+  test('a pool exported with its descriptor over a socket; an allocation from it imported by a Node peer', gpuOnly, async () => {
+    using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
+    using stream = Stream.create();
+    using buf = DeviceBuffer.allocate(1 << 20, { resource: mr, stream });
+    buf.memset(0x3c, { stream });
+    stream.synchronize();
+    const p = peer();
+    const path = socketPath();
+    await p.do({ op: 'listen', path });
+    const fd = exportPool(mr);
+    try {
+      sendFd(path, fd, 'pool');
+    } finally {
+      closeFd(fd);
+    }
+    assert.equal((await p.do({ op: 'import-pool', handle: exportPoolPointer(buf).toString() })).byteLength, 1 << 20);
+    assert.equal((await p.do({ op: 'read', offset: (1 << 20) - 4, bytes: 4 })).hex, '3c3c3c3c');
+    await p.do({ op: 'write', offset: 0, hex: '0102' });
+    assert.deepEqual(read(buf, 2), Uint8Array.of(1, 2));
+    // The importer frees its import and the pool before the exporter frees the allocation.
+    await p.do({ op: 'close' });
+    await p.do({ op: 'drop-pool' });
+    await p.exit();
+  });
+
+  test('a pool without POSIX descriptor handles, and a bad descriptor, are the driver\'s errors', gpuOnly, () => {
+    using plain = new AsyncResource({ pool: {} });
+    assert.throws(() => exportPool(plain), CudaError);
+    const file = openSync(join(scratch, 'not-a-pool'), 'w');
+    try {
+      assert.throws(() => importPool(file), CudaError);
+    } finally {
+      closeSync(file);
+    }
   });
 });

@@ -387,6 +387,19 @@ export interface Backend {
   /** cuIpcOpenEventHandle: the event another process exported, as an event of the current context. */
   ipcOpenEventHandle(handle: Uint8Array): Handle;
 
+  // --- Interprocess pools (cuMemPool*ShareableHandle, cuMemPool*Pointer) ---
+  /**
+   * cuMemPoolExportToShareableHandle: a file descriptor for a pool created with
+   * `handleTypes: MemHandleType.POSIX_FILE_DESCRIPTOR` (the caller owns it and closes it).
+   */
+  memPoolExportToShareableHandle(pool: Handle, handleType: number): number;
+  /** cuMemPoolImportFromShareableHandle: the pool behind another process's descriptor (the caller still closes `fd`). */
+  memPoolImportFromShareableHandle(fd: number, handleType: number): Handle;
+  /** cuMemPoolExportPointer: the 64 bytes (CUmemPoolPtrExportData) naming an allocation of an exportable pool. */
+  memPoolExportPointer(ptr: Ptr): Uint8Array;
+  /** cuMemPoolImportPointer: that allocation in an imported pool; free it with memFreeAsync before the exporter frees it. */
+  memPoolImportPointer(pool: Handle, data: Uint8Array): Ptr;
+
   // --- Stream-ordered allocation (CUDA memory pools) ---
   memAllocAsync(bytes: number, stream: Handle): Ptr;
   memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr;

@@ -564,6 +564,30 @@ class CudaBackend implements Backend {
     return this.outNumber('cuIpcOpenEventHandle');
   }
 
+  memPoolExportToShareableHandle(pool: Handle, handleType: number): number {
+    this.i32[0] = -1;
+    this.check(this.fn.cuMemPoolExportToShareableHandle(this.i32, pool, handleType, 0), 'cuMemPoolExportToShareableHandle');
+    return this.i32[0] ?? -1;
+  }
+
+  memPoolImportFromShareableHandle(fd: number, handleType: number): Handle {
+    checkNonNegativeInteger(fd, 'file descriptor');
+    this.check(this.fn.cuMemPoolImportFromShareableHandle(this.u64, fd, handleType, 0), 'cuMemPoolImportFromShareableHandle');
+    return this.outNumber('cuMemPoolImportFromShareableHandle');
+  }
+
+  memPoolExportPointer(ptr: Ptr): Uint8Array {
+    const data = new Uint8Array(IPC_HANDLE_BYTES);
+    this.check(this.fn.cuMemPoolExportPointer(data, ptr), 'cuMemPoolExportPointer');
+    return data;
+  }
+
+  memPoolImportPointer(pool: Handle, data: Uint8Array): Ptr {
+    checkIpcHandle(data, 'cuMemPoolImportPointer');
+    this.check(this.fn.cuMemPoolImportPointer(this.u64, pool, data), 'cuMemPoolImportPointer');
+    return this.outNumber('cuMemPoolImportPointer');
+  }
+
   // --- Stream-ordered allocation (hot: one call, one test) ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {

@@ -316,6 +316,22 @@ export class EmulatedBackend implements Backend {
     return this.ipc.ipcOpenEventHandle(handle);
   }
 
+  memPoolExportToShareableHandle(pool: Handle, _handleType: number): number {
+    return this.ipc.memPoolExportToShareableHandle(pool);
+  }
+
+  memPoolImportFromShareableHandle(fd: number, _handleType: number): Handle {
+    return this.ipc.memPoolImportFromShareableHandle(fd);
+  }
+
+  memPoolExportPointer(ptr: Ptr): Uint8Array {
+    return this.ipc.memPoolExportPointer(ptr);
+  }
+
+  memPoolImportPointer(pool: Handle, data: Uint8Array): Ptr {
+    return this.ipc.memPoolImportPointer(pool, data);
+  }
+
   // --- Stream-ordered allocation ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {

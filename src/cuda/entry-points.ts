@@ -119,6 +119,10 @@ export interface DriverFunctions {
   cuIpcCloseMemHandle(dptr: number): R;
   cuIpcGetEventHandle(handle: Uint8Array, event: number): R;
   cuIpcOpenEventHandle(event: BigUint64Array, handle: IpcHandleValue): R;
+  cuMemPoolExportToShareableHandle(handle: Int32Array, pool: number, handleType: number, flags: number): R;
+  cuMemPoolImportFromShareableHandle(pool: BigUint64Array, handle: number, handleType: number, flags: number): R;
+  cuMemPoolExportPointer(data: Uint8Array, ptr: number): R;
+  cuMemPoolImportPointer(ptr: BigUint64Array, pool: number, data: Uint8Array): R;
 }
 
 /** How one entry point is found: the symbol asked of cuGetProcAddress, at which version, bound how. */
@@ -232,6 +236,11 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuIpcCloseMemHandle: { symbol: 'cuIpcCloseMemHandle', version: 4010, params: `${U64} dptr` },
   cuIpcGetEventHandle: { symbol: 'cuIpcGetEventHandle', version: 4010, params: `uint8_t *handle, ${U64} event` },
   cuIpcOpenEventHandle: { symbol: 'cuIpcOpenEventHandle', version: 4010, params: 'uint64_t *event, vram_CUipcEventHandle handle' },
+  // A POSIX file descriptor goes out through an `int *` and comes back in as the pointer-sized `void *handle` itself.
+  cuMemPoolExportToShareableHandle: { symbol: 'cuMemPoolExportToShareableHandle', version: 11020, params: `int *handle, ${U64} pool, int handleType, uint64_t flags` },
+  cuMemPoolImportFromShareableHandle: { symbol: 'cuMemPoolImportFromShareableHandle', version: 11020, params: `uint64_t *pool, ${U64} handle, int handleType, uint64_t flags` },
+  cuMemPoolExportPointer: { symbol: 'cuMemPoolExportPointer', version: 11020, params: `uint8_t *data, ${U64} ptr` },
+  cuMemPoolImportPointer: { symbol: 'cuMemPoolImportPointer', version: 11020, params: `uint64_t *ptr, ${U64} pool, const uint8_t *data` },
 };
 
 /** cuGetProcAddress_v2, bound by name from the library. */

@@ -1,14 +1,16 @@
 /**
- * IpcBuffer: device memory another process exported, mapped into this one with
- * cuIpcOpenMemHandle. It copies, fills and backs arrays like any DeviceBuffer; freeing it (or the
- * end of a `using` scope, or the garbage-collection backstop) closes the mapping with
- * cuIpcCloseMemHandle exactly once and never frees the memory, which stays the exporter's.
+ * IpcBuffer: device memory another process exported, open in this one: mapped with
+ * cuIpcOpenMemHandle (legacy IPC), or imported from a shared pool with cuMemPoolImportPointer. It
+ * copies, fills and backs arrays like any DeviceBuffer; freeing it (or the end of a `using` scope,
+ * or the garbage-collection backstop) undoes the import exactly once (cuIpcCloseMemHandle, or
+ * cuMemFreeAsync of the imported pointer) and never frees the exporter's memory.
  */
-import { IpcMemFlags, type Ptr } from '../backend/backend.js';
+import { IpcMemFlags, type Handle, type Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { DeviceMemory } from '../memory/copy.js';
 import type { Release } from '../memory/lifetime.js';
-import { defaultStream } from '../memory/resource.js';
+import { defaultStream, type StreamRef } from '../memory/resource.js';
+import { streamHandleOf } from '../stream.js';
 import type { IpcHandle } from './ipc-handle.js';
 
 /**
@@ -26,11 +28,39 @@ export class IpcBuffer extends DeviceMemory {
   /** The address cuIpcOpenMemHandle returned: the exported allocation's first byte here. */
   readonly mappedBase: Ptr;
 
-  private constructor(ptr: Ptr, bytes: number, mappedBase: Ptr, device: Device, release: Release) {
-    // Not stream-ordered: closing unmaps at once, so a free with recorded streams waits for them on the host.
-    super(ptr, bytes, release, device, defaultStream, false);
+  private constructor(ptr: Ptr, bytes: number, mappedBase: Ptr, device: Device, release: Release, stream: StreamRef, ordered: boolean) {
+    super(ptr, bytes, release, device, stream, ordered);
     this.device = device;
     this.mappedBase = mappedBase;
+  }
+
+  /**
+   * Imports one allocation of another process's pool (cuMemPoolImportPointer) into `pool`, a pool
+   * this process imported. Freeing the buffer frees the import in stream order (cuMemFreeAsync on
+   * `stream`, or the stream `free({ stream })` names); the exporter must not free its allocation
+   * before that.
+   *
+   * @param pool The imported pool's handle.
+   * @param data The 64 bytes of cuMemPoolExportPointer.
+   * @param bytes The allocation's size (the export data does not say).
+   * @param device The device whose context imported the pool.
+   * @param stream The stream the import is used on first and freed on.
+   * @returns The buffer.
+   * @throws {CudaError} What the driver answers (bad data, an allocation the exporter freed).
+   * @example
+   * ```ts
+   * const buf = IpcBuffer.fromPool(pool.handle, data, 4096, Device.get(0), defaultStream);
+   * ```
+   */
+  static fromPool(pool: Handle, data: Uint8Array, bytes: number, device: Device, stream: StreamRef): IpcBuffer {
+    const backend = device.backend;
+    device.makeCurrent();
+    const ptr = backend.memPoolImportPointer(pool, data);
+    const release: Release = (on) => {
+      device.makeCurrent();
+      backend.memFreeAsync(ptr, streamHandleOf(on ?? stream));
+    };
+    return new IpcBuffer(ptr, bytes, ptr, device, release, stream, true);
   }
 
   /**
@@ -71,7 +101,8 @@ export class IpcBuffer extends DeviceMemory {
       release(undefined);
       throw error;
     }
-    return new IpcBuffer(base + handle.offset, bytes, base, device, release);
+    // Not stream-ordered: closing unmaps at once, so a free with recorded streams waits for them on the host.
+    return new IpcBuffer(base + handle.offset, bytes, base, device, release, defaultStream, false);
   }
 
   /** The memory is device memory, reached from the importing device. */

@@ -1,6 +1,7 @@
 /**
  * The emulated driver's legacy IPC calls (cuIpcGetMemHandle, cuIpcOpenMemHandle,
- * cuIpcCloseMemHandle) between processes of one Linux machine.
+ * cuIpcCloseMemHandle) between processes of one Linux machine; the interprocess pool calls
+ * (cuMemPool*ShareableHandle, cuMemPool*Pointer) are refused with a NotSupportedError.
  *
  * Emulated device memory is JavaScript memory of one process, so memory another process is to see
  * must live where both can map it. At export the allocation's bytes move into an anonymous
@@ -33,7 +34,7 @@
 import { randomBytes } from 'node:crypto';
 import koffi from 'koffi';
 import { checkIpcHandle, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
-import { CUresult } from '../../errors.js';
+import { CUresult, NotSupportedError } from '../../errors.js';
 import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
 import { PlainAllocation, type Allocation } from './allocation.js';
 import { DEVICE_ALIGNMENT } from './device-memory.js';
@@ -112,6 +113,17 @@ function decode(handle: Uint8Array, call: string): HandleFields {
 /** The name of the shared file of `token`, and what /proc shows for it. */
 function fileName(token: string): string {
   return `vram-ipc-${token}`;
+}
+
+/**
+ * The emulation's answer to interprocess pools: a NotSupportedError that says so. Emulated pools
+ * (pools.ts) keep their blocks in one process's JavaScript memory and their free lists in its
+ * state, and a pool shared between processes would need both in shared memory: the stream-ordered
+ * IPC API is GPU-only (legacy IPC, above, is emulated).
+ */
+function poolsNotSupported(what: string, subject: number): never {
+  throw new NotSupportedError(`${what} ${subject}: the emulated backend does not share stream-ordered pools between processes ` +
+    '(its pools live in one process\'s memory); this needs a GPU. Legacy IPC (exportIpc/importIpc) is emulated.');
 }
 
 /** Legacy IPC of one emulated driver. */
@@ -217,6 +229,31 @@ export class IpcCalls {
     checkIpcHandle(handle, call);
     this.s.ctx(call);
     fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend does not share events between processes');
+  }
+
+  /** cuMemPoolExportToShareableHandle: not emulated (see poolsNotSupported). */
+  memPoolExportToShareableHandle(pool: Handle): number {
+    this.s.ctx('cuMemPoolExportToShareableHandle');
+    return poolsNotSupported('exporting pool', pool);
+  }
+
+  /** cuMemPoolImportFromShareableHandle: not emulated. */
+  memPoolImportFromShareableHandle(fd: number): Handle {
+    this.s.ctx('cuMemPoolImportFromShareableHandle');
+    return poolsNotSupported('importing a pool from fd', fd);
+  }
+
+  /** cuMemPoolExportPointer: not emulated. */
+  memPoolExportPointer(ptr: Ptr): Uint8Array {
+    this.s.ctx('cuMemPoolExportPointer');
+    return poolsNotSupported('exporting pool pointer', ptr);
+  }
+
+  /** cuMemPoolImportPointer: not emulated. */
+  memPoolImportPointer(pool: Handle, data: Uint8Array): Ptr {
+    checkIpcHandle(data, 'cuMemPoolImportPointer');
+    this.s.ctx('cuMemPoolImportPointer');
+    return poolsNotSupported('importing a pointer into pool', pool);
   }
 
   /** Opens the exporter's shared file, checking it is the one the handle names. */
