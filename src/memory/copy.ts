@@ -132,7 +132,14 @@ export abstract class DeviceMemory extends Allocation {
   /**
    * True when the memory belongs to a context of its own rather than its device's active one (a
    * ForeignDeviceBuffer's). Synchronous copies of such memory from or to JavaScript memory are
-   * single driver copies made in that context, not staged on the device's copy streams.
+   * single driver copies made in that context, not staged on the device's copy streams (which
+   * live in the device's active context).
+   *
+   * @returns False for memory vram allocated.
+   * @example
+   * ```ts
+   * DeviceBuffer.allocate(64).ownContext; // false
+   * ```
    */
   get ownContext(): boolean {
     return false;
