@@ -14,7 +14,7 @@ import { Device } from '../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
 import { checkBytes } from '../validate.js';
 import { accessFlags, poolAccess, type PoolAccess } from './pool-access.js';
-import { BlockHeap } from './pool/block-heap.js';
+import { BlockHeap, PARKED } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
 import { UpstreamChunks } from './pool/upstream-growth.js';
@@ -186,12 +186,9 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   protected doAllocate(bytes: number, h: number): Ptr {
     const size = bytes % GRANULE === 0 ? bytes : (Math.floor(bytes / GRANULE) + 1) * GRANULE;
     const heap = this.heap;
-    const parked = heap.takeParked(size, h);
-    if (parked !== NIL) {
-      // The block this stream freed last, of exactly this size: its pages are still counted.
-      heap.markLive(parked, bytes);
-      return heap.store.start[parked]!;
-    }
+    const parked = heap.takeParked(size, bytes, h);
+    // The block this stream freed last, of exactly this size, live again: its pages are still counted.
+    if (parked !== NIL) return heap.store.start[parked]!;
     const pages = this.pages;
     let i = heap.take(size, h);
     if (heap.parkedCount > 0 && (i === NIL || (pages !== null && !pages.covers(heap.store.start[i]!, size)))) {
@@ -224,12 +221,13 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     if (i === NIL) throw this.badPointer(ptr);
     const s = heap.store;
     if (s.requested[i] !== bytes) {
+      if (s.requested[i] === PARKED) throw new DoubleFreeError(`deallocate(${hex(ptr)}): the block is already free (freed twice?)`);
       throw new InvalidPointerError(
         `deallocate(${hex(ptr)}, ${bytes}): the block was allocated with ${s.requested[i]} bytes`);
     }
-    heap.unmarkLive(i);
     // Parked: the stream's next allocation of this size takes it back as it is (pages still counted).
     if (heap.park(i, h)) return;
+    heap.unmarkLive(i);
     if (this.pages !== null) this.pages.release(ptr, s.size[i]!);
     heap.give(i, h);
   }
@@ -365,7 +363,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     return new OutOfMemoryError({
       requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(), statistics, cause,
       message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
-        `(live ${heap.liveBytes} bytes in ${heap.live.size} blocks, reserved ${this.reservedBytes} bytes)`,
+        `(live ${heap.liveBytes} bytes in ${heap.liveCount} blocks, reserved ${this.reservedBytes} bytes)`,
     });
   }
 

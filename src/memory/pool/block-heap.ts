@@ -31,6 +31,13 @@ const LIVE_BLOCK_BYTES = 2;
 const TOTAL_BYTES = 3;
 const PEAK_LIVE_COUNT = 4;
 const TOTAL_COUNT = 5;
+const LIVE_COUNT = 6;
+
+/**
+ * `requested` of a parked block: it keeps its entry in the live table (so parking and taking it
+ * back cost no hash operation), and this marks it free there (a second free is a DoubleFreeError).
+ */
+export const PARKED = -1;
 
 /** List id of memory no stream has used yet (fresh address space): reusable by any stream. */
 export const NEUTRAL = 0;
@@ -52,7 +59,7 @@ export class BlockHeap implements StreamWatcher {
    * mid-run, which changes the heap's hidden class and throws away every optimized hit path that
    * touches it (seen as a slow first benchmark pass). A Float64Array never changes shape.
    */
-  private readonly figures = new Float64Array(6);
+  private readonly figures = new Float64Array(7);
   /** Cross-stream reuse, returns upstream and host waits, in stream order. */
   readonly order: StreamOrder;
   private readonly unwatch: () => void;
@@ -96,14 +103,19 @@ export class BlockHeap implements StreamWatcher {
     const f = this.figures;
     return {
       bytes: { value: f[LIVE_BYTES]!, peak: f[PEAK_LIVE_BYTES]!, total: f[TOTAL_BYTES]! },
-      allocations: { value: this.live.size, peak: f[PEAK_LIVE_COUNT]!, total: f[TOTAL_COUNT]! },
+      allocations: { value: f[LIVE_COUNT]!, peak: f[PEAK_LIVE_COUNT]!, total: f[TOTAL_COUNT]! },
     };
   }
 
   /** Starts new high-water marks (live bytes and count) from the current figures. */
   resetPeaks(): void {
     this.figures[PEAK_LIVE_BYTES] = this.figures[LIVE_BYTES]!;
-    this.figures[PEAK_LIVE_COUNT] = this.live.size;
+    this.figures[PEAK_LIVE_COUNT] = this.figures[LIVE_COUNT]!;
+  }
+
+  /** Live blocks (parked ones are free, though they keep their entry in `live`). */
+  get liveCount(): number {
+    return this.figures[LIVE_COUNT]!;
   }
 
   /** Block bytes (rounded sizes) of live blocks. */
@@ -263,7 +275,7 @@ export class BlockHeap implements StreamWatcher {
     if (live > f[PEAK_LIVE_BYTES]!) f[PEAK_LIVE_BYTES] = live;
     f[TOTAL_BYTES]! += bytes;
     f[TOTAL_COUNT]! += 1;
-    const count = this.live.size;
+    const count = (f[LIVE_COUNT]! += 1);
     if (count > f[PEAK_LIVE_COUNT]!) f[PEAK_LIVE_COUNT] = count;
   }
 
@@ -271,9 +283,16 @@ export class BlockHeap implements StreamWatcher {
   unmarkLive(i: number): void {
     const s = this.store;
     this.live.delete(s.start[i]!);
+    this.uncount(i);
+  }
+
+  /** Takes live block `i` out of the live figures. */
+  private uncount(i: number): void {
+    const s = this.store;
     const f = this.figures;
     f[LIVE_BYTES]! -= s.requested[i]!;
     f[LIVE_BLOCK_BYTES]! -= s.size[i]!;
+    f[LIVE_COUNT]! -= 1;
   }
 
   /**
@@ -329,34 +348,48 @@ export class BlockHeap implements StreamWatcher {
   }
 
   /**
-   * Parks block `i` (just freed: not live, not in any list) as `stream`'s parked block.
+   * Frees live block `i` by parking it as `stream`'s parked block: out of the live figures, its
+   * `requested` set to PARKED, its entry in `live` kept.
    *
-   * @returns False when `stream` has one parked already (then free `i` as usual).
+   * @returns False when `stream` has one parked already (then free `i` as usual, with `unmarkLive`).
    */
   park(i: number, stream: number): boolean {
     const l = this.listsFor(stream);
     if (l.parked !== NIL) return false;
+    this.uncount(i);
+    this.store.requested[i] = PARKED;
     l.parked = i;
     this.parkedCount++;
     return true;
   }
 
   /**
-   * `stream`'s parked block when it is exactly `size` bytes, taken out of the park (it stays
-   * owner LIVE: the caller marks it live); else NIL, after giving a parked block of another size
-   * back to the lists.
+   * Hands `stream`'s parked block out again, live, for `bytes` when it is exactly `size` bytes
+   * (a block of `size`, as `take` would give); else NIL, after giving a parked block of another
+   * size back to the lists.
    */
-  takeParked(size: number, stream: number): number {
+  takeParked(size: number, bytes: number, stream: number): number {
     const l = this.listsFor(stream);
     const i = l.parked;
     if (i === NIL) return NIL;
-    if (this.store.size[i] === size) {
-      l.parked = NIL;
-      this.parkedCount--;
-      return i;
+    if (this.store.size[i] !== size) {
+      this.unpark(l);
+      return NIL;
     }
-    this.unpark(l);
-    return NIL;
+    l.parked = NIL;
+    this.parkedCount--;
+    // markLive without the live table's insert: the entry stayed.
+    const s = this.store;
+    s.requested[i] = bytes;
+    const f = this.figures;
+    f[LIVE_BLOCK_BYTES]! += size;
+    const live = (f[LIVE_BYTES]! += bytes);
+    if (live > f[PEAK_LIVE_BYTES]!) f[PEAK_LIVE_BYTES] = live;
+    f[TOTAL_BYTES]! += bytes;
+    f[TOTAL_COUNT]! += 1;
+    const count = (f[LIVE_COUNT]! += 1);
+    if (count > f[PEAK_LIVE_COUNT]!) f[PEAK_LIVE_COUNT] = count;
+    return i;
   }
 
   /** Gives every parked block back to its stream's lists (merging it with its free neighbours). */
@@ -370,6 +403,7 @@ export class BlockHeap implements StreamWatcher {
     const i = l.parked;
     l.parked = NIL;
     this.parkedCount--;
+    this.live.delete(this.store.start[i]!);
     this.onUnpark?.(i);
     this.give(i, l.stream);
   }
