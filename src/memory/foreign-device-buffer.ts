@@ -13,7 +13,7 @@
  * its device's primary context; work queued on a stream runs in the stream's context, where the
  * driver resolves the address through unified addressing.
  */
-import { MemoryType, type Handle, type Ptr } from '../backend/backend.js';
+import { MemoryType, type Handle, type PointerAttributes, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { CudaError, InvalidPointerError } from '../errors.js';
 import { checkNonNegativeInteger, checkPointer } from '../validate.js';
@@ -210,8 +210,15 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
   const backend = probe.backend;
   // cuPointerGetAttributes needs no particular context, but cuMemHostGetDevicePointer needs one.
   probe.makeCurrent();
-  const a = backend.pointerGetAttributes(ptr);
-  const at = `${hex(ptr)}`;
+  let a: PointerAttributes;
+  try {
+    a = backend.pointerGetAttributes(ptr);
+  } catch (error) {
+    // cuPointerGetAttributes answers unknown addresses with zeros, but a driver may still refuse one.
+    if (!(error instanceof CudaError)) throw error;
+    throw new InvalidPointerError(`fromPointer: cuPointerGetAttributes refused ${hex(ptr)}: ${error.errorName}`, { cause: error });
+  }
+  const at = hex(ptr);
   if (a.memoryType === 0) {
     throw new InvalidPointerError(`fromPointer: ${at} is not memory the driver knows (cuPointerGetAttributes ` +
       'reported no memory type): a pageable host pointer (malloc or JavaScript memory, which the device cannot ' +
@@ -236,6 +243,8 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
   if (a.memoryType === MemoryType.HOST) {
     let devicePtr: Ptr;
     try {
+      // Asked in the memory's own context: pinned memory that is not portable is mapped only there.
+      if (context !== undefined) backend.contextSetCurrent(context);
       devicePtr = backend.memHostGetDevicePointer(ptr);
     } catch (error) {
       if (!(error instanceof CudaError)) throw error;
