@@ -75,7 +75,8 @@ export class DeviceBuffer extends DeviceMemory {
    * @param bytes The size of the range in bytes.
    * @param options `owner` (kept alive until freed), `onRelease` (hands the memory back), `device`
    *   (the device that will use it; memory of another device needs peer access).
-   * @returns A ForeignDeviceBuffer (a DeviceMemory: copies, memset and `DeviceArray.fromBuffer` take it).
+   * @returns A ForeignDeviceBuffer: a DeviceMemory (copies, memset and `DeviceArray.fromBuffer` take it),
+   *   not a DeviceBuffer, since it has no resource or allocation stream to return to.
    * @throws {TypeError | RangeError} For a malformed pointer, size or option.
    * @throws {InvalidPointerError} For an address the driver does not know, unmapped host memory,
    *   another device's memory without peer access, or a range past its allocation (the message
