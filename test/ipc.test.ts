@@ -1,10 +1,12 @@
 /**
  * Interprocess memory (legacy CUDA IPC): this process and a second Node process (the peer,
  * test/fixtures/ipc/node-peer.ts, on the same backend) share device memory through handles sent
- * over the peer's stdio, in both directions, and survive the other's death. On the emulated
- * backend the shared bytes live in shared memory both processes map (src/backend/emulated/ipc.ts),
- * so every case but the interprocess-event ones runs there too. GPU-only: Python peers (CuPy) in
- * both directions and an interprocess event ordering the two processes' work.
+ * over the peer's stdio, in both directions, and survive the other's death; an interprocess
+ * event orders the two processes' work; file descriptors travel over Unix sockets (to and from
+ * Python too). On the emulated backend the shared bytes and event words live in shared memory
+ * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too. GPU-only:
+ * CuPy peers in both directions, and stream-ordered pools shared between processes (the
+ * emulated backend refuses those with a NotSupportedError, tested here).
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
@@ -42,6 +44,7 @@ interface Answer {
   readonly name?: string;
   readonly code?: number;
   readonly errno?: number;
+  readonly event?: string;
   readonly message?: string;
 }
 
@@ -370,10 +373,39 @@ describe('interprocess events', () => {
     using plain = Event.create({ timing: false });
     assert.throws(() => plain.ipcHandle(), NotSupportedError);
     assert.throws(() => Event.openIpc(new Uint8Array(3)), TypeError);
+    assert.equal(ev.ipcHandle().length, 64);
+  });
+
+  test('the importer waits for the exporter\'s work through an event the exporter shared', async () => {
+    const p = peer();
+    const { handle } = await p.do({ op: 'export', bytes: 1 << 20, fill: 0 });
+    using shared = importIpc(handle ?? '');
+    const { event } = await p.do({ op: 'record', fill: 0x77 });
+    using done = Event.openIpc(new Uint8Array(Buffer.from(event ?? '', 'hex')));
+    assert.equal(done.interprocess, true);
     if (!onGpu) {
-      // The emulation runs each process's stream work in that process: it cannot share events.
-      assert.throws(() => ev.ipcHandle(), (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_NOT_SUPPORTED');
+      // The peer has not synchronised: its emulated work has not run, and the event says so.
+      assert.equal(done.query(), false);
     }
+    using stream = Stream.create();
+    stream.waitEvent(done);
+    const out = new Uint8Array(4);
+    await p.do({ op: 'sync' });
+    done.synchronize();
+    assert.equal(done.query(), true);
+    stream.synchronize();
+    shared.copyToHost(out, { offset: (1 << 20) - 4, bytes: 4 });
+    assert.deepEqual(out, new Uint8Array(4).fill(0x77));
+    await p.exit();
+  });
+
+  test('malformed event handles are the driver\'s errors', () => {
+    assert.throws(() => Event.openIpc(new Uint8Array(64).fill(3)), (e: unknown) => {
+      assert.ok(e instanceof CudaError, String(e));
+      console.log(`# a malformed event handle: ${e.errorName}`);
+      if (!onGpu) assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE');
+      return true;
+    });
   });
 
   test('an event opened from its handle waits for the exporting stream\'s work', gpuOnly, () => {

@@ -25,15 +25,22 @@
  * cuMemAlloc memory (pool, virtual, managed or host memory) is CUDA_ERROR_INVALID_VALUE, as the
  * driver answers for cuMemAllocAsync memory.
  *
+ * Interprocess events (cuIpcGetEventHandle, cuIpcOpenEventHandle) share the event's two words,
+ * the number of its latest record and of the latest record whose work has run, through a page of
+ * shared memory in the same way: a query, synchronisation or stream wait in one process sees the
+ * other's records. Each process runs its own emulated stream work only when it makes a call that
+ * drains its queues (a synchronisation, a query), so a record completes for the other process
+ * then; cuEventSynchronize on an event whose work the other process never runs fails with
+ * CUDA_ERROR_NOT_READY after 10 s instead of hanging.
+ *
  * What it does not model: the device (both sides use emulated devices of their own, and the
- * importer charges no capacity for the mapping, as the memory is the exporter's); memory ordering
- * between the processes beyond what each side's synchronous calls give (there is no device clock
- * to order against: use an interprocess event on a GPU); non-Linux hosts (NotSupportedError);
- * the driver's restriction to one importing context per device per other process.
+ * importer charges no capacity for the mapping, as the memory is the exporter's); non-Linux hosts
+ * (NotSupportedError); the driver's restriction to one importing context per device per other
+ * process.
  */
 import { randomBytes } from 'node:crypto';
 import koffi from 'koffi';
-import { checkIpcHandle, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
+import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
 import { CUresult, NotSupportedError } from '../../errors.js';
 import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
 import { PlainAllocation, type Allocation } from './allocation.js';
@@ -41,9 +48,12 @@ import { DEVICE_ALIGNMENT } from './device-memory.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
 import { EagerStore, LazyStore } from './store.js';
+import { EventState } from './streams.js';
 
-/** The first 8 bytes of an emulated memory handle: 'VRAMIPCM' then a layout version. */
+/** The first 8 bytes of an emulated memory handle: 'VRAMIPC' then 1 (memory, layout 1). */
 const MEMORY_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x01] as const;
+/** The first 8 bytes of an emulated event handle: 'VRAMIPC' then 0x81 (event, layout 1). */
+const EVENT_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x81] as const;
 /** Bytes of random token that name the shared file. */
 const TOKEN_BYTES = 16;
 /** Mappings are whole pages. */
@@ -81,10 +91,10 @@ function roundToPage(bytes: number): number {
   return Math.ceil(bytes / PAGE) * PAGE;
 }
 
-function encode(fields: HandleFields): Uint8Array {
+function encode(magic: readonly number[], fields: HandleFields): Uint8Array {
   const handle = new Uint8Array(IPC_HANDLE_BYTES);
   const view = new DataView(handle.buffer);
-  handle.set(MEMORY_MAGIC, 0);
+  handle.set(magic, 0);
   view.setUint32(8, fields.pid, true);
   view.setUint32(12, fields.fd, true);
   view.setBigUint64(16, BigInt(fields.bytes), true);
@@ -93,13 +103,13 @@ function encode(fields: HandleFields): Uint8Array {
   return handle;
 }
 
-function decode(handle: Uint8Array, call: string): HandleFields {
+function decode(handle: Uint8Array, magic: readonly number[], call: string): HandleFields {
   const view = new DataView(handle.buffer, handle.byteOffset, handle.byteLength);
-  const magicOk = MEMORY_MAGIC.every((b, i) => handle[i] === b);
+  const magicOk = magic.every((b, i) => handle[i] === b);
   const bytes = view.getBigUint64(16, true);
   const tail = handle.subarray(32 + TOKEN_BYTES);
   if (!magicOk || bytes === 0n || bytes > BigInt(Number.MAX_SAFE_INTEGER) || tail.some((b) => b !== 0)) {
-    invalidValue(call, 'the bytes are not an IPC memory handle');
+    invalidValue(call, `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`);
   }
   return {
     pid: view.getUint32(8, true),
@@ -134,6 +144,8 @@ export class IpcCalls {
   private readonly imported = new Map<string, Imported>();
   /** Opened handles by address, for cuIpcCloseMemHandle. */
   private readonly importedAt = new Map<number, Imported>();
+  /** Handles of the events this process shared, by event. */
+  private readonly eventHandles = new Map<Handle, Uint8Array>();
 
   constructor(private readonly s: EmulatedState) {
     s.onDrop = (a) => this.dropped(a);
@@ -161,7 +173,7 @@ export class IpcCalls {
     }
     // Queued work that writes the allocation holds its store, so the store itself moves its bytes.
     a.store.shareInto(new Uint8Array(koffi.view(address, mapped)));
-    const handle = encode({ pid: process.pid, fd, bytes: a.size, device: a.device, token });
+    const handle = encode(MEMORY_MAGIC, { pid: process.pid, fd, bytes: a.size, device: a.device, token });
     this.exported.set(a.base, { fd, address, mapped, store: a.store, handle });
     return handle.slice();
   }
@@ -172,7 +184,7 @@ export class IpcCalls {
     checkIpcHandle(handle, call);
     const ctx = this.s.ctx(call);
     if (flags !== IpcMemFlags.LAZY_ENABLE_PEER_ACCESS) invalidValue(call, `flags must be CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (1), got ${flags}`);
-    const fields = decode(handle, call);
+    const fields = decode(handle, MEMORY_MAGIC, call);
     if (fields.pid === process.pid) {
       fail(CUresult.INVALID_CONTEXT, call, 'the handle was exported by this process: use the memory directly');
     }
@@ -215,20 +227,63 @@ export class IpcCalls {
     this.s.dropAllocation(this.s.deviceIndex, entry.allocation);
   }
 
-  /** cuIpcGetEventHandle: not emulated across processes (see the class comment). */
+  /**
+   * cuIpcGetEventHandle: the event's two words (latest record, latest completed record) move to a
+   * page of shared memory that the importers map; records, queries and waits on either side go by
+   * them (stream-calls.ts). The same handle every time for one event.
+   */
   ipcGetEventHandle(event: Handle): Uint8Array {
     const call = 'cuIpcGetEventHandle';
+    this.s.ctx(call);
     const e = this.s.event(event, call);
-    if ((e.flags & 0x4) === 0) invalidValue(call, `event ${event} was not created with CU_EVENT_INTERPROCESS`);
-    fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend does not share events between processes (stream work runs in each process\'s own emulation)');
+    if ((e.flags & EventFlags.INTERPROCESS) === 0) invalidValue(call, `event ${event} was not created with CU_EVENT_INTERPROCESS`);
+    const known = this.eventHandles.get(event);
+    if (known !== undefined) return known.slice();
+    // A record made before the export is not in the shared words: let it run first.
+    this.s.scheduler.drainAll();
+    if (e.recordedAt !== undefined && !e.completed) {
+      fail(CUresult.NOT_READY, call, `event ${event} was recorded behind held work before it was shared: the emulation shares events before their first record or once it ran`);
+    }
+    const token = randomBytes(TOKEN_BYTES).toString('hex');
+    const fd = memfdCreate(fileName(token), PAGE);
+    let address: number;
+    try {
+      address = mapShared(fd, PAGE);
+    } catch (error) {
+      closeFd(fd);
+      throw error;
+    }
+    e.shared = {
+      words: new Int32Array(koffi.view(address, 8)),
+      release: () => {
+        this.eventHandles.delete(event);
+        unmap(address, PAGE);
+        closeFd(fd);
+      },
+    };
+    const handle = encode(EVENT_MAGIC, { pid: process.pid, fd, bytes: PAGE, device: 0, token });
+    this.eventHandles.set(event, handle);
+    return handle.slice();
   }
 
-  /** cuIpcOpenEventHandle: not emulated across processes. */
+  /** cuIpcOpenEventHandle: another process's interprocess event, as an event of the current context. */
   ipcOpenEventHandle(handle: Uint8Array): Handle {
     const call = 'cuIpcOpenEventHandle';
     checkIpcHandle(handle, call);
     this.s.ctx(call);
-    fail(CUresult.NOT_SUPPORTED, call, 'the emulated backend does not share events between processes');
+    const fields = decode(handle, EVENT_MAGIC, call);
+    if (fields.pid === process.pid) fail(CUresult.INVALID_CONTEXT, call, 'the handle was exported by this process: use the event directly');
+    const fd = this.openShared(fields, call);
+    let address: number;
+    try {
+      address = mapShared(fd, PAGE);
+    } finally {
+      closeFd(fd);
+    }
+    const e = new EventState(this.s.handle(), EventFlags.INTERPROCESS | EventFlags.DISABLE_TIMING);
+    e.shared = { words: new Int32Array(koffi.view(address, 8)), release: () => unmap(address, PAGE) };
+    this.s.events.set(e.handle, e);
+    return e.handle;
   }
 
   /** cuMemPoolExportToShareableHandle: not emulated (see poolsNotSupported). */

@@ -68,6 +68,19 @@ export class StreamCalls {
     const call = 'cuStreamWaitEvent';
     const s = this.s.stream(stream, call);
     const e = this.s.event(event, call);
+    const shared = e.shared?.words;
+    if (shared !== undefined) {
+      // An interprocess event: wait for the latest record of any process, read from shared memory.
+      const target = Atomics.load(shared, 0);
+      if (Atomics.load(shared, 1) >= target) return;
+      const deps = e.recordedAt === undefined || e.completed ? undefined : [e.recordedAt];
+      this.s.enqueue(s, undefined, deps, {
+        ready: () => Atomics.load(shared, 1) >= target,
+        progress: () => this.s.scheduler.drainAll(),
+        describe: () => `interprocess event ${event}, whose work another process has not run yet (it runs when that process synchronises)`,
+      });
+      return;
+    }
     if (e.recordedAt === undefined || e.completed) return;
     this.s.enqueue(s, undefined, [e.recordedAt]);
   }
@@ -131,7 +144,8 @@ export class StreamCalls {
 
   /** cuEventDestroy. */
   eventDestroy(event: Handle): void {
-    this.s.event(event, 'cuEventDestroy');
+    const e = this.s.event(event, 'cuEventDestroy');
+    e.shared?.release();
     this.s.events.delete(event);
     this.s.destroyedEvents.add(event);
   }
@@ -143,7 +157,11 @@ export class StreamCalls {
     const s = this.s.stream(stream, call);
     const generation = ++e.generation;
     e.completed = false;
+    const shared = e.shared?.words;
+    const sharedGeneration = shared === undefined ? 0 : Atomics.add(shared, 0, 1) + 1;
     e.recordedAt = this.s.enqueue(s, () => {
+      // The other processes see this record complete unless a newer record (of any process) followed it.
+      if (shared !== undefined && Atomics.load(shared, 0) === sharedGeneration) Atomics.store(shared, 1, sharedGeneration);
       if (e.generation !== generation) return;
       e.completed = true;
       e.time = performance.now();
@@ -155,7 +173,10 @@ export class StreamCalls {
    * while a wait value holds that work.
    */
   eventQuery(event: Handle): boolean {
-    return this.runToEvent(this.s.event(event, 'cuEventQuery'));
+    const e = this.s.event(event, 'cuEventQuery');
+    const ran = this.runToEvent(e);
+    const shared = e.shared?.words;
+    return shared === undefined ? ran : ran && Atomics.load(shared, 1) >= Atomics.load(shared, 0);
   }
 
   /**
@@ -166,6 +187,8 @@ export class StreamCalls {
     const call = 'cuEventSynchronize';
     const e = this.s.event(event, call);
     if (!this.runToEvent(e)) this.s.heldError(call, e.recordedAt!.stream);
+    const shared = e.shared?.words;
+    if (shared !== undefined) waitForOtherProcess(shared, call, event);
     this.s.releasePools();
   }
 
@@ -188,6 +211,27 @@ export class StreamCalls {
   /** Runs the work up to the event's record; true when it ran (or the event was never recorded). */
   private runToEvent(e: EventState): boolean {
     return e.recordedAt === undefined || e.recordedAt.stream.runTo(e.recordedAt.position);
+  }
+}
+
+/**
+ * How long cuEventSynchronize on an interprocess event waits for another process to run the
+ * recorded work. That process's emulated stream work runs only when it makes a call that drains
+ * its queue, which it may never do: the emulation fails with CUDA_ERROR_NOT_READY after this
+ * instead of hanging, as it does for held streams.
+ */
+const OTHER_PROCESS_WAIT_MS = 10_000;
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/** Blocks until the latest record of an interprocess event has run in whichever process made it. */
+function waitForOtherProcess(shared: Int32Array, call: string, event: Handle): void {
+  const deadline = performance.now() + OTHER_PROCESS_WAIT_MS;
+  while (Atomics.load(shared, 1) < Atomics.load(shared, 0)) {
+    if (performance.now() > deadline) {
+      fail(CUresult.NOT_READY, call, `interprocess event ${event}: the process that recorded it has not run that work in ` +
+        `${OTHER_PROCESS_WAIT_MS / 1000} s (its emulated stream work runs when it synchronises); on a GPU this would keep waiting`);
+    }
+    Atomics.wait(sleeper, 0, 0, 1);
   }
 }
 

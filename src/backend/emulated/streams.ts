@@ -145,6 +145,13 @@ export class StreamState {
 }
 
 /** An event: the stream point of its latest record, and when that point ran. */
+/** An interprocess event's shared words and how to let go of them (unmap) when it is destroyed. */
+export interface SharedEventWords {
+  readonly words: Int32Array;
+  readonly release: () => void;
+}
+
+/** A CUDA event of the emulation. */
 export class EventState {
   /** Where the latest record was enqueued; undefined until first recorded. */
   recordedAt: StreamPoint | undefined;
@@ -154,6 +161,12 @@ export class EventState {
   completed = false;
   /** performance.now() when the latest record ran. */
   time = 0;
+  /**
+   * Set once the event is shared with other processes (ipc.ts): two 32-bit words in shared memory,
+   * [0] the number of the latest record in any process, [1] the number of the latest record whose
+   * work has run. Records, queries and waits then go by these words too.
+   */
+  shared: SharedEventWords | undefined;
 
   constructor(
     /** The event's handle. */
