@@ -136,6 +136,18 @@ function poolsNotSupported(what: string, subject: number): never {
     '(its pools live in one process\'s memory); this needs a GPU. Legacy IPC (exportIpc/importIpc) is emulated.');
 }
 
+/** A new shared file of `bytes` named after a fresh token, and this process's mapping of it. */
+function createShared(bytes: number): { token: string; fd: number; address: number } {
+  const token = randomBytes(TOKEN_BYTES).toString('hex');
+  const fd = memfdCreate(fileName(token), bytes);
+  try {
+    return { token, fd, address: mapShared(fd, bytes) };
+  } catch (error) {
+    closeFd(fd);
+    throw error;
+  }
+}
+
 /** Legacy IPC of one emulated driver. */
 export class IpcCalls {
   /** Exported allocations by base address. */
@@ -161,16 +173,8 @@ export class IpcCalls {
     }
     const known = this.exported.get(a.base);
     if (known !== undefined) return known.handle.slice();
-    const token = randomBytes(TOKEN_BYTES).toString('hex');
     const mapped = roundToPage(a.size);
-    const fd = memfdCreate(fileName(token), mapped);
-    let address: number;
-    try {
-      address = mapShared(fd, mapped);
-    } catch (error) {
-      closeFd(fd);
-      throw error;
-    }
+    const { token, fd, address } = createShared(mapped);
     // Queued work that writes the allocation holds its store, so the store itself moves its bytes.
     a.store.shareInto(new Uint8Array(koffi.view(address, mapped)));
     const handle = encode(MEMORY_MAGIC, { pid: process.pid, fd, bytes: a.size, device: a.device, token });
@@ -195,15 +199,8 @@ export class IpcCalls {
       return known.allocation.base;
     }
     const device = this.s.devices[fields.device] !== undefined ? fields.device : ctx.device.ordinal;
-    const fd = this.openShared(fields, call);
     const mapped = roundToPage(fields.bytes);
-    let address: number;
-    try {
-      address = mapShared(fd, mapped);
-    } finally {
-      // The mapping keeps the file alive; the descriptor is not needed once mapped.
-      closeFd(fd);
-    }
+    const address = this.mapOther(fields, mapped, call);
     const base = this.s.deviceRange.take(mapped, DEVICE_ALIGNMENT, call);
     const store = new EagerStore(koffi.view(address, mapped), 0, fields.bytes);
     const allocation = new PlainAllocation('ipc', base, fields.bytes, device, ctx.handle, store, 0, 0);
@@ -244,15 +241,7 @@ export class IpcCalls {
     if (e.recordedAt !== undefined && !e.completed) {
       fail(CUresult.NOT_READY, call, `event ${event} was recorded behind held work before it was shared: the emulation shares events before their first record or once it ran`);
     }
-    const token = randomBytes(TOKEN_BYTES).toString('hex');
-    const fd = memfdCreate(fileName(token), PAGE);
-    let address: number;
-    try {
-      address = mapShared(fd, PAGE);
-    } catch (error) {
-      closeFd(fd);
-      throw error;
-    }
+    const { token, fd, address } = createShared(PAGE);
     e.shared = {
       words: new Int32Array(koffi.view(address, 8)),
       release: () => {
@@ -273,13 +262,7 @@ export class IpcCalls {
     this.s.ctx(call);
     const fields = decode(handle, EVENT_MAGIC, call);
     if (fields.pid === process.pid) fail(CUresult.INVALID_CONTEXT, call, 'the handle was exported by this process: use the event directly');
-    const fd = this.openShared(fields, call);
-    let address: number;
-    try {
-      address = mapShared(fd, PAGE);
-    } finally {
-      closeFd(fd);
-    }
+    const address = this.mapOther(fields, PAGE, call);
     const e = new EventState(this.s.handle(), EventFlags.INTERPROCESS | EventFlags.DISABLE_TIMING);
     e.shared = { words: new Int32Array(koffi.view(address, 8)), release: () => unmap(address, PAGE) };
     this.s.events.set(e.handle, e);
@@ -309,6 +292,16 @@ export class IpcCalls {
     checkIpcHandle(data, 'cuMemPoolImportPointer');
     this.s.ctx('cuMemPoolImportPointer');
     return poolsNotSupported('importing a pointer into pool', pool);
+  }
+
+  /** Maps `bytes` of the exporter's shared file; the mapping keeps the file alive, so its descriptor is closed at once. */
+  private mapOther(fields: HandleFields, bytes: number, call: string): number {
+    const fd = this.openShared(fields, call);
+    try {
+      return mapShared(fd, bytes);
+    } finally {
+      closeFd(fd);
+    }
   }
 
   /** Opens the exporter's shared file, checking it is the one the handle names. */
