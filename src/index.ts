@@ -28,6 +28,8 @@ export type { StreamOptions, EventOptions, StreamWatcher } from './stream.js';
 
 // Buffers and lifetimes
 export { DeviceBuffer, PitchedDeviceBuffer } from './memory/device-buffer.js';
+export { ForeignDeviceBuffer } from './memory/foreign-device-buffer.js';
+export type { ForeignPointerOptions, ForeignMemoryKind } from './memory/foreign-device-buffer.js';
 export type { DeviceBufferOptions, PitchedOptions } from './memory/device-buffer.js';
 export { HostBuffer } from './memory/host-buffer.js';
 export type { HostBufferOptions, HostRegisterOptions } from './memory/host-buffer.js';
@@ -60,10 +62,21 @@ export type { Layout, SliceSpec, SliceRange } from './array/layout.js';
 export { DeviceArray } from './array/device-array.js';
 export type {
   DeviceArrayOptions, DeviceArrayFromOptions, DeviceArrayViewOptions, PitchedArrayOptions, AsyncCopyOptions,
-  DeviceArrayMemory, InferableTypedArray, InferredDType,
+  DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions,
 } from './array/device-array.js';
 export { HostArray } from './array/host-array.js';
 export type { HostArrayFromOptions, HostArrayViewOptions } from './array/host-array.js';
+
+// Interop: CUDA Array Interface, DLPack, placement (IPC below)
+export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from './interop/cuda-array-interface.js';
+export type {
+  CudaArrayInterface, ToCudaArrayInterfaceOptions, FromCudaArrayInterfaceOptions, CudaArrayInterfaceInfo,
+} from './interop/cuda-array-interface.js';
+export { toDLPack, fromDLPack, deleteDLPack, dlpackInfo, dlpackExportsHeld } from './interop/dlpack.js';
+export type { ToDLPackOptions, FromDLPackOptions, DLPackImportInfo } from './interop/dlpack.js';
+export { DLDeviceType, DLDataTypeCode, DLPACK_FLAG_READ_ONLY, DLPACK_FLAG_IS_COPIED } from './cuda/dlpack-abi.js';
+export { place, defaultPlacementMargin } from './interop/place.js';
+export type { PlaceOptions, Placement } from './interop/place.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
 export { MemoryResource, defaultStream, isReserving } from './memory/resource.js';

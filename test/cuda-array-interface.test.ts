@@ -10,7 +10,7 @@ import { DeviceArray } from '../src/array/device-array.js';
 import { HostAllocFlags, StreamWaitValueFlags, StreamWriteValueFlags } from '../src/backend/backend.js';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
-import { InvalidPointerError, NotSupportedError } from '../src/errors.js';
+import { InvalidPointerError, NotSupportedError, VramStateError } from '../src/errors.js';
 import {
   cudaArrayInterfaceInfo, fromCudaArrayInterface, toCudaArrayInterface, type CudaArrayInterface,
 } from '../src/interop/cuda-array-interface.js';
@@ -124,12 +124,14 @@ describe('fromCudaArrayInterface', () => {
     assert.deepEqual(u2.toHost(), new Uint8Array(16).fill(7));
   });
 
-  it('version 2, a bigint address, a read-only flag (reported), an empty interface', () => {
+  it('version 2, a bigint address, a read-only flag (enforced), an empty interface', () => {
     using a = DeviceArray.from(new Int16Array([1, -2, 3]));
     const cai = toCudaArrayInterface(a);
     using v2 = fromCudaArrayInterface({ ...cai, version: 2, data: [BigInt(a.ptr), true], stream: undefined });
     assert.deepEqual(v2.toHost(), new Int16Array([1, -2, 3]));
     assert.deepEqual(cudaArrayInterfaceInfo(v2), { version: 2, readOnly: true, typestr: '<i2' });
+    assert.throws(() => v2.copyFrom(new Int16Array([4, 5, 6])), VramStateError);
+    assert.deepEqual(v2.toHost(), new Int16Array([1, -2, 3]));
     assert.equal(cudaArrayInterfaceInfo(a), undefined);
     using empty = fromCudaArrayInterface({ shape: [0, 4], typestr: '<f8', data: [0, false], version: 3 });
     assert.deepEqual([empty.shape, empty.dtype.name], [[0, 4], 'float64']);

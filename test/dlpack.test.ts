@@ -21,7 +21,8 @@ import {
   allocateNative, callDeleter, DLDataTypeCode, DLDeviceType, DLPACK_FLAG_IS_COPIED, DLPACK_FLAG_READ_ONLY, freeNative,
   managedLayout, nativeBuffer, nativeView, TENSOR_LAYOUT, type NativeBlock,
 } from '../src/cuda/dlpack-abi.js';
-import { InvalidPointerError, NotSupportedError, UseAfterFreeError } from '../src/errors.js';
+import { InvalidPointerError, NotSupportedError, UseAfterFreeError, VramStateError } from '../src/errors.js';
+import type { DeviceMemory } from '../src/memory/copy.js';
 import { deleteDLPack, dlpackExportsHeld, dlpackInfo, fromDLPack, toDLPack } from '../src/interop/dlpack.js';
 import { HostBuffer } from '../src/memory/host-buffer.js';
 import { ManagedBuffer } from '../src/memory/managed-buffer.js';
@@ -227,15 +228,21 @@ describe('fromDLPack', () => {
     }
   });
 
-  test('the import writes through to the producer\'s memory; info reports the flags', () => {
+  test('the import writes through to the producer\'s memory; a read-only import refuses writes; info reports the flags', () => {
     using a = DeviceArray.zeros([4], 'int32');
     const b = fromDLPack(toDLPack(a, { readOnly: true, copied: true }));
     assert.deepEqual(dlpackInfo(b), {
       versioned: true, version: { major: 1, minor: 1 }, readOnly: true, copied: true, deviceType: DLDeviceType.kDLCUDA,
     });
-    b.copyFrom(new Int32Array([1, 2, 3, 4]));
-    assert.deepEqual(numbers(a.toHost()), [1, 2, 3, 4]);
+    assert.throws(() => b.copyFrom(new Int32Array([1, 2, 3, 4])), VramStateError);
+    assert.throws(() => b.slice([1, 3]).fill(7 as never), VramStateError);
+    assert.throws(() => (b.buffer as DeviceMemory).memset(1), VramStateError);
+    assert.deepEqual(numbers(b.toHost()), [0, 0, 0, 0], 'reads work, and nothing was written');
     b.free();
+    const w = fromDLPack(toDLPack(a, { copied: true }));
+    w.copyFrom(new Int32Array([1, 2, 3, 4]));
+    assert.deepEqual(numbers(a.toHost()), [1, 2, 3, 4]);
+    w.free();
     assert.equal(dlpackInfo(a), undefined);
     using legacy = fromDLPack(toDLPack(a, { versioned: false }), { versioned: false });
     assert.equal(dlpackInfo(legacy)?.version.major, 0);

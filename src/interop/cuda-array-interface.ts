@@ -190,7 +190,7 @@ export function fromCudaArrayInterface(obj: CudaArrayInterface, options: FromCud
     const low = outStrides === undefined ? 0 : outStrides.reduce((sum, s, i) => sum + Math.min(0, s * (outShape[i]! - 1)), 0);
     // The interface points at element (0, ..., 0); fromPointer takes the lowest byte reached.
     array = DeviceArray.fromPointer(address + low * dt.byteSize, outShape, dt, {
-      owner: options.owner, device: options.device, stream: options.stream,
+      owner: options.owner, device: options.device, stream: options.stream, readOnly,
       byteOffset: Math.abs(low * dt.byteSize), ...(outStrides === undefined ? {} : { strides: outStrides }),
     });
     if (producer !== undefined) {

@@ -396,8 +396,8 @@ function readTensor(address: number, versioned: boolean): TensorFields {
  * wrapped as it is). A tensor of no elements holds no memory: it becomes a new empty array and
  * its deleter is called at once.
  *
- * The struct's flags come back through `dlpackInfo(array)`: `copied`, and `readOnly`, which vram
- * does not enforce on writes (see dlpackInfo).
+ * The struct's flags come back through `dlpackInfo(array)`. A READ_ONLY tensor is wrapped
+ * read-only: a copy or fill into it (or into any view of it) is a VramStateError.
  *
  * @param ptr The struct's address (a number, or a bigint as koffi returns pointers).
  * @param options `versioned` (default true: a DLManagedTensorVersioned; false: a DLManagedTensor),
@@ -461,7 +461,8 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
     : { shape: f.shape, strides: f.strides, byteOffset: 0, itemSize };
   const { start, end } = byteSpan(layout);
   const lowest = f.data + f.byteOffset + start;
-  const placed = { strides: layout.strides, byteOffset: -start };
+  // A read-only tensor's memory is wrapped read-only: writes into it are VramStateErrors.
+  const placed = { strides: layout.strides, byteOffset: -start, readOnly: f.info.readOnly };
   if (f.info.deviceType !== DLDeviceType.kDLCPU) {
     return DeviceArray.fromPointer(lowest, f.shape, f.dtype, {
       ...placed, onRelease: release, device: f.info.deviceType === DLDeviceType.kDLCUDA ? f.deviceId : device,
@@ -496,8 +497,7 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
 
 /**
  * What the struct of an array `fromDLPack` returned said: its version, device type, and the
- * read-only and copied flags. Read-only is reported, not enforced: vram's arrays have no write
- * guard, so a program that imports a read-only tensor must not write it (copy it first: `copy()`).
+ * read-only and copied flags (a read-only import refuses writes; copy it to get one you may write).
  *
  * @param array An array `fromDLPack` returned (not a view made from it).
  * @returns The info, or undefined for any other array.

@@ -9,6 +9,7 @@
  */
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
+import { VramStateError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { Allocation } from './lifetime.js';
@@ -95,6 +96,14 @@ export abstract class DeviceMemory extends Allocation {
 
   /** The device the memory lives on, for choosing a peer copy; undefined when not device-resident. */
   abstract readonly residentDevice: Device | undefined;
+
+  /**
+   * True for memory lent for reading only (a foreign buffer wrapped with `readOnly`): copies,
+   * 2D copies and fills into it are refused with VramStateError. False for vram's own memory.
+   */
+  get readOnly(): boolean {
+    return false;
+  }
 
   /**
    * The context the memory belongs to: the device's active context for memory vram allocated (it
@@ -250,6 +259,13 @@ export abstract class DeviceMemory extends Allocation {
   }
 }
 
+/** VramStateError when `dst` is memory lent read-only (checked with the other arguments, before any driver call). */
+function checkWritable(dst: CopyEndpoint, what: string): void {
+  if (dst instanceof DeviceMemory && dst.readOnly) {
+    throw new VramStateError(`${what}: the destination is read-only memory (lent with readOnly by its producer)`);
+  }
+}
+
 /** TypeError unless `end` is JavaScript memory or a vram buffer (checked before anything else). */
 function checkHostEndpoint(end: unknown, what: string): void {
   if (!isHostData(end) && !(end instanceof Allocation)) {
@@ -336,6 +352,7 @@ function planCopy(
   checkRange(srcOffset, bytes, s.size, `${what}: source`);
   checkRange(dstOffset, bytes, d.size, `${what}: destination`);
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
+  checkWritable(dst, what);
   const stream = options.stream;
   const device = stream instanceof Stream ? stream.device : deviceOf(dst) ?? deviceOf(src);
   return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device, home: homeOf(dst, src) };
@@ -464,6 +481,7 @@ export function memsetValue(value: unknown, elementBytes: 1 | 2 | 4): number {
 /** The memset behind DeviceMemory.memset: checks everything, then one (async) driver call. */
 export function fill(target: DeviceMemory, value: number, options: MemsetOptions): void {
   if (options === null || typeof options !== 'object') throw new TypeError('memset: options must be an object');
+  checkWritable(target, 'memset');
   const elementBytes = options.elementBytes ?? 1;
   if (elementBytes !== 1 && elementBytes !== 2 && elementBytes !== 4) {
     throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
@@ -526,6 +544,7 @@ export function copy2D(
     }
   }
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
+  checkWritable(dst.memory, what);
   if (streamHandle !== undefined && (d.js || s.js)) {
     throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
   }

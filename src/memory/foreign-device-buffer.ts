@@ -43,6 +43,12 @@ export interface ForeignPointerOptions {
    * device whose kernels read it.
    */
   readonly device?: Device | number;
+  /**
+   * The producer lends the memory for reading only (DLPack's READ_ONLY flag, the CUDA Array
+   * Interface's `data[1]`): every copy, 2D copy or fill into it (through the buffer or any array
+   * over it) is then a VramStateError before any driver call. Default false.
+   */
+  readonly readOnly?: boolean;
 }
 
 /** What the driver said the memory is. */
@@ -79,9 +85,10 @@ export class ForeignDeviceBuffer extends DeviceMemory {
   readonly stream: StreamRef = defaultStream;
   /** The context the driver reported, when one (stream-ordered and VMM memory report none). */
   readonly #context: Handle | undefined;
+  readonly #readOnly: boolean;
   #owner: unknown;
 
-  private constructor(ptr: Ptr, bytes: number, checked: Checked, owner: unknown, release: Release) {
+  private constructor(ptr: Ptr, bytes: number, checked: Checked, owner: unknown, release: Release, readOnly: boolean) {
     // Not stream-ordered: `onRelease` hands the memory back at once, so `free()` first waits on
     // the host for the streams recorded as using it.
     super(ptr, bytes, release, checked.device, undefined, false);
@@ -90,6 +97,12 @@ export class ForeignDeviceBuffer extends DeviceMemory {
     this.kind = checked.kind;
     this.#context = checked.context;
     this.#owner = owner;
+    this.#readOnly = readOnly;
+  }
+
+  /** True when the producer lent the memory read-only: writes into it are refused. */
+  override get readOnly(): boolean {
+    return this.#readOnly;
   }
 
   /**
@@ -119,13 +132,16 @@ export class ForeignDeviceBuffer extends DeviceMemory {
     if (onRelease !== undefined && typeof onRelease !== 'function') {
       throw new TypeError(`onRelease must be a function, got ${typeof onRelease}`);
     }
+    if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean') {
+      throw new TypeError(`readOnly must be a boolean, got ${typeof options.readOnly}`);
+    }
     const asked = options.device === undefined ? undefined : Device.resolve(options.device);
     const checked = checkForeignPointer(ptr, bytes, asked);
     // Built here, so it captures the callback and never the buffer; Allocation calls it once.
     const release: Release = () => {
       onRelease?.();
     };
-    return new ForeignDeviceBuffer(ptr, bytes, checked, options.owner, release);
+    return new ForeignDeviceBuffer(ptr, bytes, checked, options.owner, release, options.readOnly === true);
   }
 
   /**
