@@ -9,6 +9,7 @@
  * emulated backend refuses those with a NotSupportedError, tested here).
  */
 import assert from 'node:assert/strict';
+import fc from 'fast-check';
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -177,6 +178,21 @@ describe('IpcHandle', () => {
     assert.equal(bare.byteLength, 100);
     assert.equal(bare.offset, 8);
     assert.equal(IpcHandle.from(driver).byteLength, undefined);
+  });
+
+  test('every handle survives each of its forms (property)', () => {
+    fc.assert(fc.property(
+      fc.uint8Array({ minLength: 64, maxLength: 64 }),
+      fc.option(fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }), { nil: undefined }),
+      fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
+      (driver, byteLength, offset) => {
+        const h = new IpcHandle(driver, byteLength, offset);
+        for (const again of [IpcHandle.from(h.toString()), IpcHandle.from(h.toBytes())]) {
+          assert.deepEqual(again.driverHandle, driver);
+          assert.equal(again.byteLength, byteLength);
+          assert.equal(again.offset, offset);
+        }
+      }));
   });
 
   test('refuses what is not a handle, before any driver call', () => {
