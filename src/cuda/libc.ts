@@ -11,7 +11,14 @@
 import koffi from 'koffi';
 import { NotSupportedError, VramError } from '../errors.js';
 
-/** A failed libc call, with its errno. */
+/**
+ * A failed libc call, with its errno.
+ *
+ * @example
+ * ```ts
+ * try { sendFd(path, fd, 'pool'); } catch (e) { if (e instanceof SystemCallError) console.error(e.call, e.errno); }
+ * ```
+ */
 export class SystemCallError extends VramError {
   /**
    * @param call The libc function that failed.
@@ -23,7 +30,14 @@ export class SystemCallError extends VramError {
   }
 }
 
-/** The errno values vram reports by name (Linux). */
+/**
+ * The errno values vram reports by name (Linux).
+ *
+ * @example
+ * ```ts
+ * if (e instanceof SystemCallError && e.errno === Errno.EBADF) console.error('not an open descriptor');
+ * ```
+ */
 export const Errno = {
   ENOENT: 2,
   EBADF: 9,

@@ -105,12 +105,28 @@ export class IpcBuffer extends DeviceMemory {
     return new IpcBuffer(base + handle.offset, bytes, base, device, release, defaultStream, false);
   }
 
-  /** The memory is device memory, reached from the importing device. */
+  /**
+   * The memory is device memory, reached from the importing device (peer copies use it).
+   *
+   * @returns The importing device.
+   * @example
+   * ```ts
+   * shared.residentDevice.ordinal; // 0
+   * ```
+   */
   get residentDevice(): Device {
     return this.device;
   }
 
-  /** `IpcBuffer(4096 bytes on device 0)`. */
+  /**
+   * A short description for logs.
+   *
+   * @returns `IpcBuffer(4096 bytes on device 0)`, with `, closed` once freed.
+   * @example
+   * ```ts
+   * String(shared);
+   * ```
+   */
   override toString(): string {
     return `IpcBuffer(${this.byteLength} bytes on device ${this.device.ordinal}${this.isFreed ? ', closed' : ''})`;
   }

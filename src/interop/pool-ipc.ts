@@ -146,7 +146,16 @@ export class ImportedPool {
     return new ImportedPool(pool, device);
   }
 
-  /** The driver's handle of the imported pool. */
+  /**
+   * The driver's handle of the imported pool.
+   *
+   * @returns The CUmemoryPool.
+   * @throws {UseAfterFreeError} Once destroyed.
+   * @example
+   * ```ts
+   * backend.memPoolGetAttribute(pool.handle, MemPoolAttribute.USED_MEM_CURRENT);
+   * ```
+   */
   get handle(): Handle {
     if (this.#destroyed) throw new UseAfterFreeError('the imported pool was destroyed');
     return this.#pool;
@@ -193,7 +202,14 @@ export class ImportedPool {
     this.device.backend.memPoolDestroy(pool);
   }
 
-  /** `using pool = importPool(fd)` destroys it at the end of the scope. */
+  /**
+   * `using pool = importPool(fd)` destroys it at the end of the scope (a no-op once destroyed).
+   *
+   * @example
+   * ```ts
+   * { using pool = importPool(fd); }
+   * ```
+   */
   [Symbol.dispose](): void {
     if (!this.#destroyed) this.destroy();
   }
