@@ -175,8 +175,16 @@ export class IpcCalls {
     if (known !== undefined) return known.handle.slice();
     const mapped = roundToPage(a.size);
     const { token, fd, address } = createShared(mapped);
+    let view: Uint8Array;
+    try {
+      view = new Uint8Array(koffi.view(address, mapped));
+    } catch (error) {
+      unmap(address, mapped);
+      closeFd(fd);
+      throw error;
+    }
     // Queued work that writes the allocation holds its store, so the store itself moves its bytes.
-    a.store.shareInto(new Uint8Array(koffi.view(address, mapped)));
+    a.store.shareInto(view);
     const handle = encode(MEMORY_MAGIC, { pid: process.pid, fd, bytes: a.size, device: a.device, token });
     this.exported.set(a.base, { fd, address, mapped, store: a.store, handle });
     return handle.slice();
@@ -201,8 +209,15 @@ export class IpcCalls {
     const device = this.s.devices[fields.device] !== undefined ? fields.device : ctx.device.ordinal;
     const mapped = roundToPage(fields.bytes);
     const address = this.mapOther(fields, mapped, call);
-    const base = this.s.deviceRange.take(mapped, DEVICE_ALIGNMENT, call);
-    const store = new EagerStore(koffi.view(address, mapped), 0, fields.bytes);
+    let base: number;
+    let store: EagerStore;
+    try {
+      base = this.s.deviceRange.take(mapped, DEVICE_ALIGNMENT, call);
+      store = new EagerStore(koffi.view(address, mapped), 0, fields.bytes);
+    } catch (error) {
+      unmap(address, mapped);
+      throw error;
+    }
     const allocation = new PlainAllocation('ipc', base, fields.bytes, device, ctx.handle, store, 0, 0);
     this.s.deviceIndex.insert(allocation);
     const entry: Imported = { allocation, context: ctx.handle, address, mapped, token: fields.token, opens: 1 };
