@@ -67,7 +67,7 @@ export type {
 export { HostArray } from './array/host-array.js';
 export type { HostArrayFromOptions, HostArrayViewOptions } from './array/host-array.js';
 
-// Interop: CUDA Array Interface, DLPack, placement (IPC below)
+// Interop: CUDA Array Interface, DLPack, placement, IPC between processes
 export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from './interop/cuda-array-interface.js';
 export type {
   CudaArrayInterface, ToCudaArrayInterfaceOptions, FromCudaArrayInterfaceOptions, CudaArrayInterfaceInfo,
@@ -76,6 +76,14 @@ export { toDLPack, fromDLPack, deleteDLPack, dlpackInfo, dlpackExportsHeld } fro
 export type { ToDLPackOptions, FromDLPackOptions, DLPackImportInfo } from './interop/dlpack.js';
 export { DLDeviceType, DLDataTypeCode, DLPACK_FLAG_READ_ONLY, DLPACK_FLAG_IS_COPIED } from './cuda/dlpack-abi.js';
 export { place, defaultPlacementMargin } from './interop/place.js';
+export { exportIpc, importIpc } from './interop/ipc.js';
+export type { ImportIpcOptions } from './interop/ipc.js';
+export { IpcHandle } from './interop/ipc-handle.js';
+export { IpcBuffer } from './interop/ipc-buffer.js';
+export { exportPool, exportPoolPointer, importPool, ImportedPool } from './interop/pool-ipc.js';
+export type { ImportPoolOptions, ImportPointerOptions } from './interop/pool-ipc.js';
+export { sendFd, receiveFd, closeFd, SystemCallError } from './interop/fd-passing.js';
+export type { ReceivedFd, ReceiveFdOptions } from './interop/fd-passing.js';
 export type { PlaceOptions, Placement } from './interop/place.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors

@@ -41,10 +41,11 @@ function readStruct(address: number, versioned: boolean) {
   const strides: number[] = [];
   if (ndim > 0) {
     const s = nativeView(shapePtr, 8 * ndim);
-    const st = nativeView(stridesPtr, 8 * ndim);
+    // NULL strides (compact row-major, as C producers may write them) are left empty.
+    const st = stridesPtr === 0 ? undefined : nativeView(stridesPtr, 8 * ndim);
     for (let i = 0; i < ndim; i++) {
       shape.push(Number(s.getBigInt64(8 * i, true)));
-      strides.push(Number(st.getBigInt64(8 * i, true)));
+      if (st !== undefined) strides.push(Number(st.getBigInt64(8 * i, true)));
     }
   }
   return {
