@@ -20,7 +20,9 @@
  * that dies leaves the other consistent: the importer's mapping stays valid until it closes it,
  * and the exporter can still free its memory. Errors: a handle that is not one (bad bytes) or
  * whose exporter or allocation is gone is CUDA_ERROR_INVALID_VALUE, as the driver reports a bad
- * handle ("invalid argument" from cudaIpcOpenMemHandle in NCCL's and PyTorch's reports); opening
+ * handle ("invalid argument" from cudaIpcOpenMemHandle in NCCL's and PyTorch's reports, and an
+ * H100 with CUDA 13 for a malformed handle and for freed memory), except a handle whose exporting
+ * process has exited, which is CUDA_ERROR_INVALID_HANDLE (as that H100 answered); opening
  * a handle in the process that exported it is CUDA_ERROR_INVALID_CONTEXT; exporting anything but
  * cuMemAlloc memory (pool, virtual, managed or host memory) is CUDA_ERROR_INVALID_VALUE, as the
  * driver answers for cuMemAllocAsync memory.
@@ -39,6 +41,7 @@
  * process.
  */
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import koffi from 'koffi';
 import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
 import { CUresult, NotSupportedError } from '../../errors.js';
@@ -324,7 +327,10 @@ export class IpcCalls {
     const path = `/proc/${fields.pid}/fd/${fields.fd}`;
     const expected = `/memfd:${fileName(fields.token)} (deleted)`;
     if (readLink(path) !== expected) {
-      invalidValue(call, 'the handle is stale: its exporting process has exited or freed the memory');
+      // As an H100 answered (CUDA 13): CUDA_ERROR_INVALID_HANDLE once the exporting process is
+      // gone, CUDA_ERROR_INVALID_VALUE while it lives but has freed the memory.
+      if (!existsSync(`/proc/${fields.pid}`)) fail(CUresult.INVALID_HANDLE, call, 'the handle is stale: its exporting process has exited');
+      invalidValue(call, 'the handle is stale: its exporting process freed the memory');
     }
     try {
       const fd = openReadWrite(path);
