@@ -112,7 +112,10 @@ function decode(handle: Uint8Array, magic: readonly number[], call: string): Han
   const bytes = view.getBigUint64(16, true);
   const tail = handle.subarray(32 + TOKEN_BYTES);
   if (!magicOk || bytes === 0n || bytes > BigInt(Number.MAX_SAFE_INTEGER) || tail.some((b) => b !== 0)) {
-    invalidValue(call, `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`);
+    const what = `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`;
+    // As an H100 answered (CUDA 13): a malformed event handle fails to map, a memory handle is invalid.
+    if (magic === EVENT_MAGIC) fail(CUresult.MAP_FAILED, call, what);
+    invalidValue(call, what);
   }
   return {
     pid: view.getUint32(8, true),
