@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { assertMemoryReturned, deviceMemoryUsed, forceGc, FREE_MEMORY_SLACK, gpuOnly, onGpu } from './helpers.js';
+import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, forceGc, FREE_MEMORY_SLACK, gpuOnly, onGpu } from './helpers.js';
 import { setBackend, getBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { Device } from '../src/device.js';
@@ -395,10 +395,7 @@ test('HostBuffer: flags, views of every type, devicePtr only when mapped', () =>
 });
 
 test('a view of write-combined memory warns once (VRAM_WRITE_COMBINED_READ)', async () => {
-  const warnings: string[] = [];
-  const listener = (w: Error & { code?: string }): void => { if (w.code) warnings.push(w.code); };
-  process.on('warning', listener);
-  try {
+  const warnings = await captureWarnings(() => {
     using wc = HostBuffer.allocate(1024, { writeCombined: true });
     assert.equal(wc.writeCombined, true);
     wc.view().fill(3);
@@ -406,10 +403,7 @@ test('a view of write-combined memory warns once (VRAM_WRITE_COMBINED_READ)', as
     using d = DeviceBuffer.allocate(1024);
     d.copyFromHost(wc);
     assert.ok(d.copyToHost(new Uint8Array(1024)).every((x) => x === 3));
-    await new Promise((resolve) => setImmediate(resolve));
-  } finally {
-    process.off('warning', listener);
-  }
+  });
   assert.deepEqual(warnings.filter((c) => c === 'VRAM_WRITE_COMBINED_READ'), ['VRAM_WRITE_COMBINED_READ']);
 });
 

@@ -60,3 +60,23 @@ export const forceGc: (() => void) | undefined = ((): (() => void) | undefined =
 
 /** The skip option of a test that needs `forceGc`. */
 export const needsGc = { skip: forceGc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false } as const;
+
+/**
+ * Runs `body` and returns the codes of the warnings vram emitted meanwhile, without printing them
+ * (process.emitWarning is stubbed for the duration): a test that checks a warning leaves the
+ * suite's output clean.
+ */
+export async function captureWarnings(body: () => void | Promise<void>): Promise<string[]> {
+  const codes: string[] = [];
+  const original = process.emitWarning;
+  const capture = (_warning: string | Error, options?: string | { code?: string }, code?: string): void => {
+    codes.push((typeof options === 'object' ? options.code : code) ?? '');
+  };
+  process.emitWarning = capture as typeof process.emitWarning;
+  try {
+    await body();
+  } finally {
+    process.emitWarning = original;
+  }
+  return codes;
+}
