@@ -455,7 +455,6 @@ export class VirtualPages {
     try {
       for (; done < missing; done++) {
         const p = this.pending[done]!;
-        const addr = this.base + p * P;
         let h: number;
         if (done < reuse) {
           const q = this.donors[done]!;
@@ -475,15 +474,10 @@ export class VirtualPages {
           if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
         }
         try {
-          b.memMap(addr, P, h);
+          b.memMap(this.base + p * P, P, h);
           this.calls[CALL_MAP]!++;
-          b.memSetAccess(addr, P, this.ordinal, MemAccess.READWRITE);
-          this.calls[CALL_SET_ACCESS]!++;
-          for (const [peer, flags] of this.peers) {
-            b.memSetAccess(addr, P, peer, flags);
-            this.calls[CALL_SET_ACCESS]!++;
-          }
         } catch (error) {
+          // Mapped nowhere now (a moved page was unmapped from its old place): give it back.
           b.memRelease(h);
           this.calls[CALL_RELEASE]!++;
           this.physicalPages--;
@@ -491,21 +485,47 @@ export class VirtualPages {
         }
         this.setMapped(p, h);
       }
+      this.grantAccess(missing);
     } catch (error) {
-      this.undoCreated(reuse, done);
+      this.undoMapped(done);
       throw error;
     }
   }
 
   /**
-   * A growth that failed gives back the pages it created (pending[reuse..done)): they are not
-   * used by any block, and keeping them would leave the device fuller than before the failed call,
-   * so the next allocator (ours or another) would fail too. Moved pages stay mapped where they
-   * went, as cache: they were cache before.
+   * Read-write access for the pool's device, and the peers' access, to the `count` pages just
+   * mapped (pending[0..count), ascending): one cuMemSetAccess per run of consecutive pages and
+   * device, not one per page. A run may span many mappings (the driver allows it: the range need
+   * only be fully mapped; the peer-access tests on two H200s set it over such runs).
    */
-  private undoCreated(reuse: number, done: number): void {
+  private grantAccess(count: number): void {
+    const b = this.backend;
     const P = this.pageBytes;
-    for (let k = reuse; k < done; k++) {
+    const pending = this.pending;
+    for (let k = 0; k < count;) {
+      let e = k;
+      while (e + 1 < count && pending[e + 1] === pending[e]! + 1) e++;
+      const addr = this.base + pending[k]! * P;
+      const bytes = (e - k + 1) * P;
+      b.memSetAccess(addr, bytes, this.ordinal, MemAccess.READWRITE);
+      this.calls[CALL_SET_ACCESS]!++;
+      for (const [peer, flags] of this.peers) {
+        b.memSetAccess(addr, bytes, peer, flags);
+        this.calls[CALL_SET_ACCESS]!++;
+      }
+      k = e + 1;
+    }
+  }
+
+  /**
+   * A growth that failed gives back every page it mapped (pending[0..done)), created or moved
+   * here: none is used by a block, a created one would leave the device fuller than before the
+   * failed call (so the next allocator, ours or another, would fail too), and a moved one may lack
+   * access (granted only once all were mapped), so none may stay as cache.
+   */
+  private undoMapped(done: number): void {
+    const P = this.pageBytes;
+    for (let k = 0; k < done; k++) {
       const p = this.pending[k]!;
       this.backend.memUnmap(this.base + p * P, P);
       this.backend.memRelease(this.handle[p]!);
@@ -515,6 +535,7 @@ export class VirtualPages {
       this.physicalPages--;
     }
   }
+
 
   /**
    * Puts up to `want` cached pages (mapped, no live block on them), none in skip0..skip1, in
