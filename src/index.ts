@@ -1,3 +1,7 @@
+/// <reference lib="esnext.disposable" preserve="true" />
+// The reference above is kept in index.d.ts (preserve) so that a consumer's compiler knows `Disposable`
+// and `Symbol.dispose`, which vram's declarations use, without @types/node or `lib: esnext.disposable`
+// in their own tsconfig (a `tsc --init` project has `types: []`; an ES2022 lib has neither).
 /**
  * vram: CUDA memory management for TypeScript. This module is the public API; the layers below it
  * (src/cuda, src/backend) are reachable through `getBackend()` for code that needs a primitive the
