@@ -13,8 +13,10 @@ import './polyfills.js';
 export { getBackend, setBackend, backendFallbackReason } from './backend/select.js';
 export { EmulatedBackend } from './backend/emulated.js';
 export type {
-  Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory,
+  Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory, MemLocation,
 } from './backend/backend.js';
+export { MemPoolAttribute } from './backend/backend.js';
+export type { EmulatedBackendOptions } from './backend/emulated.js';
 
 // Errors and argument checks
 export {
@@ -34,19 +36,21 @@ export type { StreamOptions, EventOptions, StreamWatcher } from './stream.js';
 export { DeviceBuffer, PitchedDeviceBuffer } from './memory/device-buffer.js';
 export { ForeignDeviceBuffer } from './memory/foreign-device-buffer.js';
 export type { ForeignPointerOptions, ForeignMemoryKind } from './memory/foreign-device-buffer.js';
-export type { DeviceBufferOptions, PitchedOptions } from './memory/device-buffer.js';
+export type { DeviceBufferOptions, PitchedOptions, Copy2DOptions, Copy2DFromOptions } from './memory/device-buffer.js';
 export { HostBuffer } from './memory/host-buffer.js';
-export type { HostBufferOptions, HostRegisterOptions } from './memory/host-buffer.js';
+export type { HostBufferOptions, HostRegisterOptions, TypedArrayConstructor, ViewOptions } from './memory/host-buffer.js';
 export { ManagedBuffer } from './memory/managed-buffer.js';
 export type { ManagedBufferOptions, ManagedAdvice } from './memory/managed-buffer.js';
 export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from './memory/lifetime.js';
+export { Allocation } from './memory/lifetime.js';
+export { DeviceMemory } from './memory/copy.js';
 export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './memory/copy.js';
 
 // Moving ordinary JavaScript memory: staged through pinned chunks, or pinned in place when reused
 export { configureTransfers, transferSettings, transferStatistics, releaseTransferCaches } from './memory/transfer/transfers.js';
 export type { TransferSettings, TransferOptions, TransferStatistics, TransferCount } from './memory/transfer/transfers.js';
 export type { RegistrationPolicy, RegistrationStatistics } from './memory/transfer/registration-cache.js';
-export type { LeakRecord, LeakStatistics, FreeOptions } from './memory/lifetime.js';
+export type { LeakRecord, LeakStatistics, LeakListener, FreeOptions, Release } from './memory/lifetime.js';
 
 // Typed arrays: dtypes (CUDA's scalar and vector types), DeviceArray, HostArray
 export { dtypes, dtypeOf, isDTypeName, hostArrayType } from './array/dtype.js';
@@ -57,9 +61,10 @@ export type {
 export {
   float16Bits, fromFloat16Bits, bfloat16Bits, fromBfloat16Bits, encodeFloat16, decodeFloat16, encodeBfloat16, decodeBfloat16,
 } from './array/half.js';
+export type { WritableNumbers } from './array/half.js';
 export type { Shape } from './array/shape.js';
 export type {
-  HostInput, NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike,
+  HostInput, NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike, ComponentInput, ComponentOutput,
 } from './array/host-data.js';
 export { StridedArray } from './array/layout.js';
 export type { Layout, SliceSpec, SliceRange } from './array/layout.js';
@@ -95,32 +100,39 @@ export { MemoryResource, defaultStream, isReserving } from './memory/resource.js
 export type { ReservingResource, StreamRef, MemoryKind } from './memory/resource.js';
 export { ResourceAdaptor } from './memory/adaptor.js';
 export { StreamOrder } from './memory/stream-order.js';
-export type { Lane } from './memory/stream-order.js';
+export type { Lane, OrderEvents } from './memory/stream-order.js';
 export { getCurrentResource, setCurrentResource } from './memory/current.js';
+export { DriverResource } from './memory/driver-resource.js';
 export { CudaResource } from './memory/cuda-resource.js';
 export { AsyncResource } from './memory/async-resource.js';
 export type { PoolAccess } from './memory/pool-access.js';
 export type { AsyncResourceOptions, AsyncPoolOptions } from './memory/async-resource.js';
 export { ManagedResource } from './memory/managed-resource.js';
+export type { ManagedResourceOptions, ManagedAttach } from './memory/managed-resource.js';
 export { PinnedHostResource } from './memory/pinned-host-resource.js';
+export type { PinnedHostOptions } from './memory/pinned-host-resource.js';
 export { PoolResource } from './memory/pool.js';
-export type { PoolOptions, PoolStatistics } from './memory/pool.js';
+export type { PoolOptions, PoolStatistics, GrowthCalls } from './memory/pool.js';
 export { ArenaResource } from './memory/arena.js';
 export type { ArenaOptions, PitchedBlock } from './memory/arena.js';
 export { BinningResource } from './memory/binning.js';
+export type { BinningOptions } from './memory/binning.js';
 export { FixedSizeResource } from './memory/fixed-size.js';
+export type { FixedSizeOptions } from './memory/fixed-size.js';
 export { PinnedHostPool } from './memory/pinned-host-pool.js';
 export type { PinnedHostPoolOptions, PinnedChunk } from './memory/pinned-host-pool.js';
 export { StatisticsAdaptor } from './memory/statistics.js';
 export type { AllocationStatistics } from './memory/statistics.js';
 export { LimitingAdaptor } from './memory/limiting.js';
 export { TrackingAdaptor } from './memory/tracking.js';
-export type { TrackedAllocation } from './memory/tracking.js';
+export type { TrackedAllocation, TrackingOptions } from './memory/tracking.js';
 export { LoggingAdaptor, ALLOCATION_LOG_HEADER } from './memory/logging.js';
+export type { LogSink, LoggingOptions } from './memory/logging.js';
 export { RetryOnOutOfMemory } from './memory/out-of-memory.js';
+export type { RetryOptions } from './memory/out-of-memory.js';
 
 // Allocation logs and their replay
 export { parseAllocationLog, readAllocationLog, TraceParseError } from './replay/parse.js';
-export type { AllocationTrace, TraceEvent } from './replay/parse.js';
+export type { AllocationTrace, TraceEvent, TraceAction, TraceSummary } from './replay/parse.js';
 export { replay, ReplayError } from './replay/engine.js';
-export type { ReplayResult, ReplayOptions } from './replay/engine.js';
+export type { ReplayResult, ReplayOptions, ReplayPass, ReservedSource, GrowthFigures } from './replay/engine.js';
