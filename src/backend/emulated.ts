@@ -20,6 +20,7 @@ import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
+import { parseSize } from '../util/size.js';
 
 export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './emulated/device-memory.js';
 
@@ -34,15 +35,11 @@ export interface EmulatedBackendOptions {
 /** Default capacity of an emulated device. */
 export const DEFAULT_EMULATED_CAPACITY = 4 * 1024 ** 3;
 
-/** Reads the default capacity from VRAM_EMULATED_BYTES. */
+/** Reads the default capacity from VRAM_EMULATED_BYTES: bytes, or a size such as `16G` (src/util/size.ts). */
 function defaultCapacity(): number {
   const env = process.env.VRAM_EMULATED_BYTES;
   if (env === undefined || env === '') return DEFAULT_EMULATED_CAPACITY;
-  const n = Number(env);
-  if (!/^\d+$/.test(env.trim()) || !Number.isSafeInteger(n) || n <= 0) {
-    throw new RangeError(`VRAM_EMULATED_BYTES must be a positive whole number of bytes, got '${env}'`);
-  }
-  return n;
+  return parseSize(env, 'VRAM_EMULATED_BYTES');
 }
 
 /**

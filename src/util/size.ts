@@ -1,0 +1,46 @@
+/**
+ * The one parser for byte sizes that people type: every flag (`vram bench --sizes`) and every
+ * environment variable (`VRAM_EMULATED_BYTES`, `VRAM_MEMORY_LIMIT`) that takes a size reads it
+ * here, so `16G` means the same thing everywhere.
+ *
+ * The grammar: a number, then an optional binary unit. `4096` is bytes; `K`, `M`, `G`, `T` are
+ * powers of 1024, and may be followed by `iB` or `B` (`64K`, `64KB`, `64KiB` are all 65,536: GPU
+ * memory is counted in binary units, and a cap of `16GB` that meant 10^9 would surprise). Case is
+ * ignored; spaces around the number and unit are allowed. A fraction is accepted with a unit
+ * (`1.5G`) when it comes to whole bytes; bytes themselves must be whole (`1.5` is refused).
+ */
+
+const FACTORS: Readonly<Record<string, number>> = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4 };
+
+/** The units accepted, for messages. */
+const EXAMPLES = 'a whole number of bytes or a size like 64K, 512M, 16G, 1.5GiB';
+
+/**
+ * Parses a byte size: `4096`, `64K`, `512MiB`, `16G`, `1.5GB`, `2T` (binary units).
+ *
+ * @param text What the user wrote.
+ * @param what What the size is for, named in the error (`VRAM_EMULATED_BYTES`, `--sizes`).
+ * @returns The size in bytes: a positive safe integer.
+ * @throws {TypeError} When `text` is not a string.
+ * @throws {RangeError} When `text` is not a size, is zero, is not a whole number of bytes, or is
+ *   larger than 2^53 - 1 bytes; the message is one line naming `what` and what was given.
+ * @example
+ * ```ts
+ * parseSize('16G', 'VRAM_EMULATED_BYTES'); // 17179869184
+ * parseSize('64KiB', '--sizes');            // 65536
+ * parseSize('1.5M', '--sizes');             // 1572864
+ * ```
+ */
+export function parseSize(text: string, what: string): number {
+  if (typeof text !== 'string') {
+    throw new TypeError(`${what} must be a size given as text, got ${text === null ? 'null' : typeof text}`);
+  }
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|(b)?)\s*$/i.exec(text);
+  if (match === null) throw new RangeError(`${what} must be ${EXAMPLES}; got '${text}'`);
+  const factor = FACTORS[(match[2] ?? '').toLowerCase()]!;
+  const bytes = Number(match[1]) * factor;
+  if (!Number.isInteger(bytes)) throw new RangeError(`${what} must come to a whole number of bytes; got '${text}'`);
+  if (bytes <= 0) throw new RangeError(`${what} must be positive; got '${text}'`);
+  if (!Number.isSafeInteger(bytes)) throw new RangeError(`${what} is too large; got '${text}'`);
+  return bytes;
+}
