@@ -1,0 +1,121 @@
+/**
+ * vram as a consumer gets it: `npm pack` of this repository, the tarball unpacked into a temporary
+ * project's node_modules/vram (its contents exactly, nothing from the working tree) beside a link to the
+ * koffi this repository installed (no network), then test/fixtures/consumer compiled and run there:
+ * a strict TypeScript file using the public API with `using`, compiled with tsc for Node 20 (target
+ * ES2022, which lowers `using`), with lib ES2022 alone (vram's declarations bring `Disposable`) and with
+ * `tsc --init`'s defaults, run on the emulated backend; and a CommonJS file that `require()`s the package.
+ *
+ * Needs the build (`npm test` builds first: the tarball packs dist/src) and npm; skips if npm is absent.
+ */
+import assert from 'node:assert/strict';
+import { execFile, execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const root = path.resolve(fileURLToPath(new URL('../../', import.meta.url)));
+const fixture = path.join(root, 'test', 'fixtures', 'consumer');
+const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+
+/** Why the test cannot run here, or undefined when it can. */
+function skipReason(): string | undefined {
+  try {
+    execFileSync(npm, ['--version'], { stdio: 'ignore' });
+  } catch {
+    return 'npm is not available on PATH';
+  }
+  return undefined;
+}
+
+/** One file of `npm pack --json`'s listing. */
+interface PackedFile {
+  readonly path: string;
+}
+
+/** What `npm pack --json` says of one tarball. */
+interface PackResult {
+  readonly filename: string;
+  readonly files: readonly PackedFile[];
+}
+
+/**
+ * Runs a command and returns its stdout; a failure carries the command's output in the message.
+ * @param command The executable.
+ * @param args Its arguments.
+ * @param cwd Where it runs.
+ * @param env Variables added to this process's environment.
+ * @returns Stdout and stderr.
+ */
+async function exec(command: string, args: readonly string[], cwd: string, env: Record<string, string> = {}): Promise<{ stdout: string; stderr: string }> {
+  try {
+    return await run(command, args, { cwd, env: { ...process.env, ...env }, maxBuffer: 16 << 20 });
+  } catch (error) {
+    const e = error as { stdout?: string; stderr?: string; message: string };
+    throw new Error(`${path.basename(command)} ${args.join(' ')} failed in ${cwd}: ${e.message}\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
+  }
+}
+
+test('the packed tarball installs, type-checks and runs in a consumer project', { skip: skipReason(), timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vram-consumer-'));
+  try {
+    // --ignore-scripts: `prepare` would rebuild; the suite runs on the build it just made.
+    const packed = await exec(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', dir], root);
+    const [pack] = JSON.parse(packed.stdout) as PackResult[];
+    assert.ok(pack, 'npm pack reported no tarball');
+    const files = new Set(pack.files.map((f) => f.path));
+    for (const required of ['LICENSE', 'CHANGELOG.md', 'README.md', 'package.json', 'bin/vram.js', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js']) {
+      assert.ok(files.has(required), `the tarball lacks ${required}`);
+    }
+    // A source map is only useful with the source it names; vram ships neither (see package.json `files`).
+    const maps = [...files].filter((f) => f.endsWith('.map'));
+    assert.deepEqual(maps, [], 'source maps in the tarball, whose src/ is not shipped');
+    assert.deepEqual([...files].filter((f) => f.startsWith('dist/test/') || f.startsWith('src/')), [], 'tests or sources in the tarball');
+
+    // The project: the fixture, the tarball's contents as node_modules/vram, koffi linked from here.
+    const project = path.join(dir, 'project');
+    cpSync(fixture, project, { recursive: true });
+    const vram = path.join(project, 'node_modules', 'vram');
+    mkdirSync(vram, { recursive: true });
+    await exec('tar', ['-xzf', path.join(dir, pack.filename), '-C', vram, '--strip-components=1'], dir);
+    assert.ok(existsSync(path.join(vram, 'dist', 'src', 'index.js')), 'the tarball did not unpack');
+    symlinkSync(path.join(root, 'node_modules', 'koffi'), path.join(project, 'node_modules', 'koffi'), 'junction');
+
+    // The three compilations are independent: run them together (each is a few seconds of tsc).
+    const init = path.join(dir, 'init');
+    mkdirSync(init);
+    for (const file of ['package.json', 'consumer.ts']) cpSync(path.join(fixture, file), path.join(init, file));
+    symlinkSync(path.join(project, 'node_modules'), path.join(init, 'node_modules'), 'junction');
+    await Promise.all([
+      exec(process.execPath, [tsc, '-p', 'tsconfig.build.json'], project),
+      exec(process.execPath, [tsc, '-p', 'tsconfig.bare.json'], project),
+      // `tsc --init` writes today's defaults (target esnext, types [], strict, ...); the declarations
+      // must type-check there too. Not run: esnext keeps `using`, which Node 20 and 22 cannot parse.
+      exec(process.execPath, [tsc, '--init'], init).then(() => exec(process.execPath, [tsc, '-p', 'tsconfig.json', '--noEmit'], init)),
+    ]);
+
+    const env = { VRAM_BACKEND: 'emulated' };
+    const [esm, cjs] = await Promise.all([
+      exec(process.execPath, [path.join('out', 'consumer.js')], project, env),
+      exec(process.execPath, ['require.cjs'], project, env),
+    ]);
+    const result = JSON.parse(esm.stdout) as Record<string, unknown>;
+    assert.equal(result['backend'], 'emulated');
+    assert.equal(result['roundTrip'], 1.5);
+    assert.equal(result['async'], 7);
+    assert.deepEqual(result['shape'], [2]);
+    assert.equal(result['allocations'], 10);
+    assert.equal(result['logLines'], 21, "RMM's header, then one line per allocation and per free");
+    assert.equal(result['outOfMemory'], true);
+    assert.equal(esm.stderr, '', 'the consumer printed warnings');
+    assert.deepEqual(JSON.parse(cjs.stdout), { backend: 'emulated', value: 3, classes: 'function' });
+    assert.equal(cjs.stderr, '', 'require(esm) printed warnings');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
