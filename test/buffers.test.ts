@@ -17,6 +17,7 @@ import { HostBuffer } from '../src/memory/host-buffer.js';
 import { ManagedBuffer } from '../src/memory/managed-buffer.js';
 import { leakStatistics, onLeak, captureAllocationStacks, type LeakRecord } from '../src/memory/lifetime.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
+import { getCurrentResource } from '../src/memory/current.js';
 import { PinnedHostResource } from '../src/memory/pinned-host-resource.js';
 import { DoubleFreeError, OutOfMemoryError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 import type { Backend } from '../src/backend/backend.js';
@@ -266,7 +267,7 @@ test('every buffer remembers its resource, stream and size', () => {
   assert.match(String(buf), /1000 bytes/);
   using def = DeviceBuffer.allocate(10);
   assert.equal(def.stream.handle, 0);
-  assert.ok(def.resource instanceof CudaResource);
+  assert.equal(def.resource, getCurrentResource(device));
   assert.throws(() => DeviceBuffer.allocate(16, { resource: new PinnedHostResource() }), TypeError);
   assert.throws(() => DeviceBuffer.allocate(16, { resource: {} as CudaResource }), TypeError);
 });
@@ -274,11 +275,14 @@ test('every buffer remembers its resource, stream and size', () => {
 test('using-declarations free buffers at the end of the scope', () => {
   // Several times the driver's slack, so that memory not given back shows on a GPU too.
   const bytes = 4 * FREE_MEMORY_SLACK + (1 << 20);
+  // cuMemAlloc/cuMemFree, so that the driver's view of the address shows the free (the default
+  // resource is a pool that keeps the address mapped for reuse).
+  const driverMemory = new CudaResource(device);
   const before = used();
   let kept: DeviceBuffer | undefined;
   let address = 0;
   {
-    using buf = DeviceBuffer.allocate(bytes);
+    using buf = DeviceBuffer.allocate(bytes, { resource: driverMemory });
     kept = buf;
     address = buf.ptr;
     assert.ok(used() - before >= bytes - FREE_MEMORY_SLACK, 'the allocation shows in used memory');
@@ -331,7 +335,7 @@ test('a request larger than the device is OutOfMemoryError and leaves nothing al
   } catch (error) {
     assert.ok(error instanceof OutOfMemoryError);
     assert.equal(error.requestedBytes, total + 4096);
-    assert.match(String(error.resource), /CudaResource/);
+    assert.equal(error.resource, getCurrentResource(device).describe());
   }
   throwsAndLeavesNothing(() => DeviceBuffer.allocatePitched(total, 2), OutOfMemoryError);
 });
@@ -493,13 +497,15 @@ test('the FinalizationRegistry backstop frees dropped buffers and counts them as
     const collect = gc as () => void;
     // Several times the driver's slack, so that memory the backstop did not free shows on a GPU too.
     const deviceBytes = 4 * FREE_MEMORY_SLACK + (1 << 20);
+    // cuMemAlloc/cuMemFree, so that the driver's view of the address shows the backstop's free.
+    const driverMemory = new CudaResource(device);
     const before = used();
     const stats = leakStatistics();
     const seen: LeakRecord[] = [];
     const off = onLeak((leak) => seen.push(leak));
     captureAllocationStacks(true);
     (() => {
-      DeviceBuffer.allocate(deviceBytes);
+      DeviceBuffer.allocate(deviceBytes, { resource: driverMemory });
       HostBuffer.allocate(4096);
     })();
     captureAllocationStacks(false);

@@ -4,6 +4,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
+import { emptyCache } from '../src/memory/current.js';
 
 /** True when the suite runs on a real GPU (`npm run test:gpu`). */
 export const onGpu: boolean = getBackend().name === 'cuda';
@@ -24,8 +25,14 @@ const MiB = 1024 * 1024;
  */
 export const FREE_MEMORY_SLACK: number = onGpu ? 4 * 2 * MiB : 0;
 
-/** Device memory in use on `device` (device 0 by default): total - free, as the backend reports it. */
+/**
+ * Device memory in use on `device` (device 0 by default): total - free, as the backend reports it,
+ * once the current resources' caches are given back (`emptyCache`). The default resource is a
+ * caching pool that keeps freed memory for reuse, as CuPy's and PyTorch's do; without this, a test
+ * that checks memory went back to the driver would see that cache instead.
+ */
 export function deviceMemoryUsed(device: Device = Device.get(0)): number {
+  emptyCache(device);
   const m = device.memInfo();
   return m.total - m.free;
 }

@@ -9,6 +9,7 @@ import { AsyncResource } from '../src/memory/async-resource.js';
 import { ManagedResource } from '../src/memory/managed-resource.js';
 import { PinnedHostResource } from '../src/memory/pinned-host-resource.js';
 import { getCurrentResource, setCurrentResource } from '../src/memory/current.js';
+import { createDefaultResource } from '../src/memory/default-resource.js';
 import { DeviceBuffer } from '../src/memory/device-buffer.js';
 import { isReserving, type MemoryResource } from '../src/memory/resource.js';
 import { OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
@@ -183,7 +184,10 @@ test('PinnedHostResource', () => {
 
 test('current resource per device', () => {
   const first = getCurrentResource();
-  assert.ok(first instanceof CudaResource);
+  // The default is what the environment asks for (default-resource.test.ts checks each choice).
+  const probe = createDefaultResource(device);
+  assert.equal(first.describe(), probe.describe());
+  for (let r: MemoryResource | undefined = probe; r !== undefined; r = r.upstream) r.destroy();
   assert.equal(getCurrentResource(device), first);
   assert.equal(getCurrentResource(0), first);
   const pool = new AsyncResource();

@@ -1,28 +1,53 @@
 /**
  * The current memory resource of each device: what buffers and arrays allocate from when the
- * caller names no resource. A CudaResource until the program sets another (a pool, usually), as
- * RMM's per-device resource.
+ * caller names no resource, as RMM's per-device resource. Until the program sets another, it is
+ * the default resource the environment chooses (`default-resource.ts`): a caching CUDA memory pool
+ * unless `VRAM_ALLOCATOR` says otherwise, capped by `VRAM_MEMORY_LIMIT`/`VRAM_MEMORY_FRACTION`.
  */
 import { Device } from '../device.js';
-import { CudaResource } from './cuda-resource.js';
+import { createDefaultResource } from './default-resource.js';
 import type { MemoryResource } from './resource.js';
 
 const current = new Map<Device, MemoryResource>();
 
-/** The resource buffers on `device` (device 0 by default) allocate from when none is named. */
+/**
+ * The resource buffers on `device` allocate from when none is named. On a device's first use it
+ * is made from the environment (`VRAM_ALLOCATOR`, `VRAM_MEMORY_LIMIT`, `VRAM_MEMORY_FRACTION`), so
+ * a bad value is reported here, by the first allocation that needs it.
+ *
+ * @param device The device (device 0 by default).
+ * @returns Its current resource.
+ * @throws {RangeError} When an environment variable of the default resource is bad.
+ * @throws {NotSupportedError} When `VRAM_ALLOCATOR` names an allocator the device cannot run.
+ * @example
+ * ```ts
+ * getCurrentResource().describe(); // 'AsyncResource(device=0, pool=created)'
+ * ```
+ */
 export function getCurrentResource(device?: Device | number): MemoryResource {
   const dev = Device.resolve(device);
   let mr = current.get(dev);
   if (mr === undefined) {
-    mr = new CudaResource(dev);
+    mr = createDefaultResource(dev);
     current.set(dev, mr);
   }
   return mr;
 }
 
 /**
- * Makes `mr` the current resource of `device` and returns the previous one (the default
- * CudaResource when none was set). `mr` must hand out memory of that device (device or managed).
+ * Makes `mr` the current resource of `device` and returns the previous one (the default resource
+ * when none was set). `mr` must hand out memory of that device (device or managed). The
+ * environment's cap applies to the default resource only: a resource set here is used as it is.
+ *
+ * @param device The device.
+ * @param mr The resource buffers on it allocate from from now on.
+ * @returns The previous current resource; the caller decides whether to destroy it.
+ * @throws {TypeError} When `mr` is not a resource of device memory.
+ * @throws {RangeError} When `mr` belongs to another device.
+ * @example
+ * ```ts
+ * const previous = setCurrentResource(0, new PoolResource());
+ * ```
  */
 export function setCurrentResource(device: Device | number, mr: MemoryResource): MemoryResource {
   const dev = Device.resolve(device);
@@ -38,4 +63,30 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
   const previous = getCurrentResource(dev);
   current.set(dev, mr);
   return previous;
+}
+
+/**
+ * Gives the memory the current resources cache back to the driver, as PyTorch's
+ * `torch.cuda.empty_cache()` and CuPy's `free_all_blocks()`: memory still allocated stays. The
+ * device is synchronised first, so blocks freed on streams whose work is still running are
+ * given back too. Devices with no current resource yet are left alone (none is made).
+ *
+ * @param device One device; every device with a current resource when omitted.
+ * @returns The bytes given back.
+ * @example
+ * ```ts
+ * buffer.free();
+ * emptyCache(); // the freed bytes go back to the driver, for another process or library
+ * ```
+ */
+export function emptyCache(device?: Device | number): number {
+  const devices = device === undefined ? [...current.keys()] : [Device.resolve(device)];
+  let released = 0;
+  for (const dev of devices) {
+    const mr = current.get(dev);
+    if (mr === undefined || mr.destroyed) continue;
+    dev.synchronize();
+    released += mr.releaseCached();
+  }
+  return released;
 }
