@@ -63,7 +63,7 @@ export type Environment = Readonly<Record<string, string | undefined>>;
 export interface EnvironmentVariableDescription {
   /** The variable, e.g. `VRAM_ALLOCATOR`. */
   readonly name: string;
-  /** The values it takes, e.g. `async | pool | cuda`. */
+  /** The values it takes, e.g. `async|pool|cuda`. */
   readonly values: string;
   /** What applies when it is unset. */
   readonly default: string;
@@ -82,24 +82,23 @@ export interface EnvironmentVariableDescription {
 export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription[] = [
   {
     name: 'VRAM_ALLOCATOR',
-    values: 'async | pool | cuda',
+    values: 'async|pool|cuda',
     default: 'async',
-    meaning: 'the resource each device allocates from when none is named: async = a CUDA memory pool ' +
-      'that keeps freed memory (cuMemAllocFromPoolAsync), pool = vram\'s PoolResource (least memory held), ' +
-      'cuda = cuMemAlloc/cuMemFree per block; emptyCache() gives cached memory back',
+    meaning: "each device's default memory resource: a CUDA memory pool that keeps freed memory (async), " +
+      "vram's PoolResource, which holds the least (pool), or cuMemAlloc per allocation (cuda); emptyCache() gives the cache back",
   },
   {
     name: 'VRAM_MEMORY_LIMIT',
-    values: 'bytes, or a size such as 16G or 512M',
+    values: 'size (16G, 512M, bytes)',
     default: 'no limit',
-    meaning: 'caps the bytes live through each device\'s default resource; an allocation past it is an ' +
-      'OutOfMemoryError with reason \'limit\' (not with VRAM_MEMORY_FRACTION)',
+    meaning: "a cap on the bytes allocated through each device's default resource in this process; past it, " +
+      "OutOfMemoryError with reason 'limit' (not with VRAM_MEMORY_FRACTION)",
   },
   {
     name: 'VRAM_MEMORY_FRACTION',
-    values: 'a number f, 0 < f <= 1',
+    values: 'number in (0, 1]',
     default: 'no limit',
-    meaning: 'the same cap as a fraction of each device\'s total memory (not with VRAM_MEMORY_LIMIT)',
+    meaning: "the same cap as a fraction of each device's total memory (not with VRAM_MEMORY_LIMIT)",
   },
 ];
 
