@@ -142,13 +142,13 @@ export class Device {
     }
   }
 
-  /** Selects `ctx` (or the primary context, for undefined) as the one vram uses for this device. */
-  /* @internal */ select(ctx: Context | undefined): void {
+  /** Selects `ctx` (or the primary context, for undefined) as the one vram uses for this device. @internal */
+  select(ctx: Context | undefined): void {
     this.selected = ctx;
   }
 
-  /** The explicit context selected for this device, if any. */
-  /* @internal */ get selectedContext(): Context | undefined {
+  /** The explicit context selected for this device, if any. @internal */
+  get selectedContext(): Context | undefined {
     return this.selected;
   }
 

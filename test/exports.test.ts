@@ -10,7 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -168,4 +168,12 @@ test('the walk reports an unexported type however it is reached', () => {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('no @internal declaration ships in dist/src', () => {
+  // stripInternal drops a declaration marked `@internal` together with its comment; one still present
+  // (a marker the compiler did not see, e.g. after the declaration's name) would ship as public API.
+  const shipped = readdirSync(distSrc, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.d.ts') && readFileSync(path.join(distSrc, f), 'utf8').includes('@internal'));
+  assert.deepEqual(shipped, []);
 });

@@ -417,7 +417,7 @@ export class EmulatedBackend implements Backend {
 
   // --- Emulation internals ---
 
-  /** Bytes of device capacity in use on `ordinal` (for tests and `vram info`). */
+  /** Bytes of device capacity in use on `ordinal` (for tests and `vram info`). @internal */
   capacityUsed(ordinal = 0): number {
     return this.contexts.capacityUsed(ordinal);
   }

@@ -51,6 +51,7 @@ export class IpcBuffer extends DeviceMemory {
    * ```ts
    * const buf = IpcBuffer.fromPool(pool.handle, data, 4096, Device.get(0), defaultStream);
    * ```
+   * @internal ImportedPool.importPointer's; a user imports a pool's allocation with `pool.importPointer(handle)`.
    */
   static fromPool(pool: Handle, data: Uint8Array, bytes: number, device: Device, stream: StreamRef): IpcBuffer {
     const backend = device.backend;
