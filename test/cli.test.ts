@@ -9,7 +9,9 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { median } from '../src/cli/bench/common.js';
 import { mulberry32 } from '../src/util/random.js';
-import { formatBytes, formatTable, parseBytes } from '../src/cli/format.js';
+import { formatBytes, formatTable, Progress } from '../src/cli/format.js';
+import { ENVIRONMENT } from '../src/environment.js';
+import { parseSize } from '../src/util/size.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const bin = fileURLToPath(new URL('../../bin/vram.js', import.meta.url));
@@ -22,10 +24,21 @@ interface Result {
 
 /** Runs `vram ...args` on the emulated backend and resolves with its exit status and output. */
 function vram(...args: string[]): Promise<Result> {
+  return vramWith({ VRAM_BACKEND: 'emulated' }, ...args);
+}
+
+/**
+ * Runs `vram ...args` with `env` over this process's environment, less every VRAM_* variable (a
+ * developer's own settings must not change what the tests see); `undefined` leaves one unset.
+ */
+function vramWith(env: Readonly<Record<string, string | undefined>>, ...args: string[]): Promise<Result> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('VRAM_')));
+  const merged: Record<string, string> = {};
+  for (const [k, v] of Object.entries({ ...base, ...env })) if (v !== undefined) merged[k] = v;
   return new Promise((resolve) => {
     execFile(process.execPath, [bin, ...args], {
       cwd: root,
-      env: { ...process.env, VRAM_BACKEND: 'emulated' },
+      env: merged,
       maxBuffer: 16 << 20,
       timeout: 60_000,
     }, (error, stdout, stderr) => {
@@ -67,6 +80,36 @@ describe('vram info', () => {
     assert.equal(code, 0);
     assert.match(stdout, /^backend:\s+emulated \(/m);
     assert.match(stdout, /^device 0: /m);
+  });
+
+  it('shows every VRAM_* variable: its value when set, else its default, and what it does', async () => {
+    const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '8G' }, 'info');
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /^environment:$/m);
+    assert.match(stdout, /^  VRAM_BACKEND +emulated$/m);
+    assert.match(stdout, /^  VRAM_EMULATED_BYTES +8G$/m);
+    assert.match(stdout, /^  VRAM_COPY_THREADS +unset; default /m);
+    assert.match(stdout, /memory: +8 GiB total/);
+    for (const v of ENVIRONMENT) {
+      assert.match(stdout, new RegExp(`^  ${v.name} `, 'm'), v.name);
+      assert.ok(stdout.includes(v.meaning), v.name);
+    }
+    const json = JSON.parse((await vram('info', '--json')).stdout) as { environment: { name: string; value?: string }[] };
+    assert.deepEqual(json.environment.map((e) => e.name), ENVIRONMENT.map((v) => v.name));
+  });
+
+  it('keeps the backend line short; --verbose lists every driver path searched', async () => {
+    const short = await vramWith({}, 'info');
+    const verbose = await vramWith({}, 'info', '--verbose');
+    assert.equal(short.code, 0);
+    assert.equal(verbose.code, 0);
+    const line = (text: string): string => /^backend:.*$/m.exec(text)?.[0] ?? '';
+    assert.ok(line(short.stdout).length <= 120, line(short.stdout));
+    assert.match(verbose.stdout, /^driver search: +.*libcuda\.so\.1/m);
+    if (/no GPU/.test(line(short.stdout))) {
+      assert.match(line(short.stdout), /--verbose lists the \d+ paths searched/);
+      assert.match(line(verbose.stdout), /tried .*libcuda\.so\.1/);
+    }
   });
 });
 
@@ -111,18 +154,61 @@ describe('vram bench', () => {
     }
   });
 
-  it('prints tables headed by the backend in text mode', async () => {
+  it('prints tables headed by the backend in text mode, saying what emulated figures are', async () => {
     const { code, stdout } = await vram('bench', '--only', 'alloc');
     assert.equal(code, 0);
     assert.match(stdout, /^backend:\s+emulated \(/m);
+    assert.match(stdout, /^measures:\s+host memory standing in for a GPU/m);
+    assert.match(stdout, /^mode:\s+quick, because the backend is emulated; transfer sizes 64 KiB, 1 MiB, 16 MiB$/m);
+    assert.match(stdout, /^D2D:\s+a host-memory copy/m);
     assert.match(stdout, /cuMemAlloc\+cuMemFree/);
+    const json = JSON.parse((await vram('bench', '--only', 'alloc', '--json')).stdout) as Record<string, unknown>;
+    assert.equal(json.quick, true);
+    assert.equal(json.quickReason, 'emulated backend');
+    assert.deepEqual(json.transferSizes, [64 << 10, 1 << 20, 16 << 20]);
+  });
+});
+
+describe('vram replay', () => {
+  const trace = 'test/fixtures/traces/resnet50_train.csv';
+
+  it('replays a trace that peaks above the default emulated capacity on every stack with no settings, and says how it sized the device', async () => {
+    const { code, stdout, stderr } = await vramWith({}, 'replay', trace, '-r', 'all');
+    assert.equal(code, 0, stderr);
+    assert.equal(stderr, '');
+    assert.match(stdout, /^device   emulated device sized for this trace: 12 GiB \(2 x peak live \+ 1 GiB; VRAM_EMULATED_BYTES is unset/m);
+    for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
+    assert.doesNotMatch(stdout, /FAILED/);
+  });
+
+  it('--json reports the emulated capacity and its source; VRAM_EMULATED_BYTES=16G is honoured', async () => {
+    const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '16G' }, 'replay', trace, '-r', 'pool', '--json');
+    assert.equal(code, 0, stderr);
+    const report = JSON.parse(stdout) as { emulatedCapacity: { bytes: number; source: string }; results: { ok: boolean }[] };
+    assert.deepEqual(report.emulatedCapacity, { bytes: 16 * 1024 ** 3, source: 'VRAM_EMULATED_BYTES' });
+    assert.ok(report.results.every((r) => r.ok));
+  });
+
+  it('a device too small for the trace fails each stack and prints the hint once', async () => {
+    const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '4G' }, 'replay', trace, '-r', 'cuda,pool,arena');
+    assert.equal(code, 1);
+    assert.match(stdout, /^device   emulated device of 4 GiB \(VRAM_EMULATED_BYTES\)/m);
+    assert.equal(stderr.match(/VRAM_EMULATED_BYTES/g)?.length, 1, stderr);
+    assert.match(stderr, /^vram replay: the emulated device \(4 GiB\) is too small for this trace/m);
+    assert.match(stderr, /^vram replay: cuda: /m);
+    assert.match(stderr, /^vram replay: arena: /m);
+  });
+
+  it('VRAM_EMULATED_BYTES that is not a size is refused in one line naming the variable', async () => {
+    const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: 'lots' }, 'info');
+    assert.equal(code, 1);
+    assert.match(stderr, /^vram: VRAM_EMULATED_BYTES must be .*got 'lots'\n$/);
   });
 });
 
 describe('vram usage', () => {
-  for (const args of [[], ['frobnicate'], ['info', '--bogus'], ['info', 'extra'], ['bench', '--only', 'nope'],
-    ['bench', '--sizes', '12Q'], ['bench', '--repeats', '0']]) {
-    it(`'vram ${args.join(' ')}' is a usage error: exit 2 and the usage text`, async () => {
+  for (const args of [[], ['frobnicate'], ['help', 'frobnicate']]) {
+    it(`'vram ${args.join(' ')}' is a usage error: exit 2 and the list of commands`, async () => {
       const { code, stdout, stderr } = await vram(...args);
       assert.equal(code, 2, stderr);
       assert.equal(stdout, '');
@@ -130,6 +216,64 @@ describe('vram usage', () => {
       assert.match(stderr, /usage: vram <command>/);
     });
   }
+
+  const commandErrors: [string[], RegExp][] = [
+    [['info', '--bogus'], /Unknown option '--bogus'/],
+    [['info', 'extra'], /Unexpected argument 'extra'/],
+    [['bench', '--only', 'nope'], /--only takes transfers, alloc, allocators; got 'nope'/],
+    [['bench', '--sizes', '12Q'], /--sizes must be .*got '12Q'/],
+    [['bench', '--sizes'], /--sizes/],
+    [['bench', '--repeats', '0'], /--repeats must be a whole number >= 1, got '0'/],
+    [['bench', '--repeats', '-1'], /--repeats must be a whole number >= 1, got '-1'/],
+    [['bench', '--repeats', '2.5'], /--repeats must be a whole number >= 1, got '2.5'/],
+    [['replay'], /missing the log file/],
+    [['replay', 'test/fixtures/traces/nope.csv'], /no such file/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--device', '3'], /--device 3: this machine has 1 device/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--device', '-1'], /--device must be a device ordinal.*'-1'/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--repeat', '-1'], /--repeat must be a whole number from 1 to 1000, got '-1'/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '-r', 'nope'], /unknown resource 'nope'/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--frob'], /Unknown option '--frob'/],
+  ];
+  for (const [args, message] of commandErrors) {
+    it(`'vram ${args.join(' ')}' is a one-line usage error naming the command's help, exit 2`, async () => {
+      const { code, stdout, stderr } = await vram(...args);
+      assert.equal(code, 2, stderr);
+      assert.equal(stdout, '');
+      const [first, usage, help, ...rest] = stderr.trimEnd().split('\n');
+      assert.match(first!, new RegExp(`^vram ${args[0]}: `));
+      assert.match(first!, message);
+      assert.doesNotMatch(stderr, /ambiguous|\n\s+at /);
+      assert.match(usage!, new RegExp(`^usage: vram ${args[0]} `));
+      assert.equal(help, `run 'vram help ${args[0]}' for its options`);
+      assert.deepEqual(rest, []);
+    });
+  }
+
+  for (const command of ['info', 'bench', 'replay']) {
+    it(`'vram ${command} --help', '-h' and 'vram help ${command}' print the same help and exit 0`, async () => {
+      const outputs = await Promise.all([vram(command, '--help'), vram(command, '-h'), vram('help', command)]);
+      for (const { code, stdout, stderr } of outputs) {
+        assert.equal(code, 0, stderr);
+        assert.equal(stderr, '');
+        assert.equal(stdout, outputs[0]!.stdout);
+      }
+      const text = outputs[0]!.stdout;
+      assert.match(text, new RegExp(`^usage: vram ${command} `));
+      assert.match(text, /^options:$/m);
+      assert.match(text, /--help, -h/);
+      assert.match(text, /^environment:$/m);
+      assert.match(text, /VRAM_BACKEND/);
+    });
+  }
+
+  it('help lists every command and every VRAM_* variable from the environment table', async () => {
+    for (const args of [['help'], ['--help'], ['-h']]) {
+      const { code, stdout } = await vram(...args);
+      assert.equal(code, 0);
+      for (const command of ['info', 'bench', 'replay']) assert.match(stdout, new RegExp(`^  ${command} `, 'm'));
+      for (const v of ENVIRONMENT) assert.match(stdout, new RegExp(`^  ${v.name} `, 'm'), v.name);
+    }
+  });
 
   it('help and --version exit 0', async () => {
     const help = await vram('help');
@@ -143,15 +287,32 @@ describe('vram usage', () => {
 });
 
 describe('cli helpers', () => {
-  it('parses and prints byte sizes in binary units', () => {
-    assert.equal(parseBytes('64K'), 65536);
-    assert.equal(parseBytes('256MiB'), 256 << 20);
-    assert.equal(parseBytes('4096'), 4096);
-    assert.throws(() => parseBytes('12Q'), RangeError);
-    assert.throws(() => parseBytes('0'), RangeError);
+  it('parses byte sizes in binary units, one way for every flag and variable', () => {
+    assert.equal(parseSize('64K', 'x'), 65536);
+    assert.equal(parseSize('256MiB', 'x'), 256 << 20);
+    assert.equal(parseSize('512M', 'x'), 512 << 20);
+    assert.equal(parseSize('16G', 'x'), 16 * 1024 ** 3);
+    assert.equal(parseSize('16gb', 'x'), 16 * 1024 ** 3);
+    assert.equal(parseSize('2T', 'x'), 2 * 1024 ** 4);
+    assert.equal(parseSize('1.5G', 'x'), 1.5 * 1024 ** 3);
+    assert.equal(parseSize(' 4096 ', 'x'), 4096);
+    assert.equal(parseSize('4096B', 'x'), 4096);
+    for (const bad of ['12Q', '0', '0K', '', 'G', '-1', '1e3', '1.5', '0x10', '1 G B', '1P']) {
+      assert.throws(() => parseSize(bad, 'VRAM_X'), (e: unknown) => e instanceof RangeError && /^VRAM_X .*'/.test(e.message) && !e.message.includes('\n'), bad);
+    }
+    assert.throws(() => parseSize('99999999T', 'x'), RangeError);
+    assert.throws(() => parseSize(16 as unknown as string, 'x'), TypeError);
     assert.equal(formatBytes(256), '256 B');
     assert.equal(formatBytes(64 << 20), '64 MiB');
     assert.equal(formatBytes(1536), '1.50 KiB');
+  });
+
+  it('a progress label is not cut to nothing on a terminal that reports 0 columns', () => {
+    let written = '';
+    const stream = { isTTY: true, columns: 0, write: (text: string): boolean => { written += text; return true; } };
+    const progress = new Progress(18, stream as unknown as NodeJS.WriteStream);
+    progress.step('transfers: driver pageable H2D 64 KiB');
+    assert.match(written, /\[1\/18\] transfers: driver pageable H2D 64 KiB/);
   });
 
   it('aligns tables and takes medians', () => {

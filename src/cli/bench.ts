@@ -4,7 +4,6 @@
  * progress line, and prints the rows as tables or as JSON. On the emulated backend it says so in
  * the header and runs a quick pass without the largest sizes (host memory says nothing about a GPU).
  */
-import { parseArgs } from 'node:util';
 import { getBackend } from '../backend/select.js';
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
@@ -12,8 +11,10 @@ import { allocatorCases } from './bench/allocators.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { pageableCases } from './bench/pageable.js';
 import { transferCases } from './bench/transfers.js';
-import { formatBytes, formatPairs, formatTable, formatValue, parseBytes, Progress } from './format.js';
-import { describeBackend, emulatedReason } from './info.js';
+import { parseSize } from '../util/size.js';
+import { parseCommandArgs } from './args.js';
+import { formatBytes, formatPairs, formatTable, formatValue, Progress } from './format.js';
+import { describeBackend, driverSearchPath, emulatedReason } from './info.js';
 import { UsageError } from './usage.js';
 
 /** Transfer sizes: 64 KiB to 256 MiB. */
@@ -33,6 +34,10 @@ export interface BenchReport {
   readonly emulatedReason?: string;
   readonly device: string;
   readonly quick: boolean;
+  /** Why quick mode is on without `--quick`: the backend is emulated. */
+  readonly quickReason?: string;
+  /** The transfer sizes measured, in bytes. */
+  readonly transferSizes: readonly number[];
   readonly rows: readonly BenchRow[];
   readonly skipped: readonly SkippedRow[];
 }
@@ -42,7 +47,7 @@ function parseGroups(values: readonly string[] | undefined): readonly Group[] {
   const groups = values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '');
   for (const g of groups) {
     if (!(GROUPS as readonly string[]).includes(g)) {
-      throw new UsageError(`--only takes ${GROUPS.join(', ')}; got '${g}'`);
+      throw new UsageError(`--only takes ${GROUPS.join(', ')}; got '${g}'`, 'bench');
     }
   }
   return groups as Group[];
@@ -51,16 +56,16 @@ function parseGroups(values: readonly string[] | undefined): readonly Group[] {
 function parseSizes(text: string | undefined): readonly number[] | undefined {
   if (text === undefined) return undefined;
   try {
-    return text.split(',').map(parseBytes);
+    return text.split(',').map((size) => parseSize(size, '--sizes'));
   } catch (error) {
-    throw new UsageError(`--sizes: ${(error as Error).message}`);
+    throw new UsageError((error as Error).message, 'bench');
   }
 }
 
 function parseRepeats(text: string | undefined): number | undefined {
   if (text === undefined) return undefined;
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 1) throw new UsageError(`--repeats must be a whole number >= 1, got '${text}'`);
+  const n = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!Number.isSafeInteger(n) || n < 1) throw new UsageError(`--repeats must be a whole number >= 1, got '${text}'`, 'bench');
   return n;
 }
 
@@ -121,19 +126,28 @@ export function formatRows(rows: readonly BenchRow[]): string {
   return out.join('\n\n');
 }
 
+/**
+ * The header lines that keep emulated figures from passing for a GPU's: what the numbers are,
+ * why quick mode and these sizes were chosen, and what D2D measures there.
+ */
+function emulatedNotes(quickAsked: boolean, settings: BenchSettings): (readonly [string, string])[] {
+  const sizes = settings.transferSizes.map(formatBytes).join(', ');
+  return [
+    ['measures', 'host memory standing in for a GPU: these figures say nothing about a GPU'],
+    ['mode', quickAsked ? `quick (--quick); transfer sizes ${sizes}` : `quick, because the backend is emulated; transfer sizes ${sizes}`],
+    ['D2D', 'a host-memory copy (memcpy within this process), not a copy between GPU memory'],
+  ];
+}
+
 /** Entry point of `vram bench`. */
 export async function benchCommand(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      json: { type: 'boolean', default: false },
-      quick: { type: 'boolean', default: false },
-      only: { type: 'string', multiple: true },
-      sizes: { type: 'string' },
-      repeats: { type: 'string' },
-    },
-    strict: true,
-    allowPositionals: false,
+  const { values } = parseCommandArgs('bench', args, {
+    json: { type: 'boolean', default: false },
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string', multiple: true },
+    sizes: { type: 'string' },
+    repeats: { type: 'string' },
+    verbose: { type: 'boolean', default: false },
   });
   const groups = parseGroups(values.only);
   const sizes = parseSizes(values.sizes);
@@ -153,8 +167,11 @@ export async function benchCommand(args: string[]): Promise<number> {
     ...(repeats === undefined ? {} : { repeats }),
   };
 
-  const header = formatPairs([['backend', describeBackend(backend)], ['device', device.info.name]]);
-  if (!values.json) process.stdout.write(`${header}\n\n`);
+  const header: (readonly [string, string])[] = [['backend', describeBackend(backend, values.verbose)]];
+  if (values.verbose) header.push(['driver search', driverSearchPath()]);
+  header.push(['device', device.info.name]);
+  if (emulated) header.push(...emulatedNotes(values.quick, settings));
+  if (!values.json) process.stdout.write(`${formatPairs(header)}\n\n`);
   const { rows, skipped } = await runCases(groups.flatMap((g) => CASES[g](settings)));
 
   if (values.json) {
@@ -164,6 +181,8 @@ export async function benchCommand(args: string[]): Promise<number> {
       ...(reason === undefined ? {} : { emulatedReason: reason }),
       device: device.info.name,
       quick: settings.quick,
+      ...(emulated && !values.quick ? { quickReason: 'emulated backend' } : {}),
+      transferSizes: settings.transferSizes,
       rows,
       skipped,
     };

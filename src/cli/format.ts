@@ -17,21 +17,6 @@ export function formatBytes(bytes: number): string {
   return `${text} ${UNITS[unit]}`;
 }
 
-const SIZE_SUFFIX: Readonly<Record<string, number>> = {
-  '': 1, b: 1, k: 1024, kb: 1024, kib: 1024, m: 1024 ** 2, mb: 1024 ** 2, mib: 1024 ** 2,
-  g: 1024 ** 3, gb: 1024 ** 3, gib: 1024 ** 3,
-};
-
-/** Parses `64K`, `1M`, `256MiB`, `4096` into bytes (binary units), so options read like the table. */
-export function parseBytes(text: string): number {
-  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
-  const factor = match ? SIZE_SUFFIX[match[2]!.toLowerCase()] : undefined;
-  if (!match || factor === undefined) throw new RangeError(`not a byte size: '${text}' (try 64K, 1M, 256M)`);
-  const bytes = Math.round(Number(match[1]) * factor);
-  if (bytes <= 0) throw new RangeError(`a byte size must be positive: '${text}'`);
-  return bytes;
-}
-
 /** A measured value with a sensible number of significant digits for a table cell. */
 export function formatValue(value: number): string {
   if (!Number.isFinite(value)) return String(value);
@@ -83,7 +68,9 @@ export class Progress {
     this.done += 1;
     if (!this.enabled) return;
     const count = this.total > 0 ? `[${Math.min(this.done, this.total)}/${this.total}]` : `[${this.done}]`;
-    const columns = this.stream.columns ?? 80;
+    // A terminal that reports 0 columns (some CI ptys, a detached tmux) has not said its width.
+    const reported = this.stream.columns;
+    const columns = reported !== undefined && reported > 0 ? reported : 80;
     const text = `${count} ${label}`.slice(0, Math.max(10, columns - 1));
     this.stream.write(`\r${text.padEnd(this.lastLength)}`);
     this.lastLength = text.length;

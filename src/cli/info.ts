@@ -1,14 +1,17 @@
 /**
- * `vram info [--json]`: what this process would run on. The report is collected as data first
- * (so `--json` and the text view cannot disagree) and says plainly when the backend is emulated and
- * why, never presenting host memory as a GPU.
+ * `vram info [--json] [--verbose]`: what this process would run on, and the `VRAM_*` settings it
+ * runs with. The report is collected as data first (so `--json` and the text view cannot disagree)
+ * and says plainly when the backend is emulated and why, never presenting host memory as a GPU.
  */
 import { readFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import type { Backend, DeviceInfo } from '../backend/backend.js';
 import { backendFallbackReason, getBackend } from '../backend/select.js';
+import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
+import { environmentSettings, type EnvironmentSetting } from '../environment.js';
+import { parseCommandArgs } from './args.js';
 import { formatBytes, formatPairs } from './format.js';
+import { formatEnvironment } from './usage.js';
 
 /** One device as `vram info` reports it: the backend's DeviceInfo plus free memory now. */
 export interface DeviceReport extends DeviceInfo {
@@ -25,6 +28,8 @@ export interface InfoReport {
   /** The CUDA version the driver supports, e.g. `13.0`. */
   readonly cudaVersion: string;
   readonly devices: readonly DeviceReport[];
+  /** Every `VRAM_*` variable with its value (undefined: unset, the default applies). */
+  readonly environment: readonly EnvironmentSetting[];
 }
 
 /** Why the process runs on the emulated backend, in words; undefined for the real driver. */
@@ -36,15 +41,49 @@ export function emulatedReason(backend: Backend): string | undefined {
   return choice === 'emulated' ? 'selected by VRAM_BACKEND=emulated' : 'the emulated backend was selected by the program';
 }
 
-/** The one-line backend description that heads `info` and `bench` output. */
-export function describeBackend(backend: Backend): string {
-  return describeBackendName(backend.name, emulatedReason(backend));
+/**
+ * The one-line backend description that heads `info` and `bench` output.
+ *
+ * @param backend The backend in use.
+ * @param verbose Say why in full (every driver path searched) rather than in a few words.
+ * @returns `cuda`, `emulated (no GPU: ...)` or `emulated (selected by ...)`.
+ * @example
+ * ```ts
+ * describeBackend(getBackend()); // 'emulated (no GPU: no CUDA driver library found; --verbose lists the 6 paths searched)'
+ * ```
+ */
+export function describeBackend(backend: Backend, verbose = false): string {
+  return describeBackendName(backend.name, emulatedReason(backend), verbose);
+}
+
+/**
+ * The fallback reason in a few words: the loader's message lists every path it tried (six on
+ * Linux, a 420-character line), which is for `--verbose`.
+ */
+function shortReason(reason: string): string {
+  if (!reason.startsWith('cannot load the CUDA driver library')) return reason;
+  const count = driverCandidates().length;
+  return `no CUDA driver library found; --verbose lists the ${count} path${count === 1 ? '' : 's'} searched`;
 }
 
 /** `cuda`, `emulated (no GPU: <why auto fell back>)`, or `emulated (selected by ...)`. */
-function describeBackendName(name: Backend['name'], reason: string | undefined): string {
+function describeBackendName(name: Backend['name'], reason: string | undefined, verbose: boolean): string {
   if (reason === undefined) return name;
-  return backendFallbackReason() === undefined ? `${name} (${reason})` : `${name} (no GPU: ${reason})`;
+  if (backendFallbackReason() === undefined) return `${name} (${reason})`;
+  return `${name} (no GPU: ${verbose ? reason : shortReason(reason)})`;
+}
+
+/**
+ * Where the CUDA driver library is looked for, in order (for `--verbose`).
+ *
+ * @returns One line.
+ * @example
+ * ```ts
+ * driverSearchPath(); // 'libcuda.so.1, /usr/local/nvidia/lib64/libcuda.so.1, ...'
+ * ```
+ */
+export function driverSearchPath(): string {
+  return driverCandidates().join(', ');
 }
 
 /** CUDA's integer version (13000) as people write it (13.0). */
@@ -77,6 +116,7 @@ export function collectInfo(): InfoReport {
     driverVersion: backend.name === 'cuda' ? kernelDriverVersion() : null,
     cudaVersion: formatCudaVersion(backend.driverVersion()),
     devices,
+    environment: environmentSettings(),
   };
 }
 
@@ -104,20 +144,26 @@ function formatDevice(d: DeviceReport): string {
   return `device ${d.ordinal}: ${d.name}\n${formatPairs(rows, '  ')}`;
 }
 
-/** The text view of the whole report. */
-export function formatInfo(report: InfoReport): string {
-  const backend = describeBackendName(report.backend, report.emulatedReason);
+/** The text view of the whole report; `verbose` gives the backend's reason in full and the driver search path. */
+export function formatInfo(report: InfoReport, verbose = false): string {
+  const backend = describeBackendName(report.backend, report.emulatedReason, verbose);
   const driver = report.backend === 'emulated'
     ? `none (emulating CUDA ${report.cudaVersion})`
     : `${report.driverVersion ?? 'unknown'} (CUDA ${report.cudaVersion})`;
-  const header = formatPairs([['backend', backend], ['driver', driver], ['devices', String(report.devices.length)]]);
-  return [header, ...report.devices.map(formatDevice)].join('\n\n');
+  const pairs: (readonly [string, string])[] = [['backend', backend], ['driver', driver]];
+  if (verbose) pairs.push(['driver search', driverSearchPath()]);
+  pairs.push(['devices', String(report.devices.length)]);
+  return [formatPairs(pairs), ...report.devices.map(formatDevice),
+    `environment:\n${formatEnvironment(undefined, report.environment).replace(/^/gm, '  ')}`].join('\n\n');
 }
 
 /** Entry point of `vram info`. */
 export async function infoCommand(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { json: { type: 'boolean', default: false } }, strict: true, allowPositionals: false });
+  const { values } = parseCommandArgs('info', args, {
+    json: { type: 'boolean', default: false },
+    verbose: { type: 'boolean', default: false },
+  });
   const report = collectInfo();
-  process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatInfo(report)}\n`);
+  process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatInfo(report, values.verbose)}\n`);
   return 0;
 }

@@ -1,10 +1,11 @@
 /**
  * The `vram` command: picks the subcommand, hands it the rest of the arguments and turns what it
- * returns or throws into an exit status (0 ok, 1 failure, 2 usage error). Subcommands are loaded
- * lazily so `vram info` never loads the benchmark or replay code.
+ * returns or throws into an exit status (0 ok, 1 failure, 2 usage error). `vram help [command]`,
+ * `vram --help` and `vram <command> --help` print help from the command descriptions and exit 0.
+ * Subcommands are loaded lazily so `vram info` never loads the benchmark or replay code.
  */
 import { readFileSync } from 'node:fs';
-import { USAGE, UsageError } from './usage.js';
+import { formatCommandHelp, formatMainHelp, formatUsageError, UsageError } from './usage.js';
 
 /** A subcommand: takes its own arguments, prints, and returns the exit status. */
 type Command = (args: string[]) => Promise<number>;
@@ -21,10 +22,10 @@ function packageVersion(): string {
   return typeof pkg.version === 'string' ? pkg.version : 'unknown';
 }
 
-function isUsageError(error: unknown): error is Error {
-  if (error instanceof UsageError) return true;
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
+/** True when the arguments ask for help: `--help` or `-h` before any `--`. */
+function asksForHelp(args: readonly string[]): boolean {
+  const end = args.indexOf('--');
+  return (end < 0 ? args : args.slice(0, end)).some((a) => a === '--help' || a === '-h');
 }
 
 /** Runs the CLI on `argv` (without `node` and the script) and returns the exit status. */
@@ -33,7 +34,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   try {
     if (name === undefined) throw new UsageError('missing command');
     if (name === 'help' || name === '--help' || name === '-h') {
-      process.stdout.write(`${USAGE}\n`);
+      if (rest.length > 1) throw new UsageError(`help takes at most one command, got ${rest.length}`, 'help');
+      process.stdout.write(`${rest[0] === undefined ? formatMainHelp() : formatCommandHelp(rest[0])}\n`);
       return 0;
     }
     if (name === '--version' || name === '-v' || name === 'version') {
@@ -42,11 +44,15 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     const load = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
     if (load === undefined) throw new UsageError(`unknown command '${name}'`);
+    if (asksForHelp(rest)) {
+      process.stdout.write(`${formatCommandHelp(name)}\n`);
+      return 0;
+    }
     const command = await load();
     return await command(rest);
   } catch (error) {
-    if (isUsageError(error)) {
-      process.stderr.write(`vram: ${error.message}\n\n${USAGE}\n`);
+    if (error instanceof UsageError) {
+      process.stderr.write(`${formatUsageError(error)}\n`);
       return 2;
     }
     // The stack is for developers (VRAM_DEBUG=1); users get the one-line message.

@@ -2,33 +2,71 @@
  * `vram replay <log.csv> [--resource NAME]... [--json]`: replays an RMM allocation log through one
  * or more resource stacks and prints, side by side, time per operation and peak reserved over peak
  * live. Exit status: 0 ok, 1 a replay (or the log) failed, 2 usage error.
+ *
+ * On the emulated backend with VRAM_EMULATED_BYTES unset, the emulated device is sized for the
+ * trace before any device exists (its memory is backed lazily, so a large capacity costs nothing
+ * until written): a trace that peaks above the 4 GiB default then replays with no settings.
  */
 import { existsSync } from 'node:fs';
-import { parseArgs } from 'node:util';
-import { getBackend } from '../backend/select.js';
+import type { Backend } from '../backend/backend.js';
+import { DEFAULT_EMULATED_CAPACITY, EmulatedBackend } from '../backend/emulated.js';
+import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';
+import { parseCommandArgs } from './args.js';
 import { formatBytes, formatTable, formatValue } from './format.js';
+import { UsageError } from './usage.js';
 
-const REPLAY_USAGE = `usage: vram replay <log.csv> [--resource ${STACK_NAMES.join('|')}|all]... [--repeat N] [--json] [--per-op] [--device N]
-
-  --resource, -r   the stack to replay through; repeat it, or say all, to compare (default all)
-  --repeat         replay the trace N times back to back (default 1) and report the first pass and
-                   the later ones (a training loop's steady state) apart
-  --json           print the results as JSON
-  --per-op         also time each operation alone (first pass) and report median allocate/free times
-  --device         device ordinal (default 0)`;
-
-/** One stack's outcome: its figures, or why it failed. */
+/** One stack's outcome: its figures, or why it failed (and whether it ran out of memory). */
 type Outcome =
   | { readonly stack: StackName; readonly ok: true; readonly notes: readonly string[]; readonly result: ReplayResult }
-  | { readonly stack: StackName; readonly ok: false; readonly notes: readonly string[]; readonly error: string };
+  | { readonly stack: StackName; readonly ok: false; readonly notes: readonly string[]; readonly error: string; readonly outOfMemory: boolean };
 
-function usageError(message: string): number {
-  process.stderr.write(`vram replay: ${message}\n\n${REPLAY_USAGE}\n`);
-  return 2;
+/** How the emulated device's capacity was chosen, for the output. */
+interface EmulatedCapacity {
+  readonly bytes: number;
+  readonly source: 'trace' | 'VRAM_EMULATED_BYTES' | 'default';
+}
+
+/** Emulated capacity granularity: the sizes read as whole GiB. */
+const GIB = 1024 ** 3;
+
+/**
+ * The capacity an emulated device needs for a trace: twice its peak live (room for a caching
+ * stack's fragmentation and the arena's headroom) plus 1 GiB, in whole GiB, never below the default.
+ */
+export function emulatedCapacityFor(peakLiveBytes: number): number {
+  return Math.max(DEFAULT_EMULATED_CAPACITY, Math.ceil((2 * peakLiveBytes + GIB) / GIB) * GIB);
+}
+
+/**
+ * On the emulated backend, sizes the device for the trace unless VRAM_EMULATED_BYTES says
+ * otherwise. Runs before any Device exists (setBackend refuses a change afterwards).
+ */
+function sizeEmulatedDevice(backend: Backend, trace: AllocationTrace): { backend: Backend; capacity?: EmulatedCapacity } {
+  if (backend.name !== 'emulated') return { backend };
+  const set = process.env.VRAM_EMULATED_BYTES;
+  if (set !== undefined && set !== '') return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
+  const bytes = emulatedCapacityFor(trace.summary.peakLiveBytes);
+  if (bytes === DEFAULT_EMULATED_CAPACITY) return { backend, capacity: { bytes, source: 'default' } };
+  const sized = new EmulatedBackend({ capacityBytes: bytes, deviceCount: backend.deviceCount() });
+  setBackend(sized);
+  return { backend: sized, capacity: { bytes, source: 'trace' } };
+}
+
+/** The line that says how large the emulated device is and why. */
+function capacityLine(capacity: EmulatedCapacity): string {
+  const size = formatBytes(capacity.bytes);
+  switch (capacity.source) {
+    case 'trace':
+      return `emulated device sized for this trace: ${size} (2 x peak live + 1 GiB; VRAM_EMULATED_BYTES is unset; backed lazily)`;
+    case 'VRAM_EMULATED_BYTES':
+      return `emulated device of ${size} (VRAM_EMULATED_BYTES)`;
+    case 'default':
+      return `emulated device of ${size} (the default; the trace fits)`;
+  }
 }
 
 function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: boolean, repeat: number): Outcome {
@@ -36,7 +74,7 @@ function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: 
   try {
     stack = createStack(name, trace, { device });
   } catch (error) {
-    return { stack: name, ok: false, notes: [], error: `could not create the stack: ${messageOf(error)}` };
+    return { stack: name, ok: false, notes: [], error: `could not create the stack: ${messageOf(error)}`, outOfMemory: isOutOfMemory(error) };
   }
   try {
     const result = replay(trace, stack.resource, {
@@ -49,10 +87,9 @@ function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: 
     return { stack: name, ok: true, notes: stack.notes, result };
   } catch (error) {
     const outOfMemory = isOutOfMemory(error instanceof ReplayError ? error.cause : error);
-    const hint = !outOfMemory ? ''
-      : name === 'arena' ? ' (the arena was exhausted: it cannot grow)'
-        : getBackend().name === 'emulated' ? ' (the emulated device is too small for this trace: raise VRAM_EMULATED_BYTES)' : '';
-    return { stack: name, ok: false, notes: stack.notes, error: `${messageOf(error)}${hint}` };
+    // The arena's own figure ran out, not the device: say that instead of a hint about the device.
+    const arena = outOfMemory && name === 'arena' ? 'the arena was exhausted (it is a fixed reservation and cannot grow): ' : '';
+    return { stack: name, ok: false, notes: stack.notes, error: `${arena}${messageOf(error)}`, outOfMemory: outOfMemory && name !== 'arena' };
   } finally {
     stack.close();
   }
@@ -62,13 +99,14 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-function printTable(trace: AllocationTrace, backend: string, outcomes: readonly Outcome[]): void {
+function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined, outcomes: readonly Outcome[]): void {
   const s = trace.summary;
   const out: string[] = [];
   out.push(`trace    ${trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
     `${s.failures > 0 ? `, ${s.failures} failed allocations skipped` : ''}), peak live ${formatBytes(s.peakLiveBytes)}` +
     ` in ${s.peakLiveCount} blocks, ${s.streams.length} stream(s)`);
   out.push(`backend  ${backend}${backend === 'emulated' ? ' (host memory standing in for a GPU: times are not GPU times)' : ''}`);
+  if (capacity !== undefined) out.push(`device   ${capacityLine(capacity)}`);
   out.push('');
   const perOp = outcomes.some((o) => o.ok && o.result.medianAllocateNs !== undefined);
   const header = ['resource', 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
@@ -126,44 +164,39 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
 
 /** Runs `vram replay` with the arguments after `replay`; resolves to the exit status. */
 export async function replayCommand(args: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      allowPositionals: true,
-      options: {
-        resource: { type: 'string', short: 'r', multiple: true },
-        json: { type: 'boolean', default: false },
-        'per-op': { type: 'boolean', default: false },
-        device: { type: 'string' },
-        repeat: { type: 'string' },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-    });
-  } catch (error) {
-    return usageError(messageOf(error));
+  const { values, positionals } = parseCommandArgs('replay', args, {
+    resource: { type: 'string', short: 'r', multiple: true },
+    json: { type: 'boolean', default: false },
+    'per-op': { type: 'boolean', default: false },
+    device: { type: 'string' },
+    repeat: { type: 'string' },
+  }, true);
+  if (positionals.length !== 1) {
+    throw new UsageError(positionals.length === 0 ? 'missing the log file' : `give one log file, got ${positionals.length}`, 'replay');
   }
-  const { values, positionals } = parsed;
-  if (values.help) {
-    process.stdout.write(`${REPLAY_USAGE}\n`);
-    return 0;
-  }
-  if (positionals.length !== 1) return usageError(positionals.length === 0 ? 'missing the log file' : 'give one log file');
   const path = positionals[0]!;
-  if (!existsSync(path)) return usageError(`no such file: ${path}`);
-  const device = values.device === undefined ? 0 : Number(values.device);
-  if (!Number.isInteger(device) || device < 0) return usageError(`--device must be a device ordinal, got '${values.device}'`);
-  const repeat = values.repeat === undefined ? 1 : Number(values.repeat);
-  if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) return usageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`);
+  if (!existsSync(path)) throw new UsageError(`no such file: ${path}`, 'replay');
+  const device = values.device === undefined ? 0 : /^\d+$/.test(values.device) ? Number(values.device) : NaN;
+  if (!Number.isSafeInteger(device)) throw new UsageError(`--device must be a device ordinal (0, 1, ...), got '${values.device}'`, 'replay');
+  const repeat = values.repeat === undefined ? 1 : /^\d+$/.test(values.repeat) ? Number(values.repeat) : NaN;
+  if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) {
+    throw new UsageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`, 'replay');
+  }
 
   const requested = (values.resource ?? ['all']).flatMap((r) => r.split(',')).map((r) => r.trim()).filter((r) => r !== '');
   const names: StackName[] = [];
   for (const name of requested) {
     if (name === 'all') names.push(...STACK_NAMES);
     else if (isStackName(name)) names.push(name);
-    else return usageError(`unknown resource '${name}': choose from ${STACK_NAMES.join(', ')}, all`);
+    else throw new UsageError(`unknown resource '${name}': choose from ${STACK_NAMES.join(', ')}, all`, 'replay');
   }
+  if (names.length === 0) throw new UsageError(`--resource needs a name: ${STACK_NAMES.join(', ')}, all`, 'replay');
   const stacks = [...new Set(names)];
+
+  const count = getBackend().deviceCount();
+  if (device >= count) {
+    throw new UsageError(`--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${getBackend().name} backend), ordinals 0 to ${count - 1}`, 'replay');
+  }
 
   let trace: AllocationTrace;
   try {
@@ -172,14 +205,24 @@ export async function replayCommand(args: string[]): Promise<number> {
     process.stderr.write(`vram replay: ${messageOf(error)}\n`);
     return 1;
   }
-  const backend = getBackend().name;
-  const outcomes = stacks.map((name) => runOne(name, trace, device, values['per-op'] === true, repeat));
+  const { backend, capacity } = sizeEmulatedDevice(getBackend(), trace);
+  const outcomes = stacks.map((name) => runOne(name, trace, device, values['per-op'], repeat));
 
   if (values.json) {
-    process.stdout.write(`${JSON.stringify({ trace: { source: trace.source, ...trace.summary }, backend, results: outcomes }, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify({
+      trace: { source: trace.source, ...trace.summary },
+      backend: backend.name,
+      ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
+      results: outcomes,
+    }, null, 2)}\n`);
   } else {
-    printTable(trace, backend, outcomes);
+    printTable(trace, backend.name, capacity, outcomes);
   }
   for (const o of outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
+  // One hint for the whole run, however many stacks the device was too small for.
+  if (backend.name === 'emulated' && outcomes.some((o) => !o.ok && o.outOfMemory)) {
+    process.stderr.write(`vram replay: the emulated device (${formatBytes(backend.deviceInfo(0).totalMemory)}) is too small for this trace: ` +
+      'set VRAM_EMULATED_BYTES larger (e.g. 16G), or unset it to size the device for the trace\n');
+  }
   return outcomes.every((o) => o.ok) ? 0 : 1;
 }

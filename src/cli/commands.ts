@@ -1,0 +1,102 @@
+/**
+ * One description of each `vram` command: its usage line, what it does, its options and the
+ * environment variables it reads. `vram help`, `vram help <command>`, `vram <command> --help` and
+ * the usage part of every usage error are all printed from these, so they cannot disagree.
+ */
+import { STACK_NAMES } from '../replay/stacks.js';
+
+/** One option of a command, as its help lists it. */
+export interface OptionHelp {
+  /** The flag and its argument as typed: `--sizes 64K,1M,...`, `--resource, -r NAME`. */
+  readonly flag: string;
+  /** What it does, and its default. */
+  readonly meaning: string;
+}
+
+/** A command as its help describes it. */
+export interface CommandHelp {
+  readonly name: string;
+  /** The usage line after `vram `. */
+  readonly usage: string;
+  /** One line for the list of commands. */
+  readonly summary: string;
+  readonly options: readonly OptionHelp[];
+  /** The `VRAM_*` variables it reads (names from src/environment.ts). */
+  readonly environment: readonly string[];
+}
+
+const HELP_OPTION: OptionHelp = { flag: '--help, -h', meaning: "this command's help" };
+const VERBOSE_OPTION: OptionHelp = { flag: '--verbose', meaning: 'say more about the backend: the driver library and every path searched for it' };
+const BACKEND_ENVIRONMENT = ['VRAM_BACKEND', 'VRAM_LIBCUDA', 'VRAM_EMULATED_BYTES'] as const;
+
+/** The commands, in the order `vram help` lists them. */
+export const COMMAND_HELP: readonly CommandHelp[] = [
+  {
+    name: 'info',
+    usage: 'info [--json] [--verbose]',
+    summary: 'backend, driver, every device with its memory and attributes, and the VRAM_* settings',
+    options: [
+      { flag: '--json', meaning: 'print the report as JSON' },
+      VERBOSE_OPTION,
+      HELP_OPTION,
+    ],
+    environment: [...BACKEND_ENVIRONMENT],
+  },
+  {
+    name: 'bench',
+    usage: 'bench [--json] [--quick] [--only GROUP,...] [--sizes SIZE,...] [--repeats N] [--verbose]',
+    summary: 'transfer bandwidth and allocation latency on this machine',
+    options: [
+      { flag: '--json', meaning: 'print the rows as JSON' },
+      { flag: '--quick', meaning: 'fewer repeats and sizes up to 16 MiB (always on the emulated backend)' },
+      { flag: '--only GROUP', meaning: 'transfers, alloc or allocators; repeat it or separate with commas (default all)' },
+      { flag: '--sizes SIZE,...', meaning: 'transfer sizes, e.g. 64K,1M,256M (binary units; default 64K,1M,16M,256M)' },
+      { flag: '--repeats N', meaning: 'measurements per case, a whole number >= 1 (default per case)' },
+      VERBOSE_OPTION,
+      HELP_OPTION,
+    ],
+    environment: [...BACKEND_ENVIRONMENT, 'VRAM_COPY_THREADS'],
+  },
+  {
+    name: 'replay',
+    usage: `replay <trace.csv> [--resource NAME]... [--repeat N] [--per-op] [--device N] [--json]`,
+    summary: 'replay an RMM allocation log through one or more resource stacks',
+    options: [
+      { flag: '--resource, -r NAME', meaning: `${STACK_NAMES.join(', ')} or all; repeat it or separate with commas (default all)` },
+      { flag: '--repeat N', meaning: 'replay the trace N times back to back, 1 to 1000 (default 1), and report the first pass and the later ones apart' },
+      { flag: '--per-op', meaning: 'also time each operation alone (first pass) and report median allocate and free times' },
+      { flag: '--device N', meaning: 'device ordinal (default 0)' },
+      { flag: '--json', meaning: 'print the results as JSON' },
+      HELP_OPTION,
+    ],
+    environment: [...BACKEND_ENVIRONMENT],
+  },
+  {
+    name: 'help',
+    usage: 'help [command]',
+    summary: "this list, or a command's help",
+    options: [],
+    environment: [],
+  },
+  {
+    name: 'version',
+    usage: 'version (or --version, -v)',
+    summary: 'the package version',
+    options: [],
+    environment: [],
+  },
+];
+
+/**
+ * The description of one command.
+ *
+ * @param name The command's name.
+ * @returns Its description, or undefined when there is no such command.
+ * @example
+ * ```ts
+ * commandHelp('bench')?.usage; // 'bench [--json] [--quick] ...'
+ * ```
+ */
+export function commandHelp(name: string): CommandHelp | undefined {
+  return COMMAND_HELP.find((c) => c.name === name);
+}
