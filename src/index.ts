@@ -53,10 +53,10 @@ export type { RegistrationPolicy, RegistrationStatistics } from './memory/transf
 export type { LeakRecord, LeakStatistics, LeakListener, FreeOptions, Release } from './memory/lifetime.js';
 
 // Typed arrays: dtypes (CUDA's scalar and vector types), DeviceArray, HostArray
-export { dtypes, dtypeOf, isDTypeName, hostArrayType } from './array/dtype.js';
+export { dtypes, dtypeOf, isDTypeName, hostArrayType, vectorTable } from './array/dtype.js';
 export type {
   DType, DTypeName, ScalarName, VectorName, DTypeKind, ComponentOf, ComponentsOf, HostTypedArray, AnyHostTypedArray,
-  TypedArrayClass,
+  TypedArrayClass, ScalarHostArrays,
 } from './array/dtype.js';
 export {
   float16Bits, fromFloat16Bits, bfloat16Bits, fromBfloat16Bits, encodeFloat16, decodeFloat16, encodeBfloat16, decodeBfloat16,
@@ -64,7 +64,7 @@ export {
 export type { WritableNumbers } from './array/half.js';
 export type { Shape } from './array/shape.js';
 export type {
-  HostInput, NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike, ComponentInput, ComponentOutput,
+  HostInput, NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike, Float16Input, ComponentTuple, ComponentInput, ComponentOutput,
 } from './array/host-data.js';
 export { StridedArray } from './array/layout.js';
 export type { Layout, SliceSpec, SliceRange } from './array/layout.js';

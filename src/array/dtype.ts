@@ -46,8 +46,16 @@ const scalarTable = {
   float64: { byteSize: 8, cType: 'double', kind: 'float' },
 } as const satisfies Record<ScalarName, { byteSize: 1 | 2 | 4 | 8; cType: string; kind: DTypeKind }>;
 
-/** Each vector's component and count; its C type is its name. */
-const vectorTable = {
+/**
+ * Each vector dtype's component and count (its C type is its name): the table the vector schemas
+ * and the types `ComponentOf`/`ComponentsOf` are built from.
+ *
+ * @example
+ * ```ts
+ * vectorTable.float3; // ['float32', 3]
+ * ```
+ */
+export const vectorTable = {
   char2: ['int8', 2], char3: ['int8', 3], char4: ['int8', 4],
   uchar2: ['uint8', 2], uchar3: ['uint8', 3], uchar4: ['uint8', 4],
   short2: ['int16', 2], short3: ['int16', 3], short4: ['int16', 4],
@@ -159,8 +167,8 @@ export function dtypeOf<N extends DTypeName>(dtype: N | DType<N>): DType<N> {
   return dtypes[name] as DType<DTypeName> as DType<N>;
 }
 
-/** The TypedArray that holds each scalar on the host. */
-interface ScalarHostArrays {
+/** The TypedArray that holds each scalar on the host (the map `HostTypedArray<N>` reads). */
+export interface ScalarHostArrays {
   bool: Uint8Array;
   int8: Int8Array;
   uint8: Uint8Array;

@@ -41,8 +41,8 @@ export interface Float16ArrayLike extends ArrayBufferView {
   readonly [index: number]: number;
 }
 
-/** float16-like dtypes also take a Float16Array. */
-type Float16Input<N extends DTypeName> = ComponentOf<N> extends 'float16' | 'bfloat16' ? Float16ArrayLike : never;
+/** float16-like dtypes also take a Float16Array (never for the others). */
+export type Float16Input<N extends DTypeName> = ComponentOf<N> extends 'float16' | 'bfloat16' ? Float16ArrayLike : never;
 
 /** JavaScript data for an array of dtype N: its TypedArray, raw bytes, or nested JavaScript arrays. */
 export type HostInput<N extends DTypeName> =
@@ -62,7 +62,8 @@ export interface HostElements {
   readonly copied: boolean;
 }
 
-type Tuple<T, K> = K extends 2 ? readonly [T, T] : K extends 3 ? readonly [T, T, T] : readonly [T, T, T, T];
+/** K components of type T, for a vector dtype's element: a pair, a triple or a quadruple. */
+export type ComponentTuple<T, K> = K extends 2 ? readonly [T, T] : K extends 3 ? readonly [T, T, T] : readonly [T, T, T, T];
 
 /** What one component accepts: bigint or a safe integer for 64-bit, boolean or 0/1 for bool. */
 export type ComponentInput<C extends ScalarName> =
@@ -74,12 +75,12 @@ export type ComponentOutput<C extends ScalarName> =
 
 /** One element of dtype N as input (`encodeScalar`): a component value, or a tuple of them for a vector. */
 export type ScalarValue<N extends DTypeName> = N extends VectorName
-  ? Tuple<ComponentInput<ComponentOf<N>>, ComponentsOf<N>>
+  ? ComponentTuple<ComponentInput<ComponentOf<N>>, ComponentsOf<N>>
   : ComponentInput<N & ScalarName>;
 
 /** One element of dtype N as read back (`decodeElement`). */
 export type ElementValue<N extends DTypeName> = N extends VectorName
-  ? Tuple<ComponentOutput<ComponentOf<N>>, ComponentsOf<N>>
+  ? ComponentTuple<ComponentOutput<ComponentOf<N>>, ComponentsOf<N>>
   : ComponentOutput<N & ScalarName>;
 
 /** The name JavaScript gives a value's class ('Float32Array', 'ArrayBuffer', 'DataView'), across realms. */
