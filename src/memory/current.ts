@@ -73,6 +73,8 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
  *
  * @param device One device; every device with a current resource when omitted.
  * @returns The bytes given back.
+ * @throws {RangeError | TypeError} For a bad device.
+ * @throws {CudaError} When synchronising the device fails (work that failed or cannot complete).
  * @example
  * ```ts
  * buffer.free();
