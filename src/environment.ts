@@ -1,9 +1,12 @@
 /**
  * Every `VRAM_*` environment variable vram reads, with its values, default and meaning: the one
  * table that `vram help`, each command's help and `vram info` print from, so a variable cannot be
- * read somewhere and documented nowhere. It imports nothing: the modules that read a variable keep
- * their own parsing (and errors); this is the description.
+ * read somewhere and documented nowhere. The modules that read a variable keep their own parsing
+ * (and errors); this is the description. The default resource's three variables are described in
+ * `memory/default-resource.ts`, beside the code that reads them, and taken from there, so the
+ * table cannot drift from what that code does.
  */
+import { DEFAULT_RESOURCE_VARIABLES } from './memory/default-resource.js';
 
 /** One environment variable vram reads. */
 export interface EnvironmentVariable {
@@ -25,12 +28,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "the CUDA driver library to load, when it is somewhere unusual" },
   { name: 'VRAM_EMULATED_BYTES', values: 'size (16G, 512M, bytes)', default: '4 GiB (vram replay sizes it for the trace)',
     meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory' },
-  { name: 'VRAM_ALLOCATOR', values: 'pool|async|cuda', default: 'pool',
-    meaning: "each device's default memory resource: a caching pool, the driver's stream-ordered pool, or cuMemAlloc per allocation" },
-  { name: 'VRAM_MEMORY_LIMIT', values: 'size (16G, 512M, bytes)', default: 'no limit',
-    meaning: 'a cap on what the default resource holds per device in this process' },
-  { name: 'VRAM_MEMORY_FRACTION', values: 'number in (0, 1]', default: 'no limit',
-    meaning: "a cap on what the default resource holds, as a fraction of the device's total memory" },
+  // VRAM_ALLOCATOR, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION: described beside the code that reads them.
+  ...DEFAULT_RESOURCE_VARIABLES,
   { name: 'VRAM_COPY_THREADS', values: 'whole number (0 = copy on the calling thread)', default: 'half the cores, 1 to 8',
     meaning: 'threads that split large pageable host copies' },
   { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'unset',

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { Device } from '../src/device.js';
+import { ENVIRONMENT } from '../src/environment.js';
 import { NotSupportedError, OutOfMemoryError } from '../src/errors.js';
 import { AsyncResource } from '../src/memory/async-resource.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
@@ -138,6 +139,9 @@ test('every variable is described for the table of VRAM_* variables', () => {
     for (const field of [v.values, v.default, v.meaning]) assert.ok(typeof field === 'string' && field.length > 0, v.name);
   }
   assert.equal(DEFAULT_RESOURCE_VARIABLES[0]!.default, readDefaultResourceSettings({}).allocator);
+  assert.equal(DEFAULT_RESOURCE_VARIABLES[0]!.values, ALLOCATOR_NAMES.join('|'));
+  // The table vram help and vram info print holds these very entries.
+  for (const v of DEFAULT_RESOURCE_VARIABLES) assert.ok(ENVIRONMENT.includes(v), v.name);
 });
 
 test('the current resource is the caching default; emptyCache gives its cache back; setCurrentResource replaces it', () => {

@@ -84,21 +84,21 @@ export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription
     name: 'VRAM_ALLOCATOR',
     values: 'async|pool|cuda',
     default: 'async',
-    meaning: "each device's default memory resource: a CUDA memory pool that keeps freed memory (async), " +
-      "vram's PoolResource, which holds the least (pool), or cuMemAlloc per allocation (cuda); emptyCache() gives the cache back",
+    meaning: "each device's default resource: a CUDA memory pool that caches what is freed (async), " +
+      "vram's PoolResource, which holds the least (pool), or cuMemAlloc per block (cuda)",
   },
   {
     name: 'VRAM_MEMORY_LIMIT',
     values: 'size (16G, 512M, bytes)',
     default: 'no limit',
-    meaning: "a cap on the bytes allocated through each device's default resource in this process; past it, " +
-      "OutOfMemoryError with reason 'limit' (not with VRAM_MEMORY_FRACTION)",
+    meaning: "a cap on the bytes allocated through each device's default resource; past it, OutOfMemoryError " +
+      "(reason 'limit'); not with VRAM_MEMORY_FRACTION",
   },
   {
     name: 'VRAM_MEMORY_FRACTION',
     values: 'number in (0, 1]',
     default: 'no limit',
-    meaning: "the same cap as a fraction of each device's total memory (not with VRAM_MEMORY_LIMIT)",
+    meaning: "the same cap, as a fraction of each device's total memory; not with VRAM_MEMORY_LIMIT",
   },
 ];
 
