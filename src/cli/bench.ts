@@ -14,7 +14,7 @@ import { transferCases } from './bench/transfers.js';
 import { parseSize } from '../util/size.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes, formatPairs, formatTable, formatValue, Progress } from './format.js';
-import { describeBackend, driverSearchPath, emulatedReason } from './info.js';
+import { describeBackend, emulatedReason, verboseDriverSearch } from './info.js';
 import { UsageError } from './usage.js';
 
 /** Transfer sizes: 64 KiB to 256 MiB. */
@@ -168,7 +168,8 @@ export async function benchCommand(args: string[]): Promise<number> {
   };
 
   const header: (readonly [string, string])[] = [['backend', describeBackend(backend, values.verbose)]];
-  if (values.verbose) header.push(['driver search', driverSearchPath()]);
+  const search = values.verbose ? verboseDriverSearch(backend) : undefined;
+  if (search !== undefined) header.push(['driver search', search]);
   header.push(['device', device.info.name]);
   if (emulated) header.push(...emulatedNotes(values.quick, settings));
   if (!values.json) process.stdout.write(`${formatPairs(header)}\n\n`);

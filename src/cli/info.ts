@@ -53,7 +53,29 @@ export function emulatedReason(backend: Backend): string | undefined {
  * ```
  */
 export function describeBackend(backend: Backend, verbose = false): string {
+  if (backend.name === 'cuda') return `cuda (driver ${kernelDriverVersion() ?? 'unknown'}, CUDA ${formatCudaVersion(backend.driverVersion())})`;
   return describeBackendName(backend.name, emulatedReason(backend), verbose);
+}
+
+/**
+ * The `driver search` line for `--verbose`, or undefined where the backend line already lists every
+ * path with why it failed (auto fell back because no driver library loaded).
+ *
+ * @param backend The backend in use.
+ * @returns The candidates in order, or undefined.
+ * @example
+ * ```ts
+ * const search = verboseDriverSearch(getBackend());
+ * if (search !== undefined) pairs.push(['driver search', search]);
+ * ```
+ */
+export function verboseDriverSearch(backend: Backend): string | undefined {
+  return listsSearchedPaths(emulatedReason(backend)) ? undefined : driverSearchPath();
+}
+
+/** True for the loader's failure, which names every path it tried and why each failed. */
+function listsSearchedPaths(reason: string | undefined): boolean {
+  return reason?.startsWith('cannot load the CUDA driver library') === true;
 }
 
 /**
@@ -61,7 +83,7 @@ export function describeBackend(backend: Backend, verbose = false): string {
  * Linux, a 420-character line), which is for `--verbose`.
  */
 function shortReason(reason: string): string {
-  if (!reason.startsWith('cannot load the CUDA driver library')) return reason;
+  if (!listsSearchedPaths(reason)) return reason;
   const count = driverCandidates().length;
   return `no CUDA driver library found; --verbose lists the ${count} path${count === 1 ? '' : 's'} searched`;
 }
@@ -151,7 +173,7 @@ export function formatInfo(report: InfoReport, verbose = false): string {
     ? `none (emulating CUDA ${report.cudaVersion})`
     : `${report.driverVersion ?? 'unknown'} (CUDA ${report.cudaVersion})`;
   const pairs: (readonly [string, string])[] = [['backend', backend], ['driver', driver]];
-  if (verbose) pairs.push(['driver search', driverSearchPath()]);
+  if (verbose && !listsSearchedPaths(report.emulatedReason)) pairs.push(['driver search', driverSearchPath()]);
   pairs.push(['devices', String(report.devices.length)]);
   return [formatPairs(pairs), ...report.devices.map(formatDevice),
     `environment:\n${formatEnvironment(undefined, report.environment).replace(/^/gm, '  ')}`].join('\n\n');

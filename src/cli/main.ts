@@ -5,7 +5,7 @@
  * Subcommands are loaded lazily so `vram info` never loads the benchmark or replay code.
  */
 import { readFileSync } from 'node:fs';
-import { formatCommandHelp, formatMainHelp, formatUsageError, UsageError } from './usage.js';
+import { answerUsageError, formatCommandHelp, formatMainHelp, UsageError } from './usage.js';
 
 /** A subcommand: takes its own arguments, prints, and returns the exit status. */
 type Command = (args: string[]) => Promise<number>;
@@ -51,10 +51,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     const command = await load();
     return await command(rest);
   } catch (error) {
-    if (error instanceof UsageError) {
-      process.stderr.write(`${formatUsageError(error)}\n`);
-      return 2;
-    }
+    if (error instanceof UsageError) return answerUsageError(error);
     // The stack is for developers (VRAM_DEBUG=1); users get the one-line message.
     const message = error instanceof Error
       ? (process.env.VRAM_DEBUG ? (error.stack ?? error.message) : error.message)

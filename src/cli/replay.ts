@@ -11,13 +11,13 @@ import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
 import { DEFAULT_EMULATED_CAPACITY, EmulatedBackend } from '../backend/emulated.js';
 import { getBackend, setBackend } from '../backend/select.js';
-import { isOutOfMemory } from '../errors.js';
+import { isOutOfMemory, VramStateError } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes, formatTable, formatValue } from './format.js';
-import { UsageError } from './usage.js';
+import { answerUsageError, UsageError } from './usage.js';
 
 /** One stack's outcome: its figures, or why it failed (and whether it ran out of memory). */
 type Outcome =
@@ -27,7 +27,7 @@ type Outcome =
 /** How the emulated device's capacity was chosen, for the output. */
 interface EmulatedCapacity {
   readonly bytes: number;
-  readonly source: 'trace' | 'VRAM_EMULATED_BYTES' | 'default';
+  readonly source: 'trace' | 'VRAM_EMULATED_BYTES' | 'default' | 'in use';
 }
 
 /** Emulated capacity granularity: the sizes read as whole GiB. */
@@ -52,7 +52,13 @@ function sizeEmulatedDevice(backend: Backend, trace: AllocationTrace): { backend
   const bytes = emulatedCapacityFor(trace.summary.peakLiveBytes);
   if (bytes === DEFAULT_EMULATED_CAPACITY) return { backend, capacity: { bytes, source: 'default' } };
   const sized = new EmulatedBackend({ capacityBytes: bytes, deviceCount: backend.deviceCount() });
-  setBackend(sized);
+  try {
+    setBackend(sized);
+  } catch (error) {
+    // replayCommand called in a process that already made a device: its backend stays.
+    if (!(error instanceof VramStateError)) throw error;
+    return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'in use' } };
+  }
   return { backend: sized, capacity: { bytes, source: 'trace' } };
 }
 
@@ -66,6 +72,8 @@ function capacityLine(capacity: EmulatedCapacity): string {
       return `emulated device of ${size} (VRAM_EMULATED_BYTES)`;
     case 'default':
       return `emulated device of ${size} (the default; the trace fits)`;
+    case 'in use':
+      return `emulated device of ${size} (devices already exist in this process, so it was not sized for the trace)`;
   }
 }
 
@@ -162,8 +170,28 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
     formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')])];
 }
 
-/** Runs `vram replay` with the arguments after `replay`; resolves to the exit status. */
+/**
+ * Runs `vram replay` with the arguments after `replay`; resolves to the exit status. A usage error
+ * is answered here (message, usage line, exit 2) so callers in-process get a status, as from main.
+ *
+ * @param args The arguments after `replay`.
+ * @returns 0 when every stack replayed, 1 when one failed or the log is bad, 2 for a usage error.
+ * @throws {Error} Only what is neither a usage error nor a replay's failure (a broken backend).
+ * @example
+ * ```ts
+ * process.exitCode = await replayCommand(['trace.csv', '-r', 'pool']);
+ * ```
+ */
 export async function replayCommand(args: string[]): Promise<number> {
+  try {
+    return await replayWith(args);
+  } catch (error) {
+    if (error instanceof UsageError) return answerUsageError(error);
+    throw error;
+  }
+}
+
+async function replayWith(args: string[]): Promise<number> {
   const { values, positionals } = parseCommandArgs('replay', args, {
     resource: { type: 'string', short: 'r', multiple: true },
     json: { type: 'boolean', default: false },

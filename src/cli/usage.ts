@@ -126,3 +126,18 @@ export function formatUsageError(error: UsageError): string {
   if (command === undefined) return `vram: ${error.message}\n\n${formatMainHelp()}`;
   return `vram ${command.name}: ${error.message}\n${usageLine(command)}\nrun 'vram help ${command.name}' for its options`;
 }
+
+/**
+ * Answers a usage error the one way: its text on stderr, exit status 2.
+ *
+ * @param error The usage error.
+ * @returns 2, the exit status of a usage error.
+ * @example
+ * ```ts
+ * if (error instanceof UsageError) return answerUsageError(error);
+ * ```
+ */
+export function answerUsageError(error: UsageError): number {
+  process.stderr.write(`${formatUsageError(error)}\n`);
+  return 2;
+}
