@@ -38,7 +38,14 @@ import type { MemoryResource } from './resource.js';
 /** The allocators `VRAM_ALLOCATOR` chooses between. */
 export type AllocatorName = 'async' | 'pool' | 'cuda';
 
-/** Every value of `VRAM_ALLOCATOR`, the default first. */
+/**
+ * Every value of `VRAM_ALLOCATOR`, the default first.
+ *
+ * @example
+ * ```ts
+ * console.log(`VRAM_ALLOCATOR=${ALLOCATOR_NAMES.join('|')}`); // VRAM_ALLOCATOR=async|pool|cuda
+ * ```
+ */
 export const ALLOCATOR_NAMES: readonly AllocatorName[] = ['async', 'pool', 'cuda'];
 
 /** The cap on a default resource, as the environment gave it. */
@@ -57,9 +64,12 @@ export interface DefaultResourceSettings {
 }
 
 /** The environment as these functions read it: `process.env`, or a given object in tests. */
-export type Environment = Readonly<Record<string, string | undefined>>;
+export type EnvironmentValues = Readonly<Record<string, string | undefined>>;
 
-/** One environment variable, as `vram info` and the README's table describe it. */
+/**
+ * One environment variable, as `vram info` and the README's table describe it (the shape of the
+ * table's rows in `src/environment.ts`, declared here so this layer need not import that one).
+ */
 export interface EnvironmentVariableDescription {
   /** The variable, e.g. `VRAM_ALLOCATOR`. */
   readonly name: string;
@@ -109,7 +119,7 @@ const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
 const FRACTION = /^(?:\d+(?:\.\d*)?|\.\d+)$/;
 
 /** The variable's value, or undefined when it is unset or blank (as a shell's `VAR=` means). */
-function valueOf(env: Environment, name: string): string | undefined {
+function valueOf(env: EnvironmentValues, name: string): string | undefined {
   const value = env[name];
   if (value === undefined) return undefined;
   const trimmed = value.trim();
@@ -129,7 +139,7 @@ function valueOf(env: Environment, name: string): string | undefined {
  * // { allocator: 'pool', explicit: true, cap: { kind: 'limit', bytes: 8589934592 } }
  * ```
  */
-export function readDefaultResourceSettings(env: Environment = process.env): DefaultResourceSettings {
+export function readDefaultResourceSettings(env: EnvironmentValues = process.env): DefaultResourceSettings {
   const name = valueOf(env, 'VRAM_ALLOCATOR');
   if (name !== undefined && !(ALLOCATOR_NAMES as readonly string[]).includes(name)) {
     throw new RangeError(`VRAM_ALLOCATOR must be one of ${ALLOCATOR_NAMES.join(', ')}, got '${name}'`);
@@ -208,7 +218,7 @@ function capBytes(cap: MemoryCap, device: Device): number {
  * mr.describe(); // 'LimitingAdaptor(limit=40 GiB, PoolResource(...))' on an 80 GiB device
  * ```
  */
-export function createDefaultResource(device?: Device | number, env: Environment = process.env): MemoryResource {
+export function createDefaultResource(device?: Device | number, env: EnvironmentValues = process.env): MemoryResource {
   const dev = Device.resolve(device);
   const settings = readDefaultResourceSettings(env);
   const limit = settings.cap === undefined ? undefined : capBytes(settings.cap, dev);
