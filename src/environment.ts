@@ -32,7 +32,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   ...DEFAULT_RESOURCE_VARIABLES,
   { name: 'VRAM_COPY_THREADS', values: 'whole number (0 = copy on the calling thread)', default: 'half the cores, 1 to 8',
     meaning: 'threads that split large pageable host copies' },
-  { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'unset',
+  { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'off',
     meaning: 'the CLI prints the stack of an unexpected error, not only its message' },
 ];
 

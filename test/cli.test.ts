@@ -4,7 +4,9 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { median } from '../src/cli/bench/common.js';
@@ -202,6 +204,31 @@ describe('vram replay', () => {
     assert.match(stderr, /^vram replay: the emulated device \(4 GiB\) is too small for this trace/m);
     assert.match(stderr, /^vram replay: cuda: /m);
     assert.match(stderr, /^vram replay: arena: /m);
+  });
+
+  it('an arena exhausted by fragmentation says so, with no hint about the device', async () => {
+    // 1 GiB of 1 MiB blocks, every other one freed, then 512 MiB of 2 MiB blocks that fit no hole:
+    // peak live stays 1 GiB, but the arena (1.25 x peak + 64 MiB) has only 320 MiB past the holes.
+    const mib = 1 << 20;
+    const lines = ['Thread,Time,Action,Pointer,Size,Stream'];
+    let time = 0;
+    const at = (i: number): string => `0x${(0x10000000 + i * mib).toString(16)}`;
+    for (let i = 0; i < 1024; i++) lines.push(`0,${time++},allocate,${at(i)},${mib},0`);
+    for (let i = 0; i < 1024; i += 2) lines.push(`0,${time++},free,${at(i)},${mib},0`);
+    for (let i = 0; i < 256; i++) lines.push(`0,${time++},allocate,${at(2048 + 2 * i)},${2 * mib},0`);
+    const dir = mkdtempSync(join(tmpdir(), 'vram-cli-'));
+    try {
+      const path = join(dir, 'fragmenting.csv');
+      writeFileSync(path, `${lines.join('\n')}\n`);
+      const { code, stdout, stderr } = await vramWith({}, 'replay', path, '-r', 'arena,pool');
+      assert.equal(code, 1);
+      assert.match(stdout, /^arena: FAILED: the arena cannot grow .*arena exhausted/m);
+      assert.match(stdout, /^pool +1792 /m);
+      assert.match(stderr, /^vram replay: arena: the arena cannot grow/m);
+      assert.doesNotMatch(stderr, /VRAM_EMULATED_BYTES|too small/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('VRAM_EMULATED_BYTES that is not a size is refused in one line naming the variable', async () => {

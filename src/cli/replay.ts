@@ -96,8 +96,11 @@ function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: 
   } catch (error) {
     const outOfMemory = isOutOfMemory(error instanceof ReplayError ? error.cause : error);
     // The arena's own figure ran out, not the device: say that instead of a hint about the device.
-    const arena = outOfMemory && name === 'arena' ? 'the arena was exhausted (it is a fixed reservation and cannot grow): ' : '';
-    return { stack: name, ok: false, notes: stack.notes, error: `${arena}${messageOf(error)}`, outOfMemory: outOfMemory && name !== 'arena' };
+    const message = messageOf(error);
+    const arena = outOfMemory && name === 'arena'
+      ? (/arena exhausted/i.test(message) ? 'the arena cannot grow (a fixed reservation): ' : 'the arena was exhausted (a fixed reservation: it cannot grow): ')
+      : '';
+    return { stack: name, ok: false, notes: stack.notes, error: `${arena}${message}`, outOfMemory: outOfMemory && name !== 'arena' };
   } finally {
     stack.close();
   }
