@@ -101,7 +101,13 @@ export type { ReservingResource, StreamRef, MemoryKind } from './memory/resource
 export { ResourceAdaptor } from './memory/adaptor.js';
 export { StreamOrder } from './memory/stream-order.js';
 export type { Lane, OrderEvents } from './memory/stream-order.js';
-export { getCurrentResource, setCurrentResource } from './memory/current.js';
+export { getCurrentResource, setCurrentResource, emptyCache } from './memory/current.js';
+export {
+  ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,
+} from './memory/default-resource.js';
+export type {
+  AllocatorName, DefaultResourceSettings, EnvironmentValues, EnvironmentVariableDescription, MemoryCap,
+} from './memory/default-resource.js';
 export { DriverResource } from './memory/driver-resource.js';
 export { CudaResource } from './memory/cuda-resource.js';
 export { AsyncResource } from './memory/async-resource.js';
