@@ -45,6 +45,7 @@ export interface BenchReport {
 function parseGroups(values: readonly string[] | undefined): readonly Group[] {
   if (values === undefined || values.length === 0) return GROUPS;
   const groups = values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  if (groups.length === 0) throw new UsageError(`--only takes ${GROUPS.join(', ')}; got nothing`, 'bench');
   for (const g of groups) {
     if (!(GROUPS as readonly string[]).includes(g)) {
       throw new UsageError(`--only takes ${GROUPS.join(', ')}; got '${g}'`, 'bench');

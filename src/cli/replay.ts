@@ -37,7 +37,7 @@ const GIB = 1024 ** 3;
  * The capacity an emulated device needs for a trace: twice its peak live (room for a caching
  * stack's fragmentation and the arena's headroom) plus 1 GiB, in whole GiB, never below the default.
  */
-export function emulatedCapacityFor(peakLiveBytes: number): number {
+function emulatedCapacityFor(peakLiveBytes: number): number {
   return Math.max(DEFAULT_EMULATED_CAPACITY, Math.ceil((2 * peakLiveBytes + GIB) / GIB) * GIB);
 }
 
