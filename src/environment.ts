@@ -20,7 +20,14 @@ export interface EnvironmentVariable {
   readonly meaning: string;
 }
 
-/** The table, in the order people reach for them: backend first, then memory, then tuning. */
+/**
+ * The table, in the order people reach for them: backend first, then memory, then tuning.
+ *
+ * @example
+ * ```ts
+ * for (const v of ENVIRONMENT) console.log(`${v.name}=${v.values} (default ${v.default}): ${v.meaning}`);
+ * ```
+ */
 export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   { name: 'VRAM_BACKEND', values: 'cuda|emulated|auto', default: 'auto',
     meaning: 'which backend drives the devices; auto uses the CUDA driver when it loads and reports a device, else the emulated backend' },

@@ -29,7 +29,14 @@ const HELP_OPTION: OptionHelp = { flag: '--help, -h', meaning: "this command's h
 const VERBOSE_OPTION: OptionHelp = { flag: '--verbose', meaning: 'say more about the backend: the driver library and every path searched for it' };
 const BACKEND_ENVIRONMENT = ['VRAM_BACKEND', 'VRAM_LIBCUDA', 'VRAM_EMULATED_BYTES'] as const;
 
-/** The commands, in the order `vram help` lists them. */
+/**
+ * The commands, in the order `vram help` lists them.
+ *
+ * @example
+ * ```ts
+ * for (const c of COMMAND_HELP) console.log(`vram ${c.usage}`);
+ * ```
+ */
 export const COMMAND_HELP: readonly CommandHelp[] = [
   {
     name: 'info',
