@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, forceGc, FREE_MEMORY_SLACK, gpuOnly, onGpu } from './helpers.js';
+import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, forceGc, FREE_MEMORY_SLACK, gpuOnly, onGpu, randomBytes } from './helpers.js';
 import { setBackend, getBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { Device } from '../src/device.js';
@@ -26,15 +26,6 @@ if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 <<
 
 const device = Device.get(0);
 
-function randomBytes(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 /** Device memory in use, as the driver (or the emulated device) reports it. */
 function used(d: Device = device): number {

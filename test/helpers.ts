@@ -87,3 +87,17 @@ export async function captureWarnings(body: () => void | Promise<void>): Promise
   }
   return codes;
 }
+
+/**
+ * `n` bytes of seeded pseudo-random data (xorshift32 from `seed`), never all zeros: the same bytes
+ * for the same seed, so a failing round trip can be replayed.
+ */
+export function randomBytes(n: number, seed: number): Uint8Array {
+  const out = new Uint8Array(n);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+    out[i] = x & 0xff;
+  }
+  return out;
+}

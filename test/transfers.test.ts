@@ -18,7 +18,7 @@ import {
   configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings,
 } from '../src/memory/transfer/transfers.js';
 import { Stream } from '../src/stream.js';
-import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc } from './helpers.js';
+import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc, randomBytes } from './helpers.js';
 
 const device = Device.get(0);
 device.makeCurrent();
@@ -32,16 +32,6 @@ afterEach(() => {
   releaseTransferCaches();
 });
 
-/** Random bytes, never all zeros (xorshift from `seed`). */
-function randomBytes(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 function assertSame(actual: Uint8Array, expected: Uint8Array, what: string): void {
   assert.equal(actual.byteLength, expected.byteLength, `${what}: length`);

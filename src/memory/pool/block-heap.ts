@@ -266,11 +266,15 @@ export class BlockHeap implements StreamWatcher {
 
   /** Records block `i` as handed out for a request of `bytes`. */
   markLive(i: number, bytes: number): void {
-    const s = this.store;
-    s.requested[i] = bytes;
-    this.live.set(s.start[i]!, i);
+    this.live.set(this.store.start[i]!, i);
+    this.count(i, bytes);
+  }
+
+  /** Counts block `i` live for a request of `bytes` (the mirror of `uncount`). */
+  private count(i: number, bytes: number): void {
+    this.store.requested[i] = bytes;
     const f = this.figures;
-    f[LIVE_BLOCK_BYTES]! += s.size[i]!;
+    f[LIVE_BLOCK_BYTES]! += this.store.size[i]!;
     const live = (f[LIVE_BYTES]! += bytes);
     if (live > f[PEAK_LIVE_BYTES]!) f[PEAK_LIVE_BYTES] = live;
     f[TOTAL_BYTES]! += bytes;
@@ -378,17 +382,7 @@ export class BlockHeap implements StreamWatcher {
     }
     l.parked = NIL;
     this.parkedCount--;
-    // markLive without the live table's insert: the entry stayed.
-    const s = this.store;
-    s.requested[i] = bytes;
-    const f = this.figures;
-    f[LIVE_BLOCK_BYTES]! += size;
-    const live = (f[LIVE_BYTES]! += bytes);
-    if (live > f[PEAK_LIVE_BYTES]!) f[PEAK_LIVE_BYTES] = live;
-    f[TOTAL_BYTES]! += bytes;
-    f[TOTAL_COUNT]! += 1;
-    const count = (f[LIVE_COUNT]! += 1);
-    if (count > f[PEAK_LIVE_COUNT]!) f[PEAK_LIVE_COUNT] = count;
+    this.count(i, bytes); // markLive without the live table's insert: the entry stayed
     return i;
   }
 
