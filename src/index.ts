@@ -97,11 +97,13 @@ export type { PlaceOptions, Placement } from './interop/place.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
 export { MemoryResource, defaultStream, isReserving } from './memory/resource.js';
-export type { ReservingResource, StreamRef, MemoryKind } from './memory/resource.js';
+export type { ReservingResource, StreamRef, MemoryKind, MemoryFigures } from './memory/resource.js';
 export { ResourceAdaptor } from './memory/adaptor.js';
 export { StreamOrder } from './memory/stream-order.js';
 export type { Lane, OrderEvents } from './memory/stream-order.js';
 export { getCurrentResource, setCurrentResource, emptyCache } from './memory/current.js';
+export { memoryStats, resetPeakStats, memorySummary } from './memory/memory-stats.js';
+export type { MemoryStats, CurrentAndPeak } from './memory/memory-stats.js';
 export {
   ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,
 } from './memory/default-resource.js';

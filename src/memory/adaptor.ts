@@ -4,7 +4,7 @@
  * only the one thing it adds, and they all describe themselves and compare alike.
  */
 import type { Ptr } from '../backend/backend.js';
-import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
+import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type StreamRef } from './resource.js';
 
 /**
  * A resource that wraps another. Subclasses add their one concern around `doAllocate`/
@@ -65,6 +65,16 @@ export abstract class ResourceAdaptor extends MemoryResource {
   /** Adaptors cache nothing themselves: releasing is the upstream's job. */
   protected override doReleaseCached(): number {
     return this.upstream.releaseCached();
+  }
+
+  /** The upstream's figures: an adaptor hands out the upstream's memory unchanged. */
+  override memoryFigures(): MemoryFigures | undefined {
+    return this.upstream.memoryFigures();
+  }
+
+  /** Restarts the upstream's peaks (an adaptor that counts restarts its own too). */
+  override resetPeakFigures(): void {
+    this.upstream.resetPeakFigures();
   }
 
   /**

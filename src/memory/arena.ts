@@ -12,7 +12,7 @@ import { CudaResource } from './cuda-resource.js';
 import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
-import { checkResource, MemoryResource, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
+import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
 
 /** Options of an ArenaResource. */
 export interface ArenaOptions {
@@ -199,6 +199,17 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
   /** Bytes not in any live block. */
   get freeBytes(): number {
     return this.heap.freeBytes;
+  }
+
+  /** Live blocks and the fixed reservation. */
+  override memoryFigures(): MemoryFigures | undefined {
+    const { bytes, allocations } = this.heap.counters();
+    return { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+  }
+
+  /** Restarts the live high-water marks (the reservation is fixed). */
+  override resetPeakFigures(): void {
+    this.heap.resetPeaks();
   }
 
   /** `ArenaResource(size=..., upstream=...)`. */

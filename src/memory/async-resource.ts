@@ -12,7 +12,7 @@ import { checkNonNegativeInteger } from '../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from './pool-access.js';
-import type { ReservingResource } from './resource.js';
+import type { MemoryFigures, ReservingResource } from './resource.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
 export interface AsyncPoolOptions {
@@ -186,6 +186,18 @@ export class AsyncResource extends DriverResource implements ReservingResource {
   /** Resets the reserved high-water mark (ReservingResource). */
   resetPeakReserved(): void {
     this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
+  }
+
+  /** The live table's allocated figures with the pool's reserved bytes and their high-water mark. */
+  override memoryFigures(): MemoryFigures | undefined {
+    const live = super.memoryFigures()!;
+    return { ...live, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+  }
+
+  /** Restarts the live table's peaks and the pool's high-water marks. */
+  override resetPeakFigures(): void {
+    super.resetPeakFigures();
+    this.resetPeaks();
   }
 
   /** Returns unused memory to the driver until at most `bytes` stay reserved beyond what is in use. */

@@ -7,7 +7,7 @@
 import type { Backend, Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { OutOfMemoryError } from '../errors.js';
-import { MemoryResource, type StreamRef } from './resource.js';
+import { MemoryResource, type MemoryFigures, type StreamRef } from './resource.js';
 import { SizeTable } from './size-table.js';
 
 /**
@@ -39,6 +39,21 @@ export abstract class DriverResource extends MemoryResource {
   /** Number of live allocations. */
   get liveCount(): number {
     return this.table.size;
+  }
+
+  /**
+   * The live table's figures. Every block is one driver allocation and nothing is cached, so
+   * reserved is allocated; resources over a driver pool (AsyncResource) report the pool's instead.
+   */
+  override memoryFigures(): MemoryFigures | undefined {
+    const bytes = this.table.bytes.snapshot();
+    return { allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+  }
+
+  /** Restarts the live table's peaks. */
+  override resetPeakFigures(): void {
+    this.table.bytes.resetPeak();
+    this.table.allocations.resetPeak();
   }
 
   /** One driver allocation of `bytes` on stream `handle`. */

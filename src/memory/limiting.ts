@@ -7,7 +7,7 @@ import { CounterCell } from '../counter.js';
 import { OutOfMemoryError } from '../errors.js';
 import { alignUp, checkBytes } from '../validate.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
-import type { MemoryResource, StreamRef } from './resource.js';
+import type { MemoryFigures, MemoryResource, StreamRef } from './resource.js';
 
 /**
  * Refuses an allocation that would take the bytes outstanding through it past `limitBytes`, with
@@ -45,6 +45,21 @@ export class LimitingAdaptor extends ResourceAdaptor {
   /** Bytes that may still be allocated before the limit. */
   get availableBytes(): number {
     return this.limitBytes - this.counted.value;
+  }
+
+  /** The upstream's figures with this limit (the lowest limit wins in a stack of several). */
+  override memoryFigures(): MemoryFigures | undefined {
+    const below = this.upstream.memoryFigures();
+    if (below === undefined) return undefined;
+    const limitBytes = Math.min(this.limitBytes, below.limitBytes ?? Infinity);
+    return { ...below, limitBytes };
+  }
+
+  /** Restarts this adaptor's peaks and the upstream's. */
+  override resetPeakFigures(): void {
+    this.counted.resetPeak();
+    this.allocations.resetPeak();
+    super.resetPeakFigures();
   }
 
   protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {

@@ -6,7 +6,7 @@
 import type { Ptr } from '../backend/backend.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../errors.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
-import { checkResource, type MemoryResource, type StreamRef } from './resource.js';
+import { checkResource, type MemoryFigures, type MemoryResource, type StreamRef } from './resource.js';
 import { StatisticsAdaptor } from './statistics.js';
 
 /** Options of RetryOnOutOfMemory. */
@@ -74,6 +74,13 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
   /** How many of those retries succeeded. */
   get recovered(): number {
     return this.recoveredCount;
+  }
+
+  /** The upstream's figures, with this adaptor's retries added to any counted below it. */
+  override memoryFigures(): MemoryFigures | undefined {
+    const below = this.upstream.memoryFigures();
+    if (below === undefined) return undefined;
+    return { ...below, allocationRetries: (below.allocationRetries ?? 0) + this.retryCount };
   }
 
   /** Allocates through the upstream, releasing caches and retrying once on out-of-memory. */

@@ -21,7 +21,7 @@ import { UpstreamChunks } from './pool/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './pool/virtual-growth.js';
-import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from './resource.js';
+import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from './resource.js';
 
 /** Options for a PoolResource. */
 export interface PoolOptions {
@@ -332,6 +332,21 @@ export class PoolResource extends MemoryResource implements ReservingResource {
       driverCalls: growthCalls(this.pages),
       growthNs: this.pages !== null ? this.pages.growthNs : 0,
     };
+  }
+
+  /** Live blocks and reserved bytes; page moves and driver calls with virtual growth only. */
+  override memoryFigures(): MemoryFigures | undefined {
+    const { bytes, allocations } = this.heap.counters();
+    const figures = { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+    if (this.pages === null) return figures;
+    const calls = growthCalls(this.pages);
+    const driverCalls = calls.create + calls.map + calls.unmap + calls.setAccess + calls.release;
+    return { ...figures, pageMoves: this.pages.pageMoves, driverCalls };
+  }
+
+  /** Restarts the reserved and live high-water marks (`resetPeakReserved`). */
+  override resetPeakFigures(): void {
+    this.resetPeakReserved();
   }
 
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */

@@ -18,7 +18,8 @@
  */
 import '../polyfills.js';
 import type { Ptr } from '../backend/backend.js';
-import { UseAfterFreeError } from '../errors.js';
+import type { Counter } from '../counter.js';
+import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import type { StreamRef } from '../stream.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
 
@@ -26,6 +27,30 @@ export { defaultStream, type StreamRef } from '../stream.js';
 
 /** What kind of memory a resource hands out. */
 export type MemoryKind = 'device' | 'managed' | 'pinned-host';
+
+/**
+ * The figures a resource (with what lies below it) reports in one shape, so `memoryStats()` can
+ * read any stack without knowing its classes. Optional fields are absent where the resource has
+ * no such figure, rather than a 0 that would read as measured.
+ */
+export interface MemoryFigures {
+  /** Bytes handed out and not yet returned (value), their peak and all bytes ever handed out. */
+  readonly allocatedBytes: Counter;
+  /** Blocks handed out and not yet returned, their peak and all blocks ever handed out. */
+  readonly allocations: Counter;
+  /** Bytes held from the driver (or the upstream) now: live blocks plus what is cached. */
+  readonly reservedBytes: number;
+  /** The high-water mark of `reservedBytes` since creation or the last peak reset. */
+  readonly peakReservedBytes: number;
+  /** Allocations that failed for lack of memory and were retried after releasing caches. */
+  readonly allocationRetries?: number;
+  /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */
+  readonly limitBytes?: number;
+  /** Cached physical pages moved to where live data needed them (virtual-memory pools). */
+  readonly pageMoves?: number;
+  /** Driver calls made to grow, move and give back memory (virtual-memory pools). */
+  readonly driverCalls?: number;
+}
 
 /**
  * An allocator of memory, stream-ordered. Subclasses implement the `do*` hooks; callers use
@@ -48,6 +73,7 @@ export abstract class MemoryResource {
   /** The resource this one takes its memory from, if any (declared here, set by subclasses). */
   declare readonly upstream?: MemoryResource;
   #destroyed = false;
+  #outOfMemoryErrors = 0;
 
   /**
    * Allocates `bytes` usable on `stream` (the default stream when omitted).
@@ -64,8 +90,51 @@ export abstract class MemoryResource {
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (this.#destroyed) throw this.destroyedError();
-    return this.doAllocate(bytes, handle, stream);
+    // A try block costs nothing until something throws (measured on the pool's hit pair), so
+    // every resource can count what reached its caller without a cost on the common path.
+    try {
+      return this.doAllocate(bytes, handle, stream);
+    } catch (error) {
+      if (isOutOfMemory(error)) this.#outOfMemoryErrors += 1;
+      throw error;
+    }
   }
+
+  /**
+   * How many out-of-memory errors this resource's `allocate` threw to its caller. Failures a
+   * resource above caught and recovered from (a retry that succeeded) count only here, not above.
+   */
+  get outOfMemoryErrors(): number {
+    return this.#outOfMemoryErrors;
+  }
+
+  /**
+   * The resource's figures in the shape every resource shares (what `memoryStats()` reads); by
+   * default `undefined`: nothing is known. Resources that count override it; adaptors report
+   * their upstream's, with what they add.
+   *
+   * @returns A snapshot of the figures, or `undefined` when the resource keeps none.
+   * @throws {UseAfterFreeError} Where reading them needs a resource that was destroyed.
+   * @example
+   * ```ts
+   * new PoolResource().memoryFigures()?.reservedBytes; // 0
+   * ```
+   */
+  memoryFigures(): MemoryFigures | undefined {
+    return undefined;
+  }
+
+  /**
+   * Starts new high-water marks (allocated bytes and count, reserved bytes) from the current
+   * figures, here and in what the resource reports; nothing by default.
+   *
+   * @throws {UseAfterFreeError} Where resetting needs a resource that was destroyed.
+   * @example
+   * ```ts
+   * pool.resetPeakFigures(); // pool.memoryFigures().allocatedBytes.peak === .value
+   * ```
+   */
+  resetPeakFigures(): void {}
 
   /**
    * Returns a block. Nothing changes when any check fails: the resource stays as it was.

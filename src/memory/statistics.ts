@@ -5,7 +5,7 @@
 import type { Ptr } from '../backend/backend.js';
 import { CounterCell, type Counter } from '../counter.js';
 import { ResourceAdaptor } from './adaptor.js';
-import type { MemoryResource, StreamRef } from './resource.js';
+import type { MemoryFigures, MemoryResource, StreamRef } from './resource.js';
 
 /** What has passed through a StatisticsAdaptor: two counters of one shape. */
 export interface AllocationStatistics {
@@ -51,6 +51,23 @@ export class StatisticsAdaptor extends ResourceAdaptor {
   resetPeaks(): void {
     this.bytesCounter.resetPeak();
     this.allocationsCounter.resetPeak();
+  }
+
+  /**
+   * The upstream's figures; over an upstream that keeps none, this adaptor's own counts, with
+   * reserved taken as allocated (nothing is known of what the upstream caches).
+   */
+  override memoryFigures(): MemoryFigures | undefined {
+    const below = this.upstream.memoryFigures();
+    if (below !== undefined) return below;
+    const bytes = this.bytesCounter.snapshot();
+    return { allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+  }
+
+  /** Restarts this adaptor's peaks and the upstream's. */
+  override resetPeakFigures(): void {
+    this.resetPeaks();
+    super.resetPeakFigures();
   }
 
   protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
