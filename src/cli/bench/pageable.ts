@@ -66,24 +66,22 @@ function hostCeiling(backend: Backend, bytes: number, repeats: number, intoPinne
   }
 }
 
+/** A pageable copy one way through the transfer layer, with the registration cache off or on. */
+function pageableCopy(toDevice: boolean, register: boolean): Measure {
+  return (bytes, repeats) => {
+    const host = pageable(bytes);
+    return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, toDevice
+      ? () => buf.copyFromHost(host, { register })
+      : () => { buf.copyToHost(host, { register }); }));
+  };
+}
+
 function measures(backend: Backend): readonly (readonly [name: string, measure: Measure])[] {
   return [
-    ['staged pageable H2D', (bytes, repeats) => {
-      const host = pageable(bytes);
-      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyFromHost(host, { register: false })));
-    }],
-    ['staged pageable D2H', (bytes, repeats) => {
-      const host = pageable(bytes);
-      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyToHost(host, { register: false })));
-    }],
-    ['registered pageable H2D', (bytes, repeats) => {
-      const host = pageable(bytes);
-      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyFromHost(host, { register: true })));
-    }],
-    ['registered pageable D2H', (bytes, repeats) => {
-      const host = pageable(bytes);
-      return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, () => buf.copyToHost(host, { register: true })));
-    }],
+    ['staged pageable H2D', pageableCopy(true, false)],
+    ['staged pageable D2H', pageableCopy(false, false)],
+    ['registered pageable H2D', pageableCopy(true, true)],
+    ['registered pageable D2H', pageableCopy(false, true)],
     ['host memcpy into pinned (copy threads)', (bytes, repeats) => hostCeiling(backend, bytes, repeats, true)],
     ['host memcpy out of pinned (copy threads)', (bytes, repeats) => hostCeiling(backend, bytes, repeats, false)],
   ];
