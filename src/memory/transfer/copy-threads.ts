@@ -34,17 +34,35 @@ const MIN_PIECE = 256 * 1024;
 const START_TIMEOUT_MS = 10_000;
 
 /**
+ * Checks a thread count: a whole number from 0 (copy on the calling thread) to 64.
+ *
+ * @param threads The count.
+ * @param what Names it in the error.
+ * @returns The count.
+ * @throws {RangeError} For anything else.
+ * @example
+ * ```ts
+ * checkThreadCount(4, 'threads'); // 4
+ * ```
+ */
+export function checkThreadCount(threads: unknown, what: string): number {
+  // An environment variable's text counts as its number ('4'); blank text is no number.
+  const n = typeof threads === 'string' && threads.trim() !== '' ? Number(threads) : threads;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > PIECES) {
+    const shown = typeof threads === 'string' ? `'${threads}'` : String(threads);
+    throw new RangeError(`${what} must be a whole number from 0 to ${PIECES}, got ${shown}`);
+  }
+  return n;
+}
+
+/**
  * The default thread count: `VRAM_COPY_THREADS` when set, else half the cores (the copies are
  * memory-bound; more threads than that add contention, not bandwidth), at least 1 and at most 8.
  */
 export function defaultCopyThreads(env: NodeJS.ProcessEnv = process.env): number {
   const set = env.VRAM_COPY_THREADS;
   if (set !== undefined && set !== '') {
-    const n = Number(set);
-    if (!Number.isInteger(n) || n < 0 || n > PIECES) {
-      throw new RangeError(`VRAM_COPY_THREADS must be a whole number from 0 to ${PIECES}, got '${set}'`);
-    }
-    return n;
+    return checkThreadCount(set, 'VRAM_COPY_THREADS');
   }
   return Math.min(8, Math.max(1, Math.floor(availableParallelism() / 2)));
 }
@@ -76,10 +94,7 @@ export class CopyThreads {
    * @throws {RangeError} For a bad count.
    */
   constructor(threads: number = defaultCopyThreads()) {
-    if (!Number.isInteger(threads) || threads < 0 || threads > PIECES) {
-      throw new RangeError(`threads must be a whole number from 0 to ${PIECES}, got ${threads}`);
-    }
-    this.threads = threads;
+    this.threads = checkThreadCount(threads, 'threads');
     for (let b = BATCHES - 1; b >= 0; b--) this.free.push(b);
   }
 

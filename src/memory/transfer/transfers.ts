@@ -19,7 +19,7 @@ import { Event, type StreamRef } from '../../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../../validate.js';
 import { PinnedHostPool } from '../pinned-host-pool.js';
 import { defaultStream } from '../resource.js';
-import { CopyThreads, defaultCopyThreads } from './copy-threads.js';
+import { checkThreadCount, CopyThreads, defaultCopyThreads } from './copy-threads.js';
 import { RegistrationCache, type RegistrationPolicy, type RegistrationStatistics } from './registration-cache.js';
 import { runStaged, runStagedAsync, type StagedCopy } from './staged-copy.js';
 
@@ -130,7 +130,7 @@ export function configureTransfers(options: TransferOptions): TransferSettings {
   if (r === null || typeof r !== 'object') throw new TypeError('registration must be an object');
   if (r.enabled !== undefined && typeof r.enabled !== 'boolean') throw new TypeError('registration.enabled must be a boolean');
   const next: TransferSettings = {
-    threads: options.threads === undefined ? settings.threads : new CopyThreads(checkNonNegativeInteger(options.threads, 'threads')).threads,
+    threads: options.threads === undefined ? settings.threads : checkThreadCount(checkNonNegativeInteger(options.threads, 'threads'), 'threads'),
     chunkBytes: options.chunkBytes === undefined ? settings.chunkBytes : checkBytes(options.chunkBytes, 'chunkBytes'),
     depth: options.depth === undefined ? settings.depth : checkDepth(options.depth),
     stagingThreshold: options.stagingThreshold === undefined
