@@ -1,0 +1,301 @@
+/**
+ * The memory snapshot's format: what `memorySnapshot()` returns and `VRAM_OOM_SNAPSHOT` writes, as
+ * plain JSON data (numbers, strings, arrays, null), so a file written by one program can be read
+ * by another (`vram view`, a notebook) without vram's classes. docs/snapshot-schema.json says the
+ * same as a JSON Schema, and the tests validate snapshots against it; `SNAPSHOT_VERSION` is raised
+ * when a field changes meaning or goes away (a new optional field does not raise it).
+ *
+ * Layout, as PyTorch's `_dump_snapshot` (segments, blocks, a trace of events), with ids instead of
+ * nested copies: every resource, call stack and event appears once and the others name it by id,
+ * so a 100,000-event history does not repeat the same stack or resource description 100,000 times.
+ *
+ * Conventions: addresses, sizes and stream handles are JavaScript numbers (every driver address is
+ * below 2^53, so JSON keeps them exact); times are milliseconds on the `performance.now()` clock of
+ * the process that wrote the snapshot (`timeOrigin + time` is milliseconds since the epoch); a
+ * field that is unknown is `null`, never a 0 that would read as measured.
+ */
+import type { MemoryFigures } from './resource.js';
+
+/**
+ * The version of the format this code writes. A reader should refuse a snapshot whose `version`
+ * it does not know rather than misread it.
+ *
+ * @example
+ * ```ts
+ * const snapshot = JSON.parse(text) as MemorySnapshot;
+ * if (snapshot.version !== SNAPSHOT_VERSION) throw new Error(`snapshot version ${snapshot.version}`);
+ * ```
+ */
+export const SNAPSHOT_VERSION = 1;
+
+/**
+ * What a history event records:
+ * - `alloc` / `free`: a block handed to or returned by the caller of a resource stack (recorded at
+ *   the outermost `allocate`/`deallocate` only, so an adaptor over a pool gives one event, not two);
+ * - `oom`: an allocation that failed with an out-of-memory error reaching the caller;
+ * - `reserve` / `release`: the stack's reserved bytes (what it holds from the driver or its
+ *   upstream: pages mapped, chunks taken, a CUDA pool grown) rose / fell by `bytes`.
+ */
+export type HistoryEventKind = 'alloc' | 'free' | 'oom' | 'reserve' | 'release';
+
+/**
+ * One event of the history, in the order it happened.
+ *
+ * @example
+ * ```ts
+ * { kind: 'alloc', address: 140737488355328, bytes: 1048576, stream: 0, time: 812.4, resource: 1, stack: 3 }
+ * ```
+ */
+export interface HistoryEvent {
+  /** What happened. */
+  readonly kind: HistoryEventKind;
+  /** The block's address (`alloc`, `free`); `null` for `oom`, `reserve` and `release`. */
+  readonly address: number | null;
+  /**
+   * `alloc`/`free`/`oom`: the bytes the caller asked for (before any rounding);
+   * `reserve`/`release`: how much the stack's reserved bytes changed (always positive).
+   */
+  readonly bytes: number;
+  /** The stream handle of the call (0: the legacy default stream). */
+  readonly stream: number;
+  /** When, in milliseconds on the snapshot's clock (see `MemorySnapshot.timeOrigin`). */
+  readonly time: number;
+  /** The id (in `MemorySnapshot.resources`) of the resource the caller called: the stack's top. */
+  readonly resource: number;
+  /** The id (in `MemorySnapshot.stacks`) of the caller's call stack; `null` when stacks were off. */
+  readonly stack: number | null;
+}
+
+/**
+ * A call stack, interned: every event and block made from the same place names the same id.
+ *
+ * @example
+ * ```ts
+ * { id: 3, frames: ['at loadWeights (file:///app/model.js:41:22)', 'at main (file:///app/main.js:9:3)'] }
+ * ```
+ */
+export interface SnapshotStack {
+  /** The id events and blocks refer to. */
+  readonly id: number;
+  /** Frames, innermost first, as V8 prints them (`at fn (file:line:column)`), without vram's own. */
+  readonly frames: readonly string[];
+}
+
+/**
+ * A resource's figures: its `memoryFigures()` as they are (a `Counter` is `{ value, peak, total }`);
+ * optional fields are absent where the resource has no such figure. The same type, so the two
+ * cannot drift apart.
+ */
+export type SnapshotFigures = MemoryFigures;
+
+/**
+ * What a block of a segment is: handed out (`live`), in the free lists (`free`), or `parked`:
+ * freed, but kept aside whole for the same stream's next allocation of the same size (a pool's
+ * hit path), so it is free memory that does not merge with its neighbours until the pool needs it.
+ */
+export type BlockState = 'live' | 'free' | 'parked';
+
+/** One block of a segment: a range of addresses a sub-allocator handed out or holds free. */
+export interface SnapshotBlock {
+  /** The first address. */
+  readonly address: number;
+  /** Its size in the segment (the request rounded up to the resource's granule). */
+  readonly bytes: number;
+  /** What the caller asked for (live blocks); `null` for free and parked blocks. */
+  readonly requestedBytes: number | null;
+  /** Live, free or parked. */
+  readonly state: BlockState;
+  /**
+   * The stream it was allocated on (live) or whose free lists hold it (free, parked); `null` for
+   * fresh memory no stream has used yet, or when the resource does not say.
+   */
+  readonly stream: number | null;
+  /** The id of the call stack that allocated it (live blocks seen by a recording history); else `null`. */
+  readonly stack: number | null;
+}
+
+/**
+ * How a segment came to the resource:
+ * - `virtual-range`: a reserved virtual address range, physical pages mapped where `pages` says
+ *   (PoolResource's default growth);
+ * - `chunk`: memory taken from the upstream resource in one piece (PoolResource over an upstream,
+ *   FixedSizeResource);
+ * - `region`: an arena's one fixed region;
+ * - `allocation`: one driver allocation per block (CudaResource, ManagedResource, AsyncResource):
+ *   the segment is the block.
+ */
+export type SegmentKind = 'virtual-range' | 'chunk' | 'region' | 'allocation';
+
+/** Physical pages of a virtual range: which are mapped (hold memory) now. */
+export interface SnapshotPages {
+  /** The size of one page (the allocation granularity the range is mapped in). */
+  readonly pageBytes: number;
+  /** Runs of mapped pages, `[first page index, page count]`, ascending and not touching. */
+  readonly mapped: ReadonlyArray<readonly [number, number]>;
+}
+
+/** A range of addresses a resource holds, with the blocks it is cut into. */
+export interface SnapshotSegment {
+  /** The first address. */
+  readonly address: number;
+  /** Its size: for a virtual range the whole reservation, of which only `pages.mapped` holds memory. */
+  readonly bytes: number;
+  /** How the resource got it. */
+  readonly kind: SegmentKind;
+  /** Mapped physical pages, for `virtual-range` segments; `null` for the others (wholly backed). */
+  readonly pages: SnapshotPages | null;
+  /**
+   * The blocks, ascending by address. They cover the part of the segment the resource has cut so
+   * far: a virtual range's blocks may end before the range does (never used addresses).
+   */
+  readonly blocks: readonly SnapshotBlock[];
+}
+
+/**
+ * Where a resource stands: in use (`active`), `destroyed`, or `collected` (garbage-collected since
+ * the history saw it: only what was recorded then is known).
+ */
+export type ResourceStatus = 'active' | 'destroyed' | 'collected';
+
+/** The figures of a stack when the history first saw it, the start of its time series. */
+export interface SnapshotBaseline {
+  /** When, in milliseconds on the snapshot's clock. */
+  readonly time: number;
+  /** The stack's allocated bytes then; `null` where the stack does not count them. */
+  readonly allocatedBytes: number | null;
+  /** The stack's reserved bytes then; `null` where the stack does not know them. */
+  readonly reservedBytes: number | null;
+}
+
+/**
+ * One memory resource: those of the device's current stack (the current resource and everything
+ * below it through `upstream`) and every other resource the history recorded a call to.
+ */
+export interface SnapshotResource {
+  /** The id events, blocks and other resources refer to (unique in the process). */
+  readonly id: number;
+  /** Its `describe()`, e.g. `LimitingAdaptor(limit=64 MiB, PoolResource(virtual, device=0))`. */
+  readonly label: string;
+  /** Its class's name, e.g. `PoolResource`. */
+  readonly className: string;
+  /** What memory it hands out: `device`, `managed` or `pinned-host`. */
+  readonly kind: string;
+  /** The device ordinal (-1 for host memory). */
+  readonly device: number;
+  /** The id of the resource it takes memory from; `null` when it has none. */
+  readonly upstream: number | null;
+  /** True for the device's current resource and every resource below it. */
+  readonly current: boolean;
+  /** In use, destroyed, or collected. */
+  readonly status: ResourceStatus;
+  /** Its figures now; `null` when it keeps none, or was destroyed or collected. */
+  readonly figures: SnapshotFigures | null;
+  /**
+   * Its segments and their blocks; `null` when it does not lay its memory out itself (adaptors,
+   * which hand out their upstream's) or cannot be read (destroyed, collected).
+   */
+  readonly segments: readonly SnapshotSegment[] | null;
+  /** The stack's figures when the history first recorded a call to it as a stack's top; else `null`. */
+  readonly baseline: SnapshotBaseline | null;
+}
+
+/**
+ * A block live now, as its holder's caller sees it: one entry per live block of every resource
+ * that lays out its memory (`segments`), plus blocks the history saw allocated that no such
+ * resource listed (a stack with no such resource).
+ */
+export interface SnapshotLiveBlock {
+  /** Its address. */
+  readonly address: number;
+  /** What the caller asked for. */
+  readonly bytes: number;
+  /** The stream it was allocated on; `null` when unknown. */
+  readonly stream: number | null;
+  /** When it was allocated, when the history saw it; else `null`. */
+  readonly time: number | null;
+  /** The id of the resource whose segment holds it (or, from the history alone, the stack's top). */
+  readonly resource: number;
+  /** The id of the allocating call stack; `null` when not recorded with stacks. */
+  readonly stack: number | null;
+}
+
+/** The history: a ring buffer of the latest events. */
+export interface SnapshotHistory {
+  /** Whether it was still recording when the snapshot was taken. */
+  readonly recording: boolean;
+  /** The ring's capacity: older events than the latest `maxEntries` are dropped. */
+  readonly maxEntries: number;
+  /** Whether call stacks were captured. */
+  readonly stacks: boolean;
+  /** When recording started, in milliseconds on the snapshot's clock. */
+  readonly startTime: number;
+  /** Events ever recorded, dropped ones included. */
+  readonly recorded: number;
+  /** Events the ring dropped (overwritten by later ones): `recorded - events.length`. */
+  readonly dropped: number;
+  /** The events kept, oldest first. */
+  readonly events: readonly HistoryEvent[];
+}
+
+/** Why the snapshot was taken: on request, or by the out-of-memory observer. */
+export type SnapshotTriggerKind = 'request' | 'out-of-memory';
+
+/** The out-of-memory error that made the observer write the snapshot. */
+export interface SnapshotError {
+  /** Its message (with the largest live sites and the fragmentation, where known). */
+  readonly message: string;
+  /** The bytes asked for. */
+  readonly requestedBytes: number;
+  /** Its `reason`: `device`, `limit`, `maximum`, `arena`, `upstream`, `address-space` or `host`. */
+  readonly reason: string;
+  /** The failing call, e.g. `LimitingAdaptor.allocate`. */
+  readonly call: string;
+  /** The id of the resource whose `allocate` the program called. */
+  readonly resource: number;
+}
+
+/** Why and when the snapshot was taken. */
+export interface SnapshotTrigger {
+  /** On request (`memorySnapshot()`) or at an out-of-memory error (`VRAM_OOM_SNAPSHOT`). */
+  readonly kind: SnapshotTriggerKind;
+  /** The error, for `out-of-memory`; `null` for `request`. */
+  readonly error: SnapshotError | null;
+}
+
+/**
+ * A snapshot of one device's memory: its resources with their segments and blocks, the live
+ * blocks with their call stacks, and the history of events.
+ *
+ * @example
+ * ```ts
+ * const snapshot: MemorySnapshot = memorySnapshot();
+ * const largest = [...snapshot.blocks].sort((a, b) => b.bytes - a.bytes)[0];
+ * const frames = snapshot.stacks.find((s) => s.id === largest?.stack)?.frames;
+ * ```
+ */
+export interface MemorySnapshot {
+  /** The format's version, `SNAPSHOT_VERSION` when written. */
+  readonly version: number;
+  /** When it was taken, ISO 8601 (UTC). */
+  readonly createdAt: string;
+  /** When it was taken, in milliseconds on the clock of the times below. */
+  readonly time: number;
+  /** `performance.timeOrigin` of the writing process: milliseconds since the epoch at time 0. */
+  readonly timeOrigin: number;
+  /** The backend that ran it: `cuda` or `emulated`. */
+  readonly backend: string;
+  /** The device ordinal. */
+  readonly device: number;
+  /** Why it was taken. */
+  readonly trigger: SnapshotTrigger;
+  /** The id of the device's current resource (the top of its stack); `null` when none was made yet. */
+  readonly currentResource: number | null;
+  /** The resources, ordered by id. */
+  readonly resources: readonly SnapshotResource[];
+  /** Every live block, ascending by address. */
+  readonly blocks: readonly SnapshotLiveBlock[];
+  /** The call stacks events and blocks refer to, ordered by id. */
+  readonly stacks: readonly SnapshotStack[];
+  /** The history; `null` when none was recorded on the device. */
+  readonly history: SnapshotHistory | null;
+}
