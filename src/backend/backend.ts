@@ -255,6 +255,163 @@ export interface Memcpy2D {
 /** JavaScript memory a copy may read from or write to. */
 export type HostMemory = ArrayBufferView | ArrayBuffer;
 
+/** A scalar kernel parameter: C's fixed-width types (`i32` is int32_t, `f32` float, `u64` uint64_t...). */
+export type ScalarParam = 'i8' | 'u8' | 'i16' | 'u16' | 'i32' | 'u32' | 'i64' | 'u64' | 'f32' | 'f64';
+
+/**
+ * A kernel parameter as the launch primitive packs it: a device address (`ptr`, 8 bytes), a
+ * scalar, or a struct of scalars passed by value with C's layout (each member at its natural
+ * alignment, the size rounded up to the largest alignment).
+ */
+export type ParamType = 'ptr' | ScalarParam | { readonly struct: readonly ScalarParam[] };
+
+/** Bytes and alignment of each scalar parameter type (the C ABI of x86-64 and aarch64). */
+export const SCALAR_PARAM_BYTES: Readonly<Record<ScalarParam, 1 | 2 | 4 | 8>> = {
+  i8: 1, u8: 1, i16: 2, u16: 2, i32: 4, u32: 4, i64: 8, u64: 8, f32: 4, f64: 8,
+};
+
+/** Where one parameter lies in a parameter block, and the C layout of its members. */
+export interface ParamSlot {
+  readonly type: ParamType;
+  /** Byte offset of the parameter in the block (aligned to `align`). */
+  readonly offset: number;
+  readonly bytes: number;
+  readonly align: number;
+  /** For a struct: the byte offset of each member inside it; empty otherwise. */
+  readonly memberOffsets: readonly number[];
+}
+
+/**
+ * Lays out a kernel's parameters, each at its own aligned offset in one block (cuLaunchKernel
+ * takes one pointer per parameter, so they need not be packed as the kernel sees them; only a
+ * struct's members follow C's layout, as the kernel reads the struct's bytes).
+ *
+ * @param types The parameters, in order.
+ * @returns Each parameter's slot, and the block's size (a multiple of 8, at least 8).
+ * @throws {TypeError} For a type that is not a ParamType.
+ * @example
+ * ```ts
+ * paramLayout(['ptr', 'i32', { struct: ['f32', 'f64'] }]).slots.map((s) => s.offset); // [0, 8, 16]
+ * ```
+ */
+export function paramLayout(types: readonly ParamType[]): { readonly slots: readonly ParamSlot[]; readonly bytes: number } {
+  const slots: ParamSlot[] = [];
+  let end = 0;
+  for (const type of types) {
+    let bytes: number;
+    let align: number;
+    const memberOffsets: number[] = [];
+    if (type === 'ptr') {
+      bytes = 8;
+      align = 8;
+    } else if (typeof type === 'string' && Object.hasOwn(SCALAR_PARAM_BYTES, type)) {
+      bytes = SCALAR_PARAM_BYTES[type];
+      align = bytes;
+    } else if (typeof type === 'object' && type !== null && Array.isArray(type.struct) && type.struct.length > 0) {
+      const members: readonly ScalarParam[] = type.struct;
+      let at = 0;
+      align = 1;
+      for (const member of members) {
+        if (!Object.hasOwn(SCALAR_PARAM_BYTES, member)) throw new TypeError(`paramLayout: struct member ${String(member)} is not a scalar type`);
+        const size = SCALAR_PARAM_BYTES[member];
+        at = Math.ceil(at / size) * size;
+        memberOffsets.push(at);
+        at += size;
+        align = Math.max(align, size);
+      }
+      bytes = Math.ceil(at / align) * align;
+    } else {
+      throw new TypeError(`paramLayout: ${JSON.stringify(type)} is not a parameter type ('ptr', a scalar or { struct: [...] })`);
+    }
+    const offset = Math.ceil(end / align) * align;
+    slots.push({ type, offset, bytes, align, memberOffsets });
+    end = offset + bytes;
+  }
+  return { slots, bytes: Math.max(8, Math.ceil(end / 8) * 8) };
+}
+
+/**
+ * A kernel's parameter block, made once per kernel by `Backend.kernelParams` and rewritten in
+ * place before each launch: the launch path allocates nothing. `data` covers the values (each
+ * parameter at its slot's offset, little-endian); on the cuda backend it is native memory and
+ * `address` is that of the `void *[]` array of pointers to each value that cuLaunchKernel takes.
+ */
+export interface KernelParams {
+  readonly slots: readonly ParamSlot[];
+  /** The values, written at each slot's offset. */
+  readonly data: DataView;
+  /** The native `void **kernelParams` (cuda); 0 on the emulated backend. */
+  readonly address: Ptr;
+}
+
+/** Code for `moduleLoad`: PTX text or a CUBIN, plus the JavaScript the emulated backend runs instead. */
+export interface ModuleImage {
+  readonly kind: 'ptx' | 'cubin';
+  /** The image's bytes (PTX need not end with NUL: the cuda backend adds one when missing). */
+  readonly data: Uint8Array;
+  /** By kernel name: the functions the emulated backend runs in place of device code. */
+  readonly emulated?: EmulatedKernels;
+}
+
+/** A kernel function's attributes (cuFuncGetAttribute). */
+export interface FunctionAttributes {
+  /** The most threads a block of this kernel may have (registers and shared memory allowing). */
+  readonly maxThreadsPerBlock: number;
+  /** Statically allocated shared memory per block. */
+  readonly sharedSizeBytes: number;
+  readonly constSizeBytes: number;
+  /** Local memory per thread. */
+  readonly localSizeBytes: number;
+  /** Registers per thread. */
+  readonly numRegs: number;
+  /** PTX and binary architecture versions, major * 10 + minor (e.g. 90). */
+  readonly ptxVersion: number;
+  readonly binaryVersion: number;
+  /** The most dynamic shared memory a launch may ask for without raising the limit. */
+  readonly maxDynamicSharedSizeBytes: number;
+}
+
+/** A device's launch limits (cuDeviceGetAttribute), checked before each launch. */
+export interface KernelLimits {
+  readonly maxThreadsPerBlock: number;
+  readonly maxBlockDim: readonly [number, number, number];
+  readonly maxGridDim: readonly [number, number, number];
+  /** Shared memory a block may use without opting in. */
+  readonly maxSharedBytesPerBlock: number;
+  readonly warpSize: number;
+}
+
+/**
+ * Emulated memory as a kernel's JavaScript sees it: `bytes(ptr, byteLength)` is a Uint8Array over
+ * [ptr, ptr + byteLength) of device, managed or (mapped) host memory, range-checked as the GPU
+ * would fault (an address outside every allocation is CUDA_ERROR_ILLEGAL_ADDRESS). Host memory
+ * is viewed in place; device memory (backed lazily) is copied in when first asked for and written
+ * back when the kernel returns, so within one launch ask for each range once (a range inside one
+ * already asked for shares its bytes; one that partly overlaps it is refused).
+ */
+export interface EmulatedMemory {
+  bytes(ptr: Ptr, byteLength: number): Uint8Array;
+}
+
+/**
+ * One launch as the emulated backend hands it to a kernel's JavaScript: the launch configuration
+ * and the arguments decoded from the parameter block. Pointers are addresses (numbers); 64-bit
+ * integers are numbers when exact (|v| < 2^53), bigints beyond; a struct is its members in order.
+ */
+export interface EmulatedLaunch {
+  readonly grid: readonly [number, number, number];
+  readonly block: readonly [number, number, number];
+  readonly sharedBytes: number;
+  readonly args: readonly (number | bigint | readonly number[])[];
+  readonly memory: EmulatedMemory;
+}
+
+/** What the emulated backend runs in place of a kernel's device code: the whole grid, in one call. */
+export type EmulatedKernel = (launch: EmulatedLaunch) => void;
+
+/** JavaScript kernels by name (the name `moduleGetFunction` is asked for: a lowered name for templates). */
+export type EmulatedKernels = Readonly<Record<string, EmulatedKernel>>;
+
 /** The primitive operations vram needs from a GPU (or from its stand-in). */
 export interface Backend {
   /** `cuda` for the real driver, `emulated` for host memory standing in for a device. */
@@ -428,4 +585,29 @@ export interface Backend {
 
   // --- Pointer attributes ---
   pointerGetAttributes(ptr: Ptr): PointerAttributes;
+
+  // --- Modules and kernels ---
+  /** cuModuleLoadData in the current context: PTX (JIT-compiled for the device) or a CUBIN. */
+  moduleLoad(image: ModuleImage): Handle;
+  /** cuModuleUnload. */
+  moduleUnload(module: Handle): void;
+  /** cuModuleGetFunction: the kernel named `name` (its mangled or lowered name); CUDA_ERROR_NOT_FOUND when absent. */
+  moduleGetFunction(module: Handle, name: string): Handle;
+  /** cuFuncGetAttribute, every attribute of FunctionAttributes. */
+  functionAttributes(fn: Handle): FunctionAttributes;
+  /** The launch limits of device `ordinal` (max block and grid dimensions, shared memory, warp size). */
+  kernelLimits(ordinal: number): KernelLimits;
+  /** A parameter block for a kernel with these parameters (made once, rewritten per launch). */
+  kernelParams(types: readonly ParamType[]): KernelParams;
+  /**
+   * cuLaunchKernel of `fn` on `stream` with the values now in `params`. The grid and block are six
+   * numbers, not arrays, so a launch allocates nothing. The driver copies the parameters during
+   * the call: `params` may be rewritten as soon as it returns.
+   */
+  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
+    sharedBytes: number, stream: Handle, params: KernelParams): void;
+  /** cuOccupancyMaxActiveBlocksPerMultiprocessor. */
+  occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number;
+  /** cuOccupancyMaxPotentialBlockSize with a fixed dynamic shared memory size; `blockSizeLimit` 0 for none. */
+  occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { readonly minGridSize: number; readonly blockSize: number };
 }
