@@ -8,6 +8,15 @@ import type { TypeObject } from 'koffi';
 
 /** CUdevice_attribute values vram reads (cuda.h, CUdevice_attribute_enum). */
 export const DeviceAttribute = {
+  MAX_THREADS_PER_BLOCK: 1,
+  MAX_BLOCK_DIM_X: 2,
+  MAX_BLOCK_DIM_Y: 3,
+  MAX_BLOCK_DIM_Z: 4,
+  MAX_GRID_DIM_X: 5,
+  MAX_GRID_DIM_Y: 6,
+  MAX_GRID_DIM_Z: 7,
+  MAX_SHARED_MEMORY_PER_BLOCK: 8,
+  WARP_SIZE: 10,
   MULTIPROCESSOR_COUNT: 16,
   INTEGRATED: 18,
   CAN_MAP_HOST_MEMORY: 19,
@@ -21,6 +30,18 @@ export const DeviceAttribute = {
   CONCURRENT_MANAGED_ACCESS: 89,
   VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: 102,
   MEMORY_POOLS_SUPPORTED: 115,
+} as const;
+
+/** CUfunction_attribute values (cuda.h, CUfunction_attribute_enum). */
+export const FunctionAttribute = {
+  MAX_THREADS_PER_BLOCK: 0,
+  SHARED_SIZE_BYTES: 1,
+  CONST_SIZE_BYTES: 2,
+  LOCAL_SIZE_BYTES: 3,
+  NUM_REGS: 4,
+  PTX_VERSION: 5,
+  BINARY_VERSION: 6,
+  MAX_DYNAMIC_SHARED_SIZE_BYTES: 8,
 } as const;
 
 /** CUpointer_attribute values vram queries (cuda.h, CUpointer_attribute_enum). */
