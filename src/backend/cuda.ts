@@ -10,17 +10,17 @@
  */
 import koffi from 'koffi';
 import type {
-  Backend, DeviceInfo, Handle, HostMemory, MemInfo, MemLocation, Memcpy2D, MemPoolAttribute, MemPoolProps,
-  PointerAttributes, Ptr,
+  Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation, Memcpy2D,
+  MemPoolAttribute, MemPoolProps, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
-import { checkIpcHandle, checkStreamValue32, IPC_HANDLE_BYTES, MemHandleType } from './backend.js';
+import { checkIpcHandle, checkStreamValue32, IPC_HANDLE_BYTES, MemHandleType, paramLayout } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
 import { HIGH_WORD_MAX, OutSlot, TWO_32, beyondExactError } from '../cuda/out-slot.js';
 import {
-  AllocationGranularity, DeviceAttribute, DEVICE_CPU, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
+  AllocationGranularity, DeviceAttribute, DEVICE_CPU, FunctionAttribute, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
   PointerAttribute, type Memcpy2DValue, type MemAllocationPropValue, type MemLocationValue,
 } from '../cuda/types.js';
 
@@ -36,6 +36,13 @@ const POINTER_ATTRIBUTES = [
   PointerAttribute.RANGE_START_ADDR,
   PointerAttribute.RANGE_SIZE,
 ] as const;
+
+/**
+ * Frees a kernel's native parameter block once nothing can reach it: the block's ArrayBuffer (a
+ * view of the native memory) is what KernelParams holds, so when it is collected no launch can
+ * use the memory any more (the driver copies the parameters during cuLaunchKernel itself).
+ */
+const paramBlocks = new FinalizationRegistry<bigint>((base) => koffi.free(base));
 
 /** Pool attributes whose value is an `int` (the reuse policies); the rest are cuuint64_t. */
 function isIntPoolAttribute(attribute: number): boolean {
@@ -86,6 +93,9 @@ class CudaBackend implements Backend {
   private readonly queryStream: DriverFunctions['cuStreamQuery'];
   private readonly recordEvent: DriverFunctions['cuEventRecord'];
   private readonly queryEvent: DriverFunctions['cuEventQuery'];
+  private readonly launch: DriverFunctions['cuLaunchKernel'];
+  /** kernelLimits per ordinal, read once (they are fixed for the device). */
+  private readonly limits: KernelLimits[] = [];
 
   constructor(private readonly driver: CudaDriver) {
     const fn = driver.fn;
@@ -104,6 +114,7 @@ class CudaBackend implements Backend {
     this.queryStream = fn.cuStreamQuery;
     this.recordEvent = fn.cuEventRecord;
     this.queryEvent = fn.cuEventQuery;
+    this.launch = fn.cuLaunchKernel;
     const slotBytes = 8 * POINTER_ATTRIBUTES.length;
     const base = koffi.alloc('uint64_t', POINTER_ATTRIBUTES.length) as bigint;
     this.attrSlots = new DataView(koffi.view(base, slotBytes));
@@ -716,6 +727,101 @@ class CudaBackend implements Backend {
     this.deviceLocation(ordinal);
     this.accessDesc.flags = flags;
     this.check(this.fn.cuMemSetAccess(ptr, bytes, this.accessDesc, 1), 'cuMemSetAccess');
+  }
+
+  // --- Modules and kernels ---
+
+  moduleLoad(image: ModuleImage): Handle {
+    let data = image.data;
+    if (!(data instanceof Uint8Array) || data.length === 0) throw new TypeError('moduleLoad: the image must be a non-empty Uint8Array');
+    // PTX is read as a C string: it must end with NUL, which text encoders do not add.
+    if (image.kind === 'ptx' && data[data.length - 1] !== 0) {
+      const terminated = new Uint8Array(data.length + 1);
+      terminated.set(data);
+      data = terminated;
+    }
+    this.check(this.fn.cuModuleLoadData(this.u64, data), 'cuModuleLoadData');
+    return this.outNumber('cuModuleLoadData');
+  }
+
+  moduleUnload(module: Handle): void {
+    this.check(this.fn.cuModuleUnload(module), 'cuModuleUnload');
+  }
+
+  moduleGetFunction(module: Handle, name: string): Handle {
+    if (typeof name !== 'string' || name.includes('\0')) throw new TypeError('moduleGetFunction: the name must be a string without NUL');
+    this.check(this.fn.cuModuleGetFunction(this.u64, module, name), 'cuModuleGetFunction');
+    return this.outNumber('cuModuleGetFunction');
+  }
+
+  functionAttributes(fn: Handle): FunctionAttributes {
+    const get = (attribute: number): number => {
+      this.check(this.fn.cuFuncGetAttribute(this.i32, attribute, fn), 'cuFuncGetAttribute');
+      return this.i32[0] ?? 0;
+    };
+    return {
+      maxThreadsPerBlock: get(FunctionAttribute.MAX_THREADS_PER_BLOCK),
+      sharedSizeBytes: get(FunctionAttribute.SHARED_SIZE_BYTES),
+      constSizeBytes: get(FunctionAttribute.CONST_SIZE_BYTES),
+      localSizeBytes: get(FunctionAttribute.LOCAL_SIZE_BYTES),
+      numRegs: get(FunctionAttribute.NUM_REGS),
+      ptxVersion: get(FunctionAttribute.PTX_VERSION),
+      binaryVersion: get(FunctionAttribute.BINARY_VERSION),
+      maxDynamicSharedSizeBytes: get(FunctionAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES),
+    };
+  }
+
+  kernelLimits(ordinal: number): KernelLimits {
+    let limits = this.limits[ordinal];
+    if (limits === undefined) {
+      const dev = this.device(ordinal);
+      const get = (attribute: number): number => this.attribute(dev, attribute);
+      limits = {
+        maxThreadsPerBlock: get(DeviceAttribute.MAX_THREADS_PER_BLOCK),
+        maxBlockDim: [get(DeviceAttribute.MAX_BLOCK_DIM_X), get(DeviceAttribute.MAX_BLOCK_DIM_Y), get(DeviceAttribute.MAX_BLOCK_DIM_Z)],
+        maxGridDim: [get(DeviceAttribute.MAX_GRID_DIM_X), get(DeviceAttribute.MAX_GRID_DIM_Y), get(DeviceAttribute.MAX_GRID_DIM_Z)],
+        maxSharedBytesPerBlock: get(DeviceAttribute.MAX_SHARED_MEMORY_PER_BLOCK),
+        warpSize: get(DeviceAttribute.WARP_SIZE),
+      };
+      this.limits[ordinal] = limits;
+    }
+    return limits;
+  }
+
+  kernelParams(types: readonly ParamType[]): KernelParams {
+    const { slots, bytes } = paramLayout(types);
+    // One native block: the values, then the `void *[]` cuLaunchKernel takes, pointing at them.
+    const pointers = Math.max(1, slots.length);
+    const base = koffi.alloc('uint8_t', bytes + 8 * pointers) as bigint;
+    const address = Number(base);
+    if (BigInt(address) !== base) {
+      koffi.free(base);
+      throw new RangeError(`native memory at 0x${base.toString(16)} is beyond 2^53`);
+    }
+    const memory = koffi.view(base, bytes + 8 * pointers);
+    new Uint8Array(memory).fill(0);
+    const array = new BigUint64Array(memory, bytes, pointers);
+    slots.forEach((slot, i) => { array[i] = base + BigInt(slot.offset); });
+    paramBlocks.register(memory, base);
+    return { slots, data: new DataView(memory, 0, bytes), address: address + bytes };
+  }
+
+  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
+    sharedBytes: number, stream: Handle, params: KernelParams): void {
+    const r = this.launch(fn, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes, stream, params.address, 0);
+    if (r !== 0) throw this.fail(r, 'cuLaunchKernel');
+  }
+
+  occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number {
+    this.check(this.fn.cuOccupancyMaxActiveBlocksPerMultiprocessor(this.i32, fn, blockSize, sharedBytes),
+      'cuOccupancyMaxActiveBlocksPerMultiprocessor');
+    return this.i32[0] ?? 0;
+  }
+
+  occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { minGridSize: number; blockSize: number } {
+    this.check(this.fn.cuOccupancyMaxPotentialBlockSize(this.i32, this.i32b, fn, null, sharedBytes, blockSizeLimit),
+      'cuOccupancyMaxPotentialBlockSize');
+    return { minGridSize: this.i32[0] ?? 0, blockSize: this.i32b[0] ?? 0 };
   }
 
   // --- Pointer attributes ---

@@ -123,6 +123,16 @@ export interface DriverFunctions {
   cuMemPoolImportFromShareableHandle(pool: BigUint64Array, handle: number, handleType: number, flags: number): R;
   cuMemPoolExportPointer(data: Uint8Array, ptr: number): R;
   cuMemPoolImportPointer(ptr: BigUint64Array, pool: number, data: Uint8Array): R;
+  cuModuleLoadData(module: BigUint64Array, image: Uint8Array): R;
+  cuModuleUnload(module: number): R;
+  cuModuleGetFunction(fn: BigUint64Array, module: number, name: string): R;
+  cuFuncGetAttribute(value: Int32Array, attribute: number, fn: number): R;
+  /** `kernelParams`: the address of the kernel's native `void *[]` (KernelParams.address), as a number; `extra` 0. */
+  cuLaunchKernel(fn: number, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
+    sharedBytes: number, stream: number, kernelParams: number, extra: number): R;
+  cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks: Int32Array, fn: number, blockSize: number, sharedBytes: number): R;
+  cuOccupancyMaxPotentialBlockSize(minGridSize: Int32Array, blockSize: Int32Array, fn: number, sharedOfBlockSize: null,
+    sharedBytes: number, blockSizeLimit: number): R;
 }
 
 /** How one entry point is found: the symbol asked of cuGetProcAddress, at which version, bound how. */
@@ -241,6 +251,26 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemPoolImportFromShareableHandle: { symbol: 'cuMemPoolImportFromShareableHandle', version: 11020, params: `uint64_t *pool, ${U64} handle, int handleType, uint64_t flags` },
   cuMemPoolExportPointer: { symbol: 'cuMemPoolExportPointer', version: 11020, params: `uint8_t *data, ${U64} ptr` },
   cuMemPoolImportPointer: { symbol: 'cuMemPoolImportPointer', version: 11020, params: `uint64_t *ptr, ${U64} pool, const uint8_t *data` },
+  // Modules and kernels. The cuModule* calls rather than cuLibrary*: a module is loaded into the
+  // context current at the time, which is the context vram chose for the device, as its memory is.
+  cuModuleLoadData: { symbol: 'cuModuleLoadData', version: 2000, params: 'uint64_t *module, const uint8_t *image' },
+  cuModuleUnload: { symbol: 'cuModuleUnload', version: 2000, params: `${U64} module` },
+  cuModuleGetFunction: { symbol: 'cuModuleGetFunction', version: 2000, params: `uint64_t *fn, ${U64} module, const char *name` },
+  cuFuncGetAttribute: { symbol: 'cuFuncGetAttribute', version: 2020, params: `int *value, int attribute, ${U64} fn` },
+  // kernelParams and extra as integers (addresses): no pointer parameter, so koffi's fast call
+  // path and no per-launch conversion; the kernel's pointer array lives in native memory.
+  cuLaunchKernel: {
+    symbol: 'cuLaunchKernel', version: 4000,
+    params: `${U64} fn, uint32_t gridX, uint32_t gridY, uint32_t gridZ, uint32_t blockX, uint32_t blockY, uint32_t blockZ, ` +
+      `uint32_t sharedBytes, ${U64} stream, ${U64} kernelParams, ${U64} extra`,
+  },
+  cuOccupancyMaxActiveBlocksPerMultiprocessor: {
+    symbol: 'cuOccupancyMaxActiveBlocksPerMultiprocessor', version: 6050, params: `int *blocks, ${U64} fn, int blockSize, size_t sharedBytes`,
+  },
+  cuOccupancyMaxPotentialBlockSize: {
+    symbol: 'cuOccupancyMaxPotentialBlockSize', version: 6050,
+    params: `int *minGridSize, int *blockSize, ${U64} fn, void *sharedOfBlockSize, size_t sharedBytes, int blockSizeLimit`,
+  },
 };
 
 /** cuGetProcAddress_v2, bound by name from the library. */
