@@ -7,14 +7,15 @@
  * are documented there.
  */
 import type {
-  Backend, DeviceInfo, Handle, HostMemory, MemInfo, MemLocation, MemPoolAttribute, MemPoolProps, Memcpy2D,
-  PointerAttributes, Ptr,
+  Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation,
+  MemPoolAttribute, MemPoolProps, Memcpy2D, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
 import { ContextCalls } from './emulated/context-calls.js';
 import { Copies } from './emulated/copies.js';
 import { DeviceMemory } from './emulated/device-memory.js';
 import { HostMemoryCalls } from './emulated/host-memory.js';
 import { IpcCalls } from './emulated/ipc.js';
+import { KernelCalls } from './emulated/kernels.js';
 import { pointerAttributes } from './emulated/pointer-attributes.js';
 import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
@@ -59,6 +60,7 @@ export class EmulatedBackend implements Backend {
   private readonly pools: PoolCalls;
   private readonly virtualMemory: VirtualMemory;
   private readonly ipc: IpcCalls;
+  private readonly kernels: KernelCalls;
 
   constructor(options: EmulatedBackendOptions = {}) {
     const capacity = options.capacityBytes ?? defaultCapacity();
@@ -75,6 +77,7 @@ export class EmulatedBackend implements Backend {
     this.pools = new PoolCalls(state);
     this.virtualMemory = new VirtualMemory(state);
     this.ipc = new IpcCalls(state);
+    this.kernels = new KernelCalls(state);
   }
 
   // --- Driver, devices and contexts ---
@@ -413,6 +416,45 @@ export class EmulatedBackend implements Backend {
 
   pointerGetAttributes(ptr: Ptr): PointerAttributes {
     return pointerAttributes(this.state, ptr);
+  }
+
+  // --- Modules and kernels ---
+
+  moduleLoad(image: ModuleImage): Handle {
+    return this.kernels.moduleLoad(image);
+  }
+
+  moduleUnload(module: Handle): void {
+    this.kernels.moduleUnload(module);
+  }
+
+  moduleGetFunction(module: Handle, name: string): Handle {
+    return this.kernels.moduleGetFunction(module, name);
+  }
+
+  functionAttributes(fn: Handle): FunctionAttributes {
+    return this.kernels.functionAttributes(fn);
+  }
+
+  kernelLimits(ordinal: number): KernelLimits {
+    return this.kernels.kernelLimits(ordinal);
+  }
+
+  kernelParams(types: readonly ParamType[]): KernelParams {
+    return this.kernels.kernelParams(types);
+  }
+
+  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
+    sharedBytes: number, stream: Handle, params: KernelParams): void {
+    this.kernels.launchKernel(fn, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes, stream, params);
+  }
+
+  occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number {
+    return this.kernels.occupancyMaxActiveBlocksPerMultiprocessor(fn, blockSize, sharedBytes);
+  }
+
+  occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { minGridSize: number; blockSize: number } {
+    return this.kernels.occupancyMaxPotentialBlockSize(fn, sharedBytes, blockSizeLimit);
   }
 
   // --- Emulation internals ---

@@ -98,8 +98,13 @@ export class StreamState {
         }
         this.queue[this.head] = undefined;
         this.head++;
-        op?.run?.();
-        this.executed++;
+        try {
+          op?.run?.();
+        } finally {
+          // A kernel's JavaScript may throw (a fault, reported at the synchronising call as on a
+          // GPU): the operation still counts as run, so the queue stays consistent behind it.
+          this.executed++;
+        }
       }
     } finally {
       this.running = false;
