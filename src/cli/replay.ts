@@ -1,13 +1,14 @@
 /**
- * `vram replay <log.csv> [--resource NAME]... [--json]`: replays an RMM allocation log through one
- * or more resource stacks and prints, side by side, time per operation and peak reserved over peak
- * live. Exit status: 0 ok, 1 a replay (or the log) failed, 2 usage error.
+ * `vram replay <log.csv> [--resource NAME]... [--json] [--html FILE]`: replays an RMM allocation log
+ * through one or more resource stacks and prints, side by side, time per operation and peak
+ * reserved over peak live; `--html` also writes a report with each stack's bytes over time. Exit
+ * status: 0 ok, 1 a replay (or the log) failed, 2 usage error.
  *
  * On the emulated backend with VRAM_EMULATED_BYTES unset, the emulated device is sized for the
  * trace before any device exists (its memory is backed lazily, so a large capacity costs nothing
  * until written): a trace that peaks above the 4 GiB default then replays with no settings.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
 import { DEFAULT_EMULATED_CAPACITY, EmulatedBackend } from '../backend/emulated.js';
 import { getBackend, setBackend } from '../backend/select.js';
@@ -15,6 +16,9 @@ import { isOutOfMemory, VramStateError } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';
+import { renderReport } from '../report/html.js';
+import type { TableSection } from '../report/report.js';
+import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes, formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
@@ -110,15 +114,21 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined, outcomes: readonly Outcome[]): void {
+/** The heading lines of the output (and the report's facts): the trace, the backend, the device. */
+function headingLines(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined): [string, string][] {
   const s = trace.summary;
-  const out: string[] = [];
-  out.push(`trace    ${trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
-    `${s.failures > 0 ? `, ${s.failures} failed allocations skipped` : ''}), peak live ${formatBytes(s.peakLiveBytes)}` +
-    ` in ${s.peakLiveCount} blocks, ${s.streams.length} stream(s)`);
-  out.push(`backend  ${backend}${backend === 'emulated' ? ' (host memory standing in for a GPU: times are not GPU times)' : ''}`);
-  if (capacity !== undefined) out.push(`device   ${capacityLine(capacity)}`);
-  out.push('');
+  const lines: [string, string][] = [
+    ['trace', `${trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
+      `${s.failures > 0 ? `, ${s.failures} failed allocations skipped` : ''}), peak live ${formatBytes(s.peakLiveBytes)}` +
+      ` in ${s.peakLiveCount} blocks, ${s.streams.length} stream(s)`],
+    ['backend', `${backend}${backend === 'emulated' ? ' (host memory standing in for a GPU: times are not GPU times)' : ''}`],
+  ];
+  if (capacity !== undefined) lines.push(['device', capacityLine(capacity)]);
+  return lines;
+}
+
+/** The results table, one row per stack (the text output's and the report's). */
+function resultsTable(outcomes: readonly Outcome[]): { header: string[]; rows: string[][] } {
   const perOp = outcomes.some((o) => o.ok && o.result.medianAllocateNs !== undefined);
   const header = ['resource', 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
     'peak live', 'peak reserved', 'overhead'];
@@ -130,7 +140,22 @@ function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedC
       formatBytes(r.peakLiveBytes), formatBytes(r.peakReservedBytes) + (r.reservedSource === 'estimate' ? '*' : ''),
       `${r.overheadPercent >= 0 ? '+' : ''}${r.overheadPercent.toFixed(1)}%`];
   });
+  return { header, rows };
+}
+
+function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined, outcomes: readonly Outcome[]): void {
+  const out = headingLines(trace, backend, capacity).map(([label, value]) => `${label.padEnd(8)} ${value}`);
+  out.push('');
+  const { header, rows } = resultsTable(outcomes);
   out.push(formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]));
+  const repeated = outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
+  if (repeated.length > 0) out.push('', ...passTable(repeated.map((o) => [o.stack, o.result.passes])));
+  out.push('', ...outcomeNotes(outcomes));
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+/** What the reader should know under the table: each stack's set-up and resource, or why it failed. */
+function outcomeNotes(outcomes: readonly Outcome[]): string[] {
   const notes: string[] = [];
   for (const o of outcomes) {
     for (const note of o.notes) notes.push(`${o.stack}: ${note}`);
@@ -140,10 +165,37 @@ function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedC
   if (outcomes.some((o) => o.ok && o.result.reservedSource === 'estimate')) {
     notes.push('* estimated from the live blocks: the driver does not report what cuMemAlloc reserves');
   }
-  const repeated = outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
-  if (repeated.length > 0) out.push('', ...passTable(repeated.map((o) => [o.stack, o.result.passes])));
-  out.push('', ...notes);
-  process.stdout.write(`${out.join('\n')}\n`);
+  return notes;
+}
+
+/**
+ * Replays the trace once more through a fresh copy of each stack that replayed, recording its
+ * timeline, and writes the HTML report. A replay of its own, so the timed figures never include
+ * the timeline's readings.
+ */
+function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined,
+  outcomes: readonly Outcome[], device: number): void {
+  const stacks = outcomes.filter((o) => o.ok).map((o) => {
+    const stack = createStack(o.stack, trace, { device });
+    try {
+      const result = replay(trace, stack.resource, {
+        timeline: true,
+        ...(stack.reservedBytes ? { reservedBytes: stack.reservedBytes } : {}),
+        ...(stack.peakReservedBytes ? { peakReservedBytes: stack.peakReservedBytes } : {}),
+      });
+      return { name: o.stack, ...(result.timeline ? { timeline: result.timeline } : {}) };
+    } finally {
+      stack.close();
+    }
+  });
+  const { header, rows } = resultsTable(outcomes);
+  const table: TableSection = {
+    kind: 'table', id: 'results', title: 'Time and memory per resource stack',
+    description: outcomeNotes(outcomes).join('\n'),
+    columns: header.map((label, i) => ({ label, numeric: i > 0 })),
+    rows,
+  };
+  writeFileSync(path, renderReport(replayReport({ trace, facts: headingLines(trace, backend, capacity), stacks, leading: [table] })));
 }
 
 /**
@@ -201,6 +253,7 @@ async function replayWith(args: string[]): Promise<number> {
     'per-op': { type: 'boolean', default: false },
     device: { type: 'string' },
     repeat: { type: 'string' },
+    html: { type: 'string' },
   }, true);
   if (positionals.length !== 1) {
     throw new UsageError(positionals.length === 0 ? 'missing the log file' : `give one log file, got ${positionals.length}`, 'replay');
@@ -250,6 +303,14 @@ async function replayWith(args: string[]): Promise<number> {
     printTable(trace, backend.name, capacity, outcomes);
   }
   for (const o of outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
+  if (values.html !== undefined) {
+    if (outcomes.some((o) => o.ok)) {
+      writeHtmlReport(values.html, trace, backend.name, capacity, outcomes, device);
+      process.stderr.write(`vram replay: report written to ${values.html}\n`);
+    } else {
+      process.stderr.write(`vram replay: no report written to ${values.html}: no stack replayed the trace\n`);
+    }
+  }
   // One hint for the whole run, however many stacks the device was too small for.
   if (backend.name === 'emulated' && outcomes.some((o) => !o.ok && o.outOfMemory)) {
     process.stderr.write(`vram replay: the emulated device (${formatBytes(backend.deviceInfo(0).totalMemory)}) is too small for this trace: ` +

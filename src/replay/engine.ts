@@ -41,6 +41,43 @@ export interface ReplayOptions {
   readonly resetPeakReserved?: () => void;
   /** The stack's growth figures so far (cumulative), read around each pass for its share. */
   readonly growth?: () => GrowthFigures;
+  /**
+   * Records live and reserved bytes after every operation of the first pass (`timeline` in the
+   * result), for `vram replay --html`. That pass runs a loop of its own, so replays without it
+   * run the plain one at its full speed; with it, the pass's time includes the readings (a
+   * driver call per operation for a CUDA pool). Not with `perOperationTiming`.
+   */
+  readonly timeline?: boolean;
+  /**
+   * Reserved bytes now, as the stack knows them, for the timeline (e.g. the pool under a binning
+   * resource); else the resource's own `reservedBytes`, else the estimate over the live set.
+   */
+  readonly reservedBytes?: () => number;
+}
+
+/** A live block at the trace's peak, where the replayed stack put it. */
+export interface PeakBlock {
+  /** The address the stack returned. */
+  readonly address: number;
+  readonly bytes: number;
+  /** The trace's stream id. */
+  readonly stream: number;
+}
+
+/** Live and reserved bytes after every operation of a replay's first pass. */
+export interface ReplayTimeline {
+  /** The trace's time of each operation, in microseconds since its first event. */
+  readonly timeUs: Float64Array;
+  /** Bytes the traced program had live after each operation. */
+  readonly liveBytes: Float64Array;
+  /** Bytes the stack held after each operation. */
+  readonly reservedBytes: Float64Array;
+  /** Where the reserved figures came from (as `ReplayResult.reservedSource`). */
+  readonly reservedSource: ReservedSource;
+  /** The operation (0-based) after which live bytes first reached their peak. */
+  readonly peakOperation: number;
+  /** The blocks live then, by address. */
+  readonly peakBlocks: readonly PeakBlock[];
 }
 
 /** What a resource spent on growing, cumulative (PoolResource's statistics report these). */
@@ -93,6 +130,8 @@ export interface ReplayResult {
    * reserved and overhead, which are the highest over all passes.
    */
   readonly passes: readonly ReplayPass[];
+  /** With the `timeline` option: the first pass's figures after every operation. */
+  readonly timeline?: ReplayTimeline;
 }
 
 /** A replay that stopped because the resource failed an operation. */
@@ -189,6 +228,8 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   const pointers = new Float64Array(trace.summary.allocations);
   const isLive = new Uint8Array(trace.summary.allocations);
   const perOp = options.perOperationTiming === true;
+  if (perOp && options.timeline === true) throw new RangeError('perOperationTiming and timeline cannot be combined: the timeline\'s readings would be timed');
+  const recorder = options.timeline === true ? new TimelineRecorder(trace, resource, options.reservedBytes) : undefined;
   const allocTimes = new Float64Array(perOp ? trace.summary.allocations : 0);
   const freeTimes = new Float64Array(perOp ? trace.summary.frees : 0);
   const passes: ReplayPass[] = [];
@@ -203,7 +244,17 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     let totalNs = 0;
     try {
       const start = process.hrtime.bigint();
-      if (!perOp || pass > 0) {
+      if (recorder !== undefined && pass === 0) {
+        for (; i < n; i++) {
+          const kind = kinds[i];
+          if (kind === 2) continue;
+          const slot = slots[i]!;
+          if (kind === 0) pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+          else resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+          isLive[slot] = kind === 0 ? 1 : 0;
+          recorder.record(i, kind === 0 ? sizes[i]! : -sizes[i]!, pointers, isLive);
+        }
+      } else if (!perOp || pass > 0) {
         for (; i < n; i++) {
           const kind = kinds[i];
           if (kind === 0) {
@@ -285,6 +336,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     reservedSource,
     overheadPercent: peakLiveBytes > 0 ? (peakReservedBytes / peakLiveBytes - 1) * 100 : 0,
     passes,
+    ...(recorder !== undefined ? { timeline: recorder.result() } : {}),
   };
 
   function freeLive(mr: MemoryResource, ptrs: Float64Array, live: Uint8Array, sz: Float64Array,
@@ -303,6 +355,67 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
         live[s] = 0;
       }
     }
+  }
+}
+
+/** Fills a ReplayTimeline as the first pass runs. */
+class TimelineRecorder {
+  private readonly timeUs: Float64Array;
+  private readonly liveBytes: Float64Array;
+  private readonly reservedBytes: Float64Array;
+  private readonly source: ReservedSource;
+  private readonly read: (() => number) | undefined;
+  private count = 0;
+  private live = 0;
+  private estimated = 0;
+  private peakOperation = -1;
+  private peakBlocks: PeakBlock[] = [];
+
+  constructor(private readonly trace: AllocationTrace, resource: MemoryResource, reservedBytes: (() => number) | undefined) {
+    const operations = trace.summary.operations;
+    this.timeUs = new Float64Array(operations);
+    this.liveBytes = new Float64Array(operations);
+    this.reservedBytes = new Float64Array(operations);
+    if (reservedBytes !== undefined) {
+      this.source = 'stack';
+      this.read = reservedBytes;
+    } else if (isReserving(resource)) {
+      this.source = 'resource';
+      this.read = () => resource.reservedBytes;
+    } else {
+      this.source = 'estimate';
+      this.read = undefined;
+    }
+  }
+
+  /** After event `index` changed live bytes by `delta` (negative for a free). */
+  record(index: number, delta: number, pointers: Float64Array, isLive: Uint8Array): void {
+    const events = this.trace.events;
+    const k = this.count++;
+    this.live += delta;
+    this.estimated += Math.sign(delta) * estimateDriverReservation(Math.abs(delta));
+    this.timeUs[k] = events[index]!.timeUs - events[0]!.timeUs;
+    this.liveBytes[k] = this.live;
+    this.reservedBytes[k] = this.read === undefined ? this.estimated : this.read();
+    // Once, at the peak: a walk over the slots, off the per-operation path.
+    if (this.peakOperation < 0 && this.live === this.trace.summary.peakLiveBytes) {
+      this.peakOperation = k;
+      const blocks: PeakBlock[] = [];
+      for (let e = 0; e <= index; e++) {
+        const event = events[e]!;
+        if (event.action === 'allocate' && isLive[event.slot] === 1) {
+          blocks.push({ address: pointers[event.slot]!, bytes: event.size, stream: event.stream });
+        }
+      }
+      this.peakBlocks = blocks.sort((a, b) => a.address - b.address);
+    }
+  }
+
+  result(): ReplayTimeline {
+    return {
+      timeUs: this.timeUs, liveBytes: this.liveBytes, reservedBytes: this.reservedBytes, reservedSource: this.source,
+      peakOperation: this.peakOperation, peakBlocks: this.peakBlocks,
+    };
   }
 }
 

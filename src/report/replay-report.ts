@@ -1,0 +1,115 @@
+/**
+ * The report of `vram replay --html`: live and reserved bytes over the trace's time for every
+ * stack replayed (one plot, the stacks overlaid), and the live blocks at the trace's peak by size
+ * (an RMM log records no call stacks, so sizes stand in for allocation sites).
+ */
+import { formatBytes } from '../memory/adaptor.js';
+import type { ReplayTimeline } from '../replay/engine.js';
+import type { AllocationTrace } from '../replay/parse.js';
+import type { PlotSeries, Report, ReportSection, TableSection } from './report.js';
+
+/** One stack's part in the report. */
+export interface ReplayReportStack {
+  /** The stack's name (`pool`, `async`, ...). */
+  readonly name: string;
+  /** Its replay's timeline (a replay with `timeline: true`); absent when it failed. */
+  readonly timeline?: ReplayTimeline;
+}
+
+/** What `replayReport` draws from. */
+export interface ReplayReportInput {
+  readonly trace: AllocationTrace;
+  /** Label and value lines for the heading (trace, backend, device). */
+  readonly facts: readonly (readonly [string, string])[];
+  readonly stacks: readonly ReplayReportStack[];
+  /** Sections to show first (the command's results table). */
+  readonly leading?: readonly ReportSection[];
+}
+
+/** How each stack's reserved figures were found, for the plot's description. */
+const SOURCE_WORDS = {
+  resource: "the resource's own reserved bytes",
+  stack: "the stack's (the pool under the bins)",
+  estimate: 'estimated from the live blocks (cuMemAlloc reports nothing per block)',
+} as const;
+
+/** True when the trace's times never go back (one thread's log); a multi-threaded log may interleave. */
+function ascending(values: Float64Array): boolean {
+  for (let i = 1; i < values.length; i++) if (values[i]! < values[i - 1]!) return false;
+  return true;
+}
+
+/** The power-of-two class a size falls in: `(512 KiB, 1 MiB]` is class 20. */
+function sizeClass(bytes: number): number {
+  return Math.max(0, Math.ceil(Math.log2(bytes)));
+}
+
+/**
+ * The live blocks at the peak grouped by power-of-two size class, the most bytes first.
+ *
+ * @param timeline A timeline with its peak blocks.
+ * @param peakLiveBytes The trace's peak, for the share column.
+ * @returns A table section.
+ */
+function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableSection {
+  const classes = new Map<number, { bytes: number; count: number; largest: number }>();
+  for (const block of timeline.peakBlocks) {
+    const c = sizeClass(block.bytes);
+    const entry = classes.get(c) ?? { bytes: 0, count: 0, largest: 0 };
+    entry.bytes += block.bytes;
+    entry.count += 1;
+    entry.largest = Math.max(entry.largest, block.bytes);
+    classes.set(c, entry);
+  }
+  const rows = [...classes.entries()].sort((a, b) => b[1].bytes - a[1].bytes).map(([c, e]) => [
+    c === 0 ? '1 B' : `${formatBytes(2 ** (c - 1) + 1)} .. ${formatBytes(2 ** c)}`,
+    formatBytes(e.bytes), `${((e.bytes / peakLiveBytes) * 100).toFixed(1)}%`, String(e.count), formatBytes(e.largest),
+  ]);
+  return {
+    kind: 'table', id: 'peak-sizes', title: 'Live blocks at the peak, by size',
+    description: `The ${timeline.peakBlocks.length} blocks live when the trace first reached its peak of ` +
+      `${formatBytes(peakLiveBytes)} (after operation ${timeline.peakOperation + 1}), grouped by size class, most bytes first. ` +
+      'An RMM log records no call stacks, so the sizes stand in for allocation sites.',
+    columns: [{ label: 'size class' }, { label: 'bytes', numeric: true }, { label: 'share of peak', numeric: true },
+      { label: 'blocks', numeric: true }, { label: 'largest', numeric: true }],
+    rows,
+  };
+}
+
+/**
+ * Builds the replay report.
+ *
+ * @param input The trace, the heading's facts, and each stack with its timeline.
+ * @returns The report: the leading sections, the timeline plot, the peak's sizes.
+ * @throws {RangeError} When no stack has a timeline (nothing replayed to plot).
+ * @example
+ * ```ts
+ * const result = replay(trace, stack.resource, { timeline: true });
+ * writeFileSync('replay.html', renderReport(replayReport({ trace, facts: [], stacks: [{ name: 'pool', timeline: result.timeline }] })));
+ * ```
+ */
+export function replayReport(input: ReplayReportInput): Report {
+  const withTimeline = input.stacks.filter((s): s is ReplayReportStack & { timeline: ReplayTimeline } => s.timeline !== undefined);
+  const first = withTimeline[0];
+  if (first === undefined) throw new RangeError('replayReport needs at least one stack with a timeline');
+  const timeUs = first.timeline.timeUs;
+  const byTime = ascending(timeUs);
+  // Every stack replays the same trace, so they share the x values (and the trace's live bytes).
+  const xValues = byTime ? Array.from(timeUs, (t) => t / 1e6) : Array.from(timeUs, (_, i) => i + 1);
+  const series: PlotSeries[] = [{ label: 'live (the trace)', values: first.timeline.liveBytes, dashed: true }];
+  for (const s of withTimeline) series.push({ label: `${s.name} reserved`, values: s.timeline.reservedBytes });
+  const sources = withTimeline.map((s) => `${s.name}: ${SOURCE_WORDS[s.timeline.reservedSource]}`).join('; ');
+  const sections: ReportSection[] = [...(input.leading ?? []), {
+    kind: 'plot', id: 'timeline', title: 'Live and reserved bytes over time', style: 'steps',
+    description: `What the traced program had live (dashed) and what each resource stack held from the driver ` +
+      `after each of the ${timeUs.length.toLocaleString('en-US')} operations, from a replay of its own on a fresh stack ` +
+      `(so the timed figures above are unaffected). Drag across the plot to zoom; double-click to zoom out. ` +
+      `Reserved: ${sources}.${byTime ? '' : ' The log\'s times are not in order (several threads), so the x axis counts operations.'}`,
+    x: byTime ? { label: 'time since the trace began', unit: 'seconds' } : { label: 'operation', unit: 'count' },
+    y: { label: 'bytes', unit: 'bytes' },
+    xValues,
+    series,
+  }];
+  if (first.timeline.peakOperation >= 0) sections.push(peakSizesTable(first.timeline, input.trace.summary.peakLiveBytes));
+  return { title: `vram replay: ${input.trace.source}`, facts: input.facts, sections };
+}
