@@ -3,7 +3,9 @@
  * in `./bench/` turn settings into cases; this module parses options, runs the cases with a
  * progress line, and prints the rows as tables or as JSON. On the emulated backend it says so in
  * the header and runs a quick pass without the largest sizes (host memory says nothing about a GPU).
+ * `--html FILE` also writes the rows as a report with plots (src/report/bench-report.ts).
  */
+import { writeFileSync } from 'node:fs';
 import { getBackend } from '../backend/select.js';
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
@@ -11,6 +13,8 @@ import { allocatorCases } from './bench/allocators.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { pageableCases } from './bench/pageable.js';
 import { transferCases } from './bench/transfers.js';
+import { benchReport } from '../report/bench-report.js';
+import { renderReport } from '../report/html.js';
 import { parseSize } from '../util/size.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes, formatPairs, formatTable, formatValue, Progress } from './format.js';
@@ -149,6 +153,7 @@ export async function benchCommand(args: string[]): Promise<number> {
     sizes: { type: 'string' },
     repeats: { type: 'string' },
     verbose: { type: 'boolean', default: false },
+    html: { type: 'string' },
   });
   const groups = parseGroups(values.only);
   const sizes = parseSizes(values.sizes);
@@ -194,6 +199,10 @@ export async function benchCommand(args: string[]): Promise<number> {
     if (skipped.length > 0) {
       process.stdout.write(`\nskipped:\n${skipped.map((s) => `  ${s.group}: ${s.name} ${formatBytes(s.size)}: ${s.reason}`).join('\n')}\n`);
     }
+  }
+  if (values.html !== undefined) {
+    writeFileSync(values.html, renderReport(benchReport({ facts: header, rows, skipped })));
+    process.stderr.write(`vram bench: report written to ${values.html}\n`);
   }
   return 0;
 }

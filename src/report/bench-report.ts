@@ -1,0 +1,116 @@
+/**
+ * The report of `vram bench --html`: transfer bandwidth against transfer size for each kind of
+ * memory (one plot per direction), allocation latency against size for each resource and driver
+ * call, and the rows that are one figure each (the random-allocations pattern, the event loop's
+ * delay) as a table.
+ */
+import { formatBytes } from '../memory/adaptor.js';
+import type { PlotSection, Report, ReportSection } from './report.js';
+
+/** One measured figure, as `vram bench` rows are (its `BenchRow` has this shape). */
+export interface BenchFigure {
+  /** `transfers`, `alloc` or `allocators`. */
+  readonly group: string;
+  /** What was measured, e.g. `pinned H2D`, `PoolResource`. */
+  readonly name: string;
+  /** Bytes per copy or allocation. */
+  readonly size: number;
+  readonly value: number;
+  /** `GB/s`, `ns/pair`, `ns/op` or `ms`. */
+  readonly unit: string;
+  /** How many repeats the median is over. */
+  readonly repeats: number;
+}
+
+/** A measurement that could not run, with why. */
+export interface BenchSkipped {
+  readonly group: string;
+  readonly name: string;
+  readonly size: number;
+  readonly reason: string;
+}
+
+/** What `benchReport` draws from. */
+export interface BenchReportInput {
+  /** Label and value lines for the heading (backend, device, mode). */
+  readonly facts: readonly (readonly [string, string])[];
+  readonly rows: readonly BenchFigure[];
+  readonly skipped: readonly BenchSkipped[];
+}
+
+/** The directions a transfer row belongs to, by its name; the host-side ceilings go with the way they copy. */
+const DIRECTIONS = [
+  { id: 'bandwidth-h2d', title: 'host to device', test: /H2D|into pinned/ },
+  { id: 'bandwidth-d2h', title: 'device to host', test: /D2H|out of pinned/ },
+  { id: 'bandwidth-d2d', title: 'device to device', test: /D2D/ },
+] as const;
+
+/**
+ * A plot of `rows` against size, one series per name (in the order first measured), null where a
+ * name was not measured at a size.
+ */
+function sizePlot(rows: readonly BenchFigure[], section: Omit<PlotSection, 'kind' | 'xValues' | 'series' | 'style' | 'x'>): PlotSection {
+  const sizes = [...new Set(rows.map((r) => r.size))].sort((a, b) => a - b);
+  const names = [...new Set(rows.map((r) => r.name))];
+  const series = names.map((name) => ({
+    label: name,
+    values: sizes.map((size) => rows.find((r) => r.name === name && r.size === size)?.value ?? null),
+  }));
+  return { kind: 'plot', style: 'points', x: { label: 'size', unit: 'bytes', log: true }, xValues: sizes, series, ...section };
+}
+
+/**
+ * Builds the bench report.
+ *
+ * @param input The heading's facts, the rows and the skipped rows of one `vram bench` run.
+ * @returns The report: a bandwidth plot per direction measured, the latency plot, a table of the
+ *   other rows, and the skipped ones.
+ * @example
+ * ```ts
+ * writeFileSync('bench.html', renderReport(benchReport({ facts: [['backend', 'cuda']], rows, skipped: [] })));
+ * ```
+ */
+export function benchReport(input: BenchReportInput): Report {
+  const sections: ReportSection[] = [];
+  // Rows at one size only (the async copies beside the event loop's delay) read better in the table.
+  const sizesOf = (name: string): number => new Set(input.rows.filter((r) => r.name === name).map((r) => r.size)).size;
+  const bandwidth = input.rows.filter((r) => r.unit === 'GB/s' && sizesOf(r.name) > 1);
+  for (const direction of DIRECTIONS) {
+    const rows = bandwidth.filter((r) => direction.test.test(r.name));
+    if (rows.length === 0) continue;
+    sections.push(sizePlot(rows, {
+      id: direction.id, title: `Transfer bandwidth, ${direction.title}`,
+      description: 'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), for each kind of memory and copy path, ' +
+        'against the bytes per copy. Pinned and device copies are timed with events on a stream, pageable ones with the host clock to completion.',
+      y: { label: 'bandwidth', unit: 'GB/s' },
+    }));
+  }
+  const latency = input.rows.filter((r) => r.unit === 'ns/pair');
+  if (latency.length > 0) {
+    sections.push(sizePlot(latency, {
+      id: 'allocation-latency', title: 'Allocation latency',
+      description: 'Median time of one allocate+free pair, per resource (a pool hit: each resource is warmed first) and per driver call, ' +
+        'against the allocation size, over batches of pairs.',
+      y: { label: 'time per allocate+free pair', unit: 'ns', log: true },
+    }));
+  }
+  const plotted = new Set([...bandwidth, ...latency]);
+  const others = input.rows.filter((r) => !plotted.has(r));
+  if (others.length > 0) {
+    sections.push({
+      kind: 'table', id: 'other-rows', title: 'Other measurements',
+      description: 'Figures measured at one size: the random-allocations pattern (time per operation, sizes up to the one given), ' +
+        'the async pageable copies, and the event loop\'s p99 delay while they ran.',
+      columns: [{ label: 'measurement' }, { label: 'size', numeric: true }, { label: 'value', numeric: true }, { label: 'repeats', numeric: true }],
+      rows: others.map((r) => [r.name, formatBytes(r.size), `${+r.value.toPrecision(4)} ${r.unit}`, String(r.repeats)]),
+    });
+  }
+  if (input.skipped.length > 0) {
+    sections.push({
+      kind: 'table', id: 'skipped', title: 'Skipped', description: 'Measurements that could not run here, and why.',
+      columns: [{ label: 'measurement' }, { label: 'size', numeric: true }, { label: 'reason' }],
+      rows: input.skipped.map((s) => [`${s.group}: ${s.name}`, formatBytes(s.size), s.reason]),
+    });
+  }
+  return { title: 'vram bench', facts: input.facts, sections };
+}
