@@ -51,10 +51,11 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
   },
   {
     name: 'bench',
-    usage: 'bench [--json] [--quick] [--only GROUP,...] [--sizes SIZE,...] [--repeats N] [--verbose]',
+    usage: 'bench [--json] [--html FILE] [--quick] [--only GROUP,...] [--sizes SIZE,...] [--repeats N] [--verbose]',
     summary: 'transfer bandwidth and allocation latency on this machine',
     options: [
       { flag: '--json', meaning: 'print the rows as JSON' },
+      { flag: '--html FILE', meaning: 'also write the rows as a report with plots to FILE (one self-contained HTML file)' },
       { flag: '--quick', meaning: 'fewer repeats and sizes up to 16 MiB (always on the emulated backend)' },
       { flag: '--only GROUP', meaning: 'transfers, alloc or allocators; repeat it or separate with commas (default all)' },
       { flag: '--sizes SIZE,...', meaning: 'transfer sizes, e.g. 64K,1M,256M (binary units; default 64K,1M,16M,256M)' },
@@ -66,7 +67,7 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
   },
   {
     name: 'replay',
-    usage: `replay <trace.csv> [--resource NAME]... [--repeat N] [--per-op] [--device N] [--json]`,
+    usage: `replay <trace.csv> [--resource NAME]... [--repeat N] [--per-op] [--device N] [--json] [--html FILE]`,
     summary: 'replay an RMM allocation log through one or more resource stacks',
     options: [
       { flag: '--resource, -r NAME', meaning: `${STACK_NAMES.join(', ')} or all; repeat it or separate with commas (default all)` },
@@ -74,6 +75,7 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
       { flag: '--per-op', meaning: 'also time each operation alone (first pass) and report median allocate and free times' },
       { flag: '--device N', meaning: 'device ordinal (default 0)' },
       { flag: '--json', meaning: 'print the results as JSON' },
+      { flag: '--html FILE', meaning: "also write a report to FILE: each stack's live and reserved bytes over the trace's time (from one more replay per stack), the live blocks at the peak" },
       HELP_OPTION,
     ],
     environment: [...BACKEND_ENVIRONMENT],
