@@ -109,13 +109,14 @@ const SCRIPT = String.raw`
     var xUnit = section.x.unit, yUnit = section.y.unit;
     var series = [{ label: section.x.label, value: function (u, v) { return format(xUnit, v); } }];
     section.series.forEach(function (s, i) {
+      var colour = seriesColour(i);
       series.push({
         label: s.label,
-        stroke: PALETTE[i % PALETTE.length],
+        stroke: colour,
         width: 1.5,
         dash: s.dashed ? [6, 4] : undefined,
-        paths: section.style === 'steps' ? steps : undefined,
-        points: { show: section.style === 'points', size: 6 },
+        paths: s.markers ? function () { return null; } : section.style === 'steps' ? steps : undefined,
+        points: s.markers ? { show: true, size: 10, fill: colour } : { show: section.style === 'points', size: 6 },
         spanGaps: section.style === 'points',
         value: function (u, v) { return format(yUnit, v); },
       });
@@ -133,8 +134,8 @@ const SCRIPT = String.raw`
     drawn.push({ id: section.id, kind: 'plot', series: ys.length, points: x.length, chart: chart });
   }
 
-  // Sites past the palette get hues spaced by the golden angle: neighbours stay distinguishable.
-  function siteColour(i) {
+  // Series and sites past the palette get hues spaced by the golden angle: neighbours stay distinguishable.
+  function seriesColour(i) {
     if (i < PALETTE.length) return PALETTE[i];
     return 'hsl(' + Math.round((i * 137.508) % 360) + ', 55%, 55%)';
   }
@@ -148,10 +149,10 @@ const SCRIPT = String.raw`
     segments.forEach(function (s) { starts.push(total); total += s.bytes; });
     var width = chartWidth(container);
     var rowHeight = 14, gap = 2;
-    // Rows of equal byte width: a pixel holds at least 4 KiB (a small map stays on a few rows), and
-    // there are at most 48 rows (a large one stays on one screen).
-    var rows = Math.max(1, Math.min(48, Math.ceil(total / (width * 4096))));
-    var rowBytes = Math.max(1, Math.ceil(total / rows));
+    // Rows of equal byte width, a power of two: a pixel holds at least 4 KiB (a small map stays on
+    // a few rows), and there are at most 48 rows (a large one stays on one screen).
+    var rowBytes = Math.pow(2, Math.ceil(Math.log2(Math.max(width * 4096, total / 48, 1))));
+    var rows = Math.max(1, Math.ceil(total / rowBytes));
     var canvas = el('canvas', 'map');
     var ratio = window.devicePixelRatio || 1;
     var height = rows * (rowHeight + gap);
@@ -182,7 +183,14 @@ const SCRIPT = String.raw`
     blocks.forEach(function (b, i) {
       while (seg < segments.length - 1 && b.address >= segments[seg].address + segments[seg].bytes) seg++;
       blockStarts[i] = starts[seg] + (b.address - segments[seg].address);
-      span(blockStarts[i], b.bytes, siteColour(b.site));
+      span(blockStarts[i], b.bytes, seriesColour(b.site));
+    });
+    // A pale line where each block starts, so neighbours from one site read as separate blocks.
+    blocks.forEach(function (b, i) {
+      if (b.bytes / rowBytes * width < 4) return;
+      var row = Math.floor(blockStarts[i] / rowBytes);
+      ctx.fillStyle = 'rgba(255, 255, 255, 0.8)';
+      ctx.fillRect((blockStarts[i] - row * rowBytes) / rowBytes * width, row * (rowHeight + gap), 1, rowHeight);
     });
     ctx.fillStyle = '#333';
     starts.forEach(function (start) {
@@ -228,7 +236,7 @@ const SCRIPT = String.raw`
     sites.slice(0, 12).forEach(function (site, i) {
       var item = el('li');
       var swatch = el('span', 'swatch');
-      swatch.style.background = siteColour(i);
+      swatch.style.background = seriesColour(i);
       item.appendChild(swatch);
       item.appendChild(document.createTextNode(site.label));
       legend.appendChild(item);

@@ -24,6 +24,8 @@ export interface PlotSeries {
   readonly values: ArrayLike<number | null>;
   /** Drawn dashed: a derived figure beside the measured ones (the trace's live bytes). */
   readonly dashed?: boolean;
+  /** Drawn as markers only, no line: events at their values (out-of-memory errors), null elsewhere. */
+  readonly markers?: boolean;
 }
 
 /** A uPlot chart: one x axis, one y axis, several series sharing the x values. */
