@@ -81,6 +81,16 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
     environment: [...BACKEND_ENVIRONMENT],
   },
   {
+    name: 'view',
+    usage: 'view <snapshot.json> [-o FILE]',
+    summary: 'turn a memory snapshot (memorySnapshot(), VRAM_OOM_SNAPSHOT) into an HTML report',
+    options: [
+      { flag: '--output, -o FILE', meaning: "where to write the report (default: the snapshot's path, .json replaced by .html)" },
+      HELP_OPTION,
+    ],
+    environment: [],
+  },
+  {
     name: 'help',
     usage: 'help [command]',
     summary: "this list, or a command's help",

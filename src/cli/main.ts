@@ -14,6 +14,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<Command>>> = {
   info: async () => (await import('./info.js')).infoCommand,
   bench: async () => (await import('./bench.js')).benchCommand,
   replay: async () => (await import('./replay.js')).replayCommand,
+  view: async () => (await import('./view.js')).viewCommand,
 };
 
 function packageVersion(): string {
