@@ -386,8 +386,9 @@ export interface KernelLimits {
  * [ptr, ptr + byteLength) of device, managed or (mapped) host memory, range-checked as the GPU
  * would fault (an address outside every allocation is CUDA_ERROR_ILLEGAL_ADDRESS). Host memory
  * is viewed in place; device memory (backed lazily) is copied in when first asked for and written
- * back when the kernel returns, so within one launch ask for each range once (a range inside one
- * already asked for shares its bytes; one that partly overlaps it is refused).
+ * back when the kernel returns: within one launch, a range inside one already asked for shares
+ * its bytes, but two ranges that overlap otherwise are separate copies (written back in the order
+ * asked for), so ask for each array's whole range once.
  */
 export interface EmulatedMemory {
   bytes(ptr: Ptr, byteLength: number): Uint8Array;

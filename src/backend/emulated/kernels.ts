@@ -308,12 +308,7 @@ class LaunchMemory implements EmulatedMemory {
     if (spans.length === 1 && first.store.kind === 'eager') return first.store.view(first.offset, byteLength);
     const end = ptr + byteLength;
     for (const c of this.copies) {
-      const cEnd = c.ptr + c.bytes.length;
-      if (c.ptr <= ptr && end <= cEnd) return c.bytes.subarray(ptr - c.ptr, end - c.ptr);
-      if (ptr < cEnd && c.ptr < end) {
-        throw new RangeError(`memory.bytes: [${hex(ptr)}, +${byteLength}) partly overlaps [${hex(c.ptr)}, +${c.bytes.length}), ` +
-          'asked for earlier in this launch: ask for the whole range once');
-      }
+      if (c.ptr <= ptr && end <= c.ptr + c.bytes.length) return c.bytes.subarray(ptr - c.ptr, end - c.ptr);
     }
     const bytes = new Uint8Array(byteLength);
     copySpans([{ store: new EagerStore(bytes.buffer, 0, byteLength), offset: 0, length: byteLength }], spans);
@@ -321,7 +316,7 @@ class LaunchMemory implements EmulatedMemory {
     return bytes;
   }
 
-  /** Writes every copied range back to its memory. */
+  /** Writes every copied range back to its memory, in the order they were asked for (later ones win where they overlap). */
   writeBack(): void {
     for (const c of this.copies) {
       copySpans(c.spans, [{ store: new EagerStore(c.bytes.buffer, 0, c.bytes.length), offset: 0, length: c.bytes.length }]);

@@ -1,0 +1,198 @@
+/**
+ * A kernel's declared signature, and the one place launch arguments are checked against it and
+ * written into the kernel's parameter block. Every check runs before the launch and throws a
+ * TypeError or RangeError naming the kernel and the argument; nothing here allocates on the
+ * success path (64-bit integers given as numbers are written as two 32-bit halves, not through
+ * a BigInt), so a launch costs no garbage.
+ */
+import type { KernelParams, ParamType, ScalarParam } from '../backend/backend.js';
+import { paramLayout, SCALAR_PARAM_BYTES } from '../backend/backend.js';
+import { DeviceArray } from '../array/device-array.js';
+import { HostArray } from '../array/host-array.js';
+import type { Device } from '../device.js';
+import { DeviceMemory } from '../memory/copy.js';
+import { HostBuffer } from '../memory/host-buffer.js';
+
+export type { ParamType, ScalarParam } from '../backend/backend.js';
+
+/** A kernel's parameters, in order. Declare it `as const` (or inline) so launches are type-checked. */
+export type Signature = readonly ParamType[];
+
+/**
+ * What a `ptr` parameter takes: device memory (a buffer or an array: its device address), mapped
+ * host memory (a HostBuffer or HostArray allocated or registered with `mapped: true`: its device
+ * view), or a raw address as a number (0 for NULL).
+ */
+export type PointerArg = DeviceMemory | DeviceArray | HostBuffer | HostArray | number;
+
+/** The JavaScript value a parameter of type P takes. */
+export type ArgOf<P extends ParamType> =
+  P extends 'ptr' ? PointerArg
+    : P extends 'i64' | 'u64' ? number | bigint
+      : P extends ScalarParam ? number
+        : P extends { readonly struct: infer M extends readonly ScalarParam[] } ? { readonly [K in keyof M]: number | bigint }
+          : never;
+
+/** The arguments of a launch of a kernel with signature S, as a tuple. */
+export type ArgsOf<S extends Signature> = { -readonly [K in keyof S]: S[K] extends ParamType ? ArgOf<S[K]> : never };
+
+/** Integer ranges of the scalar types that take whole numbers. */
+const INTEGER_RANGE: Readonly<Partial<Record<ScalarParam, readonly [number, number]>>> = {
+  i8: [-128, 127], u8: [0, 255], i16: [-32768, 32767], u16: [0, 65535],
+  i32: [-2147483648, 2147483647], u32: [0, 4294967295],
+};
+
+const TWO_32 = 4294967296;
+
+/**
+ * Checks a signature and returns a frozen copy (so a caller mutating its array later cannot make
+ * it disagree with the parameter block laid out from it).
+ *
+ * @param signature The declared parameter types.
+ * @param kernel The kernel's name, for messages.
+ * @returns The same types, frozen.
+ * @throws {TypeError} When it is not an array of parameter types.
+ * @example
+ * ```ts
+ * checkSignature(['ptr', 'ptr', 'f32', 'u32'], 'saxpy');
+ * ```
+ */
+export function checkSignature<S extends Signature>(signature: S, kernel: string): S {
+  if (!Array.isArray(signature)) throw new TypeError(`kernel ${kernel}: the signature must be an array of parameter types`);
+  const copy = signature.map((type: ParamType) => (typeof type === 'object' && type !== null
+    ? Object.freeze({ struct: Object.freeze([...(Array.isArray(type.struct) ? type.struct : [])]) })
+    : type));
+  try {
+    paramLayout(copy);
+  } catch (error) {
+    throw new TypeError(`kernel ${kernel}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  return Object.freeze(copy) as unknown as S;
+}
+
+/**
+ * Checks `args` against the signature the block was laid out from and writes them into it.
+ *
+ * @param kernel The kernel's name, for messages.
+ * @param device The device the kernel runs on: memory arguments must be addressable from it.
+ * @param params The kernel's parameter block.
+ * @param args The launch's arguments.
+ * @throws {TypeError} For a wrong argument count or an argument of the wrong kind.
+ * @throws {RangeError} For an integer out of its type's range, or memory on a device the kernel's cannot address.
+ * @throws {UseAfterFreeError} For memory that was freed.
+ * @example
+ * ```ts
+ * writeArgs('saxpy', device, params, [y, x, 2, n]);
+ * ```
+ */
+export function writeArgs(kernel: string, device: Device, params: KernelParams, args: readonly unknown[]): void {
+  const slots = params.slots;
+  if (args.length !== slots.length) {
+    throw new TypeError(`kernel ${kernel} takes ${slots.length} argument(s), got ${args.length}`);
+  }
+  const view = params.data;
+  for (let i = 0; i < slots.length; i++) {
+    const slot = slots[i]!;
+    const type = slot.type;
+    const value = args[i];
+    if (type === 'ptr') {
+      writeU64(view, slot.offset, pointerOf(kernel, i, device, value));
+    } else if (typeof type === 'string') {
+      writeScalar(kernel, i, view, slot.offset, type, value);
+    } else {
+      const members = type.struct;
+      if (!Array.isArray(value) || value.length !== members.length) {
+        throw new TypeError(`kernel ${kernel}: argument ${i} must be an array of ${members.length} numbers (a struct of ${members.join(', ')})`);
+      }
+      for (let m = 0; m < members.length; m++) {
+        writeScalar(kernel, i, view, slot.offset + slot.memberOffsets[m]!, members[m]!, value[m]);
+      }
+    }
+  }
+}
+
+/** The device address a `ptr` argument stands for, checked. */
+function pointerOf(kernel: string, index: number, device: Device, value: unknown): number {
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`kernel ${kernel}: argument ${index} is not an address: ${value}`);
+    return value;
+  }
+  if (value instanceof DeviceArray) {
+    const memory = value.buffer;
+    if (memory instanceof DeviceMemory) checkResident(kernel, index, device, memory);
+    return value.ptr;
+  }
+  if (value instanceof DeviceMemory) {
+    checkResident(kernel, index, device, value);
+    return value.ptr;
+  }
+  if (value instanceof HostArray) {
+    if (!value.mapped) throw new TypeError(`kernel ${kernel}: argument ${index} is a HostArray that is not mapped (allocate it with { mapped: true })`);
+    return value.buffer.devicePtr + value.byteOffset;
+  }
+  if (value instanceof HostBuffer) {
+    if (!value.mapped) throw new TypeError(`kernel ${kernel}: argument ${index} is a HostBuffer that is not mapped (allocate it with { mapped: true })`);
+    return value.devicePtr;
+  }
+  throw new TypeError(`kernel ${kernel}: argument ${index} must be device memory, an array, mapped host memory or an address, got ${describe(value)}`);
+}
+
+/** Device memory on another device is refused unless the kernel's device can address it as a peer. */
+function checkResident(kernel: string, index: number, device: Device, memory: DeviceMemory): void {
+  const resident = memory.residentDevice;
+  if (resident === undefined || resident === device) return;
+  if (resident.backend !== device.backend || !device.canAccessPeer(resident)) {
+    throw new RangeError(`kernel ${kernel}: argument ${index} lives on device ${resident.ordinal}, which device ${device.ordinal} cannot address`);
+  }
+}
+
+function writeScalar(kernel: string, index: number, view: DataView, offset: number, type: ScalarParam, value: unknown): void {
+  if (type === 'f32' || type === 'f64') {
+    if (typeof value !== 'number') throw new TypeError(`kernel ${kernel}: argument ${index} (${type}) must be a number, got ${describe(value)}`);
+    if (type === 'f32') view.setFloat32(offset, value, true);
+    else view.setFloat64(offset, value, true);
+    return;
+  }
+  if (type === 'i64' || type === 'u64') {
+    writeInt64(kernel, index, view, offset, type, value);
+    return;
+  }
+  if (typeof value !== 'number') throw new TypeError(`kernel ${kernel}: argument ${index} (${type}) must be a number, got ${describe(value)}`);
+  const [low, high] = INTEGER_RANGE[type]!;
+  if (!Number.isInteger(value) || value < low || value > high) {
+    throw new RangeError(`kernel ${kernel}: argument ${index} (${type}) must be a whole number from ${low} to ${high}, got ${value}`);
+  }
+  switch (SCALAR_PARAM_BYTES[type]) {
+    case 1: view.setUint8(offset, value & 0xff); break;
+    case 2: view.setUint16(offset, value & 0xffff, true); break;
+    default: view.setUint32(offset, value >>> 0, true); break;
+  }
+}
+
+function writeInt64(kernel: string, index: number, view: DataView, offset: number, type: 'i64' | 'u64', value: unknown): void {
+  if (typeof value === 'bigint') {
+    const ok = type === 'u64' ? value >= 0n && value < 1n << 64n : value >= -(1n << 63n) && value < 1n << 63n;
+    if (!ok) throw new RangeError(`kernel ${kernel}: argument ${index} (${type}) is out of range: ${value}`);
+    if (type === 'u64') view.setBigUint64(offset, value, true);
+    else view.setBigInt64(offset, value, true);
+    return;
+  }
+  if (typeof value !== 'number') throw new TypeError(`kernel ${kernel}: argument ${index} (${type}) must be a number or a bigint, got ${describe(value)}`);
+  if (!Number.isSafeInteger(value) || (type === 'u64' && value < 0)) {
+    throw new RangeError(`kernel ${kernel}: argument ${index} (${type}) must be a whole number${type === 'u64' ? ' >= 0' : ''} exact in a number (pass a bigint beyond 2^53), got ${value}`);
+  }
+  writeU64(view, offset, value);
+}
+
+/** Writes a safe integer (negative ones as two's complement) as 64 bits, without a BigInt. */
+function writeU64(view: DataView, offset: number, value: number): void {
+  const high = Math.floor(value / TWO_32);
+  view.setUint32(offset, value - high * TWO_32, true);
+  view.setInt32(offset + 4, high, true);
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'object') return value.constructor?.name ?? 'an object';
+  return typeof value;
+}
