@@ -21,9 +21,64 @@ import type { Ptr } from '../backend/backend.js';
 import type { Counter } from '../counter.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import type { StreamRef } from '../stream.js';
+import type { SnapshotSegment } from './snapshot-format.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
 
 export { defaultStream, type StreamRef } from '../stream.js';
+
+/**
+ * What the memory history is told of the program's calls (the outermost ones: a resource's calls
+ * to its upstream are part of the call that made them). Implemented by `history.ts`; declared
+ * here so the base class can call it without importing what lies above it.
+ *
+ * @internal
+ */
+export interface AllocationObserver {
+  /** An outermost allocate, deallocate or releaseCached of `resource` begins (its arguments checked). */
+  entering(resource: MemoryResource): void;
+  /** `resource.allocate(bytes)` on stream `handle` returned `ptr`. */
+  allocated(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
+  /** `resource.deallocate(ptr, bytes)` on stream `handle` returned. */
+  deallocated(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
+  /** `resource.allocate(bytes)` on stream `handle` failed for lack of memory. */
+  failed(resource: MemoryResource, bytes: number, handle: number): void;
+  /** `resource.releaseCached()` returned. */
+  releasedCache(resource: MemoryResource): void;
+}
+
+/**
+ * Told of every out-of-memory error that reaches the program (not those a resource caught from
+ * its upstream), before it is thrown: `out-of-memory-observer.ts` sets it.
+ *
+ * @internal
+ */
+export type OutOfMemoryObserver = (resource: MemoryResource, error: unknown, bytes: number, handle: number) => void;
+
+/** Calls of allocate (and, while observed, deallocate and releaseCached) in progress. */
+let nesting = 0;
+let observer: AllocationObserver | null = null;
+let outOfMemoryObserver: OutOfMemoryObserver | null = null;
+
+/**
+ * Sets (or, with null, removes) the observer of every resource's outermost calls. One at a time:
+ * the memory history dispatches to its recorders itself.
+ *
+ * @param next The observer, or null.
+ * @internal
+ */
+export function setAllocationObserver(next: AllocationObserver | null): void {
+  observer = next;
+}
+
+/**
+ * Sets (or, with null, removes) the observer of out-of-memory errors that reach the program.
+ *
+ * @param next The observer, or null.
+ * @internal
+ */
+export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
+  outOfMemoryObserver = next;
+}
 
 /** What kind of memory a resource hands out. */
 export type MemoryKind = 'device' | 'managed' | 'pinned-host';
@@ -92,12 +147,27 @@ export abstract class MemoryResource {
     if (this.#destroyed) throw this.destroyedError();
     // A try block costs nothing until something throws (measured on the pool's hit pair), so
     // every resource can count what reached its caller without a cost on the common path.
+    // `nesting` tells the outermost call (the program's) from a resource's call to its upstream:
+    // only that one is recorded, and only its out-of-memory error is the program's.
+    if (observer !== null && nesting === 0) observer.entering(this);
+    let ptr: Ptr;
+    nesting += 1;
     try {
-      return this.doAllocate(bytes, handle, stream);
+      ptr = this.doAllocate(bytes, handle, stream);
     } catch (error) {
-      if (isOutOfMemory(error)) this.#outOfMemoryErrors += 1;
+      nesting -= 1;
+      if (isOutOfMemory(error)) {
+        this.#outOfMemoryErrors += 1;
+        if (nesting === 0) {
+          observer?.failed(this, bytes, handle);
+          outOfMemoryObserver?.(this, error, bytes, handle);
+        }
+      }
       throw error;
     }
+    nesting -= 1;
+    if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
+    return ptr;
   }
 
   /**
@@ -137,6 +207,24 @@ export abstract class MemoryResource {
   resetPeakFigures(): void {}
 
   /**
+   * How the resource lays out its memory: the ranges it holds (virtual ranges with their mapped
+   * pages, chunks, an arena's region, or one driver allocation per block) and the blocks each is
+   * cut into, for `memorySnapshot()`. By default `undefined`: an adaptor hands out its upstream's
+   * memory, and a resource outside vram says nothing. Not for hot paths: it walks every block.
+   *
+   * @returns The segments, ascending by address, or `undefined` when the resource does not lay out memory itself.
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @example
+   * ```ts
+   * pool.memorySegments()?.[0]?.blocks.filter((b) => b.state === 'free').length;
+   * ```
+   */
+  memorySegments(): SnapshotSegment[] | undefined {
+    if (this.#destroyed) throw this.destroyedError();
+    return this.doMemorySegments();
+  }
+
+  /**
    * Returns a block. Nothing changes when any check fails: the resource stays as it was.
    *
    * @param ptr What `allocate` returned.
@@ -155,7 +243,18 @@ export abstract class MemoryResource {
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (this.#destroyed) throw this.destroyedError();
-    this.doDeallocate(ptr, bytes, handle, stream);
+    if (observer === null) {
+      this.doDeallocate(ptr, bytes, handle, stream);
+      return;
+    }
+    if (nesting === 0) observer.entering(this);
+    nesting += 1;
+    try {
+      this.doDeallocate(ptr, bytes, handle, stream);
+    } finally {
+      nesting -= 1;
+    }
+    if (nesting === 0) observer.deallocated(this, ptr, bytes, handle);
   }
 
   /**
@@ -168,7 +267,17 @@ export abstract class MemoryResource {
    */
   releaseCached(): number {
     if (this.#destroyed) throw this.destroyedError();
-    return this.doReleaseCached();
+    if (observer === null) return this.doReleaseCached();
+    if (nesting === 0) observer.entering(this);
+    nesting += 1;
+    let released: number;
+    try {
+      released = this.doReleaseCached();
+    } finally {
+      nesting -= 1;
+    }
+    if (nesting === 0) observer.releasedCache(this);
+    return released;
   }
 
   /**
@@ -211,6 +320,11 @@ export abstract class MemoryResource {
 
   /** Deallocates; arguments are checked in shape, the hook checks ownership and size. */
   protected abstract doDeallocate(ptr: Ptr, bytes: number, handle: number, stream: StreamRef | undefined): void;
+
+  /** The segments `memorySegments` returns (the resource is not destroyed); none by default. */
+  protected doMemorySegments(): SnapshotSegment[] | undefined {
+    return undefined;
+  }
 
   /** Releases what the resource caches; nothing by default. */
   protected doReleaseCached(): number {

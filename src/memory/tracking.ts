@@ -3,10 +3,10 @@
  * stack that made it), so "where did my GPU memory go" has an answer: a leak report grouped by the
  * code that allocated, and a typed error when a block is returned that was never handed out.
  */
-import { fileURLToPath } from 'node:url';
 import type { Ptr } from '../backend/backend.js';
 import { InvalidPointerError } from '../errors.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
+import { callerFrames, rawStack } from './call-stack.js';
 import type { MemoryResource, StreamRef } from './resource.js';
 
 /** One allocation that has not been deallocated yet. */
@@ -28,27 +28,6 @@ export interface TrackingOptions {
    * microseconds); off by default.
    */
   readonly captureStacks?: boolean;
-}
-
-// vram's own code, compiled (dist/src/) and, when source maps are on, as written (src/).
-const ownRoots: readonly string[] = (() => {
-  const compiled = new URL('../', import.meta.url);
-  const written = new URL('../../../src/', import.meta.url);
-  const roots = [compiled.href, written.href];
-  if (compiled.protocol === 'file:') roots.push(fileURLToPath(compiled), fileURLToPath(written));
-  return roots;
-})();
-
-/** The current stack without the `Error` line, vram's own frames and Node's internal ones. */
-function callerStack(): string {
-  const previousLimit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 40; // adaptor stacks are deep; keep the caller's frames in reach
-  const raw = new Error().stack ?? '';
-  Error.stackTraceLimit = previousLimit;
-  const frames = raw.split('\n').slice(1).map((line) => line.trim())
-    .filter((line) => line.startsWith('at ') && !line.includes('node:internal/') &&
-      !ownRoots.some((root) => line.includes(root)));
-  return frames.slice(0, 12).join('\n');
 }
 
 /**
@@ -86,7 +65,7 @@ export class TrackingAdaptor extends ResourceAdaptor {
   protected override doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
     const ptr = this.upstream.allocate(bytes, stream);
     const record: TrackedAllocation = this.captureStacks
-      ? { ptr, bytes, stream: handle, time: performance.now(), stack: callerStack() }
+      ? { ptr, bytes, stream: handle, time: performance.now(), stack: callerFrames(rawStack()).join('\n') }
       : { ptr, bytes, stream: handle, time: performance.now() };
     this.live.set(ptr, record);
     this.liveBytes += bytes;

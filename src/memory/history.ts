@@ -1,0 +1,493 @@
+/**
+ * The memory history: a ring buffer of what the program's allocations did, as PyTorch's
+ * `torch.cuda.memory._record_memory_history`, so a snapshot (or an out-of-memory error) can say
+ * not only what is live but how it got there and from where.
+ *
+ * Events come from the resource base class (`MemoryResource.allocate`/`deallocate`/
+ * `releaseCached`), for the outermost call only: the program's call on the top of a stack, not the
+ * calls the stack makes to its upstreams. So every resource is recorded the same way, written once,
+ * and an adaptor over a pool gives one event per allocation. Reserved bytes are followed the same
+ * way: after each call the stack's reserving resource (the first in its upstream chain that
+ * reports `reservedBytes`) is read, and a change is a `reserve` or `release` event.
+ *
+ * Cost, with stacks off: no object is made per event; an event is seven writes into typed arrays,
+ * a time read from shared memory (`history-clock.ts`: a clock read would cost more than the whole
+ * hit pair) and a read of the stack's reserved bytes. With stacks on, each event captures the
+ * call stack as V8 formats it (microseconds); a site seen before costs one Map lookup on the raw
+ * stack text, and frames are cleaned once per distinct site.
+ */
+import { Device } from '../device.js';
+import { VramStateError } from '../errors.js';
+import { callerFrames, rawStack } from './call-stack.js';
+import { TickingClock } from './history-clock.js';
+import {
+  isReserving, setAllocationObserver, type AllocationObserver, type MemoryResource, type ReservingResource,
+} from './resource.js';
+import type { HistoryEvent, HistoryEventKind, SnapshotBaseline, SnapshotResource, SnapshotStack } from './snapshot-format.js';
+
+/** Options of `recordMemoryHistory`. */
+export interface HistoryOptions {
+  /**
+   * The ring's capacity in events (default 100,000; at most 2^24): when full, each new event
+   * drops the oldest. Its arrays are made at once, 41 bytes an event (4 MB by default).
+   */
+  readonly maxEntries?: number;
+  /** Capture the call stack of each alloc, free and out-of-memory event (microseconds each); off by default. */
+  readonly stacks?: boolean;
+  /** The device whose resources are recorded (device 0 by default). */
+  readonly device?: Device | number;
+}
+
+/** A live block the history saw allocated, with where and when (kept while stacks are on). */
+export interface HistoryLiveBlock {
+  /** What the caller asked for. */
+  readonly bytes: number;
+  /** The stream handle it was allocated on. */
+  readonly stream: number;
+  /** When, in milliseconds on the `performance.now()` clock. */
+  readonly time: number;
+  /** The id of the stack's top resource (`resourceRecord(mr).id`). */
+  readonly resource: number;
+  /** The id of the allocating call stack (`MemoryHistory.callStacks()`). */
+  readonly stack: number;
+}
+
+/** A place in the program that holds live memory: a call stack with its live blocks' bytes. */
+export interface LiveSite {
+  /** The call stack's frames, innermost first. */
+  readonly frames: readonly string[];
+  /** Bytes its live blocks asked for. */
+  readonly bytes: number;
+  /** How many live blocks it made. */
+  readonly count: number;
+}
+
+/**
+ * What the history knows of one resource, process-wide and for the resource's lifetime: its id
+ * (what events, blocks and snapshots name it by) and what it was when first seen, kept after the
+ * resource itself is garbage-collected. The id, label, class, kind, device and upstream are those
+ * the snapshot writes (`label` is the `describe()` of when it was first seen).
+ */
+export interface ResourceRecord extends Pick<SnapshotResource, 'id' | 'label' | 'className' | 'kind' | 'device' | 'upstream'> {
+  /** The resource, while it lives. */
+  readonly ref: WeakRef<MemoryResource>;
+  /** The first resource of its upstream chain that reports reserved bytes: the stack's reserved figure. */
+  readonly reserveSource: ReservingResource | null;
+  /** The reserve source's reserved bytes after the last event recorded on this stack. */
+  lastReserved: number;
+  /** The history that took this stack's baseline, and the baseline. */
+  seenBy: MemoryHistory | null;
+  baseline: SnapshotBaseline | null;
+}
+
+const KINDS: readonly HistoryEventKind[] = ['alloc', 'free', 'oom', 'reserve', 'release'];
+const ALLOC = 0;
+const FREE = 1;
+const OOM = 2;
+const RESERVE = 3;
+const RELEASE = 4;
+const DEFAULT_ENTRIES = 100_000;
+/** 2^24 events are 690 MB of arrays: a bigger ring is more likely a mistake than a need. */
+const MAX_ENTRIES = 2 ** 24;
+
+const records = new WeakMap<MemoryResource, ResourceRecord>();
+let nextResourceId = 1;
+
+/**
+ * The history's record of `mr` (made on first call): its id, its description when first seen and
+ * its upstream's id. Ids are unique in the process and never reused.
+ *
+ * @param mr A resource.
+ * @returns Its record.
+ * @example
+ * ```ts
+ * resourceRecord(pool).id; // what snapshots and events call the pool
+ * ```
+ */
+export function resourceRecord(mr: MemoryResource): ResourceRecord {
+  let record = records.get(mr);
+  if (record === undefined) {
+    const upstream = mr.upstream === undefined ? null : resourceRecord(mr.upstream).id;
+    let reserveSource: ReservingResource | null = null;
+    for (let r: MemoryResource | undefined = mr; r !== undefined && reserveSource === null; r = r.upstream) {
+      if (isReserving(r)) reserveSource = r;
+    }
+    record = {
+      id: nextResourceId++, label: mr.describe(), className: mr.constructor.name, kind: mr.kind, device: mr.device,
+      upstream, ref: new WeakRef(mr), reserveSource, lastReserved: 0, seenBy: null, baseline: null,
+    };
+    records.set(mr, record);
+  }
+  return record;
+}
+
+/** The recording history of each device, by ordinal. */
+const recorders: Array<MemoryHistory | undefined> = [];
+/** The latest history of each device, recording or stopped, for snapshots. */
+const latest: Array<MemoryHistory | undefined> = [];
+let recording = 0;
+// The last resource seen and its record: a program allocates from one stack most of the time, so
+// this compare usually saves the WeakMap lookup.
+let lastResource: MemoryResource | null = null;
+let lastRecord: ResourceRecord | null = null;
+
+function recordOf(mr: MemoryResource): ResourceRecord {
+  if (mr === lastResource) return lastRecord!;
+  const record = resourceRecord(mr);
+  lastResource = mr;
+  lastRecord = record;
+  return record;
+}
+
+function recorderOf(record: ResourceRecord): MemoryHistory | undefined {
+  return record.device >= 0 ? recorders[record.device] : undefined;
+}
+
+const dispatcher: AllocationObserver = {
+  entering(mr) {
+    const record = recordOf(mr);
+    const history = recorderOf(record);
+    if (history !== undefined && record.seenBy !== history) history.firstSight(record, mr);
+  },
+  allocated(mr, ptr, bytes, handle) {
+    const record = recordOf(mr);
+    recorderOf(record)?.add(ALLOC, record, ptr, bytes, handle);
+  },
+  deallocated(mr, ptr, bytes, handle) {
+    const record = recordOf(mr);
+    recorderOf(record)?.add(FREE, record, ptr, bytes, handle);
+  },
+  failed(mr, bytes, handle) {
+    const record = recordOf(mr);
+    recorderOf(record)?.add(OOM, record, Number.NaN, bytes, handle);
+  },
+  releasedCache(mr) {
+    const record = recordOf(mr);
+    recorderOf(record)?.reserveChange(record, 0);
+  },
+};
+
+/**
+ * A recording of one device's memory events (`recordMemoryHistory` makes it). Keeps its events
+ * after `stop()`, for `events()` and snapshots, until the next recording on the device.
+ *
+ * @example
+ * ```ts
+ * using history = recordMemoryHistory({ maxEntries: 10_000, stacks: true });
+ * runStep();
+ * console.log(history.events().filter((e) => e.kind === 'alloc').length);
+ * ```
+ */
+export class MemoryHistory {
+  /** The device recorded. */
+  readonly device: number;
+  /** The ring's capacity. */
+  readonly maxEntries: number;
+  /** Whether call stacks are captured. */
+  readonly stacks: boolean;
+  /** When recording started, in milliseconds on the `performance.now()` clock. */
+  readonly startTime: number;
+  #recording = true;
+  #recorded = 0;
+  /** The latest event's time: the clock's source changes once (see TickingClock), and times must not step back. */
+  #lastTime = 0;
+  #next = 0;
+  readonly #clock: TickingClock;
+  readonly #kinds: Uint8Array;
+  readonly #addresses: Float64Array;
+  readonly #bytes: Float64Array;
+  readonly #streams: Float64Array;
+  readonly #times: Float64Array;
+  readonly #resources: Int32Array;
+  readonly #stackIds: Int32Array;
+  /** Raw stack text to id: the one lookup a repeated site costs. */
+  readonly #rawIds = new Map<string, number>();
+  /** Cleaned frames (joined) to id: raw stacks differing only in vram's frames share a site. */
+  readonly #frameIds = new Map<string, number>();
+  readonly #frames: string[][] = [];
+  readonly #live = new Map<number, HistoryLiveBlock>();
+  readonly #seen: ResourceRecord[] = [];
+
+  /** @internal Use `recordMemoryHistory`. */
+  constructor(device: number, maxEntries: number, stacks: boolean) {
+    this.device = device;
+    this.maxEntries = maxEntries;
+    this.stacks = stacks;
+    this.#kinds = new Uint8Array(maxEntries);
+    this.#addresses = new Float64Array(maxEntries);
+    this.#bytes = new Float64Array(maxEntries);
+    this.#streams = new Float64Array(maxEntries);
+    this.#times = new Float64Array(maxEntries);
+    this.#resources = new Int32Array(maxEntries);
+    this.#stackIds = new Int32Array(maxEntries);
+    this.#clock = new TickingClock();
+    this.startTime = performance.now();
+  }
+
+  /** Whether it is still recording. */
+  get recording(): boolean {
+    return this.#recording;
+  }
+
+  /** Events ever recorded, dropped ones included. */
+  get recorded(): number {
+    return this.#recorded;
+  }
+
+  /** Events the ring dropped: `recorded` minus the events kept. */
+  get dropped(): number {
+    return Math.max(0, this.#recorded - this.maxEntries);
+  }
+
+  /**
+   * Stops recording; the events stay readable. A second call does nothing.
+   *
+   * @example
+   * ```ts
+   * const history = recordMemoryHistory();
+   * run();
+   * history.stop();
+   * ```
+   */
+  stop(): void {
+    if (!this.#recording) return;
+    this.#recording = false;
+    this.#clock.stop();
+    recorders[this.device] = undefined;
+    recording -= 1;
+    if (recording === 0) {
+      setAllocationObserver(null);
+      lastResource = null;
+      lastRecord = null;
+    }
+  }
+
+  /** `using history = recordMemoryHistory()` stops it at the end of the scope. */
+  [Symbol.dispose](): void {
+    this.stop();
+  }
+
+  /**
+   * The events kept, oldest first, as the snapshot writes them.
+   *
+   * @returns New objects; the history keeps its own arrays.
+   * @example
+   * ```ts
+   * history.events().at(-1); // { kind: 'free', address: ..., bytes: 1024, stream: 0, time: 12.3, resource: 1, stack: null }
+   * ```
+   */
+  events(): HistoryEvent[] {
+    const n = Math.min(this.#recorded, this.maxEntries);
+    const first = this.#recorded > this.maxEntries ? this.#next : 0;
+    const out: HistoryEvent[] = new Array<HistoryEvent>(n);
+    for (let k = 0; k < n; k++) {
+      let i = first + k;
+      if (i >= this.maxEntries) i -= this.maxEntries;
+      const address = this.#addresses[i]!;
+      const stack = this.#stackIds[i]!;
+      out[k] = {
+        kind: KINDS[this.#kinds[i]!]!, address: Number.isNaN(address) ? null : address, bytes: this.#bytes[i]!,
+        stream: this.#streams[i]!, time: this.#times[i]!, resource: this.#resources[i]!, stack: stack < 0 ? null : stack,
+      };
+    }
+    return out;
+  }
+
+  /**
+   * The call stacks events and live blocks refer to, by id (empty with stacks off).
+   *
+   * @returns One entry per distinct site, ordered by id.
+   * @example
+   * ```ts
+   * history.callStacks()[0]?.frames[0]; // 'at loadWeights (file:///app/model.js:41:22)'
+   * ```
+   */
+  callStacks(): SnapshotStack[] {
+    return this.#frames.map((frames, id) => ({ id, frames }));
+  }
+
+  /**
+   * The blocks allocated while recording with stacks and not freed since, by address.
+   *
+   * @returns A new Map (empty with stacks off: without stacks there is nothing to add to what the
+   *   resources themselves report).
+   * @example
+   * ```ts
+   * history.liveBlocks().get(ptr)?.stack;
+   * ```
+   */
+  liveBlocks(): Map<number, HistoryLiveBlock> {
+    return new Map(this.#live);
+  }
+
+  /**
+   * The places holding the most live memory, from the blocks allocated while recording with stacks.
+   *
+   * @param count How many sites at most.
+   * @param resource Only blocks allocated from the stack whose top has this id (all when omitted).
+   * @returns Sites by bytes, largest first.
+   * @example
+   * ```ts
+   * for (const site of history.largestLiveSites(3)) console.log(site.bytes, site.frames[0]);
+   * ```
+   */
+  largestLiveSites(count: number, resource?: number): LiveSite[] {
+    const bySite = new Map<number, { bytes: number; count: number }>();
+    for (const block of this.#live.values()) {
+      if (resource !== undefined && block.resource !== resource) continue;
+      const site = bySite.get(block.stack) ?? { bytes: 0, count: 0 };
+      site.bytes += block.bytes;
+      site.count += 1;
+      bySite.set(block.stack, site);
+    }
+    return [...bySite.entries()].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, count)
+      .map(([stack, site]) => ({ frames: this.#frames[stack]!, ...site }));
+  }
+
+  /**
+   * The records of every resource a call was recorded on, in the order first seen.
+   *
+   * @internal
+   */
+  seenResources(): readonly ResourceRecord[] {
+    return this.#seen;
+  }
+
+  /**
+   * Takes the baseline of a stack first seen by this history, before its first recorded call.
+   *
+   * @internal
+   */
+  firstSight(record: ResourceRecord, mr: MemoryResource): void {
+    record.seenBy = this;
+    this.#seen.push(record);
+    const source = record.reserveSource;
+    record.lastReserved = source === null ? 0 : source.reservedBytes;
+    record.baseline = {
+      time: this.#now(),
+      allocatedBytes: mr.memoryFigures()?.allocatedBytes.value ?? null,
+      reservedBytes: source === null ? null : record.lastReserved,
+    };
+  }
+
+  /**
+   * Records an alloc, free or out-of-memory event of the stack `record` is the top of, with the
+   * reserve or release it caused (before an alloc or oom, after a free).
+   *
+   * @internal
+   */
+  add(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
+    const time = this.#now();
+    const stack = this.stacks ? this.#stackId() : -1;
+    if (kind !== FREE) this.reserveChange(record, stream);
+    this.#push(kind, address, bytes, stream, time, record.id, stack);
+    if (kind === FREE) this.reserveChange(record, stream);
+    if (stack >= 0) {
+      if (kind === ALLOC) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
+      else if (kind === FREE) this.#live.delete(address);
+    }
+  }
+
+  /**
+   * Records a reserve or release event when the stack's reserved bytes moved since its last event.
+   *
+   * @internal
+   */
+  reserveChange(record: ResourceRecord, stream: number): void {
+    const source = record.reserveSource;
+    if (source === null) return;
+    const reserved = source.reservedBytes;
+    const change = reserved - record.lastReserved;
+    if (change === 0) return;
+    record.lastReserved = reserved;
+    this.#push(change > 0 ? RESERVE : RELEASE, Number.NaN, Math.abs(change), stream, this.#now(), record.id, -1);
+  }
+
+  #now(): number {
+    const time = this.#clock.now();
+    if (time > this.#lastTime) this.#lastTime = time;
+    return this.#lastTime;
+  }
+
+  #push(kind: number, address: number, bytes: number, stream: number, time: number, resource: number, stack: number): void {
+    const i = this.#next;
+    this.#kinds[i] = kind;
+    this.#addresses[i] = address;
+    this.#bytes[i] = bytes;
+    this.#streams[i] = stream;
+    this.#times[i] = time;
+    this.#resources[i] = resource;
+    this.#stackIds[i] = stack;
+    this.#next = i + 1 === this.maxEntries ? 0 : i + 1;
+    this.#recorded += 1;
+  }
+
+  #stackId(): number {
+    const raw = rawStack();
+    let id = this.#rawIds.get(raw);
+    if (id === undefined) {
+      const frames = callerFrames(raw);
+      const key = frames.join('\n');
+      id = this.#frameIds.get(key);
+      if (id === undefined) {
+        id = this.#frames.length;
+        this.#frames.push(frames);
+        this.#frameIds.set(key, id);
+      }
+      this.#rawIds.set(raw, id);
+    }
+    return id;
+  }
+}
+
+/**
+ * Starts recording the memory events of a device's resources: every allocation and free the
+ * program makes (on any resource of the device, at the top of its stack), out-of-memory errors,
+ * and changes of the memory the stacks reserve, in a ring buffer of the latest `maxEntries`
+ * events, with call stacks when asked. `memorySnapshot()` includes it; `stop()` ends it.
+ *
+ * @param options `maxEntries` (default 100,000), `stacks` (default false), `device` (default 0).
+ * @returns The recording.
+ * @throws {TypeError | RangeError} For bad options.
+ * @throws {VramStateError} When the device is already being recorded (stop that recording first).
+ * @example
+ * ```ts
+ * const history = recordMemoryHistory({ stacks: true });
+ * train();
+ * writeFileSync('snapshot.json', JSON.stringify(memorySnapshot()));
+ * history.stop();
+ * ```
+ */
+export function recordMemoryHistory(options: HistoryOptions = {}): MemoryHistory {
+  if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+  const maxEntries = options.maxEntries ?? DEFAULT_ENTRIES;
+  if (typeof maxEntries !== 'number' || !Number.isInteger(maxEntries) || maxEntries < 1 || maxEntries > MAX_ENTRIES) {
+    throw new RangeError(`maxEntries must be a whole number from 1 to ${MAX_ENTRIES}, got ${String(maxEntries)}`);
+  }
+  if (options.stacks !== undefined && typeof options.stacks !== 'boolean') throw new TypeError('stacks must be a boolean');
+  const device = Device.resolve(options.device).ordinal;
+  if (recorders[device] !== undefined) {
+    throw new VramStateError(`device ${device}'s memory history is already recording: stop() it first`);
+  }
+  const history = new MemoryHistory(device, maxEntries, options.stacks === true);
+  recorders[device] = history;
+  latest[device] = history;
+  recording += 1;
+  setAllocationObserver(dispatcher);
+  return history;
+}
+
+/**
+ * The device's memory history: the one recording now, else the last one stopped.
+ *
+ * @param device The device (device 0 by default).
+ * @returns It, or undefined when none was recorded on the device.
+ * @throws {RangeError | TypeError} For a bad device.
+ * @example
+ * ```ts
+ * memoryHistory()?.events().length;
+ * ```
+ */
+export function memoryHistory(device?: Device | number): MemoryHistory | undefined {
+  return latest[Device.resolve(device).ordinal];
+}
