@@ -33,6 +33,10 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: 'which backend drives the devices; auto uses the CUDA driver when it loads and reports a device, else the emulated backend' },
   { name: 'VRAM_LIBCUDA', values: 'path', default: 'libcuda.so.1 on the loader path, then the usual driver folders',
     meaning: "the CUDA driver library to load, when it is somewhere unusual" },
+  { name: 'VRAM_LIBNVRTC', values: 'path', default: 'libnvrtc.so.13/.12 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/ wheels',
+    meaning: 'the NVRTC library Module.compile loads (only on a GPU, only when compiling CUDA source)' },
+  { name: 'VRAM_CACHE_DIR', values: 'path', default: '$XDG_CACHE_HOME/vram, else ~/.cache/vram',
+    meaning: 'where compiled kernels are cached (kernels/, one file per source, options, architecture, NVRTC and driver)' },
   { name: 'VRAM_EMULATED_BYTES', values: 'size (16G, 512M, bytes)', default: '4 GiB (vram replay sizes it for the trace)',
     meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory' },
   // VRAM_ALLOCATOR, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION: described beside the code that reads them.
