@@ -13,6 +13,7 @@ import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
 import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
+import type { SnapshotSegment } from './snapshot-format.js';
 
 /** Options of an ArenaResource. */
 export interface ArenaOptions {
@@ -164,6 +165,11 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     const i = this.liveBlock(ptr);
     this.heap.unmarkLive(i);
     this.heap.give(i, h);
+  }
+
+  /** The one region, with every block cut from it. */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    return [{ address: this.region, bytes: this.regionBytes, kind: 'region', pages: null, blocks: this.heap.layout().flat() }];
   }
 
   /**

@@ -8,6 +8,7 @@ import type { Backend, Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { OutOfMemoryError } from '../errors.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from './resource.js';
+import type { SnapshotSegment } from './snapshot-format.js';
 import { SizeTable } from './size-table.js';
 
 /**
@@ -77,6 +78,14 @@ export abstract class DriverResource extends MemoryResource {
     this.table.check(ptr, bytes, this.describe());
     this.driverFree(ptr, bytes, handle);
     this.table.remove(ptr);
+  }
+
+  /** One segment per live allocation, ascending by address: each is its one block. */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    return this.table.entries().sort((a, b) => a[0] - b[0]).map(([address, bytes]) => ({
+      address, bytes, kind: 'allocation', pages: null,
+      blocks: [{ address, bytes, requestedBytes: bytes, state: 'live', stream: null, stack: null }],
+    }));
   }
 
   /** Frees every allocation still live (on the default stream), then forgets them. */

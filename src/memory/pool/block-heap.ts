@@ -19,6 +19,7 @@
  */
 import type { Counter } from '../../counter.js';
 import { watchStreamDestroy, type StreamWatcher } from '../../stream.js';
+import type { SnapshotBlock } from '../snapshot-format.js';
 import { StreamOrder, type OrderEvents } from '../stream-order.js';
 import { BlockStore, LIVE, NIL } from './block-store.js';
 import { FreeLists, GRANULE } from './free-list.js';
@@ -339,6 +340,33 @@ export class BlockHeap implements StreamWatcher {
       if (l.parked !== NIL) out.push(l.parked);
     }
     return out;
+  }
+
+  /**
+   * Every block, region by region (each ascending by address, regions by their first address),
+   * for `memorySnapshot()`: live, free (with the stream whose lists hold it; null for memory no
+   * stream has used) or parked. Walks the live table and the free lists: not for the hot path.
+   */
+  layout(): SnapshotBlock[][] {
+    const s = this.store;
+    const parkedBy = new Map<number, number>();
+    for (const l of this.lists) if (l.parked !== NIL) parkedBy.set(l.parked, l.stream);
+    const regions: SnapshotBlock[][] = [];
+    for (const head of new Set([...this.live.values(), ...this.freeBlocks()])) {
+      if (s.prev[head] !== NIL) continue;
+      const region: SnapshotBlock[] = [];
+      for (let i = head; i !== NIL; i = s.next[i]!) {
+        const parked = parkedBy.get(i);
+        const live = s.owner[i] === LIVE && parked === undefined;
+        const stream = live ? null : parked ?? this.lists[s.owner[i]!]!.stream;
+        region.push({
+          address: s.start[i]!, bytes: s.size[i]!, requestedBytes: live ? s.requested[i]! : null,
+          state: live ? 'live' : parked === undefined ? 'free' : 'parked', stream: stream !== null && stream < 0 ? null : stream, stack: null,
+        });
+      }
+      regions.push(region);
+    }
+    return regions.sort((a, b) => a[0]!.address - b[0]!.address);
   }
 
   /** Total bytes free: in free lists, and parked. */
