@@ -35,6 +35,21 @@ export function getCurrentResource(device?: Device | number): MemoryResource {
 }
 
 /**
+ * The current resource of `device` when one was made or set, without making the default one: for
+ * code that looks at memory (a snapshot at an out-of-memory error) and must not allocate any.
+ *
+ * @param device The device.
+ * @returns Its current resource, or undefined when it has none yet.
+ * @example
+ * ```ts
+ * existingCurrentResource(Device.get(0))?.describe();
+ * ```
+ */
+export function existingCurrentResource(device: Device): MemoryResource | undefined {
+  return current.get(device);
+}
+
+/**
  * Makes `mr` the current resource of `device` and returns the previous one (the default resource
  * when none was set). `mr` must hand out memory of that device (device or managed). The
  * environment's cap applies to the default resource only: a resource set here is used as it is.
