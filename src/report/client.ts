@@ -1,8 +1,9 @@
 /**
  * The script a report page runs in the browser: reads the report's JSON from the page, draws each
  * plot with uPlot (inlined beside it), the memory map on a canvas and the tables, then records
- * what it drew in `window.vramReport` ({ renderMs, plots: [{ id, series, points }] }) for tools
- * and the browser test. Plain ES2020 with no imports: it must run from a file with no network.
+ * what it drew in `window.vramReport` for tools and the browser test: `sections` ([{ id, kind,
+ * series, points }]), `charts` (the uPlot instances), and, once every plot has drawn, `ready` and
+ * `renderMs` (from the script's start: parsing the data, building and drawing every section). Plain ES2020 with no imports: it must run from a file with no network.
  *
  * It is text, not a module of this package, because it runs in a page rather than in Node; the
  * browser test (test/report-browser.test.ts) is what checks it. `formatBytes` is spliced in from
@@ -21,6 +22,13 @@ const SCRIPT = String.raw`
   var PALETTE = PALETTE_JSON;
   var report = JSON.parse(document.getElementById('report-data').textContent);
   var drawn = [];
+  // Plots not drawn yet, and whether every section has been built; renderMs is set when both are done.
+  var pending = 0, built = false;
+  function finish() {
+    if (pending > 0 || !built) return;
+    window.vramReport.renderMs = performance.now() - started;
+    window.vramReport.ready = true;
+  }
 
   // Arrays come delta-encoded where every value is a whole multiple of 1/k (see encodeValues).
   function decode(encoded) {
@@ -128,7 +136,11 @@ const SCRIPT = String.raw`
       cursor: { drag: { x: true, y: false } },
       axes: [axis(section.x), axis(section.y, 90)],
       series: series,
+      // uPlot draws in a microtask after the constructor: the first draw is when the plot is done.
+      hooks: { draw: [function () { if (!chartDrawn) { chartDrawn = true; pending -= 1; finish(); } }] },
     };
+    var chartDrawn = false;
+    pending += 1;
     var chart = new uPlot(opts, [x].concat(ys), container);
     window.addEventListener('resize', function () { chart.setSize({ width: chartWidth(container), height: 380 }); });
     drawn.push({ id: section.id, kind: 'plot', series: ys.length, points: x.length, chart: chart });
@@ -282,10 +294,13 @@ const SCRIPT = String.raw`
     else table(section, body);
   });
   window.vramReport = {
-    renderMs: performance.now() - started,
+    renderMs: null,
+    ready: false,
     sections: drawn.map(function (d) { return { id: d.id, kind: d.kind, series: d.series, points: d.points }; }),
     charts: drawn.filter(function (d) { return d.chart; }).map(function (d) { return d.chart; }),
   };
+  built = true;
+  finish();
 })();
 `;
 
