@@ -163,7 +163,7 @@ const dispatcher: AllocationObserver = {
   },
   releasedCache(mr) {
     const record = recordOf(mr);
-    recorderOf(record)?.reserveChange(record, 0);
+    recorderOf(record)?.reserveReleased(record);
   },
 };
 
@@ -207,6 +207,7 @@ export class MemoryHistory {
   readonly #frames: string[][] = [];
   readonly #live = new Map<number, HistoryLiveBlock>();
   readonly #seen: ResourceRecord[] = [];
+  readonly #seenIds = new Set<number>();
 
   /** @internal Use `recordMemoryHistory`. */
   constructor(device: number, maxEntries: number, stacks: boolean) {
@@ -345,7 +346,8 @@ export class MemoryHistory {
   }
 
   /**
-   * The records of every resource a call was recorded on, in the order first seen.
+   * The records of every resource a call was recorded on, with the resources below each, in the
+   * order first seen.
    *
    * @internal
    */
@@ -360,7 +362,13 @@ export class MemoryHistory {
    */
   firstSight(record: ResourceRecord, mr: MemoryResource): void {
     record.seenBy = this;
-    this.#seen.push(record);
+    // The stack below it too, so a snapshot can name every resource of a stack after it is gone.
+    for (let r: ResourceRecord | null = record, m: MemoryResource | undefined = mr; r !== null && !this.#seenIds.has(r.id);) {
+      this.#seenIds.add(r.id);
+      this.#seen.push(r);
+      m = m?.upstream;
+      r = m === undefined ? null : resourceRecord(m);
+    }
     const source = record.reserveSource;
     record.lastReserved = source === null ? 0 : source.reservedBytes;
     record.baseline = {
@@ -379,28 +387,33 @@ export class MemoryHistory {
   add(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
     const time = this.#now();
     const stack = this.stacks ? this.#stackId() : -1;
-    if (kind !== FREE) this.reserveChange(record, stream);
+    if (kind !== FREE) this.#reserveChange(record, stream, time);
     this.#push(kind, address, bytes, stream, time, record.id, stack);
-    if (kind === FREE) this.reserveChange(record, stream);
+    if (kind === FREE) this.#reserveChange(record, stream, time);
     if (stack >= 0) {
       if (kind === ALLOC) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
       else if (kind === FREE) this.#live.delete(address);
     }
   }
 
-  /**
-   * Records a reserve or release event when the stack's reserved bytes moved since its last event.
-   *
-   * @internal
-   */
-  reserveChange(record: ResourceRecord, stream: number): void {
+  /** Records a reserve or release event when the stack's reserved bytes moved since its last event. */
+  #reserveChange(record: ResourceRecord, stream: number, time: number): void {
     const source = record.reserveSource;
     if (source === null) return;
     const reserved = source.reservedBytes;
     const change = reserved - record.lastReserved;
     if (change === 0) return;
     record.lastReserved = reserved;
-    this.#push(change > 0 ? RESERVE : RELEASE, Number.NaN, Math.abs(change), stream, this.#now(), record.id, -1);
+    this.#push(change > 0 ? RESERVE : RELEASE, Number.NaN, Math.abs(change), stream, time, record.id, -1);
+  }
+
+  /**
+   * Records the release a `releaseCached()` on the stack caused, if any.
+   *
+   * @internal
+   */
+  reserveReleased(record: ResourceRecord): void {
+    this.#reserveChange(record, 0, this.#now());
   }
 
   #now(): number {
