@@ -1,0 +1,56 @@
+/**
+ * `arange`: evenly spaced values, computed on the device as NumPy computes them
+ * (`start + i * step` in float64, then converted to the dtype).
+ */
+import { DeviceArray, type DeviceArrayOptions } from '../../array/device-array.js';
+import { dtypeOf, type DType, type DTypeName, type ScalarName } from '../../array/dtype.js';
+import { basicSignatures } from './basic-kernels.js';
+import { builtinKernel } from './builtin-module.js';
+import { basicBuiltin } from './builtin-sources.js';
+import { gridFor, OP_BLOCK } from './op-support.js';
+import { kernelScalarOf } from './scalar.js';
+
+/**
+ * A new 1-D array of `[start, start + step, ...)` below `stop` (above it for a negative step):
+ * `ceil((stop - start) / step)` elements, as NumPy's arange.
+ *
+ * @param range `n` for `[0, n)`, or `[start, stop]`, or `[start, stop, step]`.
+ * @param dtype Any scalar dtype (default float64).
+ * @param options Device, resource and stream of the new array (the kernel runs on that stream).
+ * @returns The array; it owns its memory.
+ * @throws {TypeError} For a vector dtype or a non-number bound.
+ * @throws {RangeError} For a non-finite bound, a step of 0, or more elements than an array can hold.
+ * @throws {OutOfMemoryError} When the device has no memory for it.
+ * @example
+ * ```ts
+ * using idx = arange(1000, 'int32');             // 0..999
+ * using t = arange([0, 1, 0.125], 'float32');    // 0, 0.125, ..., 0.875
+ * ```
+ */
+export function arange<N extends ScalarName = 'float64'>(
+  range: number | readonly [number, number] | readonly [number, number, number],
+  dtype: N | DType<N> = 'float64' as N, options: DeviceArrayOptions = {},
+): DeviceArray<N> {
+  const [start, stop, step] = typeof range === 'number' ? [0, range, 1] : Array.isArray(range) && (range.length === 2 || range.length === 3)
+    ? [range[0], range[1], range[2] ?? 1] : [NaN, NaN, NaN];
+  for (const [v, label] of [[start, 'start'], [stop, 'stop'], [step, 'step']] as const) {
+    if (typeof v !== 'number') throw new TypeError(`arange: ${label} must be a number, got ${typeof v}`);
+    if (!Number.isFinite(v)) throw new RangeError(`arange: ${label} must be finite, got ${v} (pass n, [start, stop] or [start, stop, step])`);
+  }
+  if (step === 0) throw new RangeError('arange: step must not be 0');
+  const dt = dtypeOf(dtype as DTypeName);
+  const scalar = kernelScalarOf(dt.name);
+  if (scalar === undefined) throw new TypeError(`arange: ${dt.name} is a vector dtype; arange makes scalars`);
+  const n = Math.max(0, Math.ceil((stop - start) / step));
+  if (!Number.isSafeInteger(n)) throw new RangeError(`arange: ${n} elements is more than an array can hold`);
+  const out = DeviceArray.empty([n], dt, options) as DeviceArray<N>;
+  if (n === 0) return out;
+  try {
+    const kernel = builtinKernel(out.device, basicBuiltin(), 'vram_arange', basicSignatures.vram_arange, 'arange');
+    kernel.launch({ grid: gridFor(out.device, n), block: OP_BLOCK, stream: out.stream }, out, scalar.code, n, start, step);
+  } catch (error) {
+    out.free();
+    throw error;
+  }
+  return out;
+}
