@@ -6,7 +6,9 @@ import { Device } from '../src/device.js';
 import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { PoolResource } from '../src/memory/pool.js';
-import { factories, runModel } from './fuzz/allocator-model.js';
+import { factories, logUniform, runModel, type SubjectFactory } from './fuzz/allocator-model.js';
+import { runDataFuzz } from './fuzz/data-fuzz.js';
+import type { ResourceFactory } from './fuzz/resources.js';
 
 const MiB = 1024 * 1024;
 const backend = getBackend();
@@ -201,3 +203,116 @@ for (const mode of ['virtual', 'upstream'] as const) {
     }
   });
 }
+
+// Larger extents (PoolOptions.extentSize): one physical allocation per run of pages a growth maps.
+test('extentSize: one allocation per run grown; cached extents go whole to make room; a live block keeps its extent whole', () => {
+  const page = backend.memGetAllocationGranularity(0);
+  const pool = new PoolResource({ extentSize: Infinity });
+  const calls = (): number[] => { const c = pool.statistics().driverCalls; return [c.create, c.map, c.unmap, c.setAccess, c.release]; };
+  const a = pool.allocate(8 * page);
+  assert.deepEqual(calls(), [1, 1, 0, 1, 0], 'eight pages: one create, one map, one set-access');
+  const b = pool.allocate(page);
+  assert.equal(pool.reservedBytes, 9 * page);
+  pool.deallocate(a, 8 * page);
+  // Ten pages do not fit a's range: a's cached extent is unmapped and released whole, ten pages created.
+  const c = pool.allocate(10 * page);
+  assert.deepEqual(calls(), [3, 3, 1, 3, 1]);
+  assert.equal(pool.reservedBytes, 11 * page, 'the peak stays at what live data needs');
+  assert.equal(pool.statistics().pageMoves, 8);
+  backend.memset(c, 7, 1, 10 * page);
+  pool.deallocate(c, 10 * page);
+  // Two pages on c's cached extent: a hit. Its other eight pages cannot go while it lives.
+  const d = pool.allocate(2 * page);
+  assert.deepEqual(calls(), [3, 3, 1, 3, 1], 'a hit on cached pages');
+  assert.ok(d >= c && d < c + 10 * page);
+  assert.equal(pool.releaseCached(), 0, 'b and d keep their extents whole');
+  assert.equal(pool.reservedBytes, 11 * page);
+  pool.deallocate(d, 2 * page);
+  pool.deallocate(b, page);
+  assert.equal(pool.releaseCached(), 11 * page);
+  assert.equal(pool.reservedBytes, 0);
+  pool.destroy();
+  assert.throws(() => new PoolResource({ extentSize: 0 }), RangeError);
+});
+
+for (const [label, extentSize] of [['Infinity', Infinity], ['8 MiB', 8 * MiB]] as const) {
+  const name = `PoolResource (virtual memory, extentSize ${label})`;
+  const create = (): PoolResource => new PoolResource({ maximumSize: 512 * MiB, extentSize });
+  const model: SubjectFactory = {
+    name,
+    create: () => {
+      const pool = create();
+      return {
+        resource: pool,
+        size: (r) => logUniform(r, 24 * MiB),
+        live: () => ({ bytes: pool.statistics().bytes.value, count: pool.statistics().allocations.value }),
+        reserved: () => pool.reservedBytes,
+        close: () => { pool.releaseCached(); pool.destroy(); },
+      };
+    },
+  };
+  test(`${name}: random allocate/free on 3 streams keeps every invariant`, () => {
+    for (const seed of [1, 2, 3]) runModel(model, { seed, ops: 2000 });
+  });
+  test(`${name}: the data fuzz over its growth path`, () => {
+    const target: ResourceFactory = { name, create: () => { const pool = create(); return { resource: pool, maxBytes: 24 * MiB, close: () => pool.destroy() }; } };
+    for (const seed of [101, 202]) {
+      const stats = runDataFuzz(target, { seed, ops: 2500 });
+      assert.equal(stats.steps, 2500);
+      assert.ok(stats.verifications >= 10 && stats.moves > 0 && stats.releases > 0, 'every kind of step ran');
+    }
+  });
+}
+
+test('extentSize: live data survives growth that takes cached extents (random blocks under a cap)', () => {
+  const page = backend.memGetAllocationGranularity(0);
+  const pool = new PoolResource({ extentSize: Infinity, maximumSize: 24 * page });
+  const host = backend.memHostAlloc(256, 0);
+  const tagAt = (p: number): number => {
+    const out = new Uint8Array(1);
+    backend.memcpyAsync(host, p, 256, 0);
+    backend.streamSynchronize(0);
+    backend.memcpyToHost(out, host, 1);
+    return out[0]!;
+  };
+  let seed = 777;
+  const rand = (n: number): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed % n;
+  };
+  const live: Array<{ p: number; n: number; tag: number }> = [];
+  let refused = 0;
+  try {
+    for (let step = 0; step < 300; step++) {
+      if (live.length > 0 && rand(5) < 2) {
+        const { p, n } = live.splice(rand(live.length), 1)[0]!;
+        pool.deallocate(p, n);
+      } else {
+        const n = rand(4) === 0 ? 256 * (1 + rand(64)) : page * (1 + rand(5)) + 256 * rand(4);
+        let p: number;
+        try {
+          p = pool.allocate(n);
+        } catch (error) {
+          if (!(error instanceof OutOfMemoryError)) throw error;
+          refused++;
+          continue;
+        }
+        const tag = 1 + (step % 250);
+        const end = Math.ceil(n / 256) * 256 - 256;
+        backend.memset(p, tag, 1, 256);
+        backend.memset(p + end, tag, 1, 256);
+        live.push({ p, n, tag });
+      }
+      for (const { p, n, tag } of live) {
+        assert.equal(tagAt(p), tag, `step ${step}: first bytes of a live block`);
+        assert.equal(tagAt(p + Math.ceil(n / 256) * 256 - 256), tag, `step ${step}: last bytes of a live block`);
+      }
+    }
+    assert.ok(pool.statistics().pageMoves > 0, 'growth took cached extents');
+    assert.ok(refused < 150, 'most allocations fit under the cap');
+  } finally {
+    backend.memFreeHost(host);
+    for (const { p, n } of live) pool.deallocate(p, n);
+    pool.destroy();
+  }
+});

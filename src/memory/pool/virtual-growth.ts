@@ -3,10 +3,13 @@
  * (the virtual memory management API: cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess).
  * The range is cut into granularity pages (2 MiB on current GPUs); a page gets physical memory when
  * a live block first touches it. A page whose live blocks are all gone stays mapped as a cache (so
- * a later hit there makes no driver call); when a block needs an unmapped page, a cached page's
- * physical handle is moved there (unmap + map, no new cuMemCreate) before any new memory is
- * created. So the pool's physical memory grows only when live data truly needs more pages:
- * peak reserved ≈ peak number of pages touched by live blocks, whatever the address fragmentation.
+ * a later hit there makes no driver call); when a block needs unmapped pages beyond the high-water
+ * mark, cached pages are taken first (a one-page physical allocation is moved: unmap + map, no new
+ * cuMemCreate) before any new memory is created. So the pool's physical memory grows only when
+ * live data truly needs more pages: peak reserved ≈ peak number of pages touched by live blocks,
+ * whatever the address fragmentation. Physical allocations ("extents") are one page by default;
+ * `PoolOptions.extentSize` makes them span runs of pages, far fewer driver calls for a higher peak
+ * (see `mapMissing`).
  *
  * The bookkeeping on a hit is O(1) whatever the block's size. Only a block's first and last pages
  * can be shared with other blocks: every page strictly between them lies wholly inside the block.
@@ -53,14 +56,20 @@ export class VirtualPages {
   readonly pageBytes: number;
   /** Live blocks whose first or last page this is (a block on one page counts once). */
   private readonly edgeCount: Uint32Array;
-  /** Physical handle mapped at each page; 0 when unmapped. */
+  /** Physical handle mapped at each page (one per extent, on all its pages); 0 when unmapped. */
   private readonly handle: Float64Array;
+  /** First page of the extent (one physical allocation, one mapping) each mapped page is part of. */
+  private readonly extentFirst: Int32Array;
+  /** Pages in the extent, at its first page. */
+  private readonly extentPages: Int32Array;
+  /** Most pages in one extent: runs are cut where a page index is a multiple of it. */
+  private readonly extentLimit: number;
+  /** Scratch of `findFree`: pages a live block touches. */
+  private readonly usedMark: Uint8Array;
   /** One bit per page, set while the page is mapped (`handle` non-zero): range checks by word. */
   private readonly mapped: Int32Array;
   /** The heap block at the range's first address (stable: merges keep the lower block). */
   private readonly head: number;
-  /** A block of the range, walked forward to find the last one (see `lastBlock`). */
-  private tail: number;
   /** Pages touched by at least one live block. */
   private usedPages = 0;
   /** Physical pages held (mapped pages). */
@@ -85,11 +94,15 @@ export class VirtualPages {
   private bestBlock = NIL;
   private bestStart = 0;
   private bestWhole = false;
-  /** Pages that need mapping in the current commit, then cached pages to move (scratch, reused). */
-  private pending: Int32Array = new Int32Array(64);
+  /** Runs of pages that need mapping in the current commit: first page, page count (scratch). */
+  private runs: Int32Array = new Int32Array(16);
+  /** Wholly free extents found by `findFree` (their first pages; scratch, reused). */
   private donors: Int32Array = new Int32Array(64);
-  /** The free block whose range holds each donor's first byte (see `waitForDonors`). */
-  private donorBlocks: Int32Array = new Int32Array(64);
+  /** Handles of one-page donors unmapped for this growth, to be mapped again (scratch). */
+  private spare: Float64Array = new Float64Array(64);
+  private spareCount = 0;
+  /** End of the extents mapped so far by the current growth in `runs` (for its undo). */
+  private mappedNow = 0;
   /** Scratch of `waitForDonors`: list ids whose stream must pass an event. */
   private waitMark = new Uint8Array(8);
   private destroyed = false;
@@ -104,16 +117,24 @@ export class VirtualPages {
     /** Cap on physical bytes (Infinity for none). */
     private readonly maximumBytes: number,
     private readonly heap: BlockHeap,
+    /**
+     * Most bytes in one physical allocation (rounded down to whole pages, at least one); Infinity:
+     * one allocation per run of pages a growth maps. See `PoolOptions.extentSize`.
+     */
+    extentBytes: number,
   ) {
     this.pageBytes = backend.memGetAllocationGranularity(ordinal);
+    this.extentLimit = Math.max(1, Math.floor(extentBytes / this.pageBytes));
     this.rangeBytes = Math.ceil(rangeBytes / this.pageBytes) * this.pageBytes;
     this.base = backend.memAddressReserve(this.rangeBytes, this.pageBytes);
     const pages = this.rangeBytes / this.pageBytes;
     this.edgeCount = new Uint32Array(pages);
     this.handle = new Float64Array(pages);
+    this.extentFirst = new Int32Array(pages);
+    this.extentPages = new Int32Array(pages);
+    this.usedMark = new Uint8Array(pages);
     this.mapped = new Int32Array((pages + 31) >>> 5);
     this.head = heap.addRegion(this.base, this.rangeBytes, -1);
-    this.tail = this.head;
   }
 
   /** Physical bytes held. */
@@ -325,23 +346,15 @@ export class VirtualPages {
   }
 
   /**
-   * Unmaps and releases every cached page, after waiting for the streams that freed blocks on them
-   * (queued work may still touch those blocks; see `waitForDonors`). Returns the bytes released.
+   * Unmaps and releases every cached extent (one with no live block on any of its pages), after
+   * waiting for the streams that freed blocks on them (queued work may still touch those blocks;
+   * see `waitForDonors`). Returns the bytes released. An extent with a live block on one of its
+   * pages stays whole: the driver frees a physical allocation only as a whole.
    */
   releaseCached(): number {
-    const n = this.findCached(this.physicalPages - this.usedPages, -1, -1);
+    const n = this.findFree(Infinity, -1, -1);
     if (n === 0) return 0;
-    this.waitForDonors(n);
-    for (let k = 0; k < n; k++) {
-      const p = this.donors[k]!;
-      this.backend.memUnmap(this.base + p * this.pageBytes, this.pageBytes);
-      this.backend.memRelease(this.handle[p]!);
-      this.calls[CALL_UNMAP]!++;
-      this.calls[CALL_RELEASE]!++;
-      this.setUnmapped(p);
-      this.physicalPages--;
-    }
-    return n * this.pageBytes;
+    return this.takeDonors(n, 0) * this.pageBytes;
   }
 
   /** Unmaps and releases everything and frees the address range. */
@@ -350,10 +363,11 @@ export class VirtualPages {
     this.destroyed = true;
     this.backend.contextSynchronize();
     for (let p = 0; p < this.handle.length; p++) {
-      if (this.handle[p] !== 0) {
-        this.backend.memUnmap(this.base + p * this.pageBytes, this.pageBytes);
+      if (this.handle[p] !== 0 && this.extentFirst[p] === p) {
+        const n = this.extentPages[p]!;
+        this.backend.memUnmap(this.base + p * this.pageBytes, n * this.pageBytes);
         this.backend.memRelease(this.handle[p]!);
-        this.setUnmapped(p);
+        for (let q = p; q < p + n; q++) this.setUnmapped(q);
       }
     }
     this.physicalPages = 0;
@@ -409,9 +423,14 @@ export class VirtualPages {
     return (this.mapped[p >>> 5]! & (1 << (p & 31))) !== 0;
   }
 
-  private setMapped(p: number, h: number): void {
-    this.handle[p] = h;
-    this.mapped[p >>> 5]! |= 1 << (p & 31);
+  /** Records extent p..p+n-1 as mapped to physical allocation `h`. */
+  private setMapped(p: number, n: number, h: number): void {
+    this.extentPages[p] = n;
+    for (let q = p; q < p + n; q++) {
+      this.handle[q] = h;
+      this.extentFirst[q] = p;
+      this.mapped[q >>> 5]! |= 1 << (q & 31);
+    }
   }
 
   private setUnmapped(p: number): void {
@@ -420,164 +439,242 @@ export class VirtualPages {
   }
 
   /**
-   * Gives physical memory to the unmapped pages among p0..p1 (the block being committed): first
-   * by moving cached pages' handles (unmap there, map here), then by creating new ones. Slow path:
-   * moving a cached page needs a device synchronization first, because work queued before a free
-   * may still touch that page (PyTorch's expandable segments synchronize here too).
+   * Gives physical memory to the unmapped pages among p0..p1 (the block being committed).
+   *
+   * Measured on an H100 (bench/c/vmm_calls.c, 2026-11-22): cuMemCreate costs 11-18 us whatever
+   * the size (2 to 512 MiB), cuMemMap 1 us, cuMemSetAccess 28-44 us and cuMemUnmap 19-26 us per
+   * mapping they cover (one call over 64 one-page mappings took 1.8 ms and 1.2 ms: batching calls
+   * saves nothing), cuMemRelease 13 us plus ~1.1 us per page. So the cost of growth is the number
+   * of mappings made and unmapped, and a physical allocation of many pages (an extent) costs what
+   * one page does. But the driver frees an allocation only whole: a free page of an extent that
+   * still has a live block on another page can be neither moved nor released. So extents are at
+   * most `extentLimit` pages (one by default: see `PoolOptions.extentSize` for the measured trade).
+   *
+   * Physical memory goes past its high-water mark only when no cached extent can make room: before
+   * that, cached extents (no live block on any page) are taken, a one-page one moved here (unmap
+   * there, map here), a larger one released (its bytes created again here). Below the high-water
+   * mark cached extents stay mapped (a later block there is a hit). Slow path: a taken extent may
+   * still be touched by work queued before its blocks were freed, so the streams that freed them
+   * are waited for first (`waitForDonors`).
    */
   private mapMissing(p0: number, p1: number): void {
+    const P = this.pageBytes;
+    let nRuns = 0;
     let missing = 0;
     for (let p = p0; p <= p1; p++) {
-      if (!this.isMapped(p)) {
-        if (missing === this.pending.length) this.pending = grow(this.pending);
-        this.pending[missing++] = p;
-      }
+      if (this.isMapped(p)) continue;
+      let q = p;
+      while (q < p1 && (q + 1) % this.extentLimit !== 0 && !this.isMapped(q + 1)) q++;
+      if (2 * nRuns + 2 > this.runs.length) this.runs = grow(this.runs);
+      this.runs[2 * nRuns] = p;
+      this.runs[2 * nRuns + 1] = q - p + 1;
+      nRuns++;
+      missing += q - p + 1;
+      p = q;
     }
-    // Cached pages, less the block's own mapped pages that no live block uses (they are not donors).
+    this.mappedNow = nRuns;
+    // Cached pages outside the block (its own mapped pages that no live block uses are no donors).
     const count = this.edgeCount;
     let ownIdle = p1 - p0 + 1 - missing;
     if (count[p0] !== 0) ownIdle--;
     if (p1 !== p0 && count[p1] !== 0) ownIdle--;
-    const available = this.physicalPages - this.usedPages - ownIdle;
-    const reuse = Math.min(missing, available);
-    const create = missing - reuse;
-    const b = this.backend;
-    const P = this.pageBytes;
-    if ((this.physicalPages + create) * P > this.maximumBytes) {
-      throw new PhysicalExhausted(
-        `needs ${create} more page(s) of ${P} bytes beyond the maximum of ${this.maximumBytes} bytes`, 'maximum');
+    const excess = this.physicalPages + missing - this.peakPages;
+    if (excess > 0 && this.physicalPages - this.usedPages - ownIdle > 0) {
+      const n = this.findFree(excess, p0, p1);
+      if (n > 0) this.pageMoves += Math.min(excess, this.takeDonors(n, missing));
     }
-    const found = reuse > 0 ? this.findCached(reuse, p0, p1) : 0;
-    if (found !== reuse) throw new Error(`internal: expected ${reuse} cached page(s), found ${found}`);
-    if (reuse > 0) this.waitForDonors(reuse);
-    this.pageMoves += reuse;
+    const b = this.backend;
     let done = 0;
     try {
-      for (; done < missing; done++) {
-        const p = this.pending[done]!;
-        let h: number;
-        if (done < reuse) {
-          const q = this.donors[done]!;
-          h = this.handle[q]!;
-          b.memUnmap(this.base + q * P, P);
-          this.calls[CALL_UNMAP]!++;
-          this.setUnmapped(q);
-        } else {
+      if ((this.physicalPages - this.spareCount + missing) * P > this.maximumBytes) {
+        throw new PhysicalExhausted(`needs ${this.physicalPages - this.spareCount + missing - Math.floor(this.maximumBytes / P)} ` +
+          `more page(s) of ${P} bytes beyond the maximum of ${this.maximumBytes} bytes`, 'maximum');
+      }
+      // Moved one-page handles first, page by page; what they do not cover, one new extent per run.
+      let k = nRuns;
+      for (let r = 0; r < nRuns; r++) {
+        let p = this.runs[2 * r]!;
+        let n = this.runs[2 * r + 1]!;
+        while (n > 0 && this.spareCount > 0) {
+          this.mapExtent(p, 1, this.spare[--this.spareCount]!, k++);
+          p++;
+          n--;
+        }
+        if (n > 0) {
+          let h: number;
           try {
-            h = b.memCreate(P, this.ordinal);
+            h = b.memCreate(n * P, this.ordinal);
             this.calls[CALL_CREATE]!++;
           } catch (error) {
             if (isOutOfMemory(error)) throw new PhysicalExhausted(error.message, 'device', error);
             throw error;
           }
-          this.physicalPages++;
+          this.physicalPages += n;
           if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
+          this.mapExtent(p, n, h, k++);
         }
-        try {
-          b.memMap(this.base + p * P, P, h);
-          this.calls[CALL_MAP]!++;
-        } catch (error) {
-          // Mapped nowhere now (a moved page was unmapped from its old place): give it back.
-          b.memRelease(h);
-          this.calls[CALL_RELEASE]!++;
-          this.physicalPages--;
-          throw error;
-        }
-        this.setMapped(p, h);
       }
-      this.grantAccess(missing);
+      done = k;
+      this.grantAccess(nRuns, k);
     } catch (error) {
-      this.undoMapped(done);
+      this.undoMapped(nRuns, done);
       throw error;
+    } finally {
+      this.releaseSpare();
+    }
+  }
+
+  /** Maps extent p..p+n-1 to `h` and records it as runs[2k..2k+1] (the runs mapped so far). */
+  private mapExtent(p: number, n: number, h: number, k: number): void {
+    const P = this.pageBytes;
+    try {
+      this.backend.memMap(this.base + p * P, n * P, h);
+      this.calls[CALL_MAP]!++;
+    } catch (error) {
+      // Mapped nowhere now (a moved page was unmapped from its old place): give it back.
+      this.backend.memRelease(h);
+      this.calls[CALL_RELEASE]!++;
+      this.physicalPages -= n;
+      throw error;
+    }
+    this.setMapped(p, n, h);
+    if (2 * k + 2 > this.runs.length) this.runs = grow(this.runs);
+    this.runs[2 * k] = p;
+    this.runs[2 * k + 1] = n;
+    this.mappedNow = k + 1;
+  }
+
+  /** Gives back one-page handles taken from donors and not mapped again (none on success). */
+  private releaseSpare(): void {
+    while (this.spareCount > 0) {
+      this.backend.memRelease(this.spare[--this.spareCount]!);
+      this.calls[CALL_RELEASE]!++;
+      this.physicalPages--;
     }
   }
 
   /**
-   * Read-write access for the pool's device, and the peers' access, to the `count` pages just
-   * mapped (pending[0..count), ascending): one cuMemSetAccess per run of consecutive pages and
-   * device, not one per page. A run may span many mappings (the driver allows it: the range need
-   * only be fully mapped; the peer-access tests on two H200s set it over such runs).
+   * Read-write access for the pool's device, and the peers' access, to the extents just mapped
+   * (runs[from..to), ascending): one cuMemSetAccess per stretch of adjacent extents and device (a
+   * range may span many mappings: the driver needs it only fully mapped; the peer-access tests on
+   * two H200s set it over such ranges).
    */
-  private grantAccess(count: number): void {
+  private grantAccess(from: number, to: number): void {
     const b = this.backend;
     const P = this.pageBytes;
-    const pending = this.pending;
-    for (let k = 0; k < count;) {
-      let e = k;
-      while (e + 1 < count && pending[e + 1] === pending[e]! + 1) e++;
-      const addr = this.base + pending[k]! * P;
-      const bytes = (e - k + 1) * P;
+    const runs = this.runs;
+    for (let k = from; k < to; k++) {
+      const addr = this.base + runs[2 * k]! * P;
+      let pages = runs[2 * k + 1]!;
+      while (k + 1 < to && runs[2 * k + 2] === runs[2 * k]! + runs[2 * k + 1]!) {
+        k++;
+        pages += runs[2 * k + 1]!;
+      }
+      const bytes = pages * P;
       b.memSetAccess(addr, bytes, this.ordinal, MemAccess.READWRITE);
       this.calls[CALL_SET_ACCESS]!++;
       for (const [peer, flags] of this.peers) {
         b.memSetAccess(addr, bytes, peer, flags);
         this.calls[CALL_SET_ACCESS]!++;
       }
-      k = e + 1;
     }
   }
 
   /**
-   * A growth that failed gives back every page it mapped (pending[0..done)), created or moved
-   * here: none is used by a block, a created one would leave the device fuller than before the
-   * failed call (so the next allocator, ours or another, would fail too), and a moved one may lack
-   * access (granted only once all were mapped), so none may stay as cache.
+   * A growth that failed gives back every extent it mapped (runs[from..done)): none is used by a
+   * block, a created one would leave the device fuller than before the failed call (so the next
+   * allocator, ours or another, would fail too), and one may lack access (granted only once all
+   * were mapped), so none may stay as cache.
    */
-  private undoMapped(done: number): void {
+  private undoMapped(from: number, done: number): void {
+    done = Math.max(done, this.mappedNow);
     const P = this.pageBytes;
-    for (let k = 0; k < done; k++) {
-      const p = this.pending[k]!;
-      this.backend.memUnmap(this.base + p * P, P);
+    for (let k = from; k < done; k++) {
+      const p = this.runs[2 * k]!;
+      const n = this.runs[2 * k + 1]!;
+      this.backend.memUnmap(this.base + p * P, n * P);
       this.backend.memRelease(this.handle[p]!);
       this.calls[CALL_UNMAP]!++;
       this.calls[CALL_RELEASE]!++;
-      this.setUnmapped(p);
-      this.physicalPages--;
+      for (let q = p; q < p + n; q++) this.setUnmapped(q);
+      this.physicalPages -= n;
     }
   }
 
-
   /**
-   * Puts up to `want` cached pages (mapped, no live block on them), none in skip0..skip1, in
-   * `donors`, highest addresses first; returns how many. Best fit prefers low addresses, so high
-   * pages are the ones least likely to be wanted back soon (lowest-first moves twice as many pages
-   * on the bert trace). Walks the heap's blocks backwards in address order and looks at the pages
-   * whose first byte lies in a free block, skipping unmapped stretches a bitmap word at a time.
-   * Slow path only (growth that can reuse a page, releaseCached).
+   * Puts cached extents (mapped, no live block on any of their pages), none overlapping
+   * skip0..skip1, in `donors`, highest addresses first, until they hold `want` pages; returns how
+   * many. Best fit prefers low addresses, so high pages are the ones least likely to be wanted
+   * back soon. Marks the pages live blocks touch (one walk over the range's blocks), then walks
+   * the mapped extents downwards, skipping unmapped stretches a bitmap word at a time. Slow path
+   * only (growth past the high-water mark, releaseCached).
    */
-  private findCached(want: number, skip0: number, skip1: number): number {
-    if (want <= 0) return 0;
-    if (this.donors.length < want) {
-      this.donors = new Int32Array(Math.max(want, this.donors.length * 2));
-      this.donorBlocks = new Int32Array(this.donors.length);
-    }
+  private findFree(want: number, skip0: number, skip1: number): number {
     const s = this.heap.store;
     const P = this.pageBytes;
-    const count = this.edgeCount;
+    const used = this.usedMark;
+    used.fill(0);
+    for (let i = this.head; i !== NIL; i = s.next[i]!) {
+      if (s.owner[i] !== LIVE) continue;
+      const q0 = Math.floor((s.start[i]! - this.base) / P);
+      const q1 = Math.floor((s.start[i]! + s.size[i]! - 1 - this.base) / P);
+      used.fill(1, q0, q1 + 1);
+    }
     const m = this.mapped;
-    const last = this.handle.length - 1;
     let n = 0;
-    for (let i = this.lastBlock(); i !== NIL && n < want; i = s.prev[i]!) {
-      if (s.owner[i] === LIVE) continue;
-      const pa = Math.ceil((s.start[i]! - this.base) / P);
-      const pb = Math.min(last, Math.floor((s.start[i]! + s.size[i]! - 1 - this.base) / P));
-      for (let p = pb; p >= pa && n < want; p--) {
-        if (m[p >>> 5] === 0) {
-          p &= ~31; // the rest of this word, downwards, is unmapped
-          continue;
-        }
-        if (this.isMapped(p) && count[p] === 0 && (p < skip0 || p > skip1)) {
-          this.donorBlocks[n] = i;
-          this.donors[n++] = p;
-        }
+    let got = 0;
+    for (let p = this.handle.length - 1; p >= 0 && got < want; p--) {
+      if (m[p >>> 5] === 0) {
+        p &= ~31; // the rest of this word, downwards, is unmapped
+        continue;
       }
+      if (!this.isMapped(p)) continue;
+      const f = this.extentFirst[p]!;
+      const len = this.extentPages[f]!;
+      p = f;
+      if (f + len - 1 >= skip0 && f <= skip1) continue;
+      let free = true;
+      for (let q = f; q < f + len && free; q++) if (used[q] !== 0) free = false;
+      if (!free) continue;
+      if (n === this.donors.length) this.donors = grow(this.donors);
+      this.donors[n++] = f;
+      got += len;
     }
     return n;
   }
 
   /**
-   * Waits until no queued work can still touch the first `n` donor pages, before they are unmapped.
-   * Every block on a donor page is free (a live block on it would count the page as used), and a
+   * Unmaps the first `n` donor extents, after `waitForDonors`: up to `keep` one-page ones keep
+   * their handle in `spare` (to be mapped again where needed: a page move), the others are
+   * released (their bytes created again where needed, or, with `keep` 0, given back). Returns the
+   * donors' pages.
+   */
+  private takeDonors(n: number, keep: number): number {
+    this.waitForDonors(n);
+    const P = this.pageBytes;
+    let pages = 0;
+    for (let k = 0; k < n; k++) {
+      const f = this.donors[k]!;
+      const len = this.extentPages[f]!;
+      this.backend.memUnmap(this.base + f * P, len * P);
+      this.calls[CALL_UNMAP]!++;
+      if (len === 1 && this.spareCount < keep) {
+        if (this.spareCount === this.spare.length) this.spare = growF(this.spare);
+        this.spare[this.spareCount++] = this.handle[f]!;
+      } else {
+        this.backend.memRelease(this.handle[f]!);
+        this.calls[CALL_RELEASE]!++;
+        this.physicalPages -= len;
+      }
+      for (let q = f; q < f + len; q++) this.setUnmapped(q);
+      pages += len;
+    }
+    return pages;
+  }
+
+  /**
+   * Waits until no queued work can still touch the first `n` donor extents, before they are
+   * unmapped. Every block on a donor is free (a live block on it would make it no donor), and a
    * block in a stream's free lists was freed on that stream (or taken from another stream after
    * that stream waited on the other's event), so the work that may touch it is the work queued on
    * that stream so far. So: one event recorded on each stream whose free blocks lie on the donors
@@ -593,17 +690,18 @@ export class VirtualPages {
     const mark = this.waitMark;
     mark.fill(0);
     const P = this.pageBytes;
-    for (let k = 0; k < n; k++) {
-      const ps = this.base + this.donors[k]! * P;
-      const pe = ps + P;
-      const i = this.donorBlocks[k]!;
-      // The donor's first byte lies in block i; the blocks before it and after it may share the page.
-      for (let j = i; j !== NIL && s.start[j]! + s.size[j]! > ps; j = s.prev[j]!) {
-        if (s.owner[j]! >= 0) mark[s.owner[j]!] = 1;
-        if (s.start[j]! <= ps) break;
-      }
-      for (let j = s.next[i]!; j !== NIL && s.start[j]! < pe; j = s.next[j]!) {
-        if (s.owner[j]! >= 0) mark[s.owner[j]!] = 1;
+    for (let i = this.head; i !== NIL; i = s.next[i]!) {
+      const o = s.owner[i]!;
+      if (o <= NEUTRAL || mark[o] !== 0) continue;
+      const a = s.start[i]!;
+      const e = a + s.size[i]!;
+      for (let k = 0; k < n; k++) {
+        const f = this.donors[k]!;
+        const ps = this.base + f * P;
+        if (a < ps + this.extentPages[f]! * P && e > ps) {
+          mark[o] = 1;
+          break;
+        }
       }
     }
     const order = heap.order;
@@ -614,16 +712,12 @@ export class VirtualPages {
       if (order.hostWaits !== waits) this.synchronizations++;
     }
   }
+}
 
-  /** The range's last block: from the last one found, which is still in the region unless freed. */
-  private lastBlock(): number {
-    const s = this.heap.store;
-    let i = this.tail;
-    if (s.owner[i] === NIL && i !== this.head) i = this.head;
-    while (s.next[i] !== NIL) i = s.next[i]!;
-    this.tail = i;
-    return i;
-  }
+function growF(a: Float64Array): Float64Array {
+  const b = new Float64Array(a.length * 2);
+  b.set(a);
+  return b;
 }
 
 function grow(a: Int32Array): Int32Array {
