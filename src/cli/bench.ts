@@ -10,6 +10,7 @@ import { getBackend } from '../backend/select.js';
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
 import { allocatorCases } from './bench/allocators.js';
+import { kernelCases } from './bench/kernels.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { pageableCases } from './bench/pageable.js';
 import { transferCases } from './bench/transfers.js';
@@ -30,6 +31,7 @@ const CASES: Readonly<Record<Group, (settings: BenchSettings) => BenchCase[]>> =
   transfers: (settings) => [...transferCases(settings), ...pageableCases(settings)],
   alloc: allocCases,
   allocators: allocatorCases,
+  kernels: kernelCases,
 };
 
 /** What `vram bench --json` prints. */
