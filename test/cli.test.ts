@@ -135,13 +135,14 @@ describe('vram bench', () => {
       assert.ok(isRecord(row));
       groups.add(row.group);
       assert.equal(typeof row.name, 'string');
-      assert.ok(Number.isInteger(row.size) && (row.size as number) > 0);
+      // Sizes are bytes moved or allocated; a launch row's is its argument bytes (0 for an empty kernel).
+      assert.ok(Number.isInteger(row.size) && ((row.size as number) > 0 || row.name === 'kernel launch, empty kernel'));
       assert.ok(typeof row.value === 'number' && Number.isFinite(row.value) && row.value > 0, JSON.stringify(row));
       assert.ok(['GB/s', 'ns/pair', 'ns/op', 'ms'].includes(String(row.unit)));
       assert.ok(Number.isInteger(row.repeats) && (row.repeats as number) >= 1);
       if (row.group === 'transfers') assert.ok((row.size as number) < 256 << 20);
     }
-    assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'transfers']);
+    assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'kernels', 'transfers']);
     const names = new Set((report.rows as Record<string, unknown>[]).map((r) => r.name));
     for (const name of ['driver pageable H2D', 'staged pageable H2D', 'registered pageable D2H', 'async staged pageable D2H', 'pinned D2H', 'write-combined pinned H2D', 'D2D',
       'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'PoolResource random']) {
@@ -253,7 +254,7 @@ describe('vram usage', () => {
   const commandErrors: [string[], RegExp][] = [
     [['info', '--bogus'], /Unknown option '--bogus'/],
     [['info', 'extra'], /Unexpected argument 'extra'/],
-    [['bench', '--only', 'nope'], /--only takes transfers, alloc, allocators; got 'nope'/],
+    [['bench', '--only', 'nope'], /--only takes transfers, alloc, allocators, kernels; got 'nope'/],
     [['bench', '--sizes', '12Q'], /--sizes must be .*got '12Q'/],
     [['bench', '--sizes'], /--sizes/],
     [['bench', '--only', ''], /--only takes .*got nothing/],
