@@ -160,10 +160,24 @@ function assertDrawn(loaded: Loaded, sectionIds: readonly string[]): void {
   }
 }
 
-/** Saves a full-page screenshot for the README. */
-async function screenshot(page: Page, name: string): Promise<void> {
+/**
+ * Saves a screenshot for the README: the page from its top to the end of the section `through`,
+ * or the section `only` alone, or the whole page.
+ */
+async function screenshot(page: Page, name: `${string}.png`, part: { through?: string; only?: string } = {}): Promise<void> {
   mkdirSync(images, { recursive: true });
-  await page.screenshot({ path: join(images, name) as `${string}.png`, fullPage: true });
+  const path = join(images, name) as `${string}.png`;
+  const id = part.through ?? part.only;
+  if (id === undefined) {
+    await page.screenshot({ path, fullPage: true });
+    return;
+  }
+  const box = await (await page.$(`section#${id}`))?.boundingBox();
+  assert.ok(box, `section ${id} is on the page`);
+  const clip = part.only !== undefined
+    ? { x: 0, y: box.y - 8, width: 1280, height: box.height + 16 }
+    : { x: 0, y: 0, width: 1280, height: box.y + box.height + 8 };
+  await page.screenshot({ path, clip, captureBeyondViewport: true });
 }
 
 /**
@@ -214,12 +228,16 @@ describe('HTML reports in a browser', needsBrowser, () => {
     const run = await vram('replay', 'test/fixtures/traces/bert_dynamic_infer.csv', '-r', 'all', '--html', file);
     assert.equal(run.code, 0, run.stderr);
     const loaded = await load(file);
-    assertDrawn(loaded, ['results', 'timeline', 'peak-sizes']);
+    assertDrawn(loaded, ['results', 'timeline', ...['cuda', 'async', 'pool', 'binning', 'arena'].map((s) => `memory-map-${s}`), 'peak-sizes']);
+    const maps = loaded.drawn.sections.filter((s) => s.kind === 'memory-map');
+    // The arena and cuda stacks place every block they return inside their own segments.
+    for (const map of maps.filter((m) => /cuda|arena/.test(m.id))) assert.equal(map.points, 207, `${map.id}: every block live at the peak drawn`);
     const [timeline] = loaded.drawn.charts;
     assert.deepEqual(timeline!.seriesLabels, ['live (the trace)', 'cuda reserved', 'async reserved', 'pool reserved', 'binning reserved', 'arena reserved']);
     assert.deepEqual(timeline!.axisLabels, ['time since the trace began', 'bytes']);
     assert.deepEqual(timeline!.finitePoints, Array<number>(6).fill(16_798));
-    await screenshot(loaded.page, 'replay-report.png');
+    await screenshot(loaded.page, 'replay-report.png', { through: 'timeline' });
+    await screenshot(loaded.page, 'replay-memory-map.png', { only: 'memory-map-pool' });
   });
 
   it('vram bench --html: bandwidth per direction and allocation latency', async () => {
@@ -244,7 +262,7 @@ describe('HTML reports in a browser', needsBrowser, () => {
     const run = await vram('replay', trace, '-r', 'all', '--html', file);
     assert.equal(run.code, 0, run.stderr);
     const loaded = await load(file);
-    assertDrawn(loaded, ['results', 'timeline', 'peak-sizes']);
+    assertDrawn(loaded, ['results', 'timeline', ...['cuda', 'async', 'pool', 'binning', 'arena'].map((s) => `memory-map-${s}`), 'peak-sizes']);
     assert.deepEqual(loaded.drawn.charts[0]!.finitePoints, Array<number>(6).fill(150_000));
     // Zoom to a tenth of the time axis and back, five times each: the redraws a reader makes.
     // uPlot draws in a microtask after setScale: awaiting one after it has run times the draw.

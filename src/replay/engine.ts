@@ -7,6 +7,7 @@ import { StreamFlags } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../memory/resource.js';
 import { alignUp } from '../validate.js';
+import type { SnapshotSegment } from '../memory/snapshot-format.js';
 import type { AllocationTrace } from './parse.js';
 
 /** How peak reserved bytes were found. */
@@ -78,6 +79,11 @@ export interface ReplayTimeline {
   readonly peakOperation: number;
   /** The blocks live then, by address. */
   readonly peakBlocks: readonly PeakBlock[];
+  /**
+   * The stack's memory then: the segments of the first resource down the stack that lays its
+   * memory out (`memorySegments()`), with its `describe()`; null when none does.
+   */
+  readonly peakSegments: { readonly resource: string; readonly segments: readonly SnapshotSegment[] } | null;
 }
 
 /** What a resource spent on growing, cumulative (PoolResource's statistics report these). */
@@ -370,8 +376,9 @@ class TimelineRecorder {
   private estimated = 0;
   private peakOperation = -1;
   private peakBlocks: PeakBlock[] = [];
+  private peakSegments: ReplayTimeline['peakSegments'] = null;
 
-  constructor(private readonly trace: AllocationTrace, resource: MemoryResource, reservedBytes: (() => number) | undefined) {
+  constructor(private readonly trace: AllocationTrace, private readonly resource: MemoryResource, reservedBytes: (() => number) | undefined) {
     const operations = trace.summary.operations;
     this.timeUs = new Float64Array(operations);
     this.liveBytes = new Float64Array(operations);
@@ -408,13 +415,19 @@ class TimelineRecorder {
         }
       }
       this.peakBlocks = blocks.sort((a, b) => a.address - b.address);
+      for (let r: MemoryResource | undefined = this.resource; r !== undefined; r = r.upstream) {
+        const segments = r.memorySegments();
+        if (segments === undefined) continue;
+        this.peakSegments = { resource: r.describe(), segments };
+        break;
+      }
     }
   }
 
   result(): ReplayTimeline {
     return {
       timeUs: this.timeUs, liveBytes: this.liveBytes, reservedBytes: this.reservedBytes, reservedSource: this.source,
-      peakOperation: this.peakOperation, peakBlocks: this.peakBlocks,
+      peakOperation: this.peakOperation, peakBlocks: this.peakBlocks, peakSegments: this.peakSegments,
     };
   }
 }

@@ -160,10 +160,10 @@ const SCRIPT = String.raw`
     var starts = [];
     segments.forEach(function (s) { starts.push(total); total += s.bytes; });
     var width = chartWidth(container);
-    var rowHeight = 14, gap = 2;
+    var rowHeight = 10, gap = 2;
     // Rows of equal byte width, a power of two: a pixel holds at least 4 KiB (a small map stays on
-    // a few rows), and there are at most 48 rows (a large one stays on one screen).
-    var rowBytes = Math.pow(2, Math.ceil(Math.log2(Math.max(width * 4096, total / 48, 1))));
+    // a few rows), and there are at most 32 rows (a map stays shorter than a screen).
+    var rowBytes = Math.pow(2, Math.ceil(Math.log2(Math.max(width * 4096, total / 32, 1))));
     var rows = Math.max(1, Math.ceil(total / rowBytes));
     var canvas = el('canvas', 'map');
     var ratio = window.devicePixelRatio || 1;

@@ -1,12 +1,14 @@
 /**
  * The report of `vram replay --html`: live and reserved bytes over the trace's time for every
- * stack replayed (one plot, the stacks overlaid), and the live blocks at the trace's peak by size
- * (an RMM log records no call stacks, so sizes stand in for allocation sites).
+ * stack replayed (one plot, the stacks overlaid), each stack's memory map at the trace's peak, and
+ * the live blocks then by size (an RMM log records no call stacks, so sizes stand in for
+ * allocation sites).
  */
 import { formatBytes } from '../memory/adaptor.js';
 import type { ReplayTimeline } from '../replay/engine.js';
 import type { AllocationTrace } from '../replay/parse.js';
-import type { PlotSeries, Report, ReportSection, TableSection } from './report.js';
+import { heldSegments, placeBlocks } from './memory-map.js';
+import type { MemoryMapSection, PlotSeries, Report, ReportSection, TableSection } from './report.js';
 
 /** One stack's part in the report. */
 export interface ReplayReportStack {
@@ -44,15 +46,16 @@ function sizeClass(bytes: number): number {
   return Math.max(0, Math.ceil(Math.log2(bytes)));
 }
 
-/**
- * The live blocks at the peak grouped by power-of-two size class, the most bytes first.
- *
- * @param timeline A timeline with its peak blocks.
- * @param peakLiveBytes The trace's peak, for the share column.
- * @returns A table section.
- */
-function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableSection {
-  const classes = new Map<number, { bytes: number; count: number; largest: number }>();
+/** A size class's figures at the peak. */
+interface ClassFigures {
+  bytes: number;
+  count: number;
+  largest: number;
+}
+
+/** The live blocks at the peak grouped by power-of-two size class, the most bytes first. */
+function sizeClasses(timeline: ReplayTimeline): [number, ClassFigures][] {
+  const classes = new Map<number, ClassFigures>();
   for (const block of timeline.peakBlocks) {
     const c = sizeClass(block.bytes);
     const entry = classes.get(c) ?? { bytes: 0, count: 0, largest: 0 };
@@ -61,9 +64,18 @@ function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableS
     entry.largest = Math.max(entry.largest, block.bytes);
     classes.set(c, entry);
   }
-  const rows = [...classes.entries()].sort((a, b) => b[1].bytes - a[1].bytes).map(([c, e]) => [
-    c === 0 ? '1 B' : `${formatBytes(2 ** (c - 1) + 1)} .. ${formatBytes(2 ** c)}`,
-    formatBytes(e.bytes), `${((e.bytes / peakLiveBytes) * 100).toFixed(1)}%`, String(e.count), formatBytes(e.largest),
+  return [...classes.entries()].sort((a, b) => b[1].bytes - a[1].bytes);
+}
+
+/** A size class for people: `128 MiB .. 256 MiB`. */
+function classLabel(c: number): string {
+  return c === 0 ? '1 B' : `${formatBytes(2 ** (c - 1) + 1)} .. ${formatBytes(2 ** c)}`;
+}
+
+/** The table of the peak's size classes. */
+function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableSection {
+  const rows = sizeClasses(timeline).map(([c, e]) => [
+    classLabel(c), formatBytes(e.bytes), `${((e.bytes / peakLiveBytes) * 100).toFixed(1)}%`, String(e.count), formatBytes(e.largest),
   ]);
   return {
     kind: 'table', id: 'peak-sizes', title: 'Live blocks at the peak, by size',
@@ -73,6 +85,27 @@ function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableS
     columns: [{ label: 'size class' }, { label: 'bytes', numeric: true }, { label: 'share of peak', numeric: true },
       { label: 'blocks', numeric: true }, { label: 'largest', numeric: true }],
     rows,
+  };
+}
+
+/** One stack's memory map at the trace's peak: what it held then, the live blocks by size class. */
+function peakMap(name: string, timeline: ReplayTimeline): MemoryMapSection | undefined {
+  const held = timeline.peakSegments;
+  if (held === null) return undefined;
+  const segments = heldSegments(held.segments, held.resource).sort((a, b) => a.address - b.address);
+  if (segments.length === 0) return undefined;
+  const classes = sizeClasses(timeline);
+  const site = new Map(classes.map(([c], i) => [c, i]));
+  const { blocks, outside } = placeBlocks(segments, timeline.peakBlocks.map((b) => ({ address: b.address, bytes: b.bytes, site: site.get(sizeClass(b.bytes))! })));
+  const heldBytes = segments.reduce((sum, seg) => sum + seg.bytes, 0);
+  return {
+    kind: 'memory-map', id: `memory-map-${name}`, title: `Memory map at the peak: ${name}`,
+    description: `What ${held.resource} held when the trace first reached its peak (${formatBytes(heldBytes)}; of a virtual range only ` +
+      'its mapped pages), laid end to end, the live blocks coloured by size class; grey is held but not live in the trace ' +
+      '(free, cached, or the unused part of a bin). Hover for a block\'s size and address.' +
+      `${outside > 0 ? ` ${outside} block(s) lie outside ${held.resource}'s segments (another layer holds them) and are not drawn.` : ''}`,
+    segments, blocks,
+    sites: classes.map(([c, e]) => ({ label: `blocks of ${classLabel(c)}`, detail: `${e.count} block(s), ${formatBytes(e.bytes)} at the peak` })),
   };
 }
 
@@ -110,6 +143,12 @@ export function replayReport(input: ReplayReportInput): Report {
     xValues,
     series,
   }];
-  if (first.timeline.peakOperation >= 0) sections.push(peakSizesTable(first.timeline, input.trace.summary.peakLiveBytes));
+  if (first.timeline.peakOperation >= 0) {
+    for (const s of withTimeline) {
+      const map = peakMap(s.name, s.timeline);
+      if (map !== undefined) sections.push(map);
+    }
+    sections.push(peakSizesTable(first.timeline, input.trace.summary.peakLiveBytes));
+  }
   return { title: `vram replay: ${input.trace.source}`, facts: input.facts, sections };
 }

@@ -8,7 +8,8 @@ import { formatBytes } from '../memory/adaptor.js';
 import {
   SNAPSHOT_VERSION, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack,
 } from '../memory/snapshot-format.js';
-import type { MapBlock, MapSegment, MapSite, MemoryMapSection, PlotSeries, PlotSection, Report, ReportSection, TableSection } from './report.js';
+import { heldSegments, placeBlocks } from './memory-map.js';
+import type { MapSegment, MapSite, MemoryMapSection, PlotSeries, PlotSection, Report, ReportSection, TableSection } from './report.js';
 
 /** A site's stand-in where a block's call stack was not recorded. */
 const NO_STACK = 'no call stack recorded (recordMemoryHistory({ stacks: true }) records them)';
@@ -149,29 +150,15 @@ function mapSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number, Sna
   const segments: MapSegment[] = [];
   const live: { address: number; bytes: number; stack: number | null }[] = [];
   for (const r of mappedResources(snapshot, resources)) {
-    for (const s of r.segments ?? []) {
-      if (s.pages === null) segments.push({ address: s.address, bytes: s.bytes, label: r.label });
-      else for (const [first, count] of s.pages.mapped) {
-        segments.push({ address: s.address + first * s.pages.pageBytes, bytes: count * s.pages.pageBytes, label: `${r.label}, mapped pages` });
-      }
-      for (const b of s.blocks) if (b.state === 'live') live.push({ address: b.address, bytes: b.bytes, stack: b.stack });
-    }
+    segments.push(...heldSegments(r.segments ?? [], r.label));
+    for (const s of r.segments ?? []) for (const b of s.blocks) if (b.state === 'live') live.push(b);
   }
   if (segments.length === 0) return undefined;
   segments.sort((a, b) => a.address - b.address);
   live.sort((a, b) => a.address - b.address);
   const order = bytesByStack(live).map(([stack]) => stack);
   const siteIndex = new Map(order.map((stack, i) => [stack, i]));
-  // Keep the blocks that lie inside a laid-out segment (a live block is always in mapped memory).
-  const blocks: MapBlock[] = [];
-  let s = 0;
-  let outside = 0;
-  for (const b of live) {
-    while (s < segments.length && b.address >= segments[s]!.address + segments[s]!.bytes) s++;
-    const seg = segments[s];
-    if (seg === undefined || b.address < seg.address || b.address + b.bytes > seg.address + seg.bytes) outside += 1;
-    else blocks.push({ address: b.address, bytes: b.bytes, site: siteIndex.get(b.stack)! });
-  }
+  const { blocks, outside } = placeBlocks(segments, live.map((b) => ({ address: b.address, bytes: b.bytes, site: siteIndex.get(b.stack)! })));
   const held = segments.reduce((sum, seg) => sum + seg.bytes, 0);
   const liveBytes = blocks.reduce((sum, b) => sum + b.bytes, 0);
   return {

@@ -1,0 +1,50 @@
+/**
+ * From a resource's segments (`memorySegments()`, a snapshot's `segments`) to what the memory map
+ * draws: the memory held, laid out, and the live blocks placed in it. Shared by the snapshot and
+ * replay reports, so both draw a virtual range the same way.
+ */
+import type { SnapshotSegment } from '../memory/snapshot-format.js';
+import type { MapBlock, MapSegment } from './report.js';
+
+/**
+ * The memory a resource's segments hold, as map segments: a virtual range's runs of mapped pages
+ * (its unmapped addresses hold nothing), any other segment whole.
+ *
+ * @param segments The resource's segments.
+ * @param label Who holds them, for the map's hover text.
+ * @returns Map segments in the order of `segments` (ascending when they are).
+ */
+export function heldSegments(segments: readonly SnapshotSegment[], label: string): MapSegment[] {
+  const held: MapSegment[] = [];
+  for (const s of segments) {
+    if (s.pages === null) {
+      held.push({ address: s.address, bytes: s.bytes, label });
+      continue;
+    }
+    for (const [first, count] of s.pages.mapped) {
+      held.push({ address: s.address + first * s.pages.pageBytes, bytes: count * s.pages.pageBytes, label: `${label}, mapped pages` });
+    }
+  }
+  return held;
+}
+
+/**
+ * Keeps the blocks that lie wholly inside one of `segments`, as the map needs them (a live block is
+ * always in held memory; one that is not would be drawn over the wrong segment).
+ *
+ * @param segments Ascending by address, not overlapping.
+ * @param blocks Ascending by address.
+ * @returns The blocks kept, and how many were not.
+ */
+export function placeBlocks(segments: readonly MapSegment[], blocks: readonly MapBlock[]): { blocks: MapBlock[]; outside: number } {
+  const kept: MapBlock[] = [];
+  let s = 0;
+  let outside = 0;
+  for (const b of blocks) {
+    while (s < segments.length && b.address >= segments[s]!.address + segments[s]!.bytes) s++;
+    const seg = segments[s];
+    if (seg === undefined || b.address < seg.address || b.address + b.bytes > seg.address + seg.bytes) outside += 1;
+    else kept.push(b);
+  }
+  return { blocks: kept, outside };
+}
