@@ -1,0 +1,48 @@
+/*
+ * Reference for vram bench's kernel launch rows: an empty kernel launched with cuLaunchKernel in
+ * batches of 1000 on the legacy default stream, each batch ended by cuStreamSynchronize, timed
+ * with the host clock; ns per launch is the median over 30 batches after 3 warm-up batches. Once
+ * with no arguments (empty), once with four (empty_args: two pointers, a float, an unsigned),
+ * as src/cli/bench/kernels.ts does. Prints one JSON line.
+ *
+ * usage: launch_latency
+ */
+#include "launch_kernels.h"
+
+#define LAUNCHES_PER_BATCH 1000
+#define BATCHES 30
+#define WARMUP_BATCHES 3
+
+static double time_launches(CUfunction fn, void **params) {
+  double samples[BATCHES];
+  for (int b = 0; b < WARMUP_BATCHES + BATCHES; b++) {
+    double start = now_ns();
+    for (int i = 0; i < LAUNCHES_PER_BATCH; i++) CHECK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, 0, params, NULL));
+    CHECK(cuStreamSynchronize(0));
+    if (b >= WARMUP_BATCHES) samples[b - WARMUP_BATCHES] = (now_ns() - start) / LAUNCHES_PER_BATCH;
+  }
+  return median(samples, BATCHES);
+}
+
+int main(void) {
+  init_primary_context();
+  CUmodule module = load_bench_kernels();
+  CUfunction empty, empty_args;
+  CHECK(cuModuleGetFunction(&empty, module, "empty"));
+  CHECK(cuModuleGetFunction(&empty_args, module, "empty_args"));
+
+  CUdeviceptr buffer;
+  CHECK(cuMemAlloc(&buffer, 64));
+  float scale = 1.5f;
+  unsigned n = 64;
+  void *args[] = {&buffer, &buffer, &scale, &n};
+
+  double none = time_launches(empty, NULL);
+  double four = time_launches(empty_args, args);
+  printf("{\"program\":\"launch_latency\",\"batches\":%d,\"launches_per_batch\":%d,\"empty_ns\":%.1f,\"args4_ns\":%.1f}\n",
+         BATCHES, LAUNCHES_PER_BATCH, none, four);
+
+  CHECK(cuMemFree(buffer));
+  CHECK(cuModuleUnload(module));
+  return 0;
+}
