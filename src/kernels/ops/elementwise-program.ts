@@ -109,7 +109,8 @@ class Binder {
     if (known !== undefined) return known;
     const o = this.operands.get(name);
     if (o === undefined) {
-      const given = [...this.operands.keys()];
+      // Names that are not identifiers (map's result) cannot be written in an expression: not listed.
+      const given = [...this.operands.keys()].filter((g) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(g));
       this.typeError(pos, `unknown name ${name}; the arrays and scalars given are ${given.length === 0 ? 'none' : given.join(', ')}`);
     }
     if (o.kind !== 'array') this.typeError(pos, `${name} is a scalar, not an array`);

@@ -1,0 +1,166 @@
+/**
+ * `elementwise`, `map` and `zipWith`: user expressions over arrays, in the spirit of PyCUDA's
+ * ElementwiseKernel. The expression is parsed by our own parser (expression.ts), checked against
+ * the arrays' dtypes and compiled to a CUDA kernel and its JavaScript twin
+ * (elementwise-program.ts), one per expression and dtypes, kept for the life of the process.
+ * Expressions are user code: on a GPU they need NVRTC (no PTX can ship for them).
+ */
+import { DeviceArray } from '../../array/device-array.js';
+import { isNonOverlapping } from '../../array/layout.js';
+import { formatShape } from '../../array/shape.js';
+import { VramStateError } from '../../errors.js';
+import { builtinKernel, type BuiltinSource } from './builtin-module.js';
+import { ELEMENTWISE_KERNEL, elementwiseProgram, type ElementwiseProgram, type ProgramOperand } from './elementwise-program.js';
+import { parseExpression, parseStatements, type Statement } from './expression.js';
+import { mergeDimensions, packLayout } from './kernel-layout.js';
+import { checkArray, gridFor, OP_BLOCK, sameDevice, streamFor, type OpOptions } from './op-support.js';
+
+/** What an expression's names stand for: arrays (one element each) and scalars (one value for all). */
+export type ElementwiseValues = Readonly<Record<string, DeviceArray | number | bigint>>;
+
+/** Options of `map` and `zipWith`. */
+export interface MapOptions extends OpOptions {
+  /** The array to write (any layout, the input's shape, a scalar dtype); default a new array of the (first) input's dtype. */
+  readonly out?: DeviceArray;
+}
+
+const programs = new Map<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>();
+
+/** The name the result of `map` and `zipWith` is bound to: not an identifier, so no expression can name it. */
+const RESULT = '$result';
+
+function compiled(key: string, text: string, statements: () => readonly Statement[], operands: readonly ProgramOperand[]): { program: ElementwiseProgram; built: BuiltinSource } {
+  const fullKey = `${key}\u0000${operands.map((o) => `${o.name}:${o.kind === 'array' ? o.dtype.name : 'scalar'}`).sort().join(',')}`;
+  let entry = programs.get(fullKey);
+  if (entry === undefined) {
+    const program = elementwiseProgram(text, statements(), operands);
+    entry = { program, built: { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated } } };
+    programs.set(fullKey, entry);
+  }
+  return entry;
+}
+
+/** Checks the values, runs the program over the arrays it uses. */
+function run(what: string, key: string, text: string, statements: () => readonly Statement[], values: ElementwiseValues, options: OpOptions | undefined): void {
+  if (values === null || typeof values !== 'object' || Array.isArray(values)) {
+    throw new TypeError(`${what}: the second argument names the arrays and scalars, e.g. { x, y, z, a: 2 }`);
+  }
+  const operands: ProgramOperand[] = [];
+  for (const [name, v] of Object.entries(values)) {
+    if (typeof v === 'number' || typeof v === 'bigint') operands.push({ name, kind: 'scalar' });
+    else operands.push({ name, kind: 'array', dtype: checkArray(v, `${what}: ${name}`).dtype });
+  }
+  const { program, built } = compiled(key, text, statements, operands);
+  const arrays = program.arrays.map((a) => values[a.name] as DeviceArray);
+  if (arrays.length === 0) throw new TypeError(`${what}: the expression uses no array`);
+  const first = arrays[0]!;
+  for (const [k, a] of arrays.entries()) {
+    if (a.shape.length !== first.shape.length || a.shape.some((n, d) => n !== first.shape[d])) {
+      throw new RangeError(`${what}: ${program.arrays[0]!.name} has shape ${formatShape(first.shape)} and ${program.arrays[k]!.name} ${formatShape(a.shape)}; the arrays must have one shape (scalars apply to every element)`);
+    }
+    if (program.arrays[k]!.writes.length > 0 && !isNonOverlapping(a.layout)) {
+      throw new VramStateError(`${what}: ${program.arrays[k]!.name} is written, and its strides make elements overlap`);
+    }
+  }
+  const device = sameDevice(arrays, what);
+  const stream = streamFor(options, first, what);
+  const n = first.size;
+  if (n === 0) return;
+  const merged = mergeDimensions(first.shape, arrays.map((a) => a.strides));
+  const args: (DeviceArray | number | number[])[] = [n];
+  arrays.forEach((a, k) => args.push(a, packLayout(merged.shape, merged.strides[k]!)));
+  for (const s of program.scalars) args.push(Number(values[s]));
+  const kernel = builtinKernel(device, built, ELEMENTWISE_KERNEL, program.signature, what);
+  (kernel.launch as (config: Parameters<typeof kernel.launch>[0], ...rest: unknown[]) => void)(
+    { grid: gridFor(device, n), block: OP_BLOCK, stream }, ...args);
+}
+
+/**
+ * Runs a C-like program over every element of the arrays it names: statements separated by ';',
+ * each assigning an expression to an array (or one component of a vector array: `p.x = ...`).
+ * Names are the keys of `values`: arrays (every array used has one shape; any layouts) and
+ * scalars (numbers, the same for every element). Expressions have numbers, the names,
+ * components `.x .y .z .w` of vector dtypes, `+ - * / %`, comparisons, `&& || !`, `c ? a : b`,
+ * parentheses, and sqrt, exp, log, sin, cos, tan, tanh, abs, floor, ceil, min, max, pow, fma.
+ * Everything is computed in float64 and converted to each output's dtype on the store (floats
+ * rounded, integers truncated and saturated, bool as != 0); `/` is true division.
+ *
+ * @param expression The program, e.g. `'z = a * x + y'`.
+ * @param values The arrays and scalars by name.
+ * @param options The stream (default the first array's, by name).
+ * @throws {SyntaxError} For text outside the language, naming the column.
+ * @throws {TypeError} For an unknown name, a scalar assigned, a vector array used without a
+ *   component, a component its dtype lacks, or a value that is neither an array nor a number.
+ * @throws {RangeError} For arrays of different shapes or devices.
+ * @throws {VramStateError} For an output whose strides make elements overlap.
+ * @throws {NotSupportedError} On a GPU without NVRTC (expressions are compiled at run time).
+ * @throws {UseAfterFreeError} When an array's memory was freed.
+ * @example
+ * ```ts
+ * elementwise('z = a * x + y', { x, y, z, a: 2.0 });
+ * elementwise('n.x = p.y * q.z - p.z * q.y; n.y = p.z * q.x - p.x * q.z; n.z = p.x * q.y - p.y * q.x', { p, q, n });
+ * ```
+ */
+export function elementwise(expression: string, values: ElementwiseValues, options?: OpOptions): void {
+  run('elementwise', `s\u0000${String(expression)}`, expression, () => parseStatements(expression), values, options);
+}
+
+function resultArray(what: string, like: DeviceArray, out: DeviceArray | undefined, options: MapOptions | undefined): DeviceArray {
+  if (out === undefined) {
+    if (like.dtype.components > 1) throw new TypeError(`${what}: the input is ${like.dtype.name}; pass { out } with a scalar dtype for the result`);
+    return DeviceArray.empty(like.shape, like.dtype, { device: like.device, stream: streamFor(options, like, what) });
+  }
+  checkArray(out, `${what}: out`);
+  if (out.dtype.components > 1) throw new TypeError(`${what}: out is ${out.dtype.name}; the result of an expression is one number (use elementwise for components)`);
+  return out;
+}
+
+function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, like: DeviceArray, expression: string, options: MapOptions | undefined): DeviceArray {
+  if (options !== undefined && (options === null || typeof options !== 'object')) throw new TypeError(`${what}: options must be an object`);
+  for (const [name, a] of Object.entries(inputs)) checkArray(a, `${what}: ${name === 'x' ? 'a' : 'b'}`);
+  const out = resultArray(what, like, options?.out, options);
+  try {
+    const statement = (): Statement[] => [{ target: RESULT, value: parseExpression(expression), pos: 0 }];
+    run(what, `e\u0000${String(expression)}`, expression, statement, { ...inputs, [RESULT]: out }, options);
+  } catch (error) {
+    if (options?.out === undefined) out.free();
+    throw error;
+  }
+  return out;
+}
+
+/**
+ * Applies an expression of `x` (each element of `a`) to every element.
+ *
+ * @param a The array (a scalar dtype, or a vector dtype with `x.x`, `x.y`, ... and an `out`).
+ * @param expression An expression of `x`, e.g. `'x * 2'` or `'sqrt(abs(x))'`.
+ * @param options `out` (default a new array of a's dtype and shape) and `stream`.
+ * @returns `out`, or the new array (owned by the caller).
+ * @throws As `elementwise`.
+ * @example
+ * ```ts
+ * using doubled = map(a, 'x * 2');
+ * ```
+ */
+export function map(a: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
+  return mapped('map', { x: a }, a, expression, options);
+}
+
+/**
+ * Combines two arrays of one shape element by element with an expression of `x` (from `a`) and
+ * `y` (from `b`): Accelerate's zipWith.
+ *
+ * @param a The first array.
+ * @param b The second array (same shape, any dtype and layout).
+ * @param expression An expression of `x` and `y`, e.g. `'x + y'`.
+ * @param options `out` (default a new array of a's dtype and shape) and `stream`.
+ * @returns `out`, or the new array (owned by the caller).
+ * @throws As `elementwise`.
+ * @example
+ * ```ts
+ * using s = zipWith(a, b, 'x + y');
+ * ```
+ */
+export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
+  return mapped('zipWith', { x: a, y: b }, a, expression, options);
+}

@@ -1,0 +1,255 @@
+/**
+ * The reductions: `sum`, `min`, `max` over a whole array or along one axis, and `dot` of two
+ * vectors, on the kernels of reduction-kernels.ts (its header says how they split the work and
+ * what they accumulate in).
+ *
+ * A whole-array reduction returns a JavaScript number, which means waiting for it: the result is
+ * copied back on the stream it was computed on and that stream alone is synchronised. With
+ * `{ out }` (a one-element array of the result dtype) nothing is waited for and the result stays
+ * on the device. An `axis` reduction returns a new array (or fills `out`) without waiting.
+ */
+import { DeviceArray } from '../../array/device-array.js';
+import type { ScalarName } from '../../array/dtype.js';
+import { formatShape } from '../../array/shape.js';
+import type { StreamRef } from '../../memory/resource.js';
+import { builtinKernel } from './builtin-module.js';
+import { reductionBuiltin } from './builtin-sources.js';
+import { layoutStruct, mergeDimensions, packLayout } from './kernel-layout.js';
+import { checkArray, readResult, sameDevice, streamFor, type OpOptions } from './op-support.js';
+import {
+  accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, resultDtype, type ReduceOp,
+} from './reduction-kernels.js';
+import { kernelScalar } from './scalar.js';
+
+/** Options of `sum`, `min` and `max`. */
+export interface ReduceOptions extends OpOptions {
+  /** Reduce along this axis only (negative counts from the end); the result is an array. */
+  readonly axis?: number;
+  /**
+   * Where the result goes, on the device: for a whole-array reduction one element (shape [] or
+   * [1]), for an axis reduction the shape without that axis; contiguous, of the result dtype.
+   */
+  readonly out?: DeviceArray;
+}
+
+/** Options of `dot`. */
+export interface DotOptions extends OpOptions {
+  /** A one-element array of the result dtype to write the result into, on the device. */
+  readonly out?: DeviceArray;
+}
+
+const MAIN_SIGNATURE = ['ptr', layoutStruct, layoutStruct, 'ptr', layoutStruct, 'i64', 'i64', 'i32', 'ptr', 'ptr'] as const;
+const FINISH_SIGNATURE = ['ptr', 'i64', 'ptr'] as const;
+
+/**
+ * Below this many elements a whole-array reduction is one block and one launch; above, the grid
+ * splits the elements and a second launch reduces the blocks' partials. 16 elements a thread of
+ * one block: below that the second launch costs more than the parallelism gains.
+ */
+const SPLIT_THRESHOLD = REDUCE_BLOCK * 16;
+
+function checkDtype(op: ReduceOp, a: DeviceArray): ScalarName {
+  const name = a.dtype.name;
+  if (!(REDUCE_DTYPES as readonly string[]).includes(name)) {
+    throw new TypeError(a.dtype.components > 1
+      ? `${op}: ${name} is a vector dtype; reduce one component (elementwise into a scalar array) instead`
+      : `${op}: ${name} arrays are not reduced; astype(a, 'int32') first (the dtypes are ${REDUCE_DTYPES.join(', ')})`);
+  }
+  return name as ScalarName;
+}
+
+function checkOut(op: ReduceOp, out: unknown, device: DeviceArray['device'], dtype: ScalarName, shape: readonly number[], whole: boolean): DeviceArray {
+  const o = checkArray(out, `${op}: out`);
+  if (o.device !== device) throw new RangeError(`${op}: out is on device ${o.device.ordinal}, the input on ${device.ordinal}`);
+  if (o.dtype.name !== dtype) throw new TypeError(`${op}: out must be ${dtype} (the result dtype), got ${o.dtype.name}`);
+  const fits = whole ? o.size === 1 : o.shape.length === shape.length && o.shape.every((n, i) => n === shape[i]);
+  if (!fits) throw new RangeError(`${op}: out must have shape ${whole ? '() or (1)' : formatShape(shape)}, got ${formatShape(o.shape)}`);
+  if (!o.isContiguous) throw new RangeError(`${op}: out must be contiguous`);
+  return o;
+}
+
+/** Launches the reduction of `k` elements (of each of `m` rows) and returns nothing: the result is in `out`. */
+function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: number[], ao: number[], b: DeviceArray, bi: number[],
+  m: number, k: number, out: DeviceArray, stream: StreamRef): void {
+  const device = a.device;
+  const built = reductionBuiltin(op, dtype);
+  const name = reduceKernelName(op, dtype);
+  const main = builtinKernel(device, built, name, MAIN_SIGNATURE, op);
+  if (m === 1 && k > SPLIT_THRESHOLD) {
+    // Blocks enough to fill the device once (8 of 256 threads per multiprocessor), each thread
+    // taking at least 16 elements.
+    const grid = Math.max(1, Math.min(Math.ceil(k / SPLIT_THRESHOLD), device.info.multiprocessorCount * 8));
+    const partials = DeviceArray.empty([grid], accumulatorDtype(dtype), { device, stream });
+    try {
+      main.launch({ grid, block: REDUCE_BLOCK, stream }, a, ai, ao, b, bi, 1, k, 1, out, partials);
+      const finish = builtinKernel(device, built, `${name}_finish`, FINISH_SIGNATURE, op);
+      finish.launch({ grid: 1, block: REDUCE_BLOCK, stream }, partials, grid, out);
+    } finally {
+      partials.free();
+    }
+    return;
+  }
+  const grid = Math.max(1, Math.min(m, device.info.multiprocessorCount * 32));
+  main.launch({ grid, block: REDUCE_BLOCK, stream }, a, ai, ao, b, bi, m, k, 0, out, out);
+}
+
+/** The whole-array result: into `out` (returned), or read back as a number on `stream`. */
+function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) => void, out: DeviceArray | undefined,
+  device: DeviceArray['device'], stream: StreamRef): number | DeviceArray {
+  if (out !== undefined) {
+    run(out);
+    return out;
+  }
+  const result = resultDtype(op, dtype);
+  const scratch = DeviceArray.empty([1], result, { device, stream });
+  try {
+    run(scratch);
+    const bytes = readResult(device, scratch, kernelScalar[result].bytes, stream);
+    return kernelScalar[result].read(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), 0);
+  } finally {
+    scratch.free();
+  }
+}
+
+function reduce(op: 'sum' | 'min' | 'max', a: DeviceArray, options: ReduceOptions | undefined): number | DeviceArray {
+  checkArray(a, `${op}: a`);
+  const dtype = checkDtype(op, a);
+  const stream = streamFor(options, a, op);
+  const axisArg = options?.axis;
+  const result = resultDtype(op, dtype);
+  if (axisArg === undefined) {
+    const k = a.size;
+    if (k === 0 && op !== 'sum') throw new RangeError(`${op}: the array is empty, and ${op} of nothing has no value`);
+    const out = options?.out === undefined ? undefined : checkOut(op, options.out, a.device, result, [], true);
+    const merged = mergeDimensions(a.shape, [a.strides]);
+    const ai = packLayout(merged.shape, merged.strides[0]!);
+    return finishWhole(op, dtype, (o) => launchReduce(op, dtype, a, ai, packLayout([], []), a, ai, 1, k, o, stream), out, a.device, stream);
+  }
+  if (!Number.isInteger(axisArg) || axisArg < -a.ndim || axisArg >= a.ndim) {
+    throw new RangeError(`${op}: axis ${String(axisArg)} is out of range for an array of ${a.ndim} dimension(s)`);
+  }
+  const axis = axisArg < 0 ? axisArg + a.ndim : axisArg;
+  const k = a.shape[axis]!;
+  const outerShape = a.shape.filter((_, d) => d !== axis);
+  const outerStrides = a.strides.filter((_, d) => d !== axis);
+  const m = outerShape.reduce((p, n) => p * n, 1);
+  if (k === 0 && op !== 'sum' && m > 0) throw new RangeError(`${op}: axis ${axisArg} has length 0, and ${op} of nothing has no value`);
+  const out = options?.out === undefined
+    ? DeviceArray.empty(outerShape, result, { device: a.device, stream })
+    : checkOut(op, options.out, a.device, result, outerShape, false);
+  try {
+    if (m > 0) {
+      const outer = mergeDimensions(outerShape, [outerStrides]);
+      const inner = mergeDimensions([k], [[a.strides[axis]!]]);
+      const ai = packLayout(inner.shape, inner.strides[0]!);
+      launchReduce(op, dtype, a, ai, packLayout(outer.shape, outer.strides[0]!), a, ai, m, k, out, stream);
+    }
+  } catch (error) {
+    if (options?.out === undefined) out.free();
+    throw error;
+  }
+  return out;
+}
+
+/**
+ * The sum of the elements: of the whole array (a number, waiting for that stream; or into
+ * `out`), or along `axis` (a new array). Integers sum in 64 bits (int64 for signed, uint64 for
+ * unsigned, wrapping), floats in float32 (float16, bfloat16, float32) or float64. A number
+ * result of a 64-bit integer sum is exact below 2^53; use `out` to keep every bit.
+ *
+ * @param a The array (int8 to uint64, float16, bfloat16, float32, float64; any layout).
+ * @param options `axis`, `out`, `stream` (default `a.stream`).
+ * @returns The sum as a number (whole array, no `out`), or the array of sums.
+ * @throws {TypeError} For bool or vector dtypes, or an `out` of the wrong dtype.
+ * @throws {RangeError} For an axis out of range, or an `out` of the wrong shape.
+ * @throws {UseAfterFreeError} When the array's memory was freed.
+ * @example
+ * ```ts
+ * const total = sum(a);                 // a number
+ * using rows = sum(m, { axis: 1 });     // one sum per row
+ * sum(a, { out: acc, stream });         // stays on the device
+ * ```
+ */
+export function sum(a: DeviceArray, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): number;
+export function sum(a: DeviceArray, options: ReduceOptions): DeviceArray;
+export function sum(a: DeviceArray, options?: ReduceOptions): number | DeviceArray {
+  return reduce('sum', a, options);
+}
+
+/**
+ * The smallest element, of the whole array (a number, waiting for that stream; or into `out`)
+ * or along `axis` (a new array). NaN wins, as NumPy's.
+ *
+ * @param a The array (int8 to uint64, float16, bfloat16, float32, float64; any layout).
+ * @param options `axis`, `out`, `stream` (default `a.stream`).
+ * @returns The minimum as a number, or the array of minima.
+ * @throws {TypeError} For bool or vector dtypes, or an `out` of the wrong dtype.
+ * @throws {RangeError} For an empty array or axis, an axis out of range, or an `out` of the wrong shape.
+ * @throws {UseAfterFreeError} When the array's memory was freed.
+ * @example
+ * ```ts
+ * const lowest = min(a);
+ * ```
+ */
+export function min(a: DeviceArray, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): number;
+export function min(a: DeviceArray, options: ReduceOptions): DeviceArray;
+export function min(a: DeviceArray, options?: ReduceOptions): number | DeviceArray {
+  return reduce('min', a, options);
+}
+
+/**
+ * The largest element, of the whole array (a number, waiting for that stream; or into `out`)
+ * or along `axis` (a new array). NaN wins, as NumPy's.
+ *
+ * @param a The array (int8 to uint64, float16, bfloat16, float32, float64; any layout).
+ * @param options `axis`, `out`, `stream` (default `a.stream`).
+ * @returns The maximum as a number, or the array of maxima.
+ * @throws {TypeError} For bool or vector dtypes, or an `out` of the wrong dtype.
+ * @throws {RangeError} For an empty array or axis, an axis out of range, or an `out` of the wrong shape.
+ * @throws {UseAfterFreeError} When the array's memory was freed.
+ * @example
+ * ```ts
+ * using colMax = max(m, { axis: 0 });
+ * ```
+ */
+export function max(a: DeviceArray, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): number;
+export function max(a: DeviceArray, options: ReduceOptions): DeviceArray;
+export function max(a: DeviceArray, options?: ReduceOptions): number | DeviceArray {
+  return reduce('max', a, options);
+}
+
+/**
+ * The dot product of two vectors of one dtype and length (each product in the accumulator's
+ * type, then summed as `sum` sums): a number (waiting for that stream), or into `out`.
+ *
+ * @param a A 1-D array.
+ * @param b A 1-D array of a's dtype and length (any strides).
+ * @param options `out`, `stream` (default `a.stream`).
+ * @returns The dot product as a number, or `out`.
+ * @throws {TypeError} For different dtypes, bool or vector dtypes, or an `out` of the wrong dtype.
+ * @throws {RangeError} For arrays that are not 1-D of one length, or on different devices.
+ * @throws {UseAfterFreeError} When an array's memory was freed.
+ * @example
+ * ```ts
+ * const d = dot(x, y);
+ * ```
+ */
+export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions & { readonly out?: undefined }): number;
+export function dot(a: DeviceArray, b: DeviceArray, options: DotOptions): number | DeviceArray;
+export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions): number | DeviceArray {
+  checkArray(a, 'dot: a');
+  checkArray(b, 'dot: b');
+  const dtype = checkDtype('dot', a);
+  if (b.dtype.name !== dtype) throw new TypeError(`dot: a is ${dtype} and b is ${b.dtype.name}; convert one with astype`);
+  if (a.ndim !== 1 || b.ndim !== 1 || a.shape[0] !== b.shape[0]) {
+    throw new RangeError(`dot: takes two 1-D arrays of one length, got shapes ${formatShape(a.shape)} and ${formatShape(b.shape)}`);
+  }
+  const device = sameDevice([a, b], 'dot');
+  const stream = streamFor(options, a, 'dot');
+  const out = options?.out === undefined ? undefined : checkOut('dot', options.out, device, resultDtype('dot', dtype), [], true);
+  const k = a.size;
+  const merged = mergeDimensions(a.shape, [a.strides, b.strides]);
+  const ai = packLayout(merged.shape, merged.strides[0]!);
+  const bi = packLayout(merged.shape, merged.strides[1]!);
+  return finishWhole('dot', dtype, (o) => launchReduce('dot', dtype, a, ai, packLayout([], []), b, bi, 1, k, o, stream), out, device, stream);
+}
