@@ -41,6 +41,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory' },
   // VRAM_ALLOCATOR, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION: described beside the code that reads them.
   ...DEFAULT_RESOURCE_VARIABLES,
+  { name: 'VRAM_OOM_SNAPSHOT', values: 'path', default: 'off',
+    meaning: 'at an out-of-memory error, write a memory snapshot (JSON, docs/snapshot-schema.json) to this file; vram view turns it into a report' },
   { name: 'VRAM_COPY_THREADS', values: 'whole number (0 = copy on the calling thread)', default: 'half the cores, 1 to 8',
     meaning: 'threads that split large pageable host copies' },
   { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'off',
