@@ -67,8 +67,10 @@ export interface PoolStatistics {
   /** Times a stream took another stream's free blocks (an event wait each). */
   readonly streamSteals: number;
   /**
-   * Virtual growth: cached physical pages moved to where live data needed them (an unmap and a
-   * map each, on the growth path only); 0 with upstream growth.
+   * Virtual growth: cached pages whose memory went to where live data needed it, on the growth
+   * path only (a one-page allocation is moved: an unmap and a map; a larger one, see
+   * `extentSize`, is unmapped and released whole and its bytes created again); 0 with upstream
+   * growth.
    */
   readonly pageMoves: number;
   /**
