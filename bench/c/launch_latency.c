@@ -1,26 +1,29 @@
 /*
- * Reference for vram bench's kernel launch rows: an empty kernel launched with cuLaunchKernel in
- * batches of 1000 on the legacy default stream, each batch ended by cuStreamSynchronize, timed
- * with the host clock; ns per launch is the median over 30 batches after 3 warm-up batches. Once
- * with no arguments (empty), once with four (empty_args: two pointers, a float, an unsigned),
- * as src/cli/bench/kernels.ts does. Prints one JSON line.
+ * Reference for vram bench's kernel launch rows: the host's time per cuLaunchKernel of an empty
+ * kernel on the legacy default stream, in batches of 50 launches each timed with the host clock
+ * from an idle stream (cuStreamSynchronize before, outside the timed window); ns per launch is the
+ * median over 200 batches after 20 warm-up batches. Once with no arguments (empty), once with four
+ * (empty_args: two pointers, a float, an unsigned), as src/cli/bench/kernels.ts does. Prints one
+ * JSON line.
  *
  * usage: launch_latency
  */
 #include "launch_kernels.h"
 
-#define LAUNCHES_PER_BATCH 1000
-#define BATCHES 30
-#define WARMUP_BATCHES 3
+#define LAUNCHES_PER_BATCH 50
+#define BATCHES 200
+#define WARMUP_BATCHES 20
 
 static double time_launches(CUfunction fn, void **params) {
   double samples[BATCHES];
   for (int b = 0; b < WARMUP_BATCHES + BATCHES; b++) {
+    CHECK(cuStreamSynchronize(0));
     double start = now_ns();
     for (int i = 0; i < LAUNCHES_PER_BATCH; i++) CHECK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, 0, params, NULL));
-    CHECK(cuStreamSynchronize(0));
-    if (b >= WARMUP_BATCHES) samples[b - WARMUP_BATCHES] = (now_ns() - start) / LAUNCHES_PER_BATCH;
+    double elapsed = now_ns() - start;
+    if (b >= WARMUP_BATCHES) samples[b - WARMUP_BATCHES] = elapsed / LAUNCHES_PER_BATCH;
   }
+  CHECK(cuStreamSynchronize(0));
   return median(samples, BATCHES);
 }
 
