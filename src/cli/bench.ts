@@ -13,6 +13,7 @@ import { allocatorCases } from './bench/allocators.js';
 import { kernelCases } from './bench/kernels.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { pageableCases } from './bench/pageable.js';
+import { sumCases } from './bench/sum.js';
 import { transferCases } from './bench/transfers.js';
 import { benchReport } from '../report/bench-report.js';
 import { renderReport } from '../report/html.js';
@@ -31,7 +32,7 @@ const CASES: Readonly<Record<Group, (settings: BenchSettings) => BenchCase[]>> =
   transfers: (settings) => [...transferCases(settings), ...pageableCases(settings)],
   alloc: allocCases,
   allocators: allocatorCases,
-  kernels: kernelCases,
+  kernels: (settings) => [...kernelCases(settings), ...sumCases(settings)],
 };
 
 /** What `vram bench --json` prints. */
