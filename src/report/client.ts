@@ -12,7 +12,7 @@
 import { formatBytes } from '../memory/adaptor.js';
 
 /** Distinct colours for series and the largest sites (Tableau 10: tells ten lines apart in print too). */
-export const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'] as const;
+const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'] as const;
 
 const SCRIPT = String.raw`
 'use strict';

@@ -13,6 +13,10 @@ import type { MapBlock, MapSegment } from './report.js';
  * @param segments The resource's segments.
  * @param label Who holds them, for the map's hover text.
  * @returns Map segments in the order of `segments` (ascending when they are).
+ * @example
+ * ```ts
+ * const held = heldSegments(pool.memorySegments() ?? [], pool.describe()).sort((a, b) => a.address - b.address);
+ * ```
  */
 export function heldSegments(segments: readonly SnapshotSegment[], label: string): MapSegment[] {
   const held: MapSegment[] = [];
@@ -35,6 +39,10 @@ export function heldSegments(segments: readonly SnapshotSegment[], label: string
  * @param segments Ascending by address, not overlapping.
  * @param blocks Ascending by address.
  * @returns The blocks kept, and how many were not.
+ * @example
+ * ```ts
+ * const { blocks, outside } = placeBlocks(held, [{ address: ptr, bytes: 1 << 20, site: 0 }]);
+ * ```
  */
 export function placeBlocks(segments: readonly MapSegment[], blocks: readonly MapBlock[]): { blocks: MapBlock[]; outside: number } {
   const kept: MapBlock[] = [];
