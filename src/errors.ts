@@ -142,7 +142,10 @@ export interface OutOfMemoryDetails {
  * An allocation that could not be satisfied, by the driver or by a resource's own limit. Carries
  * the request, why, and where known the resource and its figures, so a program can log where its
  * memory went. It is not a `CudaError`: a pool or a limit runs out with no driver call failing.
- * Where the driver did fail, its `CudaError` (CUDA_ERROR_OUT_OF_MEMORY) is the `cause`.
+ * Where the driver did fail, its `CudaError` (CUDA_ERROR_OUT_OF_MEMORY) is the `cause`. When the
+ * error reaches the program, the message also names the largest live allocation sites (where the
+ * memory history records stacks, or a TrackingAdaptor captures them) and the fragmentation of the
+ * sub-allocator below (largest free block against free bytes): `memory/out-of-memory-observer.ts`.
  *
  * @example
  * ```ts
