@@ -126,44 +126,49 @@ const recorders: Array<MemoryHistory | undefined> = [];
 /** The latest history of each device, recording or stopped, for snapshots. */
 const latest: Array<MemoryHistory | undefined> = [];
 let recording = 0;
-// The last resource seen and its record: a program allocates from one stack most of the time, so
-// this compare usually saves the WeakMap lookup.
+// The last resource called, its record and the history recording its device (null for none): a
+// program allocates from one stack most of the time, so one compare usually replaces the WeakMap
+// and device lookups. Cleared when a recording starts or stops, so the next call looks again (and
+// a new history takes its baseline).
 let lastResource: MemoryResource | null = null;
 let lastRecord: ResourceRecord | null = null;
+let lastHistory: MemoryHistory | null = null;
 
-function recordOf(mr: MemoryResource): ResourceRecord {
-  if (mr === lastResource) return lastRecord!;
+/** Looks `mr` up, takes its stack's baseline if its device's history has not seen it, and caches both. */
+function lookUp(mr: MemoryResource): void {
   const record = resourceRecord(mr);
+  const history = (record.device >= 0 ? recorders[record.device] : undefined) ?? null;
+  if (history !== null && record.seenBy !== history) history.firstSight(record, mr);
   lastResource = mr;
   lastRecord = record;
-  return record;
+  lastHistory = history;
 }
 
-function recorderOf(record: ResourceRecord): MemoryHistory | undefined {
-  return record.device >= 0 ? recorders[record.device] : undefined;
+function forgetLast(): void {
+  lastResource = null;
+  lastRecord = null;
+  lastHistory = null;
 }
 
 const dispatcher: AllocationObserver = {
   entering(mr) {
-    const record = recordOf(mr);
-    const history = recorderOf(record);
-    if (history !== undefined && record.seenBy !== history) history.firstSight(record, mr);
+    if (mr !== lastResource) lookUp(mr);
   },
   allocated(mr, ptr, bytes, handle) {
-    const record = recordOf(mr);
-    recorderOf(record)?.add(ALLOC, record, ptr, bytes, handle);
+    if (mr !== lastResource) lookUp(mr);
+    lastHistory?.add(ALLOC, lastRecord!, ptr, bytes, handle);
   },
   deallocated(mr, ptr, bytes, handle) {
-    const record = recordOf(mr);
-    recorderOf(record)?.add(FREE, record, ptr, bytes, handle);
+    if (mr !== lastResource) lookUp(mr);
+    lastHistory?.add(FREE, lastRecord!, ptr, bytes, handle);
   },
   failed(mr, bytes, handle) {
-    const record = recordOf(mr);
-    recorderOf(record)?.add(OOM, record, Number.NaN, bytes, handle);
+    if (mr !== lastResource) lookUp(mr);
+    lastHistory?.add(OOM, lastRecord!, Number.NaN, bytes, handle);
   },
   releasedCache(mr) {
-    const record = recordOf(mr);
-    recorderOf(record)?.reserveReleased(record);
+    if (mr !== lastResource) lookUp(mr);
+    lastHistory?.reserveReleased(lastRecord!);
   },
 };
 
@@ -193,6 +198,8 @@ export class MemoryHistory {
   #lastTime = 0;
   #next = 0;
   readonly #clock: TickingClock;
+  /** The clock's shared time, read inline by `add`. */
+  readonly #time: Float64Array;
   readonly #kinds: Uint8Array;
   readonly #addresses: Float64Array;
   readonly #bytes: Float64Array;
@@ -222,7 +229,9 @@ export class MemoryHistory {
     this.#resources = new Int32Array(maxEntries);
     this.#stackIds = new Int32Array(maxEntries);
     this.#clock = new TickingClock();
+    this.#time = this.#clock.time;
     this.startTime = performance.now();
+    this.#lastTime = this.startTime; // the worker's time may lag by a tick: no event before the start
   }
 
   /** Whether it is still recording. */
@@ -256,11 +265,8 @@ export class MemoryHistory {
     this.#clock.stop();
     recorders[this.device] = undefined;
     recording -= 1;
-    if (recording === 0) {
-      setAllocationObserver(null);
-      lastResource = null;
-      lastRecord = null;
-    }
+    forgetLast();
+    if (recording === 0) setAllocationObserver(null);
   }
 
   /** `using history = recordMemoryHistory()` stops it at the end of the scope. */
@@ -385,26 +391,30 @@ export class MemoryHistory {
    * @internal
    */
   add(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
-    const time = this.#now();
+    // Written out here rather than in helpers: a double passed to or returned from a call V8 does
+    // not inline is boxed (an allocation per event, and garbage collections in a hot loop).
+    let time = this.#time[0]!;
+    if (time < this.#lastTime) time = this.#lastTime;
+    else this.#lastTime = time;
     const stack = this.stacks ? this.#stackId() : -1;
-    if (kind !== FREE) this.#reserveChange(record, stream, time);
-    this.#push(kind, address, bytes, stream, time, record.id, stack);
-    if (kind === FREE) this.#reserveChange(record, stream, time);
+    const source = record.reserveSource;
+    const reserved = source === null ? 0 : source.reservedBytes;
+    if (kind !== FREE && reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
+    const i = this.#next;
+    this.#kinds[i] = kind;
+    this.#addresses[i] = address;
+    this.#bytes[i] = bytes;
+    this.#streams[i] = stream;
+    this.#times[i] = time;
+    this.#resources[i] = record.id;
+    this.#stackIds[i] = stack;
+    this.#next = i + 1 === this.maxEntries ? 0 : i + 1;
+    this.#recorded += 1;
+    if (kind === FREE && reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
     if (stack >= 0) {
       if (kind === ALLOC) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
       else if (kind === FREE) this.#live.delete(address);
     }
-  }
-
-  /** Records a reserve or release event when the stack's reserved bytes moved since its last event. */
-  #reserveChange(record: ResourceRecord, stream: number, time: number): void {
-    const source = record.reserveSource;
-    if (source === null) return;
-    const reserved = source.reservedBytes;
-    const change = reserved - record.lastReserved;
-    if (change === 0) return;
-    record.lastReserved = reserved;
-    this.#push(change > 0 ? RESERVE : RELEASE, Number.NaN, Math.abs(change), stream, time, record.id, -1);
   }
 
   /**
@@ -413,24 +423,31 @@ export class MemoryHistory {
    * @internal
    */
   reserveReleased(record: ResourceRecord): void {
-    this.#reserveChange(record, 0, this.#now());
+    const source = record.reserveSource;
+    if (source === null) return;
+    const reserved = source.reservedBytes;
+    if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, 0, this.#now());
   }
 
+  /** The time now, never before the last event's. */
   #now(): number {
-    const time = this.#clock.now();
+    const time = this.#time[0]!;
     if (time > this.#lastTime) this.#lastTime = time;
     return this.#lastTime;
   }
 
-  #push(kind: number, address: number, bytes: number, stream: number, time: number, resource: number, stack: number): void {
+  /** Records the reserve or release that took the stack's reserved bytes to `reserved`. */
+  #reserveChange(record: ResourceRecord, reserved: number, stream: number, time: number): void {
+    const change = reserved - record.lastReserved;
+    record.lastReserved = reserved;
     const i = this.#next;
-    this.#kinds[i] = kind;
-    this.#addresses[i] = address;
-    this.#bytes[i] = bytes;
+    this.#kinds[i] = change > 0 ? RESERVE : RELEASE;
+    this.#addresses[i] = Number.NaN;
+    this.#bytes[i] = Math.abs(change);
     this.#streams[i] = stream;
     this.#times[i] = time;
-    this.#resources[i] = resource;
-    this.#stackIds[i] = stack;
+    this.#resources[i] = record.id;
+    this.#stackIds[i] = -1;
     this.#next = i + 1 === this.maxEntries ? 0 : i + 1;
     this.#recorded += 1;
   }
@@ -486,6 +503,7 @@ export function recordMemoryHistory(options: HistoryOptions = {}): MemoryHistory
   recorders[device] = history;
   latest[device] = history;
   recording += 1;
+  forgetLast();
   setAllocationObserver(dispatcher);
   return history;
 }
