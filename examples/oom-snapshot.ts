@@ -16,12 +16,17 @@ import { recordMemoryHistory } from '../src/memory/history.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
 import { PoolResource } from '../src/memory/pool.js';
 import { isOutOfMemory } from '../src/errors.js';
+// The out-of-memory observer (VRAM_OOM_SNAPSHOT) loads with the package ('vram'); this example
+// imports vram's modules one by one, so it loads the observer itself.
+import '../src/memory/out-of-memory-observer.js';
 
 const MiB = 1024 * 1024;
 
 /** The model's weights: four 2 MiB tensors, kept for the whole run. */
 function loadWeights(): DeviceBuffer[] {
-  return Array.from({ length: 4 }, () => DeviceBuffer.allocate(2 * MiB));
+  const weights: DeviceBuffer[] = [];
+  for (let i = 0; i < 4; i++) weights.push(DeviceBuffer.allocate(2 * MiB));
+  return weights;
 }
 
 /** A 4 MiB activation kept in a cache that is never trimmed: the bug this example is about. */

@@ -1,6 +1,6 @@
 /**
  * The HTML reports in a real browser: Debian's `chromium`, driven by puppeteer-core, loads each
- * file the CLI writes (replay of the bert trace, bench, a snapshot from the out-of-memory example)
+ * file the CLI writes (replay of the bert trace, bench, the out-of-memory example's snapshot)
  * from disk, and the test checks that it asked for nothing over the network, logged no error, and
  * drew every plot with its series, points and axis labels; then saves a screenshot to
  * docs/images/ (the README shows them). A 150,000-event replay timeline is loaded too, and its
@@ -31,15 +31,20 @@ const needsBrowser = {
     : false,
 } as const;
 
-/** Runs `vram ...args` on the emulated backend, without the developer's own VRAM_* settings. */
-function vram(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env: Record<string, string> = { VRAM_BACKEND: 'emulated' };
+/** Runs a script on the emulated backend with `env` added, without the developer's own VRAM_* settings. */
+function run(script: string, args: readonly string[], extra: Readonly<Record<string, string>> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  const env: Record<string, string> = { VRAM_BACKEND: 'emulated', ...extra };
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('VRAM_') && v !== undefined) env[k] = v;
   return new Promise((resolve) => {
-    execFile(process.execPath, [bin, ...args], { cwd: root, env, maxBuffer: 16 << 20, timeout: 240_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, [script, ...args], { cwd: root, env, maxBuffer: 16 << 20, timeout: 240_000 }, (error, stdout, stderr) => {
       resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : 1, stdout, stderr });
     });
   });
+}
+
+/** Runs `vram ...args` on the emulated backend. */
+function vram(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return run(bin, args);
 }
 
 /** What a loaded report drew, as `window.vramReport` and the DOM tell it. */
@@ -253,6 +258,22 @@ describe('HTML reports in a browser', needsBrowser, () => {
       ['cuMemAlloc+cuMemFree', 'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'AsyncResource', 'CudaResource', 'ArenaResource', 'BinningResource']);
     assert.deepEqual(byId.get('allocation-latency')!.axisLabels, ['size', 'time per allocate+free pair']);
     await screenshot(loaded.page, 'bench-report.png');
+  });
+
+  it('vram view of the out-of-memory example\'s snapshot: the site that filled the 64 MiB', async () => {
+    const snapshot = join(work, 'oom.json');
+    const example = await run(join(root, 'dist/examples/oom-snapshot.js'), [], { VRAM_OOM_SNAPSHOT: snapshot });
+    assert.equal(example.code, 0, example.stderr);
+    const file = join(work, 'oom.html');
+    const view = await vram('view', snapshot, '-o', file);
+    assert.equal(view.code, 0, view.stderr);
+    const loaded = await load(file);
+    assertDrawn(loaded, ['timeline', 'memory-map', 'top-sites', 'resources']);
+    const [timeline] = loaded.drawn.charts;
+    assert.ok(timeline!.seriesLabels.includes('out of memory (live + the request)'), 'the error is marked');
+    const topSite = await loaded.page.$eval('section#top-sites td', (cell) => cell.textContent);
+    assert.match(topSite ?? '', /^cacheActivations \(oom-snapshot\.js:\d+:\d+\)$/);
+    await screenshot(loaded.page, 'oom-report.png', { through: 'top-sites' });
   });
 
   it('a 150,000-event timeline: time to first render and to redraw a zoom (reported, not asserted)', async (t: TestContext) => {

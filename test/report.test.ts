@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
@@ -242,9 +242,9 @@ describe('snapshotReport', () => {
     assert.equal(report.title, 'vram: out of memory');
     assert.deepEqual(report.sections.map((s) => s.id), ['timeline', 'memory-map', 'top-sites', 'resources']);
     const plot: PlotSection = section(report, 'timeline', 'plot');
-    assert.deepEqual(plot.series.map((s) => s.label), ['LimitingAdaptor #3 live', 'LimitingAdaptor #3 reserved', 'out of memory (live + the request)']);
-    assert.deepEqual(Array.from(plot.series[0]!.values), [0, 2 * MiB, 6 * MiB, 10 * MiB, 10 * MiB]);
-    assert.deepEqual(Array.from(plot.series[1]!.values), Array<number>(5).fill(12 * MiB));
+    assert.deepEqual(plot.series.map((s) => s.label), ['LimitingAdaptor #3 reserved', 'LimitingAdaptor #3 live', 'out of memory (live + the request)']);
+    assert.deepEqual(Array.from(plot.series[0]!.values), Array<number>(5).fill(12 * MiB));
+    assert.deepEqual(Array.from(plot.series[1]!.values), [0, 2 * MiB, 6 * MiB, 10 * MiB, 10 * MiB]);
     assert.deepEqual(Array.from(plot.series[2]!.values), [null, null, null, null, 14 * MiB]);
     assert.deepEqual(Array.from(plot.xValues), [0.0005, 0.0015, 0.0025, 0.0035, 0.0045]);
     const map: MemoryMapSection = section(report, 'memory-map', 'memory-map');
@@ -258,8 +258,8 @@ describe('snapshotReport', () => {
   it('works back from the figures now when the ring dropped older events', () => {
     const plot = section(snapshotReport(oomSnapshot({ dropped: 2 })), 'timeline', 'plot');
     // Kept: two 4 MiB allocations and the error; the figures now say 10 MiB live, 12 MiB reserved.
-    assert.deepEqual(Array.from(plot.series[0]!.values), [6 * MiB, 10 * MiB, 10 * MiB]);
-    assert.deepEqual(Array.from(plot.series[1]!.values), [12 * MiB, 12 * MiB, 12 * MiB]);
+    assert.deepEqual(Array.from(plot.series[0]!.values), [12 * MiB, 12 * MiB, 12 * MiB]);
+    assert.deepEqual(Array.from(plot.series[1]!.values), [6 * MiB, 10 * MiB, 10 * MiB]);
     assert.match(plot.description, /the ring dropped 2 older ones/);
   });
 
@@ -309,5 +309,43 @@ describe('vram view', () => {
     const notSnapshot = await run(bin, ['view', bad]);
     assert.equal(notSnapshot.code, 1);
     assert.match(notSnapshot.stderr, /not a memory snapshot/);
+  });
+});
+
+describe('examples/oom-snapshot and the debugging guide', () => {
+  let work: string;
+  before(() => {
+    work = mkdtempSync(join(tmpdir(), 'vram-oom-'));
+  });
+  after(() => rmSync(work, { recursive: true, force: true }));
+
+  it('an out-of-memory error under a 64 MiB limit writes a snapshot whose report names the site that filled it', async () => {
+    const snapshot = join(work, 'oom.json');
+    const example = await run(join(root, 'dist/examples/oom-snapshot.js'), [], { VRAM_OOM_SNAPSHOT: snapshot });
+    assert.equal(example.code, 0, example.stderr);
+    assert.match(example.stdout, /out of memory after 14 cached activations/);
+    assert.ok(existsSync(snapshot), `the snapshot was written (${example.stdout})`);
+    const parsed = JSON.parse(readFileSync(snapshot, 'utf8')) as MemorySnapshot;
+    assert.equal(parsed.trigger.kind, 'out-of-memory');
+    const report = snapshotReport(parsed);
+    const top = section(report, 'top-sites', 'table').rows[0]!;
+    assert.match(top[0]!, /^cacheActivations \(oom-snapshot\.js:\d+:\d+\)$/);
+    assert.equal(top[1], '56 MiB');
+    const map = section(report, 'memory-map', 'memory-map');
+    assert.match(map.sites[0]!.label, /^cacheActivations/);
+    const view = await run(bin, ['view', snapshot, '-o', join(work, 'oom.html')]);
+    assert.equal(view.code, 0, view.stderr);
+  });
+
+  it('the guide names the example and the commands it runs, and its relative links resolve', () => {
+    const guide = join(root, 'docs/debugging-out-of-memory.md');
+    const text = readFileSync(guide, 'utf8');
+    assert.match(text, /examples\/oom-snapshot\.ts/);
+    assert.match(text, /VRAM_OOM_SNAPSHOT=oom\.json node dist\/examples\/oom-snapshot\.js/);
+    assert.match(text, /vram view oom\.json -o oom\.html/);
+    for (const [, target] of text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+      if (/^[a-z]+:/.test(target!)) continue;
+      assert.ok(existsSync(resolve(dirname(guide), target!)), `the guide's link ${target} resolves`);
+    }
   });
 });

@@ -114,7 +114,8 @@ function timelineSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number
   const series: PlotSeries[] = [];
   tops.forEach((id, j) => {
     const name = shortName(resources.get(id), id);
-    series.push({ label: `${name} live`, values: live[j]!, dashed: true }, { label: `${name} reserved`, values: reserved[j]! });
+    // Reserved first, so the dashed live line draws over it where the two are equal (a pool that maps what it hands out).
+    series.push({ label: `${name} reserved`, values: reserved[j]! }, { label: `${name} live`, values: live[j]!, dashed: true });
   });
   const ooms = oom.filter((v) => v !== null).length;
   if (ooms > 0) series.push({ label: 'out of memory (live + the request)', values: oom, markers: true });
