@@ -690,19 +690,15 @@ export class VirtualPages {
     const mark = this.waitMark;
     mark.fill(0);
     const P = this.pageBytes;
-    for (let i = this.head; i !== NIL; i = s.next[i]!) {
-      const o = s.owner[i]!;
-      if (o <= NEUTRAL || mark[o] !== 0) continue;
+    const donors = this.donors;
+    // One sweep: blocks upwards in address order, donors (found highest first) from the last one.
+    let k = n - 1;
+    for (let i = this.head; i !== NIL && k >= 0; i = s.next[i]!) {
       const a = s.start[i]!;
-      const e = a + s.size[i]!;
-      for (let k = 0; k < n; k++) {
-        const f = this.donors[k]!;
-        const ps = this.base + f * P;
-        if (a < ps + this.extentPages[f]! * P && e > ps) {
-          mark[o] = 1;
-          break;
-        }
-      }
+      while (k >= 0 && this.base + (donors[k]! + this.extentPages[donors[k]!]!) * P <= a) k--;
+      if (k < 0) break;
+      const o = s.owner[i]!;
+      if (o > NEUTRAL && this.base + donors[k]! * P < a + s.size[i]!) mark[o] = 1;
     }
     const order = heap.order;
     for (let id = NEUTRAL + 1; id < lists.length; id++) {
