@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
-import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
+import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
 import { PoolResource } from '../src/memory/pool.js';
 import { factories, logUniform, runModel, type SubjectFactory } from './fuzz/allocator-model.js';
@@ -313,6 +313,40 @@ test('extentSize: live data survives growth that takes cached extents (random bl
   } finally {
     backend.memFreeHost(host);
     for (const { p, n } of live) pool.deallocate(p, n);
+    pool.destroy();
+  }
+});
+
+test('virtual growth below the high-water mark takes cached pages when the device has no memory left', () => {
+  const page = backend.memGetAllocationGranularity(0);
+  const pool = new PoolResource();
+  pool.deallocate(pool.allocate(10 * page), 10 * page);
+  pool.releaseCached();
+  // Nine pages mapped (high-water mark ten), six of them cached in runs of two that fit no three-page block.
+  const blocks = [2, 1, 2, 1, 2, 1].map((n) => [pool.allocate(n * page), n * page] as const);
+  for (const k of [0, 2, 4]) pool.deallocate(...blocks[k]!);
+  assert.equal(pool.reservedBytes, 9 * page);
+  const filler: number[] = [];
+  try {
+    for (let chunk = 2 ** 30; chunk >= page; chunk /= 2) {
+      for (;;) {
+        try {
+          filler.push(backend.memAlloc(chunk));
+        } catch (error) {
+          if (!isOutOfMemory(error)) throw error;
+          break;
+        }
+      }
+    }
+    const moves = pool.statistics().pageMoves;
+    const e = pool.allocate(3 * page);
+    assert.equal(pool.statistics().pageMoves - moves, 3, 'three cached pages moved, none created');
+    assert.equal(pool.reservedBytes, 9 * page);
+    backend.memset(e, 1, 1, 3 * page);
+    pool.deallocate(e, 3 * page);
+  } finally {
+    for (const p of filler) backend.memFree(p);
+    for (const k of [1, 3, 5]) pool.deallocate(...blocks[k]!);
     pool.destroy();
   }
 });

@@ -492,26 +492,38 @@ export class VirtualPages {
       }
       // Moved one-page handles first, page by page; what they do not cover, one new extent per run.
       let k = nRuns;
+      let reclaimed = false;
+      let left = missing;
       for (let r = 0; r < nRuns; r++) {
         let p = this.runs[2 * r]!;
         let n = this.runs[2 * r + 1]!;
-        while (n > 0 && this.spareCount > 0) {
-          this.mapExtent(p, 1, this.spare[--this.spareCount]!, k++);
-          p++;
-          n--;
-        }
-        if (n > 0) {
+        for (;;) {
+          while (n > 0 && this.spareCount > 0) {
+            this.mapExtent(p, 1, this.spare[--this.spareCount]!, k++);
+            p++;
+            n--;
+            left--;
+          }
+          if (n === 0) break;
           let h: number;
           try {
             h = b.memCreate(n * P, this.ordinal);
             this.calls[CALL_CREATE]!++;
           } catch (error) {
-            if (isOutOfMemory(error)) throw new PhysicalExhausted(error.message, 'device', error);
-            throw error;
+            if (!isOutOfMemory(error)) throw error;
+            // Below the high-water mark cached extents were kept; the device has no memory to
+            // spare, so take them now (once) for the pages still missing, as the peak rule would.
+            const found = reclaimed ? 0 : this.findFree(left, p0, p1);
+            reclaimed = true;
+            if (found === 0) throw new PhysicalExhausted(error.message, 'device', error);
+            this.pageMoves += Math.min(left, this.takeDonors(found, left));
+            continue;
           }
           this.physicalPages += n;
           if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
           this.mapExtent(p, n, h, k++);
+          left -= n;
+          break;
         }
       }
       done = k;
