@@ -183,11 +183,13 @@ describe('benchReport', () => {
     row('alloc', 'cuMemAlloc+cuMemFree', 256, 3000, 'ns/pair'),
     row('allocators', 'PoolResource', 256, 90, 'ns/pair'), row('allocators', 'PoolResource', MiB, 95, 'ns/pair'),
     row('allocators', 'PoolResource random', MiB, 300, 'ns/op'),
+    row('kernels', 'kernel read, mapped pinned', 65536, 5, 'GB/s'), row('kernels', 'kernel read, mapped pinned', MiB, 9, 'GB/s'),
   ];
 
   it('bandwidth per direction against size, latency per resource, the one-size rows and the skipped ones as tables', () => {
     const report = benchReport({ facts: [], rows, skipped: [{ group: 'transfers', name: 'D2D', size: MiB, reason: 'no' }] });
-    assert.deepEqual(report.sections.map((s) => s.id), ['bandwidth-h2d', 'bandwidth-d2h', 'allocation-latency', 'other-rows', 'skipped']);
+    assert.deepEqual(report.sections.map((s) => s.id), ['bandwidth-h2d', 'bandwidth-d2h', 'bandwidth-other', 'allocation-latency', 'other-rows', 'skipped']);
+    assert.deepEqual(section(report, 'bandwidth-other', 'plot').series.map((s) => s.label), ['kernel read, mapped pinned']);
     const h2d = section(report, 'bandwidth-h2d', 'plot');
     assert.deepEqual(Array.from(h2d.xValues), [65536, MiB]);
     assert.deepEqual(h2d.series.map((s) => [s.label, Array.from(s.values)]), [['pinned H2D', [10, 20]]]);

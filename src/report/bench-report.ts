@@ -1,8 +1,8 @@
 /**
  * The report of `vram bench --html`: transfer bandwidth against transfer size for each kind of
- * memory (one plot per direction), allocation latency against size for each resource and driver
- * call, and the rows that are one figure each (the random-allocations pattern, the event loop's
- * delay) as a table.
+ * memory (one plot per direction, and one for bandwidth rows of no direction), allocation latency
+ * against size for each resource and driver call, and the rows that are one figure each (the
+ * random-allocations pattern, the event loop's delay, kernel launches) as a table.
  */
 import { formatBytes } from '../memory/adaptor.js';
 import type { PlotSection, Report, ReportSection } from './report.js';
@@ -75,13 +75,25 @@ export function benchReport(input: BenchReportInput): Report {
   // Rows at one size only (the async copies beside the event loop's delay) read better in the table.
   const sizesOf = (name: string): number => new Set(input.rows.filter((r) => r.name === name).map((r) => r.size)).size;
   const bandwidth = input.rows.filter((r) => r.unit === 'GB/s' && sizesOf(r.name) > 1);
+  const plotted = new Set<BenchFigure>();
   for (const direction of DIRECTIONS) {
     const rows = bandwidth.filter((r) => direction.test.test(r.name));
     if (rows.length === 0) continue;
+    for (const r of rows) plotted.add(r);
     sections.push(sizePlot(rows, {
       id: direction.id, title: `Transfer bandwidth, ${direction.title}`,
       description: 'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), for each kind of memory and copy path, ' +
         'against the bytes per copy. Pinned and device copies are timed with events on a stream, pageable ones with the host clock to completion.',
+      y: { label: 'bandwidth', unit: 'GB/s' },
+    }));
+  }
+  // Bandwidth rows of no direction (a kernel reading host memory) still get their plot.
+  const otherBandwidth = bandwidth.filter((r) => !plotted.has(r));
+  if (otherBandwidth.length > 0) {
+    for (const r of otherBandwidth) plotted.add(r);
+    sections.push(sizePlot(otherBandwidth, {
+      id: 'bandwidth-other', title: 'Bandwidth, other measurements',
+      description: 'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), of the rows that are not a copy one way (a kernel reading memory, a reduction), against the bytes read.',
       y: { label: 'bandwidth', unit: 'GB/s' },
     }));
   }
@@ -94,13 +106,13 @@ export function benchReport(input: BenchReportInput): Report {
       y: { label: 'time per allocate+free pair', unit: 'ns', log: true },
     }));
   }
-  const plotted = new Set([...bandwidth, ...latency]);
+  for (const r of latency) plotted.add(r);
   const others = input.rows.filter((r) => !plotted.has(r));
   if (others.length > 0) {
     sections.push({
       kind: 'table', id: 'other-rows', title: 'Other measurements',
-      description: 'Figures measured at one size: the random-allocations pattern (time per operation, sizes up to the one given), ' +
-        'the async pageable copies, and the event loop\'s p99 delay while they ran.',
+      description: 'Figures measured at one size each: the random-allocations pattern (time per operation, sizes up to the one given), ' +
+        'the async pageable copies and the event loop\'s p99 delay while they ran, and whatever else the run measured once.',
       columns: [{ label: 'measurement' }, { label: 'size', numeric: true }, { label: 'value', numeric: true }, { label: 'repeats', numeric: true }],
       rows: others.map((r) => [r.name, formatBytes(r.size), `${+r.value.toPrecision(4)} ${r.unit}`, String(r.repeats)]),
     });
