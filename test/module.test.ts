@@ -188,6 +188,17 @@ test('GPU: templates through name expressions, with a header', gpuOnly, () => {
   assert.deepEqual(Array.from(i.toHost()), Array.from({ length: 33 }, (_, k) => -10 + 2 * k));
 });
 
+test('GPU: NVRTC options reach the compiler; an explicit virtual architecture gives PTX the driver compiles', gpuOnly, () => {
+  const source = 'extern "C" __global__ void k(int *out) { out[threadIdx.x] = FACTOR * threadIdx.x; }';
+  for (const options of [['-DFACTOR=3'], ['-DFACTOR=3', '--gpu-architecture=compute_75']]) {
+    using m = Module.compile(source, { options, cache: false });
+    const k = m.kernel('k', ['ptr'] as const);
+    using out = DeviceArray.empty([32], 'int32');
+    k.launch({ grid: 1, block: 32 }, out);
+    assert.deepEqual(Array.from(out.toHost()), Array.from({ length: 32 }, (_, i) => 3 * i), options.join(' '));
+  }
+});
+
 test('GPU: source that does not compile is a CompileError carrying NVRTC\'s log', gpuOnly, () => {
   assert.throws(() => Module.compile('extern "C" __global__ void broken(float *p) { p[0] = undeclared_name; }', { cache: false }),
     (e: unknown) => e instanceof CompileError && /undeclared_name/.test(e.log) && e.message.includes(e.log.trim()) &&
