@@ -6,7 +6,10 @@
  */
 import { fileURLToPath } from 'node:url';
 
-/** How many frames are captured: adaptor stacks are deep, and the caller's frames must stay in reach. */
+/**
+ * How many frames `rawStack` captures by default: a TrackingAdaptor may sit under several
+ * adaptors, and the caller's frames must stay in reach.
+ */
 const CAPTURED_FRAMES = 40;
 
 /** How many of the caller's frames are kept. */
@@ -22,17 +25,19 @@ const ownRoots: readonly string[] = (() => {
 })();
 
 /**
- * The current stack as V8 prints it (some microseconds: the frames are formatted into a string).
+ * The current stack as V8 prints it. It costs in proportion to the frames (V8 formats each into
+ * the string, about a microsecond a frame), so a caller that knows how deep it is asks for fewer.
  *
- * @returns The `Error` line and up to 40 frames, vram's own included.
+ * @param frames How many frames to capture (default 40).
+ * @returns The `Error` line and up to `frames` frames, vram's own included.
  * @example
  * ```ts
  * const frames = callerFrames(rawStack());
  * ```
  */
-export function rawStack(): string {
+export function rawStack(frames = CAPTURED_FRAMES): string {
   const previousLimit = Error.stackTraceLimit;
-  Error.stackTraceLimit = CAPTURED_FRAMES;
+  Error.stackTraceLimit = frames;
   const raw = new Error().stack ?? '';
   Error.stackTraceLimit = previousLimit;
   return raw;

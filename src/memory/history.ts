@@ -87,6 +87,12 @@ const OOM = 2;
 const RESERVE = 3;
 const RELEASE = 4;
 const DEFAULT_ENTRIES = 100_000;
+/**
+ * Frames a stack capture takes: events come from the outermost call only, so vram's own frames
+ * are few (a DeviceArray, its buffer, the resource's allocate, this file: 8 at most) and 20 leave
+ * the program's 12 that are kept; each frame more costs formatting time.
+ */
+const STACK_FRAMES = 20;
 /** 2^24 events are 690 MB of arrays: a bigger ring is more likely a mistake than a need. */
 const MAX_ENTRIES = 2 ** 24;
 
@@ -453,7 +459,7 @@ export class MemoryHistory {
   }
 
   #stackId(): number {
-    const raw = rawStack();
+    const raw = rawStack(STACK_FRAMES);
     let id = this.#rawIds.get(raw);
     if (id === undefined) {
       const frames = callerFrames(raw);
