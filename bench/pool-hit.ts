@@ -1,7 +1,11 @@
 /**
  * Micro-benchmark: median nanoseconds per allocate+free pair on a pool hit, at 256 B, 1 MiB and
  * 64 MiB, for PoolResource (virtual memory growth), then the p50 and p99 of pairs timed one by one
- * (beside the clock's own cost). `node dist/bench/pool-hit.js [--passes N]`
+ * (beside the clock's own cost). `node dist/bench/pool-hit.js [--passes N] [--history]`
+ *
+ * `--history` measures instead what recording the memory history costs (issue 11: at most 2x the
+ * pair with stacks off): rounds with and without a recording, alternated in one process so both
+ * see the same machine state, and the ratio of their medians.
  *
  * It prints the backend and where the pool's addresses start, because both have mattered: real
  * driver reservations sit elsewhere than emulated ones and are far larger (twice the device's
@@ -9,9 +13,10 @@
  */
 import { parseArgs } from 'node:util';
 import { Device } from '../src/device.js';
+import { recordMemoryHistory } from '../src/memory/history.js';
 import { PoolResource } from '../src/memory/pool.js';
 
-const { values } = parseArgs({ options: { passes: { type: 'string', default: '1' } } });
+const { values } = parseArgs({ options: { passes: { type: 'string', default: '1' }, history: { type: 'boolean', default: false } } });
 const passes = Number(values.passes);
 if (!Number.isInteger(passes) || passes <= 0) throw new RangeError(`--passes must be a positive whole number, got ${values.passes}`);
 const sizes: Array<[string, number]> = [['256 B', 256], ['1 MiB', 1 << 20], ['64 MiB', 64 << 20]];
@@ -36,36 +41,80 @@ function pairs(bytes: number, iterations: number): number {
 // Warm every size first (maps the pages, and gives the JIT feedback for every branch: a branch first
 // taken after optimization costs a deoptimization and a recompile in the middle of a measurement).
 for (let k = 0; k < 3; k++) for (const [, bytes] of sizes) pairs(bytes, 20_000);
-for (let pass = 0; pass < passes; pass++) {
+
+/**
+ * What recording the memory history costs (issue 11: at most 2x the pair with stacks off): rounds
+ * with and without a recording, alternated in one process so both see the same machine state, and
+ * the ratio of their medians; then the pair with stacks captured.
+ */
+function measureHistory(): void {
+  /** Nanoseconds per pair while a history (stacks off) records; its ring of 100,000 events wraps, as a long recording's does. */
+  const recorded = (bytes: number, iterations: number): number => {
+    const history = recordMemoryHistory({ maxEntries: 100_000 });
+    try {
+      return pairs(bytes, iterations);
+    } finally {
+      history.stop();
+    }
+  };
+  for (let k = 0; k < 3; k++) for (const [, bytes] of sizes) recorded(bytes, 20_000);
   for (const [label, bytes] of sizes) {
-    const iterations = 200_000;
-    const samples: number[] = [];
-    for (let round = 0; round < 15; round++) samples.push(pairs(bytes, iterations));
-    samples.sort((a, b) => a - b);
-    console.log(`pool hit ${label.padStart(6)}: ${samples[7]!.toFixed(1)} ns per allocate+free pair (median of 15 rounds)`);
+    const off: number[] = [];
+    const on: number[] = [];
+    for (let round = 0; round < 15; round++) {
+      off.push(pairs(bytes, 200_000));
+      on.push(recorded(bytes, 200_000));
+    }
+    off.sort((a, b) => a - b);
+    on.sort((a, b) => a - b);
+    console.log(`pool hit ${label.padStart(6)}: ${off[7]!.toFixed(1)} ns per pair, ${on[7]!.toFixed(1)} ns recording history ` +
+      `(stacks off): ${(on[7]! / off[7]!).toFixed(2)}x (medians of 15 alternated rounds)`);
   }
+  // With stacks, each event captures the call stack: microseconds, so fewer pairs.
+  const withStacks = recordMemoryHistory({ maxEntries: 100_000, stacks: true });
+  const stacked: number[] = [];
+  for (let round = 0; round < 7; round++) stacked.push(pairs(256, 5_000));
+  withStacks.stop();
+  stacked.sort((a, b) => a - b);
+  console.log(`pool hit  256 B recording history with stacks: ${(stacked[3]! / 1000).toFixed(1)} us per pair (median of 7 rounds)`);
 }
-// The tail: every pair timed on its own, 200,000 per size. Each sample includes one clock read
-// pair (hrtime.bigint), measured alone in the same run and printed, so read the p99 against it.
-function tail(bytes: number, count: number): Float64Array {
-  const samples = new Float64Array(count);
-  for (let i = 0; i < count; i++) {
+
+/** The pair at each size, `passes` times, then the tail of pairs timed one by one. */
+function measurePairs(): void {
+  for (let pass = 0; pass < passes; pass++) {
+    for (const [label, bytes] of sizes) {
+      const iterations = 200_000;
+      const samples: number[] = [];
+      for (let round = 0; round < 15; round++) samples.push(pairs(bytes, iterations));
+      samples.sort((a, b) => a - b);
+      console.log(`pool hit ${label.padStart(6)}: ${samples[7]!.toFixed(1)} ns per allocate+free pair (median of 15 rounds)`);
+    }
+  }
+  // The tail: every pair timed on its own, 200,000 per size. Each sample includes one clock read
+  // pair (hrtime.bigint), measured alone in the same run and printed, so read the p99 against it.
+  function tail(bytes: number, count: number): Float64Array {
+    const samples = new Float64Array(count);
+    for (let i = 0; i < count; i++) {
+      const t0 = process.hrtime.bigint();
+      pool.deallocate(pool.allocate(bytes, stream), bytes, stream);
+      samples[i] = Number(process.hrtime.bigint() - t0);
+    }
+    return samples.sort();
+  }
+  const clock = new Float64Array(200_000);
+  for (let i = 0; i < clock.length; i++) {
     const t0 = process.hrtime.bigint();
-    pool.deallocate(pool.allocate(bytes, stream), bytes, stream);
-    samples[i] = Number(process.hrtime.bigint() - t0);
+    clock[i] = Number(process.hrtime.bigint() - t0);
   }
-  return samples.sort();
+  clock.sort();
+  console.log(`clock read pair alone: p50 ${clock[clock.length >> 1]} ns, p99 ${clock[Math.floor(clock.length * 0.99)]} ns`);
+  for (const [label, bytes] of sizes) {
+    const t = tail(bytes, 200_000);
+    console.log(`pool hit ${label.padStart(6)}, each pair timed: p50 ${t[t.length >> 1]} ns, p99 ${t[Math.floor(t.length * 0.99)]} ns (clock included)`);
+  }
 }
-const clock = new Float64Array(200_000);
-for (let i = 0; i < clock.length; i++) {
-  const t0 = process.hrtime.bigint();
-  clock[i] = Number(process.hrtime.bigint() - t0);
-}
-clock.sort();
-console.log(`clock read pair alone: p50 ${clock[clock.length >> 1]} ns, p99 ${clock[Math.floor(clock.length * 0.99)]} ns`);
-for (const [label, bytes] of sizes) {
-  const t = tail(bytes, 200_000);
-  console.log(`pool hit ${label.padStart(6)}, each pair timed: p50 ${t[t.length >> 1]} ns, p99 ${t[Math.floor(t.length * 0.99)]} ns (clock included)`);
-}
+
+if (values.history) measureHistory();
+else measurePairs();
 for (const [p, n] of keep) pool.deallocate(p, n);
 pool.destroy();
