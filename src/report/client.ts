@@ -263,8 +263,11 @@ const SCRIPT = String.raw`
     free.appendChild(document.createTextNode('free (held, not live)'));
     legend.appendChild(free);
     container.appendChild(legend);
-    container.appendChild(el('p', 'scale', formatBytes(total) + ' in ' + segments.length + ' segment(s), ' +
-      blocks.length + ' live block(s); one row is ' + formatBytes(rowBytes) + '; a dark tick starts a segment'));
+    var summary = formatBytes(total) + ' in ' + segments.length + ' segment(s), ' +
+      blocks.length + ' live block(s); one row is ' + formatBytes(rowBytes) + '; a dark tick starts a segment';
+    canvas.setAttribute('role', 'img');
+    canvas.setAttribute('aria-label', 'memory map: ' + summary);
+    container.appendChild(el('p', 'scale', summary));
     drawn.push({ id: section.id, kind: 'memory-map', series: sites.length, points: blocks.length });
   }
 
