@@ -17,7 +17,7 @@ import type { EmulatedKernels, EmulatedLaunch } from '../emulated-kernel.js';
 import { operands } from './emulated-operand.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct } from './kernel-layout.js';
 import { kernelScalar, kernelScalars, scalarConversionsSource, type KernelScalar } from './scalar.js';
-import type { KernelParam } from './elementwise-program.js';
+import type { ParamType } from '../signature.js';
 
 /** The signatures of the kernels in `basicSource()`. */
 export const basicSignatures = Object.freeze({
@@ -29,7 +29,7 @@ export const basicSignatures = Object.freeze({
   vram_astype: Object.freeze(['ptr', layoutStruct, 'i32', 'ptr', layoutStruct, 'i32', 'i32', 'i64'] as const),
   /** dst (contiguous), dst code, n, start, step. */
   vram_arange: Object.freeze(['ptr', 'i32', 'i64', 'f64', 'f64'] as const),
-}) satisfies Readonly<Record<string, readonly KernelParam[]>>;
+}) satisfies Readonly<Record<string, readonly ParamType[]>>;
 
 const UNIT_TYPES: Readonly<Record<number, string>> = { 1: 'unsigned char', 2: 'unsigned short', 4: 'unsigned int', 8: 'unsigned long long' };
 

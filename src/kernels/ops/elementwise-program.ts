@@ -15,6 +15,7 @@
  */
 import type { DType } from '../../array/dtype.js';
 import type { EmulatedLaunch } from '../emulated-kernel.js';
+import type { ParamType } from '../signature.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { expressionError, type Component, type Expression, type Statement } from './expression.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct } from './kernel-layout.js';
@@ -22,9 +23,6 @@ import { kernelScalar, type KernelScalar, scalarConversionsSource } from './scal
 
 /** The kernel's name in every elementwise source. */
 export const ELEMENTWISE_KERNEL = 'vram_elementwise';
-
-/** A parameter of a built-in kernel (the subset of the launch signature types they use). */
-export type KernelParam = 'ptr' | 'i32' | 'i64' | 'u64' | 'f64' | typeof layoutStruct;
 
 /** One operand the program names: an array (its dtype) or a scalar (a double argument). */
 export type ProgramOperand =
@@ -46,7 +44,7 @@ export interface ElementwiseProgram {
   /** The CUDA C source (deterministic for a program and dtypes: the cache key). */
   readonly source: string;
   /** `n`, then per array a pointer and a layout, then per scalar a double. */
-  readonly signature: readonly KernelParam[];
+  readonly signature: readonly ParamType[];
   /** The arrays used, in parameter order (sorted by name). */
   readonly arrays: readonly ProgramArray[];
   /** The scalars used, in parameter order (sorted by name). */
@@ -267,7 +265,7 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
   const scalars = [...b.scalars.entries()].sort((x, y) => x[1] - y[1]).map(([name]) => name);
 
   const params: string[] = ['long long n'];
-  const signature: KernelParam[] = ['i64'];
+  const signature: ParamType[] = ['i64'];
   const prologue: string[] = [];
   const epilogue: string[] = [];
   for (const [, a] of arrays) {
