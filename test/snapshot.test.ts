@@ -124,9 +124,10 @@ test('a pool under a limit, recorded with stacks: resources, the virtual range w
   });
 });
 
-test('a chunked pool: its chunks are segments, and the upstream\'s allocations (the chunks) are not the program\'s blocks', () => {
+test('a chunked pool: its chunks are segments, and the upstream\'s allocations (the chunks, through an adaptor) are not the program\'s blocks', () => {
   using cuda = new CudaResource();
-  using pool = new PoolResource({ upstream: cuda, chunkSize: 4 * MiB });
+  using capped = new LimitingAdaptor(cuda, 64 * MiB);
+  using pool = new PoolResource({ upstream: capped, chunkSize: 4 * MiB });
   withCurrent(pool, () => {
     const a = pool.allocate(MiB);
     const b = pool.allocate(5 * MiB);

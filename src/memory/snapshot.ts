@@ -82,9 +82,15 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
     };
   });
 
-  // A block handed to a sub-allocator below (a pool's chunk, an arena's region) is its memory to
-  // cut, not a block of the program: only the blocks of the lowest layer the program sees count.
-  const laidOutBelow = new Set(resources.filter((r) => r.segments !== null && r.upstream !== null).map((r) => r.upstream));
+  // A block handed to a sub-allocator above (a pool's chunk, an arena's region, through any
+  // adaptors between them) is its memory to cut, not a block of the program: only the blocks of
+  // the highest resource that lays out memory count.
+  const upstreamOf = new Map(resources.map((r) => [r.id, r.upstream]));
+  const laidOutBelow = new Set<number>();
+  for (const r of resources) {
+    if (r.segments === null) continue;
+    for (let up = r.upstream; up !== null && !laidOutBelow.has(up); up = upstreamOf.get(up) ?? null) laidOutBelow.add(up);
+  }
   const seen = history?.liveBlocks() ?? new Map();
   const blocks: SnapshotLiveBlock[] = [];
   const withStacks = resources.map((resource): SnapshotResource => {
