@@ -12,6 +12,7 @@
  * CPU time over a second of idle main thread).
  */
 import { Worker } from 'node:worker_threads';
+import { VramError } from '../errors.js';
 
 /** Milliseconds between the worker's clock reads. */
 const TICK_MS = 0.25;
@@ -60,7 +61,7 @@ export class TickingClock {
    * Starts the worker and waits for its first tick (some tens of milliseconds, once per recording),
    * so every event has a time from the worker.
    *
-   * @throws {Error} When the worker has not started after 2 s (it is stopped).
+   * @throws {VramError} When the worker has not started after 2 s (it is stopped).
    */
   constructor() {
     // No execArgv: the program's flags (`--input-type=module`, say) would change how the source is read.
@@ -72,7 +73,7 @@ export class TickingClock {
     const started = new Int32Array(this.shared, 12, 1);
     if (Atomics.wait(started, 0, 0, START_TIMEOUT_MS) === 'timed-out') {
       this.stop();
-      throw new Error(`the memory history's clock thread did not start within ${START_TIMEOUT_MS} ms`);
+      throw new VramError(`the memory history's clock thread did not start within ${START_TIMEOUT_MS} ms`);
     }
   }
 

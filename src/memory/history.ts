@@ -200,7 +200,7 @@ export class MemoryHistory {
   readonly startTime: number;
   #recording = true;
   #recorded = 0;
-  /** The latest event's time: the clock's source changes once (see TickingClock), and times must not step back. */
+  /** The latest event's time: the clock thread may lag by a tick, and times must not step back. */
   #lastTime = 0;
   #next = 0;
   readonly #clock: TickingClock;
@@ -482,10 +482,13 @@ export class MemoryHistory {
  * and changes of the memory the stacks reserve, in a ring buffer of the latest `maxEntries`
  * events, with call stacks when asked. `memorySnapshot()` includes it; `stop()` ends it.
  *
+ * Starting takes some tens of milliseconds, once: the clock's thread starts (see `history-clock.ts`).
+ *
  * @param options `maxEntries` (default 100,000), `stacks` (default false), `device` (default 0).
  * @returns The recording.
  * @throws {TypeError | RangeError} For bad options.
  * @throws {VramStateError} When the device is already being recorded (stop that recording first).
+ * @throws {VramError} When the clock's thread does not start within 2 s.
  * @example
  * ```ts
  * const history = recordMemoryHistory({ stacks: true });
