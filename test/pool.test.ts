@@ -350,3 +350,23 @@ test('virtual growth below the high-water mark takes cached pages when the devic
     pool.destroy();
   }
 });
+
+test('virtual growth after releaseCached takes cached pages before creating any, as a fresh pool does', () => {
+  const page = backend.memGetAllocationGranularity(0);
+  const pool = new PoolResource();
+  const a = pool.allocate(8 * page);
+  pool.deallocate(a, 8 * page);
+  assert.equal(pool.releaseCached(), 8 * page);
+  const c = pool.allocate(2 * page);
+  const e = pool.allocate(page);
+  pool.deallocate(c, 2 * page);
+  // Three pages fit nowhere mapped: c's two cached pages move there and one page is created, although
+  // the pool once held eight.
+  const moves = pool.statistics().pageMoves;
+  const d = pool.allocate(3 * page);
+  assert.equal(pool.statistics().pageMoves - moves, 2);
+  assert.equal(pool.reservedBytes, 4 * page);
+  pool.deallocate(d, 3 * page);
+  pool.deallocate(e, page);
+  pool.destroy();
+});

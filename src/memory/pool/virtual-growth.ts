@@ -76,6 +76,14 @@ export class VirtualPages {
   private physicalPages = 0;
   /** High-water mark of physicalPages. */
   private peakPages = 0;
+  /**
+   * High-water mark of physicalPages since the last releaseCached: below it growth creates memory
+   * and leaves cached extents mapped; at it, growth takes cached extents first. Apart from the
+   * peak statistic (resetPeak) so that restarting the figure does not change where memory goes, and
+   * restarted by releaseCached so that a pool told to give memory back does not grow back to its
+   * old high-water mark while cached pages could serve.
+   */
+  private ceilingPages = 0;
   /** Growths served on mapped pages instead of the best fit (see `placeOnMapped`). */
   placements = 0;
   /** Cached pages moved to where a live block needed them (an unmap and a map each). */
@@ -353,8 +361,9 @@ export class VirtualPages {
    */
   releaseCached(): number {
     const n = this.findFree(Infinity, -1, -1);
-    if (n === 0) return 0;
-    return this.takeDonors(n, 0) * this.pageBytes;
+    const released = n === 0 ? 0 : this.takeDonors(n, 0) * this.pageBytes;
+    this.ceilingPages = this.physicalPages;
+    return released;
   }
 
   /** Unmaps and releases everything and frees the address range. */
@@ -450,10 +459,11 @@ export class VirtualPages {
    * still has a live block on another page can be neither moved nor released. So extents are at
    * most `extentLimit` pages (one by default: see `PoolOptions.extentSize` for the measured trade).
    *
-   * Physical memory goes past its high-water mark only when no cached extent can make room: before
-   * that, cached extents (no live block on any page) are taken, a one-page one moved here (unmap
-   * there, map here), a larger one released (its bytes created again here). Below the high-water
-   * mark cached extents stay mapped (a later block there is a hit). Slow path: a taken extent may
+   * Physical memory goes past its high-water mark (since the last releaseCached: `ceilingPages`)
+   * only when no cached extent can make room: before that, cached extents (no live block on any
+   * page) are taken, a one-page one moved here (unmap there, map here), a larger one released (its
+   * bytes created again here). Below the mark cached extents stay mapped (a later block there is a
+   * hit), unless the device has no memory left. Slow path: a taken extent may
    * still be touched by work queued before its blocks were freed, so the streams that freed them
    * are waited for first (`waitForDonors`).
    */
@@ -478,7 +488,7 @@ export class VirtualPages {
     let ownIdle = p1 - p0 + 1 - missing;
     if (count[p0] !== 0) ownIdle--;
     if (p1 !== p0 && count[p1] !== 0) ownIdle--;
-    const excess = this.physicalPages + missing - this.peakPages;
+    const excess = this.physicalPages + missing - this.ceilingPages;
     if (excess > 0 && this.physicalPages - this.usedPages - ownIdle > 0) {
       const n = this.findFree(excess, p0, p1);
       if (n > 0) this.pageMoves += Math.min(excess, this.takeDonors(n, missing));
@@ -521,6 +531,7 @@ export class VirtualPages {
           }
           this.physicalPages += n;
           if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
+          if (this.physicalPages > this.ceilingPages) this.ceilingPages = this.physicalPages;
           this.mapExtent(p, n, h, k++);
           left -= n;
           break;
