@@ -13,6 +13,9 @@ import { Device } from '../src/device.js';
 import { Module } from '../src/kernels/module.js';
 import { BUILTIN_COMPILE_OPTIONS, PTX_HEADER_PREFIX, shippedPtxFor, sourceSha256 } from '../src/kernels/ops/builtin-module.js';
 import { builtinSources } from '../src/kernels/ops/builtin-sources.js';
+import { packLayout } from '../src/kernels/ops/kernel-layout.js';
+import { REDUCE_BLOCK, reduceSignatures } from '../src/kernels/ops/reduction-kernels.js';
+import { DeviceArray } from '../src/array/device-array.js';
 import { SHIPPED_PTX_COMPILER, shippedPtx } from '../src/kernels/ops/shipped-ptx.js';
 
 const REGENERATE = 'regenerate it: npm run build && node scripts/generate-builtin-ptx.mjs';
@@ -55,6 +58,22 @@ test('nvcc compiles the sources to the shipped PTX byte for byte (where nvcc of 
   sources.forEach(({ name, source }, i) => {
     assert.equal(compiled[i], shippedPtxFor(name, source), `${name}: ${REGENERATE}`);
   });
+});
+
+test('the shipped PTX of sum-float32 sums on the device, both passes (the fallback\'s code path without NVRTC)', gpuOnly, () => {
+  const device = Device.get(0);
+  const source = builtinSources().find((s) => s.name === 'sum-float32')!.source;
+  using module = Module.fromPtx(shippedPtxFor('sum-float32', source)!, { device });
+  const main = module.kernel('vram_sum_float32', reduceSignatures.main);
+  const finish = module.kernel('vram_sum_float32_finish', reduceSignatures.finish);
+  const n = 100_003;
+  using a = DeviceArray.from(new Float32Array(n).fill(0.5));
+  using partials = DeviceArray.empty([8], 'float32');
+  using out = DeviceArray.empty([1], 'float32');
+  const layout = packLayout([n], [1]);
+  main.launch({ grid: 8, block: REDUCE_BLOCK }, a, layout, packLayout([], []), a, layout, 1, n, 1, out, partials);
+  finish.launch({ grid: 1, block: REDUCE_BLOCK }, partials, 8, out);
+  assert.equal(out.toHost()[0], n / 2);
 });
 
 test('every shipped PTX loads on the device and has its kernels', gpuOnly, () => {

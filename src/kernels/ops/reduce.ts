@@ -14,10 +14,10 @@ import { formatShape } from '../../array/shape.js';
 import type { StreamRef } from '../../memory/resource.js';
 import { builtinKernel } from './builtin-module.js';
 import { reductionBuiltin } from './builtin-sources.js';
-import { layoutStruct, mergeDimensions, packLayout } from './kernel-layout.js';
+import { mergeDimensions, packLayout } from './kernel-layout.js';
 import { checkArray, readResult, sameDevice, streamFor, type OpOptions } from './op-support.js';
 import {
-  accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, resultDtype, type ReduceOp,
+  accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp,
 } from './reduction-kernels.js';
 import { kernelScalar } from './scalar.js';
 
@@ -37,9 +37,6 @@ export interface DotOptions extends OpOptions {
   /** A one-element array of the result dtype to write the result into, on the device. */
   readonly out?: DeviceArray;
 }
-
-const MAIN_SIGNATURE = ['ptr', layoutStruct, layoutStruct, 'ptr', layoutStruct, 'i64', 'i64', 'i32', 'ptr', 'ptr'] as const;
-const FINISH_SIGNATURE = ['ptr', 'i64', 'ptr'] as const;
 
 /**
  * Below this many elements a whole-array reduction is one block and one launch; above, the grid
@@ -74,7 +71,7 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
   const device = a.device;
   const built = reductionBuiltin(op, dtype);
   const name = reduceKernelName(op, dtype);
-  const main = builtinKernel(device, built, name, MAIN_SIGNATURE, op);
+  const main = builtinKernel(device, built, name, reduceSignatures.main, op);
   if (m === 1 && k > SPLIT_THRESHOLD) {
     // Blocks enough to fill the device once (8 of 256 threads per multiprocessor), each thread
     // taking at least 16 elements.
@@ -82,7 +79,7 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
     const partials = DeviceArray.empty([grid], accumulatorDtype(dtype), { device, stream });
     try {
       main.launch({ grid, block: REDUCE_BLOCK, stream }, a, ai, ao, b, bi, 1, k, 1, out, partials);
-      const finish = builtinKernel(device, built, `${name}_finish`, FINISH_SIGNATURE, op);
+      const finish = builtinKernel(device, built, `${name}_finish`, reduceSignatures.finish, op);
       finish.launch({ grid: 1, block: REDUCE_BLOCK, stream }, partials, grid, out);
     } finally {
       partials.free();

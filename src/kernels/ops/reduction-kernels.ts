@@ -25,7 +25,7 @@ import type { ScalarName } from '../../array/dtype.js';
 import { bfloat16Bits, float16Bits } from '../../array/half.js';
 import type { EmulatedKernels, EmulatedLaunch } from '../emulated-kernel.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
-import { layoutOffset, layoutSource, layoutSpan, MAX_KERNEL_DIMS } from './kernel-layout.js';
+import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
 import { kernelScalar, scalarConversionsSource } from './scalar.js';
 
 /** The reductions. */
@@ -38,6 +38,14 @@ export const REDUCE_OPS: readonly ReduceOp[] = Object.freeze(['sum', 'min', 'max
 export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze([
   'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16', 'bfloat16', 'float32', 'float64',
 ]);
+
+/** The signatures of a reduction's two kernels, `vram_<op>_<dtype>` and its `_finish`. */
+export const reduceSignatures = Object.freeze({
+  /** a, a's inner layout, a's outer (row) layout, b, b's layout (dot; else a's again), m, k, split, out, partials. */
+  main: Object.freeze(['ptr', layoutStruct, layoutStruct, 'ptr', layoutStruct, 'i64', 'i64', 'i32', 'ptr', 'ptr'] as const),
+  /** partials, their count, out. */
+  finish: Object.freeze(['ptr', 'i64', 'ptr'] as const),
+});
 
 /** Threads per block of every reduction kernel (8 warps). */
 export const REDUCE_BLOCK = 256;
