@@ -61,6 +61,7 @@ export function compileStatistics(): CompileStatistics {
  * CUDA toolkit's NVRTC; the emulated backend never needs it.
  *
  * @returns True when `Module.compile` can compile on a GPU.
+ * @throws Nothing: a libnvrtc that loads but fails to answer its version counts as unavailable.
  * @example
  * ```ts
  * const module = nvrtcAvailable() ? Module.compile(source) : Module.fromPtx(shippedPtx);
