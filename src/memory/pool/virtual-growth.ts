@@ -14,11 +14,9 @@
  * The bookkeeping on a hit is O(1) whatever the block's size. Only a block's first and last pages
  * can be shared with other blocks: every page strictly between them lies wholly inside the block.
  * So live counts are kept for boundary pages only (`edgeCount`), the number of pages in use is kept
- * as one running total, and which mapped pages are free (the cache) is worked out only when growth
- * needs to move one: a mapped page is free iff no live block has it as a boundary page and its first
- * byte lies in a free block (a live block over it would otherwise have it as an interior page, and
- * so contain that byte). Whether a block's pages are all mapped is a check of one or two words of
- * a bitmap.
+ * as one running total, and which mapped extents are free (the cache) is worked out only when growth
+ * needs one, by marking the pages of every live block (`findFree`). Whether a block's pages are all
+ * mapped is a check of one or two words of a bitmap.
  */
 import type { Backend } from '../../backend/backend.js';
 import { MemAccess } from '../../backend/backend.js';
@@ -86,7 +84,7 @@ export class VirtualPages {
   private ceilingPages = 0;
   /** Growths served on mapped pages instead of the best fit (see `placeOnMapped`). */
   placements = 0;
-  /** Cached pages moved to where a live block needed them (an unmap and a map each). */
+  /** Cached pages whose memory went to where a live block needed it (see PoolStatistics.pageMoves). */
   pageMoves = 0;
   /** Host waits for a stream before unmapping cached pages (see `waitForDonors`). */
   synchronizations = 0;
