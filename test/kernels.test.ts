@@ -12,7 +12,7 @@ import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../sr
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
 import { Stream } from '../src/stream.js';
-import { onGpu } from './helpers.js';
+import { forceGc, needsGc, onGpu } from './helpers.js';
 
 const SOURCE = `
 struct Affine { float scale; double offset; int shift; };
@@ -218,3 +218,33 @@ test('emulated: a kernel whose JavaScript throws is CUDA_ERROR_LAUNCH_FAILED nam
     assert.throws(() => Device.get(0).synchronize(),
       (e: unknown) => e instanceof CudaError && e.code === CUresult.LAUNCH_FAILED && /kernel k/.test(e.message) && e.cause === boom);
   });
+
+test('a module dropped without destroy() is unloaded by the backstop once no kernel of it is reachable', needsGc, async () => {
+  const collect = forceGc!;
+  const backend = Device.get(0).backend;
+  const unloaded: number[] = [];
+  const original = backend.moduleUnload;
+  backend.moduleUnload = (module) => {
+    unloaded.push(module);
+    original.call(backend, module);
+  };
+  const settle = async (until: () => boolean): Promise<void> => {
+    for (let i = 0; i < 50 && !until(); i++) {
+      collect();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+  try {
+    let kernel: ReturnType<Module['kernel']> | undefined = (() => compile().kernel('saxpy', SAXPY))();
+    await settle(() => false);
+    assert.deepEqual(unloaded, [], 'a reachable kernel keeps its module loaded');
+    using x = DeviceArray.from(new Float32Array([1]));
+    (kernel.launch as (config: unknown, ...args: unknown[]) => void)({ grid: 1, block: 32 }, x, x, 1, 1);
+    Device.get(0).synchronize();
+    kernel = undefined;
+    await settle(() => unloaded.length > 0);
+    assert.equal(unloaded.length, 1, 'unloaded once the last kernel was dropped');
+  } finally {
+    backend.moduleUnload = original;
+  }
+});
