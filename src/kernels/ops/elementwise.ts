@@ -88,6 +88,7 @@ function run(what: string, key: string, text: string, statements: () => readonly
  * @param expression The program, e.g. `'z = a * x + y'`.
  * @param values The arrays and scalars by name.
  * @param options The stream (default the first array's, by name).
+ * @returns Nothing: the outputs are written in stream order (no wait).
  * @throws {SyntaxError} For text outside the language, naming the column.
  * @throws {TypeError} For an unknown name, a scalar assigned, a vector array used without a
  *   component, a component its dtype lacks, or a value that is neither an array nor a number.
