@@ -21,9 +21,10 @@ test('a known sequence on a pool: alloc and free in order, with sizes, addresses
   using pool = new PoolResource();
   using stream = Stream.create();
   const history = recordMemoryHistory({ maxEntries: 1000 });
-  let a: Ptr, b: Ptr;
+  let a: Ptr, b: Ptr, afterFirst: number;
   try {
     a = pool.allocate(MiB);
+    afterFirst = pool.reservedBytes;
     b = pool.allocate(3 * MiB, stream);
     pool.deallocate(a, MiB);
     pool.deallocate(b, 3 * MiB, stream);
@@ -39,12 +40,16 @@ test('a known sequence on a pool: alloc and free in order, with sizes, addresses
     ['free', a, MiB, 0, id, null],
     ['free', b, 3 * MiB, stream.handle, id, null],
   ]);
-  // The pool mapped pages for both blocks: reserve events before the allocs that needed them,
-  // adding up to what the pool holds; nothing was released.
+  // The first allocation's page is in the baseline (taken just after the stack's first call,
+  // allocated bytes from before it); the second block needed more pages: a reserve event just
+  // before its alloc. Baseline and reserves add up to what the pool holds; nothing was released.
+  const baseline = resourceRecord(pool).baseline!;
+  assert.deepEqual([baseline.allocatedBytes, baseline.reservedBytes], [0, afterFirst]);
+  assert.ok(afterFirst >= MiB);
   const reserves = events.filter((e) => e.kind === 'reserve');
-  assert.ok(reserves.length >= 1, 'the pool reserved pages');
-  assert.equal(events[0]!.kind, 'reserve');
-  assert.equal(reserves.reduce((sum, e) => sum + e.bytes, 0), pool.reservedBytes);
+  assert.ok(reserves.length >= 1, 'the pool reserved pages for the second block');
+  assert.equal(events[events.findIndex((e) => e.address === b) - 1]!.kind, 'reserve');
+  assert.equal(afterFirst + reserves.reduce((sum, e) => sum + e.bytes, 0), pool.reservedBytes);
   assert.ok(reserves.every((e) => e.address === null && e.resource === id && e.stack === null));
   assert.equal(events.filter((e) => e.kind === 'release').length, 0);
   // Times never step back and lie within the recording.
@@ -54,12 +59,17 @@ test('a known sequence on a pool: alloc and free in order, with sizes, addresses
   assert.equal(history.dropped, 0);
   assert.equal(history.recording, false);
 
-  // releaseCached gives the pages back: one release event of what was reserved.
+  // releaseCached gives the pages back: a release event of what was reserved. (A new recording
+  // takes the stack's baseline at its first call, so one allocation first.)
   const again = recordMemoryHistory();
   try {
+    const c = pool.allocate(256);
+    pool.deallocate(c, 256);
     const reserved = pool.reservedBytes;
     pool.releaseCached();
-    assert.deepEqual(again.events().map((e) => [e.kind, e.bytes]), [['release', reserved - pool.reservedBytes]]);
+    assert.deepEqual(again.events().map((e) => [e.kind, e.bytes]),
+      [['alloc', 256], ['free', 256], ['release', reserved - pool.reservedBytes]]);
+    assert.ok(reserved - pool.reservedBytes > 0);
   } finally {
     again.stop();
   }
@@ -69,12 +79,15 @@ test('only the outermost call is recorded: an adaptor over a pool gives one even
   using pool = new PoolResource();
   using limited = new LimitingAdaptor(pool, 64 * MiB);
   using history = recordMemoryHistory();
-  const p = limited.allocate(5000);
-  limited.deallocate(p, 5000);
+  const first = limited.allocate(5000); // maps the first page: in the baseline
+  const afterFirst = pool.reservedBytes;
+  const p = limited.allocate(3 * MiB); // maps more: a reserve event
+  limited.deallocate(p, 3 * MiB);
+  limited.deallocate(first, 5000);
   const calls = history.events().filter((e) => e.kind === 'alloc' || e.kind === 'free');
+  const top = resourceRecord(limited).id;
   assert.deepEqual(calls.map((e) => [e.kind, e.address, e.bytes, e.resource]), [
-    ['alloc', p, 5000, resourceRecord(limited).id],
-    ['free', p, 5000, resourceRecord(limited).id],
+    ['alloc', first, 5000, top], ['alloc', p, 3 * MiB, top], ['free', p, 3 * MiB, top], ['free', first, 5000, top],
   ]);
   // The reserve is the stack's (the pool below the adaptor maps the pages), under the adaptor's id.
   assert.ok(history.events().some((e) => e.kind === 'reserve' && e.resource === resourceRecord(limited).id));
@@ -82,7 +95,7 @@ test('only the outermost call is recorded: an adaptor over a pool gives one even
   const seen = history.seenResources();
   assert.deepEqual(seen.map((r) => r.className), ['LimitingAdaptor', 'PoolResource']);
   assert.equal(seen[0]!.upstream, seen[1]!.id);
-  assert.deepEqual(seen[0]!.baseline && { a: seen[0]!.baseline.allocatedBytes, r: seen[0]!.baseline.reservedBytes }, { a: 0, r: 0 });
+  assert.deepEqual(seen[0]!.baseline && { a: seen[0]!.baseline.allocatedBytes, r: seen[0]!.baseline.reservedBytes }, { a: 0, r: afterFirst });
 });
 
 function fromSiteA(pool: PoolResource): Ptr {

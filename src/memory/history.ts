@@ -7,8 +7,9 @@
  * `releaseCached`), for the outermost call only: the program's call on the top of a stack, not the
  * calls the stack makes to its upstreams. So every resource is recorded the same way, written once,
  * and an adaptor over a pool gives one event per allocation. Reserved bytes are followed the same
- * way: after each call the stack's reserving resource (the first in its upstream chain that
- * reports `reservedBytes`) is read, and a change is a `reserve` or `release` event.
+ * way: after each allocation and `releaseCached` the stack's reserving resource (the first in its
+ * upstream chain that reports `reservedBytes`) is read, and a change is a `reserve` or `release`
+ * event (frees are not read: resources give memory back in releaseCached or while growing).
  *
  * Cost, with stacks off: no object is made per event; an event is seven writes into typed arrays,
  * a time read from shared memory (`history-clock.ts`: a clock read would cost more than the whole
@@ -142,11 +143,15 @@ let lastResource: MemoryResource | null = null;
 let lastRecord: ResourceRecord | null = null;
 let lastHistory: MemoryHistory | null = null;
 
-/** Looks `mr` up, takes its stack's baseline if its device's history has not seen it, and caches both. */
-function lookUp(mr: MemoryResource): void {
+/**
+ * Looks `mr` up after its outermost call, takes its stack's baseline if its device's history has
+ * not seen it, and caches both. `allocatedChange` is what the call did to the stack's allocated
+ * bytes (+bytes for an allocation, -bytes for a free), so the baseline is from before it.
+ */
+function lookUp(mr: MemoryResource, allocatedChange: number): void {
   const record = resourceRecord(mr);
   const history = (record.device >= 0 ? recorders[record.device] : undefined) ?? null;
-  if (history !== null && record.seenBy !== history) history.firstSight(record, mr);
+  if (history !== null && record.seenBy !== history) history.firstSight(record, mr, allocatedChange);
   lastResource = mr;
   lastRecord = record;
   lastHistory = history;
@@ -159,23 +164,20 @@ function forgetLast(): void {
 }
 
 const dispatcher: AllocationObserver = {
-  entering(mr) {
-    if (mr !== lastResource) lookUp(mr);
-  },
   allocated(mr, ptr, bytes, handle) {
-    if (mr !== lastResource) lookUp(mr);
+    if (mr !== lastResource) lookUp(mr, bytes);
     lastHistory?.add(ALLOC, lastRecord!, ptr, bytes, handle);
   },
   deallocated(mr, ptr, bytes, handle) {
-    if (mr !== lastResource) lookUp(mr);
+    if (mr !== lastResource) lookUp(mr, -bytes);
     lastHistory?.add(FREE, lastRecord!, ptr, bytes, handle);
   },
   failed(mr, bytes, handle) {
-    if (mr !== lastResource) lookUp(mr);
+    if (mr !== lastResource) lookUp(mr, 0);
     lastHistory?.add(OOM, lastRecord!, Number.NaN, bytes, handle);
   },
   releasedCache(mr) {
-    if (mr !== lastResource) lookUp(mr);
+    if (mr !== lastResource) lookUp(mr, 0);
     lastHistory?.reserveReleased(lastRecord!);
   },
 };
@@ -201,18 +203,17 @@ export class MemoryHistory {
   /** When recording started, in milliseconds on the `performance.now()` clock. */
   readonly startTime: number;
   #recording = true;
-  #recorded = 0;
-  /** The latest event's time: the clock thread may lag by a tick, and times must not step back. */
-  #lastTime = 0;
-  #next = 0;
+  /** Where the next event goes: its first number's index in `#ring` (a multiple of SLOTS). */
+  #offset = 0;
+  /** How many times the ring was filled: with `#offset`, the count of events ever recorded. */
+  #wraps = 0;
   readonly #clock: TickingClock;
   /** The clock's shared time, read inline by `add`. */
   readonly #time: Float64Array;
   /**
    * The events, SLOTS numbers each: kind + 8 * resource id, address (NaN: none), bytes, stream,
    * time, stack id (-1: none). One array rather than one per field: an event is then one field
-   * load and one bounds check, not seven (measured: the difference between 2.1 and 1.x times the
-   * pool's hit pair).
+   * load and one bounds check, not seven.
    */
   readonly #ring: Float64Array;
   /** Raw stack text to id: the one lookup a repeated site costs. */
@@ -232,8 +233,8 @@ export class MemoryHistory {
     this.#ring = new Float64Array(maxEntries * SLOTS);
     this.#clock = new TickingClock();
     this.#time = this.#clock.time;
-    this.startTime = performance.now();
-    this.#lastTime = this.startTime; // the worker's time may lag by a tick: no event before the start
+    // The clock's own time, not performance.now(): it may lag by a tick, and no event may come before the start.
+    this.startTime = this.#time[0]!;
   }
 
   /** Whether it is still recording. */
@@ -243,12 +244,12 @@ export class MemoryHistory {
 
   /** Events ever recorded, dropped ones included. */
   get recorded(): number {
-    return this.#recorded;
+    return this.#wraps * this.maxEntries + this.#offset / SLOTS;
   }
 
   /** Events the ring dropped: `recorded` minus the events kept. */
   get dropped(): number {
-    return Math.max(0, this.#recorded - this.maxEntries);
+    return Math.max(0, this.recorded - this.maxEntries);
   }
 
   /**
@@ -286,8 +287,8 @@ export class MemoryHistory {
    * ```
    */
   events(): HistoryEvent[] {
-    const n = Math.min(this.#recorded, this.maxEntries);
-    const first = this.#recorded > this.maxEntries ? this.#next : 0;
+    const n = Math.min(this.recorded, this.maxEntries);
+    const first = this.#wraps > 0 ? this.#offset / SLOTS : 0;
     const out: HistoryEvent[] = new Array<HistoryEvent>(n);
     const ring = this.#ring;
     for (let k = 0; k < n; k++) {
@@ -367,11 +368,14 @@ export class MemoryHistory {
   }
 
   /**
-   * Takes the baseline of a stack first seen by this history, before its first recorded call.
+   * Takes the baseline of a stack first seen by this history, just after its first recorded call
+   * (the base class tells the history after a call, not before: one call less per allocation):
+   * allocated bytes from before that call (`allocatedChange` taken out), reserved bytes from after
+   * it, so a growth the call made is in the baseline rather than a `reserve` event.
    *
    * @internal
    */
-  firstSight(record: ResourceRecord, mr: MemoryResource): void {
+  firstSight(record: ResourceRecord, mr: MemoryResource, allocatedChange: number): void {
     record.seenBy = this;
     // The stack below it too, so a snapshot can name every resource of a stack after it is gone.
     for (let r: ResourceRecord | null = record, m: MemoryResource | undefined = mr; r !== null && !this.#seenIds.has(r.id);) {
@@ -382,9 +386,10 @@ export class MemoryHistory {
     }
     const source = record.reserveSource;
     record.lastReserved = source === null ? 0 : source.reservedBytes;
+    const allocated = mr.memoryFigures()?.allocatedBytes.value;
     record.baseline = {
-      time: this.#now(),
-      allocatedBytes: mr.memoryFigures()?.allocatedBytes.value ?? null,
+      time: this.#time[0]!,
+      allocatedBytes: allocated === undefined ? null : allocated - allocatedChange,
       reservedBytes: source === null ? null : record.lastReserved,
     };
   }
@@ -398,28 +403,27 @@ export class MemoryHistory {
   add(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
     // Small, so V8 inlines it into the resource's allocate and deallocate: a double passed to a
     // call that is not inlined is boxed, an allocation per event (measured: `add` written out
-    // with the stack and reserve cases was 417 bytes of bytecode, over the inlining budget, and
-    // recording cost 2.1 times the pool's hit pair). The rare cases are in `#addWith`.
-    let time = this.#time[0]!;
-    if (time < this.#lastTime) time = this.#lastTime;
-    else this.#lastTime = time;
+    // with the stack and reserve cases was 417 bytes of bytecode, over the inlining budget). The
+    // rare cases are in `#addWith`. Reserved bytes are read at allocations only: resources give
+    // memory back in releaseCached (recorded there) or while they grow, not when a block is freed.
+    const time = this.#time[0]!;
     const source = record.reserveSource;
-    if (this.stacks || (source !== null && source.reservedBytes !== record.lastReserved)) {
+    if (this.stacks || (kind !== FREE && source !== null && source.reservedBytes !== record.lastReserved)) {
       this.#addWith(kind, record, address, bytes, stream, time);
       return;
     }
     this.#write(kind + 8 * record.id, address, bytes, stream, time, -1);
   }
 
-  /** `add` with a call stack to capture or a change of reserved bytes to record beside the event. */
+  /** `add` with a call stack to capture or a change of reserved bytes to record before the event. */
   #addWith(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number, time: number): void {
     const stack = this.stacks ? this.#stackId() : -1;
     const source = record.reserveSource;
-    const reserved = source === null ? 0 : source.reservedBytes;
-    // A reserve comes before the block it made room for; a release after the block it freed.
-    if (kind !== FREE && reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
+    if (kind !== FREE && source !== null) {
+      const reserved = source.reservedBytes;
+      if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
+    }
     this.#write(kind + 8 * record.id, address, bytes, stream, time, stack);
-    if (kind === FREE && reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
     if (stack >= 0) {
       if (kind === ALLOC) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
       else if (kind === FREE) this.#live.delete(address);
@@ -428,17 +432,20 @@ export class MemoryHistory {
 
   /** Writes one event at the ring's next slot. */
   #write(kindAndResource: number, address: number, bytes: number, stream: number, time: number, stack: number): void {
-    const i = this.#next;
     const ring = this.#ring;
-    const o = i * SLOTS;
+    const o = this.#offset;
     ring[o] = kindAndResource;
     ring[o + 1] = address;
     ring[o + 2] = bytes;
     ring[o + 3] = stream;
     ring[o + 4] = time;
     ring[o + 5] = stack;
-    this.#next = i + 1 === this.maxEntries ? 0 : i + 1;
-    this.#recorded += 1;
+    if (o + SLOTS === ring.length) {
+      this.#offset = 0;
+      this.#wraps += 1;
+    } else {
+      this.#offset = o + SLOTS;
+    }
   }
 
   /**
@@ -450,14 +457,7 @@ export class MemoryHistory {
     const source = record.reserveSource;
     if (source === null) return;
     const reserved = source.reservedBytes;
-    if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, 0, this.#now());
-  }
-
-  /** The time now, never before the last event's. */
-  #now(): number {
-    const time = this.#time[0]!;
-    if (time > this.#lastTime) this.#lastTime = time;
-    return this.#lastTime;
+    if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, 0, this.#time[0]!);
   }
 
   /** Records the reserve or release that took the stack's reserved bytes to `reserved`. */

@@ -34,8 +34,6 @@ export { defaultStream, type StreamRef } from '../stream.js';
  * @internal
  */
 export interface AllocationObserver {
-  /** An outermost allocate, deallocate or releaseCached of `resource` begins (its arguments checked). */
-  entering(resource: MemoryResource): void;
   /** `resource.allocate(bytes)` on stream `handle` returned `ptr`. */
   allocated(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
   /** `resource.deallocate(ptr, bytes)` on stream `handle` returned. */
@@ -149,7 +147,6 @@ export abstract class MemoryResource {
     // every resource can count what reached its caller without a cost on the common path.
     // `nesting` tells the outermost call (the program's) from a resource's call to its upstream:
     // only that one is recorded, and only its out-of-memory error is the program's.
-    if (observer !== null && nesting === 0) observer.entering(this);
     let ptr: Ptr;
     nesting += 1;
     try {
@@ -247,7 +244,6 @@ export abstract class MemoryResource {
       this.doDeallocate(ptr, bytes, handle, stream);
       return;
     }
-    if (nesting === 0) observer.entering(this);
     nesting += 1;
     try {
       this.doDeallocate(ptr, bytes, handle, stream);
@@ -268,7 +264,6 @@ export abstract class MemoryResource {
   releaseCached(): number {
     if (this.#destroyed) throw this.destroyedError();
     if (observer === null) return this.doReleaseCached();
-    if (nesting === 0) observer.entering(this);
     nesting += 1;
     let released: number;
     try {

@@ -157,13 +157,19 @@ export interface SnapshotSegment {
  */
 export type ResourceStatus = 'active' | 'destroyed' | 'collected';
 
-/** The figures of a stack when the history first saw it, the start of its time series. */
+/**
+ * The figures of a stack when the history first saw it, the start of its time series: start
+ * from these and apply the stack's events, its first one included. Taken just after the stack's
+ * first recorded call (the history is told after a call, not before: one call less on the hit
+ * path), so the allocated bytes are from before that call, and the reserved bytes from after it:
+ * a growth the first call made is in the baseline rather than a `reserve` event.
+ */
 export interface SnapshotBaseline {
   /** When, in milliseconds on the snapshot's clock. */
   readonly time: number;
-  /** The stack's allocated bytes then; `null` where the stack does not count them. */
+  /** The stack's allocated bytes before its first recorded call; `null` where the stack does not count them. */
   readonly allocatedBytes: number | null;
-  /** The stack's reserved bytes then; `null` where the stack does not know them. */
+  /** The stack's reserved bytes after its first recorded call; `null` where the stack does not know them. */
   readonly reservedBytes: number | null;
 }
 
