@@ -14,6 +14,8 @@ export { getBackend, setBackend, backendFallbackReason } from './backend/select.
 export { EmulatedBackend } from './backend/emulated.js';
 export type {
   Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory, MemLocation,
+  ModuleImage, EmulatedKernels, EmulatedKernel, EmulatedLaunch, EmulatedMemory, FunctionAttributes, KernelLimits,
+  ParamType, ScalarParam, KernelParams, ParamSlot,
 } from './backend/backend.js';
 export { MemPoolAttribute } from './backend/backend.js';
 export type { EmulatedBackendOptions } from './backend/emulated.js';
@@ -104,6 +106,18 @@ export type { Lane, OrderEvents } from './memory/stream-order.js';
 export { getCurrentResource, setCurrentResource, emptyCache } from './memory/current.js';
 export { memoryStats, resetPeakStats, memorySummary } from './memory/memory-stats.js';
 export type { MemoryStats, CurrentAndPeak } from './memory/memory-stats.js';
+export { recordMemoryHistory, memoryHistory, MemoryHistory } from './memory/history.js';
+export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from './memory/history.js';
+export { memorySnapshot } from './memory/snapshot.js';
+export type { SnapshotOptions } from './memory/snapshot.js';
+export { SNAPSHOT_VERSION } from './memory/snapshot-format.js';
+export type {
+  MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, BlockState, SnapshotBlock, SegmentKind,
+  SnapshotPages, SnapshotSegment, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory,
+  SnapshotTriggerKind, SnapshotError, SnapshotTrigger,
+} from './memory/snapshot-format.js';
+export { onOutOfMemory, OOM_SNAPSHOT_VARIABLE } from './memory/out-of-memory-observer.js';
+export type { OutOfMemoryEvent } from './memory/out-of-memory-observer.js';
 export {
   ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,
 } from './memory/default-resource.js';
@@ -139,8 +153,35 @@ export type { LogSink, LoggingOptions } from './memory/logging.js';
 export { RetryOnOutOfMemory } from './memory/out-of-memory.js';
 export type { RetryOptions } from './memory/out-of-memory.js';
 
+// Kernels: CUDA C++ compiled at run time (NVRTC, a disk cache) or loaded; checked launches; built-in array operations
+export { Module, CompileError, NvrtcUnavailableError, compileStatistics, nvrtcAvailable } from './kernels/module.js';
+export type { CompileOptions, LoadOptions, CompileStatistics } from './kernels/module.js';
+export { Kernel } from './kernels/kernel.js';
+export type { LaunchConfig, Dim3 } from './kernels/launch-config.js';
+export type { Signature, ArgsOf, ArgOf, PointerArg } from './kernels/signature.js';
+export type { SuggestedBlockSize } from './kernels/occupancy.js';
+export { threadCount } from './kernels/emulated-kernel.js';
+export { kernelCacheDirectory } from './kernels/compile-cache.js';
+export { NvrtcError } from './cuda/nvrtc.js';
+export { arange, ascontiguous, astype, elementwise, map, zipWith, fill, dot, max, min, sum } from './kernels/ops/index.js';
+export type { ElementwiseValues, MapOptions, OpOptions, DotOptions, ReduceOptions } from './kernels/ops/index.js';
+
 // Allocation logs and their replay
 export { parseAllocationLog, readAllocationLog, TraceParseError } from './replay/parse.js';
 export type { AllocationTrace, TraceEvent, TraceAction, TraceSummary } from './replay/parse.js';
 export { replay, ReplayError } from './replay/engine.js';
-export type { ReplayResult, ReplayOptions, ReplayPass, ReservedSource, GrowthFigures } from './replay/engine.js';
+export type {
+  ReplayResult, ReplayOptions, ReplayPass, ReservedSource, GrowthFigures, ReplayTimeline, PeakBlock,
+} from './replay/engine.js';
+
+// Reports: one self-contained HTML file (uPlot inlined) from a replay, a bench run or a memory snapshot
+export { renderReport } from './report/html.js';
+export { replayReport } from './report/replay-report.js';
+export type { ReplayReportInput, ReplayReportStack } from './report/replay-report.js';
+export { benchReport } from './report/bench-report.js';
+export type { BenchReportInput, BenchFigure, BenchSkipped } from './report/bench-report.js';
+export { snapshotReport } from './report/snapshot-report.js';
+export type {
+  Report, ReportSection, PlotSection, PlotSeries, PlotAxis, ValueUnit, MemoryMapSection, MapSegment, MapBlock, MapSite,
+  TableSection,
+} from './report/report.js';
