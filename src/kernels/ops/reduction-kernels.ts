@@ -135,13 +135,16 @@ function fromAccC(out: ScalarName, a: string): string {
   return `(${kernelScalar[out].storage})(${a})`;
 }
 
+// Every operand of VRAM_COMBINE goes through a variable first: the macro names its second operand
+// up to three times, behind || and ?:, and a shuffle written there ran on part of the warp only
+// (min and max hung on an H100 that way).
 const BLOCK_REDUCE = [
-  '  for (int o = 16; o > 0; o >>= 1) acc = VRAM_COMBINE(acc, __shfl_down_sync(0xffffffffu, acc, o));',
+  '  for (int o = 16; o > 0; o >>= 1) { const ACC_T other = __shfl_down_sync(0xffffffffu, acc, o); acc = VRAM_COMBINE(acc, other); }',
   '  if ((threadIdx.x & 31) == 0) warp[threadIdx.x >> 5] = acc;',
   '  __syncthreads();',
   '  if (threadIdx.x < 32) {',
   '    acc = threadIdx.x < (blockDim.x >> 5) ? warp[threadIdx.x] : VRAM_IDENTITY;',
-  '    for (int o = 16; o > 0; o >>= 1) acc = VRAM_COMBINE(acc, __shfl_down_sync(0xffffffffu, acc, o));',
+  '    for (int o = 16; o > 0; o >>= 1) { const ACC_T other = __shfl_down_sync(0xffffffffu, acc, o); acc = VRAM_COMBINE(acc, other); }',
   '  }',
 ];
 
@@ -157,6 +160,7 @@ function kernelC(op: ReduceOp, dtype: ScalarName): string {
   return [
     combineC(op),
     `#define VRAM_IDENTITY (${identityC(op, accName)})`,
+    `typedef ${acc} ACC_T;`,
     `extern "C" __global__ void __launch_bounds__(${REDUCE_BLOCK}) ${name}(const ${t}* a, VramLayout ai, VramLayout ao, const ${t}* b, VramLayout bi,`,
     `    long long m, long long k, int split, ${out}* out, ${acc}* partials) {`,
     `  __shared__ ${acc} warp[${REDUCE_BLOCK / 32}];`,
@@ -172,11 +176,11 @@ function kernelC(op: ReduceOp, dtype: ScalarName): string {
     '        va.raw = ((const uint4*)a)[c];',
     ...(op === 'dot' ? ['        vb.raw = ((const uint4*)b)[c];'] : []),
     '#pragma unroll',
-    `        for (int j = 0; j < ${lanes}; ++j) acc = VRAM_COMBINE(acc, ${elem('va.e[j]', 'vb.e[j]')});`,
+    `        for (int j = 0; j < ${lanes}; ++j) { const ACC_T v = ${elem('va.e[j]', 'vb.e[j]')}; acc = VRAM_COMBINE(acc, v); }`,
     '      }',
     `      start = chunks * ${lanes};`,
     '    }',
-    `    for (long long i = start + t; i < k; i += step) acc = VRAM_COMBINE(acc, ${elem('a[vram_offset(ai, i)]', 'b[vram_offset(bi, i)]')});`,
+    `    for (long long i = start + t; i < k; i += step) { const ACC_T v = ${elem('a[vram_offset(ai, i)]', 'b[vram_offset(bi, i)]')}; acc = VRAM_COMBINE(acc, v); }`,
     ...BLOCK_REDUCE.map((l) => `  ${l}`),
     '    if (threadIdx.x == 0) partials[blockIdx.x] = acc;',
     '    return;',
@@ -184,7 +188,7 @@ function kernelC(op: ReduceOp, dtype: ScalarName): string {
     '  for (long long row = blockIdx.x; row < m; row += gridDim.x) {',
     '    const long long base = vram_offset(ao, row);',
     '    acc = VRAM_IDENTITY;',
-    `    for (long long j = threadIdx.x; j < k; j += blockDim.x) acc = VRAM_COMBINE(acc, ${elem('a[base + vram_offset(ai, j)]', 'b[vram_offset(bi, j)]')});`,
+    `    for (long long j = threadIdx.x; j < k; j += blockDim.x) { const ACC_T v = ${elem('a[base + vram_offset(ai, j)]', 'b[vram_offset(bi, j)]')}; acc = VRAM_COMBINE(acc, v); }`,
     ...BLOCK_REDUCE.map((l) => `  ${l}`),
     `    if (threadIdx.x == 0) out[row] = ${fromAccC(resultDtype(op, dtype), 'acc')};`,
     '    __syncthreads();',
@@ -193,7 +197,7 @@ function kernelC(op: ReduceOp, dtype: ScalarName): string {
     `extern "C" __global__ void __launch_bounds__(${REDUCE_BLOCK}) ${name}_finish(const ${acc}* partials, long long g, ${out}* out) {`,
     `  __shared__ ${acc} warp[${REDUCE_BLOCK / 32}];`,
     `  ${acc} acc = VRAM_IDENTITY;`,
-    '  for (long long j = threadIdx.x; j < g; j += blockDim.x) acc = VRAM_COMBINE(acc, partials[j]);',
+    '  for (long long j = threadIdx.x; j < g; j += blockDim.x) { const ACC_T v = partials[j]; acc = VRAM_COMBINE(acc, v); }',
     ...BLOCK_REDUCE,
     `  if (threadIdx.x == 0) out[0] = ${fromAccC(resultDtype(op, dtype), 'acc')};`,
     '}',
