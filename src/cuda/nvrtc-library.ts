@@ -73,7 +73,7 @@ function entries(dir: string, pattern: RegExp): string[] {
  * nvrtcCandidates({ VRAM_LIBNVRTC: '/opt/nvrtc/libnvrtc.so.13' })[0]; // '/opt/nvrtc/libnvrtc.so.13'
  * ```
  */
-export function nvrtcCandidates(env: NodeJS.ProcessEnv = process.env): string[] {
+export function nvrtcCandidates(env: Readonly<Record<string, string | undefined>> = process.env): string[] {
   const candidates: string[] = [];
   const explicit = env.VRAM_LIBNVRTC;
   if (explicit !== undefined && explicit !== '') candidates.push(explicit);
@@ -114,7 +114,7 @@ export function nvrtcCandidates(env: NodeJS.ProcessEnv = process.env): string[] 
  * const { path } = openNvrtcLibrary();
  * ```
  */
-export function openNvrtcLibrary(env: NodeJS.ProcessEnv = process.env): NvrtcLibrary {
+export function openNvrtcLibrary(env: Readonly<Record<string, string | undefined>> = process.env): NvrtcLibrary {
   const failures: string[] = [];
   for (const path of nvrtcCandidates(env)) {
     try {

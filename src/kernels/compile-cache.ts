@@ -48,7 +48,7 @@ const FORMAT = 1;
  * kernelCacheDirectory({ VRAM_CACHE_DIR: '/tmp/vram' }); // '/tmp/vram/kernels'
  * ```
  */
-export function kernelCacheDirectory(env: NodeJS.ProcessEnv = process.env): string {
+export function kernelCacheDirectory(env: Readonly<Record<string, string | undefined>> = process.env): string {
   const explicit = env.VRAM_CACHE_DIR;
   if (explicit !== undefined && explicit !== '') return join(explicit, 'kernels');
   const xdg = env.XDG_CACHE_HOME;
