@@ -1,15 +1,15 @@
 /**
  * The memory history's clock: a time an event can read for about a nanosecond. A clock read in
  * Node costs 50-60 ns (performance.now() 63 ns, Date.now() 62 ns, process.hrtime.bigint() 85 ns
- * on this project's CI machine; a pair of hrtime.bigint reads 57 ns on the H100 host, in
- * bench/results), more than the pool's whole allocate+free hit pair (36-43 ns): stamping each
- * event with one would make recording cost 3.5 times the pair. So a worker thread reads the clock
+ * on a 2-core development VM; a pair of hrtime.bigint reads 57 ns on the H100 host, in
+ * bench/results), more than the pool's whole allocate+free hit pair (36-43 ns there): stamping
+ * each event with one would make recording cost 3.5 times the pair. So a worker thread reads the clock
  * every 0.25 ms and stores it in shared memory, and an event reads that number: times are good to
  * about a quarter of a millisecond (more on a machine whose cores are all busy), order is exact
  * (events are kept in order), and the time keeps moving while the main thread runs a long
  * synchronous loop, as a timer on the main thread's event loop would not. The tick is a trade:
- * the worker costs 16% of a core at 0.1 ms, 12% at 0.25 ms, 5% at 1 ms (measured here, process
- * CPU time over a second of idle main thread).
+ * the worker costs 16% of a core at 0.1 ms, 12% at 0.25 ms, 5% at 1 ms (process CPU time over a
+ * second of idle main thread, on the development VM).
  */
 import { Worker } from 'node:worker_threads';
 import { VramError } from '../errors.js';
