@@ -132,6 +132,9 @@ test('stacks: one id per allocating site, its frames the program\'s (not vram\'s
   assert.deepEqual([...history.liveBlocks().keys()], [b]);
   assert.deepEqual(history.largestLiveSites(5).map((s) => s.bytes), [512]);
   pool.deallocate(b, 512);
+  const frees = history.events().filter((e) => e.kind === 'free');
+  assert.equal(frees.length, 4);
+  assert.ok(frees.every((e) => e.stack === null), 'frees are not captured (where memory is held is the question)');
 });
 
 test('the ring keeps the latest maxEntries events in order and counts the dropped ones', () => {

@@ -11,11 +11,13 @@
  * upstream chain that reports `reservedBytes`) is read, and a change is a `reserve` or `release`
  * event (frees are not read: resources give memory back in releaseCached or while growing).
  *
- * Cost, with stacks off: no object is made per event; an event is seven writes into typed arrays,
- * a time read from shared memory (`history-clock.ts`: a clock read would cost more than the whole
- * hit pair) and a read of the stack's reserved bytes. With stacks on, each event captures the
- * call stack as V8 formats it (microseconds); a site seen before costs one Map lookup on the raw
- * stack text, and frames are cleaned once per distinct site.
+ * Cost, with stacks off: no object is made per event; an event is six numbers written into one
+ * Float64Array, a time read from shared memory (`history-clock.ts`: a clock read would cost more
+ * than the whole hit pair) and, at allocations, a read of the stack's reserved bytes: 1.7-1.8
+ * times the pool's hit pair on an H100 host (bench/results/h100-2026-11-22-history.md). With
+ * stacks on, each alloc and oom event captures the call stack as V8 formats it (tens of
+ * microseconds); a site seen before costs one Map lookup on the raw stack text, and frames are
+ * cleaned once per distinct site.
  */
 import { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
@@ -33,7 +35,11 @@ export interface HistoryOptions {
    * drops the oldest. Its array is made at once, 48 bytes an event (4.8 MB by default).
    */
   readonly maxEntries?: number;
-  /** Capture the call stack of each alloc, free and out-of-memory event (microseconds each); off by default. */
+  /**
+   * Capture the call stack of each alloc and out-of-memory event (tens of microseconds each,
+   * measured on an H100 host: bench/results); off by default. Frees are not captured: where the
+   * memory is held is the question, and a stack would double the cost.
+   */
   readonly stacks?: boolean;
   /** The device whose resources are recorded (device 0 by default). */
   readonly device?: Device | number;
@@ -417,17 +423,15 @@ export class MemoryHistory {
 
   /** `add` with a call stack to capture or a change of reserved bytes to record before the event. */
   #addWith(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number, time: number): void {
-    const stack = this.stacks ? this.#stackId() : -1;
+    const stack = this.stacks && kind !== FREE ? this.#stackId() : -1;
     const source = record.reserveSource;
     if (kind !== FREE && source !== null) {
       const reserved = source.reservedBytes;
       if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
     }
     this.#write(kind + 8 * record.id, address, bytes, stream, time, stack);
-    if (stack >= 0) {
-      if (kind === ALLOC) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
-      else if (kind === FREE) this.#live.delete(address);
-    }
+    if (kind === ALLOC && stack >= 0) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
+    else if (kind === FREE && this.stacks) this.#live.delete(address);
   }
 
   /** Writes one event at the ring's next slot. */

@@ -62,7 +62,7 @@ export interface HistoryEvent {
   readonly time: number;
   /** The id (in `MemorySnapshot.resources`) of the resource the caller called: the stack's top. */
   readonly resource: number;
-  /** The id (in `MemorySnapshot.stacks`) of the caller's call stack; `null` when stacks were off. */
+  /** The id (in `MemorySnapshot.stacks`) of the caller's call stack (alloc, oom); `null` for the other kinds, or when stacks were off. */
   readonly stack: number | null;
 }
 
