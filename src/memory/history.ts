@@ -13,7 +13,7 @@
  *
  * Cost, with stacks off: no object is made per event; an event is six numbers written into one
  * Float64Array, a time read from shared memory (`history-clock.ts`: a clock read would cost more
- * than the whole hit pair) and, at allocations, a read of the stack's reserved bytes: 1.7-1.8
+ * than the whole hit pair) and, at allocations, a read of the stack's reserved bytes: 1.65-1.82
  * times the pool's hit pair on an H100 host (bench/results/h100-2026-11-22-history.md). With
  * stacks on, each alloc and oom event captures the call stack as V8 formats it (tens of
  * microseconds); a site seen before costs one Map lookup on the raw stack text, and frames are
