@@ -2,8 +2,9 @@
  * The HTML reports in a real browser: Debian's `chromium`, driven by puppeteer-core, loads each
  * file the CLI writes (replay of the bert trace, bench, the out-of-memory example's snapshot)
  * from disk, and the test checks that it asked for nothing over the network, logged no error, and
- * drew every plot with its series, points and axis labels; then saves a screenshot to
- * docs/images/ (the README shows them). A 150,000-event replay timeline is loaded too, and its
+ * drew every plot with its series, points and axis labels; then saves a screenshot: to
+ * docs/images/ (the README shows them) under `npm run screenshots` (VRAM_UPDATE_SCREENSHOTS=1), else
+ * to a temporary folder, so `npm test` leaves the working tree as it found it. A 150,000-event replay timeline is loaded too, and its
  * time to first render and to redraw a zoom are reported (as diagnostics, not asserted: speed
  * targets belong in benchmarks). Skipped, saying why, where no browser is installed.
  */
@@ -20,7 +21,12 @@ import { mulberry32 } from '../src/util/random.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const bin = join(root, 'bin/vram.js');
-const images = join(root, 'docs/images');
+const images = process.env.VRAM_UPDATE_SCREENSHOTS === '1'
+  ? join(root, 'docs/images')
+  : mkdtempSync(join(tmpdir(), 'vram-screenshots-'));
+after(() => {
+  if (process.env.VRAM_UPDATE_SCREENSHOTS !== '1') rmSync(images, { recursive: true, force: true });
+});
 
 /** The browser: PUPPETEER_EXECUTABLE_PATH (puppeteer's own variable), else Debian's and others' usual paths. */
 const chromium = [process.env.PUPPETEER_EXECUTABLE_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome']
