@@ -16,6 +16,7 @@ import { MemoryResource } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
+import { createStack, type StackOptions } from '../src/replay/stacks.js';
 import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 
 // resnet50_train peaks at 5.4 GiB live: give an emulated device room for it (its memory is lazily
@@ -249,6 +250,25 @@ describe('replay of the real traces', () => {
       }
     });
   }
+
+  it('createStack passes extentSize to the pool: fewer driver calls on the first pass, and it says so', () => {
+    const calls = (options: StackOptions): { calls: number; notes: readonly string[] } => {
+      const stack = createStack('pool', bert, options);
+      try {
+        const result = replay(bert, stack.resource, { ...(stack.growth ? { growth: stack.growth } : {}) });
+        const growth = result.passes[0]?.growth;
+        assert.ok(growth, 'the pool reports its growth');
+        return { calls: Object.values(growth.driverCalls).reduce((sum, n) => sum + n, 0), notes: stack.notes };
+      } finally {
+        stack.close();
+      }
+    };
+    const plain = calls({});
+    const extents = calls({ extentSize: 64 * 2 ** 20 });
+    assert.deepEqual(plain.notes, []);
+    assert.deepEqual(extents.notes, [`extentSize ${64 * 2 ** 20} bytes`]);
+    assert.ok(extents.calls < plain.calls, `64 MiB extents: ${extents.calls} driver calls against ${plain.calls}`);
+  });
 });
 
 describe('vram replay', () => {
@@ -270,6 +290,8 @@ describe('vram replay', () => {
       assert.equal(await replayCommand([good, '--resource', 'all']), 0);
       assert.equal(await replayCommand([good, '-r', 'pool', '-r', 'async', '--repeat', '3']), 0);
       for (const bad of ['0', '-1', '1.5', 'x', '1001']) assert.equal(await replayCommand([good, '--repeat', bad]), 2, `--repeat ${bad}`);
+      assert.equal(await replayCommand([good, '-r', 'pool', '-r', 'binning', '--extent-size', '64M']), 0);
+      for (const bad of ['0', '-1', 'x', '']) assert.equal(await replayCommand([good, '--extent-size', bad]), 2, `--extent-size ${bad}`);
     } finally {
       process.stdout.write = quiet.stdout;
       process.stderr.write = quiet.stderr;

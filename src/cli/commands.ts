@@ -67,11 +67,12 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
   },
   {
     name: 'replay',
-    usage: `replay <trace.csv> [--resource NAME]... [--repeat N] [--per-op] [--device N] [--json] [--html FILE]`,
+    usage: `replay <trace.csv> [--resource NAME]... [--repeat N] [--extent-size SIZE] [--per-op] [--device N] [--json] [--html FILE]`,
     summary: 'replay an RMM allocation log through one or more resource stacks',
     options: [
       { flag: '--resource, -r NAME', meaning: `${STACK_NAMES.join(', ')} or all; repeat it or separate with commas (default all)` },
       { flag: '--repeat N', meaning: 'replay the trace N times back to back, 1 to 1000 (default 1), and report the first pass and the later ones apart' },
+      { flag: '--extent-size SIZE', meaning: 'the pool and binning stacks\' PoolResource extentSize: most bytes one physical allocation may span (default one 2 MiB page; larger grows faster at a higher peak)' },
       { flag: '--per-op', meaning: 'also time each operation alone (first pass) and report median allocate and free times' },
       { flag: '--device N', meaning: 'device ordinal (default 0)' },
       { flag: '--json', meaning: 'print the results as JSON' },

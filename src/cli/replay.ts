@@ -15,7 +15,8 @@ import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
-import { STACK_NAMES, createStack, isStackName, type StackName } from '../replay/stacks.js';
+import { STACK_NAMES, createStack, isStackName, type StackName, type StackOptions } from '../replay/stacks.js';
+import { parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
@@ -81,10 +82,10 @@ function capacityLine(capacity: EmulatedCapacity): string {
   }
 }
 
-function runOne(name: StackName, trace: AllocationTrace, device: number, perOp: boolean, repeat: number): Outcome {
+function runOne(name: StackName, trace: AllocationTrace, stackOptions: StackOptions, perOp: boolean, repeat: number): Outcome {
   let stack;
   try {
-    stack = createStack(name, trace, { device });
+    stack = createStack(name, trace, stackOptions);
   } catch (error) {
     return { stack: name, ok: false, notes: [], error: `could not create the stack: ${messageOf(error)}`, outOfMemory: isOutOfMemory(error) };
   }
@@ -174,9 +175,9 @@ function outcomeNotes(outcomes: readonly Outcome[]): string[] {
  * the timeline's readings.
  */
 function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined,
-  outcomes: readonly Outcome[], device: number): void {
+  outcomes: readonly Outcome[], stackOptions: StackOptions): void {
   const stacks = outcomes.filter((o) => o.ok).map((o) => {
-    const stack = createStack(o.stack, trace, { device });
+    const stack = createStack(o.stack, trace, stackOptions);
     try {
       const result = replay(trace, stack.resource, {
         timeline: true,
@@ -253,6 +254,7 @@ async function replayWith(args: string[]): Promise<number> {
     'per-op': { type: 'boolean', default: false },
     device: { type: 'string' },
     repeat: { type: 'string' },
+    'extent-size': { type: 'string' },
     html: { type: 'string' },
   }, true);
   if (positionals.length !== 1) {
@@ -266,6 +268,17 @@ async function replayWith(args: string[]): Promise<number> {
   if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) {
     throw new UsageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`, 'replay');
   }
+
+  let extentSize: number | undefined;
+  if (values['extent-size'] !== undefined) {
+    try {
+      extentSize = parseSize(values['extent-size'], '--extent-size');
+    } catch (error) {
+      throw new UsageError(messageOf(error), 'replay');
+    }
+    if (extentSize === 0) throw new UsageError('--extent-size must be at least one page (2M), got 0', 'replay');
+  }
+  const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
 
   const requested = (values.resource ?? ['all']).flatMap((r) => r.split(',')).map((r) => r.trim()).filter((r) => r !== '');
   const names: StackName[] = [];
@@ -290,7 +303,7 @@ async function replayWith(args: string[]): Promise<number> {
     return 1;
   }
   const { backend, capacity } = sizeEmulatedDevice(getBackend(), trace);
-  const outcomes = stacks.map((name) => runOne(name, trace, device, values['per-op'], repeat));
+  const outcomes = stacks.map((name) => runOne(name, trace, stackOptions, values['per-op'], repeat));
 
   if (values.json) {
     process.stdout.write(`${JSON.stringify({
@@ -305,7 +318,7 @@ async function replayWith(args: string[]): Promise<number> {
   for (const o of outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
   if (values.html !== undefined) {
     if (outcomes.some((o) => o.ok)) {
-      writeHtmlReport(values.html, trace, backend.name, capacity, outcomes, device);
+      writeHtmlReport(values.html, trace, backend.name, capacity, outcomes, stackOptions);
       process.stderr.write(`vram replay: report written to ${values.html}\n`);
     } else {
       process.stderr.write(`vram replay: no report written to ${values.html}: no stack replayed the trace\n`);

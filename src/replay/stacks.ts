@@ -47,6 +47,8 @@ export interface ReplayStack {
 export interface StackOptions {
   /** Device ordinal (0 by default). */
   readonly device?: number;
+  /** `PoolOptions.extentSize` of the `pool` and `binning` stacks' PoolResource (its default when omitted). */
+  readonly extentSize?: number;
 }
 
 /**
@@ -76,13 +78,15 @@ function dispose(resource: MemoryResource): void {
  *   documented estimate, since the driver reports nothing per allocation);
  * - `async`: AsyncResource over a new CUDA memory pool (its high-water marks are this replay's),
  *   release threshold at maximum so it caches like a warm pool; peak reserved = RESERVED_MEM_HIGH;
- * - `pool`: PoolResource with its default (virtual-memory) growth;
+ * - `pool`: PoolResource with its default (virtual-memory) growth, or `options.extentSize`;
  * - `binning`: BinningResource (power-of-two bins 2^18 .. 2^22) over a PoolResource; peak
  *   reserved is the pool's;
  * - `arena`: ArenaResource sized by `arenaSizeFor(trace peak live)`; a fixed reservation.
  */
 export function createStack(name: StackName, trace: AllocationTrace, options: StackOptions = {}): ReplayStack {
   const device = Device.get(options.device ?? 0);
+  const poolOptions = { device, ...(options.extentSize === undefined ? {} : { extentSize: options.extentSize }) };
+  const poolNotes = options.extentSize === undefined ? [] : [`extentSize ${options.extentSize} bytes`];
   switch (name) {
     case 'cuda': {
       const resource = new CudaResource(device);
@@ -97,17 +101,17 @@ export function createStack(name: StackName, trace: AllocationTrace, options: St
       };
     }
     case 'pool': {
-      const resource = new PoolResource({ device });
-      return { name, resource, growth: () => growthOf(resource), notes: [], close: () => resource.destroy() };
+      const resource = new PoolResource(poolOptions);
+      return { name, resource, growth: () => growthOf(resource), notes: poolNotes, close: () => resource.destroy() };
     }
     case 'binning': {
-      const pool = new PoolResource({ device });
+      const pool = new PoolResource(poolOptions);
       // RMM's replay benchmark bins: fixed-size bins of 256 KiB .. 4 MiB over the pool.
       const resource = new BinningResource(pool, { minSizeExponent: 18, maxSizeExponent: 22 });
       return {
         name, resource, peakReservedBytes: () => pool.peakReservedBytes,
         resetPeakReserved: () => pool.resetPeakReserved(), reservedBytes: () => pool.reservedBytes, growth: () => growthOf(pool),
-        notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them'],
+        notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them', ...poolNotes],
         close: () => { resource.destroy(); pool.destroy(); },
       };
     }
