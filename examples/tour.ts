@@ -4,8 +4,9 @@
  */
 import assert from 'node:assert/strict';
 import {
-  ArenaResource, Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, PoolResource, StatisticsAdaptor, Stream,
-  TrackingAdaptor, getBackend, parseAllocationLog, replay, setCurrentResource, transferStatistics,
+  ArenaResource, Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, Module, PoolResource, StatisticsAdaptor,
+  Stream, TrackingAdaptor, elementwise, getBackend, parseAllocationLog, replay, setCurrentResource, sum, threadCount,
+  transferStatistics,
 } from '../src/index.js';
 
 // 1. Devices: name, memory and the attributes a memory library needs.
@@ -90,4 +91,29 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   const result = replay(log, pool);
   console.log(`peak live ${result.peakLiveBytes} B, peak reserved ${result.peakReservedBytes} B`);
   pool.releaseCached();
+}
+
+// 8. Compute: built-in operations, and CUDA C of your own (the emulated backend runs the JavaScript beside it).
+{
+  using x = DeviceArray.from(new Float32Array([1, 2, 3, 4]));
+  using y = DeviceArray.from(new Float32Array([10, 20, 30, 40]));
+  elementwise('y = a * x + y', { x, y, a: 2 });
+  assert.equal(sum(y), 120);
+
+  using module = Module.compile(`
+    extern "C" __global__ void scale(float *v, float s, unsigned n) {
+      unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) v[i] *= s;
+    }`, {
+    emulated: {
+      scale: (launch) => {
+        const [ptr, s, n] = launch.args as [number, number, number];
+        const bytes = launch.memory.bytes(ptr, 4 * n);
+        const v = new Float32Array(bytes.buffer, bytes.byteOffset, n);
+        for (let i = 0; i < Math.min(n, threadCount(launch)); i++) v[i] = Math.fround(v[i]! * s);
+      },
+    },
+  });
+  module.kernel('scale', ['ptr', 'f32', 'u32']).launch({ grid: 1, block: 32 }, y, 0.5, 4);
+  console.log(`scaled: ${Array.from(y.toHost()).join(', ')}`);
 }
