@@ -12,6 +12,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { Ptr } from '../src/backend/backend.js';
 import { ArenaResource } from '../src/memory/arena.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
+import { FixedSizeResource } from '../src/memory/fixed-size.js';
 import { setCurrentResource } from '../src/memory/current.js';
 import { recordMemoryHistory, resourceRecord } from '../src/memory/history.js';
 import { LimitingAdaptor } from '../src/memory/limiting.js';
@@ -170,6 +171,25 @@ test('an arena: its region, its blocks, and a CudaResource: one segment per allo
     assert.deepEqual(s.blocks.map((b) => [b.address, b.bytes]), [[q, 3000]]);
   });
   cuda.deallocate(q, 3000);
+});
+
+test('a FixedSizeResource: one chunk segment cut into its blocks, live ones with their requested size', () => {
+  using pool = new PoolResource();
+  using fixed = new FixedSizeResource(pool, { blockSize: 64 * 1024, blocksToPreallocate: 4 });
+  const a = fixed.allocate(1000);
+  const b = fixed.allocate(64 * 1024);
+  withCurrent(fixed, () => {
+    const snapshot = validated(memorySnapshot());
+    const segments = resourceOf(snapshot, fixed).segments!;
+    assert.equal(segments.length, 1);
+    const [chunk] = segments;
+    assert.deepEqual([chunk!.kind, chunk!.bytes, chunk!.blocks.length], ['chunk', 4 * 64 * 1024, 4]);
+    assert.deepEqual(chunk!.blocks.filter((x) => x.state === 'live').map((x) => [x.address, x.requestedBytes]).sort((x, y) => x[0]! - y[0]!),
+      [[a, 1000], [b, 64 * 1024]].sort((x, y) => x[0]! - y[0]!));
+    assert.ok(chunk!.blocks.every((x, k) => x.address === chunk!.address + k * 64 * 1024 && x.bytes === 64 * 1024));
+  });
+  fixed.deallocate(a, 1000);
+  fixed.deallocate(b, 64 * 1024);
 });
 
 test('the ring overflowed: the snapshot says how many events were dropped; a destroyed stack keeps its id and label', () => {

@@ -11,6 +11,7 @@ import { alignUp, checkBytes } from '../validate.js';
 import { GRANULE } from './pool/free-list.js';
 import { StreamStacks, type StreamStack } from './pool/stream-stacks.js';
 import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from './resource.js';
+import type { SnapshotBlock, SnapshotSegment } from './snapshot-format.js';
 
 /** Options for a FixedSizeResource. */
 export interface FixedSizeOptions {
@@ -109,6 +110,25 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
     this.liveBytes.sub(bytes);
     this.liveBlocks.sub(1);
     this.free.push(ptr, h);
+  }
+
+  /**
+   * One `chunk` segment per chunk, cut into its blocks: live ones with the size asked for, the rest
+   * free (which stream's list holds a free block is not said: `stream` is null). Walks every block:
+   * for a snapshot, not the hot path.
+   */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    return this.chunks.map((chunk) => {
+      const blocks: SnapshotBlock[] = [];
+      for (let address = chunk.ptr; address < chunk.ptr + chunk.bytes; address += this.blockSize) {
+        const requested = this.live.get(address);
+        blocks.push({
+          address, bytes: this.blockSize, requestedBytes: requested ?? null,
+          state: requested === undefined ? 'free' : 'live', stream: null, stack: null,
+        });
+      }
+      return { address: chunk.ptr, bytes: chunk.bytes, kind: 'chunk', pages: null, blocks };
+    });
   }
 
   /**
