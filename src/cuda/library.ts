@@ -5,11 +5,47 @@
 import koffi from 'koffi';
 import type { LibraryHandle } from 'koffi';
 
-/** An opened driver library and where it came from. */
-export interface DriverLibrary {
+/** An opened shared library (the driver, NVRTC) and where it came from. */
+export interface LoadedLibrary {
   readonly lib: LibraryHandle;
   /** The path or name that loaded. */
   readonly path: string;
+}
+
+/** An opened driver library and where it came from. */
+export type DriverLibrary = LoadedLibrary;
+
+/**
+ * Loads the first of `candidates` that opens, or says why each did not ("not found" for a missing
+ * file, the loader's first line otherwise), for the error that lists them. Shared by the driver
+ * and NVRTC so both report a failed search the same way.
+ *
+ * @param candidates Paths or sonames, in the order to try them.
+ * @param refuse Says why a candidate must not be loaded at all (undefined to try it).
+ * @returns The library that loaded, or undefined, and the reason for each candidate that did not.
+ * @throws Never: load failures are collected.
+ * @example
+ * ```ts
+ * const { library, failures } = loadFirstLibrary(['libnvrtc.so.13', 'libnvrtc.so.12']);
+ * ```
+ */
+export function loadFirstLibrary(candidates: readonly string[], refuse: (path: string) => string | undefined = () => undefined):
+  { readonly library: LoadedLibrary | undefined; readonly failures: string[] } {
+  const failures: string[] = [];
+  for (const path of candidates) {
+    const refused = refuse(path);
+    if (refused !== undefined) {
+      failures.push(`${path} (${refused})`);
+      continue;
+    }
+    try {
+      return { library: { lib: koffi.load(path), path }, failures };
+    } catch (error) {
+      const message = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
+      failures.push(`${path} (${/no such file|cannot open shared object|not found/i.test(message) ? 'not found' : message})`);
+    }
+  }
+  return { library: undefined, failures };
 }
 
 /** Driver folders searched after the loader path, in order (Linux). Stub folders are never searched. */
@@ -25,7 +61,7 @@ const LINUX_DRIVER_DIRS: readonly string[] = [
  * The candidates to try, in order: `VRAM_LIBCUDA` when set, then the loader path, then the usual
  * driver folders. Exported so tests and error messages can show the same list.
  */
-export function driverCandidates(env: NodeJS.ProcessEnv = process.env, platform: NodeJS.Platform = process.platform): string[] {
+export function driverCandidates(env: Readonly<Record<string, string | undefined>> = process.env, platform: string = process.platform): string[] {
   const candidates: string[] = [];
   const explicit = env.VRAM_LIBCUDA;
   if (explicit !== undefined && explicit !== '') candidates.push(explicit);
@@ -47,21 +83,9 @@ function isStub(path: string): boolean {
  * Opens the first driver library that loads. Throws an Error listing every candidate and why it
  * failed, so "no GPU here" is easy to tell from "driver in an unusual place".
  */
-export function openDriverLibrary(env: NodeJS.ProcessEnv = process.env): DriverLibrary {
-  const candidates = driverCandidates(env);
-  const failures: string[] = [];
-  for (const path of candidates) {
-    if (isStub(path)) {
-      failures.push(`${path} (a CUDA toolkit stub, not a driver)`);
-      continue;
-    }
-    try {
-      return { lib: koffi.load(path), path };
-    } catch (error) {
-      const message = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
-      failures.push(`${path} (${/no such file|cannot open shared object|not found/i.test(message) ? 'not found' : message})`);
-    }
-  }
+export function openDriverLibrary(env: Readonly<Record<string, string | undefined>> = process.env): DriverLibrary {
+  const { library, failures } = loadFirstLibrary(driverCandidates(env), (path) => isStub(path) ? 'a CUDA toolkit stub, not a driver' : undefined);
+  if (library !== undefined) return library;
   const tried = failures.length > 0 ? failures.join(', ') : `nothing (no known driver location on ${process.platform})`;
   throw new Error(`cannot load the CUDA driver library; tried ${tried}. Set VRAM_LIBCUDA to the driver's libcuda.so.1 if it is elsewhere.`);
 }

@@ -5,16 +5,11 @@
  * compiles CUDA source does not need the toolkit at all.
  */
 import { existsSync, readdirSync } from 'node:fs';
-import koffi from 'koffi';
-import type { LibraryHandle } from 'koffi';
 import { NotSupportedError } from '../errors.js';
+import { loadFirstLibrary, type LoadedLibrary } from './library.js';
 
 /** An opened NVRTC library and where it came from. */
-export interface NvrtcLibrary {
-  readonly lib: LibraryHandle;
-  /** The path or name that loaded. */
-  readonly path: string;
-}
+export type NvrtcLibrary = LoadedLibrary;
 
 /**
  * NVRTC cannot be loaded: not installed, or not where vram looks. Built-in operations catch it to
@@ -115,14 +110,7 @@ export function nvrtcCandidates(env: Readonly<Record<string, string | undefined>
  * ```
  */
 export function openNvrtcLibrary(env: Readonly<Record<string, string | undefined>> = process.env): NvrtcLibrary {
-  const failures: string[] = [];
-  for (const path of nvrtcCandidates(env)) {
-    try {
-      return { lib: koffi.load(path), path };
-    } catch (error) {
-      const message = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
-      failures.push(`${path} (${/no such file|cannot open shared object|not found/i.test(message) ? 'not found' : message})`);
-    }
-  }
+  const { library, failures } = loadFirstLibrary(nvrtcCandidates(env));
+  if (library !== undefined) return library;
   throw new NvrtcUnavailableError(failures);
 }
