@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Every CUresult is checked: a failing call prints its name and the driver's error name, and exits. */
@@ -46,6 +47,23 @@ static inline CUdevice init_primary_context(void) {
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
   return dev;
+}
+
+/*
+ * Device memory as PoolResource makes it (pinned, on `dev`), read-write access for `dev`, and the
+ * allocation granularity (one page): what the virtual memory programs (vmm_*.c) map.
+ */
+static inline size_t vmm_setup(CUdevice dev, CUmemAllocationProp *prop, CUmemAccessDesc *access) {
+  size_t page;
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = dev;
+  CHECK(cuMemGetAllocationGranularity(&page, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  memset(access, 0, sizeof *access);
+  access->location = prop->location;
+  access->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return page;
 }
 
 #endif

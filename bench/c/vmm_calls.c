@@ -9,7 +9,6 @@
  *
  * usage: vmm_calls
  */
-#include <string.h>
 #include "common.h"
 
 #define ROUNDS 25
@@ -91,13 +90,7 @@ static void side_by_side(CUdeviceptr base, size_t n) {
 
 int main(void) {
   CUdevice dev = init_primary_context();
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
-  CHECK(cuMemGetAllocationGranularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-  access_desc.location = prop.location;
-  access_desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  page = vmm_setup(dev, &prop, &access_desc);
   size_t range = 512 * page;
   CUdeviceptr base;
   CHECK(cuMemAddressReserve(&base, range, page, 0, 0));
