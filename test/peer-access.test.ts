@@ -63,6 +63,34 @@ describe('peer access to pool memory', () => {
     Device.get(0).makeCurrent();
   });
 
+  it('revoking access covers the mappings moved pages left behind, so a page moved back is refused too', { skip: onGpu || !twoPeers ? 'emulated only: on a GPU an access fault would end the context' : false }, () => {
+    const [d0, d1] = [Device.get(0), Device.get(1)];
+    const page = d0.backend.memGetAllocationGranularity(0);
+    d0.makeCurrent();
+    const S = { handle: d0.backend.streamCreate(0, 0) };
+    const pool = new PoolResource({ device: d0 });
+    try {
+      const a = pool.allocate(8 * page);
+      const pin = pool.allocate(page);
+      pool.deallocate(a, 8 * page);
+      pool.setAccess(d1, 'readwrite');
+      const c = pool.allocate(10 * page, S); // a's pages move here, their mappings at a stay behind
+      pool.deallocate(c, 10 * page, S);
+      pool.setAccess(d1, 'none');
+      const d = pool.allocate(8 * page); // back to a's mappings, made when the peer had access
+      assert.equal(pool.statistics().pageMovesBack, 8);
+      d1.makeCurrent();
+      assert.throws(() => d1.backend.memset(d, 1, 1, page), CudaError);
+      d0.makeCurrent();
+      pool.deallocate(d, 8 * page);
+      pool.deallocate(pin, page);
+    } finally {
+      d0.makeCurrent();
+      pool.destroy();
+      d0.backend.streamDestroy(S.handle);
+    }
+  });
+
   it('AsyncResource.setAccess opens its pool to the peer', needsPeers, () => {
     const [d0, d1] = [Device.get(0), Device.get(1)];
     using pool = new AsyncResource({ device: d0, pool: {} });

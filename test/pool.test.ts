@@ -93,6 +93,48 @@ test('virtual growth: physical pages follow live data; cached pages are reused, 
   assert.throws(() => pool.allocate(1), UseAfterFreeError);
 });
 
+test('virtual growth: a page moved away keeps its old mapping, so moving it back makes no driver call', () => {
+  const before = backend.memGetInfo().free;
+  const page = backend.memGetAllocationGranularity(0);
+  const S = { handle: backend.streamCreate(0, 0) };
+  const pool = new PoolResource();
+  const calls = (): number => Object.values(pool.statistics().driverCalls).reduce((t, n) => t + n, 0);
+  try {
+    const a = pool.allocate(8 * page);
+    const pin = pool.allocate(page); // keeps a's pages and c's apart
+    pool.deallocate(a, 8 * page);
+    // Ten pages on stream S fit nowhere mapped: a's eight pages move there (mapped anew), two are created.
+    const c = pool.allocate(10 * page, S);
+    assert.equal(pool.statistics().pageMoves, 8);
+    assert.equal(pool.reservedBytes, 11 * page);
+    backend.memset(c, 5, 1, 10 * page);
+    pool.deallocate(c, 10 * page, S);
+    // Eight pages on the default stream: a's old place, whose pages now serve c's free block (S's,
+    // so not placed on directly). They move back to their old mappings: no driver call.
+    const calls0 = calls();
+    const d = pool.allocate(8 * page);
+    assert.equal(d, a);
+    assert.equal(pool.statistics().pageMoves, 16);
+    assert.equal(pool.statistics().pageMovesBack, 8);
+    assert.equal(calls() - calls0, 0, 'no driver call');
+    assert.equal(pool.reservedBytes, 11 * page);
+    // Writable and readable through the old mappings (access was granted when they were made).
+    backend.memset(d, 9, 1, 8 * page);
+    const out = new Uint8Array(8 * page);
+    backend.memcpyToHost(out, d, 8 * page);
+    assert.ok(out.every((x) => x === 9));
+    pool.deallocate(d, 8 * page);
+    pool.deallocate(pin, page);
+    // Every mapping, stale ones included, goes before the memory is released.
+    assert.equal(pool.releaseCached(), 11 * page);
+    assert.equal(pool.reservedBytes, 0);
+  } finally {
+    pool.destroy();
+    backend.streamDestroy(S.handle);
+  }
+  if (backend.name === 'emulated') assert.equal(backend.memGetInfo().free, before);
+});
+
 test('virtual growth: random multi-page blocks stay mapped; releaseCached leaves exactly the pages live blocks touch', () => {
   // Boundary pages are counted per block and interior pages implicitly; this checks the two agree
   // with a plain page-by-page count, and that moving cached pages never takes one a live block uses.

@@ -70,11 +70,16 @@ export interface PoolStatistics {
   readonly streamSteals: number;
   /**
    * Virtual growth: cached pages whose memory went to where live data needed it, on the growth
-   * path only (a one-page allocation is moved: an unmap and a map; a larger one, see
-   * `extentSize`, is unmapped and released whole and its bytes created again); 0 with upstream
-   * growth.
+   * path only (a one-page allocation is mapped at its new place, its old mapping left there; a
+   * larger one, see `extentSize`, is unmapped and released whole and its bytes created again); 0
+   * with upstream growth.
    */
   readonly pageMoves: number;
+  /**
+   * Virtual growth: those of pageMoves that went back to a place where the page was mapped
+   * before: its old mapping was still there, so the move made no driver call.
+   */
+  readonly pageMovesBack: number;
   /**
    * Virtual growth: host waits before unmapping cached pages, each for one event on one stream
    * that freed blocks on them and had not yet passed it; 0 with upstream growth.
@@ -373,6 +378,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
       pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
+      pageMovesBack: this.pages !== null ? this.pages.pageMovesBack : 0,
       synchronizations: this.pages !== null ? this.pages.synchronizations : 0,
       driverCalls: growthCalls(this.pages),
       growthNs: this.pages !== null ? this.pages.growthNs : 0,

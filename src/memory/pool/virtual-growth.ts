@@ -4,7 +4,8 @@
  * The range is cut into granularity pages (2 MiB on current GPUs); a page gets physical memory when
  * a live block first touches it. A page whose live blocks are all gone stays mapped as a cache (so
  * a later hit there makes no driver call); when a block needs unmapped pages beyond the high-water
- * mark, cached pages are taken first (a one-page physical allocation is moved: unmap + map, no new
+ * mark, cached pages are taken first (a one-page physical allocation is moved: mapped here, its
+ * mapping there left in place, stale, so that moving it back later costs no driver call; no new
  * cuMemCreate) before any new memory is created. So the pool's physical memory grows only when
  * live data truly needs more pages: peak reserved ≈ peak number of pages touched by live blocks,
  * whatever the address fragmentation. Physical allocations ("extents") are one page by default;
@@ -70,6 +71,8 @@ export class VirtualPages {
   private readonly head: number;
   /** Pages touched by at least one live block. */
   private usedPages = 0;
+  /** The highest page ever mapped: every page above it is unmapped (bounds `scanBlock`). */
+  private topMapped = -1;
   /** Physical pages held (mapped pages). */
   private physicalPages = 0;
   /** High-water mark of physicalPages. */
@@ -107,6 +110,24 @@ export class VirtualPages {
   /** Handles of one-page donors unmapped for this growth, to be mapped again (scratch). */
   private spare: Float64Array = new Float64Array(64);
   private spareCount = 0;
+  /** Donor page of each spare handle: its mapping there stays, stale, until `returnSpare` or reuse. */
+  private spareFrom: Int32Array = new Int32Array(64);
+  /** Runs in `runs` found by `collectRuns`. */
+  private runCount = 0;
+  /** Donor page of each run mapped by the current growth, -1 for memory it created (for its undo). */
+  private runFrom: Int32Array = new Int32Array(8);
+  /** Pages moved to by `reclaimStale` (scratch). */
+  private targets: Int32Array = new Int32Array(64);
+  /**
+   * The page where each one-page handle is live (its bit set in `mapped`). A moved page keeps its
+   * old mapping, stale (handle set, bit clear), so moving it back costs no driver call: see
+   * `reclaimStale`. Slow path only.
+   */
+  private readonly ownerOf = new Map<number, number>();
+  /** Pages holding a stale mapping. */
+  private stalePages = 0;
+  /** Page moves made by making a stale mapping live again (no driver call; counted in pageMoves too). */
+  pageMovesBack = 0;
   /** End of the extents mapped so far by the current growth in `runs` (for its undo). */
   private mappedNow = 0;
   /** Scratch of `waitForDonors`: list ids whose stream must pass an event. */
@@ -293,20 +314,14 @@ export class VirtualPages {
     const a = s.start[b]!;
     const e = a + s.size[b]!;
     const pa = Math.floor((a - base) / P);
-    const pb = Math.min(this.handle.length - 1, Math.floor((e - 1 - base) / P));
-    const m = this.mapped;
+    // The free space above the highest page ever mapped (the untouched end of the range, tens of
+    // thousands of pages on a large GPU) has no mapped page to offer.
+    const pb = Math.min(this.topMapped, Math.floor((e - 1 - base) / P));
     let p = pa;
     while (p <= pb) {
-      if (m[p >>> 5] === 0) {
-        p = (p | 31) + 1; // the rest of this word is unmapped
-        continue;
-      }
-      if (!this.isMapped(p)) {
-        p++;
-        continue;
-      }
-      let q = p;
-      while (q < pb && this.isMapped(q + 1)) q++;
+      p = this.nextMapped(p, pb, 0);
+      if (p > pb) break;
+      const q = this.nextMapped(p, pb, -1) - 1; // the last page of this run of mapped pages
       const lo = Math.max(a, base + p * P);
       const last = Math.min(e, base + (q + 1) * P) - size;
       if (lo <= last) {
@@ -319,6 +334,25 @@ export class VirtualPages {
       }
       p = q + 1;
     }
+  }
+
+  /**
+   * The first page from p to `end` that is mapped (`flip` 0) or unmapped (`flip` -1), else end + 1:
+   * a bitmap word at a time (a free block of a gigabyte is 500 pages; walking them one by one, and
+   * every page of the untouched end of the range, was about 60% of resnet50_train's steady state on
+   * the emulated backend).
+   */
+  private nextMapped(p: number, end: number, flip: number): number {
+    const m = this.mapped;
+    let w = p >>> 5;
+    let bits = (m[w]! ^ flip) & (-1 << (p & 31));
+    const last = end >>> 5;
+    while (bits === 0) {
+      if (++w > last) return end + 1;
+      bits = m[w]! ^ flip;
+    }
+    const q = (w << 5) + 31 - Math.clz32(bits & -bits);
+    return q > end ? end + 1 : q;
   }
 
   /** Keeps place `x` in free block `b` ([a, e)) if it beats the best so far. */
@@ -369,6 +403,11 @@ export class VirtualPages {
     if (this.destroyed) return;
     this.destroyed = true;
     this.backend.contextSynchronize();
+    for (let p = 0; p < this.handle.length && this.stalePages > 0; p++) {
+      if (this.handle[p] === 0 || this.isMapped(p)) continue;
+      this.backend.memUnmap(this.base + p * this.pageBytes, this.pageBytes);
+      this.setUnmapped(p);
+    }
     for (let p = 0; p < this.handle.length; p++) {
       if (this.handle[p] !== 0 && this.extentFirst[p] === p) {
         const n = this.extentPages[p]!;
@@ -409,10 +448,12 @@ export class VirtualPages {
     const b = this.backend;
     const P = this.pageBytes;
     const pages = this.rangeBytes / P;
+    // Stale mappings too: one may be made live again later with no call (see reclaimStale).
+    const h = this.handle;
     for (let p = 0; p < pages; p++) {
-      if (!this.isMapped(p)) continue;
+      if (h[p] === 0) continue;
       let q = p;
-      while (q + 1 < pages && this.isMapped(q + 1)) q++;
+      while (q + 1 < pages && h[q + 1] !== 0) q++;
       b.memSetAccess(this.base + p * P, (q - p + 1) * P, peer, flags);
       this.calls[CALL_SET_ACCESS]!++;
       p = q;
@@ -438,11 +479,39 @@ export class VirtualPages {
       this.extentFirst[q] = p;
       this.mapped[q >>> 5]! |= 1 << (q & 31);
     }
+    if (n === 1) this.ownerOf.set(h, p);
+    if (p + n - 1 > this.topMapped) this.topMapped = p + n - 1;
   }
 
+  /** Records page p (live or stale) as unmapped. */
   private setUnmapped(p: number): void {
+    if (this.handle[p] !== 0 && !this.isMapped(p)) this.stalePages--;
     this.handle[p] = 0;
     this.mapped[p >>> 5]! &= ~(1 << (p & 31));
+  }
+
+  /** Page p's stale mapping becomes its handle's live one (the caller has disowned the old one). */
+  private own(p: number): void {
+    this.mapped[p >>> 5]! |= 1 << (p & 31);
+    this.ownerOf.set(this.handle[p]!, p);
+    this.stalePages--;
+  }
+
+  /** Page p's mapping stays in place, stale: its one-page handle is to be live elsewhere. */
+  private disown(p: number): void {
+    this.mapped[p >>> 5]! &= ~(1 << (p & 31));
+    this.stalePages++;
+  }
+
+  /** Unmaps the stale mappings among pages p..p+n-1, so that other memory can be mapped there. */
+  private clearStale(p: number, n: number): void {
+    if (this.stalePages === 0) return;
+    for (let q = p; q < p + n; q++) {
+      if (this.handle[q] === 0) continue;
+      this.backend.memUnmap(this.base + q * this.pageBytes, this.pageBytes);
+      this.calls[CALL_UNMAP]!++;
+      this.setUnmapped(q);
+    }
   }
 
   /**
@@ -459,36 +528,37 @@ export class VirtualPages {
    *
    * Physical memory goes past its high-water mark (since the last releaseCached: `ceilingPages`)
    * only when no cached extent can make room: before that, cached extents (no live block on any
-   * page) are taken, a one-page one moved here (unmap there, map here), a larger one released (its
-   * bytes created again here). Below the mark cached extents stay mapped (a later block there is a
+   * page) are taken, a one-page one moved here (mapped here, its mapping there left stale: see
+   * `reclaimStale`), a larger one released (its bytes created again here). Below the mark cached extents stay mapped (a later block there is a
    * hit), unless the device has no memory left. Slow path: a taken extent may
    * still be touched by work queued before its blocks were freed, so the streams that freed them
    * are waited for first (`waitForDonors`).
    */
   private mapMissing(p0: number, p1: number): void {
     const P = this.pageBytes;
-    let nRuns = 0;
-    let missing = 0;
-    for (let p = p0; p <= p1; p++) {
-      if (this.isMapped(p)) continue;
-      let q = p;
-      while (q < p1 && (q + 1) % this.extentLimit !== 0 && !this.isMapped(q + 1)) q++;
-      if (2 * nRuns + 2 > this.runs.length) this.runs = grow(this.runs);
-      this.runs[2 * nRuns] = p;
-      this.runs[2 * nRuns + 1] = q - p + 1;
-      nRuns++;
-      missing += q - p + 1;
-      p = q;
+    let missing = this.collectRuns(p0, p1);
+    let excess = this.physicalPages + missing - this.ceilingPages;
+    let marked = false;
+    if (excess > 0 && this.stalePages > 0) {
+      const moved = this.reclaimStale(p0, p1, excess);
+      marked = true;
+      if (moved > 0) {
+        this.pageMoves += moved;
+        this.pageMovesBack += moved;
+        excess -= moved;
+        missing = this.collectRuns(p0, p1);
+        if (missing === 0) return;
+      }
     }
+    const nRuns = this.runCount;
     this.mappedNow = nRuns;
     // Cached pages outside the block (its own mapped pages that no live block uses are no donors).
     const count = this.edgeCount;
     let ownIdle = p1 - p0 + 1 - missing;
     if (count[p0] !== 0) ownIdle--;
     if (p1 !== p0 && count[p1] !== 0) ownIdle--;
-    const excess = this.physicalPages + missing - this.ceilingPages;
     if (excess > 0 && this.physicalPages - this.usedPages - ownIdle > 0) {
-      const n = this.findFree(excess, p0, p1);
+      const n = this.findFree(excess, p0, p1, marked);
       if (n > 0) this.pageMoves += Math.min(excess, this.takeDonors(n, missing));
     }
     const b = this.backend;
@@ -507,7 +577,14 @@ export class VirtualPages {
         let n = this.runs[2 * r + 1]!;
         for (;;) {
           while (n > 0 && this.spareCount > 0) {
-            this.mapExtent(p, 1, this.spare[--this.spareCount]!, k++);
+            const h = this.spare[--this.spareCount]!;
+            const from = this.spareFrom[this.spareCount]!;
+            if (this.handle[p] === h) {
+              this.own(p); // its stale mapping is here already: no call
+            } else {
+              this.clearStale(p, 1);
+              this.mapExtent(p, 1, h, k++, from);
+            }
             p++;
             n--;
             left--;
@@ -530,7 +607,8 @@ export class VirtualPages {
           this.physicalPages += n;
           if (this.physicalPages > this.peakPages) this.peakPages = this.physicalPages;
           if (this.physicalPages > this.ceilingPages) this.ceilingPages = this.physicalPages;
-          this.mapExtent(p, n, h, k++);
+          this.clearStale(p, n);
+          this.mapExtent(p, n, h, k++, -1);
           left -= n;
           break;
         }
@@ -541,37 +619,99 @@ export class VirtualPages {
       this.undoMapped(nRuns, done);
       throw error;
     } finally {
-      this.releaseSpare();
+      this.returnSpare();
     }
   }
 
-  /** Maps extent p..p+n-1 to `h` and records it as runs[2k..2k+1] (the runs mapped so far). */
-  private mapExtent(p: number, n: number, h: number, k: number): void {
+  /**
+   * Puts the runs of pages among p0..p1 that are not live-mapped in `runs` (cut where a page index
+   * is a multiple of `extentLimit`) and their count in `runCount`; returns their pages.
+   */
+  private collectRuns(p0: number, p1: number): number {
+    let nRuns = 0;
+    let missing = 0;
+    for (let p = p0; p <= p1; p++) {
+      if (this.isMapped(p)) continue;
+      let q = p;
+      while (q < p1 && (q + 1) % this.extentLimit !== 0 && !this.isMapped(q + 1)) q++;
+      if (2 * nRuns + 2 > this.runs.length) this.runs = grow(this.runs);
+      this.runs[2 * nRuns] = p;
+      this.runs[2 * nRuns + 1] = q - p + 1;
+      nRuns++;
+      missing += q - p + 1;
+      p = q;
+    }
+    this.runCount = nRuns;
+    return missing;
+  }
+
+  /**
+   * Moves up to `want` cached pages to the pages among p0..p1 that hold a stale mapping of them,
+   * by making that mapping live again: no driver call, only the wait for the streams that freed
+   * blocks on the page's current place (`waitForDonors`). Returns the pages moved.
+   *
+   * A page moved by `takeDonors` leaves its old mapping in place (unmapping it would cost 26-31 us,
+   * and a second mapping of a page costs nothing but address space: bench/c/vmm_alias.c on an H100,
+   * 2026-11-23, mapped one page at 1,024 places). A loop that allocates the same way each step moves
+   * the same pages back and forth, so after the first steps most moves find their mapping in place.
+   */
+  private reclaimStale(p0: number, p1: number, want: number): number {
+    this.markUsed();
+    const used = this.usedMark;
+    let n = 0;
+    for (let v = p0; v <= p1 && n < want; v++) {
+      if (this.isMapped(v)) continue;
+      const h = this.handle[v]!;
+      if (h === 0) continue;
+      const u = this.ownerOf.get(h);
+      if (u === undefined || (u >= p0 && u <= p1) || used[u] !== 0) continue;
+      used[u] = 1; // one move per page
+      if (n === this.donors.length) this.donors = grow(this.donors);
+      if (n === this.targets.length) this.targets = grow(this.targets);
+      this.donors[n] = u;
+      this.targets[n] = v;
+      n++;
+    }
+    if (n === 0) return 0;
+    // waitForDonors takes the donors highest first.
+    this.donors.subarray(0, n).sort().reverse();
+    this.waitForDonors(n);
+    for (let k = 0; k < n; k++) this.disown(this.donors[k]!);
+    for (let k = 0; k < n; k++) this.own(this.targets[k]!);
+    return n;
+  }
+
+  /**
+   * Maps extent p..p+n-1 to `h` (created by this growth, or a donor's from page `from`) and records
+   * it as runs[2k..2k+1] (the runs mapped so far).
+   */
+  private mapExtent(p: number, n: number, h: number, k: number, from: number): void {
     const P = this.pageBytes;
     try {
       this.backend.memMap(this.base + p * P, n * P, h);
       this.calls[CALL_MAP]!++;
     } catch (error) {
-      // Mapped nowhere now (a moved page was unmapped from its old place): give it back.
-      this.backend.memRelease(h);
-      this.calls[CALL_RELEASE]!++;
-      this.physicalPages -= n;
+      if (from >= 0) {
+        this.own(from); // still mapped at its donor page: live there again
+      } else {
+        this.backend.memRelease(h);
+        this.calls[CALL_RELEASE]!++;
+        this.physicalPages -= n;
+      }
       throw error;
     }
     this.setMapped(p, n, h);
-    if (2 * k + 2 > this.runs.length) this.runs = grow(this.runs);
+    if (2 * k + 2 > this.runs.length) this.runs = grow(this.runs, 2 * k + 2);
+    if (k + 1 > this.runFrom.length) this.runFrom = grow(this.runFrom, k + 1);
     this.runs[2 * k] = p;
     this.runs[2 * k + 1] = n;
+    this.runFrom[k] = from;
     this.mappedNow = k + 1;
   }
 
-  /** Gives back one-page handles taken from donors and not mapped again (none on success). */
-  private releaseSpare(): void {
-    while (this.spareCount > 0) {
-      this.backend.memRelease(this.spare[--this.spareCount]!);
-      this.calls[CALL_RELEASE]!++;
-      this.physicalPages--;
-    }
+  /** One-page handles taken from donors and not mapped again (none on success) live at their donor pages again. */
+  private returnSpare(): void {
+    while (this.spareCount > 0) this.own(this.spareFrom[--this.spareCount]!);
   }
 
   /**
@@ -613,11 +753,18 @@ export class VirtualPages {
     for (let k = from; k < done; k++) {
       const p = this.runs[2 * k]!;
       const n = this.runs[2 * k + 1]!;
+      const h = this.handle[p]!;
       this.backend.memUnmap(this.base + p * P, n * P);
-      this.backend.memRelease(this.handle[p]!);
       this.calls[CALL_UNMAP]!++;
-      this.calls[CALL_RELEASE]!++;
       for (let q = p; q < p + n; q++) this.setUnmapped(q);
+      const donor = this.runFrom[k]!;
+      if (donor >= 0) {
+        this.own(donor); // a moved page: live at its donor page again, where it is still mapped
+        continue;
+      }
+      this.ownerOf.delete(h);
+      this.backend.memRelease(h);
+      this.calls[CALL_RELEASE]!++;
       this.physicalPages -= n;
     }
   }
@@ -630,17 +777,9 @@ export class VirtualPages {
    * the mapped extents downwards, skipping unmapped stretches a bitmap word at a time. Slow path
    * only (growth past the high-water mark, releaseCached).
    */
-  private findFree(want: number, skip0: number, skip1: number): number {
-    const s = this.heap.store;
-    const P = this.pageBytes;
+  private findFree(want: number, skip0: number, skip1: number, marked = false): number {
+    if (!marked) this.markUsed();
     const used = this.usedMark;
-    used.fill(0);
-    for (let i = this.head; i !== NIL; i = s.next[i]!) {
-      if (s.owner[i] !== LIVE) continue;
-      const q0 = Math.floor((s.start[i]! - this.base) / P);
-      const q1 = Math.floor((s.start[i]! + s.size[i]! - 1 - this.base) / P);
-      used.fill(1, q0, q1 + 1);
-    }
     const m = this.mapped;
     let n = 0;
     let got = 0;
@@ -664,31 +803,71 @@ export class VirtualPages {
     return n;
   }
 
+  /** Marks in `usedMark` the pages live blocks touch (one walk over the range's blocks). */
+  private markUsed(): void {
+    const s = this.heap.store;
+    const P = this.pageBytes;
+    const used = this.usedMark;
+    used.fill(0);
+    for (let i = this.head; i !== NIL; i = s.next[i]!) {
+      if (s.owner[i] !== LIVE) continue;
+      const q0 = Math.floor((s.start[i]! - this.base) / P);
+      const q1 = Math.floor((s.start[i]! + s.size[i]! - 1 - this.base) / P);
+      used.fill(1, q0, q1 + 1);
+    }
+  }
+
   /**
-   * Unmaps the first `n` donor extents, after `waitForDonors`: up to `keep` one-page ones keep
-   * their handle in `spare` (to be mapped again where needed: a page move), the others are
-   * released (their bytes created again where needed, or, with `keep` 0, given back). Returns the
-   * donors' pages.
+   * Takes the first `n` donor extents, after `waitForDonors`: up to `keep` one-page ones put their
+   * handle in `spare` (to be mapped again where needed: a page move) and stay mapped where they
+   * are, stale (see `reclaimStale`); the others are unmapped and released (their bytes created
+   * again where needed, or, with `keep` 0, given back), stale mappings of them included. Returns
+   * the donors' pages.
    */
   private takeDonors(n: number, keep: number): number {
     this.waitForDonors(n);
     const P = this.pageBytes;
     let pages = 0;
+    let released: Set<number> | null = null;
     for (let k = 0; k < n; k++) {
       const f = this.donors[k]!;
       const len = this.extentPages[f]!;
+      const h = this.handle[f]!;
+      pages += len;
+      if (len === 1 && this.spareCount < keep) {
+        if (this.spareCount === this.spare.length) {
+          this.spare = growF(this.spare);
+          this.spareFrom = grow(this.spareFrom);
+        }
+        this.spareFrom[this.spareCount] = f;
+        this.spare[this.spareCount++] = h;
+        this.disown(f);
+        continue;
+      }
       this.backend.memUnmap(this.base + f * P, len * P);
       this.calls[CALL_UNMAP]!++;
-      if (len === 1 && this.spareCount < keep) {
-        if (this.spareCount === this.spare.length) this.spare = growF(this.spare);
-        this.spare[this.spareCount++] = this.handle[f]!;
-      } else {
-        this.backend.memRelease(this.handle[f]!);
-        this.calls[CALL_RELEASE]!++;
-        this.physicalPages -= len;
-      }
       for (let q = f; q < f + len; q++) this.setUnmapped(q);
-      pages += len;
+      if (len === 1) {
+        this.ownerOf.delete(h);
+        (released ??= new Set()).add(h);
+      } else {
+        this.backend.memRelease(h);
+        this.calls[CALL_RELEASE]!++;
+      }
+      this.physicalPages -= len;
+    }
+    if (released !== null) {
+      // Their stale mappings first (the driver frees memory only once nothing maps it), then them.
+      for (let q = 0; q < this.handle.length && this.stalePages > 0; q++) {
+        if (this.handle[q] === 0 || this.isMapped(q) || !released.has(this.handle[q]!)) continue;
+        this.backend.memUnmap(this.base + q * P, P);
+        this.calls[CALL_UNMAP]!++;
+        this.setUnmapped(q);
+      }
+      for (const h of released) {
+        this.backend.memRelease(h);
+        this.calls[CALL_RELEASE]!++;
+      }
     }
     return pages;
   }
@@ -737,8 +916,9 @@ function growF(a: Float64Array): Float64Array {
   return b;
 }
 
-function grow(a: Int32Array): Int32Array {
-  const b = new Int32Array(a.length * 2);
+/** A copy of `a` at least twice as long, and at least `least` long. */
+function grow(a: Int32Array, least = 0): Int32Array {
+  const b = new Int32Array(Math.max(a.length * 2, least));
   b.set(a);
   return b;
 }
