@@ -41,15 +41,15 @@ export interface PoolOptions {
   /**
    * Virtual growth: the most bytes one physical allocation may hold (default: one page, the
    * device's allocation granularity, 2 MiB on current GPUs; Infinity: one per run of pages mapped).
-   * The driver's costs are per mapping (~50 us to move a page on an H100, about what a whole run
-   * costs made anew), but it frees an allocation only whole: a free page of a larger allocation
-   * cannot be moved while a live block sits on another of its pages. Measured on an H100 with the
-   * shared traces, 4 passes each (`node dist/bench/pool-growth.js`; bench/results/h100-2026-11-22-
-   * pool-growth.md): one page keeps peak reserved within 1% of peak live (resnet50_train +0.68%,
-   * bert_dynamic_infer +0.93%) at 31.9 / 4.8 and 15.2 / 5.4 us per operation (first pass / later
-   * ones); 64 MiB takes 4.4 / 2.2 and 2.2 / 0.33 us at +1.6% and +20% (CUDA's own pool in the same
-   * call: 2.5-5.9 / 1.2-4.8 and 1.0 / 1.0 us, at +16% and +33%). Choose a larger size when memory
-   * is plentiful and growth time matters.
+   * The driver's costs are per mapping (30-50 us to map a page on an H100, about what a whole run
+   * costs made anew), but it maps and frees an allocation only whole: a free page of a larger
+   * allocation cannot be moved while a live block sits on another of its pages. Measured on an H100
+   * with the shared traces, 4 passes each (`node dist/bench/pool-growth.js`;
+   * bench/results/h100-2026-11-23-pool-growth.md): one page keeps peak reserved within 1% of peak
+   * live (resnet50_train +0.68%, bert_dynamic_infer +0.93%) at 44.0 / 3.3 and 14.7 / 8.7 us per
+   * operation (first pass / later ones); 64 MiB takes 3.8 / 0.77 and 1.75 / 1.26 us at +1.6% and
+   * +16% (CUDA's own pool in the same call: 3.7-8.0 / 1.9 and 1.7-1.8 / 1.7-1.8 us, at +16% and
+   * +33%). Choose a larger size when memory is plentiful and growth time matters.
    */
   readonly extentSize?: number;
 }
