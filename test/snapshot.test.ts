@@ -12,6 +12,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { Ptr } from '../src/backend/backend.js';
 import { ArenaResource } from '../src/memory/arena.js';
 import { CudaResource } from '../src/memory/cuda-resource.js';
+import { BinningResource } from '../src/memory/binning.js';
 import { FixedSizeResource } from '../src/memory/fixed-size.js';
 import { setCurrentResource } from '../src/memory/current.js';
 import { recordMemoryHistory, resourceRecord } from '../src/memory/history.js';
@@ -190,6 +191,26 @@ test('a FixedSizeResource: one chunk segment cut into its blocks, live ones with
   });
   fixed.deallocate(a, 1000);
   fixed.deallocate(b, 64 * 1024);
+});
+
+test('a BinningResource: its bins\' chunks and the requests it passed upstream are its segments; the pool below holds none of the program\'s blocks', () => {
+  using pool = new PoolResource();
+  using binning = new BinningResource(pool, { minSizeExponent: 10, maxSizeExponent: 12 });
+  const small = binning.allocate(700);
+  const large = binning.allocate(3 * 1024 * 1024 + 5);
+  withCurrent(binning, () => {
+    const snapshot = validated(memorySnapshot());
+    const segments = resourceOf(snapshot, binning).segments!;
+    const chunks = segments.filter((x) => x.kind === 'chunk');
+    assert.equal(chunks.length, 1, 'the 1 KiB bin took one chunk');
+    assert.deepEqual(chunks[0]!.blocks.filter((x) => x.state === 'live').map((x) => [x.address, x.requestedBytes]), [[small, 700]]);
+    const passed = segments.filter((x) => x.kind === 'allocation');
+    assert.deepEqual(passed.map((x) => [x.address, x.blocks.length, x.blocks[0]!.requestedBytes]), [[large, 1, 3 * 1024 * 1024 + 5]]);
+    assert.deepEqual(snapshot.blocks.map((b) => [b.address, b.bytes, b.resource]).sort((x, y) => x[0]! - y[0]!),
+      [[small, 700, resourceRecord(binning).id], [large, 3 * 1024 * 1024 + 5, resourceRecord(binning).id]].sort((x, y) => x[0]! - y[0]!));
+  });
+  binning.deallocate(small, 700);
+  binning.deallocate(large, 3 * 1024 * 1024 + 5);
 });
 
 test('the ring overflowed: the snapshot says how many events were dropped; a destroyed stack keeps its id and label', () => {

@@ -14,6 +14,7 @@ import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './pool/live-table.js';
 import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
+import type { SnapshotSegment } from './snapshot-format.js';
 
 /** Options for a BinningResource. */
 export interface BinningOptions {
@@ -129,6 +130,30 @@ export class BinningResource extends MemoryResource {
   protected override doDestroy(): void {
     for (const r of this.owned) r.destroy();
     this.owned.clear();
+  }
+
+  /**
+   * Its bins' segments (a FixedSizeResource's chunks, cut into blocks), then one `allocation`
+   * segment per live request it passed upstream whole, as the nearest resource below that lays out
+   * memory reports it (none when no resource below does). So a snapshot shows every block of the
+   * program here, and the upstream's blocks (the bins' chunks, the passed requests) as memory laid
+   * out above it.
+   */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    const segments: SnapshotSegment[] = [];
+    for (const bin of new Set(this.routes.slice(1))) segments.push(...(bin.memorySegments() ?? []));
+    for (let r: MemoryResource | undefined = this.upstream; r !== undefined; r = r.upstream) {
+      const below = r.memorySegments();
+      if (below === undefined) continue;
+      for (const segment of below) {
+        for (const block of segment.blocks) {
+          if (block.state !== 'live' || this.live.get(block.address) !== UPSTREAM) continue;
+          segments.push({ address: block.address, bytes: block.bytes, kind: 'allocation', pages: null, blocks: [block] });
+        }
+      }
+      break;
+    }
+    return segments;
   }
 
   /** `BinningResource(bins=[256, 512], upstream=...)`. */

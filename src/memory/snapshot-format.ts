@@ -121,8 +121,8 @@ export interface SnapshotBlock {
  * - `chunk`: memory taken from the upstream resource in one piece (PoolResource over an upstream,
  *   FixedSizeResource);
  * - `region`: an arena's one fixed region;
- * - `allocation`: one driver allocation per block (CudaResource, ManagedResource, AsyncResource):
- *   the segment is the block.
+ * - `allocation`: one driver allocation per block (CudaResource, ManagedResource, AsyncResource),
+ *   or a request BinningResource passed to its upstream whole: the segment is the block.
  */
 export type SegmentKind = 'virtual-range' | 'chunk' | 'region' | 'allocation';
 
