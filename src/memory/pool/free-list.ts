@@ -153,7 +153,13 @@ export class FreeLists {
     return best;
   }
 
-  private nextNonEmpty(c: number): number {
+  /**
+   * The first class from `c` up that holds a free block, or NIL: two bitmap reads.
+   *
+   * @param c A size class (CLASS_COUNT or more gives NIL).
+   * @returns The class, or NIL.
+   */
+  nextNonEmpty(c: number): number {
     if (c >= CLASS_COUNT) return NIL;
     let g = c >> SL_BITS;
     const bits = this.classBitmap[g]! & (~0 << (c & (SL_COUNT - 1)));
