@@ -787,7 +787,7 @@ export class VirtualPages {
     const m = this.mapped;
     let n = 0;
     let got = 0;
-    for (let p = this.handle.length - 1; p >= 0 && got < want; p--) {
+    for (let p = this.topMapped; p >= 0 && got < want; p--) {
       if (m[p >>> 5] === 0) {
         p &= ~31; // the rest of this word, downwards, is unmapped
         continue;
@@ -812,7 +812,7 @@ export class VirtualPages {
     const s = this.heap.store;
     const P = this.pageBytes;
     const used = this.usedMark;
-    used.fill(0);
+    used.fill(0, 0, this.topMapped + 1); // no live block lies above the highest page ever mapped
     for (let i = this.head; i !== NIL; i = s.next[i]!) {
       if (s.owner[i] !== LIVE) continue;
       const q0 = Math.floor((s.start[i]! - this.base) / P);
