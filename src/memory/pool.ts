@@ -46,9 +46,9 @@ export interface PoolOptions {
    * allocation cannot be moved while a live block sits on another of its pages. Measured on an H100
    * with the shared traces, 4 passes each (`node dist/bench/pool-growth.js`;
    * bench/results/h100-2026-11-23-pool-growth.md): one page keeps peak reserved within 1% of peak
-   * live (resnet50_train +0.68%, bert_dynamic_infer +0.93%) at 44.0 / 3.3 and 14.7 / 8.7 us per
-   * operation (first pass / later ones); 64 MiB takes 3.8 / 0.77 and 1.75 / 1.26 us at +1.6% and
-   * +16% (CUDA's own pool in the same call: 3.7-8.0 / 1.9 and 1.7-1.8 / 1.7-1.8 us, at +16% and
+   * live (resnet50_train +0.68%, bert_dynamic_infer +0.93%) at 33.3 / 2.3 and 11.4 / 6.0 us per
+   * operation (first pass / later ones); 64 MiB takes 3.2 / 0.53 and 0.91 / 0.33 us at +1.6% and
+   * +16% (CUDA's own pool in the same call: 3.5-7.7 / 1.4-1.9 and 1.1-1.3 / 1.1-1.2 us, at +16% and
    * +33%). Choose a larger size when memory is plentiful and growth time matters.
    */
   readonly extentSize?: number;
