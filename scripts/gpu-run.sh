@@ -3,6 +3,7 @@
 # (made by scripts/pack-gpu.sh): unpacks node and npm into /tmp/vram-node and node_modules into the
 # repository root (once per pack), puts the driver's libraries on LD_LIBRARY_PATH, then:
 #   test [args]      npm run test:gpu (the whole suite on the real GPU, plus GPU-only cases)
+#   sanitize [args]  npm run test:sanitizer (the same suite under compute-sanitizer memcheck)
 #   bench [args]     node bin/vram.js bench [args]
 #   compare [args]   bench/compare.sh: CUDA C and Python references vs vram bench, one table
 #   info [args]      node bin/vram.js info [args]
@@ -73,6 +74,7 @@ record() {
 
 case "$command" in
   test) record test npm run test:gpu -- "$@" ;;
+  sanitize) record sanitize npm run test:sanitizer -- "$@" ;;
   bench) build; record bench node bin/vram.js bench "$@" ;;
   compare) build; bench/compare.sh "$@" ;;
   info) build; record info node bin/vram.js info "$@" ;;

@@ -9,6 +9,12 @@ import { emptyCache } from '../src/memory/current.js';
 /** True when the suite runs on a real GPU (`npm run test:gpu`). */
 export const onGpu: boolean = getBackend().name === 'cuda';
 
+/**
+ * True under `npm run test:sanitizer` (VRAM_SANITIZER=1, set by that script: compute-sanitizer leaves
+ * no mark of its own that a test can read).
+ */
+export const underSanitizer: boolean = process.env.VRAM_SANITIZER === '1';
+
 /** Options for a test that needs a real GPU: skipped, with the reason, on the emulated backend. */
 export const gpuOnly = { skip: onGpu ? false : 'needs a real GPU (npm run test:gpu)' } as const;
 

@@ -15,6 +15,7 @@ import { FixedSizeResource } from '../src/memory/fixed-size.js';
 import { PoolResource } from '../src/memory/pool.js';
 import type { MemoryResource } from '../src/memory/resource.js';
 import { Stream } from '../src/stream.js';
+import { underSanitizer } from './helpers.js';
 
 const device = Device.get(0);
 device.makeCurrent();
@@ -81,7 +82,11 @@ function handOver(make: () => MemoryResource, destroyB: boolean): void {
   upstream?.destroy();
 }
 
-describe('stream order, checked with a held stream', () => {
+// Under compute-sanitizer memcheck (H100, 2026-11-23) this file did not finish within 240 s, while
+// every other file passed: its streams wait (cuStreamWaitValue32) on a word the host writes later.
+const notUnderSanitizer = { skip: underSanitizer ? 'streams held by cuStreamWaitValue32 do not finish under compute-sanitizer' : false } as const;
+
+describe('stream order, checked with a held stream', notUnderSanitizer, () => {
   it('FixedSizeResource.releaseCached returns a chunk only after every stream that freed a block in it', () => {
     const blockSize = 64 * KiB;
     const chunk = 4 * blockSize;
