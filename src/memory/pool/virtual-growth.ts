@@ -24,7 +24,7 @@ import { MemAccess } from '../../backend/backend.js';
 import { isOutOfMemory } from '../../errors.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
-import { type FreeLists, sizeClass } from './free-list.js';
+import { MappedPlacement } from './mapped-placement.js';
 
 /** Indices of `VirtualPages.calls`. */
 export const CALL_CREATE = 0;
@@ -71,8 +71,8 @@ export class VirtualPages {
   private readonly head: number;
   /** Pages touched by at least one live block. */
   private usedPages = 0;
-  /** The highest page ever mapped: every page above it is unmapped (bounds `scanBlock`). */
-  private topMapped = -1;
+  /** The highest page ever mapped (-1 before any): every page above it is unmapped. */
+  topMapped = -1;
   /** Physical pages held (mapped pages). */
   private physicalPages = 0;
   /** High-water mark of physicalPages. */
@@ -85,8 +85,8 @@ export class VirtualPages {
    * old high-water mark while cached pages could serve.
    */
   private ceilingPages = 0;
-  /** Growths served on mapped pages instead of the best fit (see `placeOnMapped`). */
-  placements = 0;
+  /** Where a block goes when its best fit needs unmapped pages. */
+  private readonly placement: MappedPlacement;
   /** Cached pages whose memory went to where a live block needed it (see PoolStatistics.pageMoves). */
   pageMoves = 0;
   /** Host waits for a stream before unmapping cached pages (see `waitForDonors`). */
@@ -98,11 +98,6 @@ export class VirtualPages {
   readonly calls = new Float64Array(5);
   /** Nanoseconds spent on the growth path (commits that had to map pages), driver calls included. */
   growthNs = 0;
-  /** The search state of `placeOnMapped` (fields, so the slow path allocates nothing). */
-  private bestAdded = 0;
-  private bestBlock = NIL;
-  private bestStart = 0;
-  private bestWhole = false;
   /** Runs of pages that need mapping in the current commit: first page, page count (scratch). */
   private runs: Int32Array = new Int32Array(16);
   /** Wholly free extents found by `findFree` (their first pages; scratch, reused). */
@@ -162,6 +157,7 @@ export class VirtualPages {
     this.usedMark = new Uint8Array(pages);
     this.mapped = new Int32Array((pages + 31) >>> 5);
     this.head = heap.addRegion(this.base, this.rangeBytes, -1);
+    this.placement = new MappedPlacement(heap, this);
   }
 
   /** Physical bytes held. */
@@ -225,12 +221,12 @@ export class VirtualPages {
   /**
    * Growth: the best fit `i` needs unmapped pages. Mapping them means moving cached pages (a wait
    * for the work queued before their frees, unmap, map) or creating new ones, so first look for a
-   * place wholly on mapped pages (`placeOnMapped`); only when there is none, map the best fit's
+   * place wholly on mapped pages (`MappedPlacement`); only when there is none, map the best fit's
    * missing pages.
    */
   private commitSlow(i: number, size: number, stream: number): number {
     const heap = this.heap;
-    i = this.placeOnMapped(i, size, stream);
+    i = this.placement.place(i, size, stream);
     const start = heap.store.start[i]!;
     const p0 = Math.floor((start - this.base) / this.pageBytes);
     const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
@@ -246,8 +242,14 @@ export class VirtualPages {
     return i;
   }
 
-  /** Pages [start, start + size) would add to those in use (its boundary pages may be shared). */
-  private addedPages(start: number, size: number): number {
+  /**
+   * Pages [start, start + size) would add to those in use (its boundary pages may be shared).
+   *
+   * @param start The first address (in the range).
+   * @param size The bytes.
+   * @returns How many pages no live block touches now.
+   */
+  addedPages(start: number, size: number): number {
     const p0 = Math.floor((start - this.base) / this.pageBytes);
     const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
     let n = p1 - p0 + 1;
@@ -257,96 +259,17 @@ export class VirtualPages {
   }
 
   /**
-   * Chooses where `size` bytes go when the best fit `i` (detached) needs unmapped pages: a place
-   * wholly on mapped pages, in the free blocks `stream` may use without waiting (its own lists and
-   * untouched space), that adds at most one page in use more than the best fit would. Fewest pages
-   * added wins, then a place at either end of its free block (no extra split), then the lowest
-   * address. Returns the chosen block, detached (the best fit again when there is no such place).
-   *
-   * Measured on the shared traces: this alone takes a third of bert_dynamic_infer's page moves
-   * away at unchanged peak memory (5,147 left), and the one-page allowance another fifth (4,117);
-   * placing where the fewest pages are missing rather than none, or choosing donors from the
-   * shortest runs of cached pages, moved more pages, not fewer (5,938 and 6,747).
-   *
-   * Slow path only: it walks every free block of those lists that is large enough, visiting only
-   * their mapped pages (a bitmap word of unmapped pages at a time).
-   */
-  private placeOnMapped(i: number, size: number, stream: number): number {
-    const heap = this.heap;
-    const s = heap.store;
-    const start = s.start[i]!;
-    this.bestAdded = this.addedPages(start, size) + 1;
-    this.bestBlock = NIL;
-    this.bestStart = start;
-    this.bestWhole = false;
-    heap.untake(i);
-    const own = heap.listsFor(stream);
-    this.scanLists(own, size);
-    const neutral = heap.lists[NEUTRAL]!;
-    if (neutral !== own) this.scanLists(neutral, size);
-    if (this.bestBlock === NIL) {
-      const k = heap.take(size, stream);
-      if (k === NIL || s.start[k] !== start) throw new Error('internal: the best fit moved');
-      return k;
-    }
-    this.placements++;
-    return heap.takeAt(this.bestBlock, this.bestStart - s.start[this.bestBlock]!, size);
-  }
-
-  /**
-   * `placeOnMapped` over one stream's lists: every block of a class that may hold `size`, the
-   * classes holding none skipped by the lists' bitmaps (walking all 464 classes of two lists was
-   * half of bert_dynamic_infer's steady state with 64 MiB extents, on the emulated backend).
-   */
-  private scanLists(lists: FreeLists, size: number): void {
-    const s = this.heap.store;
-    for (let c = lists.nextNonEmpty(sizeClass(size)); c !== NIL; c = lists.nextNonEmpty(c + 1)) {
-      for (let b = lists.heads[c]!; b !== NIL; b = s.fnext[b]!) {
-        if (s.size[b]! >= size) this.scanBlock(b, size);
-      }
-    }
-  }
-
-  /**
-   * `placeOnMapped` over free block `b`: each run of mapped pages inside it that can hold `size`
-   * bytes offers places at its two ends and at its first and last page boundaries.
-   */
-  private scanBlock(b: number, size: number): void {
-    const s = this.heap.store;
-    const P = this.pageBytes;
-    const base = this.base;
-    const a = s.start[b]!;
-    const e = a + s.size[b]!;
-    const pa = Math.floor((a - base) / P);
-    // The free space above the highest page ever mapped (the untouched end of the range, tens of
-    // thousands of pages on a large GPU) has no mapped page to offer.
-    const pb = Math.min(this.topMapped, Math.floor((e - 1 - base) / P));
-    let p = pa;
-    while (p <= pb) {
-      p = this.nextMapped(p, pb, 0);
-      if (p > pb) break;
-      const q = this.nextMapped(p, pb, -1) - 1; // the last page of this run of mapped pages
-      const lo = Math.max(a, base + p * P);
-      const last = Math.min(e, base + (q + 1) * P) - size;
-      if (lo <= last) {
-        this.consider(b, a, e, lo, size);
-        this.consider(b, a, e, last, size);
-        const up = Math.ceil((lo - base) / P) * P + base;
-        if (up <= last) this.consider(b, a, e, up, size);
-        const down = Math.floor((last + size - base) / P) * P + base - size;
-        if (down >= lo) this.consider(b, a, e, down, size);
-      }
-      p = q + 1;
-    }
-  }
-
-  /**
    * The first page from p to `end` that is mapped (`flip` 0) or unmapped (`flip` -1), else end + 1:
    * a bitmap word at a time (a free block of a gigabyte is 500 pages; walking them one by one, and
    * every page of the untouched end of the range, was about 60% of resnet50_train's steady state on
    * the emulated backend).
+   *
+   * @param p The first page to look at.
+   * @param end The last page to look at.
+   * @param flip 0 to find a mapped page, -1 an unmapped one.
+   * @returns The page, or end + 1.
    */
-  private nextMapped(p: number, end: number, flip: number): number {
+  nextMapped(p: number, end: number, flip: number): number {
     const m = this.mapped;
     let w = p >>> 5;
     let bits = (m[w]! ^ flip) & (-1 << (p & 31));
@@ -357,20 +280,6 @@ export class VirtualPages {
     }
     const q = (w << 5) + 31 - Math.clz32(bits & -bits);
     return q > end ? end + 1 : q;
-  }
-
-  /** Keeps place `x` in free block `b` ([a, e)) if it beats the best so far. */
-  private consider(b: number, a: number, e: number, x: number, size: number): void {
-    const added = this.addedPages(x, size);
-    if (added > this.bestAdded) return;
-    const whole = x === a || x + size === e;
-    if (added < this.bestAdded || this.bestBlock === NIL || (whole && !this.bestWhole) ||
-      (whole === this.bestWhole && x < this.bestStart)) {
-      this.bestAdded = added;
-      this.bestBlock = b;
-      this.bestStart = x;
-      this.bestWhole = whole;
-    }
   }
 
   /** Uncounts a live block; pages left with no live block stay mapped, as cache. */
