@@ -234,10 +234,12 @@ describe('replay of the real traces', () => {
 
   // The fragmentation figure is a property of the pool's algorithm, not of the GPU: the emulated
   // backend reproduces the driver's 2 MiB VMM granularity, so both backends must give these exact
-  // bytes. (Measured 2026-11-22 on the emulated backend after parking came in; before it they were
-  // 5,851,054,080 and 937,426,944 there and on an H200. `npm run test:gpu` checks the GPU agrees.
-  // A deliberate change to the pool's placement policy changes them: re-measure on both backends.)
-  for (const [name, expected] of [['resnet50_train', 5869928448], ['bert_dynamic_infer', 941621248]] as const) {
+  // bytes. (Measured 2026-11-23 on the emulated backend after mapped places stopped allowing one
+  // page more than the best fit; before that 5,869,928,448 for resnet50_train, bert unchanged, and
+  // before parking came in 5,851,054,080 and 937,426,944 there and on an H200. `npm run test:gpu`
+  // checks the GPU agrees. A deliberate change to the pool's placement policy changes them:
+  // re-measure on both backends.)
+  for (const [name, expected] of [['resnet50_train', 5857345536], ['bert_dynamic_infer', 941621248]] as const) {
     it(`${name} through pool: the same peak reserved bytes on every backend`, () => {
       const trace = name === 'resnet50_train' ? resnet : bert;
       const pool = new PoolResource();
