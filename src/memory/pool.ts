@@ -46,10 +46,11 @@ export interface PoolOptions {
    * allocation cannot be moved while a live block sits on another of its pages. Measured on an H100
    * with the shared traces, 4 passes each (`node dist/bench/pool-growth.js`;
    * bench/results/h100-2026-11-23-pool-growth.md): one page keeps peak reserved within 1% of peak
-   * live (resnet50_train +0.68%, bert_dynamic_infer +0.93%) at 33.3 / 2.3 and 11.4 / 6.0 us per
-   * operation (first pass / later ones); 64 MiB takes 3.2 / 0.53 and 0.91 / 0.33 us at +1.6% and
-   * +16% (CUDA's own pool in the same call: 3.5-7.7 / 1.4-1.9 and 1.1-1.3 / 1.1-1.2 us, at +16% and
-   * +33%). Choose a larger size when memory is plentiful and growth time matters.
+   * live (resnet50_train +0.46%, bert_dynamic_infer +0.93%) at 45.5-48.2 / 2.5 and 16.8-17.2 /
+   * 7.1-7.4 us per operation (first pass / later ones); 64 MiB takes 5.1-5.3 / 0.82-0.94 and 1.9 /
+   * 0.58-0.65 us at +1.2% and +14% (CUDA's own pool in the same call: 4.3-10.4 / 2.1-2.5 and 1.6-2.1
+   * / 1.6-1.9 us, at +16% and +33%). Choose a larger size when memory is plentiful and growth time
+   * matters.
    */
   readonly extentSize?: number;
 }
