@@ -15,6 +15,7 @@ import type {
 } from './backend.js';
 import { checkIpcHandle, checkStreamValue32, IPC_HANDLE_BYTES, MemHandleType, paramLayout } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
+import { loadOnce } from '../util/load-once.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
@@ -866,21 +867,12 @@ function formatUuid(bytes: Uint8Array): string {
   return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }
 
-let instance: Backend | undefined;
-let failure: Error | undefined;
+const loadCudaBackendOnce = loadOnce((): Backend => new CudaBackend(openDriver()));
 
 /**
  * The CUDA backend, loaded once per process. Throws a clear Error when libcuda cannot be found or
  * initialised (listing what was tried); the same failure is rethrown on later calls.
  */
 export function loadCudaBackend(): Backend {
-  if (instance !== undefined) return instance;
-  if (failure !== undefined) throw failure;
-  try {
-    instance = new CudaBackend(openDriver());
-    return instance;
-  } catch (error) {
-    failure = error instanceof Error ? error : new Error(String(error));
-    throw failure;
-  }
+  return loadCudaBackendOnce();
 }

@@ -7,6 +7,7 @@
 import koffi from 'koffi';
 import { VramError } from '../errors.js';
 import { NvrtcUnavailableError, openNvrtcLibrary } from './nvrtc-library.js';
+import { loadOnce } from '../util/load-once.js';
 
 export { NvrtcUnavailableError } from './nvrtc-library.js';
 
@@ -117,8 +118,8 @@ export class NvrtcError extends VramError {
   }
 }
 
-let loaded: Nvrtc | undefined;
-let failure: NvrtcUnavailableError | undefined;
+const loadNvrtcOnce = loadOnce(bind, (error) => error instanceof NvrtcUnavailableError
+  ? error : new NvrtcUnavailableError([String(error instanceof Error ? error.message : error)]));
 
 /**
  * NVRTC, loaded and bound on the first call (later calls return the same object, or rethrow the
@@ -132,15 +133,7 @@ let failure: NvrtcUnavailableError | undefined;
  * ```
  */
 export function loadNvrtc(): Nvrtc {
-  if (loaded !== undefined) return loaded;
-  if (failure !== undefined) throw failure;
-  try {
-    loaded = bind();
-    return loaded;
-  } catch (error) {
-    failure = error instanceof NvrtcUnavailableError ? error : new NvrtcUnavailableError([String(error instanceof Error ? error.message : error)]);
-    throw failure;
-  }
+  return loadNvrtcOnce();
 }
 
 function bind(): Nvrtc {
