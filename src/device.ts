@@ -11,6 +11,7 @@ import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo 
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
+import { readOptions } from './util/options.js';
 
 /** A CUDA device (or an emulated one), with its primary context retained on first use. */
 export class Device {
@@ -200,6 +201,7 @@ export class Context {
    */
   static create(device: Device, options: ContextOptions = {}): Context {
     checkDevice(device, 'device');
+    options = readOptions('Context.create', options, { schedule: true, mapHost: true });
     const schedule = options.schedule ?? 'auto';
     if (!Object.hasOwn(scheduleFlags, schedule)) {
       throw new RangeError(`schedule must be 'auto', 'spin', 'yield' or 'blocking-sync', got '${String(schedule)}'`);

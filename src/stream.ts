@@ -9,6 +9,7 @@ import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
+import { readOptions } from './util/options.js';
 
 /** Options for `Stream.create`. */
 export interface StreamOptions {
@@ -111,6 +112,7 @@ export class Stream implements StreamRef {
 
   /** Creates a stream on `device` (device 0 by default). Destroy it with `destroy()` or `using`. */
   static create(options: StreamOptions = {}): Stream {
+    options = readOptions('Stream.create', options, { device: true, nonBlocking: true, priority: true });
     const device = Device.resolve(options.device);
     const nonBlocking = options.nonBlocking ?? false;
     if (typeof nonBlocking !== 'boolean') throw new TypeError('nonBlocking must be a boolean');
@@ -264,6 +266,7 @@ export class Event {
 
   /** Creates an event; record it on a stream with `record()` or `stream.record(event)`. */
   static create(options: EventOptions = {}): Event {
+    options = readOptions('Event.create', options, { device: true, timing: true, blockingSync: true, interprocess: true });
     const device = Device.resolve(options.device);
     const interprocess = options.interprocess ?? false;
     if (typeof interprocess !== 'boolean') throw new TypeError('interprocess must be a boolean');

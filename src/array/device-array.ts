@@ -23,6 +23,7 @@ import type { Release } from '../memory/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../memory/resource.js';
 import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
+import { readOptions } from '../util/options.js';
 import { dtypeOf, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import {
   allocateHost, encodeScalar, hostElements,
@@ -188,10 +189,6 @@ function powerOfTwoIn(n: number): number {
   return p;
 }
 
-function checkOptions(options: unknown, what: string): void {
-  if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
-}
-
 /**
  * A typed n-dimensional array in device memory (generic over its dtype name, so a
  * `DeviceArray<'float32'>` and a `DeviceArray<'float3'>` are different types).
@@ -235,7 +232,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static empty<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     const s = checkShape(shape);
     const dt = dtypeOf(dtype);
-    checkOptions(options, 'DeviceArray.empty');
+    options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
     return DeviceArray.allocate(dt, s, options);
   }
 
@@ -254,6 +251,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static zeros<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true });
     const a = DeviceArray.empty(shape, dtype, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -276,6 +274,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static full<N extends DTypeName>(shape: Shape, value: ScalarValue<N>, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true });
     const dt = dtypeOf(dtype);
     const pattern = encodeScalar(dt, value);
     const a = DeviceArray.empty(shape, dt, options);
@@ -302,6 +301,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('emptyLike expects a DeviceArray or HostArray');
+    options = readOptions('DeviceArray.emptyLike', options, { resource: true, stream: true, device: true });
     const device = options.device ?? (like instanceof DeviceArray && options.resource === undefined ? like.device : undefined);
     return DeviceArray.empty(like.shape, like.dtype, { ...options, device });
   }
@@ -319,6 +319,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.zerosLike', options, { resource: true, stream: true, device: true });
     const a = DeviceArray.emptyLike(like, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -345,7 +346,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static from<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): DeviceArray<N>;
   static from<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): DeviceArray<InferredDType<T>>;
   static from(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): DeviceArray {
-    checkOptions(options, 'DeviceArray.from');
+    options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
@@ -373,7 +374,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static fromAsync<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): Promise<DeviceArray<N>>;
   static fromAsync<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): Promise<DeviceArray<InferredDType<T>>>;
   static async fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
-    checkOptions(options, 'DeviceArray.fromAsync');
+    options = readOptions('DeviceArray.fromAsync', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
@@ -403,7 +404,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static fromBuffer<N extends DTypeName>(memory: DeviceArrayMemory, options: DeviceArrayViewOptions<N>): DeviceArray<N> {
-    checkOptions(options, 'DeviceArray.fromBuffer');
+    options = readOptions('DeviceArray.fromBuffer', options, { dtype: true, shape: true, strides: true, byteOffset: true, device: true, stream: true });
     const dt = dtypeOf(options.dtype);
     let device: Device;
     let stream: StreamRef;
@@ -460,7 +461,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static fromPointer<N extends DTypeName>(
     ptr: number, shape: Shape, dtype: N | DType<N>, options: DeviceArrayPointerOptions = {},
   ): DeviceArray<N> {
-    checkOptions(options, 'DeviceArray.fromPointer');
+    options = readOptions('DeviceArray.fromPointer', options, { owner: true, onRelease: true, device: true, readOnly: true, strides: true, byteOffset: true, stream: true });
     const s = Object.freeze(checkShape(shape).slice());
     const dt = dtypeOf(dtype);
     const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
@@ -479,7 +480,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
       throw new RangeError(`DeviceArray.fromPointer: element (0, ..., 0) at 0x${(ptr + byteOffset).toString(16)} is not aligned to ${dt.name}'s ${dt.alignment} bytes`);
     }
     if (options.stream !== undefined) streamHandleOf(options.stream);
-    const buffer = ForeignDeviceBuffer.wrap(ptr, end, options);
+    const { strides: _strides, byteOffset: _byteOffset, stream: _stream, ...foreign } = options;
+    const buffer = ForeignDeviceBuffer.wrap(ptr, end, foreign);
     return new DeviceArray(dt, layout, buffer, buffer.device, options.stream ?? buffer.stream, true);
   }
 
@@ -507,7 +509,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static pitched<N extends DTypeName>(shape: readonly [number, number], dtype: N | DType<N>, options: PitchedArrayOptions = {}): DeviceArray<N> {
     const s = checkShape(shape);
     const dt = dtypeOf(dtype);
-    checkOptions(options, 'DeviceArray.pitched');
+    options = readOptions('DeviceArray.pitched', options, { resource: true, device: true, stream: true });
     if (s.length !== 2 || s[0] === 0 || s[1] === 0) {
       throw new RangeError(`DeviceArray.pitched needs [height, width] with both at least 1, got ${formatShape(s)}`);
     }
@@ -762,6 +764,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   copy(options: DeviceArrayOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.copy', options, { resource: true, stream: true, device: true });
     this.checkAlive();
     const a = DeviceArray.emptyLike(this, options);
     try {
@@ -784,7 +787,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   }
 
   private streamOf(options: AsyncCopyOptions, what: string): StreamRef {
-    checkOptions(options, what);
+    options = readOptions(`DeviceArray.${what}`, options, { stream: true });
     this.checkAlive();
     return options.stream ?? this.stream;
   }

@@ -22,6 +22,7 @@ import { UseAfterFreeError, VramStateError } from '../errors.js';
 import { bytesOf } from '../memory/copy.js';
 import { HostBuffer, type HostBufferOptions } from '../memory/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
+import { readOptions } from '../util/options.js';
 import {
   DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType,
 } from './device-array.js';
@@ -87,6 +88,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * ```
    */
   static empty<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
+    options = readOptions('HostArray.empty', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     const s = checkShape(shape);
     const dt = dtypeOf(dtype);
     const bytes = elementCount(s) * dt.byteSize;
@@ -111,6 +113,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * ```
    */
   static zeros<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
+    options = readOptions('HostArray.zeros', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     const a = HostArray.empty(shape, dtype, options);
     a.buffer.view().fill(0);
     return a;
@@ -131,6 +134,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: HostBufferOptions = {}): HostArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('emptyLike expects a DeviceArray or HostArray');
+    options = readOptions('HostArray.emptyLike', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     return HostArray.empty(like.shape, like.dtype, options);
   }
 
@@ -149,6 +153,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: HostBufferOptions = {}): HostArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('zerosLike expects a DeviceArray or HostArray');
+    options = readOptions('HostArray.zerosLike', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     return HostArray.zeros(like.shape, like.dtype, options);
   }
 
@@ -170,7 +175,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   static from<N extends DTypeName>(data: HostInput<N>, options: HostArrayFromOptions<N> & { readonly dtype: N | DType<N> }): HostArray<N>;
   static from<T extends InferableTypedArray>(data: T, options?: HostArrayFromOptions<InferredDType<T>>): HostArray<InferredDType<T>>;
   static from(data: unknown, options: HostArrayFromOptions<DTypeName> = {}): HostArray {
-    if (options === null || typeof options !== 'object') throw new TypeError('HostArray.from: options must be an object');
+    options = readOptions('HostArray.from', options, { dtype: true, shape: true, ...{ device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true } });
     const { dtype: dt, shape: given, ...flags } = options;
     const { dtype, bytes, shape } = resolveHostInput(data, dt, given);
     const a = HostArray.empty(shape, dtype, flags);
@@ -196,7 +201,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   static fromBuffer<N extends DTypeName>(buffer: HostBuffer, options: HostArrayViewOptions<N>): HostArray<N> {
     if (!(buffer instanceof HostBuffer)) throw new TypeError('HostArray.fromBuffer expects a HostBuffer');
-    if (options === null || typeof options !== 'object') throw new TypeError('HostArray.fromBuffer: options must be an object');
+    options = readOptions('HostArray.fromBuffer', options, { dtype: true, shape: true, strides: true, byteOffset: true });
     const dt = dtypeOf(options.dtype);
     if (buffer.isFreed) throw new UseAfterFreeError(`HostArray.fromBuffer: ${String(buffer)} was freed`);
     const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
@@ -311,6 +316,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * ```
    */
   deviceView(options: { readonly device?: Device | number } = {}): DeviceArray<N> {
+    options = readOptions('HostArray.deviceView', options, { device: true });
     this.checkAlive();
     if (!this.buffer.mapped) {
       throw new VramStateError(`${String(this)} is not mapped: allocate it with { mapped: true } for the device to address it`);
@@ -410,6 +416,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   async copyFromAsync(src: DeviceArray<N>, options: AsyncCopyOptions = {}): Promise<void> {
     if (!(src instanceof DeviceArray)) throw new TypeError('HostArray.copyFromAsync expects a DeviceArray');
+    options = readOptions('HostArray.copyFromAsync', options, { stream: true });
     await src.copyToAsync(this, options);
   }
 
@@ -428,6 +435,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   async copyToAsync(dst: DeviceArray<N>, options: AsyncCopyOptions = {}): Promise<DeviceArray<N>> {
     if (!(dst instanceof DeviceArray)) throw new TypeError('HostArray.copyToAsync expects a DeviceArray');
+    options = readOptions('HostArray.copyToAsync', options, { stream: true });
     await dst.copyFromAsync(this, options);
     return dst;
   }

@@ -22,6 +22,7 @@ import { EmulatedState } from './emulated/state.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
 import { parseSize } from '../util/size.js';
+import { readOptions } from '../util/options.js';
 
 export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './emulated/device-memory.js';
 
@@ -63,6 +64,7 @@ export class EmulatedBackend implements Backend {
   private readonly kernels: KernelCalls;
 
   constructor(options: EmulatedBackendOptions = {}) {
+    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true });
     const capacity = options.capacityBytes ?? defaultCapacity();
     const count = options.deviceCount ?? 1;
     if (!Number.isSafeInteger(capacity) || capacity <= 0) throw new RangeError(`capacityBytes must be a positive whole number, got ${capacity}`);

@@ -21,6 +21,7 @@ import type { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
 import { DeviceMemory } from '../memory/copy.js';
 import { Stream, streamHandleOf, type StreamRef } from '../stream.js';
+import { readOptions } from '../util/options.js';
 
 /** A CUDA Array Interface dictionary as a plain object. */
 export interface CudaArrayInterface {
@@ -115,7 +116,7 @@ const MAX_NDIM = 64;
  */
 export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInterfaceOptions = {}): CudaArrayInterface {
   if (!(array instanceof DeviceArray)) throw new TypeError('toCudaArrayInterface expects a DeviceArray');
-  if (options === null || typeof options !== 'object') throw new TypeError('toCudaArrayInterface: options must be an object');
+  options = readOptions('toCudaArrayInterface', options, { stream: true });
   const dt = array.dtype;
   const code = typestrOf[dt.component];
   if (code === undefined) {
@@ -168,7 +169,7 @@ export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInt
  */
 export function fromCudaArrayInterface(obj: CudaArrayInterface, options: FromCudaArrayInterfaceOptions = {}): DeviceArray {
   if (obj === null || typeof obj !== 'object') throw new TypeError('fromCudaArrayInterface expects an object');
-  if (options === null || typeof options !== 'object') throw new TypeError('fromCudaArrayInterface: options must be an object');
+  options = readOptions('fromCudaArrayInterface', options, { owner: true, device: true, stream: true, dtype: true });
   const version = obj.version;
   if (typeof version !== 'number') throw new TypeError(`version must be a number, got ${typeof version}`);
   if (version !== 2 && version !== 3) throw new NotSupportedError(`CUDA Array Interface version ${version}: vram reads versions 2 and 3`);

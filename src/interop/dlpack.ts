@@ -43,6 +43,7 @@ import { DeviceArray } from '../array/device-array.js';
 import { dtypeOf, dtypes, type DType, type DTypeName } from '../array/dtype.js';
 import { HostArray } from '../array/host-array.js';
 import { byteSpan, contiguousLayout, type Layout, type StridedArray } from '../array/layout.js';
+import { readOptions } from '../util/options.js';
 
 /** Options of `toDLPack`. */
 export interface ToDLPackOptions {
@@ -164,7 +165,6 @@ function checkStructPointer(ptr: unknown, what: string): number {
 }
 
 function checkVersioned(options: unknown, what: string): boolean {
-  if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
   const versioned = (options as { versioned?: unknown }).versioned;
   if (versioned === undefined) return true;
   if (typeof versioned !== 'boolean') throw new TypeError(`${what}: versioned must be a boolean, got ${typeof versioned}`);
@@ -216,6 +216,7 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
   if (!(array instanceof DeviceArray) && !(array instanceof HostArray)) {
     throw new TypeError('toDLPack expects a DeviceArray or HostArray');
   }
+  options = readOptions('toDLPack', options, { versioned: true, readOnly: true, copied: true });
   const versioned = checkVersioned(options, 'toDLPack');
   const readOnly = flag(options.readOnly, 'readOnly');
   const copied = flag(options.copied, 'copied');
@@ -422,6 +423,7 @@ function readTensor(address: number, versioned: boolean): TensorFields {
  */
 export function fromDLPack(ptr: number | bigint, options: FromDLPackOptions = {}): DeviceArray {
   const address = checkStructPointer(ptr, 'fromDLPack');
+  options = readOptions('fromDLPack', options, { versioned: true, device: true });
   const versioned = checkVersioned(options, 'fromDLPack');
   const device = options.device === undefined ? undefined : Device.resolve(options.device);
   const f = readTensor(address, versioned);
@@ -533,6 +535,7 @@ export function dlpackInfo(array: StridedArray<DTypeName>): DLPackImportInfo | u
  */
 export function deleteDLPack(ptr: number | bigint, options: FromDLPackOptions = {}): boolean {
   const address = checkStructPointer(ptr, 'deleteDLPack');
+  options = readOptions('deleteDLPack', options, { versioned: true, device: true });
   const versioned = checkVersioned(options, 'deleteDLPack');
   const layout = managedLayout(versioned);
   const deleter = u64(nativeView(address, layout.size), layout.deleter, 'deleteDLPack: the deleter');

@@ -16,6 +16,7 @@ import { pollUntil } from '../stream.js';
 import {
   acceptUnix, closeFd, connectUnix, listenUnix, MAX_MESSAGE_BYTES, readable, receiveWithFd, removePath, sendWithFd,
 } from '../cuda/libc.js';
+import { readOptions } from '../util/options.js';
 
 export { closeFd, SystemCallError } from '../cuda/libc.js';
 
@@ -85,7 +86,7 @@ export function sendFd(path: string, fd: number, message: Uint8Array | string): 
  */
 export async function receiveFd(path: string, options: ReceiveFdOptions = {}): Promise<ReceivedFd> {
   if (typeof path !== 'string') throw new TypeError('receiveFd: path must be a string');
-  if (options === null || typeof options !== 'object') throw new TypeError('receiveFd: options must be an object');
+  options = readOptions('receiveFd', options, { timeoutMs: true });
   const timeoutMs = options.timeoutMs ?? 30_000;
   if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) throw new RangeError(`receiveFd: timeoutMs must be a number >= 0, got ${String(timeoutMs)}`);
   const deadline = performance.now() + timeoutMs;

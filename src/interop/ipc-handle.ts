@@ -8,6 +8,7 @@
  */
 import { IPC_HANDLE_BYTES } from '../backend/backend.js';
 import { checkNonNegativeInteger } from '../validate.js';
+import { readOptions } from '../util/options.js';
 
 /** The prefix of an IpcHandle's string form. */
 const PREFIX = 'vram-ipc:';
@@ -71,7 +72,7 @@ export class IpcHandle {
    */
   static from(value: IpcHandle | string | Uint8Array, extent: { byteLength?: number; offset?: number } = {}): IpcHandle {
     if (value instanceof IpcHandle) return value;
-    if (extent === null || typeof extent !== 'object') throw new TypeError('IpcHandle.from: extent must be an object');
+    extent = readOptions('IpcHandle.from', extent, { byteLength: true, offset: true }, 'extent');
     if (typeof value === 'string') {
       const text = value.trim();
       if (text.startsWith(PREFIX)) return IpcHandle.decode(hexBytes(text.slice(PREFIX.length)));

@@ -26,6 +26,7 @@ import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
 import { IpcBuffer } from './ipc-buffer.js';
 import { IpcHandle } from './ipc-handle.js';
+import { readOptions } from '../util/options.js';
 
 /** Options of `importIpc`. */
 export interface ImportIpcOptions {
@@ -92,7 +93,7 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
  * ```
  */
 export function importIpc(handle: IpcHandle | string | Uint8Array, options: ImportIpcOptions = {}): IpcBuffer {
-  if (options === null || typeof options !== 'object') throw new TypeError('importIpc: options must be an object');
+  options = readOptions('importIpc', options, { device: true, byteLength: true, offset: true });
   const extent: { byteLength?: number; offset?: number } = {};
   if (options.byteLength !== undefined) extent.byteLength = options.byteLength;
   if (options.offset !== undefined) extent.offset = options.offset;

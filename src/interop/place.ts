@@ -22,6 +22,7 @@ import { Device } from '../device.js';
 import { isOutOfMemory, NotSupportedError } from '../errors.js';
 import type { StreamRef } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
+import { readOptions } from '../util/options.js';
 
 const MiB = 1024 * 1024;
 
@@ -114,7 +115,7 @@ export function defaultPlacementMargin(device: Device | number = 0): number {
 export function place<N extends DTypeName>(data: HostInput<N>, options: PlaceOptions<N> & { readonly dtype: N | DType<N> }): Placement<N>;
 export function place<T extends InferableTypedArray>(data: T, options?: PlaceOptions<InferredDType<T>>): Placement<InferredDType<T>>;
 export function place(data: unknown, options: PlaceOptions = {}): Placement {
-  if (options === null || typeof options !== 'object') throw new TypeError('place: options must be an object');
+  options = readOptions('place', options, { prefer: true, fallback: true, minFree: true, writeCombined: true, device: true, stream: true, dtype: true, shape: true });
   if (options.prefer !== undefined && options.prefer !== 'device') {
     throw new RangeError(`place: prefer must be 'device', got ${String(options.prefer)}`);
   }

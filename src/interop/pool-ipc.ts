@@ -25,6 +25,7 @@ import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { IpcBuffer } from './ipc-buffer.js';
 import { IpcHandle } from './ipc-handle.js';
+import { readOptions } from '../util/options.js';
 
 /**
  * The pool of `resource` as a new file descriptor (cuMemPoolExportToShareableHandle). Send it with
@@ -130,7 +131,7 @@ export class ImportedPool {
    */
   static fromFd(fd: number, options: ImportPoolOptions = {}): ImportedPool {
     checkNonNegativeInteger(fd, 'importPool: fd');
-    if (options === null || typeof options !== 'object') throw new TypeError('importPool: options must be an object');
+    options = readOptions('importPool', options, { device: true });
     const device = Device.resolve(options.device);
     const backend = device.backend;
     device.makeCurrent();
@@ -178,7 +179,7 @@ export class ImportedPool {
    */
   importPointer(handle: IpcHandle | string | Uint8Array, options: ImportPointerOptions = {}): IpcBuffer {
     const pool = this.handle;
-    if (options === null || typeof options !== 'object') throw new TypeError('importPointer: options must be an object');
+    options = readOptions('ImportedPool.importPointer', options, { stream: true });
     const stream = options.stream ?? defaultStream;
     streamHandleOf(stream);
     const parsed = IpcHandle.from(handle);

@@ -12,6 +12,7 @@ import { readLaunchConfig, type LaunchConfig } from './launch-config.js';
 import type { Module } from './module.js';
 import { maxActiveBlocks, suggestedBlockSize, type SuggestedBlockSize } from './occupancy.js';
 import { writeArgs, type ArgsOf, type Signature } from './signature.js';
+import { readOptions } from '../util/options.js';
 
 /**
  * A launchable kernel: get one from `Module.kernel(name, signature)`.
@@ -75,6 +76,7 @@ export class Kernel<S extends Signature> {
    */
   launch(config: LaunchConfig, ...args: ArgsOf<S>): void {
     if (this.module.isDestroyed) throw new UseAfterFreeError(`kernel ${this.name}: its module was destroyed`);
+    config = readOptions('Kernel.launch', config, { grid: true, block: true, sharedBytes: true, stream: true }, 'config');
     const dims = this.#dims;
     const shared = readLaunchConfig(this.name, config, this.#limits, this.attributes, dims);
     const stream = config.stream;

@@ -18,6 +18,7 @@ import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../er
 import { compileSource } from './compile.js';
 import { Kernel } from './kernel.js';
 import { checkSignature, type Signature } from './signature.js';
+import { readOptions } from '../util/options.js';
 
 export { CompileError } from './compile-error.js';
 export { NvrtcUnavailableError } from '../cuda/nvrtc.js';
@@ -121,7 +122,7 @@ export class Module {
    */
   static compile(source: string, options: CompileOptions = {}): Module {
     if (typeof source !== 'string' || source.length === 0) throw new TypeError('Module.compile: the source must be a non-empty string');
-    checkObject(options, 'Module.compile');
+    options = readOptions('Module.compile', options, { device: true, emulated: true, options: true, nameExpressions: true, headers: true, cache: true });
     const nvrtcOptions = stringList(options.options, 'options');
     const nameExpressions = stringList(options.nameExpressions, 'nameExpressions');
     const headers = headerTable(options.headers);
@@ -154,7 +155,7 @@ export class Module {
    * ```
    */
   static fromPtx(ptx: string | Uint8Array, options: LoadOptions = {}): Module {
-    checkObject(options, 'Module.fromPtx');
+    options = readOptions('Module.fromPtx', options, { device: true, emulated: true });
     const data = typeof ptx === 'string' ? new TextEncoder().encode(ptx) : ptx;
     if (!(data instanceof Uint8Array) || data.length === 0) throw new TypeError('Module.fromPtx: the PTX must be a non-empty string or Uint8Array');
     const emulated = emulatedTable(options.emulated);
@@ -175,7 +176,7 @@ export class Module {
    * ```
    */
   static fromCubin(cubin: Uint8Array, options: LoadOptions = {}): Module {
-    checkObject(options, 'Module.fromCubin');
+    options = readOptions('Module.fromCubin', options, { device: true, emulated: true });
     if (!(cubin instanceof Uint8Array) || cubin.length === 0) throw new TypeError('Module.fromCubin: the CUBIN must be a non-empty Uint8Array');
     const emulated = emulatedTable(options.emulated);
     return Module.load(Device.resolve(options.device), { kind: 'cubin', data: cubin, ...(emulated ? { emulated } : {}) }, '', {}, emulated);
@@ -262,10 +263,6 @@ export class Module {
   [Symbol.dispose](): void {
     if (!this.#destroyed) this.destroy();
   }
-}
-
-function checkObject(options: unknown, what: string): void {
-  if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
 }
 
 function stringList(value: unknown, what: string): readonly string[] {

@@ -14,6 +14,7 @@ import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
 import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
+import { readOptions } from '../util/options.js';
 
 /** Options of an ArenaResource. */
 export interface ArenaOptions {
@@ -73,7 +74,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
    */
   constructor(options: ArenaOptions) {
     super();
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object with a size');
+    options = readOptions('new ArenaResource', options, { size: true, upstream: true, device: true });
     const bytes = checkBytes(options.size, 'size');
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);

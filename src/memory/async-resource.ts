@@ -13,6 +13,7 @@ import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from './pool-access.js';
 import type { MemoryFigures, ReservingResource } from './resource.js';
+import { readOptions } from '../util/options.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
 export interface AsyncPoolOptions {
@@ -59,13 +60,13 @@ export class AsyncResource extends DriverResource implements ReservingResource {
    * @throws {TypeError | RangeError} For bad pool properties.
    */
   constructor(options: AsyncResourceOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new AsyncResource', options, { device: true, pool: true });
     const device = Device.resolve(options.device);
     super(device);
     if (!device.info.memoryPoolsSupported) {
       throw new NotSupportedError(`device ${device.ordinal} does not support stream-ordered memory pools`);
     }
-    const pool = options.pool ?? 'default';
+    const pool = options.pool === undefined || options.pool === 'default' ? 'default' : readOptions('new AsyncResource', options.pool, { maxSize: true, handleTypes: true }, 'pool');
     device.makeCurrent();
     if (pool === 'default') {
       this.rawPool = device.backend.deviceGetDefaultMemPool(device.ordinal);

@@ -15,6 +15,7 @@ import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './pool/live-table.js';
 import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
+import { readOptions } from '../util/options.js';
 
 /** Options for a BinningResource. */
 export interface BinningOptions {
@@ -73,7 +74,7 @@ export class BinningResource extends MemoryResource {
   constructor(upstream: MemoryResource, options: BinningOptions = {}) {
     super();
     this.upstream = checkResource(upstream);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new BinningResource', options, { minSizeExponent: true, maxSizeExponent: true });
     this.kind = upstream.kind;
     this.device = upstream.device;
     this.alignment = upstream.alignment;

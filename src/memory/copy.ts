@@ -12,6 +12,7 @@ import { Device, ensureAnyContext } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
+import { readOptions, type OptionNames } from '../util/options.js';
 import { Allocation } from './lifetime.js';
 import { defaultStream, type StreamRef } from './resource.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
@@ -52,6 +53,9 @@ export interface CopyOutOptions extends CopyOptions {
   /** Byte offset into the destination. Default 0. */
   readonly dstOffset?: number;
 }
+
+const COPY_IN: OptionNames<CopyInOptions> = { offset: true, bytes: true, stream: true, register: true, srcOffset: true };
+const COPY_OUT: OptionNames<CopyOutOptions> = { offset: true, bytes: true, stream: true, register: true, dstOffset: true };
 
 /** Options of `memset`. */
 export interface MemsetOptions {
@@ -180,6 +184,7 @@ export abstract class DeviceMemory extends Allocation {
    * ```
    */
   copyFromHost(src: CopyEndpoint, options: CopyInOptions = {}): void {
+    options = readOptions(`${this.constructor.name}.copyFromHost`, options, COPY_IN);
     checkHostEndpoint(src, 'copyFromHost: src');
     copyBetween(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFromHost');
   }
@@ -201,6 +206,7 @@ export abstract class DeviceMemory extends Allocation {
    * ```
    */
   copyToHost<T extends CopyEndpoint>(dst: T, options: CopyOutOptions = {}): T {
+    options = readOptions(`${this.constructor.name}.copyToHost`, options, COPY_OUT);
     checkHostEndpoint(dst, 'copyToHost: dst');
     copyBetween(dst, options.dstOffset ?? 0, this, options.offset ?? 0, options, 'copyToHost');
     return dst;
@@ -224,6 +230,7 @@ export abstract class DeviceMemory extends Allocation {
    * ```
    */
   async copyFromHostAsync(src: CopyEndpoint, options: CopyInOptions = {}): Promise<void> {
+    options = readOptions(`${this.constructor.name}.copyFromHostAsync`, options, COPY_IN);
     checkHostEndpoint(src, 'copyFromHostAsync: src');
     await copyBetweenAsync(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFromHostAsync');
   }
@@ -244,6 +251,7 @@ export abstract class DeviceMemory extends Allocation {
    * ```
    */
   async copyToHostAsync<T extends CopyEndpoint>(dst: T, options: CopyOutOptions = {}): Promise<T> {
+    options = readOptions(`${this.constructor.name}.copyToHostAsync`, options, COPY_OUT);
     checkHostEndpoint(dst, 'copyToHostAsync: dst');
     await copyBetweenAsync(dst, options.dstOffset ?? 0, this, options.offset ?? 0, options, 'copyToHostAsync');
     return dst;
@@ -254,6 +262,7 @@ export abstract class DeviceMemory extends Allocation {
    * devices). Synchronous unless `stream` is given.
    */
   copyFrom(src: DeviceMemory, options: CopyInOptions = {}): void {
+    options = readOptions(`${this.constructor.name}.copyFrom`, options, COPY_IN);
     if (!(src instanceof DeviceMemory)) throw new TypeError('copyFrom: src must be a DeviceBuffer or ManagedBuffer');
     copyBetween(this, options.offset ?? 0, src, options.srcOffset ?? 0, options, 'copyFrom');
   }
@@ -337,7 +346,6 @@ function planCopy(
   dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
   options: CopyOptions, what: string,
 ): PlannedCopy {
-  if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
   if (options.register !== undefined && typeof options.register !== 'boolean') {
     throw new TypeError(`${what}: register must be a boolean, got ${typeof options.register}`);
   }
@@ -480,7 +488,7 @@ export function memsetValue(value: unknown, elementBytes: 1 | 2 | 4): number {
 
 /** The memset behind DeviceMemory.memset: checks everything, then one (async) driver call. */
 export function fill(target: DeviceMemory, value: number, options: MemsetOptions): void {
-  if (options === null || typeof options !== 'object') throw new TypeError('memset: options must be an object');
+  options = readOptions(`${target.constructor.name}.memset`, options, { elementBytes: true, offset: true, count: true, stream: true });
   checkWritable(target, 'memset');
   const elementBytes = options.elementBytes ?? 1;
   if (elementBytes !== 1 && elementBytes !== 2 && elementBytes !== 4) {

@@ -7,6 +7,7 @@ import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, MAX_BYTES } from '../validate.js';
+import { readOptions } from '../util/options.js';
 import { copy2D, DeviceMemory, type CopyEndpoint } from './copy.js';
 import { CudaResource } from './cuda-resource.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
@@ -47,7 +48,7 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static allocate(bytes: number, options: DeviceBufferOptions = {}): DeviceBuffer {
     checkBytes(bytes);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true });
     const resource = pickResource(options);
     const stream = options.stream ?? defaultStream;
     streamHandleOf(stream);
@@ -60,7 +61,7 @@ export class DeviceBuffer extends DeviceMemory {
    * picks for coalesced access (cuMemAllocPitch; straight from the driver, returned with cuMemFree).
    */
   static allocatePitched(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
-    return PitchedDeviceBuffer.allocate2D(widthBytes, height, options);
+    return PitchedDeviceBuffer.allocate2D(widthBytes, height, readOptions('DeviceBuffer.allocatePitched', options, { elementBytes: true, device: true }));
   }
 
   /**
@@ -89,7 +90,7 @@ export class DeviceBuffer extends DeviceMemory {
    * ```
    */
   static fromPointer(ptr: number, bytes: number, options: ForeignPointerOptions = {}): ForeignDeviceBuffer {
-    return ForeignDeviceBuffer.wrap(ptr, bytes, options);
+    return ForeignDeviceBuffer.wrap(ptr, bytes, readOptions('DeviceBuffer.fromPointer', options, { owner: true, onRelease: true, device: true, readOnly: true }));
   }
 
   /** Device memory is resident on its device (peer copies use it). */
@@ -165,7 +166,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
   static allocate2D(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
     checkBytes(widthBytes, 'widthBytes');
     const h = checkBytes(height, 'height');
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('PitchedDeviceBuffer.allocate2D', options, { elementBytes: true, device: true });
     const elementBytes = options.elementBytes ?? 4;
     if (elementBytes !== 4 && elementBytes !== 8 && elementBytes !== 16) {
       throw new RangeError(`elementBytes must be 4, 8 or 16, got ${String(elementBytes)}`);
@@ -190,6 +191,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
 
   /** Copies rows from host memory (JavaScript memory, or a HostBuffer for a stream copy) into this buffer. */
   copy2DFromHost(src: CopyEndpoint, options: Copy2DOptions = {}): void {
+    options = readOptions('PitchedDeviceBuffer.copy2DFromHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
     const { widthBytes, height } = this.region(options, 'copy2DFromHost');
     copy2D({ memory: this, offset: 0, pitch: this.pitch },
       { memory: src, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
@@ -198,6 +200,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
 
   /** Copies rows from this buffer into host memory and returns `dst`. */
   copy2DToHost<T extends CopyEndpoint>(dst: T, options: Copy2DOptions = {}): T {
+    options = readOptions('PitchedDeviceBuffer.copy2DToHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
     const { widthBytes, height } = this.region(options, 'copy2DToHost');
     copy2D({ memory: dst, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
       { memory: this, offset: 0, pitch: this.pitch },
@@ -208,6 +211,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
   /** Copies rows from another pitched buffer (each side with its own pitch). */
   copy2DFrom(src: PitchedDeviceBuffer, options: Copy2DFromOptions = {}): void {
     if (!(src instanceof PitchedDeviceBuffer)) throw new TypeError('copy2DFrom: src must be a PitchedDeviceBuffer');
+    options = readOptions('PitchedDeviceBuffer.copy2DFrom', options, { widthBytes: true, height: true, stream: true });
     const { widthBytes, height } = this.region(options, 'copy2DFrom');
     if (widthBytes > src.widthBytes || height > src.height) {
       throw new RangeError(`copy2DFrom: ${widthBytes} x ${height} exceeds the source's ${src.widthBytes} x ${src.height}`);
@@ -217,7 +221,6 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
   }
 
   private region(options: Copy2DFromOptions, what: string): { widthBytes: number; height: number } {
-    if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
     this.checkLive();
     const widthBytes = options.widthBytes ?? this.widthBytes;
     const height = options.height ?? this.height;

@@ -12,6 +12,7 @@ import { GRANULE } from './pool/free-list.js';
 import { StreamStacks, type StreamStack } from './pool/stream-stacks.js';
 import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from './resource.js';
 import type { SnapshotBlock, SnapshotSegment } from './snapshot-format.js';
+import { readOptions } from '../util/options.js';
 
 /** Options for a FixedSizeResource. */
 export interface FixedSizeOptions {
@@ -68,7 +69,7 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
   constructor(upstream: MemoryResource, options: FixedSizeOptions = {}) {
     super();
     this.upstream = checkResource(upstream);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new FixedSizeResource', options, { blockSize: true, blocksToPreallocate: true });
     this.kind = upstream.kind;
     this.device = upstream.device;
     this.alignment = Math.min(GRANULE, upstream.alignment);

@@ -17,6 +17,7 @@ import { MemoryType, type Handle, type PointerAttributes, type Ptr } from '../ba
 import { Device } from '../device.js';
 import { CudaError, InvalidPointerError } from '../errors.js';
 import { checkNonNegativeInteger, checkPointer } from '../validate.js';
+import { readOptions } from '../util/options.js';
 import { DeviceMemory } from './copy.js';
 import type { FreeOptions, Release } from './lifetime.js';
 import { defaultStream, type StreamRef } from './resource.js';
@@ -127,7 +128,7 @@ export class ForeignDeviceBuffer extends DeviceMemory {
     checkPointer(ptr, 'ptr');
     if (ptr === 0) throw new RangeError('ptr is the null pointer: there is no memory to wrap');
     checkNonNegativeInteger(bytes, 'bytes');
-    if (options === null || typeof options !== 'object') throw new TypeError('fromPointer: options must be an object');
+    options = readOptions('ForeignDeviceBuffer.wrap', options, { owner: true, onRelease: true, device: true, readOnly: true });
     const onRelease = options.onRelease;
     if (onRelease !== undefined && typeof onRelease !== 'function') {
       throw new TypeError(`onRelease must be a function, got ${typeof onRelease}`);

@@ -27,6 +27,7 @@ import {
   isReserving, setAllocationObserver, type AllocationObserver, type MemoryResource, type ReservingResource,
 } from './resource.js';
 import type { HistoryEvent, HistoryEventKind, SnapshotBaseline, SnapshotResource, SnapshotStack } from './snapshot-format.js';
+import { readOptions } from '../util/options.js';
 
 /** Options of `recordMemoryHistory`. */
 export interface HistoryOptions {
@@ -511,7 +512,7 @@ export class MemoryHistory {
  * ```
  */
 export function recordMemoryHistory(options: HistoryOptions = {}): MemoryHistory {
-  if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+  options = readOptions('recordMemoryHistory', options, { maxEntries: true, stacks: true, device: true });
   const maxEntries = options.maxEntries ?? DEFAULT_ENTRIES;
   if (typeof maxEntries !== 'number' || !Number.isInteger(maxEntries) || maxEntries < 1 || maxEntries > MAX_ENTRIES) {
     throw new RangeError(`maxEntries must be a whole number from 1 to ${MAX_ENTRIES}, got ${String(maxEntries)}`);

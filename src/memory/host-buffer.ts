@@ -21,6 +21,7 @@ import { Device, ensureAnyContext } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
+import { readOptions } from '../util/options.js';
 import { bytesOf, isHostData, type HostData } from './copy.js';
 import { Allocation, type Release } from './lifetime.js';
 import { forgetRegistration } from './transfer/transfers.js';
@@ -145,7 +146,7 @@ export class HostBuffer extends Allocation {
    */
   static allocate(bytes: number, options: HostBufferOptions = {}): HostBuffer {
     checkBytes(bytes);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('HostBuffer.allocate', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     const stream = options.stream;
     if (stream !== undefined) streamHandleOf(stream); // TypeError, or UseAfterFreeError for a destroyed Stream
     let resource: MemoryResource;
@@ -164,7 +165,7 @@ export class HostBuffer extends Allocation {
       const bits = hostAllocFlags(options);
       let pinned = defaultResources.get(bits);
       if (pinned === undefined) {
-        pinned = new PinnedHostResource(options);
+        pinned = new PinnedHostResource({ device: options.device, portable: options.portable, mapped: options.mapped, writeCombined: options.writeCombined });
         defaultResources.set(bits, pinned);
       }
       resource = pinned;
@@ -183,7 +184,7 @@ export class HostBuffer extends Allocation {
    */
   static register(memory: HostData, options: HostRegisterOptions = {}): HostBuffer {
     if (!isHostData(memory)) throw new TypeError('register expects an ArrayBuffer, TypedArray, Buffer or DataView');
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('HostBuffer.register', options, { portable: true, mapped: true, readOnly: true });
     const bytes = bytesOf(memory);
     checkBytes(bytes.byteLength, 'memory.byteLength');
     let flags = 0;
@@ -258,7 +259,7 @@ export class HostBuffer extends Allocation {
     options: ViewOptions = {},
   ): T {
     this.checkLive();
-    const { byteOffset, length } = viewRange(this.byteLength, Type, options);
+    const { byteOffset, length } = viewRange(this.byteLength, Type, readOptions('HostBuffer.view', options, { byteOffset: true, length: true }));
     if (this.writeCombined && !warnedWriteCombined) {
       warnedWriteCombined = true;
       process.emitWarning(

@@ -23,6 +23,7 @@ import type { Device } from '../device.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import type { StreamRef } from './resource.js';
+import { readOptions } from '../util/options.js';
 
 /** What the backstop knows about memory it freed on the program's behalf. */
 export interface LeakRecord {
@@ -311,7 +312,7 @@ export abstract class Allocation {
     }
     let stream: StreamRef | undefined;
     if (options !== undefined) {
-      if (options === null || typeof options !== 'object') throw new TypeError('free: options must be an object');
+      options = readOptions(`${this.constructor.name}.free`, options, { stream: true });
       if (options.stream !== undefined) stream = checkStream(options.stream, 'free');
     }
     this.#freed = true;

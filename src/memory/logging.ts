@@ -9,6 +9,7 @@ import type { Ptr } from '../backend/backend.js';
 import { checkBytes } from '../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
 import type { MemoryResource, StreamRef } from './resource.js';
+import { readOptions } from '../util/options.js';
 
 /** The header line of RMM's allocation log (rmm::mr::logging_resource_adaptor). */
 export const ALLOCATION_LOG_HEADER = 'Thread,Time,Action,Pointer,Size,Stream';
@@ -54,7 +55,7 @@ export class LoggingAdaptor extends ResourceAdaptor {
    */
   constructor(upstream: MemoryResource, sink: LogSink, options: LoggingOptions = {}) {
     super(upstream);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new LoggingAdaptor', options, { bufferLines: true });
     this.bufferLines = options.bufferLines === undefined ? 4096 : checkBytes(options.bufferLines, 'bufferLines');
     if (typeof sink === 'string') {
       this.path = sink;

@@ -12,6 +12,7 @@ import { MemAdvice, type MemLocation, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
+import { readOptions } from '../util/options.js';
 import { DeviceMemory } from './copy.js';
 import type { Release } from './lifetime.js';
 import { type TypedArrayConstructor, type ViewOptions, viewRange } from './host-buffer.js';
@@ -61,7 +62,7 @@ export class ManagedBuffer extends DeviceMemory {
   /** Allocates `bytes` of managed memory (cuMemAllocManaged). */
   static allocate(bytes: number, options: ManagedBufferOptions = {}): ManagedBuffer {
     checkBytes(bytes);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('ManagedBuffer.allocate', options, { attach: true, device: true, resource: true, stream: true });
     let resource: MemoryResource;
     if (options.resource !== undefined) {
       resource = options.resource;
@@ -157,7 +158,7 @@ export class ManagedBuffer extends DeviceMemory {
     options: ViewOptions = {},
   ): T {
     this.checkLive();
-    const { byteOffset, length } = viewRange(this.byteLength, Type, options);
+    const { byteOffset, length } = viewRange(this.byteLength, Type, readOptions('ManagedBuffer.view', options, { byteOffset: true, length: true }));
     return this.hostView(Type, byteOffset, length);
   }
 
@@ -167,7 +168,7 @@ export class ManagedBuffer extends DeviceMemory {
   }
 
   private range(range: { offset?: number; bytes?: number }, what: string): { offset: number; bytes: number } {
-    if (range === null || typeof range !== 'object') throw new TypeError(`${what}: range must be an object`);
+    range = readOptions(`ManagedBuffer.${what}`, range, { offset: true, bytes: true }, 'range');
     const offset = checkNonNegativeInteger(range.offset ?? 0, `${what} offset`);
     if (offset > this.byteLength) throw new RangeError(`${what}: offset ${offset} is past the end (${this.byteLength} bytes)`);
     const bytes = range.bytes === undefined ? this.byteLength - offset : checkNonNegativeInteger(range.bytes, `${what} bytes`);

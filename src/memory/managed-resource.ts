@@ -7,6 +7,7 @@ import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
+import { readOptions } from '../util/options.js';
 
 /** Where managed memory is first attached: every stream (`global`) or the host (`host`). */
 export type ManagedAttach = 'global' | 'host';
@@ -43,7 +44,7 @@ export class ManagedResource extends DriverResource {
    * @throws {NotSupportedError} When the device has no managed memory.
    */
   constructor(options: ManagedResourceOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new ManagedResource', options, { device: true, attach: true });
     super(Device.resolve(options.device));
     const attach = options.attach ?? 'global';
     if (attach !== 'global' && attach !== 'host') {

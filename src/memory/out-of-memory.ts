@@ -8,6 +8,7 @@ import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
 import { checkResource, type MemoryFigures, type MemoryResource, type StreamRef } from './resource.js';
 import { StatisticsAdaptor } from './statistics.js';
+import { readOptions } from '../util/options.js';
 
 /** Options of RetryOnOutOfMemory. */
 export interface RetryOptions {
@@ -60,7 +61,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
    */
   constructor(upstream: MemoryResource, options: RetryOptions = {}) {
     super(upstream);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new RetryOnOutOfMemory', options, { roots: true });
     const roots = options.roots ?? [];
     if (!Array.isArray(roots)) throw new TypeError('roots must be an array of MemoryResources');
     this.roots = roots.map((r, k) => checkResource(r, `roots[${k}]`));

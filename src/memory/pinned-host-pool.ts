@@ -12,6 +12,7 @@ import { checkNonNegativeInteger } from '../validate.js';
 import { PinnedHostResource } from './pinned-host-resource.js';
 import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
 import { StreamOrder, type Lane } from './stream-order.js';
+import { readOptions } from '../util/options.js';
 
 /** Options for a PinnedHostPool. */
 export interface PinnedHostPoolOptions {
@@ -89,7 +90,7 @@ export class PinnedHostPool extends MemoryResource {
    */
   constructor(options: PinnedHostPoolOptions = {}) {
     super();
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new PinnedHostPool', options, { upstream: true, device: true, maximumCachedBytes: true });
     const device = Device.resolve(options.device);
     this.#maximumCachedBytes = options.maximumCachedBytes === undefined
       ? 256 * 1024 * 1024 : checkNonNegativeInteger(options.maximumCachedBytes, 'maximumCachedBytes');

@@ -6,6 +6,7 @@
 import { HostAllocFlags, type Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { DriverResource } from './driver-resource.js';
+import { readOptions } from '../util/options.js';
 
 /**
  * The alignment vram promises for pinned host memory: 256 bytes, the figure RMM's
@@ -71,7 +72,7 @@ export class PinnedHostResource extends DriverResource {
    * @throws {TypeError} For flags that are not booleans.
    */
   constructor(options: PinnedHostOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new PinnedHostResource', options, { device: true, portable: true, mapped: true, writeCombined: true });
     super(Device.resolve(options.device));
     this.flags = hostAllocFlags(options);
     this.options = Object.freeze({

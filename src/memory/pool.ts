@@ -23,6 +23,7 @@ import {
 } from './pool/virtual-growth.js';
 import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
+import { readOptions } from '../util/options.js';
 
 /** Options for a PoolResource. */
 export interface PoolOptions {
@@ -149,7 +150,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
    */
   constructor(options: PoolOptions = {}) {
     super();
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new PoolResource', options, { device: true, upstream: true, initialSize: true, maximumSize: true, chunkSize: true, addressSpaceSize: true, extentSize: true });
     this.options = options;
     const maximum = options.maximumSize === undefined ? Infinity : checkBytes(options.maximumSize, 'maximumSize');
     const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : checkBytes(options.initialSize, 'initialSize');

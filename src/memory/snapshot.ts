@@ -13,6 +13,7 @@ import {
   SNAPSHOT_VERSION, type MemorySnapshot, type SnapshotLiveBlock, type SnapshotResource, type SnapshotSegment,
   type SnapshotTrigger,
 } from './snapshot-format.js';
+import { readOptions } from '../util/options.js';
 
 /** Options of `memorySnapshot`. */
 export interface SnapshotOptions {
@@ -42,7 +43,7 @@ function stackOf(top: MemoryResource): MemoryResource[] {
  * ```
  */
 export function memorySnapshot(options: SnapshotOptions = {}): MemorySnapshot {
-  if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+  options = readOptions('memorySnapshot', options, { device: true });
   const device = Device.resolve(options.device);
   return takeSnapshot(device, getCurrentResource(device), { kind: 'request', error: null });
 }

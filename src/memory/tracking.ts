@@ -8,6 +8,7 @@ import { InvalidPointerError } from '../errors.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
 import { callerFrames, rawStack } from './call-stack.js';
 import type { MemoryResource, StreamRef } from './resource.js';
+import { readOptions } from '../util/options.js';
 
 /** One allocation that has not been deallocated yet. */
 export interface TrackedAllocation {
@@ -47,7 +48,7 @@ export class TrackingAdaptor extends ResourceAdaptor {
    */
   constructor(upstream: MemoryResource, options: TrackingOptions = {}) {
     super(upstream);
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    options = readOptions('new TrackingAdaptor', options, { captureStacks: true });
     this.captureStacks = options.captureStacks === true;
   }
 

@@ -9,6 +9,7 @@ import { isReserving, type MemoryResource, type StreamRef, defaultStream } from 
 import { alignUp } from '../validate.js';
 import type { SnapshotSegment } from '../memory/snapshot-format.js';
 import type { AllocationTrace } from './parse.js';
+import { readOptions } from '../util/options.js';
 
 /** How peak reserved bytes were found. */
 export type ReservedSource =
@@ -203,6 +204,7 @@ function median(values: Float64Array): number | undefined {
  * the log line is thrown with the resource's error as its cause.
  */
 export function replay(trace: AllocationTrace, resource: MemoryResource, options: ReplayOptions = {}): ReplayResult {
+  options = readOptions('replay', options, { peakReservedBytes: true, perOperationTiming: true, repeat: true, resetPeakReserved: true, growth: true, timeline: true, reservedBytes: true });
   const events = trace.events;
   const n = events.length;
   // Compile the events into flat arrays so the timed loop does nothing but call the resource.

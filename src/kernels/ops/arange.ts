@@ -9,6 +9,7 @@ import { builtinKernel } from './builtin-module.js';
 import { basicBuiltin } from './builtin-sources.js';
 import { gridFor, OP_BLOCK } from './op-support.js';
 import { kernelScalarOf } from './scalar.js';
+import { readOptions } from '../../util/options.js';
 
 /**
  * A new 1-D array of `[start, start + step, ...)` below `stop` (above it for a negative step):
@@ -31,6 +32,7 @@ export function arange<N extends ScalarName = 'float64'>(
   range: number | readonly [number, number] | readonly [number, number, number],
   dtype: N | DType<N> = 'float64' as N, options: DeviceArrayOptions = {},
 ): DeviceArray<N> {
+  options = readOptions('arange', options, { resource: true, stream: true, device: true });
   const [start, stop, step] = typeof range === 'number' ? [0, range, 1] : Array.isArray(range) && (range.length === 2 || range.length === 3)
     ? [range[0], range[1], range[2] ?? 1] : [NaN, NaN, NaN];
   for (const [v, label] of [[start, 'start'], [stop, 'stop'], [step, 'step']] as const) {

@@ -11,6 +11,7 @@ import { basicBuiltin } from './builtin-sources.js';
 import { elementUnits } from './fill.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
 import { checkArray, gridFor, OP_BLOCK, streamFor, type OpOptions } from './op-support.js';
+import { readOptions } from '../../util/options.js';
 
 /**
  * A new contiguous array holding `a`'s elements in row-major order. Always a new array (also for
@@ -29,7 +30,7 @@ import { checkArray, gridFor, OP_BLOCK, streamFor, type OpOptions } from './op-s
  */
 export function ascontiguous<N extends DTypeName>(a: DeviceArray<N>, options?: OpOptions): DeviceArray<N> {
   checkArray(a, 'ascontiguous: a');
-  const stream = streamFor(options, a, 'ascontiguous');
+  const stream = streamFor(readOptions('ascontiguous', options, { stream: true }), a, 'ascontiguous');
   const out = DeviceArray.empty(a.shape, a.dtype, { device: a.device, stream });
   try {
     copyElementsOnDevice(out, a, stream);

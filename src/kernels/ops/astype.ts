@@ -11,6 +11,7 @@ import { basicBuiltin } from './builtin-sources.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
 import { checkArray, gridFor, OP_BLOCK, streamFor, type OpOptions } from './op-support.js';
 import { kernelScalar } from './scalar.js';
+import { readOptions } from '../../util/options.js';
 
 /**
  * A new contiguous array of `dtype` holding `a`'s elements converted. Scalar dtypes convert to
@@ -33,7 +34,7 @@ import { kernelScalar } from './scalar.js';
 export function astype<M extends DTypeName>(a: DeviceArray, dtype: M | DType<M>, options?: OpOptions): DeviceArray<M> {
   checkArray(a, 'astype: a');
   const to = dtypeOf(dtype);
-  const stream = streamFor(options, a, 'astype');
+  const stream = streamFor(readOptions('astype', options, { stream: true }), a, 'astype');
   if (to.components !== a.dtype.components) {
     throw new TypeError(`astype: ${a.dtype.name} has ${a.dtype.components} component(s) and ${to.name} ${to.components}; convert between dtypes of as many components`);
   }

@@ -14,6 +14,7 @@ import { ELEMENTWISE_KERNEL, elementwiseProgram, type ElementwiseProgram, type P
 import { parseExpression, parseStatements, type Statement } from './expression.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
 import { checkArray, gridFor, OP_BLOCK, sameDevice, streamFor, type OpOptions } from './op-support.js';
+import { readOptions } from '../../util/options.js';
 
 /** What an expression's names stand for: arrays (one element each) and scalars (one value for all). */
 export type ElementwiseValues = Readonly<Record<string, DeviceArray | number | bigint>>;
@@ -103,6 +104,7 @@ function run(what: string, key: string, text: string, statements: () => readonly
  * ```
  */
 export function elementwise(expression: string, values: ElementwiseValues, options?: OpOptions): void {
+  options = readOptions('elementwise', options, { stream: true });
   run('elementwise', `s\u0000${String(expression)}`, expression, () => parseStatements(expression), values, options);
 }
 
@@ -117,7 +119,7 @@ function resultArray(what: string, like: DeviceArray, out: DeviceArray | undefin
 }
 
 function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, like: DeviceArray, expression: string, options: MapOptions | undefined): DeviceArray {
-  if (options !== undefined && (options === null || typeof options !== 'object')) throw new TypeError(`${what}: options must be an object`);
+  options = readOptions(what, options, { out: true, stream: true });
   for (const [name, a] of Object.entries(inputs)) checkArray(a, `${what}: ${name === 'x' ? 'a' : 'b'}`);
   const out = resultArray(what, like, options?.out, options);
   try {

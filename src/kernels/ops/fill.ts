@@ -11,6 +11,7 @@ import { builtinKernel } from './builtin-module.js';
 import { basicBuiltin } from './builtin-sources.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
 import { checkArray, gridFor, OP_BLOCK, streamFor, type OpOptions } from './op-support.js';
+import { readOptions } from '../../util/options.js';
 
 /**
  * How fill and copy move an element: units of the largest of 8, 4, 2, 1 bytes dividing both its
@@ -48,7 +49,7 @@ export function elementUnits(dtype: DType): { unit: 1 | 2 | 4 | 8; units: number
  */
 export function fill<N extends DTypeName>(a: DeviceArray<N>, value: ScalarValue<N>, options?: OpOptions): DeviceArray<N> {
   checkArray(a, 'fill: a');
-  const stream = streamFor(options, a, 'fill');
+  const stream = streamFor(readOptions('fill', options, { stream: true }), a, 'fill');
   const pattern = encodeScalar(a.dtype, value);
   const n = a.size;
   if (n === 0) return a;

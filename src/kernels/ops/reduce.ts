@@ -20,6 +20,7 @@ import {
   accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp,
 } from './reduction-kernels.js';
 import { kernelScalar } from './scalar.js';
+import { readOptions } from '../../util/options.js';
 
 /** Options of `sum`, `min` and `max`. */
 export interface ReduceOptions extends OpOptions {
@@ -111,6 +112,7 @@ function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) =>
 function reduce(op: 'sum' | 'min' | 'max', a: DeviceArray, options: ReduceOptions | undefined): number | DeviceArray {
   checkArray(a, `${op}: a`);
   const dtype = checkDtype(op, a);
+  options = readOptions(op, options, { axis: true, out: true, stream: true });
   const stream = streamFor(options, a, op);
   const axisArg = options?.axis;
   const result = resultDtype(op, dtype);
@@ -242,6 +244,7 @@ export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions): numbe
     throw new RangeError(`dot: takes two 1-D arrays of one length, got shapes ${formatShape(a.shape)} and ${formatShape(b.shape)}`);
   }
   const device = sameDevice([a, b], 'dot');
+  options = readOptions('dot', options, { out: true, stream: true });
   const stream = streamFor(options, a, 'dot');
   const out = options?.out === undefined ? undefined : checkOut('dot', options.out, device, resultDtype('dot', dtype), [], true);
   const k = a.size;

@@ -22,6 +22,7 @@ import { defaultStream } from '../resource.js';
 import { checkThreadCount, CopyThreads, defaultCopyThreads } from './copy-threads.js';
 import { RegistrationCache, type RegistrationPolicy, type RegistrationStatistics } from './registration-cache.js';
 import { runStaged, runStagedAsync, type StagedCopy } from './staged-copy.js';
+import { readOptions } from '../../util/options.js';
 
 /** Process-wide transfer settings (see `configureTransfers`). */
 export interface TransferSettings {
@@ -125,9 +126,8 @@ function count(state: BackendTransfers, path: 'direct' | 'staged' | 'registered'
  * ```
  */
 export function configureTransfers(options: TransferOptions): TransferSettings {
-  if (options === null || typeof options !== 'object') throw new TypeError('configureTransfers expects an options object');
-  const r = options.registration ?? {};
-  if (r === null || typeof r !== 'object') throw new TypeError('registration must be an object');
+  options = readOptions('configureTransfers', options, { threads: true, chunkBytes: true, depth: true, stagingThreshold: true, registration: true });
+  const r = readOptions('configureTransfers', options.registration, { enabled: true, minimumBytes: true, maximumBytes: true, afterUses: true }, 'registration');
   if (r.enabled !== undefined && typeof r.enabled !== 'boolean') throw new TypeError('registration.enabled must be a boolean');
   const next: TransferSettings = {
     threads: options.threads === undefined ? settings.threads : checkThreadCount(checkNonNegativeInteger(options.threads, 'threads'), 'threads'),
@@ -142,6 +142,9 @@ export function configureTransfers(options: TransferOptions): TransferSettings {
       afterUses: r.afterUses === undefined ? settings.registration.afterUses : checkBytes(r.afterUses, 'registration.afterUses'),
     },
   };
+  if (next.registration.minimumBytes > next.registration.maximumBytes) {
+    throw new RangeError(`configureTransfers: registration.minimumBytes (${next.registration.minimumBytes}) exceeds registration.maximumBytes (${next.registration.maximumBytes})`);
+  }
   if (next.threads !== settings.threads) {
     threads?.destroy();
     threads = undefined;

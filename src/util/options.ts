@@ -1,0 +1,95 @@
+/**
+ * The one check of an options argument, used by every public entry point that takes one. An options
+ * object is where a misspelt key (`{ shap: [3, 3] }`) or an array (`DeviceArray.from(data, [3, 3])`)
+ * would otherwise be ignored without a word and the defaults used instead; so anything other than
+ * a plain object, and any key the entry point does not know, is a TypeError that names the entry
+ * point, the bad key, the nearest valid key and all of them.
+ *
+ * The check returns a snapshot: each valid key is read exactly once, so a getter cannot hand the
+ * check one value and the code after it another.
+ */
+
+/**
+ * The option names of an entry point, one entry per key of its options type: the compiler refuses
+ * a key the type lacks and a key left out, so the list cannot drift from the type.
+ */
+export type OptionNames<T> = { readonly [K in keyof Required<T>]: true };
+
+/** How an options value reads in a message: `an array`, `null`, `a number`. */
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  const type = typeof value;
+  return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
+}
+
+/** The number of single-character edits (insert, delete, substitute, swap) from `a` to `b`. */
+function editDistance(a: string, b: string): number {
+  const rows: number[][] = [];
+  for (let i = 0; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      if (i === 0) { row.push(j); continue; }
+      const above = rows[i - 1]!;
+      let d = Math.min(above[j]! + 1, row[j - 1]! + 1, above[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, rows[i - 2]![j - 2]! + 1);
+      row.push(d);
+    }
+    rows.push(row);
+  }
+  return rows[a.length]![b.length]!;
+}
+
+/**
+ * The valid key nearest to a misspelt one, if one is near enough to be the likely intent: the same
+ * letters in another case, or a few edits away (a third of the key's length, at least one).
+ */
+function nearest(key: string, valid: readonly string[]): string | undefined {
+  const lower = key.toLowerCase();
+  const sameLetters = valid.find((v) => v.toLowerCase() === lower);
+  if (sameLetters !== undefined) return sameLetters;
+  let best: string | undefined;
+  let bestDistance = Math.max(1, Math.floor(key.length / 3)) + 1;
+  for (const v of valid) {
+    const d = editDistance(lower, v.toLowerCase());
+    if (d < bestDistance) { best = v; bestDistance = d; }
+  }
+  return best;
+}
+
+/**
+ * Checks an options argument and returns a snapshot of it.
+ *
+ * @param what The entry point, as the message names it (`DeviceArray.from`, `new PoolResource`).
+ * @param options The argument as the caller passed it: undefined means no options.
+ * @param names The valid keys (see {@link OptionNames}).
+ * @param argument The argument's name in messages (`options`, or a nested field such as `registration`).
+ * @returns A new object holding each valid key's value, read once; keys whose value is undefined are left out.
+ * @throws {TypeError} When `options` is not undefined or a non-array object, or has a key not in `names`.
+ * @example
+ * ```ts
+ * options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
+ * ```
+ */
+export function readOptions<T extends object>(
+  what: string, options: T | undefined, names: NoInfer<OptionNames<T>>, argument = 'options',
+): T {
+  const snapshot: Record<string, unknown> = {};
+  if (options === undefined) return snapshot as T;
+  const valid = Object.keys(names);
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new TypeError(`${what}: ${argument} must be an object with any of ${valid.join(', ')}, got ${describe(options)}`);
+  }
+  // Every own enumerable key is checked before any value is read, so a refused call runs no getter.
+  for (const key of Object.keys(options)) {
+    if (Object.hasOwn(names, key)) continue;
+    const guess = nearest(key, valid);
+    throw new TypeError(`${what}: unknown ${argument === 'options' ? 'option' : `${argument} option`} '${key}'` +
+      `${guess === undefined ? '' : ` (did you mean '${guess}'?)`}; valid: ${valid.join(', ')}`);
+  }
+  for (const key of valid) {
+    const value: unknown = (options as Record<string, unknown>)[key];
+    if (value !== undefined) snapshot[key] = value;
+  }
+  return snapshot as T;
+}
