@@ -42,14 +42,14 @@ function editDistance(a: string, b: string): number {
 
 /**
  * The valid key nearest to a misspelt one, if one is near enough to be the likely intent: the same
- * letters in another case, or a few edits away (a third of the key's length, at least one).
+ * letters in another case, or a few edits away (a third of the key's length, at least two).
  */
 function nearest(key: string, valid: readonly string[]): string | undefined {
   const lower = key.toLowerCase();
   const sameLetters = valid.find((v) => v.toLowerCase() === lower);
   if (sameLetters !== undefined) return sameLetters;
   let best: string | undefined;
-  let bestDistance = Math.max(1, Math.floor(key.length / 3)) + 1;
+  let bestDistance = Math.max(2, Math.ceil(key.length / 3)) + 1;
   for (const v of valid) {
     const d = editDistance(lower, v.toLowerCase());
     if (d < bestDistance) { best = v; bestDistance = d; }
