@@ -7,6 +7,7 @@
  */
 import { DeviceArray } from '../../array/device-array.js';
 import { formatShape } from '../../array/shape.js';
+import { LruMap } from '../../util/lru.js';
 import { builtinKernel, type BuiltinSource } from './builtin-module.js';
 import { ELEMENTWISE_KERNEL, elementwiseProgram, type ElementwiseProgram, type ProgramOperand } from './elementwise-program.js';
 import { parseExpression, parseStatements, type Statement } from './expression.js';
@@ -23,20 +24,38 @@ export interface MapOptions extends OpOptions {
   readonly out?: DeviceArray;
 }
 
-const programs = new Map<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>();
+/**
+ * The programs of the expressions used most recently. Every distinct expression (and dtypes) is a
+ * program of its own, so the cache is bounded: one used again after eviction is generated again
+ * (microseconds) and its module comes from the compile cache.
+ */
+export const PROGRAM_CACHE_SIZE = 256;
+
+const programs = new LruMap<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>(PROGRAM_CACHE_SIZE);
 
 /** The name the result of `map` and `zipWith` is bound to: not an identifier, so no expression can name it. */
 const RESULT = '$result';
 
+/**
+ * How many expression programs are cached now (at most PROGRAM_CACHE_SIZE).
+ *
+ * @returns The count.
+ * @throws Never.
+ * @example
+ * ```ts
+ * programsCached() <= PROGRAM_CACHE_SIZE; // true
+ * ```
+ */
+export function programsCached(): number {
+  return programs.size;
+}
+
 function compiled(key: string, text: string, statements: () => readonly Statement[], operands: readonly ProgramOperand[]): { program: ElementwiseProgram; built: BuiltinSource } {
   const fullKey = `${key}\u0000${operands.map((o) => `${o.name}:${o.kind === 'array' ? o.dtype.name : 'scalar'}`).sort().join(',')}`;
-  let entry = programs.get(fullKey);
-  if (entry === undefined) {
-    const program = elementwiseProgram(text, statements(), operands);
-    entry = { program, built: { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated } } };
-    programs.set(fullKey, entry);
-  }
-  return entry;
+  const entry = programs.get(fullKey);
+  if (entry !== undefined) return entry;
+  const program = elementwiseProgram(text, statements(), operands);
+  return programs.set(fullKey, { program, built: { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated } } });
 }
 
 /**
