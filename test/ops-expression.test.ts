@@ -9,7 +9,9 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { dtypes } from '../src/array/dtype.js';
 import { elementwiseProgram, type ProgramOperand } from '../src/kernels/ops/elementwise-program.js';
-import { parseExpression, parseStatements, type Expression } from '../src/kernels/ops/expression.js';
+import {
+  MAX_EXPRESSION_DEPTH, MAX_EXPRESSION_LENGTH, MAX_EXPRESSION_NESTING, parseExpression, parseStatements, type Expression,
+} from '../src/kernels/ops/expression.js';
 import { layoutOffset, layoutSpan, mergeDimensions, packLayout } from '../src/kernels/ops/kernel-layout.js';
 import { kernelScalar } from '../src/kernels/ops/scalar.js';
 
@@ -72,6 +74,18 @@ test('syntax errors name the column and point at it', () => {
   assert.equal(column('x + y )', parseExpression), 7);
   assert.equal(column('', parseExpression), 1);
   assert.throws(() => parseStatements(3 as never), TypeError);
+});
+
+test('nesting, depth and length are bounded: a SyntaxError naming the column instead of a stack overflow', () => {
+  const refused = (column: number) => (e: Error): boolean => e instanceof SyntaxError && e.message.includes(`at column ${column} `);
+  assert.throws(() => parseExpression('('.repeat(1000) + 'x' + ')'.repeat(1000)), refused(MAX_EXPRESSION_NESTING + 1));
+  assert.throws(() => parseExpression('abs('.repeat(3000) + 'x' + ')'.repeat(3000)), refused(4 * MAX_EXPRESSION_NESTING + 1));
+  assert.throws(() => parseExpression('-'.repeat(5000) + 'x'), refused(MAX_EXPRESSION_NESTING + 1));
+  assert.throws(() => parseStatements(`z = ${Array(20000).fill('x').join('+')}`), /more than 1024 operations deep/);
+  assert.throws(() => parseExpression('x' + '+1'.repeat(MAX_EXPRESSION_LENGTH)), (e: Error) => e instanceof SyntaxError && /column 65537/.test(e.message));
+  // Just inside the limits parses.
+  parseExpression('('.repeat(MAX_EXPRESSION_NESTING - 1) + 'x' + ')'.repeat(MAX_EXPRESSION_NESTING - 1));
+  parseExpression(Array(MAX_EXPRESSION_DEPTH).fill('x').join('+'));
 });
 
 test('the generated source does not depend on the order the names were given in, and names its parameters by position', () => {

@@ -20,6 +20,11 @@ import { mulberry32 } from '../src/util/random.js';
 import { arange, ascontiguous, astype, dot, elementwise, fill, map, max, min, sum, zipWith } from '../src/kernels/ops/index.js';
 import { kernelScalar, kernelScalars } from '../src/kernels/ops/scalar.js';
 import { REDUCE_DTYPES } from '../src/kernels/ops/reduction-kernels.js';
+import { PROGRAM_CACHE_SIZE, programsCached } from '../src/kernels/ops/elementwise.js';
+import { USER_MODULE_CACHE_SIZE, userModulesLoaded } from '../src/kernels/ops/builtin-module.js';
+import { nvrtcAvailable } from '../src/kernels/module.js';
+import { Device } from '../src/device.js';
+import { onGpu } from './helpers.js';
 
 const SIZES = [1, 31, 1025] as const;
 
@@ -412,6 +417,8 @@ test('bad input: syntax, unknown names, wrong dtypes for the expression, shapes,
   assert.throws(() => astype(x, 'float5' as never), TypeError);
   assert.throws(() => arange([0, 10, 0]), /step must not be 0/);
   assert.throws(() => arange([0, Infinity]), RangeError);
+  assert.throws(() => arange('10' as never), (e: Error) => e instanceof TypeError && /range must be n, \[start, stop\] or \[start, stop, step\], got string/.test(e.message));
+  assert.throws(() => arange([0] as never), (e: Error) => e instanceof TypeError && /got an array of 1 element$/.test(e.message));
   assert.throws(() => arange(10, 'float3' as never), /vector dtype/);
   assert.throws(() => fill(x, 'a' as never), TypeError);
   assert.throws(() => fill(p, 1 as never), TypeError);
@@ -422,4 +429,17 @@ test('bad input: syntax, unknown names, wrong dtypes for the expression, shapes,
   assert.throws(() => sum(freed), /freed/);
   free(x, y, p, b);
   void dtypes;
+});
+
+test('expression programs and their modules are bounded caches: the least recently used go, and come back on use', () => {
+  const device = Device.get(0);
+  using a = DeviceArray.from(new Float32Array([1, 2, 3, 4]));
+  const first = map(a, 'x + 0.5');
+  first.free();
+  for (let k = 1; k <= PROGRAM_CACHE_SIZE + 8; k++) map(a, `x * ${k}`, { out: a });
+  assert.equal(programsCached(), PROGRAM_CACHE_SIZE);
+  if (!onGpu || nvrtcAvailable()) assert.ok(userModulesLoaded(device) <= USER_MODULE_CACHE_SIZE, `${userModulesLoaded(device)} modules loaded`);
+  a.copyFrom(new Float32Array([1, 2, 3, 4]));
+  using again = map(a, 'x + 0.5');
+  assert.deepEqual(again.toArray(), [1.5, 2.5, 3.5, 4.5], 'an evicted expression is built again');
 });

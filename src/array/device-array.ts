@@ -29,7 +29,7 @@ import {
   allocateHost, encodeScalar, hostElements,
   type Float16ArrayLike, type HostInput, type ScalarValue,
 } from './host-data.js';
-import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, StridedArray, type Layout } from './layout.js';
+import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, StridedArray, type Layout } from './layout.js';
 import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
 import {
   copyOnDevice, pinnedSink, pinnedSource, readElements, readElementsAsync, streamDone, writeElements,
@@ -176,10 +176,6 @@ class ArenaPitchedBuffer extends DeviceBuffer {
     const release: Release = (on) => arena.deallocatePitched(ptr, on);
     return { buffer: new ArenaPitchedBuffer(ptr, pitch * height, arena, stream, release), pitch };
   }
-}
-
-function gcd(a: number, b: number): number {
-  return b === 0 ? a : gcd(b, a % b);
 }
 
 /** The largest power of two dividing `n` (n > 0): a lower bound of the alignment a pitch was rounded to. */
@@ -561,6 +557,16 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     return new DeviceArray(dt, contiguousLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
   }
 
+  /**
+   * True when the memory was lent for reading only (`fromPointer(..., { readOnly: true })`, a
+   * DLPack tensor flagged READ_ONLY, a CUDA Array Interface with `data[1]` true), and so for
+   * every view of it: copies, fills and built-in operations refuse to write it, and exports say so.
+   */
+  get readOnly(): boolean {
+    const memory = this.buffer;
+    return memory instanceof DeviceMemory && memory.readOnly;
+  }
+
   /** The device address of element (0, ..., 0), for kernel arguments. */
   get ptr(): Ptr {
     this.checkAlive();
@@ -612,7 +618,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @param src The data.
    * @throws {TypeError} For data of another dtype (a TypedArray of the wrong class).
    * @throws {RangeError} For data of another shape or size.
-   * @throws {VramStateError} When this array's elements overlap (caller-given strides).
+   * @throws {VramStateError} When this array's elements overlap (caller-given strides), or its memory was lent read-only.
    * @throws {UseAfterFreeError} When either side's memory was freed.
    * @example
    * ```ts
@@ -621,6 +627,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   copyFrom(src: HostInput<N> | StridedArray<N>): void {
     this.checkAlive();
+    checkWritable(this, 'copyFrom');
     if (src instanceof DeviceArray) {
       this.checkSame(src, 'copyFrom');
       if (copyOnDevice(this.buffer, this.layout, src.buffer, src.layout, undefined, 'copyFrom')) return;
@@ -732,6 +739,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @param value One element of the dtype.
    * @returns This array.
    * @throws {TypeError | RangeError} For a value the dtype cannot hold.
+   * @throws {VramStateError} When the memory was lent read-only.
    * @throws {UseAfterFreeError} When the memory was freed.
    * @example
    * ```ts
@@ -740,6 +748,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   fill(value: ScalarValue<N>): this {
     this.checkAlive();
+    checkWritable(this, 'fill');
     const pattern = encodeScalar(this.dtype, value);
     if (this.isContiguous && this.buffer instanceof DeviceMemory) {
       fillContiguous(this.buffer, this.byteOffset, this.size, pattern);
@@ -814,6 +823,25 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   private sinkOf(dst: StridedArray<N>, what: string): { bytes: HostBytes; commit(): void } {
     this.checkSame(dst, what);
     return pinnedSink(pinnedArray(dst, what).buffer, dst.layout);
+  }
+}
+
+/**
+ * The one check every path that writes an array's elements makes first (its copies and fills,
+ * and every built-in operation's outputs): the memory is not lent read-only. The property lives
+ * on the memory (`DeviceMemory.readOnly`), so views and re-wrapped arrays carry it.
+ *
+ * @param array The array about to be written.
+ * @param what Names the operation and argument (`map: out`).
+ * @throws {VramStateError} When its memory was lent read-only.
+ * @example
+ * ```ts
+ * checkWritable(out, 'map: out');
+ * ```
+ */
+export function checkWritable(array: DeviceArray, what: string): void {
+  if (array.readOnly) {
+    throw new VramStateError(`${what}: the array is read-only memory (lent with readOnly by its producer); write into a copy (a.copy())`);
   }
 }
 

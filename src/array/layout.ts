@@ -154,12 +154,14 @@ export function checkLayoutFits(layout: Layout, byteLength: number, what: string
  */
 export function checkStrides(strides: unknown, ndim: number): readonly number[] {
   if (!Array.isArray(strides)) throw new TypeError('strides must be an array of whole numbers (elements)');
-  if (strides.length !== ndim) throw new RangeError(`strides has ${strides.length} entries; the shape has ${ndim} dimensions`);
-  for (const s of strides as unknown[]) {
+  // Copied before it is checked: the caller's array is read once, so what is checked is what is used.
+  const copy = (strides as unknown[]).slice();
+  if (copy.length !== ndim) throw new RangeError(`strides has ${copy.length} entries; the shape has ${ndim} dimensions`);
+  for (const s of copy) {
     if (typeof s !== 'number') throw new TypeError(`strides must be numbers, got ${typeof s}`);
     if (!Number.isSafeInteger(s)) throw new RangeError(`strides must be whole numbers of elements, got ${s}`);
   }
-  return Object.freeze((strides as number[]).slice());
+  return Object.freeze(copy as number[]);
 }
 
 function freeze(shape: Shape, strides: readonly number[], byteOffset: number, itemSize: number): Layout {
@@ -468,6 +470,80 @@ export function isNonOverlapping(layout: Layout): boolean {
 }
 
 /**
+ * True unless two layouts are proved to share no byte, each placed at an address of its own (so
+ * two wrappers of the same memory, a view from `fromBuffer` or a re-imported export, compare by
+ * where their bytes are). Proved disjoint when their byte spans do not meet, or when the element
+ * starts of both lie on one grid of the strides' greatest common divisor and each element of one
+ * fits between two of the other (odd and even elements of one array). Anything else may overlap:
+ * exact answers are NumPy's bounded `may_share_memory` search, and callers only need to know when
+ * to stage a copy.
+ *
+ * @param a One layout.
+ * @param aBase The address its byte offsets count from.
+ * @param b The other layout.
+ * @param bBase The address its byte offsets count from.
+ * @returns False when no byte is shared; true when one may be.
+ * @throws Never.
+ * @example
+ * ```ts
+ * const even = { shape: [4], strides: [2], byteOffset: 0, itemSize: 4 };
+ * mayShareBytes(even, 0, { ...even, byteOffset: 4 }, 0); // false: the odd elements
+ * ```
+ */
+export function mayShareBytes(a: Layout, aBase: number, b: Layout, bBase: number): boolean {
+  if (elementCount(a.shape) === 0 || elementCount(b.shape) === 0) return false;
+  const sa = byteSpan(a);
+  const sb = byteSpan(b);
+  if (aBase + sa.end <= bBase + sb.start || bBase + sb.end <= aBase + sa.start) return false;
+  let g = 0;
+  for (const l of [a, b]) {
+    l.shape.forEach((n, i) => {
+      if (n > 1) g = gcd(g, Math.abs(l.strides[i]!) * l.itemSize);
+    });
+  }
+  if (g === 0) return true; // one element each, and their spans meet
+  const d = (((bBase + b.byteOffset) - (aBase + a.byteOffset)) % g + g) % g;
+  return !(d >= a.itemSize && d + b.itemSize <= g);
+}
+
+/**
+ * True when two layouts at their addresses name the same elements in the same index order: an
+ * elementwise operation that reads and writes them touches each element from one thread only.
+ *
+ * @param a One layout.
+ * @param aBase The address its byte offsets count from.
+ * @param b The other layout.
+ * @param bBase The address its byte offsets count from.
+ * @returns Whether element i of one is element i of the other, for every i.
+ * @throws Never.
+ * @example
+ * ```ts
+ * sameElements(x.layout, x.buffer.ptr, x.layout, x.buffer.ptr); // true
+ * ```
+ */
+export function sameElements(a: Layout, aBase: number, b: Layout, bBase: number): boolean {
+  if (aBase + a.byteOffset !== bBase + b.byteOffset || a.itemSize !== b.itemSize || a.shape.length !== b.shape.length) return false;
+  return a.shape.every((n, i) => n === b.shape[i] && (n === 1 || a.strides[i] === b.strides[i]));
+}
+
+/**
+ * The greatest common divisor of two whole numbers >= 0 (gcd(0, n) is n).
+ *
+ * @param a A whole number.
+ * @param b A whole number.
+ * @returns Their greatest common divisor.
+ * @throws Never.
+ * @example
+ * ```ts
+ * gcd(12, 18); // 6
+ * ```
+ */
+export function gcd(a: number, b: number): number {
+  while (b !== 0) [a, b] = [b, a % b];
+  return a;
+}
+
+/**
  * The shared part of DeviceArray and HostArray: a dtype and a layout over some memory, with the
  * view operations (slice, reshape, transpose) that only change the layout.
  */
@@ -496,6 +572,16 @@ export abstract class StridedArray<N extends DTypeName> {
     this.strides = layout.strides;
     this.byteOffset = layout.byteOffset;
     this.#owns = owns;
+  }
+
+  /**
+   * True for an array this class made, false for anything else, a Proxy of an array included: an
+   * operation that checked a genuine array's shape and memory can use them, since they never change.
+   *
+   * @internal
+   */
+  static isGenuine(value: object): boolean {
+    return #owns in value;
   }
 
   /** True when this array allocated its memory (and frees it); false for views. */

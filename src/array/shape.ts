@@ -27,19 +27,21 @@ export function checkShape(shape: unknown, what = 'shape'): Shape {
   if (!Array.isArray(shape)) {
     throw new TypeError(`${what} must be an array of dimensions, got ${shape === null ? 'null' : typeof shape}`);
   }
+  // Copied before it is checked: the caller's array is read once, so what is checked is what is used.
+  const dims = (shape as unknown[]).slice();
   // The product of the nonzero dimensions bounds every stride, so it must be safe even when a
   // zero dimension makes the element count 0; each dimension can be safe while the product is not.
   let span = 1;
-  for (let i = 0; i < shape.length; i++) {
-    const d: unknown = shape[i];
+  for (let i = 0; i < dims.length; i++) {
+    const d: unknown = dims[i];
     if (typeof d !== 'number') throw new TypeError(`${what}[${i}] must be a number, got ${typeof d}`);
     if (!Number.isSafeInteger(d) || d < 0) throw new RangeError(`${what}[${i}] must be a whole number >= 0, got ${d}`);
     if (d > 0) span *= d;
   }
   if (span > Number.MAX_SAFE_INTEGER) {
-    throw new RangeError(`${what} ${formatShape(shape as Shape)} spans more than Number.MAX_SAFE_INTEGER elements`);
+    throw new RangeError(`${what} ${formatShape(dims as number[])} spans more than Number.MAX_SAFE_INTEGER elements`);
   }
-  return Object.freeze(shape.slice() as number[]);
+  return Object.freeze(dims as number[]);
 }
 
 /**

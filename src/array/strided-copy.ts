@@ -39,7 +39,7 @@ import { HostBuffer } from '../memory/host-buffer.js';
 import { Allocation } from '../memory/lifetime.js';
 import type { StreamRef } from '../memory/resource.js';
 import { Event, Stream } from '../stream.js';
-import { byteSpan, coalesce, contiguousLayout, copyElements, isContiguous, isNonOverlapping, type Layout } from './layout.js';
+import { byteSpan, coalesce, contiguousLayout, copyElements, isContiguous, isNonOverlapping, mayShareBytes, sameElements, type Layout } from './layout.js';
 import { contiguousStrides, elementCount, formatShape } from './shape.js';
 
 /** The largest row pitch the driver's 2D copies accept (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
@@ -501,7 +501,9 @@ export function writeElementsAsync(
  * A device-to-device copy between two layouts of the same shape, when it can be done with device
  * copies alone: both contiguous (one copy), one side contiguous and the other's plan needing no
  * host permutation (its linear, 2D or block copies run device to device), or both 2D with the same
- * rows. Returns false, copying nothing, when it cannot (then the caller stages through the host).
+ * rows. Returns false, copying nothing, when it cannot, or when the two sides may share bytes
+ * (then the caller stages through the host: the whole source is read before anything is written).
+ * The same elements on both sides need no copy at all.
  *
  * @param dst Destination memory and layout.
  * @param dstLayout The destination elements.
@@ -521,6 +523,11 @@ export function copyOnDevice(
   dst: Allocation, dstLayout: Layout, src: Allocation, srcLayout: Layout, stream: StreamRef | undefined, what: string,
 ): boolean {
   if (elementCount(dstLayout.shape) === 0) return true;
+  if (sameElements(dstLayout, dst.ptr, srcLayout, src.ptr)) return true;
+  // A device copy between bytes it also reads (a shifted or reversed view of one array) is
+  // undefined for the driver and order-dependent row by row: staged through the host, the
+  // destination gets the source as it was, as NumPy's assignment does.
+  if (mayShareBytes(dstLayout, dst.ptr, srcLayout, src.ptr)) return false;
   if (isContiguous(srcLayout)) {
     const p = planWrite(dstLayout);
     if (p.staging !== undefined) return false;

@@ -72,8 +72,8 @@ export interface CudaArrayInterfaceInfo {
   /** The interface's version (2 or 3). */
   readonly version: number;
   /**
-   * The producer marked the data read-only. vram's arrays are always writable: the consumer must
-   * not write such an array (copy it first: `a.copy()`).
+   * The producer marked the data read-only. The array is imported read-only: copies, fills and
+   * operations refuse to write it (copy it first: `a.copy()`), and exports say it is read-only.
    */
   readonly readOnly: boolean;
   /** The typestr as given. */
@@ -104,7 +104,8 @@ const MAX_NDIM = 64;
  *
  * @param array The array (any layout; a mapped HostArray's `deviceView()` too).
  * @param options `stream`: the stream consumers wait for (default the array's; null: none).
- * @returns `{ shape, typestr, descr, data, strides, version: 3, stream? }`.
+ * @returns `{ shape, typestr, descr, data, strides, version: 3, stream? }`; `data[1]` is true for
+ *   memory lent read-only (`array.readOnly`), which the next consumer must not write either.
  * @throws {TypeError} When `array` is not a DeviceArray, or `stream` not a stream.
  * @throws {NotSupportedError} For bfloat16 and bfloat162, which the interface cannot express.
  * @throws {UseAfterFreeError} When the array's memory was freed.
@@ -123,7 +124,8 @@ export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInt
     throw new NotSupportedError(`toCudaArrayInterface: the CUDA Array Interface has no typestr for ${dt.component} (NumPy has no such type)`);
   }
   const typestr = `${code.endsWith('1') ? '|' : '<'}${code}`;
-  const stream = options.stream === undefined ? array.stream : options.stream;
+  const given = options.stream; // read once: the stream checked is the stream exported
+  const stream = given === undefined ? array.stream : given;
   const streamNumber = stream === null ? undefined : exportedStream(stream);
   const ptr = array.ptr; // UseAfterFreeError once freed
   const vector = dt.components > 1;
@@ -135,7 +137,7 @@ export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInt
     shape,
     typestr,
     descr: [['', typestr]],
-    data: [array.size === 0 ? 0 : ptr, false],
+    data: [array.size === 0 ? 0 : ptr, array.readOnly],
     strides,
     version: 3,
     ...(streamNumber === undefined ? {} : { stream: streamNumber }),

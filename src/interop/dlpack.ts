@@ -35,7 +35,7 @@ import {
   TENSOR_LAYOUT, typeCodeName, type NativeBlock,
 } from '../cuda/dlpack-abi.js';
 import { Device } from '../device.js';
-import { CudaError, CUresult, NotSupportedError } from '../errors.js';
+import { CudaError, CUresult, NotSupportedError, VramStateError } from '../errors.js';
 import { ForeignDeviceBuffer } from '../memory/foreign-device-buffer.js';
 import { HostBuffer } from '../memory/host-buffer.js';
 import { ManagedBuffer } from '../memory/managed-buffer.js';
@@ -201,9 +201,12 @@ function u64(view: DataView, offset: number, what: string): number {
  *
  * @param array A live DeviceArray or HostArray.
  * @param options `versioned` (default true), and the `readOnly` and `copied` flags (versioned only:
- *   the legacy struct has no flags).
+ *   the legacy struct has no flags). An array whose memory was lent read-only is always exported
+ *   with the READ_ONLY flag.
  * @returns The struct's address.
- * @throws {TypeError} When `array` is not a DeviceArray or HostArray, for bad options, or flags asked of the legacy struct.
+ * @throws {TypeError} When `array` is not a DeviceArray or HostArray, for bad options, or flags
+ *   asked of the legacy struct (a read-only array asks for READ_ONLY).
+ * @throws {VramStateError} For `readOnly: false` on an array whose memory was lent read-only.
  * @throws {UseAfterFreeError} When the array's memory was freed.
  * @example
  * ```ts
@@ -218,10 +221,18 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
   }
   options = readOptions('toDLPack', options, { versioned: true, readOnly: true, copied: true });
   const versioned = checkVersioned(options, 'toDLPack');
-  const readOnly = flag(options.readOnly, 'readOnly');
+  const askedReadOnly: unknown = options.readOnly;
+  const lentReadOnly = array instanceof DeviceArray && array.readOnly;
+  // Memory lent read-only is exported read-only: the next consumer is told what vram was told.
+  const readOnly = flag(askedReadOnly, 'readOnly') || lentReadOnly;
+  if (lentReadOnly && askedReadOnly === false) {
+    throw new VramStateError('toDLPack: the array is read-only memory (lent with readOnly by its producer) and cannot be exported writable; export a copy (a.copy())');
+  }
   const copied = flag(options.copied, 'copied');
   if (!versioned && (readOnly || copied)) {
-    throw new TypeError('toDLPack: the legacy DLManagedTensor has no flags; readOnly and copied need { versioned: true }');
+    throw new TypeError(`toDLPack: the legacy DLManagedTensor has no flags; ${lentReadOnly
+      ? 'the array is read-only memory, which needs { versioned: true } to say so (or export a copy)'
+      : 'readOnly and copied need { versioned: true }'}`);
   }
   const buffer = array.buffer;
   // The memory's first byte (`ptr` throws UseAfterFreeError once freed); the array's byte offset

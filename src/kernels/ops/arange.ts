@@ -19,7 +19,7 @@ import { readOptions } from '../../util/options.js';
  * @param dtype Any scalar dtype (default float64).
  * @param options Device, resource and stream of the new array (the kernel runs on that stream).
  * @returns The array; it owns its memory.
- * @throws {TypeError} For a vector dtype or a non-number bound.
+ * @throws {TypeError} For a vector dtype, a range of another form, or a non-number bound.
  * @throws {RangeError} For a non-finite bound, a step of 0, or more elements than an array can hold.
  * @throws {OutOfMemoryError} When the device has no memory for it.
  * @example
@@ -33,12 +33,7 @@ export function arange<N extends ScalarName = 'float64'>(
   dtype: N | DType<N> = 'float64' as N, options: DeviceArrayOptions = {},
 ): DeviceArray<N> {
   options = readOptions('arange', options, { resource: true, stream: true, device: true });
-  const [start, stop, step] = typeof range === 'number' ? [0, range, 1] : Array.isArray(range) && (range.length === 2 || range.length === 3)
-    ? [range[0], range[1], range[2] ?? 1] : [NaN, NaN, NaN];
-  for (const [v, label] of [[start, 'start'], [stop, 'stop'], [step, 'step']] as const) {
-    if (typeof v !== 'number') throw new TypeError(`arange: ${label} must be a number, got ${typeof v}`);
-    if (!Number.isFinite(v)) throw new RangeError(`arange: ${label} must be finite, got ${v} (pass n, [start, stop] or [start, stop, step])`);
-  }
+  const [start, stop, step] = bounds(range).map((v, i) => finite(v, (['start', 'stop', 'step'] as const)[i]!)) as [number, number, number];
   if (step === 0) throw new RangeError('arange: step must not be 0');
   const dt = dtypeOf(dtype as DTypeName);
   const scalar = kernelScalarOf(dt.name);
@@ -55,4 +50,21 @@ export function arange<N extends ScalarName = 'float64'>(
     throw error;
   }
   return out;
+}
+
+/** The range's three numbers, each read once; a TypeError naming the forms for anything else. */
+function bounds(range: unknown): [unknown, unknown, unknown] {
+  if (typeof range === 'number') return [0, range, 1];
+  if (Array.isArray(range)) {
+    const items = (range as unknown[]).slice();
+    if (items.length === 2 || items.length === 3) return [items[0], items[1], items[2] ?? 1];
+    throw new TypeError(`arange: the range must be n, [start, stop] or [start, stop, step], got an array of ${items.length} element${items.length === 1 ? '' : 's'}`);
+  }
+  throw new TypeError(`arange: the range must be n, [start, stop] or [start, stop, step], got ${range === null ? 'null' : typeof range}`);
+}
+
+function finite(v: unknown, label: 'start' | 'stop' | 'step'): number {
+  if (typeof v !== 'number') throw new TypeError(`arange: ${label} must be a number, got ${typeof v}`);
+  if (!Number.isFinite(v)) throw new RangeError(`arange: ${label} must be finite, got ${v}`);
+  return v;
 }

@@ -13,6 +13,7 @@ import { NotSupportedError } from '../../errors.js';
 import type { EmulatedKernels } from '../emulated-kernel.js';
 import type { Kernel } from '../kernel.js';
 import { Module, NvrtcUnavailableError } from '../module.js';
+import { LruMap } from '../../util/lru.js';
 import type { Signature } from '../signature.js';
 import { shippedPtx } from './shipped-ptx.js';
 
@@ -32,7 +33,36 @@ interface Loaded {
   readonly kernels: Map<string, Kernel<Signature>>;
 }
 
-const modules = new WeakMap<Device, Map<string, Loaded>>();
+/**
+ * Modules of user code (elementwise expressions) kept loaded per device: the most recently used
+ * ones. An evicted module is unloaded (work already queued with it completes); used again, it is
+ * compiled again, from the disk cache.
+ */
+export const USER_MODULE_CACHE_SIZE = 256;
+
+/** Per device: the fixed built-in modules (a few, kept), and the most recent modules of user code. */
+interface DeviceModules {
+  readonly fixed: Map<string, Loaded>;
+  readonly user: LruMap<string, Loaded>;
+}
+
+const modules = new WeakMap<Device, DeviceModules>();
+
+/**
+ * How many modules of user code (elementwise expressions) are loaded on a device now (at most
+ * USER_MODULE_CACHE_SIZE).
+ *
+ * @param device The device.
+ * @returns The count.
+ * @throws Never.
+ * @example
+ * ```ts
+ * userModulesLoaded(Device.get(0)) <= USER_MODULE_CACHE_SIZE; // true
+ * ```
+ */
+export function userModulesLoaded(device: Device): number {
+  return modules.get(device)?.user.size ?? 0;
+}
 
 /**
  * The SHA-256 of a source, hex.
@@ -85,7 +115,8 @@ export interface BuiltinSource {
  * @param kernel The kernel's name.
  * @param signature Its parameters.
  * @param what Names the operation in errors (`elementwise`).
- * @returns The kernel (owned by this cache).
+ * @returns The kernel (owned by this cache; a user-code kernel is good until USER_MODULE_CACHE_SIZE
+ *   other user sources have been used on the device, so launch it before asking for others).
  * @throws {NotSupportedError} On a GPU without NVRTC, for user code or a source with no matching shipped PTX.
  * @throws {CompileError | CudaError} When compiling or loading fails.
  * @example
@@ -95,11 +126,15 @@ export interface BuiltinSource {
  */
 export function builtinKernel<const S extends Signature>(device: Device, built: BuiltinSource, kernel: string, signature: S, what: string): Kernel<S> {
   let perDevice = modules.get(device);
-  if (perDevice === undefined) modules.set(device, perDevice = new Map());
-  let loaded = perDevice.get(built.source);
+  if (perDevice === undefined) {
+    perDevice = { fixed: new Map(), user: new LruMap(USER_MODULE_CACHE_SIZE, (_, evicted) => evicted.module.destroy()) };
+    modules.set(device, perDevice);
+  }
+  const cache = built.name === undefined ? perDevice.user : perDevice.fixed;
+  let loaded = cache.get(built.source);
   if (loaded === undefined) {
     loaded = { module: loadModule(device, built, what), kernels: new Map() };
-    perDevice.set(built.source, loaded);
+    cache.set(built.source, loaded);
   }
   let k = loaded.kernels.get(kernel);
   if (k === undefined) {

@@ -2,19 +2,19 @@
  * `elementwise`, `map` and `zipWith`: user expressions over arrays, in the spirit of PyCUDA's
  * ElementwiseKernel. The expression is parsed by our own parser (expression.ts), checked against
  * the arrays' dtypes and compiled to a CUDA kernel and its JavaScript twin
- * (elementwise-program.ts), one per expression and dtypes, kept for the life of the process.
+ * (elementwise-program.ts), one per expression and dtypes.
  * Expressions are user code: on a GPU they need NVRTC (no PTX can ship for them).
  */
 import { DeviceArray } from '../../array/device-array.js';
-import { isNonOverlapping } from '../../array/layout.js';
 import { formatShape } from '../../array/shape.js';
-import { VramStateError } from '../../errors.js';
+import { LruMap } from '../../util/lru.js';
 import { builtinKernel, type BuiltinSource } from './builtin-module.js';
 import { ELEMENTWISE_KERNEL, elementwiseProgram, type ElementwiseProgram, type ProgramOperand } from './elementwise-program.js';
 import { parseExpression, parseStatements, type Statement } from './expression.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
-import { checkArray, gridFor, OP_BLOCK, sameDevice, streamFor, type OpOptions } from './op-support.js';
+import { checkArray, checkOutput, gridFor, OP_BLOCK, sameDevice, streamFor, type OpOptions } from './op-support.js';
 import { readOptions } from '../../util/options.js';
+import { separateOperands } from './overlap.js';
 
 /** What an expression's names stand for: arrays (one element each) and scalars (one value for all). */
 export type ElementwiseValues = Readonly<Record<string, DeviceArray | number | bigint>>;
@@ -25,55 +25,84 @@ export interface MapOptions extends OpOptions {
   readonly out?: DeviceArray;
 }
 
-const programs = new Map<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>();
+/**
+ * The programs of the expressions used most recently. Every distinct expression (and dtypes) is a
+ * program of its own, so the cache is bounded: one used again after eviction is generated again
+ * (microseconds) and its module comes from the compile cache.
+ */
+export const PROGRAM_CACHE_SIZE = 256;
+
+const programs = new LruMap<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>(PROGRAM_CACHE_SIZE);
 
 /** The name the result of `map` and `zipWith` is bound to: not an identifier, so no expression can name it. */
 const RESULT = '$result';
 
-function compiled(key: string, text: string, statements: () => readonly Statement[], operands: readonly ProgramOperand[]): { program: ElementwiseProgram; built: BuiltinSource } {
-  const fullKey = `${key}\u0000${operands.map((o) => `${o.name}:${o.kind === 'array' ? o.dtype.name : 'scalar'}`).sort().join(',')}`;
-  let entry = programs.get(fullKey);
-  if (entry === undefined) {
-    const program = elementwiseProgram(text, statements(), operands);
-    entry = { program, built: { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated } } };
-    programs.set(fullKey, entry);
-  }
-  return entry;
+/**
+ * How many expression programs are cached now (at most PROGRAM_CACHE_SIZE).
+ *
+ * @returns The count.
+ * @throws Never.
+ * @example
+ * ```ts
+ * programsCached() <= PROGRAM_CACHE_SIZE; // true
+ * ```
+ */
+export function programsCached(): number {
+  return programs.size;
 }
 
-/** Checks the values, runs the program over the arrays it uses. */
-function run(what: string, key: string, text: string, statements: () => readonly Statement[], values: ElementwiseValues, options: OpOptions | undefined): void {
+function compiled(key: string, text: string, statements: () => readonly Statement[], operands: readonly ProgramOperand[]): { program: ElementwiseProgram; built: BuiltinSource } {
+  const fullKey = `${key}\u0000${operands.map((o) => `${o.name}:${o.kind === 'array' ? o.dtype.name : 'scalar'}`).sort().join(',')}`;
+  const entry = programs.get(fullKey);
+  if (entry !== undefined) return entry;
+  const program = elementwiseProgram(text, statements(), operands);
+  return programs.set(fullKey, { program, built: { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated } } });
+}
+
+/**
+ * Checks the values, runs the program over the arrays it uses. `values` is the caller's object:
+ * each of its entries is read exactly once, and the check and the launch use those reads.
+ */
+function run(what: string, key: string, text: string, statements: () => readonly Statement[], values: ElementwiseValues, options: Readonly<OpOptions>): void {
   if (values === null || typeof values !== 'object' || Array.isArray(values)) {
     throw new TypeError(`${what}: the second argument names the arrays and scalars, e.g. { x, y, z, a: 2 }`);
   }
+  const snapshot = new Map<string, unknown>(Object.entries(values));
   const operands: ProgramOperand[] = [];
-  for (const [name, v] of Object.entries(values)) {
+  for (const [name, v] of snapshot) {
     if (typeof v === 'number' || typeof v === 'bigint') operands.push({ name, kind: 'scalar' });
     else operands.push({ name, kind: 'array', dtype: checkArray(v, `${what}: ${name}`).dtype });
   }
   const { program, built } = compiled(key, text, statements, operands);
-  const arrays = program.arrays.map((a) => values[a.name] as DeviceArray);
-  if (arrays.length === 0) throw new TypeError(`${what}: the expression uses no array`);
-  const first = arrays[0]!;
-  for (const [k, a] of arrays.entries()) {
+  const used = program.arrays.map((a) => {
+    const written = a.writes.length > 0;
+    const name = a.name === RESULT ? 'out' : a.name;
+    const value = snapshot.get(a.name);
+    return { name, array: written ? checkOutput(value, `${what}: ${name}`) : checkArray(value, `${what}: ${name}`), written };
+  });
+  if (used.length === 0) throw new TypeError(`${what}: the expression uses no array`);
+  const first = used[0]!.array;
+  for (const { name, array: a } of used) {
     if (a.shape.length !== first.shape.length || a.shape.some((n, d) => n !== first.shape[d])) {
-      throw new RangeError(`${what}: ${program.arrays[0]!.name} has shape ${formatShape(first.shape)} and ${program.arrays[k]!.name} ${formatShape(a.shape)}; the arrays must have one shape (scalars apply to every element)`);
-    }
-    if (program.arrays[k]!.writes.length > 0 && !isNonOverlapping(a.layout)) {
-      throw new VramStateError(`${what}: ${program.arrays[k]!.name} is written, and its strides make elements overlap`);
+      throw new RangeError(`${what}: ${used[0]!.name} has shape ${formatShape(first.shape)} and ${name} ${formatShape(a.shape)}; the arrays must have one shape (scalars apply to every element)`);
     }
   }
-  const device = sameDevice(arrays, what);
+  const device = sameDevice(used.map((u) => u.array), what);
   const stream = streamFor(options, first, what);
   const n = first.size;
   if (n === 0) return;
-  const merged = mergeDimensions(first.shape, arrays.map((a) => a.strides));
-  const args: (DeviceArray | number | number[])[] = [n];
-  arrays.forEach((a, k) => args.push(a, packLayout(merged.shape, merged.strides[k]!)));
-  for (const s of program.scalars) args.push(Number(values[s]));
   const kernel = builtinKernel(device, built, ELEMENTWISE_KERNEL, program.signature, what);
-  (kernel.launch as (config: Parameters<typeof kernel.launch>[0], ...rest: unknown[]) => void)(
-    { grid: gridFor(device, n), block: OP_BLOCK, stream }, ...args);
+  const { arrays, release } = separateOperands(what, used, stream);
+  try {
+    const merged = mergeDimensions(first.shape, arrays.map((a) => a.strides));
+    const args: (DeviceArray | number | number[])[] = [n];
+    arrays.forEach((a, k) => args.push(a, packLayout(merged.shape, merged.strides[k]!)));
+    for (const s of program.scalars) args.push(Number(snapshot.get(s)));
+    (kernel.launch as (config: Parameters<typeof kernel.launch>[0], ...rest: unknown[]) => void)(
+      { grid: gridFor(device, n), block: OP_BLOCK, stream }, ...args);
+  } finally {
+    release();
+  }
 }
 
 /**
@@ -94,7 +123,9 @@ function run(what: string, key: string, text: string, statements: () => readonly
  * @throws {TypeError} For an unknown name, a scalar assigned, a vector array used without a
  *   component, a component its dtype lacks, or a value that is neither an array nor a number.
  * @throws {RangeError} For arrays of different shapes or devices.
- * @throws {VramStateError} For an output whose strides make elements overlap.
+ * @throws {VramStateError} For an output whose strides make elements overlap, an output lent
+ *   read-only, or two outputs sharing memory in different element orders. An input sharing memory
+ *   with an output (a reversed or shifted view of it) is read as it was before the first write.
  * @throws {NotSupportedError} On a GPU without NVRTC (expressions are compiled at run time).
  * @throws {UseAfterFreeError} When an array's memory was freed.
  * @example
@@ -104,29 +135,29 @@ function run(what: string, key: string, text: string, statements: () => readonly
  * ```
  */
 export function elementwise(expression: string, values: ElementwiseValues, options?: OpOptions): void {
-  options = readOptions('elementwise', options, { stream: true });
-  run('elementwise', `s\u0000${String(expression)}`, expression, () => parseStatements(expression), values, options);
+  const opts = readOptions('elementwise', options, { stream: true });
+  run('elementwise', `s\u0000${String(expression)}`, expression, () => parseStatements(expression), values, opts);
 }
 
-function resultArray(what: string, like: DeviceArray, out: DeviceArray | undefined, options: MapOptions | undefined): DeviceArray {
+function resultArray(what: string, like: DeviceArray, out: DeviceArray | undefined, options: Readonly<MapOptions>): DeviceArray {
   if (out === undefined) {
     if (like.dtype.components > 1) throw new TypeError(`${what}: the input is ${like.dtype.name}; pass { out } with a scalar dtype for the result`);
     return DeviceArray.empty(like.shape, like.dtype, { device: like.device, stream: streamFor(options, like, what) });
   }
-  checkArray(out, `${what}: out`);
+  checkOutput(out, `${what}: out`);
   if (out.dtype.components > 1) throw new TypeError(`${what}: out is ${out.dtype.name}; the result of an expression is one number (use elementwise for components)`);
   return out;
 }
 
 function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, like: DeviceArray, expression: string, options: MapOptions | undefined): DeviceArray {
-  options = readOptions(what, options, { out: true, stream: true });
+  const opts = readOptions(what, options, { out: true, stream: true });
   for (const [name, a] of Object.entries(inputs)) checkArray(a, `${what}: ${name === 'x' ? 'a' : 'b'}`);
-  const out = resultArray(what, like, options?.out, options);
+  const out = resultArray(what, like, opts.out, opts);
   try {
     const statement = (): Statement[] => [{ target: RESULT, value: parseExpression(expression), pos: 0 }];
-    run(what, `e\u0000${String(expression)}`, expression, statement, { ...inputs, [RESULT]: out }, options);
+    run(what, `e\u0000${String(expression)}`, expression, statement, { ...inputs, [RESULT]: out }, opts);
   } catch (error) {
-    if (options?.out === undefined) out.free();
+    if (opts.out === undefined) out.free();
     throw error;
   }
   return out;

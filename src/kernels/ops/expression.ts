@@ -104,9 +104,26 @@ function tokenize(source: string): Token[] {
   return tokens;
 }
 
+/**
+ * How deep parentheses, calls, unary operators and conditionals may nest: the parser descends
+ * about a dozen frames a level, so this bound keeps it far from the JavaScript stack's end.
+ */
+export const MAX_EXPRESSION_NESTING = 256;
+
+/**
+ * How deep an expression's tree may be (a sum of n terms is n - 1 deep): the code generators and
+ * the compilers that read their output walk it recursively.
+ */
+export const MAX_EXPRESSION_DEPTH = 1024;
+
+/** The longest expression text taken, in characters. */
+export const MAX_EXPRESSION_LENGTH = 65536;
+
 /** Recursive descent over the tokens, one method per precedence level. */
 class Parser {
   private index = 0;
+  /** Nested expression, unary and call levels being parsed: bounded by MAX_EXPRESSION_NESTING. */
+  private nesting = 0;
 
   constructor(private readonly source: string, private readonly tokens: readonly Token[]) {}
 
@@ -175,12 +192,25 @@ class Parser {
   }
 
   expression(): Expression {
-    const test = this.binary(0);
-    if (!this.accept('?')) return test;
-    const then = this.expression();
-    this.expect(':', "in 'condition ? a : b'");
-    const otherwise = this.expression();
-    return { kind: 'conditional', test, then, otherwise, pos: test.pos };
+    this.enter();
+    try {
+      const test = this.binary(0);
+      if (!this.accept('?')) return test;
+      const then = this.expression();
+      this.expect(':', "in 'condition ? a : b'");
+      const otherwise = this.expression();
+      return { kind: 'conditional', test, then, otherwise, pos: test.pos };
+    } finally {
+      this.nesting--;
+    }
+  }
+
+  /** One level deeper, refused past MAX_EXPRESSION_NESTING at the token that would go there. */
+  private enter(): void {
+    if (++this.nesting > MAX_EXPRESSION_NESTING) {
+      this.nesting--;
+      this.fail(this.next, `the expression nests more than ${MAX_EXPRESSION_NESTING} levels deep (parentheses, calls, unary operators)`);
+    }
   }
 
   private binary(level: number): Expression {
@@ -200,7 +230,12 @@ class Parser {
     const t = this.next;
     if (t.kind === 'punct' && (t.text === '-' || t.text === '+' || t.text === '!')) {
       this.index++;
-      return { kind: 'unary', op: t.text, arg: this.unary(), pos: t.pos };
+      this.enter();
+      try {
+        return { kind: 'unary', op: t.text, arg: this.unary(), pos: t.pos };
+      } finally {
+        this.nesting--;
+      }
     }
     return this.primary();
   }
@@ -249,7 +284,8 @@ class Parser {
  *
  * @param source The program, e.g. `'z = a * x + y'` or `'p.x = q.x * s; p.y = q.y * s'`.
  * @returns The statements, in order.
- * @throws {SyntaxError} For anything outside the language, naming the column.
+ * @throws {SyntaxError} For anything outside the language, naming the column; for nesting past
+ *   MAX_EXPRESSION_NESTING, a tree deeper than MAX_EXPRESSION_DEPTH or text longer than MAX_EXPRESSION_LENGTH.
  * @throws {TypeError} When `source` is not a string.
  * @example
  * ```ts
@@ -258,8 +294,34 @@ class Parser {
  * ```
  */
 export function parseStatements(source: string): Statement[] {
+  const statements = new Parser(source, tokens(source)).statements();
+  for (const s of statements) checkDepth(source, s.value);
+  return statements;
+}
+
+/** The tokens of a string no longer than MAX_EXPRESSION_LENGTH. */
+function tokens(source: string): Token[] {
   if (typeof source !== 'string') throw new TypeError(`the expression must be a string, got ${typeof source}`);
-  return new Parser(source, tokenize(source)).statements();
+  if (source.length > MAX_EXPRESSION_LENGTH) {
+    throw new SyntaxError(`the expression is ${source.length} characters long; at most ${MAX_EXPRESSION_LENGTH} are taken (column ${MAX_EXPRESSION_LENGTH + 1} is past the limit)`);
+  }
+  return tokenize(source);
+}
+
+/** SyntaxError at the first node deeper than MAX_EXPRESSION_DEPTH (walked without recursion). */
+function checkDepth(source: string, root: Expression): void {
+  const stack: [Expression, number][] = [[root, 1]];
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [e, depth] = top;
+    if (depth > MAX_EXPRESSION_DEPTH) {
+      // A long chain of one operator is deep from its end: name the operand where it got too deep.
+      throw expressionError(source, e.kind === 'binary' ? e.right.pos : e.pos, `the expression is more than ${MAX_EXPRESSION_DEPTH} operations deep; split it into statements (t = ...; z = t + ...)`);
+    }
+    if (e.kind === 'unary') stack.push([e.arg, depth + 1]);
+    else if (e.kind === 'binary') stack.push([e.right, depth + 1], [e.left, depth + 1]);
+    else if (e.kind === 'conditional') stack.push([e.otherwise, depth + 1], [e.then, depth + 1], [e.test, depth + 1]);
+    else if (e.kind === 'call') for (const a of e.args) stack.push([a, depth + 1]);
+  }
 }
 
 /**
@@ -267,7 +329,8 @@ export function parseStatements(source: string): Statement[] {
  *
  * @param source The expression, e.g. `'x * 2'`.
  * @returns Its tree.
- * @throws {SyntaxError} For anything outside the language, or text after the expression.
+ * @throws {SyntaxError} For anything outside the language, text after the expression, or the
+ *   limits `parseStatements` has.
  * @throws {TypeError} When `source` is not a string.
  * @example
  * ```ts
@@ -275,9 +338,9 @@ export function parseStatements(source: string): Statement[] {
  * ```
  */
 export function parseExpression(source: string): Expression {
-  if (typeof source !== 'string') throw new TypeError(`the expression must be a string, got ${typeof source}`);
-  const parser = new Parser(source, tokenize(source));
+  const parser = new Parser(source, tokens(source));
   const e = parser.expression();
   parser.finish('after the expression');
+  checkDepth(source, e);
   return e;
 }

@@ -3,7 +3,7 @@
  * on a stream. `DeviceArray.fill` does the same with memsets and copies on the legacy default
  * stream; this one runs in stream order beside other kernels and takes a strided view in one launch.
  */
-import type { DeviceArray } from '../../array/device-array.js';
+import { checkWritable, type DeviceArray } from '../../array/device-array.js';
 import type { DType, DTypeName } from '../../array/dtype.js';
 import { encodeScalar, type ScalarValue } from '../../array/host-data.js';
 import { basicSignatures } from './basic-kernels.js';
@@ -40,6 +40,7 @@ export function elementUnits(dtype: DType): { unit: 1 | 2 | 4 | 8; units: number
  * @param options The stream (default `a.stream`).
  * @returns `a`.
  * @throws {TypeError | RangeError} For a value the dtype cannot hold, or a bad array or options.
+ * @throws {VramStateError} When the array's memory was lent read-only.
  * @throws {UseAfterFreeError} When the array's memory was freed.
  * @example
  * ```ts
@@ -48,7 +49,7 @@ export function elementUnits(dtype: DType): { unit: 1 | 2 | 4 | 8; units: number
  * ```
  */
 export function fill<N extends DTypeName>(a: DeviceArray<N>, value: ScalarValue<N>, options?: OpOptions): DeviceArray<N> {
-  checkArray(a, 'fill: a');
+  checkWritable(checkArray(a, 'fill: a'), 'fill: a');
   const stream = streamFor(readOptions('fill', options, { stream: true }), a, 'fill');
   const pattern = encodeScalar(a.dtype, value);
   const n = a.size;

@@ -3,8 +3,10 @@
  * device work, the launch geometry, and reading a one-element result back to JavaScript while
  * synchronising only the stream it was computed on.
  */
-import { DeviceArray } from '../../array/device-array.js';
+import { checkWritable, DeviceArray } from '../../array/device-array.js';
+import { isNonOverlapping, StridedArray } from '../../array/layout.js';
 import type { Device } from '../../device.js';
+import { VramStateError } from '../../errors.js';
 import { HostBuffer } from '../../memory/host-buffer.js';
 import type { StreamRef } from '../../memory/resource.js';
 import { Stream, streamHandleOf } from '../../stream.js';
@@ -53,11 +55,33 @@ export function gridFor(device: Device, n: number): number {
  * ```
  */
 export function checkArray(value: unknown, what: string): DeviceArray {
-  if (!(value instanceof DeviceArray)) {
+  if (!(value instanceof DeviceArray) || !StridedArray.isGenuine(value)) {
     throw new TypeError(`${what} must be a DeviceArray, got ${value === null ? 'null' : typeof value === 'object' ? value.constructor.name : typeof value}`);
   }
   void value.ptr; // throws UseAfterFreeError once freed
   return value;
+}
+
+/**
+ * Checks that `value` is a live DeviceArray an operation may write: the one check of every
+ * built-in operation's outputs (its memory not lent read-only, no two of its elements sharing bytes).
+ *
+ * @param value Anything.
+ * @param what The operation and argument, for the message (`map: out`).
+ * @returns The array.
+ * @throws {TypeError} For anything but a DeviceArray.
+ * @throws {VramStateError} When its memory was lent read-only, or its strides make elements overlap.
+ * @throws {UseAfterFreeError} When its memory was freed.
+ * @example
+ * ```ts
+ * const out = checkOutput(options.out, 'map: out');
+ * ```
+ */
+export function checkOutput(value: unknown, what: string): DeviceArray {
+  const a = checkArray(value, what);
+  checkWritable(a, what);
+  if (!isNonOverlapping(a.layout)) throw new VramStateError(`${what} is written, and its strides make elements overlap`);
+  return a;
 }
 
 /**
@@ -76,8 +100,10 @@ export function checkArray(value: unknown, what: string): DeviceArray {
 export function streamFor(options: OpOptions | undefined, a: DeviceArray, what: string): StreamRef {
   if (options === undefined) return a.stream;
   if (options === null || typeof options !== 'object') throw new TypeError(`${what}: options must be an object`);
-  if (options.stream !== undefined) streamHandleOf(options.stream);
-  return options.stream ?? a.stream;
+  const stream = options.stream; // read once: the stream checked is the stream used
+  if (stream === undefined) return a.stream;
+  streamHandleOf(stream);
+  return stream;
 }
 
 /**

@@ -15,12 +15,13 @@ import type { StreamRef } from '../../memory/resource.js';
 import { builtinKernel } from './builtin-module.js';
 import { reductionBuiltin } from './builtin-sources.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
-import { checkArray, readResult, sameDevice, streamFor, type OpOptions } from './op-support.js';
+import { checkArray, checkOutput, readResult, sameDevice, streamFor, type OpOptions } from './op-support.js';
+import { readOptions } from '../../util/options.js';
+import { separateOperands } from './overlap.js';
 import {
   accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp,
 } from './reduction-kernels.js';
 import { kernelScalar } from './scalar.js';
-import { readOptions } from '../../util/options.js';
 
 /** Options of `sum`, `min` and `max`. */
 export interface ReduceOptions extends OpOptions {
@@ -57,7 +58,7 @@ function checkDtype(op: ReduceOp, a: DeviceArray): ScalarName {
 }
 
 function checkOut(op: ReduceOp, out: unknown, device: DeviceArray['device'], dtype: ScalarName, shape: readonly number[], whole: boolean): DeviceArray {
-  const o = checkArray(out, `${op}: out`);
+  const o = checkOutput(out, `${op}: out`);
   if (o.device !== device) throw new RangeError(`${op}: out is on device ${o.device.ordinal}, the input on ${device.ordinal}`);
   if (o.dtype.name !== dtype) throw new TypeError(`${op}: out must be ${dtype} (the result dtype), got ${o.dtype.name}`);
   const fits = whole ? o.size === 1 : o.shape.length === shape.length && o.shape.every((n, i) => n === shape[i]);
@@ -109,42 +110,60 @@ function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) =>
   }
 }
 
-function reduce(op: 'sum' | 'min' | 'max', a: DeviceArray, options: ReduceOptions | undefined): number | DeviceArray {
-  checkArray(a, `${op}: a`);
-  const dtype = checkDtype(op, a);
-  options = readOptions(op, options, { axis: true, out: true, stream: true });
-  const stream = streamFor(options, a, op);
-  const axisArg = options?.axis;
+/**
+ * Runs `body` with the inputs, or with copies of those that may share bytes with the caller's
+ * `out` (a reduction writes `out` while other blocks still read the input).
+ */
+function apart<T>(op: string, inputs: readonly DeviceArray[], out: DeviceArray | undefined, stream: StreamRef, body: (arrays: readonly DeviceArray[]) => T): T {
+  if (out === undefined) return body(inputs);
+  const operands = [...inputs.map((array, i) => ({ name: i === 0 ? 'a' : 'b', array, written: false })), { name: 'out', array: out, written: true }];
+  const { arrays, release } = separateOperands(op, operands, stream);
+  try {
+    return body(arrays);
+  } finally {
+    release();
+  }
+}
+
+function reduce(op: 'sum' | 'min' | 'max', input: DeviceArray, options: ReduceOptions | undefined): number | DeviceArray {
+  checkArray(input, `${op}: a`);
+  const dtype = checkDtype(op, input);
+  const opts = readOptions(op, options, { axis: true, out: true, stream: true });
+  const stream = streamFor(opts, input, op);
+  const axisArg = opts.axis;
   const result = resultDtype(op, dtype);
   if (axisArg === undefined) {
-    const k = a.size;
+    const k = input.size;
     if (k === 0 && op !== 'sum') throw new RangeError(`${op}: the array is empty, and ${op} of nothing has no value`);
-    const out = options?.out === undefined ? undefined : checkOut(op, options.out, a.device, result, [], true);
-    const merged = mergeDimensions(a.shape, [a.strides]);
-    const ai = packLayout(merged.shape, merged.strides[0]!);
-    return finishWhole(op, dtype, (o) => launchReduce(op, dtype, a, ai, packLayout([], []), a, ai, 1, k, o, stream), out, a.device, stream);
+    const out = opts.out === undefined ? undefined : checkOut(op, opts.out, input.device, result, [], true);
+    return apart(op, [input], out, stream, ([a]) => {
+      const merged = mergeDimensions(a.shape, [a.strides]);
+      const ai = packLayout(merged.shape, merged.strides[0]!);
+      return finishWhole(op, dtype, (o) => launchReduce(op, dtype, a, ai, packLayout([], []), a, ai, 1, k, o, stream), out, a.device, stream);
+    });
   }
+  const a = input;
   if (!Number.isInteger(axisArg) || axisArg < -a.ndim || axisArg >= a.ndim) {
     throw new RangeError(`${op}: axis ${String(axisArg)} is out of range for an array of ${a.ndim} dimension(s)`);
   }
   const axis = axisArg < 0 ? axisArg + a.ndim : axisArg;
   const k = a.shape[axis]!;
   const outerShape = a.shape.filter((_, d) => d !== axis);
-  const outerStrides = a.strides.filter((_, d) => d !== axis);
   const m = outerShape.reduce((p, n) => p * n, 1);
   if (k === 0 && op !== 'sum' && m > 0) throw new RangeError(`${op}: axis ${axisArg} has length 0, and ${op} of nothing has no value`);
-  const out = options?.out === undefined
-    ? DeviceArray.empty(outerShape, result, { device: a.device, stream })
-    : checkOut(op, options.out, a.device, result, outerShape, false);
+  const given = opts.out === undefined ? undefined : checkOut(op, opts.out, a.device, result, outerShape, false);
+  const out = given ?? DeviceArray.empty(outerShape, result, { device: a.device, stream });
   try {
     if (m > 0) {
-      const outer = mergeDimensions(outerShape, [outerStrides]);
-      const inner = mergeDimensions([k], [[a.strides[axis]!]]);
-      const ai = packLayout(inner.shape, inner.strides[0]!);
-      launchReduce(op, dtype, a, ai, packLayout(outer.shape, outer.strides[0]!), a, ai, m, k, out, stream);
+      apart(op, [a], given, stream, ([c]) => {
+        const outer = mergeDimensions(outerShape, [c.strides.filter((_, d) => d !== axis)]);
+        const inner = mergeDimensions([k], [[c.strides[axis]!]]);
+        const ai = packLayout(inner.shape, inner.strides[0]!);
+        launchReduce(op, dtype, c, ai, packLayout(outer.shape, outer.strides[0]!), c, ai, m, k, out, stream);
+      });
     }
   } catch (error) {
-    if (options?.out === undefined) out.free();
+    if (given === undefined) out.free();
     throw error;
   }
   return out;
@@ -244,12 +263,14 @@ export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions): numbe
     throw new RangeError(`dot: takes two 1-D arrays of one length, got shapes ${formatShape(a.shape)} and ${formatShape(b.shape)}`);
   }
   const device = sameDevice([a, b], 'dot');
-  options = readOptions('dot', options, { out: true, stream: true });
-  const stream = streamFor(options, a, 'dot');
-  const out = options?.out === undefined ? undefined : checkOut('dot', options.out, device, resultDtype('dot', dtype), [], true);
+  const opts = readOptions('dot', options, { out: true, stream: true });
+  const stream = streamFor(opts, a, 'dot');
+  const out = opts.out === undefined ? undefined : checkOut('dot', opts.out, device, resultDtype('dot', dtype), [], true);
   const k = a.size;
-  const merged = mergeDimensions(a.shape, [a.strides, b.strides]);
-  const ai = packLayout(merged.shape, merged.strides[0]!);
-  const bi = packLayout(merged.shape, merged.strides[1]!);
-  return finishWhole('dot', dtype, (o) => launchReduce('dot', dtype, a, ai, packLayout([], []), b, bi, 1, k, o, stream), out, device, stream);
+  return apart('dot', [a, b], out, stream, ([x, y]) => {
+    const merged = mergeDimensions(x.shape, [x.strides, y.strides]);
+    const ai = packLayout(merged.shape, merged.strides[0]!);
+    const bi = packLayout(merged.shape, merged.strides[1]!);
+    return finishWhole('dot', dtype, (o) => launchReduce('dot', dtype, x, ai, packLayout([], []), y, bi, 1, k, o, stream), out, device, stream);
+  });
 }
