@@ -25,7 +25,7 @@ import type { MemoryResource } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { TrackingAdaptor } from '../src/memory/tracking.js';
 import { Event, Stream } from '../src/stream.js';
-import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc } from './helpers.js';
+import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc, onGpu } from './helpers.js';
 
 const device = Device.get(0);
 device.makeCurrent();
@@ -202,9 +202,9 @@ describe('the garbage-collection backstop ends dropped streams, events and resou
     assert.equal(seen.length, 1000);
     assert.ok(seen.every((l) => handles.has(l.ptr) && l.releaseError === undefined), 'each destroyed without an error');
     assert.ok(leakStatistics().count >= before + 1000, 'counted in the leak statistics');
-    // The driver took them back: destroying a handle again is refused.
+    // The driver took them back: the emulated one refuses the handle now (a real driver may crash on it).
     const [first] = handles;
-    assert.throws(() => device.backend.streamDestroy(first!));
+    if (!onGpu) assert.throws(() => device.backend.streamDestroy(first!));
   });
 
   it('1,000 dropped events are destroyed and counted', needsGc, async () => {
@@ -215,7 +215,7 @@ describe('the garbage-collection backstop ends dropped streams, events and resou
     assert.equal(seen.length, 1000);
     assert.ok(seen.every((l) => handles.has(l.ptr) && l.releaseError === undefined));
     const [first] = handles;
-    assert.throws(() => device.backend.eventDestroy(first!));
+    if (!onGpu) assert.throws(() => device.backend.eventDestroy(first!));
   });
 
   it('a dropped pool gives its memory back, live blocks included', needsGc, async () => {
