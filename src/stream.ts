@@ -4,6 +4,7 @@
  * that polls without ever blocking the event loop, and nothing synchronises behind the caller's back.
  */
 import './polyfills.js';
+import { guard, unguard, type Dropped } from './backstop.js';
 import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, UseAfterFreeError, VramStateError } from './errors.js';
@@ -95,10 +96,34 @@ function notifyStreamDestroying(handle: number): void {
   }
 }
 
-/** A CUDA stream: work queued on it runs in order; different streams may run concurrently. */
+/**
+ * Destroys a driver stream, telling the watchers first; what `Stream.destroy()` and the backstop
+ * of a collected Stream both do, so a dropped stream ends exactly as a destroyed one.
+ */
+function endStream(device: Device, raw: Handle): number {
+  device.makeCurrent();
+  notifyStreamDestroying(raw);
+  device.backend.streamDestroy(raw);
+  return 0;
+}
+
+/** Destroys a driver event (`Event.destroy()` and the backstop of a collected Event). */
+function endEvent(device: Device, raw: Handle): number {
+  device.makeCurrent();
+  device.backend.eventDestroy(raw);
+  return 0;
+}
+
+/**
+ * A CUDA stream: work queued on it runs in order; different streams may run concurrently. A
+ * stream dropped without `destroy()` is destroyed when it is collected and counted as a leak
+ * (`leakStatistics()`); buffers allocated or recorded on it keep it alive until they are freed.
+ */
 export class Stream implements StreamRef {
   private static readonly defaults = new Map<Device, Stream>();
   private destroyed = false;
+  /** What the backstop ends if this stream is collected undestroyed; undefined for the default stream. */
+  private readonly dropped: Dropped | undefined;
 
   private constructor(
     private readonly raw: Handle,
@@ -108,7 +133,11 @@ export class Stream implements StreamRef {
     readonly priority: number,
     /** True when it does not synchronise with the legacy default stream. */
     readonly nonBlocking: boolean,
-  ) {}
+  ) {
+    if (raw === DEFAULT_STREAM) return;
+    this.dropped = { kind: 'Stream', ptr: raw, release: () => endStream(device, raw) };
+    guard(this, this.dropped);
+  }
 
   /** Creates a stream on `device` (device 0 by default). Destroy it with `destroy()` or `using`. */
   static create(options: StreamOptions = {}): Stream {
@@ -215,11 +244,10 @@ export class Stream implements StreamRef {
   destroy(): void {
     if (this.destroyed) throw new DoubleFreeError('the stream was already destroyed');
     if (this.isDefault) return;
-    this.device.makeCurrent();
     // Resources retire what they cached on this stream while its handle is still valid.
-    notifyStreamDestroying(this.raw);
     this.destroyed = true;
-    this.device.backend.streamDestroy(this.raw);
+    unguard(this.dropped!);
+    endStream(this.device, this.raw);
   }
 
   /** `using stream = Stream.create()` destroys it at the end of the scope. */
@@ -249,10 +277,15 @@ export interface EventOptions {
   readonly interprocess?: boolean;
 }
 
-/** A CUDA event: a marker in a stream that other streams can wait on and the host can poll. */
+/**
+ * A CUDA event: a marker in a stream that other streams can wait on and the host can poll. An
+ * event dropped without `destroy()` is destroyed when it is collected and counted as a leak.
+ */
 export class Event {
   private destroyed = false;
   private recorded = false;
+  /** What the backstop ends if this event is collected undestroyed. */
+  private readonly dropped: Dropped;
 
   private constructor(
     private readonly raw: Handle,
@@ -262,7 +295,10 @@ export class Event {
     readonly timing: boolean,
     /** True when other processes can wait on it (created with `interprocess`, or opened with `openIpc`). */
     readonly interprocess = false,
-  ) {}
+  ) {
+    this.dropped = { kind: 'Event', ptr: raw, release: () => endEvent(device, raw) };
+    guard(this, this.dropped);
+  }
 
   /** Creates an event; record it on a stream with `record()` or `stream.record(event)`. */
   static create(options: EventOptions = {}): Event {
@@ -398,8 +434,8 @@ export class Event {
   destroy(): void {
     if (this.destroyed) throw new DoubleFreeError('the event was already destroyed');
     this.destroyed = true;
-    this.device.makeCurrent();
-    this.device.backend.eventDestroy(this.raw);
+    unguard(this.dropped);
+    endEvent(this.device, this.raw);
   }
 
   /** `using ev = Event.create()` destroys it at the end of the scope. */

@@ -125,14 +125,17 @@ for (const [name, make] of SUBJECTS) {
       mr.deallocate(q, bytes);
     }));
 
-    it('a destroyed resource refuses every call; destroy twice is harmless', () => {
+    it('a destroyed resource refuses every call but the free of a block live at destroy; destroy twice is harmless', () => {
       const s = make();
       const p = s.resource.allocate(512);
       s.resource.destroy();
       assert.equal(s.resource.destroyed, true);
+      assert.equal(s.resource.released, false, 'the live block holds the memory');
       assert.throws(() => s.resource.allocate(512), UseAfterFreeError);
-      assert.throws(() => s.resource.deallocate(p, 512), UseAfterFreeError);
       assert.throws(() => s.resource.releaseCached(), UseAfterFreeError);
+      s.resource.deallocate(p, 512);
+      assert.equal(s.resource.released, true, 'the last live block freed: released');
+      assert.throws(() => s.resource.deallocate(p, 512), UseAfterFreeError);
       s.resource.destroy();
       s.resource[Symbol.dispose]();
       for (const r of s.below) r.destroy();

@@ -12,7 +12,7 @@ import { CudaResource } from './cuda-resource.js';
 import { BlockHeap } from './pool/block-heap.js';
 import { NIL } from './pool/block-store.js';
 import { GRANULE } from './pool/free-list.js';
-import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { readOptions } from '../util/options.js';
 
@@ -69,7 +69,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
    * Reserves an arena of `options.size` bytes (rounded up to 256) from `upstream` (default a
    * CudaResource on the device, owned by the arena); all later allocations come from it.
    * @param options The size (required), the upstream and the device.
-   * @throws {TypeError | RangeError} For a bad size or upstream.
+   * @throws {TypeError | RangeError} For a bad size or upstream, or an upstream on another device than `device`.
    * @throws {OutOfMemoryError} When the upstream cannot give the region.
    */
   constructor(options: ArenaOptions) {
@@ -78,6 +78,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     const bytes = checkBytes(options.size, 'size');
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
+    if (upstream !== undefined && upstream.device >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'ArenaResource');
     this.ownsUpstream = upstream === undefined;
     this.upstream = upstream ?? new CudaResource(dev);
     this.kind = this.upstream.kind;
@@ -93,8 +94,10 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
       throw error;
     }
     this.start = alignUp(this.region, REGION_ALIGNMENT);
-    this.heap = new BlockHeap(dev.backend);
-    this.heap.addRegion(this.start, this.size, -1);
+    const heap = (this.heap = new BlockHeap(dev.backend));
+    heap.addRegion(this.start, this.size, -1);
+    const { upstream: from, region, regionBytes, ownsUpstream } = this;
+    this.guardMemory(() => releaseRegion(heap, from, region, regionBytes, ownsUpstream));
   }
 
   /** Arena bytes one 1D block of `bytes` takes: `bytes` rounded up to 256. */
@@ -151,6 +154,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     }
     const bytes = pitch * height;
     const ptr = this.take(bytes, alignUp(bytes, GRANULE), this.pitchAlignment, h);
+    this.countHandedOut();
     return { ptr, pitch };
   }
 
@@ -162,10 +166,12 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
   deallocatePitched(ptr: Ptr, stream?: StreamRef): void {
     checkPointer(ptr);
     const h = checkStreamHandle(stream);
-    if (this.destroyed) throw this.destroyedError();
+    // As `deallocate`: a destroyed arena takes back the blocks live at `destroy()`.
+    if (this.released) throw this.destroyedError();
     const i = this.liveBlock(ptr);
     this.heap.unmarkLive(i);
     this.heap.give(i, h);
+    this.countReturned();
   }
 
   /** The one region, with every block cut from it. */
@@ -179,15 +185,12 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
    * arena: `releaseCached` releases nothing.)
    */
   protected override doDestroy(): void {
-    this.heap.joinAll(0);
-    this.heap.destroy();
-    this.upstream.deallocate(this.region, this.regionBytes);
-    if (this.ownsUpstream) this.upstream.destroy();
+    releaseRegion(this.heap, this.upstream, this.region, this.regionBytes, this.ownsUpstream);
   }
 
   /** The bytes taken from upstream, while active. */
   get reservedBytes(): number {
-    return this.destroyed ? 0 : this.regionBytes;
+    return this.released ? 0 : this.regionBytes;
   }
 
   /** An arena's reservation never changes while active. */
@@ -253,6 +256,19 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     }
     return fail(new InvalidPointerError(`deallocate(${String(ptr)}): the pointer is not from ${this.describe()}`));
   }
+}
+
+/**
+ * Gives the region back upstream (live blocks included) on the default stream, after every stream
+ * that freed blocks in it, with an upstream the arena created; returns the bytes: `destroy()` once
+ * no block is live, and the backstop of an arena collected before that.
+ */
+function releaseRegion(heap: BlockHeap, upstream: MemoryResource, region: Ptr, regionBytes: number, ownsUpstream: boolean): number {
+  heap.joinAll(0);
+  heap.destroy();
+  upstream.deallocate(region, regionBytes);
+  if (ownsUpstream) upstream.destroy();
+  return regionBytes;
 }
 
 function fail(error: Error): never {

@@ -86,6 +86,10 @@ export class AsyncResource extends DriverResource implements ReservingResource {
     } else {
       throw new TypeError(`pool must be 'default' or an object of pool properties`);
     }
+    const { rawPool, ownsPool } = this;
+    const free = (ptr: Ptr, handle: number): void => memFreeAsync(device, ptr, handle);
+    if (ownsPool) this.guardLive(free, () => destroyPool(device, rawPool));
+    else this.guardLive(free);
   }
 
   /** The Device object the pool belongs to. */
@@ -111,8 +115,7 @@ export class AsyncResource extends DriverResource implements ReservingResource {
   }
 
   protected driverFree(ptr: Ptr, _bytes: number, handle: number): void {
-    this.owner.makeCurrent();
-    this.backend.memFreeAsync(ptr, handle);
+    memFreeAsync(this.owner, ptr, handle);
   }
 
   /** Trims the pool to nothing kept and returns how many reserved bytes that released. */
@@ -235,9 +238,7 @@ export class AsyncResource extends DriverResource implements ReservingResource {
    */
   protected override doDestroy(): void {
     super.doDestroy();
-    if (!this.ownsPool) return;
-    this.owner.makeCurrent();
-    this.backend.memPoolDestroy(this.rawPool);
+    if (this.ownsPool) destroyPool(this.owner, this.rawPool);
   }
 
   /** `AsyncResource(device=0, pool=default)`. */
@@ -256,6 +257,18 @@ export class AsyncResource extends DriverResource implements ReservingResource {
     this.deviceObject.makeCurrent();
     this.deviceObject.backend.memPoolSetAttribute(pool, attribute, value);
   }
+}
+
+/** cuMemFreeAsync on stream `handle`, in `owner`'s context. */
+function memFreeAsync(owner: Device, ptr: Ptr, handle: number): void {
+  owner.makeCurrent();
+  owner.backend.memFreeAsync(ptr, handle);
+}
+
+/** cuMemPoolDestroy, in `owner`'s context. */
+function destroyPool(owner: Device, pool: Handle): void {
+  owner.makeCurrent();
+  owner.backend.memPoolDestroy(pool);
 }
 
 function checkBoolean(value: unknown, name: string): number {

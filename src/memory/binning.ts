@@ -13,7 +13,7 @@ import { InvalidPointerError } from '../errors.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './pool/live-table.js';
-import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { readOptions } from '../util/options.js';
 
@@ -98,13 +98,16 @@ export class BinningResource extends MemoryResource {
    * @param allocationSize The largest request the bin serves.
    * @param binResource The bin's resource (kept by the caller), or none for a FixedSizeResource.
    * @returns This resource, for chaining.
+   * @throws {TypeError | RangeError} For a bad size, or a bin resource whose memory is of another
+   *   kind or device than the upstream's.
+   * @throws {UseAfterFreeError} When this resource or the bin resource was destroyed.
    */
   addBin(allocationSize: number, binResource?: MemoryResource): this {
     if (this.destroyed) throw this.destroyedError();
     checkBytes(allocationSize, 'allocationSize');
     const resource = binResource === undefined
       ? new FixedSizeResource(this.upstream, { blockSize: allocationSize })
-      : checkResource(binResource, 'binResource');
+      : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.device, this.describe(), 'binResource');
     if (binResource === undefined) this.owned.add(resource);
     const k = this.bins.findIndex((b) => b.size === allocationSize);
     if (k >= 0) this.bins.splice(k, 1);

@@ -35,6 +35,8 @@ export class CudaResource extends DriverResource {
    */
   constructor(device?: Device | number) {
     super(Device.resolve(device));
+    const owner = this.owner;
+    this.guardLive((ptr) => memFree(owner, ptr));
   }
 
   /** The Device object the memory lives on. */
@@ -58,7 +60,12 @@ export class CudaResource extends DriverResource {
   }
 
   protected driverFree(ptr: Ptr): void {
-    this.owner.makeCurrent();
-    this.backend.memFree(ptr);
+    memFree(this.owner, ptr);
   }
+}
+
+/** cuMemFree in `owner`'s context (device and managed memory alike). */
+export function memFree(owner: Device, ptr: Ptr): void {
+  owner.makeCurrent();
+  owner.backend.memFree(ptr);
 }

@@ -88,6 +88,32 @@ export abstract class DriverResource extends MemoryResource {
     }));
   }
 
+  /**
+   * Hands the live table to the garbage-collection backstop: if the resource is collected before
+   * its memory was released, every allocation still live is freed with `free` (on the default
+   * stream), then `after` runs (a driver pool the resource created). Called at the end of a
+   * subclass's constructor, with functions that must not reference the resource.
+   *
+   * @param free Frees one driver allocation on stream `handle`.
+   * @param after Runs once the allocations are freed; with it, a collected resource is a leak
+   *   even with nothing live (it held a driver object).
+   */
+  protected guardLive(free: (ptr: Ptr, handle: number) => void, after?: () => void): void {
+    const table = this.table;
+    this.guardMemory(() => {
+      const entries = table.entries();
+      let bytes = 0;
+      for (const [ptr, size] of entries) {
+        free(ptr, 0);
+        table.remove(ptr);
+        bytes += size;
+      }
+      if (after === undefined) return entries.length > 0 ? bytes : null;
+      after();
+      return bytes;
+    });
+  }
+
   /** Frees every allocation still live (on the default stream), then forgets them. */
   protected override doDestroy(): void {
     for (const [ptr, bytes] of this.table.entries()) {

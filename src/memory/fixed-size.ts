@@ -4,6 +4,7 @@
  * same-sized requests of a binning resource. Grows by chunks of `blocksToPreallocate` blocks.
  */
 import type { Ptr } from '../backend/backend.js';
+import { nonZero } from '../backstop.js';
 import { CounterCell } from '../counter.js';
 import { Device } from '../device.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError } from '../errors.js';
@@ -79,6 +80,8 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
     if (this.blockSize * this.blocksToPreallocate > Number.MAX_SAFE_INTEGER) {
       throw new RangeError('blockSize * blocksToPreallocate is larger than any allocation');
     }
+    const { free, chunks } = this;
+    this.guardMemory(() => nonZero(releaseChunks(free, chunks, upstream)));
   }
 
   /** A block of blockSize; `bytes` may be anything up to blockSize (RangeError beyond). */
@@ -167,14 +170,12 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
     return released;
   }
 
-  /** Gives every chunk back (live blocks included), on the default stream after every freeing stream. */
+  /** Gives every chunk back, on the default stream after every freeing stream. */
   protected override doDestroy(): void {
-    this.free.joinAll(0);
-    this.free.destroy();
+    releaseChunks(this.free, this.chunks, this.upstream);
     this.live.clear();
     this.liveBytes.sub(this.liveBytes.value);
     this.liveBlocks.sub(this.liveBlocks.value);
-    for (const c of this.chunks.splice(0)) this.upstream.deallocate(c.ptr, c.bytes);
     this.reserved.sub(this.reserved.value);
   }
 
@@ -237,4 +238,20 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
     }
     return undefined;
   }
+}
+
+/**
+ * Gives every chunk back upstream (live blocks included) on the default stream, after every stream
+ * that freed blocks, and returns the bytes: `destroy()` once no block is live, and the backstop
+ * of a resource collected before that.
+ */
+function releaseChunks(free: StreamStacks, chunks: Chunk[], upstream: MemoryResource): number {
+  free.joinAll(0);
+  free.destroy();
+  let bytes = 0;
+  for (const c of chunks.splice(0)) {
+    upstream.deallocate(c.ptr, c.bytes);
+    bytes += c.bytes;
+  }
+  return bytes;
 }

@@ -20,31 +20,13 @@
 import '../polyfills.js';
 import type { Backend, Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
+import { reportLeak } from '../backstop.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import type { StreamRef } from './resource.js';
 import { readOptions } from '../util/options.js';
 
-/** What the backstop knows about memory it freed on the program's behalf. */
-export interface LeakRecord {
-  /** What leaked: 'DeviceBuffer', 'HostBuffer', ... */
-  readonly kind: string;
-  readonly ptr: Ptr;
-  readonly bytes: number;
-  /** The stack of the allocation, when `captureAllocationStacks(true)` was on at the time. */
-  readonly stack?: string;
-  /** The error the release raised, if returning the memory failed. */
-  readonly releaseError?: unknown;
-}
-
-/** Totals of everything the backstop has freed since start (or `resetLeakStatistics()`). */
-export interface LeakStatistics {
-  readonly count: number;
-  readonly bytes: number;
-}
-
-/** A listener told about each leak as the backstop frees it (statistics, tracking, logging). */
-export type LeakListener = (leak: LeakRecord) => void;
+export { leakStatistics, onLeak, resetLeakStatistics, type LeakListener, type LeakRecord, type LeakStatistics } from '../backstop.js';
 
 /**
  * Returns memory where it came from. `stream` is the stream it is freed on (the one given to
@@ -80,10 +62,7 @@ interface Held {
   uses: StreamRef[] | undefined;
 }
 
-let leakCount = 0;
-let leakBytes = 0;
 let captureStacks = false;
-const listeners = new Set<LeakListener>();
 
 const registry = new FinalizationRegistry<Held>((held) => {
   let releaseError: unknown;
@@ -92,20 +71,11 @@ const registry = new FinalizationRegistry<Held>((held) => {
   } catch (error) {
     releaseError = error;
   }
-  leakCount++;
-  leakBytes += held.bytes;
-  const record: LeakRecord = {
+  reportLeak({
     kind: held.kind, ptr: held.ptr, bytes: held.bytes,
     ...(held.stack !== undefined ? { stack: held.stack } : {}),
     ...(releaseError !== undefined ? { releaseError } : {}),
-  };
-  for (const listener of listeners) {
-    try {
-      listener(record);
-    } catch {
-      // A listener's failure must not stop the others or escape into the GC callback.
-    }
-  }
+  });
 });
 
 /**
@@ -116,24 +86,6 @@ const registry = new FinalizationRegistry<Held>((held) => {
  * entry keyed by a buffer the backend holds would keep the owner alive forever.
  */
 const viewOwners = new WeakMap<ArrayBuffer | ArrayBufferView, Allocation>();
-
-/** How many allocations, and how many bytes, were freed by the garbage-collection backstop. */
-export function leakStatistics(): LeakStatistics {
-  return { count: leakCount, bytes: leakBytes };
-}
-
-/** Zeroes the leak totals (tests, or a program that reports leaks per phase). */
-export function resetLeakStatistics(): void {
-  leakCount = 0;
-  leakBytes = 0;
-}
-
-/** Calls `listener` for every leak the backstop frees; returns a function that removes it. */
-export function onLeak(listener: LeakListener): () => void {
-  if (typeof listener !== 'function') throw new TypeError('onLeak expects a function');
-  listeners.add(listener);
-  return () => listeners.delete(listener);
-}
 
 /**
  * Records the JavaScript stack of every allocation made while on, so a leak report says where the

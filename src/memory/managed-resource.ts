@@ -5,7 +5,7 @@
 import { MemAttach, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
-import { DEVICE_ALIGNMENT } from './cuda-resource.js';
+import { DEVICE_ALIGNMENT, memFree } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { readOptions } from '../util/options.js';
 
@@ -54,6 +54,8 @@ export class ManagedResource extends DriverResource {
     if (!this.owner.info.managedMemory) {
       throw new NotSupportedError(`device ${this.device} does not support managed memory`);
     }
+    const owner = this.owner;
+    this.guardLive((ptr) => memFree(owner, ptr));
   }
 
   /** The Device object whose context allocates. */
@@ -77,7 +79,6 @@ export class ManagedResource extends DriverResource {
   }
 
   protected driverFree(ptr: Ptr): void {
-    this.owner.makeCurrent();
-    this.backend.memFree(ptr);
+    memFree(this.owner, ptr);
   }
 }

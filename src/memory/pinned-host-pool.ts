@@ -10,7 +10,7 @@ import { Device } from '../device.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { PinnedHostResource } from './pinned-host-resource.js';
-import { checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from './resource.js';
 import { StreamOrder, type Lane } from './stream-order.js';
 import { readOptions } from '../util/options.js';
 
@@ -86,7 +86,7 @@ export class PinnedHostPool extends MemoryResource {
   /**
    * A pool over `upstream` (default pinned memory from cuMemHostAlloc).
    * @param options Upstream, device and the idle bytes kept.
-   * @throws {TypeError | RangeError} For bad options.
+   * @throws {TypeError | RangeError} For bad options, or an upstream that does not hand out pinned host memory.
    */
   constructor(options: PinnedHostPoolOptions = {}) {
     super();
@@ -95,7 +95,9 @@ export class PinnedHostPool extends MemoryResource {
     this.#maximumCachedBytes = options.maximumCachedBytes === undefined
       ? 256 * 1024 * 1024 : checkNonNegativeInteger(options.maximumCachedBytes, 'maximumCachedBytes');
     this.ownsUpstream = options.upstream === undefined;
-    this.upstream = options.upstream === undefined ? new PinnedHostResource({ device }) : checkResource(options.upstream);
+    this.upstream = options.upstream === undefined
+      ? new PinnedHostResource({ device })
+      : checkMemoryOf(checkResource(options.upstream), 'pinned-host', -1, 'PinnedHostPool');
     this.alignment = this.upstream.alignment;
     this.backend = device.backend;
     this.order = new StreamOrder(this.backend);

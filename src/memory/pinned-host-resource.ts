@@ -3,7 +3,7 @@
  * The DMA engines read and write it directly, so copies to and from it run at the PCIe limit and
  * can be asynchronous; it is the host side of every fast transfer.
  */
-import { HostAllocFlags, type Ptr } from '../backend/backend.js';
+import { HostAllocFlags, type Backend, type Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { DriverResource } from './driver-resource.js';
 import { readOptions } from '../util/options.js';
@@ -80,6 +80,8 @@ export class PinnedHostResource extends DriverResource {
       mapped: options.mapped === true,
       writeCombined: options.writeCombined === true,
     });
+    const backend = this.backend;
+    this.guardLive((ptr) => memFreeHost(backend, ptr));
   }
 
   /** `PinnedHostResource(mapped, portable)`. */
@@ -94,7 +96,12 @@ export class PinnedHostResource extends DriverResource {
   }
 
   protected driverFree(ptr: Ptr): void {
-    ensureAnyContext(this.backend);
-    this.backend.memFreeHost(ptr);
+    memFreeHost(this.backend, ptr);
   }
+}
+
+/** cuMemFreeHost, in any context of `backend`. */
+function memFreeHost(backend: Backend, ptr: Ptr): void {
+  ensureAnyContext(backend);
+  backend.memFreeHost(ptr);
 }

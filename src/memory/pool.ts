@@ -9,6 +9,7 @@
  * `pool/virtual-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
  */
 import { MemAccess, type Backend, type Ptr } from '../backend/backend.js';
+import { nonZero } from '../backstop.js';
 import type { Counter } from '../counter.js';
 import { Device } from '../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
@@ -21,7 +22,7 @@ import { UpstreamChunks } from './pool/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './pool/virtual-growth.js';
-import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from './resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { readOptions } from '../util/options.js';
 
@@ -144,7 +145,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   /**
    * A pool on `device` (virtual growth) or over `upstream` (chunked growth).
    * @param options Device or upstream, initial and maximum size, growth parameters.
-   * @throws {TypeError | RangeError} For bad options.
+   * @throws {TypeError | RangeError} For bad options, or an upstream on another device than `device`.
    * @throws {NotSupportedError} For virtual growth on a device without virtual memory management.
    * @throws {OutOfMemoryError} When the initial size cannot be had (nothing is kept).
    */
@@ -157,12 +158,16 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
+    // Device memory of another device than the one named would be mapped, accessed and reported as this one's.
+    if (upstream !== undefined && upstream.device >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
     this.backend = dev.backend;
     this.owner = dev;
-    this.heap = new BlockHeap(this.backend);
-    this.heap.onUnpark = (i) => {
-      const s = this.heap.store;
-      this.pages?.release(s.start[i]!, s.size[i]!);
+    const heap = (this.heap = new BlockHeap(this.backend));
+    // Over locals, not `this`: the backstop's release holds the heap, and a heap that held the pool
+    // would keep the pool from ever being collected.
+    let virtual: VirtualPages | null = null;
+    heap.onUnpark = (i) => {
+      virtual?.release(heap.store.start[i]!, heap.store.size[i]!);
     };
     if (upstream !== undefined) {
       this.upstream = upstream;
@@ -177,6 +182,9 @@ export class PoolResource extends MemoryResource implements ReservingResource {
           message: `cannot take the initial ${initial} bytes from ${upstream.describe()}`,
         });
       }
+      const chunks = this.chunks;
+      // Nothing taken from upstream, nothing leaked (a virtual pool always holds its address range).
+      this.guardMemory(() => nonZero(releasePool(null, chunks, heap)));
     } else {
       this.kind = 'device';
       this.device = dev.ordinal;
@@ -190,8 +198,10 @@ export class PoolResource extends MemoryResource implements ReservingResource {
         : checkBytes(options.addressSpaceSize, 'addressSpaceSize');
       const extent = options.extentSize === undefined || options.extentSize === Infinity
         ? options.extentSize ?? 0 : checkBytes(options.extentSize, 'extentSize');
-      this.pages = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent);
+      this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent);
       this.chunks = null;
+      const pages = virtual;
+      this.guardMemory(() => releasePool(pages, null, heap));
       if (initial > 0) {
         // Map the first pages now, so the first allocations hit. If that fails, the failed growth
         // has unmapped its pages; the address range goes too, since no one can destroy this pool.
@@ -346,11 +356,9 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     }];
   }
 
-  /** Frees everything the pool holds, live blocks included. */
+  /** Frees everything the pool holds (pages or chunks). */
   protected override doDestroy(): void {
-    if (this.pages !== null) this.pages.destroy();
-    else this.chunks!.destroy();
-    this.heap.destroy();
+    releasePool(this.pages, this.chunks, this.heap);
   }
 
   /** Bytes obtained from the driver (physical) or upstream. */
@@ -449,6 +457,18 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     }
     return new InvalidPointerError(`deallocate(${hex(ptr)}): the pointer is not from ${this.describe()}`);
   }
+}
+
+/**
+ * Gives back everything a pool holds, live blocks included, and returns the bytes: `destroy()`
+ * once no block is live, and the backstop of a pool collected before that.
+ */
+function releasePool(pages: VirtualPages | null, chunks: UpstreamChunks | null, heap: BlockHeap): number {
+  const bytes = pages !== null ? pages.reservedBytes : chunks!.reservedBytes;
+  if (pages !== null) pages.destroy();
+  else chunks!.destroy();
+  heap.destroy();
+  return bytes;
 }
 
 function hex(ptr: number): string {

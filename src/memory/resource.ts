@@ -18,6 +18,7 @@
  */
 import '../polyfills.js';
 import type { Ptr } from '../backend/backend.js';
+import { guard, unguard, type Dropped } from '../backstop.js';
 import type { Counter } from '../counter.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import type { StreamRef } from '../stream.js';
@@ -126,6 +127,12 @@ export abstract class MemoryResource {
   /** The resource this one takes its memory from, if any (declared here, set by subclasses). */
   declare readonly upstream?: MemoryResource;
   #destroyed = false;
+  /** Set when the memory went back: at `destroy()`, or with the last block live then. */
+  #released = false;
+  /** Blocks handed out and not yet returned: `destroy()` waits for them. */
+  #live = 0;
+  /** What the backstop ends if the resource is collected unreleased (`guardMemory`). */
+  #dropped: Dropped | undefined;
   #outOfMemoryErrors = 0;
 
   /**
@@ -163,6 +170,7 @@ export abstract class MemoryResource {
       throw error;
     }
     nesting -= 1;
+    this.#live += 1;
     if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
     return ptr;
   }
@@ -231,7 +239,8 @@ export abstract class MemoryResource {
    * @throws {TypeError | RangeError} For a bad pointer, size or stream.
    * @throws {InvalidPointerError} For a pointer this resource did not hand out, or a wrong size.
    * @throws {DoubleFreeError} For a block already returned (where the resource can tell).
-   * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
+   * @throws {UseAfterFreeError} When the resource's memory was released (the resource was
+   *   destroyed with no block live, or its last live block was freed since), or the stream destroyed.
    */
   deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
     // Number.isInteger, not `% 1`: device addresses are above 2^31, so they are doubles, and a
@@ -239,18 +248,20 @@ export abstract class MemoryResource {
     if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (this.#destroyed) throw this.destroyedError();
+    // A destroyed resource still takes back the blocks live at `destroy()` (see there).
+    if (this.#released) throw this.destroyedError();
     if (observer === null) {
       this.doDeallocate(ptr, bytes, handle, stream);
-      return;
+    } else {
+      nesting += 1;
+      try {
+        this.doDeallocate(ptr, bytes, handle, stream);
+      } finally {
+        nesting -= 1;
+      }
+      if (nesting === 0) observer.deallocated(this, ptr, bytes, handle);
     }
-    nesting += 1;
-    try {
-      this.doDeallocate(ptr, bytes, handle, stream);
-    } finally {
-      nesting -= 1;
-    }
-    if (nesting === 0) observer.deallocated(this, ptr, bytes, handle);
+    this.countReturned();
   }
 
   /**
@@ -276,13 +287,69 @@ export abstract class MemoryResource {
   }
 
   /**
-   * Releases everything the resource holds, live blocks included, and makes every later call
-   * throw `UseAfterFreeError`. Resources it created itself (a default upstream, its bins) are
-   * destroyed with it; resources it was given are not. A second call does nothing.
+   * Ends the resource, as cuMemPoolDestroy ends a pool: it returns at once, every later call but
+   * `deallocate` throws `UseAfterFreeError`, and what the resource holds goes back (to its
+   * upstream, or the driver) at once when no block is live, else when the last block live now is
+   * deallocated (their buffers freed, or collected by the backstop). So memory a live buffer can
+   * still reach is never handed out again through the upstream. Resources it created itself (a
+   * default upstream, its bins) are destroyed with it; resources it was given are not. A second
+   * call does nothing.
+   *
+   * @example
+   * ```ts
+   * const inner = new PoolResource({ upstream: outer });
+   * const buf = DeviceBuffer.allocate(4096, { resource: inner });
+   * inner.destroy(); // inner.released === false: buf's chunk stays taken from outer
+   * buf.free();      // inner.released === true: its chunks went back to outer
+   * ```
    */
   destroy(): void {
     if (this.#destroyed) return;
     this.#destroyed = true;
+    if (this.#live === 0) this.#release();
+  }
+
+  /**
+   * True once the resource's memory went back: at `destroy()` when no block was live, else with
+   * the last block live then. Between the two the resource is destroyed but not released.
+   */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /**
+   * Counts a block handed out other than through `allocate` (an arena's pitched blocks), so that
+   * `destroy()` waits for it too.
+   */
+  protected countHandedOut(): void {
+    this.#live += 1;
+  }
+
+  /**
+   * Counts a block returned (by `deallocate`, or a subclass's own path for blocks counted with
+   * `countHandedOut`); after `destroy()`, the last one releases the memory.
+   */
+  protected countReturned(): void {
+    if (--this.#live === 0 && this.#destroyed) this.#release();
+  }
+
+  /**
+   * Hands what the resource holds to the garbage-collection backstop: if the resource is collected
+   * before its memory was released, `release` gives it back (live blocks included: nothing can
+   * return them through a resource no one can reach) and it counts as a leak. Called once by a
+   * subclass's constructor, with a function that must not reference the resource.
+   *
+   * @param release Gives back everything, returns the bytes it gave back, or null when the
+   *   resource held nothing (no memory, no driver object): then it is not counted as a leak.
+   */
+  protected guardMemory(release: () => number | null): void {
+    this.#dropped = { kind: this.constructor.name, ptr: 0, release };
+    guard(this, this.#dropped);
+  }
+
+  #release(): void {
+    this.#released = true;
+    if (this.#dropped !== undefined) unguard(this.#dropped);
     this.doDestroy();
   }
 
@@ -291,7 +358,7 @@ export abstract class MemoryResource {
     this.destroy();
   }
 
-  /** True once `destroy()` has run. */
+  /** True once `destroy()` has run (its memory may still wait for live blocks: `released`). */
   get destroyed(): boolean {
     return this.#destroyed;
   }
@@ -326,7 +393,7 @@ export abstract class MemoryResource {
     return 0;
   }
 
-  /** Frees what the resource holds; nothing by default. */
+  /** Frees what the resource holds (no block is live by then); nothing by default. */
   protected doDestroy(): void {}
 
   /** The error for any call after `destroy()`. */
@@ -371,4 +438,32 @@ export function checkResource(value: unknown, name = 'upstream'): MemoryResource
   if (!(value instanceof MemoryResource)) throw new TypeError(`${name} must be a MemoryResource`);
   if (value.destroyed) throw new UseAfterFreeError(`${name} ${value.describe()} was destroyed`);
   return value;
+}
+
+/**
+ * Checks that `part` (an upstream, a bin) hands out the memory `user` hands out: the same kind, on
+ * the same device. A resource that called itself device memory while handing out host memory (or
+ * the reverse) would send copies, kernels and host views to the wrong memory: on a GPU, a crash.
+ *
+ * @param part The resource given.
+ * @param kind The kind `user` needs.
+ * @param device The device ordinal `user` needs (-1 for host memory).
+ * @param user What takes it, for the message, e.g. 'PinnedHostPool'.
+ * @param name The argument's name, for the message.
+ * @returns `part`.
+ * @throws {TypeError} When the kinds differ.
+ * @throws {RangeError} When the devices differ.
+ */
+export function checkMemoryOf(part: MemoryResource, kind: MemoryKind, device: number, user: string, name = 'upstream'): MemoryResource {
+  if (part.kind !== kind) {
+    throw new TypeError(`${user} needs ${kind} memory, but its ${name} ${part.describe()} hands out ${part.kind} memory`);
+  }
+  if (part.device !== device) {
+    throw new RangeError(`${user} needs memory of ${where(device)}, but its ${name} ${part.describe()} hands out memory of ${where(part.device)}`);
+  }
+  return part;
+}
+
+function where(device: number): string {
+  return device < 0 ? 'the host' : `device ${device}`;
 }
