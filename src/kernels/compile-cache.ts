@@ -13,7 +13,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { isAbsolute, join } from 'node:path';
+import { absolutePath, variableReader, type EnvironmentValues } from '../util/environment.js';
+
+/** `VRAM_CACHE_DIR`: the cache folder (kernels go in its `kernels/`), an absolute path. */
+export const CACHE_DIR_VARIABLE = variableReader('VRAM_CACHE_DIR', absolutePath);
 
 /** Everything the compiled image depends on. */
 export interface CacheKeyParts {
@@ -43,16 +47,18 @@ const FORMAT = 1;
  *
  * @param env The environment to read (default `process.env`).
  * @returns The folder for compiled kernels (not created here).
+ * @throws {RangeError} When `VRAM_CACHE_DIR` is not an absolute path.
  * @example
  * ```ts
  * kernelCacheDirectory({ VRAM_CACHE_DIR: '/tmp/vram' }); // '/tmp/vram/kernels'
  * ```
  */
-export function kernelCacheDirectory(env: Readonly<Record<string, string | undefined>> = process.env): string {
-  const explicit = env.VRAM_CACHE_DIR;
-  if (explicit !== undefined && explicit !== '') return join(explicit, 'kernels');
+export function kernelCacheDirectory(env: EnvironmentValues = process.env): string {
+  const explicit = CACHE_DIR_VARIABLE.read(env);
+  if (explicit !== undefined) return join(explicit, 'kernels');
+  // The XDG base directory spec: a relative XDG_CACHE_HOME is invalid and is ignored.
   const xdg = env.XDG_CACHE_HOME;
-  const base = xdg !== undefined && xdg !== '' ? xdg : join(homedir(), '.cache');
+  const base = xdg !== undefined && isAbsolute(xdg) ? xdg : join(homedir(), '.cache');
   return join(base, 'vram', 'kernels');
 }
 
