@@ -1,12 +1,36 @@
 /**
  * Every `VRAM_*` environment variable vram reads, with its values, default and meaning: the one
  * table that `vram help`, each command's help and `vram info` print from, so a variable cannot be
- * read somewhere and documented nowhere. The modules that read a variable keep their own parsing
- * (and errors); this is the description. The default resource's three variables are described in
- * `memory/default-resource.ts`, beside the code that reads them, and taken from there, so the
- * table cannot drift from what that code does.
+ * read somewhere and documented nowhere. Each module that reads a variable declares its reader
+ * beside the code (`util/environment.ts`: one parser, one message style, read at first use); this
+ * table describes them, and `environmentSettings` runs each reader so `vram info` shows a value
+ * that would be refused, and why, before any call trips on it. The default resource's three
+ * variables are described in `memory/default-resource.ts`, beside the code that reads them, and
+ * taken from there, so the table cannot drift from what that code does.
  */
-import { DEFAULT_RESOURCE_VARIABLES } from './memory/default-resource.js';
+import { BACKEND_VARIABLE } from './backend/select.js';
+import { EMULATED_BYTES_VARIABLE } from './backend/emulated.js';
+import { LIBCUDA_VARIABLE } from './cuda/library.js';
+import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
+import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
+import {
+  ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE,
+} from './memory/default-resource.js';
+import { OOM_SNAPSHOT } from './memory/out-of-memory-observer.js';
+import { COPY_THREADS_VARIABLE } from './memory/transfer/copy-threads.js';
+import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
+
+/**
+ * `VRAM_DEBUG`: any value makes the CLI print the stack of an unexpected error. Declared here, as
+ * the CLI's entry module runs the command when imported and so cannot be imported for its reader.
+ */
+export const DEBUG_VARIABLE = variableReader('VRAM_DEBUG', anyText);
+
+/** The reader of every variable in the table, by name (a test checks the two name the same variables). */
+export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> = new Map([
+  BACKEND_VARIABLE, LIBCUDA_VARIABLE, LIBNVRTC_VARIABLE, CACHE_DIR_VARIABLE, EMULATED_BYTES_VARIABLE,
+  ALLOCATOR_VARIABLE, MEMORY_LIMIT_VARIABLE, MEMORY_FRACTION_VARIABLE, OOM_SNAPSHOT, COPY_THREADS_VARIABLE, DEBUG_VARIABLE,
+].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]));
 
 /** One environment variable vram reads. */
 export interface EnvironmentVariable {
@@ -35,8 +59,9 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "the CUDA driver library to load, when it is somewhere unusual" },
   { name: 'VRAM_LIBNVRTC', values: 'path', default: 'libnvrtc.so.13/.12 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/ wheels',
     meaning: 'the NVRTC library Module.compile loads (only on a GPU, only when compiling CUDA source)' },
-  { name: 'VRAM_CACHE_DIR', values: 'path', default: '$XDG_CACHE_HOME/vram, else ~/.cache/vram',
-    meaning: 'where compiled kernels are cached (kernels/, one file per source, options, architecture, NVRTC and driver)' },
+  { name: 'VRAM_CACHE_DIR', values: 'absolute path', default: '$XDG_CACHE_HOME/vram, else ~/.cache/vram',
+    meaning: 'where compiled kernels are cached (kernels/, one file per source, options, architecture, NVRTC and driver); ' +
+      'a folder not owned by you, or writable by group or others, is not used (a warning, then compiling without the cache)' },
   { name: 'VRAM_EMULATED_BYTES', values: 'size (16G, 512M, bytes)', default: '4 GiB (vram replay sizes it for the trace)',
     meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory' },
   // VRAM_ALLOCATOR, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION: described beside the code that reads them.
@@ -51,24 +76,34 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
 
 /** One row of the table as it stands in a process: the variable and what it is set to. */
 export interface EnvironmentSetting extends EnvironmentVariable {
-  /** The value set in the environment; undefined when unset or empty (the default applies). */
+  /** The value set in the environment; undefined when unset or blank (the default applies). */
   readonly value: string | undefined;
+  /** Why vram refuses the value (its reader's message), when it does; absent for a good value. */
+  readonly problem?: string;
 }
 
 /**
- * The table with each variable's current value.
+ * The table with each variable's current value, checked by the variable's own reader.
  *
  * @param env The environment to read (default `process.env`).
  * @returns One setting per variable of `ENVIRONMENT`, in its order.
+ * @throws Never: a refused value is the setting's `problem`.
  * @example
  * ```ts
- * for (const s of environmentSettings()) console.log(s.name, s.value ?? `(default: ${s.default})`);
+ * for (const s of environmentSettings()) console.log(s.name, s.value ?? `(default: ${s.default})`, s.problem ?? '');
  * ```
  */
-export function environmentSettings(env: NodeJS.ProcessEnv = process.env): EnvironmentSetting[] {
+export function environmentSettings(env: EnvironmentValues = process.env): EnvironmentSetting[] {
   return ENVIRONMENT.map((v) => {
-    const value = env[v.name];
-    return { ...v, value: value === undefined || value === '' ? undefined : value };
+    const text = env[v.name];
+    const value = text === undefined || text.trim() === '' ? undefined : text;
+    let problem: string | undefined;
+    try {
+      ENVIRONMENT_READERS.get(v.name)?.read(env);
+    } catch (error) {
+      problem = error instanceof Error ? error.message : String(error);
+    }
+    return problem === undefined ? { ...v, value } : { ...v, value, problem };
   });
 }
 

@@ -394,6 +394,30 @@ describe('fromDLPack refuses bad input with typed errors and leaves the tensor w
     }
   });
 
+  test('a struct imported while an earlier import of it is live is refused; its deleter runs once', () => {
+    using a = DeviceArray.from(new Float32Array([1, 2, 3, 4]), { shape: [2, 2] });
+    for (const versioned of [true, false]) {
+      const t = new FakeTensor(versioned, a.buffer.ptr);
+      try {
+        const first = fromDLPack(t.address, { versioned });
+        const refused = (e: unknown): boolean => e instanceof VramStateError && /already imported/.test(e.message);
+        assert.throws(() => fromDLPack(t.address, { versioned }), refused);
+        assert.throws(() => fromDLPack(BigInt(t.address), { versioned }), refused);
+        assert.throws(() => deleteDLPack(t.address, { versioned }), refused, 'the array owns it: handing it back would free it twice');
+        assert.equal(t.calls, 0);
+        assert.deepEqual(numbers(first.toHost()), [1, 2, 3, 4], 'the first import is untouched');
+        first.free();
+        assert.equal(t.calls, 1, 'the deleter ran once, when the one import was freed');
+        // Released: the producer may hand the same address out again, and it imports.
+        const again = fromDLPack(t.address, { versioned });
+        again.free();
+        assert.equal(t.calls, 2);
+      } finally {
+        t.dispose();
+      }
+    }
+  });
+
   test('the pointer and options themselves', () => {
     assert.throws(() => fromDLPack(0), TypeError);
     assert.throws(() => fromDLPack(0n), TypeError);

@@ -346,6 +346,26 @@ describe('two Node processes', () => {
     await q.exit();
   });
 
+  test('a handle whose size field was raised is refused, as the driver maps only what was exported', { skip: onGpu ? 'the emulated handle\'s layout' : false }, async () => {
+    const p = peer();
+    const exported = IpcHandle.from((await p.do({ op: 'export', bytes: 1024, fill: 7 })).handle ?? '');
+    const before = emulatedIpcResources();
+    // Bytes 16-23 of an emulated memory handle are its size (little-endian): within its page, and far past it.
+    for (const raised of [2048, 1 << 20]) {
+      const bytes = exported.driverHandle;
+      new DataView(bytes.buffer, bytes.byteOffset).setBigUint64(16, BigInt(raised), true);
+      assert.throws(() => {
+        // Without the check, reading the far end of the mapping is a SIGBUS that kills this process.
+        using shared = importIpc(new IpcHandle(bytes, raised));
+        read(shared, 1, raised - 1);
+      }, (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE' && /exporter shared 1024/.test(e.message), String(raised));
+    }
+    assert.equal(emulatedIpcResources(), before, 'nothing stays mapped or open');
+    using shared = importIpc(exported);
+    assert.deepEqual(read(shared, 4, 1020), new Uint8Array(4).fill(7), 'the handle as exported still opens');
+    await p.exit();
+  });
+
   test('an exporter killed mid-way: the mapping stays valid until closed', async () => {
     const p = peer();
     const { handle } = await p.do({ op: 'export', bytes: 4096, fill: 0x42 });

@@ -5,8 +5,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DeviceArray } from '../src/array/device-array.js';
@@ -16,7 +16,7 @@ import { cacheKey, kernelCacheDirectory, readCachedImage, writeCachedImage, type
 import { CompileError } from '../src/kernels/compile-error.js';
 import type { EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { compileStatistics, Module } from '../src/kernels/module.js';
-import { gpuOnly } from './helpers.js';
+import { captureWarnings, gpuOnly } from './helpers.js';
 
 /** `nvcc -ptx -arch=compute_75` (CUDA 13.0) of: out[i] = start + i for i < n. */
 const IOTA_PTX = `//
@@ -135,11 +135,11 @@ test('the cache key changes with every part it covers, and not with the order he
   assert.equal(cacheKey(twoHeaders), cacheKey({ ...PARTS, headers: { 'b.h': 'B', 'a.h': 'A' } }));
 });
 
-test('cache entries: written atomically, read back, a corrupt or truncated entry reads as absent', () => {
+test('cache entries: written atomically, read back, a corrupt or truncated entry reads as absent', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'vram-cache-'));
   try {
     const key = cacheKey(PARTS);
-    assert.equal(readCachedImage(dir, key), undefined);
+    assert.equal(readCachedImage(join(dir, 'sub'), key), undefined);
     const image = Uint8Array.from({ length: 3000 }, (_, i) => (i * 31) & 0xff);
     assert.equal(writeCachedImage(join(dir, 'sub'), key, { kind: 'cubin', image, loweredNames: { 'f<int>': '_Z1fIiEvv' } }), true);
     const hit = readCachedImage(join(dir, 'sub'), key);
@@ -159,7 +159,123 @@ test('cache entries: written atomically, read back, a corrupt or truncated entry
     assert.equal(readCachedImage(join(dir, 'sub'), key), undefined, 'another key');
     // A folder that cannot be created costs the cache, not the compile.
     writeFileSync(join(dir, 'file'), '');
-    assert.equal(writeCachedImage(join(dir, 'file', 'below'), key, { kind: 'ptx', image, loweredNames: {} }), false);
+    const codes = await captureWarnings(() => {
+      assert.equal(writeCachedImage(join(dir, 'file', 'below'), key, { kind: 'ptx', image, loweredNames: {} }), false);
+    });
+    assert.deepEqual(codes, ['VRAM_CACHE_UNTRUSTED']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** POSIX owners and modes: what the cache's trust rests on (Windows has ACLs instead). */
+const posix = { skip: process.getuid === undefined ? 'no POSIX owners and modes here' : false } as const;
+const IMAGE = Uint8Array.from({ length: 256 }, (_, i) => i);
+
+test('the cache is private: folders created 0700, entries 0600, whatever the umask', posix, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-cache-'));
+  const umask = process.umask(0);
+  try {
+    const kernels = kernelCacheDirectory({ VRAM_CACHE_DIR: join(dir, 'cache') });
+    const key = cacheKey(PARTS);
+    assert.equal(writeCachedImage(kernels, key, { kind: 'cubin', image: IMAGE, loweredNames: {} }), true);
+    assert.equal(statSync(join(dir, 'cache')).mode & 0o777, 0o700);
+    assert.equal(statSync(kernels).mode & 0o777, 0o700);
+    assert.equal(statSync(join(kernels, `${key}.json`)).mode & 0o777, 0o600);
+  } finally {
+    process.umask(umask);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a cache folder others may write, or another user owns, is not used: one warning, no read, no write', posix, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-cache-'));
+  try {
+    const key = cacheKey(PARTS);
+    const entry = { kind: 'cubin', image: IMAGE, loweredNames: {} } as const;
+    const shared = join(dir, 'shared');
+    const kernels = kernelCacheDirectory({ VRAM_CACHE_DIR: shared });
+    assert.equal(writeCachedImage(kernels, key, entry), true);
+    // Someone else may now put an image of their choosing (its digest recomputed) under the key.
+    chmodSync(shared, 0o777);
+    const codes = await captureWarnings(() => {
+      assert.equal(readCachedImage(kernels, key), undefined, 'the entry is not read from a folder others may write');
+      assert.equal(writeCachedImage(kernels, key, entry), false);
+      assert.equal(readCachedImage(kernels, key), undefined);
+    });
+    assert.deepEqual(codes, ['VRAM_CACHE_UNTRUSTED'], 'one warning per folder');
+    chmodSync(shared, 0o700);
+    chmodSync(kernels, 0o770);
+    assert.deepEqual(await captureWarnings(() => assert.equal(readCachedImage(kernels, key), undefined)), ['VRAM_CACHE_UNTRUSTED'],
+      'kernels/ writable by the group');
+    chmodSync(kernels, 0o700);
+    assert.ok(readCachedImage(kernels, key) !== undefined, 'private again: read');
+    // Another user's folder: as root, one given away; otherwise the file system's root, which root owns.
+    let foreign = '/';
+    if (process.getuid!() === 0) {
+      foreign = join(dir, 'foreign');
+      mkdirSync(foreign, { mode: 0o755 });
+      chownSync(foreign, 65534, 65534);
+    }
+    assert.deepEqual(await captureWarnings(() => {
+      assert.equal(writeCachedImage(join(foreign, 'kernels'), key, entry), false);
+    }), ['VRAM_CACHE_UNTRUSTED'], 'not owned by this user');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the entry\'s digest binds its key, kind and lowered names, not only the image', () => {
+  const top = mkdtempSync(join(tmpdir(), 'vram-cache-'));
+  try {
+    const dir = join(top, 'kernels');
+    const key = cacheKey(PARTS);
+    assert.equal(writeCachedImage(dir, key, { kind: 'cubin', image: IMAGE, loweredNames: { k: '_Z1kv' } }), true);
+    const file = join(dir, `${key}.json`);
+    const entry = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+    writeFileSync(file, JSON.stringify({ ...entry, loweredNames: { k: '_Z5otherv' } }));
+    assert.equal(readCachedImage(dir, key), undefined, 'lowered names changed');
+    writeFileSync(file, JSON.stringify({ ...entry, kind: 'ptx' }));
+    assert.equal(readCachedImage(dir, key), undefined, 'kind changed');
+    writeFileSync(file, JSON.stringify(entry));
+    assert.ok(readCachedImage(dir, key) !== undefined);
+  } finally {
+    rmSync(top, { recursive: true, force: true });
+  }
+});
+
+test('the cache folder: an absolute VRAM_CACHE_DIR; a relative XDG_CACHE_HOME is ignored, as the XDG spec says', () => {
+  assert.throws(() => kernelCacheDirectory({ VRAM_CACHE_DIR: 'cache' }), /^RangeError: VRAM_CACHE_DIR must be an absolute path, got 'cache'$/);
+  assert.match(kernelCacheDirectory({ XDG_CACHE_HOME: 'relative' }), /[\\/]\.cache[\\/]vram[\\/]kernels$/);
+});
+
+test('no hang on special files: VRAM_CACHE_DIR=/proc, a missing tree, a FIFO as an entry (in a child, under a deadline)', posix, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-cache-'));
+  try {
+    const key = cacheKey(PARTS);
+    mkdirSync(join(dir, 'fifo'), { mode: 0o700 });
+    execFileSync('mkfifo', [join(dir, 'fifo', `${key}.json`)]);
+    const cacheUrl = new URL('../src/kernels/compile-cache.js', import.meta.url).href;
+    // Before the fix each of these blocked for good, synchronously: only a child's deadline ends that.
+    const script = `
+      import { kernelCacheDirectory, readCachedImage, writeCachedImage } from ${JSON.stringify(cacheUrl)};
+      const warnings = [];
+      process.emitWarning = (message) => warnings.push(String(message));
+      const entry = { kind: 'ptx', image: new Uint8Array(8), loweredNames: {} };
+      const results = [
+        writeCachedImage(kernelCacheDirectory({ VRAM_CACHE_DIR: '/proc' }), ${JSON.stringify(key)}, entry),
+        writeCachedImage(${JSON.stringify(join(dir, 'a', 'b', 'c', 'd', 'kernels'))}, ${JSON.stringify(key)}, entry),
+        readCachedImage(${JSON.stringify(join(dir, 'fifo'))}, ${JSON.stringify(key)}) ?? null,
+      ];
+      console.log(JSON.stringify({ results, warnings }));`;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000 });
+    assert.equal(run.signal, null, `the child hung (killed by ${String(run.signal)})`);
+    assert.equal(run.status, 0, run.stderr);
+    const { results, warnings } = JSON.parse(run.stdout) as { results: unknown[]; warnings: string[] };
+    assert.deepEqual(results, [false, false, null]);
+    assert.equal(warnings.length, 2, warnings.join('\n'));
+    assert.match(warnings[0]!, /\/proc\/kernels/);
+    assert.match(warnings[1]!, /does not exist either \(vram creates at most 3 folders/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -21,7 +21,7 @@ import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
-import { parseSize } from '../util/size.js';
+import { sizeInBytes, variableReader } from '../util/environment.js';
 import { readOptions } from '../util/options.js';
 
 export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './emulated/device-memory.js';
@@ -37,11 +37,12 @@ export interface EmulatedBackendOptions {
 /** Default capacity of an emulated device. */
 export const DEFAULT_EMULATED_CAPACITY = 4 * 1024 ** 3;
 
-/** Reads the default capacity from VRAM_EMULATED_BYTES: bytes, or a size such as `16G` (src/util/size.ts). */
+/** `VRAM_EMULATED_BYTES`: each emulated device's capacity, bytes or a size such as `16G`. */
+export const EMULATED_BYTES_VARIABLE = variableReader('VRAM_EMULATED_BYTES', sizeInBytes);
+
+/** The default capacity: VRAM_EMULATED_BYTES, else 4 GiB. */
 function defaultCapacity(): number {
-  const env = process.env.VRAM_EMULATED_BYTES;
-  if (env === undefined || env === '') return DEFAULT_EMULATED_CAPACITY;
-  return parseSize(env, 'VRAM_EMULATED_BYTES');
+  return EMULATED_BYTES_VARIABLE.read() ?? DEFAULT_EMULATED_CAPACITY;
 }
 
 /**

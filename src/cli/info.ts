@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Backend, DeviceInfo } from '../backend/backend.js';
-import { backendFallbackReason, getBackend } from '../backend/select.js';
+import { BACKEND_VARIABLE, backendFallbackReason, getBackend } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
 import { environmentSettings, type EnvironmentSetting } from '../environment.js';
@@ -37,8 +37,7 @@ export function emulatedReason(backend: Backend): string | undefined {
   if (backend.name !== 'emulated') return undefined;
   const fallback = backendFallbackReason();
   if (fallback !== undefined) return fallback;
-  const choice = process.env.VRAM_BACKEND;
-  return choice === 'emulated' ? 'selected by VRAM_BACKEND=emulated' : 'the emulated backend was selected by the program';
+  return BACKEND_VARIABLE.read() === 'emulated' ? 'selected by VRAM_BACKEND=emulated' : 'the emulated backend was selected by the program';
 }
 
 /**

@@ -5,6 +5,7 @@
  * Subcommands are loaded lazily so `vram info` never loads the benchmark or replay code.
  */
 import { readFileSync } from 'node:fs';
+import { DEBUG_VARIABLE } from '../environment.js';
 import { answerUsageError, formatCommandHelp, formatMainHelp, UsageError } from './usage.js';
 
 /** A subcommand: takes its own arguments, prints, and returns the exit status. */
@@ -55,7 +56,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (error instanceof UsageError) return answerUsageError(error);
     // The stack is for developers (VRAM_DEBUG=1); users get the one-line message.
     const message = error instanceof Error
-      ? (process.env.VRAM_DEBUG ? (error.stack ?? error.message) : error.message)
+      ? (DEBUG_VARIABLE.read() !== undefined ? (error.stack ?? error.message) : error.message)
       : String(error);
     process.stderr.write(`vram: ${message}\n`);
     return 1;

@@ -10,7 +10,7 @@
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
-import { DEFAULT_EMULATED_CAPACITY, EmulatedBackend } from '../backend/emulated.js';
+import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated.js';
 import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
@@ -52,8 +52,7 @@ function emulatedCapacityFor(peakLiveBytes: number): number {
  */
 function sizeEmulatedDevice(backend: Backend, trace: AllocationTrace): { backend: Backend; capacity?: EmulatedCapacity } {
   if (backend.name !== 'emulated') return { backend };
-  const set = process.env.VRAM_EMULATED_BYTES;
-  if (set !== undefined && set !== '') return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
+  if (EMULATED_BYTES_VARIABLE.read() !== undefined) return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
   const bytes = emulatedCapacityFor(trace.summary.peakLiveBytes);
   if (bytes === DEFAULT_EMULATED_CAPACITY) return { backend, capacity: { bytes, source: 'default' } };
   const sized = new EmulatedBackend({ capacityBytes: bytes, deviceCount: backend.deviceCount() });

@@ -36,7 +36,8 @@ function indentLines(text: string, indent: string): string {
  *
  * @param variables The variables to list (default: all of them).
  * @param settings The same table with current values (from `environmentSettings()`); when given,
- *   each variable shows its value or `unset (default ...)` instead of what it takes.
+ *   each variable shows its value (and why it is refused, if it is) or `unset (default ...)`
+ *   instead of what it takes.
  * @returns The lines, without a trailing newline.
  * @example
  * ```ts
@@ -49,7 +50,8 @@ export function formatEnvironment(variables: readonly EnvironmentVariable[] = EN
   return variables.map((v) => {
     const setting = settings?.find((s) => s.name === v.name);
     const state = settings === undefined ? `${v.values}; default ${v.default}`
-      : setting?.value === undefined ? `unset; default ${v.default}` : setting.value;
+      : setting?.value === undefined ? `unset; default ${v.default}`
+        : setting.problem === undefined ? setting.value : `${setting.value}  REFUSED: ${setting.problem}`;
     return `${v.name.padEnd(width)}  ${state}\n${' '.repeat(width + 2)}${v.meaning}`;
   }).join('\n');
 }

@@ -4,6 +4,10 @@
  */
 import koffi from 'koffi';
 import type { LibraryHandle } from 'koffi';
+import { anyText, variableReader, type EnvironmentValues } from '../util/environment.js';
+
+/** `VRAM_LIBCUDA`: the driver library to load first, a path or a name the loader searches for. */
+export const LIBCUDA_VARIABLE = variableReader('VRAM_LIBCUDA', anyText);
 
 /** An opened shared library (the driver, NVRTC) and where it came from. */
 export interface LoadedLibrary {
@@ -61,10 +65,10 @@ const LINUX_DRIVER_DIRS: readonly string[] = [
  * The candidates to try, in order: `VRAM_LIBCUDA` when set, then the loader path, then the usual
  * driver folders. Exported so tests and error messages can show the same list.
  */
-export function driverCandidates(env: Readonly<Record<string, string | undefined>> = process.env, platform: string = process.platform): string[] {
+export function driverCandidates(env: EnvironmentValues = process.env, platform: string = process.platform): string[] {
   const candidates: string[] = [];
-  const explicit = env.VRAM_LIBCUDA;
-  if (explicit !== undefined && explicit !== '') candidates.push(explicit);
+  const explicit = LIBCUDA_VARIABLE.read(env);
+  if (explicit !== undefined) candidates.push(explicit);
   if (platform === 'win32') {
     candidates.push('nvcuda.dll');
   } else if (platform === 'linux') {
@@ -83,7 +87,7 @@ function isStub(path: string): boolean {
  * Opens the first driver library that loads. Throws an Error listing every candidate and why it
  * failed, so "no GPU here" is easy to tell from "driver in an unusual place".
  */
-export function openDriverLibrary(env: Readonly<Record<string, string | undefined>> = process.env): DriverLibrary {
+export function openDriverLibrary(env: EnvironmentValues = process.env): DriverLibrary {
   const { library, failures } = loadFirstLibrary(driverCandidates(env), (path) => isStub(path) ? 'a CUDA toolkit stub, not a driver' : undefined);
   if (library !== undefined) return library;
   const tried = failures.length > 0 ? failures.join(', ') : `nothing (no known driver location on ${process.platform})`;

@@ -6,7 +6,11 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { NotSupportedError } from '../errors.js';
+import { anyText, variableReader, type EnvironmentValues } from '../util/environment.js';
 import { loadFirstLibrary, type LoadedLibrary } from './library.js';
+
+/** `VRAM_LIBNVRTC`: the NVRTC library to load first, a path or a name the loader searches for. */
+export const LIBNVRTC_VARIABLE = variableReader('VRAM_LIBNVRTC', anyText);
 
 /** An opened NVRTC library and where it came from. */
 export type NvrtcLibrary = LoadedLibrary;
@@ -68,10 +72,10 @@ function entries(dir: string, pattern: RegExp): string[] {
  * nvrtcCandidates({ VRAM_LIBNVRTC: '/opt/nvrtc/libnvrtc.so.13' })[0]; // '/opt/nvrtc/libnvrtc.so.13'
  * ```
  */
-export function nvrtcCandidates(env: Readonly<Record<string, string | undefined>> = process.env): string[] {
+export function nvrtcCandidates(env: EnvironmentValues = process.env): string[] {
   const candidates: string[] = [];
-  const explicit = env.VRAM_LIBNVRTC;
-  if (explicit !== undefined && explicit !== '') candidates.push(explicit);
+  const explicit = LIBNVRTC_VARIABLE.read(env);
+  if (explicit !== undefined) candidates.push(explicit);
   if (process.platform !== 'linux') return candidates;
   candidates.push(...SONAMES);
   const toolkits: string[] = [];
@@ -109,7 +113,7 @@ export function nvrtcCandidates(env: Readonly<Record<string, string | undefined>
  * const { path } = openNvrtcLibrary();
  * ```
  */
-export function openNvrtcLibrary(env: Readonly<Record<string, string | undefined>> = process.env): NvrtcLibrary {
+export function openNvrtcLibrary(env: EnvironmentValues = process.env): NvrtcLibrary {
   const { library, failures } = loadFirstLibrary(nvrtcCandidates(env));
   if (library !== undefined) return library;
   throw new NvrtcUnavailableError(failures);

@@ -102,6 +102,25 @@ const exported = new Map<number, ExportRecord>();
 const imported = new WeakMap<object, DLPackImportInfo>();
 
 /**
+ * Addresses of the structs vram imported and whose deleter it has not called yet. A struct is
+ * consumed once: a second import of it would call the producer's deleter a second time (a double
+ * free in the producer). A raw address cannot be checked in general, but one whose earlier import
+ * is still live can; after the deleter ran, the producer may hand out the same address again.
+ */
+const liveImports = new Set<number>();
+
+/**
+ * Refuses a struct vram holds from an earlier `fromDLPack` (before anything is read or called).
+ *
+ * @throws {VramStateError} When `address` is such a struct.
+ */
+function checkNotImported(address: number, what: string): void {
+  if (!liveImports.has(address)) return;
+  throw new VramStateError(`${what}: the DLPack tensor at 0x${address.toString(16)} is already imported, and the array ` +
+    'from that fromDLPack calls its deleter when freed; a tensor is consumed once (import it once and share the array or its views)');
+}
+
+/**
  * Runs when a consumer calls the deleter of a struct vram exported: frees the struct's native
  * memory and drops the hold on the array. A call for an address vram does not hold (a second call
  * for the same struct) does nothing: the record was forgotten on the first. As in C, a second call
@@ -423,7 +442,9 @@ function readTensor(address: number, versioned: boolean): TensorFields {
  *   struct says (DeviceArray.fromPointer's checks: unknown or freed memory, unmapped pinned memory,
  *   another device's memory without peer access, a layout past the allocation).
  * @throws {CudaError} When a kDLCPU tensor's memory cannot be pinned.
- *   On every throw the caller still owns the tensor.
+ *   On each of these throws the caller still owns the tensor.
+ * @throws {VramStateError} When the struct is already imported and that array is not yet released
+ *   (a second import would call the producer's deleter twice); the earlier array still owns it.
  * @example
  * ```ts
  * const tensor: number = addon.produce();          // a DLManagedTensorVersioned *
@@ -436,12 +457,15 @@ export function fromDLPack(ptr: number | bigint, options: FromDLPackOptions = {}
   const address = checkStructPointer(ptr, 'fromDLPack');
   options = readOptions('fromDLPack', options, { versioned: true, device: true });
   const versioned = checkVersioned(options, 'fromDLPack');
+  checkNotImported(address, 'fromDLPack');
   const device = options.device === undefined ? undefined : Device.resolve(options.device);
   const f = readTensor(address, versioned);
   let released = false;
   const release = (): void => {
     if (released) return;
     released = true;
+    // Forgotten before the call: once the deleter runs the producer may reuse the address.
+    liveImports.delete(address);
     callDeleter(f.deleter, address);
   };
   const size = f.shape.reduce((a, b) => a * b, 1);
@@ -453,6 +477,7 @@ export function fromDLPack(ptr: number | bigint, options: FromDLPackOptions = {}
     release();
   } else {
     array = wrapTensor(f, release, device);
+    liveImports.add(address);
   }
   imported.set(array, f.info);
   return array;
@@ -534,6 +559,7 @@ export function dlpackInfo(array: StridedArray<DTypeName>): DLPackImportInfo | u
  * @param options `versioned` (default true).
  * @returns True when a deleter was called; false for a NULL deleter (nothing to call).
  * @throws {TypeError} For a NULL or non-number pointer, or bad options.
+ * @throws {VramStateError} When an array from `fromDLPack` holds the tensor (it calls the deleter).
  * @example
  * ```ts
  * try {
@@ -548,6 +574,7 @@ export function deleteDLPack(ptr: number | bigint, options: FromDLPackOptions = 
   const address = checkStructPointer(ptr, 'deleteDLPack');
   options = readOptions('deleteDLPack', options, { versioned: true, device: true });
   const versioned = checkVersioned(options, 'deleteDLPack');
+  checkNotImported(address, 'deleteDLPack');
   const layout = managedLayout(versioned);
   const deleter = u64(nativeView(address, layout.size), layout.deleter, 'deleteDLPack: the deleter');
   if (deleter === 0) return false;

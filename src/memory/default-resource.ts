@@ -28,7 +28,9 @@
  */
 import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
-import { parseSize } from '../util/size.js';
+import {
+  choiceOf, fractionOfOne, sizeInBytes, variableReader, variableText, type EnvironmentValues,
+} from '../util/environment.js';
 import { AsyncResource } from './async-resource.js';
 import { CudaResource } from './cuda-resource.js';
 import { LimitingAdaptor } from './limiting.js';
@@ -64,7 +66,7 @@ export interface DefaultResourceSettings {
 }
 
 /** The environment as these functions read it: `process.env`, or a given object in tests. */
-export type EnvironmentValues = Readonly<Record<string, string | undefined>>;
+export type { EnvironmentValues };
 
 /**
  * One environment variable, as `vram info` and the README's table describe it (the shape of the
@@ -115,16 +117,12 @@ export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription
 /** A release threshold no pool reaches: the pool keeps every freed byte until trimmed. */
 const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
 
-/** A decimal fraction: `0.5`, `.25`, `1`, `1.0`. */
-const FRACTION = /^(?:\d+(?:\.\d*)?|\.\d+)$/;
-
-/** The variable's value, or undefined when it is unset or blank (as a shell's `VAR=` means). */
-function valueOf(env: EnvironmentValues, name: string): string | undefined {
-  const value = env[name];
-  if (value === undefined) return undefined;
-  const trimmed = value.trim();
-  return trimmed === '' ? undefined : trimmed;
-}
+/** `VRAM_ALLOCATOR`'s reader: one of `ALLOCATOR_NAMES`. */
+export const ALLOCATOR_VARIABLE = variableReader('VRAM_ALLOCATOR', choiceOf(ALLOCATOR_NAMES));
+/** `VRAM_MEMORY_LIMIT`'s reader: a size (`16G`, `512M`, bytes). */
+export const MEMORY_LIMIT_VARIABLE = variableReader('VRAM_MEMORY_LIMIT', sizeInBytes);
+/** `VRAM_MEMORY_FRACTION`'s reader: a decimal fraction greater than 0 and at most 1. */
+export const MEMORY_FRACTION_VARIABLE = variableReader('VRAM_MEMORY_FRACTION', fractionOfOne);
 
 /**
  * Reads `VRAM_ALLOCATOR`, `VRAM_MEMORY_LIMIT` and `VRAM_MEMORY_FRACTION`.
@@ -140,27 +138,18 @@ function valueOf(env: EnvironmentValues, name: string): string | undefined {
  * ```
  */
 export function readDefaultResourceSettings(env: EnvironmentValues = process.env): DefaultResourceSettings {
-  const name = valueOf(env, 'VRAM_ALLOCATOR');
-  if (name !== undefined && !(ALLOCATOR_NAMES as readonly string[]).includes(name)) {
-    throw new RangeError(`VRAM_ALLOCATOR must be one of ${ALLOCATOR_NAMES.join(', ')}, got '${name}'`);
-  }
-  const allocator = (name ?? 'async') as AllocatorName;
-  const limit = valueOf(env, 'VRAM_MEMORY_LIMIT');
-  const fraction = valueOf(env, 'VRAM_MEMORY_FRACTION');
-  if (limit !== undefined && fraction !== undefined) {
-    throw new RangeError(`VRAM_MEMORY_LIMIT ('${limit}') and VRAM_MEMORY_FRACTION ('${fraction}') are both set; ` +
+  const name = ALLOCATOR_VARIABLE.read(env);
+  const allocator = name ?? 'async';
+  const limitText = variableText(MEMORY_LIMIT_VARIABLE.name, env);
+  const fractionText = variableText(MEMORY_FRACTION_VARIABLE.name, env);
+  if (limitText !== undefined && fractionText !== undefined) {
+    throw new RangeError(`VRAM_MEMORY_LIMIT ('${limitText}') and VRAM_MEMORY_FRACTION ('${fractionText}') are both set; ` +
       'set one of them');
   }
-  let cap: MemoryCap | undefined;
-  if (limit !== undefined) {
-    cap = { kind: 'limit', bytes: parseSize(limit, 'VRAM_MEMORY_LIMIT') };
-  } else if (fraction !== undefined) {
-    const f = Number(fraction);
-    if (!FRACTION.test(fraction) || !(f > 0 && f <= 1)) {
-      throw new RangeError(`VRAM_MEMORY_FRACTION must be a number greater than 0 and at most 1, got '${fraction}'`);
-    }
-    cap = { kind: 'fraction', fraction: f };
-  }
+  const limit = MEMORY_LIMIT_VARIABLE.read(env);
+  const fraction = MEMORY_FRACTION_VARIABLE.read(env);
+  const cap: MemoryCap | undefined = limit !== undefined ? { kind: 'limit', bytes: limit }
+    : fraction !== undefined ? { kind: 'fraction', fraction } : undefined;
   return cap === undefined ? { allocator, explicit: name !== undefined } : { allocator, explicit: name !== undefined, cap };
 }
 

@@ -17,9 +17,13 @@ import { setOutOfMemoryObserver, type MemoryResource } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { takeSnapshot } from './snapshot.js';
 import { TrackingAdaptor } from './tracking.js';
+import { anyText, variableReader } from '../util/environment.js';
 
 /** The environment variable naming the file the observer writes a snapshot to. */
 export const OOM_SNAPSHOT_VARIABLE = 'VRAM_OOM_SNAPSHOT';
+
+/** Its reader: a file name (relative to the working folder, as a shell's would be), read at each error. */
+export const OOM_SNAPSHOT = variableReader(OOM_SNAPSHOT_VARIABLE, anyText);
 
 /** How many allocation sites the message names. */
 const SITES_NAMED = 3;
@@ -167,8 +171,8 @@ function observe(resource: MemoryResource, error: unknown, bytes: number, stream
   } catch (failure) {
     warn('the out-of-memory observer could not describe the memory', failure);
   }
-  const path = process.env[OOM_SNAPSHOT_VARIABLE];
-  if (path !== undefined && path !== '' && resource.device >= 0) {
+  const path = OOM_SNAPSHOT.read();
+  if (path !== undefined && resource.device >= 0) {
     try {
       const snapshot = takeSnapshot(Device.get(resource.device), resource, {
         kind: 'out-of-memory',

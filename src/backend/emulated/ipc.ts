@@ -41,7 +41,7 @@
  * process.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, fstatSync } from 'node:fs';
 import koffi from 'koffi';
 import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
 import { CUresult, NotSupportedError } from '../../errors.js';
@@ -112,10 +112,7 @@ function decode(handle: Uint8Array, magic: readonly number[], call: string): Han
   const bytes = view.getBigUint64(16, true);
   const tail = handle.subarray(32 + TOKEN_BYTES);
   if (!magicOk || bytes === 0n || bytes > BigInt(Number.MAX_SAFE_INTEGER) || tail.some((b) => b !== 0)) {
-    const what = `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`;
-    // As an H100 answered (CUDA 13): a malformed event handle fails to map, a memory handle is invalid.
-    if (magic === EVENT_MAGIC) fail(CUresult.MAP_FAILED, call, what);
-    invalidValue(call, what);
+    malformed(magic, call, `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`);
   }
   return {
     pid: view.getUint32(8, true),
@@ -124,6 +121,12 @@ function decode(handle: Uint8Array, magic: readonly number[], call: string): Han
     device: view.getUint32(24, true),
     token: Buffer.from(handle.subarray(32, 32 + TOKEN_BYTES)).toString('hex'),
   };
+}
+
+/** A handle that is not one: as an H100 answered (CUDA 13), a malformed event handle fails to map, a memory handle is invalid. */
+function malformed(magic: readonly number[], call: string, what: string): never {
+  if (magic === EVENT_MAGIC) fail(CUresult.MAP_FAILED, call, what);
+  return invalidValue(call, what);
 }
 
 /** The name of the shared file of `token`, and what /proc shows for it. */
@@ -142,12 +145,15 @@ function poolsNotSupported(what: string, subject: number): never {
     '(its pools live in one process\'s memory); this needs a GPU. Legacy IPC (exportIpc/importIpc) is emulated.');
 }
 
-/** A new shared file of `bytes` named after a fresh token, and this process's mapping of it. */
+/**
+ * A new shared file of exactly `bytes` named after a fresh token, and this process's mapping of it
+ * (whole pages). The file's size is what was shared: an importer checks the handle against it.
+ */
 function createShared(bytes: number): { token: string; fd: number; address: number } {
   const token = randomBytes(TOKEN_BYTES).toString('hex');
   const fd = memfdCreate(fileName(token), bytes);
   try {
-    return { token, fd, address: mapShared(fd, bytes) };
+    return { token, fd, address: mapShared(fd, roundToPage(bytes)) };
   } catch (error) {
     closeFd(fd);
     throw error;
@@ -180,7 +186,7 @@ export class IpcCalls {
     const known = this.exported.get(a.base);
     if (known !== undefined) return known.handle.slice();
     const mapped = roundToPage(a.size);
-    const { token, fd, address } = createShared(mapped);
+    const { token, fd, address } = createShared(a.size);
     let view: Uint8Array;
     try {
       view = new Uint8Array(koffi.view(address, mapped));
@@ -214,7 +220,7 @@ export class IpcCalls {
     }
     const device = this.s.devices[fields.device] !== undefined ? fields.device : ctx.device.ordinal;
     const mapped = roundToPage(fields.bytes);
-    const address = this.mapOther(fields, mapped, call);
+    const address = this.mapOther(fields, MEMORY_MAGIC, call);
     let base: number;
     let store: EagerStore;
     try {
@@ -283,7 +289,7 @@ export class IpcCalls {
     this.s.ctx(call);
     const fields = decode(handle, EVENT_MAGIC, call);
     if (fields.pid === process.pid) fail(CUresult.INVALID_CONTEXT, call, 'the handle was exported by this process: use the event directly');
-    const address = this.mapOther(fields, PAGE, call);
+    const address = this.mapOther(fields, EVENT_MAGIC, call);
     const e = new EventState(this.s.handle(), EventFlags.INTERPROCESS | EventFlags.DISABLE_TIMING);
     e.shared = { words: new Int32Array(koffi.view(address, 8)), release: () => unmap(address, PAGE) };
     this.s.events.set(e.handle, e);
@@ -315,11 +321,20 @@ export class IpcCalls {
     return poolsNotSupported('importing a pointer into pool', pool);
   }
 
-  /** Maps `bytes` of the exporter's shared file; the mapping keeps the file alive, so its descriptor is closed at once. */
-  private mapOther(fields: HandleFields, bytes: number, call: string): number {
+  /**
+   * Maps the exporter's shared file (whole pages of `fields.bytes`); the mapping keeps the file
+   * alive, so its descriptor is closed at once. The handle's size must be the file's: the driver
+   * maps the allocation it knows, whatever a handle's bytes say, and a mapping past the file's end
+   * would kill the process with SIGBUS at the first touch.
+   */
+  private mapOther(fields: HandleFields, magic: readonly number[], call: string): number {
     const fd = this.openShared(fields, call);
     try {
-      return mapShared(fd, bytes);
+      const shared = fstatSync(fd).size;
+      if (shared !== fields.bytes) {
+        malformed(magic, call, `the handle says ${fields.bytes} bytes, but the exporter shared ${shared} (a handle altered after export)`);
+      }
+      return mapShared(fd, roundToPage(fields.bytes));
     } finally {
       closeFd(fd);
     }

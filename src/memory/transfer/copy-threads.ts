@@ -13,6 +13,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { hostMemcpy } from '../../cuda/host-memcpy.js';
+import { variableReader, wholeNumberFrom, type EnvironmentValues } from '../../util/environment.js';
 import { BATCHES, PIECES, Ring } from './copy-ring.js';
 
 /** A started copy, to wait for once. */
@@ -46,25 +47,29 @@ const START_TIMEOUT_MS = 10_000;
  * ```
  */
 export function checkThreadCount(threads: unknown, what: string): number {
-  // An environment variable's text counts as its number ('4'); blank text is no number.
-  const n = typeof threads === 'string' && threads.trim() !== '' ? Number(threads) : threads;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > PIECES) {
-    const shown = typeof threads === 'string' ? `'${threads}'` : String(threads);
-    throw new RangeError(`${what} must be a whole number from 0 to ${PIECES}, got ${shown}`);
+  if (typeof threads !== 'number' || !Number.isInteger(threads) || threads < 0 || threads > PIECES) {
+    throw new RangeError(`${what} must be a whole number from 0 to ${PIECES}, got ${String(threads)}`);
   }
-  return n;
+  return threads;
 }
+
+/** `VRAM_COPY_THREADS`: the copy threads' default count, 0 (the calling thread) to 64. */
+export const COPY_THREADS_VARIABLE = variableReader('VRAM_COPY_THREADS', wholeNumberFrom(0, PIECES));
 
 /**
  * The default thread count: `VRAM_COPY_THREADS` when set, else half the cores (the copies are
  * memory-bound; more threads than that add contention, not bandwidth), at least 1 and at most 8.
+ *
+ * @param env The environment (default `process.env`).
+ * @returns The count.
+ * @throws {RangeError} When `VRAM_COPY_THREADS` is not a whole number from 0 to 64 (`0x4` included).
+ * @example
+ * ```ts
+ * defaultCopyThreads({ VRAM_COPY_THREADS: '2' }); // 2
+ * ```
  */
-export function defaultCopyThreads(env: NodeJS.ProcessEnv = process.env): number {
-  const set = env.VRAM_COPY_THREADS;
-  if (set !== undefined && set !== '') {
-    return checkThreadCount(set, 'VRAM_COPY_THREADS');
-  }
-  return Math.min(8, Math.max(1, Math.floor(availableParallelism() / 2)));
+export function defaultCopyThreads(env: EnvironmentValues = process.env): number {
+  return COPY_THREADS_VARIABLE.read(env) ?? Math.min(8, Math.max(1, Math.floor(availableParallelism() / 2)));
 }
 
 /**

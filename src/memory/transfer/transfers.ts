@@ -78,8 +78,13 @@ const MiB = 1024 * 1024;
  * 2 MiB chunks at 14-28 (the per-chunk hand-offs dominate), 12 threads no faster than 8
  * (memory-bound).
  */
+let threadsFromEnvironment: number | undefined;
 let settings: TransferSettings = {
-  threads: defaultCopyThreads(),
+  // VRAM_COPY_THREADS is read when the count is first needed, not when vram is imported: a bad
+  // value is then the RangeError of the copy (or configureTransfers) that needs it.
+  get threads(): number {
+    return threadsFromEnvironment ??= defaultCopyThreads();
+  },
   chunkBytes: 8 * MiB,
   depth: 4,
   stagingThreshold: 16 * MiB,
