@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -14,6 +14,7 @@ import { mulberry32 } from '../src/util/random.js';
 import { formatBytes, formatTable, Progress } from '../src/cli/format.js';
 import { ENVIRONMENT } from '../src/environment.js';
 import { parseSize } from '../src/util/size.js';
+import { InputFileError, readTextFile } from '../src/util/input-file.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const bin = fileURLToPath(new URL('../../bin/vram.js', import.meta.url));
@@ -407,6 +408,18 @@ describe('vram usage', () => {
 });
 
 describe('cli helpers', () => {
+  it('reads an input file up to its cap, counting what it read (a /proc file says it holds 0 bytes)', async () => {
+    await inTempDir(async (dir) => {
+      const path = join(dir, 'log.csv');
+      writeFileSync(path, 'x'.repeat(100));
+      assert.equal(readTextFile(path, 100).length, 100);
+      assert.throws(() => readTextFile(path, 99), (error: unknown) => error instanceof InputFileError && /100 bytes, more than the 99/.test(error.message));
+      if (existsSync('/proc/self/status')) assert.throws(() => readTextFile('/proc/self/status', 10), /more than the 10 bytes this reads/);
+      writeFileSync(path, Buffer.from([0x54, 0xff, 0x0a]));
+      assert.throws(() => readTextFile(path), /not UTF-8 text/);
+    });
+  });
+
   it('parses byte sizes in binary units, one way for every flag and variable', () => {
     assert.equal(parseSize('64K', 'x'), 65536);
     assert.equal(parseSize('256MiB', 'x'), 256 << 20);
