@@ -110,7 +110,7 @@ export { recordMemoryHistory, memoryHistory, MemoryHistory } from './memory/hist
 export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from './memory/history.js';
 export { memorySnapshot } from './memory/snapshot.js';
 export type { SnapshotOptions } from './memory/snapshot.js';
-export { SNAPSHOT_VERSION } from './memory/snapshot-format.js';
+export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from './memory/snapshot-format.js';
 export type {
   MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, BlockState, SnapshotBlock, SegmentKind,
   SnapshotPages, SnapshotSegment, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory,
@@ -168,6 +168,7 @@ export type { ElementwiseValues, MapOptions, OpOptions, DotOptions, ReduceOption
 
 // Allocation logs and their replay
 export { parseAllocationLog, readAllocationLog, TraceParseError } from './replay/parse.js';
+export { InputFileError } from './util/input-file.js';
 export type { AllocationTrace, TraceEvent, TraceAction, TraceSummary } from './replay/parse.js';
 export { replay, ReplayError } from './replay/engine.js';
 export type {

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -14,6 +14,7 @@ import { mulberry32 } from '../src/util/random.js';
 import { formatBytes, formatTable, Progress } from '../src/cli/format.js';
 import { ENVIRONMENT } from '../src/environment.js';
 import { parseSize } from '../src/util/size.js';
+import { InputFileError, readTextFile } from '../src/util/input-file.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const bin = fileURLToPath(new URL('../../bin/vram.js', import.meta.url));
@@ -48,6 +49,16 @@ function vramWith(env: Readonly<Record<string, string | undefined>>, ...args: st
       resolve({ code, stdout, stderr });
     });
   });
+}
+
+/** Runs `body` in a new temporary folder, removed afterwards. */
+async function inTempDir(body: (dir: string) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-cli-'));
+  try {
+    await body(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -245,6 +256,77 @@ describe('vram replay', () => {
     }
   });
 
+  it('replays a multi-stream trace on every stack, with the HTML report too', async () => {
+    // Frees on another stream than the allocation's: the binning and arena stacks used to record
+    // events on the replay's destroyed streams when they were closed (a crash on a GPU).
+    await inTempDir(async (dir) => {
+      const html = join(dir, 'report.html');
+      const { code, stdout, stderr } = await vram('replay', 'test/fixtures/traces/multi_stream.csv', '-r', 'all', '--html', html);
+      assert.equal(code, 0, stderr);
+      assert.match(stdout, /3 stream\(s\)/);
+      for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +19 `, 'm'));
+      assert.match(readFileSync(html, 'utf8'), /window\.vramReport/);
+    });
+  });
+
+  it('--html naming a folder, a missing folder or the trace itself is a one-line usage error naming the flag, before any replay', async () => {
+    await inTempDir(async (dir) => {
+      const input = join(dir, 'trace.csv');
+      copyFileSync('test/fixtures/traces/multi_stream.csv', input);
+      const before = readFileSync(input, 'utf8');
+      const cases: [string, RegExp][] = [
+        [dir, /^vram replay: --html .*: a folder, not a file/],
+        [join(dir, 'missing', 'r.html'), /^vram replay: --html .*: the folder .*missing does not exist/],
+        [join(input, 'r.html'), /^vram replay: --html .*: .*trace\.csv is not a folder/],
+        [input, /^vram replay: --html .*: the input file .*; the report would replace it/],
+        // The same file by another name: compared as files, not as strings.
+        [join(dir, '.', 'trace.csv'), /the input file/],
+        [join(dir, 'missing', '..', 'trace.csv'), /the input file|does not exist/],
+      ];
+      for (const [html, message] of cases) {
+        const { code, stdout, stderr } = await vram('replay', input, '-r', 'pool', '--html', html);
+        assert.equal(code, 2, `--html ${html}: ${stderr}`);
+        assert.match(stderr, message);
+        assert.match(stderr.split('\n')[1]!, /^usage: vram replay/);
+        assert.equal(stdout, '', 'nothing replayed');
+      }
+      assert.equal(readFileSync(input, 'utf8'), before, 'the trace is untouched');
+      const { code, stderr } = await vram('bench', '--only', 'alloc', '--html', dir);
+      assert.equal(code, 2);
+      assert.match(stderr, /^vram bench: --html .*: a folder, not a file/);
+    });
+  });
+
+  it('a trace too large for any emulated device is refused in the trace\'s terms, not an internal option name', async () => {
+    await inTempDir(async (dir) => {
+      const path = join(dir, 'huge.csv');
+      writeFileSync(path, `Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1000,${2 ** 52},0\n`);
+      const { code, stderr } = await vram('replay', path);
+      assert.equal(code, 1);
+      assert.match(stderr, /^vram replay: .*huge\.csv: peak live 4096 TiB needs an emulated device of 2 x peak live \+ 1 GiB, more than the 2\^53 - 1 bytes/);
+      assert.doesNotMatch(stderr, /capacityBytes/);
+      // Live bytes that no longer add up exactly are refused by the parser, naming the line.
+      writeFileSync(path, `Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1000,${2 ** 52},0\n0,1,allocate,0x${(2 ** 52).toString(16)},${2 ** 52},0\n`);
+      const sum = await vram('replay', path);
+      assert.equal(sum.code, 1);
+      assert.match(sum.stderr, /huge\.csv:3: the live bytes pass 2\^53/);
+    });
+  });
+
+  it('a trace that is a FIFO, a device or a folder is refused, and one with a byte-order mark is read', async () => {
+    await inTempDir(async (dir) => {
+      const bom = join(dir, 'bom.csv');
+      writeFileSync(bom, `\ufeff${readFileSync('test/fixtures/traces/multi_stream.csv', 'utf8')}`);
+      const read = await vram('replay', bom, '-r', 'pool');
+      assert.equal(read.code, 0, read.stderr);
+      for (const [path, kind] of [['/dev/zero', 'a character device'], [dir, 'a directory']] as const) {
+        const { code, stderr } = await vram('replay', path, '-r', 'pool');
+        assert.equal(code, 1);
+        assert.equal(stderr, `vram replay: ${path}: ${kind}, not a regular file\n`);
+      }
+    });
+  });
+
   it('VRAM_EMULATED_BYTES that is not a size is refused in one line naming the variable', async () => {
     const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: 'lots' }, 'info');
     assert.equal(code, 1);
@@ -338,6 +420,18 @@ describe('vram usage', () => {
 });
 
 describe('cli helpers', () => {
+  it('reads an input file up to its cap, counting what it read (a /proc file says it holds 0 bytes)', async () => {
+    await inTempDir(async (dir) => {
+      const path = join(dir, 'log.csv');
+      writeFileSync(path, 'x'.repeat(100));
+      assert.equal(readTextFile(path, 100).length, 100);
+      assert.throws(() => readTextFile(path, 99), (error: unknown) => error instanceof InputFileError && /100 bytes, more than the 99/.test(error.message));
+      if (existsSync('/proc/self/status')) assert.throws(() => readTextFile('/proc/self/status', 10), /more than the 10 bytes this reads/);
+      writeFileSync(path, Buffer.from([0x54, 0xff, 0x0a]));
+      assert.throws(() => readTextFile(path), /not UTF-8 text/);
+    });
+  });
+
   it('parses byte sizes in binary units, one way for every flag and variable', () => {
     assert.equal(parseSize('64K', 'x'), 65536);
     assert.equal(parseSize('256MiB', 'x'), 256 << 20);

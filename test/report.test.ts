@@ -11,7 +11,14 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
-import { SNAPSHOT_VERSION, type MemorySnapshot, type SnapshotBlock, type SnapshotResource } from '../src/memory/snapshot-format.js';
+import { execFileSync } from 'node:child_process';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import { recordMemoryHistory } from '../src/memory/history.js';
+import { PoolResource } from '../src/memory/pool.js';
+import { memorySnapshot } from '../src/memory/snapshot.js';
+import {
+  SNAPSHOT_VERSION, SnapshotFormatError, validateSnapshot, type MemorySnapshot, type SnapshotBlock, type SnapshotResource,
+} from '../src/memory/snapshot-format.js';
 import { estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
 import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { arenaSizeFor, createStack } from '../src/replay/stacks.js';
@@ -270,6 +277,88 @@ describe('snapshotReport', () => {
   });
 });
 
+describe('validateSnapshot', () => {
+  const schema = JSON.parse(readFileSync(join(root, 'docs/snapshot-schema.json'), 'utf8')) as object;
+  const schemaAccepts = new Ajv2020({ strict: true, allErrors: true }).compile(schema);
+
+  /** A snapshot of a real pool (a virtual range with mapped pages, optional figures, stacks), as JSON has it. */
+  function poolSnapshot(): MemorySnapshot {
+    const history = recordMemoryHistory({ stacks: true });
+    const pool = new PoolResource();
+    try {
+      const ptr = pool.allocate(3 << 20);
+      pool.deallocate(pool.allocate(1 << 20), 1 << 20);
+      const snapshot = JSON.parse(JSON.stringify(memorySnapshot())) as MemorySnapshot;
+      pool.deallocate(ptr, 3 << 20);
+      return snapshot;
+    } finally {
+      pool.destroy();
+      history.stop();
+    }
+  }
+
+  /** Every place in a JSON value: its path (keys) and its field name as the validator writes it. */
+  function places(value: unknown, path: (string | number)[] = [], out: (string | number)[][] = []): (string | number)[][] {
+    out.push(path);
+    if (Array.isArray(value)) value.forEach((v, i) => places(v, [...path, i], out));
+    else if (typeof value === 'object' && value !== null) for (const [k, v] of Object.entries(value)) places(v, [...path, k], out);
+    return out;
+  }
+  const fieldOf = (path: readonly (string | number)[]): string =>
+    path.reduce<string>((f, k) => (typeof k === 'number' ? `${f}[${k}]` : f === '' ? k : `${f}.${k}`), '') || 'snapshot';
+
+  it('accepts the snapshots the schema accepts', () => {
+    for (const snapshot of [oomSnapshot(), oomSnapshot({ dropped: 2 }), poolSnapshot()]) {
+      assert.ok(schemaAccepts(snapshot), JSON.stringify(schemaAccepts.errors));
+      assert.equal(validateSnapshot(snapshot), snapshot);
+    }
+  });
+
+  it('agrees with the published schema on any one field changed or added, and names the field', () => {
+    const samples = [oomSnapshot(), poolSnapshot()];
+    fc.assert(fc.property(fc.nat(), fc.nat(), fc.jsonValue({ maxDepth: 2 }), fc.boolean(), (which, at, replacement, add) => {
+      const snapshot = structuredClone(samples[which % samples.length]!) as unknown;
+      const all = places(snapshot);
+      const path = all[at % all.length]!;
+      let changed: (string | number)[] = path;
+      if (path.length === 0) {
+        if (!add) return;
+        (snapshot as Record<string, unknown>).extra = replacement;
+        changed = ['extra'];
+      } else {
+        const parent = path.slice(0, -1).reduce<unknown>((v, k) => (v as Record<string | number, unknown>)[k], snapshot) as Record<string | number, unknown>;
+        if (add && !Array.isArray(parent)) {
+          parent.extra = replacement;
+          changed = [...path.slice(0, -1), 'extra'];
+        } else {
+          parent[path.at(-1)!] = replacement;
+        }
+      }
+      let error: unknown;
+      try {
+        validateSnapshot(snapshot);
+      } catch (e) {
+        error = e;
+      }
+      // The one rule beyond the schema: an upstream chain that loops (a reader following it would never stop).
+      if (error instanceof SnapshotFormatError && /upstream chain/.test(error.message)) return;
+      assert.equal(error === undefined, schemaAccepts(snapshot),
+        `${fieldOf(changed)} = ${JSON.stringify(replacement)}: validateSnapshot ${error === undefined ? 'accepted' : `refused (${String(error)})`}`);
+      if (error === undefined) return;
+      assert.ok(error instanceof SnapshotFormatError, String(error));
+      // At the changed field or inside it, or a sibling a rule ties to it (an event's kind and address).
+      const within = changed.length <= 1 ? '' : fieldOf(changed.slice(0, -1));
+      assert.ok(error.field.startsWith(within), `${error.field} for a change at ${fieldOf(changed)}`);
+    }), { numRuns: 2000 });
+  });
+
+  it('refuses an upstream chain that loops, naming the resource', () => {
+    const snapshot = oomSnapshot();
+    (snapshot.resources[0] as { upstream: number | null }).upstream = 3;
+    assert.throws(() => validateSnapshot(snapshot), /^SnapshotFormatError: resources\[0\]\.upstream: the upstream chain of resource 1 comes back to resource 1/);
+  });
+});
+
 describe('renderReport', () => {
   it('one file: uPlot and the page script inline, nothing fetched, the data unable to close its script element', () => {
     const html = renderReport({ title: 'a <b> & "c"', facts: [['x', '</script><script>alert(1)</script>']], sections: [{
@@ -311,6 +400,57 @@ describe('vram view', () => {
     const notSnapshot = await run(bin, ['view', bad]);
     assert.equal(notSnapshot.code, 1);
     assert.match(notSnapshot.stderr, /not a memory snapshot/);
+  });
+
+  it('a field of the wrong type is refused naming the field (it was a TypeError from inside the report)', async () => {
+    const wrongType = structuredClone(oomSnapshot()) as unknown as { resources: { segments: unknown }[]; history: { events: { bytes: unknown }[] } };
+    wrongType.resources[1]!.segments = 'none';
+    const path = join(work, 'wrong.json');
+    writeFileSync(path, JSON.stringify(wrongType));
+    const result = await run(bin, ['view', path, '-o', join(work, 'wrong.html')]);
+    assert.equal(result.code, 1);
+    assert.equal(result.stderr, `vram view: ${path}: not a memory snapshot of this format: resources[1].segments: expected an array or null, got the string "none"\n`);
+    wrongType.resources[1]!.segments = null;
+    wrongType.history.events[2]!.bytes = '4194304';
+    writeFileSync(path, JSON.stringify(wrongType));
+    assert.match((await run(bin, ['view', path, '-o', join(work, 'wrong.html')])).stderr, /history\.events\[2\]\.bytes: expected a number >= 0, got the string "4194304"/);
+    assert.ok(!existsSync(join(work, 'wrong.html')), 'no report written');
+  });
+
+  it('a UTF-8 byte-order mark is read', async () => {
+    const path = join(work, 'bom.json');
+    writeFileSync(path, `\ufeff${JSON.stringify(oomSnapshot())}`);
+    const result = await run(bin, ['view', path]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.ok(existsSync(join(work, 'bom.html')));
+  });
+
+  it('what is not a regular file is refused at once (/dev/zero and a FIFO hung)', async () => {
+    const targets: [string, string][] = [['/dev/zero', 'a character device'], [work, 'a directory']];
+    try {
+      execFileSync('mkfifo', [join(work, 'fifo')]);
+      targets.push([join(work, 'fifo'), 'a FIFO (named pipe)']);
+    } catch {
+      // No mkfifo here: the device and the folder still show the rule.
+    }
+    for (const [path, kind] of targets) {
+      const result = await run(bin, ['view', path, '-o', join(work, 'out.html')]);
+      assert.equal(result.code, 1, path);
+      assert.equal(result.stderr, `vram view: ${path}: ${kind}, not a regular file\n`);
+    }
+  });
+
+  it('-o naming the snapshot (by any name), a folder or a missing folder is a usage error, and the snapshot is kept', async () => {
+    const path = join(work, 'keep.json');
+    const text = JSON.stringify(oomSnapshot());
+    writeFileSync(path, text);
+    for (const [output, message] of [[path, /the input file/], [join(work, '.', 'keep.json'), /the input file/], [work, /a folder, not a file/],
+      [join(work, 'none', 'r.html'), /the folder .*none does not exist/]] as const) {
+      const result = await run(bin, ['view', path, '-o', output]);
+      assert.equal(result.code, 2, output);
+      assert.match(result.stderr.split('\n')[0]!, new RegExp(`^vram view: -o ${output.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: ${message.source}`));
+    }
+    assert.equal(readFileSync(path, 'utf8'), text);
   });
 });
 

@@ -5,7 +5,6 @@
  * the header and runs a quick pass without the largest sizes (host memory says nothing about a GPU).
  * `--html FILE` also writes the rows as a report with plots (src/report/bench-report.ts).
  */
-import { writeFileSync } from 'node:fs';
 import { getBackend } from '../backend/select.js';
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
@@ -20,6 +19,7 @@ import { renderReport } from '../report/html.js';
 import { parseSize } from '../util/size.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes, formatPairs, formatTable, formatValue, Progress } from './format.js';
+import { checkOutputPath, writeReportFile } from './output-path.js';
 import { describeBackend, emulatedReason, verboseDriverSearch } from './info.js';
 import { UsageError } from './usage.js';
 
@@ -161,6 +161,7 @@ export async function benchCommand(args: string[]): Promise<number> {
   const groups = parseGroups(values.only);
   const sizes = parseSizes(values.sizes);
   const repeats = parseRepeats(values.repeats);
+  if (values.html !== undefined) checkOutputPath('bench', '--html', values.html);
 
   const backend = getBackend();
   const device = Device.get(0).makeCurrent();
@@ -203,9 +204,8 @@ export async function benchCommand(args: string[]): Promise<number> {
       process.stdout.write(`\nskipped:\n${skipped.map((s) => `  ${s.group}: ${s.name} ${formatBytes(s.size)}: ${s.reason}`).join('\n')}\n`);
     }
   }
-  if (values.html !== undefined) {
-    writeFileSync(values.html, renderReport(benchReport({ facts: header, rows, skipped })));
-    process.stderr.write(`vram bench: report written to ${values.html}\n`);
+  if (values.html !== undefined && !writeReportFile('bench', '--html', values.html, renderReport(benchReport({ facts: header, rows, skipped })))) {
+    return 1;
   }
   return 0;
 }

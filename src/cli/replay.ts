@@ -8,7 +8,7 @@
  * trace before any device exists (its memory is backed lazily, so a large capacity costs nothing
  * until written): a trace that peaks above the 4 GiB default then replays with no settings.
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
 import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated.js';
 import { getBackend, setBackend } from '../backend/select.js';
@@ -21,6 +21,7 @@ import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
+import { checkOutputPath, writeReportFile } from './output-path.js';
 import { formatBytes, formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
 
@@ -48,12 +49,18 @@ function emulatedCapacityFor(peakLiveBytes: number): number {
 
 /**
  * On the emulated backend, sizes the device for the trace unless VRAM_EMULATED_BYTES says
- * otherwise. Runs before any Device exists (setBackend refuses a change afterwards).
+ * otherwise. Runs before any Device exists (setBackend refuses a change afterwards). Throws when
+ * the size would pass 2^53 bytes.
  */
 function sizeEmulatedDevice(backend: Backend, trace: AllocationTrace): { backend: Backend; capacity?: EmulatedCapacity } {
   if (backend.name !== 'emulated') return { backend };
   if (EMULATED_BYTES_VARIABLE.read() !== undefined) return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
   const bytes = emulatedCapacityFor(trace.summary.peakLiveBytes);
+  if (!Number.isSafeInteger(bytes)) {
+    // Said here in the trace's terms: the backend's own refusal names its constructor option.
+    throw new Error(`${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
+      `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`);
+  }
   if (bytes === DEFAULT_EMULATED_CAPACITY) return { backend, capacity: { bytes, source: 'default' } };
   const sized = new EmulatedBackend({ capacityBytes: bytes, deviceCount: backend.deviceCount() });
   try {
@@ -174,7 +181,7 @@ function outcomeNotes(outcomes: readonly Outcome[]): string[] {
  * the timeline's readings.
  */
 function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined,
-  outcomes: readonly Outcome[], stackOptions: StackOptions): void {
+  outcomes: readonly Outcome[], stackOptions: StackOptions): boolean {
   const stacks = outcomes.filter((o) => o.ok).map((o) => {
     const stack = createStack(o.stack, trace, stackOptions);
     try {
@@ -195,7 +202,7 @@ function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, 
     columns: header.map((label, i) => ({ label, numeric: i > 0 })),
     rows,
   };
-  writeFileSync(path, renderReport(replayReport({ trace, facts: headingLines(trace, backend, capacity), stacks, leading: [table] })));
+  return writeReportFile('replay', '--html', path, renderReport(replayReport({ trace, facts: headingLines(trace, backend, capacity), stacks, leading: [table] })));
 }
 
 /**
@@ -261,6 +268,7 @@ async function replayWith(args: string[]): Promise<number> {
   }
   const path = positionals[0]!;
   if (!existsSync(path)) throw new UsageError(`no such file: ${path}`, 'replay');
+  if (values.html !== undefined) checkOutputPath('replay', '--html', values.html, [path]);
   const device = values.device === undefined ? 0 : /^\d+$/.test(values.device) ? Number(values.device) : NaN;
   if (!Number.isSafeInteger(device)) throw new UsageError(`--device must be a device ordinal (0, 1, ...), got '${values.device}'`, 'replay');
   const repeat = values.repeat === undefined ? 1 : /^\d+$/.test(values.repeat) ? Number(values.repeat) : NaN;
@@ -301,7 +309,14 @@ async function replayWith(args: string[]): Promise<number> {
     process.stderr.write(`vram replay: ${messageOf(error)}\n`);
     return 1;
   }
-  const { backend, capacity } = sizeEmulatedDevice(getBackend(), trace);
+  let sized: ReturnType<typeof sizeEmulatedDevice>;
+  try {
+    sized = sizeEmulatedDevice(getBackend(), trace);
+  } catch (error) {
+    process.stderr.write(`vram replay: ${messageOf(error)}\n`);
+    return 1;
+  }
+  const { backend, capacity } = sized;
   const outcomes = stacks.map((name) => runOne(name, trace, stackOptions, values['per-op'], repeat));
 
   if (values.json) {
@@ -315,10 +330,10 @@ async function replayWith(args: string[]): Promise<number> {
     printTable(trace, backend.name, capacity, outcomes);
   }
   for (const o of outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
+  let written = true;
   if (values.html !== undefined) {
     if (outcomes.some((o) => o.ok)) {
-      writeHtmlReport(values.html, trace, backend.name, capacity, outcomes, stackOptions);
-      process.stderr.write(`vram replay: report written to ${values.html}\n`);
+      written = writeHtmlReport(values.html, trace, backend.name, capacity, outcomes, stackOptions);
     } else {
       process.stderr.write(`vram replay: no report written to ${values.html}: no stack replayed the trace\n`);
     }
@@ -328,5 +343,5 @@ async function replayWith(args: string[]): Promise<number> {
     process.stderr.write(`vram replay: the emulated device (${formatBytes(backend.deviceInfo(0).totalMemory)}) is too small for this trace: ` +
       'set VRAM_EMULATED_BYTES larger (e.g. 16G), or unset it to size the device for the trace\n');
   }
-  return outcomes.every((o) => o.ok) ? 0 : 1;
+  return written && outcomes.every((o) => o.ok) ? 0 : 1;
 }

@@ -305,3 +305,194 @@ export interface MemorySnapshot {
   /** The history; `null` when none was recorded on the device. */
   readonly history: SnapshotHistory | null;
 }
+
+/**
+ * A value that is not a snapshot of this format (docs/snapshot-schema.json), naming the first field
+ * that is wrong, as a path from the snapshot's top: `resources[2].segments[0].blocks[5].bytes`.
+ */
+export class SnapshotFormatError extends Error {
+  constructor(
+    /** The path of the wrong field (`snapshot` for the value itself). */
+    readonly field: string,
+    reason: string,
+    /** What the field should have been, when its value was of the wrong type or range. */
+    readonly expected?: string,
+  ) {
+    super(`${field}: ${reason}`);
+    this.name = 'SnapshotFormatError';
+  }
+}
+
+/** Checks one value of the format; throws SnapshotFormatError naming `field`. */
+type Check = (value: unknown, field: string) => void;
+
+function shown(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value)}`;
+  if (typeof value === 'object') return 'an object';
+  return `${typeof value} ${String(value)}`;
+}
+
+function wrong(field: string, expected: string, value: unknown): never {
+  throw new SnapshotFormatError(field, `expected ${expected}, got ${shown(value)}`, expected);
+}
+
+function numberCheck(options: { readonly min?: number; readonly integer?: boolean; readonly max?: number } = {}): Check {
+  const { min, max, integer = false } = options;
+  const expected = `${integer ? 'a whole number' : 'a number'}${min === undefined ? '' : ` >= ${min}`}${max === undefined ? '' : ` <= ${max}`}`;
+  return (value, field) => {
+    if (typeof value !== 'number' || !Number.isFinite(value) || (integer && !Number.isInteger(value)) ||
+      (min !== undefined && value < min) || (max !== undefined && value > max)) wrong(field, expected, value);
+  };
+}
+
+function stringCheck(pattern?: RegExp, expected = 'a string'): Check {
+  return (value, field) => {
+    if (typeof value !== 'string' || (pattern !== undefined && !pattern.test(value))) wrong(field, expected, value);
+  };
+}
+
+const booleanCheck: Check = (value, field) => {
+  if (typeof value !== 'boolean') wrong(field, 'true or false', value);
+};
+
+function oneOf(values: readonly string[]): Check {
+  return (value, field) => {
+    if (typeof value !== 'string' || !values.includes(value)) wrong(field, `one of ${values.map((v) => `'${v}'`).join(', ')}`, value);
+  };
+}
+
+function nullable(check: Check): Check {
+  return (value, field) => {
+    if (value === null) return;
+    try {
+      check(value, field);
+    } catch (error) {
+      // The value itself is wrong (not a field inside it): null would have done too, so say so.
+      if (error instanceof SnapshotFormatError && error.field === field && error.expected !== undefined) wrong(field, `${error.expected} or null`, value);
+      throw error;
+    }
+  };
+}
+
+function arrayOf(check: Check): Check {
+  return (value, field) => {
+    if (!Array.isArray(value)) wrong(field, 'an array', value);
+    for (let i = 0; i < value.length; i++) check(value[i], `${field}[${i}]`);
+  };
+}
+
+/** An object with exactly these fields (`optional` ones may be absent), as the schema's additionalProperties: false. */
+function objectCheck(fields: Readonly<Record<string, Check>>, optional: Readonly<Record<string, Check>> = {}): Check {
+  return (value, field) => {
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) wrong(field, 'an object', value);
+    const record = value as Record<string, unknown>;
+    const at = (key: string): string => (field === 'snapshot' ? key : `${field}.${key}`);
+    for (const [key, check] of Object.entries(fields)) {
+      if (!Object.hasOwn(record, key)) throw new SnapshotFormatError(at(key), 'missing');
+      check(record[key], at(key));
+    }
+    for (const key of Object.keys(record)) {
+      if (Object.hasOwn(fields, key)) continue;
+      const check = Object.hasOwn(optional, key) ? optional[key] : undefined;
+      if (check === undefined) throw new SnapshotFormatError(at(key), 'not a field of the snapshot format');
+      check(record[key], at(key));
+    }
+  };
+}
+
+const address = numberCheck({ min: 0, max: Number.MAX_SAFE_INTEGER, integer: true });
+const bytes = numberCheck({ min: 0 });
+const time = numberCheck({ min: 0 });
+const id = numberCheck({ min: 1, integer: true });
+const stackId = nullable(numberCheck({ min: 0, integer: true }));
+const count = numberCheck({ min: 0, integer: true });
+const counter = objectCheck({ value: numberCheck(), peak: numberCheck(), total: numberCheck() });
+
+const figuresCheck = objectCheck(
+  { allocatedBytes: counter, allocations: counter, reservedBytes: bytes, peakReservedBytes: bytes },
+  { allocationRetries: count, limitBytes: bytes, pageMoves: count, driverCalls: count },
+);
+
+const pageRun: Check = (value, field) => {
+  if (!Array.isArray(value) || value.length !== 2) wrong(field, '[first page, page count]', value);
+  numberCheck({ min: 0, integer: true })(value[0], `${field}[0]`);
+  numberCheck({ min: 1, integer: true })(value[1], `${field}[1]`);
+};
+
+const segmentCheck = objectCheck({
+  address, bytes, kind: oneOf(['virtual-range', 'chunk', 'region', 'allocation']),
+  pages: nullable(objectCheck({ pageBytes: numberCheck({ min: 1, integer: true }), mapped: arrayOf(pageRun) })),
+  blocks: arrayOf(objectCheck({
+    address, bytes, requestedBytes: nullable(bytes), state: oneOf(['live', 'free', 'parked']),
+    stream: nullable(numberCheck({ min: 0 })), stack: stackId,
+  })),
+});
+
+const resourceCheck = objectCheck({
+  id, label: stringCheck(), className: stringCheck(), kind: stringCheck(), device: numberCheck({ min: -1, integer: true }),
+  upstream: nullable(id), current: booleanCheck, status: oneOf(['active', 'destroyed', 'collected']),
+  figures: nullable(figuresCheck), segments: nullable(arrayOf(segmentCheck)),
+  baseline: nullable(objectCheck({ time, allocatedBytes: nullable(bytes), reservedBytes: nullable(bytes) })),
+});
+
+const eventFields = objectCheck({
+  kind: oneOf(['alloc', 'free', 'oom', 'reserve', 'release']), address: nullable(address), bytes,
+  stream: numberCheck({ min: 0 }), time, resource: id, stack: stackId,
+});
+const eventCheck: Check = (value, field) => {
+  eventFields(value, field);
+  const event = value as HistoryEvent;
+  const placed = event.kind === 'alloc' || event.kind === 'free';
+  if (placed !== (event.address !== null)) {
+    wrong(`${field}.address`, placed ? `an address for a${event.kind === 'alloc' ? 'n' : ''} ${event.kind} event` : `null for a${event.kind === 'oom' ? 'n' : ''} ${event.kind} event`, event.address);
+  }
+};
+
+const snapshotCheck = objectCheck({
+  version: (value, field) => {
+    if (value !== SNAPSHOT_VERSION) throw new SnapshotFormatError(field, `this vram reads snapshot version ${SNAPSHOT_VERSION}, got ${shown(value)}`);
+  },
+  createdAt: stringCheck(/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$/, 'an ISO 8601 time in UTC'),
+  time, timeOrigin: time, backend: stringCheck(), device: numberCheck({ min: 0, integer: true }),
+  trigger: objectCheck({
+    kind: oneOf(['request', 'out-of-memory']),
+    error: nullable(objectCheck({ message: stringCheck(), requestedBytes: bytes, reason: stringCheck(), call: stringCheck(), resource: id })),
+  }),
+  currentResource: nullable(id),
+  resources: arrayOf(resourceCheck),
+  blocks: arrayOf(objectCheck({ address, bytes, stream: nullable(numberCheck({ min: 0 })), time: nullable(time), resource: id, stack: stackId })),
+  stacks: arrayOf(objectCheck({ id: numberCheck({ min: 0, integer: true }), frames: arrayOf(stringCheck()) })),
+  history: nullable(objectCheck({
+    recording: booleanCheck, maxEntries: numberCheck({ min: 1, integer: true }), stacks: booleanCheck, startTime: time,
+    recorded: count, dropped: count, events: arrayOf(eventCheck),
+  })),
+});
+
+/**
+ * Checks that `value` is a snapshot of this format, field by field as docs/snapshot-schema.json
+ * says (types, ranges, enumerations, no unknown fields), and that following `upstream` from any
+ * resource ends (a reader walks it). Call it on anything parsed from a file before reading it.
+ *
+ * @param value A parsed snapshot (e.g. `JSON.parse` of a `VRAM_OOM_SNAPSHOT` file).
+ * @returns The same value, typed.
+ * @throws {SnapshotFormatError} Naming the first field that is wrong and what it should be.
+ * @example
+ * ```ts
+ * const snapshot = validateSnapshot(JSON.parse(readFileSync('oom.json', 'utf8')));
+ * ```
+ */
+export function validateSnapshot(value: unknown): MemorySnapshot {
+  snapshotCheck(value, 'snapshot');
+  const snapshot = value as MemorySnapshot;
+  const upstreamOf = new Map(snapshot.resources.map((r) => [r.id, r.upstream]));
+  snapshot.resources.forEach((r, i) => {
+    const seen = new Set<number>([r.id]);
+    for (let up = r.upstream; up !== null; up = upstreamOf.get(up) ?? null) {
+      if (seen.has(up)) throw new SnapshotFormatError(`resources[${i}].upstream`, `the upstream chain of resource ${r.id} comes back to resource ${up}`);
+      seen.add(up);
+    }
+  });
+  return snapshot;
+}

@@ -3,9 +3,9 @@
  * touching the memory, and measures what the stack costs in time and in memory held beyond what
  * the traced program had live (the fragmentation overhead figure replay reports).
  */
-import { StreamFlags } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../memory/resource.js';
+import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
 import type { SnapshotSegment } from '../memory/snapshot-format.js';
 import type { AllocationTrace } from './parse.js';
@@ -212,18 +212,11 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   const sizes = new Float64Array(n);
   const slots = new Int32Array(n);
   const streamOf: StreamRef[] = new Array<StreamRef>(n);
-  const streamRefs = new Map<number, StreamRef>([[0, defaultStream]]);
-  const created: number[] = [];
-  // The trace's other streams are created in the resource's device's context (a stream belongs to
-  // the context current when it is made; host resources, device -1, use device 0's).
-  const device = trace.summary.streams.some((id) => id !== 0) ? Device.get(Math.max(resource.device, 0)) : undefined;
-  for (const id of trace.summary.streams) {
-    if (id === 0 || device === undefined) continue;
-    device.makeCurrent();
-    const handle = device.backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
-    created.push(handle);
-    streamRefs.set(id, Object.freeze({ handle }));
-  }
+  const repeat = options.repeat ?? 1;
+  if (!Number.isInteger(repeat) || repeat < 1) throw new RangeError(`repeat must be a whole number >= 1, got ${repeat}`);
+  const perOp = options.perOperationTiming === true;
+  if (perOp && options.timeline === true) throw new RangeError('perOperationTiming and timeline cannot be combined: the timeline\'s readings would be timed');
+  const { refs: streamRefs, created } = createTraceStreams(trace, resource);
   for (let i = 0; i < n; i++) {
     const event = events[i]!;
     kinds[i] = event.action === 'allocate' ? 0 : event.action === 'free' ? 1 : 2;
@@ -231,12 +224,8 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     slots[i] = event.slot;
     streamOf[i] = streamRefs.get(event.stream) ?? defaultStream;
   }
-  const repeat = options.repeat ?? 1;
-  if (!Number.isInteger(repeat) || repeat < 1) throw new RangeError(`repeat must be a whole number >= 1, got ${repeat}`);
   const pointers = new Float64Array(trace.summary.allocations);
   const isLive = new Uint8Array(trace.summary.allocations);
-  const perOp = options.perOperationTiming === true;
-  if (perOp && options.timeline === true) throw new RangeError('perOperationTiming and timeline cannot be combined: the timeline\'s readings would be timed');
   const recorder = options.timeline === true ? new TimelineRecorder(trace, resource, options.reservedBytes) : undefined;
   const allocTimes = new Float64Array(perOp ? trace.summary.allocations : 0);
   const freeTimes = new Float64Array(perOp ? trace.summary.frees : 0);
@@ -244,86 +233,89 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   const operations = trace.summary.operations;
   let reservedSource: ReservedSource = 'estimate';
 
-  for (let pass = 0; pass < repeat; pass++) {
-    if (options.resetPeakReserved !== undefined) options.resetPeakReserved();
-    else if (isReserving(resource)) resource.resetPeakReserved();
-    const growthBefore = options.growth?.();
-    let i = 0;
-    let totalNs = 0;
-    try {
-      const start = process.hrtime.bigint();
-      if (recorder !== undefined && pass === 0) {
-        for (; i < n; i++) {
-          const kind = kinds[i];
-          if (kind === 2) continue;
-          const slot = slots[i]!;
-          if (kind === 0) pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
-          else resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
-          isLive[slot] = kind === 0 ? 1 : 0;
-          recorder.record(i, kind === 0 ? sizes[i]! : -sizes[i]!, pointers, isLive);
-        }
-      } else if (!perOp || pass > 0) {
-        for (; i < n; i++) {
-          const kind = kinds[i];
-          if (kind === 0) {
+  // The streams outlive every free made on them (failures included), and no more.
+  try {
+    for (let pass = 0; pass < repeat; pass++) {
+      if (options.resetPeakReserved !== undefined) options.resetPeakReserved();
+      else if (isReserving(resource)) resource.resetPeakReserved();
+      const growthBefore = options.growth?.();
+      let i = 0;
+      let totalNs = 0;
+      try {
+        const start = process.hrtime.bigint();
+        if (recorder !== undefined && pass === 0) {
+          for (; i < n; i++) {
+            const kind = kinds[i];
+            if (kind === 2) continue;
             const slot = slots[i]!;
-            pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
-            isLive[slot] = 1;
-          } else if (kind === 1) {
+            if (kind === 0) pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+            else resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+            isLive[slot] = kind === 0 ? 1 : 0;
+            recorder.record(i, kind === 0 ? sizes[i]! : -sizes[i]!, pointers, isLive);
+          }
+        } else if (!perOp || pass > 0) {
+          for (; i < n; i++) {
+            const kind = kinds[i];
+            if (kind === 0) {
+              const slot = slots[i]!;
+              pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+              isLive[slot] = 1;
+            } else if (kind === 1) {
+              const slot = slots[i]!;
+              resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+              isLive[slot] = 0;
+            }
+          }
+        } else {
+          let a = 0, f = 0;
+          for (; i < n; i++) {
+            const kind = kinds[i];
+            if (kind === 2) continue;
             const slot = slots[i]!;
-            resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
-            isLive[slot] = 0;
+            const t0 = process.hrtime.bigint();
+            if (kind === 0) {
+              pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
+              allocTimes[a++] = Number(process.hrtime.bigint() - t0);
+              isLive[slot] = 1;
+            } else {
+              resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
+              freeTimes[f++] = Number(process.hrtime.bigint() - t0);
+              isLive[slot] = 0;
+            }
           }
         }
-      } else {
-        let a = 0, f = 0;
-        for (; i < n; i++) {
-          const kind = kinds[i];
-          if (kind === 2) continue;
-          const slot = slots[i]!;
-          const t0 = process.hrtime.bigint();
-          if (kind === 0) {
-            pointers[slot] = resource.allocate(sizes[i]!, streamOf[i]);
-            allocTimes[a++] = Number(process.hrtime.bigint() - t0);
-            isLive[slot] = 1;
-          } else {
-            resource.deallocate(pointers[slot]!, sizes[i]!, streamOf[i]);
-            freeTimes[f++] = Number(process.hrtime.bigint() - t0);
-            isLive[slot] = 0;
-          }
-        }
+        totalNs = Number(process.hrtime.bigint() - start);
+      } catch (error) {
+        const event = events[i]!;
+        freeLive(resource, pointers, isLive, sizes, events);
+        const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
+        throw new ReplayError(event.line, i,
+          `${trace.source}:${event.line}${repeat > 1 ? ` (pass ${pass + 1} of ${repeat})` : ''}: ${what} failed on ` +
+          `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`, error);
       }
-      totalNs = Number(process.hrtime.bigint() - start);
-    } catch (error) {
-      const event = events[i]!;
+      // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
+      let peakReservedBytes: number;
+      const fromStack = options.peakReservedBytes?.();
+      if (fromStack !== undefined) {
+        peakReservedBytes = fromStack;
+        reservedSource = 'stack';
+      } else if (isReserving(resource)) {
+        peakReservedBytes = resource.peakReservedBytes;
+        reservedSource = 'resource';
+      } else {
+        peakReservedBytes = peakOccupied(trace, estimateDriverReservation);
+        reservedSource = 'estimate';
+      }
+      const growthAfter = options.growth?.();
       freeLive(resource, pointers, isLive, sizes, events);
-      destroyStreams(device, created);
-      const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
-      throw new ReplayError(event.line, i,
-        `${trace.source}:${event.line}${repeat > 1 ? ` (pass ${pass + 1} of ${repeat})` : ''}: ${what} failed on ` +
-        `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`, error);
+      passes.push({
+        totalNs, nsPerOperation: operations > 0 ? totalNs / operations : 0, peakReservedBytes,
+        ...(growthBefore !== undefined && growthAfter !== undefined ? { growth: growthBetween(growthBefore, growthAfter) } : {}),
+      });
     }
-    // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
-    let peakReservedBytes: number;
-    const fromStack = options.peakReservedBytes?.();
-    if (fromStack !== undefined) {
-      peakReservedBytes = fromStack;
-      reservedSource = 'stack';
-    } else if (isReserving(resource)) {
-      peakReservedBytes = resource.peakReservedBytes;
-      reservedSource = 'resource';
-    } else {
-      peakReservedBytes = peakOccupied(trace, estimateDriverReservation);
-      reservedSource = 'estimate';
-    }
-    const growthAfter = options.growth?.();
-    freeLive(resource, pointers, isLive, sizes, events);
-    passes.push({
-      totalNs, nsPerOperation: operations > 0 ? totalNs / operations : 0, peakReservedBytes,
-      ...(growthBefore !== undefined && growthAfter !== undefined ? { growth: growthBetween(growthBefore, growthAfter) } : {}),
-    });
+  } finally {
+    destroyStreams(created);
   }
-  destroyStreams(device, created);
 
   const peakLiveBytes = trace.summary.peakLiveBytes;
   const peakReservedBytes = Math.max(...passes.map((p) => p.peakReservedBytes));
@@ -449,11 +441,37 @@ function growthBetween(a: GrowthFigures, b: GrowthFigures): GrowthFigures {
   };
 }
 
-function destroyStreams(device: Device | undefined, handles: readonly number[]): void {
-  if (device === undefined || handles.length === 0) return;
-  device.makeCurrent();
-  for (const handle of handles) {
-    device.backend.streamSynchronize(handle);
-    device.backend.streamDestroy(handle);
+/**
+ * The replay's stream for each of the trace's stream ids (0, the default stream, as itself),
+ * created in the resource's device's context (a stream belongs to the context current when it is
+ * made; host resources, device -1, use device 0's). They are `Stream`s, not raw driver streams:
+ * a caching resource keeps memory freed on a stream keyed by its handle and must be told before
+ * that stream is destroyed, which `Stream.destroy` does (a raw destroy left the stack recording
+ * events on dead handles when it was closed, a crash on a GPU).
+ */
+function createTraceStreams(trace: AllocationTrace, resource: MemoryResource): { refs: Map<number, StreamRef>; created: Stream[] } {
+  const refs = new Map<number, StreamRef>([[0, defaultStream]]);
+  const created: Stream[] = [];
+  if (!trace.summary.streams.some((id) => id !== 0)) return { refs, created };
+  const device = Device.get(Math.max(resource.device, 0));
+  try {
+    for (const id of trace.summary.streams) {
+      if (id === 0) continue;
+      const stream = Stream.create({ device, nonBlocking: true });
+      created.push(stream);
+      refs.set(id, stream);
+    }
+  } catch (error) {
+    destroyStreams(created);
+    throw error;
+  }
+  return { refs, created };
+}
+
+/** Destroys the replay's streams once their work is done; each resource retires what it cached on them first. */
+function destroyStreams(streams: readonly Stream[]): void {
+  for (const stream of streams) {
+    stream.synchronize();
+    stream.destroy();
   }
 }

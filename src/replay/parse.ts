@@ -4,7 +4,7 @@
  * It checks the log as it reads it (every free matches a live allocation of the same size), so the
  * replay engine can trust it, and a bad log fails with the line that is wrong.
  */
-import { readFileSync } from 'node:fs';
+import { readTextFile } from '../util/input-file.js';
 import { ALLOCATION_LOG_HEADER } from '../memory/logging.js';
 
 /** What a log line records. `allocate failure` lines are kept but not replayed. */
@@ -107,7 +107,8 @@ function parsePointer(text: string): number | undefined {
  * from the allocation's.
  */
 export function parseAllocationLog(text: string, source = '<log>'): AllocationTrace {
-  const lines = text.split('\n');
+  // A byte-order mark (editors on Windows write one) is not part of the header's first name.
+  const lines = (text.charCodeAt(0) === 0xfeff ? text.slice(1) : text).split('\n');
   let headerIndex = 0;
   while (headerIndex < lines.length && (lines[headerIndex] ?? '').trim() === '') headerIndex += 1;
   if (headerIndex === lines.length) throw new TraceParseError(source, 1, 'the log is empty');
@@ -161,6 +162,8 @@ export function parseAllocationLog(text: string, source = '<log>'): AllocationTr
       slot = allocations++;
       live.set(pointer, { slot, size, line: lineNo });
       liveBytes += size;
+      // Past 2^53 the sums stop being exact, and no device holds that much.
+      if (!Number.isSafeInteger(liveBytes)) fail('the live bytes pass 2^53 with this allocation');
       if (liveBytes > peakLiveBytes) peakLiveBytes = liveBytes;
       if (live.size > peakLiveCount) peakLiveCount = live.size;
       if (size > largest) largest = size;
@@ -204,7 +207,15 @@ export function parseAllocationLog(text: string, source = '<log>'): AllocationTr
   return { source, events, summary };
 }
 
-/** Reads and parses an allocation log file. */
+/**
+ * Reads and parses an allocation log file.
+ *
+ * @param path The log's path.
+ * @returns The checked trace.
+ * @throws {InputFileError} When the path is not a regular file (a FIFO, a device), is too large
+ *   to read, or is not UTF-8.
+ * @throws {TraceParseError} For a line that is malformed or inconsistent, naming it.
+ */
 export function readAllocationLog(path: string): AllocationTrace {
-  return parseAllocationLog(readFileSync(path, 'utf8'), path);
+  return parseAllocationLog(readTextFile(path), path);
 }

@@ -6,7 +6,7 @@
  */
 import { formatBytes } from '../memory/adaptor.js';
 import {
-  SNAPSHOT_VERSION, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack,
+  validateSnapshot, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack,
 } from '../memory/snapshot-format.js';
 import { heldSegments, placeBlocks } from './memory-map.js';
 import type { MapSegment, MapSite, MemoryMapSection, PlotSeries, PlotSection, Report, ReportSection, TableSection } from './report.js';
@@ -211,7 +211,8 @@ function resourcesTable(snapshot: MemorySnapshot): TableSection {
  * @param snapshot A snapshot (`memorySnapshot()`, or a `VRAM_OOM_SNAPSHOT` file parsed).
  * @returns The report: the timeline (with a history), the memory map, the top allocation sites,
  *   the resources.
- * @throws {RangeError} When the snapshot's version is not one this code reads.
+ * @throws {SnapshotFormatError} When it is not a snapshot of the format this code reads (another
+ *   version, a field of the wrong type): checked first, so a snapshot from a file is safe to pass.
  * @example
  * ```ts
  * const snapshot = JSON.parse(readFileSync('oom.json', 'utf8')) as MemorySnapshot;
@@ -219,9 +220,7 @@ function resourcesTable(snapshot: MemorySnapshot): TableSection {
  * ```
  */
 export function snapshotReport(snapshot: MemorySnapshot): Report {
-  if (snapshot.version !== SNAPSHOT_VERSION) {
-    throw new RangeError(`snapshot version ${String(snapshot.version)}: this vram reads version ${SNAPSHOT_VERSION}`);
-  }
+  validateSnapshot(snapshot);
   const resources = new Map(snapshot.resources.map((r) => [r.id, r]));
   const sites = new Sites(snapshot);
   const history = snapshot.history;

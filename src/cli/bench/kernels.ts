@@ -12,11 +12,12 @@
  * pays too. The read bandwidth is timed with a pair of events around each read of the whole
  * buffer (the device's clock).
  */
-import { EventFlags, StreamFlags } from '../../backend/backend.js';
+import { EventFlags } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { HostBuffer } from '../../memory/host-buffer.js';
 import type { EmulatedKernels } from '../../kernels/emulated-kernel.js';
 import { Module } from '../../kernels/module.js';
+import { Stream } from '../../stream.js';
 import { gbPerSecond, median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 
 /**
@@ -139,10 +140,12 @@ function mappedReadCase(settings: BenchSettings, writeCombined: boolean): BenchC
       using out = HostBuffer.allocate(64, { mapped: true });
       const words = size / 16;
       const config = { grid: device.info.multiprocessorCount * READ_BLOCKS_PER_SM, block: READ_BLOCK } as const;
-      const stream = backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
+      // A `Stream`, not a raw driver stream: the launches hand it to vram with the buffers, and
+      // whatever vram keeps about a stream is told before a `Stream` is destroyed.
+      using streamRef = Stream.create({ device, nonBlocking: true });
+      const stream = streamRef.handle;
       const start = backend.eventCreate(EventFlags.DEFAULT);
       const end = backend.eventCreate(EventFlags.DEFAULT);
-      const streamRef = { handle: stream };
       try {
         backend.streamSynchronize(0);
         for (let i = 0; i < 2; i++) kernel.launch({ ...config, stream: streamRef }, source, words, out);
@@ -159,7 +162,6 @@ function mappedReadCase(settings: BenchSettings, writeCombined: boolean): BenchC
       } finally {
         backend.eventDestroy(end);
         backend.eventDestroy(start);
-        backend.streamDestroy(stream);
       }
     },
   };
