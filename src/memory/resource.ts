@@ -21,6 +21,7 @@ import type { Ptr } from '../backend/backend.js';
 import type { Counter } from '../counter.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import type { StreamRef } from '../stream.js';
+import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
 
@@ -128,6 +129,11 @@ export abstract class MemoryResource {
   #destroyed = false;
   #outOfMemoryErrors = 0;
 
+  constructor() {
+    // Known to the registry, so a driver refusal anywhere on its device releases its cache too.
+    trackResource(this);
+  }
+
   /**
    * Allocates `bytes` usable on `stream` (the default stream when omitted).
    *
@@ -153,17 +159,40 @@ export abstract class MemoryResource {
       ptr = this.doAllocate(bytes, handle, stream);
     } catch (error) {
       nesting -= 1;
-      if (isOutOfMemory(error)) {
-        this.#outOfMemoryErrors += 1;
-        if (nesting === 0) {
-          observer?.failed(this, bytes, handle);
-          outOfMemoryObserver?.(this, error, bytes, handle);
-        }
-      }
+      if (nesting === 0 && isOutOfMemory(error)) return this.#afterOutOfMemory(error, bytes, handle, stream);
+      if (isOutOfMemory(error)) this.#outOfMemoryErrors += 1;
       throw error;
     }
     nesting -= 1;
     if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
+    return ptr;
+  }
+
+  /**
+   * The program's allocation (the outermost call) ran out of memory. Here, and only here, no
+   * resource is in the middle of a call, so a refusal by the driver may release every cache of
+   * the device and retry (cache-registry.ts); what still fails is counted and observed.
+   */
+  #afterOutOfMemory(error: unknown, bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
+    let ptr: Ptr;
+    try {
+      ptr = retryAfterReleasingCaches(error, this.device, () => {
+        nesting += 1;
+        try {
+          return this.doAllocate(bytes, handle, stream);
+        } finally {
+          nesting -= 1;
+        }
+      });
+    } catch (failure) {
+      if (isOutOfMemory(failure)) {
+        this.#outOfMemoryErrors += 1;
+        observer?.failed(this, bytes, handle);
+        outOfMemoryObserver?.(this, failure, bytes, handle);
+      }
+      throw failure;
+    }
+    observer?.allocated(this, ptr, bytes, handle);
     return ptr;
   }
 
