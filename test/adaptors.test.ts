@@ -17,6 +17,7 @@ import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { TrackingAdaptor } from '../src/memory/tracking.js';
 import { replay } from '../src/replay/engine.js';
 import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
+import { captureWarnings } from './helpers.js';
 
 /**
  * The smallest upstream: hands out distinct 256-aligned addresses from a counter (the adaptors
@@ -230,6 +231,27 @@ describe('LoggingAdaptor', () => {
       assert.equal(again.statistics.bytes.peak, stats.statistics.bytes.peak);
       assert.equal(again.statistics.bytes.value, 0);
     }), { numRuns: 50 });
+  });
+
+  it('a sink that throws on a free or a failed allocation\'s line is a warning: the call\'s own outcome stands', async () => {
+    const counting = new CountingResource();
+    let failing = false;
+    const logging = new LoggingAdaptor(new LimitingAdaptor(counting, 1 << 20), () => {
+      if (failing) throw new Error('disk full');
+    });
+    const a = logging.allocate(1000);
+    failing = true;
+    const codes = await captureWarnings(() => {
+      logging.deallocate(a, 1000); // freed: no error, so the caller does not free it again
+      assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError, 'the allocation\'s error, not the sink\'s');
+    });
+    assert.deepEqual(codes, ['VRAM_LOG_SINK', 'VRAM_LOG_SINK']);
+    assert.throws(() => logging.deallocate(a, 1000), InvalidPointerError, 'the block was freed once');
+    // An allocation whose line cannot be written is still refused, and its block given back.
+    assert.throws(() => logging.allocate(1000), /disk full/);
+    assert.equal(counting.liveBytes, 0);
+    failing = false;
+    logging.destroy();
   });
 
   it('buffers to a file and flushes on close; logs a failed allocation as RMM does', () => {
