@@ -16,6 +16,7 @@ import { MemoryResource, type MemoryKind } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { TrackingAdaptor } from '../src/memory/tracking.js';
 import { replay } from '../src/replay/engine.js';
+import { Stream } from '../src/stream.js';
 import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { captureWarnings } from './helpers.js';
 
@@ -183,12 +184,13 @@ describe('TrackingAdaptor', () => {
     const tracking = new TrackingAdaptor(new CountingResource(), { captureStacks: true });
     const leaked = allocateTheLeakyBuffer(tracking);
     allocateTheLeakyBuffer(tracking);
-    const other = tracking.allocate(100, { handle: 7 });
+    const stream = Stream.create();
+    const other = tracking.allocate(100, { handle: stream.handle });
     const list = tracking.outstanding();
     assert.equal(list.length, 3);
     assert.equal(list[0]!.ptr, leaked);
     assert.equal(list[0]!.bytes, 4096);
-    assert.equal(list[2]!.stream, 7);
+    assert.equal(list[2]!.stream, stream.handle);
     assert.ok(typeof list[0]!.time === 'number');
     assert.ok(!(list[0]!.stack ?? '').includes('tracking.js'), 'vram frames trimmed');
     const report = tracking.leakReport();
@@ -196,7 +198,8 @@ describe('TrackingAdaptor', () => {
     assert.match(report, /3 outstanding allocation/);
     // Largest group first: the two 4 KiB allocations from one place before the 100 bytes.
     assert.ok(report.indexOf('allocateTheLeakyBuffer') < report.indexOf('100 B'));
-    tracking.deallocate(other, 100, { handle: 7 });
+    tracking.deallocate(other, 100, { handle: stream.handle });
+    stream.destroy();
     assert.equal(tracking.outstandingCount, 2);
   });
 
@@ -259,14 +262,15 @@ describe('LoggingAdaptor', () => {
     try {
       const path = join(dir, 'log.csv');
       const logging = new LoggingAdaptor(new LimitingAdaptor(new CountingResource(), 1 << 20), path);
-      const a = logging.allocate(1000, { handle: 3 });
+      using stream = Stream.create();
+      const a = logging.allocate(1000, { handle: stream.handle });
       assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError);
-      logging.deallocate(a, 1000, { handle: 3 });
+      logging.deallocate(a, 1000, { handle: stream.handle });
       logging.destroy();
       const trace = readAllocationLog(path);
       assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
       assert.equal(trace.events[0]!.pointer, a);
-      assert.equal(trace.events[0]!.stream, 3);
+      assert.equal(trace.events[0]!.stream, stream.handle);
       assert.equal(trace.summary.failures, 1);
       assert.equal(trace.summary.peakLiveBytes, 1000);
     } finally {

@@ -297,7 +297,9 @@ export abstract class Allocation {
    * @param options `stream`: free on this stream instead of the allocation stream.
    * @throws {DoubleFreeError} When already freed.
    * @throws {TypeError} When `options` is not an object or `options.stream` not a stream.
-   * @throws {UseAfterFreeError} When `options.stream` was destroyed (nothing is freed then).
+   * @throws {UseAfterFreeError} When `options.stream` was destroyed, or, without it, the stream
+   *   the memory is returned on (its allocation stream) was and the resource needs a live one:
+   *   nothing is freed then, and `free({ stream })` with a live stream frees it.
    * @example
    * ```ts
    * const buf = DeviceBuffer.allocate(n, { stream: producer, resource: pool });
@@ -314,11 +316,13 @@ export abstract class Allocation {
       if (options === null || typeof options !== 'object') throw new TypeError('free: options must be an object');
       if (options.stream !== undefined) stream = checkStream(options.stream, 'free');
     }
+    // Released first, marked after: a release that throws (its stream was destroyed) changes
+    // nothing, so the buffer is not lost to the pool that still counts it live.
+    releaseHeld(this.#held, stream);
     this.#freed = true;
     this.#view = undefined;
     this.#viewTied = false;
     registry.unregister(this.#held);
-    releaseHeld(this.#held, stream);
   }
 
   /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */
@@ -414,8 +418,8 @@ function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
   if (held.uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
     waitForUses(held, target, freeStream);
   }
-  held.uses = undefined; // the streams need not stay alive with a freed buffer
   held.release(target);
+  held.uses = undefined; // the streams need not stay alive with a freed buffer
 }
 
 /**

@@ -20,7 +20,8 @@ import '../polyfills.js';
 import type { Ptr } from '../backend/backend.js';
 import type { Counter } from '../counter.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
-import type { StreamRef } from '../stream.js';
+import { getBackend } from '../backend/select.js';
+import { Stream, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
@@ -77,6 +78,18 @@ export function setAllocationObserver(next: AllocationObserver | null): void {
  */
 export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
   outOfMemoryObserver = next;
+}
+
+/**
+ * Refuses a raw handle (`{ handle }`, not a Stream) that names no live stream: a caching resource
+ * would keep it with the memory and pass it to the driver later (an event, a wait), where a
+ * destroyed or made-up handle is an error from then on, or a crash.
+ */
+function checkKnownStream(handle: number): void {
+  if (!getBackend().streamKnown(handle)) {
+    throw new RangeError(`stream.handle ${handle} is not a live stream: give a Stream, 0 for the default stream, ` +
+      'or a handle the backend created and has not destroyed');
+  }
 }
 
 /** What kind of memory a resource hands out. */
@@ -140,7 +153,7 @@ export abstract class MemoryResource {
    * @param bytes A positive whole number.
    * @param stream Where the memory is first used.
    * @returns The address of the block.
-   * @throws {TypeError | RangeError} For a bad size or stream, before anything changes.
+   * @throws {TypeError | RangeError} For a bad size or stream (a raw handle no live stream has), before anything changes.
    * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
    * @throws {OutOfMemoryError} When it cannot.
    */
@@ -148,6 +161,7 @@ export abstract class MemoryResource {
     // The common case inline: a whole number in range passes without a call.
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(handle);
     if (this.#destroyed) throw this.destroyedError();
     // A try block costs nothing until something throws (measured on the pool's hit pair), so
     // every resource can count what reached its caller without a cost on the common path.
@@ -268,6 +282,7 @@ export abstract class MemoryResource {
     if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(handle);
     if (this.#destroyed) throw this.destroyedError();
     if (observer === null) {
       this.doDeallocate(ptr, bytes, handle, stream);
