@@ -155,7 +155,9 @@ export abstract class MemoryResource {
    * @returns The address of the block.
    * @throws {TypeError | RangeError} For a bad size or stream (a raw handle no live stream has), before anything changes.
    * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
-   * @throws {OutOfMemoryError} When it cannot.
+   * @throws {OutOfMemoryError} When it cannot: where the driver refused, after every cache of
+   *   the device was released and the allocation retried once (`cache-registry.ts`); the message
+   *   says how much the caches released.
    */
   allocate(bytes: number, stream?: StreamRef): Ptr {
     // The common case inline: a whole number in range passes without a call.
