@@ -12,18 +12,18 @@ export function checkBytes(value: unknown, name = 'bytes'): number {
     throw new TypeError(`${name} must be a number, got ${typeof value}`);
   }
   if (!Number.isInteger(value) || value <= 0 || value > MAX_BYTES) {
-    throw new RangeError(`${name} must be a positive whole number of bytes, got ${value}`);
+    throw new RangeError(`${name} must be a positive whole number of bytes, at most 2^53 - 1 (${MAX_BYTES}), got ${value}`);
   }
   return value;
 }
 
-/** Checks that `value` is a whole number >= 0 (an offset, a count that may be zero). */
+/** Checks that `value` is a whole number from 0 to 2^53 - 1 (an offset, a count that may be zero). */
 export function checkNonNegativeInteger(value: unknown, name: string): number {
   if (typeof value !== 'number') {
     throw new TypeError(`${name} must be a number, got ${typeof value}`);
   }
   if (!Number.isInteger(value) || value < 0 || value > MAX_BYTES) {
-    throw new RangeError(`${name} must be a whole number >= 0, got ${value}`);
+    throw new RangeError(`${name} must be a whole number from 0 to 2^53 - 1 (${MAX_BYTES}), got ${value}`);
   }
   return value;
 }
@@ -31,10 +31,10 @@ export function checkNonNegativeInteger(value: unknown, name: string): number {
 /** Checks that `value` is a power of two. */
 export function checkPowerOfTwo(value: unknown, name: string): number {
   const n = checkBytes(value, name);
-  if ((n & (n - 1)) !== 0 && n <= 2 ** 30) {
-    throw new RangeError(`${name} must be a power of two, got ${n}`);
-  }
-  if (n > 2 ** 30 && Math.log2(n) % 1 !== 0) {
+  // Exact for every safe integer: 2 ** k is exact, and a safe integer that is not a power of two
+  // differs from the power nearest its (rounded) logarithm. `Math.log2(n) % 1` is not: it rounds
+  // 2^53 - 1 to 53.
+  if (2 ** Math.round(Math.log2(n)) !== n) {
     throw new RangeError(`${name} must be a power of two, got ${n}`);
   }
   return n;

@@ -16,7 +16,9 @@ import { MemoryResource, type MemoryKind } from '../src/memory/resource.js';
 import { StatisticsAdaptor } from '../src/memory/statistics.js';
 import { TrackingAdaptor } from '../src/memory/tracking.js';
 import { replay } from '../src/replay/engine.js';
+import { Stream } from '../src/stream.js';
 import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
+import { captureWarnings } from './helpers.js';
 
 /**
  * The smallest upstream: hands out distinct 256-aligned addresses from a counter (the adaptors
@@ -182,12 +184,13 @@ describe('TrackingAdaptor', () => {
     const tracking = new TrackingAdaptor(new CountingResource(), { captureStacks: true });
     const leaked = allocateTheLeakyBuffer(tracking);
     allocateTheLeakyBuffer(tracking);
-    const other = tracking.allocate(100, { handle: 7 });
+    const stream = Stream.create();
+    const other = tracking.allocate(100, { handle: stream.handle });
     const list = tracking.outstanding();
     assert.equal(list.length, 3);
     assert.equal(list[0]!.ptr, leaked);
     assert.equal(list[0]!.bytes, 4096);
-    assert.equal(list[2]!.stream, 7);
+    assert.equal(list[2]!.stream, stream.handle);
     assert.ok(typeof list[0]!.time === 'number');
     assert.ok(!(list[0]!.stack ?? '').includes('tracking.js'), 'vram frames trimmed');
     const report = tracking.leakReport();
@@ -195,7 +198,8 @@ describe('TrackingAdaptor', () => {
     assert.match(report, /3 outstanding allocation/);
     // Largest group first: the two 4 KiB allocations from one place before the 100 bytes.
     assert.ok(report.indexOf('allocateTheLeakyBuffer') < report.indexOf('100 B'));
-    tracking.deallocate(other, 100, { handle: 7 });
+    tracking.deallocate(other, 100, { handle: stream.handle });
+    stream.destroy();
     assert.equal(tracking.outstandingCount, 2);
   });
 
@@ -232,19 +236,41 @@ describe('LoggingAdaptor', () => {
     }), { numRuns: 50 });
   });
 
+  it('a sink that throws on a free or a failed allocation\'s line is a warning: the call\'s own outcome stands', async () => {
+    const counting = new CountingResource();
+    let failing = false;
+    const logging = new LoggingAdaptor(new LimitingAdaptor(counting, 1 << 20), () => {
+      if (failing) throw new Error('disk full');
+    });
+    const a = logging.allocate(1000);
+    failing = true;
+    const codes = await captureWarnings(() => {
+      logging.deallocate(a, 1000); // freed: no error, so the caller does not free it again
+      assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError, 'the allocation\'s error, not the sink\'s');
+    });
+    assert.deepEqual(codes, ['VRAM_LOG_SINK', 'VRAM_LOG_SINK']);
+    assert.throws(() => logging.deallocate(a, 1000), InvalidPointerError, 'the block was freed once');
+    // An allocation whose line cannot be written is still refused, and its block given back.
+    assert.throws(() => logging.allocate(1000), /disk full/);
+    assert.equal(counting.liveBytes, 0);
+    failing = false;
+    logging.destroy();
+  });
+
   it('buffers to a file and flushes on close; logs a failed allocation as RMM does', () => {
     const dir = mkdtempSync(join(tmpdir(), 'vram-log-'));
     try {
       const path = join(dir, 'log.csv');
       const logging = new LoggingAdaptor(new LimitingAdaptor(new CountingResource(), 1 << 20), path);
-      const a = logging.allocate(1000, { handle: 3 });
+      using stream = Stream.create();
+      const a = logging.allocate(1000, { handle: stream.handle });
       assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError);
-      logging.deallocate(a, 1000, { handle: 3 });
+      logging.deallocate(a, 1000, { handle: stream.handle });
       logging.destroy();
       const trace = readAllocationLog(path);
       assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
       assert.equal(trace.events[0]!.pointer, a);
-      assert.equal(trace.events[0]!.stream, 3);
+      assert.equal(trace.events[0]!.stream, stream.handle);
       assert.equal(trace.summary.failures, 1);
       assert.equal(trace.summary.peakLiveBytes, 1000);
     } finally {

@@ -48,6 +48,18 @@ test('ceil1DVolume / ceil2DVolume size an arena that fits exactly those blocks',
   assert.throws(() => ArenaResource.ceil2DVolume(10, 10, 300), RangeError);
 });
 
+test('ceil1DVolume / ceil2DVolume: exact power-of-two checks and a RangeError where the volume leaves 2^53 - 1', () => {
+  // Math.log2(2^53 - 1) rounds to 53: it is not a power of two all the same.
+  assert.throws(() => ArenaResource.ceil2DVolume(1, 1, 2 ** 53 - 1), /pitchAlignment must be a power of two/);
+  assert.throws(() => ArenaResource.ceil2DVolume(1, 1, 2 ** 40 + 1), /pitchAlignment must be a power of two/);
+  assert.throws(() => ArenaResource.ceil2DVolume(2 ** 40, 2 ** 20), /ceil2DVolume\(1099511627776, 1048576, 512\): the volume is more than 2\^53 - 1 bytes/);
+  assert.throws(() => ArenaResource.ceil2DVolume(2 ** 53 - 1, 1), RangeError);
+  assert.throws(() => ArenaResource.ceil1DVolume(2 ** 53 - 1), /ceil1DVolume\(9007199254740991\): the volume is more than 2\^53 - 1 bytes/);
+  // At the edge: the largest sizes that stay safe are still answered exactly.
+  assert.equal(ArenaResource.ceil1DVolume(2 ** 53 - 256), 2 ** 53 - 256);
+  assert.equal(ArenaResource.ceil2DVolume(1, 1, 2 ** 52), 2 ** 52 + 2 ** 52 - 256);
+});
+
 test('exhaustion is an OutOfMemoryError naming the arena size and free bytes', () => {
   using arena = new ArenaResource({ size: 1024 * 1024 });
   const a = arena.allocate(600 * 1024);

@@ -116,6 +116,7 @@ describe('place', () => {
     assert.throws(() => place(data, { prefer: 'host' as 'device' }), RangeError);
     assert.throws(() => place(data, { fallback: 'disk' as 'mapped' }), RangeError);
     assert.throws(() => place(data, { minFree: -1 }), RangeError);
+    assert.throws(() => place(data, { minFree: 2 ** 60 }), /minFree must be a whole number from 0 to 2\^53 - 1 \(9007199254740991\), got 1152921504606847000/);
     assert.throws(() => place(data, { minFree: '1' as unknown as number }), TypeError);
     assert.throws(() => place(data, { writeCombined: 1 as unknown as boolean }), TypeError);
     assert.throws(() => place(data, { shape: [5] }), RangeError);

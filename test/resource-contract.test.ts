@@ -195,10 +195,11 @@ describe('contract: the base class itself', () => {
     const probe = new Probe();
     assert.throws(() => probe.allocate(0), RangeError);
     assert.throws(() => probe.allocate(1, { handle: -3 }), RangeError);
-    assert.equal(probe.allocate(10, { handle: 7 }), 4096);
+    using stream = Stream.create();
+    assert.equal(probe.allocate(10, stream), 4096);
     probe.deallocate(4096, 10);
     probe.destroy();
     probe.destroy();
-    assert.deepEqual(calls, ['allocate 10 7', 'deallocate 4096 10 0', 'destroy']);
+    assert.deepEqual(calls, [`allocate 10 ${stream.handle}`, 'deallocate 4096 10 0', 'destroy']);
   });
 });

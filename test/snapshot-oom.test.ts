@@ -190,3 +190,25 @@ test('a snapshot that cannot be written is a warning; the program still gets its
     else process.env.VRAM_OOM_SNAPSHOT = previous;
   }
 });
+
+test('a listener that runs out of memory itself is not called again for its own error (no re-entry)', () => {
+  using pool = new PoolResource();
+  using limited = new LimitingAdaptor(pool, MiB);
+  let calls = 0;
+  let inner: unknown;
+  const remove = onOutOfMemory(() => {
+    calls += 1;
+    try {
+      limited.allocate(4 * MiB);
+    } catch (error) {
+      inner = error;
+    }
+  });
+  try {
+    assert.throws(() => limited.allocate(2 * MiB), OutOfMemoryError);
+  } finally {
+    remove();
+  }
+  assert.equal(calls, 1);
+  assert.ok(inner instanceof OutOfMemoryError, 'the listener still gets its error');
+});

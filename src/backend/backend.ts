@@ -488,6 +488,12 @@ export interface Backend {
   /** [least, greatest] stream priority; greatest is numerically smallest. */
   streamPriorityRange(): readonly [least: number, greatest: number];
   /**
+   * True for the legacy default stream (0) and for a stream this backend created and has not
+   * destroyed: a raw handle that may reach the driver (an unknown or destroyed one may crash it).
+   * A lookup, never a driver call.
+   */
+  streamKnown(stream: Handle): boolean;
+  /**
    * cuStreamWaitValue32: later work on `stream` waits until the 32-bit word at device address
    * `addr` satisfies `flags` (a StreamWaitValueFlags condition) against `value`; the call itself
    * returns at once. `addr` is device memory, or (the usual case) the device pointer of mapped

@@ -13,7 +13,7 @@ import type {
   Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation, Memcpy2D,
   MemPoolAttribute, MemPoolProps, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
-import { checkIpcHandle, checkStreamValue32, IPC_HANDLE_BYTES, MemHandleType, paramLayout } from './backend.js';
+import { checkIpcHandle, checkStreamValue32, DEFAULT_STREAM, IPC_HANDLE_BYTES, MemHandleType, paramLayout } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import { loadOnce } from '../util/load-once.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
@@ -68,6 +68,8 @@ class CudaBackend implements Backend {
   private readonly text = new Uint8Array(256);
   /** CUdevice for each ordinal, looked up once. */
   private readonly devices: number[] = [];
+  /** Streams created here and not yet destroyed (the driver cannot be asked safely: see streamKnown). */
+  private readonly liveStreams = new Set<Handle>();
   /** The context this thread last made current through this backend; undefined when unknown. */
   private currentContext: Handle | undefined;
   /** Reused descriptor objects (koffi copies them in on each call). */
@@ -475,11 +477,18 @@ class CudaBackend implements Backend {
 
   streamCreate(flags: number, priority: number): Handle {
     this.check(this.fn.cuStreamCreateWithPriority(this.u64, flags, priority), 'cuStreamCreateWithPriority');
-    return this.outNumber('cuStreamCreateWithPriority');
+    const stream = this.outNumber('cuStreamCreateWithPriority');
+    this.liveStreams.add(stream);
+    return stream;
   }
 
   streamDestroy(stream: Handle): void {
     this.check(this.fn.cuStreamDestroy_v2(stream), 'cuStreamDestroy');
+    this.liveStreams.delete(stream);
+  }
+
+  streamKnown(stream: Handle): boolean {
+    return stream === DEFAULT_STREAM || this.liveStreams.has(stream);
   }
 
   streamSynchronize(stream: Handle): void {

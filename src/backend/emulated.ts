@@ -249,6 +249,10 @@ export class EmulatedBackend implements Backend {
     this.streams.streamDestroy(stream);
   }
 
+  streamKnown(stream: Handle): boolean {
+    return this.streams.streamKnown(stream);
+  }
+
   streamSynchronize(stream: Handle): void {
     this.streams.streamSynchronize(stream);
   }

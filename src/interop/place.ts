@@ -20,6 +20,7 @@ import type { HostInput } from '../array/host-data.js';
 import type { Shape } from '../array/shape.js';
 import { Device } from '../device.js';
 import { isOutOfMemory, NotSupportedError } from '../errors.js';
+import { releaseCaches } from '../memory/cache-registry.js';
 import type { StreamRef } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
@@ -91,8 +92,9 @@ export function defaultPlacementMargin(device: Device | number = 0): number {
 }
 
 /**
- * Puts host data on the device when `device.memInfo()` shows room for it beyond `minFree`,
- * otherwise in mapped pinned host memory (optionally write-combined) that kernels read in place;
+ * Puts host data on the device when `device.memInfo()` shows room for it beyond `minFree`
+ * (counting what vram's resources on the device cache: when the data would not fit otherwise,
+ * their caches are given back first, `releaseCaches`), otherwise in mapped pinned host memory (optionally write-combined) that kernels read in place;
  * either way the result's `array` is a DeviceArray holding a copy of the data. An allocation that
  * fails although memInfo showed room (another process or library took the memory meanwhile, or
  * the current resource has a limit) also falls back. The mapped array owns its HostArray: freeing
@@ -133,7 +135,10 @@ export function place(data: unknown, options: PlaceOptions = {}): Placement {
   // The checked, row-major bytes as raw bytes: no second conversion of nested or float16 input.
   const raw = new DataView(resolved.bytes.buffer, resolved.bytes.byteOffset, resolved.bytes.byteLength);
   const bytes = Math.max(1, raw.byteLength);
-  const { free } = device.memInfo();
+  let { free } = device.memInfo();
+  // Memory vram's own caches hold counts as free: given back to the driver rather than leaving
+  // the data in host memory (only when it would not fit otherwise, so a cache that helps stays).
+  if (free < bytes + minFree && releaseCaches(device.ordinal) > 0) free = device.memInfo().free;
   if (free >= bytes + minFree) {
     try {
       const array = DeviceArray.from(raw, { dtype, shape, device, stream: options.stream });

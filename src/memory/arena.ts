@@ -100,22 +100,30 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     this.guardMemory(() => releaseRegion(heap, from, region, regionBytes, ownsUpstream));
   }
 
-  /** Arena bytes one 1D block of `bytes` takes: `bytes` rounded up to 256. */
+  /**
+   * Arena bytes one 1D block of `bytes` takes: `bytes` rounded up to 256.
+   * @throws {RangeError} For a bad size, or one whose volume is above 2^53 - 1 bytes.
+   */
   static ceil1DVolume(bytes: number): number {
-    return alignUp(checkBytes(bytes), GRANULE);
+    return safeVolume(alignUp(checkBytes(bytes), GRANULE), `ceil1DVolume(${bytes})`);
   }
 
   /**
    * Arena bytes one pitched block takes in the worst case: the pitch (width rounded to
    * `pitchAlignment`) times the rows, plus the padding that aligns its start. Sum these over the
    * blocks you need to size an arena.
+   * @throws {RangeError} For a bad argument, a pitchAlignment that is not a power of two, or a
+   *   volume above 2^53 - 1 bytes.
    */
   static ceil2DVolume(widthBytes: number, height: number, pitchAlignment = 512): number {
     checkBytes(widthBytes, 'widthBytes');
     checkBytes(height, 'height');
     checkPowerOfTwo(pitchAlignment, 'pitchAlignment');
-    const pitch = alignUp(widthBytes, pitchAlignment);
-    return alignUp(pitch * height, GRANULE) + Math.max(0, pitchAlignment - GRANULE);
+    const what = `ceil2DVolume(${widthBytes}, ${height}, ${pitchAlignment})`;
+    // A product above 2^53 - 1 may be rounded, but never down to 2^53 - 1 or less: the checks hold.
+    const pitch = safeVolume(alignUp(widthBytes, pitchAlignment), what);
+    const area = safeVolume(pitch * height, what);
+    return safeVolume(alignUp(area, GRANULE) + Math.max(0, pitchAlignment - GRANULE), what);
   }
 
   /** A 1D block of `bytes`, best fit; OutOfMemoryError when no free range is large enough. */
@@ -273,4 +281,10 @@ function releaseRegion(heap: BlockHeap, upstream: MemoryResource, region: Ptr, r
 
 function fail(error: Error): never {
   throw error;
+}
+
+/** `bytes`, when it is a size a block can have; else a RangeError naming the helper's call. */
+function safeVolume(bytes: number, what: string): number {
+  if (bytes > MAX_BYTES) throw new RangeError(`ArenaResource.${what}: the volume is more than 2^53 - 1 bytes, larger than any allocation`);
+  return bytes;
 }

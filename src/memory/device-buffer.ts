@@ -9,6 +9,7 @@ import { streamHandleOf } from '../stream.js';
 import { checkBytes, MAX_BYTES } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { copy2D, DeviceMemory, type CopyEndpoint } from './copy.js';
+import { allocateReleasingCaches } from './cache-registry.js';
 import { CudaResource } from './cuda-resource.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
 import { getCurrentResource } from './current.js';
@@ -179,8 +180,10 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     // from a resource: the buffer names a CudaResource of its device for `resource` and frees the
     // pointer itself.
     const resource = new CudaResource(device);
-    device.makeCurrent();
-    const { ptr, pitch } = device.backend.memAllocPitch(widthBytes, h, elementBytes);
+    const { ptr, pitch } = allocateReleasingCaches(device.ordinal, () => {
+      device.makeCurrent();
+      return device.backend.memAllocPitch(widthBytes, h, elementBytes);
+    });
     // cuMemFree synchronises the device, so the stream a free names needs no ordering here.
     const free = (): void => {
       device.makeCurrent();

@@ -250,7 +250,9 @@ export abstract class Allocation {
    * @param options `stream`: free on this stream instead of the allocation stream.
    * @throws {DoubleFreeError} When already freed.
    * @throws {TypeError} When `options` is not an object or `options.stream` not a stream.
-   * @throws {UseAfterFreeError} When `options.stream` was destroyed (nothing is freed then).
+   * @throws {UseAfterFreeError} When `options.stream` was destroyed, or, without it, the stream
+   *   the memory is returned on (its allocation stream) was and the resource needs a live one:
+   *   nothing is freed then, and `free({ stream })` with a live stream frees it.
    * @example
    * ```ts
    * const buf = DeviceBuffer.allocate(n, { stream: producer, resource: pool });
@@ -267,11 +269,13 @@ export abstract class Allocation {
       options = readOptions(`${this.constructor.name}.free`, options, { stream: true });
       if (options.stream !== undefined) stream = checkStream(options.stream, 'free');
     }
+    // Released first, marked after: a release that throws (its stream was destroyed) changes
+    // nothing, so the buffer is not lost to the pool that still counts it live.
+    releaseHeld(this.#held, stream);
     this.#freed = true;
     this.#view = undefined;
     this.#viewTied = false;
     registry.unregister(this.#held);
-    releaseHeld(this.#held, stream);
   }
 
   /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */
@@ -367,8 +371,8 @@ function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
   if (held.uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
     waitForUses(held, target, freeStream);
   }
-  held.uses = undefined; // the streams need not stay alive with a freed buffer
   held.release(target);
+  held.uses = undefined; // the streams need not stay alive with a freed buffer
 }
 
 /**

@@ -30,8 +30,11 @@ export interface LoggingOptions {
  * both); Action is `allocate`, `free` or, when the upstream fails, `allocate failure` with pointer
  * 0x0 (as RMM does); Pointer is 0x-hex; Stream is the stream handle. A file sink is written in
  * batches and on `flush()` and `destroy()`; call `destroy()` (or `using`) so the tail reaches the
- * file. When the sink throws, the call fails with the sink's error and nothing is kept: an
- * allocation whose log line could not be written is given back to the upstream first.
+ * file. When the sink throws on an allocation, the call fails with the sink's error and nothing is
+ * kept: the block is given back to the upstream first. When it throws on a free, or on the line of
+ * an allocation that failed, the call's own outcome stands (the block is freed; the allocation's
+ * error is thrown) and the sink's failure is a process warning (code `VRAM_LOG_SINK`): an error
+ * there would hide work that was done, and a caller retrying the free would free twice.
  *
  * @example
  * ```ts
@@ -75,7 +78,7 @@ export class LoggingAdaptor extends ResourceAdaptor {
     try {
       ptr = this.upstream.allocate(bytes, stream);
     } catch (error) {
-      this.write(`${threadId},${this.now()},allocate failure,0x0,${bytes},${handle}`);
+      this.writeAfterTheFact(`${threadId},${this.now()},allocate failure,0x0,${bytes},${handle}`);
       throw error;
     }
     try {
@@ -91,7 +94,7 @@ export class LoggingAdaptor extends ResourceAdaptor {
   /** Deallocates through the upstream and logs it (only once it succeeded). */
   protected override doDeallocate(ptr: Ptr, bytes: number, handle: number, stream: StreamRef | undefined): void {
     this.upstream.deallocate(ptr, bytes, stream);
-    this.write(`${threadId},${this.now()},free,0x${ptr.toString(16)},${bytes},${handle}`);
+    this.writeAfterTheFact(`${threadId},${this.now()},free,0x${ptr.toString(16)},${bytes},${handle}`);
   }
 
   /** Writes buffered lines to the file sink (a function sink has nothing buffered). */
@@ -118,6 +121,16 @@ export class LoggingAdaptor extends ResourceAdaptor {
 
   private now(): number {
     return Math.round((performance.now() - this.origin) * 1000);
+  }
+
+  /** Writes the line of a call whose outcome is already decided: a failing sink is only a warning. */
+  private writeAfterTheFact(line: string): void {
+    try {
+      this.write(line);
+    } catch (error) {
+      process.emitWarning(`${this.describe()} could not log '${line}': ${error instanceof Error ? error.message : String(error)}`,
+        { code: 'VRAM_LOG_SINK' });
+    }
   }
 
   private write(line: string): void {

@@ -12,6 +12,7 @@ import { writeFileSync } from 'node:fs';
 import { Device } from '../device.js';
 import { CudaError, isOutOfMemory, OutOfMemoryError } from '../errors.js';
 import { formatBytes } from './adaptor.js';
+import { extendMessage } from './cache-registry.js';
 import { memoryHistory, resourceRecord, type LiveSite } from './history.js';
 import { setOutOfMemoryObserver, type MemoryResource } from './resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
@@ -45,7 +46,8 @@ const listeners = new Set<(event: OutOfMemoryEvent) => void>();
 /**
  * Calls `listener` at every out-of-memory error that reaches the program, before it is thrown
  * (after the snapshot of `VRAM_OOM_SNAPSHOT`, if set, was written). A listener that throws does
- * not replace the error: its failure is a process warning.
+ * not replace the error: its failure is a process warning. An out-of-memory error that a listener
+ * itself runs into is thrown to it as usual, without calling the listeners again.
  *
  * @param listener Told the error, the resource, the request and the stream.
  * @returns A function that removes the listener.
@@ -150,20 +152,24 @@ function diagnosis(top: MemoryResource): string {
   return parts.join('; ');
 }
 
-/** Adds `addition` to the error's message and to the first line of its stack, which V8 formatted from the old one. */
-function extendMessage(error: Error, addition: string): void {
-  const stack = error.stack;
-  const header = `${error.name}: ${error.message}`;
-  error.message = `${error.message}; ${addition}`;
-  if (stack?.startsWith(header) === true) error.stack = `${error.name}: ${error.message}${stack.slice(header.length)}`;
-}
-
 function warn(what: string, error: unknown): void {
   process.emitWarning(`${what}: ${error instanceof Error ? error.message : String(error)}`, { code: 'VRAM_OOM_OBSERVER' });
 }
 
+/** Set while an error is being observed: one that a listener (or the snapshot) runs into is not observed again. */
+let observing = false;
+
 function observe(resource: MemoryResource, error: unknown, bytes: number, stream: number): void {
-  if (!isOutOfMemory(error)) return;
+  if (!isOutOfMemory(error) || observing) return;
+  observing = true;
+  try {
+    observeOnce(resource, error, bytes, stream);
+  } finally {
+    observing = false;
+  }
+}
+
+function observeOnce(resource: MemoryResource, error: OutOfMemoryError | CudaError, bytes: number, stream: number): void {
   // Whatever goes wrong while looking at the memory, the program gets its out-of-memory error.
   try {
     const addition = diagnosis(resource);

@@ -17,11 +17,13 @@
  * stream it is handed to (see `stream-order.ts`).
  */
 import '../polyfills.js';
-import type { Ptr } from '../backend/backend.js';
+import type { Backend, Ptr } from '../backend/backend.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import type { Counter } from '../counter.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
-import type { StreamRef } from '../stream.js';
+import { Device } from '../device.js';
+import { Stream, type StreamRef } from '../stream.js';
+import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
 
@@ -77,6 +79,18 @@ export function setAllocationObserver(next: AllocationObserver | null): void {
  */
 export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
   outOfMemoryObserver = next;
+}
+
+/**
+ * Refuses a raw handle (`{ handle }`, not a Stream) that names no live stream: a caching resource
+ * would keep it with the memory and pass it to the driver later (an event, a wait), where a
+ * destroyed or made-up handle is an error from then on, or a crash.
+ */
+function checkKnownStream(backend: Backend, handle: number): void {
+  if (!backend.streamKnown(handle)) {
+    throw new RangeError(`stream.handle ${handle} is not a live stream: give a Stream, 0 for the default stream, ` +
+      'or a handle the backend created and has not destroyed');
+  }
 }
 
 /** What kind of memory a resource hands out. */
@@ -135,20 +149,28 @@ export abstract class MemoryResource {
   #dropped: Dropped | undefined;
   #outOfMemoryErrors = 0;
 
+  constructor() {
+    // Known to the registry, so a driver refusal anywhere on its device releases its cache too.
+    trackResource(this);
+  }
+
   /**
    * Allocates `bytes` usable on `stream` (the default stream when omitted).
    *
    * @param bytes A positive whole number.
    * @param stream Where the memory is first used.
    * @returns The address of the block.
-   * @throws {TypeError | RangeError} For a bad size or stream, before anything changes.
+   * @throws {TypeError | RangeError} For a bad size or stream (a raw handle no live stream has), before anything changes.
    * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
-   * @throws {OutOfMemoryError} When it cannot.
+   * @throws {OutOfMemoryError} When it cannot: where the driver refused, after every cache of
+   *   the device was released and the allocation retried once (`cache-registry.ts`); the message
+   *   says how much the caches released.
    */
   allocate(bytes: number, stream?: StreamRef): Ptr {
     // The common case inline: a whole number in range passes without a call.
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(Device.get(this.device).backend, handle);
     if (this.#destroyed) throw this.destroyedError();
     // A try block costs nothing until something throws (measured on the pool's hit pair), so
     // every resource can count what reached its caller without a cost on the common path.
@@ -160,18 +182,42 @@ export abstract class MemoryResource {
       ptr = this.doAllocate(bytes, handle, stream);
     } catch (error) {
       nesting -= 1;
-      if (isOutOfMemory(error)) {
-        this.#outOfMemoryErrors += 1;
-        if (nesting === 0) {
-          observer?.failed(this, bytes, handle);
-          outOfMemoryObserver?.(this, error, bytes, handle);
-        }
-      }
+      if (nesting === 0 && isOutOfMemory(error)) return this.#afterOutOfMemory(error, bytes, handle, stream);
+      if (isOutOfMemory(error)) this.#outOfMemoryErrors += 1;
       throw error;
     }
     nesting -= 1;
     this.#live += 1;
     if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
+    return ptr;
+  }
+
+  /**
+   * The program's allocation (the outermost call) ran out of memory. Here, and only here, no
+   * resource is in the middle of a call, so a refusal by the driver may release every cache of
+   * the device and retry (cache-registry.ts); what still fails is counted and observed.
+   */
+  #afterOutOfMemory(error: unknown, bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
+    let ptr: Ptr;
+    try {
+      ptr = retryAfterReleasingCaches(error, this.device, () => {
+        nesting += 1;
+        try {
+          return this.doAllocate(bytes, handle, stream);
+        } finally {
+          nesting -= 1;
+        }
+      });
+    } catch (failure) {
+      if (isOutOfMemory(failure)) {
+        this.#outOfMemoryErrors += 1;
+        observer?.failed(this, bytes, handle);
+        outOfMemoryObserver?.(this, failure, bytes, handle);
+      }
+      throw failure;
+    }
+    this.#live += 1;
+    observer?.allocated(this, ptr, bytes, handle);
     return ptr;
   }
 
@@ -248,6 +294,7 @@ export abstract class MemoryResource {
     if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(Device.get(this.device).backend, handle);
     // A destroyed resource still takes back the blocks live at `destroy()` (see there).
     if (this.#released) throw this.destroyedError();
     if (observer === null) {

@@ -44,3 +44,17 @@ export function parseSize(text: string, what: string): number {
   if (!Number.isSafeInteger(bytes)) throw new RangeError(`${what} is too large; got '${text}'`);
   return bytes;
 }
+
+/** Bytes as a short human figure (`1.5 MiB`), for descriptions, reports and errors. */
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  if (unit === 0) return `${bytes} B`;
+  const text = value >= 100 || Number.isInteger(value) ? value.toFixed(0) : value.toFixed(value >= 10 ? 1 : 2);
+  return `${text} ${units[unit]}`;
+}

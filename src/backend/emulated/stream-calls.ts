@@ -29,6 +29,11 @@ export class StreamCalls {
     return stream.handle;
   }
 
+  /** The legacy stream (0) or a live stream of this driver: a lookup, as the CUDA backend's. */
+  streamKnown(stream: Handle): boolean {
+    return stream === 0 || this.s.streams.has(stream);
+  }
+
   /** cuStreamDestroy: the stream's queued work still runs (now). */
   streamDestroy(stream: Handle): void {
     const s = this.s.streams.get(stream);
