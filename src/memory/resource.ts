@@ -17,7 +17,7 @@
  * stream it is handed to (see `stream-order.ts`).
  */
 import '../polyfills.js';
-import type { Backend, Ptr } from '../backend/backend.js';
+import type { Ptr } from '../backend/backend.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import type { Counter } from '../counter.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
@@ -86,8 +86,10 @@ export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
  * would keep it with the memory and pass it to the driver later (an event, a wait), where a
  * destroyed or made-up handle is an error from then on, or a crash.
  */
-function checkKnownStream(backend: Backend, handle: number): void {
-  if (!backend.streamKnown(handle)) {
+function checkKnownStream(device: number, handle: number): void {
+  // Host memory (device -1) has no device of its own; every device of a process shares one
+  // backend, so device 0's knows the streams of all of them.
+  if (!Device.get(Math.max(0, device)).backend.streamKnown(handle)) {
     throw new RangeError(`stream.handle ${handle} is not a live stream: give a Stream, 0 for the default stream, ` +
       'or a handle the backend created and has not destroyed');
   }
@@ -170,7 +172,7 @@ export abstract class MemoryResource {
     // The common case inline: a whole number in range passes without a call.
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(Device.get(this.device).backend, handle);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.device, handle);
     if (this.#destroyed) throw this.destroyedError();
     // A try block costs nothing until something throws (measured on the pool's hit pair), so
     // every resource can count what reached its caller without a cost on the common path.
@@ -294,7 +296,7 @@ export abstract class MemoryResource {
     if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(Device.get(this.device).backend, handle);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.device, handle);
     // A destroyed resource still takes back the blocks live at `destroy()` (see there).
     if (this.#released) throw this.destroyedError();
     if (observer === null) {
