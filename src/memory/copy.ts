@@ -6,13 +6,16 @@
  * A copy is synchronous unless a stream is given; an asynchronous one never synchronises.
  * Every call goes through the backend of the buffers involved (`Allocation.backend`, the owning
  * device's), never through the process-wide `getBackend()`.
+ *
+ * An asynchronous copy of JavaScript memory holds the buffer until it settles (`holdMemory`): its
+ * staged chunks are queued after the call, so a free meanwhile must not give the memory back yet.
  */
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
-import { Allocation } from './lifetime.js';
+import { Allocation, holdMemory } from './lifetime.js';
 import { defaultStream, type StreamRef } from './resource.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
@@ -449,7 +452,14 @@ export async function copyBetweenAsync(
   if (plan.bytes === 0) return;
   const copy = pageable(plan, options.register);
   if (copy !== undefined) {
-    await copyPageableAsync(copy, stream);
+    // pageable() found JavaScript memory on one side, so the other is the buffer.
+    const buffer = (dst instanceof Allocation ? dst : src) as Allocation;
+    const done = holdMemory(buffer);
+    try {
+      await copyPageableAsync(copy, stream);
+    } finally {
+      done();
+    }
     return;
   }
   if (plan.d.js || plan.s.js) {

@@ -12,6 +12,15 @@
  * hand the block to new work before the old work on those streams is done. That logic lives here,
  * once, for every buffer class.
  *
+ * Asynchronous staged copies: a copy of JavaScript memory queues its chunks as earlier ones
+ * complete, long after the call, so stream order alone cannot keep a free behind it (the free would
+ * be queued before the copy's later chunks, and the next owner overwritten by them). Such a copy
+ * holds the memory (`holdMemory`) until it settles: a `free()` meanwhile marks the buffer freed at
+ * once but gives the memory back only when the last hold ends, in stream order behind the streams
+ * recorded by then; the hold also keeps the buffer reachable, so the backstop cannot free it under
+ * the copy. Deferring the free, rather than making it wait on the host, keeps `free()` from blocking
+ * and needs nothing from the copy but a count.
+ *
  * Views: `view()` of host-accessible memory is an ArrayBuffer over native memory. Such an
  * ArrayBuffer does not keep the buffer object alive by itself, so a module-level
  * `WeakMap<ArrayBuffer, Allocation>` does: while any view is reachable its ArrayBuffer is, and
@@ -77,7 +86,14 @@ interface Held {
   readonly ordered: boolean;
   /** Other streams the memory was used on (`recordStream`); created on the first record only. */
   uses: StreamRef[] | undefined;
+  /** Copies in flight that hold the memory (`holdMemory`): while any does, a free is deferred. */
+  holds: number;
+  /** A free deferred until the last hold ends: the stream it names (undefined: the default). */
+  deferred: { readonly stream: StreamRef | undefined } | undefined;
 }
+
+/** An allocation's Held record, for `holdMemory` (set in Allocation's static block: it reads a private field). */
+let heldOf: (allocation: Allocation) => Held;
 
 let leakCount = 0;
 let leakBytes = 0;
@@ -195,7 +211,7 @@ export abstract class Allocation {
     const held: Held = {
       kind: new.target.name, ptr, bytes: byteLength,
       stack: captureStacks ? new Error('allocated here').stack : undefined,
-      release, owner, stream, ordered: streamOrdered, uses: undefined,
+      release, owner, stream, ordered: streamOrdered, uses: undefined, holds: 0, deferred: undefined,
     };
     this.#held = held;
     registry.register(this, held, held);
@@ -317,8 +333,10 @@ export abstract class Allocation {
     this.#freed = true;
     this.#view = undefined;
     this.#viewTied = false;
-    registry.unregister(this.#held);
-    releaseHeld(this.#held, stream);
+    const held = this.#held;
+    registry.unregister(held);
+    if (held.holds > 0) held.deferred = { stream };
+    else releaseHeld(held, stream);
   }
 
   /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */
@@ -366,6 +384,58 @@ export abstract class Allocation {
   private throwFreed(): never {
     throw new UseAfterFreeError(`${this.constructor.name} of ${this.#bytes} bytes was used after free`);
   }
+
+  static {
+    heldOf = (allocation) => {
+      allocation.checkLive();
+      return allocation.#held;
+    };
+  }
+}
+
+/**
+ * Keeps `allocation`'s memory from being given back until the returned function is called: for
+ * an asynchronous copy that queues work on the memory after the call that started it (a staged
+ * copy's later chunks). A `free()` in the meantime marks the buffer freed at once (every later use
+ * throws `UseAfterFreeError`) and returns the memory when the last hold ends, on the stream it
+ * named, behind the streams recorded on the buffer by then. While held, the buffer stays
+ * reachable, so the garbage-collection backstop cannot free it either. Ending a hold twice does
+ * nothing. A deferred free that fails (the stream it named was destroyed meanwhile, say) cannot
+ * throw to its caller, who has returned: it is a warning (code VRAM_DEFERRED_FREE).
+ *
+ * @internal
+ * @param allocation A live buffer.
+ * @returns Ends the hold; call it once the copy has settled, also when it failed.
+ * @throws {UseAfterFreeError} When the buffer was freed already.
+ * @example
+ * ```ts
+ * const done = holdMemory(buf);
+ * try { await copyPageableAsync(copy, stream); } finally { done(); }
+ * ```
+ */
+export function holdMemory(allocation: Allocation): () => void {
+  const held = heldOf(allocation);
+  held.holds++;
+  let holding: Allocation | undefined = allocation; // reachable while the copy can end the hold
+  return () => {
+    if (holding === undefined) return;
+    holding = undefined;
+    held.holds--;
+    const deferred = held.deferred;
+    if (held.holds > 0 || deferred === undefined) return;
+    held.deferred = undefined;
+    // A stream the free named and the program destroyed since: free as if none had been named
+    // (the allocation stream, ordered behind every recorded one), rather than not at all.
+    const stream = deferred.stream !== undefined && isDestroyed(deferred.stream) ? undefined : deferred.stream;
+    try {
+      releaseHeld(held, stream);
+    } catch (error) {
+      process.emitWarning(
+        `${held.kind} of ${held.bytes} bytes, freed while a copy used it, could not be given back when the copy ended: ` +
+        (error instanceof Error ? error.message : String(error)),
+        { code: 'VRAM_DEFERRED_FREE' });
+    }
+  };
 }
 
 /**
@@ -406,11 +476,12 @@ function sameStream(a: StreamRef, b: StreamRef, owner: Device): boolean {
 
 /**
  * Frees what `held` describes on `freeStream` (else its allocation stream, else its first recorded
- * stream), after ordering that stream behind every other stream that used the memory. The common
- * case (no recorded stream, no other freeing stream) goes straight to `release`.
+ * stream still alive: copies record their streams, which programs often destroy before freeing),
+ * after ordering that stream behind every other stream that used the memory. The common case (no
+ * recorded stream, no other freeing stream) goes straight to `release`.
  */
 function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
-  const target = freeStream ?? held.stream ?? held.uses?.[0];
+  const target = freeStream ?? held.stream ?? held.uses?.find((s) => !isDestroyed(s));
   if (held.uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
     waitForUses(held, target, freeStream);
   }
