@@ -20,6 +20,8 @@ import {
   configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings,
 } from '../src/memory/transfer/transfers.js';
 import { Stream } from '../src/stream.js';
+import { runDataFuzzAsync } from './fuzz/data-fuzz.js';
+import { resourceFactories } from './fuzz/resources.js';
 import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc, randomBytes } from './helpers.js';
 
 const device = Device.get(0);
@@ -254,6 +256,21 @@ describe('memory freed while an async staged copy still uses it', () => {
         next.free();
       });
     }
+  }
+});
+
+describe('the data fuzz with copies through vram buffers, freed while in use', () => {
+  // Each of these found wrong data in its first 1,500 operations before copies held and recorded.
+  const targets = ['PoolResource (virtual memory)', 'PoolResource (upstream chunks)', 'FixedSizeResource (upstream shared PoolResource)', 'PinnedHostPool'];
+  for (const name of targets) {
+    it(`${name}: seeds 1 and 2, 1,500 operations each`, async () => {
+      const factory = resourceFactories.find((f) => f.name === name);
+      assert.ok(factory !== undefined, `no fuzz target ${name}`);
+      for (const seed of [1, 2]) {
+        const stats = await runDataFuzzAsync(factory, { seed, ops: 1500, copies: true });
+        assert.ok(stats.copies >= 20 && stats.freedInUse >= 10, `seed ${seed}: ${stats.copies} copies, ${stats.freedInUse} freed in use`);
+      }
+    });
   }
 });
 
