@@ -7,10 +7,11 @@
  *
  * Streams: memory from a resource is freed in stream order, on the stream it was allocated on
  * unless `free({ stream })` names another. A buffer used on other streams says so with
- * `recordStream(stream)` (PyTorch's `record_stream`); at free time the freeing stream is made to
- * wait (an event on each other stream, `cuStreamWaitEvent`, no host wait) so the resource cannot
- * hand the block to new work before the old work on those streams is done. That logic lives here,
- * once, for every buffer class.
+ * `recordStream(stream)` (PyTorch's `record_stream`): vram's copies and fills call it for the
+ * stream they queue on (copy.ts), the program for work vram does not see (its kernels). At free
+ * time the freeing stream is made to wait (an event on each other stream, `cuStreamWaitEvent`, no
+ * host wait) so the resource cannot hand the block to new work before the old work on those
+ * streams is done. That logic lives here, once, for every buffer class.
  *
  * Asynchronous staged copies: a copy of JavaScript memory queues its chunks as earlier ones
  * complete, long after the call, so stream order alone cannot keep a free behind it (the free would
@@ -273,7 +274,8 @@ export abstract class Allocation {
    * freed, the freeing stream first waits for the work queued on `stream` by then, so the memory
    * is not handed to new work while `stream` still reads or writes it. Nothing waits now; the
    * cost (one event record and one stream wait per recorded stream) is paid at free time, on the
-   * device. Recording a stream twice, or the allocation stream, does nothing.
+   * device. Recording a stream twice, or the allocation stream, does nothing. vram's own copies
+   * and fills record their stream themselves; call it for other work (a kernel of your own).
    *
    * @param stream A live `Stream` (any device), or a `{ handle }` reference to a stream of the
    *   buffer's device.
@@ -282,9 +284,9 @@ export abstract class Allocation {
    * @example
    * ```ts
    * using buf = DeviceBuffer.allocate(n, { stream: a, resource: pool });
-   * buf.copyToHost(pinned, { stream: b });  // b reads the buffer
+   * kernel.launch({ grid, block, stream: b }, buf.ptr, n); // b's kernel reads the buffer
    * buf.recordStream(b);
-   * buf.free();                              // on a, after b's copy: no host wait
+   * buf.free();                                            // on a, after b's kernel: no host wait
    * ```
    */
   recordStream(stream: StreamRef): void {
