@@ -22,7 +22,7 @@ import {
 import { Stream } from '../src/stream.js';
 import { runDataFuzzAsync } from './fuzz/data-fuzz.js';
 import { resourceFactories } from './fuzz/resources.js';
-import { assertMemoryReturned, deviceMemoryUsed, forceGc, needsGc, randomBytes } from './helpers.js';
+import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, forceGc, needsGc, randomBytes } from './helpers.js';
 
 const device = Device.get(0);
 device.makeCurrent();
@@ -257,6 +257,35 @@ describe('memory freed while an async staged copy still uses it', () => {
       });
     }
   }
+});
+
+describe('a free deferred behind a copy', () => {
+  it('free({ stream }) names a stream destroyed before the copy settles: the memory still goes back, without a warning', async () => {
+    configureTransfers({ chunkBytes: 64 * KiB, depth: 2, registration: { enabled: false } });
+    using pool = new PoolResource();
+    using stream = Stream.create({ device, nonBlocking: true });
+    const allocated = (): number => pool.memoryFigures()!.allocatedBytes.value;
+    const n = MiB;
+    const buf = DeviceBuffer.allocate(n, { resource: pool, stream });
+    let copy: Promise<unknown> | undefined;
+    const warnings = await captureWarnings(async () => {
+      const held = hold(stream);
+      try {
+        copy = buf.copyFromHostAsync(randomBytes(n, 61), { stream });
+        copy.catch(() => undefined);
+        const other = Stream.create({ device, nonBlocking: true });
+        buf.free({ stream: other });
+        other.destroy();
+        assert.equal(buf.isFreed, true, 'freed for the program at once');
+        assert.equal(allocated(), n, 'the memory is still the copy\'s');
+      } finally {
+        held.release();
+      }
+      await copy;
+    });
+    assert.deepEqual(warnings, []);
+    assert.equal(allocated(), 0, 'given back once the copy settled');
+  });
 });
 
 describe('the data fuzz with copies through vram buffers, freed while in use', () => {
