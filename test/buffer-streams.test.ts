@@ -413,3 +413,17 @@ test('synchronous work that may outlive the call (device to device, memset) reco
   c.memset(1);
   assert.deepEqual(c.recordedStreams, [defaultStream]);
 });
+
+test('a buffer copied on one short-lived stream after another keeps one destroyed stream per device, not all of them', async () => {
+  using buf = DeviceBuffer.allocate(n);
+  using pinned = HostBuffer.allocate(n);
+  for (let i = 0; i < 20; i++) {
+    const s = Stream.create({ nonBlocking: true });
+    buf.copyToHost(pinned, { stream: s });
+    await s.synchronized();
+    s.destroy();
+  }
+  assert.equal(buf.recordedStreams.length, 2, 'one destroyed stream, and the last one recorded');
+  assert.ok(buf.recordedStreams.every((s) => s instanceof Stream && s.isDestroyed));
+  assert.equal(hostWaitsDuring(() => buf.free()), 1, 'the device is synchronised once for the destroyed streams');
+});

@@ -299,6 +299,12 @@ export abstract class Allocation {
       return;
     }
     for (const used of held.uses) if (sameStream(used, s, held.owner)) return;
+    // Copies record every stream they run on: a long-lived buffer copied on one short-lived stream
+    // after another would keep them all. A destroyed stream's work can only be waited for by
+    // synchronising its device, once per device whichever stream it was, so one is kept per device.
+    const owner = held.owner;
+    held.uses = held.uses.filter((u, i, all) => !isDestroyed(u) ||
+      all.findIndex((v) => isDestroyed(v) && deviceOf(v, owner) === deviceOf(u, owner)) === i);
     held.uses.push(s);
   }
 
@@ -500,10 +506,14 @@ function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
 function waitForUses(held: Held, target: StreamRef | undefined, freeStream: StreamRef | undefined): void {
   const owner = held.owner;
   const onDevice = held.ordered && target !== undefined && !isDestroyed(target);
+  let synchronized: Set<Device> | undefined;
   const after = (used: StreamRef): void => {
     if (onDevice && sameStream(used, target, owner)) return;
     if (isDestroyed(used)) {
-      deviceOf(used, owner).synchronize();
+      const device = deviceOf(used, owner);
+      if (synchronized?.has(device) === true) return;
+      device.synchronize();
+      (synchronized ??= new Set()).add(device);
       return;
     }
     const event = Event.create({ device: deviceOf(used, owner), timing: false });
