@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { onGpu } from './helpers.js';
 import { setBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
-import type { Backend } from '../src/backend/backend.js';
+import { HostAllocFlags, StreamWaitValueFlags, type Backend } from '../src/backend/backend.js';
 import { Device } from '../src/device.js';
 import { Stream } from '../src/stream.js';
 import { DeviceBuffer } from '../src/memory/device-buffer.js';
@@ -293,4 +293,137 @@ test('a recorded stream destroyed before the free: the device is synchronised in
   assert.ok(hostWaitsDuring(() => buf.free()) >= 1, 'its work can no longer be marked: the host waits');
   assert.deepEqual(spy.streams, [a]);
   assert.equal(buf.isFreed, true);
+});
+
+/**
+ * Runs `body` with `stream` held back on the device (cuStreamWaitValue32 on a word of mapped
+ * pinned memory), released by a host write when `body` returns or throws: work queued on the
+ * stream meanwhile has certainly not run, on a GPU as on the emulation. Held work is never
+ * synchronised on (a GPU would wait forever).
+ */
+async function whileHeld(stream: Stream, body: () => void): Promise<void> {
+  const backend = device.backend;
+  device.makeCurrent();
+  const word = backend.memHostAlloc(4096, HostAllocFlags.DEVICEMAP | HostAllocFlags.PORTABLE);
+  const flag = new Uint32Array(backend.hostView(word, 4096), 0, 1);
+  flag[0] = 0;
+  backend.streamWaitValue32(stream.handle, backend.memHostGetDevicePointer(word), 1, StreamWaitValueFlags.GEQ);
+  try {
+    body();
+  } finally {
+    flag[0] = 1;
+    await stream.synchronized();
+    backend.memFreeHost(word);
+  }
+}
+
+/**
+ * Gives the work queued on `stream` up to `ms` to run (polling, never waiting on it): the next
+ * owner's work then runs before the held stream's where nothing orders it after, on either backend
+ * (the emulation runs queued work when something asks for it).
+ */
+function letRun(stream: Stream, ms = 50): void {
+  const deadline = performance.now() + ms;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  while (!stream.query() && performance.now() < deadline) Atomics.wait(pause, 0, 0, 1);
+}
+
+// Without a recordStream from the program: the copy or fill records the stream it is queued on.
+for (const [what, direction] of [['read by', 'to-device'], ['written by', 'to-host']] as const) {
+  test(`a pooled pinned HostBuffer ${what} a copy on another stream is not lent out before the copy is done`, async () => {
+    const pool = new PinnedHostPool();
+    using s = Stream.create({ nonBlocking: true });
+    using dev = DeviceBuffer.allocate(n);
+    const data = pattern(n, 8);
+    if (direction === 'to-host') {
+      dev.copyFromHost(data);
+      device.synchronize();
+    }
+    const first = HostBuffer.allocate(n, { resource: pool }); // on no stream
+    if (direction === 'to-device') first.view().set(data);
+    let second: HostBuffer | undefined;
+    await whileHeld(s, () => {
+      if (direction === 'to-device') dev.copyFromHost(first, { stream: s });
+      else dev.copyToHost(first, { stream: s });
+      assert.equal(hostWaitsDuring(() => first.free()), 0, 'free() does not wait');
+      second = HostBuffer.allocate(n, { resource: pool });
+      second.view().fill(0xee); // the next owner writes its own data while the copy is held
+    });
+    if (direction === 'to-device') {
+      assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, 'the copy read the first owner\'s data');
+    } else {
+      assert.ok(second!.view().every((b) => b === 0xee), 'the copy did not write into the next owner');
+    }
+    second!.free();
+    pool.destroy();
+  });
+}
+
+{
+  const ops: readonly (readonly [string, (buf: DeviceBuffer, s: Stream, out: HostBuffer, other: DeviceBuffer) => void])[] = [
+    ['copyFromHost(HostBuffer, { stream })', (buf, s, out) => buf.copyFromHost(out, { stream: s })],
+    ['copyFrom(DeviceBuffer, { stream })', (buf, s, _out, other) => buf.copyFrom(other, { stream: s })],
+    ['memset(value, { stream })', (buf, s) => buf.memset(0x42, { stream: s })],
+    ['copyToHost(HostBuffer, { stream })', (buf, s, out) => buf.copyToHost(out, { stream: s })],
+  ];
+  for (const [what, op] of ops) {
+    test(`${what} on another stream, then free(): the block is not reused before that work`, async () => {
+      using pool = new PoolResource();
+      using a = Stream.create({ nonBlocking: true });
+      using s = Stream.create({ nonBlocking: true });
+      using out = HostBuffer.allocate(n);
+      using other = DeviceBuffer.allocate(n);
+      const data = pattern(n, 9);
+      out.view().set(data);
+      other.copyFromHost(data);
+      const buf = DeviceBuffer.allocate(n, { resource: pool, stream: a });
+      buf.copyFromHost(data);
+      device.synchronize();
+      const reads = what.startsWith('copyToHost');
+      if (reads) out.view().fill(0);
+      let next: DeviceBuffer | undefined;
+      await whileHeld(s, () => {
+        op(buf, s, out, other);
+        assert.equal(hostWaitsDuring(() => buf.free()), 0, 'free() orders on the device, it does not wait');
+        next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
+        next.memset(0xee, { stream: a });
+        letRun(a);
+      });
+      await a.synchronized();
+      if (reads) assert.deepEqual(out.view(), data, 'the copy read the data, not the next owner\'s');
+      assert.ok(next!.copyToHost(new Uint8Array(n)).every((b) => b === 0xee), 'the next owner\'s data stayed');
+      next!.free();
+    });
+  }
+}
+
+test('synchronous work that may outlive the call (device to device, memset) records the legacy default stream; copies with a host side do not', () => {
+  using a = Stream.create({ nonBlocking: true });
+  using buf = DeviceBuffer.allocate(n, { stream: a });
+  using other = DeviceBuffer.allocate(n, { stream: a });
+  using pinned = HostBuffer.allocate(n);
+  buf.copyFromHost(pattern(n, 10));
+  buf.copyToHost(pinned);
+  other.copyFromHost(pinned);
+  assert.deepEqual([buf.recordedStreams, other.recordedStreams, pinned.recordedStreams], [[], [], []],
+    'a copy with a host side is complete when it returns');
+  other.copyFrom(buf); // cuMemcpyDtoD returns before the copy is done, on the legacy default stream
+  assert.deepEqual([buf.recordedStreams, other.recordedStreams], [[defaultStream], [defaultStream]]);
+  using c = DeviceBuffer.allocate(n, { stream: a });
+  c.memset(1);
+  assert.deepEqual(c.recordedStreams, [defaultStream]);
+});
+
+test('a buffer copied on one short-lived stream after another keeps one destroyed stream per device, not all of them', async () => {
+  using buf = DeviceBuffer.allocate(n);
+  using pinned = HostBuffer.allocate(n);
+  for (let i = 0; i < 20; i++) {
+    const s = Stream.create({ nonBlocking: true });
+    buf.copyToHost(pinned, { stream: s });
+    await s.synchronized();
+    s.destroy();
+  }
+  assert.equal(buf.recordedStreams.length, 2, 'one destroyed stream, and the last one recorded');
+  assert.ok(buf.recordedStreams.every((s) => s instanceof Stream && s.isDestroyed));
+  assert.equal(hostWaitsDuring(() => buf.free()), 1, 'the device is synchronised once for the destroyed streams');
 });

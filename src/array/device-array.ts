@@ -687,8 +687,6 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     if (src instanceof DeviceArray) {
       this.checkSame(src, 'copyFromAsync');
       src.checkAlive();
-      src.buffer.recordStream(stream);
-      this.buffer.recordStream(stream);
       if (copyOnDevice(this.buffer, this.layout, src.buffer, src.layout, stream, 'copyFromAsync')) {
         await streamDone(stream, this.device);
         return;

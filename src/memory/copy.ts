@@ -6,6 +6,16 @@
  * A copy is synchronous unless a stream is given; an asynchronous one never synchronises.
  * Every call goes through the backend of the buffers involved (`Allocation.backend`, the owning
  * device's), never through the process-wide `getBackend()`.
+ *
+ * Streams: every operation here that queues work on a vram buffer records the stream it queues on
+ * in the buffer (`recordUse`, PyTorch's host caching allocator does the same for pinned blocks), so
+ * that freeing the buffer, on whichever stream, waits for that work on the device and a caching
+ * resource cannot hand the memory to a new owner under it: `d.copyFromHost(h, { stream: s });
+ * h.free()` is safe without a `recordStream` the caller has to remember. A synchronous operation
+ * between device memories counts as queued on the legacy default stream: the driver returns before
+ * a device-to-device copy or a memset of device memory is done. An asynchronous copy of JavaScript
+ * memory also holds the buffer until it settles (`holdMemory`), as its staged chunks are queued
+ * after the call.
  */
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
@@ -13,7 +23,7 @@ import { VramStateError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
-import { Allocation } from './lifetime.js';
+import { Allocation, holdMemory } from './lifetime.js';
 import { defaultStream, type StreamRef } from './resource.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
@@ -275,6 +285,23 @@ function checkWritable(dst: CopyEndpoint, what: string): void {
   }
 }
 
+/**
+ * Records on the vram buffers among `a` and `b` that work touching them is queued on `stream`
+ * (undefined: a synchronous operation), after every check and before the driver call. Recording
+ * the buffer's own stream, or one already recorded, does nothing, so a buffer used on its own
+ * stream pays nothing at free. A synchronous operation is recorded on the legacy default stream
+ * only when both sides are device memory (a memset has one): the driver may return before such
+ * work is done, while a copy with a host side is complete when it returns.
+ */
+function recordUse(stream: StreamRef | undefined, a: CopyEndpoint, b?: CopyEndpoint): void {
+  if (stream === undefined) {
+    if (!(a instanceof DeviceMemory) || (b !== undefined && !(b instanceof DeviceMemory))) return;
+    stream = defaultStream;
+  }
+  if (a instanceof Allocation) a.recordStream(stream);
+  if (b instanceof Allocation) b.recordStream(stream);
+}
+
 /** TypeError unless `end` is JavaScript memory or a vram buffer (checked before anything else). */
 function checkHostEndpoint(end: unknown, what: string): void {
   if (!isHostData(end) && !(end instanceof Allocation)) {
@@ -336,6 +363,9 @@ interface PlannedCopy {
   readonly device: Device | undefined;
   /** The device memory whose context a copy without a stream runs in (see `homeOf`). */
   readonly home: DeviceMemory | undefined;
+  /** The two sides as given, for recording the stream the copy is queued on. */
+  readonly dst: CopyEndpoint;
+  readonly src: CopyEndpoint;
 }
 
 /**
@@ -363,7 +393,7 @@ function planCopy(
   checkWritable(dst, what);
   const stream = options.stream;
   const device = stream instanceof Stream ? stream.device : deviceOf(dst) ?? deviceOf(src);
-  return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device, home: homeOf(dst, src) };
+  return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device, home: homeOf(dst, src), dst, src };
 }
 
 /**
@@ -393,6 +423,7 @@ function issue(plan: PlannedCopy, stream: StreamRef | undefined): void {
   const { d, s, dstOffset, srcOffset, bytes, backend } = plan;
   if (d.js || s.js) throw new TypeError('issue: JavaScript memory goes through the transfer layer'); // callers route it
   const streamHandle = stream === undefined ? undefined : stream.handle;
+  recordUse(stream, plan.dst, plan.src);
   activate(stream, plan.home, backend);
   if (d.device !== undefined && s.device !== undefined && d.device !== s.device) {
     const dc = d.context ?? d.device.activeContext;
@@ -457,7 +488,15 @@ export async function copyBetweenAsync(
   if (plan.bytes === 0) return;
   const copy = pageable(plan, options.register);
   if (copy !== undefined) {
-    await copyPageableAsync(copy, stream);
+    // pageable() found JavaScript memory on one side, so the other is the buffer.
+    const buffer = (dst instanceof Allocation ? dst : src) as Allocation;
+    recordUse(stream, buffer);
+    const done = holdMemory(buffer);
+    try {
+      await copyPageableAsync(copy, stream);
+    } finally {
+      done();
+    }
     return;
   }
   if (plan.d.js || plan.s.js) {
@@ -514,6 +553,7 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   }
   checkRange(offset, count * elementBytes, size, 'memset');
   if (count === 0) return;
+  recordUse(options.stream, target);
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
   else target.makeCurrent();
   const backend = target.backend;
@@ -557,6 +597,7 @@ export function copy2D(
     throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
   }
   if (widthBytes === 0 || height === 0) return;
+  recordUse(stream, dst.memory, src.memory);
   const backend = backendOf(dst.memory, src.memory);
   activate(stream, homeOf(dst.memory, src.memory), backend);
   // JavaScript memory is addressed for the duration of this synchronous call only.

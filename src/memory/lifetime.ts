@@ -7,10 +7,20 @@
  *
  * Streams: memory from a resource is freed in stream order, on the stream it was allocated on
  * unless `free({ stream })` names another. A buffer used on other streams says so with
- * `recordStream(stream)` (PyTorch's `record_stream`); at free time the freeing stream is made to
- * wait (an event on each other stream, `cuStreamWaitEvent`, no host wait) so the resource cannot
- * hand the block to new work before the old work on those streams is done. That logic lives here,
- * once, for every buffer class.
+ * `recordStream(stream)` (PyTorch's `record_stream`): vram's copies and fills call it for the
+ * stream they queue on (copy.ts), the program for work vram does not see (its kernels). At free
+ * time the freeing stream is made to wait (an event on each other stream, `cuStreamWaitEvent`, no
+ * host wait) so the resource cannot hand the block to new work before the old work on those
+ * streams is done. That logic lives here, once, for every buffer class.
+ *
+ * Asynchronous staged copies: a copy of JavaScript memory queues its chunks as earlier ones
+ * complete, long after the call, so stream order alone cannot keep a free behind it (the free would
+ * be queued before the copy's later chunks, and the next owner overwritten by them). Such a copy
+ * holds the memory (`holdMemory`) until it settles: a `free()` meanwhile marks the buffer freed at
+ * once but gives the memory back only when the last hold ends, in stream order behind the streams
+ * recorded by then; the hold also keeps the buffer reachable, so the backstop cannot free it under
+ * the copy. Deferring the free, rather than making it wait on the host, keeps `free()` from blocking
+ * and needs nothing from the copy but a count.
  *
  * Views: `view()` of host-accessible memory is an ArrayBuffer over native memory. Such an
  * ArrayBuffer does not keep the buffer object alive by itself, so a module-level
@@ -60,7 +70,14 @@ interface Held {
   readonly ordered: boolean;
   /** Other streams the memory was used on (`recordStream`); created on the first record only. */
   uses: StreamRef[] | undefined;
+  /** Copies in flight that hold the memory (`holdMemory`): while any does, a free is deferred. */
+  holds: number;
+  /** A free deferred until the last hold ends: the stream it names (undefined: the default). */
+  deferred: { readonly stream: StreamRef | undefined } | undefined;
 }
+
+/** An allocation's Held record, for `holdMemory` (set in Allocation's static block: it reads a private field). */
+let heldOf: (allocation: Allocation) => Held;
 
 let captureStacks = false;
 
@@ -148,7 +165,7 @@ export abstract class Allocation {
     const held: Held = {
       kind: new.target.name, ptr, bytes: byteLength,
       stack: captureStacks ? new Error('allocated here').stack : undefined,
-      release, owner, stream, ordered: streamOrdered, uses: undefined,
+      release, owner, stream, ordered: streamOrdered, uses: undefined, holds: 0, deferred: undefined,
     };
     this.#held = held;
     registry.register(this, held, held);
@@ -210,7 +227,8 @@ export abstract class Allocation {
    * freed, the freeing stream first waits for the work queued on `stream` by then, so the memory
    * is not handed to new work while `stream` still reads or writes it. Nothing waits now; the
    * cost (one event record and one stream wait per recorded stream) is paid at free time, on the
-   * device. Recording a stream twice, or the allocation stream, does nothing.
+   * device. Recording a stream twice, or the allocation stream, does nothing. vram's own copies
+   * and fills record their stream themselves; call it for other work (a kernel of your own).
    *
    * @param stream A live `Stream` (any device), or a `{ handle }` reference to a stream of the
    *   buffer's device.
@@ -219,9 +237,9 @@ export abstract class Allocation {
    * @example
    * ```ts
    * using buf = DeviceBuffer.allocate(n, { stream: a, resource: pool });
-   * buf.copyToHost(pinned, { stream: b });  // b reads the buffer
+   * kernel.launch({ grid, block, stream: b }, buf.ptr, n); // b's kernel reads the buffer
    * buf.recordStream(b);
-   * buf.free();                              // on a, after b's copy: no host wait
+   * buf.free();                                            // on a, after b's kernel: no host wait
    * ```
    */
   recordStream(stream: StreamRef): void {
@@ -234,6 +252,12 @@ export abstract class Allocation {
       return;
     }
     for (const used of held.uses) if (sameStream(used, s, held.owner)) return;
+    // Copies record every stream they run on: a long-lived buffer copied on one short-lived stream
+    // after another would keep them all. A destroyed stream's work can only be waited for by
+    // synchronising its device, once per device whichever stream it was, so one is kept per device.
+    const owner = held.owner;
+    held.uses = held.uses.filter((u, i, all) => !isDestroyed(u) ||
+      all.findIndex((v) => isDestroyed(v) && deviceOf(v, owner) === deviceOf(u, owner)) === i);
     held.uses.push(s);
   }
 
@@ -269,13 +293,16 @@ export abstract class Allocation {
       options = readOptions(`${this.constructor.name}.free`, options, { stream: true });
       if (options.stream !== undefined) stream = checkStream(options.stream, 'free');
     }
-    // Released first, marked after: a release that throws (its stream was destroyed) changes
-    // nothing, so the buffer is not lost to the pool that still counts it live.
-    releaseHeld(this.#held, stream);
+    // Released first (or put off behind the copies that hold the memory), marked after: a release
+    // that throws (its stream was destroyed) changes nothing, so the buffer is not lost to the pool
+    // that still counts it live.
+    const held = this.#held;
+    if (held.holds > 0) held.deferred = { stream };
+    else releaseHeld(held, stream);
     this.#freed = true;
     this.#view = undefined;
     this.#viewTied = false;
-    registry.unregister(this.#held);
+    registry.unregister(held);
   }
 
   /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */
@@ -323,6 +350,58 @@ export abstract class Allocation {
   private throwFreed(): never {
     throw new UseAfterFreeError(`${this.constructor.name} of ${this.#bytes} bytes was used after free`);
   }
+
+  static {
+    heldOf = (allocation) => {
+      allocation.checkLive();
+      return allocation.#held;
+    };
+  }
+}
+
+/**
+ * Keeps `allocation`'s memory from being given back until the returned function is called: for
+ * an asynchronous copy that queues work on the memory after the call that started it (a staged
+ * copy's later chunks). A `free()` in the meantime marks the buffer freed at once (every later use
+ * throws `UseAfterFreeError`) and returns the memory when the last hold ends, on the stream it
+ * named, behind the streams recorded on the buffer by then. While held, the buffer stays
+ * reachable, so the garbage-collection backstop cannot free it either. Ending a hold twice does
+ * nothing. A deferred free that fails (the stream it named was destroyed meanwhile, say) cannot
+ * throw to its caller, who has returned: it is a warning (code VRAM_DEFERRED_FREE).
+ *
+ * @internal
+ * @param allocation A live buffer.
+ * @returns Ends the hold; call it once the copy has settled, also when it failed.
+ * @throws {UseAfterFreeError} When the buffer was freed already.
+ * @example
+ * ```ts
+ * const done = holdMemory(buf);
+ * try { await copyPageableAsync(copy, stream); } finally { done(); }
+ * ```
+ */
+export function holdMemory(allocation: Allocation): () => void {
+  const held = heldOf(allocation);
+  held.holds++;
+  let holding: Allocation | undefined = allocation; // reachable while the copy can end the hold
+  return () => {
+    if (holding === undefined) return;
+    holding = undefined;
+    held.holds--;
+    const deferred = held.deferred;
+    if (held.holds > 0 || deferred === undefined) return;
+    held.deferred = undefined;
+    // A stream the free named and the program destroyed since: free as if none had been named
+    // (the allocation stream, ordered behind every recorded one), rather than not at all.
+    const stream = deferred.stream !== undefined && isDestroyed(deferred.stream) ? undefined : deferred.stream;
+    try {
+      releaseHeld(held, stream);
+    } catch (error) {
+      process.emitWarning(
+        `${held.kind} of ${held.bytes} bytes, freed while a copy used it, could not be given back when the copy ended: ` +
+        (error instanceof Error ? error.message : String(error)),
+        { code: 'VRAM_DEFERRED_FREE' });
+    }
+  };
 }
 
 /**
@@ -363,11 +442,12 @@ function sameStream(a: StreamRef, b: StreamRef, owner: Device): boolean {
 
 /**
  * Frees what `held` describes on `freeStream` (else its allocation stream, else its first recorded
- * stream), after ordering that stream behind every other stream that used the memory. The common
- * case (no recorded stream, no other freeing stream) goes straight to `release`.
+ * stream still alive: copies record their streams, which programs often destroy before freeing),
+ * after ordering that stream behind every other stream that used the memory. The common case (no
+ * recorded stream, no other freeing stream) goes straight to `release`.
  */
 function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
-  const target = freeStream ?? held.stream ?? held.uses?.[0];
+  const target = freeStream ?? held.stream ?? held.uses?.find((s) => !isDestroyed(s));
   if (held.uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
     waitForUses(held, target, freeStream);
   }
@@ -384,10 +464,14 @@ function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
 function waitForUses(held: Held, target: StreamRef | undefined, freeStream: StreamRef | undefined): void {
   const owner = held.owner;
   const onDevice = held.ordered && target !== undefined && !isDestroyed(target);
+  let synchronized: Set<Device> | undefined;
   const after = (used: StreamRef): void => {
     if (onDevice && sameStream(used, target, owner)) return;
     if (isDestroyed(used)) {
-      deviceOf(used, owner).synchronize();
+      const device = deviceOf(used, owner);
+      if (synchronized?.has(device) === true) return;
+      device.synchronize();
+      (synchronized ??= new Set()).add(device);
       return;
     }
     const event = Event.create({ device: deviceOf(used, owner), timing: false });

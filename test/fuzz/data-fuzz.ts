@@ -16,6 +16,16 @@
  *   with work still queued on them);
  * - rarely, destroy a stream (its blocks handed to others first) and create a new one in its place;
  * - rarely, free everything, destroy the stack and build a new one.
+ * With `copies` (`runDataFuzzAsync` only), vram buffers take part too, through the copy layer:
+ * - a staged asynchronous copy of JavaScript memory into a new buffer from the resource, or out of a
+ *   live one, often freed at once while the copy is still in flight (its chunks are queued later,
+ *   when the event loop runs, that is, after the next owners' fills: the copy must hold the memory);
+ * - a copy from pinned memory into a new buffer on another stream, the buffer then freed on its own
+ *   stream without a recordStream (the copy must record its stream);
+ * - for a pinned-host resource, a buffer from it read or written by a copy on another stream and
+ *   freed at once without naming that stream, the next owner writing it from the host.
+ * A copy's stream counts as the stream its memory was freed on (the verification synchronises it
+ * last), pending copies are awaited before each verification, and what they delivered is checked.
  * Every so often (a random interval) it verifies: every stream is synchronised, then the blocks
  * written since the last verification, a few random others and, every few verifications, every
  * live block are copied to pinned host memory on their stream (host memory is read in place) and
@@ -39,7 +49,11 @@ import type { Backend, Ptr } from '../../src/backend/backend.js';
 import { getBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
 import { OutOfMemoryError } from '../../src/errors.js';
+import { CudaResource } from '../../src/memory/cuda-resource.js';
+import { DeviceBuffer } from '../../src/memory/device-buffer.js';
+import { HostBuffer } from '../../src/memory/host-buffer.js';
 import type { MemoryResource, StreamRef } from '../../src/memory/resource.js';
+import { configureTransfers, transferSettings } from '../../src/memory/transfer/transfers.js';
 import { Event, Stream } from '../../src/stream.js';
 import { mulberry32 } from '../../src/util/random.js';
 import type { FuzzTarget, ResourceFactory, SharedUpstream } from './resources.js';
@@ -64,6 +78,8 @@ export interface DataFuzzOptions {
   readonly rebuildRate?: number;
   /** How failures say to replay (default: the fuzz runner with --data, --only, --seed, --ops). */
   readonly replay?: (name: string, seed: number, ops: number) => string;
+  /** Also copy through vram buffers, freed while in use (see the header; `runDataFuzzAsync` only). */
+  readonly copies?: boolean;
 }
 
 /** What a run did. */
@@ -84,6 +100,9 @@ export interface DataFuzzStats {
   bytesChecked: number;
   /** Allocations that overlapped a block freed on another stream since the last verification. */
   crossStreamReuses: number;
+  /** Copies through vram buffers (with `copies`), and how many of them had their buffer freed while in use. */
+  copies: number;
+  freedInUse: number;
   milliseconds: number;
 }
 
@@ -147,6 +166,8 @@ interface Block {
   index: number;
   readonly allocatedAt: number;
   readonly allocatedOn: number;
+  /** The vram buffer over the block, for blocks the copy operations made; freed through it. */
+  readonly owner?: DeviceBuffer;
 }
 
 /** The latest write of each pattern value, to say where wrong bytes came from. */
@@ -167,24 +188,76 @@ const STREAM_LABELS = ['default', 'blocking', 'nonblocking-1', 'nonblocking-2'];
  * wrong byte or error. Creates its own streams, event and staging memory and frees them after.
  */
 export function runDataFuzz(factory: ResourceFactory, options: DataFuzzOptions): DataFuzzStats {
+  if (options.copies === true) throw new TypeError('runDataFuzz: copies need runDataFuzzAsync (copies settle on the event loop)');
   const run = new DataRun(factory, options);
   try {
     run.run();
   } catch (error) {
-    const replay = (options.replay ?? replayCommand)(factory.name, options.seed, options.ops);
-    const mismatch = error instanceof DataMismatch;
-    const detail = mismatch ? error.message : error instanceof Error ? error.stack ?? error.message : String(error);
-    throw new DataFuzzFailure(factory.name, options.seed, run.step, replay, mismatch, detail);
+    throw failure(factory, options, run, error);
   } finally {
     run.dispose();
   }
   return run.stats;
 }
 
+/**
+ * `runDataFuzz` with the event loop running: with `options.copies`, staged asynchronous copies
+ * progress while it awaits them before each verification. Prints nothing; the DataFuzzFailure it
+ * rejects with names the seed and the replay command.
+ *
+ * @param factory The stack to fuzz.
+ * @param options As `runDataFuzz`, plus `copies`.
+ * @returns What the run did.
+ * @throws {DataFuzzFailure} On the first wrong byte or error (rejects).
+ * @example
+ * ```ts
+ * await runDataFuzzAsync(poolFactory, { seed: 7, ops: 2000, copies: true });
+ * ```
+ */
+export async function runDataFuzzAsync(factory: ResourceFactory, options: DataFuzzOptions): Promise<DataFuzzStats> {
+  const run = new DataRun(factory, options);
+  const saved = transferSettings();
+  // Small chunks, so a copy of a few hundred KiB is queued in several chunks after the call.
+  configureTransfers({ chunkBytes: 32 * KiB, depth: 2, registration: { enabled: false } });
+  try {
+    await run.runAsync();
+  } catch (error) {
+    throw failure(factory, options, run, error);
+  } finally {
+    await run.settleQuietly();
+    run.dispose();
+    configureTransfers({ ...saved });
+  }
+  return run.stats;
+}
+
+/**
+ * The replay command of a run with copies: the fuzz runner runs none, so a one-line script that
+ * calls `runDataFuzzAsync` with the same target, seed and operations.
+ *
+ * @param name The target's name.
+ * @param seed The seed.
+ * @param ops The operations.
+ * @returns The shell command.
+ */
+export function replayCopiesCommand(name: string, seed: number, ops: number): string {
+  const script = "const { runDataFuzzAsync } = await import('./dist/test/fuzz/data-fuzz.js'); " +
+    "const { resourceFactories } = await import('./dist/test/fuzz/resources.js'); " +
+    `await runDataFuzzAsync(resourceFactories.find((f) => f.name === ${JSON.stringify(name)}), { seed: ${seed}, ops: ${ops}, copies: true });`;
+  return `VRAM_BACKEND=${getBackend().name} node --input-type=module -e '${script.replaceAll("'", "'\\''")}'`;
+}
+
+function failure(factory: ResourceFactory, options: DataFuzzOptions, run: DataRun, error: unknown): DataFuzzFailure {
+  const replay = (options.replay ?? (options.copies === true ? replayCopiesCommand : replayCommand))(factory.name, options.seed, options.ops);
+  const mismatch = error instanceof DataMismatch;
+  const detail = mismatch ? error.message : error instanceof Error ? error.stack ?? error.message : String(error);
+  return new DataFuzzFailure(factory.name, options.seed, run.step, replay, mismatch, detail);
+}
+
 class DataRun {
   readonly stats: DataFuzzStats = {
     steps: 0, allocations: 0, outOfMemory: 0, frees: 0, fills: 0, moves: 0, releases: 0, bursts: 0, rebuilds: 0, streamsReplaced: 0,
-    verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, milliseconds: 0,
+    verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, copies: 0, freedInUse: 0, milliseconds: 0,
   };
   step = 0;
   private readonly backend: Backend;
@@ -229,6 +302,14 @@ class DataRun {
   private readonly interval: number;
   private readonly fullEvery: number;
   private readonly rebuildRate: number;
+  /** Copy operations on (`options.copies`). */
+  private readonly copying: boolean;
+  /** Copies in flight, each checking what it delivered once settled. */
+  private pending: Promise<void>[] = [];
+  /** Checks to run after the next verification's synchronisation, and what to free after them. */
+  private readonly afterDrain: (() => void)[] = [];
+  /** Device memory the pinned-host copies use, straight from the driver (so the run's free-memory check stays exact). */
+  private readonly scratch = new CudaResource(0);
 
   constructor(private readonly factory: ResourceFactory, private readonly options: DataFuzzOptions) {
     if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
@@ -244,10 +325,56 @@ class DataRun {
     this.fullEvery = options.fullEvery ?? 8;
     this.rebuildRate = options.rebuildRate ?? 1 / 1500;
     this.drainAfter = new Array<number>(STREAM_LABELS.length).fill(0);
+    this.copying = options.copies === true;
   }
 
   run(): void {
     const t0 = performance.now();
+    this.begin();
+    for (this.step = 0; this.step < this.options.ops; this.step++) {
+      this.operate()?.();
+      if (this.step >= this.nextVerify) this.verify(this.verifyCount % this.fullEvery === this.fullEvery - 1);
+    }
+    this.end();
+    this.stats.milliseconds = performance.now() - t0;
+  }
+
+  /** `run` with pending copies awaited before each verification and each step that needs none in flight. */
+  async runAsync(): Promise<void> {
+    const t0 = performance.now();
+    this.begin();
+    for (this.step = 0; this.step < this.options.ops; this.step++) {
+      const later = this.operate();
+      if (later !== undefined) {
+        await this.settle();
+        later();
+      }
+      if (this.step >= this.nextVerify) {
+        await this.settle();
+        this.verify(this.verifyCount % this.fullEvery === this.fullEvery - 1);
+      }
+    }
+    await this.settle();
+    this.end();
+    this.stats.milliseconds = performance.now() - t0;
+  }
+
+  /** Awaits the copies in flight (they check what they delivered). */
+  private async settle(): Promise<void> {
+    while (this.pending.length > 0) {
+      const batch = this.pending;
+      this.pending = [];
+      await Promise.all(batch);
+    }
+  }
+
+  /** After a failure: lets the copies in flight end, ignoring their errors, before `dispose`. */
+  async settleQuietly(): Promise<void> {
+    await Promise.allSettled(this.pending);
+    this.pending = [];
+  }
+
+  private begin(): void {
     const b = this.backend;
     const device = Device.get(0);
     device.makeCurrent();
@@ -265,27 +392,35 @@ class DataRun {
     this.shared = this.factory.shared?.();
     this.build();
     this.scheduleVerify();
-    const r = this.random;
-    for (this.step = 0; this.step < this.options.ops; this.step++) {
-      const live = this.live;
-      const u = r();
-      if (live.length === 0 || (u < 0.36 && live.length < this.liveCap)) this.allocate();
-      else if (u < 0.36) this.free(live[Math.floor(r() * live.length)]!, false);
-      else if (u < 0.52) this.refill(live[Math.floor(r() * live.length)]!);
-      else if (u < 0.60) this.move(live[Math.floor(r() * live.length)]!);
-      else if (u < 0.88) this.free(live[Math.floor(r() * live.length)]!, false);
-      else if (u < 0.94) this.free(live[Math.floor(r() * live.length)]!, true);
-      else if (u < 0.945) this.releaseCached();
-      else if (u < 0.947) this.freeBurst();
-      else if (u < 0.9475) this.replaceStream();
-      else if (u < 0.9475 + this.rebuildRate) this.rebuild();
-      else if (live.length < this.liveCap) this.allocate();
-      else this.free(live[Math.floor(r() * live.length)]!, false);
-      if (this.step >= this.nextVerify) this.verify(this.verifyCount % this.fullEvery === this.fullEvery - 1);
-    }
+  }
+
+  private end(): void {
     this.stats.steps = this.step;
     this.finish();
-    this.stats.milliseconds = performance.now() - t0;
+  }
+
+  /**
+   * One step. A step that must not run with copies in flight (destroying a stream or the stack)
+   * is returned instead, for the caller to run once they have settled.
+   */
+  private operate(): (() => void) | undefined {
+    const r = this.random;
+    const live = this.live;
+    const u = r();
+    if (live.length === 0 || (u < 0.36 && live.length < this.liveCap)) this.allocate();
+    else if (u < 0.36) this.free(live[Math.floor(r() * live.length)]!, false);
+    else if (u < 0.52) this.refill(live[Math.floor(r() * live.length)]!);
+    else if (u < 0.60) this.move(live[Math.floor(r() * live.length)]!);
+    else if (u < 0.88) this.free(live[Math.floor(r() * live.length)]!, false);
+    else if (u < 0.94) this.free(live[Math.floor(r() * live.length)]!, true);
+    else if (u < 0.945) this.releaseCached();
+    else if (u < 0.947) this.freeBurst();
+    else if (u < 0.9475) return () => this.replaceStream();
+    else if (u < 0.9475 + this.rebuildRate) return () => this.rebuild();
+    else if (this.copying && u >= 0.97) this.copy();
+    else if (live.length < this.liveCap) this.allocate();
+    else this.free(live[Math.floor(r() * live.length)]!, false);
+    return undefined;
   }
 
   /**
@@ -296,7 +431,10 @@ class DataRun {
     const b = this.backend;
     if (this.target !== undefined && !this.closed) {
       try {
-        for (const block of this.live) this.mr.deallocate(block.ptr, block.bytes, this.refs[block.stream]);
+        for (const block of this.live) {
+          if (block.owner === undefined) this.mr.deallocate(block.ptr, block.bytes, this.refs[block.stream]);
+          else if (!block.owner.isFreed) block.owner.free({ stream: this.refs[block.stream]! });
+        }
         this.live.length = 0;
         this.target.close();
       } catch { /* see above */ }
@@ -449,7 +587,8 @@ class DataRun {
       this.join(s, t);
       s = t;
     }
-    this.mr.deallocate(block.ptr, block.bytes, this.refs[s]);
+    if (block.owner !== undefined) block.owner.free({ stream: this.refs[s]! });
+    else this.mr.deallocate(block.ptr, block.bytes, this.refs[s]);
     const last = this.live.pop()!;
     if (last !== block) {
       this.live[block.index] = last;
@@ -465,6 +604,169 @@ class DataRun {
       w.freedOn = s;
     }
     this.stats.frees++;
+  }
+
+  /** One of the copy operations of the header, for the target's kind of memory. */
+  private copy(): void {
+    const r = this.random;
+    const bytes = Math.min(this.target!.maxBytes, 1 + Math.floor(r() * 256 * KiB));
+    const s = Math.floor(r() * this.handles.length);
+    const t = this.otherStream(s);
+    this.stats.copies++;
+    if (this.mr.kind === 'pinned-host') this.copyPooledPinned(bytes, t, r() < 0.5);
+    else if (this.mr.kind === 'device') {
+      const u = r();
+      if (u < 0.4) this.copyStagedIn(bytes, s, r() < 0.6);
+      else if (u < 0.7) this.copyStagedOut(r() < 0.8);
+      else this.copyPinnedIn(bytes, s, t);
+    }
+  }
+
+  /** A new vram buffer of `bytes` from the resource on stream `s`, or undefined when it ran out. */
+  private newBuffer(bytes: number, s: number): DeviceBuffer | undefined {
+    try {
+      return DeviceBuffer.allocate(bytes, { resource: this.mr, stream: this.refs[s]! });
+    } catch (error) {
+      if (!(error instanceof OutOfMemoryError)) throw error;
+      this.stats.outOfMemory++;
+      return undefined;
+    }
+  }
+
+  /** Notes memory freed on `s` while stream `copyStream` may still use it: the verification drains `copyStream` last. */
+  private freedUnder(ptr: Ptr, bytes: number, copyStream: number): void {
+    this.freedStart.push(ptr);
+    this.freedEnd.push(ptr + bytes);
+    this.freedStream.push(copyStream);
+    this.stats.freedInUse++;
+  }
+
+  /**
+   * A staged copy of JavaScript memory into a new buffer; freed at once (`freeNow`), its memory
+   * must not reach a new owner before the copy's last chunk, else the buffer joins the live blocks
+   * once the copy has settled.
+   */
+  private copyStagedIn(bytes: number, s: number, freeNow: boolean): void {
+    const owner = this.newBuffer(bytes, s);
+    if (owner === undefined) return;
+    const pattern = this.nextPattern();
+    const copy = owner.copyFromHostAsync(new Uint8Array(bytes).fill(pattern), { stream: this.refs[s]! });
+    const block: Block = {
+      id: this.nextId++, ptr: owner.ptr, bytes, stream: s, pattern, written: 0, checked: 0,
+      index: -1, allocatedAt: this.step, allocatedOn: s, owner,
+    };
+    this.writes[pattern] = { step: this.step, what: 'staged copy in', block, stream: s, freedAt: -1, freedOn: -1 };
+    if (freeNow) {
+      owner.free();
+      this.freedUnder(block.ptr, bytes, s);
+      this.writes[pattern]!.freedAt = this.step;
+      this.writes[pattern]!.freedOn = s;
+      this.pending.push(copy);
+      return;
+    }
+    this.pending.push(copy.then(() => {
+      // Settled before a verification: a live block written in this epoch, checked by it.
+      block.index = this.live.length;
+      this.live.push(block);
+      block.written = this.epoch;
+      this.dirty.push(block);
+    }));
+  }
+
+  /** A staged copy out of a live buffer of the copy operations into JavaScript memory, usually freed at once. */
+  private copyStagedOut(freeNow: boolean): void {
+    const owned = this.live.filter((b) => b.owner !== undefined);
+    if (owned.length === 0) return;
+    const block = owned[Math.floor(this.random() * owned.length)]!;
+    const out = new Uint8Array(block.bytes);
+    const expected = block.pattern;
+    const copy = block.owner!.copyToHostAsync(out, { stream: this.refs[block.stream]! });
+    // The block must not be written again while the copy runs (its chunks are queued later): free
+    // it now, or keep it out of the live blocks until the copy settles.
+    const s = block.stream;
+    if (freeNow) {
+      this.free(block, false);
+      this.stats.freedInUse++;
+    } else {
+      this.unlive(block);
+    }
+    this.pending.push(copy.then(() => {
+      if (!allEqual(out, expected)) {
+        throw new DataMismatch(`a staged copy out of block #${block.id} at 0x${block.ptr.toString(16)} (+${block.bytes}) on stream ` +
+          `${STREAM_LABELS[s]}, ${freeNow ? 'freed while it ran' : 'kept'}: expected every byte 0x${expected.toString(16)}, ` +
+          `got ${[...new Set(out)].slice(0, 4).map((v) => `0x${v.toString(16)}`).join(', ')}`);
+      }
+      if (!freeNow) {
+        block.index = this.live.length;
+        this.live.push(block);
+      }
+    }));
+  }
+
+  /** Takes `block` out of the live blocks without freeing it. */
+  private unlive(block: Block): void {
+    const last = this.live.pop()!;
+    if (last !== block) {
+      this.live[block.index] = last;
+      last.index = block.index;
+    }
+    block.index = -1;
+  }
+
+  /**
+   * A copy from pinned memory into a new buffer on stream `t`, the buffer freed at once on its own
+   * stream `s` with no recordStream: the copy must have recorded `t`, or its write lands in the
+   * next owner.
+   */
+  private copyPinnedIn(bytes: number, s: number, t: number): void {
+    const owner = this.newBuffer(bytes, s);
+    if (owner === undefined) return;
+    const source = HostBuffer.allocate(bytes);
+    source.view().fill(this.nextPattern());
+    owner.copyFromHost(source, { stream: this.refs[t]! });
+    this.freedUnder(owner.ptr, bytes, t);
+    owner.free();
+    // The source goes once the copy has certainly run (after the next verification's synchronisation).
+    this.afterDrain.push(() => source.free());
+  }
+
+  /**
+   * A buffer from the pinned-host resource read (`read`) or written by a copy on stream `t`, freed
+   * at once on no stream: the pool must not lend it to a new owner (whose host writes follow)
+   * before the copy. What a read delivered is checked after the next synchronisation.
+   */
+  private copyPooledPinned(bytes: number, t: number, read: boolean): void {
+    let host: HostBuffer;
+    try {
+      host = HostBuffer.allocate(bytes, { resource: this.mr });
+    } catch (error) {
+      if (!(error instanceof OutOfMemoryError)) throw error;
+      this.stats.outOfMemory++;
+      return;
+    }
+    const device = DeviceBuffer.allocate(bytes, { resource: this.scratch });
+    const pattern = this.nextPattern();
+    const stream = this.refs[t]!;
+    if (read) {
+      host.view().fill(pattern);
+      device.copyFromHost(host, { stream });
+    } else {
+      device.memset(pattern, { stream });
+      device.copyToHost(host, { stream });
+    }
+    this.freedUnder(host.ptr, bytes, t);
+    host.free();
+    const step = this.step;
+    this.afterDrain.push(() => {
+      if (read) {
+        const seen = device.copyToHost(new Uint8Array(bytes));
+        if (!allEqual(seen, pattern)) {
+          throw new DataMismatch(`a copy on stream ${STREAM_LABELS[t]} at step ${step} read pooled pinned memory freed under it ` +
+            `and read 0x${seen.find((v) => v !== pattern)!.toString(16)} where 0x${pattern.toString(16)} was written`);
+        }
+      }
+      device.free();
+    });
   }
 
   private releaseCached(): void {
@@ -557,6 +859,7 @@ class DataRun {
   /** Synchronises every stream (adversarial order), then checks the chosen blocks. */
   private verify(full: boolean): void {
     this.drainAll();
+    for (const check of this.afterDrain.splice(0)) check();
     const epoch = this.epoch;
     const live = this.live;
     const chosen: Block[] = [];
