@@ -59,11 +59,22 @@ function driverReserved(resources: readonly MemoryResource[]): number {
   return bytes;
 }
 
+/** Bytes the driver-backed resources among `resources` hold from the driver beyond what they hand out. */
+function driverCached(resources: readonly MemoryResource[]): number {
+  let bytes = 0;
+  for (const r of resources) {
+    if (r.upstream !== undefined || r.destroyed) continue;
+    const figures = r.memoryFigures();
+    if (figures !== undefined) bytes += Math.max(0, figures.reservedBytes - figures.allocatedBytes.value);
+  }
+  return bytes;
+}
+
 /**
  * Releases what every live resource holding `memory` caches (`releaseCached()`), top of each stack
  * first, so what a sub-allocator gives back is released by the resource below it in the same
  * pass. A resource whose release fails is skipped with a process warning (code
- * `VRAM_CACHE_RELEASE`): the others' memory still goes back. When that gives nothing back and
+ * `VRAM_CACHE_RELEASE`): the others' memory still goes back. When memory stays cached after that and
  * `memory` is a device's, the device is synchronised and the caches released once more: memory
  * freed on a stream whose work is still running cannot go back to the driver before that work
  * ends, and the allocation that asked cannot wait on a stream (a driver allocation is
@@ -90,9 +101,13 @@ export function releaseCaches(memory: CachedMemory): number {
     }
     resources.sort((a, b) => depth(b) - depth(a));
     const released = releaseAll(resources);
-    if (released > 0 || memory === 'pinned-host' || resources.length === 0) return released;
+    if (memory === 'pinned-host' || driverCached(resources) === 0) return released;
+    // Something is still cached: memory freed on a stream whose work has not ended, which a
+    // stream-ordered pool cannot give back yet (CUDA's pool counts such frees as outstanding until
+    // the host has seen them complete). Checked on what is left, not on whether the first pass
+    // gave anything back: a small cache released elsewhere says nothing about the large one here.
     Device.get(memory).synchronize();
-    return releaseAll(resources);
+    return released + releaseAll(resources);
   } finally {
     releasing = false;
   }
