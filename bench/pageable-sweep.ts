@@ -9,9 +9,9 @@
 import { EventFlags, StreamFlags } from '../src/backend/backend.js';
 import { nativeAddress } from '../src/cuda/host-memcpy.js';
 import { Device } from '../src/device.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { CopyThreads } from '../src/memory/transfer/copy-threads.js';
-import { configureTransfers, releaseTransferCaches } from '../src/memory/transfer/transfers.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { CopyThreads } from '../src/buffer/transfer/copy-threads.js';
+import { configureTransfers, releaseTransferCaches } from '../src/buffer/transfer/transfers.js';
 
 const MiB = 1 << 20;
 const list = (arg: string | undefined, fallback: number[]): number[] => (arg === undefined ? fallback : arg.split(',').map(Number));

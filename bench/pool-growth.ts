@@ -17,7 +17,7 @@ import { parseArgs } from 'node:util';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { getBackend, setBackend } from '../src/backend/select.js';
 import { parseSize } from '../src/util/size.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { replay, type GrowthFigures, type ReplayOptions, type ReplayPass } from '../src/replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../src/replay/parse.js';
 import { createStack } from '../src/replay/stacks.js';

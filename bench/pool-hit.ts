@@ -13,8 +13,8 @@
  */
 import { parseArgs } from 'node:util';
 import { Device } from '../src/device.js';
-import { recordMemoryHistory } from '../src/memory/history.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { recordMemoryHistory } from '../src/observe/history.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 
 const { values } = parseArgs({ options: { passes: { type: 'string', default: '1' }, history: { type: 'boolean', default: false } } });
 const passes = Number(values.passes);

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
-import { ForeignDeviceBuffer } from '../src/memory/foreign-device-buffer.js';
+import { ForeignDeviceBuffer } from '../src/buffer/foreign-device-buffer.js';
 
 const device = Device.get(0);
 const backend = getBackend();

@@ -15,9 +15,9 @@ import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
 import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
 import {
   ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE,
-} from './memory/default-resource.js';
-import { OOM_SNAPSHOT } from './memory/out-of-memory-observer.js';
-import { COPY_THREADS_VARIABLE } from './memory/transfer/copy-threads.js';
+} from './resource/default-resource.js';
+import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
+import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
 import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
 
 /**

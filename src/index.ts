@@ -35,24 +35,24 @@ export { Stream, Event, watchStreamDestroy } from './stream.js';
 export type { StreamOptions, EventOptions, StreamWatcher } from './stream.js';
 
 // Buffers and lifetimes
-export { DeviceBuffer, PitchedDeviceBuffer } from './memory/device-buffer.js';
-export { ForeignDeviceBuffer } from './memory/foreign-device-buffer.js';
-export type { ForeignPointerOptions, ForeignMemoryKind } from './memory/foreign-device-buffer.js';
-export type { DeviceBufferOptions, PitchedOptions, Copy2DOptions, Copy2DFromOptions } from './memory/device-buffer.js';
-export { HostBuffer } from './memory/host-buffer.js';
-export type { HostBufferOptions, HostRegisterOptions, TypedArrayConstructor, ViewOptions } from './memory/host-buffer.js';
-export { ManagedBuffer } from './memory/managed-buffer.js';
-export type { ManagedBufferOptions, ManagedAdvice } from './memory/managed-buffer.js';
-export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from './memory/lifetime.js';
-export { Allocation } from './memory/lifetime.js';
-export { DeviceMemory } from './memory/copy.js';
-export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './memory/copy.js';
+export { DeviceBuffer, PitchedDeviceBuffer } from './buffer/device-buffer.js';
+export { ForeignDeviceBuffer } from './buffer/foreign-device-buffer.js';
+export type { ForeignPointerOptions, ForeignMemoryKind } from './buffer/foreign-device-buffer.js';
+export type { DeviceBufferOptions, PitchedOptions, Copy2DOptions, Copy2DFromOptions } from './buffer/device-buffer.js';
+export { HostBuffer } from './buffer/host-buffer.js';
+export type { HostBufferOptions, HostRegisterOptions, TypedArrayConstructor, ViewOptions } from './buffer/host-buffer.js';
+export { ManagedBuffer } from './buffer/managed-buffer.js';
+export type { ManagedBufferOptions, ManagedAdvice } from './buffer/managed-buffer.js';
+export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from './buffer/lifetime.js';
+export { Allocation } from './buffer/lifetime.js';
+export { DeviceMemory } from './buffer/device-memory.js';
+export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/device-memory.js';
 
 // Moving ordinary JavaScript memory: staged through pinned chunks, or pinned in place when reused
-export { configureTransfers, transferSettings, transferStatistics, releaseTransferCaches } from './memory/transfer/transfers.js';
-export type { TransferSettings, TransferOptions, TransferStatistics, TransferCount } from './memory/transfer/transfers.js';
-export type { RegistrationPolicy, RegistrationStatistics } from './memory/transfer/registration-cache.js';
-export type { LeakRecord, LeakStatistics, LeakListener, FreeOptions, Release } from './memory/lifetime.js';
+export { configureTransfers, transferSettings, transferStatistics, releaseTransferCaches } from './buffer/transfer/transfers.js';
+export type { TransferSettings, TransferOptions, TransferStatistics, TransferCount } from './buffer/transfer/transfers.js';
+export type { RegistrationPolicy, RegistrationStatistics } from './buffer/transfer/registration-cache.js';
+export type { LeakRecord, LeakStatistics, LeakListener, FreeOptions, Release } from './buffer/lifetime.js';
 
 // Typed arrays: dtypes (CUDA's scalar and vector types), DeviceArray, HostArray
 export { dtypes, dtypeOf, isDTypeName, hostArrayType, vectorTable } from './array/dtype.js';
@@ -98,60 +98,60 @@ export type { ReceivedFd, ReceiveFdOptions } from './interop/fd-passing.js';
 export type { PlaceOptions, Placement } from './interop/place.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
-export { MemoryResource, defaultStream, isReserving } from './memory/resource.js';
-export type { ReservingResource, StreamRef, MemoryKind, MemoryFigures } from './memory/resource.js';
-export { ResourceAdaptor } from './memory/adaptor.js';
-export { StreamOrder } from './memory/stream-order.js';
-export type { Lane, OrderEvents } from './memory/stream-order.js';
-export { getCurrentResource, setCurrentResource, emptyCache } from './memory/current.js';
-export { memoryStats, resetPeakStats, memorySummary } from './memory/memory-stats.js';
-export type { MemoryStats, CurrentAndPeak } from './memory/memory-stats.js';
-export { recordMemoryHistory, memoryHistory, MemoryHistory } from './memory/history.js';
-export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from './memory/history.js';
-export { memorySnapshot } from './memory/snapshot.js';
-export type { SnapshotOptions } from './memory/snapshot.js';
-export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from './memory/snapshot-format.js';
+export { MemoryResource, defaultStream, isReserving } from './resource/resource.js';
+export type { ReservingResource, StreamRef, MemoryKind, MemoryFigures } from './resource/resource.js';
+export { ResourceAdaptor } from './resource/adaptors/adaptor.js';
+export { StreamOrder } from './resource/stream-order.js';
+export type { Lane, OrderEvents } from './resource/stream-order.js';
+export { getCurrentResource, setCurrentResource, emptyCache } from './resource/current.js';
+export { memoryStats, resetPeakStats, memorySummary } from './observe/memory-stats.js';
+export type { MemoryStats, CurrentAndPeak } from './observe/memory-stats.js';
+export { recordMemoryHistory, memoryHistory, MemoryHistory } from './observe/history.js';
+export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from './observe/history.js';
+export { memorySnapshot } from './observe/snapshot.js';
+export type { SnapshotOptions } from './observe/snapshot.js';
+export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from './observe/snapshot-format.js';
 export type {
   MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, BlockState, SnapshotBlock, SegmentKind,
   SnapshotPages, SnapshotSegment, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory,
   SnapshotTriggerKind, SnapshotError, SnapshotTrigger,
-} from './memory/snapshot-format.js';
-export { onOutOfMemory, OOM_SNAPSHOT_VARIABLE } from './memory/out-of-memory-observer.js';
-export type { OutOfMemoryEvent } from './memory/out-of-memory-observer.js';
+} from './observe/snapshot-format.js';
+export { onOutOfMemory, OOM_SNAPSHOT_VARIABLE } from './observe/out-of-memory-observer.js';
+export type { OutOfMemoryEvent } from './observe/out-of-memory-observer.js';
 export {
   ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,
-} from './memory/default-resource.js';
+} from './resource/default-resource.js';
 export type {
   AllocatorName, DefaultResourceSettings, EnvironmentValues, EnvironmentVariableDescription, MemoryCap,
-} from './memory/default-resource.js';
-export { DriverResource } from './memory/driver-resource.js';
-export { CudaResource } from './memory/cuda-resource.js';
-export { AsyncResource } from './memory/async-resource.js';
-export type { PoolAccess } from './memory/pool-access.js';
-export type { AsyncResourceOptions, AsyncPoolOptions } from './memory/async-resource.js';
-export { ManagedResource } from './memory/managed-resource.js';
-export type { ManagedResourceOptions, ManagedAttach } from './memory/managed-resource.js';
-export { PinnedHostResource } from './memory/pinned-host-resource.js';
-export type { PinnedHostOptions } from './memory/pinned-host-resource.js';
-export { PoolResource } from './memory/pool.js';
-export type { PoolOptions, PoolStatistics, GrowthCalls } from './memory/pool.js';
-export { ArenaResource } from './memory/arena.js';
-export type { ArenaOptions, PitchedBlock } from './memory/arena.js';
-export { BinningResource } from './memory/binning.js';
-export type { BinningOptions } from './memory/binning.js';
-export { FixedSizeResource } from './memory/fixed-size.js';
-export type { FixedSizeOptions } from './memory/fixed-size.js';
-export { PinnedHostPool } from './memory/pinned-host-pool.js';
-export type { PinnedHostPoolOptions, PinnedChunk } from './memory/pinned-host-pool.js';
-export { StatisticsAdaptor } from './memory/statistics.js';
-export type { AllocationStatistics } from './memory/statistics.js';
-export { LimitingAdaptor } from './memory/limiting.js';
-export { TrackingAdaptor } from './memory/tracking.js';
-export type { TrackedAllocation, TrackingOptions } from './memory/tracking.js';
-export { LoggingAdaptor, ALLOCATION_LOG_HEADER } from './memory/logging.js';
-export type { LogSink, LoggingOptions } from './memory/logging.js';
-export { RetryOnOutOfMemory } from './memory/out-of-memory.js';
-export type { RetryOptions } from './memory/out-of-memory.js';
+} from './resource/default-resource.js';
+export { DriverResource } from './resource/upstream/driver-resource.js';
+export { CudaResource } from './resource/upstream/cuda-resource.js';
+export { AsyncResource } from './resource/upstream/async-resource.js';
+export type { PoolAccess } from './resource/pool-access.js';
+export type { AsyncResourceOptions, AsyncPoolOptions } from './resource/upstream/async-resource.js';
+export { ManagedResource } from './resource/upstream/managed-resource.js';
+export type { ManagedResourceOptions, ManagedAttach } from './resource/upstream/managed-resource.js';
+export { PinnedHostResource } from './resource/upstream/pinned-host-resource.js';
+export type { PinnedHostOptions } from './resource/upstream/pinned-host-resource.js';
+export { PoolResource } from './resource/suballoc/pool.js';
+export type { PoolOptions, PoolStatistics, GrowthCalls } from './resource/suballoc/pool.js';
+export { ArenaResource } from './resource/suballoc/arena.js';
+export type { ArenaOptions, PitchedBlock } from './resource/suballoc/arena.js';
+export { BinningResource } from './resource/suballoc/binning.js';
+export type { BinningOptions } from './resource/suballoc/binning.js';
+export { FixedSizeResource } from './resource/suballoc/fixed-size.js';
+export type { FixedSizeOptions } from './resource/suballoc/fixed-size.js';
+export { PinnedHostPool } from './resource/suballoc/pinned-host-pool.js';
+export type { PinnedHostPoolOptions, PinnedChunk } from './resource/suballoc/pinned-host-pool.js';
+export { StatisticsAdaptor } from './resource/adaptors/statistics.js';
+export type { AllocationStatistics } from './resource/adaptors/statistics.js';
+export { LimitingAdaptor } from './resource/adaptors/limiting.js';
+export { TrackingAdaptor } from './resource/adaptors/tracking.js';
+export type { TrackedAllocation, TrackingOptions } from './resource/adaptors/tracking.js';
+export { LoggingAdaptor, ALLOCATION_LOG_HEADER } from './resource/adaptors/logging.js';
+export type { LogSink, LoggingOptions } from './resource/adaptors/logging.js';
+export { RetryOnOutOfMemory } from './resource/adaptors/retry-on-oom.js';
+export type { RetryOptions } from './resource/adaptors/retry-on-oom.js';
 
 // Kernels: CUDA C++ compiled at run time (NVRTC, a disk cache) or loaded; checked launches; built-in array operations
 export { Module, CompileError, NvrtcUnavailableError, compileStatistics, nvrtcAvailable } from './kernels/module.js';

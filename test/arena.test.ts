@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
-import { ArenaResource } from '../src/memory/arena.js';
+import { ArenaResource } from '../src/resource/suballoc/arena.js';
 import { factories, runModel } from './fuzz/allocator-model.js';
 
 const backend = getBackend();

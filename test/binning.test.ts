@@ -4,10 +4,10 @@ import { test } from 'node:test';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { InvalidPointerError } from '../src/errors.js';
-import { BinningResource } from '../src/memory/binning.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { FixedSizeResource } from '../src/memory/fixed-size.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { BinningResource } from '../src/resource/suballoc/binning.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { FixedSizeResource } from '../src/resource/suballoc/fixed-size.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { factories, runModel } from './fuzz/allocator-model.js';
 
 const backend = getBackend();

@@ -10,18 +10,18 @@ import { execFileSync } from 'node:child_process';
 import { Device } from '../src/device.js';
 import { ENVIRONMENT } from '../src/environment.js';
 import { NotSupportedError, OutOfMemoryError } from '../src/errors.js';
-import { AsyncResource } from '../src/memory/async-resource.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { emptyCache, getCurrentResource, setCurrentResource } from '../src/memory/current.js';
+import { AsyncResource } from '../src/resource/upstream/async-resource.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { emptyCache, getCurrentResource, setCurrentResource } from '../src/resource/current.js';
 import {
   ALLOCATOR_NAMES, chooseAllocator, createDefaultResource, DEFAULT_RESOURCE_VARIABLES, readDefaultResourceSettings,
   type DefaultResourceSettings,
-} from '../src/memory/default-resource.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { LimitingAdaptor } from '../src/memory/limiting.js';
+} from '../src/resource/default-resource.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { assertMemoryReturned, FREE_MEMORY_SLACK } from './helpers.js';
-import { PoolResource } from '../src/memory/pool.js';
-import type { MemoryResource } from '../src/memory/resource.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import type { MemoryResource } from '../src/resource/resource.js';
 
 const device = Device.get(0);
 const MiB = 1024 * 1024;
@@ -179,8 +179,8 @@ function createDefaultResourceDescription(): string {
  * printed; the child allocates through the default resource, as a program would on first use.
  */
 function child(env: Record<string, string>, body: string): string {
-  const current = new URL('../src/memory/current.js', import.meta.url).href;
-  const buffer = new URL('../src/memory/device-buffer.js', import.meta.url).href;
+  const current = new URL('../src/resource/current.js', import.meta.url).href;
+  const buffer = new URL('../src/buffer/device-buffer.js', import.meta.url).href;
   const source = `import { getCurrentResource } from '${current}';\n` +
     `import { DeviceBuffer } from '${buffer}';\n` +
     'const out = (x) => console.log(JSON.stringify(x));\n' +

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { deviceMemoryUsed, onGpu } from './helpers.js';
 import { Context, Device } from '../src/device.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { UseAfterFreeError, VramStateError } from '../src/errors.js';
 import { getBackend } from '../src/backend/select.js';
 

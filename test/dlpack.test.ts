@@ -22,10 +22,10 @@ import {
   managedLayout, nativeBuffer, nativeView, TENSOR_LAYOUT, type NativeBlock,
 } from '../src/cuda/dlpack-abi.js';
 import { InvalidPointerError, NotSupportedError, UseAfterFreeError, VramStateError } from '../src/errors.js';
-import type { DeviceMemory } from '../src/memory/copy.js';
+import type { DeviceMemory } from '../src/buffer/device-memory.js';
 import { deleteDLPack, dlpackExportsHeld, dlpackInfo, fromDLPack, toDLPack } from '../src/interop/dlpack.js';
-import { HostBuffer } from '../src/memory/host-buffer.js';
-import { ManagedBuffer } from '../src/memory/managed-buffer.js';
+import { HostBuffer } from '../src/buffer/host-buffer.js';
+import { ManagedBuffer } from '../src/buffer/managed-buffer.js';
 import { forceGc, gpuOnly, needsGc, onGpu } from './helpers.js';
 
 /** The fields of a struct at `address`, read the way a C consumer would. */

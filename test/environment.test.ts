@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { ENVIRONMENT, ENVIRONMENT_READERS, environmentSettings } from '../src/environment.js';
-import { defaultCopyThreads } from '../src/memory/transfer/copy-threads.js';
+import { defaultCopyThreads } from '../src/buffer/transfer/copy-threads.js';
 import { wholeNumberFrom } from '../src/util/environment.js';
 
 const indexUrl = new URL('../src/index.js', import.meta.url).href;

@@ -4,8 +4,8 @@ import { test } from 'node:test';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { DoubleFreeError, InvalidPointerError } from '../src/errors.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { FixedSizeResource } from '../src/memory/fixed-size.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { FixedSizeResource } from '../src/resource/suballoc/fixed-size.js';
 import { factories, runModel } from './fuzz/allocator-model.js';
 
 const backend = getBackend();

@@ -15,11 +15,11 @@ import { EmulatedBackend } from '../src/backend/emulated.js';
 import { getBackend, setBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { DoubleFreeError, InvalidPointerError, UseAfterFreeError } from '../src/errors.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { ForeignDeviceBuffer } from '../src/memory/foreign-device-buffer.js';
-import { AsyncResource } from '../src/memory/async-resource.js';
-import { leakStatistics } from '../src/memory/lifetime.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { ForeignDeviceBuffer } from '../src/buffer/foreign-device-buffer.js';
+import { AsyncResource } from '../src/resource/upstream/async-resource.js';
+import { leakStatistics } from '../src/buffer/lifetime.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { Stream } from '../src/stream.js';
 import { forceGc, needsGc, onGpu } from './helpers.js';
 

@@ -4,7 +4,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
-import { emptyCache } from '../src/memory/current.js';
+import { emptyCache } from '../src/resource/current.js';
 
 /** True when the suite runs on a real GPU (`npm run test:gpu`). */
 export const onGpu: boolean = getBackend().name === 'cuda';

@@ -8,11 +8,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Ptr } from '../src/backend/backend.js';
 import { OutOfMemoryError, VramStateError } from '../src/errors.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { memoryHistory, recordMemoryHistory, resourceRecord } from '../src/memory/history.js';
-import { LimitingAdaptor } from '../src/memory/limiting.js';
-import { RetryOnOutOfMemory } from '../src/memory/out-of-memory.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { memoryHistory, recordMemoryHistory, resourceRecord } from '../src/observe/history.js';
+import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
+import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { Stream } from '../src/stream.js';
 
 const MiB = 1024 * 1024;

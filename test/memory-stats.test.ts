@@ -7,15 +7,15 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Ptr } from '../src/backend/backend.js';
 import { OutOfMemoryError } from '../src/errors.js';
-import { AsyncResource } from '../src/memory/async-resource.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { emptyCache, setCurrentResource } from '../src/memory/current.js';
-import { LimitingAdaptor } from '../src/memory/limiting.js';
-import { memoryStats, memorySummary, resetPeakStats } from '../src/memory/memory-stats.js';
-import { RetryOnOutOfMemory } from '../src/memory/out-of-memory.js';
-import { PoolResource } from '../src/memory/pool.js';
-import { MemoryResource } from '../src/memory/resource.js';
-import { StatisticsAdaptor } from '../src/memory/statistics.js';
+import { AsyncResource } from '../src/resource/upstream/async-resource.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { emptyCache, setCurrentResource } from '../src/resource/current.js';
+import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
+import { memoryStats, memorySummary, resetPeakStats } from '../src/observe/memory-stats.js';
+import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { MemoryResource } from '../src/resource/resource.js';
+import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
 
 const MiB = 1024 * 1024;
 

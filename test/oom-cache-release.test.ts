@@ -13,11 +13,11 @@ import { DeviceArray } from '../src/array/device-array.js';
 import { Device } from '../src/device.js';
 import { OutOfMemoryError } from '../src/errors.js';
 import { place } from '../src/interop/place.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { getCurrentResource } from '../src/memory/current.js';
-import { PitchedDeviceBuffer } from '../src/memory/device-buffer.js';
-import { LimitingAdaptor } from '../src/memory/limiting.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { getCurrentResource } from '../src/resource/current.js';
+import { PitchedDeviceBuffer } from '../src/buffer/device-buffer.js';
+import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 
 const MiB = 1024 * 1024;
 const device = Device.get(0);

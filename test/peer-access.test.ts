@@ -10,11 +10,11 @@ import { EmulatedBackend } from '../src/backend/emulated.js';
 import { setBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { CudaError, NotSupportedError } from '../src/errors.js';
-import { AsyncResource } from '../src/memory/async-resource.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { PoolResource } from '../src/memory/pool.js';
-import type { MemoryResource } from '../src/memory/resource.js';
+import { AsyncResource } from '../src/resource/upstream/async-resource.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import type { MemoryResource } from '../src/resource/resource.js';
 import { onGpu } from './helpers.js';
 
 if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 << 30 }));

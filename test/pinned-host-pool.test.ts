@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { DoubleFreeError, InvalidPointerError, UseAfterFreeError } from '../src/errors.js';
-import { PinnedHostPool } from '../src/memory/pinned-host-pool.js';
+import { PinnedHostPool } from '../src/resource/suballoc/pinned-host-pool.js';
 import { factories, runModel } from './fuzz/allocator-model.js';
 
 const backend = getBackend();

@@ -10,7 +10,7 @@ import { DeviceArray } from '../src/array/device-array.js';
 import { HostArray } from '../src/array/host-array.js';
 import { Device } from '../src/device.js';
 import { defaultPlacementMargin, place } from '../src/interop/place.js';
-import { ForeignDeviceBuffer } from '../src/memory/foreign-device-buffer.js';
+import { ForeignDeviceBuffer } from '../src/buffer/foreign-device-buffer.js';
 import { deviceMemoryUsed, assertMemoryReturned, forceGc, needsGc } from './helpers.js';
 
 const device = Device.get(0);

@@ -9,8 +9,8 @@ import { describe, it } from 'node:test';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { setBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { onGpu } from './helpers.js';
 
 if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 << 30 }));

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import puppeteer, { type Browser, type Page } from 'puppeteer-core';
-import { ALLOCATION_LOG_HEADER } from '../src/memory/logging.js';
+import { ALLOCATION_LOG_HEADER } from '../src/resource/adaptors/logging.js';
 import { mulberry32 } from '../src/util/random.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));

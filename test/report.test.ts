@@ -13,12 +13,12 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { execFileSync } from 'node:child_process';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import { recordMemoryHistory } from '../src/memory/history.js';
-import { PoolResource } from '../src/memory/pool.js';
-import { memorySnapshot } from '../src/memory/snapshot.js';
+import { recordMemoryHistory } from '../src/observe/history.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { memorySnapshot } from '../src/observe/snapshot.js';
 import {
   SNAPSHOT_VERSION, SnapshotFormatError, validateSnapshot, type MemorySnapshot, type SnapshotBlock, type SnapshotResource,
-} from '../src/memory/snapshot-format.js';
+} from '../src/observe/snapshot-format.js';
 import { estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
 import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { arenaSizeFor, createStack } from '../src/replay/stacks.js';

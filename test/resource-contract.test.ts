@@ -11,21 +11,21 @@ import { Device } from '../src/device.js';
 import {
   DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError, VramError,
 } from '../src/errors.js';
-import { ArenaResource } from '../src/memory/arena.js';
-import { AsyncResource } from '../src/memory/async-resource.js';
-import { BinningResource } from '../src/memory/binning.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { FixedSizeResource } from '../src/memory/fixed-size.js';
-import { LimitingAdaptor } from '../src/memory/limiting.js';
-import { LoggingAdaptor } from '../src/memory/logging.js';
-import { ManagedResource } from '../src/memory/managed-resource.js';
-import { RetryOnOutOfMemory } from '../src/memory/out-of-memory.js';
-import { PinnedHostPool } from '../src/memory/pinned-host-pool.js';
-import { PinnedHostResource } from '../src/memory/pinned-host-resource.js';
-import { PoolResource } from '../src/memory/pool.js';
-import { MemoryResource, type StreamRef } from '../src/memory/resource.js';
-import { StatisticsAdaptor } from '../src/memory/statistics.js';
-import { TrackingAdaptor } from '../src/memory/tracking.js';
+import { ArenaResource } from '../src/resource/suballoc/arena.js';
+import { AsyncResource } from '../src/resource/upstream/async-resource.js';
+import { BinningResource } from '../src/resource/suballoc/binning.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { FixedSizeResource } from '../src/resource/suballoc/fixed-size.js';
+import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
+import { LoggingAdaptor } from '../src/resource/adaptors/logging.js';
+import { ManagedResource } from '../src/resource/upstream/managed-resource.js';
+import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
+import { PinnedHostPool } from '../src/resource/suballoc/pinned-host-pool.js';
+import { PinnedHostResource } from '../src/resource/upstream/pinned-host-resource.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { MemoryResource, type StreamRef } from '../src/resource/resource.js';
+import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
+import { TrackingAdaptor } from '../src/resource/adaptors/tracking.js';
 import { Stream } from '../src/stream.js';
 
 const device = Device.get(0);

@@ -15,15 +15,15 @@ import { test } from 'node:test';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { Ptr } from '../src/backend/backend.js';
 import { OutOfMemoryError } from '../src/errors.js';
-import { ArenaResource } from '../src/memory/arena.js';
-import { CudaResource } from '../src/memory/cuda-resource.js';
-import { recordMemoryHistory } from '../src/memory/history.js';
-import { LimitingAdaptor } from '../src/memory/limiting.js';
-import { onOutOfMemory, type OutOfMemoryEvent } from '../src/memory/out-of-memory-observer.js';
-import { RetryOnOutOfMemory } from '../src/memory/out-of-memory.js';
-import { PoolResource } from '../src/memory/pool.js';
-import type { MemorySnapshot } from '../src/memory/snapshot-format.js';
-import { TrackingAdaptor } from '../src/memory/tracking.js';
+import { ArenaResource } from '../src/resource/suballoc/arena.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { recordMemoryHistory } from '../src/observe/history.js';
+import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
+import { onOutOfMemory, type OutOfMemoryEvent } from '../src/observe/out-of-memory-observer.js';
+import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import type { MemorySnapshot } from '../src/observe/snapshot-format.js';
+import { TrackingAdaptor } from '../src/resource/adaptors/tracking.js';
 import { captureWarnings } from './helpers.js';
 
 const MiB = 1024 * 1024;
@@ -36,12 +36,12 @@ const validate = new Ajv2020({ strict: true, allErrors: true }).compile(schema);
  * runs out; prints the error's message.
  */
 const program = (src: string): string => `
-import { DeviceBuffer } from '${src}/memory/device-buffer.js';
-import { setCurrentResource } from '${src}/memory/current.js';
-import { recordMemoryHistory } from '${src}/memory/history.js';
-import { LimitingAdaptor } from '${src}/memory/limiting.js';
-import '${src}/memory/out-of-memory-observer.js';
-import { PoolResource } from '${src}/memory/pool.js';
+import { DeviceBuffer } from '${src}/buffer/device-buffer.js';
+import { setCurrentResource } from '${src}/resource/current.js';
+import { recordMemoryHistory } from '${src}/observe/history.js';
+import { LimitingAdaptor } from '${src}/resource/adaptors/limiting.js';
+import '${src}/observe/out-of-memory-observer.js';
+import { PoolResource } from '${src}/resource/suballoc/pool.js';
 if (process.env.RECORD) recordMemoryHistory({ stacks: true });
 setCurrentResource(0, new LimitingAdaptor(new PoolResource(), 64 * 1024 * 1024));
 const held = [];

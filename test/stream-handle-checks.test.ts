@@ -10,9 +10,9 @@ import { describe, it } from 'node:test';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { UseAfterFreeError } from '../src/errors.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { PoolResource } from '../src/memory/pool.js';
-import { defaultStream } from '../src/memory/resource.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { defaultStream } from '../src/resource/resource.js';
 import { Stream } from '../src/stream.js';
 
 const device = Device.get(0);

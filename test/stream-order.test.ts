@@ -10,10 +10,10 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { HostAllocFlags, StreamWaitValueFlags, type Ptr } from '../src/backend/backend.js';
 import { Device } from '../src/device.js';
-import { ArenaResource } from '../src/memory/arena.js';
-import { FixedSizeResource } from '../src/memory/fixed-size.js';
-import { PoolResource } from '../src/memory/pool.js';
-import type { MemoryResource } from '../src/memory/resource.js';
+import { ArenaResource } from '../src/resource/suballoc/arena.js';
+import { FixedSizeResource } from '../src/resource/suballoc/fixed-size.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
+import type { MemoryResource } from '../src/resource/resource.js';
 import { Stream } from '../src/stream.js';
 import { underSanitizer } from './helpers.js';
 

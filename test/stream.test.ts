@@ -4,8 +4,8 @@ import assert from 'node:assert/strict';
 import { onGpu } from './helpers.js';
 import { Device } from '../src/device.js';
 import { Event, Stream, pollUntil } from '../src/stream.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { HostBuffer } from '../src/memory/host-buffer.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { DoubleFreeError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 
 test('Stream.create, query, synchronize, destroy', () => {

@@ -13,12 +13,12 @@ import { HostAllocFlags, StreamWaitValueFlags } from '../src/backend/backend.js'
 import { Device } from '../src/device.js';
 import { DetachedBufferError, UseAfterFreeError } from '../src/errors.js';
 import { DeviceArray } from '../src/array/device-array.js';
-import { DeviceBuffer } from '../src/memory/device-buffer.js';
-import { HostBuffer } from '../src/memory/host-buffer.js';
-import { PoolResource } from '../src/memory/pool.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { HostBuffer } from '../src/buffer/host-buffer.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import {
   configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings,
-} from '../src/memory/transfer/transfers.js';
+} from '../src/buffer/transfer/transfers.js';
 import { Stream } from '../src/stream.js';
 import { runDataFuzzAsync } from './fuzz/data-fuzz.js';
 import { resourceFactories } from './fuzz/resources.js';

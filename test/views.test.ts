@@ -8,8 +8,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { HostBuffer } from '../src/memory/host-buffer.js';
-import { ManagedBuffer } from '../src/memory/managed-buffer.js';
+import { HostBuffer } from '../src/buffer/host-buffer.js';
+import { ManagedBuffer } from '../src/buffer/managed-buffer.js';
 import { UseAfterFreeError } from '../src/errors.js';
 
 interface Exit {

@@ -19,8 +19,8 @@
  */
 import type { Device } from '../device.js';
 import { UseAfterFreeError, VramStateError } from '../errors.js';
-import { bytesOf } from '../memory/copy.js';
-import { HostBuffer, type HostBufferOptions } from '../memory/host-buffer.js';
+import { bytesOf } from '../buffer/device-memory.js';
+import { HostBuffer, type HostBufferOptions } from '../buffer/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import {

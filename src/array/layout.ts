@@ -11,7 +11,7 @@
  * lie inside its memory (`checkLayoutFits`), so copies never address a byte outside it.
  */
 import { UseAfterFreeError, VramStateError } from '../errors.js';
-import type { Allocation } from '../memory/lifetime.js';
+import type { Allocation } from '../buffer/lifetime.js';
 import type { DType, DTypeName, HostTypedArray } from './dtype.js';
 import { toNested, type NestedArray } from './host-data.js';
 import { checkShape, contiguousStrides, elementCount, formatShape, type Shape } from './shape.js';

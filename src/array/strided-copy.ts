@@ -34,10 +34,10 @@
  */
 import type { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
-import { copy2D, copyBetween, DeviceMemory, type CopyEndpoint } from '../memory/copy.js';
-import { HostBuffer } from '../memory/host-buffer.js';
-import { Allocation } from '../memory/lifetime.js';
-import type { StreamRef } from '../memory/resource.js';
+import { copy2D, copyBetween, DeviceMemory, type CopyEndpoint } from '../buffer/device-memory.js';
+import { HostBuffer } from '../buffer/host-buffer.js';
+import { Allocation } from '../buffer/lifetime.js';
+import type { StreamRef } from '../resource/resource.js';
 import { Event, Stream } from '../stream.js';
 import { byteSpan, coalesce, contiguousLayout, copyElements, isContiguous, isNonOverlapping, mayShareBytes, sameElements, type Layout } from './layout.js';
 import { contiguousStrides, elementCount, formatShape } from './shape.js';

@@ -9,7 +9,7 @@
  * before the report reads it, so a damaged or hand-edited snapshot is refused naming the field.
  */
 import { existsSync } from 'node:fs';
-import { SnapshotFormatError, validateSnapshot } from '../memory/snapshot-format.js';
+import { SnapshotFormatError, validateSnapshot } from '../observe/snapshot-format.js';
 import { renderReport } from '../report/html.js';
 import { snapshotReport } from '../report/snapshot-report.js';
 import { readTextFile } from '../util/input-file.js';

@@ -18,10 +18,12 @@
  * which koffi passes with no per-call typed-array lookup (see out-slot.ts).
  */
 import koffi from 'koffi';
-import type { HostMemory } from '../backend/backend.js';
 import type { IpcHandleValue, Memcpy2DValue, MemAccessDescValue, MemAllocationPropValue, MemLocationValue, MemPoolPropsValue } from './types.js';
 // Registers the vram_* struct types used in the prototypes below before they are parsed.
 import './types.js';
+
+/** Host memory koffi passes by address (the Backend's HostMemory: the same union, not imported upward). */
+type HostMemory = ArrayBufferView | ArrayBuffer;
 
 /** Signature of every bound entry point: a CUresult. */
 type R = number;

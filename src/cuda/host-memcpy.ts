@@ -1,6 +1,6 @@
 /**
  * The C library's `memcpy`, bound through koffi, and the native address of JavaScript memory: what
- * the staged-transfer threads (src/memory/transfer) copy with. Host copies between native
+ * the staged-transfer threads (src/buffer/transfer) copy with. Host copies between native
  * addresses are the one thing below the Backend that is not CUDA: they must run on worker threads,
  * where neither JavaScript's `TypedArray.set` (it needs the ArrayBuffer, which cannot be shared with
  * a worker) nor the driver (its pageable copies are what staging replaces) can do them.

@@ -19,7 +19,7 @@ import { dtypeOf, dtypes, type DType, type DTypeName, type ScalarName } from '..
 import { checkShape } from '../array/shape.js';
 import type { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
-import { DeviceMemory } from '../memory/copy.js';
+import { DeviceMemory } from '../buffer/device-memory.js';
 import { Stream, streamHandleOf, type StreamRef } from '../stream.js';
 import { readOptions } from '../util/options.js';
 

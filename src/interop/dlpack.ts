@@ -36,9 +36,9 @@ import {
 } from '../cuda/dlpack-abi.js';
 import { Device } from '../device.js';
 import { CudaError, CUresult, NotSupportedError, VramStateError } from '../errors.js';
-import { ForeignDeviceBuffer } from '../memory/foreign-device-buffer.js';
-import { HostBuffer } from '../memory/host-buffer.js';
-import { ManagedBuffer } from '../memory/managed-buffer.js';
+import { ForeignDeviceBuffer } from '../buffer/foreign-device-buffer.js';
+import { HostBuffer } from '../buffer/host-buffer.js';
+import { ManagedBuffer } from '../buffer/managed-buffer.js';
 import { DeviceArray } from '../array/device-array.js';
 import { dtypeOf, dtypes, type DType, type DTypeName } from '../array/dtype.js';
 import { HostArray } from '../array/host-array.js';

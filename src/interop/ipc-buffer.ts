@@ -7,9 +7,9 @@
  */
 import { IpcMemFlags, type Handle, type Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
-import { DeviceMemory } from '../memory/copy.js';
-import type { Release } from '../memory/lifetime.js';
-import { defaultStream, type StreamRef } from '../memory/resource.js';
+import { DeviceMemory } from '../buffer/device-memory.js';
+import type { Release } from '../buffer/lifetime.js';
+import { defaultStream, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
 import type { IpcHandle } from './ipc-handle.js';
 

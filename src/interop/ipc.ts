@@ -18,10 +18,10 @@
  * (`Event.create({ interprocess: true })`, `event.ipcHandle()`, `Event.openIpc`) order the two
  * processes' device work.
  */
-import { CudaResource } from '../memory/cuda-resource.js';
-import { DeviceBuffer } from '../memory/device-buffer.js';
-import { ResourceAdaptor } from '../memory/adaptor.js';
-import type { MemoryResource } from '../memory/resource.js';
+import { CudaResource } from '../resource/upstream/cuda-resource.js';
+import { DeviceBuffer } from '../buffer/device-buffer.js';
+import { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
+import type { MemoryResource } from '../resource/resource.js';
 import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
 import { IpcBuffer } from './ipc-buffer.js';

@@ -20,7 +20,7 @@ import type { HostInput } from '../array/host-data.js';
 import type { Shape } from '../array/shape.js';
 import { Device } from '../device.js';
 import { isOutOfMemory, NotSupportedError } from '../errors.js';
-import { releaseCaches } from '../memory/cache-registry.js';
+import { releaseCaches } from '../resource/cache-registry.js';
 import type { StreamRef } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';

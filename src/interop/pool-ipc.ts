@@ -18,9 +18,9 @@
 import { MemAccess, MemHandleType, type Handle } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { UseAfterFreeError } from '../errors.js';
-import { AsyncResource } from '../memory/async-resource.js';
-import { DeviceBuffer } from '../memory/device-buffer.js';
-import { defaultStream, type StreamRef } from '../memory/resource.js';
+import { AsyncResource } from '../resource/upstream/async-resource.js';
+import { DeviceBuffer } from '../buffer/device-buffer.js';
+import { defaultStream, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { IpcBuffer } from './ipc-buffer.js';

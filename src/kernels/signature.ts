@@ -10,8 +10,8 @@ import { paramLayout, SCALAR_PARAM_BYTES } from '../backend/backend.js';
 import { DeviceArray } from '../array/device-array.js';
 import { HostArray } from '../array/host-array.js';
 import type { Device } from '../device.js';
-import { DeviceMemory } from '../memory/copy.js';
-import { HostBuffer } from '../memory/host-buffer.js';
+import { DeviceMemory } from '../buffer/device-memory.js';
+import { HostBuffer } from '../buffer/host-buffer.js';
 
 export type { ParamType, ScalarParam } from '../backend/backend.js';
 

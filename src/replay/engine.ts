@@ -4,10 +4,10 @@
  * the traced program had live (the fragmentation overhead figure replay reports).
  */
 import { Device } from '../device.js';
-import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../memory/resource.js';
+import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../resource/resource.js';
 import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
-import type { SnapshotSegment } from '../memory/snapshot-format.js';
+import type { SnapshotSegment } from '../observe/snapshot-format.js';
 import type { AllocationTrace } from './parse.js';
 import { readOptions } from '../util/options.js';
 

@@ -5,7 +5,7 @@
  * replay engine can trust it, and a bad log fails with the line that is wrong.
  */
 import { readTextFile } from '../util/input-file.js';
-import { ALLOCATION_LOG_HEADER } from '../memory/logging.js';
+import { ALLOCATION_LOG_HEADER } from '../resource/adaptors/logging.js';
 
 /** What a log line records. `allocate failure` lines are kept but not replayed. */
 export type TraceAction = 'allocate' | 'free' | 'allocate failure';

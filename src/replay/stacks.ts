@@ -3,13 +3,13 @@
  * (peak reserved above all) belongs to that replay alone.
  */
 import { Device } from '../device.js';
-import { AsyncResource } from '../memory/async-resource.js';
-import { ArenaResource } from '../memory/arena.js';
-import { BinningResource } from '../memory/binning.js';
-import { CudaResource } from '../memory/cuda-resource.js';
-import { PoolResource } from '../memory/pool.js';
-import type { MemoryResource } from '../memory/resource.js';
-import { formatBytes } from '../memory/adaptor.js';
+import { AsyncResource } from '../resource/upstream/async-resource.js';
+import { ArenaResource } from '../resource/suballoc/arena.js';
+import { BinningResource } from '../resource/suballoc/binning.js';
+import { CudaResource } from '../resource/upstream/cuda-resource.js';
+import { PoolResource } from '../resource/suballoc/pool.js';
+import type { MemoryResource } from '../resource/resource.js';
+import { formatBytes } from '../resource/adaptors/adaptor.js';
 import { alignUp } from '../validate.js';
 import type { GrowthFigures } from './engine.js';
 import type { AllocationTrace } from './parse.js';

@@ -4,10 +4,10 @@
  * when the snapshot was taken (segments or their mapped pages, live blocks coloured by allocation
  * site, free space), the allocation sites holding the most bytes, and the resources' figures.
  */
-import { formatBytes } from '../memory/adaptor.js';
+import { formatBytes } from '../resource/adaptors/adaptor.js';
 import {
   validateSnapshot, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack,
-} from '../memory/snapshot-format.js';
+} from '../observe/snapshot-format.js';
 import { heldSegments, placeBlocks } from './memory-map.js';
 import type { MapSegment, MapSite, MemoryMapSection, PlotSeries, PlotSection, Report, ReportSection, TableSection } from './report.js';
 

@@ -9,13 +9,13 @@ import type { Backend } from '../../src/backend/backend.js';
 import { getBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
 import { DoubleFreeError, InvalidPointerError, OutOfMemoryError } from '../../src/errors.js';
-import { ArenaResource } from '../../src/memory/arena.js';
-import { BinningResource } from '../../src/memory/binning.js';
-import { CudaResource } from '../../src/memory/cuda-resource.js';
-import { FixedSizeResource } from '../../src/memory/fixed-size.js';
-import { PinnedHostPool } from '../../src/memory/pinned-host-pool.js';
-import { PoolResource } from '../../src/memory/pool.js';
-import type { MemoryResource, StreamRef } from '../../src/memory/resource.js';
+import { ArenaResource } from '../../src/resource/suballoc/arena.js';
+import { BinningResource } from '../../src/resource/suballoc/binning.js';
+import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
+import { FixedSizeResource } from '../../src/resource/suballoc/fixed-size.js';
+import { PinnedHostPool } from '../../src/resource/suballoc/pinned-host-pool.js';
+import { PoolResource } from '../../src/resource/suballoc/pool.js';
+import type { MemoryResource, StreamRef } from '../../src/resource/resource.js';
 import { mulberry32 } from '../../src/util/random.js';
 
 /** One allocator under test, with what the model needs to check it. */

@@ -9,21 +9,21 @@
  * memory pool) outlive the stacks: memory a destroyed stack gave back to them may be handed out to
  * the next stack, which is how ordering mistakes in `destroy()` become visible.
  */
-import { AsyncResource } from '../../src/memory/async-resource.js';
-import { ArenaResource } from '../../src/memory/arena.js';
-import { BinningResource } from '../../src/memory/binning.js';
-import { CudaResource } from '../../src/memory/cuda-resource.js';
-import { FixedSizeResource } from '../../src/memory/fixed-size.js';
-import { LimitingAdaptor } from '../../src/memory/limiting.js';
-import { LoggingAdaptor } from '../../src/memory/logging.js';
-import { ManagedResource } from '../../src/memory/managed-resource.js';
-import { RetryOnOutOfMemory } from '../../src/memory/out-of-memory.js';
-import { PinnedHostPool } from '../../src/memory/pinned-host-pool.js';
-import { PinnedHostResource } from '../../src/memory/pinned-host-resource.js';
-import { PoolResource } from '../../src/memory/pool.js';
-import type { MemoryResource } from '../../src/memory/resource.js';
-import { StatisticsAdaptor } from '../../src/memory/statistics.js';
-import { TrackingAdaptor } from '../../src/memory/tracking.js';
+import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
+import { ArenaResource } from '../../src/resource/suballoc/arena.js';
+import { BinningResource } from '../../src/resource/suballoc/binning.js';
+import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
+import { FixedSizeResource } from '../../src/resource/suballoc/fixed-size.js';
+import { LimitingAdaptor } from '../../src/resource/adaptors/limiting.js';
+import { LoggingAdaptor } from '../../src/resource/adaptors/logging.js';
+import { ManagedResource } from '../../src/resource/upstream/managed-resource.js';
+import { RetryOnOutOfMemory } from '../../src/resource/adaptors/retry-on-oom.js';
+import { PinnedHostPool } from '../../src/resource/suballoc/pinned-host-pool.js';
+import { PinnedHostResource } from '../../src/resource/upstream/pinned-host-resource.js';
+import { PoolResource } from '../../src/resource/suballoc/pool.js';
+import type { MemoryResource } from '../../src/resource/resource.js';
+import { StatisticsAdaptor } from '../../src/resource/adaptors/statistics.js';
+import { TrackingAdaptor } from '../../src/resource/adaptors/tracking.js';
 
 const KiB = 1024;
 const MiB = 1024 * 1024;

@@ -5,12 +5,12 @@
  * the figures are a pool *hit* and one resource's cache never serves another.
  */
 import '../../polyfills.js';
-import { ArenaResource } from '../../memory/arena.js';
-import { AsyncResource } from '../../memory/async-resource.js';
-import { BinningResource } from '../../memory/binning.js';
-import { CudaResource } from '../../memory/cuda-resource.js';
-import { PoolResource } from '../../memory/pool.js';
-import type { MemoryResource } from '../../memory/resource.js';
+import { ArenaResource } from '../../resource/suballoc/arena.js';
+import { AsyncResource } from '../../resource/upstream/async-resource.js';
+import { BinningResource } from '../../resource/suballoc/binning.js';
+import { CudaResource } from '../../resource/upstream/cuda-resource.js';
+import { PoolResource } from '../../resource/suballoc/pool.js';
+import type { MemoryResource } from '../../resource/resource.js';
 import { Stream } from '../../stream.js';
 import { median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { pairsPerBatch, timePairs } from './pairs.js';

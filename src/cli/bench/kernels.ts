@@ -14,7 +14,7 @@
  */
 import { EventFlags } from '../../backend/backend.js';
 import { Device } from '../../device.js';
-import { HostBuffer } from '../../memory/host-buffer.js';
+import { HostBuffer } from '../../buffer/host-buffer.js';
 import type { EmulatedKernels } from '../../kernels/emulated-kernel.js';
 import { Module } from '../../kernels/module.js';
 import { Stream } from '../../stream.js';

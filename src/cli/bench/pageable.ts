@@ -15,9 +15,9 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Backend } from '../../backend/backend.js';
 import { nativeAddress } from '../../cuda/host-memcpy.js';
 import { Device } from '../../device.js';
-import { DeviceBuffer } from '../../memory/device-buffer.js';
-import { CopyThreads } from '../../memory/transfer/copy-threads.js';
-import { configureTransfers, releaseTransferCaches, transferSettings } from '../../memory/transfer/transfers.js';
+import { DeviceBuffer } from '../../buffer/device-buffer.js';
+import { CopyThreads } from '../../buffer/transfer/copy-threads.js';
+import { configureTransfers, releaseTransferCaches, transferSettings } from '../../buffer/transfer/transfers.js';
 import { gbPerSecond, median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { fullRepeats, timeHostClock } from './transfers.js';
 

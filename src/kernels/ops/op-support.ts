@@ -7,8 +7,8 @@ import { checkWritable, DeviceArray } from '../../array/device-array.js';
 import { isNonOverlapping, StridedArray } from '../../array/layout.js';
 import type { Device } from '../../device.js';
 import { VramStateError } from '../../errors.js';
-import { HostBuffer } from '../../memory/host-buffer.js';
-import type { StreamRef } from '../../memory/resource.js';
+import { HostBuffer } from '../../buffer/host-buffer.js';
+import type { StreamRef } from '../../resource/resource.js';
 import { Stream, streamHandleOf } from '../../stream.js';
 
 /** Options every built-in operation takes. */

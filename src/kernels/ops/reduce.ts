@@ -11,7 +11,7 @@
 import { DeviceArray } from '../../array/device-array.js';
 import type { ScalarName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
-import type { StreamRef } from '../../memory/resource.js';
+import type { StreamRef } from '../../resource/resource.js';
 import { builtinKernel } from './builtin-module.js';
 import { reductionBuiltin } from './builtin-sources.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';

@@ -1,0 +1,237 @@
+/**
+ * DeviceBuffer: an owned block of device memory that remembers the resource, stream and size it
+ * came from and returns there on `free()` (or at the end of a `using` scope). PitchedDeviceBuffer
+ * adds the driver-chosen row pitch of a 2D allocation and 2D copies.
+ */
+import type { Ptr } from '../backend/backend.js';
+import { Device } from '../device.js';
+import { streamHandleOf } from '../stream.js';
+import { checkBytes, MAX_BYTES } from '../validate.js';
+import { readOptions } from '../util/options.js';
+import { copy2D, DeviceMemory, type CopyEndpoint } from './device-memory.js';
+import { allocateReleasingCaches } from '../resource/cache-registry.js';
+import { CudaResource } from '../resource/upstream/cuda-resource.js';
+import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
+import { getCurrentResource } from '../resource/current.js';
+import type { Release } from './lifetime.js';
+import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
+
+/** Options for `DeviceBuffer.allocate`. */
+export interface DeviceBufferOptions {
+  /** Where the memory comes from; default the device's current resource (`getCurrentResource`). */
+  readonly resource?: MemoryResource;
+  /** The stream the memory is allocated on and later freed on; default the legacy default stream. */
+  readonly stream?: StreamRef;
+  /** The device, when no resource is named (device 0 by default). */
+  readonly device?: Device | number;
+}
+
+/** Device memory owned by the program: free it with `free()`, or declare it with `using`. */
+export class DeviceBuffer extends DeviceMemory {
+  /** The device the memory lives on. */
+  readonly device: Device;
+  /** The resource it was allocated from and is returned to. */
+  readonly resource: MemoryResource;
+  /** The stream it was allocated on, and is freed on unless `free({ stream })` names another. */
+  readonly stream: StreamRef;
+
+  protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
+    const device = Device.get(resource.device);
+    super(ptr, bytes, release, device, stream);
+    this.resource = resource;
+    this.stream = stream;
+    this.device = device;
+  }
+
+  /**
+   * Allocates `bytes` from `options.resource` (default: the device's current resource) on
+   * `options.stream`. Bad sizes are TypeError/RangeError; no memory is OutOfMemoryError.
+   */
+  static allocate(bytes: number, options: DeviceBufferOptions = {}): DeviceBuffer {
+    checkBytes(bytes);
+    options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true });
+    const resource = pickResource(options);
+    const stream = options.stream ?? defaultStream;
+    streamHandleOf(stream);
+    const ptr = resource.allocate(bytes, stream);
+    return new DeviceBuffer(ptr, bytes, resource, stream, (on) => resource.deallocate(ptr, bytes, on));
+  }
+
+  /**
+   * Allocates a 2D region of `height` rows of `widthBytes` each, padded to a pitch the driver
+   * picks for coalesced access (cuMemAllocPitch; straight from the driver, returned with cuMemFree).
+   */
+  static allocatePitched(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
+    return PitchedDeviceBuffer.allocate2D(widthBytes, height, readOptions('DeviceBuffer.allocatePitched', options, { elementBytes: true, device: true }));
+  }
+
+  /**
+   * Wraps device memory vram did not allocate (a `CUdeviceptr` from C code or another runtime)
+   * without copying it. vram never frees it: `free()`, `using` and the garbage-collection backstop
+   * call `options.onRelease` exactly once and drop `options.owner`. The pointer is checked with
+   * cuPointerGetAttributes first: device or managed memory, or mapped host memory's device
+   * pointer, with [ptr, ptr + bytes) inside one allocation; the context the driver reports is
+   * recorded, and synchronous copies and fills of the buffer run in it.
+   *
+   * @param ptr The device address.
+   * @param bytes The size of the range in bytes.
+   * @param options `owner` (kept alive until freed), `onRelease` (hands the memory back), `device`
+   *   (the device that will use it; memory of another device needs peer access).
+   * @returns A ForeignDeviceBuffer: a DeviceMemory (copies, memset and `DeviceArray.fromBuffer` take it),
+   *   not a DeviceBuffer, since it has no resource or allocation stream to return to.
+   * @throws {TypeError | RangeError} For a malformed pointer, size or option.
+   * @throws {InvalidPointerError} For an address the driver does not know, unmapped host memory,
+   *   another device's memory without peer access, or a range past its allocation (the message
+   *   says which, and what the driver reported).
+   * @example
+   * ```ts
+   * const ptr = native.allocateAndFill(1024); // cuMemAlloc + cuMemcpyHtoD in C
+   * using buf = DeviceBuffer.fromPointer(ptr, 1024, { onRelease: () => native.free(ptr) });
+   * const bytes = buf.copyToHost(new Uint8Array(1024));
+   * ```
+   */
+  static fromPointer(ptr: number, bytes: number, options: ForeignPointerOptions = {}): ForeignDeviceBuffer {
+    return ForeignDeviceBuffer.wrap(ptr, bytes, readOptions('DeviceBuffer.fromPointer', options, { owner: true, onRelease: true, device: true, readOnly: true }));
+  }
+
+  /** Device memory is resident on its device (peer copies use it). */
+  get residentDevice(): Device {
+    return this.device;
+  }
+
+  /** `DeviceBuffer(1024 bytes on device 0)`. */
+  override toString(): string {
+    return `${this.constructor.name}(${this.byteLength} bytes on device ${this.device.ordinal}${this.isFreed ? ', freed' : ''})`;
+  }
+}
+
+function pickResource(options: DeviceBufferOptions): MemoryResource {
+  const resource = options.resource;
+  if (resource === undefined) return getCurrentResource(options.device);
+  if (resource === null || typeof resource !== 'object' || typeof resource.allocate !== 'function') {
+    throw new TypeError('resource must be a MemoryResource');
+  }
+  if (resource.kind === 'pinned-host') {
+    throw new TypeError(`DeviceBuffer needs device memory; ${resource.describe()} hands out pinned host memory (use HostBuffer)`);
+  }
+  if (options.device !== undefined && Device.resolve(options.device).ordinal !== resource.device) {
+    throw new RangeError(`${resource.describe()} belongs to device ${resource.device}, not the device asked for`);
+  }
+  return resource;
+}
+
+/** Options for `DeviceBuffer.allocatePitched`. */
+export interface PitchedOptions {
+  /** Size of the elements the rows hold (4, 8 or 16), which the driver's pitch choice considers. Default 4. */
+  readonly elementBytes?: 4 | 8 | 16;
+  /** The device (device 0 by default). */
+  readonly device?: Device | number;
+}
+
+/** Options of a 2D copy: the region copied and the other side's pitch. */
+export interface Copy2DOptions {
+  /** Bytes per row to copy; default the buffer's `widthBytes`. */
+  readonly widthBytes?: number;
+  /** Rows to copy; default the buffer's `height`. */
+  readonly height?: number;
+  /** Row pitch of the host or other side in bytes; default its `widthBytes` (packed rows). */
+  readonly hostPitch?: number;
+  /** Byte offset of the first row on the host or other side. Default 0. */
+  readonly hostOffset?: number;
+  /** Copy asynchronously on this stream (needs a HostBuffer on the host side). */
+  readonly stream?: StreamRef;
+}
+
+/** Options of a device-to-device 2D copy. */
+export interface Copy2DFromOptions {
+  readonly widthBytes?: number;
+  readonly height?: number;
+  readonly stream?: StreamRef;
+}
+
+/** A 2D device allocation whose rows start `pitch` bytes apart (pitch >= widthBytes). */
+export class PitchedDeviceBuffer extends DeviceBuffer {
+  private constructor(
+    ptr: Ptr, resource: MemoryResource, release: Release,
+    /** Bytes from the start of one row to the next, chosen by the driver. */
+    readonly pitch: number,
+    /** Bytes of data in each row. */
+    readonly widthBytes: number,
+    /** Number of rows. */
+    readonly height: number,
+  ) {
+    super(ptr, pitch * height, resource, defaultStream, release);
+  }
+
+  /** Same as `DeviceBuffer.allocatePitched`. */
+  static allocate2D(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
+    checkBytes(widthBytes, 'widthBytes');
+    const h = checkBytes(height, 'height');
+    options = readOptions('PitchedDeviceBuffer.allocate2D', options, { elementBytes: true, device: true });
+    const elementBytes = options.elementBytes ?? 4;
+    if (elementBytes !== 4 && elementBytes !== 8 && elementBytes !== 16) {
+      throw new RangeError(`elementBytes must be 4, 8 or 16, got ${String(elementBytes)}`);
+    }
+    if (widthBytes * h > MAX_BYTES) {
+      throw new RangeError(`allocatePitched(${widthBytes}, ${h}): ${widthBytes} bytes times ${h} rows is larger than any allocation`);
+    }
+    const device = Device.resolve(options.device);
+    // cuMemAllocPitch memory is plain cuMemAlloc memory to free (cuMemFree), but it does not come
+    // from a resource: the buffer names a CudaResource of its device for `resource` and frees the
+    // pointer itself.
+    const resource = new CudaResource(device);
+    const { ptr, pitch } = allocateReleasingCaches(device.ordinal, () => {
+      device.makeCurrent();
+      return device.backend.memAllocPitch(widthBytes, h, elementBytes);
+    });
+    // cuMemFree synchronises the device, so the stream a free names needs no ordering here.
+    const free = (): void => {
+      device.makeCurrent();
+      device.backend.memFree(ptr);
+    };
+    return new PitchedDeviceBuffer(ptr, resource, free, pitch, widthBytes, h);
+  }
+
+  /** Copies rows from host memory (JavaScript memory, or a HostBuffer for a stream copy) into this buffer. */
+  copy2DFromHost(src: CopyEndpoint, options: Copy2DOptions = {}): void {
+    options = readOptions('PitchedDeviceBuffer.copy2DFromHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
+    const { widthBytes, height } = this.region(options, 'copy2DFromHost');
+    copy2D({ memory: this, offset: 0, pitch: this.pitch },
+      { memory: src, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
+      widthBytes, height, options.stream, 'copy2DFromHost');
+  }
+
+  /** Copies rows from this buffer into host memory and returns `dst`. */
+  copy2DToHost<T extends CopyEndpoint>(dst: T, options: Copy2DOptions = {}): T {
+    options = readOptions('PitchedDeviceBuffer.copy2DToHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
+    const { widthBytes, height } = this.region(options, 'copy2DToHost');
+    copy2D({ memory: dst, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
+      { memory: this, offset: 0, pitch: this.pitch },
+      widthBytes, height, options.stream, 'copy2DToHost');
+    return dst;
+  }
+
+  /** Copies rows from another pitched buffer (each side with its own pitch). */
+  copy2DFrom(src: PitchedDeviceBuffer, options: Copy2DFromOptions = {}): void {
+    if (!(src instanceof PitchedDeviceBuffer)) throw new TypeError('copy2DFrom: src must be a PitchedDeviceBuffer');
+    options = readOptions('PitchedDeviceBuffer.copy2DFrom', options, { widthBytes: true, height: true, stream: true });
+    const { widthBytes, height } = this.region(options, 'copy2DFrom');
+    if (widthBytes > src.widthBytes || height > src.height) {
+      throw new RangeError(`copy2DFrom: ${widthBytes} x ${height} exceeds the source's ${src.widthBytes} x ${src.height}`);
+    }
+    copy2D({ memory: this, offset: 0, pitch: this.pitch }, { memory: src, offset: 0, pitch: src.pitch },
+      widthBytes, height, options.stream, 'copy2DFrom');
+  }
+
+  private region(options: Copy2DFromOptions, what: string): { widthBytes: number; height: number } {
+    this.checkLive();
+    const widthBytes = options.widthBytes ?? this.widthBytes;
+    const height = options.height ?? this.height;
+    checkBytes(widthBytes, `${what}: widthBytes`);
+    checkBytes(height, `${what}: height`);
+    if (widthBytes > this.widthBytes || height > this.height) {
+      throw new RangeError(`${what}: ${widthBytes} x ${height} exceeds the buffer's ${this.widthBytes} x ${this.height}`);
+    }
+    return { widthBytes, height };
+  }
+}

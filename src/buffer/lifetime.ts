@@ -1,0 +1,495 @@
+/**
+ * Lifetimes of the memory vram hands out. Freeing is explicit (`free()`, or `using` through
+ * `Symbol.dispose`); a FinalizationRegistry is the backstop that returns what a program dropped
+ * without freeing it, and counts it as a leak so it shows up in statistics instead of in
+ * `nvidia-smi`. The registry's held value is a record of the pointer, its release and its streams,
+ * never the buffer itself, or the buffer could never be collected.
+ *
+ * Streams: memory from a resource is freed in stream order, on the stream it was allocated on
+ * unless `free({ stream })` names another. A buffer used on other streams says so with
+ * `recordStream(stream)` (PyTorch's `record_stream`): vram's copies and fills call it for the
+ * stream they queue on (copy.ts), the program for work vram does not see (its kernels). At free
+ * time the freeing stream is made to wait (an event on each other stream, `cuStreamWaitEvent`, no
+ * host wait) so the resource cannot hand the block to new work before the old work on those
+ * streams is done. That logic lives here, once, for every buffer class.
+ *
+ * Asynchronous staged copies: a copy of JavaScript memory queues its chunks as earlier ones
+ * complete, long after the call, so stream order alone cannot keep a free behind it (the free would
+ * be queued before the copy's later chunks, and the next owner overwritten by them). Such a copy
+ * holds the memory (`holdMemory`) until it settles: a `free()` meanwhile marks the buffer freed at
+ * once but gives the memory back only when the last hold ends, in stream order behind the streams
+ * recorded by then; the hold also keeps the buffer reachable, so the backstop cannot free it under
+ * the copy. Deferring the free, rather than making it wait on the host, keeps `free()` from blocking
+ * and needs nothing from the copy but a count.
+ *
+ * Views: `view()` of host-accessible memory is an ArrayBuffer over native memory. Such an
+ * ArrayBuffer does not keep the buffer object alive by itself, so a module-level
+ * `WeakMap<ArrayBuffer, Allocation>` does: while any view is reachable its ArrayBuffer is, and
+ * with it the buffer, so the backstop never frees memory a view can still touch.
+ */
+import '../polyfills.js';
+import type { Backend, Ptr } from '../backend/backend.js';
+import type { Device } from '../device.js';
+import { reportLeak } from '../backstop.js';
+import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
+import { Event, Stream, streamHandleOf } from '../stream.js';
+import type { StreamRef } from '../resource/resource.js';
+import { readOptions } from '../util/options.js';
+
+export { leakStatistics, onLeak, resetLeakStatistics, type LeakListener, type LeakRecord, type LeakStatistics } from '../backstop.js';
+
+/**
+ * Returns memory where it came from. `stream` is the stream it is freed on (the one given to
+ * `free({ stream })`, else the allocation stream, else the first recorded stream); closures over a
+ * resource pass it to `deallocate`, closures that are not stream-ordered ignore it. Built in a
+ * buffer's static factory, so that it captures the resource and pointer but never the buffer.
+ *
+ * @example
+ * ```ts
+ * const release: Release = (on) => resource.deallocate(ptr, bytes, on);
+ * ```
+ */
+export type Release = (stream: StreamRef | undefined) => void;
+
+/**
+ * Everything needed to free an allocation, held apart from the buffer: the backstop frees from it
+ * after the buffer is gone, and it is also the registry's unregister token (one object per
+ * allocation, nothing more on the hot path).
+ */
+interface Held {
+  readonly kind: string;
+  readonly ptr: Ptr;
+  readonly bytes: number;
+  readonly stack: string | undefined;
+  readonly release: Release;
+  /** Owns the memory: its backend, and the context of plain `{ handle }` stream references. */
+  readonly owner: Device;
+  /** The allocation stream (freed on by default); undefined when allocated on no stream. */
+  readonly stream: StreamRef | undefined;
+  /** False when `release` is not stream-ordered (registered memory): free waits on the host. */
+  readonly ordered: boolean;
+  /** Other streams the memory was used on (`recordStream`); created on the first record only. */
+  uses: StreamRef[] | undefined;
+  /** Copies in flight that hold the memory (`holdMemory`): while any does, a free is deferred. */
+  holds: number;
+  /** A free deferred until the last hold ends: the stream it names (undefined: the default). */
+  deferred: { readonly stream: StreamRef | undefined } | undefined;
+}
+
+/** An allocation's Held record, for `holdMemory` (set in Allocation's static block: it reads a private field). */
+let heldOf: (allocation: Allocation) => Held;
+
+let captureStacks = false;
+
+const registry = new FinalizationRegistry<Held>((held) => {
+  let releaseError: unknown;
+  try {
+    releaseHeld(held, undefined);
+  } catch (error) {
+    releaseError = error;
+  }
+  reportLeak({
+    kind: held.kind, ptr: held.ptr, bytes: held.bytes,
+    ...(held.stack !== undefined ? { stack: held.stack } : {}),
+    ...(releaseError !== undefined ? { releaseError } : {}),
+  });
+});
+
+/**
+ * Views -> the buffer that owns their memory. An ephemeron: an entry keeps the buffer alive exactly
+ * as long as its key is reachable. The key is the ArrayBuffer over native memory (so every
+ * TypedArray over it, however derived, keeps the buffer), or, where the backend itself holds the
+ * ArrayBuffer as JavaScript memory (the emulated backend), each TypedArray `view()` returned: an
+ * entry keyed by a buffer the backend holds would keep the owner alive forever.
+ */
+const viewOwners = new WeakMap<ArrayBuffer | ArrayBufferView, Allocation>();
+
+/**
+ * Records the JavaScript stack of every allocation made while on, so a leak report says where the
+ * leaked memory came from. Off by default: capturing a stack costs microseconds.
+ */
+export function captureAllocationStacks(enabled: boolean): void {
+  captureStacks = enabled;
+}
+
+/**
+ * Options of `free()`.
+ *
+ * @example
+ * ```ts
+ * buf.free({ stream: consumer }); // reusable by work queued on `consumer` from here on
+ * ```
+ */
+export interface FreeOptions {
+  /**
+   * Free on this stream instead of the allocation stream: the memory may be handed out again for
+   * work queued on it after this point. Work on the allocation stream and on every recorded stream
+   * is waited for first, on the device.
+   */
+  readonly stream?: StreamRef;
+}
+
+/**
+ * The base of every buffer: an address and a size that are valid until freed exactly once.
+ * Subclasses pass a `release` closure that returns the memory where it came from; it must not
+ * capture the buffer (build it in a static factory, not in the constructor).
+ */
+export abstract class Allocation {
+  readonly #ptr: Ptr;
+  readonly #bytes: number;
+  #freed = false;
+  readonly #held: Held;
+  /** The ArrayBuffer over the memory, made on the first `hostView()`. */
+  #view: ArrayBuffer | undefined;
+  /** True when `#view` is a native-memory ArrayBuffer tied to this buffer in `viewOwners`. */
+  #viewTied = false;
+
+  /**
+   * @param ptr The address of the first byte.
+   * @param byteLength The size in bytes.
+   * @param release Returns the memory, on the stream it is given.
+   * @param owner The device that owns the memory (for host memory, the device whose context host
+   *   calls use: device 0). Its backend is the buffer's, and plain `{ handle }` stream references
+   *   are taken to be its streams.
+   * @param stream The stream the memory was allocated on and is freed on by default; undefined
+   *   for memory allocated on no stream.
+   * @param streamOrdered False when `release` is not stream-ordered (registered host memory):
+   *   then `free()` waits on the host for the recorded streams instead.
+   */
+  protected constructor(
+    ptr: Ptr, byteLength: number, release: Release, owner: Device,
+    stream: StreamRef | undefined, streamOrdered = true,
+  ) {
+    this.#ptr = ptr;
+    this.#bytes = byteLength;
+    const held: Held = {
+      kind: new.target.name, ptr, bytes: byteLength,
+      stack: captureStacks ? new Error('allocated here').stack : undefined,
+      release, owner, stream, ordered: streamOrdered, uses: undefined, holds: 0, deferred: undefined,
+    };
+    this.#held = held;
+    registry.register(this, held, held);
+  }
+
+  /** The address of the first byte. Throws `UseAfterFreeError` once freed. */
+  get ptr(): Ptr {
+    if (this.#freed) this.throwFreed();
+    return this.#ptr;
+  }
+
+  /** The size in bytes (still readable after free, for messages). */
+  get byteLength(): number {
+    return this.#bytes;
+  }
+
+  /** True once `free()` has run. */
+  get isFreed(): boolean {
+    return this.#freed;
+  }
+
+  /**
+   * The backend that owns the memory: the owning device's, fixed when the memory was allocated.
+   * Every operation on the buffer goes through it, never through a process-wide lookup.
+   *
+   * @returns The backend.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(64);
+   * console.log(buf.backend.name); // 'cuda' or 'emulated'
+   * ```
+   */
+  get backend(): Backend {
+    return this.#held.owner.backend;
+  }
+
+  /**
+   * The streams recorded with `recordStream` (not the allocation stream), in the order recorded;
+   * empty once freed.
+   *
+   * @returns A copy of the list.
+   * @example
+   * ```ts
+   * buf.recordStream(other);
+   * buf.recordedStreams; // [other]
+   * ```
+   */
+  get recordedStreams(): readonly StreamRef[] {
+    return this.#held.uses === undefined ? [] : this.#held.uses.slice();
+  }
+
+  /** Throws `UseAfterFreeError` when freed; every method that touches the memory calls it. */
+  protected checkLive(): void {
+    if (this.#freed) this.throwFreed();
+  }
+
+  /**
+   * Says that work on `stream` uses this memory (PyTorch's `record_stream`): when the buffer is
+   * freed, the freeing stream first waits for the work queued on `stream` by then, so the memory
+   * is not handed to new work while `stream` still reads or writes it. Nothing waits now; the
+   * cost (one event record and one stream wait per recorded stream) is paid at free time, on the
+   * device. Recording a stream twice, or the allocation stream, does nothing. vram's own copies
+   * and fills record their stream themselves; call it for other work (a kernel of your own).
+   *
+   * @param stream A live `Stream` (any device), or a `{ handle }` reference to a stream of the
+   *   buffer's device.
+   * @throws {UseAfterFreeError} When the buffer was freed or the stream destroyed.
+   * @throws {TypeError} When `stream` is not a stream.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(n, { stream: a, resource: pool });
+   * kernel.launch({ grid, block, stream: b }, buf.ptr, n); // b's kernel reads the buffer
+   * buf.recordStream(b);
+   * buf.free();                                            // on a, after b's kernel: no host wait
+   * ```
+   */
+  recordStream(stream: StreamRef): void {
+    this.checkLive();
+    const s = checkStream(stream, 'recordStream');
+    const held = this.#held;
+    if (held.stream !== undefined && sameStream(s, held.stream, held.owner)) return;
+    if (held.uses === undefined) {
+      held.uses = [s];
+      return;
+    }
+    for (const used of held.uses) if (sameStream(used, s, held.owner)) return;
+    // Copies record every stream they run on: a long-lived buffer copied on one short-lived stream
+    // after another would keep them all. A destroyed stream's work can only be waited for by
+    // synchronising its device, once per device whichever stream it was, so one is kept per device.
+    const owner = held.owner;
+    held.uses = held.uses.filter((u, i, all) => !isDestroyed(u) ||
+      all.findIndex((v) => isDestroyed(v) && deviceOf(v, owner) === deviceOf(u, owner)) === i);
+    held.uses.push(s);
+  }
+
+  /**
+   * Returns the memory to where it came from, in stream order: on `options.stream` when given,
+   * else on the allocation stream (else, for memory allocated on no stream, on the first recorded
+   * stream). Before that, the freeing stream is made to wait for the work queued so far on the
+   * allocation stream and on every recorded stream (an event each and `cuStreamWaitEvent`: the
+   * host does not wait). Where that cannot be done on the device (a recorded stream was destroyed
+   * in the meantime, or the memory is registered host memory, whose release is not stream-ordered),
+   * the host waits for that work instead. A second call throws `DoubleFreeError`; any other use
+   * afterwards throws `UseAfterFreeError`. Views of the memory must not be used afterwards.
+   *
+   * @param options `stream`: free on this stream instead of the allocation stream.
+   * @throws {DoubleFreeError} When already freed.
+   * @throws {TypeError} When `options` is not an object or `options.stream` not a stream.
+   * @throws {UseAfterFreeError} When `options.stream` was destroyed, or, without it, the stream
+   *   the memory is returned on (its allocation stream) was and the resource needs a live one:
+   *   nothing is freed then, and `free({ stream })` with a live stream frees it.
+   * @example
+   * ```ts
+   * const buf = DeviceBuffer.allocate(n, { stream: producer, resource: pool });
+   * buf.recordStream(consumer);
+   * buf.free({ stream: consumer }); // reusable by work queued on consumer from here on
+   * ```
+   */
+  free(options?: FreeOptions): void {
+    if (this.#freed) {
+      throw new DoubleFreeError(`${this.constructor.name} of ${this.#bytes} bytes was already freed`);
+    }
+    let stream: StreamRef | undefined;
+    if (options !== undefined) {
+      options = readOptions(`${this.constructor.name}.free`, options, { stream: true });
+      if (options.stream !== undefined) stream = checkStream(options.stream, 'free');
+    }
+    // Released first (or put off behind the copies that hold the memory), marked after: a release
+    // that throws (its stream was destroyed) changes nothing, so the buffer is not lost to the pool
+    // that still counts it live.
+    const held = this.#held;
+    if (held.holds > 0) held.deferred = { stream };
+    else releaseHeld(held, stream);
+    this.#freed = true;
+    this.#view = undefined;
+    this.#viewTied = false;
+    registry.unregister(held);
+  }
+
+  /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */
+  [Symbol.dispose](): void {
+    if (!this.#freed) this.free();
+  }
+
+  /**
+   * A TypedArray over `length` elements from `byteOffset` of the memory, for `view()` of
+   * host-accessible memory (one ArrayBuffer per buffer, made through the owner's backend). The view
+   * keeps this buffer alive: the backstop cannot free memory under a reachable view. An explicit
+   * `free()` can, and is the caller's to order: views used after it read and write memory that
+   * was unmapped (a crash) or handed out again (another buffer's data).
+   *
+   * @param Type The TypedArray class.
+   * @param byteOffset Checked by the caller (`viewRange`).
+   * @param length Checked by the caller.
+   * @returns The view, tied to this buffer.
+   * @throws {UseAfterFreeError} When freed.
+   */
+  protected hostView<T extends ArrayBufferView>(
+    Type: new (buffer: ArrayBuffer, byteOffset?: number, length?: number) => T, byteOffset: number, length: number,
+  ): T {
+    if (this.#freed) this.throwFreed();
+    if (this.#view === undefined) {
+      const backend = this.backend;
+      const buffer = backend.hostView(this.#ptr, this.#bytes);
+      // A fresh ArrayBuffer per call is a view of native memory (koffi's): tie it, and with it
+      // every view ever made over it. A backend that hands out the same ArrayBuffer again holds it
+      // itself as JavaScript memory (the emulated backend): it cannot dangle, and tying it would
+      // keep this buffer alive as long as the backend holds the memory, that is, forever.
+      if (backend.hostView(this.#ptr, this.#bytes) !== buffer) {
+        viewOwners.set(buffer, this);
+        this.#viewTied = true;
+      }
+      this.#view = buffer;
+    }
+    const view = new Type(this.#view, byteOffset, length);
+    // Untied memory: each view returned keeps the buffer (views derived from its `.buffer` do not,
+    // but over JavaScript memory they cannot crash either).
+    if (!this.#viewTied) viewOwners.set(view, this);
+    return view;
+  }
+
+  private throwFreed(): never {
+    throw new UseAfterFreeError(`${this.constructor.name} of ${this.#bytes} bytes was used after free`);
+  }
+
+  static {
+    heldOf = (allocation) => {
+      allocation.checkLive();
+      return allocation.#held;
+    };
+  }
+}
+
+/**
+ * Keeps `allocation`'s memory from being given back until the returned function is called: for
+ * an asynchronous copy that queues work on the memory after the call that started it (a staged
+ * copy's later chunks). A `free()` in the meantime marks the buffer freed at once (every later use
+ * throws `UseAfterFreeError`) and returns the memory when the last hold ends, on the stream it
+ * named, behind the streams recorded on the buffer by then. While held, the buffer stays
+ * reachable, so the garbage-collection backstop cannot free it either. Ending a hold twice does
+ * nothing. A deferred free that fails (the stream it named was destroyed meanwhile, say) cannot
+ * throw to its caller, who has returned: it is a warning (code VRAM_DEFERRED_FREE).
+ *
+ * @internal
+ * @param allocation A live buffer.
+ * @returns Ends the hold; call it once the copy has settled, also when it failed.
+ * @throws {UseAfterFreeError} When the buffer was freed already.
+ * @example
+ * ```ts
+ * const done = holdMemory(buf);
+ * try { await copyPageableAsync(copy, stream); } finally { done(); }
+ * ```
+ */
+export function holdMemory(allocation: Allocation): () => void {
+  const held = heldOf(allocation);
+  held.holds++;
+  let holding: Allocation | undefined = allocation; // reachable while the copy can end the hold
+  return () => {
+    if (holding === undefined) return;
+    holding = undefined;
+    held.holds--;
+    const deferred = held.deferred;
+    if (held.holds > 0 || deferred === undefined) return;
+    held.deferred = undefined;
+    // A stream the free named and the program destroyed since: free as if none had been named
+    // (the allocation stream, ordered behind every recorded one), rather than not at all.
+    const stream = deferred.stream !== undefined && isDestroyed(deferred.stream) ? undefined : deferred.stream;
+    try {
+      releaseHeld(held, stream);
+    } catch (error) {
+      process.emitWarning(
+        `${held.kind} of ${held.bytes} bytes, freed while a copy used it, could not be given back when the copy ended: ` +
+        (error instanceof Error ? error.message : String(error)),
+        { code: 'VRAM_DEFERRED_FREE' });
+    }
+  };
+}
+
+/**
+ * Checks a stream argument: a live Stream, or an object with a numeric handle.
+ * `what` names the method for the message.
+ */
+function checkStream(stream: unknown, what: string): StreamRef {
+  if (stream instanceof Stream) {
+    if (stream.isDestroyed) throw new UseAfterFreeError(`${what}: the stream was destroyed`);
+    return stream;
+  }
+  if (stream === undefined || stream === null || typeof stream !== 'object') {
+    throw new TypeError(`${what}: stream must be a Stream or an object with a numeric handle, got ${stream === null ? 'null' : typeof stream}`);
+  }
+  streamHandleOf(stream as StreamRef); // TypeError (or RangeError) for a malformed handle
+  return stream as StreamRef;
+}
+
+function isDestroyed(stream: StreamRef): boolean {
+  return stream instanceof Stream && stream.isDestroyed;
+}
+
+/** The device a stream belongs to: a Stream's own, else (a plain `{ handle }`) the owner's. */
+function deviceOf(stream: StreamRef, owner: Device): Device {
+  return stream instanceof Stream ? stream.device : owner;
+}
+
+/**
+ * True when `a` and `b` name the same stream: the same object, or the same handle on the same
+ * device (handle 0 is each context's own legacy stream). A destroyed Stream equals only itself:
+ * its handle may have been given to a new stream since.
+ */
+function sameStream(a: StreamRef, b: StreamRef, owner: Device): boolean {
+  if (a === b) return true;
+  if (isDestroyed(a) || isDestroyed(b)) return false;
+  return deviceOf(a, owner) === deviceOf(b, owner) && a.handle === b.handle;
+}
+
+/**
+ * Frees what `held` describes on `freeStream` (else its allocation stream, else its first recorded
+ * stream still alive: copies record their streams, which programs often destroy before freeing),
+ * after ordering that stream behind every other stream that used the memory. The common case (no
+ * recorded stream, no other freeing stream) goes straight to `release`.
+ */
+function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
+  const target = freeStream ?? held.stream ?? held.uses?.find((s) => !isDestroyed(s));
+  if (held.uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
+    waitForUses(held, target, freeStream);
+  }
+  held.release(target);
+  held.uses = undefined; // the streams need not stay alive with a freed buffer
+}
+
+/**
+ * Makes `target` wait, on the device, for the work queued so far on every stream that used the
+ * memory: the allocation stream and the recorded ones. Where that is impossible the host waits:
+ * for a destroyed recorded stream (its device is synchronised, since its work can no longer be
+ * marked), and for everything when the target was destroyed or the release is not stream-ordered.
+ */
+function waitForUses(held: Held, target: StreamRef | undefined, freeStream: StreamRef | undefined): void {
+  const owner = held.owner;
+  const onDevice = held.ordered && target !== undefined && !isDestroyed(target);
+  let synchronized: Set<Device> | undefined;
+  const after = (used: StreamRef): void => {
+    if (onDevice && sameStream(used, target, owner)) return;
+    if (isDestroyed(used)) {
+      const device = deviceOf(used, owner);
+      if (synchronized?.has(device) === true) return;
+      device.synchronize();
+      (synchronized ??= new Set()).add(device);
+      return;
+    }
+    const event = Event.create({ device: deviceOf(used, owner), timing: false });
+    try {
+      event.record(used);
+      if (!onDevice) event.synchronize();
+      else if (target instanceof Stream) target.waitEvent(event);
+      else {
+        owner.makeCurrent();
+        owner.backend.streamWaitEvent(target.handle, event.handle);
+      }
+    } finally {
+      // Safe while the wait is pending: the driver keeps what a queued wait needs.
+      event.destroy();
+    }
+  };
+  if (held.stream !== undefined) after(held.stream);
+  if (held.uses !== undefined) for (const used of held.uses) after(used);
+  // Memory released off the device's order also waits for the stream it was freed "on".
+  if (!held.ordered && freeStream !== undefined) after(freeStream);
+}

@@ -1,0 +1,328 @@
+/**
+ * Copies between ordinary JavaScript memory (pageable) and the device, at the host's own limit.
+ * One entry point per form, used by every buffer and array: `copyPageable` (blocking) and
+ * `copyPageableAsync` (never blocks the event loop). Each picks the path:
+ * 1. registered: the buffer is in the registration cache (or gets there now: the second copy of a
+ *    buffer of at least 8 MiB), so the driver copies it at pinned speed, no staging;
+ * 2. direct: a synchronous copy smaller than `stagingThreshold` (default 16 MiB) goes to the
+ *    driver's own pageable copy: on the H100 machine the driver's 11-14 GB/s beat staging's
+ *    7-10 up to 8 MiB (the pipeline has too few chunks to fill), staging won from 16 MiB
+ *    (14.2/16.4 against 12.5/13.6 GB/s H2D/D2H) and ran away with it above (23.8/26.7 against
+ *    9.6/12.8 at 64 MiB, 36/33 against 7.7/14.4 at 256 MiB);
+ * 3. staged: everything else goes through pinned chunks, the host side copied by the copy threads
+ *    while the copy engine moves the previous chunk (staged-copy.ts).
+ * The settings are process-wide (`configureTransfers`); the caches belong to each backend.
+ */
+import type { Backend, Ptr } from '../../backend/backend.js';
+import { Device } from '../../device.js';
+import { Event, type StreamRef } from '../../stream.js';
+import { checkBytes, checkNonNegativeInteger } from '../../validate.js';
+import { PinnedHostPool } from '../../resource/suballoc/pinned-host-pool.js';
+import { defaultStream } from '../../resource/resource.js';
+import { checkThreadCount, CopyThreads, defaultCopyThreads } from './copy-threads.js';
+import { RegistrationCache, type RegistrationPolicy, type RegistrationStatistics } from './registration-cache.js';
+import { runStaged, runStagedAsync, type StagedCopy } from './staged-copy.js';
+import { readOptions } from '../../util/options.js';
+
+/** Process-wide transfer settings (see `configureTransfers`). */
+export interface TransferSettings {
+  /** Copy threads for staged copies (0: copy on the calling thread). Default `VRAM_COPY_THREADS`, else half the cores, at most 8. */
+  readonly threads: number;
+  /** Bytes per staging chunk (default 8 MiB). */
+  readonly chunkBytes: number;
+  /** Staging chunks in flight per copy (default 4; at least 2, so a chunk's host copy overlaps another's DMA). */
+  readonly depth: number;
+  /** Synchronous pageable copies below this many bytes go straight to the driver (default 16 MiB). */
+  readonly stagingThreshold: number;
+  /** The registration cache's policy. */
+  readonly registration: RegistrationPolicy;
+}
+
+/** A change to the settings: any subset, `registration` merged field by field. */
+export type TransferOptions = Partial<Omit<TransferSettings, 'registration'>> & {
+  readonly registration?: Partial<RegistrationPolicy>;
+};
+
+/** Copies and bytes moved one way. */
+export interface TransferCount {
+  readonly copies: number;
+  readonly bytes: number;
+}
+
+/** Which path pageable copies took, and what the registration cache did. */
+export interface TransferStatistics {
+  /** Straight to the driver's pageable copy (small synchronous copies). */
+  readonly direct: TransferCount;
+  /** Through pinned staging chunks. */
+  readonly staged: TransferCount;
+  /** From or to memory the registration cache had pinned in place. */
+  readonly registered: TransferCount;
+  readonly registration: RegistrationStatistics;
+}
+
+/** Per-call options of a pageable copy. */
+export interface PageableOptions {
+  /**
+   * true: pin this buffer in place now (registration cache) and copy at pinned speed; false: never
+   * use the cache for this copy; undefined: the cache's policy decides.
+   */
+  readonly register?: boolean;
+}
+
+const MiB = 1024 * 1024;
+
+/**
+ * The defaults, chosen by bench/pageable-sweep.ts on an H100 machine (16 cores; 256 MiB both ways,
+ * host memcpy ceiling 38 GB/s with 8 threads, pinned DMA 55 GB/s): 8 threads, 8 MiB chunks,
+ * depth 4 staged at 46.8 GB/s H2D and 46.6 D2H (async 47.5 and 46.4). Depth 2 ran at 30-34,
+ * 2 MiB chunks at 14-28 (the per-chunk hand-offs dominate), 12 threads no faster than 8
+ * (memory-bound).
+ */
+let threadsFromEnvironment: number | undefined;
+let settings: TransferSettings = {
+  // VRAM_COPY_THREADS is read when the count is first needed, not when vram is imported: a bad
+  // value is then the RangeError of the copy (or configureTransfers) that needs it.
+  get threads(): number {
+    return threadsFromEnvironment ??= defaultCopyThreads();
+  },
+  chunkBytes: 8 * MiB,
+  depth: 4,
+  stagingThreshold: 16 * MiB,
+  registration: { enabled: true, minimumBytes: 8 * MiB, maximumBytes: 2048 * MiB, afterUses: 2 },
+};
+let threads: CopyThreads | undefined;
+
+/** One backend's caches and counts. */
+interface BackendTransfers {
+  readonly registrations: RegistrationCache;
+  readonly staging: Map<Device, PinnedHostPool>;
+  readonly counts: Record<'direct' | 'staged' | 'registered', { copies: number; bytes: number }>;
+}
+const perBackend = new WeakMap<Backend, BackendTransfers>();
+
+function transfersOf(backend: Backend): BackendTransfers {
+  let state = perBackend.get(backend);
+  if (state === undefined) {
+    state = {
+      registrations: new RegistrationCache(backend, () => settings.registration),
+      staging: new Map(),
+      counts: { direct: { copies: 0, bytes: 0 }, staged: { copies: 0, bytes: 0 }, registered: { copies: 0, bytes: 0 } },
+    };
+    perBackend.set(backend, state);
+  }
+  return state;
+}
+
+function count(state: BackendTransfers, path: 'direct' | 'staged' | 'registered', bytes: number): void {
+  state.counts[path].copies++;
+  state.counts[path].bytes += bytes;
+}
+
+/**
+ * Changes the process-wide transfer settings; returns the settings now in force. A new thread
+ * count takes effect at the next staged copy (the old threads finish what they have).
+ *
+ * @param options The settings to change.
+ * @returns The complete settings after the change.
+ * @throws {TypeError | RangeError} For a bad value (nothing changes then).
+ * @example
+ * ```ts
+ * configureTransfers({ threads: 4, registration: { enabled: false } });
+ * ```
+ */
+export function configureTransfers(options: TransferOptions): TransferSettings {
+  options = readOptions('configureTransfers', options, { threads: true, chunkBytes: true, depth: true, stagingThreshold: true, registration: true });
+  const r = readOptions('configureTransfers', options.registration, { enabled: true, minimumBytes: true, maximumBytes: true, afterUses: true }, 'registration');
+  if (r.enabled !== undefined && typeof r.enabled !== 'boolean') throw new TypeError('registration.enabled must be a boolean');
+  const next: TransferSettings = {
+    threads: options.threads === undefined ? settings.threads : checkThreadCount(checkNonNegativeInteger(options.threads, 'threads'), 'threads'),
+    chunkBytes: options.chunkBytes === undefined ? settings.chunkBytes : checkBytes(options.chunkBytes, 'chunkBytes'),
+    depth: options.depth === undefined ? settings.depth : checkDepth(options.depth),
+    stagingThreshold: options.stagingThreshold === undefined
+      ? settings.stagingThreshold : checkNonNegativeInteger(options.stagingThreshold, 'stagingThreshold'),
+    registration: {
+      enabled: r.enabled ?? settings.registration.enabled,
+      minimumBytes: r.minimumBytes === undefined ? settings.registration.minimumBytes : checkNonNegativeInteger(r.minimumBytes, 'registration.minimumBytes'),
+      maximumBytes: r.maximumBytes === undefined ? settings.registration.maximumBytes : checkNonNegativeInteger(r.maximumBytes, 'registration.maximumBytes'),
+      afterUses: r.afterUses === undefined ? settings.registration.afterUses : checkBytes(r.afterUses, 'registration.afterUses'),
+    },
+  };
+  if (next.registration.minimumBytes > next.registration.maximumBytes) {
+    throw new RangeError(`configureTransfers: registration.minimumBytes (${next.registration.minimumBytes}) exceeds registration.maximumBytes (${next.registration.maximumBytes})`);
+  }
+  if (next.threads !== settings.threads) {
+    threads?.destroy();
+    threads = undefined;
+  }
+  settings = next;
+  return settings;
+}
+
+function checkDepth(depth: number): number {
+  checkNonNegativeInteger(depth, 'depth');
+  if (depth < 2 || depth > 16) throw new RangeError(`depth must be from 2 to 16 (two chunks overlap at least), got ${depth}`);
+  return depth;
+}
+
+/**
+ * The transfer settings in force.
+ *
+ * @returns The settings.
+ * @example
+ * ```ts
+ * console.log(transferSettings().threads);
+ * ```
+ */
+export function transferSettings(): TransferSettings {
+  return settings;
+}
+
+/**
+ * Which path pageable copies of `device`'s backend took so far, and what its registration cache did.
+ *
+ * @param device The device whose backend to report (device 0 by default).
+ * @returns The counts.
+ * @example
+ * ```ts
+ * const { staged, registered } = transferStatistics();
+ * ```
+ */
+export function transferStatistics(device?: Device | number): TransferStatistics {
+  const state = transfersOf(Device.resolve(device).backend);
+  const { direct, staged, registered } = state.counts;
+  return {
+    direct: { ...direct }, staged: { ...staged }, registered: { ...registered },
+    registration: state.registrations.statistics(),
+  };
+}
+
+/**
+ * Gives back what transfers cache for `device`'s backend: idle staging chunks, and every
+ * registration no copy is using.
+ *
+ * @param device The device (device 0 by default).
+ * @returns The bytes released (pinned staging plus unregistered).
+ * @example
+ * ```ts
+ * releaseTransferCaches(); // before measuring pinned host memory, say
+ * ```
+ */
+export function releaseTransferCaches(device?: Device | number): number {
+  const state = transfersOf(Device.resolve(device).backend);
+  let released = state.registrations.clear();
+  for (const pool of state.staging.values()) released += pool.releaseCached();
+  return released;
+}
+
+/**
+ * Unregisters `memory`'s buffer if the registration cache pinned it (HostBuffer.register calls
+ * this first, as the driver refuses to register memory twice).
+ *
+ * @param backend The backend the program registers with.
+ * @param memory The memory about to be registered.
+ */
+export function forgetRegistration(backend: Backend, memory: Uint8Array): void {
+  perBackend.get(backend)?.registrations.forget(memory.buffer);
+}
+
+/** A copy between JavaScript memory and device memory, as the buffer resolved it. */
+export interface PageableCopy {
+  readonly direction: 'to-device' | 'from-device';
+  /** The device whose context the copy runs in. */
+  readonly device: Device;
+  /** The device address of the first byte. */
+  readonly devicePtr: Ptr;
+  /** Exactly the JavaScript bytes copied (a view of the caller's memory, never a copy of it). */
+  readonly host: Uint8Array;
+  readonly options: PageableOptions;
+}
+
+/**
+ * Runs a pageable copy to completion, blocking (registered, direct or staged on the legacy
+ * default stream, so it is ordered as the driver's own synchronous copy would be).
+ *
+ * @param copy What to copy.
+ * @throws {DetachedBufferError} When the JavaScript memory is detached meanwhile.
+ * @throws {CudaError | OutOfMemoryError} From the driver.
+ */
+export function copyPageable(copy: PageableCopy): void {
+  const { device, devicePtr, host } = copy;
+  const backend = device.backend;
+  const state = transfersOf(backend);
+  const bytes = host.byteLength;
+  const registration = state.registrations.acquire(host, copy.options.register);
+  if (registration !== undefined) {
+    try {
+      device.makeCurrent();
+      if (copy.direction === 'to-device') backend.memcpy(devicePtr, registration.ptr, bytes);
+      else backend.memcpy(registration.ptr, devicePtr, bytes);
+    } finally {
+      state.registrations.release(registration);
+    }
+    count(state, 'registered', bytes);
+  } else if (bytes < settings.stagingThreshold) {
+    device.makeCurrent();
+    if (copy.direction === 'to-device') backend.memcpyFromHost(devicePtr, host, bytes);
+    else backend.memcpyToHost(host, devicePtr, bytes);
+    count(state, 'direct', bytes);
+  } else {
+    runStaged(staged(copy, state, defaultStream));
+    count(state, 'staged', bytes);
+  }
+}
+
+/**
+ * Runs a pageable copy on `stream` (after the work queued there) and resolves once every byte
+ * has arrived; the event loop is never blocked. Registered memory is copied by one DMA; anything
+ * else, small copies included, is staged (a direct pageable copy would block).
+ *
+ * @param copy What to copy.
+ * @param stream The stream (default: the legacy default stream).
+ * @returns A promise that resolves when the copy is complete.
+ * @throws {DetachedBufferError} When the JavaScript memory is detached meanwhile (rejects).
+ * @throws {CudaError | OutOfMemoryError} From the driver (rejects).
+ */
+export async function copyPageableAsync(copy: PageableCopy, stream: StreamRef = defaultStream): Promise<void> {
+  const { device, devicePtr, host } = copy;
+  const backend = device.backend;
+  const state = transfersOf(backend);
+  const bytes = host.byteLength;
+  const registration = state.registrations.acquire(host, copy.options.register);
+  if (registration === undefined) {
+    await runStagedAsync(staged(copy, state, stream));
+    count(state, 'staged', bytes);
+    return;
+  }
+  const done = Event.create({ device, timing: false });
+  try {
+    device.makeCurrent();
+    if (copy.direction === 'to-device') backend.memcpyAsync(devicePtr, registration.ptr, bytes, stream.handle);
+    else backend.memcpyAsync(registration.ptr, devicePtr, bytes, stream.handle);
+    done.record(stream);
+    // The registration stays busy (not evicted) until the DMA is complete.
+    await done.synchronized();
+  } finally {
+    done.destroy();
+    state.registrations.release(registration);
+  }
+  count(state, 'registered', bytes);
+}
+
+/** The staged form of `copy` on `stream`, with the current settings. */
+function staged(copy: PageableCopy, state: BackendTransfers, stream: StreamRef): StagedCopy {
+  // The staging pool keeps enough for two copies in flight with the settings in force (freeing
+  // and allocating pinned chunks each copy would cost milliseconds); more is freed as it goes idle.
+  const keep = 2 * settings.depth * settings.chunkBytes;
+  let pool = state.staging.get(copy.device);
+  if (pool === undefined) {
+    pool = new PinnedHostPool({ device: copy.device, maximumCachedBytes: keep });
+    state.staging.set(copy.device, pool);
+  } else if (pool.maximumCachedBytes !== keep) {
+    pool.maximumCachedBytes = keep;
+  }
+  threads ??= new CopyThreads(settings.threads);
+  return {
+    direction: copy.direction, device: copy.device, stream, devicePtr: copy.devicePtr, host: copy.host,
+    chunkBytes: settings.chunkBytes, depth: settings.depth, pool, threads,
+  };
+}

@@ -1,0 +1,165 @@
+/**
+ * One place for the numbers: what a device's current resource holds, in one flat object and one
+ * readable table, as PyTorch's `torch.cuda.memory_stats()` and `memory_summary()`. The figures
+ * come from the resources themselves (`MemoryResource.memoryFigures()`), so a stack of adaptors
+ * over a pool reports the pool's bytes with what each adaptor adds (a limit, retries).
+ */
+import type { Counter } from '../counter.js';
+import { Device } from '../device.js';
+import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { getCurrentResource } from '../resource/current.js';
+import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
+import { checkResource } from '../resource/resource.js';
+
+/** A figure now and its high-water mark. */
+export interface CurrentAndPeak {
+  /** The figure now. */
+  readonly current: number;
+  /** Its highest value since creation or the last `resetPeakStats()`. */
+  readonly peak: number;
+}
+
+/**
+ * The figures of one device's current resource (schema version 1). Fields the resource does not
+ * keep are `undefined`, never a 0 that would read as measured: a resource outside vram, or one
+ * such as BinningResource that does not count, reports only its description, errors and leaks.
+ */
+export interface MemoryStats {
+  /** The schema version of this object; a change of meaning or a removed field raises it. */
+  readonly version: 1;
+  /** The device ordinal. */
+  readonly device: number;
+  /** The current resource's `describe()`, e.g. `LimitingAdaptor(limit=64 MiB, PoolResource(...))`. */
+  readonly resource: string;
+  /**
+   * Bytes handed out and not yet returned (`value`, as the callers asked for them), their peak,
+   * and all bytes ever handed out (`total`). PyTorch's `allocated_bytes`.
+   */
+  readonly allocatedBytes: Counter | undefined;
+  /** Live allocations (`value`), their peak and all allocations ever made. PyTorch's `allocation`. */
+  readonly allocations: Counter | undefined;
+  /**
+   * Bytes the resource holds from the driver (or its upstream): live blocks, their rounding and
+   * what it caches. PyTorch's `reserved_bytes`. For a CudaResource it is the allocated bytes.
+   */
+  readonly reservedBytes: CurrentAndPeak | undefined;
+  /**
+   * Reserved minus allocated bytes: what is cached, plus the rounding of live blocks. The most
+   * `emptyCache()` can give back (it gives back whole free pages or chunks only), and the memory
+   * that looks like a leak in `nvidia-smi` but is the cache.
+   */
+  readonly cachedBytes: number | undefined;
+  /** Allocations that failed for lack of memory and were retried (RetryOnOutOfMemory in the stack). */
+  readonly allocationRetries: number | undefined;
+  /**
+   * Out-of-memory errors the current resource's `allocate` threw to its callers (failures a
+   * RetryOnOutOfMemory recovered from are not among them). Counted per resource: setting another
+   * current resource starts from its own count.
+   */
+  readonly outOfMemoryErrors: number;
+  /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */
+  readonly limitBytes: number | undefined;
+  /** Cached physical pages moved to where live data needed them (virtual-memory PoolResource). */
+  readonly pageMoves: number | undefined;
+  /** Driver calls made to grow, move and give back pages (virtual-memory PoolResource). */
+  readonly driverCalls: number | undefined;
+  /**
+   * Allocations the garbage-collection backstop freed because the program dropped them without
+   * `free()`, with their bytes: process-wide, every device and resource together.
+   */
+  readonly leaks: LeakStatistics;
+}
+
+/**
+ * The figures of the current resource of `device`, in one flat object.
+ *
+ * @param device The device (device 0 by default).
+ * @returns A snapshot of its figures; later calls return new objects.
+ * @throws {RangeError | TypeError} For a bad device, or a bad environment variable of the default resource.
+ * @throws {UseAfterFreeError} When the current resource was destroyed.
+ * @example
+ * ```ts
+ * const stats = memoryStats();
+ * console.log(stats.allocatedBytes?.value, stats.cachedBytes);
+ * ```
+ */
+export function memoryStats(device?: Device | number): MemoryStats {
+  const dev = Device.resolve(device);
+  const mr = checkResource(getCurrentResource(dev), 'the current resource');
+  const figures = mr.memoryFigures();
+  const allocated = figures?.allocatedBytes;
+  return Object.freeze({
+    version: 1,
+    device: dev.ordinal,
+    resource: mr.describe(),
+    allocatedBytes: allocated,
+    allocations: figures?.allocations,
+    reservedBytes: figures === undefined ? undefined
+      : Object.freeze({ current: figures.reservedBytes, peak: figures.peakReservedBytes }),
+    cachedBytes: figures === undefined ? undefined : Math.max(0, figures.reservedBytes - figures.allocatedBytes.value),
+    allocationRetries: figures?.allocationRetries,
+    outOfMemoryErrors: mr.outOfMemoryErrors,
+    limitBytes: figures?.limitBytes,
+    pageMoves: figures?.pageMoves,
+    driverCalls: figures?.driverCalls,
+    leaks: leakStatistics(),
+  } as const);
+}
+
+/**
+ * Starts new high-water marks (allocated bytes and count, reserved bytes) from the current figures
+ * of the current resource of `device` and everything below it, as PyTorch's
+ * `reset_peak_memory_stats()`: peaks per phase of a program. Totals and counts of errors stay.
+ *
+ * @param device The device (device 0 by default).
+ * @throws {RangeError | TypeError} For a bad device.
+ * @throws {UseAfterFreeError} When the current resource was destroyed.
+ * @example
+ * ```ts
+ * resetPeakStats();
+ * runStep();
+ * memoryStats().allocatedBytes?.peak; // the step's peak
+ * ```
+ */
+export function resetPeakStats(device?: Device | number): void {
+  checkResource(getCurrentResource(device), 'the current resource').resetPeakFigures();
+}
+
+/**
+ * The figures of `memoryStats(device)` as a readable table (metric, current, peak, total), as
+ * PyTorch's `memory_summary()`; `-` where a column does not apply, `n/a` where the resource
+ * keeps no such figure.
+ *
+ * @param device The device (device 0 by default).
+ * @returns Lines ending in a newline.
+ * @throws {RangeError | TypeError} For a bad device.
+ * @throws {UseAfterFreeError} When the current resource was destroyed.
+ * @example
+ * ```ts
+ * console.log(memorySummary());
+ * ```
+ */
+export function memorySummary(device?: Device | number): string {
+  const s = memoryStats(device);
+  const na = 'n/a';
+  const bytes = (n: number | undefined): string => (n === undefined ? na : formatBytes(n));
+  const count = (n: number | undefined): string => (n === undefined ? na : String(n));
+  const rows: string[][] = [
+    ['Metric', 'Current', 'Peak', 'Total'],
+    ['Allocated memory', bytes(s.allocatedBytes?.value), bytes(s.allocatedBytes?.peak), bytes(s.allocatedBytes?.total)],
+    ['Allocations', count(s.allocations?.value), count(s.allocations?.peak), count(s.allocations?.total)],
+    ['Reserved memory', bytes(s.reservedBytes?.current), bytes(s.reservedBytes?.peak), '-'],
+    ['Cached (releasable)', bytes(s.cachedBytes), '-', '-'],
+    ['Limit', s.limitBytes === undefined ? '-' : formatBytes(s.limitBytes), '-', '-'],
+    ['Allocation retries', '-', '-', count(s.allocationRetries)],
+    ['Out-of-memory errors', '-', '-', String(s.outOfMemoryErrors)],
+    ['Page moves', '-', '-', count(s.pageMoves)],
+    ['Driver calls', '-', '-', count(s.driverCalls)],
+    ['Leaks (GC backstop)', '-', '-', `${s.leaks.count} (${formatBytes(s.leaks.bytes)})`],
+  ];
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  const line = (r: string[]): string => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ');
+  const rule = '-'.repeat(widths.reduce((a, w) => a + w, 2 * (widths.length - 1)));
+  const title = `vram memory summary, device ${s.device}: ${s.resource}`;
+  return [title, rule, line(rows[0]!), rule, ...rows.slice(1).map(line), rule].join('\n') + '\n';
+}

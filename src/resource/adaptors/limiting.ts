@@ -1,0 +1,90 @@
+/**
+ * LimitingAdaptor: a byte cap on what a resource may hand out, so one part of a program (or a test)
+ * cannot take the whole device, and exhaustion can be rehearsed without filling a GPU.
+ */
+import type { Ptr } from '../../backend/backend.js';
+import { CounterCell } from '../../counter.js';
+import { OutOfMemoryError } from '../../errors.js';
+import { alignUp, checkBytes } from '../../validate.js';
+import { ResourceAdaptor, formatBytes } from './adaptor.js';
+import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
+
+/**
+ * Refuses an allocation that would take the bytes outstanding through it past `limitBytes`, with
+ * an `OutOfMemoryError` of reason `'limit'` carrying the request, this resource and its figures.
+ * Each block counts as its size rounded up to the upstream's alignment (as RMM's limiting adaptor
+ * does), since that is what it occupies. A deallocation the upstream refuses (wrong size, foreign
+ * pointer) gives nothing back to the limit.
+ *
+ * @example
+ * ```ts
+ * const limited = new LimitingAdaptor(new PoolResource(), 1 << 30);
+ * limited.allocate(2 << 30); // OutOfMemoryError, reason 'limit'
+ * ```
+ */
+export class LimitingAdaptor extends ResourceAdaptor {
+  /** The cap, in bytes. */
+  readonly limitBytes: number;
+  private readonly counted = new CounterCell();
+  private readonly allocations = new CounterCell();
+
+  /**
+   * @param upstream The resource to cap.
+   * @param limitBytes The cap, a positive whole number of bytes.
+   */
+  constructor(upstream: MemoryResource, limitBytes: number) {
+    super(upstream);
+    this.limitBytes = checkBytes(limitBytes, 'limitBytes');
+  }
+
+  /** Bytes counted against the limit now. */
+  get allocatedBytes(): number {
+    return this.counted.value;
+  }
+
+  /** Bytes that may still be allocated before the limit. */
+  get availableBytes(): number {
+    return this.limitBytes - this.counted.value;
+  }
+
+  /** The upstream's figures with this limit (the lowest limit wins in a stack of several). */
+  override memoryFigures(): MemoryFigures | undefined {
+    const below = this.upstream.memoryFigures();
+    if (below === undefined) return undefined;
+    const limitBytes = Math.min(this.limitBytes, below.limitBytes ?? Infinity);
+    return { ...below, limitBytes };
+  }
+
+  /** Restarts this adaptor's peaks and the upstream's. */
+  override resetPeakFigures(): void {
+    this.counted.resetPeak();
+    this.allocations.resetPeak();
+    super.resetPeakFigures();
+  }
+
+  protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
+    const counted = alignUp(bytes, this.alignment);
+    if (this.counted.value + counted > this.limitBytes) {
+      throw new OutOfMemoryError({
+        requestedBytes: bytes, call: 'LimitingAdaptor.allocate', reason: 'limit', resource: this.describe(),
+        statistics: { bytes: this.counted.snapshot(), allocations: this.allocations.snapshot() },
+        message: `cannot allocate ${bytes} bytes: ${formatBytes(this.counted.value)} of the ` +
+          `${formatBytes(this.limitBytes)} limit in use`,
+      });
+    }
+    const ptr = this.upstream.allocate(bytes, stream);
+    this.counted.add(counted);
+    this.allocations.add(1);
+    return ptr;
+  }
+
+  protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    this.upstream.deallocate(ptr, bytes, stream);
+    this.counted.sub(alignUp(bytes, this.alignment));
+    this.allocations.sub(1);
+  }
+
+  protected override describeParameters(): string {
+    return `limit=${formatBytes(this.limitBytes)}`;
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * StatisticsAdaptor: counts bytes and allocations passing through a resource (current, peak and
+ * total), so a program can see how much it uses and an out-of-memory error can say where it went.
+ */
+import type { Ptr } from '../../backend/backend.js';
+import { CounterCell, type Counter } from '../../counter.js';
+import { ResourceAdaptor } from './adaptor.js';
+import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
+
+/** What has passed through a StatisticsAdaptor: two counters of one shape. */
+export interface AllocationStatistics {
+  /** Bytes allocated and not yet deallocated (value), their high-water mark and all bytes ever allocated. */
+  readonly bytes: Counter;
+  /** Allocations not yet deallocated, their high-water mark and all allocations ever made. */
+  readonly allocations: Counter;
+}
+
+/**
+ * Counts what its upstream hands out (RMM's statistics_resource_adaptor). The counters change
+ * only after the upstream call succeeded, so a failed or refused call (a wrong size, a foreign
+ * pointer) changes nothing.
+ *
+ * @example
+ * ```ts
+ * const stats = new StatisticsAdaptor(new PoolResource());
+ * const p = stats.allocate(1000);
+ * stats.statistics.bytes; // { value: 1000, peak: 1000, total: 1000 }
+ * stats.deallocate(p, 1000);
+ * ```
+ */
+export class StatisticsAdaptor extends ResourceAdaptor {
+  private readonly bytesCounter = new CounterCell();
+  private readonly allocationsCounter = new CounterCell();
+
+  /** @param upstream The resource whose traffic is counted. */
+  constructor(upstream: MemoryResource) {
+    super(upstream);
+  }
+
+  /** A snapshot of the counters. */
+  get statistics(): AllocationStatistics {
+    return { bytes: this.bytesCounter.snapshot(), allocations: this.allocationsCounter.snapshot() };
+  }
+
+  /** Bytes allocated and not yet deallocated (no snapshot object: for hot loops). */
+  get currentBytes(): number {
+    return this.bytesCounter.value;
+  }
+
+  /** Starts new high-water marks from the current figures (e.g. per phase of a program). */
+  resetPeaks(): void {
+    this.bytesCounter.resetPeak();
+    this.allocationsCounter.resetPeak();
+  }
+
+  /**
+   * The upstream's figures; over an upstream that keeps none, this adaptor's own counts, with
+   * reserved taken as allocated (nothing is known of what the upstream caches).
+   */
+  override memoryFigures(): MemoryFigures | undefined {
+    const below = this.upstream.memoryFigures();
+    if (below !== undefined) return below;
+    const bytes = this.bytesCounter.snapshot();
+    return { allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+  }
+
+  /** Restarts this adaptor's peaks and the upstream's. */
+  override resetPeakFigures(): void {
+    this.resetPeaks();
+    super.resetPeakFigures();
+  }
+
+  protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
+    const ptr = this.upstream.allocate(bytes, stream);
+    this.bytesCounter.add(bytes);
+    this.allocationsCounter.add(1);
+    return ptr;
+  }
+
+  protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    this.upstream.deallocate(ptr, bytes, stream);
+    this.bytesCounter.sub(bytes);
+    this.allocationsCounter.sub(1);
+  }
+}

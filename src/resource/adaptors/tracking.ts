@@ -1,0 +1,141 @@
+/**
+ * TrackingAdaptor: remembers every outstanding allocation (size, stream, time and, when asked, the
+ * stack that made it), so "where did my GPU memory go" has an answer: a leak report grouped by the
+ * code that allocated, and a typed error when a block is returned that was never handed out.
+ */
+import type { Ptr } from '../../backend/backend.js';
+import { InvalidPointerError } from '../../errors.js';
+import { ResourceAdaptor, formatBytes } from './adaptor.js';
+import { callerFrames, rawStack } from '../../util/call-stack.js';
+import type { MemoryResource, StreamRef } from '../resource.js';
+import { readOptions } from '../../util/options.js';
+
+/** One allocation that has not been deallocated yet. */
+export interface TrackedAllocation {
+  readonly ptr: Ptr;
+  readonly bytes: number;
+  /** The stream handle it was allocated on (0: the default stream). */
+  readonly stream: number;
+  /** `performance.now()` when it was allocated, in milliseconds. */
+  readonly time: number;
+  /** The allocating call stack, without vram's own frames; only with `captureStacks`. */
+  readonly stack?: string;
+}
+
+/** Options of a TrackingAdaptor. */
+export interface TrackingOptions {
+  /**
+   * Record the call stack of every allocation (costs a stack capture per allocate, some
+   * microseconds); off by default.
+   */
+  readonly captureStacks?: boolean;
+}
+
+/**
+ * Tracks every outstanding allocation through it. Deallocating a pointer it did not hand out, or
+ * with a size other than the one allocated, is an `InvalidPointerError` and is not passed upstream,
+ * so a bookkeeping mistake is reported where it happens instead of corrupting a pool.
+ */
+export class TrackingAdaptor extends ResourceAdaptor {
+  /** Whether allocation stacks are captured. */
+  readonly captureStacks: boolean;
+  private readonly live = new Map<Ptr, TrackedAllocation>();
+  private liveBytes = 0;
+
+  /**
+   * @param upstream The resource whose allocations are tracked.
+   * @param options `captureStacks` to record where each allocation was made.
+   */
+  constructor(upstream: MemoryResource, options: TrackingOptions = {}) {
+    super(upstream);
+    options = readOptions('new TrackingAdaptor', options, { captureStacks: true });
+    this.captureStacks = options.captureStacks === true;
+  }
+
+  /** Bytes outstanding through this adaptor. */
+  get outstandingBytes(): number {
+    return this.liveBytes;
+  }
+
+  /** Allocations outstanding through this adaptor. */
+  get outstandingCount(): number {
+    return this.live.size;
+  }
+
+  /** Allocates through the upstream and records the block. */
+  protected override doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
+    const ptr = this.upstream.allocate(bytes, stream);
+    const record: TrackedAllocation = this.captureStacks
+      ? { ptr, bytes, stream: handle, time: performance.now(), stack: callerFrames(rawStack()).join('\n') }
+      : { ptr, bytes, stream: handle, time: performance.now() };
+    this.live.set(ptr, record);
+    this.liveBytes += bytes;
+    return ptr;
+  }
+
+  /** Checks the block against the record, then deallocates it through the upstream. */
+  protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    const record = this.live.get(ptr);
+    if (record === undefined) {
+      throw new InvalidPointerError(
+        `${this.constructor.name}: 0x${ptr.toString(16)} was not allocated through ${this.describe()} or was already deallocated`);
+    }
+    if (record.bytes !== bytes) {
+      throw new InvalidPointerError(
+        `${this.constructor.name}: 0x${ptr.toString(16)} was allocated with ${record.bytes} bytes, deallocated with ${bytes}`);
+    }
+    this.upstream.deallocate(ptr, bytes, stream);
+    this.live.delete(ptr);
+    this.liveBytes -= bytes;
+  }
+
+  /** Forgets the records (the memory stays the upstream's: an adaptor owns none). */
+  protected override doDestroy(): void {
+    this.live.clear();
+    this.liveBytes = 0;
+  }
+
+  /** Pointers from another tracking adaptor are unknown to this one: only itself is equal. */
+  override isEqual(other: MemoryResource): boolean {
+    return other === this;
+  }
+
+  /** Every outstanding allocation, oldest first. */
+  outstanding(): TrackedAllocation[] {
+    return [...this.live.values()];
+  }
+
+  /**
+   * A readable report of what is outstanding, grouped by allocating stack (largest total first),
+   * e.g. at the end of a test or before exit. Says so when nothing is outstanding.
+   */
+  leakReport(): string {
+    if (this.live.size === 0) return `${this.describe()}: no outstanding allocations`;
+    const groups = new Map<string, { bytes: number; count: number; streams: Set<number> }>();
+    for (const record of this.live.values()) {
+      const key = record.stack ?? '';
+      let group = groups.get(key);
+      if (group === undefined) {
+        group = { bytes: 0, count: 0, streams: new Set() };
+        groups.set(key, group);
+      }
+      group.bytes += record.bytes;
+      group.count += 1;
+      group.streams.add(record.stream);
+    }
+    const sorted = [...groups.entries()].sort((a, b) => b[1].bytes - a[1].bytes || b[1].count - a[1].count);
+    const lines = [`${this.describe()}: ${this.live.size} outstanding allocation(s), ` +
+      `${formatBytes(this.liveBytes)} (${this.liveBytes} bytes), from ${sorted.length} place(s)`];
+    for (const [stack, group] of sorted) {
+      const streams = [...group.streams].sort((a, b) => a - b).join(', ');
+      lines.push(`  ${formatBytes(group.bytes)} in ${group.count} allocation(s) on stream(s) ${streams}` +
+        (stack ? ', allocated at:' : ' (stacks not captured: use { captureStacks: true })'));
+      if (stack) for (const frame of stack.split('\n')) lines.push(`      ${frame}`);
+    }
+    return lines.join('\n');
+  }
+
+  protected override describeParameters(): string {
+    return this.captureStacks ? 'stacks' : '';
+  }
+}

@@ -1,0 +1,224 @@
+/**
+ * Every live resource, weakly held, so that an allocation the driver refuses can release what all
+ * of vram's resources on that device cache and retry once (PyTorch's rule for cudaMalloc failures).
+ * A program often holds several caches on one device (the default resource's pool, a pool of its
+ * own, a binning stack): memory one of them caches is memory the driver refuses to the others, so
+ * releasing only the stack that failed is not enough. Held weakly: a resource the program dropped
+ * must stay collectable, and until it is, its cache is released like any other.
+ *
+ * Used at the two kinds of place a driver allocation can fail: the outermost `allocate` of any
+ * resource (`MemoryResource.allocate`; no resource is then in the middle of a call, so releasing
+ * their caches cannot re-enter one) and the few allocations that do not go through a resource
+ * (cuMemAllocPitch).
+ */
+import { Device } from '../device.js';
+import { isOutOfMemory, OutOfMemoryError } from '../errors.js';
+import { formatBytes } from '../util/size.js';
+import type { MemoryFigures, MemoryKind } from './figures.js';
+
+/**
+ * What the registry needs of a resource: the part of MemoryResource's contract that releases and
+ * measures a cache (declared here, so the contract can use the registry without a cycle).
+ */
+export interface CachingResource {
+  readonly kind: MemoryKind;
+  readonly device: number;
+  readonly upstream?: CachingResource;
+  readonly destroyed: boolean;
+  releaseCached(): number;
+  memoryFigures(): MemoryFigures | undefined;
+  describe(): string;
+}
+
+/** Which caches a refusal concerns: device (or managed) memory of one device ordinal, or pinned host memory. */
+export type CachedMemory = number | 'pinned-host';
+
+const live = new Set<WeakRef<CachingResource>>();
+const collected = new FinalizationRegistry<WeakRef<CachingResource>>((ref) => {
+  live.delete(ref);
+});
+/** Set while caches are being released: a release never starts another. */
+let releasing = false;
+
+/**
+ * Adds `resource` to the registry (MemoryResource's constructor calls it for every resource).
+ *
+ * @param resource The new resource (held weakly).
+ * @internal
+ */
+export function trackResource(resource: CachingResource): void {
+  const ref = new WeakRef(resource);
+  live.add(ref);
+  collected.register(resource, ref);
+}
+
+function holds(resource: CachingResource, memory: CachedMemory): boolean {
+  return memory === 'pinned-host' ? resource.kind === 'pinned-host'
+    : resource.kind !== 'pinned-host' && resource.device === memory;
+}
+
+/** How many resources lie below `resource`. */
+function depth(resource: CachingResource): number {
+  const seen = new Set<CachingResource>();
+  for (let r: CachingResource | undefined = resource.upstream; r !== undefined && !seen.has(r); r = r.upstream) seen.add(r);
+  return seen.size;
+}
+
+/** Bytes the resources that take memory from the driver itself (no upstream) hold from it now. */
+function driverReserved(resources: readonly CachingResource[]): number {
+  let bytes = 0;
+  for (const r of resources) {
+    if (r.upstream === undefined && !r.destroyed) bytes += r.memoryFigures()?.reservedBytes ?? 0;
+  }
+  return bytes;
+}
+
+/** Bytes the driver-backed resources among `resources` hold from the driver beyond what they hand out. */
+function driverCached(resources: readonly CachingResource[]): number {
+  let bytes = 0;
+  for (const r of resources) {
+    if (r.upstream !== undefined || r.destroyed) continue;
+    const figures = r.memoryFigures();
+    if (figures !== undefined) bytes += Math.max(0, figures.reservedBytes - figures.allocatedBytes.value);
+  }
+  return bytes;
+}
+
+/**
+ * Releases what every live resource holding `memory` caches (`releaseCached()`), top of each stack
+ * first, so what a sub-allocator gives back is released by the resource below it in the same
+ * pass. A resource whose release fails is skipped with a process warning (code
+ * `VRAM_CACHE_RELEASE`): the others' memory still goes back. When memory stays cached after that and
+ * `memory` is a device's, the device is synchronised and the caches released once more: memory
+ * freed on a stream whose work is still running cannot go back to the driver before that work
+ * ends, and the allocation that asked cannot wait on a stream (a driver allocation is
+ * synchronous). This is the one host wait on the path, and it is taken only when the alternative
+ * is an out-of-memory error.
+ *
+ * @param memory A device ordinal (its device and managed memory), or 'pinned-host'.
+ * @returns The bytes given back to the driver (0 while a release is already under way).
+ * @throws {CudaError} When synchronising the device fails (work that failed).
+ * @example
+ * ```ts
+ * const released = releaseCaches(0); // every cache of device 0, not only the current resource's
+ * ```
+ */
+export function releaseCaches(memory: CachedMemory): number {
+  if (releasing) return 0;
+  releasing = true;
+  try {
+    const resources: CachingResource[] = [];
+    for (const ref of live) {
+      const resource = ref.deref();
+      if (resource === undefined) live.delete(ref);
+      else if (!resource.destroyed && holds(resource, memory)) resources.push(resource);
+    }
+    resources.sort((a, b) => depth(b) - depth(a));
+    const released = releaseAll(resources);
+    if (memory === 'pinned-host' || driverCached(resources) === 0) return released;
+    // Something is still cached: memory freed on a stream whose work has not ended, which a
+    // stream-ordered pool cannot give back yet (CUDA's pool counts such frees as outstanding until
+    // the host has seen them complete). Checked on what is left, not on whether the first pass
+    // gave anything back: a small cache released elsewhere says nothing about the large one here.
+    Device.get(memory).synchronize();
+    return released + releaseAll(resources);
+  } finally {
+    releasing = false;
+  }
+}
+
+/** Releases the caches of `resources` in order; returns the bytes that went back to the driver. */
+function releaseAll(resources: readonly CachingResource[]): number {
+  const before = driverReserved(resources);
+  for (const resource of resources) {
+    try {
+      resource.releaseCached();
+    } catch (error) {
+      process.emitWarning(`could not release the cache of ${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`,
+        { code: 'VRAM_CACHE_RELEASE' });
+    }
+  }
+  return Math.max(0, before - driverReserved(resources));
+}
+
+/**
+ * The memory a failed allocation was refused by the driver: the reason of the first
+ * out-of-memory error along its causes that is not a resource's refusal of its upstream's
+ * failure. Undefined for a refusal of vram's own (a limit, a pool's maximum, an arena's size),
+ * which no released cache changes.
+ */
+function refusedMemory(error: unknown, device: number): CachedMemory | undefined {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (!(e instanceof OutOfMemoryError) || e.reason === 'upstream') continue;
+    if (e.reason === 'device') return device;
+    return e.reason === 'host' ? 'pinned-host' : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * Adds `addition` to the error's message and to the first line of its stack (which V8 formatted
+ * from the old message).
+ *
+ * @param error The error to extend.
+ * @param addition Text appended after `; `.
+ * @internal
+ */
+export function extendMessage(error: Error, addition: string): void {
+  const stack = error.stack;
+  const header = `${error.name}: ${error.message}`;
+  error.message = `${error.message}; ${addition}`;
+  if (stack?.startsWith(header) === true) error.stack = `${error.name}: ${error.message}${stack.slice(header.length)}`;
+}
+
+/**
+ * After an allocation failed with `error`: when the driver refused it, releases every cache of
+ * that memory (`releaseCaches`) and, if that gave anything back, calls `retry` once. An
+ * out-of-memory error that remains says how much was released; other errors pass unchanged.
+ *
+ * @param error The first failure.
+ * @param device The device ordinal whose memory was asked for.
+ * @param retry The same allocation again.
+ * @returns What `retry` returned.
+ * @throws The first error, or the retry's, when the allocation cannot be had.
+ * @internal
+ */
+export function retryAfterReleasingCaches<T>(error: unknown, device: number, retry: () => T): T {
+  const memory = refusedMemory(error, device);
+  if (memory === undefined || !(error instanceof Error)) throw error;
+  const released = releaseCaches(memory);
+  let failure: unknown = error;
+  if (released > 0) {
+    try {
+      return retry();
+    } catch (second) {
+      if (!isOutOfMemory(second)) throw second;
+      failure = second;
+    }
+  }
+  const what = memory === 'pinned-host' ? 'pinned host memory' : `device ${memory}'s memory`;
+  if (failure instanceof Error) {
+    extendMessage(failure, released > 0
+      ? `vram's caches released ${formatBytes(released)} of ${what} to the driver before a retry, which failed too`
+      : `vram's caches held none of ${what} to release`);
+  }
+  throw failure;
+}
+
+/**
+ * Runs a driver allocation that no resource makes (cuMemAllocPitch), releasing every cache of the
+ * device and retrying once when the driver refuses it, as resources' allocations do.
+ *
+ * @param device The device ordinal.
+ * @param allocate The driver call.
+ * @returns What it returned.
+ * @throws What it threw, when a retry cannot help or fails too.
+ * @internal
+ */
+export function allocateReleasingCaches<T>(device: number, allocate: () => T): T {
+  try {
+    return allocate();
+  } catch (error) {
+    return retryAfterReleasingCaches(error, device, allocate);
+  }
+}

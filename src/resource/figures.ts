@@ -1,0 +1,97 @@
+/**
+ * The shapes every resource reports itself in: its figures (one counter shape for every count) and
+ * the segments its memory is laid out in. The resources fill them; memoryStats, snapshots, the
+ * out-of-memory message and replay read them. Kept apart from the contract (resource.ts) and from
+ * the snapshot format (observe/), which both use them, so neither depends on the other.
+ */
+import type { Counter } from '../counter.js';
+
+/** What kind of memory a resource hands out. */
+export type MemoryKind = 'device' | 'managed' | 'pinned-host';
+
+/**
+ * The figures a resource (with what lies below it) reports in one shape, so `memoryStats()` can
+ * read any stack without knowing its classes. Optional fields are absent where the resource has
+ * no such figure, rather than a 0 that would read as measured.
+ */
+export interface MemoryFigures {
+  /** Bytes handed out and not yet returned (value), their peak and all bytes ever handed out. */
+  readonly allocatedBytes: Counter;
+  /** Blocks handed out and not yet returned, their peak and all blocks ever handed out. */
+  readonly allocations: Counter;
+  /** Bytes held from the driver (or the upstream) now: live blocks plus what is cached. */
+  readonly reservedBytes: number;
+  /** The high-water mark of `reservedBytes` since creation or the last peak reset. */
+  readonly peakReservedBytes: number;
+  /** Allocations that failed for lack of memory and were retried after releasing caches. */
+  readonly allocationRetries?: number;
+  /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */
+  readonly limitBytes?: number;
+  /** Cached physical pages moved to where live data needed them (virtual-memory pools). */
+  readonly pageMoves?: number;
+  /** Driver calls made to grow, move and give back memory (virtual-memory pools). */
+  readonly driverCalls?: number;
+}
+
+/**
+ * What a block of a segment is: handed out (`live`), in the free lists (`free`), or `parked`:
+ * freed, but kept aside whole for the same stream's next allocation of the same size (a pool's
+ * hit path), so it is free memory that does not merge with its neighbours until the pool needs it.
+ */
+export type BlockState = 'live' | 'free' | 'parked';
+
+/** One block of a segment: a range of addresses a sub-allocator handed out or holds free. */
+export interface SnapshotBlock {
+  /** The first address. */
+  readonly address: number;
+  /** Its size in the segment (the request rounded up to the resource's granule). */
+  readonly bytes: number;
+  /** What the caller asked for (live blocks); `null` for free and parked blocks. */
+  readonly requestedBytes: number | null;
+  /** Live, free or parked. */
+  readonly state: BlockState;
+  /**
+   * The stream it was allocated on (live) or whose free lists hold it (free, parked); `null` for
+   * fresh memory no stream has used yet, or when the resource does not say.
+   */
+  readonly stream: number | null;
+  /** The id of the call stack that allocated it (live blocks seen by a recording history); else `null`. */
+  readonly stack: number | null;
+}
+
+/**
+ * How a segment came to the resource:
+ * - `virtual-range`: a reserved virtual address range, physical pages mapped where `pages` says
+ *   (PoolResource's default growth);
+ * - `chunk`: memory taken from the upstream resource in one piece (PoolResource over an upstream,
+ *   FixedSizeResource);
+ * - `region`: an arena's one fixed region;
+ * - `allocation`: one driver allocation per block (CudaResource, ManagedResource, AsyncResource),
+ *   or a request BinningResource passed to its upstream whole: the segment is the block.
+ */
+export type SegmentKind = 'virtual-range' | 'chunk' | 'region' | 'allocation';
+
+/** Physical pages of a virtual range: which are mapped (hold memory) now. */
+export interface SnapshotPages {
+  /** The size of one page (the allocation granularity the range is mapped in). */
+  readonly pageBytes: number;
+  /** Runs of mapped pages, `[first page index, page count]`, ascending and not touching. */
+  readonly mapped: ReadonlyArray<readonly [number, number]>;
+}
+
+/** A range of addresses a resource holds, with the blocks it is cut into. */
+export interface SnapshotSegment {
+  /** The first address. */
+  readonly address: number;
+  /** Its size: for a virtual range the whole reservation, of which only `pages.mapped` holds memory. */
+  readonly bytes: number;
+  /** How the resource got it. */
+  readonly kind: SegmentKind;
+  /** Mapped physical pages, for `virtual-range` segments; `null` for the others (wholly backed). */
+  readonly pages: SnapshotPages | null;
+  /**
+   * The blocks, ascending by address. They cover the part of the segment the resource has cut so
+   * far: a virtual range's blocks may end before the range does (never used addresses).
+   */
+  readonly blocks: readonly SnapshotBlock[];
+}

@@ -1,0 +1,493 @@
+/**
+ * MemoryResource: the one contract every allocator keeps (RMM's device_memory_resource, cuda.core's
+ * MemoryResource, in TypeScript's shape). The public methods are not meant to be overridden: they
+ * check their arguments and the resource's state before anything changes, then call the
+ * subclass's `doAllocate`/`doDeallocate`/`doReleaseCached`/`doDestroy`. So every resource, pool,
+ * sub-allocator and adaptor refuses bad sizes, pointers and streams the same way, and a destroyed
+ * resource refuses every call with `UseAfterFreeError`, written once here rather than per class.
+ *
+ * Constructors take one shape: a resource that cannot work without an upstream takes it first,
+ * `new FixedSizeResource(upstream, options?)` (sub-allocators over a given resource, adaptors);
+ * one whose upstream is optional takes everything in one options object,
+ * `new PoolResource({ upstream?, ... })` (pool, arena, pinned host pool), so the common call has no
+ * `undefined` placeholder; driver-backed resources take their device, `new CudaResource(device?)`.
+ *
+ * Allocation is stream-ordered: memory allocated on a stream may be used by work on that stream at
+ * once, and memory deallocated on a stream may be handed out again only when that is safe for the
+ * stream it is handed to (see `stream-order.ts`).
+ */
+import '../polyfills.js';
+import type { Ptr } from '../backend/backend.js';
+import { guard, unguard, type Dropped } from '../backstop.js';
+import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
+import { Device } from '../device.js';
+import { Stream, type StreamRef } from '../stream.js';
+import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
+import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
+import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
+
+export { defaultStream, type StreamRef } from '../stream.js';
+export type { MemoryFigures, MemoryKind } from './figures.js';
+
+/**
+ * What the memory history is told of the program's calls (the outermost ones: a resource's calls
+ * to its upstream are part of the call that made them). Implemented by `history.ts`; declared
+ * here so the base class can call it without importing what lies above it.
+ *
+ * @internal
+ */
+export interface AllocationObserver {
+  /** `resource.allocate(bytes)` on stream `handle` returned `ptr`. */
+  allocated(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
+  /** `resource.deallocate(ptr, bytes)` on stream `handle` returned. */
+  deallocated(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
+  /** `resource.allocate(bytes)` on stream `handle` failed for lack of memory. */
+  failed(resource: MemoryResource, bytes: number, handle: number): void;
+  /** `resource.releaseCached()` returned. */
+  releasedCache(resource: MemoryResource): void;
+}
+
+/**
+ * Told of every out-of-memory error that reaches the program (not those a resource caught from
+ * its upstream), before it is thrown: `out-of-memory-observer.ts` sets it.
+ *
+ * @internal
+ */
+export type OutOfMemoryObserver = (resource: MemoryResource, error: unknown, bytes: number, handle: number) => void;
+
+/** Calls of allocate (and, while observed, deallocate and releaseCached) in progress. */
+let nesting = 0;
+let observer: AllocationObserver | null = null;
+let outOfMemoryObserver: OutOfMemoryObserver | null = null;
+
+/**
+ * Sets (or, with null, removes) the observer of every resource's outermost calls. One at a time:
+ * the memory history dispatches to its recorders itself.
+ *
+ * @param next The observer, or null.
+ * @internal
+ */
+export function setAllocationObserver(next: AllocationObserver | null): void {
+  observer = next;
+}
+
+/**
+ * Sets (or, with null, removes) the observer of out-of-memory errors that reach the program.
+ *
+ * @param next The observer, or null.
+ * @internal
+ */
+export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
+  outOfMemoryObserver = next;
+}
+
+/**
+ * Refuses a raw handle (`{ handle }`, not a Stream) that names no live stream: a caching resource
+ * would keep it with the memory and pass it to the driver later (an event, a wait), where a
+ * destroyed or made-up handle is an error from then on, or a crash.
+ */
+function checkKnownStream(device: number, handle: number): void {
+  // Host memory (device -1) has no device of its own; every device of a process shares one
+  // backend, so device 0's knows the streams of all of them.
+  if (!Device.get(Math.max(0, device)).backend.streamKnown(handle)) {
+    throw new RangeError(`stream.handle ${handle} is not a live stream: give a Stream, 0 for the default stream, ` +
+      'or a handle the backend created and has not destroyed');
+  }
+}
+
+
+
+/**
+ * An allocator of memory, stream-ordered. Subclasses implement the `do*` hooks; callers use
+ * `allocate`, `deallocate`, `releaseCached` and `destroy`.
+ *
+ * @example
+ * ```ts
+ * using pool = new PoolResource();
+ * const ptr = pool.allocate(1 << 20, stream);
+ * pool.deallocate(ptr, 1 << 20, stream);
+ * ```
+ */
+export abstract class MemoryResource {
+  /** The kind of memory this resource hands out. */
+  abstract readonly kind: MemoryKind;
+  /** Every pointer this resource returns is a multiple of this (a power of two, >= 256 for device memory). */
+  abstract readonly alignment: number;
+  /** The device ordinal the memory belongs to (-1 for host memory). */
+  abstract readonly device: number;
+  /** The resource this one takes its memory from, if any (declared here, set by subclasses). */
+  declare readonly upstream?: MemoryResource;
+  #destroyed = false;
+  /** Set when the memory went back: at `destroy()`, or with the last block live then. */
+  #released = false;
+  /** Blocks handed out and not yet returned: `destroy()` waits for them. */
+  #live = 0;
+  /** What the backstop ends if the resource is collected unreleased (`guardMemory`). */
+  #dropped: Dropped | undefined;
+  #outOfMemoryErrors = 0;
+
+  constructor() {
+    // Known to the registry, so a driver refusal anywhere on its device releases its cache too.
+    trackResource(this);
+  }
+
+  /**
+   * Allocates `bytes` usable on `stream` (the default stream when omitted).
+   *
+   * @param bytes A positive whole number.
+   * @param stream Where the memory is first used.
+   * @returns The address of the block.
+   * @throws {TypeError | RangeError} For a bad size or stream (a raw handle no live stream has), before anything changes.
+   * @throws {UseAfterFreeError} When the resource (or the stream) was destroyed.
+   * @throws {OutOfMemoryError} When it cannot: where the driver refused, after every cache of
+   *   the device was released and the allocation retried once (`cache-registry.ts`); the message
+   *   says how much the caches released.
+   */
+  allocate(bytes: number, stream?: StreamRef): Ptr {
+    // The common case inline: a whole number in range passes without a call.
+    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
+    const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.device, handle);
+    if (this.#destroyed) throw this.destroyedError();
+    // A try block costs nothing until something throws (measured on the pool's hit pair), so
+    // every resource can count what reached its caller without a cost on the common path.
+    // `nesting` tells the outermost call (the program's) from a resource's call to its upstream:
+    // only that one is recorded, and only its out-of-memory error is the program's.
+    let ptr: Ptr;
+    nesting += 1;
+    try {
+      ptr = this.doAllocate(bytes, handle, stream);
+    } catch (error) {
+      nesting -= 1;
+      if (nesting === 0 && isOutOfMemory(error)) return this.#afterOutOfMemory(error, bytes, handle, stream);
+      if (isOutOfMemory(error)) this.#outOfMemoryErrors += 1;
+      throw error;
+    }
+    nesting -= 1;
+    this.#live += 1;
+    if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
+    return ptr;
+  }
+
+  /**
+   * The program's allocation (the outermost call) ran out of memory. Here, and only here, no
+   * resource is in the middle of a call, so a refusal by the driver may release every cache of
+   * the device and retry (cache-registry.ts); what still fails is counted and observed.
+   */
+  #afterOutOfMemory(error: unknown, bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
+    let ptr: Ptr;
+    try {
+      ptr = retryAfterReleasingCaches(error, this.device, () => {
+        nesting += 1;
+        try {
+          return this.doAllocate(bytes, handle, stream);
+        } finally {
+          nesting -= 1;
+        }
+      });
+    } catch (failure) {
+      if (isOutOfMemory(failure)) {
+        this.#outOfMemoryErrors += 1;
+        observer?.failed(this, bytes, handle);
+        outOfMemoryObserver?.(this, failure, bytes, handle);
+      }
+      throw failure;
+    }
+    this.#live += 1;
+    observer?.allocated(this, ptr, bytes, handle);
+    return ptr;
+  }
+
+  /**
+   * How many out-of-memory errors this resource's `allocate` threw to its caller. Failures a
+   * resource above caught and recovered from (a retry that succeeded) count only here, not above.
+   */
+  get outOfMemoryErrors(): number {
+    return this.#outOfMemoryErrors;
+  }
+
+  /**
+   * The resource's figures in the shape every resource shares (what `memoryStats()` reads); by
+   * default `undefined`: nothing is known. Resources that count override it; adaptors report
+   * their upstream's, with what they add.
+   *
+   * @returns A snapshot of the figures, or `undefined` when the resource keeps none.
+   * @throws {UseAfterFreeError} Where reading them needs a resource that was destroyed.
+   * @example
+   * ```ts
+   * new PoolResource().memoryFigures()?.reservedBytes; // 0
+   * ```
+   */
+  memoryFigures(): MemoryFigures | undefined {
+    return undefined;
+  }
+
+  /**
+   * Starts new high-water marks (allocated bytes and count, reserved bytes) from the current
+   * figures, here and in what the resource reports; nothing by default.
+   *
+   * @throws {UseAfterFreeError} Where resetting needs a resource that was destroyed.
+   * @example
+   * ```ts
+   * pool.resetPeakFigures(); // pool.memoryFigures().allocatedBytes.peak === .value
+   * ```
+   */
+  resetPeakFigures(): void {}
+
+  /**
+   * How the resource lays out its memory: the ranges it holds (virtual ranges with their mapped
+   * pages, chunks, an arena's region, or one driver allocation per block) and the blocks each is
+   * cut into, for `memorySnapshot()`. By default `undefined`: an adaptor hands out its upstream's
+   * memory, and a resource outside vram says nothing. Not for hot paths: it walks every block.
+   *
+   * @returns The segments, ascending by address, or `undefined` when the resource does not lay out memory itself.
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @example
+   * ```ts
+   * pool.memorySegments()?.[0]?.blocks.filter((b) => b.state === 'free').length;
+   * ```
+   */
+  memorySegments(): SnapshotSegment[] | undefined {
+    if (this.#destroyed) throw this.destroyedError();
+    return this.doMemorySegments();
+  }
+
+  /**
+   * Returns a block. Nothing changes when any check fails: the resource stays as it was.
+   *
+   * @param ptr What `allocate` returned.
+   * @param bytes The size it was allocated with.
+   * @param stream The stream after whose pending work the block may be reused (default stream
+   *   when omitted): the last stream that used it, or one that waited for the others.
+   * @throws {TypeError | RangeError} For a bad pointer, size or stream.
+   * @throws {InvalidPointerError} For a pointer this resource did not hand out, or a wrong size.
+   * @throws {DoubleFreeError} For a block already returned (where the resource can tell).
+   * @throws {UseAfterFreeError} When the resource's memory was released (the resource was
+   *   destroyed with no block live, or its last live block was freed since), or the stream destroyed.
+   */
+  deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
+    // Number.isInteger, not `% 1`: device addresses are above 2^31, so they are doubles, and a
+    // double's `% 1` is a call to fmod on the hit path.
+    if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
+    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
+    const handle = stream === undefined ? 0 : checkStreamHandle(stream);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.device, handle);
+    // A destroyed resource still takes back the blocks live at `destroy()` (see there).
+    if (this.#released) throw this.destroyedError();
+    if (observer === null) {
+      this.doDeallocate(ptr, bytes, handle, stream);
+    } else {
+      nesting += 1;
+      try {
+        this.doDeallocate(ptr, bytes, handle, stream);
+      } finally {
+        nesting -= 1;
+      }
+      if (nesting === 0) observer.deallocated(this, ptr, bytes, handle);
+    }
+    this.countReturned();
+  }
+
+  /**
+   * Gives cached but unused memory back to the upstream (or the driver), in stream order, and
+   * returns how many bytes were released. Resources that cache nothing return 0. Used by the
+   * out-of-memory policy.
+   *
+   * @returns The bytes released.
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   */
+  releaseCached(): number {
+    if (this.#destroyed) throw this.destroyedError();
+    if (observer === null) return this.doReleaseCached();
+    nesting += 1;
+    let released: number;
+    try {
+      released = this.doReleaseCached();
+    } finally {
+      nesting -= 1;
+    }
+    if (nesting === 0) observer.releasedCache(this);
+    return released;
+  }
+
+  /**
+   * Ends the resource, as cuMemPoolDestroy ends a pool: it returns at once, every later call but
+   * `deallocate` throws `UseAfterFreeError`, and what the resource holds goes back (to its
+   * upstream, or the driver) at once when no block is live, else when the last block live now is
+   * deallocated (their buffers freed, or collected by the backstop). So memory a live buffer can
+   * still reach is never handed out again through the upstream. Resources it created itself (a
+   * default upstream, its bins) are destroyed with it; resources it was given are not. A second
+   * call does nothing.
+   *
+   * @example
+   * ```ts
+   * const inner = new PoolResource({ upstream: outer });
+   * const buf = DeviceBuffer.allocate(4096, { resource: inner });
+   * inner.destroy(); // inner.released === false: buf's chunk stays taken from outer
+   * buf.free();      // inner.released === true: its chunks went back to outer
+   * ```
+   */
+  destroy(): void {
+    if (this.#destroyed) return;
+    this.#destroyed = true;
+    if (this.#live === 0) this.#release();
+  }
+
+  /**
+   * True once the resource's memory went back: at `destroy()` when no block was live, else with
+   * the last block live then. Between the two the resource is destroyed but not released.
+   */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /**
+   * Counts a block handed out other than through `allocate` (an arena's pitched blocks), so that
+   * `destroy()` waits for it too.
+   */
+  protected countHandedOut(): void {
+    this.#live += 1;
+  }
+
+  /**
+   * Counts a block returned (by `deallocate`, or a subclass's own path for blocks counted with
+   * `countHandedOut`); after `destroy()`, the last one releases the memory.
+   */
+  protected countReturned(): void {
+    if (--this.#live === 0 && this.#destroyed) this.#release();
+  }
+
+  /**
+   * Hands what the resource holds to the garbage-collection backstop: if the resource is collected
+   * before its memory was released, `release` gives it back (live blocks included: nothing can
+   * return them through a resource no one can reach) and it counts as a leak. Called once by a
+   * subclass's constructor, with a function that must not reference the resource.
+   *
+   * @param release Gives back everything, returns the bytes it gave back, or null when the
+   *   resource held nothing (no memory, no driver object): then it is not counted as a leak.
+   */
+  protected guardMemory(release: () => number | null): void {
+    this.#dropped = { kind: this.constructor.name, ptr: 0, release };
+    guard(this, this.#dropped);
+  }
+
+  #release(): void {
+    this.#released = true;
+    if (this.#dropped !== undefined) unguard(this.#dropped);
+    this.doDestroy();
+  }
+
+  /** `using mr = new PoolResource()` destroys it at the end of the scope. */
+  [Symbol.dispose](): void {
+    this.destroy();
+  }
+
+  /** True once `destroy()` has run (its memory may still wait for live blocks: `released`). */
+  get destroyed(): boolean {
+    return this.#destroyed;
+  }
+
+  /**
+   * True when memory from one may be deallocated through the other. By default only the resource
+   * itself; resources without per-pointer state widen this.
+   *
+   * @param other Another resource.
+   * @returns Whether `other` may free this one's memory and vice versa.
+   */
+  isEqual(other: MemoryResource): boolean {
+    return other === this;
+  }
+
+  /** A short description for logs and errors, e.g. `PoolResource(initial=1 GiB)`. */
+  abstract describe(): string;
+
+  /** Allocates; `bytes` and `stream` are checked, `handle` is the stream's handle (0 for default). */
+  protected abstract doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr;
+
+  /** Deallocates; arguments are checked in shape, the hook checks ownership and size. */
+  protected abstract doDeallocate(ptr: Ptr, bytes: number, handle: number, stream: StreamRef | undefined): void;
+
+  /** The segments `memorySegments` returns (the resource is not destroyed); none by default. */
+  protected doMemorySegments(): SnapshotSegment[] | undefined {
+    return undefined;
+  }
+
+  /** Releases what the resource caches; nothing by default. */
+  protected doReleaseCached(): number {
+    return 0;
+  }
+
+  /** Frees what the resource holds (no block is live by then); nothing by default. */
+  protected doDestroy(): void {}
+
+  /** The error for any call after `destroy()`. */
+  protected destroyedError(): UseAfterFreeError {
+    return new UseAfterFreeError(`${this.describe()} was destroyed`);
+  }
+}
+
+/**
+ * Implemented by resources that hold memory from the driver beyond what is live (pools, arenas),
+ * so replay and statistics can report fragmentation overhead: peak reserved over peak live.
+ */
+export interface ReservingResource extends MemoryResource {
+  /** Bytes currently obtained from the driver (physical memory, for virtual-memory pools). */
+  readonly reservedBytes: number;
+  /** The high-water mark of `reservedBytes` since creation or the last reset. */
+  readonly peakReservedBytes: number;
+  /** Starts a new high-water mark of `reservedBytes` from its current value. */
+  resetPeakReserved(): void;
+}
+
+/**
+ * True when `mr` reports the memory it reserves from the driver.
+ *
+ * @param mr A resource.
+ * @returns Whether it is a ReservingResource.
+ */
+export function isReserving(mr: MemoryResource): mr is ReservingResource {
+  return typeof (mr as Partial<ReservingResource>).peakReservedBytes === 'number';
+}
+
+/**
+ * Checks that `value` is a MemoryResource (an upstream given by a caller).
+ *
+ * @param value The argument.
+ * @param name Its name, for the message.
+ * @returns It, typed.
+ * @throws {TypeError} When it is not a MemoryResource.
+ * @throws {UseAfterFreeError} When it was destroyed.
+ */
+export function checkResource(value: unknown, name = 'upstream'): MemoryResource {
+  if (!(value instanceof MemoryResource)) throw new TypeError(`${name} must be a MemoryResource`);
+  if (value.destroyed) throw new UseAfterFreeError(`${name} ${value.describe()} was destroyed`);
+  return value;
+}
+
+/**
+ * Checks that `part` (an upstream, a bin) hands out the memory `user` hands out: the same kind, on
+ * the same device. A resource that called itself device memory while handing out host memory (or
+ * the reverse) would send copies, kernels and host views to the wrong memory: on a GPU, a crash.
+ *
+ * @param part The resource given.
+ * @param kind The kind `user` needs.
+ * @param device The device ordinal `user` needs (-1 for host memory).
+ * @param user What takes it, for the message, e.g. 'PinnedHostPool'.
+ * @param name The argument's name, for the message.
+ * @returns `part`.
+ * @throws {TypeError} When the kinds differ.
+ * @throws {RangeError} When the devices differ.
+ */
+export function checkMemoryOf(part: MemoryResource, kind: MemoryKind, device: number, user: string, name = 'upstream'): MemoryResource {
+  if (part.kind !== kind) {
+    throw new TypeError(`${user} needs ${kind} memory, but its ${name} ${part.describe()} hands out ${part.kind} memory`);
+  }
+  if (part.device !== device) {
+    throw new RangeError(`${user} needs memory of ${where(device)}, but its ${name} ${part.describe()} hands out memory of ${where(part.device)}`);
+  }
+  return part;
+}
+
+function where(device: number): string {
+  return device < 0 ? 'the host' : `device ${device}`;
+}

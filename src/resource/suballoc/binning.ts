@@ -1,0 +1,190 @@
+/**
+ * BinningResource: routes each request to the smallest bin that fits (RMM's
+ * binning_memory_resource). Small requests go to fixed-size bins (a stack pop each, no
+ * fragmentation within a bin); requests larger than every bin go to the upstream.
+ *
+ * A free goes to the resource that handed the block out, found by its address, never by the size
+ * the caller passes: with size routing, `deallocate(ptr, wrongSize)` would hand a bin's block to
+ * another bin or to the upstream (freeing a whole chunk the bin still uses). That resource then
+ * checks the size itself.
+ */
+import type { Ptr } from '../../backend/backend.js';
+import { InvalidPointerError } from '../../errors.js';
+import { checkBytes, checkNonNegativeInteger } from '../../validate.js';
+import { FixedSizeResource } from './fixed-size.js';
+import { LiveTable } from './kit/live-table.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
+import type { SnapshotSegment } from '../figures.js';
+import { readOptions } from '../../util/options.js';
+
+/** Options for a BinningResource. */
+export interface BinningOptions {
+  /** With maxSizeExponent: a FixedSizeResource bin for each power of two 2^min .. 2^max. */
+  readonly minSizeExponent?: number;
+  /** See minSizeExponent. */
+  readonly maxSizeExponent?: number;
+}
+
+/** One bin: requests up to `size` bytes go to `route`. */
+interface Bin {
+  readonly size: number;
+  /** Index of the bin's resource in `routes`. */
+  readonly route: number;
+}
+
+/** Route 0 is the upstream; bins' resources follow. */
+const UPSTREAM = 0;
+
+/**
+ * Size-routed allocation over bins and an upstream, ownership-routed deallocation.
+ *
+ * @example
+ * ```ts
+ * using bins = new BinningResource(new PoolResource(), { minSizeExponent: 8, maxSizeExponent: 16 });
+ * const p = bins.allocate(300);   // from the 512-byte bin
+ * bins.deallocate(p, 300);
+ * ```
+ */
+export class BinningResource extends MemoryResource {
+  /** The upstream's kind. */
+  readonly kind: MemoryKind;
+  /** The weakest alignment among the upstream and the bins. */
+  alignment: number;
+  /** The upstream's device. */
+  readonly device: number;
+  /** Where requests larger than every bin go. */
+  override readonly upstream: MemoryResource;
+  private readonly bins: Bin[] = [];
+  /**
+   * Every resource a live block may have come from, append-only: a replaced bin stays here so its
+   * blocks still go back to it. Route 0 is the upstream.
+   */
+  private readonly routes: MemoryResource[];
+  /** The resources created here (destroyed with this one). */
+  private readonly owned = new Set<MemoryResource>();
+  /** Live block address -> route. */
+  private readonly live = new LiveTable(256);
+
+  /**
+   * Bins over `upstream`; with both exponents, power-of-two fixed-size bins between them.
+   * @param upstream Where bins take chunks and large requests go.
+   * @param options The exponents of the default bins.
+   * @throws {TypeError | RangeError} For a bad upstream or exponents.
+   */
+  constructor(upstream: MemoryResource, options: BinningOptions = {}) {
+    super();
+    this.upstream = checkResource(upstream);
+    options = readOptions('new BinningResource', options, { minSizeExponent: true, maxSizeExponent: true });
+    this.kind = upstream.kind;
+    this.device = upstream.device;
+    this.alignment = upstream.alignment;
+    this.routes = [upstream];
+    const { minSizeExponent: lo, maxSizeExponent: hi } = options;
+    if ((lo === undefined) !== (hi === undefined)) {
+      throw new TypeError('give both minSizeExponent and maxSizeExponent, or neither');
+    }
+    if (lo !== undefined && hi !== undefined) {
+      checkNonNegativeInteger(lo, 'minSizeExponent');
+      checkNonNegativeInteger(hi, 'maxSizeExponent');
+      if (lo > hi || hi > 40) throw new RangeError(`need minSizeExponent <= maxSizeExponent <= 40, got ${lo} and ${hi}`);
+      for (let e = lo; e <= hi; e++) this.addBin(2 ** e);
+    }
+  }
+
+  /**
+   * Adds a bin for requests up to `allocationSize` bytes, served by `binResource` (default a
+   * FixedSizeResource of that block size over the upstream). Replaces a bin of the same size for
+   * new requests; blocks the old bin handed out still go back to it.
+   * @param allocationSize The largest request the bin serves.
+   * @param binResource The bin's resource (kept by the caller), or none for a FixedSizeResource.
+   * @returns This resource, for chaining.
+   * @throws {TypeError | RangeError} For a bad size, or a bin resource whose memory is of another
+   *   kind or device than the upstream's.
+   * @throws {UseAfterFreeError} When this resource or the bin resource was destroyed.
+   */
+  addBin(allocationSize: number, binResource?: MemoryResource): this {
+    if (this.destroyed) throw this.destroyedError();
+    checkBytes(allocationSize, 'allocationSize');
+    const resource = binResource === undefined
+      ? new FixedSizeResource(this.upstream, { blockSize: allocationSize })
+      : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.device, this.describe(), 'binResource');
+    if (binResource === undefined) this.owned.add(resource);
+    const k = this.bins.findIndex((b) => b.size === allocationSize);
+    if (k >= 0) this.bins.splice(k, 1);
+    this.routes.push(resource);
+    this.bins.push({ size: allocationSize, route: this.routes.length - 1 });
+    this.bins.sort((a, b) => a.size - b.size);
+    this.alignment = Math.min(this.alignment, resource.alignment);
+    return this;
+  }
+
+  /** The bin sizes, ascending. */
+  get binSizes(): number[] {
+    return this.bins.map((b) => b.size);
+  }
+
+  /** Releases what every bin caches (the upstream is released by whoever walks the chain). */
+  protected override doReleaseCached(): number {
+    let n = 0;
+    for (let r = 1; r < this.routes.length; r++) n += this.routes[r]!.releaseCached();
+    return n;
+  }
+
+  /** Destroys the bins this resource created (their chunks go back upstream). */
+  protected override doDestroy(): void {
+    for (const r of this.owned) r.destroy();
+    this.owned.clear();
+  }
+
+  /**
+   * Its bins' segments (a FixedSizeResource's chunks, cut into blocks), then one `allocation`
+   * segment per live request it passed upstream whole, as the nearest resource below that lays out
+   * memory reports it (none when no resource below does). So a snapshot shows every block of the
+   * program here, and the upstream's blocks (the bins' chunks, the passed requests) as memory laid
+   * out above it.
+   */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    const segments: SnapshotSegment[] = [];
+    for (const bin of new Set(this.routes.slice(1))) segments.push(...(bin.memorySegments() ?? []));
+    for (let r: MemoryResource | undefined = this.upstream; r !== undefined; r = r.upstream) {
+      const below = r.memorySegments();
+      if (below === undefined) continue;
+      for (const segment of below) {
+        for (const block of segment.blocks) {
+          if (block.state !== 'live' || this.live.get(block.address) !== UPSTREAM) continue;
+          segments.push({ address: block.address, bytes: block.bytes, kind: 'allocation', pages: null, blocks: [block] });
+        }
+      }
+      break;
+    }
+    return segments;
+  }
+
+  /** `BinningResource(bins=[256, 512], upstream=...)`. */
+  describe(): string {
+    return `BinningResource(bins=[${this.binSizes.join(', ')}], upstream=${this.upstream.describe()})`;
+  }
+
+  protected doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
+    const route = this.route(bytes);
+    const ptr = this.routes[route]!.allocate(bytes, stream);
+    this.live.set(ptr, route);
+    return ptr;
+  }
+
+  protected doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    const route = this.live.get(ptr);
+    if (route < 0) {
+      throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): not a live block of ${this.describe()} (foreign, or freed before)`);
+    }
+    // The owner checks the size (and leaves everything as it was if it is wrong).
+    this.routes[route]!.deallocate(ptr, bytes, stream);
+    this.live.delete(ptr);
+  }
+
+  private route(bytes: number): number {
+    const bins = this.bins;
+    for (let k = 0; k < bins.length; k++) if (bytes <= bins[k]!.size) return bins[k]!.route;
+    return UPSTREAM;
+  }
+}

@@ -1,0 +1,270 @@
+/**
+ * PinnedHostPool: a caching pool of pinned host buffers for staging copies. cuMemHostAlloc costs
+ * milliseconds for large buffers; a staged transfer wants a few chunks it can fill from JavaScript
+ * memory while the previous chunk's DMA runs. The host writes into these buffers, which is not
+ * stream-ordered, so a buffer given back with a stream is reused only once the work queued on that
+ * stream when it was given back has completed (an event per buffer, queried without blocking).
+ */
+import type { Backend, Ptr } from '../../backend/backend.js';
+import { Device } from '../../device.js';
+import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../../errors.js';
+import { checkNonNegativeInteger } from '../../validate.js';
+import { PinnedHostResource } from '../upstream/pinned-host-resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
+import { StreamOrder, type Lane } from '../stream-order.js';
+import { readOptions } from '../../util/options.js';
+
+/** Options for a PinnedHostPool. */
+export interface PinnedHostPoolOptions {
+  /** Where buffers come from (default a PinnedHostResource, owned by the pool). */
+  readonly upstream?: MemoryResource;
+  /** The device whose backend records the events (default device 0). */
+  readonly device?: Device | number;
+  /** Idle buffers kept beyond this are freed (default 256 MiB). */
+  readonly maximumCachedBytes?: number;
+}
+
+/** A pinned staging buffer lent by the pool; give it back with `release(stream?)`. */
+export interface PinnedChunk {
+  /** Host address of the buffer. */
+  readonly ptr: Ptr;
+  /** The bytes asked for. */
+  readonly byteLength: number;
+  /** The buffer's real size (its size class). */
+  readonly capacity: number;
+  /** A zero-copy view of the first byteLength bytes. */
+  view(): Uint8Array;
+  /**
+   * Gives the buffer back. With a stream, it is reused only after the work queued on that stream
+   * so far (e.g. the async copy reading it) has completed.
+   */
+  release(stream?: StreamRef): void;
+}
+
+/**
+ * A cached or lent buffer: a Lane whose stream is the one it was last given back on, and whose
+ * event was recorded then.
+ */
+interface Entry extends Lane {
+  readonly ptr: Ptr;
+  readonly capacity: number;
+  stream: number;
+  requested: number;
+}
+
+/**
+ * Caching pool of pinned host buffers.
+ *
+ * @example
+ * ```ts
+ * using staging = new PinnedHostPool({ maximumCachedBytes: 64 << 20 });
+ * const chunk = staging.acquire(1 << 20);
+ * chunk.view().set(data);
+ * copyAsync(device, chunk.ptr, stream);
+ * chunk.release(stream); // reused only after the copy has read it
+ * ```
+ */
+export class PinnedHostPool extends MemoryResource {
+  /** Pinned host memory. */
+  readonly kind: MemoryKind = 'pinned-host';
+  /** The upstream's alignment. */
+  readonly alignment: number;
+  /** Host memory belongs to no device. */
+  readonly device = -1;
+  /** Where the buffers come from. */
+  override readonly upstream: MemoryResource;
+  #maximumCachedBytes: number;
+  private readonly backend: Backend;
+  /** Idle buffers by size class, oldest first. */
+  private readonly idle = new Map<number, Entry[]>();
+  private readonly lent = new Map<Ptr, Entry>();
+  private cachedBytes = 0;
+  private heldBytes = 0;
+  private readonly order: StreamOrder;
+  private readonly ownsUpstream: boolean;
+
+  /**
+   * A pool over `upstream` (default pinned memory from cuMemHostAlloc).
+   * @param options Upstream, device and the idle bytes kept.
+   * @throws {TypeError | RangeError} For bad options, or an upstream that does not hand out pinned host memory.
+   */
+  constructor(options: PinnedHostPoolOptions = {}) {
+    super();
+    options = readOptions('new PinnedHostPool', options, { upstream: true, device: true, maximumCachedBytes: true });
+    const device = Device.resolve(options.device);
+    this.#maximumCachedBytes = options.maximumCachedBytes === undefined
+      ? 256 * 1024 * 1024 : checkNonNegativeInteger(options.maximumCachedBytes, 'maximumCachedBytes');
+    this.ownsUpstream = options.upstream === undefined;
+    this.upstream = options.upstream === undefined
+      ? new PinnedHostResource({ device })
+      : checkMemoryOf(checkResource(options.upstream), 'pinned-host', -1, 'PinnedHostPool');
+    this.alignment = this.upstream.alignment;
+    this.backend = device.backend;
+    this.order = new StreamOrder(this.backend);
+  }
+
+  /** The size class of a request: 4 steps per power of two, at least 4 KiB (at most 25% slack). */
+  static sizeClass(bytes: number): number {
+    if (bytes <= 4096) return 4096;
+    const e = Math.floor(Math.log2(bytes));
+    const step = 2 ** (e - 2);
+    return Math.ceil(bytes / step) * step;
+  }
+
+  /**
+   * Lends a pinned buffer of at least `bytes`, reusing an idle one whose last use has completed.
+   * @param bytes The bytes needed.
+   * @returns The chunk; give it back with `release(stream?)`.
+   */
+  acquire(bytes: number): PinnedChunk {
+    const ptr = this.allocate(bytes);
+    const entry = this.lent.get(ptr)!;
+    const backend = this.backend;
+    let released = false;
+    return {
+      ptr,
+      byteLength: bytes,
+      capacity: entry.capacity,
+      view: (): Uint8Array => {
+        if (released) throw new UseAfterFreeError(`pinned chunk 0x${ptr.toString(16)} was released`);
+        return new Uint8Array(backend.hostView(ptr, bytes));
+      },
+      release: (stream?: StreamRef): void => {
+        if (released) throw new DoubleFreeError(`pinned chunk 0x${ptr.toString(16)} released twice`);
+        released = true;
+        this.deallocate(ptr, bytes, stream);
+      },
+    };
+  }
+
+  /** MemoryResource form of `acquire`: a pinned buffer of at least `bytes`. */
+  protected doAllocate(bytes: number): Ptr {
+    const size = PinnedHostPool.sizeClass(bytes);
+    let entry = this.takeIdle(size);
+    if (entry === undefined) {
+      let ptr: Ptr;
+      try {
+        ptr = this.upstream.allocate(size);
+      } catch (error) {
+        if (!isOutOfMemory(error) || this.doReleaseCached() === 0) throw error;
+        ptr = this.upstream.allocate(size);
+      }
+      entry = { ptr, capacity: size, stream: 0, event: 0, retired: false, requested: bytes };
+      this.heldBytes += size;
+    }
+    entry.requested = bytes;
+    this.lent.set(entry.ptr, entry);
+    return entry.ptr;
+  }
+
+  /**
+   * Gives a buffer back; it is reused only after the work queued on stream `h` so far (the
+   * default stream when none was given) has completed: an event recorded now, queried later.
+   */
+  protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
+    const entry = this.lent.get(ptr);
+    if (entry === undefined) {
+      for (const list of this.idle.values()) {
+        if (list.some((e) => e.ptr === ptr)) throw new DoubleFreeError(`deallocate(0x${ptr.toString(16)}): already given back`);
+      }
+      throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): not a buffer of ${this.describe()}`);
+    }
+    if (entry.requested !== bytes) {
+      throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}, ${bytes}): the buffer was allocated with ${entry.requested} bytes`);
+    }
+    this.lent.delete(ptr);
+    entry.stream = h;
+    this.order.mark(entry);
+    let list = this.idle.get(entry.capacity);
+    if (list === undefined) this.idle.set(entry.capacity, (list = []));
+    list.push(entry);
+    this.cachedBytes += entry.capacity;
+    this.trim(this.#maximumCachedBytes);
+  }
+
+  /** Frees every idle buffer (waiting for its last use first); returns the bytes freed. */
+  protected override doReleaseCached(): number {
+    return this.trim(0);
+  }
+
+  /** Frees everything, lent buffers included, and an upstream the pool created. */
+  protected override doDestroy(): void {
+    this.trim(0);
+    for (const e of this.lent.values()) this.freeEntry(e);
+    this.lent.clear();
+    if (this.ownsUpstream) this.upstream.destroy();
+  }
+
+  /** Idle bytes kept at most. */
+  get maximumCachedBytes(): number {
+    return this.#maximumCachedBytes;
+  }
+
+  /**
+   * Changes the idle bytes kept at most; idle buffers beyond the new bound are freed now (waiting
+   * for their last use first). The transfer layer sizes its staging pools to its chunk settings.
+   *
+   * @param bytes A whole number >= 0.
+   * @throws {RangeError | TypeError} For a bad value.
+   * @example
+   * ```ts
+   * staging.maximumCachedBytes = 64 << 20;
+   * ```
+   */
+  set maximumCachedBytes(bytes: number) {
+    if (this.destroyed) throw this.destroyedError();
+    this.#maximumCachedBytes = checkNonNegativeInteger(bytes, 'maximumCachedBytes');
+    this.trim(bytes);
+  }
+
+  /** Bytes held from upstream, idle or lent. */
+  get reservedBytes(): number {
+    return this.heldBytes;
+  }
+
+  /** Bytes idle in the cache. */
+  get idleBytes(): number {
+    return this.cachedBytes;
+  }
+
+  /** `PinnedHostPool(maximumCached=..., upstream=...)`. */
+  describe(): string {
+    return `PinnedHostPool(maximumCached=${this.maximumCachedBytes}, upstream=${this.upstream.describe()})`;
+  }
+
+  /** An idle buffer of this class whose last use is complete (oldest first), else undefined. */
+  private takeIdle(size: number): Entry | undefined {
+    const list = this.idle.get(size);
+    if (list === undefined) return undefined;
+    for (let k = 0; k < list.length; k++) {
+      const e = list[k]!;
+      if (!this.order.passed(e)) continue;
+      list.splice(k, 1);
+      this.cachedBytes -= e.capacity;
+      return e;
+    }
+    return undefined;
+  }
+
+  /** Frees idle buffers, oldest first, until at most `keep` idle bytes remain. */
+  private trim(keep: number): number {
+    let freed = 0;
+    for (const [size, list] of this.idle) {
+      while (this.cachedBytes > keep && list.length > 0) {
+        const e = list.shift()!;
+        this.cachedBytes -= e.capacity;
+        freed += e.capacity;
+        this.freeEntry(e);
+      }
+      if (list.length === 0) this.idle.delete(size);
+    }
+    return freed;
+  }
+
+  private freeEntry(e: Entry): void {
+    this.order.hostWait(e, false);
+    this.order.release(e);
+    this.upstream.deallocate(e.ptr, e.capacity);
+    this.heldBytes -= e.capacity;
+  }
+}

@@ -1,0 +1,477 @@
+/**
+ * PoolResource: the general-purpose sub-allocator. Allocation and deallocation on a hit are plain
+ * number arithmetic in TypeScript (segregated best-fit free lists over typed arrays, one Map of live
+ * blocks): no FFI call, no object allocated, so a pair costs a fraction of a microsecond.
+ *
+ * Growth, by default, is through the virtual memory management API: one large virtual range is
+ * reserved up front, addresses are sub-allocated in it, and physical pages are mapped only where
+ * live blocks need them, so address fragmentation costs no physical memory (see
+ * `pool/virtual-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
+ */
+import { MemAccess, type Backend, type Ptr } from '../../backend/backend.js';
+import { nonZero } from '../../backstop.js';
+import type { Counter } from '../../counter.js';
+import { Device } from '../../device.js';
+import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
+import { checkBytes } from '../../validate.js';
+import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
+import { BlockHeap, PARKED } from './kit/block-heap.js';
+import { NIL } from './kit/block-store.js';
+import { GRANULE } from './kit/free-list.js';
+import { UpstreamChunks } from './kit/upstream-growth.js';
+import {
+  CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
+} from './kit/virtual-growth.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from '../resource.js';
+import type { SnapshotSegment } from '../figures.js';
+import { readOptions } from '../../util/options.js';
+
+/** Options for a PoolResource. */
+export interface PoolOptions {
+  /** The device (default: device 0, or the upstream's device). */
+  readonly device?: Device;
+  /** Grow in chunks from this resource instead of through virtual memory. */
+  readonly upstream?: MemoryResource;
+  /** Bytes to take (upstream) or map (virtual) at creation; default 0. */
+  readonly initialSize?: number;
+  /** Cap on reserved bytes (physical bytes for virtual growth); OutOfMemoryError beyond it. */
+  readonly maximumSize?: number;
+  /** Upstream growth: the smallest chunk taken after the first (default 32 MiB). */
+  readonly chunkSize?: number;
+  /** Virtual growth: bytes of address space to reserve (default twice the device's memory). */
+  readonly addressSpaceSize?: number;
+  /**
+   * Virtual growth: the most bytes one physical allocation may hold (default: one page, the
+   * device's allocation granularity, 2 MiB on current GPUs; Infinity: one per run of pages mapped).
+   * The driver's costs are per mapping (30-50 us to map a page on an H100, about what a whole run
+   * costs made anew), but it maps and frees an allocation only whole: a free page of a larger
+   * allocation cannot be moved while a live block sits on another of its pages. Measured on an H100
+   * with the shared traces, 4 passes each (`node dist/bench/pool-growth.js`;
+   * bench/results/h100-2026-11-23-pool-growth.md): one page keeps peak reserved within 1% of peak
+   * live (resnet50_train +0.46%, bert_dynamic_infer +0.93%) at 45.5-48.2 / 2.5 and 16.8-17.2 /
+   * 7.1-7.4 us per operation (first pass / later ones); 64 MiB takes 5.1-5.3 / 0.82-0.94 and 1.9 /
+   * 0.58-0.65 us at +1.2% and +14% (CUDA's own pool in the same call: 4.3-10.4 / 2.1-2.5 and 1.6-2.1
+   * / 1.6-1.9 us, at +16% and +33%). Choose a larger size when memory is plentiful and growth time
+   * matters.
+   */
+  readonly extentSize?: number;
+}
+
+/** Statistics of a pool, for logs and tests. */
+export interface PoolStatistics {
+  /** Bytes the callers asked for, over live blocks (value), their peak and all ever allocated. */
+  readonly bytes: Counter;
+  /** Live blocks, their peak and all blocks ever allocated. */
+  readonly allocations: Counter;
+  /** Bytes held from the driver or upstream. */
+  readonly reservedBytes: number;
+  /** High-water mark of reservedBytes. */
+  readonly peakReservedBytes: number;
+  /** Bytes sitting in free lists (address space for virtual growth). */
+  readonly freeBytes: number;
+  /** Times a stream took another stream's free blocks (an event wait each). */
+  readonly streamSteals: number;
+  /**
+   * Virtual growth: cached pages whose memory went to where live data needed it, on the growth
+   * path only (a one-page allocation is mapped at its new place, its old mapping left there; a
+   * larger one, see `extentSize`, is unmapped and released whole and its bytes created again); 0
+   * with upstream growth.
+   */
+  readonly pageMoves: number;
+  /**
+   * Virtual growth: those of pageMoves that went back to a place where the page was mapped
+   * before: its old mapping was still there, so the move made no driver call.
+   */
+  readonly pageMovesBack: number;
+  /**
+   * Virtual growth: host waits before unmapping cached pages, each for one event on one stream
+   * that freed blocks on them and had not yet passed it; 0 with upstream growth.
+   */
+  readonly synchronizations: number;
+  /**
+   * Virtual growth: driver calls made to grow, move and give back pages, by kind (cuMemCreate,
+   * cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemRelease); all 0 with upstream growth.
+   */
+  readonly driverCalls: GrowthCalls;
+  /** Virtual growth: nanoseconds spent on the growth path (allocations that had to map pages). */
+  readonly growthNs: number;
+}
+
+/** Driver calls of a pool's virtual growth, by kind. */
+export interface GrowthCalls {
+  readonly create: number;
+  readonly map: number;
+  readonly unmap: number;
+  readonly setAccess: number;
+  readonly release: number;
+}
+
+const DEFAULT_CHUNK = 32 * 1024 * 1024;
+
+function growthCalls(pages: VirtualPages | null): GrowthCalls {
+  const c = pages?.calls;
+  if (c === undefined) return { create: 0, map: 0, unmap: 0, setAccess: 0, release: 0 };
+  return { create: c[CALL_CREATE]!, map: c[CALL_MAP]!, unmap: c[CALL_UNMAP]!, setAccess: c[CALL_SET_ACCESS]!, release: c[CALL_RELEASE]! };
+}
+
+/**
+ * A stream-ordered pool allocator over virtual memory pages or an upstream resource. A failed
+ * growth (at creation or in `allocate`) gives back what it took before it throws.
+ *
+ * @example
+ * ```ts
+ * using pool = new PoolResource({ initialSize: 1 << 30 });
+ * const p = pool.allocate(1 << 20, stream);
+ * pool.deallocate(p, 1 << 20, stream);
+ * ```
+ */
+export class PoolResource extends MemoryResource implements ReservingResource {
+  /** Device memory, or the upstream's kind. */
+  readonly kind: MemoryKind;
+  /** Every block is a multiple of 256 bytes, aligned to 256. */
+  readonly alignment = GRANULE;
+  /** The device ordinal. */
+  readonly device: number;
+  /** The upstream resource, when growing from one. */
+  declare readonly upstream?: MemoryResource;
+  private readonly heap: BlockHeap;
+  private readonly pages: VirtualPages | null;
+  private readonly chunks: UpstreamChunks | null;
+  private readonly backend: Backend;
+  private readonly options: PoolOptions;
+  /** The device the pool's memory lives on. */
+  private readonly owner: Device;
+
+  /**
+   * A pool on `device` (virtual growth) or over `upstream` (chunked growth).
+   * @param options Device or upstream, initial and maximum size, growth parameters.
+   * @throws {TypeError | RangeError} For bad options, or an upstream on another device than `device`.
+   * @throws {NotSupportedError} For virtual growth on a device without virtual memory management.
+   * @throws {OutOfMemoryError} When the initial size cannot be had (nothing is kept).
+   */
+  constructor(options: PoolOptions = {}) {
+    super();
+    options = readOptions('new PoolResource', options, { device: true, upstream: true, initialSize: true, maximumSize: true, chunkSize: true, addressSpaceSize: true, extentSize: true });
+    this.options = options;
+    const maximum = options.maximumSize === undefined ? Infinity : checkBytes(options.maximumSize, 'maximumSize');
+    const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : checkBytes(options.initialSize, 'initialSize');
+    if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
+    const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
+    const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
+    // Device memory of another device than the one named would be mapped, accessed and reported as this one's.
+    if (upstream !== undefined && upstream.device >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
+    this.backend = dev.backend;
+    this.owner = dev;
+    const heap = (this.heap = new BlockHeap(this.backend));
+    // Over locals, not `this`: the backstop's release holds the heap, and a heap that held the pool
+    // would keep the pool from ever being collected.
+    let virtual: VirtualPages | null = null;
+    heap.onUnpark = (i) => {
+      virtual?.release(heap.store.start[i]!, heap.store.size[i]!);
+    };
+    if (upstream !== undefined) {
+      this.upstream = upstream;
+      this.kind = upstream.kind;
+      this.device = upstream.device;
+      const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : checkBytes(options.chunkSize, 'chunkSize');
+      this.pages = null;
+      this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
+      if (initial > 0 && this.chunks.grow(initial, -1, initial) !== null) {
+        throw new OutOfMemoryError({
+          requestedBytes: initial, call: 'new PoolResource', reason: 'upstream', resource: this.describe(),
+          message: `cannot take the initial ${initial} bytes from ${upstream.describe()}`,
+        });
+      }
+      const chunks = this.chunks;
+      // Nothing taken from upstream, nothing leaked (a virtual pool always holds its address range).
+      this.guardMemory(() => nonZero(releasePool(null, chunks, heap)));
+    } else {
+      this.kind = 'device';
+      this.device = dev.ordinal;
+      dev.makeCurrent();
+      if (!dev.info.virtualMemoryManagementSupported) {
+        throw new NotSupportedError(`${dev.info.name} does not support virtual memory management; ` +
+          'give PoolResource an upstream (e.g. new CudaResource(device))');
+      }
+      const range = options.addressSpaceSize === undefined
+        ? 2 * dev.info.totalMemory
+        : checkBytes(options.addressSpaceSize, 'addressSpaceSize');
+      const extent = options.extentSize === undefined || options.extentSize === Infinity
+        ? options.extentSize ?? 0 : checkBytes(options.extentSize, 'extentSize');
+      this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent);
+      this.chunks = null;
+      const pages = virtual;
+      this.guardMemory(() => releasePool(pages, null, heap));
+      if (initial > 0) {
+        // Map the first pages now, so the first allocations hit. If that fails, the failed growth
+        // has unmapped its pages; the address range goes too, since no one can destroy this pool.
+        try {
+          this.deallocate(this.allocate(initial), initial);
+        } catch (error) {
+          this.destroy();
+          throw error;
+        }
+      }
+    }
+  }
+
+  /**
+   * A hit is pure TypeScript; growth maps pages or takes a chunk from upstream. Arguments are
+   * checked by MemoryResource.allocate.
+   */
+  protected doAllocate(bytes: number, h: number): Ptr {
+    const size = bytes % GRANULE === 0 ? bytes : (Math.floor(bytes / GRANULE) + 1) * GRANULE;
+    const heap = this.heap;
+    const parked = heap.takeParked(size, bytes, h);
+    // The block this stream freed last, of exactly this size, live again: its pages are still counted.
+    if (parked !== NIL) return heap.store.start[parked]!;
+    const pages = this.pages;
+    let i = heap.take(size, h);
+    if (heap.parkedCount > 0 && (i === NIL || (pages !== null && !pages.covers(heap.store.start[i]!, size)))) {
+      // Growth ahead: first give parked blocks back, so it sees every free byte and cached page
+      // (placement on mapped pages and donor pages are chosen from the lists, after this).
+      heap.unparkAll();
+      if (i === NIL) i = heap.take(size, h);
+    }
+    if (i === NIL) i = this.growAndTake(size, h, bytes);
+    if (pages !== null) {
+      try {
+        i = pages.commit(i, size, h);
+      } catch (error) {
+        if (error instanceof PhysicalExhausted) throw this.outOfMemory(bytes, error.message, error.reason, error.cause);
+        throw error;
+      }
+    }
+    heap.markLive(i, bytes);
+    return heap.store.start[i]!;
+  }
+
+  /**
+   * Returns a block, reusable at once on stream `h` and, after an event wait, on other streams.
+   * Throws InvalidPointerError (not from this pool, or wrong size) or DoubleFreeError, leaving
+   * the pool unchanged.
+   */
+  protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
+    const heap = this.heap;
+    const i = heap.live.get(ptr);
+    if (i === NIL) throw this.badPointer(ptr);
+    const s = heap.store;
+    if (s.requested[i] !== bytes) {
+      if (s.requested[i] === PARKED) throw new DoubleFreeError(`deallocate(${hex(ptr)}): the block is already free (freed twice?)`);
+      throw new InvalidPointerError(
+        `deallocate(${hex(ptr)}, ${bytes}): the block was allocated with ${s.requested[i]} bytes`);
+    }
+    // Parked: the stream's next allocation of this size takes it back as it is (pages still counted).
+    if (heap.park(i, h)) return;
+    heap.unmarkLive(i);
+    if (this.pages !== null) this.pages.release(ptr, s.size[i]!);
+    heap.give(i, h);
+  }
+
+  /**
+   * Lets `peer` access (or stops it accessing) this pool's memory: every page mapped now and every
+   * page mapped later (cuMemSetAccess for the peer beside the pool's own device), so blocks from
+   * the pool can be read and written by kernels and copies running on `peer`.
+   *
+   * @param peer Another device that can access this one (`peer.canAccessPeer(device)`).
+   * @param access 'none', 'read' or 'readwrite'.
+   * @throws {TypeError | RangeError} For a bad device or access, or the pool's own device.
+   * @throws {NotSupportedError} When the devices cannot access each other, or the pool grows from an
+   *   upstream (its memory's access is the upstream's: enable peer access between the contexts).
+   * @example
+   * ```ts
+   * const pool = new PoolResource({ device: Device.get(0) });
+   * pool.setAccess(Device.get(1), 'readwrite');
+   * ```
+   */
+  setAccess(peer: Device, access: PoolAccess): void {
+    if (!(peer instanceof Device)) throw new TypeError('peer must be a Device');
+    const flags = accessFlags(access);
+    if (this.destroyed) throw this.destroyedError();
+    const own = this.owner;
+    if (peer === own) throw new RangeError('a pool\'s own device always has read-write access');
+    const pages = this.pages;
+    if (pages === null) {
+      throw new NotSupportedError(`${this.describe()} grows from ${this.upstream!.describe()}, whose memory's peer access ` +
+        'is set on the contexts: call device.enablePeerAccess(peer) on both devices instead');
+    }
+    if (access !== 'none' && !peer.canAccessPeer(own)) {
+      throw new NotSupportedError(`device ${peer.ordinal} cannot access device ${own.ordinal}'s memory (no peer access between them)`);
+    }
+    own.makeCurrent();
+    pages.setPeerAccess(peer.ordinal, flags);
+  }
+
+  /**
+   * How `device` may access this pool's memory.
+   *
+   * @param device A device.
+   * @returns 'readwrite' for the pool's own device; what `setAccess` granted for another.
+   * @throws {TypeError} For a non-device.
+   * @example
+   * ```ts
+   * pool.getAccess(Device.get(1)); // 'none' until setAccess
+   * ```
+   */
+  getAccess(device: Device): PoolAccess {
+    if (!(device instanceof Device)) throw new TypeError('device must be a Device');
+    if (device === this.owner) return 'readwrite';
+    return poolAccess(this.pages === null ? MemAccess.NONE : this.pages.peerAccess(device.ordinal));
+  }
+
+  /**
+   * Gives unused memory back: cached physical pages (virtual growth; waits, on the host, only for
+   * the streams that freed blocks on those pages) or wholly free chunks (upstream growth, each on
+   * the stream that freed it). Returns the bytes released.
+   */
+  protected override doReleaseCached(): number {
+    this.heap.unparkAll();
+    if (this.pages !== null) return this.pages.releaseCached();
+    return this.chunks!.releaseCached();
+  }
+
+  /**
+   * Virtual growth: the reserved range, its mapped pages and every block cut from it; upstream
+   * growth: one chunk per region taken from the upstream.
+   */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    const regions = this.heap.layout();
+    const pages = this.pages;
+    if (pages === null) {
+      return regions.map((blocks) => ({
+        address: blocks[0]!.address, bytes: blocks.reduce((sum, b) => sum + b.bytes, 0), kind: 'chunk', pages: null, blocks,
+      }));
+    }
+    // Runs of mapped pages, probed page by page (tens of thousands of pages: a snapshot, not a hot path).
+    const mapped: Array<[number, number]> = [];
+    const count = pages.rangeBytes / pages.pageBytes;
+    for (let p = 0; p < count; p++) {
+      if (!pages.covers(pages.base + p * pages.pageBytes, pages.pageBytes)) continue;
+      const last = mapped[mapped.length - 1];
+      if (last !== undefined && last[0] + last[1] === p) last[1] += 1;
+      else mapped.push([p, 1]);
+    }
+    return [{
+      address: pages.base, bytes: pages.rangeBytes, kind: 'virtual-range', pages: { pageBytes: pages.pageBytes, mapped }, blocks: regions.flat(),
+    }];
+  }
+
+  /** Frees everything the pool holds (pages or chunks). */
+  protected override doDestroy(): void {
+    releasePool(this.pages, this.chunks, this.heap);
+  }
+
+  /** Bytes obtained from the driver (physical) or upstream. */
+  get reservedBytes(): number {
+    return this.pages !== null ? this.pages.reservedBytes : this.chunks!.reservedBytes;
+  }
+
+  /** High-water mark of reservedBytes. */
+  get peakReservedBytes(): number {
+    return this.pages !== null ? this.pages.peakReservedBytes : this.chunks!.peakReservedBytes;
+  }
+
+  /** Restarts the high-water mark of reservedBytes (and of live bytes) from current figures. */
+  resetPeakReserved(): void {
+    if (this.pages !== null) this.pages.resetPeak();
+    else this.chunks!.peakReservedBytes = this.chunks!.reservedBytes;
+    this.heap.resetPeaks();
+  }
+
+  /** Live, reserved and free figures. */
+  statistics(): PoolStatistics {
+    const heap = this.heap;
+    return {
+      ...heap.counters(),
+      reservedBytes: this.reservedBytes,
+      peakReservedBytes: this.peakReservedBytes,
+      freeBytes: this.heap.freeBytes,
+      streamSteals: this.heap.steals,
+      pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
+      pageMovesBack: this.pages !== null ? this.pages.pageMovesBack : 0,
+      synchronizations: this.pages !== null ? this.pages.synchronizations : 0,
+      driverCalls: growthCalls(this.pages),
+      growthNs: this.pages !== null ? this.pages.growthNs : 0,
+    };
+  }
+
+  /** Live blocks and reserved bytes; page moves and driver calls with virtual growth only. */
+  override memoryFigures(): MemoryFigures | undefined {
+    const { bytes, allocations } = this.heap.counters();
+    const figures = { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+    if (this.pages === null) return figures;
+    const calls = growthCalls(this.pages);
+    const driverCalls = calls.create + calls.map + calls.unmap + calls.setAccess + calls.release;
+    return { ...figures, pageMoves: this.pages.pageMoves, driverCalls };
+  }
+
+  /** Restarts the reserved and live high-water marks (`resetPeakReserved`). */
+  override resetPeakFigures(): void {
+    this.resetPeakReserved();
+  }
+
+  /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */
+  describe(): string {
+    const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.device}`];
+    if (this.options.initialSize) parts.push(`initial=${this.options.initialSize}`);
+    if (this.options.maximumSize !== undefined) parts.push(`maximum=${this.options.maximumSize}`);
+    return `PoolResource(${parts.join(', ')})`;
+  }
+
+  private growAndTake(size: number, stream: number, bytes: number): number {
+    const chunks = this.chunks;
+    if (chunks !== null) {
+      const refusal = chunks.grow(size, stream);
+      if (refusal === null) {
+        const i = this.heap.take(size, stream);
+        if (i !== NIL) return i;
+      }
+      throw this.outOfMemory(bytes, refusal === 'maximum'
+        ? 'the maximum size refused a new chunk' : 'the upstream refused a new chunk',
+      refusal ?? 'upstream', chunks.lastRefusal);
+    }
+    throw this.outOfMemory(bytes, 'the virtual address range is exhausted', 'address-space');
+  }
+
+  private outOfMemory(bytes: number, why: string, reason: OutOfMemoryReason, cause?: unknown): OutOfMemoryError {
+    const heap = this.heap;
+    const statistics = { ...heap.counters(), reservedBytes: this.reservedBytes };
+    return new OutOfMemoryError({
+      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(), statistics, cause,
+      message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
+        `(live ${heap.liveBytes} bytes in ${heap.liveCount} blocks, reserved ${this.reservedBytes} bytes)`,
+    });
+  }
+
+  /** The error for a pointer that is not a live block: freed before, or never from this pool. */
+  private badPointer(ptr: number): Error {
+    const inRange = this.pages !== null ? this.pages.contains(ptr) : this.chunks!.contains(ptr);
+    if (inRange) {
+      const s = this.heap.store;
+      for (const i of this.heap.freeBlocks()) {
+        if (ptr >= s.start[i]! && ptr < s.start[i]! + s.size[i]!) {
+          return new DoubleFreeError(`deallocate(${hex(ptr)}): the block is already free (freed twice?)`);
+        }
+      }
+      return new InvalidPointerError(`deallocate(${hex(ptr)}): not the start of a block from ${this.describe()}`);
+    }
+    return new InvalidPointerError(`deallocate(${hex(ptr)}): the pointer is not from ${this.describe()}`);
+  }
+}
+
+/**
+ * Gives back everything a pool holds, live blocks included, and returns the bytes: `destroy()`
+ * once no block is live, and the backstop of a pool collected before that.
+ */
+function releasePool(pages: VirtualPages | null, chunks: UpstreamChunks | null, heap: BlockHeap): number {
+  const bytes = pages !== null ? pages.reservedBytes : chunks!.reservedBytes;
+  if (pages !== null) pages.destroy();
+  else chunks!.destroy();
+  heap.destroy();
+  return bytes;
+}
+
+function hex(ptr: number): string {
+  return Number.isFinite(ptr) ? `0x${ptr.toString(16)}` : String(ptr);
+}
+

@@ -1,0 +1,139 @@
+/**
+ * The shared base of the resources that hand out driver memory one call per block (CudaResource,
+ * ManagedResource, PinnedHostResource, AsyncResource). What they share is written once here: the
+ * live sizes (so a foreign, inner, double or wrongly sized free is a typed error before the driver
+ * sees it), the out-of-memory error naming the resource, and `destroy()` freeing what is still live.
+ */
+import type { Backend, Ptr } from '../../backend/backend.js';
+import type { Device } from '../../device.js';
+import { OutOfMemoryError } from '../../errors.js';
+import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
+import type { SnapshotSegment } from '../figures.js';
+import { SizeTable } from './size-table.js';
+
+/**
+ * A resource whose every block is one driver allocation. Subclasses implement `driverAllocate`
+ * and `driverFree`; this class keeps the live table and names itself in errors.
+ */
+export abstract class DriverResource extends MemoryResource {
+  /** The live allocations and their sizes. */
+  private readonly table = new SizeTable();
+
+  /**
+   * @param owner The device whose backend and context the calls use (for host memory: the device
+   *   whose context pins it).
+   */
+  protected constructor(protected readonly owner: Device) {
+    super();
+  }
+
+  /** The backend of the owning device. */
+  protected get backend(): Backend {
+    return this.owner.backend;
+  }
+
+  /** Bytes in live allocations. */
+  get liveBytes(): number {
+    return this.table.bytes.value;
+  }
+
+  /** Number of live allocations. */
+  get liveCount(): number {
+    return this.table.size;
+  }
+
+  /**
+   * The live table's figures. Every block is one driver allocation and nothing is cached, so
+   * reserved is allocated; resources over a driver pool (AsyncResource) report the pool's instead.
+   */
+  override memoryFigures(): MemoryFigures | undefined {
+    const bytes = this.table.bytes.snapshot();
+    return { allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+  }
+
+  /** Restarts the live table's peaks. */
+  override resetPeakFigures(): void {
+    this.table.bytes.resetPeak();
+    this.table.allocations.resetPeak();
+  }
+
+  /** One driver allocation of `bytes` on stream `handle`. */
+  protected abstract driverAllocate(bytes: number, handle: number): Ptr;
+
+  /** Frees one driver allocation on stream `handle`. */
+  protected abstract driverFree(ptr: Ptr, bytes: number, handle: number): void;
+
+  protected doAllocate(bytes: number, handle: number, _stream: StreamRef | undefined): Ptr {
+    let ptr: Ptr;
+    try {
+      ptr = this.driverAllocate(bytes, handle);
+    } catch (error) {
+      throw this.nameOutOfMemory(error, bytes);
+    }
+    this.table.add(ptr, bytes);
+    return ptr;
+  }
+
+  protected doDeallocate(ptr: Ptr, bytes: number, handle: number, _stream: StreamRef | undefined): void {
+    this.table.check(ptr, bytes, this.describe());
+    this.driverFree(ptr, bytes, handle);
+    this.table.remove(ptr);
+  }
+
+  /** One segment per live allocation, ascending by address: each is its one block. */
+  protected override doMemorySegments(): SnapshotSegment[] {
+    return this.table.entries().sort((a, b) => a[0] - b[0]).map(([address, bytes]) => ({
+      address, bytes, kind: 'allocation', pages: null,
+      blocks: [{ address, bytes, requestedBytes: bytes, state: 'live', stream: null, stack: null }],
+    }));
+  }
+
+  /**
+   * Hands the live table to the garbage-collection backstop: if the resource is collected before
+   * its memory was released, every allocation still live is freed with `free` (on the default
+   * stream), then `after` runs (a driver pool the resource created). Called at the end of a
+   * subclass's constructor, with functions that must not reference the resource.
+   *
+   * @param free Frees one driver allocation on stream `handle`.
+   * @param after Runs once the allocations are freed; with it, a collected resource is a leak
+   *   even with nothing live (it held a driver object).
+   */
+  protected guardLive(free: (ptr: Ptr, handle: number) => void, after?: () => void): void {
+    const table = this.table;
+    this.guardMemory(() => {
+      const entries = table.entries();
+      let bytes = 0;
+      for (const [ptr, size] of entries) {
+        free(ptr, 0);
+        table.remove(ptr);
+        bytes += size;
+      }
+      if (after === undefined) return entries.length > 0 ? bytes : null;
+      after();
+      return bytes;
+    });
+  }
+
+  /** Frees every allocation still live (on the default stream), then forgets them. */
+  protected override doDestroy(): void {
+    for (const [ptr, bytes] of this.table.entries()) {
+      this.driverFree(ptr, bytes, 0);
+      this.table.remove(ptr);
+    }
+  }
+
+  /**
+   * The driver's out-of-memory error again, naming this resource and its figures, with the
+   * driver's error as the cause; other errors unchanged.
+   */
+  private nameOutOfMemory(error: unknown, bytes: number): unknown {
+    if (!(error instanceof OutOfMemoryError) || error.resource !== undefined) return error;
+    const live = this.table;
+    return new OutOfMemoryError({
+      requestedBytes: bytes, call: error.call, reason: error.reason, resource: this.describe(),
+      statistics: { bytes: live.bytes.snapshot(), allocations: live.allocations.snapshot() },
+      message: `${error.message} (${this.describe()}: ${live.size} live allocations, ${live.bytes.value} bytes)`,
+      cause: error.cause ?? error,
+    });
+  }
+}
