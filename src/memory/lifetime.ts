@@ -261,6 +261,22 @@ export abstract class Allocation {
   }
 
   /**
+   * True for memory lent to vram for reading only (a foreign device buffer wrapped with
+   * `readOnly`, JavaScript memory registered with `readOnly`): vram writes nothing into it. Copies
+   * and fills check it in one place (`checkWritableMemory`, copy.ts), arrays and the built-in
+   * operations through `DeviceArray.readOnly`, and exports say so. False for vram's own memory.
+   *
+   * @returns Whether writes into the memory are refused.
+   * @example
+   * ```ts
+   * HostBuffer.register(samples, { readOnly: true }).readOnly; // true
+   * ```
+   */
+  get readOnly(): boolean {
+    return false;
+  }
+
+  /**
    * The backend that owns the memory: the owning device's, fixed when the memory was allocated.
    * Every operation on the buffer goes through it, never through a process-wide lookup.
    *
