@@ -96,6 +96,23 @@ function notifyStreamDestroying(handle: number): void {
   }
 }
 
+/** See `onStreamRetiring`. */
+let retiring: ((stream: Stream) => void) | undefined;
+
+/**
+ * Sets the function told, with the Stream object, just before `destroy()` ends it, while its
+ * handle still works: lifetime.ts records one last event there, so that buffers which recorded the
+ * stream can still be freed in stream order behind its work. A hook that throws leaves the stream
+ * alive. The backstop of a collected Stream does not call it: a buffer that recorded a stream keeps
+ * it reachable until freed.
+ *
+ * @internal
+ * @param hook The function (one; a later call replaces it).
+ */
+export function onStreamRetiring(hook: (stream: Stream) => void): void {
+  retiring = hook;
+}
+
 /**
  * Destroys a driver stream, telling the watchers first; what `Stream.destroy()` and the backstop
  * of a collected Stream both do, so a dropped stream ends exactly as a destroyed one.
@@ -244,6 +261,7 @@ export class Stream implements StreamRef {
   destroy(): void {
     if (this.destroyed) throw new DoubleFreeError('the stream was already destroyed');
     if (this.isDefault) return;
+    retiring?.(this);
     // Resources retire what they cached on this stream while its handle is still valid.
     this.destroyed = true;
     unguard(this.dropped!);
