@@ -60,10 +60,11 @@ export interface StreamRef {
 export const defaultStream: StreamRef = Object.freeze({ handle: 0 });
 
 /**
- * Told just before a `Stream` is destroyed. Resources that cache memory freed on a stream keep
- * per-stream state keyed by its handle; a destroyed stream's handle must never be used again (the
- * driver may crash on it, or hand the same value to a new stream), so they retire that state
- * while the stream still exists (see `StreamOrder.retire`).
+ * Told just before a `Stream` is destroyed, or before vram stops using a borrowed one
+ * (`Stream.fromHandle`, whose owner may destroy it at any time after). Resources that cache
+ * memory freed on a stream keep per-stream state keyed by its handle; a destroyed stream's handle
+ * must never be used again (the driver may crash on it, or hand the same value to a new stream),
+ * so they retire that state while the stream still exists (see `StreamOrder.retire`).
  */
 export interface StreamWatcher {
   /** Called with the handle of a stream about to be destroyed; it is still valid during the call. */
