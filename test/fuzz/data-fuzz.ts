@@ -26,6 +26,20 @@
  *   freed at once without naming that stream, the next owner writing it from the host.
  * A copy's stream counts as the stream its memory was freed on (the verification synchronises it
  * last), pending copies are awaited before each verification, and what they delivered is checked.
+ * With `nested`, resources nested over the target take part (drawn only when on, like the next two):
+ * - a PoolResource, BinningResource or FixedSizeResource made over the target or over another
+ *   nested one, blocks allocated from it like the target's, and destroyed at random while blocks
+ *   are live: they stay live, written and checked, and its memory may reach no one else before
+ *   the last of them is freed. Every allocation, from any resource, is checked against every
+ *   live block: two live blocks sharing a byte fail at once.
+ * With `readOnly`, a live block is imported read-only (fromPointer's readOnly, DLPack's READ_ONLY,
+ * the CUDA Array Interface's data[1], or a re-export of one) and written through one writing path
+ * (fill, copies, elementwise, map, zipWith, a reduction's out), into it or a view of it: each must
+ * be refused as read-only, and the block is checked unchanged in the next verification.
+ * With `overlaps`, a live block is filled with known float32 values and a built-in operation
+ * (elementwise, map, zipWith, a strided copy) runs on random views of it, the output usually
+ * overlapping an input; after the next synchronisation the block must hold NumPy's result, every
+ * input read as if copied first (views.ts), then the block gets a fresh pattern on its stream.
  * Every so often (a random interval) it verifies: every stream is synchronised, then the blocks
  * written since the last verification, a few random others and, every few verifications, every
  * live block are copied to pinned host memory on their stream (host memory is read in place) and
