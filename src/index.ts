@@ -32,7 +32,7 @@ export type { Counter } from './counter.js';
 export { Device, Context } from './device.js';
 export type { ContextOptions, ContextSchedule } from './device.js';
 export { Stream, Event, watchStreamDestroy } from './stream.js';
-export type { StreamOptions, EventOptions, StreamWatcher } from './stream.js';
+export type { StreamOptions, BorrowedStreamOptions, EventOptions, StreamWatcher } from './stream.js';
 
 // Buffers and lifetimes
 export { DeviceBuffer, PitchedDeviceBuffer } from './buffer/device-buffer.js';

@@ -47,6 +47,10 @@ export async function pollUntil(done: () => boolean): Promise<void> {
   }
 }
 
+/** The driver's marker handles for the legacy and the per-thread default stream. */
+const CU_STREAM_LEGACY = 1;
+const CU_STREAM_PER_THREAD = 2;
+
 /** Anything with a stream handle: a `Stream`, or `{ handle: 0 }` for the default stream. */
 export interface StreamRef {
   readonly handle: number;
@@ -56,10 +60,11 @@ export interface StreamRef {
 export const defaultStream: StreamRef = Object.freeze({ handle: 0 });
 
 /**
- * Told just before a `Stream` is destroyed. Resources that cache memory freed on a stream keep
- * per-stream state keyed by its handle; a destroyed stream's handle must never be used again (the
- * driver may crash on it, or hand the same value to a new stream), so they retire that state
- * while the stream still exists (see `StreamOrder.retire`).
+ * Told just before a `Stream` is destroyed, or before vram stops using a borrowed one
+ * (`Stream.fromHandle`, whose owner may destroy it at any time after). Resources that cache
+ * memory freed on a stream keep per-stream state keyed by its handle; a destroyed stream's handle
+ * must never be used again (the driver may crash on it, or hand the same value to a new stream),
+ * so they retire that state while the stream still exists (see `StreamOrder.retire`).
  */
 export interface StreamWatcher {
   /** Called with the handle of a stream about to be destroyed; it is still valid during the call. */
@@ -96,6 +101,23 @@ function notifyStreamDestroying(handle: number): void {
   }
 }
 
+/** See `onStreamRetiring`. */
+let retiring: ((stream: Stream) => void) | undefined;
+
+/**
+ * Sets the function told, with the Stream object, just before `destroy()` ends it, while its
+ * handle still works: lifetime.ts records one last event there, so that buffers which recorded the
+ * stream can still be freed in stream order behind its work. A hook that throws leaves the stream
+ * alive. The backstop of a collected Stream does not call it: a buffer that recorded a stream keeps
+ * it reachable until freed.
+ *
+ * @internal
+ * @param hook The function (one; a later call replaces it).
+ */
+export function onStreamRetiring(hook: (stream: Stream) => void): void {
+  retiring = hook;
+}
+
 /**
  * Destroys a driver stream, telling the watchers first; what `Stream.destroy()` and the backstop
  * of a collected Stream both do, so a dropped stream ends exactly as a destroyed one.
@@ -107,6 +129,19 @@ function endStream(device: Device, raw: Handle): number {
   return 0;
 }
 
+/**
+ * Ends vram's use of a borrowed stream (`Stream.fromHandle`), what its `destroy()` and its
+ * backstop both do: the watchers retire what they cached on it while the handle is still valid,
+ * then the backend stops vouching for it. The driver stream lives on: its owner destroys it.
+ * Returns null: a borrowed stream collected undestroyed held nothing of vram's, so it is no leak.
+ */
+function endBorrowedStream(device: Device, raw: Handle): null {
+  device.makeCurrent();
+  notifyStreamDestroying(raw);
+  device.backend.forgetStream(raw);
+  return null;
+}
+
 /** Destroys a driver event (`Event.destroy()` and the backstop of a collected Event). */
 function endEvent(device: Device, raw: Handle): number {
   device.makeCurrent();
@@ -114,10 +149,17 @@ function endEvent(device: Device, raw: Handle): number {
   return 0;
 }
 
+/** Options for `Stream.fromHandle`. */
+export interface BorrowedStreamOptions {
+  /** The device whose context the stream belongs to (device 0 by default). */
+  readonly device?: Device;
+}
+
 /**
  * A CUDA stream: work queued on it runs in order; different streams may run concurrently. A
  * stream dropped without `destroy()` is destroyed when it is collected and counted as a leak
  * (`leakStatistics()`); buffers allocated or recorded on it keep it alive until they are freed.
+ * A stream borrowed with `Stream.fromHandle` is never destroyed by vram (see there).
  */
 export class Stream implements StreamRef {
   private static readonly defaults = new Map<Device, Stream>();
@@ -133,9 +175,13 @@ export class Stream implements StreamRef {
     readonly priority: number,
     /** True when it does not synchronise with the legacy default stream. */
     readonly nonBlocking: boolean,
+    /** True for a stream created elsewhere and borrowed with `Stream.fromHandle`. */
+    readonly borrowed = false,
   ) {
     if (raw === DEFAULT_STREAM) return;
-    this.dropped = { kind: 'Stream', ptr: raw, release: () => endStream(device, raw) };
+    this.dropped = borrowed
+      ? { kind: 'Stream', ptr: raw, release: () => endBorrowedStream(device, raw) }
+      : { kind: 'Stream', ptr: raw, release: () => endStream(device, raw) };
     guard(this, this.dropped);
   }
 
@@ -157,6 +203,56 @@ export class Stream implements StreamRef {
     }
     const flags = nonBlocking ? StreamFlags.NON_BLOCKING : StreamFlags.DEFAULT;
     return new Stream(device.backend.streamCreate(flags, priority), device, priority, nonBlocking);
+  }
+
+  /**
+   * Borrows a stream that vram did not create (a PyTorch or CuPy stream's handle, a native
+   * addon's CUstream), as cuda.core's `Stream.from_handle` and CuPy's `ExternalStream` do, so
+   * resources, copies and kernels can use it like any `Stream` (a raw `{ handle }` of it is
+   * refused, since nothing vouches that it is live). vram never destroys it: `destroy()` only
+   * ends vram's use of it (caching resources retire what they hold on it, and the backend stops
+   * accepting its raw handle), and a borrowed Stream collected without `destroy()` does the same
+   * and is not counted as a leak. Call `destroy()` before the stream's owner destroys it.
+   *
+   * On the cuda backend the handle cannot be checked (asking the driver about an invalid one may
+   * crash the process): the caller vouches that it is a live stream of `device`'s context. The
+   * emulated backend refuses a handle that names none of its streams. Its `nonBlocking` and
+   * `priority` are read from the driver (cuStreamGetFlags, cuStreamGetPriority).
+   *
+   * @param handle The CUstream as a number; 0 gives the legacy default stream, `Stream.default(device)`.
+   * @param options `device`: the device whose context owns the stream (device 0 by default).
+   * @returns A Stream that borrows the handle (`borrowed` is true), or the default stream for 0.
+   * @throws {TypeError} When `handle` is not a number, or the options are not an options object.
+   * @throws {RangeError} When `handle` is not a whole number >= 0 in the safe range, or is 1 or 2
+   *   (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: markers, not streams).
+   * @throws {CudaError} When the driver refuses the handle (on the emulated backend: no such stream).
+   * @example
+   * ```ts
+   * const s = Stream.fromHandle(torchStream.cuda_stream); // the number another library gave
+   * const buf = DeviceBuffer.allocate(1 << 20, { stream: s });
+   * buf.free();
+   * s.destroy(); // vram is done with it; the other library still owns the stream
+   * ```
+   */
+  static fromHandle(handle: number, options: BorrowedStreamOptions = {}): Stream {
+    options = readOptions('Stream.fromHandle', options, { device: true });
+    if (typeof handle !== 'number') throw new TypeError(`Stream.fromHandle: handle must be a number, got ${typeof handle}`);
+    if (!Number.isSafeInteger(handle) || handle < 0) {
+      throw new RangeError(`Stream.fromHandle: handle must be a whole number from 0 to 2^53 - 1, got ${handle}`);
+    }
+    if (handle === CU_STREAM_LEGACY || handle === CU_STREAM_PER_THREAD) {
+      throw new RangeError(`Stream.fromHandle: handle ${handle} is CU_STREAM_${handle === CU_STREAM_LEGACY ? 'LEGACY' : 'PER_THREAD'}, ` +
+        'a marker rather than a stream: give 0 for the legacy default stream');
+    }
+    const device = Device.resolve(options.device);
+    if (handle === DEFAULT_STREAM) return Stream.default(device);
+    device.makeCurrent();
+    const { backend } = device;
+    // Read before adopting, so a refused handle leaves the backend as it was.
+    const nonBlocking = (backend.streamGetFlags(handle) & StreamFlags.NON_BLOCKING) !== 0;
+    const priority = backend.streamGetPriority(handle);
+    backend.adoptStream(handle);
+    return new Stream(handle, device, priority, nonBlocking, true);
   }
 
   /** The legacy default stream (handle 0) of `device`; it is never destroyed. */
@@ -239,15 +335,18 @@ export class Stream implements StreamRef {
 
   /**
    * Destroys the stream. Work already queued still completes; the handle may not be used again.
-   * The default stream is never destroyed (a no-op).
+   * The default stream is never destroyed (a no-op). A borrowed stream (`Stream.fromHandle`) is
+   * not destroyed either: this Stream is done with it, and its owner still has it.
    */
   destroy(): void {
     if (this.destroyed) throw new DoubleFreeError('the stream was already destroyed');
     if (this.isDefault) return;
+    retiring?.(this);
     // Resources retire what they cached on this stream while its handle is still valid.
     this.destroyed = true;
     unguard(this.dropped!);
-    endStream(this.device, this.raw);
+    if (this.borrowed) endBorrowedStream(this.device, this.raw);
+    else endStream(this.device, this.raw);
   }
 
   /** `using stream = Stream.create()` destroys it at the end of the scope. */
@@ -257,7 +356,8 @@ export class Stream implements StreamRef {
 
   /** A short description for logs. */
   toString(): string {
-    return this.isDefault ? `Stream(default, device ${this.device.ordinal})` : `Stream(${this.raw}, device ${this.device.ordinal})`;
+    if (this.isDefault) return `Stream(default, device ${this.device.ordinal})`;
+    return `Stream(${this.raw}${this.borrowed ? ', borrowed' : ''}, device ${this.device.ordinal})`;
   }
 }
 

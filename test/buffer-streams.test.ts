@@ -14,7 +14,7 @@ import { setBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
 import { HostAllocFlags, StreamWaitValueFlags, type Backend } from '../src/backend/backend.js';
 import { Device } from '../src/device.js';
-import { Stream } from '../src/stream.js';
+import { Event, Stream } from '../src/stream.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { ManagedBuffer } from '../src/buffer/managed-buffer.js';
@@ -281,7 +281,7 @@ test('recordStream and free({ stream }): bad streams and freed buffers are typed
   assert.throws(() => freed.free({ stream: s }), DoubleFreeError);
 });
 
-test('a recorded stream destroyed before the free: the device is synchronised instead, and the memory still goes back', () => {
+test('a recorded stream destroyed before the free: the free does not wait on the host, and the memory still goes back', () => {
   using pool = new PoolResource();
   const spy = spyOnDeallocate(pool);
   using a = Stream.create({ nonBlocking: true });
@@ -290,30 +290,38 @@ test('a recorded stream destroyed before the free: the device is synchronised in
   buf.memset(3, { stream: b });
   buf.recordStream(b);
   b.destroy();
-  assert.ok(hostWaitsDuring(() => buf.free()) >= 1, 'its work can no longer be marked: the host waits');
+  assert.equal(hostWaitsDuring(() => buf.free()), 0, 'its work is waited for on the device, through its last event');
   assert.deepEqual(spy.streams, [a]);
   assert.equal(buf.isFreed, true);
 });
 
 /**
- * Runs `body` with `stream` held back on the device (cuStreamWaitValue32 on a word of mapped
- * pinned memory), released by a host write when `body` returns or throws: work queued on the
- * stream meanwhile has certainly not run, on a GPU as on the emulation. Held work is never
- * synchronised on (a GPU would wait forever).
+ * Holds `stream` back on the device (cuStreamWaitValue32 on a word of mapped pinned memory): work
+ * queued on it from now on has certainly not run, on a GPU as on the emulation, until the returned
+ * function writes the word; the caller then waits for the stream and frees the word with `free`.
  */
-async function whileHeld(stream: Stream, body: () => void): Promise<void> {
+function holdBack(stream: Stream): { release: () => void; free: () => void } {
   const backend = device.backend;
   device.makeCurrent();
   const word = backend.memHostAlloc(4096, HostAllocFlags.DEVICEMAP | HostAllocFlags.PORTABLE);
   const flag = new Uint32Array(backend.hostView(word, 4096), 0, 1);
   flag[0] = 0;
   backend.streamWaitValue32(stream.handle, backend.memHostGetDevicePointer(word), 1, StreamWaitValueFlags.GEQ);
+  return { release: () => { flag[0] = 1; }, free: () => backend.memFreeHost(word) };
+}
+
+/**
+ * Runs `body` with `stream` held back on the device (`holdBack`), released when `body` returns or
+ * throws. Held work is never synchronised on (a GPU would wait forever).
+ */
+async function whileHeld(stream: Stream, body: () => void): Promise<void> {
+  const held = holdBack(stream);
   try {
     body();
   } finally {
-    flag[0] = 1;
+    held.release();
     await stream.synchronized();
-    backend.memFreeHost(word);
+    held.free();
   }
 }
 
@@ -414,7 +422,7 @@ test('synchronous work that may outlive the call (device to device, memset) reco
   assert.deepEqual(c.recordedStreams, [defaultStream]);
 });
 
-test('a buffer copied on one short-lived stream after another keeps one destroyed stream per device, not all of them', async () => {
+test('a buffer copied on one short-lived stream after another forgets the destroyed ones whose work has run', async () => {
   using buf = DeviceBuffer.allocate(n);
   using pinned = HostBuffer.allocate(n);
   for (let i = 0; i < 20; i++) {
@@ -423,7 +431,117 @@ test('a buffer copied on one short-lived stream after another keeps one destroye
     await s.synchronized();
     s.destroy();
   }
-  assert.equal(buf.recordedStreams.length, 2, 'one destroyed stream, and the last one recorded');
+  assert.equal(buf.recordedStreams.length, 1, 'only the last one recorded');
   assert.ok(buf.recordedStreams.every((s) => s instanceof Stream && s.isDestroyed));
-  assert.equal(hostWaitsDuring(() => buf.free()), 1, 'the device is synchronised once for the destroyed streams');
+  assert.equal(hostWaitsDuring(() => buf.free()), 0, 'nothing waits on the host for the destroyed streams');
+});
+
+/**
+ * Runs `body` with `stream` held back on the device as `whileHeld` does, for a body that destroys
+ * the stream with the function it is given: that records an event on the stream first, through
+ * which the host, once it released the stream, waits until the stream's work has run.
+ */
+async function whileHeldThenDestroyed(stream: Stream, body: (destroy: () => void) => void): Promise<void> {
+  const held = holdBack(stream);
+  const drained = Event.create({ timing: false });
+  try {
+    body(() => {
+      drained.record(stream);
+      stream.destroy();
+    });
+  } finally {
+    held.release();
+    if (drained.isRecorded) await drained.synchronized();
+    drained.destroy();
+    held.free();
+  }
+}
+
+/** The driver events made during `fn`, and which of them were destroyed by its end (by handle). */
+async function eventsDuring(fn: () => Promise<void>): Promise<{ made: number[]; left: number[] }> {
+  const backend = device.backend;
+  const made: number[] = [];
+  const destroyed = new Set<number>();
+  const target = backend as unknown as Record<string, unknown>;
+  const saved = (['eventCreate', 'eventDestroy'] as const).map((name) => [name, Object.getOwnPropertyDescriptor(backend, name)] as const);
+  const create = backend.eventCreate;
+  const destroy = backend.eventDestroy;
+  target.eventCreate = (flags: number): number => {
+    const event = create.call(backend, flags);
+    made.push(event);
+    return event;
+  };
+  target.eventDestroy = (event: number): void => {
+    destroyed.add(event);
+    destroy.call(backend, event);
+  };
+  try {
+    await fn();
+  } finally {
+    for (const [name, descriptor] of saved) {
+      if (descriptor === undefined) delete target[name];
+      else Object.defineProperty(backend, name, descriptor);
+    }
+  }
+  return { made, left: made.filter((e) => !destroyed.has(e)) };
+}
+
+for (const [what, op] of [
+  ['read by a copy', (buf: DeviceBuffer, s: Stream, out: HostBuffer): void => {
+    buf.copyToHost(out, { stream: s });
+  }],
+  ['written by a fill', (buf: DeviceBuffer, s: Stream): void => buf.memset(0x42, { stream: s })],
+] as const) {
+  test(`a pool buffer ${what} on a stream destroyed before the free: not reused before that work, and no host wait`, async () => {
+    using pool = new PoolResource();
+    using a = Stream.create({ nonBlocking: true });
+    const s = Stream.create({ nonBlocking: true });
+    const data = pattern(n, 11);
+    const events = await eventsDuring(async () => {
+      const out = HostBuffer.allocate(n);
+      const buf = DeviceBuffer.allocate(n, { resource: pool, stream: a });
+      const ptr = buf.ptr;
+      buf.copyFromHost(data);
+      device.synchronize();
+      out.view().fill(0);
+      let next: DeviceBuffer | undefined;
+      await whileHeldThenDestroyed(s, (destroy) => {
+        op(buf, s, out);
+        destroy(); // as `using s` declared after the buffer does, before the buffer is freed
+        assert.equal(hostWaitsDuring(() => buf.free()), 0, 'free() orders on the device, it does not wait');
+        next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
+        assert.equal(next.ptr, ptr, 'the pool hands the same block to the next owner');
+        next.memset(0xee, { stream: a });
+        letRun(a);
+      });
+      await a.synchronized();
+      if (what.startsWith('read')) assert.deepEqual(out.view(), data, 'the copy read the data, not the next owner\'s');
+      assert.ok(next!.copyToHost(new Uint8Array(n)).every((b) => b === 0xee), 'the next owner\'s data stayed');
+      next!.free();
+      out.free(); // the copy recorded the stream on it too: the last buffer to let go of the stream
+    });
+    assert.deepEqual(events.left, [], 'the event that marked the destroyed stream\'s work went with the last buffer that recorded it');
+  });
+}
+
+test('a pooled pinned HostBuffer on no stream, copied on a stream destroyed before the free: not lent out before the copy, no host wait', async () => {
+  const pool = new PinnedHostPool();
+  const spy = spyOnDeallocate(pool);
+  const s = Stream.create({ nonBlocking: true });
+  using dev = DeviceBuffer.allocate(n);
+  const data = pattern(n, 12);
+  const first = HostBuffer.allocate(n, { resource: spy.resource }); // on no stream
+  first.view().set(data);
+  let second: HostBuffer | undefined;
+  await whileHeldThenDestroyed(s, (destroy) => {
+    dev.copyFromHost(first, { stream: s });
+    destroy();
+    assert.equal(hostWaitsDuring(() => first.free()), 0, 'free() does not wait');
+    assert.deepEqual(spy.streams, [defaultStream], 'freed on the legacy default stream, behind the destroyed one');
+    second = HostBuffer.allocate(n, { resource: pool });
+    second.view().fill(0xee);
+  });
+  assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, 'the copy read the first owner\'s data');
+  second!.free();
+  pool.destroy();
 });

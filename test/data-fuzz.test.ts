@@ -13,7 +13,7 @@ import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { ResourceAdaptor } from '../src/resource/adaptors/adaptor.js';
 import { MemoryResource, type MemoryKind } from '../src/resource/resource.js';
-import { allEqual, DataFuzzFailure, drawSize, runDataFuzz } from './fuzz/data-fuzz.js';
+import { ALL_OPERATIONS, allEqual, DataFuzzFailure, drawSize, replayAsyncCommand, runDataFuzz, runDataFuzzAsync } from './fuzz/data-fuzz.js';
 import { destroyResource, resourceFactories, type ResourceFactory } from './fuzz/resources.js';
 import { mulberry32 } from '../src/util/random.js';
 import { onGpu } from './helpers.js';
@@ -37,6 +37,30 @@ for (const f of resourceFactories) {
       assert.ok(stats.verifications >= 10, `only ${stats.verifications} verifications`);
       assert.ok(stats.blocksChecked > stats.allocations / 2, `only ${stats.blocksChecked} blocks checked`);
       assert.ok(stats.moves > 0 && stats.releases > 0, 'every kind of step ran');
+    }
+  });
+}
+
+const FULL_SEED = 3;
+const FULL_OPS = 2000;
+
+/**
+ * The data fuzz with every operation (`npm run fuzz -- --full` runs a million per target): staged
+ * and pinned copies freed in use, resources nested over the target destroyed with blocks live,
+ * writes into read-only imports, built-in operations on overlapping views. One short fixed run per
+ * target; each kind of operation must have run (on memory an array can be made over, for the last two).
+ */
+for (const f of resourceFactories) {
+  test(`data fuzz with every operation: ${f.name} (seed ${FULL_SEED}, ${FULL_OPS} operations)`, async () => {
+    const stats = await runDataFuzzAsync(f, { seed: FULL_SEED, ops: FULL_OPS, ...ALL_OPERATIONS });
+    assert.equal(stats.steps, FULL_OPS);
+    assert.ok(stats.copies >= 20, `only ${stats.copies} copies`);
+    assert.ok(stats.nestedCreated >= 3 && stats.nestedDestroyedLive >= 1 && stats.nestedBlocks >= 50,
+      `nested: ${stats.nestedCreated} made, ${stats.nestedDestroyedLive} destroyed in use, ${stats.nestedBlocks} blocks`);
+    // Pinned host memory is no device array's memory.
+    if (!/Pinned/.test(f.name)) {
+      assert.ok(stats.readOnlyRefused >= 5, `only ${stats.readOnlyRefused} read-only writes refused`);
+      assert.ok(stats.overlapping >= 3, `only ${stats.overlapping} of ${stats.viewOps} operations on overlapping views`);
     }
   });
 }
@@ -227,6 +251,22 @@ test('the fuzz runner rejects bad arguments with a message and exit status 2', (
   const help = spawnSync(process.execPath, [runner, '--help'], { encoding: 'utf8' });
   assert.equal(help.status, 0);
   assert.match(help.stdout, /usage: .*--data/);
+});
+
+test('the fuzz runner runs the full fuzz: a short seeded run, and a failure prints its seed and a replay command', () => {
+  const p = spawnSync(process.execPath, [runner, '--full', '--only', 'CudaResource', '--seed', '9', '--ops', '400'],
+    { encoding: 'utf8', env: { ...process.env, VRAM_BACKEND: 'emulated' } });
+  assert.equal(p.status, 0, p.stderr);
+  assert.match(p.stdout, /full: CudaResource: seed\(s\) 9\n/);
+  assert.match(p.stdout, /full: CudaResource: 400 operations in/);
+  assert.doesNotMatch(p.stdout, /^(model|data):/m, '--full runs only the full fuzz');
+  const listed = spawnSync(process.execPath, [runner, '--list'], { encoding: 'utf8', env: { ...process.env, VRAM_BACKEND: 'emulated' } });
+  for (const f of resourceFactories) assert.match(listed.stdout, new RegExp(`^full: ${f.name.replace(/[()]/g, '\\$&')}$`, 'm'));
+  assert.match(listed.stdout, /^model: /m);
+  // A failure's message (what the runner prints) names the seed and replays through --full.
+  const replay = replayAsyncCommand('CudaResource', 9, 400);
+  assert.match(replay, /run\.js --full --only 'CudaResource' --seed 9 --ops 400$/);
+  assert.match(replayAsyncCommand('CudaResource', 9, 400, { copies: true }), /seed: 9, ops: 400, copies: true \}\);'$/);
 });
 
 test('the fuzz runner runs a short seeded data fuzz and prints the seed', () => {

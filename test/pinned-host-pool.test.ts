@@ -5,6 +5,9 @@ import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { DoubleFreeError, InvalidPointerError, UseAfterFreeError } from '../src/errors.js';
 import { PinnedHostPool } from '../src/resource/suballoc/pinned-host-pool.js';
+import { PinnedHostResource } from '../src/resource/upstream/pinned-host-resource.js';
+import { onLeak, type LeakRecord } from '../src/backstop.js';
+import { forceGc, needsGc } from './helpers.js';
 import { factories, runModel } from './fuzz/allocator-model.js';
 
 const backend = getBackend();
@@ -69,4 +72,51 @@ test('idle bytes above maximumCachedBytes are freed; bad input is typed', () => 
   assert.throws(() => pool.deallocate(p, 1000), DoubleFreeError);
   pool.destroy();
   assert.equal(pool.reservedBytes, 0);
+});
+
+test('a pool dropped without destroy() gives its buffers back to an upstream the program passed in, and counts the leak', needsGc, async () => {
+  using upstream = new PinnedHostResource();
+  const seen: LeakRecord[] = [];
+  const off = onLeak((leak) => {
+    if (leak.kind === 'PinnedHostPool') seen.push(leak);
+  });
+  try {
+    (() => {
+      const pool = new PinnedHostPool({ upstream });
+      for (const bytes of [4096, 65536]) pool.deallocate(pool.allocate(bytes), bytes); // cached, idle
+      pool.allocate(8192); // lent, and never given back
+    })();
+    assert.equal(upstream.liveCount, 3, 'the pool holds three buffers of the upstream');
+    for (let i = 0; i < 100 && seen.length === 0; i++) {
+      forceGc!();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  } finally {
+    off();
+  }
+  assert.equal(seen.length, 1, 'the dropped pool was counted as a leak');
+  assert.equal(seen[0]!.bytes, 4096 + 65536 + 8192, 'with the bytes it held');
+  assert.equal(upstream.liveCount, 0, 'every buffer went back to the upstream');
+});
+
+test('a destroyed pool is no leak, and a dropped pool that holds nothing is not counted', needsGc, async () => {
+  const seen: LeakRecord[] = [];
+  const off = onLeak((leak) => {
+    if (leak.kind === 'PinnedHostPool') seen.push(leak);
+  });
+  try {
+    (() => {
+      const destroyed = new PinnedHostPool();
+      destroyed.deallocate(destroyed.allocate(4096), 4096);
+      destroyed.destroy();
+      void new PinnedHostPool();
+    })();
+    for (let i = 0; i < 10; i++) {
+      forceGc!();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  } finally {
+    off();
+  }
+  assert.deepEqual(seen, []);
 });

@@ -15,7 +15,7 @@ import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { NotSupportedError, UseAfterFreeError, VramStateError } from '../errors.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
-import { bytesOf, DeviceMemory } from '../buffer/device-memory.js';
+import { bytesOf, checkWritableMemory, DeviceMemory } from '../buffer/device-memory.js';
 import { DeviceBuffer, PitchedDeviceBuffer } from '../buffer/device-buffer.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
@@ -563,8 +563,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * every view of it: copies, fills and built-in operations refuse to write it, and exports say so.
    */
   get readOnly(): boolean {
-    const memory = this.buffer;
-    return memory instanceof DeviceMemory && memory.readOnly;
+    return this.buffer.readOnly;
   }
 
   /** The device address of element (0, ..., 0), for kernel arguments. */
@@ -820,7 +819,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
 
   private sinkOf(dst: StridedArray<N>, what: string): { bytes: HostBytes; commit(): void } {
     this.checkSame(dst, what);
-    return pinnedSink(pinnedArray(dst, what).buffer, dst.layout);
+    const { buffer } = pinnedArray(dst, what);
+    checkWritableMemory(buffer, what); // a strided destination is written by the host, not by a checked copy
+    return pinnedSink(buffer, dst.layout);
   }
 }
 

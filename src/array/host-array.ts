@@ -19,7 +19,7 @@
  */
 import type { Device } from '../device.js';
 import { UseAfterFreeError, VramStateError } from '../errors.js';
-import { bytesOf } from '../buffer/device-memory.js';
+import { bytesOf, checkWritableMemory } from '../buffer/device-memory.js';
 import { HostBuffer, type HostBufferOptions } from '../buffer/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
@@ -371,6 +371,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
     } else {
       bytes = hostElements(this.dtype, src, this.shape).bytes;
     }
+    checkWritableMemory(this.buffer, 'HostArray.copyFrom');
     copyElements(this.buffer.view(), this.layout, bytes, contiguousLayout(this.shape, this.dtype.byteSize));
   }
 

@@ -159,6 +159,52 @@ export function checkStreamValue32(call: 'streamWaitValue32' | 'streamWriteValue
   }
 }
 
+/**
+ * The streams a backend vouches for as live (`streamKnown`), counted: its own creation counts
+ * once and each `adoptStream` once more, so one borrower's `forgetStream` leaves a stream that
+ * its creator or another borrower still holds known; `streamDestroy` ends them all. Both backends
+ * keep one.
+ */
+export class LiveStreams {
+  private readonly holders = new Map<Handle, number>();
+
+  /**
+   * Counts one more holder of `stream` (a creation or an adoption).
+   * @param stream The handle.
+   */
+  hold(stream: Handle): void {
+    this.holders.set(stream, (this.holders.get(stream) ?? 0) + 1);
+  }
+
+  /**
+   * Counts one holder fewer; the last one makes the stream unknown. An unknown handle is ignored.
+   * @param stream The handle.
+   */
+  release(stream: Handle): void {
+    const n = this.holders.get(stream);
+    if (n === undefined) return;
+    if (n > 1) this.holders.set(stream, n - 1);
+    else this.holders.delete(stream);
+  }
+
+  /**
+   * Forgets `stream` whoever holds it: the driver destroyed it.
+   * @param stream The handle.
+   */
+  destroyed(stream: Handle): void {
+    this.holders.delete(stream);
+  }
+
+  /**
+   * True when someone holds `stream`.
+   * @param stream The handle.
+   * @returns Whether it is vouched for.
+   */
+  has(stream: Handle): boolean {
+    return this.holders.has(stream);
+  }
+}
+
 /** Size of a legacy IPC handle (CUipcMemHandle, CUipcEventHandle): 64 opaque bytes. */
 export const IPC_HANDLE_BYTES = 64;
 
@@ -488,11 +534,29 @@ export interface Backend {
   /** [least, greatest] stream priority; greatest is numerically smallest. */
   streamPriorityRange(): readonly [least: number, greatest: number];
   /**
-   * True for the legacy default stream (0) and for a stream this backend created and has not
-   * destroyed: a raw handle that may reach the driver (an unknown or destroyed one may crash it).
-   * A lookup, never a driver call.
+   * True for the legacy default stream (0) and for a stream vouched for as live: one this backend
+   * created and has not destroyed, or one adopted with `adoptStream` and not forgotten since. A
+   * raw handle that may reach the driver (an unknown or destroyed one may crash it). A lookup,
+   * never a driver call.
    */
   streamKnown(stream: Handle): boolean;
+  /**
+   * Vouches that `stream`, a stream created elsewhere (another library's CUstream), is live, so
+   * `streamKnown` accepts it until as many `forgetStream` calls as adoptions (or `streamDestroy`).
+   * The emulated backend refuses a handle that names none of its streams, as the driver would
+   * misbehave on it; the cuda backend cannot ask the driver safely whether a handle is a stream
+   * (an invalid one may crash it), so there the caller's word is taken.
+   */
+  adoptStream(stream: Handle): void;
+  /**
+   * Withdraws one `adoptStream` (or the creation's own vouching): the stream lives on in the
+   * driver, but `streamKnown` refuses it once nothing vouches for it. An unknown handle is ignored.
+   */
+  forgetStream(stream: Handle): void;
+  /** cuStreamGetFlags: the StreamFlags the stream was created with (0 for the legacy stream). */
+  streamGetFlags(stream: Handle): number;
+  /** cuStreamGetPriority: the stream's priority, as clamped at creation (0 for the legacy stream). */
+  streamGetPriority(stream: Handle): number;
   /**
    * cuStreamWaitValue32: later work on `stream` waits until the 32-bit word at device address
    * `addr` satisfies `flags` (a StreamWaitValueFlags condition) against `value`; the call itself

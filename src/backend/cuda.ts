@@ -13,7 +13,7 @@ import type {
   Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation, Memcpy2D,
   MemPoolAttribute, MemPoolProps, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
-import { checkIpcHandle, checkStreamValue32, DEFAULT_STREAM, IPC_HANDLE_BYTES, MemHandleType, paramLayout } from './backend.js';
+import { checkIpcHandle, checkStreamValue32, DEFAULT_STREAM, IPC_HANDLE_BYTES, LiveStreams, MemHandleType, paramLayout } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import { loadOnce } from '../util/load-once.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
@@ -59,6 +59,7 @@ class CudaBackend implements Backend {
   private readonly u64b = new BigUint64Array(1);
   private readonly i32 = new Int32Array(1);
   private readonly i32b = new Int32Array(1);
+  private readonly u32 = new Uint32Array(1);
   private readonly f32 = new Float32Array(1);
   // The allocation calls' out-parameter (native memory): its address, its two 32-bit words, and
   // a double alias to clear it in one store. Fields of their own, read straight off `this`.
@@ -68,8 +69,8 @@ class CudaBackend implements Backend {
   private readonly text = new Uint8Array(256);
   /** CUdevice for each ordinal, looked up once. */
   private readonly devices: number[] = [];
-  /** Streams created here and not yet destroyed (the driver cannot be asked safely: see streamKnown). */
-  private readonly liveStreams = new Set<Handle>();
+  /** Streams created here or adopted, not destroyed or forgotten (the driver cannot be asked safely: see streamKnown). */
+  private readonly liveStreams = new LiveStreams();
   /** The context this thread last made current through this backend; undefined when unknown. */
   private currentContext: Handle | undefined;
   /** Reused descriptor objects (koffi copies them in on each call). */
@@ -478,17 +479,36 @@ class CudaBackend implements Backend {
   streamCreate(flags: number, priority: number): Handle {
     this.check(this.fn.cuStreamCreateWithPriority(this.u64, flags, priority), 'cuStreamCreateWithPriority');
     const stream = this.outNumber('cuStreamCreateWithPriority');
-    this.liveStreams.add(stream);
+    this.liveStreams.hold(stream);
     return stream;
   }
 
   streamDestroy(stream: Handle): void {
     this.check(this.fn.cuStreamDestroy_v2(stream), 'cuStreamDestroy');
-    this.liveStreams.delete(stream);
+    this.liveStreams.destroyed(stream);
   }
 
   streamKnown(stream: Handle): boolean {
     return stream === DEFAULT_STREAM || this.liveStreams.has(stream);
+  }
+
+  /** The caller's word is taken: asking the driver about an invalid handle may crash it. */
+  adoptStream(stream: Handle): void {
+    if (stream !== DEFAULT_STREAM) this.liveStreams.hold(stream);
+  }
+
+  forgetStream(stream: Handle): void {
+    this.liveStreams.release(stream);
+  }
+
+  streamGetFlags(stream: Handle): number {
+    this.check(this.fn.cuStreamGetFlags(stream, this.u32), 'cuStreamGetFlags');
+    return this.u32[0] ?? 0;
+  }
+
+  streamGetPriority(stream: Handle): number {
+    this.check(this.fn.cuStreamGetPriority(stream, this.i32), 'cuStreamGetPriority');
+    return this.i32[0] ?? 0;
   }
 
   streamSynchronize(stream: Handle): void {

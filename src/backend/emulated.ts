@@ -253,6 +253,22 @@ export class EmulatedBackend implements Backend {
     return this.streams.streamKnown(stream);
   }
 
+  adoptStream(stream: Handle): void {
+    this.streams.adoptStream(stream);
+  }
+
+  forgetStream(stream: Handle): void {
+    this.streams.forgetStream(stream);
+  }
+
+  streamGetFlags(stream: Handle): number {
+    return this.streams.streamGetFlags(stream);
+  }
+
+  streamGetPriority(stream: Handle): number {
+    return this.streams.streamGetPriority(stream);
+  }
+
   streamSynchronize(stream: Handle): void {
     this.streams.streamSynchronize(stream);
   }

@@ -112,14 +112,6 @@ export abstract class DeviceMemory extends Allocation {
   abstract readonly residentDevice: Device | undefined;
 
   /**
-   * True for memory lent for reading only (a foreign buffer wrapped with `readOnly`): copies,
-   * 2D copies and fills into it are refused with VramStateError. False for vram's own memory.
-   */
-  get readOnly(): boolean {
-    return false;
-  }
-
-  /**
    * The context the memory belongs to: the device's active context for memory vram allocated (it
    * allocates in that context), the context the driver reported for a ForeignDeviceBuffer.
    * Peer copies name it.
@@ -278,10 +270,22 @@ export abstract class DeviceMemory extends Allocation {
   }
 }
 
-/** VramStateError when `dst` is memory lent read-only (checked with the other arguments, before any driver call). */
-function checkWritable(dst: CopyEndpoint, what: string): void {
-  if (dst instanceof DeviceMemory && dst.readOnly) {
-    throw new VramStateError(`${what}: the destination is read-only memory (lent with readOnly by its producer)`);
+/**
+ * The one check of every path that writes into vram memory (copies, 2D copies, fills, copies into
+ * pinned arrays): the memory was not lent read-only (`Allocation.readOnly`), device or host.
+ * Checked with the other arguments, before any driver call.
+ *
+ * @param dst The memory about to be written (JavaScript memory passes).
+ * @param what Names the operation for the message.
+ * @throws {VramStateError} When `dst` is read-only.
+ * @example
+ * ```ts
+ * checkWritableMemory(host.buffer, 'copyTo');
+ * ```
+ */
+export function checkWritableMemory(dst: CopyEndpoint, what: string): void {
+  if (dst instanceof Allocation && dst.readOnly) {
+    throw new VramStateError(`${what}: the destination is read-only memory (lent or registered with readOnly)`);
   }
 }
 
@@ -390,7 +394,7 @@ function planCopy(
   checkRange(srcOffset, bytes, s.size, `${what}: source`);
   checkRange(dstOffset, bytes, d.size, `${what}: destination`);
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
-  checkWritable(dst, what);
+  checkWritableMemory(dst, what);
   const stream = options.stream;
   const device = stream instanceof Stream ? stream.device : deviceOf(dst) ?? deviceOf(src);
   return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device, home: homeOf(dst, src), dst, src };
@@ -528,7 +532,7 @@ export function memsetValue(value: unknown, elementBytes: 1 | 2 | 4): number {
 /** The memset behind DeviceMemory.memset: checks everything, then one (async) driver call. */
 export function fill(target: DeviceMemory, value: number, options: MemsetOptions): void {
   options = readOptions(`${target.constructor.name}.memset`, options, { elementBytes: true, offset: true, count: true, stream: true });
-  checkWritable(target, 'memset');
+  checkWritableMemory(target, 'memset');
   const elementBytes = options.elementBytes ?? 1;
   if (elementBytes !== 1 && elementBytes !== 2 && elementBytes !== 4) {
     throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
@@ -592,7 +596,7 @@ export function copy2D(
     }
   }
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
-  checkWritable(dst.memory, what);
+  checkWritableMemory(dst.memory, what);
   if (streamHandle !== undefined && (d.js || s.js)) {
     throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
   }

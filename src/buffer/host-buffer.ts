@@ -53,7 +53,11 @@ export interface HostRegisterOptions {
   readonly portable?: boolean;
   /** Also mapped into the device address space (CU_MEMHOSTREGISTER_DEVICEMAP). */
   readonly mapped?: boolean;
-  /** The device only reads it (CU_MEMHOSTREGISTER_READ_ONLY). */
+  /**
+   * The memory is lent for reading only (CU_MEMHOSTREGISTER_READ_ONLY): the device only reads it,
+   * and vram's copies, fills and operations refuse to write into it (`readOnly`). The program's
+   * own writes through `view()` or the JavaScript memory itself are its business.
+   */
   readonly readOnly?: boolean;
 }
 
@@ -109,11 +113,14 @@ export class HostBuffer extends Allocation {
    * undefined when allocated on no stream (and for registered memory).
    */
   readonly stream: StreamRef | undefined;
+  readonly #readOnly: boolean;
   private cachedDevicePtr: Ptr | undefined;
 
   private constructor(
     ptr: Ptr, bytes: number, release: Release, stream: StreamRef | undefined,
-    flags: { resource?: MemoryResource; mapped: boolean; portable: boolean; writeCombined: boolean; registered?: Uint8Array },
+    flags: {
+      resource?: MemoryResource; mapped: boolean; portable: boolean; writeCombined: boolean; registered?: Uint8Array; readOnly?: boolean;
+    },
   ) {
     // Host memory belongs to no device; device 0's context is the one host calls use
     // (ensureAnyContext), and its backend the one the memory was allocated through.
@@ -125,6 +132,23 @@ export class HostBuffer extends Allocation {
     this.portable = flags.portable;
     this.writeCombined = flags.writeCombined;
     this.registered = flags.registered;
+    this.#readOnly = flags.readOnly === true;
+  }
+
+  /**
+   * True for JavaScript memory registered with `{ readOnly: true }`: copies into it (from the
+   * device, or into a HostArray over it), and built-in operations writing an array over its mapped
+   * address, are refused with VramStateError before anything is written.
+   *
+   * @returns Whether vram refuses to write into the memory.
+   * @example
+   * ```ts
+   * using h = HostBuffer.register(weights, { readOnly: true, mapped: true });
+   * h.readOnly; // true: dev.copyToHost(h) throws VramStateError
+   * ```
+   */
+  override get readOnly(): boolean {
+    return this.#readOnly;
   }
 
   /**
@@ -208,6 +232,7 @@ export class HostBuffer extends Allocation {
     };
     return new HostBuffer(ptr, bytes.byteLength, release, undefined, {
       mapped: options.mapped === true, portable: options.portable === true, writeCombined: false, registered: bytes,
+      readOnly: options.readOnly === true,
     });
   }
 
@@ -277,7 +302,7 @@ export class HostBuffer extends Allocation {
   /** `HostBuffer(4096 bytes, mapped)`. */
   override toString(): string {
     const flags = [this.registered ? 'registered' : 'pinned', this.mapped ? 'mapped' : '', this.portable ? 'portable' : '',
-      this.writeCombined ? 'write-combined' : ''].filter(Boolean).join(', ');
+      this.writeCombined ? 'write-combined' : '', this.readOnly ? 'read-only' : ''].filter(Boolean).join(', ');
     return `HostBuffer(${this.byteLength} bytes, ${flags}${this.isFreed ? ', freed' : ''})`;
   }
 }

@@ -13,6 +13,11 @@
  * host wait) so the resource cannot hand the block to new work before the old work on those
  * streams is done. That logic lives here, once, for every buffer class.
  *
+ * Destroyed streams: `using s = Stream.create()` declared after a buffer ends `s` before the buffer
+ * is freed, and a destroyed stream's handle can no longer have an event recorded on it. So a
+ * stream that live buffers recorded gets one last event as it is destroyed (`onStreamRetiring`),
+ * and their frees wait on that event, on the device, as on any other stream's.
+ *
  * Asynchronous staged copies: a copy of JavaScript memory queues its chunks as earlier ones
  * complete, long after the call, so stream order alone cannot keep a free behind it (the free would
  * be queued before the copy's later chunks, and the next owner overwritten by them). Such a copy
@@ -28,11 +33,11 @@
  * with it the buffer, so the backstop never frees memory a view can still touch.
  */
 import '../polyfills.js';
-import type { Backend, Ptr } from '../backend/backend.js';
+import { EventFlags, type Backend, type Handle, type Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
-import { Event, Stream, streamHandleOf } from '../stream.js';
+import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '../stream.js';
 import type { StreamRef } from '../resource/resource.js';
 import { readOptions } from '../util/options.js';
 
@@ -94,6 +99,74 @@ const registry = new FinalizationRegistry<Held>((held) => {
     ...(releaseError !== undefined ? { releaseError } : {}),
   });
 });
+
+/**
+ * A Stream recorded on live buffers: by how many, and, once it was destroyed, the driver event
+ * recorded on it just before (0 while it lives), which marks the end of every piece of work it
+ * was given. A raw handle rather than an `Event`, so the backstop never counts it as the program's
+ * leak; it is destroyed with the entry, when the last buffer that recorded the stream lets go of it.
+ */
+interface Recorded {
+  users: number;
+  final: Handle;
+}
+
+/** Streams recorded by live buffers (`recordStream`). Only they hold an entry: the allocation stream has none. */
+const recorded = new Map<Stream, Recorded>();
+
+onStreamRetiring((stream) => {
+  const entry = recorded.get(stream);
+  if (entry === undefined) return;
+  const { device } = stream;
+  device.makeCurrent();
+  const backend = device.backend;
+  const event = backend.eventCreate(EventFlags.DISABLE_TIMING);
+  try {
+    backend.eventRecord(event, stream.handle);
+  } catch (error) {
+    backend.eventDestroy(event);
+    throw error;
+  }
+  entry.final = event;
+});
+
+/** Counts one more buffer that recorded `stream` (default streams are never destroyed: not counted). */
+function track(stream: StreamRef): void {
+  if (!(stream instanceof Stream) || stream.isDefault) return;
+  const entry = recorded.get(stream);
+  if (entry === undefined) recorded.set(stream, { users: 1, final: 0 });
+  else entry.users++;
+}
+
+/** A buffer lets go of `stream`; the last one destroys the stream's final event. */
+function untrack(stream: StreamRef): void {
+  if (!(stream instanceof Stream)) return;
+  const entry = recorded.get(stream);
+  if (entry === undefined || --entry.users > 0) return;
+  recorded.delete(stream);
+  if (entry.final === 0) return;
+  stream.device.makeCurrent();
+  stream.device.backend.eventDestroy(entry.final);
+}
+
+/** The event recorded as `stream` was destroyed, or 0 when it lives or no buffer recorded it. */
+function finalEventOf(stream: StreamRef): Handle {
+  return stream instanceof Stream ? recorded.get(stream)?.final ?? 0 : 0;
+}
+
+/**
+ * True, letting go of it, for a destroyed stream whose last work has run (a query, never a wait):
+ * nothing needs to wait for it any more.
+ */
+function finished(stream: StreamRef): boolean {
+  const final = finalEventOf(stream);
+  if (final === 0 || !isDestroyed(stream)) return false;
+  const { device } = stream as Stream;
+  device.makeCurrent();
+  if (!device.backend.eventQuery(final)) return false;
+  untrack(stream);
+  return true;
+}
 
 /**
  * Views -> the buffer that owns their memory. An ephemeron: an entry keeps the buffer alive exactly
@@ -188,6 +261,22 @@ export abstract class Allocation {
   }
 
   /**
+   * True for memory lent to vram for reading only (a foreign device buffer wrapped with
+   * `readOnly`, JavaScript memory registered with `readOnly`): vram writes nothing into it. Copies
+   * and fills check it in one place (`checkWritableMemory`, copy.ts), arrays and the built-in
+   * operations through `DeviceArray.readOnly`, and exports say so. False for vram's own memory.
+   *
+   * @returns Whether writes into the memory are refused.
+   * @example
+   * ```ts
+   * HostBuffer.register(samples, { readOnly: true }).readOnly; // true
+   * ```
+   */
+  get readOnly(): boolean {
+    return false;
+  }
+
+  /**
    * The backend that owns the memory: the owning device's, fixed when the memory was allocated.
    * Every operation on the buffer goes through it, never through a process-wide lookup.
    *
@@ -249,16 +338,15 @@ export abstract class Allocation {
     if (held.stream !== undefined && sameStream(s, held.stream, held.owner)) return;
     if (held.uses === undefined) {
       held.uses = [s];
+      track(s);
       return;
     }
     for (const used of held.uses) if (sameStream(used, s, held.owner)) return;
     // Copies record every stream they run on: a long-lived buffer copied on one short-lived stream
-    // after another would keep them all. A destroyed stream's work can only be waited for by
-    // synchronising its device, once per device whichever stream it was, so one is kept per device.
-    const owner = held.owner;
-    held.uses = held.uses.filter((u, i, all) => !isDestroyed(u) ||
-      all.findIndex((v) => isDestroyed(v) && deviceOf(v, owner) === deviceOf(u, owner)) === i);
+    // after another would keep them all. Those destroyed whose work has run are forgotten.
+    if (held.uses.some(isDestroyed)) held.uses = held.uses.filter((u) => !finished(u));
     held.uses.push(s);
+    track(s);
   }
 
   /**
@@ -266,9 +354,10 @@ export abstract class Allocation {
    * else on the allocation stream (else, for memory allocated on no stream, on the first recorded
    * stream). Before that, the freeing stream is made to wait for the work queued so far on the
    * allocation stream and on every recorded stream (an event each and `cuStreamWaitEvent`: the
-   * host does not wait). Where that cannot be done on the device (a recorded stream was destroyed
-   * in the meantime, or the memory is registered host memory, whose release is not stream-ordered),
-   * the host waits for that work instead. A second call throws `DoubleFreeError`; any other use
+   * host does not wait; a recorded stream destroyed in the meantime is waited for through the event
+   * recorded as it was destroyed). Where that cannot be done on the device (registered host memory,
+   * whose release is not stream-ordered, or an allocation stream destroyed before a
+   * `free({ stream })`: its device is synchronised), the host waits for that work instead. A second call throws `DoubleFreeError`; any other use
    * afterwards throws `UseAfterFreeError`. Views of the memory must not be used afterwards.
    *
    * @param options `stream`: free on this stream instead of the allocation stream.
@@ -442,47 +531,62 @@ function sameStream(a: StreamRef, b: StreamRef, owner: Device): boolean {
 
 /**
  * Frees what `held` describes on `freeStream` (else its allocation stream, else its first recorded
- * stream still alive: copies record their streams, which programs often destroy before freeing),
- * after ordering that stream behind every other stream that used the memory. The common case (no
- * recorded stream, no other freeing stream) goes straight to `release`.
+ * stream still alive: copies record their streams, which programs often destroy before freeing,
+ * else, for stream-ordered memory whose recorded streams were all destroyed, the legacy default
+ * stream, where a release on no stream goes anyway), after ordering that stream behind every other
+ * stream that used the memory. The common case (no recorded stream, no other freeing stream) goes
+ * straight to `release`.
  */
 function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
-  const target = freeStream ?? held.stream ?? held.uses?.find((s) => !isDestroyed(s));
-  if (held.uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
+  const uses = held.uses;
+  let target = freeStream ?? held.stream;
+  if (target === undefined && uses !== undefined) {
+    target = uses.find((s) => !isDestroyed(s)) ?? (held.ordered ? defaultStream : undefined);
+  }
+  if (uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
     waitForUses(held, target, freeStream);
   }
   held.release(target);
-  held.uses = undefined; // the streams need not stay alive with a freed buffer
+  // The streams need not stay alive with a freed buffer (after the release: one that throws changes nothing).
+  held.uses = undefined;
+  if (uses !== undefined) for (const used of uses) untrack(used);
 }
 
 /**
  * Makes `target` wait, on the device, for the work queued so far on every stream that used the
- * memory: the allocation stream and the recorded ones. Where that is impossible the host waits:
- * for a destroyed recorded stream (its device is synchronised, since its work can no longer be
- * marked), and for everything when the target was destroyed or the release is not stream-ordered.
+ * memory: the allocation stream and the recorded ones (a destroyed one through the event recorded
+ * as it was destroyed). Where that is impossible the host waits: for everything when the target
+ * was destroyed or the release is not stream-ordered, and for an allocation stream destroyed with
+ * no event to mark its work (its device is synchronised: buffers do not count their allocation
+ * stream, which keeps allocation free of bookkeeping).
  */
 function waitForUses(held: Held, target: StreamRef | undefined, freeStream: StreamRef | undefined): void {
   const owner = held.owner;
   const onDevice = held.ordered && target !== undefined && !isDestroyed(target);
   let synchronized: Set<Device> | undefined;
+  /** Waits for `event` (of `device`): `target` on the device, else the host. */
+  const wait = (event: Handle, device: Device): void => {
+    const waiter = onDevice ? deviceOf(target!, owner) : device;
+    waiter.makeCurrent();
+    if (onDevice) waiter.backend.streamWaitEvent(target!.handle, event);
+    else waiter.backend.eventSynchronize(event);
+  };
   const after = (used: StreamRef): void => {
     if (onDevice && sameStream(used, target, owner)) return;
+    const device = deviceOf(used, owner);
     if (isDestroyed(used)) {
-      const device = deviceOf(used, owner);
-      if (synchronized?.has(device) === true) return;
-      device.synchronize();
-      (synchronized ??= new Set()).add(device);
+      const final = finalEventOf(used);
+      if (final !== 0) wait(final, device);
+      else if (synchronized?.has(device) !== true) {
+        device.synchronize();
+        (synchronized ??= new Set()).add(device);
+      }
       return;
     }
-    const event = Event.create({ device: deviceOf(used, owner), timing: false });
+    const event = Event.create({ device, timing: false });
     try {
       event.record(used);
-      if (!onDevice) event.synchronize();
-      else if (target instanceof Stream) target.waitEvent(event);
-      else {
-        owner.makeCurrent();
-        owner.backend.streamWaitEvent(target.handle, event.handle);
-      }
+      wait(event.handle, device);
     } finally {
       // Safe while the wait is pending: the driver keeps what a queued wait needs.
       event.destroy();

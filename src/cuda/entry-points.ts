@@ -85,6 +85,8 @@ export interface DriverFunctions {
   cuStreamSynchronize(stream: number): R;
   cuStreamQuery(stream: number): R;
   cuStreamWaitEvent(stream: number, event: number, flags: number): R;
+  cuStreamGetFlags(stream: number, flags: Uint32Array): R;
+  cuStreamGetPriority(stream: number, priority: Int32Array): R;
   cuStreamWaitValue32_v2(stream: number, addr: number, value: number, flags: number): R;
   cuStreamWriteValue32_v2(stream: number, addr: number, value: number, flags: number): R;
   cuEventCreate(event: BigUint64Array, flags: number): R;
@@ -212,6 +214,8 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuStreamSynchronize: { symbol: 'cuStreamSynchronize', version: 2000, params: `${U64} stream` },
   cuStreamQuery: { symbol: 'cuStreamQuery', version: 2000, params: `${U64} stream` },
   cuStreamWaitEvent: { symbol: 'cuStreamWaitEvent', version: 3020, params: `${U64} stream, ${U64} event, uint32_t flags` },
+  cuStreamGetFlags: { symbol: 'cuStreamGetFlags', version: 5050, params: `${U64} stream, uint32_t *flags` },
+  cuStreamGetPriority: { symbol: 'cuStreamGetPriority', version: 5050, params: `${U64} stream, int *priority` },
   // The _v2 stream memory operations (CUDA 11.7): always available, no CAN_USE_STREAM_MEM_OPS_V1 opt-in.
   cuStreamWaitValue32_v2: { symbol: 'cuStreamWaitValue32', version: 11070, params: `${U64} stream, ${U64} addr, uint32_t value, uint32_t flags` },
   cuStreamWriteValue32_v2: { symbol: 'cuStreamWriteValue32', version: 11070, params: `${U64} stream, ${U64} addr, uint32_t value, uint32_t flags` },

@@ -90,8 +90,8 @@ function checkKnownStream(device: number, handle: number): void {
   // Host memory (device -1) has no device of its own; every device of a process shares one
   // backend, so device 0's knows the streams of all of them.
   if (!Device.get(Math.max(0, device)).backend.streamKnown(handle)) {
-    throw new RangeError(`stream.handle ${handle} is not a live stream: give a Stream, 0 for the default stream, ` +
-      'or a handle the backend created and has not destroyed');
+    throw new RangeError(`stream.handle ${handle} is not a live stream vram knows: give a Stream, 0 for the default stream, ` +
+      'or for a stream created elsewhere (another library\'s CUstream) the Stream of Stream.fromHandle(handle)');
   }
 }
 

@@ -26,6 +26,20 @@
  *   freed at once without naming that stream, the next owner writing it from the host.
  * A copy's stream counts as the stream its memory was freed on (the verification synchronises it
  * last), pending copies are awaited before each verification, and what they delivered is checked.
+ * With `nested`, resources nested over the target take part (drawn only when on, like the next two):
+ * - a PoolResource, BinningResource or FixedSizeResource made over the target or over another
+ *   nested one, blocks allocated from it like the target's, and destroyed at random while blocks
+ *   are live: they stay live, written and checked, and its memory may reach no one else before
+ *   the last of them is freed. Every allocation, from any resource, is checked against every
+ *   live block: two live blocks sharing a byte fail at once.
+ * With `readOnly`, a live block is imported read-only (fromPointer's readOnly, DLPack's READ_ONLY,
+ * the CUDA Array Interface's data[1], or a re-export of one) and written through one writing path
+ * (fill, copies, elementwise, map, zipWith, a reduction's out), into it or a view of it: each must
+ * be refused as read-only, and the block is checked unchanged in the next verification.
+ * With `overlaps`, a live block is filled with known float32 values and a built-in operation
+ * (elementwise, map, zipWith, a strided copy) runs on random views of it, the output usually
+ * overlapping an input; after the next synchronisation the block must hold NumPy's result, every
+ * input read as if copied first (views.ts), then the block gets a fresh pattern on its stream.
  * Every so often (a random interval) it verifies: every stream is synchronised, then the blocks
  * written since the last verification, a few random others and, every few verifications, every
  * live block are copied to pinned host memory on their stream (host memory is read in place) and
@@ -47,16 +61,26 @@
 import { Buffer } from 'node:buffer';
 import type { Backend, Ptr } from '../../src/backend/backend.js';
 import { getBackend } from '../../src/backend/select.js';
+import { DeviceArray } from '../../src/array/device-array.js';
+import type { SliceSpec } from '../../src/array/layout.js';
 import { Device } from '../../src/device.js';
-import { OutOfMemoryError } from '../../src/errors.js';
+import { OutOfMemoryError, VramStateError } from '../../src/errors.js';
+import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
+import { fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
+import { elementwise, fill, map, max, sum, zipWith } from '../../src/kernels/ops/index.js';
+import { BinningResource } from '../../src/resource/suballoc/binning.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
+import { emptyCache } from '../../src/resource/current.js';
+import { FixedSizeResource } from '../../src/resource/suballoc/fixed-size.js';
+import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { HostBuffer } from '../../src/buffer/host-buffer.js';
 import type { MemoryResource, StreamRef } from '../../src/resource/resource.js';
 import { configureTransfers, transferSettings } from '../../src/buffer/transfer/transfers.js';
 import { Event, Stream } from '../../src/stream.js';
 import { mulberry32 } from '../../src/util/random.js';
-import type { FuzzTarget, ResourceFactory, SharedUpstream } from './resources.js';
+import { destroyResource, type FuzzTarget, type ResourceFactory, type SharedUpstream } from './resources.js';
+import { applyAsIfCopied, drawShape, drawView, type View } from './views.js';
 
 const KiB = 1024;
 const MiB = 1024 * 1024;
@@ -80,7 +104,16 @@ export interface DataFuzzOptions {
   readonly replay?: (name: string, seed: number, ops: number) => string;
   /** Also copy through vram buffers, freed while in use (see the header; `runDataFuzzAsync` only). */
   readonly copies?: boolean;
+  /** Also allocate from resources nested over the target, destroyed at random with blocks live (see the header). */
+  readonly nested?: boolean;
+  /** Also import live blocks read-only and try every writing path on them (see the header). */
+  readonly readOnly?: boolean;
+  /** Also run built-in operations whose output overlaps their inputs on live blocks (see the header). */
+  readonly overlaps?: boolean;
 }
+
+/** Every operation on: what `npm run fuzz -- --full` runs (with `runDataFuzzAsync`). */
+export const ALL_OPERATIONS = Object.freeze({ copies: true, nested: true, readOnly: true, overlaps: true } as const);
 
 /** What a run did. */
 export interface DataFuzzStats {
@@ -103,6 +136,15 @@ export interface DataFuzzStats {
   /** Copies through vram buffers (with `copies`), and how many of them had their buffer freed while in use. */
   copies: number;
   freedInUse: number;
+  /** Resources nested over the target (with `nested`), how many were destroyed with blocks live, and their blocks. */
+  nestedCreated: number;
+  nestedDestroyedLive: number;
+  nestedBlocks: number;
+  /** Writes into read-only imports tried and refused (with `readOnly`). */
+  readOnlyRefused: number;
+  /** Built-in operations run on views of a block (with `overlaps`), and how many had an input overlapping the output. */
+  viewOps: number;
+  overlapping: number;
   milliseconds: number;
 }
 
@@ -168,6 +210,21 @@ interface Block {
   readonly allocatedOn: number;
   /** The vram buffer over the block, for blocks the copy operations made; freed through it. */
   readonly owner?: DeviceBuffer;
+  /** The nested resource it came from (with `nested`); freed to it. */
+  readonly from?: Inner;
+}
+
+/** A resource nested over the target (or over another nested one), perhaps destroyed already. */
+interface Inner {
+  readonly resource: MemoryResource;
+  readonly upstream: Inner | undefined;
+  readonly maxBytes: number;
+  /** The largest request it can serve (what a resource nested over it may ask for). */
+  readonly serves: number;
+  destroyed: boolean;
+  /** Its live blocks, and resources nested over it that are not yet gone. */
+  live: number;
+  dependents: number;
 }
 
 /** The latest write of each pattern value, to say where wrong bytes came from. */
@@ -189,11 +246,11 @@ const STREAM_LABELS = ['default', 'blocking', 'nonblocking-1', 'nonblocking-2'];
  */
 export function runDataFuzz(factory: ResourceFactory, options: DataFuzzOptions): DataFuzzStats {
   if (options.copies === true) throw new TypeError('runDataFuzz: copies need runDataFuzzAsync (copies settle on the event loop)');
-  const run = new DataRun(factory, options);
+  const run = new DataRun(factory, options, false);
   try {
     run.run();
   } catch (error) {
-    throw failure(factory, options, run, error);
+    throw failure(factory, options, run, error, false);
   } finally {
     run.dispose();
   }
@@ -215,14 +272,14 @@ export function runDataFuzz(factory: ResourceFactory, options: DataFuzzOptions):
  * ```
  */
 export async function runDataFuzzAsync(factory: ResourceFactory, options: DataFuzzOptions): Promise<DataFuzzStats> {
-  const run = new DataRun(factory, options);
+  const run = new DataRun(factory, options, true);
   const saved = transferSettings();
   // Small chunks, so a copy of a few hundred KiB is queued in several chunks after the call.
   configureTransfers({ chunkBytes: 32 * KiB, depth: 2, registration: { enabled: false } });
   try {
     await run.runAsync();
   } catch (error) {
-    throw failure(factory, options, run, error);
+    throw failure(factory, options, run, error, true);
   } finally {
     await run.settleQuietly();
     run.dispose();
@@ -232,23 +289,32 @@ export async function runDataFuzzAsync(factory: ResourceFactory, options: DataFu
 }
 
 /**
- * The replay command of a run with copies: the fuzz runner runs none, so a one-line script that
- * calls `runDataFuzzAsync` with the same target, seed and operations.
+ * The replay command of a `runDataFuzzAsync` run with some of the operations on: the runner's
+ * `--full` when they are all on, else a one-line script that calls `runDataFuzzAsync` with the
+ * same target, seed, operations and options.
  *
  * @param name The target's name.
  * @param seed The seed.
  * @param ops The operations.
+ * @param options Which operations were on.
  * @returns The shell command.
  */
-export function replayCopiesCommand(name: string, seed: number, ops: number): string {
+export function replayAsyncCommand(name: string, seed: number, ops: number,
+  options: Pick<DataFuzzOptions, 'copies' | 'nested' | 'readOnly' | 'overlaps'> = ALL_OPERATIONS): string {
+  const on = { copies: options.copies === true, nested: options.nested === true, readOnly: options.readOnly === true, overlaps: options.overlaps === true };
+  if (Object.values(on).every(Boolean)) {
+    return `VRAM_BACKEND=${getBackend().name} node dist/test/fuzz/run.js --full --only '${name}' --seed ${seed} --ops ${ops}`;
+  }
+  const flags = Object.entries(on).filter(([, v]) => v).map(([k]) => `${k}: true`).join(', ');
   const script = "const { runDataFuzzAsync } = await import('./dist/test/fuzz/data-fuzz.js'); " +
     "const { resourceFactories } = await import('./dist/test/fuzz/resources.js'); " +
-    `await runDataFuzzAsync(resourceFactories.find((f) => f.name === ${JSON.stringify(name)}), { seed: ${seed}, ops: ${ops}, copies: true });`;
+    `await runDataFuzzAsync(resourceFactories.find((f) => f.name === ${JSON.stringify(name)}), { seed: ${seed}, ops: ${ops}${flags === '' ? '' : `, ${flags}`} });`;
   return `VRAM_BACKEND=${getBackend().name} node --input-type=module -e '${script.replaceAll("'", "'\\''")}'`;
 }
 
-function failure(factory: ResourceFactory, options: DataFuzzOptions, run: DataRun, error: unknown): DataFuzzFailure {
-  const replay = (options.replay ?? (options.copies === true ? replayCopiesCommand : replayCommand))(factory.name, options.seed, options.ops);
+function failure(factory: ResourceFactory, options: DataFuzzOptions, run: DataRun, error: unknown, async: boolean): DataFuzzFailure {
+  const replay = options.replay?.(factory.name, options.seed, options.ops) ??
+    (async ? replayAsyncCommand(factory.name, options.seed, options.ops, options) : replayCommand(factory.name, options.seed, options.ops));
   const mismatch = error instanceof DataMismatch;
   const detail = mismatch ? error.message : error instanceof Error ? error.stack ?? error.message : String(error);
   return new DataFuzzFailure(factory.name, options.seed, run.step, replay, mismatch, detail);
@@ -257,7 +323,8 @@ function failure(factory: ResourceFactory, options: DataFuzzOptions, run: DataRu
 class DataRun {
   readonly stats: DataFuzzStats = {
     steps: 0, allocations: 0, outOfMemory: 0, frees: 0, fills: 0, moves: 0, releases: 0, bursts: 0, rebuilds: 0, streamsReplaced: 0,
-    verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, copies: 0, freedInUse: 0, milliseconds: 0,
+    verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, copies: 0, freedInUse: 0,
+    nestedCreated: 0, nestedDestroyedLive: 0, nestedBlocks: 0, readOnlyRefused: 0, viewOps: 0, overlapping: 0, milliseconds: 0,
   };
   step = 0;
   private readonly backend: Backend;
@@ -310,8 +377,13 @@ class DataRun {
   private readonly afterDrain: (() => void)[] = [];
   /** Device memory the pinned-host copies use, straight from the driver (so the run's free-memory check stays exact). */
   private readonly scratch = new CudaResource(0);
+  /** The operations of `nested`, `readOnly` and `overlaps`, by which are on. */
+  private readonly extras: (() => void)[] = [];
+  private readonly nested: boolean;
+  /** Resources nested over the target, oldest first (with `nested`). */
+  private inners: Inner[] = [];
 
-  constructor(private readonly factory: ResourceFactory, private readonly options: DataFuzzOptions) {
+  constructor(private readonly factory: ResourceFactory, private readonly options: DataFuzzOptions, private readonly async: boolean) {
     if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
       throw new RangeError(`seed must be a whole number from 0 to 2^32-1, got ${options.seed}`);
     }
@@ -326,6 +398,10 @@ class DataRun {
     this.rebuildRate = options.rebuildRate ?? 1 / 1500;
     this.drainAfter = new Array<number>(STREAM_LABELS.length).fill(0);
     this.copying = options.copies === true;
+    this.nested = options.nested === true;
+    if (this.nested) this.extras.push(() => this.nestedStep());
+    if (options.readOnly === true) this.extras.push(() => this.readOnlyWrite());
+    if (options.overlaps === true) this.extras.push(() => this.overlapOp());
   }
 
   run(): void {
@@ -378,6 +454,7 @@ class DataRun {
     const b = this.backend;
     const device = Device.get(0);
     device.makeCurrent();
+    if (this.options.overlaps === true) emptyCache(0);
     b.contextSynchronize();
     this.freeBefore = b.memGetInfo().free;
     this.streams.push(Stream.default(device), Stream.create({ device }),
@@ -418,6 +495,8 @@ class DataRun {
     else if (u < 0.9475) return () => this.replaceStream();
     else if (u < 0.9475 + this.rebuildRate) return () => this.rebuild();
     else if (this.copying && u >= 0.97) this.copy();
+    // Drawn only when one of them is on, so runs without them keep their seeds' meaning.
+    else if (this.extras.length > 0 && u >= 0.95) this.extras[Math.floor(r() * this.extras.length)]!();
     else if (live.length < this.liveCap) this.allocate();
     else this.free(live[Math.floor(r() * live.length)]!, false);
     return undefined;
@@ -432,10 +511,14 @@ class DataRun {
     if (this.target !== undefined && !this.closed) {
       try {
         for (const block of this.live) {
-          if (block.owner === undefined) this.mr.deallocate(block.ptr, block.bytes, this.refs[block.stream]);
-          else if (!block.owner.isFreed) block.owner.free({ stream: this.refs[block.stream]! });
+          if (block.owner !== undefined) {
+            if (!block.owner.isFreed) block.owner.free({ stream: this.refs[block.stream]! });
+          } else {
+            (block.from?.resource ?? this.mr).deallocate(block.ptr, block.bytes, this.refs[block.stream]);
+          }
         }
         this.live.length = 0;
+        this.destroyInners();
         this.target.close();
       } catch { /* see above */ }
       this.closed = true;
@@ -516,12 +599,13 @@ class DataRun {
 
   private allocate(): void {
     const r = this.random;
-    const bytes = drawSize(r, this.target!.maxBytes);
+    const from = this.nested && this.inners.length > 0 && r() < 0.4 ? this.liveInner() : undefined;
+    const bytes = drawSize(r, from?.maxBytes ?? this.target!.maxBytes);
     const s = Math.floor(r() * this.handles.length);
     const byHost = this.host && r() < 0.5;
     let ptr: Ptr;
     try {
-      ptr = this.mr.allocate(bytes, this.refs[s]);
+      ptr = (from?.resource ?? this.mr).allocate(bytes, this.refs[s]);
     } catch (error) {
       if (!(error instanceof OutOfMemoryError)) throw error;
       this.stats.outOfMemory++;
@@ -532,10 +616,15 @@ class DataRun {
       throw new DataMismatch(`allocate(${bytes}) returned ${String(ptr)}, not aligned to ${this.mr.alignment}`);
     }
     this.stats.allocations++;
+    this.checkDisjoint(ptr, bytes, from !== undefined ? `${from.resource.describe()} (nested)` : this.mr.describe());
     const block: Block = {
       id: this.nextId++, ptr, bytes, stream: s, pattern: 0, written: 0, checked: 0,
-      index: this.live.length, allocatedAt: this.step, allocatedOn: s,
+      index: this.live.length, allocatedAt: this.step, allocatedOn: s, from,
     };
+    if (from !== undefined) {
+      from.live++;
+      this.stats.nestedBlocks++;
+    }
     this.live.push(block);
     this.noteReuse(ptr, ptr + bytes, s);
     this.write(block, s, byHost ? 'host write after allocate' : 'fill after allocate', byHost);
@@ -588,6 +677,7 @@ class DataRun {
       s = t;
     }
     if (block.owner !== undefined) block.owner.free({ stream: this.refs[s]! });
+    else if (block.from !== undefined) this.freeToInner(block.from, block, s);
     else this.mr.deallocate(block.ptr, block.bytes, this.refs[s]);
     const last = this.live.pop()!;
     if (last !== block) {
@@ -625,7 +715,9 @@ class DataRun {
   /** A new vram buffer of `bytes` from the resource on stream `s`, or undefined when it ran out. */
   private newBuffer(bytes: number, s: number): DeviceBuffer | undefined {
     try {
-      return DeviceBuffer.allocate(bytes, { resource: this.mr, stream: this.refs[s]! });
+      const buffer = DeviceBuffer.allocate(bytes, { resource: this.mr, stream: this.refs[s]! });
+      this.checkDisjoint(buffer.ptr, bytes, this.mr.describe());
+      return buffer;
     } catch (error) {
       if (!(error instanceof OutOfMemoryError)) throw error;
       this.stats.outOfMemory++;
@@ -769,6 +861,269 @@ class DataRun {
     });
   }
 
+  /** Throws DataMismatch when [ptr, ptr + bytes) shares a byte with a live block: two live buffers over one memory. */
+  private checkDisjoint(ptr: Ptr, bytes: number, from: string): void {
+    for (const b of this.live) {
+      if (b.ptr < ptr + bytes && ptr < b.ptr + b.bytes) {
+        throw new DataMismatch(`${from} handed out 0x${ptr.toString(16)} (+${bytes}) at step ${this.step}, which overlaps live block ` +
+          `#${b.id} at 0x${b.ptr.toString(16)} (+${b.bytes}), allocated at step ${b.allocatedAt}` +
+          `${b.from !== undefined ? ` from ${b.from.resource.describe()}${b.from.destroyed ? ' (since destroyed)' : ''}` : ''}`);
+      }
+    }
+  }
+
+  /** A nested resource that is not destroyed, at random, or undefined when there is none. */
+  private liveInner(): Inner | undefined {
+    const open = this.inners.filter((x) => !x.destroyed);
+    return open.length === 0 ? undefined : open[Math.floor(this.random() * open.length)];
+  }
+
+  /**
+   * One step of the nested resources: make one over the target (or over another nested one), or
+   * destroy one at random, often with blocks live (they stay live, are written and checked, and
+   * its memory must reach no one else before the last of them is freed), or release one's cache.
+   */
+  private nestedStep(): void {
+    const r = this.random;
+    const u = r();
+    const open = this.inners.filter((x) => !x.destroyed);
+    if (open.length === 0 || (u < 0.4 && open.length < 3)) {
+      const over = open.length > 0 && r() < 0.3 ? open[Math.floor(r() * open.length)]! : undefined;
+      const upstream = over?.resource ?? this.mr;
+      // A FixedSizeResource serves its block size only: then only another one, of one block a
+      // chunk, fits over it (a pool takes chunks of 2 MiB or more, a binning's bins 2 MiB).
+      const limit = over?.serves ?? (this.mr instanceof FixedSizeResource ? this.mr.blockSize : Infinity);
+      const kind = limit === Infinity ? Math.floor(r() * 3) : 2;
+      let resource: MemoryResource;
+      let maxBytes: number;
+      let serves = limit;
+      try {
+        if (kind === 0) {
+          resource = new PoolResource({ upstream, chunkSize: 2 * MiB });
+          maxBytes = 1 * MiB;
+        } else if (kind === 1) {
+          resource = new BinningResource(upstream, { minSizeExponent: 8, maxSizeExponent: 14 });
+          maxBytes = 256 * KiB;
+        } else {
+          resource = new FixedSizeResource(upstream, { blockSize: 16 * KiB, blocksToPreallocate: limit >= 32 * KiB ? 2 : 1 });
+          maxBytes = 16 * KiB;
+          serves = 16 * KiB;
+        }
+      } catch (error) {
+        if (!(error instanceof OutOfMemoryError)) throw error;
+        this.stats.outOfMemory++;
+        return;
+      }
+      maxBytes = Math.min(maxBytes, serves, over?.maxBytes ?? this.target!.maxBytes);
+      if (over !== undefined) over.dependents++;
+      this.inners.push({ resource, upstream: over, maxBytes, serves, destroyed: false, live: 0, dependents: 0 });
+      this.stats.nestedCreated++;
+    } else if (u < 0.75) {
+      // Not one that a resource still open is nested over: that one would still take chunks from it.
+      const tops = open.filter((x) => !open.some((y) => y.upstream === x));
+      this.destroyInner(tops[Math.floor(r() * tops.length)]!);
+    } else {
+      const released = open[Math.floor(r() * open.length)]!.resource.releaseCached();
+      if (!Number.isInteger(released) || released < 0) throw new Error(`releaseCached() returned ${released}`);
+    }
+  }
+
+  private destroyInner(inner: Inner): void {
+    if (inner.live > 0 || inner.dependents > 0) this.stats.nestedDestroyedLive++;
+    destroyResource(inner.resource);
+    inner.destroyed = true;
+    this.forgetIfGone(inner);
+  }
+
+  private freeToInner(inner: Inner, block: Block, s: number): void {
+    inner.resource.deallocate(block.ptr, block.bytes, this.refs[s]);
+    inner.live--;
+    this.forgetIfGone(inner);
+  }
+
+  /** Drops a destroyed nested resource once nothing of it is live (and so on down its upstreams). */
+  private forgetIfGone(inner: Inner): void {
+    if (!inner.destroyed || inner.live > 0 || inner.dependents > 0) return;
+    this.inners = this.inners.filter((x) => x !== inner);
+    const up = inner.upstream;
+    if (up !== undefined) {
+      up.dependents--;
+      this.forgetIfGone(up);
+    }
+  }
+
+  /** Destroys every nested resource, newest (the ones over others) first; their blocks were freed. */
+  private destroyInners(): void {
+    for (const inner of this.inners.slice().reverse()) if (!inner.destroyed) this.destroyInner(inner);
+    if (this.inners.length > 0) {
+      throw new Error(`${this.inners.length} nested resource(s) destroyed with every block freed still hold memory: ` +
+        this.inners.map((x) => `${x.resource.describe()} (${x.live} live)`).join(', '));
+    }
+  }
+
+  /** A live block an array can be made over (device or managed memory), at random, or undefined. */
+  private arrayBlock(minBytes: number): Block | undefined {
+    const kinds = ['device', 'managed'];
+    const fits = this.live.filter((b) => b.bytes >= minBytes && kinds.includes((b.from?.resource ?? this.mr).kind));
+    return fits.length === 0 ? undefined : fits[Math.floor(this.random() * fits.length)];
+  }
+
+  /**
+   * A live block imported read-only (fromPointer's readOnly, DLPack's READ_ONLY, the CUDA Array
+   * Interface's data[1], or a re-export of one of these), then a write through one writing path
+   * into it or a view of it: each must be refused with a VramStateError, and the block, checked
+   * in the next verification, still holds its pattern.
+   */
+  private readOnlyWrite(): void {
+    const r = this.random;
+    const block = this.arrayBlock(1);
+    if (block === undefined) return;
+    const s = block.stream;
+    const stream = this.refs[s]!;
+    const dtype = block.bytes >= 4 && r() < 0.7 ? 'float32' : 'uint8';
+    const n = Math.min(1024, dtype === 'float32' ? block.bytes >> 2 : block.bytes);
+    const owned: DeviceArray[] = [];
+    const keep = <A extends DeviceArray>(a: A): A => { owned.unshift(a); return a; };
+    const writable = keep(DeviceArray.fromPointer(block.ptr, [n], dtype, { stream }));
+    const how = Math.floor(r() * 5);
+    let ro: DeviceArray;
+    if (how === 0) ro = keep(DeviceArray.fromPointer(block.ptr, [n], dtype, { readOnly: true, stream }));
+    else if (how === 1) ro = keep(fromDLPack(toDLPack(writable, { readOnly: true })));
+    else {
+      const cai = toCudaArrayInterface(writable);
+      ro = keep(fromCudaArrayInterface({ ...cai, data: [cai.data[0], true] }, { owner: writable, stream }));
+      // A re-export must still say read-only.
+      if (how === 3) ro = keep(fromDLPack(toDLPack(ro)));
+      else if (how === 4) ro = keep(fromCudaArrayInterface(toCudaArrayInterface(ro), { owner: ro, stream }));
+    }
+    let into = ro;
+    const v = r();
+    if (n > 1 && v < 0.25) into = ro.slice([null, null, -1]);
+    else if (n > 2 && v < 0.5) into = ro.slice([1, null, 2]);
+    else if (n % 2 === 0 && v < 0.6) into = ro.reshape(2, n / 2).T;
+    const value = 1 + Math.floor(r() * 200);
+    const m = into.size;
+    const hostData = (): Float32Array | Uint8Array => dtype === 'float32' ? new Float32Array(m).fill(value) : new Uint8Array(m).fill(value);
+    // A one-element view of `into`, for a reduction's output.
+    const first = (): DeviceArray => (into.shape.length === 2 ? into.slice(0) : into).slice([0, 1]);
+    const writes: ReadonlyArray<readonly [string, () => unknown]> = [
+      ['fill()', () => fill(into, value)],
+      ['.fill()', () => into.fill(value)],
+      ['copyFrom(host)', () => into.copyFrom(hostData())],
+      ['copyFrom(itself)', () => into.copyFrom(ro.slice([0, m]).reshape(into.shape))],
+      ['elementwise', () => elementwise(`y = ${value}`, { y: into })],
+      ['elementwise reading it', () => elementwise('y = x + 1', { x: ro.slice([0, m]).reshape(into.shape), y: into })],
+      ['map', () => map(ro.slice([0, m]).reshape(into.shape), 'x + 1', { out: into })],
+      ['zipWith', () => zipWith(ro.slice([0, m]).reshape(into.shape), ro.slice([0, m]).reshape(into.shape), 'x + y', { out: into })],
+      ['sum', () => sum(ro, { out: first() })],
+      ['max', () => max(ro, { out: first() })],
+    ];
+    const refused = (what: string, error: unknown): void => {
+      if (!(error instanceof VramStateError) || !/read-only/.test(error.message)) {
+        throw new DataMismatch(`a write into block #${block.id} imported read-only (${['fromPointer', 'DLPack', 'CUDA Array Interface', 'DLPack re-export', 'CUDA Array Interface re-export'][how]}) ` +
+          `through ${what} at step ${this.step} was not refused as read-only: ${error instanceof Error ? `${error.name}: ${error.message}` : 'it was accepted'}`);
+      }
+      this.stats.readOnlyRefused++;
+    };
+    if (this.async && r() < 0.15) {
+      // The asynchronous copy must be refused too (its promise rejects).
+      this.pending.push(into.copyFromAsync(hostData(), { stream })
+        .then(() => refused('copyFromAsync', undefined), (error: unknown) => refused('copyFromAsync', error))
+        .finally(() => { for (const a of owned) a.free(); }));
+    } else {
+      const [what, write] = writes[Math.floor(r() * writes.length)]!;
+      let outcome: unknown;
+      try {
+        write();
+      } catch (error) {
+        outcome = error;
+      } finally {
+        for (const a of owned) a.free();
+      }
+      refused(what, outcome);
+    }
+    // Its bytes must be as they were: check it in the next verification.
+    if (block.written !== this.epoch) {
+      block.written = this.epoch;
+      this.dirty.push(block);
+    }
+  }
+
+  /**
+   * A built-in operation (elementwise, map, zipWith, a strided copy) on random views of a live
+   * block filled with known float32 values, its output overlapping its inputs more often than not.
+   * What the block holds after it is compared, after the next synchronisation, with NumPy's
+   * as-if-copied result (views.ts); then the block gets a fresh pattern on its stream.
+   */
+  private overlapOp(): void {
+    const r = this.random;
+    const block = this.arrayBlock(16);
+    if (block === undefined) return;
+    const b = this.backend;
+    const s = block.stream;
+    const handle = this.handles[s]!;
+    const stream = this.refs[s]!;
+    const length = Math.min(1024, block.bytes >> 2);
+    const shape = drawShape(r, Math.max(1, length >> 1));
+    const op = Math.floor(r() * 4);
+    const arity = op === 0 ? 2 : op === 2 ? 2 : 1;
+    const output = drawView(r, length, shape);
+    const inputs: View[] = [];
+    for (let k = 0; k < arity; k++) {
+      const v = drawView(r, length, shape);
+      if (v !== undefined) inputs.push(v);
+    }
+    if (output === undefined || inputs.length < arity) return;
+    const scalar = op === 0 && r() < 0.4 ? Math.floor(r() * 50) : undefined;
+    // The block's bytes, staged in pinned memory: the values before, and after the operation.
+    const bytes = length * 4;
+    const host = b.memHostAlloc(2 * bytes, 0);
+    const view = new Float32Array(b.hostView(host, 2 * bytes), 0, 2 * length);
+    const before = view.subarray(0, length);
+    for (let i = 0; i < length; i++) before[i] = Math.floor(r() * 1000);
+    const expectedOf: Record<number, (x: readonly number[]) => number> = {
+      0: (x) => 2 * x[0]! + x[1]!,
+      1: (x) => x[0]! + 100,
+      2: (x) => x[0]! - x[1]!,
+      3: (x) => x[0]!,
+    };
+    const operands: Array<Int32Array | number> = inputs.map((v) => v.index);
+    if (scalar !== undefined) operands[1] = scalar;
+    const expected = applyAsIfCopied(before.slice(), operands, output.index, expectedOf[op]!);
+    const overlapping = inputs.some((v) => { const out = new Set(output.index); return v.index.some((k) => out.has(k)); });
+    b.memcpyAsync(block.ptr, host, bytes, handle);
+    const base = DeviceArray.fromPointer(block.ptr, [length], 'float32', { stream });
+    try {
+      const [y, x, w] = [output, ...inputs].map((v) => viewOf(base, v));
+      if (op === 0) elementwise('y = x * 2 + w', { x: x!, w: scalar ?? w!, y: y! });
+      else if (op === 1) map(x!, 'x + 100', { out: y! });
+      else if (op === 2) zipWith(x!, w!, 'x - y', { out: y! });
+      else y!.copyFrom(x!);
+    } finally {
+      base.free();
+    }
+    b.memcpyAsync(host + bytes, block.ptr, bytes, handle);
+    this.stats.viewOps++;
+    if (overlapping) this.stats.overlapping++;
+    const step = this.step;
+    const what = `${['elementwise', 'map', 'zipWith', 'copyFrom'][op]} of ${inputs.map(describeView).join(' and ')}${scalar !== undefined ? ` and ${scalar}` : ''} ` +
+      `into ${describeView(output)} of block #${block.id} (${length} float32) on stream ${STREAM_LABELS[s]} at step ${step}`;
+    this.afterDrain.push(() => {
+      const after = view.subarray(length, 2 * length);
+      try {
+        for (let i = 0; i < length; i++) {
+          if (after[i] !== expected[i]) {
+            throw new DataMismatch(`${what}${overlapping ? ', the output overlapping an input,' : ''} gave element ${i} = ${after[i]}, ` +
+              `NumPy's as-if-copied result is ${expected[i]} (it held ${before[i]} before)`);
+          }
+        }
+      } finally {
+        b.memFreeHost(host);
+      }
+    });
+    this.write(block, s, `fill after ${what}`, false);
+  }
+
   private releaseCached(): void {
     const released = this.mr.releaseCached();
     if (!Number.isInteger(released) || released < 0) throw new Error(`releaseCached() returned ${released}`);
@@ -801,6 +1156,7 @@ class DataRun {
   private rebuild(): void {
     this.verify(true);
     this.freeAll();
+    this.destroyInners();
     if (this.random() < 0.5) this.releaseCached();
     this.closed = true;
     this.target!.close();
@@ -842,12 +1198,15 @@ class DataRun {
   private finish(): void {
     this.verify(true);
     this.freeAll();
+    this.destroyInners();
     const b = this.backend;
     this.closed = true;
     this.target!.close();
     const shared = this.shared;
     this.shared = undefined;
     shared?.close();
+    // The operations' temporary copies came from the device's default resource, which caches them.
+    if (this.options.overlaps === true) emptyCache(0);
     b.contextSynchronize();
     // Exact on the emulated device; a real GPU's free figure moves with the driver's own use.
     const after = b.memGetInfo().free;
@@ -1004,6 +1363,18 @@ class DataRun {
     return `last written at step ${w.step} (${w.what}) into block #${blk.id} at 0x${blk.ptr.toString(16)} ` +
       `(+${blk.bytes}) on stream ${STREAM_LABELS[w.stream]}, ${freed}`;
   }
+}
+
+/** `view` of `base` (a 1-D float32 array over a block), as DeviceArray calls. */
+function viewOf(base: DeviceArray, view: View): DeviceArray {
+  let a = view.reshape === undefined ? base : base.slice([0, view.reshape[0] * view.reshape[1]]).reshape(view.reshape[0], view.reshape[1]);
+  a = a.slice(...view.slices);
+  return view.transposed ? a.T : a;
+}
+
+function describeView(view: View): string {
+  const spec = (x: SliceSpec): string => Array.isArray(x) ? x.map((v: number | null | undefined) => v ?? '').join(':') : String(x);
+  return `${view.reshape !== undefined ? `reshape(${view.reshape.join(', ')})` : ''}[${view.slices.map(spec).join(', ')}]${view.transposed ? '.T' : ''}`;
 }
 
 function popcount(x: number): number {

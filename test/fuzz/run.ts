@@ -2,7 +2,7 @@
  * `npm run fuzz`: seeded random operations, a million or more per target, on whichever backend
  * VRAM_BACKEND selects (auto: the GPU when there is one, else the emulated device).
  *
- * Two fuzzes, and by default both run:
+ * Three fuzzes, and by default all run:
  * - model (allocator-model.ts): allocate / free / bad input / releaseCached on several streams
  *   against a bookkeeping model (no overlap, alignment, statistics, everything returned), checked
  *   after every step, for the sub-allocators.
@@ -11,13 +11,18 @@
  *   streams, releases caches, rebuilds the stack, and reads the blocks back now and then: a resource
  *   that hands memory to a stream before the work of the stream that freed it is ordered before it
  *   fails with a data mismatch.
+ * - full (data-fuzz.ts's runDataFuzzAsync with every operation, same targets): the data fuzz plus
+ *   staged asynchronous copies and pinned-pool host buffers freed while a copy uses them, resources
+ *   nested over the target and destroyed at random with blocks live (no two live blocks may share a
+ *   byte), writes into read-only imports (each must be refused, the data unchanged) and built-in
+ *   operations whose output overlaps their inputs (checked against NumPy's as-if-copied result).
  *
  * Usage:
- *   node dist/test/fuzz/run.js [--model | --data] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
- *   npm run fuzz -- --data --ops 1000000
+ *   node dist/test/fuzz/run.js [--model] [--data] [--full] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
+ *   npm run fuzz -- --full --ops 1000000
  *
- *   --model / --data  run only that fuzz (default: both)
- *   --ops N           operations per target, split over the runs (default 1000000)
+ *   --model / --data / --full  run only those fuzzes (default: all three)
+ *   --ops N           operations per target (every target of every fuzz), split over the runs (default 1000000)
  *   --runs N          runs per target, each with its own random seed (default 4)
  *   --seed S          one run with this seed (0 to 4294967295): the replay of a failure
  *   --only NAME       only the target named NAME exactly, else those whose names contain it
@@ -31,13 +36,15 @@
 import { parseArgs } from 'node:util';
 import { getBackend } from '../../src/backend/select.js';
 import { FuzzFailure, factories, runModel } from './allocator-model.js';
-import { DataFuzzFailure, runDataFuzz } from './data-fuzz.js';
+import { ALL_OPERATIONS, DataFuzzFailure, replayAsyncCommand, replayCommand, runDataFuzz, runDataFuzzAsync } from './data-fuzz.js';
 import { resourceFactories } from './resources.js';
 
-const USAGE = `usage: node dist/test/fuzz/run.js [--model | --data] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
+const USAGE = `usage: node dist/test/fuzz/run.js [--model] [--data] [--full] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
 
-  --model / --data  run only the bookkeeping fuzz / only the data fuzz (default: both)
-  --ops N           operations per target, split over the runs (default 1000000)
+  --model / --data / --full  run only the bookkeeping fuzz / the data fuzz / the data fuzz with
+                    every operation (copies, nested resources, read-only imports, overlapping
+                    views); any combination (default: all three)
+  --ops N           operations per target of each fuzz, split over the runs (default 1000000)
   --runs N          runs per target, each with its own random seed (default 4)
   --seed S          one run with this seed (0 to 4294967295), to replay a failure
   --only NAME       only the target named NAME exactly, else the targets whose names contain it
@@ -48,10 +55,15 @@ Exit status: 0 all runs passed, 1 a run failed (its seed and a replay command ar
 
 /** One fuzz the runner can run: its targets and how to run one of them. */
 interface Fuzz {
-  readonly name: 'model' | 'data';
+  readonly name: 'model' | 'data' | 'full';
   readonly targets: readonly string[];
-  /** Runs one seed; returns a failure message, or undefined when it passed. */
-  run(target: string, seed: number, ops: number): string | undefined;
+  /** Runs one seed; returns a failure message (with the seed and a replay command), or undefined when it passed. */
+  run(target: string, seed: number, ops: number): Promise<string | undefined>;
+}
+
+/** The message of a failure that is not the fuzz's own (its own names the seed and the replay). */
+function unexpected(target: string, seed: number, error: unknown, replay: string): string {
+  return `${target}: seed ${seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n  replay: ${replay}`;
 }
 
 const fuzzes: readonly Fuzz[] = [
@@ -63,11 +75,10 @@ const fuzzes: readonly Fuzz[] = [
       try {
         // Every invariant is checked after every step.
         runModel(f, { seed, ops, maxLive: 256 });
-        return undefined;
+        return Promise.resolve(undefined);
       } catch (error) {
-        const detail = error instanceof FuzzFailure ? error.message
-          : `${target}: seed ${seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}`;
-        return `${detail}\n  replay: VRAM_BACKEND=${getBackend().name} node dist/test/fuzz/run.js --model --only '${target}' --seed ${seed} --ops ${ops}`;
+        const replay = `VRAM_BACKEND=${getBackend().name} node dist/test/fuzz/run.js --model --only '${target}' --seed ${seed} --ops ${ops}`;
+        return Promise.resolve(error instanceof FuzzFailure ? `${error.message}\n  replay: ${replay}` : unexpected(target, seed, error, replay));
       }
     },
   },
@@ -78,10 +89,22 @@ const fuzzes: readonly Fuzz[] = [
       const f = resourceFactories.find((x) => x.name === target)!;
       try {
         runDataFuzz(f, { seed, ops });
+        return Promise.resolve(undefined);
+      } catch (error) {
+        return Promise.resolve(error instanceof DataFuzzFailure ? error.message : unexpected(target, seed, error, replayCommand(target, seed, ops)));
+      }
+    },
+  },
+  {
+    name: 'full',
+    targets: resourceFactories.map((f) => f.name),
+    async run(target, seed, ops) {
+      const f = resourceFactories.find((x) => x.name === target)!;
+      try {
+        await runDataFuzzAsync(f, { seed, ops, ...ALL_OPERATIONS });
         return undefined;
       } catch (error) {
-        if (error instanceof DataFuzzFailure) return error.message;
-        return `${target}: seed ${seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}`;
+        return error instanceof DataFuzzFailure ? error.message : unexpected(target, seed, error, replayAsyncCommand(target, seed, ops));
       }
     },
   },
@@ -116,6 +139,7 @@ function parse(argv: readonly string[]): Plan {
       options: {
         model: { type: 'boolean' },
         data: { type: 'boolean' },
+        full: { type: 'boolean' },
         seed: { type: 'string' },
         ops: { type: 'string' },
         only: { type: 'string' },
@@ -136,8 +160,8 @@ function parse(argv: readonly string[]): Plan {
     runs = 1;
   }
   if (runs > ops) throw new UsageError(`--runs (${runs}) is more than --ops (${ops}): every run needs an operation`);
-  const wanted = fuzzes.filter((f) => (values.model !== true && values.data !== true) ||
-    (f.name === 'model' && values.model === true) || (f.name === 'data' && values.data === true));
+  const named = fuzzes.filter((f) => values[f.name] === true);
+  const wanted = named.length > 0 ? named : fuzzes;
   const only = values.only;
   if (only !== undefined && only.trim() === '') throw new UsageError('--only needs a name');
   const all = wanted.flatMap((f) => f.targets);
@@ -153,7 +177,7 @@ function parse(argv: readonly string[]): Plan {
   return { selected, ops, runs, seed, list: values.list === true, help: false };
 }
 
-function main(argv: readonly string[]): number {
+async function main(argv: readonly string[]): Promise<number> {
   let plan: Plan;
   try {
     plan = parse(argv);
@@ -183,7 +207,7 @@ function main(argv: readonly string[]): number {
       const t = performance.now();
       let failed = 0;
       for (const seed of seeds) {
-        const message = fuzz.run(target, seed, perRun);
+        const message = await fuzz.run(target, seed, perRun);
         if (message !== undefined) {
           failed++;
           console.error(`FAIL ${fuzz.name}: ${message}`);
@@ -202,4 +226,4 @@ function main(argv: readonly string[]): number {
   return 0;
 }
 
-process.exitCode = main(process.argv.slice(2));
+process.exitCode = await main(process.argv.slice(2));

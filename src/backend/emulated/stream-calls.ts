@@ -2,7 +2,7 @@
  * The emulated driver's stream and event calls: creation and destruction, ordering between
  * streams, and the deterministic rule that queries and synchronisations run queued work now.
  */
-import { checkStreamValue32, type Handle, type Ptr } from '../backend.js';
+import { checkStreamValue32, LiveStreams, type Handle, type Ptr } from '../backend.js';
 import { CUresult } from '../../errors.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
@@ -14,6 +14,9 @@ const PRIORITY_RANGE = [0, -5] as const;
 
 /** Streams and events of one emulated driver. */
 export class StreamCalls {
+  /** Streams created here or adopted, and not destroyed or forgotten: what streamKnown vouches for. */
+  private readonly live = new LiveStreams();
+
   constructor(private readonly s: EmulatedState) {}
 
   /** cuStreamCreateWithPriority: priority is clamped to [0, -5] as the driver clamps. */
@@ -26,12 +29,41 @@ export class StreamCalls {
     const stream = new StreamState(this.s.handle(), flags, clamped, ctx.handle, false);
     this.s.streams.set(stream.handle, stream);
     this.s.scheduler.add(stream);
+    this.live.hold(stream.handle);
     return stream.handle;
   }
 
-  /** The legacy stream (0) or a live stream of this driver: a lookup, as the CUDA backend's. */
+  /**
+   * The legacy stream (0), or a live stream of this driver that was created here or adopted and
+   * not forgotten: a lookup, as the CUDA backend's (a destroyed context took its streams along).
+   */
   streamKnown(stream: Handle): boolean {
-    return stream === 0 || this.s.streams.has(stream);
+    return stream === 0 || (this.live.has(stream) && this.s.streams.has(stream));
+  }
+
+  /**
+   * Vouches for a stream made elsewhere; unlike the cuda backend, this driver can tell whether
+   * the handle names one of its streams, and refuses it (as cuStreamQuery would) when not.
+   */
+  adoptStream(stream: Handle): void {
+    if (stream === 0) return;
+    this.s.stream(stream, 'adoptStream');
+    this.live.hold(stream);
+  }
+
+  /** Withdraws one vouching (see Backend.forgetStream). */
+  forgetStream(stream: Handle): void {
+    this.live.release(stream);
+  }
+
+  /** cuStreamGetFlags (the legacy stream: 0). */
+  streamGetFlags(stream: Handle): number {
+    return this.s.stream(stream, 'cuStreamGetFlags').flags;
+  }
+
+  /** cuStreamGetPriority: the priority as clamped at creation (the legacy stream: 0). */
+  streamGetPriority(stream: Handle): number {
+    return this.s.stream(stream, 'cuStreamGetPriority').priority;
   }
 
   /** cuStreamDestroy: the stream's queued work still runs (now). */
@@ -45,6 +77,7 @@ export class StreamCalls {
     this.s.scheduler.remove(s);
     this.s.streams.delete(stream);
     this.s.destroyedStreams.add(stream);
+    this.live.destroyed(stream);
   }
 
   /**

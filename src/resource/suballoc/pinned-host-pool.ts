@@ -4,9 +4,12 @@
  * memory while the previous chunk's DMA runs. The host writes into these buffers, which is not
  * stream-ordered, so a buffer given back with a stream is reused only once the work queued on that
  * stream when it was given back has completed (an event per buffer, queried without blocking).
+ * A pool dropped without `destroy()` gives its buffers back to its upstream when collected (the
+ * garbage-collection backstop), as other resources do: an upstream the program passed in outlives it.
  */
 import type { Backend, Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
+import { nonZero } from '../../backstop.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../../errors.js';
 import { checkNonNegativeInteger } from '../../validate.js';
 import { PinnedHostResource } from '../upstream/pinned-host-resource.js';
@@ -101,6 +104,8 @@ export class PinnedHostPool extends MemoryResource {
     this.alignment = this.upstream.alignment;
     this.backend = device.backend;
     this.order = new StreamOrder(this.backend);
+    const { idle, lent, order, upstream, ownsUpstream } = this;
+    this.guardMemory(() => nonZero(releaseAll(idle, lent, order, upstream, ownsUpstream)));
   }
 
   /** The size class of a request: 4 steps per power of two, at least 4 KiB (at most 25% slack). */
@@ -189,10 +194,9 @@ export class PinnedHostPool extends MemoryResource {
 
   /** Frees everything, lent buffers included, and an upstream the pool created. */
   protected override doDestroy(): void {
-    this.trim(0);
-    for (const e of this.lent.values()) this.freeEntry(e);
-    this.lent.clear();
-    if (this.ownsUpstream) this.upstream.destroy();
+    releaseAll(this.idle, this.lent, this.order, this.upstream, this.ownsUpstream);
+    this.cachedBytes = 0;
+    this.heldBytes = 0;
   }
 
   /** Idle bytes kept at most. */
@@ -253,18 +257,45 @@ export class PinnedHostPool extends MemoryResource {
       while (this.cachedBytes > keep && list.length > 0) {
         const e = list.shift()!;
         this.cachedBytes -= e.capacity;
+        freeEntry(this.order, this.upstream, e);
+        this.heldBytes -= e.capacity;
         freed += e.capacity;
-        this.freeEntry(e);
       }
       if (list.length === 0) this.idle.delete(size);
     }
     return freed;
   }
+}
 
-  private freeEntry(e: Entry): void {
-    this.order.hostWait(e, false);
-    this.order.release(e);
-    this.upstream.deallocate(e.ptr, e.capacity);
-    this.heldBytes -= e.capacity;
+/** Gives one buffer back upstream once its last use has completed (the host touches pinned memory). */
+function freeEntry(order: StreamOrder, upstream: MemoryResource, e: Entry): void {
+  order.hostWait(e, false);
+  order.release(e);
+  upstream.deallocate(e.ptr, e.capacity);
+}
+
+/**
+ * Gives every buffer back upstream, idle and lent ones, and destroys an upstream the pool made:
+ * `destroy()`, and the backstop of a pool collected undestroyed (so it must not reference the pool).
+ *
+ * @returns The bytes given back.
+ */
+function releaseAll(
+  idle: Map<number, Entry[]>, lent: Map<Ptr, Entry>, order: StreamOrder, upstream: MemoryResource, ownsUpstream: boolean,
+): number {
+  let bytes = 0;
+  for (const list of idle.values()) {
+    for (const e of list) {
+      freeEntry(order, upstream, e);
+      bytes += e.capacity;
+    }
   }
+  idle.clear();
+  for (const e of lent.values()) {
+    freeEntry(order, upstream, e);
+    bytes += e.capacity;
+  }
+  lent.clear();
+  if (ownsUpstream) upstream.destroy();
+  return bytes;
 }
