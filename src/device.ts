@@ -183,7 +183,7 @@ const scheduleFlags: Readonly<Record<ContextSchedule, number>> = {
  * isolate a component's allocations; memory allocated in it is invalid once it is destroyed.
  */
 export class Context {
-  private destroyed = false;
+  #destroyed = false;
 
   private constructor(
     /** The device the context belongs to. */
@@ -222,13 +222,23 @@ export class Context {
 
   /** The driver's handle (CUcontext). */
   get handle(): Handle {
-    if (this.destroyed) throw new UseAfterFreeError('the context was destroyed');
+    if (this.#destroyed) throw new UseAfterFreeError('the context was destroyed');
     return this.ctx;
   }
 
-  /** True once `destroy()` has run. */
-  get isDestroyed(): boolean {
-    return this.destroyed;
+  /**
+   * True once `destroy()` has run (the vocabulary: `destroy` ends it, `destroyed` says it ended; docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * const ctx = Context.create(Device.get(0));
+   * ctx.destroy();
+   * ctx.destroyed; // true
+   * ```
+   */
+  get destroyed(): boolean {
+    return this.#destroyed;
   }
 
   /** Makes this context current on the calling thread and selects it for its device. */
@@ -245,15 +255,15 @@ export class Context {
    */
   destroy(): void {
     if (this.isPrimary) throw new VramStateError('the primary context is shared and cannot be destroyed');
-    if (this.destroyed) throw new UseAfterFreeError('the context was already destroyed');
-    this.destroyed = true;
+    if (this.#destroyed) throw new UseAfterFreeError('the context was already destroyed');
+    this.#destroyed = true;
     if (this.device.selectedContext === this) this.device.select(undefined);
     this.device.backend.contextDestroy(this.ctx);
   }
 
   /** `using ctx = Context.create(...)` destroys it at the end of the scope. */
   [Symbol.dispose](): void {
-    if (!this.destroyed && !this.isPrimary) this.destroy();
+    if (!this.#destroyed && !this.isPrimary) this.destroy();
   }
 }
 

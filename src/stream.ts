@@ -163,7 +163,7 @@ export interface BorrowedStreamOptions {
  */
 export class Stream implements StreamRef {
   private static readonly defaults = new Map<Device, Stream>();
-  private destroyed = false;
+  #destroyed = false;
   /** What the backstop ends if this stream is collected undestroyed; undefined for the default stream. */
   private readonly dropped: Dropped | undefined;
 
@@ -268,7 +268,7 @@ export class Stream implements StreamRef {
 
   /** The driver's handle (CUstream); 0 for the default stream. */
   get handle(): Handle {
-    if (this.destroyed) throw new UseAfterFreeError('the stream was destroyed');
+    if (this.#destroyed) throw new UseAfterFreeError('the stream was destroyed');
     return this.raw;
   }
 
@@ -277,9 +277,19 @@ export class Stream implements StreamRef {
     return this.raw === DEFAULT_STREAM;
   }
 
-  /** True once `destroy()` has run. */
-  get isDestroyed(): boolean {
-    return this.destroyed;
+  /**
+   * True once `destroy()` has run (the vocabulary: `destroy` ends it, `destroyed` says it ended; docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * const s = Stream.create();
+   * s.destroy();
+   * s.destroyed; // true
+   * ```
+   */
+  get destroyed(): boolean {
+    return this.#destroyed;
   }
 
   /**
@@ -339,11 +349,11 @@ export class Stream implements StreamRef {
    * not destroyed either: this Stream is done with it, and its owner still has it.
    */
   destroy(): void {
-    if (this.destroyed) throw new DoubleFreeError('the stream was already destroyed');
+    if (this.#destroyed) throw new DoubleFreeError('the stream was already destroyed');
     if (this.isDefault) return;
     retiring?.(this);
     // Resources retire what they cached on this stream while its handle is still valid.
-    this.destroyed = true;
+    this.#destroyed = true;
     unguard(this.dropped!);
     if (this.borrowed) endBorrowedStream(this.device, this.raw);
     else endStream(this.device, this.raw);
@@ -351,7 +361,7 @@ export class Stream implements StreamRef {
 
   /** `using stream = Stream.create()` destroys it at the end of the scope. */
   [Symbol.dispose](): void {
-    if (!this.destroyed) this.destroy();
+    if (!this.#destroyed) this.destroy();
   }
 
   /** A short description for logs. */
@@ -382,7 +392,7 @@ export interface EventOptions {
  * event dropped without `destroy()` is destroyed when it is collected and counted as a leak.
  */
 export class Event {
-  private destroyed = false;
+  #destroyed = false;
   private recorded = false;
   /** What the backstop ends if this event is collected undestroyed. */
   private readonly dropped: Dropped;
@@ -466,13 +476,23 @@ export class Event {
 
   /** The driver's handle (CUevent). */
   get handle(): Handle {
-    if (this.destroyed) throw new UseAfterFreeError('the event was destroyed');
+    if (this.#destroyed) throw new UseAfterFreeError('the event was destroyed');
     return this.raw;
   }
 
-  /** True once `destroy()` has run. */
-  get isDestroyed(): boolean {
-    return this.destroyed;
+  /**
+   * True once `destroy()` has run (the vocabulary: `destroy` ends it, `destroyed` says it ended; docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * const e = Event.create();
+   * e.destroy();
+   * e.destroyed; // true
+   * ```
+   */
+  get destroyed(): boolean {
+    return this.#destroyed;
   }
 
   /** True once the event has been recorded on a stream at least once. */
@@ -508,7 +528,7 @@ export class Event {
   async synchronized(): Promise<void> {
     void this.handle;
     await pollUntil(() => {
-      if (this.destroyed) throw new UseAfterFreeError('the event was destroyed while being awaited');
+      if (this.#destroyed) throw new UseAfterFreeError('the event was destroyed while being awaited');
       return this.query();
     });
   }
@@ -532,15 +552,15 @@ export class Event {
 
   /** Destroys the event; safe while work it captured is still pending. */
   destroy(): void {
-    if (this.destroyed) throw new DoubleFreeError('the event was already destroyed');
-    this.destroyed = true;
+    if (this.#destroyed) throw new DoubleFreeError('the event was already destroyed');
+    this.#destroyed = true;
     unguard(this.dropped);
     endEvent(this.device, this.raw);
   }
 
   /** `using ev = Event.create()` destroys it at the end of the scope. */
   [Symbol.dispose](): void {
-    if (!this.destroyed) this.destroy();
+    if (!this.#destroyed) this.destroy();
   }
 }
 

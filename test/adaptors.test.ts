@@ -28,7 +28,7 @@ import { captureWarnings } from './helpers.js';
 class CountingResource extends MemoryResource {
   readonly kind: MemoryKind = 'device';
   readonly alignment = 256;
-  readonly device = 0;
+  readonly deviceOrdinal = 0;
   readonly live = new Map<Ptr, number>();
   private next = 0x7f0000000000;
 
@@ -123,7 +123,7 @@ describe('StatisticsAdaptor', () => {
     const stats = new StatisticsAdaptor(new CountingResource());
     assert.equal(stats.kind, 'device');
     assert.equal(stats.alignment, 256);
-    assert.equal(stats.device, 0);
+    assert.equal(stats.deviceOrdinal, 0);
     assert.equal(stats.describe(), 'StatisticsAdaptor(CountingResource)');
     assert.throws(() => stats.allocate(0), RangeError);
   });
@@ -286,7 +286,7 @@ describe('LoggingAdaptor', () => {
 class CachingResource extends MemoryResource {
   readonly kind: MemoryKind = 'device';
   readonly alignment = 256;
-  readonly device = 0;
+  readonly deviceOrdinal = 0;
   private readonly cache: Array<{ ptr: Ptr; bytes: number }> = [];
   constructor(override readonly upstream: MemoryResource) {
     super();

@@ -213,7 +213,7 @@ test('HostBuffer allocated on no stream, used on one: recordStream makes free() 
   pool.destroy();
 });
 
-test('registered memory: unregister() waits on the host for the recorded streams before unpinning', () => {
+test('registered memory: free() waits on the host for the recorded streams before unpinning', () => {
   using s = Stream.create({ nonBlocking: true });
   using dev = DeviceBuffer.allocate(n);
   const data = pattern(n, 7);
@@ -222,7 +222,7 @@ test('registered memory: unregister() waits on the host for the recorded streams
   const reg = HostBuffer.register(js);
   dev.copyToHost(reg, { stream: s }); // the DMA writes the pinned JavaScript memory
   reg.recordStream(s);
-  reg.unregister();
+  reg.free();
   assert.deepEqual(js, data, 'the copy had completed when the memory was unpinned');
 });
 
@@ -272,7 +272,7 @@ test('recordStream and free({ stream }): bad streams and freed buffers are typed
   assert.throws(() => buf.free({ stream: gone }), UseAfterFreeError);
   assert.throws(() => buf.free({ stream: 7 as unknown as Stream }), TypeError);
   assert.throws(() => buf.free(null as unknown as object), TypeError);
-  assert.equal(buf.isFreed, false);
+  assert.equal(buf.freed, false);
   buf.memset(0);
   const freed = DeviceBuffer.allocate(256);
   freed.free();
@@ -292,7 +292,7 @@ test('a recorded stream destroyed before the free: the free does not wait on the
   b.destroy();
   assert.equal(hostWaitsDuring(() => buf.free()), 0, 'its work is waited for on the device, through its last event');
   assert.deepEqual(spy.streams, [a]);
-  assert.equal(buf.isFreed, true);
+  assert.equal(buf.freed, true);
 });
 
 /**
@@ -432,7 +432,7 @@ test('a buffer copied on one short-lived stream after another forgets the destro
     s.destroy();
   }
   assert.equal(buf.recordedStreams.length, 1, 'only the last one recorded');
-  assert.ok(buf.recordedStreams.every((s) => s instanceof Stream && s.isDestroyed));
+  assert.ok(buf.recordedStreams.every((s) => s instanceof Stream && s.destroyed));
   assert.equal(hostWaitsDuring(() => buf.free()), 0, 'nothing waits on the host for the destroyed streams');
 });
 

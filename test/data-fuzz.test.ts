@@ -102,7 +102,7 @@ test('data fuzz: seeds that failed before the stream-order fixes pass', () => {
 class UnorderedReuse extends MemoryResource {
   readonly kind: MemoryKind = 'device';
   readonly alignment = 256;
-  readonly device = 0;
+  readonly deviceOrdinal = 0;
   private readonly driver = new CudaResource();
   private readonly cache = new Map<number, Ptr[]>();
 

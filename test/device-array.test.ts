@@ -393,7 +393,7 @@ test('slices, reshapes and transposes are views: no memory, shared data, strides
     using v = a.slice(0);
     void v;
   }
-  assert.equal(a.isFreed, false);
+  assert.equal(a.freed, false);
 });
 
 test('pitched 2D arrays: stride = pitch / byteSize, padding skipped by 2D copies, sliced, sync and async', async () => {
@@ -576,7 +576,7 @@ test('use after free: the owner and every view throw UseAfterFreeError; double f
   const a = DeviceArray.from(new Float32Array(64), { shape: [8, 8] });
   const v = a.slice([0, null, 2]).T;
   a.free();
-  assert.equal(v.isFreed, true);
+  assert.equal(v.freed, true);
   assert.throws(() => a.free(), DoubleFreeError);
   a[Symbol.dispose]();
   for (const x of [a, v]) {

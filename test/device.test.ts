@@ -83,7 +83,7 @@ test('explicit context: create, select, allocate in it, destroy', () => {
     ctx.destroy();
   }
   assert.equal(d.activeContext, d.context);
-  assert.equal(ctx.isDestroyed, true);
+  assert.equal(ctx.destroyed, true);
   assert.throws(() => ctx.handle, UseAfterFreeError);
   assert.throws(() => ctx.makeCurrent(), UseAfterFreeError);
   assert.throws(() => ctx.destroy(), UseAfterFreeError);

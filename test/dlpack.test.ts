@@ -553,7 +553,7 @@ describe('round trips through C', withCc, () => {
       pinned.free(); // the pinning is the test's: undone before the producer frees the memory
       a.free();
     } finally {
-      if (!pinned.isFreed) pinned.free();
+      if (!pinned.freed) pinned.free();
     }
     assert.equal(calls(), before + 1);
   });

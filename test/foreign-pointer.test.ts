@@ -111,7 +111,7 @@ describe('DeviceBuffer.fromPointer', () => {
       assert.equal(buf.owner, owner);
     }
     assert.equal(released, 1);
-    assert.equal(seen.isFreed, true);
+    assert.equal(seen.freed, true);
     assert.equal(seen.owner, undefined);
     cFree(ptr);
   });
@@ -158,7 +158,7 @@ describe('DeviceBuffer.fromPointer', () => {
     await nextTurn();
     forceGc!();
     assert.equal(ownerRef!.deref(), undefined);
-    assert.equal(buf.isFreed, true);
+    assert.equal(buf.freed, true);
     cFree(ptr);
   });
 

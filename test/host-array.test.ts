@@ -216,7 +216,7 @@ test('registered JavaScript memory as a HostArray, copied on a stream', async ()
     assert.throws(() => HostArray.fromBuffer(reg, { dtype: 'float64', byteOffset: 4 }), RangeError);
     assert.throws(() => HostArray.fromBuffer(new Uint8Array(4) as unknown as HostBuffer, { dtype: 'uint8' }), TypeError);
   } finally {
-    reg.unregister();
+    reg.free();
   }
 });
 
@@ -260,7 +260,7 @@ test('use after free: the array, its views and device views throw UseAfterFreeEr
   const dv = h.deviceView();
   using d = DeviceArray.zeros([4, 4], 'float32');
   h.free();
-  assert.equal(v.isFreed, true);
+  assert.equal(v.freed, true);
   assert.throws(() => h.free(), DoubleFreeError);
   for (const x of [h, v]) {
     assert.throws(() => x.data, UseAfterFreeError);

@@ -172,7 +172,7 @@ test('a destroyed module\'s kernels cannot be launched or made', () => {
   const m = compile();
   const kernel = m.kernel('saxpy', SAXPY);
   m.destroy();
-  assert.equal(m.isDestroyed, true);
+  assert.equal(m.destroyed, true);
   using x = DeviceArray.from(new Float32Array(4));
   assert.throws(() => kernel.launch({ grid: 1, block: 32 }, x, x, 1, 4), UseAfterFreeError);
   assert.throws(() => m.kernel('saxpy', SAXPY), UseAfterFreeError);

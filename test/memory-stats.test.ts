@@ -169,7 +169,7 @@ test('a LimitingAdaptor on top counts the out-of-memory errors it throws', () =>
 class Uncounted extends MemoryResource {
   readonly kind = 'device';
   readonly alignment = 256;
-  readonly device = 0;
+  readonly deviceOrdinal = 0;
   constructor(private readonly inner: MemoryResource) {
     super();
   }

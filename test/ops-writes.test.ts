@@ -144,7 +144,7 @@ test('options are read once: an out that a getter takes back is not freed on the
   };
   assert.throws(() => map(x, 'nosuch(x)', options), /unknown function/);
   assert.equal(outReads, 1, 'options were read once');
-  assert.equal(out.isFreed, false, 'the caller\'s out is not freed on the error path');
+  assert.equal(out.freed, false, 'the caller\'s out is not freed on the error path');
 });
 
 test('a shape is read once: the dimensions checked are the dimensions allocated', () => {

@@ -91,7 +91,7 @@ function cases(dtype: DTypeName, n: number): Case[] {
 
 /** Frees the arrays that own their memory (and have not been freed: cases share bases). */
 function free(...arrays: DeviceArray[]): void {
-  for (const a of arrays) if (a.ownsMemory && !a.isFreed) a.free();
+  for (const a of arrays) if (a.ownsMemory && !a.freed) a.free();
 }
 
 /** |got - want| <= tolerance, with a message naming the case and index. */

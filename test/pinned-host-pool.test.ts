@@ -18,24 +18,24 @@ test('PinnedHostPool: random allocate/free keeps every invariant', () => {
   for (const seed of [41, 42]) runModel(f, { seed, ops: 2000 });
 });
 
-test('acquire/release: chunks are reused, views are zero-copy, released chunks refuse use', () => {
+test('acquire/free: chunks are reused, views are zero-copy, released chunks refuse use', () => {
   const pool = new PinnedHostPool();
   const a = pool.acquire(100_000);
   assert.ok(a.capacity >= 100_000 && a.capacity <= 125_000);
   a.view().fill(9);
   const ptr = a.ptr;
-  a.release();
+  a.free();
   assert.throws(() => a.view(), UseAfterFreeError);
-  assert.throws(() => a.release(), DoubleFreeError);
+  assert.throws(() => a.free(), DoubleFreeError);
   const b = pool.acquire(110_000);
   assert.equal(b.ptr, ptr, 'same size class: the idle buffer is reused');
-  b.release();
+  b.free();
   assert.equal(pool.releaseCached(), a.capacity);
   assert.equal(pool.reservedBytes, 0);
   pool.destroy();
 });
 
-test('a buffer released with a stream is reused only after that stream reached the release', () => {
+test('a buffer freed with a stream is reused only after that stream reached the free', () => {
   const pool = new PinnedHostPool();
   const s = backend.streamCreate(0, 0);
   const dev = backend.memAlloc(1 << 20);
@@ -43,7 +43,7 @@ test('a buffer released with a stream is reused only after that stream reached t
     const chunk = pool.acquire(1 << 20);
     chunk.view().fill(5);
     backend.memcpyAsync(dev, chunk.ptr, 1 << 20, s);
-    chunk.release({ handle: s });
+    chunk.free({ handle: s });
     const next = pool.acquire(1 << 20);
     // Whether it is the same buffer or not, the copy of the 5s must have completed before reuse.
     if (next.ptr === chunk.ptr) next.view().fill(6);
@@ -51,7 +51,7 @@ test('a buffer released with a stream is reused only after that stream reached t
     const out = new Uint8Array(8);
     backend.memcpyToHost(out, dev, 8);
     assert.deepEqual([...out], new Array(8).fill(5));
-    next.release();
+    next.free();
   } finally {
     backend.memFree(dev);
     backend.streamDestroy(s);

@@ -52,7 +52,7 @@ describe('place', () => {
     assert.deepEqual(Array.from(host.toHost().subarray(0, 6)), [1, 2, 3, 1, 2, 3]);
     assertMemoryReturned(before, deviceMemoryUsed(), 'no device memory for mapped data');
     array.free();
-    assert.equal(host.isFreed, true, 'freeing the array freed its HostArray');
+    assert.equal(host.freed, true, 'freeing the array freed its HostArray');
   });
 
   it('write-combined fallback: the device reads what was placed (no host read of the memory)', () => {
@@ -81,7 +81,7 @@ describe('place', () => {
       host = placed.host;
       assert.deepEqual(array.toHost(), new Int16Array([1, 2, 3, 4]));
     }
-    assert.equal(host?.isFreed, true);
+    assert.equal(host?.freed, true);
   });
 
   it('the backstop frees a dropped mapped placement\'s HostArray', needsGc, async () => {
@@ -95,7 +95,7 @@ describe('place', () => {
       forceGc!();
       await nextTurn();
       const h = hostRef!.deref();
-      if (h === undefined || h.isFreed) {
+      if (h === undefined || h.freed) {
         freedSeen = true;
         break;
       }

@@ -35,7 +35,7 @@ test('a HostBuffer registered read-only says so; one registered without it does 
     using pinned = HostBuffer.allocate(n);
     assert.equal(pinned.readOnly, false);
   } finally {
-    host.unregister();
+    host.free();
   }
 });
 
@@ -55,7 +55,7 @@ test('copies from the device into read-only host memory are refused, synchronous
     await s.synchronized();
     unchanged(js);
   } finally {
-    host.unregister();
+    host.free();
   }
 });
 
@@ -72,7 +72,7 @@ test('a HostArray over read-only host memory refuses to be written: from the dev
     assert.throws(() => whole.copyFrom(new Float32Array(16)), refused);
     unchanged(js);
   } finally {
-    host.unregister();
+    host.free();
   }
 });
 
@@ -86,6 +86,6 @@ test('a DeviceArray over the mapped address of read-only host memory is read-onl
     assert.throws(() => a.copyFrom(src), refused);
     unchanged(js);
   } finally {
-    host.unregister();
+    host.free();
   }
 });

@@ -96,7 +96,7 @@ describe('allocation log parser', () => {
 class Addresses extends MemoryResource {
   readonly kind = 'device';
   readonly alignment = 256;
-  readonly device = 0;
+  readonly deviceOrdinal = 0;
   private next = 0x10000;
   private readonly live = new Map<number, number>();
   protected doAllocate(bytes: number): number {

@@ -177,7 +177,7 @@ describe('contract: the base class itself', () => {
     class Probe extends MemoryResource {
       readonly kind = 'device';
       readonly alignment = 256;
-      readonly device = 0;
+      readonly deviceOrdinal = 0;
       protected doAllocate(bytes: number, handle: number): number {
         calls.push(`allocate ${bytes} ${handle}`);
         return 4096;

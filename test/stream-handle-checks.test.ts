@@ -49,10 +49,10 @@ describe('stream handles given to resources', () => {
     const buffer = DeviceBuffer.allocate(4096, { resource: pool, stream });
     stream.destroy();
     assert.throws(() => buffer.free(), UseAfterFreeError);
-    assert.equal(buffer.isFreed, false);
+    assert.equal(buffer.freed, false);
     assert.equal(pool.memoryFigures()!.allocations.value, 1);
     buffer.free({ stream: defaultStream });
-    assert.equal(buffer.isFreed, true);
+    assert.equal(buffer.freed, true);
     assert.equal(pool.memoryFigures()!.allocations.value, 0, 'not leaked');
   });
 });

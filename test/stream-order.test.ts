@@ -74,7 +74,7 @@ function handOver(make: () => MemoryResource, destroyB: boolean): void {
     });
     assertAll(readBack(q, bytes, ...(destroyB ? [a] : [a, b])), 0xaa, 'the new owner\'s data');
   } finally {
-    if (!b.isDestroyed) b.destroy();
+    if (!b.destroyed) b.destroy();
   }
   mr.deallocate(q, bytes, a);
   const upstream = mr.upstream;

@@ -15,7 +15,7 @@ test('Stream.create, query, synchronize, destroy', () => {
   assert.equal(s.query(), true);
   s.synchronize();
   s.destroy();
-  assert.equal(s.isDestroyed, true);
+  assert.equal(s.destroyed, true);
   assert.throws(() => s.handle, UseAfterFreeError);
   assert.throws(() => s.query(), UseAfterFreeError);
   assert.throws(() => s.synchronize(), UseAfterFreeError);
@@ -56,7 +56,7 @@ test('using-declaration destroys a stream', () => {
     using s = Stream.create();
     kept = s;
   }
-  assert.equal(kept.isDestroyed, true);
+  assert.equal(kept.destroyed, true);
 });
 
 test('stream ordering: async copies through pinned memory, across streams with an event', async () => {

@@ -276,7 +276,7 @@ describe('a free deferred behind a copy', () => {
         const other = Stream.create({ device, nonBlocking: true });
         buf.free({ stream: other });
         other.destroy();
-        assert.equal(buf.isFreed, true, 'freed for the program at once');
+        assert.equal(buf.freed, true, 'freed for the program at once');
         assert.equal(allocated(), n, 'the memory is still the copy\'s');
       } finally {
         held.release();
@@ -372,7 +372,7 @@ describe('the registration cache', () => {
       buf.copyFromHost(pinned);
       assertSame(buf.copyToHost(new Uint8Array(data.byteLength)), data, 'through the program\'s registration');
     } finally {
-      pinned.unregister();
+      pinned.free();
     }
   });
 

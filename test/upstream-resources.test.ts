@@ -47,7 +47,7 @@ test('CudaResource', () => {
   const before = used();
   const mr = new CudaResource();
   assert.equal(mr.kind, 'device');
-  assert.equal(mr.device, 0);
+  assert.equal(mr.deviceOrdinal, 0);
   assert.equal(mr.alignment, 256);
   assert.equal(mr.describe(), 'CudaResource(device=0)');
   // Each resource checks frees against its own live table: only itself is equal.
@@ -170,7 +170,7 @@ test('ManagedResource', () => {
 test('PinnedHostResource', () => {
   const mr = new PinnedHostResource({ mapped: true, portable: true });
   assert.equal(mr.kind, 'pinned-host');
-  assert.equal(mr.device, -1);
+  assert.equal(mr.deviceOrdinal, -1);
   assert.equal(mr.alignment, 256);
   assert.deepEqual(mr.options, { portable: true, mapped: true, writeCombined: false });
   assert.equal(mr.describe(), 'PinnedHostResource(portable, mapped)');
@@ -200,7 +200,7 @@ test('current resource per device', () => {
   assert.throws(() => setCurrentResource(device, {} as MemoryResource), TypeError);
   if (Device.count() > 1) {
     assert.throws(() => setCurrentResource(device, new CudaResource(1)), RangeError);
-    assert.equal(getCurrentResource(1).device, 1);
+    assert.equal(getCurrentResource(1).deviceOrdinal, 1);
   }
   assert.equal(getCurrentResource(), first);
 });

@@ -417,7 +417,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     } else {
       throw new TypeError('DeviceArray.fromBuffer expects a DeviceBuffer, ManagedBuffer or mapped HostBuffer');
     }
-    if (memory.isFreed) throw new UseAfterFreeError(`DeviceArray.fromBuffer: ${String(memory)} was freed`);
+    if (memory.freed) throw new UseAfterFreeError(`DeviceArray.fromBuffer: ${String(memory)} was freed`);
     const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
     if (byteOffset % dt.alignment !== 0) {
       throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
@@ -785,7 +785,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   /** `DeviceArray<float32>(2, 3) on device 0`. */
   override toString(): string {
     const view = this.ownsMemory ? '' : ', view';
-    return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.isFreed ? ', freed' : ''}`;
+    return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.freed ? ', freed' : ''}`;
   }
 
   protected withLayout(layout: Layout): this {
@@ -850,7 +850,7 @@ function pinnedArray(array: StridedArray<DTypeName>, what: string): { buffer: Ho
   if (array instanceof DeviceArray || !(buffer instanceof HostBuffer)) {
     throw new TypeError(`${what}: expected a HostArray or DeviceArray`);
   }
-  if (buffer.isFreed) throw new UseAfterFreeError(`${what}: the HostArray's memory was freed`);
+  if (buffer.freed) throw new UseAfterFreeError(`${what}: the HostArray's memory was freed`);
   return { buffer };
 }
 

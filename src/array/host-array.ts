@@ -203,7 +203,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
     if (!(buffer instanceof HostBuffer)) throw new TypeError('HostArray.fromBuffer expects a HostBuffer');
     options = readOptions('HostArray.fromBuffer', options, { dtype: true, shape: true, strides: true, byteOffset: true });
     const dt = dtypeOf(options.dtype);
-    if (buffer.isFreed) throw new UseAfterFreeError(`HostArray.fromBuffer: ${String(buffer)} was freed`);
+    if (buffer.freed) throw new UseAfterFreeError(`HostArray.fromBuffer: ${String(buffer)} was freed`);
     const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
     if (byteOffset % dt.alignment !== 0) {
       throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
@@ -444,7 +444,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   /** `HostArray<float32>(2, 3), mapped`. */
   override toString(): string {
     const flags = [this.buffer.mapped ? 'mapped' : '', this.buffer.writeCombined ? 'write-combined' : '',
-      this.ownsMemory ? '' : 'view', this.buffer.isFreed ? 'freed' : ''].filter(Boolean);
+      this.ownsMemory ? '' : 'view', this.buffer.freed ? 'freed' : ''].filter(Boolean);
     return `HostArray<${this.dtype.name}>${formatShape(this.shape)}${flags.length > 0 ? `, ${flags.join(', ')}` : ''}`;
   }
 

@@ -589,9 +589,19 @@ export abstract class StridedArray<N extends DTypeName> {
     return this.#owns;
   }
 
-  /** True once the memory is gone (the owner freed it). */
-  get isFreed(): boolean {
-    return this.buffer.isFreed;
+  /**
+   * True once the memory is gone (the owner freed it) (the vocabulary: `free` ends it, `freed` says it ended; docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * const a = DeviceArray.zeros([16], 'int32');
+   * a.free();
+   * a.freed; // true
+   * ```
+   */
+  get freed(): boolean {
+    return this.buffer.freed;
   }
 
   /**
@@ -615,7 +625,7 @@ export abstract class StridedArray<N extends DTypeName> {
 
   /** `using a = ...` frees an owning array at the end of the scope; views are left alone. */
   [Symbol.dispose](): void {
-    if (this.#owns && !this.buffer.isFreed) this.buffer.free();
+    if (this.#owns && !this.buffer.freed) this.buffer.free();
   }
 
   /**
@@ -757,6 +767,6 @@ export abstract class StridedArray<N extends DTypeName> {
 
   /** Throws UseAfterFreeError once the memory is gone; every operation on the array calls it first. */
   protected checkAlive(): void {
-    if (this.buffer.isFreed) throw new UseAfterFreeError(`${String(this)}: its memory was freed`);
+    if (this.buffer.freed) throw new UseAfterFreeError(`${String(this)}: its memory was freed`);
   }
 }

@@ -36,7 +36,7 @@ export class DeviceBuffer extends DeviceMemory {
   readonly stream: StreamRef;
 
   protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
-    const device = Device.get(resource.device);
+    const device = Device.get(resource.deviceOrdinal);
     super(ptr, bytes, release, device, stream);
     this.resource = resource;
     this.stream = stream;
@@ -101,7 +101,7 @@ export class DeviceBuffer extends DeviceMemory {
 
   /** `DeviceBuffer(1024 bytes on device 0)`. */
   override toString(): string {
-    return `${this.constructor.name}(${this.byteLength} bytes on device ${this.device.ordinal}${this.isFreed ? ', freed' : ''})`;
+    return `${this.constructor.name}(${this.byteLength} bytes on device ${this.device.ordinal}${this.freed ? ', freed' : ''})`;
   }
 }
 
@@ -114,8 +114,8 @@ function pickResource(options: DeviceBufferOptions): MemoryResource {
   if (resource.kind === 'pinned-host') {
     throw new TypeError(`DeviceBuffer needs device memory; ${resource.describe()} hands out pinned host memory (use HostBuffer)`);
   }
-  if (options.device !== undefined && Device.resolve(options.device).ordinal !== resource.device) {
-    throw new RangeError(`${resource.describe()} belongs to device ${resource.device}, not the device asked for`);
+  if (options.device !== undefined && Device.resolve(options.device).ordinal !== resource.deviceOrdinal) {
+    throw new RangeError(`${resource.describe()} belongs to device ${resource.deviceOrdinal}, not the device asked for`);
   }
   return resource;
 }

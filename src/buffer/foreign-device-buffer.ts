@@ -190,7 +190,7 @@ export class ForeignDeviceBuffer extends DeviceMemory {
    * ```
    */
   get owner(): unknown {
-    return this.isFreed ? undefined : this.#owner;
+    return this.freed ? undefined : this.#owner;
   }
 
   /**
@@ -208,13 +208,13 @@ export class ForeignDeviceBuffer extends DeviceMemory {
     try {
       super.free(options);
     } finally {
-      if (this.isFreed) this.#owner = undefined;
+      if (this.freed) this.#owner = undefined;
     }
   }
 
   /** `ForeignDeviceBuffer(1024 bytes of device memory on device 0)`. */
   override toString(): string {
-    return `ForeignDeviceBuffer(${this.byteLength} bytes of ${this.kind} memory on device ${this.device.ordinal}${this.isFreed ? ', freed' : ''})`;
+    return `ForeignDeviceBuffer(${this.byteLength} bytes of ${this.kind} memory on device ${this.device.ordinal}${this.freed ? ', freed' : ''})`;
   }
 }
 

@@ -96,7 +96,7 @@ export function viewRange(
 const defaultResources = new Map<number, PinnedHostResource>();
 let warnedWriteCombined = false;
 
-/** Pinned host memory owned by the program; free it with `free()` (or `unregister()`), or `using`. */
+/** Pinned host memory owned by the program; free it (registered memory too: that unpins it) with `free()`, or `using`. */
 export class HostBuffer extends Allocation {
   /** The resource it came from; undefined for registered JavaScript memory. */
   readonly resource: MemoryResource | undefined;
@@ -204,7 +204,7 @@ export class HostBuffer extends Allocation {
 
   /**
    * Pins existing JavaScript memory in place (cuMemHostRegister) so copies to and from it are
-   * DMA-fast and may be asynchronous. The buffer keeps the memory alive until `unregister()`.
+   * DMA-fast and may be asynchronous. The buffer keeps the memory alive until `free()` unpins it.
    */
   static register(memory: HostData, options: HostRegisterOptions = {}): HostBuffer {
     if (!isHostData(memory)) throw new TypeError('register expects an ArrayBuffer, TypedArray, Buffer or DataView');
@@ -234,14 +234,6 @@ export class HostBuffer extends Allocation {
       mapped: options.mapped === true, portable: options.portable === true, writeCombined: false, registered: bytes,
       readOnly: options.readOnly === true,
     });
-  }
-
-  /** Unpins registered memory (the same as `free()`); for allocated buffers use `free()`. */
-  unregister(): void {
-    if (this.registered === undefined) {
-      throw new VramStateError('unregister() is for HostBuffer.register buffers; this one was allocated: use free()');
-    }
-    this.free();
   }
 
   /** The device address of mapped memory, for kernels and copies that read it in place (zero-copy). */
@@ -303,6 +295,6 @@ export class HostBuffer extends Allocation {
   override toString(): string {
     const flags = [this.registered ? 'registered' : 'pinned', this.mapped ? 'mapped' : '', this.portable ? 'portable' : '',
       this.writeCombined ? 'write-combined' : '', this.readOnly ? 'read-only' : ''].filter(Boolean).join(', ');
-    return `HostBuffer(${this.byteLength} bytes, ${flags}${this.isFreed ? ', freed' : ''})`;
+    return `HostBuffer(${this.byteLength} bytes, ${flags}${this.freed ? ', freed' : ''})`;
   }
 }

@@ -255,8 +255,18 @@ export abstract class Allocation {
     return this.#bytes;
   }
 
-  /** True once `free()` has run. */
-  get isFreed(): boolean {
+  /**
+   * True once `free()` has run (the vocabulary: `free` ends it, `freed` says it ended; docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * const buf = DeviceBuffer.allocate(64);
+   * buf.free();
+   * buf.freed; // true
+   * ```
+   */
+  get freed(): boolean {
     return this.#freed;
   }
 
@@ -499,7 +509,7 @@ export function holdMemory(allocation: Allocation): () => void {
  */
 function checkStream(stream: unknown, what: string): StreamRef {
   if (stream instanceof Stream) {
-    if (stream.isDestroyed) throw new UseAfterFreeError(`${what}: the stream was destroyed`);
+    if (stream.destroyed) throw new UseAfterFreeError(`${what}: the stream was destroyed`);
     return stream;
   }
   if (stream === undefined || stream === null || typeof stream !== 'object') {
@@ -510,7 +520,7 @@ function checkStream(stream: unknown, what: string): StreamRef {
 }
 
 function isDestroyed(stream: StreamRef): boolean {
-  return stream instanceof Stream && stream.isDestroyed;
+  return stream instanceof Stream && stream.destroyed;
 }
 
 /** The device a stream belongs to: a Stream's own, else (a plain `{ handle }`) the owner's. */

@@ -52,7 +52,7 @@ export class ManagedBuffer extends DeviceMemory {
   readonly stream: StreamRef;
 
   private constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
-    const device = Device.get(resource.device);
+    const device = Device.get(resource.deviceOrdinal);
     super(ptr, bytes, release, device, stream);
     this.resource = resource;
     this.stream = stream;
@@ -164,7 +164,7 @@ export class ManagedBuffer extends DeviceMemory {
 
   /** `ManagedBuffer(1024 bytes)`. */
   override toString(): string {
-    return `ManagedBuffer(${this.byteLength} bytes${this.isFreed ? ', freed' : ''})`;
+    return `ManagedBuffer(${this.byteLength} bytes${this.freed ? ', freed' : ''})`;
   }
 
   private range(range: { offset?: number; bytes?: number }, what: string): { offset: number; bytes: number } {

@@ -129,6 +129,6 @@ export class IpcBuffer extends DeviceMemory {
    * ```
    */
   override toString(): string {
-    return `IpcBuffer(${this.byteLength} bytes on device ${this.device.ordinal}${this.isFreed ? ', closed' : ''})`;
+    return `IpcBuffer(${this.byteLength} bytes on device ${this.device.ordinal}${this.freed ? ', closed' : ''})`;
   }
 }

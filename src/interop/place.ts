@@ -154,7 +154,7 @@ export function place(data: unknown, options: PlaceOptions = {}): Placement {
   }
   const host = HostArray.empty(shape, dtype, { mapped: true, writeCombined: options.writeCombined === true });
   const release = (): void => {
-    if (!host.isFreed) host.free();
+    if (!host.freed) host.free();
   };
   let array: DeviceArray | undefined;
   try {
@@ -166,7 +166,7 @@ export function place(data: unknown, options: PlaceOptions = {}): Placement {
     array.copyFrom(raw);
     return { array, placement: 'mapped', host };
   } catch (error) {
-    if (array !== undefined && !array.isFreed) array.free();
+    if (array !== undefined && !array.freed) array.free();
     release();
     throw error;
   }

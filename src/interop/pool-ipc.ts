@@ -204,6 +204,21 @@ export class ImportedPool {
   }
 
   /**
+   * True once `destroy()` has run (the vocabulary: `destroy` ends it, `destroyed` says it ended;
+   * docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * pool.destroy();
+   * pool.destroyed; // true
+   * ```
+   */
+  get destroyed(): boolean {
+    return this.#destroyed;
+  }
+
+  /**
    * `using pool = importPool(fd)` destroys it at the end of the scope (a no-op once destroyed).
    *
    * @example

@@ -75,7 +75,7 @@ export class Kernel<S extends Signature> {
    * ```
    */
   launch(config: LaunchConfig, ...args: ArgsOf<S>): void {
-    if (this.module.isDestroyed) throw new UseAfterFreeError(`kernel ${this.name}: its module was destroyed`);
+    if (this.module.destroyed) throw new UseAfterFreeError(`kernel ${this.name}: its module was destroyed`);
     config = readOptions('Kernel.launch', config, { grid: true, block: true, sharedBytes: true, stream: true }, 'config');
     const dims = this.#dims;
     const shared = readLaunchConfig(this.name, config, this.#limits, this.attributes, dims);
@@ -139,7 +139,7 @@ export class Kernel<S extends Signature> {
   }
 
   private checkLive(): void {
-    if (this.module.isDestroyed) throw new UseAfterFreeError(`kernel ${this.name}: its module was destroyed`);
+    if (this.module.destroyed) throw new UseAfterFreeError(`kernel ${this.name}: its module was destroyed`);
   }
 }
 

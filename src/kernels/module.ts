@@ -190,8 +190,18 @@ export class Module {
     return new Module(device, context, handle, log, loweredNames, emulated);
   }
 
-  /** True once `destroy()` has run. */
-  get isDestroyed(): boolean {
+  /**
+   * True once `destroy()` has run (the vocabulary: `destroy` ends it, `destroyed` says it ended; docs/architecture.md).
+   *
+   * @returns Whether it ended.
+   * @example
+   * ```ts
+   * const m = Module.compile(source);
+   * m.destroy();
+   * m.destroyed; // true
+   * ```
+   */
+  get destroyed(): boolean {
     return this.#destroyed;
   }
 

@@ -129,7 +129,7 @@ export function resourceRecord(mr: MemoryResource): ResourceRecord {
       if (isReserving(r)) reserveSource = r;
     }
     record = {
-      id: nextResourceId++, label: mr.describe(), className: mr.constructor.name, kind: mr.kind, device: mr.device,
+      id: nextResourceId++, label: mr.describe(), className: mr.constructor.name, kind: mr.kind, device: mr.deviceOrdinal,
       upstream, ref: new WeakRef(mr), reserveSource, lastReserved: 0, seenBy: null, baseline: null,
     };
     records.set(mr, record);

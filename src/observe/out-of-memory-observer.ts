@@ -76,7 +76,7 @@ function chainOf(top: MemoryResource): MemoryResource[] {
 
 /** The sites holding the most live memory of `top`'s stack: from the history, else a tracking adaptor's stacks. */
 function largestSites(top: MemoryResource): LiveSite[] {
-  const history = top.device >= 0 ? memoryHistory(top.device) : undefined;
+  const history = top.deviceOrdinal >= 0 ? memoryHistory(top.deviceOrdinal) : undefined;
   if (history?.recording === true && history.stacks) {
     const sites = history.largestLiveSites(SITES_NAMED, resourceRecord(top).id);
     if (sites.length > 0) return sites;
@@ -178,9 +178,9 @@ function observeOnce(resource: MemoryResource, error: OutOfMemoryError | CudaErr
     warn('the out-of-memory observer could not describe the memory', failure);
   }
   const path = OOM_SNAPSHOT.read();
-  if (path !== undefined && resource.device >= 0) {
+  if (path !== undefined && resource.deviceOrdinal >= 0) {
     try {
-      const snapshot = takeSnapshot(Device.get(resource.device), resource, {
+      const snapshot = takeSnapshot(Device.get(resource.deviceOrdinal), resource, {
         kind: 'out-of-memory',
         error: {
           message: error.message, requestedBytes: bytes, resource: resourceRecord(resource).id,

@@ -453,7 +453,7 @@ function createTraceStreams(trace: AllocationTrace, resource: MemoryResource): {
   const refs = new Map<number, StreamRef>([[0, defaultStream]]);
   const created: Stream[] = [];
   if (!trace.summary.streams.some((id) => id !== 0)) return { refs, created };
-  const device = Device.get(Math.max(resource.device, 0));
+  const device = Device.get(Math.max(resource.deviceOrdinal, 0));
   try {
     for (const id of trace.summary.streams) {
       if (id === 0) continue;

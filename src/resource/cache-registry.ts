@@ -22,7 +22,7 @@ import type { MemoryFigures, MemoryKind } from './figures.js';
  */
 export interface CachingResource {
   readonly kind: MemoryKind;
-  readonly device: number;
+  readonly deviceOrdinal: number;
   readonly upstream?: CachingResource;
   readonly destroyed: boolean;
   releaseCached(): number;
@@ -54,7 +54,7 @@ export function trackResource(resource: CachingResource): void {
 
 function holds(resource: CachingResource, memory: CachedMemory): boolean {
   return memory === 'pinned-host' ? resource.kind === 'pinned-host'
-    : resource.kind !== 'pinned-host' && resource.device === memory;
+    : resource.kind !== 'pinned-host' && resource.deviceOrdinal === memory;
 }
 
 /** How many resources lie below `resource`. */

@@ -72,8 +72,8 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
   if (mr.kind === 'pinned-host') {
     throw new TypeError(`the current resource of a device must hand out device memory, not ${mr.describe()}`);
   }
-  if (mr.device !== dev.ordinal) {
-    throw new RangeError(`${mr.describe()} belongs to device ${mr.device}, not device ${dev.ordinal}`);
+  if (mr.deviceOrdinal !== dev.ordinal) {
+    throw new RangeError(`${mr.describe()} belongs to device ${mr.deviceOrdinal}, not device ${dev.ordinal}`);
   }
   const previous = getCurrentResource(dev);
   current.set(dev, mr);

@@ -113,8 +113,18 @@ export abstract class MemoryResource {
   abstract readonly kind: MemoryKind;
   /** Every pointer this resource returns is a multiple of this (a power of two, >= 256 for device memory). */
   abstract readonly alignment: number;
-  /** The device ordinal the memory belongs to (-1 for host memory). */
-  abstract readonly device: number;
+  /**
+   * The ordinal of the device the memory belongs to, -1 for host memory. A number, not a `Device`
+   * (which is what `device` is on buffers, arrays, streams and modules): host resources have no
+   * device, and the allocation path reads it as a plain field.
+   *
+   * @returns The ordinal, or -1.
+   * @example
+   * ```ts
+   * new PoolResource().deviceOrdinal; // 0
+   * ```
+   */
+  abstract readonly deviceOrdinal: number;
   /** The resource this one takes its memory from, if any (declared here, set by subclasses). */
   declare readonly upstream?: MemoryResource;
   #destroyed = false;
@@ -147,7 +157,7 @@ export abstract class MemoryResource {
     // The common case inline: a whole number in range passes without a call.
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.device, handle);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     if (this.#destroyed) throw this.destroyedError();
     // A try block costs nothing until something throws (measured on the pool's hit pair), so
     // every resource can count what reached its caller without a cost on the common path.
@@ -177,7 +187,7 @@ export abstract class MemoryResource {
   #afterOutOfMemory(error: unknown, bytes: number, handle: number, stream: StreamRef | undefined): Ptr {
     let ptr: Ptr;
     try {
-      ptr = retryAfterReleasingCaches(error, this.device, () => {
+      ptr = retryAfterReleasingCaches(error, this.deviceOrdinal, () => {
         nesting += 1;
         try {
           return this.doAllocate(bytes, handle, stream);
@@ -271,7 +281,7 @@ export abstract class MemoryResource {
     if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.device, handle);
+    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     // A destroyed resource still takes back the blocks live at `destroy()` (see there).
     if (this.#released) throw this.destroyedError();
     if (observer === null) {
@@ -482,8 +492,8 @@ export function checkMemoryOf(part: MemoryResource, kind: MemoryKind, device: nu
   if (part.kind !== kind) {
     throw new TypeError(`${user} needs ${kind} memory, but its ${name} ${part.describe()} hands out ${part.kind} memory`);
   }
-  if (part.device !== device) {
-    throw new RangeError(`${user} needs memory of ${where(device)}, but its ${name} ${part.describe()} hands out memory of ${where(part.device)}`);
+  if (part.deviceOrdinal !== device) {
+    throw new RangeError(`${user} needs memory of ${where(device)}, but its ${name} ${part.describe()} hands out memory of ${where(part.deviceOrdinal)}`);
   }
   return part;
 }

@@ -512,7 +512,7 @@ class DataRun {
       try {
         for (const block of this.live) {
           if (block.owner !== undefined) {
-            if (!block.owner.isFreed) block.owner.free({ stream: this.refs[block.stream]! });
+            if (!block.owner.freed) block.owner.free({ stream: this.refs[block.stream]! });
           } else {
             (block.from?.resource ?? this.mr).deallocate(block.ptr, block.bytes, this.refs[block.stream]);
           }
@@ -532,8 +532,8 @@ class DataRun {
     try {
       b.contextSynchronize();
     } catch { /* see above */ }
-    for (const s of this.streams) if (!s.isDefault && !s.isDestroyed) s.destroy();
-    if (this.event !== undefined && !this.event.isDestroyed) this.event.destroy();
+    for (const s of this.streams) if (!s.isDefault && !s.destroyed) s.destroy();
+    if (this.event !== undefined && !this.event.destroyed) this.event.destroy();
     if (this.staging !== 0) {
       b.memFreeHost(this.staging);
       this.staging = 0;

@@ -184,6 +184,6 @@ function* pipeline(copy: StagedCopy): Pipeline {
     // Pending events may be destroyed (the driver keeps what queued work needs); the chunks go
     // back on the stream, so a copy that failed halfway cannot hand them out under a running DMA.
     for (const event of events) event.destroy();
-    for (const chunk of staging) chunk.release(stream);
+    for (const chunk of staging) chunk.free(stream);
   }
 }

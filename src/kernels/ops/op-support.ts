@@ -146,7 +146,7 @@ const staging = new WeakMap<Device, HostBuffer>();
  */
 export function readResult(device: Device, src: DeviceArray, bytes: number, stream: StreamRef): Uint8Array {
   let host = staging.get(device);
-  if (host === undefined || host.isFreed) {
+  if (host === undefined || host.freed) {
     device.makeCurrent();
     host = HostBuffer.allocate(16);
     staging.set(device, host);

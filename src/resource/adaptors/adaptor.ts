@@ -47,9 +47,9 @@ export abstract class ResourceAdaptor extends MemoryResource {
     return this.upstream.alignment;
   }
 
-  /** The upstream's device. */
-  get device(): number {
-    return this.upstream.device;
+  /** The upstream's device ordinal. */
+  get deviceOrdinal(): number {
+    return this.upstream.deviceOrdinal;
   }
 
   /** Forwards to the upstream with the caller's stream. */

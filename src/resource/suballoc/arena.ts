@@ -51,7 +51,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
   /** 1D blocks are aligned to 256 bytes. */
   readonly alignment = GRANULE;
   /** The device ordinal. */
-  readonly device: number;
+  readonly deviceOrdinal: number;
   /** Where the region came from. */
   override readonly upstream: MemoryResource;
   /** Usable bytes in the arena. */
@@ -77,12 +77,12 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     options = readOptions('new ArenaResource', options, { size: true, upstream: true, device: true });
     const bytes = checkBytes(options.size, 'size');
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
-    const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
-    if (upstream !== undefined && upstream.device >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'ArenaResource');
+    const dev = options.device ?? Device.get(upstream !== undefined && upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0);
+    if (upstream !== undefined && upstream.deviceOrdinal >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'ArenaResource');
     this.ownsUpstream = upstream === undefined;
     this.upstream = upstream ?? new CudaResource(dev);
     this.kind = this.upstream.kind;
-    this.device = this.upstream.device;
+    this.deviceOrdinal = this.upstream.deviceOrdinal;
     this.pitchAlignment = Math.max(GRANULE, dev.info.texturePitchAlignment || 512);
     this.size = alignUp(bytes, GRANULE);
     const slack = this.upstream.alignment >= REGION_ALIGNMENT ? 0 : REGION_ALIGNMENT - Math.min(this.upstream.alignment, GRANULE);

@@ -51,7 +51,7 @@ export class BinningResource extends MemoryResource {
   /** The weakest alignment among the upstream and the bins. */
   alignment: number;
   /** The upstream's device. */
-  readonly device: number;
+  readonly deviceOrdinal: number;
   /** Where requests larger than every bin go. */
   override readonly upstream: MemoryResource;
   private readonly bins: Bin[] = [];
@@ -76,7 +76,7 @@ export class BinningResource extends MemoryResource {
     this.upstream = checkResource(upstream);
     options = readOptions('new BinningResource', options, { minSizeExponent: true, maxSizeExponent: true });
     this.kind = upstream.kind;
-    this.device = upstream.device;
+    this.deviceOrdinal = upstream.deviceOrdinal;
     this.alignment = upstream.alignment;
     this.routes = [upstream];
     const { minSizeExponent: lo, maxSizeExponent: hi } = options;
@@ -107,7 +107,7 @@ export class BinningResource extends MemoryResource {
     checkBytes(allocationSize, 'allocationSize');
     const resource = binResource === undefined
       ? new FixedSizeResource(this.upstream, { blockSize: allocationSize })
-      : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.device, this.describe(), 'binResource');
+      : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.deviceOrdinal, this.describe(), 'binResource');
     if (binResource === undefined) this.owned.add(resource);
     const k = this.bins.findIndex((b) => b.size === allocationSize);
     if (k >= 0) this.bins.splice(k, 1);

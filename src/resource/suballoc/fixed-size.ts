@@ -46,7 +46,7 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
   /** Blocks are aligned to 256 bytes (block sizes are multiples of 256), or the upstream's lower one. */
   readonly alignment: number;
   /** The upstream's device. */
-  readonly device: number;
+  readonly deviceOrdinal: number;
   /** The size of every block. */
   readonly blockSize: number;
   /** Blocks per chunk. */
@@ -72,11 +72,11 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
     this.upstream = checkResource(upstream);
     options = readOptions('new FixedSizeResource', options, { blockSize: true, blocksToPreallocate: true });
     this.kind = upstream.kind;
-    this.device = upstream.device;
+    this.deviceOrdinal = upstream.deviceOrdinal;
     this.alignment = Math.min(GRANULE, upstream.alignment);
     this.blockSize = alignUp(checkBytes(options.blockSize ?? 1024 * 1024, 'blockSize'), GRANULE);
     this.blocksToPreallocate = checkBytes(options.blocksToPreallocate ?? 128, 'blocksToPreallocate');
-    this.free = new StreamStacks(Device.get(upstream.device >= 0 ? upstream.device : 0).backend);
+    this.free = new StreamStacks(Device.get(upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0).backend);
     if (this.blockSize * this.blocksToPreallocate > Number.MAX_SAFE_INTEGER) {
       throw new RangeError('blockSize * blocksToPreallocate is larger than any allocation');
     }

@@ -27,7 +27,7 @@ export interface PinnedHostPoolOptions {
   readonly maximumCachedBytes?: number;
 }
 
-/** A pinned staging buffer lent by the pool; give it back with `release(stream?)`. */
+/** A pinned staging buffer lent by the pool; give it back with `free(stream?)` (the vocabulary: `free` gives memory back). */
 export interface PinnedChunk {
   /** Host address of the buffer. */
   readonly ptr: Ptr;
@@ -41,7 +41,7 @@ export interface PinnedChunk {
    * Gives the buffer back. With a stream, it is reused only after the work queued on that stream
    * so far (e.g. the async copy reading it) has completed.
    */
-  release(stream?: StreamRef): void;
+  free(stream?: StreamRef): void;
 }
 
 /**
@@ -64,7 +64,7 @@ interface Entry extends Lane {
  * const chunk = staging.acquire(1 << 20);
  * chunk.view().set(data);
  * copyAsync(device, chunk.ptr, stream);
- * chunk.release(stream); // reused only after the copy has read it
+ * chunk.free(stream); // reused only after the copy has read it
  * ```
  */
 export class PinnedHostPool extends MemoryResource {
@@ -73,7 +73,7 @@ export class PinnedHostPool extends MemoryResource {
   /** The upstream's alignment. */
   readonly alignment: number;
   /** Host memory belongs to no device. */
-  readonly device = -1;
+  readonly deviceOrdinal = -1;
   /** Where the buffers come from. */
   override readonly upstream: MemoryResource;
   #maximumCachedBytes: number;
@@ -119,7 +119,7 @@ export class PinnedHostPool extends MemoryResource {
   /**
    * Lends a pinned buffer of at least `bytes`, reusing an idle one whose last use has completed.
    * @param bytes The bytes needed.
-   * @returns The chunk; give it back with `release(stream?)`.
+   * @returns The chunk; give it back with `free(stream?)`.
    */
   acquire(bytes: number): PinnedChunk {
     const ptr = this.allocate(bytes);
@@ -131,11 +131,11 @@ export class PinnedHostPool extends MemoryResource {
       byteLength: bytes,
       capacity: entry.capacity,
       view: (): Uint8Array => {
-        if (released) throw new UseAfterFreeError(`pinned chunk 0x${ptr.toString(16)} was released`);
+        if (released) throw new UseAfterFreeError(`pinned chunk 0x${ptr.toString(16)} was freed`);
         return new Uint8Array(backend.hostView(ptr, bytes));
       },
-      release: (stream?: StreamRef): void => {
-        if (released) throw new DoubleFreeError(`pinned chunk 0x${ptr.toString(16)} released twice`);
+      free: (stream?: StreamRef): void => {
+        if (released) throw new DoubleFreeError(`pinned chunk 0x${ptr.toString(16)} freed twice`);
         released = true;
         this.deallocate(ptr, bytes, stream);
       },

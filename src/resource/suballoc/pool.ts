@@ -131,7 +131,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   /** Every block is a multiple of 256 bytes, aligned to 256. */
   readonly alignment = GRANULE;
   /** The device ordinal. */
-  readonly device: number;
+  readonly deviceOrdinal: number;
   /** The upstream resource, when growing from one. */
   declare readonly upstream?: MemoryResource;
   private readonly heap: BlockHeap;
@@ -157,9 +157,9 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : checkBytes(options.initialSize, 'initialSize');
     if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
-    const dev = options.device ?? Device.get(upstream !== undefined && upstream.device >= 0 ? upstream.device : 0);
+    const dev = options.device ?? Device.get(upstream !== undefined && upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0);
     // Device memory of another device than the one named would be mapped, accessed and reported as this one's.
-    if (upstream !== undefined && upstream.device >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
+    if (upstream !== undefined && upstream.deviceOrdinal >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
     this.backend = dev.backend;
     this.owner = dev;
     const heap = (this.heap = new BlockHeap(this.backend));
@@ -172,7 +172,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     if (upstream !== undefined) {
       this.upstream = upstream;
       this.kind = upstream.kind;
-      this.device = upstream.device;
+      this.deviceOrdinal = upstream.deviceOrdinal;
       const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : checkBytes(options.chunkSize, 'chunkSize');
       this.pages = null;
       this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
@@ -187,7 +187,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
       this.guardMemory(() => nonZero(releasePool(null, chunks, heap)));
     } else {
       this.kind = 'device';
-      this.device = dev.ordinal;
+      this.deviceOrdinal = dev.ordinal;
       dev.makeCurrent();
       if (!dev.info.virtualMemoryManagementSupported) {
         throw new NotSupportedError(`${dev.info.name} does not support virtual memory management; ` +
@@ -412,7 +412,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
 
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */
   describe(): string {
-    const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.device}`];
+    const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.deviceOrdinal}`];
     if (this.options.initialSize) parts.push(`initial=${this.options.initialSize}`);
     if (this.options.maximumSize !== undefined) parts.push(`maximum=${this.options.maximumSize}`);
     return `PoolResource(${parts.join(', ')})`;

@@ -98,7 +98,7 @@ export class AsyncResource extends DriverResource implements ReservingResource {
   }
 
   /** The device ordinal. */
-  get device(): number {
+  get deviceOrdinal(): number {
     return this.owner.ordinal;
   }
 
@@ -243,7 +243,7 @@ export class AsyncResource extends DriverResource implements ReservingResource {
 
   /** `AsyncResource(device=0, pool=default)`. */
   describe(): string {
-    return `AsyncResource(device=${this.device}, pool=${this.ownsPool ? 'created' : 'default'})`;
+    return `AsyncResource(device=${this.deviceOrdinal}, pool=${this.ownsPool ? 'created' : 'default'})`;
   }
 
   private get(attribute: MemPoolAttribute): number {

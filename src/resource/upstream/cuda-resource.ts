@@ -45,13 +45,13 @@ export class CudaResource extends DriverResource {
   }
 
   /** The device ordinal. */
-  get device(): number {
+  get deviceOrdinal(): number {
     return this.owner.ordinal;
   }
 
   /** `CudaResource(device=0)`. */
   describe(): string {
-    return `CudaResource(device=${this.device})`;
+    return `CudaResource(device=${this.deviceOrdinal})`;
   }
 
   protected driverAllocate(bytes: number): Ptr {

@@ -52,7 +52,7 @@ export class ManagedResource extends DriverResource {
     }
     this.attach = attach;
     if (!this.owner.info.managedMemory) {
-      throw new NotSupportedError(`device ${this.device} does not support managed memory`);
+      throw new NotSupportedError(`device ${this.deviceOrdinal} does not support managed memory`);
     }
     const owner = this.owner;
     this.guardLive((ptr) => memFree(owner, ptr));
@@ -64,13 +64,13 @@ export class ManagedResource extends DriverResource {
   }
 
   /** The device ordinal. */
-  get device(): number {
+  get deviceOrdinal(): number {
     return this.owner.ordinal;
   }
 
   /** `ManagedResource(device=0, attach=global)`. */
   describe(): string {
-    return `ManagedResource(device=${this.device}, attach=${this.attach})`;
+    return `ManagedResource(device=${this.deviceOrdinal}, attach=${this.attach})`;
   }
 
   protected driverAllocate(bytes: number): Ptr {

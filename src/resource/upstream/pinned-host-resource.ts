@@ -62,7 +62,7 @@ export class PinnedHostResource extends DriverResource {
   /** See `PINNED_HOST_ALIGNMENT`. */
   readonly alignment = PINNED_HOST_ALIGNMENT;
   /** Host memory belongs to no device. */
-  readonly device = -1;
+  readonly deviceOrdinal = -1;
   /** The flags every allocation is made with. */
   readonly options: Readonly<Required<Omit<PinnedHostOptions, 'device'>>>;
   private readonly flags: number;
