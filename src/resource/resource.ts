@@ -16,7 +16,6 @@
  * once, and memory deallocated on a stream may be handed out again only when that is safe for the
  * stream it is handed to (see `stream-order.ts`).
  */
-import '../polyfills.js';
 import type { Ptr } from '../backend/backend.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';

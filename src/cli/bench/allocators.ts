@@ -4,7 +4,6 @@
  * per operation). Each case builds its resource fresh, warms it, measures, and tears it down, so
  * the figures are a pool *hit* and one resource's cache never serves another.
  */
-import '../../polyfills.js';
 import { ArenaResource } from '../../resource/suballoc/arena.js';
 import { AsyncResource } from '../../resource/upstream/async-resource.js';
 import { BinningResource } from '../../resource/suballoc/binning.js';
