@@ -449,6 +449,26 @@ export function isReserving(mr: MemoryResource): mr is ReservingResource {
 }
 
 /**
+ * A resource and every resource below it, top first, following `.upstream`. The one walk down a
+ * stack that the snapshot, the out-of-memory message and the retry adaptor share; it stops at a
+ * resource met before, so a (mis-built) cycle ends the walk instead of looping.
+ *
+ * @param top The resource to start from.
+ * @returns `top`, its upstream, that one's upstream, and so on, each once.
+ * @throws Nothing.
+ * @example
+ * ```ts
+ * upstreamChain(new LimitingAdaptor(new PoolResource(), 1 << 30)).map((r) => r.constructor.name);
+ * // ['LimitingAdaptor', 'PoolResource']
+ * ```
+ */
+export function upstreamChain(top: MemoryResource): MemoryResource[] {
+  const chain: MemoryResource[] = [];
+  for (let r: MemoryResource | undefined = top; r !== undefined && !chain.includes(r); r = r.upstream) chain.push(r);
+  return chain;
+}
+
+/**
  * Checks that `value` is a MemoryResource (an upstream given by a caller).
  *
  * @param value The argument.
