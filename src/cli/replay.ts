@@ -16,13 +16,13 @@ import { isOutOfMemory, VramStateError } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { STACK_NAMES, createStack, isStackName, type StackName, type StackOptions } from '../replay/stacks.js';
-import { parseSize } from '../util/size.js';
+import { formatBytes, parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
 import { checkOutputPath, writeReportFile } from './output-path.js';
-import { formatBytes, formatTable, formatValue } from './format.js';
+import { formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
 
 /** One stack's outcome: its figures, or why it failed (and whether it ran out of memory). */

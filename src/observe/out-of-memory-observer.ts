@@ -11,7 +11,7 @@
 import { writeFileSync } from 'node:fs';
 import { Device } from '../device.js';
 import { CudaError, isOutOfMemory, OutOfMemoryError } from '../errors.js';
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import { extendMessage } from '../resource/cache-registry.js';
 import { memoryHistory, resourceRecord, type LiveSite } from './history.js';
 import { setOutOfMemoryObserver, upstreamChain, type MemoryResource } from '../resource/resource.js';

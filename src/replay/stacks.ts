@@ -9,7 +9,7 @@ import { BinningResource } from '../resource/suballoc/binning.js';
 import { CudaResource } from '../resource/upstream/cuda-resource.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
 import type { MemoryResource } from '../resource/resource.js';
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import { alignUp } from '../validate.js';
 import type { GrowthFigures } from './engine.js';
 import type { AllocationTrace } from './parse.js';

@@ -5,7 +5,8 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../../errors.js';
-import { ResourceAdaptor, formatBytes } from './adaptor.js';
+import { ResourceAdaptor } from './adaptor.js';
+import { formatBytes } from '../../util/size.js';
 import { checkResource, upstreamChain, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
 import { StatisticsAdaptor } from './statistics.js';
 import { readOptions } from '../../util/options.js';
