@@ -31,11 +31,9 @@ import { NotSupportedError } from '../errors.js';
 import {
   choiceOf, fractionOfOne, sizeInBytes, variableReader, variableText, type EnvironmentValues,
 } from '../util/environment.js';
-import { AsyncResource } from './upstream/async-resource.js';
-import { CudaResource } from './upstream/cuda-resource.js';
 import { LimitingAdaptor } from './adaptors/limiting.js';
-import { PoolResource } from './suballoc/pool.js';
 import type { MemoryResource } from './resource.js';
+import { createResourceStack } from './stacks.js';
 
 /** The allocators `VRAM_ALLOCATOR` chooses between. */
 export type AllocatorName = 'async' | 'pool' | 'cuda';
@@ -113,9 +111,6 @@ export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription
     meaning: "the same cap, as a fraction of each device's total memory; not with VRAM_MEMORY_LIMIT",
   },
 ];
-
-/** A release threshold no pool reaches: the pool keeps every freed byte until trimmed. */
-const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
 
 /** `VRAM_ALLOCATOR`'s reader: one of `ALLOCATOR_NAMES`. */
 export const ALLOCATOR_VARIABLE = variableReader('VRAM_ALLOCATOR', choiceOf(ALLOCATOR_NAMES));
@@ -211,20 +206,8 @@ export function createDefaultResource(device?: Device | number, env: Environment
   const dev = Device.resolve(device);
   const settings = readDefaultResourceSettings(env);
   const limit = settings.cap === undefined ? undefined : capBytes(settings.cap, dev);
-  const resource = allocatorResource(chooseAllocator(settings, dev.info), dev);
+  // `async`, `pool` and `cuda` are stacks of one resource: the top is the whole stack, and the caller owns it.
+  const resource = createResourceStack(chooseAllocator(settings, dev.info), { device: dev }).resource;
   return limit === undefined ? resource : new LimitingAdaptor(resource, limit);
 }
 
-function allocatorResource(allocator: AllocatorName, device: Device): MemoryResource {
-  switch (allocator) {
-    case 'async': {
-      const resource = new AsyncResource({ device, pool: {} });
-      resource.releaseThreshold = KEEP_EVERYTHING;
-      return resource;
-    }
-    case 'pool':
-      return new PoolResource({ device });
-    case 'cuda':
-      return new CudaResource(device);
-  }
-}
