@@ -13,7 +13,6 @@
  * does, telling them first, so they retire what they cached on it. A raw `{ handle }` or pointer
  * keeps nothing alive: keep the Stream, Event or resource while its handle or memory is used.
  */
-import './polyfills.js';
 
 /** What a backstop freed on the program's behalf. */
 export interface LeakRecord {

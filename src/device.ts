@@ -6,7 +6,6 @@
  * `Context.create(device)`; while it is the device's selected context (after `makeCurrent()`, until
  * it is destroyed or the primary is selected again), every vram operation on that device runs in it.
  */
-import './polyfills.js';
 import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo } from './backend/backend.js';
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';

@@ -7,7 +7,6 @@
  * (src/cuda, src/backend) are reachable through `getBackend()` for code that needs a primitive the
  * classes do not cover.
  */
-import './polyfills.js';
 
 // Backend selection and the primitive interface
 export { getBackend, setBackend, backendFallbackReason } from './backend/select.js';

@@ -3,7 +3,6 @@
  * Everything here is explicit: `synchronize()` blocks the thread, `synchronized()` returns a promise
  * that polls without ever blocking the event loop, and nothing synchronises behind the caller's back.
  */
-import './polyfills.js';
 import { guard, unguard, type Dropped } from './backstop.js';
 import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';

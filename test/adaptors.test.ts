@@ -12,7 +12,7 @@ import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { LoggingAdaptor } from '../src/resource/adaptors/logging.js';
 import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
-import { MemoryResource, type MemoryKind } from '../src/resource/resource.js';
+import { MemoryResource, upstreamChain, type MemoryKind } from '../src/resource/resource.js';
 import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
 import { TrackingAdaptor } from '../src/resource/adaptors/tracking.js';
 import { replay } from '../src/replay/engine.js';
@@ -382,5 +382,17 @@ describe('RetryOnOutOfMemory', () => {
     assert.ok(isOutOfMemory(new OutOfMemoryError({ requestedBytes: 1, call: 'x', reason: 'limit' })));
     assert.ok(!isOutOfMemory(new CudaError(1, 'CUDA_ERROR_INVALID_VALUE', 'cuMemAlloc')));
     assert.ok(!isOutOfMemory(new RangeError('bytes')));
+  });
+});
+
+describe('upstreamChain', () => {
+  it('lists an adaptor stack top first, each resource once', () => {
+    const base = new CountingResource();
+    const stats = new StatisticsAdaptor(base);
+    const top = new LimitingAdaptor(new TrackingAdaptor(stats), 1 << 20);
+    const chain = upstreamChain(top);
+    assert.deepEqual(chain.map((r) => r.constructor.name), ['LimitingAdaptor', 'TrackingAdaptor', 'StatisticsAdaptor', 'CountingResource']);
+    assert.equal(chain[3], base);
+    assert.deepEqual(upstreamChain(base), [base]);
   });
 });

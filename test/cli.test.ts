@@ -11,9 +11,9 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { median } from '../src/cli/bench/common.js';
 import { mulberry32 } from '../src/util/random.js';
-import { formatBytes, formatTable, Progress } from '../src/cli/format.js';
+import { formatTable, Progress } from '../src/cli/format.js';
 import { ENVIRONMENT } from '../src/environment.js';
-import { parseSize } from '../src/util/size.js';
+import { formatBytes, parseSize } from '../src/util/size.js';
 import { InputFileError, readTextFile } from '../src/util/input-file.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -450,6 +450,10 @@ describe('cli helpers', () => {
     assert.equal(formatBytes(256), '256 B');
     assert.equal(formatBytes(64 << 20), '64 MiB');
     assert.equal(formatBytes(1536), '1.50 KiB');
+    // One formatBytes for the CLI, messages and reports: a difference keeps its sign, a fraction of a byte is not padded.
+    assert.equal(formatBytes(-2048), '-2 KiB');
+    assert.equal(formatBytes(100.5 * 1024), '101 KiB');
+    assert.equal(formatBytes(12.25 * 1024 ** 2), '12.3 MiB');
   });
 
   it('a progress label is not cut to nothing on a terminal that reports 0 columns', () => {

@@ -16,7 +16,8 @@ import { MemoryResource } from '../src/resource/resource.js';
 import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
-import { STACK_NAMES, createStack, type StackOptions } from '../src/replay/stacks.js';
+import { createStack, type StackOptions } from '../src/replay/stacks.js';
+import { RESOURCE_STACK_NAMES } from '../src/resource/stacks.js';
 import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 
 // resnet50_train peaks at 5.4 GiB live: give an emulated device room for it (its memory is lazily
@@ -292,7 +293,7 @@ describe('replay of a multi-stream trace', () => {
   // Each stack caches memory freed on the replay's streams; closing it after the replay must not
   // touch a stream the replay destroyed (it did: binning and arena recorded events on them, an
   // error here and a crash on a GPU).
-  for (const name of STACK_NAMES) {
+  for (const name of RESOURCE_STACK_NAMES) {
     for (const timeline of [false, true]) {
       it(`replays through ${name}${timeline ? ' with the timeline' : ''} and closes the stack`, () => {
         const before = deviceMemoryUsed(Device.get(0));

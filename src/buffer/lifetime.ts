@@ -32,7 +32,6 @@
  * `WeakMap<ArrayBuffer, Allocation>` does: while any view is reachable its ArrayBuffer is, and
  * with it the buffer, so the backstop never frees memory a view can still touch.
  */
-import '../polyfills.js';
 import { EventFlags, type Backend, type Handle, type Ptr } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';

@@ -3,7 +3,7 @@
  * environment variables it reads. `vram help`, `vram help <command>`, `vram <command> --help` and
  * the usage part of every usage error are all printed from these, so they cannot disagree.
  */
-import { STACK_NAMES } from '../replay/stacks.js';
+import { RESOURCE_STACK_NAMES } from '../resource/stacks.js';
 
 /** One option of a command, as its help lists it. */
 export interface OptionHelp {
@@ -70,7 +70,7 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
     usage: `replay <trace.csv> [--resource NAME]... [--repeat N] [--extent-size SIZE] [--per-op] [--device N] [--json] [--html FILE]`,
     summary: 'replay an RMM allocation log through one or more resource stacks',
     options: [
-      { flag: '--resource, -r NAME', meaning: `${STACK_NAMES.join(', ')} or all; repeat it or separate with commas (default all)` },
+      { flag: '--resource, -r NAME', meaning: `${RESOURCE_STACK_NAMES.join(', ')} or all; repeat it or separate with commas (default all)` },
       { flag: '--repeat N', meaning: 'replay the trace N times back to back, 1 to 1000 (default 1), and report the first pass and the later ones apart' },
       { flag: '--extent-size SIZE', meaning: 'the pool and binning stacks\' PoolResource extentSize: most bytes one physical allocation may span (default one 2 MiB page; larger grows faster at a higher peak)' },
       { flag: '--per-op', meaning: 'also time each operation alone (first pass) and report median allocate and free times' },

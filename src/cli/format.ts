@@ -1,21 +1,8 @@
 /**
- * Text output for the CLI: byte sizes, aligned tables and a one-line progress counter. Kept apart
- * from the commands so each command only decides *what* to print.
+ * Text output for the CLI: measured values, aligned tables and a one-line progress counter. Kept
+ * apart from the commands so each command only decides *what* to print. Byte sizes are
+ * `formatBytes` of src/util/size.ts, the same spelling as the library's messages.
  */
-
-const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'] as const;
-
-/** A byte count for people: `256 B`, `64 KiB`, `1.5 GiB` (binary units, as the sizes are chosen). */
-export function formatBytes(bytes: number): string {
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1024 && unit < UNITS.length - 1) {
-    value /= 1024;
-    unit += 1;
-  }
-  const text = Number.isInteger(value) ? String(value) : value.toFixed(value >= 100 ? 0 : value >= 10 ? 1 : 2);
-  return `${text} ${UNITS[unit]}`;
-}
 
 /** A measured value with a sensible number of significant digits for a table cell. */
 export function formatValue(value: number): string {

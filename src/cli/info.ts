@@ -10,7 +10,8 @@ import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
 import { environmentSettings, type EnvironmentSetting } from '../environment.js';
 import { parseCommandArgs } from './args.js';
-import { formatBytes, formatPairs } from './format.js';
+import { formatBytes } from '../util/size.js';
+import { formatPairs } from './format.js';
 import { formatEnvironment } from './usage.js';
 
 /** One device as `vram info` reports it: the backend's DeviceInfo plus free memory now. */

@@ -15,20 +15,21 @@ import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
-import { STACK_NAMES, createStack, isStackName, type StackName, type StackOptions } from '../replay/stacks.js';
-import { parseSize } from '../util/size.js';
+import { createStack, type StackOptions } from '../replay/stacks.js';
+import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } from '../resource/stacks.js';
+import { formatBytes, parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
 import { checkOutputPath, writeReportFile } from './output-path.js';
-import { formatBytes, formatTable, formatValue } from './format.js';
+import { formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
 
 /** One stack's outcome: its figures, or why it failed (and whether it ran out of memory). */
 type Outcome =
-  | { readonly stack: StackName; readonly ok: true; readonly notes: readonly string[]; readonly result: ReplayResult }
-  | { readonly stack: StackName; readonly ok: false; readonly notes: readonly string[]; readonly error: string; readonly outOfMemory: boolean };
+  | { readonly stack: ResourceStackName; readonly ok: true; readonly notes: readonly string[]; readonly result: ReplayResult }
+  | { readonly stack: ResourceStackName; readonly ok: false; readonly notes: readonly string[]; readonly error: string; readonly outOfMemory: boolean };
 
 /** How the emulated device's capacity was chosen, for the output. */
 interface EmulatedCapacity {
@@ -88,7 +89,7 @@ function capacityLine(capacity: EmulatedCapacity): string {
   }
 }
 
-function runOne(name: StackName, trace: AllocationTrace, stackOptions: StackOptions, perOp: boolean, repeat: number): Outcome {
+function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: StackOptions, perOp: boolean, repeat: number): Outcome {
   let stack;
   try {
     stack = createStack(name, trace, stackOptions);
@@ -288,13 +289,13 @@ async function replayWith(args: string[]): Promise<number> {
   const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
 
   const requested = (values.resource ?? ['all']).flatMap((r) => r.split(',')).map((r) => r.trim()).filter((r) => r !== '');
-  const names: StackName[] = [];
+  const names: ResourceStackName[] = [];
   for (const name of requested) {
-    if (name === 'all') names.push(...STACK_NAMES);
-    else if (isStackName(name)) names.push(name);
-    else throw new UsageError(`unknown resource '${name}': choose from ${STACK_NAMES.join(', ')}, all`, 'replay');
+    if (name === 'all') names.push(...RESOURCE_STACK_NAMES);
+    else if (isResourceStackName(name)) names.push(name);
+    else throw new UsageError(`unknown resource '${name}': choose from ${RESOURCE_STACK_NAMES.join(', ')}, all`, 'replay');
   }
-  if (names.length === 0) throw new UsageError(`--resource needs a name: ${STACK_NAMES.join(', ')}, all`, 'replay');
+  if (names.length === 0) throw new UsageError(`--resource needs a name: ${RESOURCE_STACK_NAMES.join(', ')}, all`, 'replay');
   const stacks = [...new Set(names)];
 
   const count = getBackend().deviceCount();

@@ -4,6 +4,7 @@
  * help is, exit status 2. The text is built from the command descriptions (`commands.ts`) and the
  * environment table (`../environment.ts`).
  */
+import { VramError } from '../errors.js';
 import { ENVIRONMENT, environmentVariable, type EnvironmentSetting, type EnvironmentVariable } from '../environment.js';
 import { COMMAND_HELP, commandHelp, type CommandHelp } from './commands.js';
 
@@ -15,14 +16,13 @@ import { COMMAND_HELP, commandHelp, type CommandHelp } from './commands.js';
  * throw new UsageError('--repeats must be a whole number >= 1, got \'-1\'', 'bench');
  * ```
  */
-export class UsageError extends Error {
+export class UsageError extends VramError {
   /**
    * @param message What is wrong, one line.
    * @param command The command whose usage to show (none for a wrong or missing command).
    */
   constructor(message: string, readonly command?: string) {
     super(message);
-    this.name = 'UsageError';
   }
 }
 

@@ -11,7 +11,6 @@
  * Lifetime: `destroy()` (or `using`) unloads the module; a module dropped without it is unloaded
  * by a FinalizationRegistry backstop once neither it nor any of its kernels is reachable.
  */
-import '../polyfills.js';
 import type { EmulatedKernels, Handle, ModuleImage } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../errors.js';

@@ -13,8 +13,8 @@
  *
  * Cost, with stacks off: no object is made per event; an event is six numbers written into one
  * Float64Array, a time read from shared memory (`history-clock.ts`: a clock read would cost more
- * than the whole hit pair) and, at allocations, a read of the stack's reserved bytes: 1.65-1.82
- * times the pool's hit pair on an H100 host (bench/results/h100-2026-11-22-history.md). With
+ * than the whole hit pair) and, at allocations, a read of the stack's reserved bytes: under twice
+ * the pool's hit pair (bench/results/h100-2026-11-22-history.md). With
  * stacks on, each alloc and oom event captures the call stack as V8 formats it (tens of
  * microseconds); a site seen before costs one Map lookup on the raw stack text, and frames are
  * cleaned once per distinct site.
@@ -37,8 +37,8 @@ export interface HistoryOptions {
    */
   readonly maxEntries?: number;
   /**
-   * Capture the call stack of each alloc and out-of-memory event (tens of microseconds each,
-   * measured on an H100 host: bench/results); off by default. Frees are not captured: where the
+   * Capture the call stack of each alloc and out-of-memory event (tens of microseconds each:
+   * bench/results/h100-2026-11-22-history.md); off by default. Frees are not captured: where the
    * memory is held is the question, and a stack would double the cost.
    */
   readonly stacks?: boolean;

@@ -6,7 +6,7 @@
  */
 import type { Counter } from '../counter.js';
 import { Device } from '../device.js';
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import { getCurrentResource } from '../resource/current.js';
 import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';

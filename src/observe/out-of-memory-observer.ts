@@ -11,10 +11,10 @@
 import { writeFileSync } from 'node:fs';
 import { Device } from '../device.js';
 import { CudaError, isOutOfMemory, OutOfMemoryError } from '../errors.js';
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import { extendMessage } from '../resource/cache-registry.js';
 import { memoryHistory, resourceRecord, type LiveSite } from './history.js';
-import { setOutOfMemoryObserver, type MemoryResource } from '../resource/resource.js';
+import { setOutOfMemoryObserver, upstreamChain, type MemoryResource } from '../resource/resource.js';
 import type { SnapshotSegment } from './snapshot-format.js';
 import { takeSnapshot } from './snapshot.js';
 import { TrackingAdaptor } from '../resource/adaptors/tracking.js';
@@ -67,13 +67,6 @@ export function onOutOfMemory(listener: (event: OutOfMemoryEvent) => void): () =
   };
 }
 
-/** The resource and every resource below it. */
-function chainOf(top: MemoryResource): MemoryResource[] {
-  const chain: MemoryResource[] = [];
-  for (let r: MemoryResource | undefined = top; r !== undefined && !chain.includes(r); r = r.upstream) chain.push(r);
-  return chain;
-}
-
 /** The sites holding the most live memory of `top`'s stack: from the history, else a tracking adaptor's stacks. */
 function largestSites(top: MemoryResource): LiveSite[] {
   const history = top.deviceOrdinal >= 0 ? memoryHistory(top.deviceOrdinal) : undefined;
@@ -81,7 +74,7 @@ function largestSites(top: MemoryResource): LiveSite[] {
     const sites = history.largestLiveSites(SITES_NAMED, resourceRecord(top).id);
     if (sites.length > 0) return sites;
   }
-  const tracking = chainOf(top).find((r): r is TrackingAdaptor => r instanceof TrackingAdaptor && r.captureStacks && !r.destroyed);
+  const tracking = upstreamChain(top).find((r): r is TrackingAdaptor => r instanceof TrackingAdaptor && r.captureStacks && !r.destroyed);
   if (tracking === undefined) return [];
   const bySite = new Map<string, { bytes: number; count: number }>();
   for (const { stack = '', bytes } of tracking.outstanding()) {
@@ -127,7 +120,7 @@ function freeSpace(segments: readonly SnapshotSegment[]): { free: number; larges
 
 /** The fragmentation of the first sub-allocator in the stack that lays out free blocks, in words. */
 function fragmentation(top: MemoryResource): string | undefined {
-  for (const mr of chainOf(top)) {
+  for (const mr of upstreamChain(top)) {
     if (mr.destroyed) return undefined;
     const segments = mr.memorySegments();
     if (segments === undefined) continue;

@@ -14,6 +14,7 @@
  * the process that wrote the snapshot (`timeOrigin + time` is milliseconds since the epoch); a
  * field that is unknown is `null`, never a 0 that would read as measured.
  */
+import { VramError } from '../errors.js';
 import type { MemoryFigures, SnapshotSegment } from '../resource/figures.js';
 
 // The segment shapes are the resources' own (they lay their memory out in them): defined beside the
@@ -251,7 +252,7 @@ export interface MemorySnapshot {
  * A value that is not a snapshot of this format (docs/snapshot-schema.json), naming the first field
  * that is wrong, as a path from the snapshot's top: `resources[2].segments[0].blocks[5].bytes`.
  */
-export class SnapshotFormatError extends Error {
+export class SnapshotFormatError extends VramError {
   constructor(
     /** The path of the wrong field (`snapshot` for the value itself). */
     readonly field: string,
@@ -260,7 +261,6 @@ export class SnapshotFormatError extends Error {
     readonly expected?: string,
   ) {
     super(`${field}: ${reason}`);
-    this.name = 'SnapshotFormatError';
   }
 }
 

@@ -8,7 +8,7 @@
 import { Device } from '../device.js';
 import { existingCurrentResource, getCurrentResource } from '../resource/current.js';
 import { memoryHistory, resourceRecord, type ResourceRecord } from './history.js';
-import type { MemoryResource } from '../resource/resource.js';
+import { upstreamChain, type MemoryResource } from '../resource/resource.js';
 import {
   SNAPSHOT_VERSION, type MemorySnapshot, type SnapshotLiveBlock, type SnapshotResource, type SnapshotSegment,
   type SnapshotTrigger,
@@ -19,13 +19,6 @@ import { readOptions } from '../util/options.js';
 export interface SnapshotOptions {
   /** The device (device 0 by default). */
   readonly device?: Device | number;
-}
-
-/** The resource and every resource below it. */
-function stackOf(top: MemoryResource): MemoryResource[] {
-  const stack: MemoryResource[] = [];
-  for (let r: MemoryResource | undefined = top; r !== undefined && !stack.includes(r); r = r.upstream) stack.push(r);
-  return stack;
 }
 
 /**
@@ -62,9 +55,9 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
   const time = performance.now();
   const history = memoryHistory(device);
   const current = existingCurrentResource(device);
-  const onCurrentStack = new Set(current === undefined ? [] : stackOf(current));
+  const onCurrentStack = new Set(current === undefined ? [] : upstreamChain(current));
   const byId = new Map<number, ResourceRecord>();
-  for (const mr of [...onCurrentStack, ...(top === undefined ? [] : stackOf(top))]) {
+  for (const mr of [...onCurrentStack, ...(top === undefined ? [] : upstreamChain(top))]) {
     const record = resourceRecord(mr);
     byId.set(record.id, record);
   }

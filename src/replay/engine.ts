@@ -4,6 +4,7 @@
  * the traced program had live (the fragmentation overhead figure replay reports).
  */
 import { Device } from '../device.js';
+import { VramError } from '../errors.js';
 import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../resource/resource.js';
 import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
@@ -142,7 +143,7 @@ export interface ReplayResult {
 }
 
 /** A replay that stopped because the resource failed an operation. */
-export class ReplayError extends Error {
+export class ReplayError extends VramError {
   constructor(
     /** The failing event's line in the log. */
     readonly line: number,
@@ -152,7 +153,6 @@ export class ReplayError extends Error {
     cause: unknown,
   ) {
     super(message, { cause });
-    this.name = 'ReplayError';
   }
 }
 

@@ -4,6 +4,7 @@
  * It checks the log as it reads it (every free matches a live allocation of the same size), so the
  * replay engine can trust it, and a bad log fails with the line that is wrong.
  */
+import { VramError } from '../errors.js';
 import { readTextFile } from '../util/input-file.js';
 import { ALLOCATION_LOG_HEADER } from '../resource/adaptors/logging.js';
 
@@ -63,7 +64,7 @@ export interface AllocationTrace {
 }
 
 /** A log line that is malformed or inconsistent with the lines before it. */
-export class TraceParseError extends Error {
+export class TraceParseError extends VramError {
   constructor(
     /** The log's path or name. */
     readonly source: string,
@@ -72,7 +73,6 @@ export class TraceParseError extends Error {
     reason: string,
   ) {
     super(`${source}:${line}: ${reason}`);
-    this.name = 'TraceParseError';
   }
 }
 

@@ -4,7 +4,7 @@
  * against size for each resource and driver call, and the rows that are one figure each (the
  * random-allocations pattern, the event loop's delay, kernel launches) as a table.
  */
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import type { PlotSection, Report, ReportSection } from './report.js';
 
 /** One measured figure, as `vram bench` rows are (its `BenchRow` has this shape). */

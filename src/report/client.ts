@@ -9,7 +9,7 @@
  * browser test (test/report-browser.test.ts) is what checks it. `formatBytes` is spliced in from
  * src/util/size.ts so the page writes sizes exactly as the library's messages do.
  */
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 
 /** Distinct colours for series and the largest sites (Tableau 10: tells ten lines apart in print too). */
 const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'] as const;

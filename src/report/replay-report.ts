@@ -4,7 +4,7 @@
  * the live blocks then by size (an RMM log records no call stacks, so sizes stand in for
  * allocation sites).
  */
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import type { ReplayTimeline } from '../replay/engine.js';
 import type { AllocationTrace } from '../replay/parse.js';
 import { heldSegments, placeBlocks } from './memory-map.js';

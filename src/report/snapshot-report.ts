@@ -4,7 +4,7 @@
  * when the snapshot was taken (segments or their mapped pages, live blocks coloured by allocation
  * site, free space), the allocation sites holding the most bytes, and the resources' figures.
  */
-import { formatBytes } from '../resource/adaptors/adaptor.js';
+import { formatBytes } from '../util/size.js';
 import {
   validateSnapshot, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack,
 } from '../observe/snapshot-format.js';

@@ -12,30 +12,27 @@
  *   resource is wrapped in a LimitingAdaptor, so an allocation past the cap is an
  *   OutOfMemoryError of reason 'limit'. Setting both is an error.
  *
- * Why `async` is the default (one H100 call, `vram replay --repeat 4` over the two shared traces,
- * microseconds per operation, first pass / passes 2-4): AsyncResource 4.75 / 1.35 on
- * resnet50_train and 2.58 / 2.04 on bert_dynamic_infer, PoolResource 44.8 / 6.09 and 19.0 / 8.60.
- * So `async` is faster on both traces, cold and warm. PoolResource holds far less memory (+0.7% /
- * +0.9% over the peak live bytes, against +16% / +33% for the CUDA pool) and its hit pair is
- * 36-43 ns against about 700 ns for cuMemAllocAsync + cuMemFreeAsync: `pool` is the choice for a
+ * Why `async` is the default: replaying the shared traces, it was the faster on both, on the first
+ * pass and the later ones. PoolResource holds far less memory over the peak live bytes, and its
+ * hit pair is a fraction of a cuMemAllocAsync + cuMemFreeAsync pair: `pool` is the choice for a
  * program that is tight on memory or makes many small allocations out of one warm size range.
+ * The figures: the README ("The default resource", "Figures") and
+ * bench/results/h100-2026-11-23-pool-growth.md.
  *
  * Why a new pool rather than the device's default pool: the release threshold is a property of
  * the pool, and the default pool is shared with every other cudaMallocAsync user in the process
  * (CuPy, PyTorch, a native library); raising its threshold would change how they give memory
  * back, and `emptyCache()` would trim their memory too. A pool of vram's own caches vram's frees
- * only, and its statistics are vram's own.
+ * only, and its statistics are vram's own. The stacks themselves are built in `stacks.ts`.
  */
 import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
 import {
   choiceOf, fractionOfOne, sizeInBytes, variableReader, variableText, type EnvironmentValues,
 } from '../util/environment.js';
-import { AsyncResource } from './upstream/async-resource.js';
-import { CudaResource } from './upstream/cuda-resource.js';
 import { LimitingAdaptor } from './adaptors/limiting.js';
-import { PoolResource } from './suballoc/pool.js';
 import type { MemoryResource } from './resource.js';
+import { createResourceStack } from './stacks.js';
 
 /** The allocators `VRAM_ALLOCATOR` chooses between. */
 export type AllocatorName = 'async' | 'pool' | 'cuda';
@@ -113,9 +110,6 @@ export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription
     meaning: "the same cap, as a fraction of each device's total memory; not with VRAM_MEMORY_LIMIT",
   },
 ];
-
-/** A release threshold no pool reaches: the pool keeps every freed byte until trimmed. */
-const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
 
 /** `VRAM_ALLOCATOR`'s reader: one of `ALLOCATOR_NAMES`. */
 export const ALLOCATOR_VARIABLE = variableReader('VRAM_ALLOCATOR', choiceOf(ALLOCATOR_NAMES));
@@ -211,20 +205,8 @@ export function createDefaultResource(device?: Device | number, env: Environment
   const dev = Device.resolve(device);
   const settings = readDefaultResourceSettings(env);
   const limit = settings.cap === undefined ? undefined : capBytes(settings.cap, dev);
-  const resource = allocatorResource(chooseAllocator(settings, dev.info), dev);
+  // `async`, `pool` and `cuda` are stacks of one resource: the top is the whole stack, and the caller owns it.
+  const resource = createResourceStack(chooseAllocator(settings, dev.info), { device: dev }).resource;
   return limit === undefined ? resource : new LimitingAdaptor(resource, limit);
 }
 
-function allocatorResource(allocator: AllocatorName, device: Device): MemoryResource {
-  switch (allocator) {
-    case 'async': {
-      const resource = new AsyncResource({ device, pool: {} });
-      resource.releaseThreshold = KEEP_EVERYTHING;
-      return resource;
-    }
-    case 'pool':
-      return new PoolResource({ device });
-    case 'cuda':
-      return new CudaResource(device);
-  }
-}

@@ -16,7 +16,6 @@
  * once, and memory deallocated on a stream may be handed out again only when that is safe for the
  * stream it is handed to (see `stream-order.ts`).
  */
-import '../polyfills.js';
 import type { Ptr } from '../backend/backend.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
@@ -457,6 +456,26 @@ export interface ReservingResource extends MemoryResource {
  */
 export function isReserving(mr: MemoryResource): mr is ReservingResource {
   return typeof (mr as Partial<ReservingResource>).peakReservedBytes === 'number';
+}
+
+/**
+ * A resource and every resource below it, top first, following `.upstream`. The one walk down a
+ * stack that the snapshot, the out-of-memory message and the retry adaptor share; it stops at a
+ * resource met before, so a (mis-built) cycle ends the walk instead of looping.
+ *
+ * @param top The resource to start from.
+ * @returns `top`, its upstream, that one's upstream, and so on, each once.
+ * @throws Nothing.
+ * @example
+ * ```ts
+ * upstreamChain(new LimitingAdaptor(new PoolResource(), 1 << 30)).map((r) => r.constructor.name);
+ * // ['LimitingAdaptor', 'PoolResource']
+ * ```
+ */
+export function upstreamChain(top: MemoryResource): MemoryResource[] {
+  const chain: MemoryResource[] = [];
+  for (let r: MemoryResource | undefined = top; r !== undefined && !chain.includes(r); r = r.upstream) chain.push(r);
+  return chain;
 }
 
 /**

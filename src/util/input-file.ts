@@ -7,6 +7,7 @@
  */
 import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { constants as bufferConstants } from 'node:buffer';
+import { VramError } from '../errors.js';
 
 /**
  * The most bytes `readTextFile` reads by default: the longest string V8 can make (a UTF-8 file of
@@ -15,14 +16,13 @@ import { constants as bufferConstants } from 'node:buffer';
 export const MAX_TEXT_FILE_BYTES: number = bufferConstants.MAX_STRING_LENGTH;
 
 /** A named file that cannot be read as text: not a regular file, too large, or not UTF-8. */
-export class InputFileError extends Error {
+export class InputFileError extends VramError {
   constructor(
     /** The path as given. */
     readonly path: string,
     reason: string,
   ) {
     super(`${path}: ${reason}`);
-    this.name = 'InputFileError';
   }
 }
 

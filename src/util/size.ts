@@ -45,7 +45,22 @@ export function parseSize(text: string, what: string): number {
   return bytes;
 }
 
-/** Bytes as a short human figure (`1.5 MiB`), for descriptions, reports and errors. */
+/**
+ * Bytes as a short human figure, in binary units: the one spelling of a size in vram's messages,
+ * descriptions, CLI tables and reports (the HTML report's script carries this very function, so
+ * the page agrees). Whole figures print bare (`64 MiB`), others with three significant digits at
+ * most (`1.50 KiB`, `12.5 MiB`, `123 GiB`); a negative count (a difference) keeps its sign.
+ *
+ * @param bytes A byte count (a difference may be negative).
+ * @returns The figure and its unit, e.g. `1.50 KiB`.
+ * @throws Nothing.
+ * @example
+ * ```ts
+ * formatBytes(256);      // '256 B'
+ * formatBytes(1536);     // '1.50 KiB'
+ * formatBytes(-2048);    // '-2 KiB'
+ * ```
+ */
 export function formatBytes(bytes: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let value = bytes;

@@ -5,10 +5,9 @@
  * 1. registered: the buffer is in the registration cache (or gets there now: the second copy of a
  *    buffer of at least 8 MiB), so the driver copies it at pinned speed, no staging;
  * 2. direct: a synchronous copy smaller than `stagingThreshold` (default 16 MiB) goes to the
- *    driver's own pageable copy: on the H100 machine the driver's 11-14 GB/s beat staging's
- *    7-10 up to 8 MiB (the pipeline has too few chunks to fill), staging won from 16 MiB
- *    (14.2/16.4 against 12.5/13.6 GB/s H2D/D2H) and ran away with it above (23.8/26.7 against
- *    9.6/12.8 at 64 MiB, 36/33 against 7.7/14.4 at 256 MiB);
+ *    driver's own pageable copy: below that the pipeline has too few chunks to fill, and the
+ *    driver's copy was faster; above it staging wins, by more the larger the copy (figures:
+ *    bench/results/h100-2026-11-22-pageable-sweep.md, README "Figures");
  * 3. staged: everything else goes through pinned chunks, the host side copied by the copy threads
  *    while the copy engine moves the previous chunk (staged-copy.ts).
  * The settings are process-wide (`configureTransfers`); the caches belong to each backend.
@@ -72,11 +71,10 @@ export interface PageableOptions {
 const MiB = 1024 * 1024;
 
 /**
- * The defaults, chosen by bench/pageable-sweep.ts on an H100 machine (16 cores; 256 MiB both ways,
- * host memcpy ceiling 38 GB/s with 8 threads, pinned DMA 55 GB/s): 8 threads, 8 MiB chunks,
- * depth 4 staged at 46.8 GB/s H2D and 46.6 D2H (async 47.5 and 46.4). Depth 2 ran at 30-34,
- * 2 MiB chunks at 14-28 (the per-chunk hand-offs dominate), 12 threads no faster than 8
- * (memory-bound).
+ * The defaults, chosen by bench/pageable-sweep.ts: 8 threads, 8 MiB chunks, depth 4 came closest
+ * to the pinned copy's speed. Fewer chunks in flight leave the copy engine waiting, smaller chunks
+ * spend the time on per-chunk hand-offs, and more threads gain nothing once host memory bandwidth
+ * is the limit. The figures: bench/results/h100-2026-11-22-pageable-sweep.md.
  */
 let threadsFromEnvironment: number | undefined;
 let settings: TransferSettings = {

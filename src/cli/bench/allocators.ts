@@ -4,13 +4,8 @@
  * per operation). Each case builds its resource fresh, warms it, measures, and tears it down, so
  * the figures are a pool *hit* and one resource's cache never serves another.
  */
-import '../../polyfills.js';
-import { ArenaResource } from '../../resource/suballoc/arena.js';
-import { AsyncResource } from '../../resource/upstream/async-resource.js';
-import { BinningResource } from '../../resource/suballoc/binning.js';
-import { CudaResource } from '../../resource/upstream/cuda-resource.js';
-import { PoolResource } from '../../resource/suballoc/pool.js';
 import type { MemoryResource } from '../../resource/resource.js';
+import { createResourceStack, type ResourceStack } from '../../resource/stacks.js';
 import { Stream } from '../../stream.js';
 import { median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { pairsPerBatch, timePairs } from './pairs.js';
@@ -18,58 +13,35 @@ import { runRandomAllocations, type RandomPattern } from './random-allocations.j
 
 /** A resource under test: how to build it, and whether each pair is a slow driver call. */
 interface Subject {
+  /** The row's name: the class on top of the stack, as the results files have always named it. */
   readonly name: string;
   /** True when every allocation reaches the driver synchronously (fewer pairs per batch). */
   readonly slow: boolean;
-  create(): MemoryResource;
+  create(): ResourceStack;
 }
-
-/** Never release: the pool keeps what was freed, as a long-running program wants. */
-const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
 
 /** Room for the random pattern's live bytes (1 GiB) with slack for fragmentation. */
 const ARENA_BYTES = 2 * 1024 ** 3;
 
+/** The named stacks of src/resource/stacks.ts, the same ones `vram replay` compares. */
 const SUBJECTS: readonly Subject[] = [
-  { name: 'PoolResource', slow: false, create: () => new PoolResource() },
-  {
-    name: 'AsyncResource',
-    slow: false,
-    create: () => {
-      const mr = new AsyncResource({ pool: {} });
-      mr.releaseThreshold = KEEP_EVERYTHING;
-      return mr;
-    },
-  },
-  { name: 'CudaResource', slow: true, create: () => new CudaResource() },
-  { name: 'ArenaResource', slow: false, create: () => new ArenaResource({ size: ARENA_BYTES }) },
-  {
-    // RMM's binning benchmark: power-of-two bins from 256 KiB to 4 MiB over a pool.
-    name: 'BinningResource',
-    slow: false,
-    create: () => new BinningResource(new PoolResource(), { minSizeExponent: 18, maxSizeExponent: 22 }),
-  },
+  { name: 'PoolResource', slow: false, create: () => createResourceStack('pool') },
+  { name: 'AsyncResource', slow: false, create: () => createResourceStack('async') },
+  { name: 'CudaResource', slow: true, create: () => createResourceStack('cuda') },
+  { name: 'ArenaResource', slow: false, create: () => createResourceStack('arena', { size: ARENA_BYTES }) },
+  { name: 'BinningResource', slow: false, create: () => createResourceStack('binning') },
 ];
-
-/**
- * Frees what a resource holds, then its upstream chain (every resource in a subject's chain was
- * created for the case; one a resource created itself is already gone with it).
- */
-function teardown(mr: MemoryResource): void {
-  mr.destroy();
-  if (mr.upstream !== undefined && !mr.upstream.destroyed) teardown(mr.upstream);
-}
 
 /** Runs `body` with a fresh resource and a non-blocking stream, both torn down afterwards. */
 function withSubject<T>(subject: Subject, body: (mr: MemoryResource, stream: Stream) => T): T {
   const stream = Stream.create({ nonBlocking: true });
   try {
-    const mr = subject.create();
+    const stack = subject.create();
     try {
-      return body(mr, stream);
+      return body(stack.resource, stream);
     } finally {
       stream.synchronize();
-      teardown(mr);
+      stack.close();
     }
   } finally {
     stream.destroy();

@@ -98,6 +98,3 @@ export abstract class ResourceAdaptor extends MemoryResource {
     return '';
   }
 }
-
-/** Bytes as a short human figure (`1.5 MiB`); kept here for the callers that import it from adaptors. */
-export { formatBytes } from '../../util/size.js';

@@ -6,7 +6,8 @@ import type { Ptr } from '../../backend/backend.js';
 import { CounterCell } from '../../counter.js';
 import { OutOfMemoryError } from '../../errors.js';
 import { alignUp, checkBytes } from '../../validate.js';
-import { ResourceAdaptor, formatBytes } from './adaptor.js';
+import { ResourceAdaptor } from './adaptor.js';
+import { formatBytes } from '../../util/size.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
 
 /**

@@ -5,8 +5,9 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../../errors.js';
-import { ResourceAdaptor, formatBytes } from './adaptor.js';
-import { checkResource, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
+import { ResourceAdaptor } from './adaptor.js';
+import { formatBytes } from '../../util/size.js';
+import { checkResource, upstreamChain, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
 import { StatisticsAdaptor } from './statistics.js';
 import { readOptions } from '../../util/options.js';
 
@@ -17,15 +18,6 @@ export interface RetryOptions {
    * device used by another part of the program); their chains are released too.
    */
   readonly roots?: readonly MemoryResource[];
-}
-
-/** The resource and every resource below it, following `.upstream`. */
-function chainOf(resource: MemoryResource): MemoryResource[] {
-  const chain: MemoryResource[] = [];
-  for (let r: MemoryResource | undefined = resource; r !== undefined && !chain.includes(r); r = r.upstream) {
-    chain.push(r);
-  }
-  return chain;
 }
 
 /**
@@ -114,7 +106,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
     const seen = new Set<MemoryResource>();
     let released = 0;
     for (const start of [this.upstream, ...this.roots]) {
-      for (const resource of chainOf(start)) {
+      for (const resource of upstreamChain(start)) {
         if (seen.has(resource) || resource.destroyed) continue;
         seen.add(resource);
         released += resource.releaseCached();
@@ -127,7 +119,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
 
   /** The nearest StatisticsAdaptor's figures below this adaptor, if there is one. */
   private nearestStatistics(): OutOfMemoryStatistics | undefined {
-    for (const resource of chainOf(this.upstream)) {
+    for (const resource of upstreamChain(this.upstream)) {
       if (resource instanceof StatisticsAdaptor) return resource.statistics;
     }
     return undefined;

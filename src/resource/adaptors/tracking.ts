@@ -5,7 +5,8 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { InvalidPointerError } from '../../errors.js';
-import { ResourceAdaptor, formatBytes } from './adaptor.js';
+import { ResourceAdaptor } from './adaptor.js';
+import { formatBytes } from '../../util/size.js';
 import { callerFrames, rawStack } from '../../util/call-stack.js';
 import type { MemoryResource, StreamRef } from '../resource.js';
 import { readOptions } from '../../util/options.js';

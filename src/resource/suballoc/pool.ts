@@ -43,16 +43,12 @@ export interface PoolOptions {
   /**
    * Virtual growth: the most bytes one physical allocation may hold (default: one page, the
    * device's allocation granularity, 2 MiB on current GPUs; Infinity: one per run of pages mapped).
-   * The driver's costs are per mapping (30-50 us to map a page on an H100, about what a whole run
-   * costs made anew), but it maps and frees an allocation only whole: a free page of a larger
-   * allocation cannot be moved while a live block sits on another of its pages. Measured on an H100
-   * with the shared traces, 4 passes each (`node dist/bench/pool-growth.js`;
-   * bench/results/h100-2026-11-23-pool-growth.md): one page keeps peak reserved within 1% of peak
-   * live (resnet50_train +0.46%, bert_dynamic_infer +0.93%) at 45.5-48.2 / 2.5 and 16.8-17.2 /
-   * 7.1-7.4 us per operation (first pass / later ones); 64 MiB takes 5.1-5.3 / 0.82-0.94 and 1.9 /
-   * 0.58-0.65 us at +1.2% and +14% (CUDA's own pool in the same call: 4.3-10.4 / 2.1-2.5 and 1.6-2.1
-   * / 1.6-1.9 us, at +16% and +33%). Choose a larger size when memory is plentiful and growth time
-   * matters.
+   * The driver's costs are per mapping (a page mapped costs about what a whole run costs made
+   * anew), but it maps and frees an allocation only whole: a free page of a larger allocation
+   * cannot be moved while a live block sits on another of its pages. So one page keeps peak
+   * reserved closest to peak live, and larger extents grow with fewer driver calls at the cost of
+   * more memory held. Choose a larger size when memory is plentiful and growth time matters; the
+   * figures by size are in the README ("Figures") and bench/results/h100-2026-11-23-pool-growth.md.
    */
   readonly extentSize?: number;
 }

@@ -4,7 +4,6 @@
  * hands it out again in stream order, so an allocate/free pair costs well under a microsecond of
  * driver time once the pool is warm; the pool's release threshold decides how much it keeps.
  */
-import '../../polyfills.js';
 import { MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { NotSupportedError, UseAfterFreeError } from '../../errors.js';

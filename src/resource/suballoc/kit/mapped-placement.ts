@@ -11,9 +11,8 @@
  * pages, moved more pages, not fewer (5,938 and 6,747). Allowing one page more than the best fit
  * (`ALLOWANCE`) was the rule until moved pages kept their old mappings; since then, allowing none
  * halves resnet50_train's driver calls in its later passes (440 against 825 over passes 2-4) and
- * lowers its peak (+0.46% against +0.68%), which on an H100 brought those passes to CUDA's pool's
- * time (2.34 and 2.28 against 2.33-2.35 and 2.27-2.29 us/op, two rounds in one call), at the cost
- * of bert_dynamic_infer's first pass (8,778 calls against 7,463: 15-30% slower); bert's later
+ * lowers its peak (+0.46% against +0.68%), which brought those passes to CUDA's pool's time, at
+ * the cost of bert_dynamic_infer's first pass (8,778 calls against 7,463: 15-30% slower); bert's later
  * passes and peak are unchanged (bench/results/h100-2026-11-23-pool-growth.md). Allowing two or
  * more halves bert's later moves but takes it over 1% (+1.16%).
  *

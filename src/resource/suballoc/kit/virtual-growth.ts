@@ -21,7 +21,7 @@
  */
 import type { Backend } from '../../../backend/backend.js';
 import { MemAccess } from '../../../backend/backend.js';
-import { isOutOfMemory } from '../../../errors.js';
+import { isOutOfMemory, VramError } from '../../../errors.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
@@ -34,7 +34,7 @@ export const CALL_SET_ACCESS = 3;
 export const CALL_RELEASE = 4;
 
 /** Thrown by `commit` when physical memory cannot be had; the pool turns it into its own error. */
-export class PhysicalExhausted extends Error {
+export class PhysicalExhausted extends VramError {
   constructor(
     message: string,
     /** `maximum`: the pool's cap; `device`: the driver had no memory (its error is the cause). */
