@@ -532,6 +532,13 @@ class DataRun {
     try {
       b.contextSynchronize();
     } catch { /* see above */ }
+    // After a failure, the checks still queued free what they hold (so the next run in this
+    // process starts with the memory it measures; their own failures are ignored, as above).
+    for (const check of this.afterDrain.splice(0)) {
+      try {
+        check();
+      } catch { /* see above */ }
+    }
     for (const s of this.streams) if (!s.isDefault && !s.destroyed) s.destroy();
     if (this.event !== undefined && !this.event.destroyed) this.event.destroy();
     if (this.staging !== 0) {
@@ -815,6 +822,9 @@ class DataRun {
     if (owner === undefined) return;
     const source = HostBuffer.allocate(bytes);
     source.view().fill(this.nextPattern());
+    // Memory allocated on `s` may still be in use by work queued on `s` before (its last owner's):
+    // another stream uses it only after waiting for `s`, as with any stream-ordered allocation.
+    this.join(s, t);
     owner.copyFromHost(source, { stream: this.refs[t]! });
     this.freedUnder(owner.ptr, bytes, t);
     owner.free();
@@ -850,14 +860,15 @@ class DataRun {
     host.free();
     const step = this.step;
     this.afterDrain.push(() => {
-      if (read) {
-        const seen = device.copyToHost(new Uint8Array(bytes));
-        if (!allEqual(seen, pattern)) {
+      try {
+        const seen = read ? device.copyToHost(new Uint8Array(bytes)) : undefined;
+        if (seen !== undefined && !allEqual(seen, pattern)) {
           throw new DataMismatch(`a copy on stream ${STREAM_LABELS[t]} at step ${step} read pooled pinned memory freed under it ` +
             `and read 0x${seen.find((v) => v !== pattern)!.toString(16)} where 0x${pattern.toString(16)} was written`);
         }
+      } finally {
+        device.free();
       }
-      device.free();
     });
   }
 
@@ -1098,7 +1109,12 @@ class DataRun {
       if (op === 0) elementwise('y = x * 2 + w', { x: x!, w: scalar ?? w!, y: y! });
       else if (op === 1) map(x!, 'x + 100', { out: y! });
       else if (op === 2) zipWith(x!, w!, 'x - y', { out: y! });
-      else y!.copyFrom(x!);
+      else {
+        // A synchronous copy is ordered on the legacy default stream, not after the upload queued
+        // on the block's stream (a non-blocking one, maybe): wait for that first, as a program must.
+        b.streamSynchronize(handle);
+        y!.copyFrom(x!);
+      }
     } finally {
       base.free();
     }
@@ -1113,8 +1129,11 @@ class DataRun {
       try {
         for (let i = 0; i < length; i++) {
           if (after[i] !== expected[i]) {
+            const got = new Uint8Array(after.buffer, after.byteOffset + 4 * i, 4);
+            const wrong = after.reduce((n, v, k) => n + (v === expected[k] ? 0 : 1), 0);
             throw new DataMismatch(`${what}${overlapping ? ', the output overlapping an input,' : ''} gave element ${i} = ${after[i]}, ` +
-              `NumPy's as-if-copied result is ${expected[i]} (it held ${before[i]} before)`);
+              `NumPy's as-if-copied result is ${expected[i]} (it held ${before[i]} before; ${wrong} of ${length} elements wrong)` +
+              (allEqual(got, got[0]!) ? `; its bytes are 0x${got[0]!.toString(16)}: ${this.describeWrite(got[0]!)}` : ''));
           }
         }
       } finally {
