@@ -17,14 +17,24 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import ts from 'typescript';
 import {
-  ArenaResource, AsyncResource, BinningResource, configureTransfers, Context, CudaResource, DeviceArray, DeviceBuffer,
-  deleteDLPack, Device, EmulatedBackend, Event, FixedSizeResource, ForeignDeviceBuffer, fromCudaArrayInterface, fromDLPack,
-  HostArray, HostBuffer, importIpc, ImportedPool, importPool, IpcHandle, LoggingAdaptor, ManagedBuffer, ManagedResource,
-  memorySnapshot, Module, parseAllocationLog, PinnedHostPool, PinnedHostResource, PitchedDeviceBuffer, place, PoolResource,
-  receiveFd, recordMemoryHistory, replay, RetryOnOutOfMemory, Stream, threadCount, toCudaArrayInterface, toDLPack,
-  TrackingAdaptor, transferSettings, arange, ascontiguous, astype, dot, elementwise, fill, map, max, min, sum, zipWith,
-  type EmulatedKernel, type Kernel,
+  arange, astype, Context, DeviceArray, DeviceBuffer, Device, Event, fill, HostArray, HostBuffer, ManagedBuffer, PitchedDeviceBuffer,
+  Stream, sum,
 } from '../src/index.js';
+import {
+  ArenaResource, AsyncResource, BinningResource, CudaResource, FixedSizeResource, LoggingAdaptor, ManagedResource, PinnedHostPool,
+  PinnedHostResource, PoolResource, RetryOnOutOfMemory, TrackingAdaptor,
+} from '../src/public/resources.js';
+import { configureTransfers, transferSettings } from '../src/public/buffers.js';
+import {
+  deleteDLPack, ForeignDeviceBuffer, fromCudaArrayInterface, fromDLPack, importIpc, ImportedPool, importPool, IpcHandle, place,
+  receiveFd, toCudaArrayInterface, toDLPack,
+} from '../src/public/interop.js';
+import { EmulatedBackend } from '../src/public/backend.js';
+import { memorySnapshot, recordMemoryHistory } from '../src/public/observe.js';
+import { parseAllocationLog, replay } from '../src/public/replay.js';
+import {
+  ascontiguous, dot, elementwise, map, max, min, Module, threadCount, zipWith, type EmulatedKernel, type Kernel,
+} from '../src/public/kernels.js';
 import { readOptions } from '../src/util/options.js';
 
 type Options = Record<string, unknown>;
