@@ -90,6 +90,7 @@ export function claimBackend(): Backend {
  * ```ts
  * const why = backendFallbackReason(); // e.g. 'libcuda.so.1: cannot open shared object file'
  * ```
+ * @throws Never.
  */
 export function backendFallbackReason(): string | undefined {
   return autoFallbackReason;

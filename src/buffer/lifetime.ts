@@ -180,6 +180,13 @@ const viewOwners = new WeakMap<ArrayBuffer | ArrayBufferView, Allocation>();
 /**
  * Records the JavaScript stack of every allocation made while on, so a leak report says where the
  * leaked memory came from. Off by default: capturing a stack costs microseconds.
+ * @param enabled Whether to capture from now on.
+ * @throws Never.
+ * @example
+ * ```ts
+ * captureAllocationStacks(true);
+ * onLeak((leak) => console.warn(leak.stack));
+ * ```
  */
 export function captureAllocationStacks(enabled: boolean): void {
   captureStacks = enabled;

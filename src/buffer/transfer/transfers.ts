@@ -172,6 +172,7 @@ function checkDepth(depth: number): number {
  * ```ts
  * console.log(transferSettings().threads);
  * ```
+ * @throws Never.
  */
 export function transferSettings(): TransferSettings {
   return settings;
@@ -186,6 +187,8 @@ export function transferSettings(): TransferSettings {
  * ```ts
  * const { staged, registered } = transferStatistics();
  * ```
+ * @throws {TypeError} When `device` is neither a Device nor an ordinal.
+ * @throws {RangeError} When the ordinal is out of range.
  */
 export function transferStatistics(device?: Device | number): TransferStatistics {
   const state = transfersOf(Device.resolve(device).backend);
@@ -206,6 +209,9 @@ export function transferStatistics(device?: Device | number): TransferStatistics
  * ```ts
  * releaseTransferCaches(); // before measuring pinned host memory, say
  * ```
+ * @throws {TypeError} When `device` is neither a Device nor an ordinal.
+ * @throws {RangeError} When the ordinal is out of range.
+ * @throws {CudaError} When the driver fails to free a chunk or unregister memory.
  */
 export function releaseTransferCaches(device?: Device | number): number {
   const state = transfersOf(Device.resolve(device).backend);
