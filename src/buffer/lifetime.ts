@@ -213,6 +213,10 @@ export interface FreeOptions {
  * The base of every buffer: an address and a size that are valid until freed exactly once.
  * Subclasses pass a `release` closure that returns the memory where it came from; it must not
  * capture the buffer (build it in a static factory, not in the constructor).
+ * @example
+ * ```ts
+ * function release(all: readonly Allocation[]): void { for (const a of all) a.free(); }
+ * ```
  */
 export abstract class Allocation {
   readonly #ptr: Ptr;
