@@ -3,11 +3,11 @@
  * `node dist/examples/tour.js` (test/examples.test.ts runs it in `npm test`).
  */
 import assert from 'node:assert/strict';
-import {
-  ArenaResource, Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, Module, PoolResource, StatisticsAdaptor,
-  Stream, TrackingAdaptor, elementwise, getBackend, parseAllocationLog, replay, setCurrentResource, sum, threadCount,
-  transferStatistics,
-} from '../src/index.js';
+import { Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, Stream, getBackend, setCurrentResource, sum } from '../src/index.js';
+import { ArenaResource, PoolResource, StatisticsAdaptor, TrackingAdaptor } from '../src/public/resources.js';
+import { transferStatistics } from '../src/public/buffers.js';
+import { Module, elementwise, threadCount } from '../src/public/kernels.js';
+import { parseAllocationLog, replay } from '../src/public/replay.js';
 
 // 1. Devices: name, memory and the attributes a memory library needs.
 const device = Device.get(0);

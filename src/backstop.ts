@@ -128,12 +128,22 @@ export function unguard(dropped: Dropped): void {
  * ```ts
  * leakStatistics(); // { count: 0, bytes: 0 } in a program that frees and destroys what it makes
  * ```
+ * @throws Never.
  */
 export function leakStatistics(): LeakStatistics {
   return { count: leakCount, bytes: leakBytes };
 }
 
-/** Zeroes the leak totals (tests, or a program that reports leaks per phase). */
+/**
+ * Zeroes the leak totals (tests, or a program that reports leaks per phase).
+ * @throws Never.
+ * @example
+ * ```ts
+ * resetLeakStatistics();
+ * runPhase();
+ * console.log(leakStatistics().count, 'leaked in this phase');
+ * ```
+ */
 export function resetLeakStatistics(): void {
   leakCount = 0;
   leakBytes = 0;

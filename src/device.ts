@@ -12,7 +12,14 @@ import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors
 import { checkNonNegativeInteger } from './validate.js';
 import { readOptions } from './util/options.js';
 
-/** A CUDA device (or an emulated one), with its primary context retained on first use. */
+/**
+ * A CUDA device (or an emulated one), with its primary context retained on first use.
+ * @example
+ * ```ts
+ * const device = Device.get(0);
+ * console.log(device.info.name, device.memInfo().free);
+ * ```
+ */
 export class Device {
   private static readonly devices = new Map<number, Device>();
   private primaryContext: Handle | undefined;
@@ -27,7 +34,14 @@ export class Device {
     readonly backend: Backend,
   ) {}
 
-  /** How many devices the backend sees. */
+  /**
+   * How many devices the backend sees.
+   * @throws {CudaError} When the driver cannot be initialised.
+   * @example
+   * ```ts
+   * for (let i = 0; i < Device.count(); i++) console.log(Device.get(i).toString());
+   * ```
+   */
   static count(): number {
     return getBackend().deviceCount();
   }
@@ -35,6 +49,11 @@ export class Device {
   /**
    * The device with this ordinal (0 by default); the same object for every call. The first call
    * fixes the process's backend (`setBackend` refuses another one afterwards).
+   * @throws {RangeError} When `ordinal` is not a whole number below `Device.count()`.
+   * @example
+   * ```ts
+   * const second = Device.get(1);
+   * ```
    */
   static get(ordinal = 0): Device {
     let device = Device.devices.get(ordinal);
@@ -56,6 +75,12 @@ export class Device {
   /**
    * Resolves the optional `device` argument every API takes: a Device, an ordinal, or undefined
    * for device 0. One place, so every layer reports a bad device the same way.
+   * @throws {TypeError} When `device` is neither a Device nor a number.
+   * @throws {RangeError} When the ordinal is out of range.
+   * @example
+   * ```ts
+   * const device = Device.resolve(options.device);
+   * ```
    */
   static resolve(device: Device | number | undefined): Device {
     if (device === undefined) return Device.get(0);
@@ -87,25 +112,51 @@ export class Device {
   /**
    * Makes this device's active context (primary unless an explicit Context was selected) current
    * on the calling thread. Cheap when it already is, so every operation calls it.
+   * @throws {CudaError} When the driver fails the call.
+   * @example
+   * ```ts
+   * Device.get(1).makeCurrent(); // before a call into another CUDA library
+   * ```
    */
   makeCurrent(): this {
     this.backend.contextSetCurrent(this.selected?.handle ?? this.context);
     return this;
   }
 
-  /** Free and total memory on this device. */
+  /**
+   * Free and total memory on this device.
+   * @throws {CudaError} When the driver fails the call.
+   * @example
+   * ```ts
+   * const { free, total } = Device.get(0).memInfo();
+   * ```
+   */
   memInfo(): MemInfo {
     this.makeCurrent();
     return this.backend.memGetInfo();
   }
 
-  /** Blocks until all work in this device's active context has completed. */
+  /**
+   * Blocks until all work in this device's active context has completed.
+   * @throws {CudaError} When the driver fails, or reports an error of earlier asynchronous work.
+   * @example
+   * ```ts
+   * Device.get(0).synchronize();
+   * ```
+   */
   synchronize(): void {
     this.makeCurrent();
     this.backend.contextSynchronize();
   }
 
-  /** True when kernels and copies on this device can address `other`'s memory directly. */
+  /**
+   * True when kernels and copies on this device can address `other`'s memory directly.
+   * @throws {TypeError} When `other` is not a Device.
+   * @example
+   * ```ts
+   * if (Device.get(0).canAccessPeer(Device.get(1))) Device.get(0).enablePeerAccess(Device.get(1));
+   * ```
+   */
   canAccessPeer(other: Device): boolean {
     checkDevice(other, 'other');
     if (other === this) return false;
@@ -115,6 +166,13 @@ export class Device {
   /**
    * Lets this device's context address `other`'s memory (one direction; call it on both for both).
    * Idempotent: enabling access that is already enabled is not an error.
+   * @throws {TypeError} When `other` is not a Device.
+   * @throws {RangeError} When `other` is this device.
+   * @throws {VramStateError} When this device cannot access `other` (see `canAccessPeer`).
+   * @example
+   * ```ts
+   * Device.get(0).enablePeerAccess(Device.get(1));
+   * ```
    */
   enablePeerAccess(other: Device): void {
     checkDevice(other, 'other');
@@ -130,7 +188,15 @@ export class Device {
     }
   }
 
-  /** Revokes access enabled by `enablePeerAccess`; idempotent like it. */
+  /**
+   * Revokes access enabled by `enablePeerAccess`; idempotent like it.
+   * @throws {TypeError} When `other` is not a Device.
+   * @throws {RangeError} When `other` is this device.
+   * @example
+   * ```ts
+   * Device.get(0).disablePeerAccess(Device.get(1));
+   * ```
+   */
   disablePeerAccess(other: Device): void {
     checkDevice(other, 'other');
     if (other === this) throw new RangeError('a device cannot disable peer access to itself');
@@ -152,7 +218,14 @@ export class Device {
     return this.selected;
   }
 
-  /** A short description for logs: `Device(0: NVIDIA H200)`. */
+  /**
+   * A short description for logs: `Device(0: NVIDIA H200)`.
+   * @throws {CudaError} When the device's name cannot be read (the first time only).
+   * @example
+   * ```ts
+   * console.log(`${Device.get(0)}`);
+   * ```
+   */
   toString(): string {
     return `Device(${this.ordinal}: ${this.info.name})`;
   }
@@ -180,6 +253,11 @@ const scheduleFlags: Readonly<Record<ContextSchedule, number>> = {
  * An explicit CUDA context. Most programs never need one: the primary context is shared with
  * every other CUDA library in the process. Create one for different scheduling flags, or to
  * isolate a component's allocations; memory allocated in it is invalid once it is destroyed.
+ * @example
+ * ```ts
+ * using ctx = Context.create(Device.get(0), { schedule: 'blocking-sync' });
+ * const buf = DeviceBuffer.allocate(1024); // allocated in ctx
+ * ```
  */
 export class Context {
   #destroyed = false;
@@ -197,6 +275,13 @@ export class Context {
   /**
    * Creates a context on `device` and selects it: vram operations on that device run in it until
    * it is destroyed or another context is made current. The driver makes it current, too.
+   * @throws {TypeError} When `device` is not a Device or an option is unknown or of the wrong type.
+   * @throws {RangeError} When `schedule` is not one of its values.
+   * @throws {CudaError} When the driver cannot create the context.
+   * @example
+   * ```ts
+   * using ctx = Context.create(Device.get(0), { mapHost: true });
+   * ```
    */
   static create(device: Device, options: ContextOptions = {}): Context {
     checkDevice(device, 'device');
@@ -213,7 +298,14 @@ export class Context {
     return ctx;
   }
 
-  /** The device's primary context, as a Context (making it current selects the primary again). */
+  /**
+   * The device's primary context, as a Context (making it current selects the primary again).
+   * @throws {TypeError} When `device` is not a Device.
+   * @example
+   * ```ts
+   * Context.primary(Device.get(0)).makeCurrent(); // back to the shared context
+   * ```
+   */
   static primary(device: Device = Device.get(0)): Context {
     checkDevice(device, 'device');
     return new Context(device, device.context, true, 0);
@@ -240,7 +332,14 @@ export class Context {
     return this.#destroyed;
   }
 
-  /** Makes this context current on the calling thread and selects it for its device. */
+  /**
+   * Makes this context current on the calling thread and selects it for its device.
+   * @throws {UseAfterFreeError} When the context was destroyed.
+   * @example
+   * ```ts
+   * ctx.makeCurrent();
+   * ```
+   */
   makeCurrent(): this {
     const handle = this.handle;
     this.device.backend.contextSetCurrent(handle);
@@ -251,6 +350,13 @@ export class Context {
   /**
    * Destroys the context and every allocation, stream and event made in it; the device goes back
    * to its primary context. The primary context cannot be destroyed (it is shared).
+   * @throws {VramStateError} When it is the primary context.
+   * @throws {UseAfterFreeError} When it was already destroyed.
+   * @example
+   * ```ts
+   * const ctx = Context.create(Device.get(0));
+   * ctx.destroy();
+   * ```
    */
   destroy(): void {
     if (this.isPrimary) throw new VramStateError('the primary context is shared and cannot be destroyed');

@@ -20,6 +20,11 @@ export class VramError extends Error {
   /**
    * @param message What went wrong, in words.
    * @param options `cause`: the error that led to this one.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new VramError('the pool was closed', { cause: error });
+   * ```
    */
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
@@ -27,13 +32,24 @@ export class VramError extends Error {
   }
 }
 
-/** A failed driver call, with the driver's own name, code and description, and the call that failed. */
+/**
+ * A failed driver call, with the driver's own name, code and description, and the call that failed.
+ * @example
+ * ```ts
+ * try { DeviceBuffer.allocate(2 ** 50); } catch (e) { if (e instanceof CudaError) console.error(e.errorName, e.call); }
+ * ```
+ */
 export class CudaError extends VramError {
   /**
    * @param code The driver's CUresult.
    * @param errorName Its symbolic name.
    * @param call The entry point that failed.
    * @param description The driver's description, if it has one.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new CudaError(CUresult.INVALID_VALUE, 'CUDA_ERROR_INVALID_VALUE', 'cuMemAlloc');
+   * ```
    */
   constructor(
     /** The driver's numeric CUresult. */
@@ -165,7 +181,14 @@ export class OutOfMemoryError extends VramError {
   /** That resource's statistics at the time of the failure. */
   readonly statistics: OutOfMemoryStatistics | undefined;
 
-  /** @param details The request, the reason and what is known of the resource. */
+  /**
+   * @param details The request, the reason and what is known of the resource.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new OutOfMemoryError({ requestedBytes: 1 << 20, call: 'MyResource.allocate', reason: 'limit', resource: 'MyResource' });
+   * ```
+   */
   constructor(details: OutOfMemoryDetails) {
     const { requestedBytes, call, reason, resource } = details;
     super(details.message ??
@@ -189,30 +212,67 @@ export class OutOfMemoryError extends VramError {
  * ```ts
  * try { buf = DeviceBuffer.allocate(n); } catch (e) { if (!isOutOfMemory(e)) throw e; n >>= 1; }
  * ```
+ * @throws Never.
  */
 export function isOutOfMemory(error: unknown): error is OutOfMemoryError | CudaError {
   return error instanceof OutOfMemoryError ||
     (error instanceof CudaError && error.code === CUresult.OUT_OF_MEMORY);
 }
 
-/** Misuse of a buffer, pointer or resource that the library detects before it could do harm. */
+/**
+ * Misuse of a buffer, pointer or resource that the library detects before it could do harm.
+ * @example
+ * ```ts
+ * try { buf.free(); buf.free(); } catch (e) { if (e instanceof VramStateError) console.error(e.message); }
+ * ```
+ */
 export class VramStateError extends VramError {}
 
-/** A buffer or block used after it was freed. */
+/**
+ * A buffer or block used after it was freed.
+ * @example
+ * ```ts
+ * buf.free();
+ * try { buf.memset(0); } catch (e) { assert(e instanceof UseAfterFreeError); }
+ * ```
+ */
 export class UseAfterFreeError extends VramStateError {}
 
-/** A buffer or block freed a second time. */
+/**
+ * A buffer or block freed a second time.
+ * @example
+ * ```ts
+ * buf.free();
+ * try { buf.free(); } catch (e) { assert(e instanceof DoubleFreeError); }
+ * ```
+ */
 export class DoubleFreeError extends VramStateError {}
 
-/** A pointer that the resource or buffer did not allocate (foreign, or with the wrong size). */
+/**
+ * A pointer that the resource or buffer did not allocate (foreign, or with the wrong size).
+ * @example
+ * ```ts
+ * try { pool.deallocate(0x1234, 256); } catch (e) { assert(e instanceof InvalidPointerError); }
+ * ```
+ */
 export class InvalidPointerError extends VramStateError {}
 
-/** An operation that needs a capability the backend or device does not have. */
+/**
+ * An operation that needs a capability the backend or device does not have.
+ * @example
+ * ```ts
+ * try { exportPool(pool); } catch (e) { if (e instanceof NotSupportedError) console.warn('no pool IPC here'); }
+ * ```
+ */
 export class NotSupportedError extends VramStateError {}
 
 /**
  * JavaScript memory a copy was reading or writing was detached meanwhile (transferred to a worker,
  * or by `ArrayBuffer.prototype.transfer`): the copy stops there, and the bytes it had not reached
  * are not copied.
+ * @example
+ * ```ts
+ * try { await buf.copyToHostAsync(data); } catch (e) { if (e instanceof DetachedBufferError) console.warn('data was transferred meanwhile'); }
+ * ```
  */
 export class DetachedBufferError extends VramStateError {}

@@ -83,6 +83,7 @@ const watchers = new Set<WeakRef<StreamWatcher>>();
  * const unwatch = watchStreamDestroy({ streamDestroying: (h) => console.log('stream', h, 'ends') });
  * unwatch();
  * ```
+ * @throws Never.
  */
 export function watchStreamDestroy(watcher: StreamWatcher): () => void {
   const ref = new WeakRef(watcher);
@@ -159,6 +160,12 @@ export interface BorrowedStreamOptions {
  * stream dropped without `destroy()` is destroyed when it is collected and counted as a leak
  * (`leakStatistics()`); buffers allocated or recorded on it keep it alive until they are freed.
  * A stream borrowed with `Stream.fromHandle` is never destroyed by vram (see there).
+ * @example
+ * ```ts
+ * using stream = Stream.create({ nonBlocking: true });
+ * buf.copyFromHost(data, { stream });
+ * await stream.synchronized();
+ * ```
  */
 export class Stream implements StreamRef {
   private static readonly defaults = new Map<Device, Stream>();
@@ -184,7 +191,16 @@ export class Stream implements StreamRef {
     guard(this, this.dropped);
   }
 
-  /** Creates a stream on `device` (device 0 by default). Destroy it with `destroy()` or `using`. */
+  /**
+   * Creates a stream on `device` (device 0 by default). Destroy it with `destroy()` or `using`.
+   * @throws {TypeError} When an option is unknown or of the wrong type.
+   * @throws {RangeError} When `priority` is outside the device's range.
+   * @throws {CudaError} When the driver cannot create the stream.
+   * @example
+   * ```ts
+   * using stream = Stream.create({ device: Device.get(1), priority: -1 });
+   * ```
+   */
   static create(options: StreamOptions = {}): Stream {
     options = readOptions('Stream.create', options, { device: true, nonBlocking: true, priority: true });
     const device = Device.resolve(options.device);
@@ -254,7 +270,15 @@ export class Stream implements StreamRef {
     return new Stream(handle, device, priority, nonBlocking, true);
   }
 
-  /** The legacy default stream (handle 0) of `device`; it is never destroyed. */
+  /**
+   * The legacy default stream (handle 0) of `device`; it is never destroyed.
+   * @throws {TypeError} When `device` is neither a Device nor an ordinal.
+   * @throws {RangeError} When the ordinal is out of range.
+   * @example
+   * ```ts
+   * const legacy = Stream.default(); // handle 0
+   * ```
+   */
   static default(device?: Device): Stream {
     const dev = Device.resolve(device);
     let stream = Stream.defaults.get(dev);
@@ -294,6 +318,13 @@ export class Stream implements StreamRef {
   /**
    * Records `event` (a new timing-capable event when omitted) at the current end of the stream
    * and returns it.
+   * @throws {TypeError} When `event` is not an Event.
+   * @throws {UseAfterFreeError} When the stream or the event was destroyed.
+   * @example
+   * ```ts
+   * const done = stream.record();
+   * other.waitEvent(done);
+   * ```
    */
   record(event?: Event): Event {
     if (event !== undefined && !(event instanceof Event)) throw new TypeError('record expects an Event');
@@ -303,7 +334,15 @@ export class Stream implements StreamRef {
     return ev;
   }
 
-  /** Makes work queued on this stream from now on wait until `event` has completed; does not block. */
+  /**
+   * Makes work queued on this stream from now on wait until `event` has completed; does not block.
+   * @throws {TypeError} When `event` is not an Event.
+   * @throws {UseAfterFreeError} When the stream or the event was destroyed.
+   * @example
+   * ```ts
+   * consumer.waitEvent(producer.record());
+   * ```
+   */
   waitEvent(event: Event): this {
     if (!(event instanceof Event)) throw new TypeError('waitEvent expects an Event');
     const handle = this.handle;
@@ -312,14 +351,30 @@ export class Stream implements StreamRef {
     return this;
   }
 
-  /** True when all work queued so far has completed; never blocks. */
+  /**
+   * True when all work queued so far has completed; never blocks.
+   * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @throws {CudaError} When queued work failed.
+   * @example
+   * ```ts
+   * if (stream.query()) console.log('idle');
+   * ```
+   */
   query(): boolean {
     const handle = this.handle;
     this.device.makeCurrent();
     return this.device.backend.streamQuery(handle);
   }
 
-  /** Blocks the calling thread (and the event loop) until all queued work has completed. */
+  /**
+   * Blocks the calling thread (and the event loop) until all queued work has completed.
+   * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @throws {CudaError} When queued work failed.
+   * @example
+   * ```ts
+   * stream.synchronize();
+   * ```
+   */
   synchronize(): void {
     const handle = this.handle;
     this.device.makeCurrent();
@@ -329,6 +384,12 @@ export class Stream implements StreamRef {
   /**
    * Resolves when all work queued so far has completed, polling the stream without blocking the
    * event loop. Work queued after the call is not waited for: an event marks the point.
+   * @throws {UseAfterFreeError} When the stream was destroyed (the promise rejects).
+   * @throws {CudaError} When queued work failed (the promise rejects).
+   * @example
+   * ```ts
+   * await stream.synchronized();
+   * ```
    */
   async synchronized(): Promise<void> {
     if (this.query()) return;
@@ -346,6 +407,12 @@ export class Stream implements StreamRef {
    * Destroys the stream. Work already queued still completes; the handle may not be used again.
    * The default stream is never destroyed (a no-op). A borrowed stream (`Stream.fromHandle`) is
    * not destroyed either: this Stream is done with it, and its owner still has it.
+   * @throws {DoubleFreeError} When it was already destroyed.
+   * @example
+   * ```ts
+   * const stream = Stream.create();
+   * stream.destroy();
+   * ```
    */
   destroy(): void {
     if (this.#destroyed) throw new DoubleFreeError('the stream was already destroyed');
@@ -363,7 +430,14 @@ export class Stream implements StreamRef {
     if (!this.#destroyed) this.destroy();
   }
 
-  /** A short description for logs. */
+  /**
+   * A short description for logs.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(`${stream}`); // Stream(0x..., device 0)
+   * ```
+   */
   toString(): string {
     if (this.isDefault) return `Stream(default, device ${this.device.ordinal})`;
     return `Stream(${this.raw}${this.borrowed ? ', borrowed' : ''}, device ${this.device.ordinal})`;
@@ -389,6 +463,14 @@ export interface EventOptions {
 /**
  * A CUDA event: a marker in a stream that other streams can wait on and the host can poll. An
  * event dropped without `destroy()` is destroyed when it is collected and counted as a leak.
+ * @example
+ * ```ts
+ * using start = Event.create(), end = Event.create();
+ * start.record(stream); // ... work queued on stream ...
+ * end.record(stream);
+ * await end.synchronized();
+ * console.log(end.elapsedSince(start), 'ms');
+ * ```
  */
 export class Event {
   #destroyed = false;
@@ -409,7 +491,16 @@ export class Event {
     guard(this, this.dropped);
   }
 
-  /** Creates an event; record it on a stream with `record()` or `stream.record(event)`. */
+  /**
+   * Creates an event; record it on a stream with `record()` or `stream.record(event)`.
+   * @throws {TypeError} When an option is unknown or of the wrong type.
+   * @throws {RangeError} When `interprocess` is asked with `timing: true`.
+   * @throws {CudaError} When the driver cannot create the event.
+   * @example
+   * ```ts
+   * using ev = Event.create({ timing: false, blockingSync: true });
+   * ```
+   */
   static create(options: EventOptions = {}): Event {
     options = readOptions('Event.create', options, { device: true, timing: true, blockingSync: true, interprocess: true });
     const device = Device.resolve(options.device);
@@ -499,7 +590,15 @@ export class Event {
     return this.recorded;
   }
 
-  /** Records the event at the current end of `stream` (the default stream when omitted). */
+  /**
+   * Records the event at the current end of `stream` (the default stream when omitted).
+   * @throws {UseAfterFreeError} When the event was destroyed.
+   * @throws {TypeError} When `stream` has no numeric handle.
+   * @example
+   * ```ts
+   * ev.record(stream);
+   * ```
+   */
   record(stream?: StreamRef): this {
     const handle = this.handle;
     const s = streamHandleOf(stream);
@@ -509,21 +608,44 @@ export class Event {
     return this;
   }
 
-  /** True when the work captured by the event has completed (or it was never recorded). */
+  /**
+   * True when the work captured by the event has completed (or it was never recorded).
+   * @throws {UseAfterFreeError} When the event was destroyed.
+   * @throws {CudaError} When the captured work failed.
+   * @example
+   * ```ts
+   * if (ev.query()) console.log('done');
+   * ```
+   */
   query(): boolean {
     const handle = this.handle;
     this.device.makeCurrent();
     return this.device.backend.eventQuery(handle);
   }
 
-  /** Blocks the calling thread until the captured work has completed. */
+  /**
+   * Blocks the calling thread until the captured work has completed.
+   * @throws {UseAfterFreeError} When the event was destroyed.
+   * @throws {CudaError} When the captured work failed.
+   * @example
+   * ```ts
+   * ev.synchronize();
+   * ```
+   */
   synchronize(): void {
     const handle = this.handle;
     this.device.makeCurrent();
     this.device.backend.eventSynchronize(handle);
   }
 
-  /** Resolves when the captured work has completed, polling without blocking the event loop. */
+  /**
+   * Resolves when the captured work has completed, polling without blocking the event loop.
+   * @throws {UseAfterFreeError} When the event was destroyed, before or while awaited (the promise rejects).
+   * @example
+   * ```ts
+   * await ev.synchronized();
+   * ```
+   */
   async synchronized(): Promise<void> {
     void this.handle;
     await pollUntil(() => {
@@ -535,6 +657,14 @@ export class Event {
   /**
    * Milliseconds from `start` to this event; both must have timing on, have been recorded, and
    * have completed (await `end.synchronized()` first: this never waits).
+   * @throws {TypeError} When `start` is not an Event.
+   * @throws {VramStateError} When either event has timing off or was never recorded.
+   * @throws {CudaError} When either has not completed (CUDA_ERROR_NOT_READY).
+   * @example
+   * ```ts
+   * await end.synchronized();
+   * const ms = end.elapsedSince(start);
+   * ```
    */
   elapsedSince(start: Event): number {
     if (!(start instanceof Event)) throw new TypeError('elapsedSince expects the start Event');
@@ -549,7 +679,15 @@ export class Event {
     return this.device.backend.eventElapsedTime(begin, end);
   }
 
-  /** Destroys the event; safe while work it captured is still pending. */
+  /**
+   * Destroys the event; safe while work it captured is still pending.
+   * @throws {DoubleFreeError} When it was already destroyed.
+   * @example
+   * ```ts
+   * const ev = Event.create();
+   * ev.destroy();
+   * ```
+   */
   destroy(): void {
     if (this.#destroyed) throw new DoubleFreeError('the event was already destroyed');
     this.#destroyed = true;

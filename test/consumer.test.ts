@@ -5,12 +5,13 @@
  * a strict TypeScript file using the public API with `using`, compiled with tsc for Node 20 (target
  * ES2022, which lowers `using`), with lib ES2022 alone (vram's declarations bring `Disposable`) and with
  * `tsc --init`'s defaults, run on the emulated backend; and a CommonJS file that `require()`s the package.
+ * Both import the root and every subpath of package.json "exports", each checked by a value it gives.
  *
  * Needs the build (`npm test` builds first: the tarball packs dist/src) and npm; skips if npm is absent.
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -69,7 +70,9 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     const [pack] = JSON.parse(packed.stdout) as PackResult[];
     assert.ok(pack, 'npm pack reported no tarball');
     const files = new Set(pack.files.map((f) => f.path));
-    for (const required of ['LICENSE', 'CHANGELOG.md', 'README.md', 'package.json', 'bin/vram.js', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js']) {
+    const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { exports: Record<string, { types: string; default: string }> };
+    const entries = Object.values(pkg.exports).flatMap((e) => [e.types, e.default].map((f) => f.replace(/^\.\//, '')));
+    for (const required of ['LICENSE', 'CHANGELOG.md', 'README.md', 'package.json', 'bin/vram.js', 'dist/src/cli/main.js', ...entries]) {
       assert.ok(files.has(required), `the tarball lacks ${required}`);
     }
     // A source map is only useful with the source it names; vram ships neither (see package.json `files`).
@@ -113,7 +116,17 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     assert.equal(result['logLines'], 21, "RMM's header, then one line per allocation and per free");
     assert.equal(result['outOfMemory'], true);
     assert.equal(esm.stderr, '', 'the consumer printed warnings');
-    assert.deepEqual(JSON.parse(cjs.stdout), { backend: 'emulated', value: 3, classes: 'function' });
+    // Each of package.json's subpaths, from ESM (compiled TypeScript) and from require().
+    assert.deepEqual(result['subpaths'], {
+      resources: 'function', buffers: true, arrays: true, kernels: 5, interop: [3], observe: 'number', replay: 2, backend: true,
+    });
+    assert.deepEqual(JSON.parse(cjs.stdout), {
+      backend: 'emulated', value: 3,
+      subpaths: {
+        resources: 'function', buffers: 'function', arrays: 0x3c00, kernels: 'function', interop: 'function',
+        observe: 'function', replay: 0, backend: 'function',
+      },
+    });
     assert.equal(cjs.stderr, '', 'require(esm) printed warnings');
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -15,6 +15,7 @@ import { defaultCopyThreads } from '../src/buffer/transfer/copy-threads.js';
 import { wholeNumberFrom } from '../src/util/environment.js';
 
 const indexUrl = new URL('../src/index.js', import.meta.url).href;
+const buffersUrl = new URL('../src/public/buffers.js', import.meta.url).href;
 
 /** Runs `script` (an ES module) in a fresh node with `env` added, every other VRAM_* variable removed. */
 function child(script: string, env: Readonly<Record<string, string>>): { status: number | null; stdout: string; stderr: string } {
@@ -27,7 +28,8 @@ function child(script: string, env: Readonly<Record<string, string>>): { status:
 
 test('import \'vram\' never throws for a bad variable; the first use that needs it does, naming it', () => {
   const script = `
-    const vram = await import(${JSON.stringify(indexUrl)});
+    await import(${JSON.stringify(indexUrl)});
+    const vram = await import(${JSON.stringify(buffersUrl)});
     try {
       vram.transferSettings().threads;
       console.log('accepted');

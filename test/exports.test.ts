@@ -1,25 +1,29 @@
 /**
- * Every type a consumer meets in vram's public signatures can be imported from 'vram'. A consumer who
- * writes `const o: TrackingOptions = {...}` or a function taking a `CopyEndpoint` needs the name; a type
- * reachable only as `Parameters<typeof f>[1]` is a gap in the API. This test finds them mechanically:
- * it walks the declarations that dist/src/index.d.ts exports (the built output, after `stripInternal`,
- * so `@internal` members are not public), collects every type reference in their public and protected
- * members (protected: the API of a subclass, e.g. a custom `MemoryResource`), follows each reference
- * that resolves to a declaration in vram's own sources (transitively, through the unexported ones too),
- * and fails naming every one that index.ts does not export.
+ * The package's public names. The root (`vram`) is kept small on purpose: ROOT below lists its names,
+ * so a new root export is a visible decision; every name the old root exported (OLD_ROOT, 360 names
+ * before the subpaths) is still exported by the root or a subpath; and every type a consumer meets in
+ * a public signature can be imported from some entry point. A consumer who writes
+ * `const o: TrackingOptions = {...}` or a function taking a `CopyEndpoint` needs the name; a type
+ * reachable only as `Parameters<typeof f>[1]` is a gap in the API. The last is found mechanically:
+ * the walk starts at the declarations every entry point exports (the built output, after
+ * `stripInternal`, so `@internal` members are not public), collects every type reference in their
+ * public and protected members (protected: the API of a subclass, e.g. a custom `MemoryResource`),
+ * follows each reference that resolves to a declaration in vram's own sources (transitively, through
+ * the unexported ones too), and fails naming every one that no entry point exports.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import ts from 'typescript';
+import { entryPoints, entryProgram, resolveAlias } from './entry-points.js';
 
 const distSrc = path.resolve(fileURLToPath(new URL('../src/', import.meta.url)));
-const entry = path.join(distSrc, 'index.d.ts');
+const entries = entryPoints();
 
-/** One type that a public signature uses and index.ts does not export, with where it was met. */
+/** One type that a public signature uses and no entry point exports, with where it was met. */
 interface Missing {
   readonly name: string;
   readonly file: string;
@@ -27,32 +31,18 @@ interface Missing {
 }
 
 /**
- * The unexported vram types that the declarations exported from `entryFile` use.
- * @param entryFile The entry declaration file (dist/src/index.d.ts).
+ * The unexported vram types that the declarations exported from `entryFiles` use.
+ * @param entryFiles The entry declaration files (dist/src/index.d.ts and the subpaths').
  * @param ownDir The folder of the package's own declarations; types declared elsewhere (lib, node) are not checked.
  * @returns One record per missing type, in the order found.
  */
-function unexportedTypes(entryFile: string, ownDir: string): Missing[] {
-  const program = ts.createProgram([entryFile], {
-    target: ts.ScriptTarget.ES2022,
-    module: ts.ModuleKind.NodeNext,
-    moduleResolution: ts.ModuleResolutionKind.NodeNext,
-    strict: true,
-    noEmit: true,
-    types: [],
-  });
-  const checker = program.getTypeChecker();
-  const source = program.getSourceFile(entryFile);
-  assert.ok(source, `${entryFile} is not in the program`);
-  const moduleSymbol = checker.getSymbolAtLocation(source);
-  assert.ok(moduleSymbol, `${entryFile} is not a module`);
-
-  const resolve = (symbol: ts.Symbol): ts.Symbol =>
-    (symbol.flags & ts.SymbolFlags.Alias) !== 0 ? checker.getAliasedSymbol(symbol) : symbol;
+function unexportedTypes(entryFiles: readonly string[], ownDir: string): Missing[] {
+  const { checker, modules } = entryProgram(entryFiles);
+  const resolve = (symbol: ts.Symbol): ts.Symbol => resolveAlias(checker, symbol);
   const isOwn = (symbol: ts.Symbol): boolean =>
     (symbol.declarations ?? []).some((d) => path.resolve(d.getSourceFile().fileName).startsWith(ownDir + path.sep));
 
-  const exportsList = checker.getExportsOfModule(moduleSymbol).map((s) => ({ name: s.name, symbol: resolve(s) }));
+  const exportsList = modules.flatMap((m) => checker.getExportsOfModule(m)).map((s) => ({ name: s.name, symbol: resolve(s) }));
   const exported = new Set(exportsList.map((e) => e.symbol));
   const visited = new Set<ts.Symbol>();
   const missing: Missing[] = [];
@@ -129,13 +119,13 @@ function unexportedTypes(entryFile: string, ownDir: string): Missing[] {
  */
 const moduleLocal = new Map<string, string>([]);
 
-test("every vram type in a public signature is exported from 'vram'", () => {
-  const found = unexportedTypes(entry, distSrc);
+test('every vram type in a public signature is exported from the root or a subpath', () => {
+  const found = unexportedTypes(entries.map((e) => e.declarations), distSrc);
   const missing = found.filter((m) => moduleLocal.get(m.name) !== m.file);
   const stale = [...moduleLocal].filter(([name, file]) => !found.some((m) => m.name === name && m.file === file));
   assert.deepEqual(stale, [], 'entries of moduleLocal that no public signature uses unexported any more: remove them');
   const report = missing.map((m) => `${m.name} (${m.file}), used by ${m.usedBy}`).join('\n  ');
-  assert.equal(missing.length, 0, `types used in public signatures but not exported from src/index.ts:\n  ${report}`);
+  assert.equal(missing.length, 0, `types used in public signatures but exported by no entry point (src/index.ts, src/public/*.ts):\n  ${report}`);
 });
 
 test('the walk reports an unexported type however it is reached', () => {
@@ -158,7 +148,7 @@ test('the walk reports an unexported type however it is reached', () => {
     ].join('\n'));
     writeFileSync(path.join(dir, 'index.d.ts'), "export { Derived, table, f, Generic } from './a.js';\nexport type { Fine } from './a.js';\n");
     writeFileSync(path.join(dir, 'package.json'), '{"type":"module"}');
-    const names = unexportedTypes(path.join(dir, 'index.d.ts'), dir).map((m) => m.name).sort();
+    const names = unexportedTypes([path.join(dir, 'index.d.ts')], dir).map((m) => m.name).sort();
     assert.deepEqual(names, ['Base', 'Constraint', 'Entry', 'Hooked', 'Line', 'Opt', 'Param', 'Sink', 'hidden']);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -171,4 +161,111 @@ test('no @internal declaration ships in dist/src', () => {
   const shipped = readdirSync(distSrc, { recursive: true, encoding: 'utf8' })
     .filter((f) => f.endsWith('.d.ts') && readFileSync(path.join(distSrc, f), 'utf8').includes('@internal'));
   assert.deepEqual(shipped, []);
+});
+
+/**
+ * The root's names, sorted. A user of arrays and the default allocator needs these; the rest is in a
+ * subpath. Adding a name here is a decision about the first page of the API: the root stays at most 80.
+ */
+const ROOT: readonly string[] = [
+  'AsyncCopyOptions', 'CUresult', 'Context', 'ContextOptions', 'ContextSchedule', 'CopyEndpoint', 'CopyInOptions',
+  'CopyOptions', 'CopyOutOptions', 'Counter', 'CudaError', 'CurrentAndPeak', 'DType', 'DTypeName',
+  'DetachedBufferError', 'Device', 'DeviceArray', 'DeviceArrayFromOptions', 'DeviceArrayOptions', 'DeviceBuffer',
+  'DeviceBufferOptions', 'DoubleFreeError', 'Event', 'EventOptions', 'FreeOptions', 'HostArray',
+  'HostArrayFromOptions', 'HostBuffer', 'HostBufferOptions', 'HostData', 'HostInput', 'HostTypedArray',
+  'InvalidPointerError', 'ManagedBuffer', 'ManagedBufferOptions', 'MemoryResource', 'MemoryStats', 'MemsetOptions',
+  'NotSupportedError', 'OutOfMemoryDetails', 'OutOfMemoryError', 'OutOfMemoryReason', 'OutOfMemoryStatistics',
+  'PitchedDeviceBuffer', 'PitchedOptions', 'ScalarName', 'Shape', 'Stream', 'StreamOptions', 'StreamRef',
+  'UseAfterFreeError', 'VectorName', 'VramError', 'VramStateError', 'arange', 'astype', 'backendFallbackReason',
+  'dtypeOf', 'dtypes', 'emptyCache', 'fill', 'getBackend', 'getCurrentResource', 'isOutOfMemory', 'memoryStats',
+  'memorySummary', 'resetPeakStats', 'setCurrentResource', 'sum',
+];
+
+/** Every name the root exported before the subpaths (`git show` of src/index.ts before issue 20). */
+const OLD_ROOT: readonly string[] = [
+  'ALLOCATION_LOG_HEADER', 'ALLOCATOR_NAMES', 'Allocation', 'AllocationStatistics', 'AllocationTrace', 'AllocatorName',
+  'AnyHostTypedArray', 'ArenaOptions', 'ArenaResource', 'ArgOf', 'ArgsOf', 'AsyncCopyOptions', 'AsyncPoolOptions',
+  'AsyncResource', 'AsyncResourceOptions', 'Backend', 'BenchFigure', 'BenchReportInput', 'BenchSkipped',
+  'BinningOptions', 'BinningResource', 'BlockState', 'BorrowedStreamOptions', 'CUresult', 'CompileError',
+  'CompileOptions', 'CompileStatistics', 'ComponentInput', 'ComponentOf', 'ComponentOutput', 'ComponentTuple',
+  'ComponentsOf', 'Context', 'ContextOptions', 'ContextSchedule', 'Copy2DFromOptions', 'Copy2DOptions', 'CopyEndpoint',
+  'CopyInOptions', 'CopyOptions', 'CopyOutOptions', 'Counter', 'CudaArrayInterface', 'CudaArrayInterfaceInfo',
+  'CudaError', 'CudaResource', 'CurrentAndPeak', 'DEFAULT_RESOURCE_VARIABLES', 'DLDataTypeCode', 'DLDeviceType',
+  'DLPACK_FLAG_IS_COPIED', 'DLPACK_FLAG_READ_ONLY', 'DLPackImportInfo', 'DType', 'DTypeKind', 'DTypeName',
+  'DefaultResourceSettings', 'DetachedBufferError', 'Device', 'DeviceArray', 'DeviceArrayFromOptions',
+  'DeviceArrayMemory', 'DeviceArrayOptions', 'DeviceArrayPointerOptions', 'DeviceArrayViewOptions', 'DeviceBuffer',
+  'DeviceBufferOptions', 'DeviceInfo', 'DeviceMemory', 'Dim3', 'DotOptions', 'DoubleFreeError', 'DriverResource',
+  'ElementValue', 'ElementwiseValues', 'EmulatedBackend', 'EmulatedBackendOptions', 'EmulatedKernel',
+  'EmulatedKernels', 'EmulatedLaunch', 'EmulatedMemory', 'EnvironmentValues', 'EnvironmentVariableDescription',
+  'Event', 'EventOptions', 'FixedSizeOptions', 'FixedSizeResource', 'Float16ArrayLike', 'Float16Input',
+  'ForeignDeviceBuffer', 'ForeignMemoryKind', 'ForeignPointerOptions', 'FreeOptions', 'FromCudaArrayInterfaceOptions',
+  'FromDLPackOptions', 'FunctionAttributes', 'GrowthCalls', 'GrowthFigures', 'Handle', 'HistoryEvent',
+  'HistoryEventKind', 'HistoryLiveBlock', 'HistoryOptions', 'HostArray', 'HostArrayFromOptions',
+  'HostArrayViewOptions', 'HostBuffer', 'HostBufferOptions', 'HostData', 'HostInput', 'HostMemory',
+  'HostRegisterOptions', 'HostTypedArray', 'ImportIpcOptions', 'ImportPointerOptions', 'ImportPoolOptions',
+  'ImportedPool', 'InferableTypedArray', 'InferredDType', 'InputFileError', 'InvalidPointerError', 'IpcBuffer',
+  'IpcHandle', 'Kernel', 'KernelLimits', 'KernelParams', 'Lane', 'LaunchConfig', 'Layout', 'LeakListener',
+  'LeakRecord', 'LeakStatistics', 'LimitingAdaptor', 'LiveSite', 'LoadOptions', 'LogSink', 'LoggingAdaptor',
+  'LoggingOptions', 'ManagedAdvice', 'ManagedAttach', 'ManagedBuffer', 'ManagedBufferOptions', 'ManagedResource',
+  'ManagedResourceOptions', 'MapBlock', 'MapOptions', 'MapSegment', 'MapSite', 'MemInfo', 'MemLocation',
+  'MemPoolAttribute', 'MemPoolProps', 'Memcpy2D', 'MemoryCap', 'MemoryFigures', 'MemoryHistory', 'MemoryKind',
+  'MemoryMapSection', 'MemoryResource', 'MemorySnapshot', 'MemoryStats', 'MemsetOptions', 'Module', 'ModuleImage',
+  'NestedArray', 'NestedElement', 'NotSupportedError', 'NvrtcError', 'NvrtcUnavailableError', 'OOM_SNAPSHOT_VARIABLE',
+  'OpOptions', 'OrderEvents', 'OutOfMemoryDetails', 'OutOfMemoryError', 'OutOfMemoryEvent', 'OutOfMemoryReason',
+  'OutOfMemoryStatistics', 'ParamSlot', 'ParamType', 'PeakBlock', 'PinnedChunk', 'PinnedHostOptions', 'PinnedHostPool',
+  'PinnedHostPoolOptions', 'PinnedHostResource', 'PitchedArrayOptions', 'PitchedBlock', 'PitchedDeviceBuffer',
+  'PitchedOptions', 'PlaceOptions', 'Placement', 'PlotAxis', 'PlotSection', 'PlotSeries', 'PointerArg',
+  'PointerAttributes', 'PoolAccess', 'PoolOptions', 'PoolResource', 'PoolStatistics', 'Ptr', 'ReceiveFdOptions',
+  'ReceivedFd', 'ReduceOptions', 'RegistrationPolicy', 'RegistrationStatistics', 'Release', 'ReplayError',
+  'ReplayOptions', 'ReplayPass', 'ReplayReportInput', 'ReplayReportStack', 'ReplayResult', 'ReplayTimeline', 'Report',
+  'ReportSection', 'ReservedSource', 'ReservingResource', 'ResourceAdaptor', 'ResourceRecord', 'ResourceStatus',
+  'RetryOnOutOfMemory', 'RetryOptions', 'SNAPSHOT_VERSION', 'ScalarHostArrays', 'ScalarName', 'ScalarParam',
+  'ScalarValue', 'SegmentKind', 'Shape', 'Signature', 'SliceRange', 'SliceSpec', 'SnapshotBaseline', 'SnapshotBlock',
+  'SnapshotError', 'SnapshotFigures', 'SnapshotFormatError', 'SnapshotHistory', 'SnapshotLiveBlock', 'SnapshotOptions',
+  'SnapshotPages', 'SnapshotResource', 'SnapshotSegment', 'SnapshotStack', 'SnapshotTrigger', 'SnapshotTriggerKind',
+  'StatisticsAdaptor', 'Stream', 'StreamOptions', 'StreamOrder', 'StreamRef', 'StreamWatcher', 'StridedArray',
+  'SuggestedBlockSize', 'SystemCallError', 'TableSection', 'ToCudaArrayInterfaceOptions', 'ToDLPackOptions',
+  'TraceAction', 'TraceEvent', 'TraceParseError', 'TraceSummary', 'TrackedAllocation', 'TrackingAdaptor',
+  'TrackingOptions', 'TransferCount', 'TransferOptions', 'TransferSettings', 'TransferStatistics', 'TypedArrayClass',
+  'TypedArrayConstructor', 'UseAfterFreeError', 'ValueUnit', 'VectorName', 'ViewOptions', 'VramError',
+  'VramStateError', 'WritableNumbers', 'arange', 'ascontiguous', 'astype', 'backendFallbackReason', 'benchReport',
+  'bfloat16Bits', 'captureAllocationStacks', 'closeFd', 'compileStatistics', 'configureTransfers',
+  'createDefaultResource', 'cudaArrayInterfaceInfo', 'decodeBfloat16', 'decodeFloat16', 'defaultPlacementMargin',
+  'defaultStream', 'deleteDLPack', 'dlpackExportsHeld', 'dlpackInfo', 'dot', 'dtypeOf', 'dtypes', 'elementwise',
+  'emptyCache', 'encodeBfloat16', 'encodeFloat16', 'exportIpc', 'exportPool', 'exportPoolPointer', 'fill',
+  'float16Bits', 'fromBfloat16Bits', 'fromCudaArrayInterface', 'fromDLPack', 'fromFloat16Bits', 'getBackend',
+  'getCurrentResource', 'hostArrayType', 'importIpc', 'importPool', 'isDTypeName', 'isOutOfMemory', 'isReserving',
+  'kernelCacheDirectory', 'leakStatistics', 'map', 'max', 'memoryHistory', 'memorySnapshot', 'memoryStats',
+  'memorySummary', 'min', 'nvrtcAvailable', 'onLeak', 'onOutOfMemory', 'parseAllocationLog', 'place',
+  'readAllocationLog', 'readDefaultResourceSettings', 'receiveFd', 'recordMemoryHistory', 'releaseTransferCaches',
+  'renderReport', 'replay', 'replayReport', 'resetLeakStatistics', 'resetPeakStats', 'sendFd', 'setBackend',
+  'setCurrentResource', 'snapshotReport', 'sum', 'threadCount', 'toCudaArrayInterface', 'toDLPack', 'transferSettings',
+  'transferStatistics', 'validateSnapshot', 'vectorTable', 'watchStreamDestroy', 'zipWith',
+];
+
+/** The names an entry point's declarations export, sorted. */
+function exportedNames(): Map<string, string[]> {
+  const { checker, modules } = entryProgram(entries.map((e) => e.declarations));
+  return new Map(entries.map((e, i) => [e.specifier, checker.getExportsOfModule(modules[i]!).map((s) => s.name).sort()]));
+}
+
+test('the root exports exactly ROOT, at most 80 names', () => {
+  const names = exportedNames().get('vram');
+  assert.deepEqual(names, [...ROOT].sort(), 'the root changed: update ROOT in this test only if the name belongs on the first page');
+  assert.ok(ROOT.length <= 80, `the root has ${ROOT.length} names`);
+});
+
+test('every name the old root exported is exported by the root or a subpath', () => {
+  const all = new Set([...exportedNames().values()].flat());
+  assert.deepEqual(OLD_ROOT.filter((n) => !all.has(n)), []);
+});
+
+test('each entry point\'s JavaScript module exports the values its declarations promise', async () => {
+  const { checker, modules } = entryProgram(entries.map((e) => e.declarations));
+  for (const [i, entry] of entries.entries()) {
+    const values = checker.getExportsOfModule(modules[i]!)
+      .filter((s) => (resolveAlias(checker, s).flags & ts.SymbolFlags.Value) !== 0).map((s) => s.name).sort();
+    const loaded = Object.keys((await import(pathToFileURL(entry.module).href)) as object).sort();
+    assert.deepEqual(loaded, values, `${entry.specifier}: runtime exports differ from its declarations`);
+  }
 });

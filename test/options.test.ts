@@ -6,26 +6,35 @@
  * cannot show the check one value and the work another.
  *
  * The TABLE below lists each entry point with a call that runs it on this backend. The last test
- * derives the entry points from the built declarations (dist/src/index.d.ts, as exports.test.ts
- * does) and fails for one with an options parameter that is in neither the TABLE nor NO_OPTIONS,
+ * derives the entry points from the built declarations of the root and every subpath (as
+ * exports.test.ts does) and fails for one with an options parameter that is in neither the TABLE nor NO_OPTIONS,
  * so a new entry point cannot skip the check.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import ts from 'typescript';
 import {
-  ArenaResource, AsyncResource, BinningResource, configureTransfers, Context, CudaResource, DeviceArray, DeviceBuffer,
-  deleteDLPack, Device, EmulatedBackend, Event, FixedSizeResource, ForeignDeviceBuffer, fromCudaArrayInterface, fromDLPack,
-  HostArray, HostBuffer, importIpc, ImportedPool, importPool, IpcHandle, LoggingAdaptor, ManagedBuffer, ManagedResource,
-  memorySnapshot, Module, parseAllocationLog, PinnedHostPool, PinnedHostResource, PitchedDeviceBuffer, place, PoolResource,
-  receiveFd, recordMemoryHistory, replay, RetryOnOutOfMemory, Stream, threadCount, toCudaArrayInterface, toDLPack,
-  TrackingAdaptor, transferSettings, arange, ascontiguous, astype, dot, elementwise, fill, map, max, min, sum, zipWith,
-  type EmulatedKernel, type Kernel,
+  arange, astype, Context, DeviceArray, DeviceBuffer, Device, Event, fill, HostArray, HostBuffer, ManagedBuffer, PitchedDeviceBuffer,
+  Stream, sum,
 } from '../src/index.js';
+import {
+  ArenaResource, AsyncResource, BinningResource, CudaResource, FixedSizeResource, LoggingAdaptor, ManagedResource, PinnedHostPool,
+  PinnedHostResource, PoolResource, RetryOnOutOfMemory, TrackingAdaptor,
+} from '../src/public/resources.js';
+import { configureTransfers, transferSettings } from '../src/public/buffers.js';
+import {
+  deleteDLPack, ForeignDeviceBuffer, fromCudaArrayInterface, fromDLPack, importIpc, ImportedPool, importPool, IpcHandle, place,
+  receiveFd, toCudaArrayInterface, toDLPack,
+} from '../src/public/interop.js';
+import { EmulatedBackend } from '../src/public/backend.js';
+import { memorySnapshot, recordMemoryHistory } from '../src/public/observe.js';
+import { parseAllocationLog, replay } from '../src/public/replay.js';
+import {
+  ascontiguous, dot, elementwise, map, max, min, Module, threadCount, zipWith, type EmulatedKernel, type Kernel,
+} from '../src/public/kernels.js';
 import { readOptions } from '../src/util/options.js';
+import { entryPoints, entryProgram, resolveAlias } from './entry-points.js';
 
 type Options = Record<string, unknown>;
 
@@ -393,18 +402,9 @@ describe('readOptions', () => {
   });
 });
 
-/** Entry points of the built declarations with an options parameter (by name or by type), as TABLE names them. */
+/** Entry points of the built declarations (the root and every subpath) with an options parameter (by name or by type), as TABLE names them. */
 function entryPointsWithOptions(): Set<string> {
-  const entry = path.resolve(fileURLToPath(new URL('../src/index.d.ts', import.meta.url)));
-  const program = ts.createProgram([entry], {
-    target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext,
-    strict: true, noEmit: true, types: [],
-  });
-  const checker = program.getTypeChecker();
-  const source = program.getSourceFile(entry);
-  assert.ok(source);
-  const moduleSymbol = checker.getSymbolAtLocation(source);
-  assert.ok(moduleSymbol);
+  const { checker, modules } = entryProgram(entryPoints().map((e) => e.declarations));
   const found = new Set<string>();
   // A parameter named options, or typed as an options or launch-configuration type, or as an object literal type.
   const takesOptions = (p: ts.ParameterDeclaration): boolean => {
@@ -419,9 +419,8 @@ function entryPointsWithOptions(): Set<string> {
     const params = ts.isFunctionLike(decl) ? decl.parameters : [];
     if (params.some(takesOptions)) found.add(name);
   };
-  const resolve = (s: ts.Symbol): ts.Symbol => ((s.flags & ts.SymbolFlags.Alias) !== 0 ? checker.getAliasedSymbol(s) : s);
-  for (const exported of checker.getExportsOfModule(moduleSymbol)) {
-    const symbol = resolve(exported);
+  for (const exported of modules.flatMap((m) => checker.getExportsOfModule(m))) {
+    const symbol = resolveAlias(checker, exported);
     for (const decl of symbol.declarations ?? []) {
       if (ts.isFunctionDeclaration(decl)) visit(decl, exported.name);
       if (!ts.isClassDeclaration(decl)) continue;

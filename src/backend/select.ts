@@ -48,7 +48,8 @@ export function getBackend(): Backend {
  * @throws {VramStateError} When a Device already exists and `backend` is not the one in use.
  * @example
  * ```ts
- * import { EmulatedBackend, setBackend, Device } from 'vram';
+ * import { Device } from 'vram';
+ * import { EmulatedBackend, setBackend } from 'vram/backend';
  * setBackend(new EmulatedBackend({ deviceCount: 2 })); // first thing in the program
  * const second = Device.get(1);
  * ```
@@ -90,6 +91,7 @@ export function claimBackend(): Backend {
  * ```ts
  * const why = backendFallbackReason(); // e.g. 'libcuda.so.1: cannot open shared object file'
  * ```
+ * @throws Never.
  */
 export function backendFallbackReason(): string | undefined {
   return autoFallbackReason;

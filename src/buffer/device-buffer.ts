@@ -26,7 +26,14 @@ export interface DeviceBufferOptions {
   readonly device?: Device | number;
 }
 
-/** Device memory owned by the program: free it with `free()`, or declare it with `using`. */
+/**
+ * Device memory owned by the program: free it with `free()`, or declare it with `using`.
+ * @example
+ * ```ts
+ * using buf = DeviceBuffer.allocate(1024);
+ * buf.copyFromHost(new Float32Array(256).fill(1));
+ * ```
+ */
 export class DeviceBuffer extends DeviceMemory {
   /** The device the memory lives on. */
   readonly device: Device;
@@ -46,6 +53,13 @@ export class DeviceBuffer extends DeviceMemory {
   /**
    * Allocates `bytes` from `options.resource` (default: the device's current resource) on
    * `options.stream`. Bad sizes are TypeError/RangeError; no memory is OutOfMemoryError.
+   * @throws {TypeError} When `bytes` is not a number or an option is unknown or of the wrong type.
+   * @throws {RangeError} When `bytes` is negative, fractional or too large.
+   * @throws {OutOfMemoryError} When the resource has no memory for it.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(1 << 20, { stream });
+   * ```
    */
   static allocate(bytes: number, options: DeviceBufferOptions = {}): DeviceBuffer {
     checkBytes(bytes);
@@ -60,6 +74,14 @@ export class DeviceBuffer extends DeviceMemory {
   /**
    * Allocates a 2D region of `height` rows of `widthBytes` each, padded to a pitch the driver
    * picks for coalesced access (cuMemAllocPitch; straight from the driver, returned with cuMemFree).
+   * @throws {TypeError} When an argument or option is of the wrong type, or an option is unknown.
+   * @throws {RangeError} When a size is out of range or `elementBytes` is not 4, 8 or 16.
+   * @throws {OutOfMemoryError} When the device has no memory for it.
+   * @example
+   * ```ts
+   * using image = DeviceBuffer.allocatePitched(640 * 4, 480);
+   * console.log(image.pitch);
+   * ```
    */
   static allocatePitched(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
     return PitchedDeviceBuffer.allocate2D(widthBytes, height, readOptions('DeviceBuffer.allocatePitched', options, { elementBytes: true, device: true }));
@@ -149,7 +171,14 @@ export interface Copy2DFromOptions {
   readonly stream?: StreamRef;
 }
 
-/** A 2D device allocation whose rows start `pitch` bytes apart (pitch >= widthBytes). */
+/**
+ * A 2D device allocation whose rows start `pitch` bytes apart (pitch >= widthBytes).
+ * @example
+ * ```ts
+ * using image = PitchedDeviceBuffer.allocate2D(640 * 4, 480);
+ * image.copy2DFromHost(pixels);
+ * ```
+ */
 export class PitchedDeviceBuffer extends DeviceBuffer {
   private constructor(
     ptr: Ptr, resource: MemoryResource, release: Release,
@@ -163,7 +192,16 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     super(ptr, pitch * height, resource, defaultStream, release);
   }
 
-  /** Same as `DeviceBuffer.allocatePitched`. */
+  /**
+   * Same as `DeviceBuffer.allocatePitched`.
+   * @throws {TypeError} When an argument or option is of the wrong type, or an option is unknown.
+   * @throws {RangeError} When a size is out of range or `elementBytes` is not 4, 8 or 16.
+   * @throws {OutOfMemoryError} When the device has no memory for it.
+   * @example
+   * ```ts
+   * using image = PitchedDeviceBuffer.allocate2D(640 * 4, 480, { elementBytes: 16 });
+   * ```
+   */
   static allocate2D(widthBytes: number, height: number, options: PitchedOptions = {}): PitchedDeviceBuffer {
     checkBytes(widthBytes, 'widthBytes');
     const h = checkBytes(height, 'height');
@@ -192,7 +230,16 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     return new PitchedDeviceBuffer(ptr, resource, free, pitch, widthBytes, h);
   }
 
-  /** Copies rows from host memory (JavaScript memory, or a HostBuffer for a stream copy) into this buffer. */
+  /**
+   * Copies rows from host memory (JavaScript memory, or a HostBuffer for a stream copy) into this buffer.
+   * @throws {TypeError} When `src` is not host memory or an option is unknown or of the wrong type.
+   * @throws {RangeError} When the region or the host side is out of bounds.
+   * @throws {UseAfterFreeError} When this buffer was freed.
+   * @example
+   * ```ts
+   * image.copy2DFromHost(new Uint8Array(640 * 4 * 480));
+   * ```
+   */
   copy2DFromHost(src: CopyEndpoint, options: Copy2DOptions = {}): void {
     options = readOptions('PitchedDeviceBuffer.copy2DFromHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
     const { widthBytes, height } = this.region(options, 'copy2DFromHost');
@@ -201,7 +248,16 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
       widthBytes, height, options.stream, 'copy2DFromHost');
   }
 
-  /** Copies rows from this buffer into host memory and returns `dst`. */
+  /**
+   * Copies rows from this buffer into host memory and returns `dst`.
+   * @throws {TypeError} When `dst` is not host memory or an option is unknown or of the wrong type.
+   * @throws {RangeError} When the region or the host side is out of bounds.
+   * @throws {UseAfterFreeError} When this buffer was freed.
+   * @example
+   * ```ts
+   * const pixels = image.copy2DToHost(new Uint8Array(640 * 4 * 480));
+   * ```
+   */
   copy2DToHost<T extends CopyEndpoint>(dst: T, options: Copy2DOptions = {}): T {
     options = readOptions('PitchedDeviceBuffer.copy2DToHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
     const { widthBytes, height } = this.region(options, 'copy2DToHost');
@@ -211,7 +267,16 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     return dst;
   }
 
-  /** Copies rows from another pitched buffer (each side with its own pitch). */
+  /**
+   * Copies rows from another pitched buffer (each side with its own pitch).
+   * @throws {TypeError} When `src` is not a PitchedDeviceBuffer or an option is unknown or of the wrong type.
+   * @throws {RangeError} When the region exceeds either buffer.
+   * @throws {UseAfterFreeError} When this buffer was freed.
+   * @example
+   * ```ts
+   * copy.copy2DFrom(image, { stream });
+   * ```
+   */
   copy2DFrom(src: PitchedDeviceBuffer, options: Copy2DFromOptions = {}): void {
     if (!(src instanceof PitchedDeviceBuffer)) throw new TypeError('copy2DFrom: src must be a PitchedDeviceBuffer');
     options = readOptions('PitchedDeviceBuffer.copy2DFrom', options, { widthBytes: true, height: true, stream: true });

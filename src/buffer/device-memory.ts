@@ -103,6 +103,11 @@ export function bytesOf(data: HostData): Uint8Array {
  * Memory that device work can address: the base of DeviceBuffer and ManagedBuffer, holding the
  * copies and fills they share. `device` is where the memory lives for peer copies (undefined for
  * memory every device reaches through unified addressing, as managed memory).
+ * @example
+ * ```ts
+ * function upload(dst: DeviceMemory, data: Float32Array): void { dst.copyFromHost(data); }
+ * upload(DeviceBuffer.allocate(data.byteLength), data);
+ * ```
  */
 export abstract class DeviceMemory extends Allocation {
   /** The device whose context copies and fills run in. */
@@ -163,6 +168,14 @@ export abstract class DeviceMemory extends Allocation {
   /**
    * Fills elements of 1, 2 or 4 bytes with `value` (an unsigned or signed integer of that width).
    * Synchronous unless `stream` is given.
+   * @throws {TypeError} When `value` or an option is of the wrong type, or an option is unknown.
+   * @throws {RangeError} When `value` does not fit the element, or the range is outside the buffer.
+   * @throws {UseAfterFreeError} When this buffer was freed.
+   * @example
+   * ```ts
+   * buf.memset(0);
+   * buf.memset(0xff, { elementBytes: 1, offset: 16, count: 8, stream });
+   * ```
    */
   memset(value: number, options: MemsetOptions = {}): void {
     fill(this, value, options);
@@ -262,6 +275,13 @@ export abstract class DeviceMemory extends Allocation {
   /**
    * Copies from another device-addressable buffer (a peer copy when they live on different
    * devices). Synchronous unless `stream` is given.
+   * @throws {TypeError} When `src` is not device memory or an option is unknown or of the wrong type.
+   * @throws {RangeError} When the range is outside either buffer.
+   * @throws {UseAfterFreeError} When either buffer was freed.
+   * @example
+   * ```ts
+   * dst.copyFrom(src, { bytes: 1024, stream });
+   * ```
    */
   copyFrom(src: DeviceMemory, options: CopyInOptions = {}): void {
     options = readOptions(`${this.constructor.name}.copyFrom`, options, COPY_IN);

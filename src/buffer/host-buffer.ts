@@ -96,7 +96,16 @@ export function viewRange(
 const defaultResources = new Map<number, PinnedHostResource>();
 let warnedWriteCombined = false;
 
-/** Pinned host memory owned by the program; free it (registered memory too: that unpins it) with `free()`, or `using`. */
+/**
+ * Pinned host memory owned by the program; free it with `free()` (registered memory too: that
+ * unpins it), or `using`.
+ * @example
+ * ```ts
+ * using pinned = HostBuffer.allocate(4096);
+ * pinned.view(Float32Array).fill(1);
+ * buf.copyFromHost(pinned, { stream });
+ * ```
+ */
 export class HostBuffer extends Allocation {
   /** The resource it came from; undefined for registered JavaScript memory. */
   readonly resource: MemoryResource | undefined;
@@ -205,6 +214,15 @@ export class HostBuffer extends Allocation {
   /**
    * Pins existing JavaScript memory in place (cuMemHostRegister) so copies to and from it are
    * DMA-fast and may be asynchronous. The buffer keeps the memory alive until `free()` unpins it.
+   * @throws {TypeError} When `memory` is not JavaScript memory, or an option is unknown or not a boolean.
+   * @throws {RangeError} When the memory is empty or too large.
+   * @throws {CudaError} When the driver refuses to pin it (already registered elsewhere, say).
+   * @example
+   * ```ts
+   * const data = new Float32Array(1 << 20);
+   * using pinned = HostBuffer.register(data);
+   * await buf.copyToHostAsync(data, { stream });
+   * ```
    */
   static register(memory: HostData, options: HostRegisterOptions = {}): HostBuffer {
     if (!isHostData(memory)) throw new TypeError('register expects an ArrayBuffer, TypedArray, Buffer or DataView');

@@ -179,6 +179,13 @@ const viewOwners = new WeakMap<ArrayBuffer | ArrayBufferView, Allocation>();
 /**
  * Records the JavaScript stack of every allocation made while on, so a leak report says where the
  * leaked memory came from. Off by default: capturing a stack costs microseconds.
+ * @param enabled Whether to capture from now on.
+ * @throws Never.
+ * @example
+ * ```ts
+ * captureAllocationStacks(true);
+ * onLeak((leak) => console.warn(leak.stack));
+ * ```
  */
 export function captureAllocationStacks(enabled: boolean): void {
   captureStacks = enabled;
@@ -205,6 +212,10 @@ export interface FreeOptions {
  * The base of every buffer: an address and a size that are valid until freed exactly once.
  * Subclasses pass a `release` closure that returns the memory where it came from; it must not
  * capture the buffer (build it in a static factory, not in the constructor).
+ * @example
+ * ```ts
+ * function release(all: readonly Allocation[]): void { for (const a of all) a.free(); }
+ * ```
  */
 export abstract class Allocation {
   readonly #ptr: Ptr;

@@ -42,7 +42,14 @@ function toLocation(location: Device | 'host', what: string): MemLocation {
   throw new TypeError(`${what}: location must be a Device or 'host'`);
 }
 
-/** Managed memory owned by the program; free it with `free()`, or declare it with `using`. */
+/**
+ * Managed memory owned by the program; free it with `free()`, or declare it with `using`.
+ * @example
+ * ```ts
+ * using m = ManagedBuffer.allocate(1 << 20);
+ * m.prefetch(Device.get(0), stream);
+ * ```
+ */
 export class ManagedBuffer extends DeviceMemory {
   /** The device whose context allocated it (and runs its copies). */
   readonly device: Device;
@@ -59,7 +66,16 @@ export class ManagedBuffer extends DeviceMemory {
     this.device = device;
   }
 
-  /** Allocates `bytes` of managed memory (cuMemAllocManaged). */
+  /**
+   * Allocates `bytes` of managed memory (cuMemAllocManaged).
+   * @throws {TypeError} When `bytes` or an option is of the wrong type, an option is unknown, or `resource` and `attach` are both given.
+   * @throws {RangeError} When `bytes` is out of range.
+   * @throws {OutOfMemoryError} When there is no managed memory for it.
+   * @example
+   * ```ts
+   * using m = ManagedBuffer.allocate(1 << 20, { attach: 'host' });
+   * ```
+   */
   static allocate(bytes: number, options: ManagedBufferOptions = {}): ManagedBuffer {
     checkBytes(bytes);
     options = readOptions('ManagedBuffer.allocate', options, { attach: true, device: true, resource: true, stream: true });
@@ -96,6 +112,13 @@ export class ManagedBuffer extends DeviceMemory {
   /**
    * Migrates the memory (or `bytes` of it from `offset`) to `location` ahead of use, on `stream`
    * (asynchronous; the default stream when omitted).
+   * @throws {TypeError} When `location` is neither a Device nor 'host', or `stream` has no handle.
+   * @throws {RangeError} When the range is outside the buffer.
+   * @throws {UseAfterFreeError} When this buffer was freed.
+   * @example
+   * ```ts
+   * m.prefetch('host', stream);
+   * ```
    */
   prefetch(location: Device | 'host', stream?: StreamRef, range: { offset?: number; bytes?: number } = {}): void {
     const ptr = this.ptr;
@@ -111,6 +134,13 @@ export class ManagedBuffer extends DeviceMemory {
    * Tells the driver how the memory will be used: 'read-mostly' (replicate read-only copies; no
    * location needed), 'preferred-location' (keep pages at `location`), 'accessed-by' (map it for
    * `location` to avoid faults). `unset` withdraws the advice.
+   * @throws {TypeError} When `advice`, `location` or `unset` is not one of its values.
+   * @throws {UseAfterFreeError} When this buffer was freed.
+   * @example
+   * ```ts
+   * m.advise('read-mostly');
+   * m.advise('preferred-location', Device.get(0));
+   * ```
    */
   advise(advice: ManagedAdvice, location?: Device | 'host', unset = false): void {
     const ptr = this.ptr;

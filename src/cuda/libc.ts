@@ -24,6 +24,11 @@ export class SystemCallError extends VramError {
    * @param call The libc function that failed.
    * @param errno Its errno.
    * @param what What vram was doing, for the message.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new SystemCallError('sendmsg', 9, 'sending a descriptor');
+   * ```
    */
   constructor(readonly call: string, readonly errno: number, what: string) {
     super(`${call} failed with errno ${errno}${ERRNO_NAMES[errno] !== undefined ? ` (${ERRNO_NAMES[errno]})` : ''}: ${what}`);

@@ -27,6 +27,11 @@ export type NvrtcLibrary = LoadedLibrary;
 export class NvrtcUnavailableError extends NotSupportedError {
   /**
    * @param tried Each candidate and why it did not load.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new NvrtcUnavailableError(['libnvrtc.so.13: not found']);
+   * ```
    */
   constructor(
     /** Each candidate tried, with why it failed. */

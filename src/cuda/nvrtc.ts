@@ -112,6 +112,11 @@ export class NvrtcError extends VramError {
   /**
    * @param call The NVRTC function.
    * @param result Its nvrtcResult.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new NvrtcError('nvrtcCreateProgram', 3);
+   * ```
    */
   constructor(readonly call: string, readonly result: number) {
     super(`${call} failed: ${RESULT_NAMES[result] ?? `nvrtcResult ${result}`}`);

@@ -20,6 +20,11 @@ export class CompileError extends VramError {
    * @param log NVRTC's program log.
    * @param options The options the source was compiled with.
    * @param result NVRTC's result name (NVRTC_ERROR_COMPILATION, ...).
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new CompileError(log, ['--gpu-architecture=sm_90'], 'NVRTC_ERROR_COMPILATION');
+   * ```
    */
   constructor(
     /** NVRTC's program log: the compiler's errors and warnings. */

@@ -51,6 +51,7 @@ let cacheHits = 0;
  * Module.compile(source);
  * compileStatistics(); // { compiled: 1, cacheHits: 0 } on a first run, { compiled: 0, cacheHits: 1 } on the next
  * ```
+ * @throws Never.
  */
 export function compileStatistics(): CompileStatistics {
   return { compiled, cacheHits };

@@ -26,6 +26,7 @@ export type { EmulatedKernel, EmulatedKernels, EmulatedLaunch, EmulatedMemory } 
  *   for (let i = 0; i < Math.min(n, threadCount(launch)); i++) v[i] *= factor;
  * };
  * ```
+ * @throws Never.
  */
 export function threadCount(launch: EmulatedLaunch): number {
   const [gx, gy, gz] = launch.grid;

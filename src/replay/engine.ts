@@ -202,6 +202,18 @@ function median(values: Float64Array): number | undefined {
  * memory itself is never read or written. Allocations the log never frees are freed after the
  * timed loop. On failure, everything the replay allocated is returned and a `ReplayError` naming
  * the log line is thrown with the resource's error as its cause.
+ * @param trace The checked trace (`parseAllocationLog`, `readAllocationLog`).
+ * @param resource The resource to replay it through.
+ * @param options What to measure and how many passes.
+ * @returns The timings and the figures of each pass.
+ * @throws {TypeError} When an option is unknown or of the wrong type.
+ * @throws {RangeError} When `repeat` is not a positive whole number.
+ * @throws {ReplayError} When the resource fails an operation, naming the log line (its error is the cause).
+ * @example
+ * ```ts
+ * const result = replay(readAllocationLog('rmm_log.csv'), new PoolResource());
+ * console.log(result.passes[0]);
+ * ```
  */
 export function replay(trace: AllocationTrace, resource: MemoryResource, options: ReplayOptions = {}): ReplayResult {
   options = readOptions('replay', options, { peakReservedBytes: true, perOperationTiming: true, repeat: true, resetPeakReserved: true, growth: true, timeline: true, reservedBytes: true });

@@ -105,6 +105,15 @@ function parsePointer(text: string): number | undefined {
  * or wrong header, a line with too few fields, a field that does not parse, an allocation of a
  * pointer that is still live, a free of a pointer that is not live, and a free whose size differs
  * from the allocation's.
+ * @param text The log: RMM's CSV header, then one line per allocate and free.
+ * @param source A name for the log in error messages (a path, say).
+ * @returns The checked trace: its events in log order and a summary.
+ * @throws {TraceParseError} For a line that is malformed or inconsistent, naming it.
+ * @example
+ * ```ts
+ * const trace = parseAllocationLog(readFileSync('rmm_log.csv', 'utf8'), 'rmm_log.csv');
+ * console.log(trace.summary.peakLiveBytes);
+ * ```
  */
 export function parseAllocationLog(text: string, source = '<log>'): AllocationTrace {
   // A byte-order mark (editors on Windows write one) is not part of the header's first name.
@@ -215,6 +224,10 @@ export function parseAllocationLog(text: string, source = '<log>'): AllocationTr
  * @throws {InputFileError} When the path is not a regular file (a FIFO, a device), is too large
  *   to read, or is not UTF-8.
  * @throws {TraceParseError} For a line that is malformed or inconsistent, naming it.
+ * @example
+ * ```ts
+ * const trace = readAllocationLog('rmm_log.csv');
+ * ```
  */
 export function readAllocationLog(path: string): AllocationTrace {
   return parseAllocationLog(readTextFile(path), path);

@@ -69,6 +69,7 @@ function sizePlot(rows: readonly BenchFigure[], section: Omit<PlotSection, 'kind
  * ```ts
  * writeFileSync('bench.html', renderReport(benchReport({ facts: [['backend', 'cuda']], rows, skipped: [] })));
  * ```
+ * @throws Never.
  */
 export function benchReport(input: BenchReportInput): Report {
   const sections: ReportSection[] = [];

@@ -170,6 +170,7 @@ function checkDepth(depth: number): number {
  * ```ts
  * console.log(transferSettings().threads);
  * ```
+ * @throws Never.
  */
 export function transferSettings(): TransferSettings {
   return settings;
@@ -184,6 +185,8 @@ export function transferSettings(): TransferSettings {
  * ```ts
  * const { staged, registered } = transferStatistics();
  * ```
+ * @throws {TypeError} When `device` is neither a Device nor an ordinal.
+ * @throws {RangeError} When the ordinal is out of range.
  */
 export function transferStatistics(device?: Device | number): TransferStatistics {
   const state = transfersOf(Device.resolve(device).backend);
@@ -204,6 +207,9 @@ export function transferStatistics(device?: Device | number): TransferStatistics
  * ```ts
  * releaseTransferCaches(); // before measuring pinned host memory, say
  * ```
+ * @throws {TypeError} When `device` is neither a Device nor an ordinal.
+ * @throws {RangeError} When the ordinal is out of range.
+ * @throws {CudaError} When the driver fails to free a chunk or unregister memory.
  */
 export function releaseTransferCaches(device?: Device | number): number {
   const state = transfersOf(Device.resolve(device).backend);

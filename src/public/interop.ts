@@ -1,0 +1,29 @@
+/// <reference lib="esnext.disposable" preserve="true" />
+// Kept in the .d.ts (preserve), as in index.ts: a consumer that imports only this subpath needs `Disposable` too.
+/**
+ * `vram/interop`: memory shared with other libraries and processes. The CUDA Array Interface and
+ * DLPack, pointers vram did not allocate (`ForeignDeviceBuffer`), streams another library created
+ * (`Stream.fromHandle`'s options, and `watchStreamDestroy` for libraries that cache per-stream state),
+ * IPC handles, pools shared over file descriptors, and `place()`.
+ */
+export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from '../interop/cuda-array-interface.js';
+export type {
+  CudaArrayInterface, ToCudaArrayInterfaceOptions, FromCudaArrayInterfaceOptions, CudaArrayInterfaceInfo,
+} from '../interop/cuda-array-interface.js';
+export { toDLPack, fromDLPack, deleteDLPack, dlpackInfo, dlpackExportsHeld } from '../interop/dlpack.js';
+export type { ToDLPackOptions, FromDLPackOptions, DLPackImportInfo } from '../interop/dlpack.js';
+export { DLDeviceType, DLDataTypeCode, DLPACK_FLAG_READ_ONLY, DLPACK_FLAG_IS_COPIED } from '../cuda/dlpack-abi.js';
+export { ForeignDeviceBuffer } from '../buffer/foreign-device-buffer.js';
+export type { ForeignPointerOptions, ForeignMemoryKind } from '../buffer/foreign-device-buffer.js';
+export { watchStreamDestroy } from '../stream.js';
+export type { BorrowedStreamOptions, StreamWatcher } from '../stream.js';
+export { place, defaultPlacementMargin } from '../interop/place.js';
+export type { PlaceOptions, Placement } from '../interop/place.js';
+export { exportIpc, importIpc } from '../interop/ipc.js';
+export type { ImportIpcOptions } from '../interop/ipc.js';
+export { IpcHandle } from '../interop/ipc-handle.js';
+export { IpcBuffer } from '../interop/ipc-buffer.js';
+export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../interop/pool-ipc.js';
+export type { ImportPoolOptions, ImportPointerOptions } from '../interop/pool-ipc.js';
+export { sendFd, receiveFd, closeFd, SystemCallError } from '../interop/fd-passing.js';
+export type { ReceivedFd, ReceiveFdOptions } from '../interop/fd-passing.js';

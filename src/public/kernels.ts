@@ -1,0 +1,23 @@
+/// <reference lib="esnext.disposable" preserve="true" />
+// Kept in the .d.ts (preserve), as in index.ts: a consumer that imports only this subpath needs `Disposable` too.
+/**
+ * `vram/kernels`: CUDA C++ compiled at run time (NVRTC, a disk cache) or loaded, checked launches,
+ * the JavaScript twins a kernel runs as on the emulated backend, and the built-in array operations
+ * beyond the few the root keeps (`arange`, `astype`, `fill`, `sum`).
+ */
+export { Module, CompileError, NvrtcUnavailableError, compileStatistics, nvrtcAvailable } from '../kernels/module.js';
+export type { CompileOptions, LoadOptions, CompileStatistics } from '../kernels/module.js';
+export { Kernel } from '../kernels/kernel.js';
+export type { LaunchConfig, Dim3 } from '../kernels/launch-config.js';
+export type { Signature, ArgsOf, ArgOf, PointerArg } from '../kernels/signature.js';
+export type { SuggestedBlockSize } from '../kernels/occupancy.js';
+export { threadCount } from '../kernels/emulated-kernel.js';
+// A kernel's emulated twin is written against these (Module.compile's `emulated` option).
+export type {
+  EmulatedKernels, EmulatedKernel, EmulatedLaunch, EmulatedMemory, FunctionAttributes, KernelLimits, ParamType, ScalarParam,
+  KernelParams, ParamSlot, ModuleImage,
+} from '../backend/backend.js';
+export { kernelCacheDirectory } from '../kernels/compile-cache.js';
+export { NvrtcError } from '../cuda/nvrtc.js';
+export { elementwise, map, zipWith, dot, max, min, ascontiguous } from '../kernels/ops/index.js';
+export type { ElementwiseValues, MapOptions, OpOptions, DotOptions, ReduceOptions } from '../kernels/ops/index.js';

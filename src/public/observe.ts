@@ -1,0 +1,20 @@
+/// <reference lib="esnext.disposable" preserve="true" />
+// Kept in the .d.ts (preserve), as in index.ts: a consumer that imports only this subpath needs `Disposable` too.
+/**
+ * `vram/observe`: watching memory over time. The memory history, snapshots and their format, the
+ * out-of-memory observer, and leak statistics (`memoryStats`, the figures of now, is in the root).
+ */
+export { recordMemoryHistory, memoryHistory, MemoryHistory } from '../observe/history.js';
+export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from '../observe/history.js';
+export { memorySnapshot } from '../observe/snapshot.js';
+export type { SnapshotOptions } from '../observe/snapshot.js';
+export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from '../observe/snapshot-format.js';
+export type {
+  MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, BlockState, SnapshotBlock, SegmentKind,
+  SnapshotPages, SnapshotSegment, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory,
+  SnapshotTriggerKind, SnapshotError, SnapshotTrigger,
+} from '../observe/snapshot-format.js';
+export { onOutOfMemory, OOM_SNAPSHOT_VARIABLE } from '../observe/out-of-memory-observer.js';
+export type { OutOfMemoryEvent } from '../observe/out-of-memory-observer.js';
+export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from '../buffer/lifetime.js';
+export type { LeakRecord, LeakStatistics, LeakListener } from '../buffer/lifetime.js';

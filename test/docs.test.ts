@@ -1,0 +1,219 @@
+/**
+ * Every function, class, method and constructor that an entry point of the package exports (the root
+ * and every subpath, from their built declarations) has a doc comment with `@example`, and, the
+ * functions, methods and constructors, `@throws` (what it throws and when, or `@throws Never.`): the
+ * project's rule for every export, checked the way Deno std's `_tools/check_docs.ts` checks its
+ * modules. Members count from the exported class and every class it extends (a member of an
+ * unexported base class is public through the subclass). A method that overrides a base class's member
+ * or implements a vram interface's shows that member's comment when it has none of its own (as an
+ * editor does), and then is not checked; with a comment of its own, it may leave the tags to that member.
+ * Public members only: private ones are no one's API, and protected ones are hooks a subclass
+ * implements rather than calls.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { entryPoints, entryProgram, resolveAlias } from './entry-points.js';
+
+const distSrc = path.resolve(fileURLToPath(new URL('../src/', import.meta.url)));
+
+/** One exported declaration whose doc comment lacks a tag, as `Class#method`, `Class.static`, `new Class` or `fn`. */
+type Gap = `${string}: ${'@example' | '@throws'}`;
+
+/**
+ * The doc gaps of the declarations that `entryFiles` export.
+ * @param entryFiles The entry declaration files.
+ * @param ownDir The package's declaration folder; classes declared elsewhere (lib) are not walked.
+ * @returns One `name: @tag` per missing tag, sorted.
+ */
+function docGaps(entryFiles: readonly string[], ownDir: string): Gap[] {
+  const { checker, modules } = entryProgram(entryFiles);
+  const gaps = new Set<Gap>();
+  const isOwn = (node: ts.Node): boolean => path.resolve(node.getSourceFile().fileName).startsWith(ownDir + path.sep);
+  const tagsOf = (decls: readonly ts.Node[]): Set<string> =>
+    new Set(decls.flatMap((d) => ts.getJSDocTags(d).map((t) => t.tagName.text)));
+  const hasDoc = (node: ts.Node): boolean => ts.getJSDocCommentsAndTags(node).length > 0;
+  const require = (name: string, decls: readonly ts.Node[], tags: readonly ('@example' | '@throws')[]): void => {
+    const present = tagsOf(decls);
+    for (const tag of tags) if (!present.has(tag.slice(1))) gaps.add(`${name}: ${tag}`);
+  };
+  const modifiers = (node: ts.Node): readonly ts.ModifierLike[] => (ts.canHaveModifiers(node) ? ts.getModifiers(node) ?? [] : []);
+  const isPublic = (member: ts.ClassElement): boolean =>
+    !(member.name !== undefined && ts.isPrivateIdentifier(member.name)) &&
+    !modifiers(member).some((m) => m.kind === ts.SyntaxKind.PrivateKeyword || m.kind === ts.SyntaxKind.ProtectedKeyword);
+
+  // The class declarations of `decl` and of each class above it that vram declares, nearest first.
+  const lineage = (decl: ts.ClassDeclaration): ts.ClassDeclaration[] => {
+    const chain: ts.ClassDeclaration[] = [];
+    let current: ts.ClassDeclaration | undefined = decl;
+    while (current !== undefined && isOwn(current) && !chain.includes(current)) {
+      chain.push(current);
+      const base: ts.ExpressionWithTypeArguments | undefined = current.heritageClauses?.find((h) => h.token === ts.SyntaxKind.ExtendsKeyword)?.types[0];
+      const symbol: ts.Symbol | undefined = base === undefined ? undefined : checker.getSymbolAtLocation(base.expression);
+      current = symbol === undefined ? undefined : resolveAlias(checker, symbol).declarations?.find(ts.isClassDeclaration);
+    }
+    return chain;
+  };
+
+  const keyOf = (member: ts.ClassElement | ts.TypeElement): string | undefined =>
+    member.name === undefined || ts.isComputedPropertyName(member.name) ? undefined
+      : `${modifiers(member).some((m) => m.kind === ts.SyntaxKind.StaticKeyword) ? '.' : '#'}${member.name.getText()}`;
+  // The members of the vram interfaces that these classes implement.
+  const interfaceMembers = (classes: readonly ts.ClassDeclaration[]): ts.TypeElement[] =>
+    classes.flatMap((cls) => cls.heritageClauses?.filter((h) => h.token === ts.SyntaxKind.ImplementsKeyword) ?? [])
+      .flatMap((h) => h.types)
+      .flatMap((t) => {
+        const symbol = checker.getSymbolAtLocation(t.expression);
+        return symbol === undefined ? [] : resolveAlias(checker, symbol).declarations ?? [];
+      })
+      .filter((d): d is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(d) && isOwn(d))
+      .flatMap((d) => [...d.members]);
+
+  const visitClass = (name: string, decl: ts.ClassDeclaration): void => {
+    require(name, [decl], ['@example']);
+    const chain = lineage(decl);
+    const seen = new Set<string>();
+    for (const [depth, cls] of chain.entries()) {
+      const methods = new Map<string, ts.Node[]>();
+      for (const member of cls.members) {
+        if (!isPublic(member)) continue;
+        if (ts.isConstructorDeclaration(member)) {
+          if (depth === 0) require(`new ${name}`, [member], ['@example', '@throws']);
+          continue;
+        }
+        const key = ts.isMethodDeclaration(member) ? keyOf(member) : undefined;
+        if (key === undefined) continue;
+        methods.set(key, [...(methods.get(key) ?? []), member]);
+      }
+      for (const [key, decls] of methods) {
+        if (seen.has(key)) continue;
+        seen.add(key);
+        // The member it overrides (a class above) or implements (an interface of vram's).
+        const inherited = [...chain.slice(depth + 1).flatMap((base) => base.members), ...interfaceMembers(chain.slice(depth))]
+          .filter((m) => keyOf(m) === key);
+        // An undocumented override shows the base member's comment (as an editor does): that one is checked
+        // where it is declared. A documented one may leave its tags to the base's.
+        if (inherited.length > 0 && !decls.some(hasDoc)) continue;
+        const owner = depth === 0 ? name : cls.name?.text ?? name;
+        require(`${owner}${key}`, [...decls, ...inherited], ['@example', '@throws']);
+      }
+    }
+  };
+
+  const visited = new Set<ts.Node>();
+  for (const exported of modules.flatMap((m) => checker.getExportsOfModule(m))) {
+    const decls = (resolveAlias(checker, exported).declarations ?? []).filter((d) => !visited.has(d));
+    decls.forEach((d) => visited.add(d));
+    const functions = decls.filter(ts.isFunctionDeclaration);
+    if (functions.length > 0) require(exported.name, functions, ['@example', '@throws']);
+    for (const decl of decls) if (ts.isClassDeclaration(decl)) visitClass(exported.name, decl);
+  }
+  return [...gaps].sort();
+}
+
+/**
+ * Declarations whose doc comments still lack a tag. This list must only shrink: add the tag to the
+ * comment and delete the line; never add one (a new export is documented when it is written).
+ */
+const KNOWN_GAPS: readonly Gap[] = [
+  'ArenaResource#allocatePitched: @example', 'ArenaResource#deallocatePitched: @example',
+  'ArenaResource#deallocatePitched: @throws', 'ArenaResource#describe: @example', 'ArenaResource#describe: @throws',
+  'ArenaResource#resetPeakReserved: @example', 'ArenaResource#resetPeakReserved: @throws',
+  'ArenaResource.ceil1DVolume: @example', 'ArenaResource.ceil2DVolume: @example', 'AsyncResource#describe: @example',
+  'AsyncResource#describe: @throws', 'AsyncResource#getAccess: @example', 'AsyncResource#getAccess: @throws',
+  'AsyncResource#resetPeakReserved: @example', 'AsyncResource#resetPeakReserved: @throws',
+  'AsyncResource#resetPeaks: @example', 'AsyncResource#resetPeaks: @throws', 'AsyncResource#setAccess: @example',
+  'AsyncResource#setAccess: @throws', 'AsyncResource#trimTo: @example', 'AsyncResource#trimTo: @throws',
+  'BinningResource#addBin: @example', 'BinningResource#describe: @example', 'BinningResource#describe: @throws',
+  'CudaResource#describe: @example', 'CudaResource#describe: @throws', 'DeviceArray#toString: @example',
+  'DeviceArray#toString: @throws', 'DeviceBuffer#toString: @example', 'DeviceBuffer#toString: @throws',
+  'DriverResource: @example', 'EmulatedBackend: @example', 'FixedSizeResource#describe: @example',
+  'FixedSizeResource#describe: @throws', 'FixedSizeResource#resetPeakReserved: @example',
+  'FixedSizeResource#resetPeakReserved: @throws', 'ForeignDeviceBuffer#toString: @example',
+  'ForeignDeviceBuffer#toString: @throws', 'HostArray#toString: @example', 'HostArray#toString: @throws',
+  'HostBuffer#toString: @example', 'HostBuffer#toString: @throws', 'InputFileError: @example',
+  'IpcBuffer#toString: @throws', 'IpcHandle#toBytes: @throws', 'IpcHandle#toJSON: @throws',
+  'IpcHandle#toString: @throws', 'Kernel#toString: @example', 'Kernel#toString: @throws',
+  'LoggingAdaptor#flush: @example', 'LoggingAdaptor#flush: @throws', 'ManagedBuffer#toString: @example',
+  'ManagedBuffer#toString: @throws', 'ManagedResource#describe: @example', 'ManagedResource#describe: @throws',
+  'MemoryHistory#callStacks: @throws', 'MemoryHistory#events: @throws', 'MemoryHistory#largestLiveSites: @throws',
+  'MemoryHistory#liveBlocks: @throws', 'MemoryHistory#stop: @throws', 'MemoryResource#allocate: @example',
+  'MemoryResource#deallocate: @example', 'MemoryResource#describe: @example', 'MemoryResource#describe: @throws',
+  'MemoryResource#destroy: @throws', 'MemoryResource#isEqual: @example', 'MemoryResource#isEqual: @throws',
+  'MemoryResource#releaseCached: @example', 'PinnedHostPool#acquire: @example', 'PinnedHostPool#acquire: @throws',
+  'PinnedHostPool#describe: @example', 'PinnedHostPool#describe: @throws', 'PinnedHostPool.sizeClass: @example',
+  'PinnedHostPool.sizeClass: @throws', 'PinnedHostResource#describe: @example', 'PinnedHostResource#describe: @throws',
+  'PoolResource#describe: @example', 'PoolResource#describe: @throws', 'PoolResource#resetPeakReserved: @example',
+  'PoolResource#resetPeakReserved: @throws', 'PoolResource#statistics: @example', 'PoolResource#statistics: @throws',
+  'ReplayError: @example', 'ResourceAdaptor#describe: @example', 'ResourceAdaptor#describe: @throws',
+  'ResourceAdaptor#isEqual: @example', 'ResourceAdaptor#isEqual: @throws', 'RetryOnOutOfMemory#releaseAll: @example',
+  'RetryOnOutOfMemory#releaseAll: @throws', 'SnapshotFormatError: @example', 'StatisticsAdaptor#resetPeaks: @example',
+  'StatisticsAdaptor#resetPeaks: @throws', 'StreamOrder#hostWait: @example', 'StreamOrder#hostWait: @throws',
+  'StreamOrder#join: @example', 'StreamOrder#join: @throws', 'StreamOrder#mark: @example', 'StreamOrder#mark: @throws',
+  'StreamOrder#passed: @example', 'StreamOrder#passed: @throws', 'StreamOrder#release: @example',
+  'StreamOrder#release: @throws', 'StreamOrder#retire: @example', 'StreamOrder#retire: @throws',
+  'StreamOrder#settle: @example', 'StreamOrder#settle: @throws', 'StreamOrder: @example', 'StridedArray: @example',
+  'TraceParseError: @example', 'TrackingAdaptor#isEqual: @example', 'TrackingAdaptor#isEqual: @throws',
+  'TrackingAdaptor#leakReport: @example', 'TrackingAdaptor#leakReport: @throws',
+  'TrackingAdaptor#outstanding: @example', 'TrackingAdaptor#outstanding: @throws', 'TrackingAdaptor: @example',
+  'isReserving: @example', 'isReserving: @throws', 'new ArenaResource: @example', 'new AsyncResource: @example',
+  'new BinningResource: @example', 'new CudaResource: @example', 'new EmulatedBackend: @example',
+  'new EmulatedBackend: @throws', 'new FixedSizeResource: @example', 'new InputFileError: @example',
+  'new InputFileError: @throws', 'new IpcHandle: @example', 'new LimitingAdaptor: @example',
+  'new LimitingAdaptor: @throws', 'new LoggingAdaptor: @example', 'new ManagedResource: @example',
+  'new MemoryResource: @example', 'new MemoryResource: @throws', 'new PinnedHostPool: @example',
+  'new PinnedHostResource: @example', 'new PoolResource: @example', 'new ReplayError: @example',
+  'new ReplayError: @throws', 'new ResourceAdaptor: @example', 'new RetryOnOutOfMemory: @example',
+  'new RetryOnOutOfMemory: @throws', 'new SnapshotFormatError: @example', 'new SnapshotFormatError: @throws',
+  'new StatisticsAdaptor: @example', 'new StatisticsAdaptor: @throws', 'new StreamOrder: @example',
+  'new StreamOrder: @throws', 'new TraceParseError: @example', 'new TraceParseError: @throws',
+  'new TrackingAdaptor: @example', 'new TrackingAdaptor: @throws',
+];
+
+test('every exported function, class, method and constructor has @example, and @throws where it can throw', () => {
+  const gaps = docGaps(entryPoints().map((e) => e.declarations), distSrc);
+  const known = new Set<string>(KNOWN_GAPS);
+  const fresh = gaps.filter((g) => !known.has(g));
+  assert.deepEqual(fresh, [], `doc comments lacking a tag (add it: @example with a short use, @throws with what and when, or "@throws Never."):\n  ${fresh.join('\n  ')}`);
+  const fixed = KNOWN_GAPS.filter((g) => !gaps.includes(g));
+  assert.deepEqual(fixed, [], 'KNOWN_GAPS entries that are fixed or gone: delete them from the list');
+});
+
+test('the check finds a missing tag wherever the declaration is', () => {
+  // Guards the check itself: a walk that found nothing would pass the test above vacuously.
+  const dir = mkdtempSync(path.join(tmpdir(), 'vram-docs-'));
+  try {
+    writeFileSync(path.join(dir, 'a.d.ts'), [
+      '/** Fine.\n * @example f()\n * @throws Never. */ export declare function fine(): void;',
+      '/** No example.\n * @throws Never. */ export declare function noExample(): void;',
+      '/** Overloads: the tags may be on any one. */ export declare function over(a: string): void;',
+      '/** @example over(1)\n * @throws Never. */ export declare function over(a: number): void;',
+      '/** Base.\n * @example new Base() */ declare class Base {',
+      '  /** @example b.m()\n * @throws Never. */ m(): void;',
+      '  /** No tags: reported as Base#o (public through Derived), and not for n, which Derived documents anew. */ n(): void; o(): void;',
+      '  private p(): void; protected q(): void;',
+      '}',
+      'interface Shape { /** @example s.k()\n * @throws Never. */ k(): void; j(): void; }',
+      '/** No example. */ export declare class Derived extends Base implements Shape {',
+      '  k(): void;',
+      '  /** Documents j anew, and Shape#j has no tags either. */ j(): void;',
+      '  /** @example new Derived()\n */ constructor();',
+      '  /** Own words, the tags of Base#m. */ m(): void;',
+      '  /** Overrides and documents: its own tags count. */ n(): void;',
+      '  /** @throws Never. */ static s(): void;',
+      '}',
+    ].join('\n'));
+    writeFileSync(path.join(dir, 'index.d.ts'), "export { fine, noExample, over, Derived } from './a.js';\n");
+    writeFileSync(path.join(dir, 'package.json'), '{"type":"module"}');
+    assert.deepEqual(docGaps([path.join(dir, 'index.d.ts')], dir), [
+      'Base#o: @example', 'Base#o: @throws', 'Derived#j: @example', 'Derived#j: @throws', 'Derived#n: @example', 'Derived#n: @throws', 'Derived.s: @example', 'Derived: @example',
+      'new Derived: @throws', 'noExample: @example',
+    ]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
