@@ -105,7 +105,7 @@ export { StreamOrder } from './resource/stream-order.js';
 export type { Lane, OrderEvents } from './resource/stream-order.js';
 export { getCurrentResource, setCurrentResource, emptyCache } from './resource/current.js';
 export { memoryStats, resetPeakStats, memorySummary } from './observe/memory-stats.js';
-export type { MemoryStats, CurrentAndPeak } from './observe/memory-stats.js';
+export type { MemoryStats, Gauge } from './observe/memory-stats.js';
 export { recordMemoryHistory, memoryHistory, MemoryHistory } from './observe/history.js';
 export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from './observe/history.js';
 export { memorySnapshot } from './observe/snapshot.js';

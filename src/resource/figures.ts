@@ -5,6 +5,7 @@
  * the snapshot format (observe/), which both use them, so neither depends on the other.
  */
 import type { Counter } from '../counter.js';
+import type { OutOfMemoryStatistics } from '../errors.js';
 
 /** What kind of memory a resource hands out. */
 export type MemoryKind = 'device' | 'managed' | 'pinned-host';
@@ -31,6 +32,22 @@ export interface MemoryFigures {
   readonly pageMoves?: number;
   /** Driver calls made to grow, move and give back memory (virtual-memory pools). */
   readonly driverCalls?: number;
+}
+
+/**
+ * The figures an out-of-memory error carries, read from `memoryFigures()` (the one channel), so an
+ * error says what `memoryStats()` would have said at the moment of the failure.
+ *
+ * @param figures A resource's `memoryFigures()`.
+ * @returns Its allocated bytes, allocations and reserved bytes; `undefined` when it keeps none.
+ * @example
+ * ```ts
+ * new OutOfMemoryError({ ..., statistics: outOfMemoryStatistics(this.memoryFigures()) });
+ * ```
+ */
+export function outOfMemoryStatistics(figures: MemoryFigures | undefined): OutOfMemoryStatistics | undefined {
+  if (figures === undefined) return undefined;
+  return { bytes: figures.allocatedBytes, allocations: figures.allocations, reservedBytes: figures.reservedBytes };
 }
 
 /**
