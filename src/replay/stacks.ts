@@ -29,12 +29,6 @@ export interface ReplayStack {
   readonly name: StackName;
   /** The top of the stack: what the replay allocates from. */
   readonly resource: MemoryResource;
-  /** Peak reserved bytes when the top resource does not report them itself (see ReplayOptions). */
-  readonly peakReservedBytes?: () => number | undefined;
-  /** Restarts that high-water mark, for a repeated replay's passes (see ReplayOptions). */
-  readonly resetPeakReserved?: () => void;
-  /** Reserved bytes now when the top resource does not report them itself (see ReplayOptions). */
-  readonly reservedBytes?: () => number;
   /** The stack's growth figures, cumulative, when it reports them (the pools do). */
   readonly growth?: () => GrowthFigures;
   /** What the reader should know about how the stack was set up (sizes chosen, rules applied). */
@@ -109,8 +103,7 @@ export function createStack(name: StackName, trace: AllocationTrace, options: St
       // RMM's replay benchmark bins: fixed-size bins of 256 KiB .. 4 MiB over the pool.
       const resource = new BinningResource(pool, { minSizeExponent: 18, maxSizeExponent: 22 });
       return {
-        name, resource, peakReservedBytes: () => pool.peakReservedBytes,
-        resetPeakReserved: () => pool.resetPeakReserved(), reservedBytes: () => pool.reservedBytes, growth: () => growthOf(pool),
+        name, resource, growth: () => growthOf(pool),
         notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them', ...poolNotes],
         close: () => { resource.destroy(); pool.destroy(); },
       };

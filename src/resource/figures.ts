@@ -24,6 +24,13 @@ export interface MemoryFigures {
   readonly reservedBytes: number;
   /** The high-water mark of `reservedBytes` since creation or the last peak reset. */
   readonly peakReservedBytes: number;
+  /**
+   * `true` where the resource cannot see what the driver holds beyond the bytes asked for (one
+   * driver allocation per block, or an adaptor counting over a resource that keeps no figures):
+   * `reservedBytes` is then the allocated bytes, and replay estimates the driver's rounding
+   * instead. Absent where reserved is measured (pools, arenas, CUDA's own pool).
+   */
+  readonly reservedFromAllocated?: true;
   /** Allocations that failed for lack of memory and were retried after releasing caches. */
   readonly allocationRetries?: number;
   /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */

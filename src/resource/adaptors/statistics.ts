@@ -61,7 +61,10 @@ export class StatisticsAdaptor extends ResourceAdaptor {
     const below = this.upstream.memoryFigures();
     if (below !== undefined) return below;
     const bytes = this.bytesCounter.snapshot();
-    return { allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+    return {
+      allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+      reservedFromAllocated: true,
+    };
   }
 
   /** Restarts this adaptor's peaks and the upstream's. */

@@ -194,8 +194,8 @@ export class AsyncResource extends DriverResource implements ReservingResource {
 
   /** The live table's allocated figures with the pool's reserved bytes and their high-water mark. */
   override memoryFigures(): MemoryFigures | undefined {
-    const live = super.memoryFigures()!;
-    return { ...live, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+    const { allocatedBytes, allocations } = super.memoryFigures()!;
+    return { allocatedBytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
   }
 
   /** Restarts the live table's peaks and the pool's high-water marks. */

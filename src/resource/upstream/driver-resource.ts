@@ -48,7 +48,10 @@ export abstract class DriverResource extends MemoryResource {
    */
   override memoryFigures(): MemoryFigures | undefined {
     const bytes = this.table.bytes.snapshot();
-    return { allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+    return {
+      allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+      reservedFromAllocated: true,
+    };
   }
 
   /** Restarts the live table's peaks. */
