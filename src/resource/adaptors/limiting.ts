@@ -8,6 +8,7 @@ import { OutOfMemoryError } from '../../errors.js';
 import { alignUp, checkBytes } from '../../validate.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
+import { outOfMemoryStatistics } from '../figures.js';
 
 /**
  * Refuses an allocation that would take the bytes outstanding through it past `limitBytes`, with
@@ -47,10 +48,20 @@ export class LimitingAdaptor extends ResourceAdaptor {
     return this.limitBytes - this.counted.value;
   }
 
-  /** The upstream's figures with this limit (the lowest limit wins in a stack of several). */
-  override memoryFigures(): MemoryFigures | undefined {
+  /**
+   * The upstream's figures with this limit (the lowest limit wins in a stack of several); over an
+   * upstream that keeps none, what this adaptor counts against the limit (sizes rounded to its
+   * alignment), with reserved taken as allocated.
+   */
+  override memoryFigures(): MemoryFigures {
     const below = this.upstream.memoryFigures();
-    if (below === undefined) return undefined;
+    if (below === undefined) {
+      const bytes = this.counted.snapshot();
+      return {
+        allocatedBytes: bytes, allocations: this.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+        reservedFromAllocated: true, limitBytes: this.limitBytes,
+      };
+    }
     const limitBytes = Math.min(this.limitBytes, below.limitBytes ?? Infinity);
     return { ...below, limitBytes };
   }
@@ -67,7 +78,7 @@ export class LimitingAdaptor extends ResourceAdaptor {
     if (this.counted.value + counted > this.limitBytes) {
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'LimitingAdaptor.allocate', reason: 'limit', resource: this.describe(),
-        statistics: { bytes: this.counted.snapshot(), allocations: this.allocations.snapshot() },
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
         message: `cannot allocate ${bytes} bytes: ${formatBytes(this.counted.value)} of the ` +
           `${formatBytes(this.limitBytes)} limit in use`,
       });

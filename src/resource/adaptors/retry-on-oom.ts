@@ -4,10 +4,10 @@
  * much was asked for and where the memory went.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../../errors.js';
+import { isOutOfMemory, OutOfMemoryError } from '../../errors.js';
 import { ResourceAdaptor, formatBytes } from './adaptor.js';
 import { checkResource, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
-import { StatisticsAdaptor } from './statistics.js';
+import { outOfMemoryStatistics } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options of RetryOnOutOfMemory. */
@@ -101,7 +101,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
         throw new OutOfMemoryError({
           requestedBytes: bytes, call: 'RetryOnOutOfMemory.allocate', resource: this.describe(),
           reason: second instanceof OutOfMemoryError ? second.reason : 'device',
-          statistics: this.nearestStatistics(), cause: second,
+          statistics: outOfMemoryStatistics(this.upstream.memoryFigures()), cause: second,
           message: `cannot allocate ${bytes} bytes (${formatBytes(bytes)}) from ${this.describe()}, ` +
             `even after releasing ${formatBytes(released)} of cached memory: ${second.message}`,
         });
@@ -125,11 +125,4 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
     return released;
   }
 
-  /** The nearest StatisticsAdaptor's figures below this adaptor, if there is one. */
-  private nearestStatistics(): OutOfMemoryStatistics | undefined {
-    for (const resource of chainOf(this.upstream)) {
-      if (resource instanceof StatisticsAdaptor) return resource.statistics;
-    }
-    return undefined;
-  }
 }

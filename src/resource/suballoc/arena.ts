@@ -13,7 +13,7 @@ import { BlockHeap } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
 import { GRANULE } from './kit/free-list.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options of an ArenaResource. */
@@ -206,7 +206,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     return this.regionBytes;
   }
 
-  /** Nothing to reset: the reservation is fixed. */
+  /** @deprecated use `resetPeakFigures()`. Nothing to reset: the reservation is fixed. */
   resetPeakReserved(): void {}
 
   /** Bytes in live blocks (as requested). */
@@ -241,7 +241,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
       const heap = this.heap;
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'ArenaResource.allocate', reason: 'arena', resource: this.describe(),
-        statistics: { ...heap.counters(), reservedBytes: this.regionBytes },
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
         message: `arena exhausted: cannot allocate ${bytes} bytes from an arena of ${this.size} bytes with ` +
           `${heap.freeBytes} bytes free (no free range is large enough); size it with ArenaResource.ceil1DVolume/ceil2DVolume`,
       });

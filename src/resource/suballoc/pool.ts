@@ -23,7 +23,7 @@ import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options for a PoolResource. */
@@ -435,9 +435,9 @@ export class PoolResource extends MemoryResource implements ReservingResource {
 
   private outOfMemory(bytes: number, why: string, reason: OutOfMemoryReason, cause?: unknown): OutOfMemoryError {
     const heap = this.heap;
-    const statistics = { ...heap.counters(), reservedBytes: this.reservedBytes };
     return new OutOfMemoryError({
-      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(), statistics, cause,
+      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(),
+      statistics: outOfMemoryStatistics(this.memoryFigures()), cause,
       message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
         `(live ${heap.liveBytes} bytes in ${heap.liveCount} blocks, reserved ${this.reservedBytes} bytes)`,
     });

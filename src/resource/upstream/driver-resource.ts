@@ -8,7 +8,7 @@ import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
 import { OutOfMemoryError } from '../../errors.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { SizeTable } from './size-table.js';
 
 /**
@@ -134,7 +134,7 @@ export abstract class DriverResource extends MemoryResource {
     const live = this.table;
     return new OutOfMemoryError({
       requestedBytes: bytes, call: error.call, reason: error.reason, resource: this.describe(),
-      statistics: { bytes: live.bytes.snapshot(), allocations: live.allocations.snapshot() },
+      statistics: outOfMemoryStatistics(this.memoryFigures()),
       message: `${error.message} (${this.describe()}: ${live.size} live allocations, ${live.bytes.value} bytes)`,
       cause: error.cause ?? error,
     });
