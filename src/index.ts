@@ -98,8 +98,8 @@ export type { ReceivedFd, ReceiveFdOptions } from './interop/fd-passing.js';
 export type { PlaceOptions, Placement } from './interop/place.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
-export { MemoryResource, defaultStream, isReserving } from './resource/resource.js';
-export type { ReservingResource, StreamRef, MemoryKind, MemoryFigures } from './resource/resource.js';
+export { MemoryResource, defaultStream } from './resource/resource.js';
+export type { StreamRef, MemoryKind, MemoryFigures } from './resource/resource.js';
 export { ResourceAdaptor } from './resource/adaptors/adaptor.js';
 export { StreamOrder } from './resource/stream-order.js';
 export type { Lane, OrderEvents } from './resource/stream-order.js';

@@ -206,12 +206,12 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     return this.regionBytes;
   }
 
-  /** @deprecated use `resetPeakFigures()`. Nothing to reset: the reservation is fixed. */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Nothing to reset: the reservation is fixed. */
   resetPeakReserved(): void {}
 
-  /** Bytes in live blocks (as requested). */
+  /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live blocks (as requested). */
   get liveBytes(): number {
-    return this.heap.liveBytes;
+    return this.memoryFigures().allocatedBytes.value;
   }
 
   /** Bytes not in any live block. */
@@ -220,7 +220,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
   }
 
   /** Live blocks and the fixed reservation. */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const { bytes, allocations } = this.heap.counters();
     return { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
   }

@@ -213,7 +213,7 @@ export class FixedSizeResource extends MemoryResource {
     return this.reserved.peak;
   }
 
-  /** @deprecated use `resetPeakFigures()`. Restarts the reserved high-water mark. */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved high-water mark. */
   resetPeakReserved(): void {
     this.reserved.resetPeak();
   }

@@ -371,20 +371,25 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     return this.pages !== null ? this.pages.peakReservedBytes : this.chunks!.peakReservedBytes;
   }
 
-  /** Restarts the high-water mark of reservedBytes (and of live bytes) from current figures. */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved and live high-water marks. */
   resetPeakReserved(): void {
-    if (this.pages !== null) this.pages.resetPeak();
-    else this.chunks!.peakReservedBytes = this.chunks!.reservedBytes;
-    this.heap.resetPeaks();
+    this.resetPeakFigures();
   }
 
-  /** Live, reserved and free figures. */
+  /**
+   * The pool's growth detail beyond `memoryFigures()` (free bytes, stream steals, page moves back,
+   * host waits, driver calls by kind, growth time), with the common figures read from it.
+   *
+   * @returns The figures now.
+   * @example
+   * ```ts
+   * pool.statistics().driverCalls.map; // cuMemMap calls so far
+   * ```
+   */
   statistics(): PoolStatistics {
-    const heap = this.heap;
+    const { allocatedBytes, allocations, reservedBytes, peakReservedBytes } = this.memoryFigures();
     return {
-      ...heap.counters(),
-      reservedBytes: this.reservedBytes,
-      peakReservedBytes: this.peakReservedBytes,
+      bytes: allocatedBytes, allocations, reservedBytes, peakReservedBytes,
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
       pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
@@ -396,7 +401,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   }
 
   /** Live blocks and reserved bytes; page moves and driver calls with virtual growth only. */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const { bytes, allocations } = this.heap.counters();
     const figures = { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
     if (this.pages === null) return figures;
@@ -405,9 +410,11 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     return { ...figures, pageMoves: this.pages.pageMoves, driverCalls };
   }
 
-  /** Restarts the reserved and live high-water marks (`resetPeakReserved`). */
+  /** Restarts the reserved and live high-water marks. */
   override resetPeakFigures(): void {
-    this.resetPeakReserved();
+    if (this.pages !== null) this.pages.resetPeak();
+    else this.chunks!.peakReservedBytes = this.chunks!.reservedBytes;
+    this.heap.resetPeaks();
   }
 
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */

@@ -187,13 +187,13 @@ export class AsyncResource extends DriverResource implements ReservingResource {
     this.set(MemPoolAttribute.USED_MEM_HIGH, 0);
   }
 
-  /** Resets the reserved high-water mark (ReservingResource). */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Resets the reserved high-water mark. */
   resetPeakReserved(): void {
     this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
   }
 
   /** The live table's allocated figures with the pool's reserved bytes and their high-water mark. */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const { allocatedBytes, allocations } = super.memoryFigures()!;
     return { allocatedBytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
   }

@@ -32,9 +32,9 @@ export abstract class DriverResource extends MemoryResource {
     return this.owner.backend;
   }
 
-  /** Bytes in live allocations. */
+  /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live allocations. */
   get liveBytes(): number {
-    return this.table.bytes.value;
+    return this.memoryFigures().allocatedBytes.value;
   }
 
   /** Number of live allocations. */
@@ -46,7 +46,7 @@ export abstract class DriverResource extends MemoryResource {
    * The live table's figures. Every block is one driver allocation and nothing is cached, so
    * reserved is allocated; resources over a driver pool (AsyncResource) report the pool's instead.
    */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const bytes = this.table.bytes.snapshot();
     return {
       allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
