@@ -12,7 +12,7 @@ import { CudaResource } from '../upstream/cuda-resource.js';
 import { BlockHeap } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
 import { GRANULE } from './kit/free-list.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type StreamRef } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
@@ -45,7 +45,7 @@ const REGION_ALIGNMENT = 4096;
  * arena.deallocatePitched(ptr);
  * ```
  */
-export class ArenaResource extends MemoryResource implements ReservingResource {
+export class ArenaResource extends MemoryResource {
   /** The upstream's kind. */
   readonly kind: MemoryKind;
   /** 1D blocks are aligned to 256 bytes. */

@@ -22,7 +22,7 @@ import { UpstreamChunks } from './kit/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
@@ -125,7 +125,7 @@ function growthCalls(pages: VirtualPages | null): GrowthCalls {
  * pool.deallocate(p, 1 << 20, stream);
  * ```
  */
-export class PoolResource extends MemoryResource implements ReservingResource {
+export class PoolResource extends MemoryResource {
   /** Device memory, or the upstream's kind. */
   readonly kind: MemoryKind;
   /** Every block is a multiple of 256 bytes, aligned to 256. */

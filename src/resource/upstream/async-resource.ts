@@ -12,7 +12,7 @@ import { checkNonNegativeInteger } from '../../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
-import type { MemoryFigures, ReservingResource } from '../resource.js';
+import type { MemoryFigures } from '../resource.js';
 import { readOptions } from '../../util/options.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
@@ -44,7 +44,7 @@ export interface AsyncResourceOptions {
  * mr.deallocate(p, 1 << 20, stream);
  * ```
  */
-export class AsyncResource extends DriverResource implements ReservingResource {
+export class AsyncResource extends DriverResource {
   /** Plain device memory. */
   readonly kind = 'device';
   /** 256 bytes, as cuMemAlloc. */
