@@ -99,7 +99,7 @@ export type { PlaceOptions, Placement } from './interop/place.js';
 
 // Memory resources: the interface, upstream resources, sub-allocators, adaptors
 export { MemoryResource, defaultStream } from './resource/resource.js';
-export type { StreamRef, MemoryKind, MemoryFigures } from './resource/resource.js';
+export type { ReservingResource, StreamRef, MemoryKind, MemoryFigures } from './resource/resource.js';
 export { ResourceAdaptor } from './resource/adaptors/adaptor.js';
 export { StreamOrder } from './resource/stream-order.js';
 export type { Lane, OrderEvents } from './resource/stream-order.js';
