@@ -65,8 +65,7 @@ for (const path of paths) {
     if (k === -1) {
       const stack = createStack('async', trace);
       try {
-        const options: ReplayOptions = { repeat, ...(stack.peakReservedBytes ? { peakReservedBytes: stack.peakReservedBytes } : {}),
-          ...(stack.resetPeakReserved ? { resetPeakReserved: stack.resetPeakReserved } : {}) };
+        const options: ReplayOptions = { repeat };
         console.log(row('async', trace, replay(trace, stack.resource, options).passes));
       } finally {
         stack.close();

@@ -56,7 +56,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   const pool = new StatisticsAdaptor(new PoolResource());
   const previous = setCurrentResource(device, pool);
   for (let i = 0; i < 100; i++) DeviceBuffer.allocate(4096).free();
-  console.log('pool statistics:', pool.statistics);
+  console.log('pool statistics:', pool.memoryFigures());
   setCurrentResource(device, previous);
   pool.releaseCached();
 }

@@ -52,7 +52,7 @@ export { MemoryResource } from './resource/resource.js';
 export type { StreamRef } from './resource/resource.js';
 export { getCurrentResource, setCurrentResource, emptyCache } from './resource/current.js';
 export { memoryStats, resetPeakStats, memorySummary } from './observe/memory-stats.js';
-export type { MemoryStats, CurrentAndPeak } from './observe/memory-stats.js';
+export type { MemoryStats, Gauge } from './observe/memory-stats.js';
 export type { Counter } from './counter.js';
 
 // The built-in operations an array user reaches for first (the rest: `vram/kernels`)

@@ -4,7 +4,8 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
-import { emptyCache } from '../src/resource/current.js';
+import { emptyCache, setCurrentResource } from '../src/resource/current.js';
+import type { MemoryResource } from '../src/resource/resource.js';
 
 /** True when the suite runs on a real GPU (`npm run test:gpu`). */
 export const onGpu: boolean = getBackend().name === 'cuda';
@@ -106,4 +107,19 @@ export function randomBytes(n: number, seed: number): Uint8Array {
     out[i] = x & 0xff;
   }
   return out;
+}
+
+/**
+ * Runs `body` with `mr` as device 0's current resource, then puts the previous one back and
+ * destroys `mr`, then the resources of `below` (its upstreams, in order).
+ */
+export function withCurrent<T extends MemoryResource>(mr: T, body: (mr: T) => void, below: readonly MemoryResource[] = []): void {
+  const previous = setCurrentResource(0, mr);
+  try {
+    body(mr);
+  } finally {
+    setCurrentResource(0, previous);
+    mr.destroy();
+    for (const r of below) r.destroy();
+  }
 }

@@ -9,7 +9,7 @@ import type { Ptr } from '../src/backend/backend.js';
 import { OutOfMemoryError } from '../src/errors.js';
 import { AsyncResource } from '../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
-import { emptyCache, setCurrentResource } from '../src/resource/current.js';
+import { emptyCache } from '../src/resource/current.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { memoryStats, memorySummary, resetPeakStats } from '../src/observe/memory-stats.js';
 import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
@@ -17,18 +17,9 @@ import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { MemoryResource } from '../src/resource/resource.js';
 import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
 
-const MiB = 1024 * 1024;
+import { withCurrent } from './helpers.js';
 
-/** Runs `body` with `mr` as device 0's current resource, then puts the previous one back and destroys `mr`. */
-function withCurrent<T extends MemoryResource>(mr: T, body: (mr: T) => void): void {
-  const previous = setCurrentResource(0, mr);
-  try {
-    body(mr);
-  } finally {
-    setCurrentResource(0, previous);
-    mr.destroy();
-  }
-}
+const MiB = 1024 * 1024;
 
 test('PoolResource: allocated, reserved and cached move with allocate, free, emptyCache and resetPeakStats', () => {
   withCurrent(new PoolResource(), (pool) => {
@@ -49,19 +40,19 @@ test('PoolResource: allocated, reserved and cached move with allocate, free, emp
     const b = memoryStats();
     assert.deepEqual(b.allocatedBytes, { value: 4 * MiB, peak: 4 * MiB, total: 4 * MiB });
     assert.deepEqual(b.allocations, { value: 2, peak: 2, total: 2 });
-    assert.ok(b.reservedBytes!.current >= 4 * MiB);
-    assert.equal(b.cachedBytes, b.reservedBytes!.current - 4 * MiB);
+    assert.ok(b.reservedBytes!.value >= 4 * MiB);
+    assert.equal(b.cachedBytes, b.reservedBytes!.value - 4 * MiB);
     assert.ok(b.driverCalls! > a.driverCalls!, 'growing maps pages through the driver');
 
     pool.deallocate(p3, 3 * MiB);
     const c = memoryStats();
     assert.deepEqual(c.allocatedBytes, { value: MiB, peak: 4 * MiB, total: 4 * MiB });
-    assert.equal(c.reservedBytes!.current, b.reservedBytes!.current, 'the pool keeps what was freed');
+    assert.equal(c.reservedBytes!.value, b.reservedBytes!.value, 'the pool keeps what was freed');
     assert.ok(c.cachedBytes! >= 3 * MiB);
 
     assert.ok(emptyCache(0) > 0);
     const d = memoryStats();
-    assert.ok(d.reservedBytes!.current < c.reservedBytes!.current);
+    assert.ok(d.reservedBytes!.value < c.reservedBytes!.value);
     assert.ok(d.cachedBytes! < 3 * MiB);
     assert.equal(d.reservedBytes!.peak, b.reservedBytes!.peak);
 
@@ -69,7 +60,7 @@ test('PoolResource: allocated, reserved and cached move with allocate, free, emp
     const e = memoryStats();
     assert.deepEqual(e.allocatedBytes, { value: MiB, peak: MiB, total: 4 * MiB });
     assert.equal(e.allocations!.peak, 1);
-    assert.equal(e.reservedBytes!.peak, e.reservedBytes!.current);
+    assert.equal(e.reservedBytes!.peak, e.reservedBytes!.value);
     pool.deallocate(p1, MiB);
   });
 });
@@ -80,7 +71,7 @@ test('AsyncResource: the live table for allocated, the pool for reserved', () =>
     const a = memoryStats();
     assert.match(a.resource, /^AsyncResource\(/);
     assert.deepEqual(a.allocatedBytes, { value: 2 * MiB, peak: 2 * MiB, total: 2 * MiB });
-    assert.ok(a.reservedBytes!.current >= 2 * MiB);
+    assert.ok(a.reservedBytes!.value >= 2 * MiB);
     assert.equal(a.pageMoves, undefined);
     mr.deallocate(p, 2 * MiB);
     const b = memoryStats();
@@ -88,12 +79,12 @@ test('AsyncResource: the live table for allocated, the pool for reserved', () =>
     assert.equal(b.allocatedBytes!.peak, 2 * MiB);
     emptyCache(0);
     const c = memoryStats();
-    assert.equal(c.reservedBytes!.current, 0);
+    assert.equal(c.reservedBytes!.value, 0);
     assert.equal(c.cachedBytes, 0);
     assert.ok(c.reservedBytes!.peak >= 2 * MiB);
     resetPeakStats(0);
     const d = memoryStats(0);
-    assert.deepEqual(d.reservedBytes, { current: 0, peak: 0 });
+    assert.deepEqual(d.reservedBytes, { value: 0, peak: 0 });
     assert.deepEqual(d.allocatedBytes, { value: 0, peak: 0, total: 2 * MiB });
   });
 });
@@ -103,12 +94,12 @@ test('CudaResource: reserved is allocated, nothing cached', () => {
     const p = mr.allocate(1000);
     const a = memoryStats();
     assert.deepEqual(a.allocatedBytes, { value: 1000, peak: 1000, total: 1000 });
-    assert.deepEqual(a.reservedBytes, { current: 1000, peak: 1000 });
+    assert.deepEqual(a.reservedBytes, { value: 1000, peak: 1000 });
     assert.equal(a.cachedBytes, 0);
     assert.equal(a.driverCalls, undefined);
     mr.deallocate(p, 1000);
     resetPeakStats();
-    assert.deepEqual(memoryStats().reservedBytes, { current: 0, peak: 0 });
+    assert.deepEqual(memoryStats().reservedBytes, { value: 0, peak: 0 });
   });
 });
 
@@ -125,7 +116,7 @@ test('an adaptor stack: the pool\'s figures with the limit and the retries; an o
       assert.equal(a.allocationRetries, 0);
       assert.equal(a.pageMoves, undefined, 'upstream growth moves no pages');
       assert.deepEqual(a.allocatedBytes, { value: 6 * MiB, peak: 6 * MiB, total: 6 * MiB });
-      assert.equal(a.reservedBytes!.current, pool.reservedBytes);
+      assert.equal(a.reservedBytes!.value, pool.reservedBytes);
 
       assert.throws(() => stack.allocate(4 * MiB), OutOfMemoryError);
       const b = memoryStats();

@@ -119,7 +119,7 @@ const COPY_IN = ['offset', 'bytes', 'stream', 'register', 'srcOffset'];
 const COPY_OUT = ['offset', 'bytes', 'stream', 'register', 'dstOffset'];
 const COPY_2D = ['widthBytes', 'height', 'hostPitch', 'hostOffset', 'stream'];
 const FOREIGN = ['owner', 'onRelease', 'device', 'readOnly'];
-const REPLAY = ['peakReservedBytes', 'perOperationTiming', 'repeat', 'resetPeakReserved', 'growth', 'timeline', 'reservedBytes'];
+const REPLAY = ['perOperationTiming', 'repeat', 'growth', 'timeline'];
 
 const TABLE: readonly Entry[] = [
   // Devices, streams, events

@@ -14,6 +14,8 @@ import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { MemoryResource } from '../src/resource/resource.js';
 import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
+import { CounterCell } from '../src/counter.js';
+import type { MemoryFigures } from '../src/resource/figures.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { createStack, type StackOptions } from '../src/replay/stacks.js';
@@ -139,9 +141,31 @@ describe('replay engine', () => {
     assert.equal(result.overheadPercent, (1536 / 700 - 1) * 100);
   });
 
-  it('uses a figure the stack supplies, and medians with per-operation timing', () => {
-    const result = replay(synthetic, addresses(), { peakReservedBytes: () => 1400, perOperationTiming: true });
-    assert.equal(result.reservedSource, 'stack');
+  it('reads peak reserved from the resource\'s memoryFigures(), and medians with per-operation timing', () => {
+    /** Reserves twice what it hands out, as its figures say (measured: no `reservedFromAllocated`). */
+    class Doubling extends Addresses {
+      #live = new CounterCell();
+      #count = new CounterCell();
+      protected override doAllocate(bytes: number): number {
+        this.#live.add(bytes);
+        this.#count.add(1);
+        return super.doAllocate(bytes);
+      }
+      protected override doDeallocate(ptr: number, bytes: number): void {
+        super.doDeallocate(ptr, bytes);
+        this.#live.sub(bytes);
+        this.#count.sub(1);
+      }
+      override memoryFigures(): MemoryFigures {
+        return { allocatedBytes: this.#live.snapshot(), allocations: this.#count.snapshot(), reservedBytes: 2 * this.#live.value, peakReservedBytes: 2 * this.#live.peak };
+      }
+      override resetPeakFigures(): void {
+        this.#live.resetPeak();
+      }
+    }
+    const result = replay(synthetic, new Doubling(), { perOperationTiming: true });
+    assert.equal(result.reservedSource, 'resource');
+    assert.equal(result.peakReservedBytes, 1400);
     assert.equal(result.overheadPercent, 100);
     assert.ok((result.medianAllocateNs ?? -1) >= 0);
     assert.ok((result.medianFreeNs ?? -1) >= 0);
@@ -301,8 +325,6 @@ describe('replay of a multi-stream trace', () => {
         try {
           const result = replay(multi, stack.resource, {
             repeat: timeline ? 1 : 2, timeline,
-            ...(stack.reservedBytes ? { reservedBytes: stack.reservedBytes } : {}),
-            ...(stack.peakReservedBytes ? { peakReservedBytes: stack.peakReservedBytes } : {}),
           });
           assert.equal(result.operations, multi.summary.operations);
           if (timeline) assert.ok(result.timeline!.peakBlocks.some((b) => b.stream !== 0), 'blocks of other streams at the peak');

@@ -100,8 +100,6 @@ function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: S
     const result = replay(trace, stack.resource, {
       perOperationTiming: perOp,
       repeat,
-      ...(stack.peakReservedBytes ? { peakReservedBytes: stack.peakReservedBytes } : {}),
-      ...(stack.resetPeakReserved ? { resetPeakReserved: stack.resetPeakReserved } : {}),
       ...(stack.growth ? { growth: stack.growth } : {}),
     });
     return { stack: name, ok: true, notes: stack.notes, result };
@@ -188,8 +186,6 @@ function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, 
     try {
       const result = replay(trace, stack.resource, {
         timeline: true,
-        ...(stack.reservedBytes ? { reservedBytes: stack.reservedBytes } : {}),
-        ...(stack.peakReservedBytes ? { peakReservedBytes: stack.peakReservedBytes } : {}),
       });
       return { name: o.stack, ...(result.timeline ? { timeline: result.timeline } : {}) };
     } finally {

@@ -11,18 +11,18 @@ import { getCurrentResource } from '../resource/current.js';
 import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';
 
-/** A figure now and its high-water mark. */
-export interface CurrentAndPeak {
-  /** The figure now. */
-  readonly current: number;
-  /** Its highest value since creation or the last `resetPeakStats()`. */
-  readonly peak: number;
-}
+/**
+ * A figure now (`value`) and its high-water mark (`peak`): a `Counter` without the running total,
+ * for figures that have none (reserved bytes: CUDA's own pool reports only current and peak).
+ * Read the same way as a Counter: `.value`, `.peak`.
+ */
+export type Gauge = Pick<Counter, 'value' | 'peak'>;
 
 /**
  * The figures of one device's current resource (schema version 1). Fields the resource does not
- * keep are `undefined`, never a 0 that would read as measured: a resource outside vram, or one
- * such as BinningResource that does not count, reports only its description, errors and leaks.
+ * keep are `undefined`, never a 0 that would read as measured: a resource outside vram reports only
+ * its description, errors and leaks. Every counter reads `.value` and `.peak` (and `.total` where
+ * a running total is kept).
  */
 export interface MemoryStats {
   /** The schema version of this object; a change of meaning or a removed field raises it. */
@@ -42,7 +42,7 @@ export interface MemoryStats {
    * Bytes the resource holds from the driver (or its upstream): live blocks, their rounding and
    * what it caches. PyTorch's `reserved_bytes`. For a CudaResource it is the allocated bytes.
    */
-  readonly reservedBytes: CurrentAndPeak | undefined;
+  readonly reservedBytes: Gauge | undefined;
   /**
    * Reserved minus allocated bytes: what is cached, plus the rounding of live blocks. The most
    * `emptyCache()` can give back (it gives back whole free pages or chunks only), and the memory
@@ -95,7 +95,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     allocatedBytes: allocated,
     allocations: figures?.allocations,
     reservedBytes: figures === undefined ? undefined
-      : Object.freeze({ current: figures.reservedBytes, peak: figures.peakReservedBytes }),
+      : Object.freeze({ value: figures.reservedBytes, peak: figures.peakReservedBytes }),
     cachedBytes: figures === undefined ? undefined : Math.max(0, figures.reservedBytes - figures.allocatedBytes.value),
     allocationRetries: figures?.allocationRetries,
     outOfMemoryErrors: mr.outOfMemoryErrors,
@@ -148,7 +148,7 @@ export function memorySummary(device?: Device | number): string {
     ['Metric', 'Current', 'Peak', 'Total'],
     ['Allocated memory', bytes(s.allocatedBytes?.value), bytes(s.allocatedBytes?.peak), bytes(s.allocatedBytes?.total)],
     ['Allocations', count(s.allocations?.value), count(s.allocations?.peak), count(s.allocations?.total)],
-    ['Reserved memory', bytes(s.reservedBytes?.current), bytes(s.reservedBytes?.peak), '-'],
+    ['Reserved memory', bytes(s.reservedBytes?.value), bytes(s.reservedBytes?.peak), '-'],
     ['Cached (releasable)', bytes(s.cachedBytes), '-', '-'],
     ['Limit', s.limitBytes === undefined ? '-' : formatBytes(s.limitBytes), '-', '-'],
     ['Allocation retries', '-', '-', count(s.allocationRetries)],

@@ -298,6 +298,10 @@ const booleanCheck: Check = (value, field) => {
   if (typeof value !== 'boolean') wrong(field, 'true or false', value);
 };
 
+const trueCheck: Check = (value, field) => {
+  if (value !== true) wrong(field, 'true (or the field absent)', value);
+};
+
 function oneOf(values: readonly string[]): Check {
   return (value, field) => {
     if (typeof value !== 'string' || !values.includes(value)) wrong(field, `one of ${values.map((v) => `'${v}'`).join(', ')}`, value);
@@ -353,7 +357,7 @@ const counter = objectCheck({ value: numberCheck(), peak: numberCheck(), total: 
 
 const figuresCheck = objectCheck(
   { allocatedBytes: counter, allocations: counter, reservedBytes: bytes, peakReservedBytes: bytes },
-  { allocationRetries: count, limitBytes: bytes, pageMoves: count, driverCalls: count },
+  { allocationRetries: count, limitBytes: bytes, pageMoves: count, driverCalls: count, reservedFromAllocated: trueCheck },
 );
 
 const pageRun: Check = (value, field) => {

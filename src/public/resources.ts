@@ -6,7 +6,7 @@
  * one who builds a stack (`new StatisticsAdaptor(new PoolResource())`) or writes a resource does.
  * `MemoryResource` itself is in the root (`getCurrentResource()` returns one).
  */
-export { defaultStream, isReserving } from '../resource/resource.js';
+export { defaultStream } from '../resource/resource.js';
 export type { ReservingResource, MemoryKind, MemoryFigures } from '../resource/resource.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { StreamOrder } from '../resource/stream-order.js';

@@ -5,7 +5,8 @@
  */
 import { Device } from '../device.js';
 import { VramError } from '../errors.js';
-import { isReserving, type MemoryResource, type StreamRef, defaultStream } from '../resource/resource.js';
+import { type MemoryResource, type StreamRef, defaultStream } from '../resource/resource.js';
+import type { MemoryFigures } from '../resource/figures.js';
 import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
 import type { SnapshotSegment } from '../observe/snapshot-format.js';
@@ -14,21 +15,16 @@ import { readOptions } from '../util/options.js';
 
 /** How peak reserved bytes were found. */
 export type ReservedSource =
-  /** The resource's own `peakReservedBytes` (a ReservingResource). */
+  /** The resource's `memoryFigures()` (with what lies below it: the pool under a binning resource). */
   | 'resource'
-  /** A figure the resource stack supplied (e.g. a CUDA pool's RESERVED_MEM_HIGH). */
-  | 'stack'
-  /** `estimateDriverReservation` over the live set (resources that hold nothing beyond it). */
+  /**
+   * `estimateDriverReservation` over the live set: the resource keeps no figures, or its reserved
+   * bytes are only its allocated ones (`reservedFromAllocated`: one driver allocation per block).
+   */
   | 'estimate';
 
 /** Options of a replay. */
 export interface ReplayOptions {
-  /**
-   * Peak reserved bytes as the stack knows them, read after the replay (e.g. a CUDA memory pool's
-   * RESERVED_MEM_HIGH, or the pool under a binning resource); preferred to the resource's own
-   * `peakReservedBytes`. Return undefined to fall back to that, then to the estimate.
-   */
-  readonly peakReservedBytes?: () => number | undefined;
   /**
    * Time every operation on its own, for medians (two clock reads per operation, which add
    * roughly 50-100 ns each to the total); off by default, when only the whole loop is timed.
@@ -40,8 +36,6 @@ export interface ReplayOptions {
    * training loop's steady state.
    */
   readonly repeat?: number;
-  /** Restarts the stack's high-water mark at the start of each pass, when the resource cannot itself. */
-  readonly resetPeakReserved?: () => void;
   /** The stack's growth figures so far (cumulative), read around each pass for its share. */
   readonly growth?: () => GrowthFigures;
   /**
@@ -51,11 +45,6 @@ export interface ReplayOptions {
    * driver call per operation for a CUDA pool). Not with `perOperationTiming`.
    */
   readonly timeline?: boolean;
-  /**
-   * Reserved bytes now, as the stack knows them, for the timeline (e.g. the pool under a binning
-   * resource); else the resource's own `reservedBytes`, else the estimate over the live set.
-   */
-  readonly reservedBytes?: () => number;
 }
 
 /** A live block at the trace's peak, where the replayed stack put it. */
@@ -216,7 +205,7 @@ function median(values: Float64Array): number | undefined {
  * ```
  */
 export function replay(trace: AllocationTrace, resource: MemoryResource, options: ReplayOptions = {}): ReplayResult {
-  options = readOptions('replay', options, { peakReservedBytes: true, perOperationTiming: true, repeat: true, resetPeakReserved: true, growth: true, timeline: true, reservedBytes: true });
+  options = readOptions('replay', options, { perOperationTiming: true, repeat: true, growth: true, timeline: true });
   const events = trace.events;
   const n = events.length;
   // Compile the events into flat arrays so the timed loop does nothing but call the resource.
@@ -238,7 +227,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   }
   const pointers = new Float64Array(trace.summary.allocations);
   const isLive = new Uint8Array(trace.summary.allocations);
-  const recorder = options.timeline === true ? new TimelineRecorder(trace, resource, options.reservedBytes) : undefined;
+  const recorder = options.timeline === true ? new TimelineRecorder(trace, resource) : undefined;
   const allocTimes = new Float64Array(perOp ? trace.summary.allocations : 0);
   const freeTimes = new Float64Array(perOp ? trace.summary.frees : 0);
   const passes: ReplayPass[] = [];
@@ -248,8 +237,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   // The streams outlive every free made on them (failures included), and no more.
   try {
     for (let pass = 0; pass < repeat; pass++) {
-      if (options.resetPeakReserved !== undefined) options.resetPeakReserved();
-      else if (isReserving(resource)) resource.resetPeakReserved();
+      resource.resetPeakFigures();
       const growthBefore = options.growth?.();
       let i = 0;
       let totalNs = 0;
@@ -307,12 +295,9 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
       }
       // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
       let peakReservedBytes: number;
-      const fromStack = options.peakReservedBytes?.();
-      if (fromStack !== undefined) {
-        peakReservedBytes = fromStack;
-        reservedSource = 'stack';
-      } else if (isReserving(resource)) {
-        peakReservedBytes = resource.peakReservedBytes;
+      const figures = measuredFigures(resource);
+      if (figures !== undefined) {
+        peakReservedBytes = figures.peakReservedBytes;
         reservedSource = 'resource';
       } else {
         peakReservedBytes = peakOccupied(trace, estimateDriverReservation);
@@ -370,6 +355,15 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   }
 }
 
+/**
+ * The resource's figures where they measure what it reserves; `undefined` where replay must
+ * estimate instead (no figures, or reserved bytes that are only the allocated ones).
+ */
+function measuredFigures(resource: MemoryResource): MemoryFigures | undefined {
+  const figures = resource.memoryFigures();
+  return figures === undefined || figures.reservedFromAllocated === true ? undefined : figures;
+}
+
 /** Fills a ReplayTimeline as the first pass runs. */
 class TimelineRecorder {
   private readonly timeUs: Float64Array;
@@ -384,17 +378,14 @@ class TimelineRecorder {
   private peakBlocks: PeakBlock[] = [];
   private peakSegments: ReplayTimeline['peakSegments'] = null;
 
-  constructor(private readonly trace: AllocationTrace, private readonly resource: MemoryResource, reservedBytes: (() => number) | undefined) {
+  constructor(private readonly trace: AllocationTrace, private readonly resource: MemoryResource) {
     const operations = trace.summary.operations;
     this.timeUs = new Float64Array(operations);
     this.liveBytes = new Float64Array(operations);
     this.reservedBytes = new Float64Array(operations);
-    if (reservedBytes !== undefined) {
-      this.source = 'stack';
-      this.read = reservedBytes;
-    } else if (isReserving(resource)) {
+    if (measuredFigures(resource) !== undefined) {
       this.source = 'resource';
-      this.read = () => resource.reservedBytes;
+      this.read = () => resource.memoryFigures()!.reservedBytes;
     } else {
       this.source = 'estimate';
       this.read = undefined;

@@ -15,12 +15,6 @@ export interface ReplayStack {
   readonly name: ResourceStackName;
   /** The top of the stack: what the replay allocates from. */
   readonly resource: MemoryResource;
-  /** Peak reserved bytes when the top resource does not report them itself (see ReplayOptions). */
-  readonly peakReservedBytes?: () => number | undefined;
-  /** Restarts that high-water mark, for a repeated replay's passes (see ReplayOptions). */
-  readonly resetPeakReserved?: () => void;
-  /** Reserved bytes now when the top resource does not report them itself (see ReplayOptions). */
-  readonly reservedBytes?: () => number;
   /** The stack's growth figures, cumulative, when it reports them (the pools do). */
   readonly growth?: () => GrowthFigures;
   /** What the reader should know about how the stack was set up (sizes chosen, rules applied). */
@@ -86,8 +80,7 @@ export function createStack(name: ResourceStackName, trace: AllocationTrace, opt
     case 'binning': {
       const { resource, pool, close } = createResourceStack(name, poolOptions);
       return {
-        name, resource, peakReservedBytes: () => pool.peakReservedBytes,
-        resetPeakReserved: () => pool.resetPeakReserved(), reservedBytes: () => pool.reservedBytes, growth: () => growthOf(pool),
+        name, resource, growth: () => growthOf(pool),
         notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them', ...poolNotes],
         close,
       };

@@ -30,8 +30,7 @@ export interface ReplayReportInput {
 
 /** How each stack's reserved figures were found, for the plot's description. */
 const SOURCE_WORDS = {
-  resource: "the resource's own reserved bytes",
-  stack: "the stack's (the pool under the bins)",
+  resource: "the resource's figures (for binning, the pool under the bins)",
   estimate: 'estimated from the live blocks (cuMemAlloc reports nothing per block)',
 } as const;
 

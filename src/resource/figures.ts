@@ -5,6 +5,7 @@
  * the snapshot format (observe/), which both use them, so neither depends on the other.
  */
 import type { Counter } from '../counter.js';
+import type { OutOfMemoryStatistics } from '../errors.js';
 
 /** What kind of memory a resource hands out. */
 export type MemoryKind = 'device' | 'managed' | 'pinned-host';
@@ -23,6 +24,13 @@ export interface MemoryFigures {
   readonly reservedBytes: number;
   /** The high-water mark of `reservedBytes` since creation or the last peak reset. */
   readonly peakReservedBytes: number;
+  /**
+   * `true` where the resource cannot see what the driver holds beyond the bytes asked for (one
+   * driver allocation per block, or an adaptor counting over a resource that keeps no figures):
+   * `reservedBytes` is then the allocated bytes, and replay estimates the driver's rounding
+   * instead. Absent where reserved is measured (pools, arenas, CUDA's own pool).
+   */
+  readonly reservedFromAllocated?: true;
   /** Allocations that failed for lack of memory and were retried after releasing caches. */
   readonly allocationRetries?: number;
   /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */
@@ -31,6 +39,22 @@ export interface MemoryFigures {
   readonly pageMoves?: number;
   /** Driver calls made to grow, move and give back memory (virtual-memory pools). */
   readonly driverCalls?: number;
+}
+
+/**
+ * The figures an out-of-memory error carries, read from `memoryFigures()` (the one channel), so an
+ * error says what `memoryStats()` would have said at the moment of the failure.
+ *
+ * @param figures A resource's `memoryFigures()`.
+ * @returns Its allocated bytes, allocations and reserved bytes; `undefined` when it keeps none.
+ * @example
+ * ```ts
+ * new OutOfMemoryError({ ..., statistics: outOfMemoryStatistics(this.memoryFigures()) });
+ * ```
+ */
+export function outOfMemoryStatistics(figures: MemoryFigures | undefined): OutOfMemoryStatistics | undefined {
+  if (figures === undefined) return undefined;
+  return { bytes: figures.allocatedBytes, allocations: figures.allocations, reservedBytes: figures.reservedBytes };
 }
 
 /**

@@ -436,20 +436,21 @@ export abstract class MemoryResource {
 }
 
 /**
- * Implemented by resources that hold memory from the driver beyond what is live (pools, arenas),
- * so replay and statistics can report fragmentation overhead: peak reserved over peak live.
+ * Resources whose reserved bytes can be read without building their figures (pools, arenas, CUDA's
+ * own pool): the memory history reads them on every event it records, where `memoryFigures()`
+ * would allocate. Not a second channel: the values are `memoryFigures().reservedBytes` and
+ * `.peakReservedBytes`, and everything else (stats, snapshots, replay, errors) reads those. Not
+ * exported from the package root.
  */
 export interface ReservingResource extends MemoryResource {
   /** Bytes currently obtained from the driver (physical memory, for virtual-memory pools). */
   readonly reservedBytes: number;
   /** The high-water mark of `reservedBytes` since creation or the last reset. */
   readonly peakReservedBytes: number;
-  /** Starts a new high-water mark of `reservedBytes` from its current value. */
-  resetPeakReserved(): void;
 }
 
 /**
- * True when `mr` reports the memory it reserves from the driver.
+ * True when `mr`'s reserved bytes can be read without building its figures (the history's fast path).
  *
  * @param mr A resource.
  * @returns Whether it is a ReservingResource.

@@ -9,6 +9,7 @@ import { alignUp, checkBytes } from '../../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
 import { formatBytes } from '../../util/size.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
+import { outOfMemoryStatistics } from '../figures.js';
 
 /**
  * Refuses an allocation that would take the bytes outstanding through it past `limitBytes`, with
@@ -48,10 +49,20 @@ export class LimitingAdaptor extends ResourceAdaptor {
     return this.limitBytes - this.counted.value;
   }
 
-  /** The upstream's figures with this limit (the lowest limit wins in a stack of several). */
-  override memoryFigures(): MemoryFigures | undefined {
+  /**
+   * The upstream's figures with this limit (the lowest limit wins in a stack of several); over an
+   * upstream that keeps none, what this adaptor counts against the limit (sizes rounded to its
+   * alignment), with reserved taken as allocated.
+   */
+  override memoryFigures(): MemoryFigures {
     const below = this.upstream.memoryFigures();
-    if (below === undefined) return undefined;
+    if (below === undefined) {
+      const bytes = this.counted.snapshot();
+      return {
+        allocatedBytes: bytes, allocations: this.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+        reservedFromAllocated: true, limitBytes: this.limitBytes,
+      };
+    }
     const limitBytes = Math.min(this.limitBytes, below.limitBytes ?? Infinity);
     return { ...below, limitBytes };
   }
@@ -68,7 +79,7 @@ export class LimitingAdaptor extends ResourceAdaptor {
     if (this.counted.value + counted > this.limitBytes) {
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'LimitingAdaptor.allocate', reason: 'limit', resource: this.describe(),
-        statistics: { bytes: this.counted.snapshot(), allocations: this.allocations.snapshot() },
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
         message: `cannot allocate ${bytes} bytes: ${formatBytes(this.counted.value)} of the ` +
           `${formatBytes(this.limitBytes)} limit in use`,
       });

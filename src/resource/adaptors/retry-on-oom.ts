@@ -4,11 +4,11 @@
  * much was asked for and where the memory went.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryStatistics } from '../../errors.js';
+import { isOutOfMemory, OutOfMemoryError } from '../../errors.js';
 import { ResourceAdaptor } from './adaptor.js';
 import { formatBytes } from '../../util/size.js';
 import { checkResource, upstreamChain, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
-import { StatisticsAdaptor } from './statistics.js';
+import { outOfMemoryStatistics } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options of RetryOnOutOfMemory. */
@@ -93,7 +93,7 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
         throw new OutOfMemoryError({
           requestedBytes: bytes, call: 'RetryOnOutOfMemory.allocate', resource: this.describe(),
           reason: second instanceof OutOfMemoryError ? second.reason : 'device',
-          statistics: this.nearestStatistics(), cause: second,
+          statistics: outOfMemoryStatistics(this.upstream.memoryFigures()), cause: second,
           message: `cannot allocate ${bytes} bytes (${formatBytes(bytes)}) from ${this.describe()}, ` +
             `even after releasing ${formatBytes(released)} of cached memory: ${second.message}`,
         });
@@ -117,11 +117,4 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
     return released;
   }
 
-  /** The nearest StatisticsAdaptor's figures below this adaptor, if there is one. */
-  private nearestStatistics(): OutOfMemoryStatistics | undefined {
-    for (const resource of upstreamChain(this.upstream)) {
-      if (resource instanceof StatisticsAdaptor) return resource.statistics;
-    }
-    return undefined;
-  }
 }

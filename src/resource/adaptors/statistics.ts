@@ -24,7 +24,7 @@ export interface AllocationStatistics {
  * ```ts
  * const stats = new StatisticsAdaptor(new PoolResource());
  * const p = stats.allocate(1000);
- * stats.statistics.bytes; // { value: 1000, peak: 1000, total: 1000 }
+ * stats.memoryFigures().allocatedBytes; // { value: 1000, peak: 1000, total: 1000 }
  * stats.deallocate(p, 1000);
  * ```
  */
@@ -37,36 +37,49 @@ export class StatisticsAdaptor extends ResourceAdaptor {
     super(upstream);
   }
 
-  /** A snapshot of the counters. */
+  /**
+   * @deprecated use `memoryFigures()` (`allocatedBytes` is `bytes` here); kept for one release.
+   * A snapshot of the counters, read from `memoryFigures()`.
+   */
   get statistics(): AllocationStatistics {
-    return { bytes: this.bytesCounter.snapshot(), allocations: this.allocationsCounter.snapshot() };
+    const { allocatedBytes, allocations } = this.memoryFigures();
+    return { bytes: allocatedBytes, allocations };
   }
 
-  /** Bytes allocated and not yet deallocated (no snapshot object: for hot loops). */
+  /**
+   * @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release.
+   * Bytes allocated and not yet deallocated.
+   */
   get currentBytes(): number {
-    return this.bytesCounter.value;
+    return this.memoryFigures().allocatedBytes.value;
   }
 
-  /** Starts new high-water marks from the current figures (e.g. per phase of a program). */
+  /** @deprecated use `resetPeakFigures()` (which restarts the upstream's peaks too); kept for one release. */
   resetPeaks(): void {
     this.bytesCounter.resetPeak();
     this.allocationsCounter.resetPeak();
   }
 
   /**
-   * The upstream's figures; over an upstream that keeps none, this adaptor's own counts, with
-   * reserved taken as allocated (nothing is known of what the upstream caches).
+   * What passed through this adaptor (allocated bytes as asked for, allocations) with the
+   * upstream's reserved bytes and what else it reports; over an upstream that keeps no figures,
+   * reserved is taken as allocated (nothing is known of what the upstream caches).
    */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const below = this.upstream.memoryFigures();
-    if (below !== undefined) return below;
-    const bytes = this.bytesCounter.snapshot();
-    return { allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+    const own = { allocatedBytes: this.bytesCounter.snapshot(), allocations: this.allocationsCounter.snapshot() };
+    if (below !== undefined) return { ...below, ...own };
+    const bytes = own.allocatedBytes;
+    return {
+      allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+      reservedFromAllocated: true,
+    };
   }
 
   /** Restarts this adaptor's peaks and the upstream's. */
   override resetPeakFigures(): void {
-    this.resetPeaks();
+    this.bytesCounter.resetPeak();
+    this.allocationsCounter.resetPeak();
     super.resetPeakFigures();
   }
 

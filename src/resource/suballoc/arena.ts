@@ -12,8 +12,8 @@ import { CudaResource } from '../upstream/cuda-resource.js';
 import { BlockHeap } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
 import { GRANULE } from './kit/free-list.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource, type StreamRef } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type StreamRef } from '../resource.js';
+import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options of an ArenaResource. */
@@ -45,7 +45,7 @@ const REGION_ALIGNMENT = 4096;
  * arena.deallocatePitched(ptr);
  * ```
  */
-export class ArenaResource extends MemoryResource implements ReservingResource {
+export class ArenaResource extends MemoryResource {
   /** The upstream's kind. */
   readonly kind: MemoryKind;
   /** 1D blocks are aligned to 256 bytes. */
@@ -206,12 +206,12 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
     return this.regionBytes;
   }
 
-  /** Nothing to reset: the reservation is fixed. */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Nothing to reset: the reservation is fixed. */
   resetPeakReserved(): void {}
 
-  /** Bytes in live blocks (as requested). */
+  /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live blocks (as requested). */
   get liveBytes(): number {
-    return this.heap.liveBytes;
+    return this.memoryFigures().allocatedBytes.value;
   }
 
   /** Bytes not in any live block. */
@@ -220,7 +220,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
   }
 
   /** Live blocks and the fixed reservation. */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const { bytes, allocations } = this.heap.counters();
     return { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
   }
@@ -241,7 +241,7 @@ export class ArenaResource extends MemoryResource implements ReservingResource {
       const heap = this.heap;
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'ArenaResource.allocate', reason: 'arena', resource: this.describe(),
-        statistics: { ...heap.counters(), reservedBytes: this.regionBytes },
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
         message: `arena exhausted: cannot allocate ${bytes} bytes from an arena of ${this.size} bytes with ` +
           `${heap.freeBytes} bytes free (no free range is large enough); size it with ArenaResource.ceil1DVolume/ceil2DVolume`,
       });

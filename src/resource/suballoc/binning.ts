@@ -14,7 +14,8 @@ import { checkBytes, checkNonNegativeInteger } from '../../validate.js';
 import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './kit/live-table.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import type { MemoryFigures, SnapshotSegment } from '../figures.js';
+import { CounterCell } from '../../counter.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options for a BinningResource. */
@@ -64,6 +65,11 @@ export class BinningResource extends MemoryResource {
   private readonly owned = new Set<MemoryResource>();
   /** Live block address -> route. */
   private readonly live = new LiveTable(256);
+  /** What this resource handed out (bytes as asked for, blocks), through a bin or the upstream. */
+  private readonly allocatedBytes = new CounterCell();
+  private readonly allocations = new CounterCell();
+  /** Bytes of live requests passed to the upstream whole (reserved, over an upstream that keeps no figures). */
+  private readonly passedBytes = new CounterCell();
 
   /**
    * Bins over `upstream`; with both exponents, power-of-two fixed-size bins between them.
@@ -160,6 +166,47 @@ export class BinningResource extends MemoryResource {
     return segments;
   }
 
+  /**
+   * What it handed out (through its bins and to the upstream whole), with the upstream's reserved
+   * bytes and what the upstream reports beyond them (a limit, page moves): the bins' chunks come
+   * from the upstream, so the upstream's reserved bytes are the stack's. A bin given to `addBin`
+   * over another resource adds that bin's reserved bytes. Over an upstream that keeps no figures,
+   * reserved is what the bins hold plus the requests passed upstream.
+   *
+   * @returns The figures; never `undefined`.
+   * @example
+   * ```ts
+   * new BinningResource(new PoolResource()).memoryFigures().reservedBytes; // the pool's
+   * ```
+   */
+  override memoryFigures(): MemoryFigures {
+    const below = this.upstream.memoryFigures();
+    let reserved = 0;
+    let peak = 0;
+    for (let r = 1; r < this.routes.length; r++) {
+      const bin = this.routes[r]!;
+      if (below !== undefined && this.binTakesFromUpstream(bin)) continue;
+      const f = bin.memoryFigures();
+      reserved += f?.reservedBytes ?? 0;
+      peak += f?.peakReservedBytes ?? 0;
+    }
+    const own = { allocatedBytes: this.allocatedBytes.snapshot(), allocations: this.allocations.snapshot() };
+    if (below === undefined) {
+      // The peaks of parts that peaked at different times: a bound, not a measured peak.
+      const passed = this.passedBytes;
+      return { ...own, reservedBytes: reserved + passed.value, peakReservedBytes: peak + passed.peak };
+    }
+    return { ...below, ...own, reservedBytes: below.reservedBytes + reserved, peakReservedBytes: below.peakReservedBytes + peak };
+  }
+
+  /** Restarts its own high-water marks, its bins' and the upstream's. */
+  override resetPeakFigures(): void {
+    this.allocatedBytes.resetPeak();
+    this.allocations.resetPeak();
+    this.passedBytes.resetPeak();
+    for (const r of new Set(this.routes)) r.resetPeakFigures();
+  }
+
   /** `BinningResource(bins=[256, 512], upstream=...)`. */
   describe(): string {
     return `BinningResource(bins=[${this.binSizes.join(', ')}], upstream=${this.upstream.describe()})`;
@@ -169,6 +216,9 @@ export class BinningResource extends MemoryResource {
     const route = this.route(bytes);
     const ptr = this.routes[route]!.allocate(bytes, stream);
     this.live.set(ptr, route);
+    this.allocatedBytes.add(bytes);
+    this.allocations.add(1);
+    if (route === UPSTREAM) this.passedBytes.add(bytes);
     return ptr;
   }
 
@@ -180,7 +230,17 @@ export class BinningResource extends MemoryResource {
     // The owner checks the size (and leaves everything as it was if it is wrong).
     this.routes[route]!.deallocate(ptr, bytes, stream);
     this.live.delete(ptr);
+    this.allocatedBytes.sub(bytes);
+    this.allocations.sub(1);
+    if (route === UPSTREAM) this.passedBytes.sub(bytes);
   }
+
+  /** Whether `bin`'s memory comes from this resource's upstream (so the upstream's reserved counts it). */
+  private binTakesFromUpstream(bin: MemoryResource): boolean {
+    for (let r: MemoryResource | undefined = bin.upstream; r !== undefined; r = r.upstream) if (r === this.upstream) return true;
+    return false;
+  }
+
 
   private route(bytes: number): number {
     const bins = this.bins;

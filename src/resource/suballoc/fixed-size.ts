@@ -11,8 +11,8 @@ import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError }
 import { alignUp, checkBytes } from '../../validate.js';
 import { GRANULE } from './kit/free-list.js';
 import { StreamStacks, type StreamStack } from './kit/stream-stacks.js';
-import { checkResource, MemoryResource, type MemoryKind, type ReservingResource } from '../resource.js';
-import type { SnapshotBlock, SnapshotSegment } from '../figures.js';
+import { checkResource, MemoryResource, type MemoryKind } from '../resource.js';
+import { outOfMemoryStatistics, type MemoryFigures, type SnapshotBlock, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options for a FixedSizeResource. */
@@ -40,7 +40,7 @@ interface Chunk {
  * bins.deallocate(p, 100, stream);
  * ```
  */
-export class FixedSizeResource extends MemoryResource implements ReservingResource {
+export class FixedSizeResource extends MemoryResource {
   /** The upstream's kind. */
   readonly kind: MemoryKind;
   /** Blocks are aligned to 256 bytes (block sizes are multiples of 256), or the upstream's lower one. */
@@ -179,17 +179,41 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
     this.reserved.sub(this.reserved.value);
   }
 
-  /** Bytes held from upstream. */
+  /**
+   * Its live blocks (the bytes asked for) and the chunks it holds from upstream.
+   *
+   * @returns The figures; never `undefined`.
+   * @example
+   * ```ts
+   * bins.memoryFigures().reservedBytes; // blockSize * blocksToPreallocate per chunk held
+   * ```
+   */
+  override memoryFigures(): MemoryFigures {
+    const reserved = this.reserved;
+    return {
+      allocatedBytes: this.liveBytes.snapshot(), allocations: this.liveBlocks.snapshot(),
+      reservedBytes: reserved.value, peakReservedBytes: reserved.peak,
+    };
+  }
+
+  /** Restarts the live and reserved high-water marks. */
+  override resetPeakFigures(): void {
+    this.liveBytes.resetPeak();
+    this.liveBlocks.resetPeak();
+    this.reserved.resetPeak();
+  }
+
+  /** `memoryFigures().reservedBytes` without building the figures (the memory history reads it per event). */
   get reservedBytes(): number {
     return this.reserved.value;
   }
 
-  /** High-water mark of reservedBytes. */
+  /** `memoryFigures().peakReservedBytes` without building the figures. */
   get peakReservedBytes(): number {
     return this.reserved.peak;
   }
 
-  /** Restarts the high-water mark. */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved high-water mark. */
   resetPeakReserved(): void {
     this.reserved.resetPeak();
   }
@@ -213,9 +237,7 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
       if (!isOutOfMemory(error)) throw error;
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'FixedSizeResource.allocate', reason: 'upstream', resource: this.describe(),
-        statistics: {
-          bytes: this.liveBytes.snapshot(), allocations: this.liveBlocks.snapshot(), reservedBytes: this.reserved.value,
-        },
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
         message: `cannot take a chunk of ${chunkBytes} bytes from ${this.upstream.describe()}: ${(error as Error).message}`,
         cause: error,
       });

@@ -13,7 +13,9 @@ import { nonZero } from '../../backstop.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../../errors.js';
 import { checkNonNegativeInteger } from '../../validate.js';
 import { PinnedHostResource } from '../upstream/pinned-host-resource.js';
+import { CounterCell } from '../../counter.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
+import type { MemoryFigures } from '../figures.js';
 import { StreamOrder, type Lane } from '../stream-order.js';
 import { readOptions } from '../../util/options.js';
 
@@ -82,7 +84,11 @@ export class PinnedHostPool extends MemoryResource {
   private readonly idle = new Map<number, Entry[]>();
   private readonly lent = new Map<Ptr, Entry>();
   private cachedBytes = 0;
-  private heldBytes = 0;
+  /** Bytes held from upstream, idle or lent. */
+  private readonly held = new CounterCell();
+  /** Bytes lent (as asked for) and buffers lent. */
+  private readonly lentBytes = new CounterCell();
+  private readonly lentCount = new CounterCell();
   private readonly order: StreamOrder;
   private readonly ownsUpstream: boolean;
 
@@ -155,10 +161,12 @@ export class PinnedHostPool extends MemoryResource {
         ptr = this.upstream.allocate(size);
       }
       entry = { ptr, capacity: size, stream: 0, event: 0, retired: false, requested: bytes };
-      this.heldBytes += size;
+      this.held.add(size);
     }
     entry.requested = bytes;
     this.lent.set(entry.ptr, entry);
+    this.lentBytes.add(bytes);
+    this.lentCount.add(1);
     return entry.ptr;
   }
 
@@ -178,6 +186,8 @@ export class PinnedHostPool extends MemoryResource {
       throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}, ${bytes}): the buffer was allocated with ${entry.requested} bytes`);
     }
     this.lent.delete(ptr);
+    this.lentBytes.sub(bytes);
+    this.lentCount.sub(1);
     entry.stream = h;
     this.order.mark(entry);
     let list = this.idle.get(entry.capacity);
@@ -196,7 +206,9 @@ export class PinnedHostPool extends MemoryResource {
   protected override doDestroy(): void {
     releaseAll(this.idle, this.lent, this.order, this.upstream, this.ownsUpstream);
     this.cachedBytes = 0;
-    this.heldBytes = 0;
+    this.held.sub(this.held.value);
+    this.lentBytes.sub(this.lentBytes.value);
+    this.lentCount.sub(this.lentCount.value);
   }
 
   /** Idle bytes kept at most. */
@@ -221,10 +233,34 @@ export class PinnedHostPool extends MemoryResource {
     this.trim(bytes);
   }
 
-  /** Bytes held from upstream, idle or lent. */
-  get reservedBytes(): number {
-    return this.heldBytes;
+  /**
+   * Its lent buffers (the bytes asked for) and the buffers it holds from upstream, lent or idle.
+   *
+   * @returns The figures; never `undefined`.
+   * @example
+   * ```ts
+   * staging.memoryFigures().reservedBytes - staging.memoryFigures().allocatedBytes.value; // idle and slack
+   * ```
+   */
+  override memoryFigures(): MemoryFigures {
+    return {
+      allocatedBytes: this.lentBytes.snapshot(), allocations: this.lentCount.snapshot(),
+      reservedBytes: this.held.value, peakReservedBytes: this.held.peak,
+    };
   }
+
+  /** Restarts the lent and held high-water marks. */
+  override resetPeakFigures(): void {
+    this.lentBytes.resetPeak();
+    this.lentCount.resetPeak();
+    this.held.resetPeak();
+  }
+
+  /** `memoryFigures().reservedBytes` without building the figures: bytes held from upstream, idle or lent. */
+  get reservedBytes(): number {
+    return this.held.value;
+  }
+
 
   /** Bytes idle in the cache. */
   get idleBytes(): number {
@@ -258,7 +294,7 @@ export class PinnedHostPool extends MemoryResource {
         const e = list.shift()!;
         this.cachedBytes -= e.capacity;
         freeEntry(this.order, this.upstream, e);
-        this.heldBytes -= e.capacity;
+        this.held.sub(e.capacity);
         freed += e.capacity;
       }
       if (list.length === 0) this.idle.delete(size);

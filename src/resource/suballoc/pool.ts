@@ -22,8 +22,8 @@ import { UpstreamChunks } from './kit/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type ReservingResource } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind } from '../resource.js';
+import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Options for a PoolResource. */
@@ -121,7 +121,7 @@ function growthCalls(pages: VirtualPages | null): GrowthCalls {
  * pool.deallocate(p, 1 << 20, stream);
  * ```
  */
-export class PoolResource extends MemoryResource implements ReservingResource {
+export class PoolResource extends MemoryResource {
   /** Device memory, or the upstream's kind. */
   readonly kind: MemoryKind;
   /** Every block is a multiple of 256 bytes, aligned to 256. */
@@ -367,20 +367,25 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     return this.pages !== null ? this.pages.peakReservedBytes : this.chunks!.peakReservedBytes;
   }
 
-  /** Restarts the high-water mark of reservedBytes (and of live bytes) from current figures. */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved and live high-water marks. */
   resetPeakReserved(): void {
-    if (this.pages !== null) this.pages.resetPeak();
-    else this.chunks!.peakReservedBytes = this.chunks!.reservedBytes;
-    this.heap.resetPeaks();
+    this.resetPeakFigures();
   }
 
-  /** Live, reserved and free figures. */
+  /**
+   * The pool's growth detail beyond `memoryFigures()` (free bytes, stream steals, page moves back,
+   * host waits, driver calls by kind, growth time), with the common figures read from it.
+   *
+   * @returns The figures now.
+   * @example
+   * ```ts
+   * pool.statistics().driverCalls.map; // cuMemMap calls so far
+   * ```
+   */
   statistics(): PoolStatistics {
-    const heap = this.heap;
+    const { allocatedBytes, allocations, reservedBytes, peakReservedBytes } = this.memoryFigures();
     return {
-      ...heap.counters(),
-      reservedBytes: this.reservedBytes,
-      peakReservedBytes: this.peakReservedBytes,
+      bytes: allocatedBytes, allocations, reservedBytes, peakReservedBytes,
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
       pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
@@ -392,7 +397,7 @@ export class PoolResource extends MemoryResource implements ReservingResource {
   }
 
   /** Live blocks and reserved bytes; page moves and driver calls with virtual growth only. */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const { bytes, allocations } = this.heap.counters();
     const figures = { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
     if (this.pages === null) return figures;
@@ -401,9 +406,11 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     return { ...figures, pageMoves: this.pages.pageMoves, driverCalls };
   }
 
-  /** Restarts the reserved and live high-water marks (`resetPeakReserved`). */
+  /** Restarts the reserved and live high-water marks. */
   override resetPeakFigures(): void {
-    this.resetPeakReserved();
+    if (this.pages !== null) this.pages.resetPeak();
+    else this.chunks!.peakReservedBytes = this.chunks!.reservedBytes;
+    this.heap.resetPeaks();
   }
 
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */
@@ -431,9 +438,9 @@ export class PoolResource extends MemoryResource implements ReservingResource {
 
   private outOfMemory(bytes: number, why: string, reason: OutOfMemoryReason, cause?: unknown): OutOfMemoryError {
     const heap = this.heap;
-    const statistics = { ...heap.counters(), reservedBytes: this.reservedBytes };
     return new OutOfMemoryError({
-      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(), statistics, cause,
+      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(),
+      statistics: outOfMemoryStatistics(this.memoryFigures()), cause,
       message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
         `(live ${heap.liveBytes} bytes in ${heap.liveCount} blocks, reserved ${this.reservedBytes} bytes)`,
     });

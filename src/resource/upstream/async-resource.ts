@@ -11,7 +11,7 @@ import { checkNonNegativeInteger } from '../../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
-import type { MemoryFigures, ReservingResource } from '../resource.js';
+import type { MemoryFigures } from '../resource.js';
 import { readOptions } from '../../util/options.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
@@ -43,7 +43,7 @@ export interface AsyncResourceOptions {
  * mr.deallocate(p, 1 << 20, stream);
  * ```
  */
-export class AsyncResource extends DriverResource implements ReservingResource {
+export class AsyncResource extends DriverResource {
   /** Plain device memory. */
   readonly kind = 'device';
   /** 256 bytes, as cuMemAlloc. */
@@ -186,15 +186,15 @@ export class AsyncResource extends DriverResource implements ReservingResource {
     this.set(MemPoolAttribute.USED_MEM_HIGH, 0);
   }
 
-  /** Resets the reserved high-water mark (ReservingResource). */
+  /** @deprecated use `resetPeakFigures()`; kept for one release. Resets the reserved high-water mark. */
   resetPeakReserved(): void {
     this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
   }
 
   /** The live table's allocated figures with the pool's reserved bytes and their high-water mark. */
-  override memoryFigures(): MemoryFigures | undefined {
-    const live = super.memoryFigures()!;
-    return { ...live, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+  override memoryFigures(): MemoryFigures {
+    const { allocatedBytes, allocations } = super.memoryFigures()!;
+    return { allocatedBytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
   }
 
   /** Restarts the live table's peaks and the pool's high-water marks. */

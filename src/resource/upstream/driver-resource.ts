@@ -8,7 +8,7 @@ import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
 import { OutOfMemoryError } from '../../errors.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
-import type { SnapshotSegment } from '../figures.js';
+import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { SizeTable } from './size-table.js';
 
 /**
@@ -32,9 +32,9 @@ export abstract class DriverResource extends MemoryResource {
     return this.owner.backend;
   }
 
-  /** Bytes in live allocations. */
+  /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live allocations. */
   get liveBytes(): number {
-    return this.table.bytes.value;
+    return this.memoryFigures().allocatedBytes.value;
   }
 
   /** Number of live allocations. */
@@ -46,9 +46,12 @@ export abstract class DriverResource extends MemoryResource {
    * The live table's figures. Every block is one driver allocation and nothing is cached, so
    * reserved is allocated; resources over a driver pool (AsyncResource) report the pool's instead.
    */
-  override memoryFigures(): MemoryFigures | undefined {
+  override memoryFigures(): MemoryFigures {
     const bytes = this.table.bytes.snapshot();
-    return { allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak };
+    return {
+      allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+      reservedFromAllocated: true,
+    };
   }
 
   /** Restarts the live table's peaks. */
@@ -131,7 +134,7 @@ export abstract class DriverResource extends MemoryResource {
     const live = this.table;
     return new OutOfMemoryError({
       requestedBytes: bytes, call: error.call, reason: error.reason, resource: this.describe(),
-      statistics: { bytes: live.bytes.snapshot(), allocations: live.allocations.snapshot() },
+      statistics: outOfMemoryStatistics(this.memoryFigures()),
       message: `${error.message} (${this.describe()}: ${live.size} live allocations, ${live.bytes.value} bytes)`,
       cause: error.cause ?? error,
     });
