@@ -40,7 +40,7 @@ export interface TrackingOptions {
  * @example
  * ```ts
  * const tracked = new TrackingAdaptor(new PoolResource(), { captureStacks: true });
- * setCurrentResource(tracked);
+ * setCurrentResource(0, tracked);
  * runTests();
  * if (tracked.outstandingCount > 0) console.error(tracked.leakReport());
  * ```
