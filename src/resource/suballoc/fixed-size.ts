@@ -66,6 +66,10 @@ export class FixedSizeResource extends MemoryResource implements ReservingResour
    * @param upstream Where chunks come from.
    * @param options Block size and blocks per chunk.
    * @throws {TypeError | RangeError} For a bad upstream or option.
+   * @example
+   * ```ts
+   * const small = new FixedSizeResource(new PoolResource(), { blockSize: 4096, blocksToPreallocate: 256 });
+   * ```
    */
   constructor(upstream: MemoryResource, options: FixedSizeOptions = {}) {
     super();

@@ -144,6 +144,10 @@ export class PoolResource extends MemoryResource implements ReservingResource {
    * @throws {TypeError | RangeError} For bad options, or an upstream on another device than `device`.
    * @throws {NotSupportedError} For virtual growth on a device without virtual memory management.
    * @throws {OutOfMemoryError} When the initial size cannot be had (nothing is kept).
+   * @example
+   * ```ts
+   * using pool = new PoolResource({ initialSize: 1 << 30, maximumSize: 8 << 30 }); // 1 GiB now, at most 8 GiB
+   * ```
    */
   constructor(options: PoolOptions = {}) {
     super();
