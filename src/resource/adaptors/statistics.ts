@@ -32,7 +32,15 @@ export class StatisticsAdaptor extends ResourceAdaptor {
   private readonly bytesCounter = new CounterCell();
   private readonly allocationsCounter = new CounterCell();
 
-  /** @param upstream The resource whose traffic is counted. */
+  /**
+   * @param upstream The resource whose traffic is counted.
+   * @throws {TypeError} When `upstream` is not a MemoryResource.
+   * @throws {UseAfterFreeError} When it was destroyed.
+   * @example
+   * ```ts
+   * const stats = new StatisticsAdaptor(getCurrentResource(0)); // counts what goes through it from now on
+   * ```
+   */
   constructor(upstream: MemoryResource) {
     super(upstream);
   }
@@ -47,7 +55,17 @@ export class StatisticsAdaptor extends ResourceAdaptor {
     return this.bytesCounter.value;
   }
 
-  /** Starts new high-water marks from the current figures (e.g. per phase of a program). */
+  /**
+   * Starts new high-water marks from the current figures (e.g. per phase of a program).
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * stats.resetPeaks();
+   * runInference();
+   * console.log(`inference peak: ${stats.statistics.bytes.peak} bytes`);
+   * ```
+   */
   resetPeaks(): void {
     this.bytesCounter.resetPeak();
     this.allocationsCounter.resetPeak();

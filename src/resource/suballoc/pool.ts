@@ -378,7 +378,16 @@ export class PoolResource extends MemoryResource implements ReservingResource {
     this.heap.resetPeaks();
   }
 
-  /** Live, reserved and free figures. */
+  /**
+   * Live, reserved and free figures, with what growth cost.
+   *
+   * @returns A snapshot; it does not change as the pool does.
+   * @throws Never: it reads counters the pool keeps (after `destroy()`, the last figures).
+   * @example
+   * ```ts
+   * const { reservedBytes, freeBytes, streamSteals } = pool.statistics();
+   * ```
+   */
   statistics(): PoolStatistics {
     const heap = this.heap;
     return {
