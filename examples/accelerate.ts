@@ -14,9 +14,8 @@
  */
 import assert from 'node:assert/strict';
 import koffi from 'koffi';
-import { DeviceArray } from '../src/array/device-array.js';
-import { Device } from '../src/device.js';
-import { sum, zipWith } from '../src/kernels/ops/index.js';
+import { Device, DeviceArray, sum } from '../src/index.js';
+import { zipWith } from '../src/public/kernels.js';
 
 /** What the C library offers: a CUdeviceptr of `count` floats 0..count-1, and freeing it. */
 interface ForeignLibrary {

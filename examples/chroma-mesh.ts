@@ -7,12 +7,9 @@
  * emulated backend the kernel's JavaScript implementation runs in place of the CUDA code.
  */
 import assert from 'node:assert/strict';
-import { DeviceArray } from '../src/array/device-array.js';
-import { HostArray } from '../src/array/host-array.js';
-import { Device } from '../src/device.js';
-import { place } from '../src/interop/place.js';
-import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
-import { Module } from '../src/kernels/module.js';
+import { Device, DeviceArray, HostArray } from '../src/index.js';
+import { place } from '../src/public/interop.js';
+import { Module, threadCount, type EmulatedKernel } from '../src/public/kernels.js';
 
 const SOURCE = `
 extern "C" __global__ void triangle_areas(const float3 *v, const uint3 *tri, float *area, unsigned n) {

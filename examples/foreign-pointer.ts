@@ -10,10 +10,8 @@
  * its own, not the primary context vram uses, so vram has to run its copies in that context.
  */
 import assert from 'node:assert/strict';
-import { DeviceArray } from '../src/array/device-array.js';
-import { getBackend } from '../src/backend/select.js';
-import { Device } from '../src/device.js';
-import { ForeignDeviceBuffer } from '../src/buffer/foreign-device-buffer.js';
+import { Device, DeviceArray, getBackend } from '../src/index.js';
+import { ForeignDeviceBuffer } from '../src/public/interop.js';
 
 const device = Device.get(0);
 const backend = getBackend();

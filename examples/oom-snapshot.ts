@@ -10,15 +10,9 @@
  *   npx vram view oom.json -o oom.html
  */
 import { existsSync } from 'node:fs';
-import { DeviceBuffer } from '../src/buffer/device-buffer.js';
-import { setCurrentResource } from '../src/resource/current.js';
-import { recordMemoryHistory } from '../src/observe/history.js';
-import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
-import { PoolResource } from '../src/resource/suballoc/pool.js';
-import { isOutOfMemory } from '../src/errors.js';
-// The out-of-memory observer (VRAM_OOM_SNAPSHOT) loads with the package ('vram'); this example
-// imports vram's modules one by one, so it loads the observer itself.
-import '../src/observe/out-of-memory-observer.js';
+import { DeviceBuffer, isOutOfMemory, setCurrentResource } from '../src/index.js';
+import { recordMemoryHistory } from '../src/public/observe.js';
+import { LimitingAdaptor, PoolResource } from '../src/public/resources.js';
 
 const MiB = 1024 * 1024;
 

@@ -782,7 +782,17 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     return a;
   }
 
-  /** `DeviceArray<float32>(2, 3) on device 0`. */
+  /**
+   * A short description for logs; a freed array still describes itself.
+   *
+   * @returns `DeviceArray<float32>(2, 3) on device 0`, with `, view` for a view and `, freed` once freed.
+   * @throws Never.
+   * @example
+   * ```ts
+   * using a = DeviceArray.zeros([2, 3], 'float32');
+   * String(a); // 'DeviceArray<float32>(2, 3) on device 0'
+   * ```
+   */
   override toString(): string {
     const view = this.ownsMemory ? '' : ', view';
     return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.freed ? ', freed' : ''}`;

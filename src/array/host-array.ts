@@ -441,7 +441,17 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
     return dst;
   }
 
-  /** `HostArray<float32>(2, 3), mapped`. */
+  /**
+   * A short description for logs; a freed array still describes itself.
+   *
+   * @returns `HostArray<float32>(2, 3), mapped`, with its flags (`mapped`, `write-combined`, `view`, `freed`).
+   * @throws Never.
+   * @example
+   * ```ts
+   * using h = HostArray.empty([2, 3], 'float32', { mapped: true });
+   * String(h); // 'HostArray<float32>(2, 3), mapped'
+   * ```
+   */
   override toString(): string {
     const flags = [this.buffer.mapped ? 'mapped' : '', this.buffer.writeCombined ? 'write-combined' : '',
       this.ownsMemory ? '' : 'view', this.buffer.freed ? 'freed' : ''].filter(Boolean);

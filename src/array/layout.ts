@@ -546,6 +546,13 @@ export function gcd(a: number, b: number): number {
 /**
  * The shared part of DeviceArray and HostArray: a dtype and a layout over some memory, with the
  * view operations (slice, reshape, transpose) that only change the layout.
+ *
+ * @example
+ * ```ts
+ * function describeLayout(a: StridedArray<DTypeName>): string { // takes a DeviceArray or a HostArray
+ *   return `${a.dtype.name}${JSON.stringify(a.shape)} strides ${JSON.stringify(a.strides)}`;
+ * }
+ * ```
  */
 export abstract class StridedArray<N extends DTypeName> {
   /** The element type. */

@@ -48,6 +48,12 @@ function defaultCapacity(): number {
 /**
  * Host memory emulating a CUDA device, with the driver's semantics. Each method hands its call to
  * the module that implements that group of driver calls.
+ *
+ * @example
+ * ```ts
+ * import { EmulatedBackend, setBackend } from 'vram/backend';
+ * setBackend(new EmulatedBackend({ capacityBytes: 1 << 30 })); // a 1 GiB device, before any other vram call
+ * ```
  */
 export class EmulatedBackend implements Backend {
   /** Always `emulated`: output never pretends this is a GPU. */
@@ -64,6 +70,16 @@ export class EmulatedBackend implements Backend {
   private readonly ipc: IpcCalls;
   private readonly kernels: KernelCalls;
 
+  /**
+   * @param options Each device's capacity (default `VRAM_EMULATED_BYTES`, else 4 GiB) and the number of devices (default 1).
+   * @throws {TypeError} When `options` is not an object or has a key other than `capacityBytes` and `deviceCount`.
+   * @throws {RangeError} When `capacityBytes` is not a positive whole number, `deviceCount` is not 1 to 16, or
+   *   `VRAM_EMULATED_BYTES` (read when `capacityBytes` is not given) is not a size.
+   * @example
+   * ```ts
+   * const backend = new EmulatedBackend({ deviceCount: 2 }); // two devices, for peer-access code
+   * ```
+   */
   constructor(options: EmulatedBackendOptions = {}) {
     options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true });
     const capacity = options.capacityBytes ?? defaultCapacity();

@@ -121,7 +121,17 @@ export class DeviceBuffer extends DeviceMemory {
     return this.device;
   }
 
-  /** `DeviceBuffer(1024 bytes on device 0)`. */
+  /**
+   * A short description for logs; a freed buffer still describes itself.
+   *
+   * @returns `DeviceBuffer(1024 bytes on device 0)`, named after the subclass, with `, freed` once freed.
+   * @throws Never.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.allocate(1024);
+   * String(buf); // 'DeviceBuffer(1024 bytes on device 0)'
+   * ```
+   */
   override toString(): string {
     return `${this.constructor.name}(${this.byteLength} bytes on device ${this.device.ordinal}${this.freed ? ', freed' : ''})`;
   }

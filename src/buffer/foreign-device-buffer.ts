@@ -212,7 +212,17 @@ export class ForeignDeviceBuffer extends DeviceMemory {
     }
   }
 
-  /** `ForeignDeviceBuffer(1024 bytes of device memory on device 0)`. */
+  /**
+   * A short description for logs; a freed wrapper still describes itself.
+   *
+   * @returns `ForeignDeviceBuffer(1024 bytes of device memory on device 0)`, with `, freed` once freed.
+   * @throws Never.
+   * @example
+   * ```ts
+   * using buf = DeviceBuffer.fromPointer(ptr, 1024);
+   * String(buf); // 'ForeignDeviceBuffer(1024 bytes of device memory on device 0)'
+   * ```
+   */
   override toString(): string {
     return `ForeignDeviceBuffer(${this.byteLength} bytes of ${this.kind} memory on device ${this.device.ordinal}${this.freed ? ', freed' : ''})`;
   }

@@ -309,7 +309,17 @@ export class HostBuffer extends Allocation {
     return this.hostView(Type, byteOffset, length);
   }
 
-  /** `HostBuffer(4096 bytes, mapped)`. */
+  /**
+   * A short description for logs; a freed buffer still describes itself.
+   *
+   * @returns `HostBuffer(4096 bytes, pinned, mapped)`: registered or pinned, then its flags, with `, freed` once freed.
+   * @throws Never.
+   * @example
+   * ```ts
+   * using host = HostBuffer.allocate(4096, { mapped: true });
+   * String(host); // 'HostBuffer(4096 bytes, pinned, mapped)'
+   * ```
+   */
   override toString(): string {
     const flags = [this.registered ? 'registered' : 'pinned', this.mapped ? 'mapped' : '', this.portable ? 'portable' : '',
       this.writeCombined ? 'write-combined' : '', this.readOnly ? 'read-only' : ''].filter(Boolean).join(', ');

@@ -192,7 +192,17 @@ export class ManagedBuffer extends DeviceMemory {
     return this.hostView(Type, byteOffset, length);
   }
 
-  /** `ManagedBuffer(1024 bytes)`. */
+  /**
+   * A short description for logs; a freed buffer still describes itself.
+   *
+   * @returns `ManagedBuffer(1024 bytes)`, with `, freed` once freed.
+   * @throws Never.
+   * @example
+   * ```ts
+   * using m = ManagedBuffer.allocate(1024);
+   * String(m); // 'ManagedBuffer(1024 bytes)'
+   * ```
+   */
   override toString(): string {
     return `ManagedBuffer(${this.byteLength} bytes${this.freed ? ', freed' : ''})`;
   }

@@ -123,6 +123,7 @@ export class IpcBuffer extends DeviceMemory {
    * A short description for logs.
    *
    * @returns `IpcBuffer(4096 bytes on device 0)`, with `, closed` once freed.
+   * @throws Never.
    * @example
    * ```ts
    * String(shared);

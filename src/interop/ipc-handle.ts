@@ -35,6 +35,10 @@ export class IpcHandle {
    * @param offset Where those bytes start in the exported allocation.
    * @throws {TypeError} When `handle` is not 64 bytes.
    * @throws {RangeError} When `byteLength` or `offset` is not a whole number >= 0 (byteLength > 0).
+   * @example
+   * ```ts
+   * const h = new IpcHandle(driverBytes, 4096); // 64 bytes from cuIpcGetMemHandle, 4096 bytes from offset 0
+   * ```
    */
   constructor(
     handle: Uint8Array,
@@ -116,6 +120,7 @@ export class IpcHandle {
    * not known). 80 bytes.
    *
    * @returns A new Uint8Array.
+   * @throws Never.
    * @example
    * ```ts
    * socket.write(exportIpc(buf).toBytes());
@@ -135,6 +140,7 @@ export class IpcHandle {
    * command lines).
    *
    * @returns The string.
+   * @throws Never.
    * @example
    * ```ts
    * process.stdout.write(exportIpc(buf).toString() + '\n');
@@ -148,6 +154,7 @@ export class IpcHandle {
    * The string form, so `JSON.stringify` carries the handle.
    *
    * @returns `toString()`.
+   * @throws Never.
    * @example
    * ```ts
    * JSON.stringify({ handle: exportIpc(buf) });

@@ -133,7 +133,16 @@ export class Kernel<S extends Signature> {
     return suggestedBlockSize(this.name, this.#backend, this.#fn, this.attributes, sharedBytes, blockSizeLimit);
   }
 
-  /** `Kernel(saxpy on Device(0: ...))`, for logs. */
+  /**
+   * A short description for logs; it reads no driver state, so it works after the module is destroyed.
+   *
+   * @returns `Kernel(saxpy on Device(0: ...))`: the kernel's name and its device.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(String(saxpy)); // Kernel(saxpy on Device(0: ...))
+   * ```
+   */
   toString(): string {
     return `Kernel(${this.name} on ${String(this.#device)})`;
   }

@@ -262,6 +262,7 @@ export class MemoryHistory {
   /**
    * Stops recording; the events stay readable. A second call does nothing.
    *
+   * @throws Never.
    * @example
    * ```ts
    * const history = recordMemoryHistory();
@@ -288,6 +289,7 @@ export class MemoryHistory {
    * The events kept, oldest first, as the snapshot writes them.
    *
    * @returns New objects; the history keeps its own arrays.
+   * @throws Never.
    * @example
    * ```ts
    * history.events().at(-1); // { kind: 'free', address: ..., bytes: 1024, stream: 0, time: 12.3, resource: 1, stack: null }
@@ -317,6 +319,7 @@ export class MemoryHistory {
    * The call stacks events and live blocks refer to, by id (empty with stacks off).
    *
    * @returns One entry per distinct site, ordered by id.
+   * @throws Never.
    * @example
    * ```ts
    * history.callStacks()[0]?.frames[0]; // 'at loadWeights (file:///app/model.js:41:22)'
@@ -331,6 +334,7 @@ export class MemoryHistory {
    *
    * @returns A new Map (empty with stacks off: without stacks there is nothing to add to what the
    *   resources themselves report).
+   * @throws Never.
    * @example
    * ```ts
    * history.liveBlocks().get(ptr)?.stack;
@@ -346,6 +350,7 @@ export class MemoryHistory {
    * @param count How many sites at most.
    * @param resource Only blocks allocated from the stack whose top has this id (all when omitted).
    * @returns Sites by bytes, largest first.
+   * @throws Never.
    * @example
    * ```ts
    * for (const site of history.largestLiveSites(3)) console.log(site.bytes, site.frames[0]);

@@ -251,8 +251,24 @@ export interface MemorySnapshot {
 /**
  * A value that is not a snapshot of this format (docs/snapshot-schema.json), naming the first field
  * that is wrong, as a path from the snapshot's top: `resources[2].segments[0].blocks[5].bytes`.
+ *
+ * @example
+ * ```ts
+ * try { validateSnapshot(JSON.parse(text)); }
+ * catch (e) { if (e instanceof SnapshotFormatError) console.error(`bad snapshot at ${e.field}`); else throw e; }
+ * ```
  */
 export class SnapshotFormatError extends VramError {
+  /**
+   * @param field The path of the wrong field (`snapshot` for the value itself).
+   * @param reason What is wrong with it; the message is `field: reason`.
+   * @param expected What the field should have been, when its value was of the wrong type or range.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new SnapshotFormatError('resources[2].segments[0].bytes', 'must be a whole number >= 0', 'integer >= 0');
+   * ```
+   */
   constructor(
     /** The path of the wrong field (`snapshot` for the value itself). */
     readonly field: string,

@@ -131,8 +131,27 @@ export interface ReplayResult {
   readonly timeline?: ReplayTimeline;
 }
 
-/** A replay that stopped because the resource failed an operation. */
+/**
+ * A replay that stopped because the resource failed an operation; `cause` is the resource's error.
+ *
+ * @example
+ * ```ts
+ * try { replay(trace, new ArenaResource({ size: 1 << 20 })); }
+ * catch (e) { if (e instanceof ReplayError) console.error(`line ${e.line}:`, e.cause); else throw e; }
+ * ```
+ */
 export class ReplayError extends VramError {
+  /**
+   * @param line The failing event's line in the log.
+   * @param eventIndex The failing event's index among the log's events (0-based).
+   * @param message What failed.
+   * @param cause The error the resource threw.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new ReplayError(12, 10, 'rmm_log.csv:12: allocate 4096 bytes failed on ArenaResource(...): out of memory', error);
+   * ```
+   */
   constructor(
     /** The failing event's line in the log. */
     readonly line: number,

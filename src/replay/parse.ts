@@ -63,8 +63,26 @@ export interface AllocationTrace {
   readonly summary: TraceSummary;
 }
 
-/** A log line that is malformed or inconsistent with the lines before it. */
+/**
+ * A log line that is malformed or inconsistent with the lines before it.
+ *
+ * @example
+ * ```ts
+ * try { parseAllocationLog(text, 'rmm_log.csv'); }
+ * catch (e) { if (e instanceof TraceParseError) console.error(`${e.source}:${e.line}`, e.message); else throw e; }
+ * ```
+ */
 export class TraceParseError extends VramError {
+  /**
+   * @param source The log's path or name.
+   * @param line 1-based line number of the offending line.
+   * @param reason What is wrong with it; the message is `source:line: reason`.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new TraceParseError('rmm_log.csv', 7, 'free of an address that is not live');
+   * ```
+   */
   constructor(
     /** The log's path or name. */
     readonly source: string,

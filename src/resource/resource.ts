@@ -135,6 +135,17 @@ export abstract class MemoryResource {
   #dropped: Dropped | undefined;
   #outOfMemoryErrors = 0;
 
+  /**
+   * Registers the resource with its device's cache registry; a subclass calls it with `super()`.
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * class HostHeap extends MemoryResource {
+   *   constructor() { super(); } // then the subclass's own set-up
+   * }
+   * ```
+   */
   constructor() {
     // Known to the registry, so a driver refusal anywhere on its device releases its cache too.
     trackResource(this);
@@ -151,6 +162,10 @@ export abstract class MemoryResource {
    * @throws {OutOfMemoryError} When it cannot: where the driver refused, after every cache of
    *   the device was released and the allocation retried once (`cache-registry.ts`); the message
    *   says how much the caches released.
+   * @example
+   * ```ts
+   * const ptr = pool.allocate(1 << 20, stream); // 1 MiB, first used on `stream`
+   * ```
    */
   allocate(bytes: number, stream?: StreamRef): Ptr {
     // The common case inline: a whole number in range passes without a call.
@@ -273,6 +288,11 @@ export abstract class MemoryResource {
    * @throws {DoubleFreeError} For a block already returned (where the resource can tell).
    * @throws {UseAfterFreeError} When the resource's memory was released (the resource was
    *   destroyed with no block live, or its last live block was freed since), or the stream destroyed.
+   * @example
+   * ```ts
+   * const ptr = pool.allocate(4096, stream);
+   * pool.deallocate(ptr, 4096, stream); // the size it was allocated with, and the stream that used it last
+   * ```
    */
   deallocate(ptr: Ptr, bytes: number, stream?: StreamRef): void {
     // Number.isInteger, not `% 1`: device addresses are above 2^31, so they are doubles, and a
@@ -304,6 +324,10 @@ export abstract class MemoryResource {
    *
    * @returns The bytes released.
    * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @example
+   * ```ts
+   * console.log(`released ${pool.releaseCached()} bytes`);
+   * ```
    */
   releaseCached(): number {
     if (this.#destroyed) throw this.destroyedError();
@@ -328,6 +352,7 @@ export abstract class MemoryResource {
    * default upstream, its bins) are destroyed with it; resources it was given are not. A second
    * call does nothing.
    *
+   * @throws Never: a destroyed resource's later calls throw, not this one.
    * @example
    * ```ts
    * const inner = new PoolResource({ upstream: outer });
@@ -402,12 +427,28 @@ export abstract class MemoryResource {
    *
    * @param other Another resource.
    * @returns Whether `other` may free this one's memory and vice versa.
+   * @throws Never.
+   * @example
+   * ```ts
+   * if (!buf.resource.isEqual(mr)) throw new Error('free it through the resource that allocated it');
+   * ```
    */
   isEqual(other: MemoryResource): boolean {
     return other === this;
   }
 
-  /** A short description for logs and errors, e.g. `PoolResource(initial=1 GiB)`. */
+  /**
+   * A short description for logs and errors, e.g. `PoolResource(initial=1 GiB)`; it names the
+   * resource's class, its parameters and its upstream's description. It works after `destroy()`,
+   * since error messages about a destroyed resource use it.
+   *
+   * @returns The description.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(new StatisticsAdaptor(new PoolResource()).describe()); // StatisticsAdaptor(PoolResource(...))
+   * ```
+   */
   abstract describe(): string;
 
   /** Allocates; `bytes` and `stream` are checked, `handle` is the stream's handle (0 for default). */
@@ -454,6 +495,11 @@ export interface ReservingResource extends MemoryResource {
  *
  * @param mr A resource.
  * @returns Whether it is a ReservingResource.
+ * @throws Never.
+ * @example
+ * ```ts
+ * if (isReserving(mr)) console.log(`overhead ${mr.peakReservedBytes - peakLive} bytes`);
+ * ```
  */
 export function isReserving(mr: MemoryResource): mr is ReservingResource {
   return typeof (mr as Partial<ReservingResource>).peakReservedBytes === 'number';

@@ -43,14 +43,30 @@ export interface Lane {
 /** The stream handle of memory that no stream has touched. */
 export const NO_STREAM = -1;
 
-/** The stream-ordering operations of one resource, with counts of what they cost. */
+/**
+ * The stream-ordering operations of one resource, with counts of what they cost.
+ *
+ * @example
+ * ```ts
+ * const order = new StreamOrder(device.backend);
+ * const lane: Lane = { stream: streamA.handle, event: 0, retired: false }; // blocks freed on stream A
+ * order.join(lane, streamB.handle); // stream B may now reuse them
+ * ```
+ */
 export class StreamOrder {
   /** Times a stream waited on another's event (a cross-stream reuse). */
   joins = 0;
   /** Times the host blocked on an event because the work had not completed yet. */
   hostWaits = 0;
 
-  /** @param events The backend of the resource's device. */
+  /**
+   * @param events The backend of the resource's device.
+   * @throws Never: no driver call is made until an operation needs one.
+   * @example
+   * ```ts
+   * const order = new StreamOrder(Device.get(0).backend);
+   * ```
+   */
   constructor(private readonly events: OrderEvents) {}
 
   /**
@@ -59,6 +75,11 @@ export class StreamOrder {
    * for untouched memory.
    * @param lane The lane whose memory `waiter` takes.
    * @param waiter The taking stream's handle.
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * order.join(lane, stream.handle); // before handing the lane's block out on `stream`
+   * ```
    */
   join(lane: Lane, waiter: number): void {
     if (!lane.retired) {
@@ -74,6 +95,11 @@ export class StreamOrder {
    * while it lives, else the default stream after joining the lane's last event.
    * @param lane The lane whose memory goes back.
    * @returns A live stream handle (0 for the default stream).
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * upstream.deallocate(ptr, bytes, order.settle(lane));
+   * ```
    */
   settle(lane: Lane): number {
     if (!lane.retired) return lane.stream === NO_STREAM ? 0 : lane.stream;
@@ -85,6 +111,11 @@ export class StreamOrder {
    * Records, now, the point after which the lane's memory is free of queued work (for `passed`
    * and `hostWait` later, e.g. a pinned buffer given back with a stream).
    * @param lane The lane.
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * order.mark(lane); // the block was given back with `stream`: its copies are queued before this point
+   * ```
    */
   mark(lane: Lane): void {
     if (lane.retired || lane.stream === NO_STREAM) return;
@@ -96,6 +127,11 @@ export class StreamOrder {
    * True when the work marked on the lane has completed (a query, never a wait).
    * @param lane A lane marked with `mark` (or retired).
    * @returns Whether the host may touch the lane's memory now.
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * if (order.passed(lane)) reuseForHostWrites(ptr); // else take another buffer instead of waiting
+   * ```
    */
   passed(lane: Lane): boolean {
     return lane.event === 0 || this.events.eventQuery(lane.event);
@@ -106,6 +142,11 @@ export class StreamOrder {
    * waited on only if still pending.
    * @param lane The lane.
    * @param markFirst Record a new event first (false: wait for the last `mark`).
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * order.hostWait(lane); // before unmapping the lane's pages
+   * ```
    */
   hostWait(lane: Lane, markFirst = true): void {
     if (markFirst) this.mark(lane);
@@ -117,6 +158,11 @@ export class StreamOrder {
   /**
    * The lane's stream is being destroyed: record its last event while the handle is valid.
    * @param lane The lane.
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * order.retire(lane); // from a stream's destroy hook, before cuStreamDestroy
+   * ```
    */
   retire(lane: Lane): void {
     if (lane.retired) return;
@@ -127,6 +173,11 @@ export class StreamOrder {
   /**
    * Destroys the lane's event (the lane is going away).
    * @param lane The lane.
+   * @throws {CudaError} When the driver refuses an event call.
+   * @example
+   * ```ts
+   * order.release(lane); // its blocks went back upstream
+   * ```
    */
   release(lane: Lane): void {
     if (lane.event !== 0) this.events.eventDestroy(lane.event);

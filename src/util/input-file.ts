@@ -15,8 +15,24 @@ import { VramError } from '../errors.js';
  */
 export const MAX_TEXT_FILE_BYTES: number = bufferConstants.MAX_STRING_LENGTH;
 
-/** A named file that cannot be read as text: not a regular file, too large, or not UTF-8. */
+/**
+ * A named file that cannot be read as text: not a regular file, too large, or not UTF-8.
+ *
+ * @example
+ * ```ts
+ * try { readAllocationLog('/dev/zero'); } catch (e) { if (e instanceof InputFileError) console.error(e.path, e.message); }
+ * ```
+ */
 export class InputFileError extends VramError {
+  /**
+   * @param path The path as given.
+   * @param reason Why it cannot be read; the message is `path: reason`.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new InputFileError('trace.csv', 'not UTF-8');
+   * ```
+   */
   constructor(
     /** The path as given. */
     readonly path: string,

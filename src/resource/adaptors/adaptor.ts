@@ -31,6 +31,10 @@ export abstract class ResourceAdaptor extends MemoryResource {
    * @param upstream The resource to wrap.
    * @throws {TypeError} When `upstream` is not a MemoryResource.
    * @throws {UseAfterFreeError} When it was destroyed.
+   * @example
+   * ```ts
+   * const counting = new CountingAdaptor(new PoolResource()); // a subclass's constructor calls super(upstream)
+   * ```
    */
   constructor(upstream: MemoryResource) {
     super();

@@ -33,6 +33,13 @@ export class LimitingAdaptor extends ResourceAdaptor {
   /**
    * @param upstream The resource to cap.
    * @param limitBytes The cap, a positive whole number of bytes.
+   * @throws {TypeError} When `upstream` is not a MemoryResource.
+   * @throws {UseAfterFreeError} When it was destroyed.
+   * @throws {TypeError | RangeError} When `limitBytes` is not a positive whole number of bytes.
+   * @example
+   * ```ts
+   * const limited = new LimitingAdaptor(new PoolResource(), 512 << 20); // at most 512 MiB outstanding
+   * ```
    */
   constructor(upstream: MemoryResource, limitBytes: number) {
     super(upstream);

@@ -54,7 +54,15 @@ export class LoggingAdaptor extends ResourceAdaptor {
    * @param upstream The resource whose calls are logged.
    * @param sink A file path (created or truncated) or a function called with each line.
    * @param options `bufferLines`: lines buffered before a write to a file.
-   * @throws {TypeError} For a sink that is neither.
+   * @throws {TypeError} When `upstream` is not a MemoryResource.
+   * @throws {UseAfterFreeError} When it was destroyed.
+   * @throws {TypeError} For a sink that is neither, or `options` with a key other than `bufferLines`.
+   * @throws {RangeError} When `bufferLines` is not a positive whole number.
+   * @throws {Error} When the file cannot be opened (Node's system error: ENOENT, EACCES, ...).
+   * @example
+   * ```ts
+   * using logged = new LoggingAdaptor(pool, (line) => lines.push(line)); // a function sink: nothing is buffered
+   * ```
    */
   constructor(upstream: MemoryResource, sink: LogSink, options: LoggingOptions = {}) {
     super(upstream);
@@ -97,7 +105,17 @@ export class LoggingAdaptor extends ResourceAdaptor {
     this.writeAfterTheFact(`${threadId},${this.now()},free,0x${ptr.toString(16)},${bytes},${handle}`);
   }
 
-  /** Writes buffered lines to the file sink (a function sink has nothing buffered). */
+  /**
+   * Writes buffered lines to the file sink (a function sink has nothing buffered), e.g. before
+   * reading the log while the adaptor is still in use.
+   *
+   * @throws {Error} When the write fails (Node's system error: ENOSPC, EIO, ...); the lines stay buffered.
+   * @example
+   * ```ts
+   * logged.flush();
+   * const trace = readAllocationLog('allocations.csv');
+   * ```
+   */
   flush(): void {
     if (this.fd === undefined || this.buffer.length === 0) return;
     writeSync(this.fd, this.buffer.join('\n') + '\n');

@@ -50,6 +50,14 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
   /**
    * @param upstream The resource to retry on.
    * @param options `roots`: further resource chains whose caches are released too.
+   * @throws {TypeError} When `upstream` is not a MemoryResource.
+   * @throws {UseAfterFreeError} When it was destroyed.
+   * @throws {TypeError} When `options` has a key other than `roots`, or `roots` is not an array of MemoryResources.
+   * @throws {UseAfterFreeError} When one of `roots` was destroyed.
+   * @example
+   * ```ts
+   * const mr = new RetryOnOutOfMemory(new PoolResource()); // retries after releasing the pool's cache
+   * ```
    */
   constructor(upstream: MemoryResource, options: RetryOptions = {}) {
     super(upstream);
@@ -101,7 +109,18 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
     }
   }
 
-  /** Releases the caches of its chain and of the roots' chains; returns the bytes released. */
+  /**
+   * Releases the caches of its chain and of the roots' chains (skipping destroyed resources), and
+   * runs `gc()` when the program was started with `--expose-gc`: what a failed allocation does before
+   * its retry, for a program that wants the memory back without failing first.
+   *
+   * @returns The bytes released.
+   * @throws {CudaError} When the driver refuses to free cached memory.
+   * @example
+   * ```ts
+   * const released = mr.releaseAll(); // e.g. between the phases of a program
+   * ```
+   */
   releaseAll(): number {
     const seen = new Set<MemoryResource>();
     let released = 0;

@@ -32,7 +32,15 @@ export class StatisticsAdaptor extends ResourceAdaptor {
   private readonly bytesCounter = new CounterCell();
   private readonly allocationsCounter = new CounterCell();
 
-  /** @param upstream The resource whose traffic is counted. */
+  /**
+   * @param upstream The resource whose traffic is counted.
+   * @throws {TypeError} When `upstream` is not a MemoryResource.
+   * @throws {UseAfterFreeError} When it was destroyed.
+   * @example
+   * ```ts
+   * const stats = new StatisticsAdaptor(getCurrentResource(0)); // counts what goes through it from now on
+   * ```
+   */
   constructor(upstream: MemoryResource) {
     super(upstream);
   }
@@ -54,7 +62,16 @@ export class StatisticsAdaptor extends ResourceAdaptor {
     return this.memoryFigures().allocatedBytes.value;
   }
 
-  /** @deprecated use `resetPeakFigures()` (which restarts the upstream's peaks too); kept for one release. */
+  /**
+   * @deprecated use `resetPeakFigures()` (which restarts the upstream's peaks too); kept for one release.
+   * Starts new high-water marks from the current figures.
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * stats.resetPeakFigures(); // rather than stats.resetPeaks()
+   * ```
+   */
   resetPeaks(): void {
     this.bytesCounter.resetPeak();
     this.allocationsCounter.resetPeak();

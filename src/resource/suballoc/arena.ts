@@ -71,6 +71,10 @@ export class ArenaResource extends MemoryResource {
    * @param options The size (required), the upstream and the device.
    * @throws {TypeError | RangeError} For a bad size or upstream, or an upstream on another device than `device`.
    * @throws {OutOfMemoryError} When the upstream cannot give the region.
+   * @example
+   * ```ts
+   * using arena = new ArenaResource({ size: 256 << 20, upstream: new AsyncResource() }); // one 256 MiB region
+   * ```
    */
   constructor(options: ArenaOptions) {
     super();
@@ -103,6 +107,10 @@ export class ArenaResource extends MemoryResource {
   /**
    * Arena bytes one 1D block of `bytes` takes: `bytes` rounded up to 256.
    * @throws {RangeError} For a bad size, or one whose volume is above 2^53 - 1 bytes.
+   * @example
+   * ```ts
+   * ArenaResource.ceil1DVolume(1000); // 1024
+   * ```
    */
   static ceil1DVolume(bytes: number): number {
     return safeVolume(alignUp(checkBytes(bytes), GRANULE), `ceil1DVolume(${bytes})`);
@@ -114,6 +122,11 @@ export class ArenaResource extends MemoryResource {
    * blocks you need to size an arena.
    * @throws {RangeError} For a bad argument, a pitchAlignment that is not a power of two, or a
    *   volume above 2^53 - 1 bytes.
+   * @example
+   * ```ts
+   * const size = frames * ArenaResource.ceil2DVolume(1920 * 4, 1080); // room for `frames` RGBA images
+   * using arena = new ArenaResource({ size });
+   * ```
    */
   static ceil2DVolume(widthBytes: number, height: number, pitchAlignment = 512): number {
     checkBytes(widthBytes, 'widthBytes');
@@ -150,6 +163,10 @@ export class ArenaResource extends MemoryResource {
    * @returns The block's address and pitch.
    * @throws {RangeError} For sizes whose product is larger than any allocation.
    * @throws {OutOfMemoryError} When no free range is large enough.
+   * @example
+   * ```ts
+   * const { ptr, pitch } = arena.allocatePitched(640 * 4, 480, stream); // row r starts at ptr + r * pitch
+   * ```
    */
   allocatePitched(widthBytes: number, height: number, stream?: StreamRef): PitchedBlock {
     checkBytes(widthBytes, 'widthBytes');
@@ -170,6 +187,15 @@ export class ArenaResource extends MemoryResource {
    * Returns a pitched block (its size is remembered).
    * @param ptr What allocatePitched returned.
    * @param stream The last stream that used it.
+   * @throws {TypeError | RangeError} For a bad pointer or stream.
+   * @throws {InvalidPointerError} For a pointer that is not the start of a block of this arena.
+   * @throws {DoubleFreeError} For a block already returned.
+   * @throws {UseAfterFreeError} When the arena's region was released.
+   * @example
+   * ```ts
+   * const block = arena.allocatePitched(640 * 4, 480, stream);
+   * arena.deallocatePitched(block.ptr, stream);
+   * ```
    */
   deallocatePitched(ptr: Ptr, stream?: StreamRef): void {
     checkPointer(ptr);
@@ -206,7 +232,15 @@ export class ArenaResource extends MemoryResource {
     return this.regionBytes;
   }
 
-  /** @deprecated use `resetPeakFigures()`; kept for one release. Nothing to reset: the reservation is fixed. */
+  /**
+   * @deprecated use `resetPeakFigures()`; kept for one release. Nothing to reset: the reservation is fixed.
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * arena.resetPeakFigures(); // rather than arena.resetPeakReserved()
+   * ```
+   */
   resetPeakReserved(): void {}
 
   /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live blocks (as requested). */

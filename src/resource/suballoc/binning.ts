@@ -76,6 +76,10 @@ export class BinningResource extends MemoryResource {
    * @param upstream Where bins take chunks and large requests go.
    * @param options The exponents of the default bins.
    * @throws {TypeError | RangeError} For a bad upstream or exponents.
+   * @example
+   * ```ts
+   * const binned = new BinningResource(new PoolResource(), { minSizeExponent: 8, maxSizeExponent: 16 }); // bins of 256 B .. 64 KiB
+   * ```
    */
   constructor(upstream: MemoryResource, options: BinningOptions = {}) {
     super();
@@ -107,6 +111,10 @@ export class BinningResource extends MemoryResource {
    * @throws {TypeError | RangeError} For a bad size, or a bin resource whose memory is of another
    *   kind or device than the upstream's.
    * @throws {UseAfterFreeError} When this resource or the bin resource was destroyed.
+   * @example
+   * ```ts
+   * const binned = new BinningResource(pool).addBin(4096).addBin(1 << 20, new ArenaResource({ size: 64 << 20, upstream: pool }));
+   * ```
    */
   addBin(allocationSize: number, binResource?: MemoryResource): this {
     if (this.destroyed) throw this.destroyedError();

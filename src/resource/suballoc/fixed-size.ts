@@ -66,6 +66,10 @@ export class FixedSizeResource extends MemoryResource {
    * @param upstream Where chunks come from.
    * @param options Block size and blocks per chunk.
    * @throws {TypeError | RangeError} For a bad upstream or option.
+   * @example
+   * ```ts
+   * const small = new FixedSizeResource(new PoolResource(), { blockSize: 4096, blocksToPreallocate: 256 });
+   * ```
    */
   constructor(upstream: MemoryResource, options: FixedSizeOptions = {}) {
     super();
@@ -213,7 +217,15 @@ export class FixedSizeResource extends MemoryResource {
     return this.reserved.peak;
   }
 
-  /** @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved high-water mark. */
+  /**
+   * @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved high-water mark.
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * fixed.resetPeakFigures(); // rather than fixed.resetPeakReserved()
+   * ```
+   */
   resetPeakReserved(): void {
     this.reserved.resetPeak();
   }

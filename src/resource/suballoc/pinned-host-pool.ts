@@ -96,6 +96,10 @@ export class PinnedHostPool extends MemoryResource {
    * A pool over `upstream` (default pinned memory from cuMemHostAlloc).
    * @param options Upstream, device and the idle bytes kept.
    * @throws {TypeError | RangeError} For bad options, or an upstream that does not hand out pinned host memory.
+   * @example
+   * ```ts
+   * using staging = new PinnedHostPool({ upstream: new PinnedHostResource({ portable: true }), maximumCachedBytes: 0 });
+   * ```
    */
   constructor(options: PinnedHostPoolOptions = {}) {
     super();
@@ -114,7 +118,18 @@ export class PinnedHostPool extends MemoryResource {
     this.guardMemory(() => nonZero(releaseAll(idle, lent, order, upstream, ownsUpstream)));
   }
 
-  /** The size class of a request: 4 steps per power of two, at least 4 KiB (at most 25% slack). */
+  /**
+   * The size class of a request: 4 steps per power of two, at least 4 KiB (at most 25% slack).
+   *
+   * @param bytes The request.
+   * @returns The capacity of the buffer the pool lends for it.
+   * @throws Never.
+   * @example
+   * ```ts
+   * PinnedHostPool.sizeClass(1000);    // 4096
+   * PinnedHostPool.sizeClass(5 << 20); // 5 MiB: 4, 5, 6 and 7 MiB are the classes of [4, 8) MiB
+   * ```
+   */
   static sizeClass(bytes: number): number {
     if (bytes <= 4096) return 4096;
     const e = Math.floor(Math.log2(bytes));
@@ -126,6 +141,15 @@ export class PinnedHostPool extends MemoryResource {
    * Lends a pinned buffer of at least `bytes`, reusing an idle one whose last use has completed.
    * @param bytes The bytes needed.
    * @returns The chunk; give it back with `free(stream?)`.
+   * @throws {TypeError | RangeError} For a bad size.
+   * @throws {UseAfterFreeError} When the pool was destroyed.
+   * @throws {OutOfMemoryError} When the upstream cannot pin more memory.
+   * @example
+   * ```ts
+   * const chunk = staging.acquire(bytes);
+   * chunk.view().set(source);
+   * chunk.free(stream); // after the copy queued on `stream` that reads it
+   * ```
    */
   acquire(bytes: number): PinnedChunk {
     const ptr = this.allocate(bytes);

@@ -144,6 +144,10 @@ export class PoolResource extends MemoryResource {
    * @throws {TypeError | RangeError} For bad options, or an upstream on another device than `device`.
    * @throws {NotSupportedError} For virtual growth on a device without virtual memory management.
    * @throws {OutOfMemoryError} When the initial size cannot be had (nothing is kept).
+   * @example
+   * ```ts
+   * using pool = new PoolResource({ initialSize: 1 << 30, maximumSize: 8 << 30 }); // 1 GiB now, at most 8 GiB
+   * ```
    */
   constructor(options: PoolOptions = {}) {
     super();
@@ -367,7 +371,15 @@ export class PoolResource extends MemoryResource {
     return this.pages !== null ? this.pages.peakReservedBytes : this.chunks!.peakReservedBytes;
   }
 
-  /** @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved and live high-water marks. */
+  /**
+   * @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved and live high-water marks.
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * pool.resetPeakFigures(); // rather than pool.resetPeakReserved()
+   * ```
+   */
   resetPeakReserved(): void {
     this.resetPeakFigures();
   }
@@ -377,6 +389,7 @@ export class PoolResource extends MemoryResource {
    * host waits, driver calls by kind, growth time), with the common figures read from it.
    *
    * @returns The figures now.
+   * @throws Never: it reads counters the pool keeps (after `destroy()`, the last figures).
    * @example
    * ```ts
    * pool.statistics().driverCalls.map; // cuMemMap calls so far

@@ -57,6 +57,10 @@ export class AsyncResource extends DriverResource {
    * @param options The device and the pool.
    * @throws {NotSupportedError} When the device has no stream-ordered pools.
    * @throws {TypeError | RangeError} For bad pool properties.
+   * @example
+   * ```ts
+   * using shared = new AsyncResource({ device: 0, pool: { maxSize: 1 << 30, handleTypes: 'posix-fd' } });
+   * ```
    */
   constructor(options: AsyncResourceOptions = {}) {
     options = readOptions('new AsyncResource', options, { device: true, pool: true });
@@ -180,13 +184,31 @@ export class AsyncResource extends DriverResource {
     return this.get(MemPoolAttribute.USED_MEM_HIGH);
   }
 
-  /** Resets both high-water marks to the current values. */
+  /**
+   * Resets both high-water marks (reserved and used) to the current values.
+   *
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * mr.resetPeaks(); // mr.peakUsedBytes === mr.usedBytes
+   * ```
+   */
   resetPeaks(): void {
     this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
     this.set(MemPoolAttribute.USED_MEM_HIGH, 0);
   }
 
-  /** @deprecated use `resetPeakFigures()`; kept for one release. Resets the reserved high-water mark. */
+  /**
+   * @deprecated use `resetPeakFigures()`; kept for one release. Resets the reserved high-water mark.
+   *
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * mr.resetPeakFigures(); // rather than mr.resetPeakReserved()
+   * ```
+   */
   resetPeakReserved(): void {
     this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
   }
@@ -203,7 +225,18 @@ export class AsyncResource extends DriverResource {
     this.resetPeaks();
   }
 
-  /** Returns unused memory to the driver until at most `bytes` stay reserved beyond what is in use. */
+  /**
+   * Returns unused memory to the driver until at most `bytes` stay reserved beyond what is in use.
+   *
+   * @param bytes The most unused bytes to keep reserved; 0 returns all it can.
+   * @throws {TypeError | RangeError} When `bytes` is not a whole number >= 0.
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * mr.trimTo(0); // after a peak: give the pool's idle memory back to the driver
+   * ```
+   */
   trimTo(bytes: number): void {
     checkNonNegativeInteger(bytes, 'bytes');
     const pool = this.pool;
@@ -211,7 +244,20 @@ export class AsyncResource extends DriverResource {
     this.deviceObject.backend.memPoolTrimTo(pool, bytes);
   }
 
-  /** Lets `peer` access (or stops it accessing) this pool's memory. */
+  /**
+   * Lets `peer` access (or stops it accessing) this pool's memory.
+   *
+   * @param peer Another device.
+   * @param access `'none'`, `'read'` or `'readwrite'`.
+   * @throws {TypeError} When `peer` is not a Device.
+   * @throws {RangeError} For another `access`, or when `peer` is the pool's own device (it always has read-write access).
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @throws {CudaError} When the driver refuses (the devices cannot access each other's memory).
+   * @example
+   * ```ts
+   * mr.setAccess(Device.get(1), 'readwrite'); // device 1's kernels may use this pool's blocks
+   * ```
+   */
   setAccess(peer: Device, access: PoolAccess): void {
     if (!(peer instanceof Device)) throw new TypeError('peer must be a Device');
     const flags = accessFlags(access);
@@ -223,7 +269,19 @@ export class AsyncResource extends DriverResource {
     this.deviceObject.backend.memPoolSetAccess(pool, peer.ordinal, flags);
   }
 
-  /** How `device` may access this pool's memory. */
+  /**
+   * How `device` may access this pool's memory.
+   *
+   * @param device Any device, the pool's own included.
+   * @returns `'none'`, `'read'` or `'readwrite'`.
+   * @throws {TypeError} When `device` is not a Device.
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * mr.getAccess(Device.get(1)); // 'none' until setAccess
+   * ```
+   */
   getAccess(device: Device): PoolAccess {
     if (!(device instanceof Device)) throw new TypeError('device must be a Device');
     const pool = this.pool;

@@ -32,6 +32,10 @@ export class CudaResource extends DriverResource {
   /**
    * @param device The device (device 0 by default).
    * @throws {TypeError} For something that is not a Device or an ordinal.
+   * @example
+   * ```ts
+   * const direct = new CudaResource(1); // cuMemAlloc and cuMemFree on device 1, nothing cached
+   * ```
    */
   constructor(device?: Device | number) {
     super(Device.resolve(device));

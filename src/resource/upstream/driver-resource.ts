@@ -14,6 +14,13 @@ import { SizeTable } from './size-table.js';
 /**
  * A resource whose every block is one driver allocation. Subclasses implement `driverAllocate`
  * and `driverFree`; this class keeps the live table and names itself in errors.
+ *
+ * @example
+ * ```ts
+ * function driverBlocks(mr: MemoryResource): number | undefined {
+ *   return mr instanceof DriverResource ? mr.liveCount : undefined; // one cuMemAlloc-like call per block
+ * }
+ * ```
  */
 export abstract class DriverResource extends MemoryResource {
   /** The live allocations and their sizes. */

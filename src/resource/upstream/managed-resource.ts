@@ -42,6 +42,10 @@ export class ManagedResource extends DriverResource {
    * @param options The device and attach mode.
    * @throws {RangeError} For an unknown attach mode.
    * @throws {NotSupportedError} When the device has no managed memory.
+   * @example
+   * ```ts
+   * const unified = new ManagedResource({ device: 0, attach: 'global' }); // memory both the host and the GPU read
+   * ```
    */
   constructor(options: ManagedResourceOptions = {}) {
     options = readOptions('new ManagedResource', options, { device: true, attach: true });

@@ -70,6 +70,10 @@ export class PinnedHostResource extends DriverResource {
   /**
    * @param options The cuMemHostAlloc flags (none by default) and the device whose backend pins.
    * @throws {TypeError} For flags that are not booleans.
+   * @example
+   * ```ts
+   * const mapped = new PinnedHostResource({ mapped: true, portable: true }); // visible to every context, and to kernels
+   * ```
    */
   constructor(options: PinnedHostOptions = {}) {
     options = readOptions('new PinnedHostResource', options, { device: true, portable: true, mapped: true, writeCombined: true });
