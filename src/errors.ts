@@ -120,7 +120,9 @@ export const CUresultName: Readonly<Record<number, string>> = {
 
 /** Figures attached to an out-of-memory failure, when the failing resource keeps them. */
 export interface OutOfMemoryStatistics {
-  /** Bytes live through the resource (as requested), with peak and total. */
+  /** Bytes handed out through the resource and not yet returned (as requested), with peak and total. */
+  readonly allocatedBytes: Counter;
+  /** @deprecated the same counter as `allocatedBytes`, under its old name; kept for one release. */
   readonly bytes: Counter;
   /** Live allocations, with peak and total. */
   readonly allocations: Counter;

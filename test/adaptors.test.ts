@@ -140,7 +140,8 @@ describe('LimitingAdaptor', () => {
       assert.ok(error instanceof OutOfMemoryError);
       assert.equal(error.requestedBytes, 1);
       assert.match(error.resource ?? '', /LimitingAdaptor\(limit=1 MiB, CountingResource\)/);
-      assert.equal(error.statistics?.bytes.value, 1 << 20);
+      assert.equal(error.statistics?.allocatedBytes.value, 1 << 20);
+      assert.equal(error.statistics?.bytes, error.statistics?.allocatedBytes, 'the deprecated name is the same counter');
       assert.equal(error.statistics?.allocations.value, 4);
       return true;
     });

@@ -54,7 +54,7 @@ export interface MemoryFigures {
  */
 export function outOfMemoryStatistics(figures: MemoryFigures | undefined): OutOfMemoryStatistics | undefined {
   if (figures === undefined) return undefined;
-  return { bytes: figures.allocatedBytes, allocations: figures.allocations, reservedBytes: figures.reservedBytes };
+  return { allocatedBytes: figures.allocatedBytes, bytes: figures.allocatedBytes, allocations: figures.allocations, reservedBytes: figures.reservedBytes };
 }
 
 /**
