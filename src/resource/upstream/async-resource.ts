@@ -95,16 +95,6 @@ export class AsyncResource extends DriverResource {
     else this.guardLive(free);
   }
 
-  /** The Device object the pool belongs to. */
-  get deviceObject(): Device {
-    return this.owner;
-  }
-
-  /** The device ordinal. */
-  get deviceOrdinal(): number {
-    return this.owner.ordinal;
-  }
-
   /** The driver's pool handle (CUmemoryPool). */
   get pool(): Handle {
     if (this.destroyed) throw new UseAfterFreeError('the AsyncResource\'s pool was destroyed');

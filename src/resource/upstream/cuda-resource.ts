@@ -43,16 +43,6 @@ export class CudaResource extends DriverResource {
     this.guardLive((ptr) => memFree(owner, ptr));
   }
 
-  /** The Device object the memory lives on. */
-  get deviceObject(): Device {
-    return this.owner;
-  }
-
-  /** The device ordinal. */
-  get deviceOrdinal(): number {
-    return this.owner.ordinal;
-  }
-
   /** `CudaResource(device=0)`. */
   describe(): string {
     return `CudaResource(device=${this.deviceOrdinal})`;

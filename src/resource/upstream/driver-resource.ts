@@ -34,6 +34,33 @@ export abstract class DriverResource extends MemoryResource {
     super();
   }
 
+  /**
+   * The Device whose context makes the driver calls: the device the memory lives on (for pinned
+   * host memory, the one whose context pins it).
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * new CudaResource(0).deviceObject.ordinal; // 0
+   * ```
+   */
+  get deviceObject(): Device {
+    return this.owner;
+  }
+
+  /**
+   * The device ordinal the memory belongs to (pinned host memory overrides it with -1).
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * new CudaResource(0).deviceOrdinal; // 0
+   * ```
+   */
+  get deviceOrdinal(): number {
+    return this.owner.ordinal;
+  }
+
   /** The backend of the owning device. */
   protected get backend(): Backend {
     return this.owner.backend;

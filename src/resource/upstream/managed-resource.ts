@@ -62,16 +62,6 @@ export class ManagedResource extends DriverResource {
     this.guardLive((ptr) => memFree(owner, ptr));
   }
 
-  /** The Device object whose context allocates. */
-  get deviceObject(): Device {
-    return this.owner;
-  }
-
-  /** The device ordinal. */
-  get deviceOrdinal(): number {
-    return this.owner.ordinal;
-  }
-
   /** `ManagedResource(device=0, attach=global)`. */
   describe(): string {
     return `ManagedResource(device=${this.deviceOrdinal}, attach=${this.attach})`;

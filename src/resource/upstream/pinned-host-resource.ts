@@ -61,8 +61,18 @@ export class PinnedHostResource extends DriverResource {
   readonly kind = 'pinned-host';
   /** See `PINNED_HOST_ALIGNMENT`. */
   readonly alignment = PINNED_HOST_ALIGNMENT;
-  /** Host memory belongs to no device. */
-  readonly deviceOrdinal = -1;
+  /**
+   * Host memory belongs to no device: -1.
+   *
+   * @throws Never.
+   * @example
+   * ```ts
+   * new PinnedHostResource().deviceOrdinal; // -1
+   * ```
+   */
+  override get deviceOrdinal(): number {
+    return -1;
+  }
   /** The flags every allocation is made with. */
   readonly options: Readonly<Required<Omit<PinnedHostOptions, 'device'>>>;
   private readonly flags: number;
