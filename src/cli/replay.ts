@@ -1,19 +1,28 @@
 /**
- * `vram replay <log.csv> [--resource NAME]... [--json] [--html FILE]`: replays an RMM allocation log
- * through one or more resource stacks and prints, side by side, time per operation and peak
- * reserved over peak live; `--html` also writes a report with each stack's bytes over time. Exit
- * status: 0 ok, 1 a replay (or the log) failed, 2 usage error.
+ * `vram replay <log.csv>... [--resource NAME]... [--capacity SIZE | --headroom PERCENT] [--json]
+ * [--html FILE]`: replays RMM allocation logs, one after another, through one or more resource
+ * stacks and prints, for each log, time per operation and peak reserved over peak live side by
+ * side; `--html` also writes a report with each stack's bytes over time. Exit status: 0 ok, 1 a
+ * replay (or a log) failed or did not fit, 2 usage error.
+ *
+ * `--capacity`/`--headroom` replay with only that much device memory: a ballast (one cuMemAlloc,
+ * outside every stack) takes the rest of the device's free memory before the log's stacks are
+ * made, and goes back after the last, so each stack sees the capacity free when its replay starts,
+ * and whatever it takes (its fixed costs, the arena's reservation) comes out of it.
  *
  * On the emulated backend with VRAM_EMULATED_BYTES unset, the emulated device is sized for the
- * trace before any device exists (its memory is backed lazily, so a large capacity costs nothing
- * until written): a trace that peaks above the 4 GiB default then replays with no settings.
+ * traces (and the capacity) before any device exists (its memory is backed lazily, so a large
+ * capacity, or a ballast, costs nothing until written): a trace that peaks above the 4 GiB
+ * default then replays with no settings.
  */
 import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
 import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated.js';
 import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
-import { ReplayError, replay, type ReplayPass, type ReplayResult } from '../replay/engine.js';
+import { Device } from '../device.js';
+import { ReplayError, replay, type ReplayFailurePoint, type ReplayPass, type ReplayResult } from '../replay/engine.js';
+import { checkCapacity, holdBallast, type Ballast } from '../replay/ballast.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { createStack, type StackOptions } from '../replay/stacks.js';
 import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } from '../resource/stacks.js';
@@ -26,15 +35,41 @@ import { checkOutputPath, writeReportFile } from './output-path.js';
 import { formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
 
-/** One stack's outcome: its figures, or why it failed (and whether it ran out of memory). */
-type Outcome =
-  | { readonly stack: ResourceStackName; readonly ok: true; readonly notes: readonly string[]; readonly result: ReplayResult }
-  | { readonly stack: ResourceStackName; readonly ok: false; readonly notes: readonly string[]; readonly error: string; readonly outOfMemory: boolean };
+/** Where a failed replay stopped: the engine's point and the log's line. */
+type FailedAt = ReplayFailurePoint & { readonly line: number };
+
+/**
+ * One stack's outcome: its figures, or why it failed (whether it ran out of memory, and where it
+ * stopped when it got as far as the trace). `freeAtStartBytes`: with a capacity, the device's
+ * free memory when the stack was made.
+ */
+type Outcome = { readonly stack: ResourceStackName; readonly notes: readonly string[]; readonly freeAtStartBytes?: number } & (
+  | { readonly ok: true; readonly result: ReplayResult }
+  | { readonly ok: false; readonly error: string; readonly outOfMemory: boolean; readonly at?: FailedAt });
 
 /** How the emulated device's capacity was chosen, for the output. */
 interface EmulatedCapacity {
   readonly bytes: number;
-  readonly source: 'trace' | 'VRAM_EMULATED_BYTES' | 'default' | 'in use';
+  readonly source: 'trace' | 'capacity' | 'VRAM_EMULATED_BYTES' | 'default' | 'in use';
+  /** When sized for several traces: how many. */
+  readonly largestOf?: number;
+}
+
+/** The device memory a replay may have, as asked: `--capacity SIZE` or `--headroom PERCENT`. */
+type CapacityRequest =
+  | { readonly flag: '--capacity'; readonly text: string; readonly bytes: number }
+  | { readonly flag: '--headroom'; readonly text: string; readonly percent: number };
+
+/** The capacity a trace replays with: the size given, or its peak live plus the headroom. */
+function capacityFor(request: CapacityRequest, trace: AllocationTrace): number {
+  return request.flag === '--capacity' ? request.bytes : Math.ceil(trace.summary.peakLiveBytes * (1 + request.percent / 100));
+}
+
+/** How the capacity was found, for the heading and the refusal. */
+function capacityWords(request: CapacityRequest, trace: AllocationTrace): string {
+  const bytes = capacityFor(request, trace);
+  return request.flag === '--capacity' ? `${formatBytes(bytes)} (--capacity ${request.text})`
+    : `${formatBytes(bytes)} (peak live ${formatBytes(trace.summary.peakLiveBytes)} + ${request.percent}%, --headroom ${request.text})`;
 }
 
 /** Emulated capacity granularity: the sizes read as whole GiB. */
@@ -49,18 +84,39 @@ function emulatedCapacityFor(peakLiveBytes: number): number {
 }
 
 /**
- * On the emulated backend, sizes the device for the trace unless VRAM_EMULATED_BYTES says
- * otherwise. Runs before any Device exists (setBackend refuses a change afterwards). Throws when
- * the size would pass 2^53 bytes.
+ * The emulated device for a replay with a capacity: 1 GiB more than the capacity in whole GiB, so
+ * a ballast holds the rest as it would on a GPU (a device of exactly the capacity would replay
+ * without one, and the model would differ from the GPU's).
  */
-function sizeEmulatedDevice(backend: Backend, trace: AllocationTrace): { backend: Backend; capacity?: EmulatedCapacity } {
+function emulatedCapacityWithBallast(capacityBytes: number): number {
+  return Math.ceil((capacityBytes + GIB) / GIB) * GIB;
+}
+
+/**
+ * On the emulated backend, sizes the device for the traces (the largest of them, and with a
+ * capacity, room for a ballast too) unless VRAM_EMULATED_BYTES says otherwise. Runs before any
+ * Device exists (setBackend refuses a change afterwards). Throws when the size would pass 2^53 bytes.
+ */
+function sizeEmulatedDevice(backend: Backend, traces: readonly AllocationTrace[], request: CapacityRequest | undefined):
+  { backend: Backend; capacity?: EmulatedCapacity } {
   if (backend.name !== 'emulated') return { backend };
   if (EMULATED_BYTES_VARIABLE.read() !== undefined) return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
-  const bytes = emulatedCapacityFor(trace.summary.peakLiveBytes);
-  if (!Number.isSafeInteger(bytes)) {
-    // Said here in the trace's terms: the backend's own refusal names its constructor option.
-    throw new Error(`${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
-      `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`);
+  let bytes = 0;
+  let source: EmulatedCapacity['source'] = 'trace';
+  for (const trace of traces) {
+    const forTrace = emulatedCapacityFor(trace.summary.peakLiveBytes);
+    if (!Number.isSafeInteger(forTrace)) {
+      // Said here in the trace's terms: the backend's own refusal names its constructor option.
+      throw new Error(`${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
+        `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`);
+    }
+    const withBallast = request === undefined ? 0 : emulatedCapacityWithBallast(capacityFor(request, trace));
+    if (!Number.isSafeInteger(withBallast)) {
+      throw new Error(`${request!.flag} ${request!.text}: a capacity of ${formatBytes(capacityFor(request!, trace))} for ${trace.source} ` +
+        'needs an emulated device larger than the 2^53 - 1 bytes one can have');
+    }
+    bytes = Math.max(bytes, forTrace, withBallast);
+    if (withBallast === bytes && withBallast > forTrace) source = 'capacity';
   }
   if (bytes === DEFAULT_EMULATED_CAPACITY) return { backend, capacity: { bytes, source: 'default' } };
   const sized = new EmulatedBackend({ capacityBytes: bytes, deviceCount: backend.deviceCount() });
@@ -71,7 +127,7 @@ function sizeEmulatedDevice(backend: Backend, trace: AllocationTrace): { backend
     if (!(error instanceof VramStateError)) throw error;
     return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'in use' } };
   }
-  return { backend: sized, capacity: { bytes, source: 'trace' } };
+  return { backend: sized, capacity: { bytes, source, ...(traces.length > 1 ? { largestOf: traces.length } : {}) } };
 }
 
 /** The line that says how large the emulated device is and why. */
@@ -79,7 +135,10 @@ function capacityLine(capacity: EmulatedCapacity): string {
   const size = formatBytes(capacity.bytes);
   switch (capacity.source) {
     case 'trace':
-      return `emulated device sized for this trace: ${size} (2 x peak live + 1 GiB; VRAM_EMULATED_BYTES is unset; backed lazily)`;
+      return `emulated device sized for ${capacity.largestOf === undefined ? 'this trace' : `the largest of ${capacity.largestOf} traces`}: ${size} (2 x peak live + 1 GiB; VRAM_EMULATED_BYTES is unset; backed lazily)`;
+    case 'capacity':
+      return `emulated device sized for the capacity: ${size} (capacity + 1 GiB, so a ballast holds the rest as on a GPU; ` +
+        'VRAM_EMULATED_BYTES is unset; backed lazily)';
     case 'VRAM_EMULATED_BYTES':
       return `emulated device of ${size} (VRAM_EMULATED_BYTES)`;
     case 'default':
@@ -89,12 +148,19 @@ function capacityLine(capacity: EmulatedCapacity): string {
   }
 }
 
-function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: StackOptions, perOp: boolean, repeat: number): Outcome {
+/**
+ * Replays `trace` through a fresh `name` stack. A failure of any kind (out of memory mid-trace
+ * above all, under a capacity) is this stack's outcome, not the command's: the engine has given
+ * back what the pass held and the stack is closed here, so the next stack starts as this one did.
+ */
+function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: StackOptions, perOp: boolean, repeat: number,
+  device: Device | undefined): Outcome {
+  const freeAtStart = device === undefined ? {} : { freeAtStartBytes: device.memInfo().free };
   let stack;
   try {
     stack = createStack(name, trace, stackOptions);
   } catch (error) {
-    return { stack: name, ok: false, notes: [], error: `could not create the stack: ${messageOf(error)}`, outOfMemory: isOutOfMemory(error) };
+    return { stack: name, ok: false, notes: [], ...freeAtStart, error: `could not create the stack: ${messageOf(error)}`, outOfMemory: isOutOfMemory(error) };
   }
   try {
     const result = replay(trace, stack.resource, {
@@ -102,7 +168,7 @@ function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: S
       repeat,
       ...(stack.growth ? { growth: stack.growth } : {}),
     });
-    return { stack: name, ok: true, notes: stack.notes, result };
+    return { stack: name, ok: true, notes: stack.notes, ...freeAtStart, result };
   } catch (error) {
     const outOfMemory = isOutOfMemory(error instanceof ReplayError ? error.cause : error);
     // The arena's own figure ran out, not the device: say that instead of a hint about the device.
@@ -110,7 +176,8 @@ function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: S
     const arena = outOfMemory && name === 'arena'
       ? (/arena exhausted/i.test(message) ? 'the arena cannot grow (a fixed reservation): ' : 'the arena was exhausted (a fixed reservation: it cannot grow): ')
       : '';
-    return { stack: name, ok: false, notes: stack.notes, error: `${arena}${message}`, outOfMemory: outOfMemory && name !== 'arena' };
+    const at = error instanceof ReplayError && error.point !== undefined ? { at: { line: error.line, ...error.point } } : {};
+    return { stack: name, ok: false, notes: stack.notes, ...freeAtStart, error: `${arena}${message}`, outOfMemory: outOfMemory && name !== 'arena', ...at };
   } finally {
     stack.close();
   }
@@ -120,28 +187,49 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** The heading lines of the output (and the report's facts): the trace, the backend, the device. */
-function headingLines(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined): [string, string][] {
-  const s = trace.summary;
+/** One trace's replay: the trace, the device memory it had, and each stack's outcome. */
+interface TraceRun {
+  readonly trace: AllocationTrace;
+  /** With `--capacity`/`--headroom`: the capacity, how it was found, and the ballast that held the rest. */
+  readonly limit?: { readonly words: string; readonly ballast: Ballast };
+  readonly outcomes: readonly Outcome[];
+}
+
+/** The heading lines of the output (and the report's facts): the trace, the backend, the device, the capacity. */
+function headingLines(run: Omit<TraceRun, 'outcomes'>, backend: string, capacity: EmulatedCapacity | undefined): [string, string][] {
+  const s = run.trace.summary;
   const lines: [string, string][] = [
-    ['trace', `${trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
+    ['trace', `${run.trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
       `${s.failures > 0 ? `, ${s.failures} failed allocations skipped` : ''}), peak live ${formatBytes(s.peakLiveBytes)}` +
       ` in ${s.peakLiveCount} blocks, ${s.streams.length} stream(s)`],
     ['backend', `${backend}${backend === 'emulated' ? ' (host memory standing in for a GPU: times are not GPU times)' : ''}`],
   ];
   if (capacity !== undefined) lines.push(['device', capacityLine(capacity)]);
+  if (run.limit !== undefined) {
+    const b = run.limit.ballast;
+    lines.push(['capacity', `${run.limit.words}: a ballast of ${formatBytes(b.bytes)} holds the rest of the device's ` +
+      `${formatBytes(b.totalBytes)}, so each stack sees ${formatBytes(b.freeBytes)} free (cuMemGetInfo) when it is made`]);
+  }
   return lines;
 }
 
-/** The results table, one row per stack (the text output's and the report's). */
-function resultsTable(outcomes: readonly Outcome[]): { header: string[]; rows: string[][] } {
+/** A failed stack's place in the fit column: the operation it stopped at, or why it never started. */
+function fitCell(o: Outcome): string {
+  if (o.ok) return 'yes';
+  if (o.at !== undefined) return `no: op ${o.at.operation}${o.at.pass > 1 ? ` (pass ${o.at.pass})` : ''}`;
+  return o.outOfMemory ? 'no: at creation' : 'failed';
+}
+
+/** The results table, one row per stack (the text output's and the report's); `fit` with a capacity. */
+function resultsTable(outcomes: readonly Outcome[], fit: boolean): { header: string[]; rows: string[][] } {
   const perOp = outcomes.some((o) => o.ok && o.result.medianAllocateNs !== undefined);
-  const header = ['resource', 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
+  const header = ['resource', ...(fit ? ['fits'] : []), 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
     'peak live', 'peak reserved', 'overhead'];
   const rows = outcomes.map((o): string[] => {
-    if (!o.ok) return [o.stack, 'failed', ...Array<string>(header.length - 2).fill('')];
+    const first = [o.stack, ...(fit ? [fitCell(o)] : [])];
+    if (!o.ok) return [...first, 'failed', ...Array<string>(header.length - first.length - 1).fill('')];
     const r = o.result;
-    return [o.stack, String(r.operations), formatValue(r.totalNs / 1e6), formatValue(r.nsPerOperation / 1e3),
+    return [...first, String(r.operations), formatValue(r.totalNs / 1e6), formatValue(r.nsPerOperation / 1e3),
       ...(perOp ? [formatValue((r.medianAllocateNs ?? NaN) / 1e3), formatValue((r.medianFreeNs ?? NaN) / 1e3)] : []),
       formatBytes(r.peakLiveBytes), formatBytes(r.peakReservedBytes) + (r.reservedSource === 'estimate' ? '*' : ''),
       `${r.overheadPercent >= 0 ? '+' : ''}${r.overheadPercent.toFixed(1)}%`];
@@ -149,29 +237,55 @@ function resultsTable(outcomes: readonly Outcome[]): { header: string[]; rows: s
   return { header, rows };
 }
 
-function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined, outcomes: readonly Outcome[]): void {
-  const out = headingLines(trace, backend, capacity).map(([label, value]) => `${label.padEnd(8)} ${value}`);
+/** One trace's text: heading, results, the pass table with --repeat, the notes. */
+function traceText(run: TraceRun, backend: string, capacity: EmulatedCapacity | undefined): string {
+  const out = headingLines(run, backend, capacity).map(([label, value]) => `${label.padEnd(8)} ${value}`);
   out.push('');
-  const { header, rows } = resultsTable(outcomes);
+  const { header, rows } = resultsTable(run.outcomes, run.limit !== undefined);
   out.push(formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]));
-  const repeated = outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
+  const repeated = run.outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
   if (repeated.length > 0) out.push('', ...passTable(repeated.map((o) => [o.stack, o.result.passes])));
-  out.push('', ...outcomeNotes(outcomes));
-  process.stdout.write(`${out.join('\n')}\n`);
+  out.push('', ...outcomeNotes(run));
+  return out.join('\n');
 }
 
-/** What the reader should know under the table: each stack's set-up and resource, or why it failed. */
-function outcomeNotes(outcomes: readonly Outcome[]): string[] {
+/** Where a stack stopped, in words: the operation, the request, what was live and held then. */
+function failedAtWords(at: FailedAt, operations: number, repeat: boolean): string {
+  return `operation ${at.operation} of ${operations} (line ${at.line}${repeat ? `, pass ${at.pass}` : ''}): ` +
+    `${at.action === 'allocate' ? 'allocate' : 'free'} ${formatBytes(at.bytes)} with ${formatBytes(at.liveBytes)} live` +
+    `${at.reservedBytes === undefined ? '' : ` and ${formatBytes(at.reservedBytes)} held by the stack`}`;
+}
+
+/** What the reader should know under the table: each stack's set-up and resource, or why and where it failed. */
+function outcomeNotes(run: TraceRun): string[] {
   const notes: string[] = [];
-  for (const o of outcomes) {
+  const repeat = run.outcomes.some((o) => (o.ok ? o.result.passes.length > 1 : (o.at?.pass ?? 1) > 1));
+  for (const o of run.outcomes) {
     for (const note of o.notes) notes.push(`${o.stack}: ${note}`);
+    if (run.limit !== undefined && o.freeAtStartBytes !== undefined && o.freeAtStartBytes !== run.limit.ballast.freeBytes) {
+      // A stack before it kept device memory after it was closed: said, since this one had less.
+      notes.push(`${o.stack}: saw ${formatBytes(o.freeAtStartBytes)} free when it was made, not ${formatBytes(run.limit.ballast.freeBytes)}`);
+    }
     if (o.ok) notes.push(`${o.stack}: ${o.result.resource}`);
+    else if (o.at !== undefined) notes.push(`${o.stack}: FAILED at ${failedAtWords(o.at, run.trace.summary.operations, repeat)}: ${o.error}`);
     else notes.push(`${o.stack}: FAILED: ${o.error}`);
   }
-  if (outcomes.some((o) => o.ok && o.result.reservedSource === 'estimate')) {
+  if (run.outcomes.some((o) => o.ok && o.result.reservedSource === 'estimate')) {
     notes.push('* estimated from the live blocks: the driver does not report what cuMemAlloc reserves');
   }
   return notes;
+}
+
+/** One trace's JSON document (the whole output for one trace; an element of the array for several). */
+function traceJson(run: TraceRun, backend: string, capacity: EmulatedCapacity | undefined): object {
+  const b = run.limit?.ballast;
+  return {
+    trace: { source: run.trace.source, ...run.trace.summary },
+    backend,
+    ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
+    ...(b === undefined ? {} : { capacity: { bytes: b.capacityBytes, ballastBytes: b.bytes, freeBytes: b.freeBytes, totalBytes: b.totalBytes } }),
+    results: run.outcomes.map((o) => (b === undefined ? o : { ...o, fits: o.ok })),
+  };
 }
 
 /**
@@ -179,8 +293,9 @@ function outcomeNotes(outcomes: readonly Outcome[]): string[] {
  * timeline, and writes the HTML report. A replay of its own, so the timed figures never include
  * the timeline's readings.
  */
-function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined,
-  outcomes: readonly Outcome[], stackOptions: StackOptions): boolean {
+function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity: EmulatedCapacity | undefined,
+  stackOptions: StackOptions): boolean {
+  const { trace, outcomes } = run;
   const stacks = outcomes.filter((o) => o.ok).map((o) => {
     const stack = createStack(o.stack, trace, stackOptions);
     try {
@@ -192,14 +307,14 @@ function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, 
       stack.close();
     }
   });
-  const { header, rows } = resultsTable(outcomes);
+  const { header, rows } = resultsTable(outcomes, run.limit !== undefined);
   const table: TableSection = {
     kind: 'table', id: 'results', title: 'Time and memory per resource stack',
-    description: outcomeNotes(outcomes).join('\n'),
-    columns: header.map((label, i) => ({ label, numeric: i > 0 })),
+    description: outcomeNotes(run).join('\n'),
+    columns: header.map((label, i) => ({ label, numeric: i > 0 && label !== 'fits' })),
     rows,
   };
-  return writeReportFile('replay', '--html', path, renderReport(replayReport({ trace, facts: headingLines(trace, backend, capacity), stacks, leading: [table] })));
+  return writeReportFile('replay', '--html', path, renderReport(replayReport({ trace, facts: headingLines(run, backend, capacity), stacks, leading: [table] })));
 }
 
 /**
@@ -258,31 +373,24 @@ async function replayWith(args: string[]): Promise<number> {
     device: { type: 'string' },
     repeat: { type: 'string' },
     'extent-size': { type: 'string' },
+    capacity: { type: 'string' },
+    headroom: { type: 'string' },
     html: { type: 'string' },
   }, true);
-  if (positionals.length !== 1) {
-    throw new UsageError(positionals.length === 0 ? 'missing the log file' : `give one log file, got ${positionals.length}`, 'replay');
+  if (positionals.length === 0) throw new UsageError('missing the log file', 'replay');
+  for (const path of positionals) if (!existsSync(path)) throw new UsageError(`no such file: ${path}`, 'replay');
+  if (values.html !== undefined) {
+    // The report draws one trace: several would need one file each, and a name for each.
+    if (positionals.length > 1) throw new UsageError(`--html writes the report of one log; got ${positionals.length} logs`, 'replay');
+    checkOutputPath('replay', '--html', values.html, positionals);
   }
-  const path = positionals[0]!;
-  if (!existsSync(path)) throw new UsageError(`no such file: ${path}`, 'replay');
-  if (values.html !== undefined) checkOutputPath('replay', '--html', values.html, [path]);
   const device = values.device === undefined ? 0 : /^\d+$/.test(values.device) ? Number(values.device) : NaN;
   if (!Number.isSafeInteger(device)) throw new UsageError(`--device must be a device ordinal (0, 1, ...), got '${values.device}'`, 'replay');
   const repeat = values.repeat === undefined ? 1 : /^\d+$/.test(values.repeat) ? Number(values.repeat) : NaN;
   if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) {
     throw new UsageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`, 'replay');
   }
-
-  let extentSize: number | undefined;
-  if (values['extent-size'] !== undefined) {
-    try {
-      extentSize = parseSize(values['extent-size'], '--extent-size');
-    } catch (error) {
-      throw new UsageError(messageOf(error), 'replay');
-    }
-    if (extentSize === 0) throw new UsageError('--extent-size must be at least one page (2M), got 0', 'replay');
-  }
-  const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
+  const request = capacityRequest(values.capacity, values.headroom);
 
   const requested = (values.resource ?? ['all']).flatMap((r) => r.split(',')).map((r) => r.trim()).filter((r) => r !== '');
   const names: ResourceStackName[] = [];
@@ -298,47 +406,122 @@ async function replayWith(args: string[]): Promise<number> {
   if (device >= count) {
     throw new UsageError(`--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${getBackend().name} backend), ordinals 0 to ${count - 1}`, 'replay');
   }
+  const extentSize = values['extent-size'] === undefined ? undefined : extentSizeOf(values['extent-size'], getBackend(), device);
+  const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
 
-  let trace: AllocationTrace;
-  try {
-    trace = readAllocationLog(path);
-  } catch (error) {
-    process.stderr.write(`vram replay: ${messageOf(error)}\n`);
-    return 1;
+  const traces: AllocationTrace[] = [];
+  for (const path of positionals) {
+    try {
+      traces.push(readAllocationLog(path));
+    } catch (error) {
+      process.stderr.write(`vram replay: ${messageOf(error)}\n`);
+      return 1;
+    }
   }
   let sized: ReturnType<typeof sizeEmulatedDevice>;
   try {
-    sized = sizeEmulatedDevice(getBackend(), trace);
+    sized = sizeEmulatedDevice(getBackend(), traces, request);
   } catch (error) {
     process.stderr.write(`vram replay: ${messageOf(error)}\n`);
     return 1;
   }
   const { backend, capacity } = sized;
-  const outcomes = stacks.map((name) => runOne(name, trace, stackOptions, values['per-op'], repeat));
-
-  if (values.json) {
-    process.stdout.write(`${JSON.stringify({
-      trace: { source: trace.source, ...trace.summary },
-      backend: backend.name,
-      ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
-      results: outcomes,
-    }, null, 2)}\n`);
-  } else {
-    printTable(trace, backend.name, capacity, outcomes);
-  }
-  for (const o of outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
-  let written = true;
-  if (values.html !== undefined) {
-    if (outcomes.some((o) => o.ok)) {
-      written = writeHtmlReport(values.html, trace, backend.name, capacity, outcomes, stackOptions);
-    } else {
-      process.stderr.write(`vram replay: no report written to ${values.html}: no stack replayed the trace\n`);
+  const gpu = request === undefined ? undefined : Device.get(device);
+  if (request !== undefined) {
+    // Every trace's capacity checked before any is replayed: a refusal is the whole answer.
+    for (const trace of traces) {
+      try {
+        checkCapacity(gpu!, capacityFor(request, trace));
+      } catch (error) {
+        if (!(error instanceof RangeError)) throw error;
+        process.stderr.write(`vram replay: ${request.flag} ${request.text}${request.flag === '--headroom' ? ` for ${trace.source}` : ''}: ${messageOf(error)}\n`);
+        return 1;
+      }
     }
   }
-  // One hint for the whole run, however many stacks the device was too small for.
-  if (backend.name === 'emulated' && outcomes.some((o) => !o.ok && o.outOfMemory)) {
+
+  const runs: TraceRun[] = [];
+  let written = true;
+  for (const trace of traces) {
+    let limit: TraceRun['limit'];
+    if (request !== undefined) {
+      try {
+        limit = { words: capacityWords(request, trace), ballast: holdBallast(gpu!, capacityFor(request, trace)) };
+      } catch (error) {
+        process.stderr.write(`vram replay: ${request.flag} ${request.text}: could not hold the rest of the device: ${messageOf(error)}\n`);
+        return 1;
+      }
+    }
+    try {
+      const run: TraceRun = { trace, ...(limit === undefined ? {} : { limit }), outcomes: stacks.map((name) => runOne(name, trace, stackOptions, values['per-op'], repeat, gpu)) };
+      runs.push(run);
+      if (!values.json) process.stdout.write(`${runs.length > 1 ? '\n' : ''}${traceText(run, backend.name, capacity)}\n`);
+      for (const o of run.outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
+      if (values.html !== undefined) {
+        // Under the same ballast: the report's replays see the memory the table's did.
+        if (run.outcomes.some((o) => o.ok)) {
+          written = writeHtmlReport(values.html, run, backend.name, capacity, stackOptions) && written;
+        } else {
+          process.stderr.write(`vram replay: no report written to ${values.html}: no stack replayed the trace\n`);
+        }
+      }
+    } finally {
+      limit?.ballast.release();
+    }
+  }
+  if (values.json) {
+    const documents = runs.map((run) => traceJson(run, backend.name, capacity));
+    process.stdout.write(`${JSON.stringify(documents.length === 1 ? documents[0] : documents, null, 2)}\n`);
+  }
+  const outcomes = runs.flatMap((run) => run.outcomes);
+  // One hint for the whole run, however many stacks the device was too small for; none under a
+  // capacity, where running out is the question asked.
+  if (request === undefined && backend.name === 'emulated' && outcomes.some((o) => !o.ok && o.outOfMemory)) {
     process.stderr.write(`vram replay: the emulated device (${formatBytes(backend.deviceInfo(0).totalMemory)}) is too small for this trace: ` +
       'set VRAM_EMULATED_BYTES larger (e.g. 16G), or unset it to size the device for the trace\n');
   }
   return written && outcomes.every((o) => o.ok) ? 0 : 1;
+}
+
+/**
+ * `--capacity SIZE` or `--headroom PERCENT` (a number, `%` optional, 0 to 1000), or neither;
+ * both is a usage error, as is a value that is not one.
+ */
+function capacityRequest(capacity: string | undefined, headroom: string | undefined): CapacityRequest | undefined {
+  if (capacity !== undefined && headroom !== undefined) {
+    throw new UsageError('--capacity and --headroom both set the device memory a replay has: give one', 'replay');
+  }
+  if (capacity !== undefined) {
+    try {
+      return { flag: '--capacity', text: capacity, bytes: parseSize(capacity, '--capacity') };
+    } catch (error) {
+      throw new UsageError(messageOf(error), 'replay');
+    }
+  }
+  if (headroom === undefined) return undefined;
+  const match = /^\s*(\d+(?:\.\d+)?)\s*%?\s*$/.exec(headroom);
+  const percent = match === null ? NaN : Number(match[1]);
+  if (!(percent >= 0 && percent <= 1000)) {
+    throw new UsageError(`--headroom must be a percentage of the trace's peak live from 0 to 1000 (3 or 3%), got '${headroom}'`, 'replay');
+  }
+  return { flag: '--headroom', text: headroom, percent };
+}
+
+/**
+ * `--extent-size`: a size in whole pages of the device's allocation granularity (a PoolResource
+ * maps whole pages, so any other size would be rounded, silently, to one it did not ask for).
+ */
+function extentSizeOf(text: string, backend: Backend, device: number): number {
+  let bytes: number;
+  try {
+    bytes = parseSize(text, '--extent-size');
+  } catch (error) {
+    throw new UsageError(messageOf(error), 'replay');
+  }
+  const page = backend.memGetAllocationGranularity(device);
+  if (bytes % page !== 0) {
+    throw new UsageError(`--extent-size ${text}: sizes must be whole pages of the device's allocation granularity ` +
+      `(${formatBytes(page)}): ${bytes} bytes is not`, 'replay');
+  }
+  return bytes;
 }

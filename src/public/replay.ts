@@ -10,7 +10,7 @@ export { InputFileError } from '../util/input-file.js';
 export type { AllocationTrace, TraceEvent, TraceAction, TraceSummary } from '../replay/parse.js';
 export { replay, ReplayError } from '../replay/engine.js';
 export type {
-  ReplayResult, ReplayOptions, ReplayPass, ReservedSource, GrowthFigures, ReplayTimeline, PeakBlock,
+  ReplayResult, ReplayOptions, ReplayPass, ReplayFailurePoint, ReservedSource, GrowthFigures, ReplayTimeline, PeakBlock,
 } from '../replay/engine.js';
 export { renderReport } from '../report/html.js';
 export { replayReport } from '../report/replay-report.js';

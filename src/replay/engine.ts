@@ -131,8 +131,24 @@ export interface ReplayResult {
   readonly timeline?: ReplayTimeline;
 }
 
+/** Where a replay stopped: the failing operation, and the traced program's and the stack's state just before it. */
+export interface ReplayFailurePoint {
+  /** The failing operation, 1-based, counting the trace's allocations and frees (not its recorded failures). */
+  readonly operation: number;
+  /** The pass it failed in, 1-based (see `ReplayOptions.repeat`). */
+  readonly pass: number;
+  readonly action: 'allocate' | 'free';
+  /** The bytes of the failing request. */
+  readonly bytes: number;
+  /** Bytes the traced program had live just before the failing operation. */
+  readonly liveBytes: number;
+  /** Bytes the stack held then, where its figures measure them (absent where replay estimates). */
+  readonly reservedBytes?: number;
+}
+
 /**
- * A replay that stopped because the resource failed an operation; `cause` is the resource's error.
+ * A replay that stopped because the resource failed an operation; `cause` is the resource's error,
+ * `point` where it stopped.
  *
  * @example
  * ```ts
@@ -146,6 +162,7 @@ export class ReplayError extends VramError {
    * @param eventIndex The failing event's index among the log's events (0-based).
    * @param message What failed.
    * @param cause The error the resource threw.
+   * @param point Where the replay stopped (the replay engine always gives it).
    * @throws Never.
    * @example
    * ```ts
@@ -159,6 +176,8 @@ export class ReplayError extends VramError {
     readonly eventIndex: number,
     message: string,
     cause: unknown,
+    /** Where the replay stopped: operation, pass, request, live and reserved bytes then. */
+    readonly point?: ReplayFailurePoint,
   ) {
     super(message, { cause });
   }
@@ -306,11 +325,13 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
         totalNs = Number(process.hrtime.bigint() - start);
       } catch (error) {
         const event = events[i]!;
+        // Read before the pass's blocks go back: what the stack held when it failed.
+        const point = failurePoint(trace, i, pass, resource);
         freeLive(resource, pointers, isLive, sizes, events);
         const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
         throw new ReplayError(event.line, i,
           `${trace.source}:${event.line}${repeat > 1 ? ` (pass ${pass + 1} of ${repeat})` : ''}: ${what} failed on ` +
-          `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`, error);
+          `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`, error, point);
       }
       // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
       let peakReservedBytes: number;
@@ -372,6 +393,33 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
       }
     }
   }
+}
+
+/**
+ * Where a pass stopped at event `index`: the operation's number, and the live bytes before it (a
+ * walk over the events before it: the failure path only, never the timed loop's).
+ */
+function failurePoint(trace: AllocationTrace, index: number, pass: number, resource: MemoryResource): ReplayFailurePoint {
+  let operation = 1;
+  let liveBytes = 0;
+  for (let k = 0; k < index; k++) {
+    const event = trace.events[k]!;
+    if (event.action === 'allocate') liveBytes += event.size;
+    else if (event.action === 'free') liveBytes -= event.size;
+    else continue;
+    operation++;
+  }
+  const event = trace.events[index]!;
+  let reservedBytes: number | undefined;
+  try {
+    reservedBytes = measuredFigures(resource)?.reservedBytes;
+  } catch {
+    // A resource that cannot report after its failure still has its failure reported.
+  }
+  return {
+    operation, pass: pass + 1, action: event.action === 'free' ? 'free' : 'allocate', bytes: event.size, liveBytes,
+    ...(reservedBytes === undefined ? {} : { reservedBytes }),
+  };
 }
 
 /**

@@ -4,7 +4,7 @@
  */
 import type { PoolResource } from '../resource/suballoc/pool.js';
 import type { MemoryResource } from '../resource/resource.js';
-import { createResourceStack, type ResourceStackName } from '../resource/stacks.js';
+import { createResourceStack, type ResourceStack, type ResourceStackName } from '../resource/stacks.js';
 import { formatBytes } from '../util/size.js';
 import { alignUp } from '../validate.js';
 import type { GrowthFigures } from './engine.js';
@@ -53,51 +53,52 @@ function growthOf(pool: PoolResource): GrowthFigures {
  *   nothing per allocation;
  * - `async`: a new CUDA memory pool, so its high-water marks are this replay's; peak reserved =
  *   RESERVED_MEM_HIGH;
- * - `pool`: `options.extentSize` when given;
- * - `binning`: peak reserved is the PoolResource's under the bins;
- * - `arena`: sized by `arenaSizeFor(trace peak live)`; a fixed reservation.
+ * - `pool`, `binning`: `options.extentSize` when given; binning's peak reserved is the
+ *   PoolResource's under the bins;
+ * - `arena`: sized by `arenaSizeFor(trace peak live)`; a fixed reservation;
+ * - any other stack of the catalogue: built with the device alone.
+ * Every stack with a PoolResource in it (the catalogue's `pool`) reports that pool's growth
+ * figures, whatever its name, so a stack added to the catalogue gets them with no change here.
  */
 export function createStack(name: ResourceStackName, trace: AllocationTrace, options: StackOptions = {}): ReplayStack {
   const device = options.device ?? 0;
-  const poolOptions = { device, ...(options.extentSize === undefined ? {} : { extentSize: options.extentSize }) };
-  const poolNotes = options.extentSize === undefined ? [] : [`extentSize ${options.extentSize} bytes`];
+  const { stack, notes } = buildStack(name, trace, device, options.extentSize);
+  const pool: PoolResource | undefined = stack.pool;
+  return {
+    name, resource: stack.resource, notes, close: () => stack.close(),
+    ...(pool === undefined ? {} : { growth: () => growthOf(pool) }),
+  };
+}
+
+/** The catalogue's stack with the options this replay gives it, and the notes that say how. */
+function buildStack(name: ResourceStackName, trace: AllocationTrace, device: number, extentSize: number | undefined):
+  { stack: ResourceStack; notes: readonly string[] } {
+  const extentNotes = extentSize === undefined ? [] : [`extentSize ${extentSize} bytes`];
   switch (name) {
-    case 'cuda': {
-      const { resource, close } = createResourceStack(name, { device });
-      return { name, resource, notes: ['peak reserved estimated: blocks <= 1 MiB rounded to 512 B, larger to 2 MiB'], close };
-    }
-    case 'async': {
-      const { resource, close } = createResourceStack(name, { device });
+    case 'cuda':
+      return { stack: createResourceStack(name, { device }), notes: ['peak reserved estimated: blocks <= 1 MiB rounded to 512 B, larger to 2 MiB'] };
+    case 'async':
       return {
-        name, resource, notes: ['new memory pool, release threshold at maximum; peak reserved from RESERVED_MEM_HIGH'],
-        close,
+        stack: createResourceStack(name, { device }),
+        notes: ['new memory pool, release threshold at maximum; peak reserved from RESERVED_MEM_HIGH'],
       };
-    }
-    case 'pool': {
-      const { resource, close } = createResourceStack(name, poolOptions);
-      return { name, resource, growth: () => growthOf(resource), notes: poolNotes, close };
-    }
-    case 'binning': {
-      const { resource, pool, close } = createResourceStack(name, poolOptions);
+    case 'pool':
+      return { stack: createResourceStack(name, { device, ...(extentSize === undefined ? {} : { extentSize }) }), notes: extentNotes };
+    case 'binning':
       return {
-        name, resource, growth: () => growthOf(pool),
-        notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them', ...poolNotes],
-        close,
+        stack: createResourceStack(name, { device, ...(extentSize === undefined ? {} : { extentSize }) }),
+        notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them', ...extentNotes],
       };
-    }
     case 'arena': {
       const size = arenaSizeFor(trace.summary.peakLiveBytes);
-      const { resource, close } = createResourceStack(name, { size, device });
       return {
-        name, resource,
+        stack: createResourceStack(name, { size, device }),
         notes: [`arena of ${formatBytes(size)} (peak live ${formatBytes(trace.summary.peakLiveBytes)} + 25% + 64 MiB); ` +
           'its peak reserved is that fixed size, so its overhead is the headroom chosen, not fragmentation'],
-        close,
       };
     }
-    default: {
-      const unknown: never = name;
-      throw new RangeError(`unknown resource stack '${String(unknown)}'`);
-    }
+    default:
+      // A stack this file does not know by name: the options every stack takes.
+      return { stack: createResourceStack(name as ResourceStackName, { device }), notes: [] };
   }
 }
