@@ -231,6 +231,25 @@ describe('vram replay', () => {
     assert.match(stderr, /^vram replay: arena: /m);
   });
 
+  it('--capacity 24G: the emulated device is sized for the capacity and a ballast, and each stack says it fit', async () => {
+    // "Will it fit on a 24 GiB card?" without a GPU: the device is the capacity + 1 GiB, the ballast 1 GiB.
+    const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,async', '--capacity', '24G');
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /^device   emulated device sized for the capacity: 25 GiB \(capacity \+ 1 GiB, so a ballast holds the rest as on a GPU/m);
+    assert.match(stdout, /^capacity 24 GiB \(--capacity 24G\): a ballast of 1 GiB holds the rest of the device's 25 GiB, so each stack sees 24 GiB free/m);
+    assert.match(stdout, /^pool +yes +5081 /m);
+    assert.match(stdout, /^async +yes +5081 /m);
+  });
+
+  it('--capacity below the trace\'s peak on the emulated backend: no stack fits, the table says where, no hint to enlarge the device', async () => {
+    const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,arena', '--capacity', '4G');
+    assert.equal(code, 1);
+    assert.match(stdout, /^pool +no: op \d+ +failed/m);
+    assert.match(stdout, /^arena +no: at creation +failed/m);
+    assert.match(stdout, /^pool: FAILED at operation \d+ of 5081 \(line \d+\): allocate [\d.]+ MiB with [\d.]+ GiB live and [\d.]+ GiB held by the stack: .*CUDA_ERROR_OUT_OF_MEMORY/m);
+    assert.doesNotMatch(stderr, /too small|VRAM_EMULATED_BYTES/);
+  });
+
   it('an arena exhausted by fragmentation says so, with no hint about the device', async () => {
     // 1 GiB of 1 MiB blocks, every other one freed, then 512 MiB of 2 MiB blocks that fit no hole:
     // peak live stays 1 GiB, but the arena (1.25 x peak + 64 MiB) has only 320 MiB past the holes.
@@ -247,7 +266,7 @@ describe('vram replay', () => {
       writeFileSync(path, `${lines.join('\n')}\n`);
       const { code, stdout, stderr } = await vramWith({}, 'replay', path, '-r', 'arena,pool');
       assert.equal(code, 1);
-      assert.match(stdout, /^arena: FAILED: the arena cannot grow .*arena exhausted/m);
+      assert.match(stdout, /^arena: FAILED at operation \d+ of 1792 \(line \d+\): allocate 2 MiB with .* live and .* held by the stack: the arena cannot grow .*arena exhausted/m);
       assert.match(stdout, /^pool +1792 /m);
       assert.match(stderr, /^vram replay: arena: the arena cannot grow/m);
       assert.doesNotMatch(stderr, /VRAM_EMULATED_BYTES|too small/);

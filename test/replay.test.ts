@@ -19,8 +19,10 @@ import type { MemoryFigures } from '../src/resource/figures.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { createStack, type StackOptions } from '../src/replay/stacks.js';
-import { RESOURCE_STACK_NAMES } from '../src/resource/stacks.js';
-import { assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
+import { RESOURCE_STACK_NAMES, createResourceStack, type ResourceStackName } from '../src/resource/stacks.js';
+import { arenaSizeFor } from '../src/replay/stacks.js';
+import { checkCapacity, holdBallast } from '../src/replay/ballast.js';
+import { FREE_MEMORY_SLACK, assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 
 // resnet50_train peaks at 5.4 GiB live: give an emulated device room for it (its memory is lazily
 // backed, so this costs nothing); a real GPU is what it is.
@@ -171,13 +173,36 @@ describe('replay engine', () => {
     assert.ok((result.medianFreeNs ?? -1) >= 0);
   });
 
-  it('stops at a failing operation, names its line and returns everything it took', () => {
+  it('stops at a failing operation, names its line and where it stood, and returns everything it took', () => {
     const mr = addresses();
     const limited = new LimitingAdaptor(mr, 512);
     assert.throws(() => replay(synthetic, limited), (error: unknown) => {
       assert.ok(error instanceof ReplayError);
       assert.equal(error.line, 5);
       assert.match(error.message, /^synthetic:5: allocate 500 bytes failed on LimitingAdaptor/);
+      // The fourth operation, with 200 bytes live before it (100 and 200 allocated, 100 freed).
+      const { reservedBytes: _, ...point } = error.point!;
+      assert.deepEqual(point, { operation: 4, pass: 1, action: 'allocate', bytes: 500, liveBytes: 200 });
+      return true;
+    });
+    assert.equal(mr.statistics.bytes.value, 0);
+  });
+
+  it('a failure in a later pass names that pass, and the pass\'s blocks go back', () => {
+    // Eight allocations allowed: the first pass makes five, the second fails at its fourth.
+    let allowed = 5 + 3;
+    class Tokens extends Addresses {
+      protected override doAllocate(bytes: number): number {
+        if (allowed-- <= 0) throw new Error('out of tokens');
+        return super.doAllocate(bytes);
+      }
+    }
+    const mr = new StatisticsAdaptor(new Tokens());
+    assert.throws(() => replay(synthetic, mr, { repeat: 2 }), (error: unknown) => {
+      assert.ok(error instanceof ReplayError);
+      assert.equal(error.point?.pass, 2);
+      assert.equal(error.point?.operation, 6, 'the second pass\'s fourth allocation: operation 6 of 7');
+      assert.match(error.message, /\(pass 2 of 2\)/);
       return true;
     });
     assert.equal(mr.statistics.bytes.value, 0);
@@ -362,6 +387,186 @@ describe('vram replay', () => {
       process.stdout.write = quiet.stdout;
       process.stderr.write = quiet.stderr;
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+/** Runs `vram replay` in this process, its output captured. */
+async function replayCaptured(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const saved = { stdout: process.stdout.write, stderr: process.stderr.write };
+  let stdout = '';
+  let stderr = '';
+  process.stdout.write = ((chunk: string | Uint8Array) => { stdout += String(chunk); return true; }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string | Uint8Array) => { stderr += String(chunk); return true; }) as typeof process.stderr.write;
+  try {
+    return { code: await replayCommand(args), stdout, stderr };
+  } finally {
+    process.stdout.write = saved.stdout;
+    process.stderr.write = saved.stderr;
+  }
+}
+
+/** A stack's outcome in `vram replay --json` (the fields these tests read). */
+interface JsonOutcome {
+  stack: string;
+  ok: boolean;
+  fits?: boolean;
+  outOfMemory?: boolean;
+  freeAtStartBytes?: number;
+  error?: string;
+  at?: { operation: number; line: number; pass: number; action: string; bytes: number; liveBytes: number; reservedBytes?: number };
+  result?: { peakReservedBytes: number; passes: { growth?: unknown }[] };
+}
+interface JsonTrace {
+  trace: { source: string; peakLiveBytes: number; operations: number };
+  capacity?: { bytes: number; ballastBytes: number; freeBytes: number; totalBytes: number };
+  results: JsonOutcome[];
+}
+
+describe('replay under a capacity (a ballast holds the rest of the device)', () => {
+  const resnetPath = `${traces}resnet50_train.csv`;
+  const resnet = readAllocationLog(resnetPath);
+  const page = 2 << 20;
+  // A device made first: replayCommand must not resize the emulated backend this file chose.
+  Device.get(0);
+
+  it('holdBallast leaves the capacity free, within a page, and gives it all back', () => {
+    const device = Device.get(0);
+    const before = deviceMemoryUsed(device);
+    const capacity = 1024 ** 3 + 12345;
+    const ballast = holdBallast(device, capacity);
+    try {
+      // Exactly so on the emulated backend; on a GPU the driver's own bookkeeping may move it a little.
+      assert.ok(ballast.freeBytes >= capacity - FREE_MEMORY_SLACK && ballast.freeBytes < capacity + page + FREE_MEMORY_SLACK,
+        `free ${ballast.freeBytes} for a capacity of ${capacity}`);
+      assert.equal(ballast.bytes % page, 0, 'whole pages');
+      assert.equal(device.memInfo().free, ballast.freeBytes);
+    } finally {
+      ballast.release();
+      ballast.release();
+    }
+    assertMemoryReturned(before, deviceMemoryUsed(device), 'the ballast given back');
+    const { free } = device.memInfo();
+    assert.throws(() => checkCapacity(device, free + page), /is more than device 0's free memory/);
+    assert.throws(() => holdBallast(device, free + page), RangeError);
+  });
+
+  it('a capacity below peak live fails every stack, each cleaned up, with the failing operation reported', async () => {
+    const before = deviceMemoryUsed(Device.get(0));
+    const capacity = Math.floor(resnet.summary.peakLiveBytes * 0.7);
+    const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'all', '--capacity', String(capacity), '--json');
+    assert.equal(code, 1, stderr);
+    const report = JSON.parse(stdout) as JsonTrace;
+    assert.equal(report.capacity?.bytes, capacity);
+    assert.ok(report.capacity!.freeBytes >= capacity - FREE_MEMORY_SLACK && report.capacity!.freeBytes < capacity + page + FREE_MEMORY_SLACK);
+    assert.deepEqual(report.results.map((r) => r.stack), [...RESOURCE_STACK_NAMES]);
+    for (const r of report.results) {
+      assert.equal(r.fits, false, `${r.stack} does not fit`);
+      assert.equal(r.ok, false);
+      // The ballast stayed; every stack before this one gave back all it took.
+      // (Exactly on the emulated backend; within the driver's own bookkeeping on a GPU.)
+      assert.ok(Math.abs(r.freeAtStartBytes! - report.capacity!.freeBytes) <= FREE_MEMORY_SLACK,
+        `${r.stack} saw ${r.freeAtStartBytes} free, not the capacity's ${report.capacity!.freeBytes}`);
+      if (r.stack === 'arena') {
+        // Its fixed reservation is larger than the capacity: it fails when made.
+        assert.ok(arenaSizeFor(resnet.summary.peakLiveBytes) > capacity);
+        assert.match(r.error!, /could not create the stack/);
+        continue;
+      }
+      assert.equal(r.outOfMemory, true, `${r.stack}: ${r.error}`);
+      const at = r.at!;
+      assert.ok(at.operation >= 1 && at.operation <= resnet.summary.operations);
+      assert.equal(at.pass, 1);
+      assert.equal(at.action, 'allocate');
+      const event = resnet.events.find((e) => e.line === at.line)!;
+      assert.equal(event.size, at.bytes, 'the request of the line named');
+      // Out of memory for real: what the stack held (or, unmeasured, what was live) and the request
+      // come near the capacity, before the trace's peak.
+      const held = Math.max(at.reservedBytes ?? 0, at.liveBytes);
+      assert.ok(held + at.bytes > capacity * 0.9 && at.liveBytes < resnet.summary.peakLiveBytes,
+        `${r.stack}: failed with ${at.liveBytes} live, ${at.reservedBytes} held, asking ${at.bytes}; capacity ${capacity}`);
+      assert.match(stderr, new RegExp(`^vram replay: ${r.stack}: .*:${at.line}: allocate ${at.bytes} bytes failed`, 'm'));
+    }
+    assert.doesNotMatch(stderr, /too small for this trace/, 'no hint to enlarge the device: the capacity was asked for');
+    assertMemoryReturned(before, deviceMemoryUsed(Device.get(0)), 'stacks and ballast given back');
+  });
+
+  it('a generous headroom fits every stack, and the table says so', async () => {
+    const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'all', '--headroom', '50%');
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /^capacity [\d.]+ GiB \(peak live 5\.43 GiB \+ 50%, --headroom 50%\): a ballast of .* so each stack sees [\d.]+ GiB free/m);
+    assert.match(stdout, /^resource +fits +ops /m);
+    for (const stack of RESOURCE_STACK_NAMES) assert.match(stdout, new RegExp(`^${stack} +yes +5081 `, 'm'));
+  });
+
+  it('--headroom 3 fits resnet50_train on the pool stack (within 1% of peak live), passes 2-4 too', async () => {
+    const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'pool', '--headroom', '3', '--repeat', '4', '--json');
+    assert.equal(code, 0, stderr);
+    const report = JSON.parse(stdout) as JsonTrace;
+    assert.equal(report.capacity!.bytes, Math.ceil(resnet.summary.peakLiveBytes * 1.03));
+    const [pool] = report.results;
+    assert.equal(pool!.fits, true);
+    assert.equal(pool!.result!.passes.length, 4);
+    assert.ok(pool!.result!.peakReservedBytes <= report.capacity!.freeBytes);
+  });
+
+  it('--capacity and --headroom together, or a bad value, are usage errors; more than the device has is refused in one line', async () => {
+    for (const args of [['--capacity', '4G', '--headroom', '3'], ['--headroom', '-1'], ['--headroom', 'lots'], ['--headroom', '1001'], ['--capacity', '0'], ['--capacity', 'big']]) {
+      const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'pool', ...args);
+      assert.equal(code, 2, args.join(' '));
+      assert.equal(stdout, '');
+      assert.match(stderr.split('\n')[0]!, args[0] === '--capacity' && args.length > 2 ? /--capacity and --headroom .*give one/ : new RegExp(`^vram replay: ${args[0]}`));
+    }
+    const { free } = Device.get(0).memInfo();
+    const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'pool', '--capacity', String(free + page));
+    assert.equal(code, 1);
+    assert.equal(stdout, '', 'nothing replayed');
+    assert.match(stderr, /^vram replay: --capacity \d+: a capacity of .* is more than device 0's free memory, .*\n$/);
+    assert.equal(stderr.split('\n').length, 2, 'one line');
+  });
+
+  it('several logs: one table each, in order; --json an array of one object each', async () => {
+    const multi = `${traces}multi_stream.csv`;
+    const bert = `${traces}bert_dynamic_infer.csv`;
+    const text = await replayCaptured(multi, bert, '-r', 'pool,async');
+    assert.equal(text.code, 0, text.stderr);
+    const headings = [...text.stdout.matchAll(/^trace +(\S+):/gm)].map((m) => m[1]);
+    assert.deepEqual(headings, [multi, bert]);
+    assert.equal([...text.stdout.matchAll(/^pool +\d+ /gm)].length, 2);
+    const json = await replayCaptured(multi, bert, '-r', 'pool', '--json');
+    assert.equal(json.code, 0, json.stderr);
+    const reports = JSON.parse(json.stdout) as JsonTrace[];
+    assert.ok(Array.isArray(reports));
+    assert.deepEqual(reports.map((r) => r.trace.source), [multi, bert]);
+    const one = JSON.parse((await replayCaptured(multi, '-r', 'pool', '--json')).stdout) as JsonTrace;
+    assert.equal(one.trace.source, multi, 'one log: the object alone, as before');
+    const html = await replayCaptured(multi, bert, '--html', join(tmpdir(), 'never-written.html'));
+    assert.equal(html.code, 2);
+    assert.match(html.stderr, /^vram replay: --html writes the report of one log; got 2 logs/);
+  });
+
+  it('--extent-size must be whole pages of the device\'s granularity: 1K and 3M refused naming the value, 4M taken', async () => {
+    for (const size of ['1K', '3M']) {
+      const { code, stdout, stderr } = await replayCaptured(`${traces}multi_stream.csv`, '-r', 'pool', '--extent-size', size);
+      assert.equal(code, 2, size);
+      assert.equal(stdout, '');
+      assert.match(stderr.split('\n')[0]!, new RegExp(`^vram replay: --extent-size ${size}: sizes must be whole pages of the device's allocation granularity \\(2 MiB\\)`));
+    }
+    assert.equal((await replayCaptured(`${traces}multi_stream.csv`, '-r', 'pool', '--extent-size', '4M')).code, 0);
+  });
+
+  it('every stack with a pool in it reports growth figures, whatever its name; the others none', () => {
+    for (const name of RESOURCE_STACK_NAMES) {
+      const built = createResourceStack(name as ResourceStackName, (name === 'arena' ? { size: 64 << 20 } : {}) as never);
+      const hasPool = built.pool !== undefined;
+      built.close();
+      const stack = createStack(name, readAllocationLog(`${traces}multi_stream.csv`));
+      try {
+        assert.equal(stack.growth !== undefined, hasPool, `${name}: growth figures ${hasPool ? 'from its pool' : 'none'}`);
+        if (hasPool) assert.equal(typeof stack.growth!().driverCalls.create, 'number');
+      } finally {
+        stack.close();
+      }
     }
   });
 });
