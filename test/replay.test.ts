@@ -19,7 +19,7 @@ import type { MemoryFigures } from '../src/resource/figures.js';
 import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { createStack, type StackOptions } from '../src/replay/stacks.js';
-import { RESOURCE_STACK_NAMES, createResourceStack, type ResourceStackName } from '../src/resource/stacks.js';
+import { RESOURCE_STACK_NAMES, createResourceStack } from '../src/resource/stacks.js';
 import { arenaSizeFor } from '../src/replay/stacks.js';
 import { checkCapacity, holdBallast } from '../src/replay/ballast.js';
 import { FREE_MEMORY_SLACK, assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
@@ -557,7 +557,7 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
 
   it('every stack with a pool in it reports growth figures, whatever its name; the others none', () => {
     for (const name of RESOURCE_STACK_NAMES) {
-      const built = createResourceStack(name as ResourceStackName, (name === 'arena' ? { size: 64 << 20 } : {}) as never);
+      const built = createResourceStack(name, name === 'arena' ? { size: 64 << 20 } : {});
       const hasPool = built.pool !== undefined;
       built.close();
       const stack = createStack(name, readAllocationLog(`${traces}multi_stream.csv`));
