@@ -101,8 +101,8 @@ function sizeEmulatedDevice(backend: Backend, traces: readonly AllocationTrace[]
   { backend: Backend; capacity?: EmulatedCapacity } {
   if (backend.name !== 'emulated') return { backend };
   if (EMULATED_BYTES_VARIABLE.read() !== undefined) return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
-  let bytes = 0;
-  let source: EmulatedCapacity['source'] = 'trace';
+  let forTraces = 0;
+  let forCapacity = 0;
   for (const trace of traces) {
     const forTrace = emulatedCapacityFor(trace.summary.peakLiveBytes);
     if (!Number.isSafeInteger(forTrace)) {
@@ -115,9 +115,11 @@ function sizeEmulatedDevice(backend: Backend, traces: readonly AllocationTrace[]
       throw new Error(`${request!.flag} ${request!.text}: a capacity of ${formatBytes(capacityFor(request!, trace))} for ${trace.source} ` +
         'needs an emulated device larger than the 2^53 - 1 bytes one can have');
     }
-    bytes = Math.max(bytes, forTrace, withBallast);
-    if (withBallast === bytes && withBallast > forTrace) source = 'capacity';
+    forTraces = Math.max(forTraces, forTrace);
+    forCapacity = Math.max(forCapacity, withBallast);
   }
+  const bytes = Math.max(forTraces, forCapacity);
+  const source: EmulatedCapacity['source'] = forCapacity > forTraces ? 'capacity' : 'trace';
   if (bytes === DEFAULT_EMULATED_CAPACITY) return { backend, capacity: { bytes, source: 'default' } };
   const sized = new EmulatedBackend({ capacityBytes: bytes, deviceCount: backend.deviceCount() });
   try {
