@@ -236,7 +236,7 @@ describe('vram replay', () => {
     const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,async', '--capacity', '24G');
     assert.equal(code, 0, stderr);
     assert.match(stdout, /^device   emulated device sized for the capacity: 25 GiB \(capacity \+ 1 GiB, so a ballast holds the rest as on a GPU/m);
-    assert.match(stdout, /^capacity 24 GiB \(--capacity 24G\): a ballast of 1 GiB holds the rest of the device's 25 GiB, so each stack sees 24 GiB free/m);
+    assert.match(stdout, /^capacity 24 GiB \(--capacity 24G\): a ballast of 1 GiB takes the rest of the device's free memory \(25 GiB in all\), so each stack sees 24 GiB free/m);
     assert.match(stdout, /^pool +yes +5081 /m);
     assert.match(stdout, /^async +yes +5081 /m);
   });

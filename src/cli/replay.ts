@@ -209,8 +209,8 @@ function headingLines(run: Omit<TraceRun, 'outcomes'>, backend: string, capacity
   if (capacity !== undefined) lines.push(['device', capacityLine(capacity)]);
   if (run.limit !== undefined) {
     const b = run.limit.ballast;
-    lines.push(['capacity', `${run.limit.words}: a ballast of ${formatBytes(b.bytes)} holds the rest of the device's ` +
-      `${formatBytes(b.totalBytes)}, so each stack sees ${formatBytes(b.freeBytes)} free (cuMemGetInfo) when it is made`]);
+    lines.push(['capacity', `${run.limit.words}: a ballast of ${formatBytes(b.bytes)} takes the rest of the device's free memory ` +
+      `(${formatBytes(b.totalBytes)} in all), so each stack sees ${formatBytes(b.freeBytes)} free (cuMemGetInfo) when it is made`]);
   }
   return lines;
 }
