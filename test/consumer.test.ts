@@ -65,7 +65,7 @@ async function exec(command: string, args: readonly string[], cwd: string, env: 
 test('the packed tarball installs, type-checks and runs in a consumer project', { skip: skipReason(), timeout: 120_000 }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'vram-consumer-'));
   try {
-    // --ignore-scripts: `prepare` would rebuild; the suite runs on the build it just made.
+    // --ignore-scripts: `prepack` would rebuild; the suite runs on the build it just made.
     const packed = await exec(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', dir], root);
     const [pack] = JSON.parse(packed.stdout) as PackResult[];
     assert.ok(pack, 'npm pack reported no tarball');
@@ -75,7 +75,7 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     for (const required of ['LICENSE', 'CHANGELOG.md', 'README.md', 'package.json', 'bin/vram.js', 'dist/src/cli/main.js', ...entries]) {
       assert.ok(files.has(required), `the tarball lacks ${required}`);
     }
-    // A source map is only useful with the source it names; vram ships neither (see package.json `files`).
+    // A source map is only useful with the source it names; vram ships neither (tsconfig.json "sourceMap").
     const maps = [...files].filter((f) => f.endsWith('.map'));
     assert.deepEqual(maps, [], 'source maps in the tarball, whose src/ is not shipped');
     assert.deepEqual([...files].filter((f) => f.startsWith('dist/test/') || f.startsWith('src/')), [], 'tests or sources in the tarball');
