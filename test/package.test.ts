@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -69,4 +69,28 @@ test('the tarball holds every file the package\'s help and README name', { skip 
   const help = readFileSync(path.join(root, 'dist', 'src', 'environment.js'), 'utf8');
   assert.match(help, /docs\/snapshot-schema\.json/, 'the help still names the schema (else this check is moot)');
   assert.deepEqual([...files].filter((f) => f.endsWith('.map')), [], 'maps shipped without their sources');
+});
+
+test('every README link works from node_modules/vram/README.md', { skip }, () => {
+  // Relative links must name a shipped file; links into the repository are absolute (package.json
+  // "repository") and must name a file that exists here.
+  const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+  const links = [...readme.matchAll(/!?\[[^\]]*\]\(([^)\s]+)\)/g)].map((m) => m[1]!);
+  assert.ok(links.length >= 10, `only ${links.length} links found: has the README's link syntax changed?`);
+  const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { repository: { url: string } };
+  const slug = /github\.com\/([\w.-]+\/[\w.-]+?)(?:\.git)?$/.exec(pkg.repository.url)?.[1];
+  assert.ok(slug, `package.json "repository" is not a GitHub URL: ${pkg.repository.url}`);
+  const escaped = slug.replace(/[.]/g, '\\.');
+  const repository = new RegExp(`^https://(?:github\\.com/${escaped}/blob/main|raw\\.githubusercontent\\.com/${escaped}/main)/([^#?]+)`);
+  const broken: string[] = [];
+  for (const link of links) {
+    if (link.startsWith('#')) continue;
+    const inRepository = repository.exec(link);
+    if (inRepository) {
+      if (!existsSync(path.join(root, inRepository[1]!))) broken.push(`${link} (no ${inRepository[1]} in the repository)`);
+    } else if (!/^https?:\/\//.test(link) && !files.has(link.replace(/[#?].*$/, ''))) {
+      broken.push(`${link} (relative, and not in the tarball)`);
+    }
+  }
+  assert.deepEqual(broken, [], 'README links that break in node_modules/vram');
 });
