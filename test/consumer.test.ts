@@ -11,7 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -62,6 +62,43 @@ async function exec(command: string, args: readonly string[], cwd: string, env: 
   }
 }
 
+/** The README's first program, word for word: the first TypeScript block of "Install and first program". */
+function firstProgram(): string {
+  const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## Install and first program'));
+  const start = section.indexOf('```ts\n');
+  assert.ok(start >= 0 && section.indexOf('\n## ') > start, 'README.md: no ```ts block in "Install and first program"');
+  return section.slice(start + 6, section.indexOf('```\n', start + 6));
+}
+
+/**
+ * A user's project as the README's "Install and first program" makes it: `npm init -y` and `tsc --init`
+ * (both as they come), the README's two settings (`"type": "module"`, `"target": "es2022"`) and nothing else,
+ * the first program as index.ts; then `tsc`, and the program run. Checks that the fresh defaults are what the
+ * README says they are (so the two settings are still the ones needed).
+ * @param dir The project folder, with vram in node_modules (or `install` to put it there).
+ * @param tsc The TypeScript compiler's bin/tsc.
+ * @param install Runs after `npm init -y`: installs vram (and TypeScript) into the project.
+ * @returns What the program printed.
+ */
+async function readmeProject(dir: string, tsc: () => string, install: () => Promise<unknown>): Promise<{ stdout: string; stderr: string }> {
+  await exec(npm, ['init', '-y'], dir);
+  const fresh = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { type?: string };
+  assert.notEqual(fresh.type, 'module', '`npm init -y` now writes "type": "module": the README need not ask for it');
+  await install();
+  await exec(npm, ['pkg', 'set', 'type=module'], dir);
+  await exec(process.execPath, [tsc(), '--init'], dir);
+  const config = path.join(dir, 'tsconfig.json');
+  const text = readFileSync(config, 'utf8');
+  const targets = [...text.matchAll(/^\s*"target":\s*"([^"]*)"/gm)].map((m) => m[1]!.toLowerCase());
+  assert.equal(targets.length, 1, `tsc --init wrote ${targets.length} "target" settings`);
+  assert.ok(!/^es20(1\d|2[0-2])$/.test(targets[0]!), `tsc --init now writes "target": "${targets[0]}", which lowers \`using\`: update the README`);
+  writeFileSync(config, text.replace(/^(\s*"target":\s*)"[^"]*"/m, '$1"es2022"'));
+  writeFileSync(path.join(dir, 'index.ts'), firstProgram());
+  await exec(process.execPath, [tsc(), '-p', '.'], dir);
+  return exec(process.execPath, ['index.js'], dir, { VRAM_BACKEND: 'emulated' });
+}
+
 test('the packed tarball installs, type-checks and runs in a consumer project', { skip: skipReason(), timeout: 120_000 }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'vram-consumer-'));
   try {
@@ -87,20 +124,29 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     mkdirSync(vram, { recursive: true });
     await exec('tar', ['-xzf', path.join(dir, pack.filename), '-C', vram, '--strip-components=1'], dir);
     assert.ok(existsSync(path.join(vram, 'dist', 'src', 'index.js')), 'the tarball did not unpack');
-    symlinkSync(path.join(root, 'node_modules', 'koffi'), path.join(project, 'node_modules', 'koffi'), 'junction');
+    for (const dependency of ['koffi', 'uplot']) {
+      symlinkSync(path.join(root, 'node_modules', dependency), path.join(project, 'node_modules', dependency), 'junction');
+    }
 
     // The three compilations are independent: run them together (each is a few seconds of tsc).
     const init = path.join(dir, 'init');
     mkdirSync(init);
     for (const file of ['package.json', 'consumer.ts']) cpSync(path.join(fixture, file), path.join(init, file));
     symlinkSync(path.join(project, 'node_modules'), path.join(init, 'node_modules'), 'junction');
-    await Promise.all([
+    // The README's first program in a fresh project, with the pinned TypeScript (the test below: the newest).
+    const first = path.join(dir, 'first');
+    mkdirSync(first);
+    const [firstRun] = await Promise.all([
+      readmeProject(first, () => tsc, async () => symlinkSync(path.join(project, 'node_modules'), path.join(first, 'node_modules'), 'junction')),
       exec(process.execPath, [tsc, '-p', 'tsconfig.build.json'], project),
       exec(process.execPath, [tsc, '-p', 'tsconfig.bare.json'], project),
       // `tsc --init` writes today's defaults (target esnext, types [], strict, ...); the declarations
       // must type-check there too. Not run: esnext keeps `using`, which Node 20 and 22 cannot parse.
       exec(process.execPath, [tsc, '--init'], init).then(() => exec(process.execPath, [tsc, '-p', 'tsconfig.json', '--noEmit'], init)),
     ]);
+
+    assert.equal(firstRun.stdout, 'emulated: sum 10\n', "the README's first program, with the pinned TypeScript");
+    assert.equal(firstRun.stderr, '', "the README's first program printed warnings");
 
     const env = { VRAM_BACKEND: 'emulated' };
     const [esm, cjs] = await Promise.all([
@@ -128,6 +174,44 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
       },
     });
     assert.equal(cjs.stderr, '', 'require(esm) printed warnings');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** The newest TypeScript's version on the registry, or why it cannot be had (CI and the GPU machine may be offline). */
+function newestTypeScript(): { version: string } | { skip: string } {
+  const reason = skipReason();
+  if (reason) return { skip: reason };
+  try {
+    const version = execFileSync(npm, ['view', 'typescript', 'version'], { encoding: 'utf8', timeout: 20_000, stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    return /^\d+\.\d+\.\d+$/.test(version) ? { version } : { skip: `npm view typescript version gave '${version}'` };
+  } catch {
+    return { skip: 'the npm registry is not reachable (npm view typescript version failed): the newest TypeScript cannot be installed' };
+  }
+}
+
+const newest = newestTypeScript();
+
+test('the README\'s first program in a fresh project with the newest TypeScript, installed as a user does', { skip: 'skip' in newest ? newest.skip : undefined, timeout: 180_000 }, async () => {
+  const version = 'version' in newest ? newest.version : '';
+  const dir = mkdtempSync(path.join(tmpdir(), 'vram-newest-'));
+  try {
+    const packed = await exec(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', dir], root);
+    const [pack] = JSON.parse(packed.stdout) as PackResult[];
+    assert.ok(pack, 'npm pack reported no tarball');
+    const project = path.join(dir, 'project');
+    mkdirSync(project);
+    let installed = { stdout: '', stderr: '' };
+    const run = await readmeProject(project, () => path.join(project, 'node_modules', 'typescript', 'bin', 'tsc'), async () => {
+      // The tarball and its dependencies from the registry (or npm's cache), as `npm install vram` would.
+      installed = await exec(npm, ['install', '--no-audit', '--no-fund', '--prefer-offline', path.join(dir, pack.filename), `typescript@${version}`], project);
+    });
+    assert.doesNotMatch(installed.stdout + installed.stderr, /\bvram@/, 'npm lists vram among install scripts to approve');
+    const typescript = JSON.parse(readFileSync(path.join(project, 'node_modules', 'typescript', 'package.json'), 'utf8')) as { version: string };
+    assert.equal(typescript.version, version);
+    assert.equal(run.stdout, 'emulated: sum 10\n', `the README's first program, with TypeScript ${version}`);
+    assert.equal(run.stderr, '', "the README's first program printed warnings");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
