@@ -6,6 +6,10 @@
  * ES2022, which lowers `using`), with lib ES2022 alone (vram's declarations bring `Disposable`) and with
  * `tsc --init`'s defaults, run on the emulated backend; and a CommonJS file that `require()`s the package.
  * Both import the root and every subpath of package.json "exports", each checked by a value it gives.
+ * Then the README's first program, copied from README.md, in a project made as the README says: `npm init -y`,
+ * `tsc --init`, the two settings the README names and no other edit; once with the pinned TypeScript over the
+ * unpacked tarball, once with the newest TypeScript and the tarball installed by `npm install` from the registry
+ * (skipped, saying so, where `npm view` cannot reach it).
  *
  * Needs the build (`npm test` builds first: the tarball packs dist/src) and npm; skips if npm is absent.
  */
@@ -184,7 +188,7 @@ function newestTypeScript(): { version: string } | { skip: string } {
   const reason = skipReason();
   if (reason) return { skip: reason };
   try {
-    const version = execFileSync(npm, ['view', 'typescript', 'version'], { encoding: 'utf8', timeout: 20_000, stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const version = execFileSync(npm, ['view', 'typescript', 'version', '--fetch-retries=0'], { encoding: 'utf8', timeout: 20_000, stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     return /^\d+\.\d+\.\d+$/.test(version) ? { version } : { skip: `npm view typescript version gave '${version}'` };
   } catch {
     return { skip: 'the npm registry is not reachable (npm view typescript version failed): the newest TypeScript cannot be installed' };
