@@ -5,6 +5,8 @@
  *   runs it;
  * - a shell block's `vram` commands run (through bin/vram.js) and must succeed;
  * - a block of `vram` usage lines names only commands and flags that the command's own help names;
+ * - a block of output follows a mark `<!-- output: examples/NAME.ts -->` and is what that file prints on the
+ *   emulated backend;
  * - anything else carries a mark `<!-- not run: REASON -->` just above it, and there are few of those.
  * The first program is also compiled as a consumer compiles it, in test/consumer.test.ts.
  */
@@ -13,6 +15,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { onGpu } from './helpers.js';
 
 const root = new URL('../../', import.meta.url);
 const vramBin = fileURLToPath(new URL('bin/vram.js', root));
@@ -131,9 +134,19 @@ test('the README\'s usage lines name only commands and flags the CLI has', () =>
   }
 });
 
+test('the README\'s output blocks are what their examples print', { skip: onGpu ? 'the README shows the emulated backend\'s output' : false }, () => {
+  const outputs = blocks.filter((b) => b.mark?.startsWith('output: '));
+  assert.ok(outputs.length >= 1, 'the memorySummary() table is an output block');
+  for (const block of outputs) {
+    const file = /^output: (examples\/[\w-]+\.ts)$/.exec(block.mark!)?.[1];
+    assert.ok(file, `README.md:${block.line}: the mark names no examples/NAME.ts`);
+    assert.equal(runExample(file), block.body, `README.md:${block.line}: paste what node dist/${file.replace(/\.ts$/, '.js')} prints`);
+  }
+});
+
 test('no README block is left unchecked', () => {
-  const checked = (b: Block): boolean =>
-    b.lang === 'ts' || b.lang === 'js' || b.lang === 'sh' || (b.lang === '' && b.body.startsWith('vram '));
+  const checked = (b: Block): boolean => b.lang === 'ts' || b.lang === 'js' || b.lang === 'sh' ||
+    (b.lang === '' && b.body.startsWith('vram ')) || Boolean(b.mark?.startsWith('output: '));
   assert.deepEqual(blocks.filter((b) => !checked(b)).map((b) => `README.md:${b.line} (${b.lang || 'no language'})`), [],
     'a block of a kind the suite neither runs nor checks');
 });
