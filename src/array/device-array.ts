@@ -19,6 +19,7 @@ import { bytesOf, checkWritableMemory, DeviceMemory } from '../buffer/device-mem
 import { DeviceBuffer, PitchedDeviceBuffer, type AllocateAsyncOptions } from '../buffer/device-buffer.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
+import { chargeAllocated } from '../buffer/budget.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
@@ -186,7 +187,11 @@ class ArenaPitchedBuffer extends DeviceBuffer {
   static take(arena: ArenaResource, widthBytes: number, height: number, stream: StreamRef): { buffer: DeviceBuffer; pitch: number } {
     const { ptr, pitch } = arena.allocatePitched(widthBytes, height, stream);
     // Built here so that the release captures the arena and pointer, never the buffer.
-    const release: Release = (on) => arena.deallocatePitched(ptr, on);
+    const refund = chargeAllocated(pitch * height, 'DeviceArray.pitched', () => arena.deallocatePitched(ptr, stream));
+    const release: Release = (on) => {
+      arena.deallocatePitched(ptr, on);
+      refund?.();
+    };
     return { buffer: new ArenaPitchedBuffer(ptr, pitch * height, arena, stream, release), pitch };
   }
 }

@@ -132,3 +132,26 @@ export function chargeBudgets(list: readonly Budget[], bytes: number): (() => vo
     memoryFreed(-1);
   };
 }
+
+/**
+ * For memory whose size is known only once allocated (pitched rows: the driver or arena picks the
+ * pitch): counts `bytes` against the budgets of the current async context, or, when that would take
+ * one past its limit, gives the memory back with `undo` and throws the budget's error.
+ *
+ * @param bytes The bytes allocated.
+ * @param call The call, for the message.
+ * @param undo Gives the memory back.
+ * @returns The refund for the memory's release, or undefined outside every budget.
+ * @throws {OutOfMemoryError} Over a budget (reason `budget`), after `undo`.
+ * @internal
+ */
+export function chargeAllocated(bytes: number, call: string, undo: () => void): (() => void) | undefined {
+  const list = activeBudgets();
+  if (list.length === 0) return undefined;
+  const over = overBudget(list, bytes, call);
+  if (over !== undefined) {
+    undo();
+    throw over.error;
+  }
+  return chargeBudgets(list, bytes);
+}

@@ -16,11 +16,11 @@ import { getCurrentResource } from '../resource/current.js';
 import type { Release } from './lifetime.js';
 import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, type MemoryResource, type StreamRef } from '../resource/resource.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
-import { BlockedResult, waitForMemory } from '../resource/waiting.js';
+import { BlockedResult, memoryFreed, waitForMemory, waiting } from '../resource/waiting.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
-import { activeBudgets, chargeBudgets, overBudget, smallestBudget } from './budget.js';
+import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
 import { formatBytes } from '../util/size.js';
 
 /** Options for `DeviceBuffer.allocate`. */
@@ -367,9 +367,16 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
       return device.backend.memAllocPitch(widthBytes, h, elementBytes);
     });
     // cuMemFree synchronises the device, so the stream a free names needs no ordering here.
-    const free = (): void => {
+    const memFree = (): void => {
       device.makeCurrent();
       device.backend.memFree(ptr);
+      // Not through a resource, so the waiting allocations are told here.
+      if (waiting !== 0) memoryFreed(device.ordinal);
+    };
+    const refund = chargeAllocated(pitch * h, 'DeviceBuffer.allocatePitched', memFree);
+    const free = refund === undefined ? memFree : (): void => {
+      memFree();
+      refund();
     };
     return new PitchedDeviceBuffer(ptr, resource, free, pitch, widthBytes, h);
   }
