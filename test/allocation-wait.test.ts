@@ -20,6 +20,7 @@ import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { memoryStats } from '../src/observe/memory-stats.js';
 
 const KiB = 1024;
+const MiB = 1024 * KiB;
 const device = Device.get(0);
 
 function limited(bytes: number): LimitingAdaptor {
@@ -126,8 +127,9 @@ describe('allocateAsync with wait', () => {
     const before = memoryStats(device).waits.count.total;
     await assert.rejects(DeviceBuffer.allocateAsync(512 * KiB, { resource: mr, wait: true }),
       (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit' && /can never be allocated/.test(e.message));
-    using pool = new PoolResource({ maximumSize: 1024 * KiB });
-    await assert.rejects(DeviceBuffer.allocateAsync(2048 * KiB, { resource: pool, wait: true }),
+    // Whole 2 MiB pages, the virtual-memory granularity of GPUs.
+    using pool = new PoolResource({ maximumSize: 4 * MiB });
+    await assert.rejects(DeviceBuffer.allocateAsync(8 * MiB, { resource: pool, wait: true }),
       (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'maximum');
     using plain = new CudaResource(device);
     const total = device.memInfo().total;

@@ -20,6 +20,7 @@ import { DeviceBuffer, PitchedDeviceBuffer, type AllocateAsyncOptions } from '..
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
 import { chargeAllocated } from '../buffer/budget.js';
+import type { AbortSignalLike } from '../resource/waiting.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
@@ -55,7 +56,7 @@ export interface DeviceArrayAsyncOptions extends DeviceArrayOptions {
   /** Wait for memory other tasks free instead of failing (default false). */
   readonly wait?: boolean;
   /** Ends the wait: the promise rejects with `signal.reason`. */
-  readonly signal?: AbortSignal;
+  readonly signal?: AbortSignalLike;
   /** The most milliseconds to wait (default Infinity). */
   readonly timeout?: number;
 }

@@ -16,7 +16,7 @@ import { getCurrentResource } from '../resource/current.js';
 import type { Release } from './lifetime.js';
 import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, type MemoryResource, type StreamRef } from '../resource/resource.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
-import { BlockedResult, memoryFreed, waitForMemory, waiting } from '../resource/waiting.js';
+import { BlockedResult, memoryFreed, waitForMemory, waiting, type AbortSignalLike } from '../resource/waiting.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
@@ -41,7 +41,7 @@ export interface AllocateAsyncOptions extends DeviceBufferOptions {
    */
   readonly wait?: boolean;
   /** Ends the wait: the promise rejects with `signal.reason`, and nothing stays queued. */
-  readonly signal?: AbortSignal;
+  readonly signal?: AbortSignalLike;
   /** The most milliseconds to wait (default Infinity); then an OutOfMemoryError saying how long it waited. */
   readonly timeout?: number;
 }
@@ -136,11 +136,13 @@ export class DeviceBuffer extends DeviceMemory {
     options = readOptions('DeviceBuffer.allocateAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
     const { wait = false, signal, timeout = Infinity } = options;
     if (typeof wait !== 'boolean') throw new TypeError(`DeviceBuffer.allocateAsync: wait must be a boolean, got ${typeof wait}`);
-    if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError('DeviceBuffer.allocateAsync: signal must be an AbortSignal');
+    if (signal !== undefined && (signal === null || typeof signal !== 'object' || typeof signal.addEventListener !== 'function')) {
+      throw new TypeError('DeviceBuffer.allocateAsync: signal must be an AbortSignal');
+    }
     if (typeof timeout !== 'number' || Number.isNaN(timeout) || timeout < 0) {
       throw new RangeError(`DeviceBuffer.allocateAsync: timeout must be a number of milliseconds >= 0 (or Infinity), got ${String(timeout)}`);
     }
-    signal?.throwIfAborted();
+    if (signal?.aborted === true) throw signal.reason;
     const resource = pickResource(options);
     const stream = options.stream ?? defaultStream;
     streamHandleOf(stream);

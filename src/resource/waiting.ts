@@ -19,10 +19,34 @@
 import { CounterCell, type Counter } from '../counter.js';
 import { OutOfMemoryError } from '../errors.js';
 
+/**
+ * What a waiting allocation needs of an `AbortSignal` (declared here, so the package's types do not
+ * need the DOM or Node's declarations): any `AbortSignal` is one.
+ */
+export interface AbortSignalLike {
+  /** True once aborted. */
+  readonly aborted: boolean;
+  /** What the wait rejects with once aborted. */
+  readonly reason: unknown;
+  /**
+   * Adds the listener called when it aborts.
+   * @param type `'abort'`.
+   * @param listener The listener.
+   * @param options `once`.
+   */
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  /**
+   * Removes a listener.
+   * @param type `'abort'`.
+   * @param listener The listener.
+   */
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
 /** How a waiting allocation ends early. */
 export interface WaitOptions {
   /** Rejects with `signal.reason` when aborted. */
-  readonly signal?: AbortSignal | undefined;
+  readonly signal?: AbortSignalLike | undefined;
   /** Milliseconds after which the wait rejects with an OutOfMemoryError; Infinity waits for ever. */
   readonly timeout: number;
   /** The call, for the timeout's message, e.g. `DeviceBuffer.allocateAsync`. */
