@@ -57,7 +57,8 @@ class Gate extends MemoryResource {
   }
 }
 
-describe('allocateAsync with wait', () => {
+// A generous limit, so that a wait that never ends fails the suite instead of hanging it.
+describe('allocateAsync with wait', { timeout: 60_000 }, () => {
   it('is served at once when memory is there, and fails as allocate does without wait', async () => {
     using mr = limited(256 * KiB);
     const a = await DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true });
@@ -76,6 +77,9 @@ describe('allocateAsync with wait', () => {
     assert.equal(await stateOf(small), 'pending', 'the small request waits behind the large one');
     assert.equal(memoryStats(device).waits.count.value >= 2, true);
     held.free(); // wakes the queue: the large one first, then the small one fits too
+    // Microtasks only, so no timer (the poll) can run: the free itself woke them.
+    for (let i = 0; i < 10; i++) await Promise.resolve();
+    assert.deepEqual(served, ['large', 'small']);
     const [l, s] = await Promise.all([large, small]);
     assert.deepEqual(served, ['large', 'small']);
     assert.equal(mr.memoryFigures().allocatedBytes.value, 576 * KiB);

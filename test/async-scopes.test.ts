@@ -82,7 +82,8 @@ describe('useResource', () => {
   });
 });
 
-describe('withMemoryBudget', () => {
+// A generous limit, so that a wait that never ends fails the suite instead of hanging it.
+describe('withMemoryBudget', { timeout: 60_000 }, () => {
   it('counts buffers and arrays across awaits, refuses past the budget, and counts frees back', async () => {
     using mr = new CudaResource(device);
     await useResource(mr, () => withMemoryBudget(4 * KiB, async () => {
