@@ -21,7 +21,7 @@ import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import { Device } from '../device.js';
 import { Stream, type StreamRef } from '../stream.js';
-import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
+import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
 import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
@@ -69,7 +69,8 @@ let reachedProgram: (resource: MemoryResource, error: unknown, bytes: number, ha
 
 /**
  * One try of a waiting allocation: `resource.allocate(bytes, stream)`, with the same release of
- * every cache of the device and retry on a driver refusal, but a refusal is not counted or
+ * every cache of the device and retry on a driver refusal (less the device synchronisation: the
+ * wait's poll finds memory whose stream-ordered free is still pending once its stream passes), but a refusal is not counted or
  * observed as the program's out-of-memory error (the allocation waits on): `reportOutOfMemory`
  * does that once, when the wait ends without memory.
  *
@@ -83,7 +84,7 @@ let reachedProgram: (resource: MemoryResource, error: unknown, bytes: number, ha
 export function tryAllocate(resource: MemoryResource, bytes: number, stream: StreamRef | undefined): Ptr {
   trying = true;
   try {
-    return resource.allocate(bytes, stream);
+    return withoutHostWait(() => resource.allocate(bytes, stream));
   } finally {
     trying = false;
   }
@@ -365,7 +366,7 @@ export abstract class MemoryResource {
     }
     this.countReturned();
     // Allocations waiting for memory try again (host memory has no device to wait on).
-    if (waiting !== 0 && this.deviceOrdinal >= 0) memoryFreed(this.deviceOrdinal);
+    if (waiting !== 0 && this.deviceOrdinal >= 0) memoryFreed(this.deviceOrdinal, handle);
   }
 
   /**

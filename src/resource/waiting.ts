@@ -13,10 +13,13 @@
  * Wake-ups: every `deallocate` of a device's memory while anyone waits (one integer test in the
  * resource contract when nobody does), every memory budget given bytes back, and a poll with
  * backoff (1 ms doubling to 128 ms, back to 1 ms at each free) for memory that returns later:
- * blocks freed in stream order whose stream has not passed yet, and memory other processes free.
- * No host wait and no device synchronisation of its own.
+ * blocks freed in stream order whose stream has not passed yet (each walk first queries, never
+ * waits on, the streams memory was freed on since), and memory other processes free. No host wait
+ * and no device synchronisation: a try releases caches without the synchronisation a synchronous
+ * allocation ends with (`withoutHostWait`).
  */
 import { CounterCell, type Counter } from '../counter.js';
+import { Device } from '../device.js';
 import { OutOfMemoryError } from '../errors.js';
 
 /**
@@ -90,6 +93,7 @@ export interface AllocationWaits {
 }
 
 class DeviceQueue {
+  constructor(readonly device: number) {}
   readonly waiters: Waiter[] = [];
   readonly waits = new CounterCell();
   waitedTotal = 0;
@@ -100,6 +104,12 @@ class DeviceQueue {
   scheduled = false;
   timer: NodeJS.Timeout | undefined;
   backoff = FIRST_POLL_MS;
+  /**
+   * Streams memory was freed on since the last walk, whose work had not been seen to end: queried
+   * (never waited on) before each walk, so the driver sees their work end and can hand out (or a
+   * cache give back) memory their frees hold, and forgotten once passed.
+   */
+  readonly pendingStreams = new Set<number>();
 }
 
 const FIRST_POLL_MS = 1;
@@ -118,7 +128,7 @@ export let waiting = 0;
 function queueOf(device: number): DeviceQueue {
   let q = queues.get(device);
   if (q === undefined) {
-    q = new DeviceQueue();
+    q = new DeviceQueue(device);
     queues.set(device, q);
   }
   return q;
@@ -130,15 +140,17 @@ function queueOf(device: number): DeviceQueue {
  * resource's own call, which an allocation must not re-enter).
  *
  * @param device The device ordinal, or -1 for every device with waiters.
+ * @param stream The handle of the stream it was freed on (0, the default, when none or not known).
  * @internal
  */
-export function memoryFreed(device: number): void {
+export function memoryFreed(device: number, stream = 0): void {
   if (device < 0) {
     for (const [ordinal, q] of queues) if (q.waiters.length > 0) memoryFreed(ordinal);
     return;
   }
   const q = queues.get(device);
   if (q === undefined || q.waiters.length === 0) return;
+  if (stream !== 0) q.pendingStreams.add(stream);
   q.backoff = FIRST_POLL_MS;
   if (q.scheduled) return;
   q.scheduled = true;
@@ -163,8 +175,27 @@ export class BlockedResult {
   constructor(readonly by: 'memory' | object, readonly error: OutOfMemoryError) {}
 }
 
+/** Asks each stream of `q.pendingStreams` whether its work has ended (no wait); forgets those that have. */
+function queryPendingStreams(device: number, q: DeviceQueue): void {
+  if (q.pendingStreams.size === 0) return;
+  const dev = Device.get(device);
+  for (const handle of q.pendingStreams) {
+    let passed = true;
+    try {
+      if (dev.backend.streamKnown(handle)) {
+        dev.makeCurrent();
+        passed = dev.backend.streamQuery(handle);
+      }
+    } catch {
+      // A stream that failed or went away holds nothing back any more; the try will tell.
+    }
+    if (passed) q.pendingStreams.delete(handle);
+  }
+}
+
 /** One walk of the queue in order (the rule in the file's comment); schedules the next poll. */
 function drain(q: DeviceQueue): void {
+  queryPendingStreams(q.device, q);
   const skipped = new Set<object>();
   for (let i = 0; i < q.waiters.length;) {
     const w = q.waiters[i]!;
