@@ -134,9 +134,10 @@ export interface OutOfMemoryStatistics {
  * Why an allocation could not be satisfied: `device` (the driver has no memory left), `host`
  * (no pinned host memory), `limit` (a LimitingAdaptor's cap), `maximum` (a pool's maximumSize),
  * `arena` (the arena's fixed region has no free range large enough), `upstream` (a sub-allocator's
- * upstream refused it a chunk), `address-space` (a virtual-memory pool's reserved range is full).
+ * upstream refused it a chunk), `address-space` (a virtual-memory pool's reserved range is full),
+ * `budget` (the memory budget of a `withMemoryBudget` scope).
  */
-export type OutOfMemoryReason = 'device' | 'host' | 'limit' | 'maximum' | 'arena' | 'upstream' | 'address-space';
+export type OutOfMemoryReason = 'device' | 'host' | 'limit' | 'maximum' | 'arena' | 'upstream' | 'address-space' | 'budget';
 
 /** What an OutOfMemoryError is made from. */
 export interface OutOfMemoryDetails {

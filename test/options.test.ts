@@ -115,6 +115,7 @@ function withTensor<T>(use: (tensor: number) => T): T {
 
 const HOST_BUFFER = ['device', 'portable', 'mapped', 'writeCombined', 'resource', 'stream'];
 const ARRAY = ['resource', 'stream', 'device'];
+const WAITING = [...ARRAY, 'wait', 'signal', 'timeout'];
 const COPY_IN = ['offset', 'bytes', 'stream', 'register', 'srcOffset'];
 const COPY_OUT = ['offset', 'bytes', 'stream', 'register', 'dstOffset'];
 const COPY_2D = ['widthBytes', 'height', 'hostPitch', 'hostOffset', 'stream'];
@@ -130,6 +131,7 @@ const TABLE: readonly Entry[] = [
   { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount'], call: (o) => new EmulatedBackend(o as never) },
   // Buffers
   { name: 'DeviceBuffer.allocate', keys: ARRAY, call: (o) => DeviceBuffer.allocate(64, o as never) },
+  { name: 'DeviceBuffer.allocateAsync', keys: WAITING, call: (o) => DeviceBuffer.allocateAsync(64, o as never) },
   { name: 'DeviceBuffer.allocatePitched', keys: ['elementBytes', 'device'], call: (o) => DeviceBuffer.allocatePitched(16, 4, o as never) },
   { name: 'DeviceBuffer.fromPointer', keys: FOREIGN, call: (o) => DeviceBuffer.fromPointer(buf.ptr, 64, o as never) },
   { name: 'PitchedDeviceBuffer.allocate2D', keys: ['elementBytes', 'device'], call: (o) => PitchedDeviceBuffer.allocate2D(16, 4, o as never) },
@@ -158,6 +160,8 @@ const TABLE: readonly Entry[] = [
   },
   // Arrays
   { name: 'DeviceArray.empty', keys: ARRAY, call: (o) => DeviceArray.empty([4], 'float32', o as never) },
+  { name: 'DeviceArray.emptyAsync', keys: WAITING, call: (o) => DeviceArray.emptyAsync([4], 'float32', o as never) },
+  { name: 'DeviceArray.zerosAsync', keys: WAITING, call: (o) => DeviceArray.zerosAsync([4], 'float32', o as never) },
   { name: 'DeviceArray.zeros', keys: ARRAY, call: (o) => DeviceArray.zeros([4], 'float32', o as never) },
   { name: 'DeviceArray.full', keys: ARRAY, call: (o) => DeviceArray.full([4], 1, 'float32', o as never) },
   { name: 'DeviceArray.emptyLike', keys: ARRAY, call: (o) => DeviceArray.emptyLike(a, o as never) },

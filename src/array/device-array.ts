@@ -16,9 +16,11 @@ import { Device } from '../device.js';
 import { NotSupportedError, UseAfterFreeError, VramStateError } from '../errors.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
 import { bytesOf, checkWritableMemory, DeviceMemory } from '../buffer/device-memory.js';
-import { DeviceBuffer, PitchedDeviceBuffer } from '../buffer/device-buffer.js';
+import { DeviceBuffer, PitchedDeviceBuffer, type AllocateAsyncOptions } from '../buffer/device-buffer.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
+import { chargeAllocated } from '../buffer/budget.js';
+import type { AbortSignalLike } from '../resource/waiting.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
@@ -44,6 +46,19 @@ export interface DeviceArrayOptions {
   readonly stream?: StreamRef;
   /** The device, when no resource is named (device 0 by default). */
   readonly device?: Device | number;
+}
+
+/**
+ * Options of `DeviceArray.emptyAsync` and `zerosAsync`: those of `empty`, and whether and how long
+ * to wait for memory (as `DeviceBuffer.allocateAsync`).
+ */
+export interface DeviceArrayAsyncOptions extends DeviceArrayOptions {
+  /** Wait for memory other tasks free instead of failing (default false). */
+  readonly wait?: boolean;
+  /** Ends the wait: the promise rejects with `signal.reason`. */
+  readonly signal?: AbortSignalLike;
+  /** The most milliseconds to wait (default Infinity). */
+  readonly timeout?: number;
 }
 
 /** Options of `DeviceArray.from`: the dtype (inferred from a TypedArray) and shape of the data. */
@@ -173,7 +188,11 @@ class ArenaPitchedBuffer extends DeviceBuffer {
   static take(arena: ArenaResource, widthBytes: number, height: number, stream: StreamRef): { buffer: DeviceBuffer; pitch: number } {
     const { ptr, pitch } = arena.allocatePitched(widthBytes, height, stream);
     // Built here so that the release captures the arena and pointer, never the buffer.
-    const release: Release = (on) => arena.deallocatePitched(ptr, on);
+    const refund = chargeAllocated(pitch * height, 'DeviceArray.pitched', () => arena.deallocatePitched(ptr, stream));
+    const release: Release = (on) => {
+      arena.deallocatePitched(ptr, on);
+      refund?.();
+    };
     return { buffer: new ArenaPitchedBuffer(ptr, pitch * height, arena, stream, release), pitch };
   }
 }
@@ -230,6 +249,54 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     const dt = dtypeOf(dtype);
     options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
     return DeviceArray.allocate(dt, s, options);
+  }
+
+  /**
+   * `empty`, as a promise; with `wait: true` it waits for memory other tasks free instead of
+   * failing, in order, as `DeviceBuffer.allocateAsync` (which says the rule).
+   *
+   * @param shape The shape (whole numbers >= 0).
+   * @param dtype The element type.
+   * @param options Resource, stream, device, and `wait`, `signal`, `timeout` (milliseconds).
+   * @returns The array, once its memory is allocated.
+   * @throws {TypeError | RangeError} For a bad shape, dtype or options (the promise rejects).
+   * @throws {OutOfMemoryError} As `DeviceBuffer.allocateAsync`: without `wait` when there is no
+   *   memory; with it when the request can never be met, or after `timeout`.
+   * @throws The signal's `reason` when `signal` aborts the wait.
+   * @example
+   * ```ts
+   * using batch = await DeviceArray.emptyAsync([4096, 4096], 'float32', { wait: true, timeout: 60_000 });
+   * ```
+   */
+  static async emptyAsync<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
+    const s = checkShape(shape);
+    const dt = dtypeOf(dtype);
+    options = readOptions('DeviceArray.emptyAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
+    const allocateOptions: AllocateAsyncOptions = options;
+    const buffer = await DeviceBuffer.allocateAsync(Math.max(elementCount(s) * dt.byteSize, 1), allocateOptions);
+    return new DeviceArray(dt, contiguousLayout(s, dt.byteSize), buffer, buffer.device, buffer.stream, true);
+  }
+
+  /**
+   * `zeros`, as a promise: `emptyAsync` (waiting for memory under `wait: true`), then one memset.
+   *
+   * @param shape The shape.
+   * @param dtype The element type.
+   * @param options Resource, stream, device, and `wait`, `signal`, `timeout` (milliseconds).
+   * @returns The array of zeros.
+   * @throws {TypeError | RangeError} For a bad shape, dtype or options (the promise rejects).
+   * @throws {OutOfMemoryError} As `emptyAsync`.
+   * @throws The signal's `reason` when `signal` aborts the wait.
+   * @example
+   * ```ts
+   * using acc = await DeviceArray.zerosAsync([256], 'float64', { wait: true });
+   * ```
+   */
+  static async zerosAsync<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
+    options = readOptions('DeviceArray.zerosAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
+    const a = await DeviceArray.emptyAsync(shape, dtype, options);
+    (a.buffer as DeviceMemory).memset(0);
+    return a;
   }
 
   /**

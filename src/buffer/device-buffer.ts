@@ -14,7 +14,14 @@ import { CudaResource } from '../resource/upstream/cuda-resource.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
 import { getCurrentResource } from '../resource/current.js';
 import type { Release } from './lifetime.js';
-import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
+import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, type MemoryResource, type StreamRef } from '../resource/resource.js';
+import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
+import { BlockedResult, memoryFreed, waitForMemory, waiting, type AbortSignalLike } from '../resource/waiting.js';
+import { ArenaResource } from '../resource/suballoc/arena.js';
+import { PoolResource } from '../resource/suballoc/pool.js';
+import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
+import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
+import { formatBytes } from '../util/size.js';
 
 /** Options for `DeviceBuffer.allocate`. */
 export interface DeviceBufferOptions {
@@ -24,6 +31,19 @@ export interface DeviceBufferOptions {
   readonly stream?: StreamRef;
   /** The device, when no resource is named (device 0 by default). */
   readonly device?: Device | number;
+}
+
+/** Options for `DeviceBuffer.allocateAsync`: those of `allocate`, and whether and how long to wait. */
+export interface AllocateAsyncOptions extends DeviceBufferOptions {
+  /**
+   * Wait for memory other tasks free instead of failing (default false: fail as `allocate` does).
+   * Waiters of a device are served in order (see `allocateAsync`).
+   */
+  readonly wait?: boolean;
+  /** Ends the wait: the promise rejects with `signal.reason`, and nothing stays queued. */
+  readonly signal?: AbortSignalLike;
+  /** The most milliseconds to wait (default Infinity); then an OutOfMemoryError saying how long it waited. */
+  readonly timeout?: number;
 }
 
 /**
@@ -67,8 +87,92 @@ export class DeviceBuffer extends DeviceMemory {
     const resource = pickResource(options);
     const stream = options.stream ?? defaultStream;
     streamHandleOf(stream);
-    const ptr = resource.allocate(bytes, stream);
-    return new DeviceBuffer(ptr, bytes, resource, stream, (on) => resource.deallocate(ptr, bytes, on));
+    const budgets = activeBudgets();
+    if (budgets.length === 0) {
+      const ptr = resource.allocate(bytes, stream);
+      return new DeviceBuffer(ptr, bytes, resource, stream, (on) => resource.deallocate(ptr, bytes, on));
+    }
+    const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
+    if (over !== undefined) throw over.error;
+    return DeviceBuffer.charged(resource.allocate(bytes, stream), bytes, resource, stream, budgets);
+  }
+
+  /** A buffer whose bytes count against `budgets` until it is freed. */
+  private static charged(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, budgets: ReturnType<typeof activeBudgets>): DeviceBuffer {
+    const refund = chargeBudgets(budgets, bytes);
+    return new DeviceBuffer(ptr, bytes, resource, stream, (on) => {
+      resource.deallocate(ptr, bytes, on);
+      refund?.();
+    });
+  }
+
+  /**
+   * `allocate`, as a promise; with `wait: true` it waits for memory other tasks free instead of
+   * failing. The resource, stream, device and memory budgets are those of the call (its
+   * `useResource` and `withMemoryBudget` scopes). A waiting allocation first tries as `allocate`
+   * does (a driver refusal releases every cache of the device and retries), and then waits:
+   * every free of the device's memory, every budget given bytes back, and a poll with backoff
+   * (up to 128 ms, for stream-ordered frees and other processes) try it again. The order, per
+   * device: first come, first served; a request waiting for the device's memory holds back every
+   * later request of that device, so a small one never overtakes an earlier large one, while one
+   * waiting only on its own memory budget holds back only later requests under that budget.
+   *
+   * @param bytes A positive whole number.
+   * @param options Those of `allocate`, and `wait`, `signal`, `timeout` (milliseconds).
+   * @returns The buffer, once allocated.
+   * @throws {TypeError | RangeError} For bad arguments or options (the promise rejects; nothing is queued).
+   * @throws {OutOfMemoryError} Without `wait`, as `allocate`. With it: at once when the request
+   *   can never be met (larger than the device's memory, the stack's limit or maximum, an arena, or
+   *   the memory budget; the message says which), or after `timeout` ms (the message says how long
+   *   it waited, the cause is the last try's error).
+   * @throws The signal's `reason` when `signal` aborts (an `AbortError` DOMException by default).
+   * @example
+   * ```ts
+   * using buf = await DeviceBuffer.allocateAsync(1 << 30, { wait: true, timeout: 30_000, signal });
+   * ```
+   */
+  static async allocateAsync(bytes: number, options: AllocateAsyncOptions = {}): Promise<DeviceBuffer> {
+    checkBytes(bytes);
+    options = readOptions('DeviceBuffer.allocateAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
+    const { wait = false, signal, timeout = Infinity } = options;
+    if (typeof wait !== 'boolean') throw new TypeError(`DeviceBuffer.allocateAsync: wait must be a boolean, got ${typeof wait}`);
+    if (signal !== undefined && (signal === null || typeof signal !== 'object' || typeof signal.addEventListener !== 'function')) {
+      throw new TypeError('DeviceBuffer.allocateAsync: signal must be an AbortSignal');
+    }
+    if (typeof timeout !== 'number' || Number.isNaN(timeout) || timeout < 0) {
+      throw new RangeError(`DeviceBuffer.allocateAsync: timeout must be a number of milliseconds >= 0 (or Infinity), got ${String(timeout)}`);
+    }
+    if (signal?.aborted === true) throw signal.reason;
+    const resource = pickResource(options);
+    const stream = options.stream ?? defaultStream;
+    streamHandleOf(stream);
+    if (!wait) return DeviceBuffer.allocate(bytes, { resource, stream });
+    const call = 'DeviceBuffer.allocateAsync';
+    const budgets = activeBudgets();
+    const never = neverMet(resource, bytes, smallestBudget(budgets), call);
+    if (never !== undefined) {
+      reportOutOfMemory(resource, never, bytes, stream);
+      throw never;
+    }
+    const attempt = (): DeviceBuffer | BlockedResult => {
+      const over = overBudget(budgets, bytes, call);
+      if (over !== undefined) return new BlockedResult(over.budget, over.error);
+      let ptr: Ptr;
+      try {
+        ptr = tryAllocate(resource, bytes, stream);
+      } catch (error) {
+        if (!isOutOfMemory(error)) throw error;
+        return new BlockedResult('memory', error instanceof OutOfMemoryError ? error
+          : new OutOfMemoryError({ requestedBytes: bytes, call, reason: 'device', resource: resource.describe(), cause: error }));
+      }
+      return DeviceBuffer.charged(ptr, bytes, resource, stream, budgets);
+    };
+    try {
+      return await waitForMemory(resource.deviceOrdinal, attempt, { signal, timeout, call, requestedBytes: bytes, groups: budgets });
+    } catch (error) {
+      if (error instanceof OutOfMemoryError) reportOutOfMemory(resource, error, bytes, stream);
+      throw error;
+    }
   }
 
   /**
@@ -135,6 +239,38 @@ export class DeviceBuffer extends DeviceMemory {
   override toString(): string {
     return `${this.constructor.name}(${this.byteLength} bytes on device ${this.device.ordinal}${this.freed ? ', freed' : ''})`;
   }
+}
+
+/**
+ * The out-of-memory error of a request that no amount of waiting can meet, or undefined: larger than
+ * the device's memory (device memory; managed memory may exceed it), than a LimitingAdaptor's
+ * limit, a pool's maximum or an arena's size in the resource's stack, or than a memory budget.
+ */
+function neverMet(resource: MemoryResource, bytes: number, budget: number, call: string): OutOfMemoryError | undefined {
+  let most = budget;
+  let what = `the memory budget of ${formatBytes(budget)} (withMemoryBudget)`;
+  let reason: OutOfMemoryReason = 'budget';
+  const consider = (limit: number, why: OutOfMemoryReason, text: string): void => {
+    if (limit < most) {
+      most = limit;
+      reason = why;
+      what = text;
+    }
+  };
+  for (const r of upstreamChain(resource)) {
+    if (r instanceof LimitingAdaptor) consider(r.limitBytes, 'limit', `the limit of ${formatBytes(r.limitBytes)} of ${r.describe()}`);
+    else if (r instanceof PoolResource) consider(r.maximumSize, 'maximum', `the maximum of ${formatBytes(r.maximumSize)} of ${r.describe()}`);
+    else if (r instanceof ArenaResource) consider(r.size, 'arena', `the ${formatBytes(r.size)} of ${r.describe()}`);
+  }
+  if (resource.kind === 'device') {
+    const total = Device.get(resource.deviceOrdinal).memInfo().total;
+    consider(total, 'device', `device ${resource.deviceOrdinal}'s ${formatBytes(total)} of memory`);
+  }
+  if (bytes <= most) return undefined;
+  return new OutOfMemoryError({
+    requestedBytes: bytes, call, reason, resource: resource.describe(),
+    message: `${call}: ${formatBytes(bytes)} can never be allocated from ${resource.describe()}, so it does not wait: it is larger than ${what}`,
+  });
 }
 
 function pickResource(options: DeviceBufferOptions): MemoryResource {
@@ -233,9 +369,16 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
       return device.backend.memAllocPitch(widthBytes, h, elementBytes);
     });
     // cuMemFree synchronises the device, so the stream a free names needs no ordering here.
-    const free = (): void => {
+    const memFree = (): void => {
       device.makeCurrent();
       device.backend.memFree(ptr);
+      // Not through a resource, so the waiting allocations are told here.
+      if (waiting !== 0) memoryFreed(device.ordinal);
+    };
+    const refund = chargeAllocated(pitch * h, 'DeviceBuffer.allocatePitched', memFree);
+    const free = refund === undefined ? memFree : (): void => {
+      memFree();
+      refund();
     };
     return new PitchedDeviceBuffer(ptr, resource, free, pitch, widthBytes, h);
   }

@@ -10,6 +10,7 @@ import { formatBytes } from '../util/size.js';
 import { getCurrentResource } from '../resource/current.js';
 import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';
+import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
 
 /**
  * A figure now (`value`) and its high-water mark (`peak`): a `Counter` without the running total,
@@ -68,6 +69,12 @@ export interface MemoryStats {
    * `free()`, with their bytes: process-wide, every device and resource together.
    */
   readonly leaks: LeakStatistics;
+  /**
+   * Allocations of the device that waited for memory (`allocateAsync(n, { wait: true })`, any
+   * resource): how many wait now, at most and in all, how long they waited, and how many waits
+   * ended with their timeout or their abort signal.
+   */
+  readonly waits: AllocationWaits;
 }
 
 /**
@@ -103,6 +110,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     pageMoves: figures?.pageMoves,
     driverCalls: figures?.driverCalls,
     leaks: leakStatistics(),
+    waits: allocationWaits(dev.ordinal),
   } as const);
 }
 
@@ -123,6 +131,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
  */
 export function resetPeakStats(device?: Device | number): void {
   checkResource(getCurrentResource(device), 'the current resource').resetPeakFigures();
+  resetPeakWaits(Device.resolve(device).ordinal);
 }
 
 /**
@@ -155,6 +164,9 @@ export function memorySummary(device?: Device | number): string {
     ['Out-of-memory errors', '-', '-', String(s.outOfMemoryErrors)],
     ['Page moves', '-', '-', count(s.pageMoves)],
     ['Driver calls', '-', '-', count(s.driverCalls)],
+    ['Waiting allocations', String(s.waits.count.value), String(s.waits.count.peak), String(s.waits.count.total)],
+    ['Wait time (longest)', '-', `${Math.round(s.waits.waitedMs.longest)} ms`, `${Math.round(s.waits.waitedMs.total)} ms`],
+    ['Wait timeouts, aborts', '-', '-', `${s.waits.timeouts}, ${s.waits.aborts}`],
     ['Leaks (GC backstop)', '-', '-', `${s.leaks.count} (${formatBytes(s.leaks.bytes)})`],
   ];
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));

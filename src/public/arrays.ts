@@ -19,6 +19,6 @@ export type {
 export { StridedArray } from '../array/layout.js';
 export type { Layout, SliceSpec, SliceRange } from '../array/layout.js';
 export type {
-  DeviceArrayViewOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions,
+  DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions,
 } from '../array/device-array.js';
 export type { HostArrayViewOptions } from '../array/host-array.js';

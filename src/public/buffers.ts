@@ -9,7 +9,8 @@
 export { DeviceMemory } from '../buffer/device-memory.js';
 export { Allocation } from '../buffer/lifetime.js';
 export type { Release } from '../buffer/lifetime.js';
-export type { Copy2DOptions, Copy2DFromOptions } from '../buffer/device-buffer.js';
+export type { Copy2DOptions, Copy2DFromOptions, AllocateAsyncOptions } from '../buffer/device-buffer.js';
+export type { AbortSignalLike } from '../resource/waiting.js';
 export type { HostRegisterOptions, TypedArrayConstructor, ViewOptions } from '../buffer/host-buffer.js';
 export type { ManagedAdvice } from '../buffer/managed-buffer.js';
 export { configureTransfers, transferSettings, transferStatistics, releaseTransferCaches } from '../buffer/transfer/transfers.js';

@@ -7,6 +7,7 @@
 export { recordMemoryHistory, memoryHistory, MemoryHistory } from '../observe/history.js';
 export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from '../observe/history.js';
 export { memorySnapshot } from '../observe/snapshot.js';
+export type { AllocationWaits } from '../resource/waiting.js';
 export type { SnapshotOptions } from '../observe/snapshot.js';
 export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from '../observe/snapshot-format.js';
 export type {

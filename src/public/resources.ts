@@ -9,6 +9,8 @@
 export { defaultStream } from '../resource/resource.js';
 export type { ReservingResource, MemoryKind, MemoryFigures } from '../resource/resource.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
+export { useResource } from '../resource/current.js';
+export { withMemoryBudget } from '../buffer/budget.js';
 export { StreamOrder } from '../resource/stream-order.js';
 export type { Lane, OrderEvents } from '../resource/stream-order.js';
 export {

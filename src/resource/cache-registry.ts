@@ -39,6 +39,29 @@ const collected = new FinalizationRegistry<WeakRef<CachingResource>>((ref) => {
 });
 /** Set while caches are being released: a release never starts another. */
 let releasing = false;
+/** Set while an allocation that waits tries (`withoutHostWait`): releasing caches must not synchronise the device. */
+let hostWaitRefused = false;
+
+/**
+ * Runs `fn` (one try of an allocation that waits for memory) with the release of caches kept from
+ * synchronising the device: memory freed on a stream whose work is still running stays cached, and
+ * the waiting allocation's next poll finds it once that stream has passed. A waiting allocation
+ * has time; a device-wide synchronisation would stall every stream for it.
+ *
+ * @param fn The try.
+ * @returns What `fn` returned.
+ * @throws What `fn` threw.
+ * @internal
+ */
+export function withoutHostWait<T>(fn: () => T): T {
+  const before = hostWaitRefused;
+  hostWaitRefused = true;
+  try {
+    return fn();
+  } finally {
+    hostWaitRefused = before;
+  }
+}
 
 /**
  * Adds `resource` to the registry (MemoryResource's constructor calls it for every resource).
@@ -115,7 +138,7 @@ export function releaseCaches(memory: CachedMemory): number {
     }
     resources.sort((a, b) => depth(b) - depth(a));
     const released = releaseAll(resources);
-    if (memory === 'pinned-host' || driverCached(resources) === 0) return released;
+    if (memory === 'pinned-host' || hostWaitRefused || driverCached(resources) === 0) return released;
     // Something is still cached: memory freed on a stream whose work has not ended, which a
     // stream-ordered pool cannot give back yet (CUDA's pool counts such frees as outstanding until
     // the host has seen them complete). Checked on what is left, not on whether the first pass

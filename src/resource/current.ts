@@ -4,14 +4,113 @@
  * the default resource the environment chooses (`default-resource.ts`): a caching CUDA memory pool
  * unless `VRAM_ALLOCATOR` says otherwise, capped by `VRAM_MEMORY_LIMIT`/`VRAM_MEMORY_FRACTION`.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { Device } from '../device.js';
+import { UseAfterFreeError } from '../errors.js';
 import { createDefaultResource } from './default-resource.js';
-import type { MemoryResource } from './resource.js';
+import { MemoryResource } from './resource.js';
 
 const current = new Map<Device, MemoryResource>();
 
+/** One `useResource` scope: its resource, the scope around it, and whether `fn` is still running. */
+interface ResourceScope {
+  readonly resource: MemoryResource;
+  readonly outer: ResourceScope | undefined;
+  open: boolean;
+}
+
+const scopes = new AsyncLocalStorage<ResourceScope>();
 /**
- * The resource buffers on `device` allocate from when none is named. On a device's first use it
+ * Scopes whose `fn` has not ended yet, in the whole process: while it is 0 (no scope anywhere),
+ * the allocation path does not ask the AsyncLocalStorage at all.
+ */
+let openScopes = 0;
+
+/** The innermost open scope's resource for `device` (any device when undefined), if any. */
+function scopedResource(device: Device | number | undefined): MemoryResource | undefined {
+  const ordinal = device === undefined ? undefined : Device.resolve(device).ordinal;
+  for (let s = scopes.getStore(); s !== undefined; s = s.outer) {
+    if (s.open && (ordinal === undefined || s.resource.deviceOrdinal === ordinal)) return s.resource;
+  }
+  return undefined;
+}
+
+/**
+ * Runs `fn` with `resource` as the current resource of its device for every allocation made inside
+ * it that names no resource, following its asynchronous work across every `await`, timer and
+ * callback it starts (AsyncLocalStorage): PyTorch's `use_mem_pool` and CuPy's `using_allocator`,
+ * which hold only for synchronous code of one thread. An allocation that names no device (and no
+ * resource) uses the innermost scope's resource, on its device; one that names a device uses the
+ * innermost scope's resource of that device, else the device's current resource. Concurrent tasks
+ * each see their own scopes; nested scopes stack. The scope ends when `fn` returns, or when the
+ * promise it returns settles: work it leaves running after that allocates as if outside it.
+ *
+ * @param resource A resource of device (or managed) memory, not destroyed.
+ * @param fn The code to run; its result (a promise for an async function) is returned.
+ * @returns What `fn` returned.
+ * @throws {TypeError} When `resource` is not a MemoryResource of device memory or `fn` not a function.
+ * @throws {UseAfterFreeError} When `resource` was destroyed.
+ * @example
+ * ```ts
+ * using pool = new PoolResource();
+ * await useResource(pool, async () => {
+ *   const a = DeviceArray.zeros([1024], 'float32'); // from `pool`
+ *   await a.toHostAsync();
+ *   const b = DeviceArray.empty([1024], 'float32'); // from `pool` too, after the await
+ * });
+ * ```
+ */
+export function useResource<T>(resource: MemoryResource, fn: () => T): T {
+  if (!(resource instanceof MemoryResource)) throw new TypeError('useResource: resource must be a MemoryResource');
+  if (resource.kind === 'pinned-host') {
+    throw new TypeError(`useResource: buffers and arrays need device memory, and ${resource.describe()} hands out pinned host memory`);
+  }
+  if (resource.destroyed) throw new UseAfterFreeError(`useResource: ${resource.describe()} was destroyed`);
+  if (typeof fn !== 'function') throw new TypeError('useResource: fn must be a function');
+  const scope: ResourceScope = { resource, outer: scopes.getStore(), open: true };
+  return runScope(scopes, scope, fn, () => {
+    scope.open = false;
+    openScopes -= 1;
+  }, () => {
+    openScopes += 1;
+  });
+}
+
+/**
+ * Runs `fn` inside `store`'s context, calling `opened` first and `closed` once `fn` has returned,
+ * or once the promise (any thenable) it returned has settled. Shared by `useResource` and
+ * `withMemoryBudget`.
+ *
+ * @param storage The AsyncLocalStorage.
+ * @param store The scope.
+ * @param fn The code.
+ * @param closed Called once when the scope ends.
+ * @param opened Called once before `fn` runs.
+ * @returns What `fn` returned.
+ * @throws What `fn` throws.
+ * @internal
+ */
+export function runScope<S, T>(storage: AsyncLocalStorage<S>, store: S, fn: () => T, closed: () => void, opened: () => void): T {
+  opened();
+  let result: T;
+  try {
+    result = storage.run(store, fn);
+  } catch (error) {
+    closed();
+    throw error;
+  }
+  if (result !== null && typeof result === 'object' && typeof (result as { then?: unknown }).then === 'function') {
+    (result as unknown as PromiseLike<unknown>).then(closed, closed);
+  } else {
+    closed();
+  }
+  return result;
+}
+
+/**
+ * The resource buffers on `device` allocate from when none is named: inside `useResource(mr, fn)`,
+ * the innermost such scope's resource for that device (any device's, when `device` is omitted and
+ * a scope is active), else the one set for the device. On a device's first use it
  * is made from the environment (`VRAM_ALLOCATOR`, `VRAM_MEMORY_LIMIT`, `VRAM_MEMORY_FRACTION`), so
  * a bad value is reported here, by the first allocation that needs it.
  *
@@ -25,7 +124,15 @@ const current = new Map<Device, MemoryResource>();
  * ```
  */
 export function getCurrentResource(device?: Device | number): MemoryResource {
-  const dev = Device.resolve(device);
+  if (openScopes !== 0) {
+    const scoped = scopedResource(device);
+    if (scoped !== undefined) return scoped;
+  }
+  return baseResource(Device.resolve(device));
+}
+
+/** The resource set for `dev` (or its default, made now), whatever scope is active. */
+function baseResource(dev: Device): MemoryResource {
   let mr = current.get(dev);
   if (mr === undefined) {
     mr = createDefaultResource(dev);
@@ -75,7 +182,7 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
   if (mr.deviceOrdinal !== dev.ordinal) {
     throw new RangeError(`${mr.describe()} belongs to device ${mr.deviceOrdinal}, not device ${dev.ordinal}`);
   }
-  const previous = getCurrentResource(dev);
+  const previous = baseResource(dev);
   current.set(dev, mr);
   return previous;
 }

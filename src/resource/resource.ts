@@ -21,7 +21,8 @@ import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import { Device } from '../device.js';
 import { Stream, type StreamRef } from '../stream.js';
-import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
+import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
+import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
 
@@ -58,6 +59,51 @@ export type OutOfMemoryObserver = (resource: MemoryResource, error: unknown, byt
 let nesting = 0;
 let observer: AllocationObserver | null = null;
 let outOfMemoryObserver: OutOfMemoryObserver | null = null;
+/**
+ * Set while a waiting allocation tries (`tryAllocate`): a refusal then is not yet the program's
+ * (the wait goes on), so it is neither counted nor observed until the wait ends without memory.
+ */
+let trying = false;
+/** Counts and observes an out-of-memory error that reached the program (set in the class's static block). */
+let reachedProgram: (resource: MemoryResource, error: unknown, bytes: number, handle: number) => void = () => {};
+
+/**
+ * One try of a waiting allocation: `resource.allocate(bytes, stream)`, with the same release of
+ * every cache of the device and retry on a driver refusal (less the device synchronisation: the
+ * wait's poll finds memory whose stream-ordered free is still pending once its stream passes), but a refusal is not counted or
+ * observed as the program's out-of-memory error (the allocation waits on): `reportOutOfMemory`
+ * does that once, when the wait ends without memory.
+ *
+ * @param resource The resource.
+ * @param bytes The size.
+ * @param stream The stream.
+ * @returns The address.
+ * @throws What `allocate` throws.
+ * @internal
+ */
+export function tryAllocate(resource: MemoryResource, bytes: number, stream: StreamRef | undefined): Ptr {
+  trying = true;
+  try {
+    return withoutHostWait(() => resource.allocate(bytes, stream));
+  } finally {
+    trying = false;
+  }
+}
+
+/**
+ * Counts and observes an out-of-memory error of `resource` that reached the program other than
+ * through `allocate` (a waiting allocation that timed out, or one that can never be met), as
+ * `allocate` does its own.
+ *
+ * @param resource The resource asked.
+ * @param error The error the program receives.
+ * @param bytes The size asked for.
+ * @param stream The stream.
+ * @internal
+ */
+export function reportOutOfMemory(resource: MemoryResource, error: unknown, bytes: number, stream: StreamRef | undefined): void {
+  reachedProgram(resource, error, bytes, stream === undefined ? 0 : checkStreamHandle(stream));
+}
 
 /**
  * Sets (or, with null, removes) the observer of every resource's outermost calls. One at a time:
@@ -135,6 +181,14 @@ export abstract class MemoryResource {
   #dropped: Dropped | undefined;
   #outOfMemoryErrors = 0;
 
+  static {
+    reachedProgram = (resource, error, bytes, handle): void => {
+      resource.#outOfMemoryErrors += 1;
+      observer?.failed(resource, bytes, handle);
+      outOfMemoryObserver?.(resource, error, bytes, handle);
+    };
+  }
+
   /**
    * Registers the resource with its device's cache registry; a subclass calls it with `super()`.
    *
@@ -210,11 +264,7 @@ export abstract class MemoryResource {
         }
       });
     } catch (failure) {
-      if (isOutOfMemory(failure)) {
-        this.#outOfMemoryErrors += 1;
-        observer?.failed(this, bytes, handle);
-        outOfMemoryObserver?.(this, failure, bytes, handle);
-      }
+      if (isOutOfMemory(failure) && !trying) reachedProgram(this, failure, bytes, handle);
       throw failure;
     }
     this.#live += 1;
@@ -315,6 +365,8 @@ export abstract class MemoryResource {
       if (nesting === 0) observer.deallocated(this, ptr, bytes, handle);
     }
     this.countReturned();
+    // Allocations waiting for memory try again (host memory has no device to wait on).
+    if (waiting !== 0 && this.deviceOrdinal >= 0) memoryFreed(this.deviceOrdinal, handle);
   }
 
   /**

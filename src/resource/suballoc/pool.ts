@@ -426,6 +426,21 @@ export class PoolResource extends MemoryResource {
     this.heap.resetPeaks();
   }
 
+  /**
+   * The most the pool will ever hold (`maximumSize`), Infinity when unbounded: an allocation larger
+   * than this can never be met, so a waiting allocation fails at once.
+   *
+   * @returns The bytes, or Infinity.
+   * @throws Never.
+   * @example
+   * ```ts
+   * new PoolResource({ maximumSize: 1 << 30 }).maximumSize; // 1073741824
+   * ```
+   */
+  get maximumSize(): number {
+    return this.options.maximumSize ?? Infinity;
+  }
+
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */
   describe(): string {
     const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.deviceOrdinal}`];
