@@ -5,6 +5,7 @@
 import type { PoolResource } from '../resource/suballoc/pool.js';
 import type { MemoryResource } from '../resource/resource.js';
 import { createResourceStack, type ResourceStackName } from '../resource/stacks.js';
+import { CHUNK_FRACTION, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES } from '../resource/suballoc/kit/adaptive-growth.js';
 import { formatBytes } from '../util/size.js';
 import { alignUp } from '../validate.js';
 import type { GrowthFigures } from './engine.js';
@@ -54,6 +55,7 @@ function growthOf(pool: PoolResource): GrowthFigures {
  * - `async`: a new CUDA memory pool, so its high-water marks are this replay's; peak reserved =
  *   RESERVED_MEM_HIGH;
  * - `pool`: `options.extentSize` when given;
+ * - `adaptive`: PoolResource with `extentSize: 'adaptive'` (`options.extentSize` does not apply);
  * - `binning`: peak reserved is the PoolResource's under the bins;
  * - `arena`: sized by `arenaSizeFor(trace peak live)`; a fixed reservation.
  */
@@ -76,6 +78,15 @@ export function createStack(name: ResourceStackName, trace: AllocationTrace, opt
     case 'pool': {
       const { resource, close } = createResourceStack(name, poolOptions);
       return { name, resource, growth: () => growthOf(resource), notes: poolNotes, close };
+    }
+    case 'adaptive': {
+      const { resource, close } = createResourceStack(name, { device });
+      return {
+        name, resource, growth: () => growthOf(resource),
+        notes: [`extentSize adaptive: chunks of 1/${Math.round(1 / CHUNK_FRACTION)} of reserved (${formatBytes(MIN_CHUNK_BYTES)} to ` +
+          `${formatBytes(MAX_CHUNK_BYTES)}) mapped ahead while ${LOW_WATER_FRACTION * 100}% of the device stays free, one-page extents below`],
+        close,
+      };
     }
     case 'binning': {
       const { resource, pool, close } = createResourceStack(name, poolOptions);
