@@ -12,7 +12,9 @@ import { Device } from '../src/device.js';
 import { CudaError, CUresult, OutOfMemoryError } from '../src/errors.js';
 import { PoolResource, type GrowthCalls } from '../src/resource/suballoc/pool.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
-import { adaptiveChunkPages, HELD_FRACTION, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES } from '../src/resource/suballoc/kit/adaptive-growth.js';
+import {
+  adaptiveChunkPages, HELD_FRACTION, LARGE_BLOCK_SHARE, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES,
+} from '../src/resource/suballoc/kit/adaptive-growth.js';
 import { createResourceStack } from '../src/resource/stacks.js';
 
 const MiB = 1024 * 1024;
@@ -63,9 +65,23 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(c.map, c.create, 'one mapping per extent');
     assert.equal(c.setAccess, c.create, 'one set-access per growth');
     const { reservedBytes } = pool;
-    assert.ok(reservedBytes - 512 * MiB <= Math.max(MIN_CHUNK_BYTES, reservedBytes / 16),
+    assert.ok(reservedBytes - 512 * MiB <= Math.max(MIN_CHUNK_BYTES, reservedBytes / 8),
       `reserved ${reservedBytes} for 512 MiB live: at most one chunk ahead`);
     for (const p of blocks) pool.deallocate(p, 2 * MiB);
+  });
+
+  it('a block of half a chunk or more gets an extent of its own pages, nothing ahead', () => {
+    using pool = new PoolResource({ extentSize: 'adaptive' });
+    const chunk = MIN_CHUNK_BYTES;
+    const large = chunk * LARGE_BLOCK_SHARE;
+    const a = pool.allocate(large);
+    assert.equal(pool.reservedBytes, large, 'the large block\'s pages only');
+    assert.equal(pool.statistics().pagesMappedAhead, 0);
+    const b = pool.allocate(large - page); // below the share: a chunk is mapped ahead
+    assert.equal(pool.reservedBytes - large, Math.max(chunk, Math.ceil(large / page / 8) * page));
+    assert.deepEqual([calls(pool).create, calls(pool).map], [2, 2]);
+    pool.deallocate(a, large);
+    pool.deallocate(b, large - page);
   });
 
   it('reverts to one-page extents as the maximum nears, and fills it exactly', () => {
@@ -167,7 +183,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const GiB = 1024 * MiB;
     const plenty = { pageBytes: P, freeBytes: 70 * GiB, totalBytes: 80 * GiB, maximumBytes: Infinity };
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 1 }), MIN_CHUNK_BYTES / P);
-    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 1024, blockPages: 1 }), 64, 'a sixteenth of 2 GiB held');
+    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 512, blockPages: 1 }), 64, 'an eighth of 1 GiB held');
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 10240, blockPages: 1 }), MAX_CHUNK_BYTES / P);
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 500 }), 500, 'never less than the block');
     // The same on a device sized as vram replay sizes it for a trace of 5 GiB peak live: 11 GiB.

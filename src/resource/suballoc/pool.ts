@@ -52,12 +52,13 @@ export interface PoolOptions {
    * figures by size are in the README ("Figures") and bench/results/h100-2026-11-23-pool-growth.md.
    *
    * `'adaptive'`: the size follows the memory left. While the device (and `maximumSize`, if set)
-   * keeps a quarter of its memory free after the growth, a growth maps a chunk, one extent, beyond
-   * the block's pages over free address space: an eighth of what the pool holds, 32 MiB to 256 MiB,
-   * so a workload's first pass makes a few dozen growths rather than one per page (the pages mapped
-   * ahead are cache: blocks are placed on mapped pages first). Below that, growth maps only the
-   * block's pages, one page per extent, as the default does, so peak reserved stays close to peak
-   * live where it decides whether a workload fits. And when the driver or `maximumSize` refuses
+   * keeps a quarter of its memory free after the growth, and at least half of what the pool then
+   * holds, a growth maps a chunk, one extent, beyond the block's pages over free address space: an
+   * eighth of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
+   * of its own pages), so a workload's first pass makes a few dozen growths rather than one per
+   * page (the pages mapped ahead are cache: blocks are placed on mapped pages first). Below that,
+   * growth maps only the block's pages, one page per extent, as the default does, so peak reserved
+   * stays close to peak live where it decides whether a workload fits. And when the driver refuses
    * a growth, the pool first releases every wholly free extent and retries one page per extent
    * (an extent that still holds a live block cannot be split: the driver frees an allocation only
    * whole). The device's free memory is read on the growth path only, never on a hit.

@@ -18,10 +18,10 @@
  * the chunk only within a chunk of it. On the device `vram replay` sizes for a trace on the
  * emulated backend (2 x peak live + 1 GiB, all free at the start) neither comes within a chunk
  * while the pool holds at most 1.3 x peak live (free after any growth >= 0.7 x peak + 1 GiB,
- * against a quarter of the device, 0.5 x peak + 256 MiB, and half of what the pool holds, <= 0.65 x
- * peak: a margin of more than the largest chunk), nor on an 80 GiB GPU for a trace of up to about
- * 40 GiB; so with plenty of memory both map exactly the same chunks, and report the same peak
- * reserved. Under pressure they can differ: an emulated device sized just above a trace's peak is
+ * against a quarter of the device, 0.5 x peak + 256 MiB, and half of what the pool holds,
+ * <= 0.65 x peak: a margin of more than twice the largest chunk), nor on an 80 GiB GPU for a trace
+ * of up to about 40 GiB; so with plenty of memory both map exactly the same chunks, and report the
+ * same peak reserved. Under pressure they can differ: an emulated device sized just above a trace's peak is
  * short of memory only near the end (large extents formed before that stay), where a GPU whose
  * other memory is held by a ballast is short of it, by the first threshold, from the start.
  */
@@ -29,16 +29,26 @@
 /**
  * A chunk is this fraction of the pages the pool holds: geometric growth, so a first pass makes
  * O(log peak) growths. Measured with `vram replay --repeat 4` on the emulated backend over the
- * traces in test/fixtures (driver calls and peak reserved carry over to a GPU): 1/16 held resnet50_train at
- * +3.4% over peak live and bert_dynamic_infer at +15.5%, with 111 and 109 driver calls in the first
- * pass and none in passes 2-4; 1/8 and 1/4 made fewer calls but bert's overhead rose and fell with
- * where the last chunk ended (+14.6% to +34%, as the smallest chunk changed).
+ * traces in test/fixtures (driver calls and peak reserved carry over to a GPU), with
+ * `LARGE_BLOCK_SHARE`: 1/8, 16 MiB to 256 MiB, held resnet50_train at +3.5% over peak live and
+ * bert_dynamic_infer at +21.6%, with 105 and 63 driver calls in the first pass and none in passes
+ * 2-4. 1/16 made more calls for about the same peaks; a 512 MiB or 1 GiB cap took resnet to +9%.
  */
-export const CHUNK_FRACTION = 1 / 16;
+export const CHUNK_FRACTION = 1 / 8;
 /** The smallest chunk mapped ahead, in bytes (8 pages of 2 MiB). */
 export const MIN_CHUNK_BYTES = 16 * 1024 * 1024;
 /** The largest chunk, and so the largest extent mapped ahead, in bytes. */
-export const MAX_CHUNK_BYTES = 512 * 1024 * 1024;
+export const MAX_CHUNK_BYTES = 256 * 1024 * 1024;
+/**
+ * A growth maps ahead only when the block's missing pages are less than this share of the chunk;
+ * a larger block gets an extent of its own pages alone. Why: small blocks placed on the pages
+ * mapped ahead beside a large block keep its extent from being released or moved once the large
+ * block is freed (the driver frees an allocation only whole). Without this rule, bert_dynamic_infer
+ * (blocks up to 180 MB) held +15.5% to +32.4% over peak live as the smallest chunk went from 4 to
+ * 24 MiB; with it, +19.4% to +21.6% over the same range, so the figure no longer hangs on where
+ * the last chunk happens to end.
+ */
+export const LARGE_BLOCK_SHARE = 1 / 2;
 /** Map ahead only while this fraction of the device's memory (or the maximum) stays free after it. */
 export const LOW_WATER_FRACTION = 1 / 4;
 /**

@@ -27,7 +27,7 @@ import { isOutOfMemory, VramError } from '../../../errors.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
-import { adaptiveChunkPages } from './adaptive-growth.js';
+import { adaptiveChunkPages, LARGE_BLOCK_SHARE } from './adaptive-growth.js';
 
 /** Indices of `VirtualPages.calls`. */
 export const CALL_CREATE = 0;
@@ -527,9 +527,10 @@ export class VirtualPages {
       if (n > 0) this.pageMoves += Math.min(excess, this.takeDonors(n, missing));
     }
     // Adaptive, with room: a growth that still takes the pool past its high-water mark maps a
-    // whole chunk, the block's pages and free address space beside them, as one extent.
+    // whole chunk, the block's pages and free address space beside them, as one extent (unless
+    // the block is large: see LARGE_BLOCK_SHARE).
     let ahead = 0;
-    if (chunk > missing && this.physicalPages - this.spareCount + missing > this.ceilingPages) {
+    if (missing < chunk * LARGE_BLOCK_SHARE && this.physicalPages - this.spareCount + missing > this.ceilingPages) {
       ahead = this.extendRuns(p0, p1, chunk - missing);
       missing += ahead;
     }
