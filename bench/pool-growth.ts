@@ -5,8 +5,9 @@
  * first pass and of the later ones (a training loop's steady state), the pool's driver calls and
  * page moves, and peak reserved over peak live (the worst pass).
  *
- * `node dist/bench/pool-growth.js [--repeat N] [--extent 2M,8M,inf] [trace.csv ...]`
- * (default: both shared traces, 4 passes, extents of one page, 8 MiB, 64 MiB and unbounded).
+ * `node dist/bench/pool-growth.js [--repeat N] [--extent 2M,8M,inf,adaptive] [trace.csv ...]`
+ * (default: both shared traces, 4 passes, extents of one page, 8 MiB, 64 MiB and unbounded;
+ * `adaptive` is `extentSize: 'adaptive'`, the `adaptive` stack).
  *
  * On the emulated backend the device is made 16 GiB (lazily backed) unless VRAM_EMULATED_BYTES
  * says otherwise; its times are host times, its call counts are the driver's.
@@ -28,7 +29,10 @@ const { values, positionals } = parseArgs({
 });
 const repeat = Number(values.repeat);
 if (!Number.isInteger(repeat) || repeat < 2) throw new RangeError(`--repeat must be a whole number >= 2, got ${values.repeat}`);
-const extents = values.extent.split(',').map((e) => (e.trim() === 'inf' ? Infinity : parseSize(e.trim(), '--extent')));
+const extents = values.extent.split(',').map((e): number | 'adaptive' => {
+  const text = e.trim();
+  return text === 'inf' ? Infinity : text === 'adaptive' ? text : parseSize(text, '--extent');
+});
 const shared = fileURLToPath(new URL('../../test/fixtures/traces/', import.meta.url));
 const paths = positionals.length > 0 ? positionals : [`${shared}resnet50_train.csv`, `${shared}bert_dynamic_infer.csv`];
 
@@ -79,7 +83,7 @@ for (const path of paths) {
       return { pageMoves: s.pageMoves, hostWaits: s.synchronizations, driverCalls: s.driverCalls, growthNs: s.growthNs };
     };
     try {
-      const name = `pool ${extentSize === Infinity ? 'inf' : `${extentSize / 2 ** 20}M`}`;
+      const name = extentSize === 'adaptive' ? 'pool adaptive' : `pool ${extentSize === Infinity ? 'inf' : `${extentSize / 2 ** 20}M`}`;
       console.log(row(name, trace, replay(trace, pool, { repeat, growth }).passes));
     } finally {
       pool.destroy();

@@ -1,7 +1,10 @@
 /**
  * Micro-benchmark: median nanoseconds per allocate+free pair on a pool hit, at 256 B, 1 MiB and
  * 64 MiB, for PoolResource (virtual memory growth), then the p50 and p99 of pairs timed one by one
- * (beside the clock's own cost). `node dist/bench/pool-hit.js [--passes N] [--history]`
+ * (beside the clock's own cost). `node dist/bench/pool-hit.js [--passes N] [--history] [--adaptive]`
+ *
+ * `--adaptive` measures a pool with `extentSize: 'adaptive'` (the `adaptive` stack): its hit path
+ * is the same code, so its pairs should match the default pool's.
  *
  * `--history` measures instead what recording the memory history costs (issue 11: at most 2x the
  * pair with stacks off): rounds with and without a recording, alternated in one process so both
@@ -16,16 +19,18 @@ import { Device } from '../src/device.js';
 import { recordMemoryHistory } from '../src/observe/history.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 
-const { values } = parseArgs({ options: { passes: { type: 'string', default: '1' }, history: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { passes: { type: 'string', default: '1' }, history: { type: 'boolean', default: false }, adaptive: { type: 'boolean', default: false } },
+});
 const passes = Number(values.passes);
 if (!Number.isInteger(passes) || passes <= 0) throw new RangeError(`--passes must be a positive whole number, got ${values.passes}`);
 const sizes: Array<[string, number]> = [['256 B', 256], ['1 MiB', 1 << 20], ['64 MiB', 64 << 20]];
-const pool = new PoolResource();
+const pool = new PoolResource(values.adaptive ? { extentSize: 'adaptive' } : {});
 const device = Device.get(0);
 device.makeCurrent();
 // A few live blocks around, so the heap is not trivially empty.
 const keep = [1000, 5000, 300_000, 3 << 20].map((n) => [pool.allocate(n), n] as const);
-console.log(`backend ${device.backend.name}, pool addresses from 0x${keep[0]![0].toString(16)}`);
+console.log(`backend ${device.backend.name}, ${pool.describe()}, pool addresses from 0x${keep[0]![0].toString(16)}`);
 const stream = { handle: 0 };
 
 /**

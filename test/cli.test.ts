@@ -116,7 +116,7 @@ describe('vram info', () => {
     const { code, stdout, stderr } = await vramWith(env, 'info');
     assert.equal(code, 0, stderr);
     assert.match(stdout, /^  VRAM_COPY_THREADS +0x4 +REFUSED: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'$/m);
-    assert.match(stdout, /^  VRAM_ALLOCATOR +turbo +REFUSED: VRAM_ALLOCATOR must be one of async, pool, cuda, got 'turbo'$/m);
+    assert.match(stdout, /^  VRAM_ALLOCATOR +turbo +REFUSED: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'$/m);
     assert.match(stdout, /^  VRAM_BACKEND +emulated$/m, 'a good value shows no problem');
     const json = JSON.parse((await vramWith(env, 'info', '--json')).stdout) as { environment: { name: string; problem?: string }[] };
     const problems = Object.fromEntries(json.environment.filter((e) => e.problem !== undefined).map((e) => [e.name, e.problem]));

@@ -47,7 +47,7 @@ test('VRAM_ALLOCATOR: async by default, each value, blank as unset, anything els
   for (const bad of ['bogus', 'Pool', 'ASYNC', 'cudaMalloc', 'pool,cuda', 'backend:cudaMallocAsync']) {
     assert.throws(() => readDefaultResourceSettings({ VRAM_ALLOCATOR: bad }),
       (e: unknown) => e instanceof RangeError && e.message.includes('VRAM_ALLOCATOR') &&
-        e.message.includes('async, pool, cuda') && e.message.includes(`'${bad}'`), bad);
+        e.message.includes('async, pool, adaptive, cuda') && e.message.includes(`'${bad}'`), bad);
   }
 });
 
@@ -66,7 +66,12 @@ test('each allocator builds its resource; async is a new pool that keeps freed m
   async.destroy();
   const pool = createDefaultResource(device, { VRAM_ALLOCATOR: 'pool' });
   assert.ok(pool instanceof PoolResource);
+  assert.equal(pool.describe(), 'PoolResource(virtual, device=0)');
   pool.destroy();
+  const adaptive = createDefaultResource(device, { VRAM_ALLOCATOR: 'adaptive' });
+  assert.ok(adaptive instanceof PoolResource);
+  assert.equal(adaptive.describe(), 'PoolResource(virtual, device=0, extents=adaptive)');
+  adaptive.destroy();
   const cuda = createDefaultResource(device, { VRAM_ALLOCATOR: 'cuda' });
   assert.ok(cuda instanceof CudaResource);
   cuda.destroy();
@@ -80,8 +85,10 @@ test('the unasked-for default falls back on a device without pools; an explicit 
   assert.equal(chooseAllocator(implicit, info(false, false)), 'cuda');
   assert.throws(() => chooseAllocator({ allocator: 'async', explicit: true }, info(false, true)),
     (e: unknown) => e instanceof NotSupportedError && /VRAM_ALLOCATOR=async: device 3 .*memory pools/.test(e.message));
-  assert.throws(() => chooseAllocator({ allocator: 'pool', explicit: true }, info(true, false)),
-    (e: unknown) => e instanceof NotSupportedError && /virtual memory management/.test(e.message));
+  for (const allocator of ['pool', 'adaptive'] as const) {
+    assert.throws(() => chooseAllocator({ allocator, explicit: true }, info(true, false)),
+      (e: unknown) => e instanceof NotSupportedError && /virtual memory management/.test(e.message), allocator);
+  }
   assert.equal(chooseAllocator({ allocator: 'cuda', explicit: true }, info(false, false)), 'cuda');
 });
 
@@ -202,7 +209,7 @@ test('a child process\'s environment chooses its default resource at first use',
   // A bad value is reported by the first allocation, with the valid values.
   const bad = JSON.parse(child({ VRAM_ALLOCATOR: 'turbo' }, 'DeviceBuffer.allocate(16); out("allocated");')) as Record<string, string>;
   assert.equal(bad.error, 'RangeError');
-  assert.match(bad.message!, /VRAM_ALLOCATOR must be one of async, pool, cuda, got 'turbo'/);
+  assert.match(bad.message!, /VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'/);
   const both = JSON.parse(child({ VRAM_MEMORY_LIMIT: '1G', VRAM_MEMORY_FRACTION: '0.5' }, 'DeviceBuffer.allocate(16);')) as Record<string, string>;
   assert.equal(both.error, 'RangeError');
   // The cap holds for buffers allocated through the default.

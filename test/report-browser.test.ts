@@ -243,14 +243,14 @@ describe('HTML reports in a browser', needsBrowser, () => {
     const run = await vram('replay', 'test/fixtures/traces/bert_dynamic_infer.csv', '-r', 'all', '--html', file);
     assert.equal(run.code, 0, run.stderr);
     const loaded = await load(file);
-    assertDrawn(loaded, ['results', 'timeline', ...['cuda', 'async', 'pool', 'binning', 'arena'].map((s) => `memory-map-${s}`), 'peak-sizes']);
+    assertDrawn(loaded, ['results', 'timeline', ...['cuda', 'async', 'pool', 'adaptive', 'binning', 'arena'].map((s) => `memory-map-${s}`), 'peak-sizes']);
     const maps = loaded.drawn.sections.filter((s) => s.kind === 'memory-map');
     // The arena and cuda stacks place every block they return inside their own segments.
     for (const map of maps.filter((m) => /cuda|arena/.test(m.id))) assert.equal(map.points, 207, `${map.id}: every block live at the peak drawn`);
     const [timeline] = loaded.drawn.charts;
-    assert.deepEqual(timeline!.seriesLabels, ['live (the trace)', 'cuda reserved', 'async reserved', 'pool reserved', 'binning reserved', 'arena reserved']);
+    assert.deepEqual(timeline!.seriesLabels, ['live (the trace)', 'cuda reserved', 'async reserved', 'pool reserved', 'adaptive reserved', 'binning reserved', 'arena reserved']);
     assert.deepEqual(timeline!.axisLabels, ['time since the trace began', 'bytes']);
-    assert.deepEqual(timeline!.finitePoints, Array<number>(6).fill(16_798));
+    assert.deepEqual(timeline!.finitePoints, Array<number>(7).fill(16_798));
     await screenshot(loaded.page, 'replay-report.png', { through: 'timeline' });
     await screenshot(loaded.page, 'replay-memory-map.png', { only: 'memory-map-pool' });
   });
@@ -293,8 +293,8 @@ describe('HTML reports in a browser', needsBrowser, () => {
     const run = await vram('replay', trace, '-r', 'all', '--html', file);
     assert.equal(run.code, 0, run.stderr);
     const loaded = await load(file);
-    assertDrawn(loaded, ['results', 'timeline', ...['cuda', 'async', 'pool', 'binning', 'arena'].map((s) => `memory-map-${s}`), 'peak-sizes']);
-    assert.deepEqual(loaded.drawn.charts[0]!.finitePoints, Array<number>(6).fill(150_000));
+    assertDrawn(loaded, ['results', 'timeline', ...['cuda', 'async', 'pool', 'adaptive', 'binning', 'arena'].map((s) => `memory-map-${s}`), 'peak-sizes']);
+    assert.deepEqual(loaded.drawn.charts[0]!.finitePoints, Array<number>(7).fill(150_000));
     // Zoom to a tenth of the time axis and back, five times each: the redraws a reader makes.
     // uPlot draws in a microtask after setScale: awaiting one after it has run times the draw.
     const redraw = await loaded.page.evaluate(async () => {

@@ -27,15 +27,15 @@ function build(name: ResourceStackName): ReturnType<typeof createResourceStack> 
 
 test('every named stack builds its resource, hands out memory, and closes to nothing', () => {
   const tops: Record<ResourceStackName, new (...args: never[]) => object> = {
-    cuda: CudaResource, async: AsyncResource, pool: PoolResource, binning: BinningResource, arena: ArenaResource,
+    cuda: CudaResource, async: AsyncResource, pool: PoolResource, adaptive: PoolResource, binning: BinningResource, arena: ArenaResource,
   };
-  assert.deepEqual([...RESOURCE_STACK_NAMES], ['cuda', 'async', 'pool', 'binning', 'arena']);
+  assert.deepEqual([...RESOURCE_STACK_NAMES], ['cuda', 'async', 'pool', 'adaptive', 'binning', 'arena']);
   for (const name of RESOURCE_STACK_NAMES) {
     const stack = build(name);
     assert.equal(stack.name, name);
     assert.ok(stack.resource instanceof tops[name], name);
     assert.equal(stack.resource.deviceOrdinal, 0, name);
-    assert.equal(stack.pool instanceof PoolResource, name === 'pool' || name === 'binning', name);
+    assert.equal(stack.pool instanceof PoolResource, name === 'pool' || name === 'adaptive' || name === 'binning', name);
     const ptr = stack.resource.allocate(MiB);
     stack.resource.deallocate(ptr, MiB);
     device.synchronize();
@@ -82,7 +82,7 @@ test("a stack's options are checked before anything is built: unknown keys, arra
   refused(() => createResourceStack('pool', { extentsize: 64 * MiB } as never), /did you mean 'extentSize'\?\); valid: device, extentSize$/);
   refused(() => createResourceStack('binning', [] as never), /resource stack 'binning': options must be an object .* got an array/);
   refused(() => createResourceStack('arena'), /resource stack 'arena': options\.size .* is required/);
-  refused(() => createResourceStack('slab' as ResourceStackName), /unknown resource stack 'slab'; valid: cuda, async, pool, binning, arena/);
+  refused(() => createResourceStack('slab' as ResourceStackName), /unknown resource stack 'slab'; valid: cuda, async, pool, adaptive, binning, arena/);
   assert.ok(isResourceStackName('arena'));
   assert.ok(!isResourceStackName('all'));
 });

@@ -5,6 +5,7 @@
 import type { PoolResource } from '../resource/suballoc/pool.js';
 import type { MemoryResource } from '../resource/resource.js';
 import { createResourceStack, type ResourceStack, type ResourceStackName } from '../resource/stacks.js';
+import { CHUNK_FRACTION, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES } from '../resource/suballoc/kit/adaptive-growth.js';
 import { formatBytes } from '../util/size.js';
 import { alignUp } from '../validate.js';
 import type { GrowthFigures } from './engine.js';
@@ -55,6 +56,7 @@ function growthOf(pool: PoolResource): GrowthFigures {
  *   RESERVED_MEM_HIGH;
  * - `pool`, `binning`: `options.extentSize` when given; binning's peak reserved is the
  *   PoolResource's under the bins;
+ * - `adaptive`: PoolResource with `extentSize: 'adaptive'` (`options.extentSize` does not apply);
  * - `arena`: sized by `arenaSizeFor(trace peak live)`; a fixed reservation;
  * - any other stack of the catalogue: built with the device alone.
  * Every stack with a PoolResource in it (the catalogue's `pool`) reports that pool's growth
@@ -84,6 +86,12 @@ function buildStack(name: ResourceStackName, trace: AllocationTrace, device: num
       };
     case 'pool':
       return { stack: createResourceStack(name, { device, ...(extentSize === undefined ? {} : { extentSize }) }), notes: extentNotes };
+    case 'adaptive':
+      return {
+        stack: createResourceStack(name, { device }),
+        notes: [`extentSize adaptive: chunks of 1/${Math.round(1 / CHUNK_FRACTION)} of reserved (${formatBytes(MIN_CHUNK_BYTES)} to ` +
+          `${formatBytes(MAX_CHUNK_BYTES)}) mapped ahead while ${LOW_WATER_FRACTION * 100}% of the device stays free, one-page extents below`],
+      };
     case 'binning':
       return {
         stack: createResourceStack(name, { device, ...(extentSize === undefined ? {} : { extentSize }) }),

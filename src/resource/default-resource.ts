@@ -3,10 +3,11 @@
  * and PyTorch users expect (memory freed by the program stays cached for the next allocation and
  * goes back to the driver only when asked, `emptyCache()`), with an optional per-process cap.
  *
- * - `VRAM_ALLOCATOR=async|pool|cuda` (in the spirit of PYTORCH_CUDA_ALLOC_CONF's backend):
+ * - `VRAM_ALLOCATOR=async|pool|adaptive|cuda` (in the spirit of PYTORCH_CUDA_ALLOC_CONF's backend):
  *   `async` (the default) is an AsyncResource over a new CUDA memory pool whose release threshold
- *   is at maximum, so freed memory stays in the pool; `pool` is vram's PoolResource; `cuda` is a
- *   plain CudaResource, a cuMemAlloc/cuMemFree per block.
+ *   is at maximum, so freed memory stays in the pool; `pool` is vram's PoolResource; `adaptive`
+ *   is PoolResource with `extentSize: 'adaptive'` (large extents while the device has room, one
+ *   page when it is short); `cuda` is a plain CudaResource, a cuMemAlloc/cuMemFree per block.
  * - `VRAM_MEMORY_LIMIT=<bytes>` (`16G`, `512M`, ...) or `VRAM_MEMORY_FRACTION=<0 < f <= 1>` of the
  *   device's total memory (torch.cuda.set_per_process_memory_fraction's figure): the default
  *   resource is wrapped in a LimitingAdaptor, so an allocation past the cap is an
@@ -35,17 +36,17 @@ import type { MemoryResource } from './resource.js';
 import { createResourceStack } from './stacks.js';
 
 /** The allocators `VRAM_ALLOCATOR` chooses between. */
-export type AllocatorName = 'async' | 'pool' | 'cuda';
+export type AllocatorName = 'async' | 'pool' | 'adaptive' | 'cuda';
 
 /**
  * Every value of `VRAM_ALLOCATOR`, the default first.
  *
  * @example
  * ```ts
- * console.log(`VRAM_ALLOCATOR=${ALLOCATOR_NAMES.join('|')}`); // VRAM_ALLOCATOR=async|pool|cuda
+ * console.log(`VRAM_ALLOCATOR=${ALLOCATOR_NAMES.join('|')}`); // VRAM_ALLOCATOR=async|pool|adaptive|cuda
  * ```
  */
-export const ALLOCATOR_NAMES: readonly AllocatorName[] = ['async', 'pool', 'cuda'];
+export const ALLOCATOR_NAMES: readonly AllocatorName[] = ['async', 'pool', 'adaptive', 'cuda'];
 
 /** The cap on a default resource, as the environment gave it. */
 export type MemoryCap =
@@ -72,7 +73,7 @@ export type { EnvironmentValues };
 export interface EnvironmentVariableDescription {
   /** The variable, e.g. `VRAM_ALLOCATOR`. */
   readonly name: string;
-  /** The values it takes, e.g. `async|pool|cuda`. */
+  /** The values it takes, e.g. `async|pool|adaptive|cuda`. */
   readonly values: string;
   /** What applies when it is unset. */
   readonly default: string;
@@ -91,10 +92,11 @@ export interface EnvironmentVariableDescription {
 export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription[] = [
   {
     name: 'VRAM_ALLOCATOR',
-    values: 'async|pool|cuda',
+    values: 'async|pool|adaptive|cuda',
     default: 'async',
     meaning: "each device's default resource: a CUDA memory pool that caches what is freed (async), " +
-      "vram's PoolResource, which holds the least (pool), or cuMemAlloc per block (cuda)",
+      "vram's PoolResource, which holds the least (pool), PoolResource growing in large extents while the " +
+      'device has room and by the page when it is short (adaptive), or cuMemAlloc per block (cuda)',
   },
   {
     name: 'VRAM_MEMORY_LIMIT',
@@ -205,7 +207,7 @@ export function createDefaultResource(device?: Device | number, env: Environment
   const dev = Device.resolve(device);
   const settings = readDefaultResourceSettings(env);
   const limit = settings.cap === undefined ? undefined : capBytes(settings.cap, dev);
-  // `async`, `pool` and `cuda` are stacks of one resource: the top is the whole stack, and the caller owns it.
+  // `async`, `pool`, `adaptive` and `cuda` are stacks of one resource: the top is the whole stack, and the caller owns it.
   const resource = createResourceStack(chooseAllocator(settings, dev.info), { device: dev }).resource;
   return limit === undefined ? resource : new LimitingAdaptor(resource, limit);
 }

@@ -10,6 +10,8 @@
  *   the threshold is a property of the pool, and the default pool is shared with every other
  *   cudaMallocAsync user in the process, whose frees it would then keep too.
  * - `pool`: PoolResource, virtual-memory growth by default, or `extentSize`.
+ * - `adaptive`: PoolResource with `extentSize: 'adaptive'`: chunks mapped ahead as large extents
+ *   while the device has room, one-page extents when it is short, compaction before failing.
  * - `binning`: BinningResource with power-of-two bins of 256 KiB .. 4 MiB (RMM's binning benchmark
  *   and replay use these) over a PoolResource, which the stack owns.
  * - `arena`: ArenaResource of a fixed `size`; it cannot grow.
@@ -27,10 +29,10 @@ import { PoolResource } from './suballoc/pool.js';
  *
  * @example
  * ```ts
- * console.log(RESOURCE_STACK_NAMES.join(', ')); // cuda, async, pool, binning, arena
+ * console.log(RESOURCE_STACK_NAMES.join(', ')); // cuda, async, pool, adaptive, binning, arena
  * ```
  */
-export const RESOURCE_STACK_NAMES = ['cuda', 'async', 'pool', 'binning', 'arena'] as const;
+export const RESOURCE_STACK_NAMES = ['cuda', 'async', 'pool', 'adaptive', 'binning', 'arena'] as const;
 
 /** A named stack. */
 export type ResourceStackName = (typeof RESOURCE_STACK_NAMES)[number];
@@ -73,6 +75,7 @@ interface StackKinds {
   cuda: { options: DeviceStackOptions; resource: CudaResource; pool: undefined };
   async: { options: DeviceStackOptions; resource: AsyncResource; pool: undefined };
   pool: { options: PoolStackOptions; resource: PoolResource; pool: PoolResource };
+  adaptive: { options: DeviceStackOptions; resource: PoolResource; pool: PoolResource };
   binning: { options: PoolStackOptions; resource: BinningResource; pool: PoolResource };
   arena: { options: ArenaStackOptions; resource: ArenaResource; pool: undefined };
 }
@@ -85,7 +88,7 @@ export interface ResourceStack<N extends ResourceStackName = ResourceStackName> 
   readonly name: N;
   /** The top of the stack: what a program allocates from. */
   readonly resource: StackKinds[N]['resource'];
-  /** The PoolResource of the `pool` (the top itself) and `binning` (under the bins) stacks. */
+  /** The PoolResource of the `pool` and `adaptive` (the top itself) and `binning` (under the bins) stacks. */
   readonly pool: StackKinds[N]['pool'];
   /** Destroys every resource the stack made, top first (each waits for its live blocks). */
   close(): void;
@@ -106,7 +109,7 @@ const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
  * @param options Its options: `device` for every stack, `extentSize` for `pool` and `binning`,
  *   `size` (required) for `arena`.
  * @returns The stack; the caller owns it and ends it with `close()` (for `cuda`, `async` and
- *   `pool`, the top is the whole stack, so destroying it is the same).
+ *   `pool` and `adaptive`, the top is the whole stack, so destroying it is the same).
  * @throws {TypeError} For an unknown name, options that are not an object, a key the stack does
  *   not take (the message names the valid ones), or an `arena` without `size`.
  * @throws {RangeError} For a bad device, extent size or arena size (as the resource checks them).
@@ -138,6 +141,11 @@ function buildStack(name: ResourceStackName, options: ResourceStackOptions | und
     }
     case 'pool': {
       const resource = new PoolResource(poolOptions(what, options));
+      return { name, resource, pool: resource, close: () => resource.destroy() };
+    }
+    case 'adaptive': {
+      const { device } = readOptions(what, options, DEVICE_ONLY);
+      const resource = new PoolResource({ device: Device.resolve(device), extentSize: 'adaptive' });
       return { name, resource, pool: resource, close: () => resource.destroy() };
     }
     case 'binning': {

@@ -57,6 +57,14 @@ export const factories: readonly SubjectFactory[] = [
     },
   },
   {
+    // Adaptive growth: chunks mapped ahead, then one-page extents near the maximum; it may run out.
+    name: 'PoolResource (adaptive extents)',
+    create: () => {
+      const pool = new PoolResource({ maximumSize: 96 * 1024 * 1024, extentSize: 'adaptive' });
+      return { ...poolSubject(pool, 8 * 1024 * 1024), bounded: true };
+    },
+  },
+  {
     name: 'PoolResource (upstream chunks)',
     create: () => {
       const pool = new PoolResource({ upstream: new CudaResource(), chunkSize: 4 * 1024 * 1024 });

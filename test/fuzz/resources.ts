@@ -119,6 +119,17 @@ export const resourceFactories: readonly ResourceFactory[] = [
     create: () => { const p = virtualPool(); return target(p, 4 * MiB, [p]); },
   },
   {
+    // Adaptive growth with room (a quarter of 512 MiB stays free): chunks mapped ahead as large extents.
+    name: 'PoolResource (adaptive extents, room)',
+    create: () => { const p = new PoolResource({ maximumSize: 512 * MiB, extentSize: 'adaptive' }); return target(p, 4 * MiB, [p]); },
+  },
+  {
+    // Adaptive growth near its maximum: chunks while a quarter of 40 MiB stays free, then one-page
+    // extents, and compaction (free extents released, a page-granular retry) before OutOfMemoryError.
+    name: 'PoolResource (adaptive extents, short)',
+    create: () => { const p = new PoolResource({ maximumSize: 40 * MiB, extentSize: 'adaptive' }); return target(p, 4 * MiB, [p]); },
+  },
+  {
     name: 'PoolResource (upstream chunks)',
     create: () => {
       const up = new CudaResource();

@@ -6,7 +6,8 @@
  * Growth, by default, is through the virtual memory management API: one large virtual range is
  * reserved up front, addresses are sub-allocated in it, and physical pages are mapped only where
  * live blocks need them, so address fragmentation costs no physical memory (see
- * `pool/virtual-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
+ * `kit/virtual-growth.ts`; `extentSize: 'adaptive'` maps chunks ahead while memory is plentiful:
+ * `kit/adaptive-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
  */
 import { MemAccess, type Backend, type Ptr } from '../../backend/backend.js';
 import { nonZero } from '../../backstop.js';
@@ -49,8 +50,20 @@ export interface PoolOptions {
    * reserved closest to peak live, and larger extents grow with fewer driver calls at the cost of
    * more memory held. Choose a larger size when memory is plentiful and growth time matters; the
    * figures by size are in the README ("Figures") and bench/results/h100-2026-11-23-pool-growth.md.
+   *
+   * `'adaptive'`: the size follows the memory left. While the device (and `maximumSize`, if set)
+   * keeps a quarter of its memory free after the growth, and at least half of what the pool then
+   * holds, a growth maps a chunk, one extent, beyond the block's pages over free address space: an
+   * eighth of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
+   * of its own pages), so a workload's first pass makes a few dozen growths rather than one per
+   * page (the pages mapped ahead are cache: blocks are placed on mapped pages first). Below that,
+   * growth maps only the block's pages, one page per extent, as the default does, so peak reserved
+   * stays close to peak live where it decides whether a workload fits. And when the driver refuses
+   * a growth, the pool first releases every wholly free extent and retries one page per extent
+   * (an extent that still holds a live block cannot be split: the driver frees an allocation only
+   * whole). The device's free memory is read on the growth path only, never on a hit.
    */
-  readonly extentSize?: number;
+  readonly extentSize?: number | 'adaptive';
 }
 
 /** Statistics of a pool, for logs and tests. */
@@ -91,6 +104,16 @@ export interface PoolStatistics {
   readonly driverCalls: GrowthCalls;
   /** Virtual growth: nanoseconds spent on the growth path (allocations that had to map pages). */
   readonly growthNs: number;
+  /**
+   * `extentSize: 'adaptive'`: pages mapped beyond what blocks needed, by growths while memory was
+   * plentiful (cached from the start); 0 otherwise.
+   */
+  readonly pagesMappedAhead: number;
+  /**
+   * `extentSize: 'adaptive'`: growths the driver or the maximum refused that then released every
+   * wholly free extent and retried one page per extent; 0 otherwise.
+   */
+  readonly compactions: number;
 }
 
 /** Driver calls of a pool's virtual growth, by kind. */
@@ -196,9 +219,15 @@ export class PoolResource extends MemoryResource {
       const range = options.addressSpaceSize === undefined
         ? 2 * dev.info.totalMemory
         : checkBytes(options.addressSpaceSize, 'addressSpaceSize');
-      const extent = options.extentSize === undefined || options.extentSize === Infinity
-        ? options.extentSize ?? 0 : checkBytes(options.extentSize, 'extentSize');
-      this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent);
+      if (typeof options.extentSize === 'string' && options.extentSize !== 'adaptive') {
+        throw new TypeError(`extentSize must be a number of bytes, Infinity or 'adaptive', got '${options.extentSize}'`);
+      }
+      const size = options.extentSize;
+      const adaptive = size === 'adaptive';
+      const extent = size === 'adaptive' || size === undefined ? 0 : size === Infinity ? size : checkBytes(size, 'extentSize');
+      // The device's free memory, for the adaptive policy's one threshold (growth path only).
+      const memInfo = adaptive ? () => dev.memInfo() : null;
+      this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
       this.chunks = null;
       const pages = virtual;
       this.guardMemory(() => releasePool(pages, null, heap));
@@ -406,6 +435,8 @@ export class PoolResource extends MemoryResource {
       synchronizations: this.pages !== null ? this.pages.synchronizations : 0,
       driverCalls: growthCalls(this.pages),
       growthNs: this.pages !== null ? this.pages.growthNs : 0,
+      pagesMappedAhead: this.pages !== null ? this.pages.pagesAhead : 0,
+      compactions: this.pages !== null ? this.pages.compactions : 0,
     };
   }
 
@@ -446,6 +477,7 @@ export class PoolResource extends MemoryResource {
     const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.deviceOrdinal}`];
     if (this.options.initialSize) parts.push(`initial=${this.options.initialSize}`);
     if (this.options.maximumSize !== undefined) parts.push(`maximum=${this.options.maximumSize}`);
+    if (this.options.extentSize === 'adaptive') parts.push('extents=adaptive');
     return `PoolResource(${parts.join(', ')})`;
   }
 

@@ -10,7 +10,9 @@
  * live data truly needs more pages: peak reserved ≈ peak number of pages touched by live blocks,
  * whatever the address fragmentation. Physical allocations ("extents") are one page by default;
  * `PoolOptions.extentSize` makes them span runs of pages, far fewer driver calls for a higher peak
- * (see `mapMissing`).
+ * (see `mapMissing`); `'adaptive'` sizes each growth from the memory left (`adaptive-growth.ts`,
+ * `growFor`): a chunk mapped ahead as one extent while the device has room, the block's own pages
+ * one page an extent when it is short.
  *
  * The bookkeeping on a hit is O(1) whatever the block's size. Only a block's first and last pages
  * can be shared with other blocks: every page strictly between them lies wholly inside the block.
@@ -25,6 +27,7 @@ import { isOutOfMemory, VramError } from '../../../errors.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
+import { adaptiveChunkPages, LARGE_BLOCK_SHARE } from './adaptive-growth.js';
 
 /** Indices of `VirtualPages.calls`. */
 export const CALL_CREATE = 0;
@@ -63,6 +66,8 @@ export class VirtualPages {
   private readonly extentPages: Int32Array;
   /** Most pages in one extent: runs are cut where a page index is a multiple of it. */
   private readonly extentLimit: number;
+  /** The cut of the current growth: `extentLimit`, or with the adaptive policy 1 or no cut. */
+  private cut: number;
   /** Scratch of `findFree`: pages a live block touches. */
   private readonly usedMark: Uint8Array;
   /** One bit per page, set while the page is mapped (`handle` non-zero): range checks by word. */
@@ -111,6 +116,10 @@ export class VirtualPages {
   private runCount = 0;
   /** Donor page of each run mapped by the current growth, -1 for memory it created (for its undo). */
   private runFrom: Int32Array = new Int32Array(8);
+  /** Adaptive growths that failed, released every wholly free extent and retried one page an extent. */
+  compactions = 0;
+  /** Pages mapped ahead of need by adaptive growths (cached from the start: see `adaptive-growth.ts`). */
+  pagesAhead = 0;
   /** Pages moved to by `reclaimStale` (scratch). */
   private targets: Int32Array = new Int32Array(64);
   /**
@@ -144,10 +153,16 @@ export class VirtualPages {
      * one allocation per run of pages a growth maps. See `PoolOptions.extentSize`.
      */
     extentBytes: number,
+    /**
+     * The adaptive policy (`adaptive-growth.ts`): the device's free and total memory, read on the
+     * growth path only; null for fixed extents of `extentBytes`.
+     */
+    private readonly memInfo: (() => { free: number; total: number }) | null = null,
   ) {
     this.pageBytes = backend.memGetAllocationGranularity(ordinal);
-    this.extentLimit = Math.max(1, Math.floor(extentBytes / this.pageBytes));
     this.rangeBytes = Math.ceil(rangeBytes / this.pageBytes) * this.pageBytes;
+    this.extentLimit = memInfo !== null ? this.rangeBytes / this.pageBytes + 1 : Math.max(1, Math.floor(extentBytes / this.pageBytes));
+    this.cut = this.extentLimit;
     this.base = backend.memAddressReserve(this.rangeBytes, this.pageBytes);
     const pages = this.rangeBytes / this.pageBytes;
     this.edgeCount = new Uint32Array(pages);
@@ -232,7 +247,7 @@ export class VirtualPages {
     const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
     if (!this.allMapped(p0, p1)) {
       try {
-        this.mapMissing(p0, p1);
+        this.growFor(p0, p1);
       } catch (error) {
         heap.give(i, stream);
         throw error;
@@ -240,6 +255,45 @@ export class VirtualPages {
     }
     this.countIn(p0, p1);
     return i;
+  }
+
+  /**
+   * Maps the missing pages among p0..p1. With fixed extents, `mapMissing` as it is. With the
+   * adaptive policy, the chunk and cut are chosen first (`adaptiveChunkPages`: the one read of the
+   * device's free memory, on the growth path only); and when the driver or the maximum refuses,
+   * the pool compacts before it fails: every wholly free extent is released (its streams waited
+   * for, as `releaseCached` does), then the block's missing pages are mapped again one page per
+   * extent, with nothing mapped ahead. An extent that still holds a live block stays: the driver
+   * frees an allocation only whole, which is why large extents form only while memory is plentiful.
+   */
+  private growFor(p0: number, p1: number): void {
+    if (this.memInfo === null) {
+      this.mapMissing(p0, p1, 0);
+      return;
+    }
+    const { free, total } = this.memInfo();
+    const chunk = adaptiveChunkPages({
+      heldPages: this.physicalPages, blockPages: p1 - p0 + 1, pageBytes: this.pageBytes,
+      freeBytes: free, totalBytes: total, maximumBytes: this.maximumBytes,
+    });
+    try {
+      this.cut = chunk < 0 ? 1 : this.extentLimit;
+      try {
+        this.mapMissing(p0, p1, Math.max(0, chunk));
+        return;
+      } catch (error) {
+        if (!(error instanceof PhysicalExhausted)) throw error;
+        const n = this.findFree(Infinity, p0, p1);
+        const released = n === 0 ? 0 : this.takeDonors(n, 0);
+        // Nothing freed and nothing asked beyond the block at one page an extent: the retry would fail the same way.
+        if (released === 0 && chunk < 0) throw error;
+        this.compactions++;
+      }
+      this.cut = 1;
+      this.mapMissing(p0, p1, 0);
+    } finally {
+      this.cut = this.extentLimit;
+    }
   }
 
   /**
@@ -447,7 +501,7 @@ export class VirtualPages {
    * still be touched by work queued before its blocks were freed, so the streams that freed them
    * are waited for first (`waitForDonors`).
    */
-  private mapMissing(p0: number, p1: number): void {
+  private mapMissing(p0: number, p1: number, chunk: number): void {
     const P = this.pageBytes;
     let missing = this.collectRuns(p0, p1);
     let excess = this.physicalPages + missing - this.ceilingPages;
@@ -463,8 +517,6 @@ export class VirtualPages {
         if (missing === 0) return;
       }
     }
-    const nRuns = this.runCount;
-    this.mappedNow = nRuns;
     // Cached pages outside the block (its own mapped pages that no live block uses are no donors).
     const count = this.edgeCount;
     let ownIdle = p1 - p0 + 1 - missing;
@@ -474,6 +526,19 @@ export class VirtualPages {
       const n = this.findFree(excess, p0, p1, marked);
       if (n > 0) this.pageMoves += Math.min(excess, this.takeDonors(n, missing));
     }
+    // Adaptive, with room: a growth that still takes the pool past its high-water mark maps a
+    // whole chunk, the block's pages and free address space beside them, as one extent (unless
+    // the block is large: see LARGE_BLOCK_SHARE).
+    let ahead = 0;
+    if (missing < chunk * LARGE_BLOCK_SHARE && this.physicalPages - this.spareCount + missing > this.ceilingPages) {
+      ahead = this.extendRuns(p0, p1, chunk - missing);
+      missing += ahead;
+    }
+    const nRuns = this.runCount;
+    this.mappedNow = nRuns;
+    // The span of this growth's runs: pages mapped by it are no donors for its own retry below.
+    const lo = Math.min(p0, this.runs[0]!);
+    const hi = Math.max(p1, this.runs[2 * nRuns - 2]! + this.runs[2 * nRuns - 1]! - 1);
     const b = this.backend;
     let done = 0;
     try {
@@ -511,7 +576,7 @@ export class VirtualPages {
             if (!isOutOfMemory(error)) throw error;
             // Below the high-water mark cached extents were kept; the device has no memory to
             // spare, so take them now (once) for the pages still missing, as the peak rule would.
-            const found = reclaimed ? 0 : this.findFree(left, p0, p1);
+            const found = reclaimed ? 0 : this.findFree(left, lo, hi);
             reclaimed = true;
             if (found === 0) throw new PhysicalExhausted(error.message, 'device', error);
             this.pageMoves += Math.min(left, this.takeDonors(found, left));
@@ -528,6 +593,7 @@ export class VirtualPages {
       }
       done = k;
       this.grantAccess(nRuns, k);
+      this.pagesAhead += ahead;
     } catch (error) {
       this.undoMapped(nRuns, done);
       throw error;
@@ -537,8 +603,49 @@ export class VirtualPages {
   }
 
   /**
+   * Adds up to `extra` pages to the runs in `runs`: unmapped pages with no stale mapping (so no live
+   * block's, and no unmap needed) just above p1, then just below p0, joined to the runs at p1 and p0
+   * (or as runs of their own). Returns the pages added.
+   */
+  private extendRuns(p0: number, p1: number, extra: number): number {
+    const pages = this.rangeBytes / this.pageBytes;
+    const h = this.handle;
+    let q = p1 + 1;
+    while (q < pages && q - p1 - 1 < extra && h[q] === 0) q++;
+    const up = q - p1 - 1;
+    let n = this.runCount;
+    if (up > 0) {
+      if (n > 0 && this.runs[2 * n - 2]! + this.runs[2 * n - 1]! === p1 + 1) {
+        this.runs[2 * n - 1]! += up;
+      } else {
+        if (2 * n + 2 > this.runs.length) this.runs = grow(this.runs);
+        this.runs[2 * n] = p1 + 1;
+        this.runs[2 * n + 1] = up;
+        n++;
+      }
+    }
+    q = p0 - 1;
+    while (q >= 0 && up + p0 - 1 - q < extra && h[q] === 0) q--;
+    const down = p0 - 1 - q;
+    if (down > 0) {
+      if (n > 0 && this.runs[0] === p0) {
+        this.runs[0] = p0 - down;
+        this.runs[1]! += down;
+      } else {
+        if (2 * n + 2 > this.runs.length) this.runs = grow(this.runs);
+        this.runs.copyWithin(2, 0, 2 * n);
+        this.runs[0] = p0 - down;
+        this.runs[1] = down;
+        n++;
+      }
+    }
+    this.runCount = n;
+    return up + down;
+  }
+
+  /**
    * Puts the runs of pages among p0..p1 that are not live-mapped in `runs` (cut where a page index
-   * is a multiple of `extentLimit`) and their count in `runCount`; returns their pages.
+   * is a multiple of `cut`) and their count in `runCount`; returns their pages.
    */
   private collectRuns(p0: number, p1: number): number {
     let nRuns = 0;
@@ -546,7 +653,7 @@ export class VirtualPages {
     for (let p = p0; p <= p1; p++) {
       if (this.isMapped(p)) continue;
       let q = p;
-      while (q < p1 && (q + 1) % this.extentLimit !== 0 && !this.isMapped(q + 1)) q++;
+      while (q < p1 && (q + 1) % this.cut !== 0 && !this.isMapped(q + 1)) q++;
       if (2 * nRuns + 2 > this.runs.length) this.runs = grow(this.runs);
       this.runs[2 * nRuns] = p;
       this.runs[2 * nRuns + 1] = q - p + 1;
