@@ -574,6 +574,29 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   }
 
   /**
+   * Says that work on `stream` uses this array's memory (PyTorch's `tensor.record_stream`): when
+   * the memory is freed, the freeing stream first waits for the work queued on `stream` by then.
+   * Delegates to the buffer (`recordStream` of src/buffer/lifetime.ts), so it holds for every view
+   * of the same memory. Nothing waits now. vram's own copies and operations record their streams
+   * themselves; call it for a kernel of your own on another stream.
+   *
+   * @param stream A live `Stream`, or a `{ handle }` reference to a stream of the array's device.
+   * @throws {UseAfterFreeError} When the memory was freed or the stream destroyed.
+   * @throws {TypeError} When `stream` is not a stream.
+   * @example
+   * ```ts
+   * using a = DeviceArray.zeros([1024], 'float32', { stream: s1 });
+   * kernel.launch({ grid, block, stream: s2 }, a, a.size);
+   * a.recordStream(s2);
+   * a.free(); // on s1, after s2's kernel: no host wait
+   * ```
+   */
+  recordStream(stream: StreamRef): void {
+    this.checkAlive();
+    this.buffer.recordStream(stream);
+  }
+
+  /**
    * The elements as a new contiguous TypedArray of the dtype's host type (strides honoured; a
    * vector dtype's components flat, (N, 3) for float3).
    *

@@ -6,6 +6,7 @@
  * Expressions are user code: on a GPU they need NVRTC (no PTX can ship for them).
  */
 import { DeviceArray } from '../../array/device-array.js';
+import type { DTypeName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
 import { LruMap } from '../../util/lru.js';
 import { builtinKernel, type BuiltinSource } from './builtin-module.js';
@@ -19,10 +20,10 @@ import { separateOperands } from './overlap.js';
 /** What an expression's names stand for: arrays (one element each) and scalars (one value for all). */
 export type ElementwiseValues = Readonly<Record<string, DeviceArray | number | bigint>>;
 
-/** Options of `map` and `zipWith`. */
-export interface MapOptions extends OpOptions {
+/** Options of `map` and `zipWith`; `O` is the result's dtype when `out` gives it. */
+export interface MapOptions<O extends DTypeName = DTypeName> extends OpOptions {
   /** The array to write (any layout, the input's shape, a scalar dtype); default a new array of the (first) input's dtype. */
-  readonly out?: DeviceArray;
+  readonly out?: DeviceArray<O>;
 }
 
 /**
@@ -169,13 +170,17 @@ function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, lik
  * @param a The array (a scalar dtype, or a vector dtype with `x.x`, `x.y`, ... and an `out`).
  * @param expression An expression of `x`, e.g. `'x * 2'` or `'sqrt(abs(x))'`.
  * @param options `out` (default a new array of a's dtype and shape) and `stream`.
- * @returns `out`, or the new array (owned by the caller).
+ * @returns `out`, or the new array (owned by the caller): typed with `out`'s dtype, else `a`'s.
  * @throws As `elementwise`.
  * @example
  * ```ts
- * using doubled = map(a, 'x * 2');
+ * using doubled = map(a, 'x * 2');                 // DeviceArray<'float32'> for a float32 `a`
+ * map(a, 'x > 0', { out: mask });                  // DeviceArray<'bool'> for a bool `mask`
  * ```
  */
+export function map<N extends DTypeName>(a: DeviceArray<N>, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
+export function map<O extends DTypeName>(a: DeviceArray, expression: string, options: MapOptions<O> & { readonly out: DeviceArray<O> }): DeviceArray<O>;
+export function map(a: DeviceArray, expression: string, options?: MapOptions): DeviceArray;
 export function map(a: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
   return mapped('map', { x: a }, a, expression, options);
 }
@@ -188,13 +193,16 @@ export function map(a: DeviceArray, expression: string, options?: MapOptions): D
  * @param b The second array (same shape, any dtype and layout).
  * @param expression An expression of `x` and `y`, e.g. `'x + y'`.
  * @param options `out` (default a new array of a's dtype and shape) and `stream`.
- * @returns `out`, or the new array (owned by the caller).
+ * @returns `out`, or the new array (owned by the caller): typed with `out`'s dtype, else `a`'s.
  * @throws As `elementwise`.
  * @example
  * ```ts
- * using s = zipWith(a, b, 'x + y');
+ * using s = zipWith(a, b, 'x + y');               // a's dtype
  * ```
  */
+export function zipWith<N extends DTypeName>(a: DeviceArray<N>, b: DeviceArray, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
+export function zipWith<O extends DTypeName>(a: DeviceArray, b: DeviceArray, expression: string, options: MapOptions<O> & { readonly out: DeviceArray<O> }): DeviceArray<O>;
+export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray;
 export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
   return mapped('zipWith', { x: a, y: b }, a, expression, options);
 }
