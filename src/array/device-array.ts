@@ -323,6 +323,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static ones<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.ones', options, { resource: true, stream: true, device: true });
     const dt = dtypeOf(dtype ?? defaultDType as N);
     if (dt.components > 1) throw new TypeError(`DeviceArray.ones: ${dt.name} is a vector dtype; use full(shape, [1, ...], '${dt.name}')`);
     const one = dt.name === 'int64' || dt.name === 'uint64' ? 1n : dt.name === 'bool' ? true : 1;

@@ -8,6 +8,7 @@
  */
 export { defaultStream } from '../resource/resource.js';
 export type { ReservingResource, MemoryKind, MemoryFigures } from '../resource/resource.js';
+export type { ByteSize } from '../validate.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { StreamOrder } from '../resource/stream-order.js';
 export type { Lane, OrderEvents } from '../resource/stream-order.js';

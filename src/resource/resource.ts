@@ -23,7 +23,7 @@ import { Device } from '../device.js';
 import { Stream, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource } from './cache-registry.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
-import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
+import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 
 export { defaultStream, type StreamRef } from '../stream.js';
 export type { MemoryFigures, MemoryKind } from './figures.js';
@@ -154,7 +154,7 @@ export abstract class MemoryResource {
   /**
    * Allocates `bytes` usable on `stream` (the default stream when omitted).
    *
-   * @param bytes A positive whole number.
+   * @param bytes A positive whole number, or a size like `'512M'` (binary units, as the CLI reads them).
    * @param stream Where the memory is first used.
    * @returns The address of the block.
    * @throws {TypeError | RangeError} For a bad size or stream (a raw handle no live stream has), before anything changes.
@@ -167,9 +167,9 @@ export abstract class MemoryResource {
    * const ptr = pool.allocate(1 << 20, stream); // 1 MiB, first used on `stream`
    * ```
    */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    // The common case inline: a whole number in range passes without a call.
-    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
+  allocate(bytes: ByteSize, stream?: StreamRef): Ptr {
+    // The common case inline: a whole number in range passes without a call; a string is read here.
+    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) bytes = readBytes(bytes, 'bytes');
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     if (this.#destroyed) throw this.destroyedError();

@@ -13,7 +13,7 @@ import { nonZero } from '../../backstop.js';
 import type { Counter } from '../../counter.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
-import { checkBytes } from '../../validate.js';
+import { readBytes, type ByteSize } from '../../validate.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
 import { BlockHeap, PARKED } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
@@ -33,13 +33,13 @@ export interface PoolOptions {
   /** Grow in chunks from this resource instead of through virtual memory. */
   readonly upstream?: MemoryResource;
   /** Bytes to take (upstream) or map (virtual) at creation; default 0. */
-  readonly initialSize?: number;
+  readonly initialSize?: ByteSize;
   /** Cap on reserved bytes (physical bytes for virtual growth); OutOfMemoryError beyond it. */
-  readonly maximumSize?: number;
+  readonly maximumSize?: ByteSize;
   /** Upstream growth: the smallest chunk taken after the first (default 32 MiB). */
-  readonly chunkSize?: number;
+  readonly chunkSize?: ByteSize;
   /** Virtual growth: bytes of address space to reserve (default twice the device's memory). */
-  readonly addressSpaceSize?: number;
+  readonly addressSpaceSize?: ByteSize;
   /**
    * Virtual growth: the most bytes one physical allocation may hold (default: one page, the
    * device's allocation granularity, 2 MiB on current GPUs; Infinity: one per run of pages mapped).
@@ -50,7 +50,7 @@ export interface PoolOptions {
    * more memory held. Choose a larger size when memory is plentiful and growth time matters; the
    * figures by size are in the README ("Figures") and bench/results/h100-2026-11-23-pool-growth.md.
    */
-  readonly extentSize?: number;
+  readonly extentSize?: ByteSize;
 }
 
 /** Statistics of a pool, for logs and tests. */
@@ -153,8 +153,8 @@ export class PoolResource extends MemoryResource {
     super();
     options = readOptions('new PoolResource', options, { device: true, upstream: true, initialSize: true, maximumSize: true, chunkSize: true, addressSpaceSize: true, extentSize: true });
     this.options = options;
-    const maximum = options.maximumSize === undefined ? Infinity : checkBytes(options.maximumSize, 'maximumSize');
-    const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : checkBytes(options.initialSize, 'initialSize');
+    const maximum = options.maximumSize === undefined ? Infinity : readBytes(options.maximumSize, 'maximumSize');
+    const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : readBytes(options.initialSize, 'initialSize');
     if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0);
@@ -173,7 +173,7 @@ export class PoolResource extends MemoryResource {
       this.upstream = upstream;
       this.kind = upstream.kind;
       this.deviceOrdinal = upstream.deviceOrdinal;
-      const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : checkBytes(options.chunkSize, 'chunkSize');
+      const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : readBytes(options.chunkSize, 'chunkSize');
       this.pages = null;
       this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
       if (initial > 0 && this.chunks.grow(initial, -1, initial) !== null) {
@@ -195,9 +195,9 @@ export class PoolResource extends MemoryResource {
       }
       const range = options.addressSpaceSize === undefined
         ? 2 * dev.info.totalMemory
-        : checkBytes(options.addressSpaceSize, 'addressSpaceSize');
+        : readBytes(options.addressSpaceSize, 'addressSpaceSize');
       const extent = options.extentSize === undefined || options.extentSize === Infinity
-        ? options.extentSize ?? 0 : checkBytes(options.extentSize, 'extentSize');
+        ? options.extentSize ?? 0 : readBytes(options.extentSize, 'extentSize');
       this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent);
       this.chunks = null;
       const pages = virtual;
