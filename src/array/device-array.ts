@@ -874,6 +874,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.freed ? ', freed' : ''}`;
   }
 
+  protected override deviceOrdinalForJSON(): { device: number } {
+    return { device: this.device.ordinal };
+  }
+
   protected withLayout(layout: Layout): this {
     return new DeviceArray(this.dtype, layout, this.buffer, this.device, this.stream, false) as this;
   }

@@ -17,7 +17,7 @@ export type {
   NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike, Float16Input, ComponentTuple, ComponentInput, ComponentOutput,
 } from '../array/host-data.js';
 export { StridedArray } from '../array/layout.js';
-export type { Layout, SliceSpec, SliceRange } from '../array/layout.js';
+export type { Layout, SliceSpec, SliceRange, ArrayJSON } from '../array/layout.js';
 export type { ShapeInput } from '../array/shape.js';
 export type {
   DeviceArrayViewOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions, NestedNumbers,
