@@ -6,12 +6,12 @@
  * `Context.create(device)`; while it is the device's selected context (after `makeCurrent()`, until
  * it is destroyed or the primary is selected again), every vram operation on that device runs in it.
  */
-import { inspect } from 'node:util';
 import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo } from './backend/backend.js';
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
 import { formatBytes } from './util/size.js';
+import { inspectCustom } from './util/inspect.js';
 import { readOptions } from './util/options.js';
 
 /**
@@ -243,7 +243,7 @@ export class Device {
    * console.log(Device.get(0)); // Device(0: NVIDIA H100 80GB HBM3, 79.1 GiB, compute 9.0, backend cuda)
    * ```
    */
-  [inspect.custom](): string {
+  [inspectCustom](): string {
     try {
       const info = this.info;
       return `Device(${this.ordinal}: ${info.name}, ${formatBytes(info.totalMemory)}, compute ${info.computeCapability.join('.')}, backend ${this.backend.name})`;

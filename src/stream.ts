@@ -9,8 +9,8 @@ import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
-import { inspect } from 'node:util';
 import { readOptions } from './util/options.js';
+import { inspectCustom } from './util/inspect.js';
 
 /** Options for `Stream.create`. */
 export interface StreamOptions {
@@ -454,7 +454,7 @@ export class Stream implements StreamRef {
    * console.log(Stream.create()); // Stream(1, device 0)
    * ```
    */
-  [inspect.custom](): string {
+  [inspectCustom](): string {
     return this.toString();
   }
 
@@ -645,7 +645,7 @@ export class Event {
    * console.log(Event.create()); // Event(3, device 0, timing)
    * ```
    */
-  [inspect.custom](): string {
+  [inspectCustom](): string {
     return this.toString();
   }
 

@@ -10,10 +10,10 @@
  * or 1, and are never larger than the memory: every layout an array holds has been checked to
  * lie inside its memory (`checkLayoutFits`), so copies never address a byte outside it.
  */
-import { inspect } from 'node:util';
 import { UseAfterFreeError, VramStateError } from '../errors.js';
 import type { Allocation } from '../buffer/lifetime.js';
 import { formatArray } from './array-format.js';
+import { inspectCustom } from '../util/inspect.js';
 import type { DType, DTypeName, HostTypedArray } from './dtype.js';
 import { toNested, type NestedArray } from './host-data.js';
 import { checkShape, contiguousStrides, elementCount, formatShape, type Shape } from './shape.js';
@@ -701,7 +701,7 @@ export abstract class StridedArray<N extends DTypeName> {
    * console.log(DeviceArray.from([1, 2, 3])); // DeviceArray<float32>(3,) on device 0 [1, 2, 3]
    * ```
    */
-  [inspect.custom](): string {
+  [inspectCustom](): string {
     return formatArray(this);
   }
 

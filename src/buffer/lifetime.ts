@@ -32,8 +32,8 @@
  * `WeakMap<ArrayBuffer, Allocation>` does: while any view is reachable its ArrayBuffer is, and
  * with it the buffer, so the backstop never frees memory a view can still touch.
  */
-import { inspect } from 'node:util';
 import { EventFlags, type Backend, type Handle, type Ptr } from '../backend/backend.js';
+import { inspectCustom } from '../util/inspect.js';
 import type { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
@@ -289,7 +289,7 @@ export abstract class Allocation {
    * console.log(DeviceBuffer.allocate(1024)); // DeviceBuffer(1024 bytes on device 0)
    * ```
    */
-  [inspect.custom](): string {
+  [inspectCustom](): string {
     return String(this);
   }
 

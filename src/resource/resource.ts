@@ -16,9 +16,9 @@
  * once, and memory deallocated on a stream may be handed out again only when that is safe for the
  * stream it is handed to (see `stream-order.ts`).
  */
-import { inspect } from 'node:util';
 import type { Ptr } from '../backend/backend.js';
 import { formatBytes } from '../util/size.js';
+import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import { Device } from '../device.js';
@@ -496,7 +496,7 @@ export abstract class MemoryResource {
    * console.log(new PoolResource()); // PoolResource(virtual, device=0): device memory on device 0, ...
    * ```
    */
-  [inspect.custom](): string {
+  [inspectCustom](): string {
     return this.toString();
   }
 
