@@ -17,6 +17,7 @@ import { createResourceStack } from '../src/resource/stacks.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { OutOfMemoryError } from '../src/errors.js';
+import { configureTransfers, transferSettings } from '../src/buffer/transfer/transfers.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -69,4 +70,19 @@ test('allocate calls take sizes as strings: buffers and resources', () => {
   using h = HostBuffer.allocate('4KiB');
   assert.equal(h.byteLength, 4 * KiB);
   assert.throws(() => DeviceBuffer.allocate('1.5'), /bytes must come to a whole number of bytes/);
+});
+
+test('configureTransfers takes its byte counts as size strings; the settings hold bytes', () => {
+  const before = transferSettings();
+  try {
+    const next = configureTransfers({ chunkBytes: '4M', stagingThreshold: '0', registration: { minimumBytes: '1M', maximumBytes: '1G' } });
+    assert.equal(next.chunkBytes, 4 * MiB);
+    assert.equal(next.stagingThreshold, 0);
+    assert.equal(next.registration.minimumBytes, MiB);
+    assert.equal(next.registration.maximumBytes, 1024 * MiB);
+    assert.throws(() => configureTransfers({ chunkBytes: 'big' }), /chunkBytes must be a whole number of bytes or a size/);
+    assert.equal(transferSettings().chunkBytes, 4 * MiB, 'a refused change changes nothing');
+  } finally {
+    configureTransfers({ chunkBytes: before.chunkBytes, stagingThreshold: before.stagingThreshold, registration: before.registration });
+  }
 });
