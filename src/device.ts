@@ -10,6 +10,8 @@ import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo 
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
+import { formatBytes } from './util/size.js';
+import { inspectCustom } from './util/inspect.js';
 import { readOptions } from './util/options.js';
 
 /**
@@ -228,6 +230,42 @@ export class Device {
    */
   toString(): string {
     return `Device(${this.ordinal}: ${this.info.name})`;
+  }
+
+  /**
+   * How `console.log` and `util.inspect` show the device: its ordinal, name, memory and compute
+   * capability on one line (never the backend's internals).
+   *
+   * @returns The line; `Device(0)` and the reason when the driver cannot say more.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(Device.get(0)); // Device(0: NVIDIA H100 80GB HBM3, 79.1 GiB, compute 9.0, backend cuda)
+   * ```
+   */
+  [inspectCustom](): string {
+    try {
+      const info = this.info;
+      return `Device(${this.ordinal}: ${info.name}, ${formatBytes(info.totalMemory)}, compute ${info.computeCapability.join('.')}, backend ${this.backend.name})`;
+    } catch (error) {
+      return `Device(${this.ordinal}: ${error instanceof Error ? error.message : String(error)})`;
+    }
+  }
+
+  /**
+   * What `JSON.stringify` writes: the ordinal, name, memory and compute capability (plain data:
+   * no backend, no contexts).
+   *
+   * @returns The device as plain data.
+   * @throws {CudaError} When the device's attributes cannot be read (the first time only).
+   * @example
+   * ```ts
+   * JSON.stringify(Device.get(0)); // {"ordinal":0,"name":"NVIDIA H100 80GB HBM3",...}
+   * ```
+   */
+  toJSON(): { ordinal: number; name: string; totalMemory: number; computeCapability: readonly number[]; backend: string } {
+    const info = this.info;
+    return { ordinal: this.ordinal, name: info.name, totalMemory: info.totalMemory, computeCapability: info.computeCapability, backend: this.backend.name };
   }
 }
 

@@ -10,6 +10,7 @@ import { DoubleFreeError, NotSupportedError, UseAfterFreeError, VramStateError }
 import { checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
+import { inspectCustom } from './util/inspect.js';
 
 /** Options for `Stream.create`. */
 export interface StreamOptions {
@@ -440,7 +441,35 @@ export class Stream implements StreamRef {
    */
   toString(): string {
     if (this.isDefault) return `Stream(default, device ${this.device.ordinal})`;
-    return `Stream(${this.raw}${this.borrowed ? ', borrowed' : ''}, device ${this.device.ordinal})`;
+    return `Stream(${this.raw}${this.borrowed ? ', borrowed' : ''}, device ${this.device.ordinal}${this.#destroyed ? ', destroyed' : ''})`;
+  }
+
+  /**
+   * How `console.log` and `util.inspect` show the stream: `String(stream)`, one line.
+   *
+   * @returns The line.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(Stream.create()); // Stream(1, device 0)
+   * ```
+   */
+  [inspectCustom](): string {
+    return this.toString();
+  }
+
+  /**
+   * What `JSON.stringify` writes: the handle, the device's ordinal and the flags (plain data).
+   *
+   * @returns The stream as plain data.
+   * @throws Never.
+   * @example
+   * ```ts
+   * JSON.stringify(Stream.create()); // {"type":"Stream","handle":1,"device":0,...}
+   * ```
+   */
+  toJSON(): { type: 'Stream'; handle: number; device: number; isDefault: boolean; borrowed: boolean; destroyed: boolean } {
+    return { type: 'Stream', handle: Number(this.raw), device: this.device.ordinal, isDefault: this.isDefault, borrowed: this.borrowed, destroyed: this.#destroyed };
   }
 }
 
@@ -588,6 +617,53 @@ export class Event {
   /** True once the event has been recorded on a stream at least once. */
   get isRecorded(): boolean {
     return this.recorded;
+  }
+
+  /**
+   * A short description for logs: `Event(3, device 0, timing, recorded)`.
+   *
+   * @returns The line.
+   * @throws Never.
+   * @example
+   * ```ts
+   * String(Event.create()); // 'Event(3, device 0, timing)'
+   * ```
+   */
+  toString(): string {
+    const flags = [this.timing ? 'timing' : '', this.interprocess ? 'interprocess' : '', this.recorded ? 'recorded' : '',
+      this.#destroyed ? 'destroyed' : ''].filter(Boolean);
+    return `Event(${this.raw}, device ${this.device.ordinal}${flags.length > 0 ? `, ${flags.join(', ')}` : ''})`;
+  }
+
+  /**
+   * How `console.log` and `util.inspect` show the event: `String(event)`, one line.
+   *
+   * @returns The line.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(Event.create()); // Event(3, device 0, timing)
+   * ```
+   */
+  [inspectCustom](): string {
+    return this.toString();
+  }
+
+  /**
+   * What `JSON.stringify` writes: the handle, the device's ordinal and the flags (plain data).
+   *
+   * @returns The event as plain data.
+   * @throws Never.
+   * @example
+   * ```ts
+   * JSON.stringify(Event.create()); // {"type":"Event","handle":3,"device":0,...}
+   * ```
+   */
+  toJSON(): { type: 'Event'; handle: number; device: number; timing: boolean; interprocess: boolean; recorded: boolean; destroyed: boolean } {
+    return {
+      type: 'Event', handle: Number(this.raw), device: this.device.ordinal, timing: this.timing, interprocess: this.interprocess,
+      recorded: this.recorded, destroyed: this.#destroyed,
+    };
   }
 
   /**

@@ -3,8 +3,37 @@
  * `TypeError` or `RangeError` with the argument's name, never a driver error or a crash.
  */
 
+import { parseSize } from './util/size.js';
+
 /** The largest byte count vram accepts: addresses and sizes are JavaScript numbers. */
 export const MAX_BYTES = Number.MAX_SAFE_INTEGER;
+
+/**
+ * A byte count as options and `allocate` calls take it: a number of bytes, or a size as the CLI
+ * and the environment take it (`'512M'`, `'1G'`, `'64KiB'`: binary units, src/util/size.ts).
+ */
+export type ByteSize = number | string;
+
+/**
+ * Reads a byte count given as a number or as a size string (`'1G'`): the one place options and
+ * `allocate` calls turn `'1G'` into bytes, with the parser the CLI and VRAM_* variables use.
+ *
+ * @param value The count: a number of bytes, or a size like `'512M'`.
+ * @param name The argument's name in messages (`maximumSize`).
+ * @param zero Whether 0 (or `'0'`) is allowed (a cap that means none, a cache of nothing).
+ * @returns The count in bytes.
+ * @throws {TypeError} When `value` is neither a number nor a string.
+ * @throws {RangeError} When it is not a whole number of bytes in range, or not a size.
+ * @example
+ * ```ts
+ * readBytes('1G', 'maximumSize'); // 1073741824
+ * readBytes(4096, 'bytes');       // 4096
+ * ```
+ */
+export function readBytes(value: unknown, name: string, zero = false): number {
+  if (typeof value === 'string') return zero && /^\s*0+\s*$/.test(value) ? 0 : parseSize(value, name);
+  return zero ? checkNonNegativeInteger(value, name) : checkBytes(value, name);
+}
 
 /** Checks that `value` is a positive whole number of bytes and returns it. */
 export function checkBytes(value: unknown, name = 'bytes'): number {

@@ -310,7 +310,8 @@ test('freed buffers and double frees are typed errors', () => {
 
 test('bad sizes are typed errors before any allocation', () => {
   for (const [bytes, type] of [[-1, RangeError], [0, RangeError], [1.5, RangeError], [Number.NaN, RangeError],
-    [Number.POSITIVE_INFINITY, RangeError], ['8', TypeError], [undefined, TypeError], [2 ** 60, RangeError]] as const) {
+    [Number.POSITIVE_INFINITY, RangeError], ['eight', RangeError], ['1.5', RangeError], ['0', RangeError], [8n, TypeError],
+    [undefined, TypeError], [2 ** 60, RangeError]] as const) {
     throwsAndLeavesNothing(() => DeviceBuffer.allocate(bytes as number), type);
     throwsAndLeavesNothing(() => HostBuffer.allocate(bytes as number), type);
     throwsAndLeavesNothing(() => ManagedBuffer.allocate(bytes as number), type);

@@ -107,7 +107,8 @@ test('the dtype is inferred from the TypedArray class; types keep float32 and fl
   const wrong: DeviceArray<'float32'> = v3;
   void wrong;
   assert.deepEqual(v3.shape, [2]);
-  assert.throws(() => DeviceArray.from([1, 2, 3] as unknown as Float32Array), TypeError);
+  using plain = DeviceArray.from([1, 2, 3]); // plain numbers: the default dtype (default-dtype.test.ts)
+  assert.equal(plain.dtype.name, 'float32');
   assert.throws(() => DeviceArray.from(new ArrayBuffer(8) as unknown as Float32Array), TypeError);
   assert.throws(() => DeviceArray.from(new Uint8ClampedArray(4) as unknown as Uint8Array), TypeError);
 });
@@ -530,7 +531,9 @@ test('bad input is a typed error before any allocation, and leaves nothing alloc
     throwsAndLeavesNothing(() => DeviceArray.pitched([dim, 4], 'float32'), RangeError);
   }
   throwsAndLeavesNothing(() => DeviceArray.empty(['2'] as unknown as number[], 'float32'), TypeError);
-  throwsAndLeavesNothing(() => DeviceArray.empty(4 as unknown as number[], 'float32'), TypeError);
+  throwsAndLeavesNothing(() => DeviceArray.empty('4' as unknown as number[], 'float32'), TypeError);
+  throwsAndLeavesNothing(() => DeviceArray.empty(-4, 'float32'), RangeError);
+  throwsAndLeavesNothing(() => DeviceArray.zeros(2.5), RangeError);
   throwsAndLeavesNothing(() => DeviceArray.empty([4], 'float5' as DTypeName), TypeError, /known dtypes/);
   throwsAndLeavesNothing(() => DeviceArray.pitched([0, 4], 'float32'), RangeError);
   throwsAndLeavesNothing(() => DeviceArray.pitched([4] as unknown as [number, number], 'float32'), RangeError);

@@ -44,7 +44,7 @@ test('checkShape returns a frozen copy and rejects bad dimensions', () => {
   throwsWith(() => checkShape([2 ** 30, 2 ** 30, 2 ** 30]), RangeError, /MAX_SAFE_INTEGER/);
   throwsWith(() => checkShape([0, 2 ** 30, 2 ** 30]), RangeError, /MAX_SAFE_INTEGER/);
   throwsWith(() => checkShape('3,4'), TypeError, /shape must be an array/);
-  throwsWith(() => checkShape(null, 'dims'), TypeError, /dims must be an array of dimensions, got null/);
+  throwsWith(() => checkShape(null, 'dims'), TypeError, /dims must be an array of dimensions or one number, got null/);
   throwsWith(() => checkShape([2, '3']), TypeError, /shape\[1\] must be a number, got string/);
   throwsWith(() => checkShape([2n]), TypeError, /got bigint/);
 });
@@ -178,7 +178,7 @@ test('a TypedArray whose length does not fit the shape or the components is a Ra
   throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), [2, -3]), RangeError, /shape\[1\]/);
   throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), [2, 3.5]), RangeError, /shape\[1\]/);
   throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), [NaN]), RangeError, /shape\[0\]/);
-  throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), 6 as never), TypeError, /shape must be an array/);
+  throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), '6' as never), TypeError, /shape must be an array/);
 });
 
 test('bool data must be 0 or 1, in a Uint8Array or raw bytes', () => {

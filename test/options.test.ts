@@ -164,6 +164,7 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceArray.zerosAsync', keys: WAITING, call: (o) => DeviceArray.zerosAsync([4], 'float32', o as never) },
   { name: 'DeviceArray.zeros', keys: ARRAY, call: (o) => DeviceArray.zeros([4], 'float32', o as never) },
   { name: 'DeviceArray.full', keys: ARRAY, call: (o) => DeviceArray.full([4], 1, 'float32', o as never) },
+  { name: 'DeviceArray.ones', keys: ARRAY, call: (o) => DeviceArray.ones([4], 'float32', o as never) },
   { name: 'DeviceArray.emptyLike', keys: ARRAY, call: (o) => DeviceArray.emptyLike(a, o as never) },
   { name: 'DeviceArray.zerosLike', keys: ARRAY, call: (o) => DeviceArray.zerosLike(a, o as never) },
   { name: 'DeviceArray.from', keys: ['dtype', 'shape', ...ARRAY], call: (o) => DeviceArray.from(new Float32Array(9), o as never) },

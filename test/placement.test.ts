@@ -117,10 +117,11 @@ describe('place', () => {
     assert.throws(() => place(data, { fallback: 'disk' as 'mapped' }), RangeError);
     assert.throws(() => place(data, { minFree: -1 }), RangeError);
     assert.throws(() => place(data, { minFree: 2 ** 60 }), /minFree must be a whole number from 0 to 2\^53 - 1 \(9007199254740991\), got 1152921504606847000/);
-    assert.throws(() => place(data, { minFree: '1' as unknown as number }), TypeError);
+    assert.throws(() => place(data, { minFree: true as unknown as number }), TypeError);
+    assert.throws(() => place(data, { minFree: 'a little' }), RangeError);
     assert.throws(() => place(data, { writeCombined: 1 as unknown as boolean }), TypeError);
     assert.throws(() => place(data, { shape: [5] }), RangeError);
-    assert.throws(() => place([1, 2] as unknown as Float32Array, {}), TypeError, 'nested data needs a dtype');
+    assert.throws(() => place(new ArrayBuffer(8) as unknown as Float32Array, {}), TypeError, 'raw bytes need a dtype');
     assert.throws(() => place(data, { device: 99 }), RangeError);
     assertMemoryReturned(before, deviceMemoryUsed(), 'nothing allocated');
   });

@@ -23,7 +23,8 @@ for (const f of factories.filter((x) => x.name.startsWith('PoolResource'))) {
 test('bad sizes are TypeError/RangeError before anything else', () => {
   using pool = new PoolResource();
   for (const bad of [0, -1, 1.5, NaN, Infinity, 2 ** 60]) assert.throws(() => pool.allocate(bad), RangeError);
-  assert.throws(() => pool.allocate('8' as unknown as number), TypeError);
+  assert.throws(() => pool.allocate(8n as unknown as number), TypeError);
+  assert.throws(() => pool.allocate('8 bytes please'), /bytes must be a whole number of bytes or a size like 64K/);
   assert.equal(pool.statistics().allocations.value, 0);
 });
 

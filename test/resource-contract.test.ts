@@ -96,7 +96,9 @@ for (const [name, make] of SUBJECTS) {
   describe(`contract: ${name}`, () => {
     it('refuses bad sizes and streams before anything changes', () => withSubject(make, ({ resource: mr }) => {
       for (const bytes of [0, -1, 1.5, Number.NaN, Infinity, 2 ** 60]) refused(mr, () => mr.allocate(bytes), RangeError, `allocate(${bytes})`);
-      refused(mr, () => mr.allocate('8' as unknown as number), TypeError, "allocate('8')");
+      refused(mr, () => mr.allocate(8n as unknown as number), TypeError, 'allocate(8n)');
+      // A size string is read as the CLI reads it; one that is not a size is refused the same way.
+      refused(mr, () => mr.allocate('8 bytes'), RangeError, "allocate('8 bytes')");
       for (const handle of [1.5, -1, Number.NaN]) {
         refused(mr, () => mr.allocate(256, { handle }), RangeError, `stream handle ${handle}`);
       }

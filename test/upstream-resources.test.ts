@@ -40,7 +40,8 @@ function badSizes(mr: MemoryResource): void {
   assert.throws(() => mr.allocate(-8), RangeError);
   assert.throws(() => mr.allocate(1.25), RangeError);
   assert.throws(() => mr.allocate(Number.NaN), RangeError);
-  assert.throws(() => mr.allocate('64' as unknown as number), TypeError);
+  assert.throws(() => mr.allocate(64n as unknown as number), TypeError);
+  assert.throws(() => mr.allocate('64 bytes'), RangeError);
 }
 
 test('CudaResource', () => {

@@ -26,13 +26,13 @@ import { defaultStream, type MemoryResource, type StreamRef } from '../resource/
 import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
-import { dtypeOf, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
+import { defaultDType, dtypeOf, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import {
   allocateHost, encodeScalar, hostElements,
-  type Float16ArrayLike, type HostInput, type ScalarValue,
+  type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue,
 } from './host-data.js';
 import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, StridedArray, type Layout } from './layout.js';
-import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
+import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
 import {
   copyOnDevice, pinnedSink, pinnedSource, readElements, readElementsAsync, streamDone, writeElements,
   writeElementsAsync, type HostBytes,
@@ -65,9 +65,12 @@ export interface DeviceArrayAsyncOptions extends DeviceArrayOptions {
 export interface DeviceArrayFromOptions<N extends DTypeName> extends DeviceArrayOptions {
   /** The element type; inferred from a TypedArray's class when left out (Float32Array -> float32). */
   readonly dtype?: N | DType<N>;
-  /** The array's shape in elements; inferred from the data when left out. */
-  readonly shape?: Shape;
+  /** The array's shape in elements (one number for one dimension); inferred from the data when left out. */
+  readonly shape?: ShapeInput;
 }
+
+/** Plain JavaScript numbers, nested or not (`[1, 2, 3]`, `[[1, 2], [3, 4]]`): `from` gives them the default dtype. */
+export type NestedNumbers = readonly (number | NestedNumbers)[];
 
 /** Options of `DeviceArray.pitched`. */
 export interface PitchedArrayOptions {
@@ -143,7 +146,9 @@ const inferable: Readonly<Record<string, DTypeName>> = Object.freeze({
 
 /**
  * The dtype and bytes of host input for a new array: the dtype given, or the one a TypedArray's
- * class names; raw bytes and nested arrays need the dtype spelled out.
+ * class names; plain JavaScript arrays (nested or not) take the default dtype (float32) for
+ * numbers, int64 for bigints, bool for booleans, by their first element; raw bytes need the
+ * dtype spelled out.
  *
  * @param data The host input.
  * @param dtype The dtype, if given.
@@ -157,22 +162,37 @@ const inferable: Readonly<Record<string, DTypeName>> = Object.freeze({
  * ```
  */
 export function resolveHostInput(
-  data: unknown, dtype: DTypeName | DType | undefined, shape: Shape | undefined,
+  data: unknown, dtype: DTypeName | DType | undefined, shape: ShapeInput | undefined,
 ): { dtype: DType; bytes: Uint8Array; shape: Shape } {
   let dt: DType;
   if (dtype !== undefined) {
     dt = dtypeOf(dtype);
+  } else if (Array.isArray(data)) {
+    dt = dtypeOf(plainArrayDtype(data));
   } else {
     const tag = ArrayBuffer.isView(data) ? Object.prototype.toString.call(data).slice(8, -1) : undefined;
     const name = tag === undefined ? undefined : inferable[tag];
     if (name === undefined) {
       throw new TypeError('the dtype cannot be inferred from ' +
-        `${tag ?? (Array.isArray(data) ? 'nested arrays' : typeof data)}: pass { dtype } (TypedArrays other than Uint8ClampedArray and DataView name their own)`);
+        `${tag ?? typeof data}: pass { dtype } (TypedArrays other than Uint8ClampedArray and DataView name their own; plain arrays of numbers are ${defaultDType})`);
     }
     dt = dtypeOf(name);
   }
-  const h = hostElements(dt, data as HostInput<DTypeName>, shape);
+  const h = hostElements(dt, data as HostInput<DTypeName>, shape === undefined ? undefined : checkShape(shape));
   return { dtype: dt, bytes: h.bytes, shape: h.shape };
+}
+
+/**
+ * The dtype of plain JavaScript data given none, by its first element (every other element is
+ * then checked against it): numbers take the default dtype, bigints int64, booleans bool. An
+ * empty list is the default dtype too.
+ */
+function plainArrayDtype(data: readonly unknown[]): DTypeName {
+  let first: unknown = data;
+  while (Array.isArray(first) && first.length > 0) first = first[0];
+  if (typeof first === 'bigint') return 'int64';
+  if (typeof first === 'boolean') return 'bool';
+  return defaultDType;
 }
 
 /** The memory a DeviceArray lives in: device (or managed) memory, or a mapped HostBuffer. */
@@ -233,8 +253,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   /**
    * A new contiguous array of uninitialised memory.
    *
-   * @param shape The shape (whole numbers >= 0).
-   * @param dtype The element type.
+   * @param shape The shape (whole numbers >= 0), or one number for one dimension.
+   * @param dtype The element type; default float32 (`defaultDType`: PyTorch's default, and what
+   *   GPU arithmetic runs fastest in; pass `'float64'` for NumPy's).
    * @param options Resource, stream and device.
    * @returns The array; it owns its memory.
    * @throws {TypeError | RangeError} For a bad shape, dtype or options.
@@ -242,11 +263,12 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @example
    * ```ts
    * using a = DeviceArray.empty([1080, 1920], 'uchar4');
+   * using v = DeviceArray.empty(1000);            // float32, 1000 elements
    * ```
    */
-  static empty<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+  static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     const s = checkShape(shape);
-    const dt = dtypeOf(dtype);
+    const dt = dtypeOf(dtype ?? defaultDType as N);
     options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
     return DeviceArray.allocate(dt, s, options);
   }
@@ -302,8 +324,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   /**
    * A new contiguous array of zeros (one memset).
    *
-   * @param shape The shape.
-   * @param dtype The element type.
+   * @param shape The shape, or one number for one dimension.
+   * @param dtype The element type; default float32 (see `empty`).
    * @param options Resource, stream and device.
    * @returns The array.
    * @throws {TypeError | RangeError} For a bad shape, dtype or options.
@@ -311,9 +333,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @example
    * ```ts
    * using acc = DeviceArray.zeros([256], 'float64');
+   * using m = DeviceArray.zeros([3, 4]);          // float32
    * ```
    */
-  static zeros<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+  static zeros<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true });
     const a = DeviceArray.empty(shape, dtype, options);
     (a.buffer as DeviceMemory).memset(0);
@@ -323,9 +346,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   /**
    * A new contiguous array with every element `value` (NumPy's `full(shape, fill_value, dtype)`).
    *
-   * @param shape The shape.
+   * @param shape The shape, or one number for one dimension.
    * @param value One element of the dtype: a number, bigint (64-bit), boolean (bool), or an array of components.
-   * @param dtype The element type.
+   * @param dtype The element type; default float32 (see `empty`).
    * @param options Resource, stream and device.
    * @returns The array.
    * @throws {TypeError | RangeError} For a bad shape or dtype, or a value the dtype cannot hold.
@@ -334,11 +357,12 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```ts
    * using ones = DeviceArray.full([4, 4], 1, 'float32');
    * using up = DeviceArray.full([100], [0, 1, 0], 'float3');
+   * using half = DeviceArray.full(8, 0.5);        // float32
    * ```
    */
-  static full<N extends DTypeName>(shape: Shape, value: ScalarValue<N>, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+  static full<N extends DTypeName = DefaultDType>(shape: ShapeInput, value: ScalarValue<N>, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true });
-    const dt = dtypeOf(dtype);
+    const dt = dtypeOf(dtype ?? defaultDType as N);
     const pattern = encodeScalar(dt, value);
     const a = DeviceArray.empty(shape, dt, options);
     try {
@@ -348,6 +372,29 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
       throw error;
     }
     return a;
+  }
+
+  /**
+   * A new contiguous array of ones (NumPy's and PyTorch's `ones`): `full(shape, 1, dtype)`.
+   *
+   * @param shape The shape, or one number for one dimension.
+   * @param dtype A scalar element type; default float32 (see `empty`).
+   * @param options Resource, stream and device.
+   * @returns The array.
+   * @throws {TypeError | RangeError} For a bad shape or dtype (a vector dtype: use `full` with its components).
+   * @throws {OutOfMemoryError} When the resource has no memory left.
+   * @example
+   * ```ts
+   * using w = DeviceArray.ones([4, 4]);           // float32
+   * using n = DeviceArray.ones(16, 'int64');
+   * ```
+   */
+  static ones<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.ones', options, { resource: true, stream: true, device: true });
+    const dt = dtypeOf(dtype ?? defaultDType as N);
+    if (dt.components > 1) throw new TypeError(`DeviceArray.ones: ${dt.name} is a vector dtype; use full(shape, [1, ...], '${dt.name}')`);
+    const one = dt.name === 'int64' || dt.name === 'uint64' ? 1n : dt.name === 'bool' ? true : 1;
+    return DeviceArray.full(shape, one as ScalarValue<N>, dt, options);
   }
 
   /**
@@ -390,24 +437,28 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
 
   /**
    * A new array holding a copy of host data: the dtype's TypedArray (its class names the dtype
-   * when none is given), raw bytes (ArrayBuffer, DataView: give the dtype) or nested arrays (give
-   * the dtype). A vector dtype takes its components flat: `from(f32, { dtype: 'float3' })` reads an
+   * when none is given), raw bytes (ArrayBuffer, DataView: give the dtype) or plain JavaScript
+   * arrays, nested or not (numbers are float32 when no dtype is given, bigints int64, booleans
+   * bool: see `defaultDType`). A vector dtype takes its components flat: `from(f32, { dtype: 'float3' })` reads an
    * (N * 3) Float32Array as N float3 elements; nested data is `[[x, y, z], ...]`.
    *
    * @param data The host data.
    * @param options dtype, shape, resource, stream, device.
    * @returns The array (synchronously filled).
-   * @throws {TypeError} For a TypedArray of the wrong class for the dtype, or no dtype for raw or nested data.
+   * @throws {TypeError} For a TypedArray of the wrong class for the dtype, or no dtype for raw bytes.
    * @throws {RangeError} When the shape does not match the data.
    * @throws {OutOfMemoryError} When the resource has no memory left.
    * @example
    * ```ts
    * using a = DeviceArray.from(new Float32Array(12), { shape: [3, 4] }); // DeviceArray<'float32'>
    * using b = DeviceArray.from([[1, 2], [3, 4]], { dtype: 'int32' });
+   * using c = DeviceArray.from([1, 2, 3]);                               // DeviceArray<'float32'>
    * ```
    */
   static from<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): DeviceArray<N>;
   static from<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): DeviceArray<InferredDType<T>>;
+  static from(data: NestedNumbers, options?: DeviceArrayFromOptions<DefaultDType>): DeviceArray<DefaultDType>;
+  static from(data: NestedArray, options?: DeviceArrayFromOptions<DTypeName>): DeviceArray;
   static from(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): DeviceArray {
     options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
@@ -436,6 +487,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static fromAsync<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): Promise<DeviceArray<N>>;
   static fromAsync<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): Promise<DeviceArray<InferredDType<T>>>;
+  static fromAsync(data: NestedNumbers, options?: DeviceArrayFromOptions<DefaultDType>): Promise<DeviceArray<DefaultDType>>;
+  static fromAsync(data: NestedArray, options?: DeviceArrayFromOptions<DTypeName>): Promise<DeviceArray>;
   static async fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
     options = readOptions('DeviceArray.fromAsync', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
@@ -638,6 +691,29 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     this.checkAlive();
     const base = this.buffer instanceof HostBuffer ? this.buffer.devicePtr : this.buffer.ptr;
     return base + this.byteOffset;
+  }
+
+  /**
+   * Says that work on `stream` uses this array's memory (PyTorch's `tensor.record_stream`): when
+   * the memory is freed, the freeing stream first waits for the work queued on `stream` by then.
+   * Delegates to the buffer (`recordStream` of src/buffer/lifetime.ts), so it holds for every view
+   * of the same memory. Nothing waits now. vram's own copies and operations record their streams
+   * themselves; call it for a kernel of your own on another stream.
+   *
+   * @param stream A live `Stream`, or a `{ handle }` reference to a stream of the array's device.
+   * @throws {UseAfterFreeError} When the memory was freed or the stream destroyed.
+   * @throws {TypeError} When `stream` is not a stream.
+   * @example
+   * ```ts
+   * using a = DeviceArray.zeros([1024], 'float32', { stream: s1 });
+   * kernel.launch({ grid, block, stream: s2 }, a, a.size);
+   * a.recordStream(s2);
+   * a.free(); // on s1, after s2's kernel: no host wait
+   * ```
+   */
+  recordStream(stream: StreamRef): void {
+    this.checkAlive();
+    this.buffer.recordStream(stream);
   }
 
   /**
@@ -863,6 +939,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   override toString(): string {
     const view = this.ownsMemory ? '' : ', view';
     return `DeviceArray<${this.dtype.name}>${formatShape(this.shape)} on device ${this.device.ordinal}${view}${this.buffer.freed ? ', freed' : ''}`;
+  }
+
+  protected override deviceOrdinalForJSON(): { device: number } {
+    return { device: this.device.ordinal };
   }
 
   protected withLayout(layout: Layout): this {

@@ -26,6 +26,25 @@ export type VectorName =
 /** Every dtype name. */
 export type DTypeName = ScalarName | VectorName;
 
+/**
+ * The dtype of an array whose factory is given none (`DeviceArray.zeros([3, 4])`, `empty`, `ones`,
+ * `full`, and `from` of plain JavaScript numbers): float32, as PyTorch's default. GPU arithmetic is
+ * float32-first (float64 runs at 1/2 to 1/64 of its rate, by GPU), half the bytes move per element,
+ * and it is what kernels and other libraries (DLPack consumers, cuBLAS calls) most often expect.
+ * NumPy's float64 default follows the host's double; ask for it with `'float64'`. Integers in plain
+ * data do not change it (PyTorch would infer int64 from `[1, 2, 3]`): name an integer dtype, or
+ * pass bigints (int64).
+ *
+ * @example
+ * ```ts
+ * DeviceArray.zeros([3, 4]).dtype.name === defaultDType; // 'float32'
+ * ```
+ */
+export const defaultDType = 'float32' satisfies ScalarName;
+
+/** The type of `defaultDType`: what a factory's dtype parameter is when left out. */
+export type DefaultDType = typeof defaultDType;
+
 /** What a component is: how host values are checked and converted. */
 export type DTypeKind = 'bool' | 'int' | 'uint' | 'float';
 

@@ -24,19 +24,19 @@ import { HostBuffer, type HostBufferOptions } from '../buffer/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import {
-  DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType,
+  DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType, type NestedNumbers,
 } from './device-array.js';
-import { dtypeOf, hostArrayType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
-import { allocateHost, hostElements, type HostInput } from './host-data.js';
+import { defaultDType, dtypeOf, hostArrayType, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
+import { allocateHost, hostElements, type HostInput, type NestedArray } from './host-data.js';
 import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, StridedArray, type Layout } from './layout.js';
-import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
+import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
 
 /** Options of `HostArray.from`: the dtype (inferred from a TypedArray), shape, and the pinned-memory flags. */
 export interface HostArrayFromOptions<N extends DTypeName> extends HostBufferOptions {
   /** The element type; inferred from a TypedArray's class when left out. */
   readonly dtype?: N | DType<N>;
-  /** The array's shape in elements; inferred from the data when left out. */
-  readonly shape?: Shape;
+  /** The array's shape in elements (one number for one dimension); inferred from the data when left out. */
+  readonly shape?: ShapeInput;
 }
 
 /** Options of `HostArray.fromBuffer`: how the array lies in the pinned memory. */
@@ -75,8 +75,8 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   /**
    * A new contiguous array of uninitialised pinned memory (PyCUDA's `pagelocked_empty`).
    *
-   * @param shape The shape.
-   * @param dtype The element type.
+   * @param shape The shape, or one number for one dimension.
+   * @param dtype The element type; default float32 (`defaultDType`, as `DeviceArray.empty`).
    * @param options `portable`, `mapped`, `writeCombined` (cuMemHostAlloc flags), or a pinned
    *   `resource` (a PinnedHostPool) and the `stream` it is allocated and freed on.
    * @returns The array; it owns its memory.
@@ -87,10 +87,10 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * using staging = HostArray.empty([1080, 1920], 'uchar4', { writeCombined: true });
    * ```
    */
-  static empty<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
+  static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
     options = readOptions('HostArray.empty', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     const s = checkShape(shape);
-    const dt = dtypeOf(dtype);
+    const dt = dtypeOf(dtype ?? defaultDType as N);
     const bytes = elementCount(s) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so every array has memory and flags.
     const buffer = HostBuffer.allocate(Math.max(bytes, 1), options);
@@ -101,8 +101,8 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * A new contiguous array of zeros in pinned memory (zeroed through a view: for write-combined
    * memory that view emits the one-time write-combined warning).
    *
-   * @param shape The shape.
-   * @param dtype The element type.
+   * @param shape The shape, or one number for one dimension.
+   * @param dtype The element type; default float32.
    * @param options Pinned-memory flags, or a resource and stream.
    * @returns The array.
    * @throws {TypeError | RangeError} For a bad shape, dtype or flag.
@@ -112,7 +112,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * using counts = HostArray.zeros([256], 'uint32');
    * ```
    */
-  static zeros<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
+  static zeros<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
     options = readOptions('HostArray.zeros', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     const a = HostArray.empty(shape, dtype, options);
     a.buffer.view().fill(0);
@@ -159,12 +159,13 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
 
   /**
    * A new pinned array holding a copy of host data (as `DeviceArray.from`: the dtype's
-   * TypedArray, whose class names the dtype when none is given, raw bytes or nested arrays).
+   * TypedArray, whose class names the dtype when none is given, raw bytes, or plain arrays, nested
+   * or not, of float32 by default).
    *
    * @param data The host data.
    * @param options dtype, shape, and the pinned-memory flags or resource.
    * @returns The array.
-   * @throws {TypeError} For data of the wrong type for the dtype, or no dtype for raw or nested data.
+   * @throws {TypeError} For data of the wrong type for the dtype, or no dtype for raw bytes.
    * @throws {RangeError} When the shape does not match the data.
    * @throws {OutOfMemoryError} When no pinned memory is left.
    * @example
@@ -174,6 +175,8 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   static from<N extends DTypeName>(data: HostInput<N>, options: HostArrayFromOptions<N> & { readonly dtype: N | DType<N> }): HostArray<N>;
   static from<T extends InferableTypedArray>(data: T, options?: HostArrayFromOptions<InferredDType<T>>): HostArray<InferredDType<T>>;
+  static from(data: NestedNumbers, options?: HostArrayFromOptions<DefaultDType>): HostArray<DefaultDType>;
+  static from(data: NestedArray, options?: HostArrayFromOptions<DTypeName>): HostArray;
   static from(data: unknown, options: HostArrayFromOptions<DTypeName> = {}): HostArray {
     options = readOptions('HostArray.from', options, { dtype: true, shape: true, ...{ device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true } });
     const { dtype: dt, shape: given, ...flags } = options;

@@ -12,9 +12,34 @@
  */
 import { UseAfterFreeError, VramStateError } from '../errors.js';
 import type { Allocation } from '../buffer/lifetime.js';
+import { formatArray } from './array-format.js';
+import { inspectCustom } from '../util/inspect.js';
 import type { DType, DTypeName, HostTypedArray } from './dtype.js';
 import { toNested, type NestedArray } from './host-data.js';
 import { checkShape, contiguousStrides, elementCount, formatShape, type Shape } from './shape.js';
+
+/**
+ * An array as `JSON.stringify` writes it: what it is, not its data (read that with `toArray()`).
+ * Plain data, so `device` is the ordinal (docs/architecture.md, "Vocabulary").
+ */
+export interface ArrayJSON {
+  /** `DeviceArray` or `HostArray`. */
+  readonly type: string;
+  /** The dtype's name. */
+  readonly dtype: DTypeName;
+  /** The shape. */
+  readonly shape: readonly number[];
+  /** Strides in elements. */
+  readonly strides: readonly number[];
+  /** Bytes of element data. */
+  readonly nbytes: number;
+  /** The device's ordinal, for a DeviceArray. */
+  readonly device?: number;
+  /** False for a view of another array's memory. */
+  readonly ownsMemory: boolean;
+  /** True once its memory was freed. */
+  readonly freed: boolean;
+}
 
 /** Where an array's elements are: shape, strides in elements, byte offset of the first, element size. */
 export interface Layout {
@@ -662,6 +687,44 @@ export abstract class StridedArray<N extends DTypeName> {
    */
   toArray(): NestedArray {
     return toNested(this.dtype, this.toHost(), this.ndim === 0 ? [1] : this.shape);
+  }
+
+  /**
+   * How `console.log` and `util.inspect` show the array: its `String()` header and its values, as
+   * NumPy prints them; above 1000 elements the first and last 3 of each dimension around `...`,
+   * and only those are copied to the host (array-format.ts).
+   *
+   * @returns One line for a 0-d or 1-D array, a short block for more dimensions.
+   * @throws Never: values that cannot be read are said to be, not thrown.
+   * @example
+   * ```ts
+   * console.log(DeviceArray.from([1, 2, 3])); // DeviceArray<float32>(3,) on device 0 [1, 2, 3]
+   * ```
+   */
+  [inspectCustom](): string {
+    return formatArray(this);
+  }
+
+  /**
+   * What `JSON.stringify` writes: the dtype, shape and where the array is, not its data.
+   *
+   * @returns Plain data (no circular structure: the device is its ordinal).
+   * @throws Never.
+   * @example
+   * ```ts
+   * JSON.stringify(DeviceArray.zeros([2, 3])); // {"type":"DeviceArray","dtype":"float32","shape":[2,3],...}
+   * ```
+   */
+  toJSON(): ArrayJSON {
+    return {
+      type: this.constructor.name, dtype: this.dtype.name, shape: this.shape, strides: this.strides, nbytes: this.nbytes,
+      ...this.deviceOrdinalForJSON(), ownsMemory: this.ownsMemory, freed: this.freed,
+    };
+  }
+
+  /** The `device` field of `toJSON()`: a DeviceArray's ordinal; none for host arrays. */
+  protected deviceOrdinalForJSON(): { device?: number } {
+    return {};
   }
 
   /** The array's layout (shape, strides, byte offset, element size). */

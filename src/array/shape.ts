@@ -8,24 +8,35 @@
 export type Shape = readonly number[];
 
 /**
+ * A shape as the array factories take it: the dimensions, or one number for a one-dimensional
+ * shape (`zeros(1000)` is `zeros([1000])`, as in NumPy and PyTorch).
+ */
+export type ShapeInput = Shape | number;
+
+/**
  * Checks a shape and returns a frozen copy (so a caller mutating its array afterwards cannot
- * change an array's shape behind its back).
+ * change an array's shape behind its back). A number is a one-dimensional shape.
  *
- * @param shape The dimensions.
+ * @param shape The dimensions, or one number for a one-dimensional shape.
  * @param what How error messages name it.
  * @returns The dimensions, frozen.
- * @throws TypeError if `shape` is not an array or a dimension is not a number.
+ * @throws TypeError if `shape` is not a number or an array, or a dimension is not a number.
  * @throws RangeError if a dimension is negative, fractional, NaN or infinite, or the product of
  *   its nonzero dimensions exceeds Number.MAX_SAFE_INTEGER.
  * @example
  * ```ts
  * checkShape([3, 4]);  // [3, 4]
  * checkShape([2, -1]); // RangeError: shape[1] must be a whole number >= 0, got -1
+ * checkShape(1000);    // [1000]
  * ```
  */
 export function checkShape(shape: unknown, what = 'shape'): Shape {
+  if (typeof shape === 'number') {
+    if (!Number.isSafeInteger(shape) || shape < 0) throw new RangeError(`${what} must be a whole number >= 0 or an array of them, got ${shape}`);
+    return Object.freeze([shape]);
+  }
   if (!Array.isArray(shape)) {
-    throw new TypeError(`${what} must be an array of dimensions, got ${shape === null ? 'null' : typeof shape}`);
+    throw new TypeError(`${what} must be an array of dimensions or one number, got ${shape === null ? 'null' : typeof shape}`);
   }
   // Copied before it is checked: the caller's array is read once, so what is checked is what is used.
   const dims = (shape as unknown[]).slice();

@@ -6,7 +6,7 @@
 import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
-import { checkBytes, MAX_BYTES } from '../validate.js';
+import { checkBytes, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { copy2D, DeviceMemory, type CopyEndpoint } from './device-memory.js';
 import { allocateReleasingCaches } from '../resource/cache-registry.js';
@@ -73,16 +73,20 @@ export class DeviceBuffer extends DeviceMemory {
   /**
    * Allocates `bytes` from `options.resource` (default: the device's current resource) on
    * `options.stream`. Bad sizes are TypeError/RangeError; no memory is OutOfMemoryError.
-   * @throws {TypeError} When `bytes` is not a number or an option is unknown or of the wrong type.
-   * @throws {RangeError} When `bytes` is negative, fractional or too large.
+   * @param size Bytes: a whole number, or a size like `'512M'` (binary units, as the CLI reads them).
+   * @param options Resource, stream and device.
+   * @returns The buffer; it owns its memory.
+   * @throws {TypeError} When `size` is neither a number nor a size string, or an option is unknown or of the wrong type.
+   * @throws {RangeError} When `size` is negative, fractional, too large, or not a size.
    * @throws {OutOfMemoryError} When the resource has no memory for it.
    * @example
    * ```ts
    * using buf = DeviceBuffer.allocate(1 << 20, { stream });
+   * using big = DeviceBuffer.allocate('256M');
    * ```
    */
-  static allocate(bytes: number, options: DeviceBufferOptions = {}): DeviceBuffer {
-    checkBytes(bytes);
+  static allocate(size: ByteSize, options: DeviceBufferOptions = {}): DeviceBuffer {
+    const bytes = readBytes(size, 'bytes');
     options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true });
     const resource = pickResource(options);
     const stream = options.stream ?? defaultStream;

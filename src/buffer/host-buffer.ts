@@ -20,7 +20,7 @@ import { HostRegisterFlags, type Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { streamHandleOf } from '../stream.js';
-import { checkBytes, checkNonNegativeInteger } from '../validate.js';
+import { checkBytes, checkNonNegativeInteger, readBytes, type ByteSize } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { bytesOf, isHostData, type HostData } from './device-memory.js';
 import { Allocation, type Release } from './lifetime.js';
@@ -177,8 +177,8 @@ export class HostBuffer extends Allocation {
    * dev.copyFromHost(h, { stream }); // the pool reuses h only after this copy has read it
    * ```
    */
-  static allocate(bytes: number, options: HostBufferOptions = {}): HostBuffer {
-    checkBytes(bytes);
+  static allocate(size: ByteSize, options: HostBufferOptions = {}): HostBuffer {
+    const bytes = readBytes(size, 'bytes');
     options = readOptions('HostBuffer.allocate', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
     const stream = options.stream;
     if (stream !== undefined) streamHandleOf(stream); // TypeError, or UseAfterFreeError for a destroyed Stream

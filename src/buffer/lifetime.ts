@@ -33,6 +33,7 @@
  * with it the buffer, so the backstop never frees memory a view can still touch.
  */
 import { EventFlags, type Backend, type Handle, type Ptr } from '../backend/backend.js';
+import { inspectCustom } from '../util/inspect.js';
 import type { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
@@ -208,6 +209,18 @@ export interface FreeOptions {
   readonly stream?: StreamRef;
 }
 
+/** A buffer as `JSON.stringify` writes it (`Allocation.toJSON`). */
+export interface BufferJSON {
+  /** The class: `DeviceBuffer`, `HostBuffer`, `ManagedBuffer`, ... */
+  readonly type: string;
+  /** The size in bytes. */
+  readonly byteLength: number;
+  /** True once freed. */
+  readonly freed: boolean;
+  /** `String(buffer)`. */
+  readonly description: string;
+}
+
 /**
  * The base of every buffer: an address and a size that are valid until freed exactly once.
  * Subclasses pass a `release` closure that returns the memory where it came from; it must not
@@ -263,6 +276,36 @@ export abstract class Allocation {
   /** The size in bytes (still readable after free, for messages). */
   get byteLength(): number {
     return this.#bytes;
+  }
+
+  /**
+   * How `console.log` and `util.inspect` show the buffer: `String(buffer)`, one line (its class,
+   * size, device or flags), never the internals.
+   *
+   * @returns The line.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(DeviceBuffer.allocate(1024)); // DeviceBuffer(1024 bytes on device 0)
+   * ```
+   */
+  [inspectCustom](): string {
+    return String(this);
+  }
+
+  /**
+   * What `JSON.stringify` writes: the class, size, whether freed, and the `String()` line (plain
+   * data: no device object, no backend).
+   *
+   * @returns The buffer as plain data.
+   * @throws Never.
+   * @example
+   * ```ts
+   * JSON.stringify(DeviceBuffer.allocate(1024)); // {"type":"DeviceBuffer","byteLength":1024,"freed":false,...}
+   * ```
+   */
+  toJSON(): BufferJSON {
+    return { type: this.constructor.name, byteLength: this.#bytes, freed: this.#freed, description: String(this) };
   }
 
   /**

@@ -11,7 +11,7 @@
 import { MemAdvice, type MemLocation, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
-import { checkBytes, checkNonNegativeInteger } from '../validate.js';
+import { checkNonNegativeInteger, readBytes, type ByteSize } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { DeviceMemory } from './device-memory.js';
 import type { Release } from './lifetime.js';
@@ -76,8 +76,8 @@ export class ManagedBuffer extends DeviceMemory {
    * using m = ManagedBuffer.allocate(1 << 20, { attach: 'host' });
    * ```
    */
-  static allocate(bytes: number, options: ManagedBufferOptions = {}): ManagedBuffer {
-    checkBytes(bytes);
+  static allocate(size: ByteSize, options: ManagedBufferOptions = {}): ManagedBuffer {
+    const bytes = readBytes(size, 'bytes');
     options = readOptions('ManagedBuffer.allocate', options, { attach: true, device: true, resource: true, stream: true });
     let resource: MemoryResource;
     if (options.resource !== undefined) {

@@ -13,16 +13,16 @@
  * takes 2 MiB pages for its own state (streams, events, modules) on its own schedule, and pools
  * round allocations up to their 2 MiB granularity: 64 MiB covers those.
  */
-import { DeviceArray, resolveHostInput, type InferableTypedArray, type InferredDType } from '../array/device-array.js';
-import type { DType, DTypeName } from '../array/dtype.js';
+import { DeviceArray, resolveHostInput, type InferableTypedArray, type InferredDType, type NestedNumbers } from '../array/device-array.js';
+import type { DefaultDType, DType, DTypeName } from '../array/dtype.js';
 import { HostArray } from '../array/host-array.js';
-import type { HostInput } from '../array/host-data.js';
-import type { Shape } from '../array/shape.js';
+import type { HostInput, NestedArray } from '../array/host-data.js';
+import type { ShapeInput } from '../array/shape.js';
 import { Device } from '../device.js';
 import { isOutOfMemory, NotSupportedError } from '../errors.js';
 import { releaseCaches } from '../resource/cache-registry.js';
 import type { StreamRef } from '../stream.js';
-import { checkNonNegativeInteger } from '../validate.js';
+import { readBytes, type ByteSize } from '../validate.js';
 import { readOptions } from '../util/options.js';
 
 const MiB = 1024 * 1024;
@@ -43,8 +43,9 @@ export interface PlaceOptions<N extends DTypeName = DTypeName> {
   /**
    * Bytes that must stay free on the device after the data is placed there. Default
    * `defaultPlacementMargin(device)`: the local memory a kernel launch reserves plus 64 MiB.
+   * A number, or a size like `'256M'`.
    */
-  readonly minFree?: number;
+  readonly minFree?: ByteSize;
   /**
    * Allocate the mapped fallback write-combined (CU_MEMHOSTALLOC_WRITECOMBINED): faster for the
    * device to read over PCIe, very slow for the host to read (write it, never read it back on the host).
@@ -54,10 +55,10 @@ export interface PlaceOptions<N extends DTypeName = DTypeName> {
   readonly device?: Device | number;
   /** The stream the device memory is allocated on, and the array's default stream. */
   readonly stream?: StreamRef;
-  /** The element type; inferred from a TypedArray's class when left out. */
+  /** The element type; inferred from a TypedArray's class when left out (float32 for plain numbers). */
   readonly dtype?: N | DType<N>;
-  /** The array's shape; inferred from the data when left out. */
-  readonly shape?: Shape;
+  /** The array's shape (one number for one dimension); inferred from the data when left out. */
+  readonly shape?: ShapeInput;
 }
 
 /** What `place` did. */
@@ -100,7 +101,7 @@ export function defaultPlacementMargin(device: Device | number = 0): number {
  * the current resource has a limit) also falls back. The mapped array owns its HostArray: freeing
  * it (or `using`, or the backstop) frees the pinned memory.
  *
- * @param data The data: the dtype's TypedArray, raw bytes or nested arrays (as `DeviceArray.from` takes).
+ * @param data The data: the dtype's TypedArray, raw bytes or plain arrays, nested or not (as `DeviceArray.from` takes; float32 when no dtype is given).
  * @param options prefer, fallback, minFree, writeCombined, device, stream, dtype, shape.
  * @returns `{ array, placement, host? }`.
  * @throws {TypeError | RangeError} For bad data or options (before anything is allocated).
@@ -116,6 +117,8 @@ export function defaultPlacementMargin(device: Device | number = 0): number {
  */
 export function place<N extends DTypeName>(data: HostInput<N>, options: PlaceOptions<N> & { readonly dtype: N | DType<N> }): Placement<N>;
 export function place<T extends InferableTypedArray>(data: T, options?: PlaceOptions<InferredDType<T>>): Placement<InferredDType<T>>;
+export function place(data: NestedNumbers, options?: PlaceOptions<DefaultDType>): Placement<DefaultDType>;
+export function place(data: NestedArray, options?: PlaceOptions): Placement;
 export function place(data: unknown, options: PlaceOptions = {}): Placement {
   options = readOptions('place', options, { prefer: true, fallback: true, minFree: true, writeCombined: true, device: true, stream: true, dtype: true, shape: true });
   if (options.prefer !== undefined && options.prefer !== 'device') {
@@ -128,7 +131,7 @@ export function place(data: unknown, options: PlaceOptions = {}): Placement {
     throw new TypeError(`place: writeCombined must be a boolean, got ${typeof options.writeCombined}`);
   }
   const device = Device.resolve(options.device);
-  const minFree = options.minFree === undefined ? defaultPlacementMargin(device) : checkNonNegativeInteger(options.minFree, 'minFree');
+  const minFree = options.minFree === undefined ? defaultPlacementMargin(device) : readBytes(options.minFree, 'minFree', true);
   const resolved = resolveHostInput(data, options.dtype, options.shape);
   const dtype = resolved.dtype;
   const shape = resolved.shape;

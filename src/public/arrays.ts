@@ -5,9 +5,9 @@
  * their type-level helpers, half-precision encoding, strided layouts and slices, host-data shapes,
  * and the option types of the less common array methods.
  */
-export { isDTypeName, hostArrayType, vectorTable } from '../array/dtype.js';
+export { isDTypeName, hostArrayType, vectorTable, defaultDType } from '../array/dtype.js';
 export type {
-  DTypeKind, ComponentOf, ComponentsOf, AnyHostTypedArray, TypedArrayClass, ScalarHostArrays,
+  DTypeKind, DefaultDType, ComponentOf, ComponentsOf, AnyHostTypedArray, TypedArrayClass, ScalarHostArrays,
 } from '../array/dtype.js';
 export {
   float16Bits, fromFloat16Bits, bfloat16Bits, fromBfloat16Bits, encodeFloat16, decodeFloat16, encodeBfloat16, decodeBfloat16,
@@ -17,8 +17,9 @@ export type {
   NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike, Float16Input, ComponentTuple, ComponentInput, ComponentOutput,
 } from '../array/host-data.js';
 export { StridedArray } from '../array/layout.js';
-export type { Layout, SliceSpec, SliceRange } from '../array/layout.js';
+export type { Layout, SliceSpec, SliceRange, ArrayJSON } from '../array/layout.js';
+export type { ShapeInput } from '../array/shape.js';
 export type {
-  DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions,
+  DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions, NestedNumbers,
 } from '../array/device-array.js';
 export type { HostArrayViewOptions } from '../array/host-array.js';

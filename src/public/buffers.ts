@@ -8,6 +8,7 @@
  */
 export { DeviceMemory } from '../buffer/device-memory.js';
 export { Allocation } from '../buffer/lifetime.js';
+export type { BufferJSON } from '../buffer/lifetime.js';
 export type { Release } from '../buffer/lifetime.js';
 export type { Copy2DOptions, Copy2DFromOptions, AllocateAsyncOptions } from '../buffer/device-buffer.js';
 export type { AbortSignalLike } from '../resource/waiting.js';

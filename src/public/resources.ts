@@ -7,7 +7,8 @@
  * `MemoryResource` itself is in the root (`getCurrentResource()` returns one).
  */
 export { defaultStream } from '../resource/resource.js';
-export type { ReservingResource, MemoryKind, MemoryFigures } from '../resource/resource.js';
+export type { ReservingResource, MemoryKind, MemoryFigures, ResourceJSON } from '../resource/resource.js';
+export type { ByteSize } from '../validate.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { useResource } from '../resource/current.js';
 export { withMemoryBudget } from '../buffer/budget.js';

@@ -17,6 +17,8 @@
  * stream it is handed to (see `stream-order.ts`).
  */
 import type { Ptr } from '../backend/backend.js';
+import { formatBytes } from '../util/size.js';
+import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
 import { Device } from '../device.js';
@@ -24,7 +26,7 @@ import { Stream, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
 import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
-import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES } from '../validate.js';
+import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 
 export { defaultStream, type StreamRef } from '../stream.js';
 export type { MemoryFigures, MemoryKind } from './figures.js';
@@ -140,7 +142,19 @@ function checkKnownStream(device: number, handle: number): void {
   }
 }
 
-
+/** A resource as `JSON.stringify` writes it (`MemoryResource.toJSON`). */
+export interface ResourceJSON {
+  /** `describe()`: the class, its parameters and its upstream's description. */
+  readonly resource: string;
+  /** The kind of memory it hands out. */
+  readonly kind: MemoryKind;
+  /** The device's ordinal, -1 for host memory. */
+  readonly device: number;
+  /** True once destroyed. */
+  readonly destroyed: boolean;
+  /** `memoryFigures()`, where the resource keeps figures. */
+  readonly figures?: MemoryFigures;
+}
 
 /**
  * An allocator of memory, stream-ordered. Subclasses implement the `do*` hooks; callers use
@@ -208,7 +222,7 @@ export abstract class MemoryResource {
   /**
    * Allocates `bytes` usable on `stream` (the default stream when omitted).
    *
-   * @param bytes A positive whole number.
+   * @param bytes A positive whole number, or a size like `'512M'` (binary units, as the CLI reads them).
    * @param stream Where the memory is first used.
    * @returns The address of the block.
    * @throws {TypeError | RangeError} For a bad size or stream (a raw handle no live stream has), before anything changes.
@@ -221,9 +235,9 @@ export abstract class MemoryResource {
    * const ptr = pool.allocate(1 << 20, stream); // 1 MiB, first used on `stream`
    * ```
    */
-  allocate(bytes: number, stream?: StreamRef): Ptr {
-    // The common case inline: a whole number in range passes without a call.
-    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
+  allocate(bytes: ByteSize, stream?: StreamRef): Ptr {
+    // The common case inline: a whole number in range passes without a call; a string is read here.
+    if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) bytes = readBytes(bytes, 'bytes');
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     if (this.#destroyed) throw this.destroyedError();
@@ -502,6 +516,66 @@ export abstract class MemoryResource {
    * ```
    */
   abstract describe(): string;
+
+  /**
+   * One readable line for logs, `String(resource)` and `console.log`: its description, the kind of
+   * memory, the device, and what it has handed out and holds (from `memoryFigures()`, where it
+   * keeps figures). Works after `destroy()`.
+   *
+   * @returns E.g. `PoolResource(virtual, device=0): device memory on device 0, allocated 1 MiB in 1 block, reserved 2 MiB`.
+   * @throws Never.
+   * @example
+   * ```ts
+   * String(new PoolResource()); // 'PoolResource(virtual, device=0): device memory on device 0, allocated 0 B in 0 blocks, reserved 0 B'
+   * ```
+   */
+  toString(): string {
+    const where = this.deviceOrdinal < 0 ? 'the host' : `device ${this.deviceOrdinal}`;
+    const f = this.#figuresOrUndefined();
+    const figures = f === undefined ? ''
+      : `, allocated ${formatBytes(f.allocatedBytes.value)} in ${f.allocations.value} block${f.allocations.value === 1 ? '' : 's'}, reserved ${formatBytes(f.reservedBytes)}`;
+    return `${this.describe()}: ${this.kind} memory on ${where}${figures}${this.#destroyed ? ', destroyed' : ''}`;
+  }
+
+  /**
+   * How `console.log` and `util.inspect` show the resource: `String(resource)`, one line (never
+   * the internals: upstreams, heaps, the backend).
+   *
+   * @returns The line.
+   * @throws Never.
+   * @example
+   * ```ts
+   * console.log(new PoolResource()); // PoolResource(virtual, device=0): device memory on device 0, ...
+   * ```
+   */
+  [inspectCustom](): string {
+    return this.toString();
+  }
+
+  /**
+   * What `JSON.stringify` writes: the description, kind, device ordinal and figures (plain data,
+   * no circular structure).
+   *
+   * @returns The resource as plain data.
+   * @throws Never.
+   * @example
+   * ```ts
+   * JSON.stringify(new PoolResource()); // {"resource":"PoolResource(virtual, device=0)","kind":"device",...}
+   * ```
+   */
+  toJSON(): ResourceJSON {
+    const figures = this.#figuresOrUndefined();
+    return { resource: this.describe(), kind: this.kind, device: this.deviceOrdinal, destroyed: this.#destroyed, ...(figures === undefined ? {} : { figures }) };
+  }
+
+  /** The figures for display: none where the resource keeps none or can no longer read them. */
+  #figuresOrUndefined(): MemoryFigures | undefined {
+    try {
+      return this.memoryFigures();
+    } catch {
+      return undefined;
+    }
+  }
 
   /** Allocates; `bytes` and `stream` are checked, `handle` is the stream's handle (0 for default). */
   protected abstract doAllocate(bytes: number, handle: number, stream: StreamRef | undefined): Ptr;

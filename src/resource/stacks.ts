@@ -18,6 +18,7 @@
  */
 import { Device } from '../device.js';
 import { readOptions, type OptionNames } from '../util/options.js';
+import type { ByteSize } from '../validate.js';
 import { ArenaResource } from './suballoc/arena.js';
 import { AsyncResource } from './upstream/async-resource.js';
 import { BinningResource } from './suballoc/binning.js';
@@ -61,13 +62,13 @@ export interface DeviceStackOptions {
 /** Options of the `pool` and `binning` stacks. */
 export interface PoolStackOptions extends DeviceStackOptions {
   /** `PoolOptions.extentSize` of the stack's PoolResource (its default when omitted). */
-  readonly extentSize?: number;
+  readonly extentSize?: ByteSize;
 }
 
 /** Options of the `arena` stack. */
 export interface ArenaStackOptions extends DeviceStackOptions {
   /** The arena's fixed size in bytes (required: an arena cannot grow, so the caller sizes it). */
-  readonly size: number;
+  readonly size: ByteSize;
 }
 
 /** Per stack: the options it takes, the resource on top, and the PoolResource under it if any. */
@@ -168,7 +169,7 @@ function buildStack(name: ResourceStackName, options: ResourceStackOptions | und
 }
 
 /** The PoolResource options of the `pool` and `binning` stacks. */
-function poolOptions(what: string, options: ResourceStackOptions | undefined): { device: Device; extentSize?: number } {
+function poolOptions(what: string, options: ResourceStackOptions | undefined): { device: Device; extentSize?: ByteSize } {
   const { device, extentSize } = readOptions(what, options as PoolStackOptions | undefined, POOL_NAMES);
   return { device: Device.resolve(device), ...(extentSize === undefined ? {} : { extentSize }) };
 }

@@ -15,7 +15,7 @@
 import type { Backend, Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { Event, type StreamRef } from '../../stream.js';
-import { checkBytes, checkNonNegativeInteger } from '../../validate.js';
+import { checkBytes, checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { PinnedHostPool } from '../../resource/suballoc/pinned-host-pool.js';
 import { defaultStream } from '../../resource/resource.js';
 import { checkThreadCount, CopyThreads, defaultCopyThreads } from './copy-threads.js';
@@ -37,9 +37,17 @@ export interface TransferSettings {
   readonly registration: RegistrationPolicy;
 }
 
-/** A change to the settings: any subset, `registration` merged field by field. */
-export type TransferOptions = Partial<Omit<TransferSettings, 'registration'>> & {
-  readonly registration?: Partial<RegistrationPolicy>;
+/**
+ * A change to the settings: any subset, `registration` merged field by field. Byte counts may be
+ * size strings (`chunkBytes: '8M'`), as the CLI and VRAM_* variables write them.
+ */
+export type TransferOptions = Partial<Omit<TransferSettings, 'registration' | 'chunkBytes' | 'stagingThreshold'>> & {
+  readonly chunkBytes?: ByteSize;
+  readonly stagingThreshold?: ByteSize;
+  readonly registration?: Partial<Omit<RegistrationPolicy, 'minimumBytes' | 'maximumBytes'>> & {
+    readonly minimumBytes?: ByteSize;
+    readonly maximumBytes?: ByteSize;
+  };
 };
 
 /** Copies and bytes moved one way. */
@@ -134,14 +142,14 @@ export function configureTransfers(options: TransferOptions): TransferSettings {
   if (r.enabled !== undefined && typeof r.enabled !== 'boolean') throw new TypeError('registration.enabled must be a boolean');
   const next: TransferSettings = {
     threads: options.threads === undefined ? settings.threads : checkThreadCount(checkNonNegativeInteger(options.threads, 'threads'), 'threads'),
-    chunkBytes: options.chunkBytes === undefined ? settings.chunkBytes : checkBytes(options.chunkBytes, 'chunkBytes'),
+    chunkBytes: options.chunkBytes === undefined ? settings.chunkBytes : readBytes(options.chunkBytes, 'chunkBytes'),
     depth: options.depth === undefined ? settings.depth : checkDepth(options.depth),
     stagingThreshold: options.stagingThreshold === undefined
-      ? settings.stagingThreshold : checkNonNegativeInteger(options.stagingThreshold, 'stagingThreshold'),
+      ? settings.stagingThreshold : readBytes(options.stagingThreshold, 'stagingThreshold', true),
     registration: {
       enabled: r.enabled ?? settings.registration.enabled,
-      minimumBytes: r.minimumBytes === undefined ? settings.registration.minimumBytes : checkNonNegativeInteger(r.minimumBytes, 'registration.minimumBytes'),
-      maximumBytes: r.maximumBytes === undefined ? settings.registration.maximumBytes : checkNonNegativeInteger(r.maximumBytes, 'registration.maximumBytes'),
+      minimumBytes: r.minimumBytes === undefined ? settings.registration.minimumBytes : readBytes(r.minimumBytes, 'registration.minimumBytes', true),
+      maximumBytes: r.maximumBytes === undefined ? settings.registration.maximumBytes : readBytes(r.maximumBytes, 'registration.maximumBytes', true),
       afterUses: r.afterUses === undefined ? settings.registration.afterUses : checkBytes(r.afterUses, 'registration.afterUses'),
     },
   };

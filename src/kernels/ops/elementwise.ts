@@ -6,7 +6,9 @@
  * Expressions are user code: on a GPU they need NVRTC (no PTX can ship for them).
  */
 import { DeviceArray } from '../../array/device-array.js';
-import { formatShape } from '../../array/shape.js';
+import type { DTypeName } from '../../array/dtype.js';
+import { elementCount, formatShape, type Shape } from '../../array/shape.js';
+import { broadcastShape, broadcastStrides } from './broadcast.js';
 import { LruMap } from '../../util/lru.js';
 import { builtinKernel, type BuiltinSource } from './builtin-module.js';
 import { ELEMENTWISE_KERNEL, elementwiseProgram, type ElementwiseProgram, type ProgramOperand } from './elementwise-program.js';
@@ -19,10 +21,10 @@ import { separateOperands } from './overlap.js';
 /** What an expression's names stand for: arrays (one element each) and scalars (one value for all). */
 export type ElementwiseValues = Readonly<Record<string, DeviceArray | number | bigint>>;
 
-/** Options of `map` and `zipWith`. */
-export interface MapOptions extends OpOptions {
+/** Options of `map` and `zipWith`; `O` is the result's dtype when `out` gives it. */
+export interface MapOptions<O extends DTypeName = DTypeName> extends OpOptions {
   /** The array to write (any layout, the input's shape, a scalar dtype); default a new array of the (first) input's dtype. */
-  readonly out?: DeviceArray;
+  readonly out?: DeviceArray<O>;
 }
 
 /**
@@ -82,19 +84,23 @@ function run(what: string, key: string, text: string, statements: () => readonly
   });
   if (used.length === 0) throw new TypeError(`${what}: the expression uses no array`);
   const first = used[0]!.array;
-  for (const { name, array: a } of used) {
-    if (a.shape.length !== first.shape.length || a.shape.some((n, d) => n !== first.shape[d])) {
-      throw new RangeError(`${what}: ${used[0]!.name} has shape ${formatShape(first.shape)} and ${name} ${formatShape(a.shape)}; the arrays must have one shape (scalars apply to every element)`);
+  // NumPy's broadcasting: inputs of extent 1 (or fewer dimensions) are read again along the
+  // result's larger dimensions; an array written must have the result's whole shape.
+  const shape = broadcastShape(used.map(({ name, array }) => ({ name, shape: array.shape })), what);
+  for (const { name, array: a, written } of used) {
+    if (written && !sameShape(a.shape, shape)) {
+      throw new RangeError(`${what}: ${name} is written and has shape ${formatShape(a.shape)}, but the operands broadcast to ${formatShape(shape)}; ` +
+        'an array written must have the whole shape');
     }
   }
   const device = sameDevice(used.map((u) => u.array), what);
   const stream = streamFor(options, first, what);
-  const n = first.size;
+  const n = elementCount(shape);
   if (n === 0) return;
   const kernel = builtinKernel(device, built, ELEMENTWISE_KERNEL, program.signature, what);
   const { arrays, release } = separateOperands(what, used, stream);
   try {
-    const merged = mergeDimensions(first.shape, arrays.map((a) => a.strides));
+    const merged = mergeDimensions(shape, arrays.map((a) => broadcastStrides(a.shape, a.strides, shape)));
     const args: (DeviceArray | number | number[])[] = [n];
     arrays.forEach((a, k) => args.push(a, packLayout(merged.shape, merged.strides[k]!)));
     for (const s of program.scalars) args.push(Number(snapshot.get(s)));
@@ -105,11 +111,17 @@ function run(what: string, key: string, text: string, statements: () => readonly
   }
 }
 
+function sameShape(a: Shape, b: Shape): boolean {
+  return a.length === b.length && a.every((n, d) => n === b[d]);
+}
+
 /**
  * Runs a C-like program over every element of the arrays it names: statements separated by ';',
  * each assigning an expression to an array (or one component of a vector array: `p.x = ...`).
- * Names are the keys of `values`: arrays (every array used has one shape; any layouts) and
- * scalars (numbers, the same for every element). Expressions have numbers, the names,
+ * Names are the keys of `values`: arrays (any layouts) and scalars (numbers, the same for every
+ * element). Arrays broadcast as NumPy's do: shapes aligned at their last dimension, an extent of 1
+ * (or a missing leading dimension) is read again along the others' (`m = m - mean` with `m` of
+ * (1000, 3) and `mean` of (3,)); an array written must have the whole broadcast shape. Expressions have numbers, the names,
  * components `.x .y .z .w` of vector dtypes, `+ - * / %`, comparisons, `&& || !`, `c ? a : b`,
  * parentheses, and sqrt, exp, log, sin, cos, tan, tanh, abs, floor, ceil, min, max, pow, fma.
  * Everything is computed in float64 and converted to each output's dtype on the store (floats
@@ -122,7 +134,8 @@ function run(what: string, key: string, text: string, statements: () => readonly
  * @throws {SyntaxError} For text outside the language, naming the column.
  * @throws {TypeError} For an unknown name, a scalar assigned, a vector array used without a
  *   component, a component its dtype lacks, or a value that is neither an array nor a number.
- * @throws {RangeError} For arrays of different shapes or devices.
+ * @throws {RangeError} For arrays whose shapes do not broadcast (naming both shapes), a written
+ *   array smaller than the broadcast shape, or arrays on different devices.
  * @throws {VramStateError} For an output whose strides make elements overlap, an output lent
  *   read-only, or two outputs sharing memory in different element orders. An input sharing memory
  *   with an output (a reversed or shifted view of it) is read as it was before the first write.
@@ -139,10 +152,11 @@ export function elementwise(expression: string, values: ElementwiseValues, optio
   run('elementwise', `s\u0000${String(expression)}`, expression, () => parseStatements(expression), values, opts);
 }
 
-function resultArray(what: string, like: DeviceArray, out: DeviceArray | undefined, options: Readonly<MapOptions>): DeviceArray {
+function resultArray(what: string, like: DeviceArray, inputs: Readonly<Record<string, DeviceArray>>, out: DeviceArray | undefined, options: Readonly<MapOptions>): DeviceArray {
   if (out === undefined) {
     if (like.dtype.components > 1) throw new TypeError(`${what}: the input is ${like.dtype.name}; pass { out } with a scalar dtype for the result`);
-    return DeviceArray.empty(like.shape, like.dtype, { device: like.device, stream: streamFor(options, like, what) });
+    const shape = broadcastShape(Object.entries(inputs).map(([name, a]) => ({ name: name === 'x' ? 'a' : 'b', shape: a.shape })), what);
+    return DeviceArray.empty(shape, like.dtype, { device: like.device, stream: streamFor(options, like, what) });
   }
   checkOutput(out, `${what}: out`);
   if (out.dtype.components > 1) throw new TypeError(`${what}: out is ${out.dtype.name}; the result of an expression is one number (use elementwise for components)`);
@@ -152,7 +166,7 @@ function resultArray(what: string, like: DeviceArray, out: DeviceArray | undefin
 function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, like: DeviceArray, expression: string, options: MapOptions | undefined): DeviceArray {
   const opts = readOptions(what, options, { out: true, stream: true });
   for (const [name, a] of Object.entries(inputs)) checkArray(a, `${what}: ${name === 'x' ? 'a' : 'b'}`);
-  const out = resultArray(what, like, opts.out, opts);
+  const out = resultArray(what, like, inputs, opts.out, opts);
   try {
     const statement = (): Statement[] => [{ target: RESULT, value: parseExpression(expression), pos: 0 }];
     run(what, `e\u0000${String(expression)}`, expression, statement, { ...inputs, [RESULT]: out }, opts);
@@ -169,13 +183,17 @@ function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, lik
  * @param a The array (a scalar dtype, or a vector dtype with `x.x`, `x.y`, ... and an `out`).
  * @param expression An expression of `x`, e.g. `'x * 2'` or `'sqrt(abs(x))'`.
  * @param options `out` (default a new array of a's dtype and shape) and `stream`.
- * @returns `out`, or the new array (owned by the caller).
+ * @returns `out`, or the new array (owned by the caller): typed with `out`'s dtype, else `a`'s.
  * @throws As `elementwise`.
  * @example
  * ```ts
- * using doubled = map(a, 'x * 2');
+ * using doubled = map(a, 'x * 2');                 // DeviceArray<'float32'> for a float32 `a`
+ * map(a, 'x > 0', { out: mask });                  // DeviceArray<'bool'> for a bool `mask`
  * ```
  */
+export function map<N extends DTypeName>(a: DeviceArray<N>, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
+export function map<O extends DTypeName>(a: DeviceArray, expression: string, options: MapOptions<O> & { readonly out: DeviceArray<O> }): DeviceArray<O>;
+export function map(a: DeviceArray, expression: string, options?: MapOptions): DeviceArray;
 export function map(a: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
   return mapped('map', { x: a }, a, expression, options);
 }
@@ -185,16 +203,20 @@ export function map(a: DeviceArray, expression: string, options?: MapOptions): D
  * `y` (from `b`): Accelerate's zipWith.
  *
  * @param a The first array.
- * @param b The second array (same shape, any dtype and layout).
+ * @param b The second array (any dtype and layout; its shape and a's broadcast, as NumPy's).
  * @param expression An expression of `x` and `y`, e.g. `'x + y'`.
- * @param options `out` (default a new array of a's dtype and shape) and `stream`.
- * @returns `out`, or the new array (owned by the caller).
+ * @param options `out` (default a new array of a's dtype, of the shape a and b broadcast to) and `stream`.
+ * @returns `out`, or the new array (owned by the caller): typed with `out`'s dtype, else `a`'s.
  * @throws As `elementwise`.
  * @example
  * ```ts
- * using s = zipWith(a, b, 'x + y');
+ * using s = zipWith(a, b, 'x + y');               // a's dtype
+ * using centred = zipWith(m, mean, 'x - y');      // (1000, 3) minus (3,): every row
  * ```
  */
+export function zipWith<N extends DTypeName>(a: DeviceArray<N>, b: DeviceArray, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
+export function zipWith<O extends DTypeName>(a: DeviceArray, b: DeviceArray, expression: string, options: MapOptions<O> & { readonly out: DeviceArray<O> }): DeviceArray<O>;
+export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray;
 export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
   return mapped('zipWith', { x: a, y: b }, a, expression, options);
 }

@@ -9,7 +9,7 @@
  * on the device. An `axis` reduction returns a new array (or fills `out`) without waiting.
  */
 import { DeviceArray } from '../../array/device-array.js';
-import type { ScalarName } from '../../array/dtype.js';
+import type { DTypeName, ScalarName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
 import type { StreamRef } from '../../resource/resource.js';
 import { builtinKernel } from './builtin-module.js';
@@ -38,6 +38,24 @@ export interface ReduceOptions extends OpOptions {
 export interface DotOptions extends OpOptions {
   /** A one-element array of the result dtype to write the result into, on the device. */
   readonly out?: DeviceArray;
+}
+
+/**
+ * What a whole-array reduction of a `DeviceArray<N>` returns: a `bigint` for int64 and uint64
+ * (exact, as `toHost()` gives a BigInt64Array: 2^60 + 1 comes back as 2^60 + 1), a number for
+ * every other dtype; `number | bigint` when the dtype is not known statically.
+ *
+ * @example
+ * ```ts
+ * const total: ReductionValue<'int64'> = sum(counts); // a bigint
+ * ```
+ */
+export type ReductionValue<N extends DTypeName> =
+  [N] extends ['int64' | 'uint64'] ? bigint : [N] extends [Exclude<DTypeName, 'int64' | 'uint64'>] ? number : number | bigint;
+
+/** Whether a whole-array reduction of `dtype` is read back as a bigint (see ReductionValue). */
+function readsBigint(dtype: ScalarName): boolean {
+  return dtype === 'int64' || dtype === 'uint64';
 }
 
 /**
@@ -94,7 +112,7 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
 
 /** The whole-array result: into `out` (returned), or read back as a number on `stream`. */
 function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) => void, out: DeviceArray | undefined,
-  device: DeviceArray['device'], stream: StreamRef): number | DeviceArray {
+  device: DeviceArray['device'], stream: StreamRef): number | bigint | DeviceArray {
   if (out !== undefined) {
     run(out);
     return out;
@@ -104,7 +122,10 @@ function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) =>
   try {
     run(scratch);
     const bytes = readResult(device, scratch, kernelScalar[result].bytes, stream);
-    return kernelScalar[result].read(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), 0);
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    // A 64-bit integer input reduces to a 64-bit result (sum, min, max, dot): read every bit of it.
+    if (readsBigint(dtype)) return result === 'uint64' ? view.getBigUint64(0, true) : view.getBigInt64(0, true);
+    return kernelScalar[result].read(view, 0);
   } finally {
     scratch.free();
   }
@@ -125,7 +146,7 @@ function apart<T>(op: string, inputs: readonly DeviceArray[], out: DeviceArray |
   }
 }
 
-function reduce(op: 'sum' | 'min' | 'max', input: DeviceArray, options: ReduceOptions | undefined): number | DeviceArray {
+function reduce(op: 'sum' | 'min' | 'max', input: DeviceArray, options: ReduceOptions | undefined): number | bigint | DeviceArray {
   checkArray(input, `${op}: a`);
   const dtype = checkDtype(op, input);
   const opts = readOptions(op, options, { axis: true, out: true, stream: true });
@@ -172,12 +193,13 @@ function reduce(op: 'sum' | 'min' | 'max', input: DeviceArray, options: ReduceOp
 /**
  * The sum of the elements: of the whole array (a number, waiting for that stream; or into
  * `out`), or along `axis` (a new array). Integers sum in 64 bits (int64 for signed, uint64 for
- * unsigned, wrapping), floats in float32 (float16, bfloat16, float32) or float64. A number
- * result of a 64-bit integer sum is exact below 2^53; use `out` to keep every bit.
+ * unsigned, wrapping), floats in float32 (float16, bfloat16, float32) or float64. The sum of an
+ * int64 or uint64 array is a bigint (every bit, as `toHost()` gives them); of a narrower integer
+ * array a number, exact below 2^53 (`out` keeps every bit of its int64 sum).
  *
  * @param a The array (int8 to uint64, float16, bfloat16, float32, float64; any layout).
  * @param options `axis`, `out`, `stream` (default `a.stream`).
- * @returns The sum as a number (whole array, no `out`), or the array of sums.
+ * @returns The sum as a number (a bigint for int64 and uint64; whole array, no `out`), or the array of sums.
  * @throws {TypeError} For bool or vector dtypes, or an `out` of the wrong dtype.
  * @throws {RangeError} For an axis out of range, or an `out` of the wrong shape.
  * @throws {UseAfterFreeError} When the array's memory was freed.
@@ -188,9 +210,9 @@ function reduce(op: 'sum' | 'min' | 'max', input: DeviceArray, options: ReduceOp
  * sum(a, { out: acc, stream });         // stays on the device
  * ```
  */
-export function sum(a: DeviceArray, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): number;
+export function sum<N extends DTypeName>(a: DeviceArray<N>, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): ReductionValue<N>;
 export function sum(a: DeviceArray, options: ReduceOptions): DeviceArray;
-export function sum(a: DeviceArray, options?: ReduceOptions): number | DeviceArray {
+export function sum(a: DeviceArray, options?: ReduceOptions): number | bigint | DeviceArray {
   return reduce('sum', a, options);
 }
 
@@ -200,7 +222,7 @@ export function sum(a: DeviceArray, options?: ReduceOptions): number | DeviceArr
  *
  * @param a The array (int8 to uint64, float16, bfloat16, float32, float64; any layout).
  * @param options `axis`, `out`, `stream` (default `a.stream`).
- * @returns The minimum as a number, or the array of minima.
+ * @returns The minimum as a number (a bigint for int64 and uint64), or the array of minima.
  * @throws {TypeError} For bool or vector dtypes, or an `out` of the wrong dtype.
  * @throws {RangeError} For an empty array or axis, an axis out of range, or an `out` of the wrong shape.
  * @throws {UseAfterFreeError} When the array's memory was freed.
@@ -209,9 +231,9 @@ export function sum(a: DeviceArray, options?: ReduceOptions): number | DeviceArr
  * const lowest = min(a);
  * ```
  */
-export function min(a: DeviceArray, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): number;
+export function min<N extends DTypeName>(a: DeviceArray<N>, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): ReductionValue<N>;
 export function min(a: DeviceArray, options: ReduceOptions): DeviceArray;
-export function min(a: DeviceArray, options?: ReduceOptions): number | DeviceArray {
+export function min(a: DeviceArray, options?: ReduceOptions): number | bigint | DeviceArray {
   return reduce('min', a, options);
 }
 
@@ -221,7 +243,7 @@ export function min(a: DeviceArray, options?: ReduceOptions): number | DeviceArr
  *
  * @param a The array (int8 to uint64, float16, bfloat16, float32, float64; any layout).
  * @param options `axis`, `out`, `stream` (default `a.stream`).
- * @returns The maximum as a number, or the array of maxima.
+ * @returns The maximum as a number (a bigint for int64 and uint64), or the array of maxima.
  * @throws {TypeError} For bool or vector dtypes, or an `out` of the wrong dtype.
  * @throws {RangeError} For an empty array or axis, an axis out of range, or an `out` of the wrong shape.
  * @throws {UseAfterFreeError} When the array's memory was freed.
@@ -230,9 +252,9 @@ export function min(a: DeviceArray, options?: ReduceOptions): number | DeviceArr
  * using colMax = max(m, { axis: 0 });
  * ```
  */
-export function max(a: DeviceArray, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): number;
+export function max<N extends DTypeName>(a: DeviceArray<N>, options?: OpOptions & { readonly axis?: undefined; readonly out?: undefined }): ReductionValue<N>;
 export function max(a: DeviceArray, options: ReduceOptions): DeviceArray;
-export function max(a: DeviceArray, options?: ReduceOptions): number | DeviceArray {
+export function max(a: DeviceArray, options?: ReduceOptions): number | bigint | DeviceArray {
   return reduce('max', a, options);
 }
 
@@ -243,7 +265,7 @@ export function max(a: DeviceArray, options?: ReduceOptions): number | DeviceArr
  * @param a A 1-D array.
  * @param b A 1-D array of a's dtype and length (any strides).
  * @param options `out`, `stream` (default `a.stream`).
- * @returns The dot product as a number, or `out`.
+ * @returns The dot product as a number (a bigint for int64 and uint64), or `out`.
  * @throws {TypeError} For different dtypes, bool or vector dtypes, or an `out` of the wrong dtype.
  * @throws {RangeError} For arrays that are not 1-D of one length, or on different devices.
  * @throws {UseAfterFreeError} When an array's memory was freed.
@@ -252,9 +274,9 @@ export function max(a: DeviceArray, options?: ReduceOptions): number | DeviceArr
  * const d = dot(x, y);
  * ```
  */
-export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions & { readonly out?: undefined }): number;
-export function dot(a: DeviceArray, b: DeviceArray, options: DotOptions): number | DeviceArray;
-export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions): number | DeviceArray {
+export function dot<N extends DTypeName>(a: DeviceArray<N>, b: DeviceArray<N>, options?: DotOptions & { readonly out?: undefined }): ReductionValue<N>;
+export function dot(a: DeviceArray, b: DeviceArray, options: DotOptions): number | bigint | DeviceArray;
+export function dot(a: DeviceArray, b: DeviceArray, options?: DotOptions): number | bigint | DeviceArray {
   checkArray(a, 'dot: a');
   checkArray(b, 'dot: b');
   const dtype = checkDtype('dot', a);

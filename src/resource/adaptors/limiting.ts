@@ -5,7 +5,7 @@
 import type { Ptr } from '../../backend/backend.js';
 import { CounterCell } from '../../counter.js';
 import { OutOfMemoryError } from '../../errors.js';
-import { alignUp, checkBytes } from '../../validate.js';
+import { alignUp, readBytes, type ByteSize } from '../../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
 import { formatBytes } from '../../util/size.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
@@ -41,9 +41,9 @@ export class LimitingAdaptor extends ResourceAdaptor {
    * const limited = new LimitingAdaptor(new PoolResource(), 512 << 20); // at most 512 MiB outstanding
    * ```
    */
-  constructor(upstream: MemoryResource, limitBytes: number) {
+  constructor(upstream: MemoryResource, limitBytes: ByteSize) {
     super(upstream);
-    this.limitBytes = checkBytes(limitBytes, 'limitBytes');
+    this.limitBytes = readBytes(limitBytes, 'limitBytes');
   }
 
   /** Bytes counted against the limit now. */

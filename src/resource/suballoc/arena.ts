@@ -7,7 +7,7 @@
 import type { Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError, OutOfMemoryError } from '../../errors.js';
-import { alignUp, checkBytes, checkPointer, checkPowerOfTwo, checkStreamHandle, MAX_BYTES } from '../../validate.js';
+import { alignUp, checkBytes, readBytes, type ByteSize, checkPointer, checkPowerOfTwo, checkStreamHandle, MAX_BYTES } from '../../validate.js';
 import { CudaResource } from '../upstream/cuda-resource.js';
 import { BlockHeap } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
@@ -18,8 +18,8 @@ import { readOptions } from '../../util/options.js';
 
 /** Options of an ArenaResource. */
 export interface ArenaOptions {
-  /** Usable bytes in the arena (rounded up to 256). */
-  readonly size: number;
+  /** Usable bytes in the arena (rounded up to 256): a number, or a size like `'512M'`. */
+  readonly size: ByteSize;
   /** Where the region comes from (default a CudaResource on the device, owned by the arena). */
   readonly upstream?: MemoryResource;
   /** The device (default device 0, or the upstream's). */
@@ -79,7 +79,7 @@ export class ArenaResource extends MemoryResource {
   constructor(options: ArenaOptions) {
     super();
     options = readOptions('new ArenaResource', options, { size: true, upstream: true, device: true });
-    const bytes = checkBytes(options.size, 'size');
+    const bytes = readBytes(options.size, 'size');
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0);
     if (upstream !== undefined && upstream.deviceOrdinal >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'ArenaResource');

@@ -10,7 +10,7 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { InvalidPointerError } from '../../errors.js';
-import { checkBytes, checkNonNegativeInteger } from '../../validate.js';
+import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './kit/live-table.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
@@ -105,7 +105,7 @@ export class BinningResource extends MemoryResource {
    * Adds a bin for requests up to `allocationSize` bytes, served by `binResource` (default a
    * FixedSizeResource of that block size over the upstream). Replaces a bin of the same size for
    * new requests; blocks the old bin handed out still go back to it.
-   * @param allocationSize The largest request the bin serves.
+   * @param allocationSize The largest request the bin serves: bytes, or a size like `'64K'`.
    * @param binResource The bin's resource (kept by the caller), or none for a FixedSizeResource.
    * @returns This resource, for chaining.
    * @throws {TypeError | RangeError} For a bad size, or a bin resource whose memory is of another
@@ -116,17 +116,17 @@ export class BinningResource extends MemoryResource {
    * const binned = new BinningResource(pool).addBin(4096).addBin(1 << 20, new ArenaResource({ size: 64 << 20, upstream: pool }));
    * ```
    */
-  addBin(allocationSize: number, binResource?: MemoryResource): this {
+  addBin(allocationSize: ByteSize, binResource?: MemoryResource): this {
     if (this.destroyed) throw this.destroyedError();
-    checkBytes(allocationSize, 'allocationSize');
+    const bytes = readBytes(allocationSize, 'allocationSize');
     const resource = binResource === undefined
-      ? new FixedSizeResource(this.upstream, { blockSize: allocationSize })
+      ? new FixedSizeResource(this.upstream, { blockSize: bytes })
       : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.deviceOrdinal, this.describe(), 'binResource');
     if (binResource === undefined) this.owned.add(resource);
-    const k = this.bins.findIndex((b) => b.size === allocationSize);
+    const k = this.bins.findIndex((b) => b.size === bytes);
     if (k >= 0) this.bins.splice(k, 1);
     this.routes.push(resource);
-    this.bins.push({ size: allocationSize, route: this.routes.length - 1 });
+    this.bins.push({ size: bytes, route: this.routes.length - 1 });
     this.bins.sort((a, b) => a.size - b.size);
     this.alignment = Math.min(this.alignment, resource.alignment);
     return this;

@@ -8,7 +8,7 @@ import { nonZero } from '../../backstop.js';
 import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError } from '../../errors.js';
-import { alignUp, checkBytes } from '../../validate.js';
+import { alignUp, checkBytes, readBytes, type ByteSize } from '../../validate.js';
 import { GRANULE } from './kit/free-list.js';
 import { StreamStacks, type StreamStack } from './kit/stream-stacks.js';
 import { checkResource, MemoryResource, type MemoryKind } from '../resource.js';
@@ -18,7 +18,7 @@ import { readOptions } from '../../util/options.js';
 /** Options for a FixedSizeResource. */
 export interface FixedSizeOptions {
   /** The size of every block (rounded up to 256); default 1 MiB. */
-  readonly blockSize?: number;
+  readonly blockSize?: ByteSize;
   /** Blocks taken from upstream per chunk; default 128. */
   readonly blocksToPreallocate?: number;
 }
@@ -78,7 +78,7 @@ export class FixedSizeResource extends MemoryResource {
     this.kind = upstream.kind;
     this.deviceOrdinal = upstream.deviceOrdinal;
     this.alignment = Math.min(GRANULE, upstream.alignment);
-    this.blockSize = alignUp(checkBytes(options.blockSize ?? 1024 * 1024, 'blockSize'), GRANULE);
+    this.blockSize = alignUp(readBytes(options.blockSize ?? 1024 * 1024, 'blockSize'), GRANULE);
     this.blocksToPreallocate = checkBytes(options.blocksToPreallocate ?? 128, 'blocksToPreallocate');
     this.free = new StreamStacks(Device.get(upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0).backend);
     if (this.blockSize * this.blocksToPreallocate > Number.MAX_SAFE_INTEGER) {

@@ -11,7 +11,7 @@ import type { Backend, Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { nonZero } from '../../backstop.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../../errors.js';
-import { checkNonNegativeInteger } from '../../validate.js';
+import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { PinnedHostResource } from '../upstream/pinned-host-resource.js';
 import { CounterCell } from '../../counter.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
@@ -26,7 +26,7 @@ export interface PinnedHostPoolOptions {
   /** The device whose backend records the events (default device 0). */
   readonly device?: Device | number;
   /** Idle buffers kept beyond this are freed (default 256 MiB). */
-  readonly maximumCachedBytes?: number;
+  readonly maximumCachedBytes?: ByteSize;
 }
 
 /** A pinned staging buffer lent by the pool; give it back with `free(stream?)` (the vocabulary: `free` gives memory back). */
@@ -106,7 +106,7 @@ export class PinnedHostPool extends MemoryResource {
     options = readOptions('new PinnedHostPool', options, { upstream: true, device: true, maximumCachedBytes: true });
     const device = Device.resolve(options.device);
     this.#maximumCachedBytes = options.maximumCachedBytes === undefined
-      ? 256 * 1024 * 1024 : checkNonNegativeInteger(options.maximumCachedBytes, 'maximumCachedBytes');
+      ? 256 * 1024 * 1024 : readBytes(options.maximumCachedBytes, 'maximumCachedBytes', true);
     this.ownsUpstream = options.upstream === undefined;
     this.upstream = options.upstream === undefined
       ? new PinnedHostResource({ device })

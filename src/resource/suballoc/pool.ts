@@ -14,7 +14,7 @@ import { nonZero } from '../../backstop.js';
 import type { Counter } from '../../counter.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
-import { checkBytes } from '../../validate.js';
+import { readBytes, type ByteSize } from '../../validate.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
 import { BlockHeap, PARKED } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
@@ -34,13 +34,13 @@ export interface PoolOptions {
   /** Grow in chunks from this resource instead of through virtual memory. */
   readonly upstream?: MemoryResource;
   /** Bytes to take (upstream) or map (virtual) at creation; default 0. */
-  readonly initialSize?: number;
+  readonly initialSize?: ByteSize;
   /** Cap on reserved bytes (physical bytes for virtual growth); OutOfMemoryError beyond it. */
-  readonly maximumSize?: number;
+  readonly maximumSize?: ByteSize;
   /** Upstream growth: the smallest chunk taken after the first (default 32 MiB). */
-  readonly chunkSize?: number;
+  readonly chunkSize?: ByteSize;
   /** Virtual growth: bytes of address space to reserve (default twice the device's memory). */
-  readonly addressSpaceSize?: number;
+  readonly addressSpaceSize?: ByteSize;
   /**
    * Virtual growth: the most bytes one physical allocation may hold (default: one page, the
    * device's allocation granularity, 2 MiB on current GPUs; Infinity: one per run of pages mapped).
@@ -63,7 +63,7 @@ export interface PoolOptions {
    * (an extent that still holds a live block cannot be split: the driver frees an allocation only
    * whole). The device's free memory is read on the growth path only, never on a hit.
    */
-  readonly extentSize?: number | 'adaptive';
+  readonly extentSize?: ByteSize | 'adaptive';
 }
 
 /** Statistics of a pool, for logs and tests. */
@@ -158,6 +158,8 @@ export class PoolResource extends MemoryResource {
   private readonly chunks: UpstreamChunks | null;
   private readonly backend: Backend;
   private readonly options: PoolOptions;
+  /** `options.maximumSize` read once, in bytes (Infinity when unbounded). */
+  private readonly maximumBytes: number;
   /** The device the pool's memory lives on. */
   private readonly owner: Device;
 
@@ -176,8 +178,9 @@ export class PoolResource extends MemoryResource {
     super();
     options = readOptions('new PoolResource', options, { device: true, upstream: true, initialSize: true, maximumSize: true, chunkSize: true, addressSpaceSize: true, extentSize: true });
     this.options = options;
-    const maximum = options.maximumSize === undefined ? Infinity : checkBytes(options.maximumSize, 'maximumSize');
-    const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : checkBytes(options.initialSize, 'initialSize');
+    const maximum = options.maximumSize === undefined ? Infinity : readBytes(options.maximumSize, 'maximumSize');
+    this.maximumBytes = maximum;
+    const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : readBytes(options.initialSize, 'initialSize');
     if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0);
@@ -196,7 +199,7 @@ export class PoolResource extends MemoryResource {
       this.upstream = upstream;
       this.kind = upstream.kind;
       this.deviceOrdinal = upstream.deviceOrdinal;
-      const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : checkBytes(options.chunkSize, 'chunkSize');
+      const chunk = options.chunkSize === undefined ? DEFAULT_CHUNK : readBytes(options.chunkSize, 'chunkSize');
       this.pages = null;
       this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
       if (initial > 0 && this.chunks.grow(initial, -1, initial) !== null) {
@@ -218,13 +221,10 @@ export class PoolResource extends MemoryResource {
       }
       const range = options.addressSpaceSize === undefined
         ? 2 * dev.info.totalMemory
-        : checkBytes(options.addressSpaceSize, 'addressSpaceSize');
-      if (typeof options.extentSize === 'string' && options.extentSize !== 'adaptive') {
-        throw new TypeError(`extentSize must be a number of bytes, Infinity or 'adaptive', got '${options.extentSize}'`);
-      }
+        : readBytes(options.addressSpaceSize, 'addressSpaceSize');
       const size = options.extentSize;
       const adaptive = size === 'adaptive';
-      const extent = size === 'adaptive' || size === undefined ? 0 : size === Infinity ? size : checkBytes(size, 'extentSize');
+      const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readBytes(size, 'extentSize');
       // The device's free memory, for the adaptive policy's one threshold (growth path only).
       const memInfo = adaptive ? () => dev.memInfo() : null;
       this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
@@ -469,7 +469,7 @@ export class PoolResource extends MemoryResource {
    * ```
    */
   get maximumSize(): number {
-    return this.options.maximumSize ?? Infinity;
+    return this.maximumBytes;
   }
 
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */

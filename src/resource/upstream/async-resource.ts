@@ -7,7 +7,7 @@
 import { MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { NotSupportedError, UseAfterFreeError } from '../../errors.js';
-import { checkNonNegativeInteger } from '../../validate.js';
+import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
@@ -17,7 +17,7 @@ import { readOptions } from '../../util/options.js';
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
 export interface AsyncPoolOptions {
   /** Upper bound on the pool's reserved bytes; 0 or omitted for none. */
-  readonly maxSize?: number;
+  readonly maxSize?: ByteSize;
   /** 'posix-fd' to make the pool's memory shareable with other processes (IPC); default 'none'. */
   readonly handleTypes?: 'none' | 'posix-fd';
 }
@@ -75,7 +75,7 @@ export class AsyncResource extends DriverResource {
       this.rawPool = device.backend.deviceGetDefaultMemPool(device.ordinal);
       this.ownsPool = false;
     } else if (pool !== null && typeof pool === 'object') {
-      const maxSize = pool.maxSize === undefined ? 0 : checkNonNegativeInteger(pool.maxSize, 'pool.maxSize');
+      const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
       const handle = pool.handleTypes ?? 'none';
       if (handle !== 'none' && handle !== 'posix-fd') {
         throw new RangeError(`pool.handleTypes must be 'none' or 'posix-fd', got '${String(handle)}'`);
