@@ -203,6 +203,6 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(stack.pool, stack.resource);
     stack.close();
     assert.throws(() => new PoolResource({ extentSize: 'adaptve' as 'adaptive' }),
-      (e: unknown) => e instanceof TypeError && /extentSize must be a number of bytes, Infinity or 'adaptive', got 'adaptve'/.test(e.message));
+      (e: unknown) => e instanceof RangeError && /extentSize must be a size .*, Infinity or 'adaptive'; got 'adaptve'/.test(e.message));
   });
 });

@@ -125,6 +125,16 @@ export interface GrowthCalls {
   readonly release: number;
 }
 
+/** `extentSize` in bytes; a bad value's error names every form the option takes, `'adaptive'` too. */
+function readExtentSize(size: ByteSize): number {
+  try {
+    return readBytes(size, 'extentSize');
+  } catch (error) {
+    throw new RangeError(`extentSize must be a size (a number of bytes or text like '64M'), Infinity or 'adaptive'; got ${
+      typeof size === 'string' ? `'${size}'` : String(size)}`, { cause: error });
+  }
+}
+
 const DEFAULT_CHUNK = 32 * 1024 * 1024;
 
 function growthCalls(pages: VirtualPages | null): GrowthCalls {
@@ -224,7 +234,7 @@ export class PoolResource extends MemoryResource {
         : readBytes(options.addressSpaceSize, 'addressSpaceSize');
       const size = options.extentSize;
       const adaptive = size === 'adaptive';
-      const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readBytes(size, 'extentSize');
+      const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readExtentSize(size);
       // The device's free memory, for the adaptive policy's one threshold (growth path only).
       const memInfo = adaptive ? () => dev.memInfo() : null;
       this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
