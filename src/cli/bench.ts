@@ -5,7 +5,7 @@
  * the header and runs a quick pass without the largest sizes (host memory says nothing about a GPU).
  * `--html FILE` also writes the rows as a report with plots (src/report/bench-report.ts).
  */
-import { getBackend } from '../backend/select.js';
+import { getBackend, showsFallbackItself } from '../backend/select.js';
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
 import { allocatorCases } from './bench/allocators.js';
@@ -163,6 +163,8 @@ export async function benchCommand(args: string[]): Promise<number> {
   const repeats = parseRepeats(values.repeats);
   if (values.html !== undefined) checkOutputPath('bench', '--html', values.html);
 
+  // The header (and --json's emulatedReason) says why it is emulated; no warning as well.
+  showsFallbackItself();
   const backend = getBackend();
   const device = Device.get(0).makeCurrent();
   const emulated = backend.name === 'emulated';

@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Backend, DeviceInfo } from '../backend/backend.js';
-import { BACKEND_VARIABLE, backendFallbackReason, getBackend } from '../backend/select.js';
+import { BACKEND_VARIABLE, backendFallbackReason, getBackend, showsFallbackItself } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
 import { environmentSettings, type EnvironmentSetting } from '../environment.js';
@@ -185,6 +185,8 @@ export async function infoCommand(args: string[]): Promise<number> {
     json: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
   });
+  // The backend line says why it is emulated; a warning on stderr would say it twice.
+  showsFallbackItself();
   const report = collectInfo();
   process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatInfo(report, values.verbose)}\n`);
   return 0;
