@@ -111,16 +111,49 @@ describe('vram info', () => {
     assert.deepEqual(json.environment.map((e) => e.name), ENVIRONMENT.map((v) => v.name));
   });
 
-  it('reports a variable vram would refuse, with the reason, instead of failing to start', async () => {
+  it('reports a variable vram would refuse, with the reason, and exits 1', async () => {
     const env = { VRAM_BACKEND: 'emulated', VRAM_COPY_THREADS: '0x4', VRAM_ALLOCATOR: 'turbo' };
     const { code, stdout, stderr } = await vramWith(env, 'info');
-    assert.equal(code, 0, stderr);
+    assert.equal(code, 1, stderr);
+    assert.equal(stderr, "vram info: VRAM_ALLOCATOR must be one of async, pool, cuda, got 'turbo'\n" +
+      "vram info: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'\n");
     assert.match(stdout, /^  VRAM_COPY_THREADS +0x4 +REFUSED: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'$/m);
     assert.match(stdout, /^  VRAM_ALLOCATOR +turbo +REFUSED: VRAM_ALLOCATOR must be one of async, pool, cuda, got 'turbo'$/m);
     assert.match(stdout, /^  VRAM_BACKEND +emulated$/m, 'a good value shows no problem');
     const json = JSON.parse((await vramWith(env, 'info', '--json')).stdout) as { environment: { name: string; problem?: string }[] };
     const problems = Object.fromEntries(json.environment.filter((e) => e.problem !== undefined).map((e) => [e.name, e.problem]));
     assert.deepEqual(Object.keys(problems).sort(), ['VRAM_ALLOCATOR', 'VRAM_COPY_THREADS']);
+  });
+
+  // Each as the library's own reader refuses it: the first allocation would have thrown.
+  for (const [name, value] of [
+    ['VRAM_ALLOCATOR', 'bogus'], ['VRAM_MEMORY_FRACTION', '2'], ['VRAM_COPY_THREADS', '-3'], ['VRAM_MEMORY_LIMIT', '-1G'],
+    ['VRAM_BACKEND', 'gpu'], ['VRAM_EMULATED_BYTES', 'lots'], ['VRAM_CACHE_DIR', 'relative/cache'],
+  ] as const) {
+    it(`${name}=${value}: exit 1, naming the variable on stderr`, async () => {
+      const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', [name]: value }, 'info');
+      assert.equal(code, 1, stderr);
+      assert.match(stderr, new RegExp(`^vram info: ${name}\\b.*'${value}'`, 'm'));
+    });
+  }
+
+  it('VRAM_MEMORY_LIMIT with VRAM_MEMORY_FRACTION is refused, as the default resource refuses it', async () => {
+    const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_MEMORY_LIMIT: '1G', VRAM_MEMORY_FRACTION: '0.5' }, 'info');
+    assert.equal(code, 1, stderr);
+    assert.match(stderr, /^vram info: VRAM_MEMORY_LIMIT \('1G'\) and VRAM_MEMORY_FRACTION \('0.5'\) are both set/m);
+  });
+
+  it('VRAM_MEMORY_LIMIT above the device memory is a warning, exit 0; --json lists it', async () => {
+    const env = { VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '4G', VRAM_MEMORY_LIMIT: '100G' };
+    const { code, stderr } = await vramWith(env, 'info');
+    assert.equal(code, 0, stderr);
+    assert.match(stderr, /^vram info: warning: VRAM_MEMORY_LIMIT=100 GiB is above device 0's 4 GiB/m);
+    const json = JSON.parse((await vramWith(env, 'info', '--json')).stdout) as { problems: string[]; warnings: string[] };
+    assert.deepEqual(json.problems, []);
+    assert.equal(json.warnings.length, 1);
+    const under = await vramWith({ ...env, VRAM_MEMORY_LIMIT: '1G' }, 'info');
+    assert.equal(under.code, 0, under.stderr);
+    assert.equal(under.stderr, '');
   });
 
   it('keeps the backend line short; --verbose lists every driver path searched', async () => {
@@ -330,7 +363,7 @@ describe('vram replay', () => {
   it('VRAM_EMULATED_BYTES that is not a size is refused in one line naming the variable', async () => {
     const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: 'lots' }, 'info');
     assert.equal(code, 1);
-    assert.match(stderr, /^vram: VRAM_EMULATED_BYTES must be .*got 'lots'\n$/);
+    assert.match(stderr, /^vram info: VRAM_EMULATED_BYTES must be .*got 'lots'\n$/);
   });
 });
 
