@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { median } from '../src/cli/bench/common.js';
 import { mulberry32 } from '../src/util/random.js';
 import { formatTable, Progress } from '../src/cli/format.js';
+import { formatRows } from '../src/cli/bench.js';
 import { ENVIRONMENT } from '../src/environment.js';
 import { formatBytes, parseSize } from '../src/util/size.js';
 import { InputFileError, readTextFile } from '../src/util/input-file.js';
@@ -204,6 +205,19 @@ describe('vram bench', () => {
       'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'PoolResource random']) {
       assert.ok(names.has(name), name);
     }
+    // The driver's allocators are the emulation's model of them; vram's own stacks are not.
+    const rows = report.rows as Record<string, unknown>[];
+    const models = new Set(rows.filter((r) => r.model === true).map((r) => r.name));
+    assert.deepEqual([...models].sort(), ['AsyncResource', 'AsyncResource random', 'CudaResource', 'CudaResource random',
+      'cuMemAlloc+cuMemFree', 'cuMemAllocAsync+cuMemFreeAsync']);
+    // Pool hits timed as bench/pool-hit times them (15 long rounds), not as quick mode's 11 short batches.
+    for (const row of rows.filter((r) => r.name === 'PoolResource')) assert.equal(row.repeats, 15);
+    // Progress on stderr without a terminal: one line a case, none in stdout.
+    const lines = stderr.trimEnd().split('\n');
+    assert.match(lines[0]!, /^\[1\/(\d+)\] transfers: /);
+    const total = Number(/^\[1\/(\d+)\]/.exec(lines[0]!)![1]);
+    assert.equal(lines.length, total, stderr);
+    lines.forEach((line, i) => assert.ok(line.startsWith(`[${i + 1}/${total}] `), line));
   });
 
   it('--only and --sizes select rows', async () => {
@@ -225,7 +239,10 @@ describe('vram bench', () => {
     assert.match(stdout, /^measures:\s+host memory standing in for a GPU/m);
     assert.match(stdout, /^mode:\s+quick, because the backend is emulated; transfer sizes 64 KiB, 1 MiB, 16 MiB$/m);
     assert.match(stdout, /^D2D:\s+a host-memory copy/m);
-    assert.match(stdout, /cuMemAlloc\+cuMemFree/);
+    assert.match(stdout, /^on a GPU:\s+no figure here carries over/m);
+    assert.match(stdout, /^cuMemAlloc\+cuMemFree \(model\) /m);
+    assert.match(stdout, /^\(model\): the emulated backend's model of the CUDA driver/m);
+    assert.match(stdout, /^bytes per allocation  /m, 'the size columns say what they count');
     const json = JSON.parse((await vram('bench', '--only', 'alloc', '--json')).stdout) as Record<string, unknown>;
     assert.equal(json.quick, true);
     assert.equal(json.quickReason, 'emulated backend');
@@ -487,6 +504,28 @@ describe('cli helpers', () => {
     assert.equal(formatBytes(-2048), '-2 KiB');
     assert.equal(formatBytes(100.5 * 1024), '101 KiB');
     assert.equal(formatBytes(12.25 * 1024 ** 2), '12.3 MiB');
+  });
+
+  it("the kernels tables say what their columns count (a launch row's size is its argument bytes)", () => {
+    const launch = { group: 'kernels', unit: 'ns/op', repeats: 1 } as const;
+    const text = formatRows([
+      { ...launch, name: 'kernel launch, empty kernel', size: 0, value: 1500 },
+      { ...launch, name: 'kernel launch, 4 arguments', size: 24, value: 3000 },
+      { group: 'kernels', unit: 'GB/s', repeats: 1, name: 'kernel read, mapped pinned', size: 16 << 20, value: 0.5 },
+    ]);
+    assert.match(text, /^kernel launch from TypeScript, ns per launch, median over batches\nargument bytes +0 B +24 B$/m);
+    assert.match(text, /^kernel reads, GB\/s .*\nbytes read +16 MiB$/m);
+    assert.doesNotMatch(text, /model/, 'no footnote without a model row');
+  });
+
+  it('progress without a terminal is one line a step', () => {
+    let written = '';
+    const stream = { isTTY: false, write: (text: string): boolean => { written += text; return true; } };
+    const progress = new Progress(2, stream as unknown as NodeJS.WriteStream);
+    progress.step('alloc: PoolResource 256 B');
+    progress.step('alloc: PoolResource 1 MiB');
+    progress.finish();
+    assert.equal(written, '[1/2] alloc: PoolResource 256 B\n[2/2] alloc: PoolResource 1 MiB\n');
   });
 
   it('a progress label is not cut to nothing on a terminal that reports 0 columns', () => {
