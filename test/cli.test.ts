@@ -259,7 +259,11 @@ describe('vram replay', () => {
     assert.equal(code, 0, stderr);
     assert.equal(stderr, '');
     assert.match(stdout, /^device   emulated device sized for this trace: 12 GiB \(2 x peak live \+ 1 GiB; VRAM_EMULATED_BYTES is unset/m);
-    for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
+    // The driver's allocators replay through the emulation's model of them: marked, and said what carries over.
+    for (const stack of ['cuda', 'async']) assert.match(stdout, new RegExp(`^${stack} \\(model\\) +5081 `, 'm'));
+    for (const stack of ['pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
+    assert.match(stdout, /^\(model\): the emulated backend's model of the CUDA driver/m);
+    assert.match(stdout, /^on a GPU: the peak reserved and overhead of vram's own stacks \(pool, binning, arena\) carry over; times and the \(model\) rows do not$/m);
     assert.doesNotMatch(stdout, /FAILED/);
   });
 
@@ -269,6 +273,9 @@ describe('vram replay', () => {
     const report = JSON.parse(stdout) as { emulatedCapacity: { bytes: number; source: string }; results: { ok: boolean }[] };
     assert.deepEqual(report.emulatedCapacity, { bytes: 16 * 1024 ** 3, source: 'VRAM_EMULATED_BYTES' });
     assert.ok(report.results.every((r) => r.ok));
+    assert.ok(report.results.every((r) => !('model' in r)), 'vram\'s own pool is no model');
+    const models = JSON.parse((await vram('replay', trace, '-r', 'cuda,async,pool', '--json')).stdout) as { results: { stack: string; model?: boolean }[] };
+    assert.deepEqual(models.results.map((r) => [r.stack, r.model ?? false]), [['cuda', true], ['async', true], ['pool', false]]);
   });
 
   it('a device too small for the trace fails each stack and prints the hint once', async () => {
@@ -314,7 +321,7 @@ describe('vram replay', () => {
       const { code, stdout, stderr } = await vram('replay', 'test/fixtures/traces/multi_stream.csv', '-r', 'all', '--html', html);
       assert.equal(code, 0, stderr);
       assert.match(stdout, /3 stream\(s\)/);
-      for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +19 `, 'm'));
+      for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack}( \\(model\\))? +19 `, 'm'));
       assert.match(readFileSync(html, 'utf8'), /window\.vramReport/);
     });
   });

@@ -133,15 +133,38 @@ function headingLines(trace: AllocationTrace, backend: string, capacity: Emulate
   return lines;
 }
 
+/**
+ * The stacks that are the driver's own allocators (`cuMemAlloc`, CUDA's pool): on the emulated
+ * backend they replay through its model of the driver, whose rounding and caching are a guess at
+ * the driver's, so their figures are the model's (the GPU measured `async` well above it).
+ */
+const DRIVER_STACKS: ReadonlySet<string> = new Set(['cuda', 'async']);
+
+/** True when `stack`'s row is the emulation's model of the driver rather than the driver. */
+function isModel(stack: string, backend: string): boolean {
+  return backend === 'emulated' && DRIVER_STACKS.has(stack);
+}
+
+/** The notes under an emulated replay's table: which rows are models, and what carries over to a GPU. */
+function modelNotes(outcomes: readonly Outcome[], backend: string): string[] {
+  if (!outcomes.some((o) => isModel(o.stack, backend))) return [];
+  const own = outcomes.filter((o) => !isModel(o.stack, backend)).map((o) => o.stack);
+  return ["(model): the emulated backend's model of the CUDA driver (cuMemAlloc, CUDA's pool), not the driver: " +
+      'its peak reserved and overhead are the model\'s',
+  `on a GPU: ${own.length > 0 ? `the peak reserved and overhead of vram's own stacks (${own.join(', ')}) carry over` : 'no figure here carries over'}; ` +
+      'times and the (model) rows do not'];
+}
+
 /** The results table, one row per stack (the text output's and the report's). */
-function resultsTable(outcomes: readonly Outcome[]): { header: string[]; rows: string[][] } {
+function resultsTable(outcomes: readonly Outcome[], backend: string): { header: string[]; rows: string[][] } {
   const perOp = outcomes.some((o) => o.ok && o.result.medianAllocateNs !== undefined);
   const header = ['resource', 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
     'peak live', 'peak reserved', 'overhead'];
   const rows = outcomes.map((o): string[] => {
-    if (!o.ok) return [o.stack, 'failed', ...Array<string>(header.length - 2).fill('')];
+    const name = isModel(o.stack, backend) ? `${o.stack} (model)` : o.stack;
+    if (!o.ok) return [name, 'failed', ...Array<string>(header.length - 2).fill('')];
     const r = o.result;
-    return [o.stack, String(r.operations), formatValue(r.totalNs / 1e6), formatValue(r.nsPerOperation / 1e3),
+    return [name, String(r.operations), formatValue(r.totalNs / 1e6), formatValue(r.nsPerOperation / 1e3),
       ...(perOp ? [formatValue((r.medianAllocateNs ?? NaN) / 1e3), formatValue((r.medianFreeNs ?? NaN) / 1e3)] : []),
       formatBytes(r.peakLiveBytes), formatBytes(r.peakReservedBytes) + (r.reservedSource === 'estimate' ? '*' : ''),
       `${r.overheadPercent >= 0 ? '+' : ''}${r.overheadPercent.toFixed(1)}%`];
@@ -152,16 +175,16 @@ function resultsTable(outcomes: readonly Outcome[]): { header: string[]; rows: s
 function printTable(trace: AllocationTrace, backend: string, capacity: EmulatedCapacity | undefined, outcomes: readonly Outcome[]): void {
   const out = headingLines(trace, backend, capacity).map(([label, value]) => `${label.padEnd(8)} ${value}`);
   out.push('');
-  const { header, rows } = resultsTable(outcomes);
+  const { header, rows } = resultsTable(outcomes, backend);
   out.push(formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]));
   const repeated = outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
   if (repeated.length > 0) out.push('', ...passTable(repeated.map((o) => [o.stack, o.result.passes])));
-  out.push('', ...outcomeNotes(outcomes));
+  out.push('', ...outcomeNotes(outcomes, backend));
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
 /** What the reader should know under the table: each stack's set-up and resource, or why it failed. */
-function outcomeNotes(outcomes: readonly Outcome[]): string[] {
+function outcomeNotes(outcomes: readonly Outcome[], backend: string): string[] {
   const notes: string[] = [];
   for (const o of outcomes) {
     for (const note of o.notes) notes.push(`${o.stack}: ${note}`);
@@ -171,6 +194,7 @@ function outcomeNotes(outcomes: readonly Outcome[]): string[] {
   if (outcomes.some((o) => o.ok && o.result.reservedSource === 'estimate')) {
     notes.push('* estimated from the live blocks: the driver does not report what cuMemAlloc reserves');
   }
+  notes.push(...modelNotes(outcomes, backend));
   return notes;
 }
 
@@ -192,10 +216,10 @@ function writeHtmlReport(path: string, trace: AllocationTrace, backend: string, 
       stack.close();
     }
   });
-  const { header, rows } = resultsTable(outcomes);
+  const { header, rows } = resultsTable(outcomes, backend);
   const table: TableSection = {
     kind: 'table', id: 'results', title: 'Time and memory per resource stack',
-    description: outcomeNotes(outcomes).join('\n'),
+    description: outcomeNotes(outcomes, backend).join('\n'),
     columns: header.map((label, i) => ({ label, numeric: i > 0 })),
     rows,
   };
@@ -321,7 +345,7 @@ async function replayWith(args: string[]): Promise<number> {
       trace: { source: trace.source, ...trace.summary },
       backend: backend.name,
       ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
-      results: outcomes,
+      results: outcomes.map((o) => (isModel(o.stack, backend.name) ? { ...o, model: true } : o)),
     }, null, 2)}\n`);
   } else {
     printTable(trace, backend.name, capacity, outcomes);
