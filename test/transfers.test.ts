@@ -7,6 +7,7 @@
  * input. Runs on the emulated backend and, unchanged, on a GPU.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -455,6 +456,22 @@ describe('copy threads whose module cannot load', () => {
     assert.equal(warnings.length, 1, warnings.join('\n'));
     assert.ok(warnings[0]!.startsWith('VRAM_COPY_THREADS: '), warnings[0]);
     assert.ok(warnings[0]!.includes(`${path} does not exist`), warnings[0]);
+  });
+
+  it('start in a program run with --input-type=module (its threads inherit the flag)', { timeout: 60_000 }, () => {
+    const threads = new URL('../src/buffer/transfer/copy-threads.js', import.meta.url).href;
+    const memcpy = new URL('../src/cuda/host-memcpy.js', import.meta.url).href;
+    const program = `import { CopyThreads } from '${threads}';
+      import { nativeAddress } from '${memcpy}';
+      const t = new CopyThreads(2);
+      const src = new Uint8Array(4 << 20).fill(7), dst = new Uint8Array(4 << 20);
+      t.copy([{ dst: nativeAddress(dst), src: nativeAddress(src), bytes: src.length }]);
+      console.log(JSON.stringify({ running: t.running, copied: dst.every((b) => b === 7) }));
+      t.destroy();`;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', program], { encoding: 'utf8', timeout: 50_000 });
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout), { running: true, copied: true });
+    assert.doesNotMatch(run.stderr, /VRAM_COPY_THREADS/);
   });
 
   it('a worker module that throws as it loads: the start ends at once, one warning naming it', { timeout: 30_000 }, async () => {

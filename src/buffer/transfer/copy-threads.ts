@@ -42,16 +42,16 @@ const WORKER_URL = new URL('./copy-worker.js', import.meta.url);
  * What each thread runs: an inline script (it always loads) that imports the worker module and,
  * when that fails, says so in the ring's START_FAILED word and wakes the starting thread, which
  * waits in `Atomics.wait` and so would never see the worker's `error` event. The error is thrown
- * again so that event still carries the reason. CommonJS, as Node runs an eval worker.
+ * again so that event still carries the reason. Only dynamic imports, so it reads the same as
+ * CommonJS and as a module (a program run with `--input-type=module` gives its workers that flag).
  */
 function bootstrap(url: URL): string {
-  return `const { workerData } = require('node:worker_threads');
-import(${JSON.stringify(url.href)}).catch((error) => {
+  return `import('node:worker_threads').then(({ workerData }) => import(${JSON.stringify(url.href)}).catch((error) => {
   const control = new Int32Array(workerData.control);
   Atomics.store(control, ${START_FAILED}, 1);
   Atomics.notify(control, ${READY});
   throw error;
-});`;
+}));`;
 }
 
 /**
