@@ -123,8 +123,13 @@ const COLUMNS: Readonly<Record<string, string>> = {
 
 /** The mark after a row that is a model of the driver, and the footnote that says so. */
 const MODEL_MARK = ' (model)';
-const MODEL_NOTE = "(model): the emulated backend's model of the CUDA driver (its allocation calls, CUDA's pool); " +
+const MODEL_NOTE = "the emulated backend's model of the CUDA driver (its allocation calls, CUDA's pool); " +
   "its cost is the model's, not the driver's";
+
+/** The row with its name marked when it is a model of the driver (the table's and the report's). */
+function markModel(row: BenchRow): BenchRow {
+  return row.model === true ? { ...row, name: `${row.name}${MODEL_MARK}` } : row;
+}
 
 /** The table view: one table per group and unit, names down, sizes across. */
 export function formatRows(rows: readonly BenchRow[]): string {
@@ -140,7 +145,7 @@ export function formatRows(rows: readonly BenchRow[]): string {
     const sizes = [...new Set(list.map((r) => r.size))].sort((a, b) => a - b);
     const names = [...new Set(list.map((r) => r.name))];
     const body = names.map((name) => [
-      list.some((r) => r.name === name && r.model === true) ? `${name}${MODEL_MARK}` : name,
+      markModel(list.find((r) => r.name === name)!).name,
       ...sizes.map((size) => {
         const row = list.find((r) => r.name === name && r.size === size);
         return row === undefined ? '' : formatValue(row.value);
@@ -149,7 +154,7 @@ export function formatRows(rows: readonly BenchRow[]): string {
     const header = [COLUMNS[key] ?? '', ...sizes.map(formatBytes)];
     out.push(`${TITLES[key] ?? key}\n${formatTable(header, body, ['left', ...sizes.map(() => 'right' as const)])}`);
   }
-  if (rows.some((r) => r.model === true)) out.push(MODEL_NOTE);
+  if (rows.some((r) => r.model === true)) out.push(`(model): ${MODEL_NOTE}`);
   return out.join('\n\n');
 }
 
@@ -231,7 +236,9 @@ export async function benchCommand(args: string[]): Promise<number> {
       process.stdout.write(`\nskipped:\n${skipped.map((s) => `  ${s.group}: ${s.name} ${formatBytes(s.size)}: ${s.reason}`).join('\n')}\n`);
     }
   }
-  if (values.html !== undefined && !writeReportFile('bench', '--html', values.html, renderReport(benchReport({ facts: header, rows, skipped })))) {
+  if (values.html !== undefined && !writeReportFile('bench', '--html', values.html, renderReport(benchReport({
+    facts: rows.some((r) => r.model === true) ? [...header, ['(model)', MODEL_NOTE]] : header, rows: rows.map(markModel), skipped,
+  })))) {
     return 1;
   }
   return 0;
