@@ -6,6 +6,7 @@
  * `RangeError`, raised before any driver call.
  */
 import type { Counter } from './counter.js';
+import { formatBytesExact } from './util/size.js';
 
 /**
  * The base of every error vram raises itself (argument errors excepted: those are the built-in
@@ -194,8 +195,7 @@ export class OutOfMemoryError extends VramError {
    */
   constructor(details: OutOfMemoryDetails) {
     const { requestedBytes, call, reason, resource } = details;
-    super(details.message ??
-      `${call}: cannot allocate ${requestedBytes} bytes${resource ? ` from ${resource}` : ''} (${reason})`,
+    super(details.message ?? outOfMemoryMessage(requestedBytes, resource, `${call} failed (${reason})`),
     details.cause === undefined ? undefined : { cause: details.cause });
     this.requestedBytes = requestedBytes;
     this.call = call;
@@ -203,6 +203,26 @@ export class OutOfMemoryError extends VramError {
     this.resource = resource;
     this.statistics = details.statistics;
   }
+}
+
+/**
+ * The one form of an out-of-memory message, whichever resource ran out: the request in readable
+ * units with the exact count after, where from, and why: `cannot allocate 1.50 GiB (1610612736
+ * bytes) from PoolResource(upstream=CudaResource(device=0)): the upstream refused a new chunk`.
+ * Internal to vram (not exported from the package): every resource builds its message with it.
+ *
+ * @param bytes The request.
+ * @param from The resource's `describe()`, or undefined for a driver call.
+ * @param why What ran out, with the figures that show it.
+ * @returns The message.
+ * @example
+ * ```ts
+ * outOfMemoryMessage(1 << 20, this.describe(), `${formatBytes(used)} of the ${formatBytes(limit)} limit in use`);
+ * ```
+ * @throws Never.
+ */
+export function outOfMemoryMessage(bytes: number, from: string | undefined, why: string): string {
+  return `cannot allocate ${formatBytesExact(bytes)}${from === undefined ? '' : ` from ${from}`}: ${why}`;
 }
 
 /**

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { median } from '../src/cli/bench/common.js';
 import { mulberry32 } from '../src/util/random.js';
 import { formatTable, Progress } from '../src/cli/format.js';
+import { formatRows } from '../src/cli/bench.js';
 import { ENVIRONMENT } from '../src/environment.js';
 import { formatBytes, parseSize } from '../src/util/size.js';
 import { InputFileError, readTextFile } from '../src/util/input-file.js';
@@ -111,16 +112,49 @@ describe('vram info', () => {
     assert.deepEqual(json.environment.map((e) => e.name), ENVIRONMENT.map((v) => v.name));
   });
 
-  it('reports a variable vram would refuse, with the reason, instead of failing to start', async () => {
+  it('reports a variable vram would refuse, with the reason, and exits 1', async () => {
     const env = { VRAM_BACKEND: 'emulated', VRAM_COPY_THREADS: '0x4', VRAM_ALLOCATOR: 'turbo' };
     const { code, stdout, stderr } = await vramWith(env, 'info');
-    assert.equal(code, 0, stderr);
+    assert.equal(code, 1, stderr);
+    assert.equal(stderr, "vram info: VRAM_ALLOCATOR must be one of async, pool, cuda, got 'turbo'\n" +
+      "vram info: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'\n");
     assert.match(stdout, /^  VRAM_COPY_THREADS +0x4 +REFUSED: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'$/m);
     assert.match(stdout, /^  VRAM_ALLOCATOR +turbo +REFUSED: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'$/m);
     assert.match(stdout, /^  VRAM_BACKEND +emulated$/m, 'a good value shows no problem');
     const json = JSON.parse((await vramWith(env, 'info', '--json')).stdout) as { environment: { name: string; problem?: string }[] };
     const problems = Object.fromEntries(json.environment.filter((e) => e.problem !== undefined).map((e) => [e.name, e.problem]));
     assert.deepEqual(Object.keys(problems).sort(), ['VRAM_ALLOCATOR', 'VRAM_COPY_THREADS']);
+  });
+
+  // Each as the library's own reader refuses it: the first allocation would have thrown.
+  for (const [name, value] of [
+    ['VRAM_ALLOCATOR', 'bogus'], ['VRAM_MEMORY_FRACTION', '2'], ['VRAM_COPY_THREADS', '-3'], ['VRAM_MEMORY_LIMIT', '-1G'],
+    ['VRAM_BACKEND', 'gpu'], ['VRAM_EMULATED_BYTES', 'lots'], ['VRAM_CACHE_DIR', 'relative/cache'],
+  ] as const) {
+    it(`${name}=${value}: exit 1, naming the variable on stderr`, async () => {
+      const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', [name]: value }, 'info');
+      assert.equal(code, 1, stderr);
+      assert.match(stderr, new RegExp(`^vram info: ${name}\\b.*'${value}'`, 'm'));
+    });
+  }
+
+  it('VRAM_MEMORY_LIMIT with VRAM_MEMORY_FRACTION is refused, as the default resource refuses it', async () => {
+    const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_MEMORY_LIMIT: '1G', VRAM_MEMORY_FRACTION: '0.5' }, 'info');
+    assert.equal(code, 1, stderr);
+    assert.match(stderr, /^vram info: VRAM_MEMORY_LIMIT \('1G'\) and VRAM_MEMORY_FRACTION \('0.5'\) are both set/m);
+  });
+
+  it('VRAM_MEMORY_LIMIT above the device memory is a warning, exit 0; --json lists it', async () => {
+    const env = { VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '4G', VRAM_MEMORY_LIMIT: '100G' };
+    const { code, stderr } = await vramWith(env, 'info');
+    assert.equal(code, 0, stderr);
+    assert.match(stderr, /^vram info: warning: VRAM_MEMORY_LIMIT=100 GiB is above device 0's 4 GiB/m);
+    const json = JSON.parse((await vramWith(env, 'info', '--json')).stdout) as { problems: string[]; warnings: string[] };
+    assert.deepEqual(json.problems, []);
+    assert.equal(json.warnings.length, 1);
+    const under = await vramWith({ ...env, VRAM_MEMORY_LIMIT: '1G' }, 'info');
+    assert.equal(under.code, 0, under.stderr);
+    assert.equal(under.stderr, '');
   });
 
   it('keeps the backend line short; --verbose lists every driver path searched', async () => {
@@ -171,6 +205,19 @@ describe('vram bench', () => {
       'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'PoolResource random']) {
       assert.ok(names.has(name), name);
     }
+    // The driver's allocators are the emulation's model of them; vram's own stacks are not.
+    const rows = report.rows as Record<string, unknown>[];
+    const models = new Set(rows.filter((r) => r.model === true).map((r) => r.name));
+    assert.deepEqual([...models].sort(), ['AsyncResource', 'AsyncResource random', 'CudaResource', 'CudaResource random',
+      'cuMemAlloc+cuMemFree', 'cuMemAllocAsync+cuMemFreeAsync']);
+    // Pool hits timed as bench/pool-hit times them (15 long rounds), not as quick mode's 11 short batches.
+    for (const row of rows.filter((r) => r.name === 'PoolResource')) assert.equal(row.repeats, 15);
+    // Progress on stderr without a terminal: one line a case, none in stdout.
+    const lines = stderr.trimEnd().split('\n');
+    assert.match(lines[0]!, /^\[1\/(\d+)\] transfers: /);
+    const total = Number(/^\[1\/(\d+)\]/.exec(lines[0]!)![1]);
+    assert.equal(lines.length, total, stderr);
+    lines.forEach((line, i) => assert.ok(line.startsWith(`[${i + 1}/${total}] `), line));
   });
 
   it('--only and --sizes select rows', async () => {
@@ -192,7 +239,10 @@ describe('vram bench', () => {
     assert.match(stdout, /^measures:\s+host memory standing in for a GPU/m);
     assert.match(stdout, /^mode:\s+quick, because the backend is emulated; transfer sizes 64 KiB, 1 MiB, 16 MiB$/m);
     assert.match(stdout, /^D2D:\s+a host-memory copy/m);
-    assert.match(stdout, /cuMemAlloc\+cuMemFree/);
+    assert.match(stdout, /^on a GPU:\s+no figure here carries over/m);
+    assert.match(stdout, /^cuMemAlloc\+cuMemFree \(model\) /m);
+    assert.match(stdout, /^\(model\): the emulated backend's model of the CUDA driver/m);
+    assert.match(stdout, /^bytes per allocation  /m, 'the size columns say what they count');
     const json = JSON.parse((await vram('bench', '--only', 'alloc', '--json')).stdout) as Record<string, unknown>;
     assert.equal(json.quick, true);
     assert.equal(json.quickReason, 'emulated backend');
@@ -209,7 +259,11 @@ describe('vram replay', () => {
     assert.equal(code, 0, stderr);
     assert.equal(stderr, '');
     assert.match(stdout, /^device   emulated device sized for this trace: 12 GiB \(2 x peak live \+ 1 GiB; VRAM_EMULATED_BYTES is unset/m);
-    for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
+    // The driver's allocators replay through the emulation's model of them: marked, and said what carries over.
+    for (const stack of ['cuda', 'async']) assert.match(stdout, new RegExp(`^${stack} \\(model\\) +5081 `, 'm'));
+    for (const stack of ['pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
+    assert.match(stdout, /^\(model\): the emulated backend's model of the CUDA driver/m);
+    assert.match(stdout, /^on a GPU: the peak reserved and overhead of vram's own stacks \(pool, binning, arena\) carry over; times and the \(model\) rows do not$/m);
     assert.doesNotMatch(stdout, /FAILED/);
   });
 
@@ -219,6 +273,9 @@ describe('vram replay', () => {
     const report = JSON.parse(stdout) as { emulatedCapacity: { bytes: number; source: string }; results: { ok: boolean }[] };
     assert.deepEqual(report.emulatedCapacity, { bytes: 16 * 1024 ** 3, source: 'VRAM_EMULATED_BYTES' });
     assert.ok(report.results.every((r) => r.ok));
+    assert.ok(report.results.every((r) => !('model' in r)), 'vram\'s own pool is no model');
+    const models = JSON.parse((await vram('replay', trace, '-r', 'cuda,async,pool', '--json')).stdout) as { results: { stack: string; model?: boolean }[] };
+    assert.deepEqual(models.results.map((r) => [r.stack, r.model ?? false]), [['cuda', true], ['async', true], ['pool', false]]);
   });
 
   it('a device too small for the trace fails each stack and prints the hint once', async () => {
@@ -283,7 +340,7 @@ describe('vram replay', () => {
       const { code, stdout, stderr } = await vram('replay', 'test/fixtures/traces/multi_stream.csv', '-r', 'all', '--html', html);
       assert.equal(code, 0, stderr);
       assert.match(stdout, /3 stream\(s\)/);
-      for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +19 `, 'm'));
+      for (const stack of ['cuda', 'async', 'pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack}( \\(model\\))? +19 `, 'm'));
       assert.match(readFileSync(html, 'utf8'), /window\.vramReport/);
     });
   });
@@ -306,7 +363,8 @@ describe('vram replay', () => {
         const { code, stdout, stderr } = await vram('replay', input, '-r', 'pool', '--html', html);
         assert.equal(code, 2, `--html ${html}: ${stderr}`);
         assert.match(stderr, message);
-        assert.match(stderr.split('\n')[1]!, /^usage: vram replay/);
+        assert.match(stderr, /; see 'vram replay --help'\n$/);
+        assert.equal(stderr.split('\n').length, 2, 'one line');
         assert.equal(stdout, '', 'nothing replayed');
       }
       assert.equal(readFileSync(input, 'utf8'), before, 'the trace is untouched');
@@ -349,7 +407,7 @@ describe('vram replay', () => {
   it('VRAM_EMULATED_BYTES that is not a size is refused in one line naming the variable', async () => {
     const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: 'lots' }, 'info');
     assert.equal(code, 1);
-    assert.match(stderr, /^vram: VRAM_EMULATED_BYTES must be .*got 'lots'\n$/);
+    assert.match(stderr, /^vram info: VRAM_EMULATED_BYTES must be .*got 'lots'\n$/);
   });
 });
 
@@ -391,13 +449,12 @@ describe('vram usage', () => {
       const { code, stdout, stderr } = await vram(...args);
       assert.equal(code, 2, stderr);
       assert.equal(stdout, '');
-      const [first, usage, help, ...rest] = stderr.trimEnd().split('\n');
+      const [first, ...rest] = stderr.trimEnd().split('\n');
       assert.match(first!, new RegExp(`^vram ${args[0]}: `));
       assert.match(first!, message);
       assert.doesNotMatch(stderr, /ambiguous|\n\s+at /);
-      assert.match(usage!, new RegExp(`^usage: vram ${args[0]} `));
-      assert.equal(help, `run 'vram help ${args[0]}' for its options`);
-      assert.deepEqual(rest, []);
+      assert.ok(first!.endsWith(`; see 'vram ${args[0]} --help'`), first);
+      assert.deepEqual(rest, [], 'one line');
     });
   }
 
@@ -473,6 +530,28 @@ describe('cli helpers', () => {
     assert.equal(formatBytes(-2048), '-2 KiB');
     assert.equal(formatBytes(100.5 * 1024), '101 KiB');
     assert.equal(formatBytes(12.25 * 1024 ** 2), '12.3 MiB');
+  });
+
+  it("the kernels tables say what their columns count (a launch row's size is its argument bytes)", () => {
+    const launch = { group: 'kernels', unit: 'ns/op', repeats: 1 } as const;
+    const text = formatRows([
+      { ...launch, name: 'kernel launch, empty kernel', size: 0, value: 1500 },
+      { ...launch, name: 'kernel launch, 4 arguments', size: 24, value: 3000 },
+      { group: 'kernels', unit: 'GB/s', repeats: 1, name: 'kernel read, mapped pinned', size: 16 << 20, value: 0.5 },
+    ]);
+    assert.match(text, /^kernel launch from TypeScript, ns per launch, median over batches\nargument bytes +0 B +24 B$/m);
+    assert.match(text, /^kernel reads, GB\/s .*\nbytes read +16 MiB$/m);
+    assert.doesNotMatch(text, /model/, 'no footnote without a model row');
+  });
+
+  it('progress without a terminal is one line a step', () => {
+    let written = '';
+    const stream = { isTTY: false, write: (text: string): boolean => { written += text; return true; } };
+    const progress = new Progress(2, stream as unknown as NodeJS.WriteStream);
+    progress.step('alloc: PoolResource 256 B');
+    progress.step('alloc: PoolResource 1 MiB');
+    progress.finish();
+    assert.equal(written, '[1/2] alloc: PoolResource 256 B\n[2/2] alloc: PoolResource 1 MiB\n');
   });
 
   it('a progress label is not cut to nothing on a terminal that reports 0 columns', () => {

@@ -4,6 +4,7 @@
  */
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { loadCudaBackend } from '../src/backend/cuda.js';
 import { driverCandidates } from '../src/cuda/library.js';
@@ -39,6 +40,50 @@ describe('cuda loader without a driver', { skip: wantCuda ? 'VRAM_BACKEND=cuda' 
     assert.equal(list[1], 'libcuda.so.1');
     assert.ok(list.every((path) => !path.includes('/stubs/')));
     assert.deepEqual(driverCandidates({}, 'win32'), ['nvcuda.dll']);
+  });
+});
+
+describe('auto falling back to the emulated backend', () => {
+  /** Runs a program that uses vram twice over in a child with `env` (no other VRAM_* variable). */
+  function child(env: Record<string, string>): { backend: string; reason: string | null; warnings: number; stderr: string } {
+    const select = new URL('../src/backend/select.js', import.meta.url).href;
+    const device = new URL('../src/device.js', import.meta.url).href;
+    const program = `import { getBackend, backendFallbackReason } from '${select}';
+      import { Device } from '${device}';
+      getBackend(); getBackend();
+      const d = Device.get(0); d.makeCurrent();
+      console.log(JSON.stringify({ backend: getBackend().name, reason: backendFallbackReason() ?? null }));`;
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('VRAM_')));
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', program], {
+      encoding: 'utf8', timeout: 60_000, env: { ...base, ...env },
+    });
+    assert.equal(run.status, 0, run.stderr);
+    const out = JSON.parse(run.stdout) as { backend: string; reason: string | null };
+    return { ...out, warnings: run.stderr.split('[VRAM_EMULATED_FALLBACK]').length - 1, stderr: run.stderr };
+  }
+
+  test('warns once per process, naming the reason; a machine with a driver finds it and stays quiet', () => {
+    const missing = '/nonexistent/vram-test/libcuda.so.1';
+    const auto = child({ VRAM_BACKEND: 'auto', VRAM_LIBCUDA: missing });
+    if (auto.backend === 'cuda') {
+      // The loader found the driver after the missing VRAM_LIBCUDA: nothing fell back.
+      assert.equal(auto.reason, null);
+      assert.equal(auto.warnings, 0, auto.stderr);
+      return;
+    }
+    assert.ok(auto.reason !== null);
+    assert.equal(auto.warnings, 1, auto.stderr);
+    assert.ok(auto.stderr.includes(auto.reason), 'the warning names the reason');
+    assert.match(auto.stderr, /VRAM_BACKEND=emulated/, 'and says how to choose the emulation without it');
+    // The default is auto: the same without VRAM_BACKEND.
+    assert.equal(child({ VRAM_LIBCUDA: missing }).warnings, 1);
+  });
+
+  test('VRAM_BACKEND=emulated, chosen on purpose, gives no warning', () => {
+    const chosen = child({ VRAM_BACKEND: 'emulated', VRAM_LIBCUDA: '/nonexistent/vram-test/libcuda.so.1' });
+    assert.equal(chosen.backend, 'emulated');
+    assert.equal(chosen.reason, null);
+    assert.equal(chosen.warnings, 0, chosen.stderr);
   });
 });
 

@@ -10,6 +10,7 @@ import type { Ptr } from '../src/backend/backend.js';
 import { OutOfMemoryError, VramStateError } from '../src/errors.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { memoryHistory, recordMemoryHistory, resourceRecord } from '../src/observe/history.js';
+import { TickingClock } from '../src/observe/history-clock.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
@@ -191,6 +192,21 @@ test('options are checked, one recording per device, and nothing is recorded aft
   const next = recordMemoryHistory();
   assert.equal(memoryHistory(), next);
   next.stop();
+});
+
+test('a clock whose thread does not run (a busy machine): a direct read stands in, so times still move', () => {
+  const clock = new TickingClock();
+  clock.stop(); // the thread ends at its next tick: from then on only check() moves the time
+  const busy = (ms: number): void => { const until = performance.now() + ms; while (performance.now() < until); };
+  busy(5);
+  const times: number[] = [];
+  for (let i = 0; i < 20; i++) {
+    busy(1);
+    assert.equal(clock.check(), 1, 'a stale clock is checked at every event');
+    times.push(clock.time[0]!);
+  }
+  for (let i = 1; i < times.length; i++) assert.ok(times[i]! >= times[i - 1]! + 1, `time ${i}: ${times[i]} after ${times[i - 1]}`);
+  assert.ok(Math.abs(times.at(-1)! - performance.now()) < 1000, 'on the performance.now() clock');
 });
 
 test('times move during a long synchronous loop (the worker\'s clock is not held up by the main thread)', () => {

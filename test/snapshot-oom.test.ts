@@ -135,7 +135,8 @@ test('the message: sites from a TrackingAdaptor\'s stacks, the fragmentation of 
   } catch (e) {
     plain = e as OutOfMemoryError;
   }
-  assert.equal(plain?.message, 'cannot allocate 2097152 bytes: 0 B of the 1 MiB limit in use');
+  assert.equal(plain?.message, 'cannot allocate 2 MiB (2097152 bytes) from LimitingAdaptor(limit=1 MiB, CudaResource(device=0)): ' +
+    '0 B of the 1 MiB (1048576 bytes) limit in use');
 });
 
 test('listeners: told once per error reaching the program, not for a recovered retry; a failing one is a warning, not a new error', async () => {

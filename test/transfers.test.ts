@@ -7,6 +7,11 @@
  * input. Runs on the emulated backend and, unchanged, on a GPU.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { after, afterEach, describe, it } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { HostAllocFlags, StreamWaitValueFlags } from '../src/backend/backend.js';
@@ -20,6 +25,8 @@ import {
   configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings,
 } from '../src/buffer/transfer/transfers.js';
 import { Stream } from '../src/stream.js';
+import { CopyThreads } from '../src/buffer/transfer/copy-threads.js';
+import { nativeAddress } from '../src/cuda/host-memcpy.js';
 import { runDataFuzzAsync } from './fuzz/data-fuzz.js';
 import { resourceFactories } from './fuzz/resources.js';
 import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, forceGc, needsGc, randomBytes } from './helpers.js';
@@ -411,5 +418,72 @@ describe('bad input', () => {
     const freed = DeviceBuffer.allocate(16);
     freed.free();
     await assert.rejects(freed.copyFromHostAsync(new Uint8Array(16)), UseAfterFreeError);
+  });
+});
+
+describe('copy threads whose module cannot load', () => {
+  /**
+   * Copies 3 MiB with `threads`, synchronously and then asynchronously; the bytes must arrive
+   * whichever thread copies them. Returns the warnings, as `code: message`.
+   */
+  async function copyWith(threads: CopyThreads): Promise<string[]> {
+    const src = randomBytes(3 * MiB, 25);
+    const dst = new Uint8Array(3 * MiB);
+    const warnings: string[] = [];
+    const original = process.emitWarning;
+    process.emitWarning = ((warning: string | Error, options?: { code?: string }) => {
+      warnings.push(`${options?.code ?? ''}: ${String(warning)}`);
+    }) as typeof process.emitWarning;
+    try {
+      threads.copy([{ dst: nativeAddress(dst), src: nativeAddress(src), bytes: src.byteLength }]);
+      assertSame(dst, src, 'copied on the calling thread');
+      dst.fill(0);
+      await threads.copyAsync([{ dst: nativeAddress(dst), src: nativeAddress(src), bytes: src.byteLength }]);
+      assertSame(dst, src, 'copied on the calling thread, asynchronously');
+    } finally {
+      process.emitWarning = original;
+      threads.destroy();
+    }
+    assert.equal(threads.running, false);
+    return warnings;
+  }
+
+  // The start used to wait out its whole 10 s timeout, then blame the time: the warning now names
+  // the cause, which it can only know by not waiting (the test timeout is the "does not hang").
+  it('a missing worker file (TypeScript sources, a bundle): one warning naming it, copies on the calling thread', { timeout: 30_000 }, async () => {
+    const path = join(tmpdir(), 'vram-no-such-dir', 'copy-worker.js');
+    const warnings = await copyWith(new CopyThreads(2, pathToFileURL(path)));
+    assert.equal(warnings.length, 1, warnings.join('\n'));
+    assert.ok(warnings[0]!.startsWith('VRAM_COPY_THREADS: '), warnings[0]);
+    assert.ok(warnings[0]!.includes(`${path} does not exist`), warnings[0]);
+  });
+
+  it('start in a program run with --input-type=module (its threads inherit the flag)', { timeout: 60_000 }, () => {
+    const threads = new URL('../src/buffer/transfer/copy-threads.js', import.meta.url).href;
+    const memcpy = new URL('../src/cuda/host-memcpy.js', import.meta.url).href;
+    const program = `import { CopyThreads } from '${threads}';
+      import { nativeAddress } from '${memcpy}';
+      const t = new CopyThreads(2);
+      const src = new Uint8Array(4 << 20).fill(7), dst = new Uint8Array(4 << 20);
+      t.copy([{ dst: nativeAddress(dst), src: nativeAddress(src), bytes: src.length }]);
+      console.log(JSON.stringify({ running: t.running, copied: dst.every((b) => b === 7) }));
+      t.destroy();`;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', program], { encoding: 'utf8', timeout: 50_000 });
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout), { running: true, copied: true });
+    assert.doesNotMatch(run.stderr, /VRAM_COPY_THREADS/);
+  });
+
+  it('a worker module that throws as it loads: the start ends at once, one warning naming it', { timeout: 30_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vram-copy-worker-'));
+    try {
+      const broken = pathToFileURL(join(dir, 'copy-worker.mjs'));
+      writeFileSync(broken, "throw new Error('this copy worker does not load');\n");
+      const warnings = await copyWith(new CopyThreads(2, broken));
+      assert.equal(warnings.length, 1, warnings.join('\n'));
+      assert.ok(warnings[0]!.includes(`a copy thread could not load ${broken.href}`), warnings[0]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -18,6 +18,8 @@ export const BACKEND_VARIABLE = variableReader('VRAM_BACKEND', choiceOf(['cuda',
 
 let current: Backend | undefined;
 let autoFallbackReason: string | undefined;
+/** False once the fallback warning was given, or a caller said it shows the reason itself. */
+let fallbackWarningDue = true;
 /** True once a Device was made on `current`: from then on it may not be replaced. */
 let claimed = false;
 
@@ -111,6 +113,39 @@ function chooseBackend(choice: 'cuda' | 'emulated' | 'auto'): Backend {
       } catch (error) {
         autoFallbackReason = error instanceof Error ? error.message : String(error);
       }
+      warnFallback(autoFallbackReason);
       return new EmulatedBackend();
   }
+}
+
+/**
+ * A program that meant to run on a GPU must not run on host memory unannounced (CuPy and PyTorch
+ * fail loudly): `auto` says once per process that it fell back, and why. Choosing
+ * `VRAM_BACKEND=emulated` says the user knows, so that path never warns.
+ */
+function warnFallback(reason: string): void {
+  if (!fallbackWarningDue) return;
+  fallbackWarningDue = false;
+  process.emitWarning(
+    `vram runs on the emulated backend (host memory, no GPU): ${reason}. ` +
+    'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.',
+    { code: FALLBACK_WARNING_CODE });
+}
+
+/** The code of the warning `auto` gives when it falls back to the emulated backend. */
+export const FALLBACK_WARNING_CODE = 'VRAM_EMULATED_FALLBACK';
+
+/**
+ * Tells the backend choice that the caller shows the backend and its fallback reason itself
+ * (`vram info` and `vram bench` head their output with it), so `auto` gives no warning as well.
+ * Internal to vram (not exported from the package).
+ *
+ * @example
+ * ```ts
+ * showsFallbackItself(); // before the first getBackend()
+ * ```
+ * @throws Never.
+ */
+export function showsFallbackItself(): void {
+  fallbackWarningDue = false;
 }

@@ -29,12 +29,13 @@ export function formatTable(header: readonly string[], rows: readonly (readonly 
 }
 
 /**
- * A one-line counter on stderr, rewritten in place with `\r`, so a long benchmark shows it is
- * alive. Silent when stderr is not a terminal, so piped and JSON output stay clean.
+ * A counter on stderr, so a long benchmark shows it is alive: on a terminal one line rewritten in
+ * place with `\r`; otherwise (a CI log, a pipe) one line per step, which a log keeps readable where
+ * carriage returns would pile up. stdout (tables, `--json`) never carries it.
  */
 export class Progress {
   private done = 0;
-  private readonly enabled: boolean;
+  private readonly terminal: boolean;
   private lastLength = 0;
 
   constructor(
@@ -42,7 +43,7 @@ export class Progress {
     private total: number,
     private readonly stream: NodeJS.WriteStream = process.stderr,
   ) {
-    this.enabled = stream.isTTY === true;
+    this.terminal = stream.isTTY === true;
   }
 
   /** Adds steps discovered after construction. */
@@ -53,8 +54,11 @@ export class Progress {
   /** Announces the step that starts now. */
   step(label: string): void {
     this.done += 1;
-    if (!this.enabled) return;
     const count = this.total > 0 ? `[${Math.min(this.done, this.total)}/${this.total}]` : `[${this.done}]`;
+    if (!this.terminal) {
+      this.stream.write(`${count} ${label}\n`);
+      return;
+    }
     // A terminal that reports 0 columns (some CI ptys, a detached tmux) has not said its width.
     const reported = this.stream.columns;
     const columns = reported !== undefined && reported > 0 ? reported : 80;
@@ -65,7 +69,7 @@ export class Progress {
 
   /** Erases the counter line. */
   finish(): void {
-    if (this.enabled && this.lastLength > 0) this.stream.write(`\r${' '.repeat(this.lastLength)}\r`);
+    if (this.terminal && this.lastLength > 0) this.stream.write(`\r${' '.repeat(this.lastLength)}\r`);
     this.lastLength = 0;
   }
 }

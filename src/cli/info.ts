@@ -5,10 +5,11 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Backend, DeviceInfo } from '../backend/backend.js';
-import { BACKEND_VARIABLE, backendFallbackReason, getBackend } from '../backend/select.js';
+import { BACKEND_VARIABLE, backendFallbackReason, getBackend, showsFallbackItself } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
 import { environmentSettings, type EnvironmentSetting } from '../environment.js';
+import { chooseAllocator, readDefaultResourceSettings } from '../resource/default-resource.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes } from '../util/size.js';
 import { formatPairs } from './format.js';
@@ -31,6 +32,48 @@ export interface InfoReport {
   readonly devices: readonly DeviceReport[];
   /** Every `VRAM_*` variable with its value (undefined: unset, the default applies). */
   readonly environment: readonly EnvironmentSetting[];
+  /** Settings vram refuses, one message each (naming the variable): `vram info` exits 1 when any. */
+  readonly problems: readonly string[];
+  /** Settings vram takes but that do not do what they seem to (a limit above the device's memory). */
+  readonly warnings: readonly string[];
+}
+
+/**
+ * Checks the settings as the library will read them: each variable with its own reader (the
+ * `problem` of its setting), then the default resource's variables together and against each
+ * device, as the first allocation would (both caps set; an allocator the device cannot run).
+ *
+ * @param settings From `environmentSettings()`.
+ * @param devices The devices, when the backend started (a bad backend variable stops it).
+ * @returns What is refused, and what is taken but means less than it says.
+ * @example
+ * ```ts
+ * const { problems } = checkSettings(environmentSettings(), []);
+ * ```
+ */
+export function checkSettings(settings: readonly EnvironmentSetting[], devices: readonly DeviceInfo[]):
+  { problems: string[]; warnings: string[] } {
+  const problems = settings.flatMap((s) => (s.problem === undefined ? [] : [s.problem]));
+  const warnings: string[] = [];
+  const resourceVariables = ['VRAM_ALLOCATOR', 'VRAM_MEMORY_LIMIT', 'VRAM_MEMORY_FRACTION'];
+  if (settings.some((s) => s.problem !== undefined && resourceVariables.includes(s.name))) return { problems, warnings };
+  try {
+    const resource = readDefaultResourceSettings();
+    for (const device of devices) {
+      try {
+        chooseAllocator(resource, device);
+      } catch (error) {
+        problems.push(error instanceof Error ? error.message : String(error));
+      }
+      if (resource.cap?.kind === 'limit' && resource.cap.bytes > device.totalMemory) {
+        warnings.push(`VRAM_MEMORY_LIMIT=${formatBytes(resource.cap.bytes)} is above device ${device.ordinal}'s ` +
+          `${formatBytes(device.totalMemory)}: it never applies there, the device's memory runs out first`);
+      }
+    }
+  } catch (error) {
+    problems.push(error instanceof Error ? error.message : String(error));
+  }
+  return { problems, warnings };
 }
 
 /** Why the process runs on the emulated backend, in words; undefined for the real driver. */
@@ -132,13 +175,15 @@ export function collectInfo(): InfoReport {
     devices.push({ ...device.info, freeMemory: device.memInfo().free });
   }
   const reason = emulatedReason(backend);
+  const environment = environmentSettings();
   return {
     backend: backend.name,
     ...(reason === undefined ? {} : { emulatedReason: reason }),
     driverVersion: backend.name === 'cuda' ? kernelDriverVersion() : null,
     cudaVersion: formatCudaVersion(backend.driverVersion()),
     devices,
-    environment: environmentSettings(),
+    environment,
+    ...checkSettings(environment, devices),
   };
 }
 
@@ -185,7 +230,25 @@ export async function infoCommand(args: string[]): Promise<number> {
     json: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
   });
-  const report = collectInfo();
+  // The backend line says why it is emulated; a warning on stderr would say it twice.
+  showsFallbackItself();
+  let report: InfoReport;
+  try {
+    report = collectInfo();
+  } catch (error) {
+    // A bad VRAM_BACKEND or VRAM_EMULATED_BYTES stops the backend: name every bad variable, not
+    // only the one that tripped first.
+    const { problems } = checkSettings(environmentSettings(), []);
+    if (problems.length === 0) throw error;
+    return reportSettings(problems, []);
+  }
   process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatInfo(report, values.verbose)}\n`);
-  return 0;
+  return reportSettings(report.problems, report.warnings);
+}
+
+/** Each refused setting and each warning on a line of stderr; exit status 1 when any is refused. */
+function reportSettings(problems: readonly string[], warnings: readonly string[]): number {
+  for (const problem of problems) process.stderr.write(`vram info: ${problem}\n`);
+  for (const warning of warnings) process.stderr.write(`vram info: warning: ${warning}\n`);
+  return problems.length > 0 ? 1 : 0;
 }

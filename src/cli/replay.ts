@@ -222,13 +222,35 @@ function fitCell(o: Outcome): string {
   return o.outOfMemory ? 'no: at creation' : 'failed';
 }
 
+/**
+ * The stacks that are the driver's own allocators (`cuMemAlloc`, CUDA's pool): on the emulated
+ * backend they replay through its model of the driver, whose rounding and caching are a guess at
+ * the driver's, so their figures are the model's (the GPU measured `async` well above it).
+ */
+const DRIVER_STACKS: ReadonlySet<string> = new Set(['cuda', 'async']);
+
+/** True when `stack`'s row is the emulation's model of the driver rather than the driver. */
+function isModel(stack: string, backend: string): boolean {
+  return backend === 'emulated' && DRIVER_STACKS.has(stack);
+}
+
+/** The notes under an emulated replay's table: which rows are models, and what carries over to a GPU. */
+function modelNotes(outcomes: readonly Outcome[], backend: string): string[] {
+  if (!outcomes.some((o) => isModel(o.stack, backend))) return [];
+  const own = outcomes.filter((o) => !isModel(o.stack, backend)).map((o) => o.stack);
+  return ["(model): the emulated backend's model of the CUDA driver (cuMemAlloc, CUDA's pool), not the driver: " +
+      'its peak reserved and overhead are the model\'s',
+  `on a GPU: ${own.length > 0 ? `the peak reserved and overhead of vram's own stacks (${own.join(', ')}) carry over` : 'no figure here carries over'}; ` +
+      'times and the (model) rows do not'];
+}
+
 /** The results table, one row per stack (the text output's and the report's); `fit` with a capacity. */
-function resultsTable(outcomes: readonly Outcome[], fit: boolean): { header: string[]; rows: string[][] } {
+function resultsTable(outcomes: readonly Outcome[], fit: boolean, backend: string): { header: string[]; rows: string[][] } {
   const perOp = outcomes.some((o) => o.ok && o.result.medianAllocateNs !== undefined);
   const header = ['resource', ...(fit ? ['fits'] : []), 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
     'peak live', 'peak reserved', 'overhead'];
   const rows = outcomes.map((o): string[] => {
-    const first = [o.stack, ...(fit ? [fitCell(o)] : [])];
+    const first = [isModel(o.stack, backend) ? `${o.stack} (model)` : o.stack, ...(fit ? [fitCell(o)] : [])];
     if (!o.ok) return [...first, 'failed', ...Array<string>(header.length - first.length - 1).fill('')];
     const r = o.result;
     return [...first, String(r.operations), formatValue(r.totalNs / 1e6), formatValue(r.nsPerOperation / 1e3),
@@ -243,11 +265,11 @@ function resultsTable(outcomes: readonly Outcome[], fit: boolean): { header: str
 function traceText(run: TraceRun, backend: string, capacity: EmulatedCapacity | undefined): string {
   const out = headingLines(run, backend, capacity).map(([label, value]) => `${label.padEnd(8)} ${value}`);
   out.push('');
-  const { header, rows } = resultsTable(run.outcomes, run.limit !== undefined);
+  const { header, rows } = resultsTable(run.outcomes, run.limit !== undefined, backend);
   out.push(formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]));
   const repeated = run.outcomes.filter((o): o is Extract<Outcome, { ok: true }> => o.ok && o.result.passes.length > 1);
   if (repeated.length > 0) out.push('', ...passTable(repeated.map((o) => [o.stack, o.result.passes])));
-  out.push('', ...outcomeNotes(run));
+  out.push('', ...outcomeNotes(run, backend));
   return out.join('\n');
 }
 
@@ -259,7 +281,7 @@ function failedAtWords(at: FailedAt, operations: number, repeat: boolean): strin
 }
 
 /** What the reader should know under the table: each stack's set-up and resource, or why and where it failed. */
-function outcomeNotes(run: TraceRun): string[] {
+function outcomeNotes(run: TraceRun, backend: string): string[] {
   const notes: string[] = [];
   const repeat = run.outcomes.some((o) => (o.ok ? o.result.passes.length > 1 : (o.at?.pass ?? 1) > 1));
   for (const o of run.outcomes) {
@@ -275,6 +297,7 @@ function outcomeNotes(run: TraceRun): string[] {
   if (run.outcomes.some((o) => o.ok && o.result.reservedSource === 'estimate')) {
     notes.push('* estimated from the live blocks: the driver does not report what cuMemAlloc reserves');
   }
+  notes.push(...modelNotes(run.outcomes, backend));
   return notes;
 }
 
@@ -286,7 +309,7 @@ function traceJson(run: TraceRun, backend: string, capacity: EmulatedCapacity | 
     backend,
     ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
     ...(b === undefined ? {} : { capacity: { bytes: b.capacityBytes, ballastBytes: b.bytes, freeBytes: b.freeBytes, totalBytes: b.totalBytes } }),
-    results: run.outcomes.map((o) => (b === undefined ? o : { ...o, fits: o.ok })),
+    results: run.outcomes.map((o) => ({ ...o, ...(b === undefined ? {} : { fits: o.ok }), ...(isModel(o.stack, backend) ? { model: true } : {}) })),
   };
 }
 
@@ -309,10 +332,10 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
       stack.close();
     }
   });
-  const { header, rows } = resultsTable(outcomes, run.limit !== undefined);
+  const { header, rows } = resultsTable(outcomes, run.limit !== undefined, backend);
   const table: TableSection = {
     kind: 'table', id: 'results', title: 'Time and memory per resource stack',
-    description: outcomeNotes(run).join('\n'),
+    description: outcomeNotes(run, backend).join('\n'),
     columns: header.map((label, i) => ({ label, numeric: i > 0 && label !== 'fits' })),
     rows,
   };

@@ -1,7 +1,7 @@
 /**
  * Help text and the usage error every subcommand throws for bad arguments, so `main.ts` can answer
- * all of them the same way: one line saying what is wrong, the command's usage line, where its
- * help is, exit status 2. The text is built from the command descriptions (`commands.ts`) and the
+ * all of them the same way: one line saying what is wrong and where the command's help is, exit
+ * status 2. The text is built from the command descriptions (`commands.ts`) and the
  * environment table (`../environment.ts`).
  */
 import { VramError } from '../errors.js';
@@ -113,20 +113,22 @@ export function formatMainHelp(): string {
 }
 
 /**
- * What a usage error prints: the message, then the command's usage line and where its help is
- * (or, for a wrong or missing command, the list of commands).
+ * What a usage error prints: for a command, one line, the message and where the command's help is
+ * (a script's log or a terminal shows the mistake, not a usage block to read past); for a wrong or
+ * missing command, the message and the list of commands.
  *
  * @param error The usage error.
  * @returns The text for stderr, without a trailing newline.
  * @example
  * ```ts
  * process.stderr.write(`${formatUsageError(error)}\n`);
+ * // vram info: Unknown option '--bogus'; see 'vram info --help'
  * ```
  */
 export function formatUsageError(error: UsageError): string {
   const command = error.command === undefined ? undefined : commandHelp(error.command);
   if (command === undefined) return `vram: ${error.message}\n\n${formatMainHelp()}`;
-  return `vram ${command.name}: ${error.message}\n${usageLine(command)}\nrun 'vram help ${command.name}' for its options`;
+  return `vram ${command.name}: ${error.message}; see 'vram ${command.name} --help'`;
 }
 
 /**

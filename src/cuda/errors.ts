@@ -3,7 +3,7 @@
  * (cuGetErrorName / cuGetErrorString). Only ever runs on the failure path.
  */
 import koffi from 'koffi';
-import { CudaError, CUresult, CUresultName, OutOfMemoryError } from '../errors.js';
+import { CudaError, CUresult, CUresultName, OutOfMemoryError, outOfMemoryMessage } from '../errors.js';
 
 /** cuGetErrorName / cuGetErrorString in the shape both are bound with. */
 export type ErrorStringFn = (error: number, str: BigUint64Array) => number;
@@ -46,7 +46,8 @@ export class CudaErrorFactory {
     if (code === CUresult.OUT_OF_MEMORY) {
       // cuMemHostAlloc and cuMemHostRegister run out of pinned host memory, the rest of device memory.
       const reason = api.includes('Host') ? 'host' : 'device';
-      return new OutOfMemoryError({ requestedBytes, call: api, reason, cause: driverError, message: driverError.message });
+      const message = requestedBytes > 0 ? outOfMemoryMessage(requestedBytes, undefined, driverError.message) : driverError.message;
+      return new OutOfMemoryError({ requestedBytes, call: api, reason, cause: driverError, message });
     }
     return driverError;
   }

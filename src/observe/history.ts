@@ -217,6 +217,8 @@ export class MemoryHistory {
   readonly #clock: TickingClock;
   /** The clock's shared time, read inline by `add`. */
   readonly #time: Float64Array;
+  /** Events until `add` has the clock check its worker is keeping up (`TickingClock.check`). */
+  #untilClockCheck = 1;
   /**
    * The events, SLOTS numbers each: kind + 8 * resource id, address (NaN: none), bytes, stream,
    * time, stack id (-1: none). One array rather than one per field: an event is then one field
@@ -418,6 +420,7 @@ export class MemoryHistory {
     // with the stack and reserve cases was 417 bytes of bytecode, over the inlining budget). The
     // rare cases are in `#addWith`. Reserved bytes are read at allocations only: resources give
     // memory back in releaseCached (recorded there) or while they grow, not when a block is freed.
+    if (--this.#untilClockCheck === 0) this.#untilClockCheck = this.#clock.check();
     const time = this.#time[0]!;
     const source = record.reserveSource;
     if (this.stacks || (kind !== FREE && source !== null && source.reservedBytes !== record.lastReserved)) {

@@ -73,3 +73,29 @@ export function formatBytes(bytes: number): string {
   const text = value >= 100 || Number.isInteger(value) ? value.toFixed(0) : value.toFixed(value >= 10 ? 1 : 2);
   return `${text} ${units[unit]}`;
 }
+
+/**
+ * Bytes as `formatBytes` spells them with the exact count after: `1.50 GiB (1610612736 bytes)`,
+ * the form of every out-of-memory message (a reader sees the scale, a program or a search the
+ * exact request). Under 1 KiB the figure is already exact: `512 B`. With `brief`, the count
+ * follows only where the figure rounds (`1 GiB`, but `1.50 GiB (1610612737 bytes)`): the form of
+ * `describe()`, which names a resource and should stay short.
+ *
+ * @param bytes A byte count.
+ * @param brief Leave the count out where the figure is exact.
+ * @returns The text.
+ * @throws Nothing.
+ * @example
+ * ```ts
+ * formatBytesExact(1610612736);          // '1.50 GiB (1610612736 bytes)'
+ * formatBytesExact(1 << 30, true);       // '1 GiB'
+ * formatBytesExact(1610612737, true);    // '1.50 GiB (1610612737 bytes)'
+ * ```
+ */
+export function formatBytesExact(bytes: number, brief = false): string {
+  const figure = formatBytes(bytes);
+  if (figure === `${bytes} B`) return figure;
+  const [number = '', unit = ''] = figure.split(' ');
+  if (brief && Number(number) * FACTORS[unit.charAt(0).toLowerCase()]! === bytes) return figure;
+  return `${figure} (${bytes} bytes)`;
+}

@@ -5,6 +5,7 @@
  */
 import type { DeviceInfo } from '../backend.js';
 import { outOfMemory } from './fail.js';
+import { formatBytesExact } from '../../util/size.js';
 import type { StreamState } from './streams.js';
 
 /** One emulated device: its capacity and what is charged against it. */
@@ -25,7 +26,8 @@ export class DeviceState {
   charge(bytes: number, call: string, requested = bytes): void {
     if (this.used + bytes > this.capacity) {
       outOfMemory(requested, call,
-        `emulated device ${this.ordinal}: ${this.capacity - this.used} of ${this.capacity} bytes free, ${bytes} needed`);
+        `emulated device ${this.ordinal}: ${formatBytesExact(this.capacity - this.used)} of ${formatBytesExact(this.capacity)} free, ` +
+        `${formatBytesExact(bytes)} needed`);
     }
     this.used += bytes;
   }

@@ -2,7 +2,7 @@
  * Driver-shaped failures for the emulated backend: every error it raises is the `CudaError` the
  * driver would return, with the driver's name and code and the entry point that failed.
  */
-import { CudaError, CUresult, CUresultName, OutOfMemoryError } from '../../errors.js';
+import { CudaError, CUresult, CUresultName, OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 
 /** Throws the driver's error `code` for `call`; never returns, so callers can `throw` or not. */
 export function fail(code: number, call: string, description?: string): never {
@@ -20,7 +20,9 @@ export function invalidValue(call: string, description?: string): never {
  */
 export function outOfMemory(bytes: number, call: string, description: string, reason: 'device' | 'host' = 'device'): never {
   const cause = new CudaError(CUresult.OUT_OF_MEMORY, CUresultName[CUresult.OUT_OF_MEMORY]!, call, description);
-  throw new OutOfMemoryError({ requestedBytes: bytes, call, reason, cause, message: cause.message });
+  // The message as the CUDA backend's (src/cuda/errors.ts) makes it, so the two read alike.
+  const message = bytes > 0 ? outOfMemoryMessage(bytes, undefined, cause.message) : cause.message;
+  throw new OutOfMemoryError({ requestedBytes: bytes, call, reason, cause, message });
 }
 
 /** Checks a byte count the way the driver sees a size_t: a whole number >= 0 that is exact. */

@@ -28,7 +28,7 @@ export function eagerStore(bytes: number, call: string): EagerStore {
   try {
     buffer = new ArrayBuffer(bytes);
   } catch {
-    return outOfMemory(bytes, call, `the host cannot back ${bytes} bytes`, 'host');
+    return outOfMemory(bytes, call, 'the host cannot back it', 'host');
   }
   return new EagerStore(buffer, 0, bytes);
 }

@@ -13,6 +13,7 @@
  */
 import type { Allocation } from './allocation.js';
 import { outOfMemory } from './fail.js';
+import { formatBytesExact } from '../../util/size.js';
 import { LazyStore } from './store.js';
 import type { StreamState } from './streams.js';
 
@@ -118,7 +119,7 @@ export class PoolState implements Allocation {
       const tail = this.last !== undefined && this.last.free && usableBy(this.last, stream) ? this.last : undefined;
       const grow = size - (tail?.size ?? 0);
       if (this.top + grow > this.base + this.size) {
-        outOfMemory(bytes, call, `the pool's ${this.size}-byte address range is exhausted`);
+        outOfMemory(bytes, call, `the pool's ${formatBytesExact(this.size)} address range is exhausted`);
       }
       if (tail !== undefined) {
         this.removeFree(tail);
@@ -249,7 +250,7 @@ export class PoolState implements Allocation {
     const bytes = missing * POOL_SEGMENT_GRANULARITY;
     try {
       if (this.maxSize > 0 && this.reserved + bytes > this.maxSize) {
-        outOfMemory(requested, call, `the pool holds ${this.reserved} bytes and its maximum size is ${this.maxSize}`);
+        outOfMemory(requested, call, `the pool holds ${formatBytesExact(this.reserved)} and its maximum size is ${formatBytesExact(this.maxSize)}`);
       }
       this.host.charge(this, bytes, call);
     } catch (error) {

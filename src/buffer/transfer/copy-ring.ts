@@ -26,9 +26,12 @@ const WORKER_SPIN_NS = 50_000n;
 /** Control words. */
 const POSTED = 0;
 const TAKEN = 1;
-const READY = 2;
+/** Threads that started (the starting thread waits on it). */
+export const READY = 2;
 const STOP = 3;
-const CONTROL_WORDS = 4;
+/** Set by a thread whose copy-worker module failed to load (copy-threads.ts's bootstrap writes it). */
+export const START_FAILED = 4;
+const CONTROL_WORDS = 5;
 
 /** The shared memory of a ring, as handed to a worker in `workerData`. */
 export interface RingBuffers {
@@ -93,14 +96,19 @@ export class Ring {
     return Atomics.load(this.control, READY);
   }
 
-  /** Blocks until `threads` threads are ready or `timeoutMs` passed; true when they are. */
-  waitReady(threads: number, timeoutMs: number): boolean {
+  /**
+   * Blocks until `threads` threads are ready, one failed to load, or `timeoutMs` passed. A worker's
+   * own `error` event needs the event loop, which a blocked thread never returns to, so a thread
+   * that fails says so here (START_FAILED, with a wake-up on READY) and the wait ends at once.
+   */
+  waitReady(threads: number, timeoutMs: number): 'ready' | 'failed' | 'timeout' {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const ready = Atomics.load(this.control, READY);
-      if (ready >= threads) return true;
+      if (Atomics.load(this.control, START_FAILED) !== 0) return 'failed';
+      if (ready >= threads) return 'ready';
       const left = deadline - Date.now();
-      if (left <= 0) return false;
+      if (left <= 0) return 'timeout';
       Atomics.wait(this.control, READY, ready, left);
     }
   }

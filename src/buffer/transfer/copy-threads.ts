@@ -10,11 +10,13 @@
  * machines we measured); the copy engine takes 50+ GB/s from pinned memory, so staging is only
  * worth it with several threads copying at once.
  */
+import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { hostMemcpy } from '../../cuda/host-memcpy.js';
 import { variableReader, wholeNumberFrom, type EnvironmentValues } from '../../util/environment.js';
-import { BATCHES, PIECES, Ring } from './copy-ring.js';
+import { BATCHES, PIECES, READY, Ring, START_FAILED } from './copy-ring.js';
 
 /** A started copy, to wait for once. */
 export interface CopyTicket {
@@ -33,6 +35,24 @@ export interface HostCopy {
 const MIN_PIECE = 256 * 1024;
 /** How long starting the threads may take before copies run on the calling thread instead. */
 const START_TIMEOUT_MS = 10_000;
+/** The copy threads' module, beside this one in the build. */
+const WORKER_URL = new URL('./copy-worker.js', import.meta.url);
+
+/**
+ * What each thread runs: an inline script (it always loads) that imports the worker module and,
+ * when that fails, says so in the ring's START_FAILED word and wakes the starting thread, which
+ * waits in `Atomics.wait` and so would never see the worker's `error` event. The error is thrown
+ * again so that event still carries the reason. Only dynamic imports, so it reads the same as
+ * CommonJS and as a module (a program run with `--input-type=module` gives its workers that flag).
+ */
+function bootstrap(url: URL): string {
+  return `import('node:worker_threads').then(({ workerData }) => import(${JSON.stringify(url.href)}).catch((error) => {
+  const control = new Int32Array(workerData.control);
+  Atomics.store(control, ${START_FAILED}, 1);
+  Atomics.notify(control, ${READY});
+  throw error;
+}));`;
+}
 
 /**
  * Checks a thread count: a whole number from 0 (copy on the calling thread) to 64.
@@ -96,9 +116,10 @@ export class CopyThreads {
 
   /**
    * @param threads Worker threads, 0 to 64 (default `defaultCopyThreads()`).
+   * @param workerUrl The threads' module (tests name a missing or broken one; vram never does).
    * @throws {RangeError} For a bad count.
    */
-  constructor(threads: number = defaultCopyThreads()) {
+  constructor(threads: number = defaultCopyThreads(), private readonly workerUrl: URL = WORKER_URL) {
     this.threads = checkThreadCount(threads, 'threads');
     for (let b = BATCHES - 1; b >= 0; b--) this.free.push(b);
   }
@@ -206,11 +227,16 @@ export class CopyThreads {
   private begin(): Ring | undefined {
     if (this.ring !== undefined) return this.ring;
     if (this.threads === 0 || this.failed || this.destroyed) return undefined;
+    // Run from TypeScript sources (tsx) or from a bundle, the module is not there: say so now rather
+    // than start threads that can only fail.
+    if (this.workerUrl.protocol === 'file:' && !existsSync(fileURLToPath(this.workerUrl))) {
+      this.fail(new Error(`${fileURLToPath(this.workerUrl)} does not exist (run from TypeScript sources or a bundle?)`));
+      return undefined;
+    }
     const ring = new Ring();
-    const url = new URL('./copy-worker.js', import.meta.url);
     try {
       for (let i = 0; i < this.threads; i++) {
-        const worker = new Worker(url, { workerData: ring.buffers });
+        const worker = new Worker(bootstrap(this.workerUrl), { eval: true, workerData: ring.buffers });
         worker.unref();
         // A thread that fails to start reports here; copies then run on the calling thread.
         worker.on('error', (error) => this.fail(error));
@@ -220,9 +246,12 @@ export class CopyThreads {
       this.fail(error);
       return undefined;
     }
-    if (!ring.waitReady(this.threads, START_TIMEOUT_MS)) {
+    const started = ring.waitReady(this.threads, START_TIMEOUT_MS);
+    if (started !== 'ready') {
       ring.stop();
-      this.fail(new Error(`only ${ring.readyThreads} of ${this.threads} copy threads started within ${START_TIMEOUT_MS} ms`));
+      this.fail(new Error(started === 'failed'
+        ? `a copy thread could not load ${this.workerUrl.href}`
+        : `only ${ring.readyThreads} of ${this.threads} copy threads started within ${START_TIMEOUT_MS} ms`));
       return undefined;
     }
     this.ring = ring;

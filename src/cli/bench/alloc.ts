@@ -25,9 +25,14 @@ function syncPairCase(settings: BenchSettings, size: number): BenchCase {
         pair: () => backend.memFree(backend.memAlloc(size)),
         sync: () => {},
       });
-      return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches };
+      return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...driverModel(settings) };
     },
   };
+}
+
+/** `{ model: true }` on the emulated backend, whose driver calls are a model of the driver's. */
+function driverModel(settings: BenchSettings): { model?: true } {
+  return settings.backend.name === 'emulated' ? { model: true } : {};
 }
 
 /** cuMemAllocAsync+cuMemFreeAsync pair latency at one size, on the default pool. */
@@ -46,8 +51,8 @@ function asyncPairCase(settings: BenchSettings, size: number): BenchCase {
         const { ns, batches } = timePairs(settings, pairsPerBatch(size, false), {
           pair: () => backend.memFreeAsync(backend.memAllocAsync(size, stream), stream),
           sync: () => backend.streamSynchronize(stream),
-        });
-        return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches };
+        }, true);
+        return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...driverModel(settings) };
       } finally {
         backend.streamSynchronize(stream);
         backend.streamDestroy(stream);

@@ -13,6 +13,8 @@ import { runRandomAllocations, type RandomPattern } from './random-allocations.j
 
 /** A resource under test: how to build it, and whether each pair is a slow driver call. */
 interface Subject {
+  /** True for the stacks that are the driver's own allocators (`cuda`, `async`): on the emulated backend, a model. */
+  readonly driver: boolean;
   /** The row's name: the class on top of the stack, as the results files have always named it. */
   readonly name: string;
   /** True when every allocation reaches the driver synchronously (fewer pairs per batch). */
@@ -25,12 +27,17 @@ const ARENA_BYTES = 2 * 1024 ** 3;
 
 /** The named stacks of src/resource/stacks.ts, the same ones `vram replay` compares. */
 const SUBJECTS: readonly Subject[] = [
-  { name: 'PoolResource', slow: false, create: () => createResourceStack('pool') },
-  { name: 'AsyncResource', slow: false, create: () => createResourceStack('async') },
-  { name: 'CudaResource', slow: true, create: () => createResourceStack('cuda') },
-  { name: 'ArenaResource', slow: false, create: () => createResourceStack('arena', { size: ARENA_BYTES }) },
-  { name: 'BinningResource', slow: false, create: () => createResourceStack('binning') },
+  { name: 'PoolResource', slow: false, driver: false, create: () => createResourceStack('pool') },
+  { name: 'AsyncResource', slow: false, driver: true, create: () => createResourceStack('async') },
+  { name: 'CudaResource', slow: true, driver: true, create: () => createResourceStack('cuda') },
+  { name: 'ArenaResource', slow: false, driver: false, create: () => createResourceStack('arena', { size: ARENA_BYTES }) },
+  { name: 'BinningResource', slow: false, driver: false, create: () => createResourceStack('binning') },
 ];
+
+/** `{ model: true }` for a driver stack on the emulated backend, else nothing. */
+function model(settings: BenchSettings, subject: Subject): { model?: true } {
+  return subject.driver && settings.backend.name === 'emulated' ? { model: true } : {};
+}
 
 /** Runs `body` with a fresh resource and a non-blocking stream, both torn down afterwards. */
 function withSubject<T>(subject: Subject, body: (mr: MemoryResource, stream: Stream) => T): T {
@@ -55,8 +62,8 @@ function pairCase(settings: BenchSettings, subject: Subject, size: number): Benc
       const { ns, batches } = timePairs(settings, pairsPerBatch(size, subject.slow), {
         pair: () => mr.deallocate(mr.allocate(size, stream), size, stream),
         sync: () => stream.synchronize(),
-      });
-      return { group: 'allocators', name: subject.name, size, value: ns, unit: 'ns/pair', repeats: batches };
+      }, !subject.slow);
+      return { group: 'allocators', name: subject.name, size, value: ns, unit: 'ns/pair', repeats: batches, ...model(settings, subject) };
     }),
   };
 }
@@ -89,7 +96,7 @@ function randomCase(settings: BenchSettings, subject: Subject): BenchCase {
         stream.synchronize();
         samples.push((nowNs() - start) / operations);
       }
-      return { group: 'allocators', name, size: pattern.maxSize, value: median(samples), unit: 'ns/op', repeats };
+      return { group: 'allocators', name, size: pattern.maxSize, value: median(samples), unit: 'ns/op', repeats, ...model(settings, subject) };
     }),
   };
 }

@@ -27,6 +27,11 @@ export interface BenchRow {
   readonly unit: Unit;
   /** How many timed repeats (or batches) the median is over. */
   readonly repeats: number;
+  /**
+   * True where the emulated backend stands in for the CUDA driver (its allocation calls, CUDA's
+   * stream-ordered pool): a model of the driver's behaviour, whose cost says nothing of the driver's.
+   */
+  readonly model?: boolean;
 }
 
 /** A measurement that could not run (unsupported on this backend, or failed), kept in the output. */
@@ -50,6 +55,11 @@ export interface BenchSettings {
   readonly allocSizes: readonly number[];
   /** Overrides the number of timed repeats / batches when set. */
   readonly repeats?: number;
+  /**
+   * Time pool hits as bench/pool-hit does (warm, large rounds) even on a quick run: the emulated
+   * backend's, whose quick batches would time a cold JIT (pairs.ts).
+   */
+  readonly warmHits?: boolean;
 }
 
 /** One measurement to run: a label for the progress line, and the code that yields its row. */

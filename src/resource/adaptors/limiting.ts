@@ -4,10 +4,10 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { CounterCell } from '../../counter.js';
-import { OutOfMemoryError } from '../../errors.js';
+import { OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 import { alignUp, readBytes, type ByteSize } from '../../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
-import { formatBytes } from '../../util/size.js';
+import { formatBytesExact } from '../../util/size.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
 import { outOfMemoryStatistics } from '../figures.js';
 
@@ -87,8 +87,8 @@ export class LimitingAdaptor extends ResourceAdaptor {
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'LimitingAdaptor.allocate', reason: 'limit', resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: `cannot allocate ${bytes} bytes: ${formatBytes(this.counted.value)} of the ` +
-          `${formatBytes(this.limitBytes)} limit in use`,
+        message: outOfMemoryMessage(bytes, this.describe(), `${formatBytesExact(this.counted.value)} of the ` +
+          `${formatBytesExact(this.limitBytes)} limit in use`),
       });
     }
     const ptr = this.upstream.allocate(bytes, stream);
@@ -104,6 +104,6 @@ export class LimitingAdaptor extends ResourceAdaptor {
   }
 
   protected override describeParameters(): string {
-    return `limit=${formatBytes(this.limitBytes)}`;
+    return `limit=${formatBytesExact(this.limitBytes, true)}`;
   }
 }

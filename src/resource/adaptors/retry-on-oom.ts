@@ -4,9 +4,9 @@
  * much was asked for and where the memory went.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { isOutOfMemory, OutOfMemoryError } from '../../errors.js';
+import { isOutOfMemory, OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 import { ResourceAdaptor } from './adaptor.js';
-import { formatBytes } from '../../util/size.js';
+import { formatBytesExact } from '../../util/size.js';
 import { checkResource, upstreamChain, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
 import { outOfMemoryStatistics } from '../figures.js';
 import { readOptions } from '../../util/options.js';
@@ -102,8 +102,8 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
           requestedBytes: bytes, call: 'RetryOnOutOfMemory.allocate', resource: this.describe(),
           reason: second instanceof OutOfMemoryError ? second.reason : 'device',
           statistics: outOfMemoryStatistics(this.upstream.memoryFigures()), cause: second,
-          message: `cannot allocate ${bytes} bytes (${formatBytes(bytes)}) from ${this.describe()}, ` +
-            `even after releasing ${formatBytes(released)} of cached memory: ${second.message}`,
+          message: outOfMemoryMessage(bytes, this.describe(),
+            `even after releasing ${formatBytesExact(released)} of cached memory: ${second.message}`),
         });
       }
     }

@@ -6,8 +6,9 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
-import { DoubleFreeError, InvalidPointerError, OutOfMemoryError } from '../../errors.js';
+import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 import { alignUp, checkBytes, readBytes, type ByteSize, checkPointer, checkPowerOfTwo, checkStreamHandle, MAX_BYTES } from '../../validate.js';
+import { formatBytesExact } from '../../util/size.js';
 import { CudaResource } from '../upstream/cuda-resource.js';
 import { BlockHeap } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
@@ -266,7 +267,7 @@ export class ArenaResource extends MemoryResource {
 
   /** `ArenaResource(size=..., upstream=...)`. */
   describe(): string {
-    return `ArenaResource(size=${this.size}, upstream=${this.upstream.describe()})`;
+    return `ArenaResource(size=${formatBytesExact(this.size, true)}, upstream=${this.upstream.describe()})`;
   }
 
   private take(bytes: number, size: number, alignment: number, h: number): Ptr {
@@ -276,8 +277,8 @@ export class ArenaResource extends MemoryResource {
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'ArenaResource.allocate', reason: 'arena', resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: `arena exhausted: cannot allocate ${bytes} bytes from an arena of ${this.size} bytes with ` +
-          `${heap.freeBytes} bytes free (no free range is large enough); size it with ArenaResource.ceil1DVolume/ceil2DVolume`,
+        message: outOfMemoryMessage(bytes, this.describe(), `arena exhausted: ${formatBytesExact(heap.freeBytes)} of ` +
+          `${formatBytesExact(this.size)} free, but no free range is large enough; size it with ArenaResource.ceil1DVolume/ceil2DVolume`),
       });
     }
     this.heap.markLive(i, bytes);

@@ -11,6 +11,7 @@
 import type { Ptr } from '../../backend/backend.js';
 import { InvalidPointerError } from '../../errors.js';
 import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
+import { formatBytesExact } from '../../util/size.js';
 import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './kit/live-table.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
@@ -217,7 +218,7 @@ export class BinningResource extends MemoryResource {
 
   /** `BinningResource(bins=[256, 512], upstream=...)`. */
   describe(): string {
-    return `BinningResource(bins=[${this.binSizes.join(', ')}], upstream=${this.upstream.describe()})`;
+    return `BinningResource(bins=[${this.binSizes.map((b) => formatBytesExact(b, true)).join(', ')}], upstream=${this.upstream.describe()})`;
   }
 
   protected doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {

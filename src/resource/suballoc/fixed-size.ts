@@ -7,8 +7,9 @@ import type { Ptr } from '../../backend/backend.js';
 import { nonZero } from '../../backstop.js';
 import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
-import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError } from '../../errors.js';
+import { DoubleFreeError, InvalidPointerError, isOutOfMemory, OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 import { alignUp, checkBytes, readBytes, type ByteSize } from '../../validate.js';
+import { formatBytesExact } from '../../util/size.js';
 import { GRANULE } from './kit/free-list.js';
 import { StreamStacks, type StreamStack } from './kit/stream-stacks.js';
 import { checkResource, MemoryResource, type MemoryKind } from '../resource.js';
@@ -237,7 +238,7 @@ export class FixedSizeResource extends MemoryResource {
 
   /** `FixedSizeResource(block=1048576, upstream=...)`. */
   describe(): string {
-    return `FixedSizeResource(block=${this.blockSize}, upstream=${this.upstream.describe()})`;
+    return `FixedSizeResource(block=${formatBytesExact(this.blockSize, true)}, upstream=${this.upstream.describe()})`;
   }
 
   private grow(stream: number, bytes: number): void {
@@ -250,7 +251,8 @@ export class FixedSizeResource extends MemoryResource {
       throw new OutOfMemoryError({
         requestedBytes: bytes, call: 'FixedSizeResource.allocate', reason: 'upstream', resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: `cannot take a chunk of ${chunkBytes} bytes from ${this.upstream.describe()}: ${(error as Error).message}`,
+        message: outOfMemoryMessage(bytes, this.describe(),
+          `its upstream refused a chunk of ${formatBytesExact(chunkBytes)}: ${(error as Error).message}`),
         cause: error,
       });
     }

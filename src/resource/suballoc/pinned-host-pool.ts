@@ -12,6 +12,7 @@ import { Device } from '../../device.js';
 import { nonZero } from '../../backstop.js';
 import { DoubleFreeError, InvalidPointerError, isOutOfMemory, UseAfterFreeError } from '../../errors.js';
 import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
+import { formatBytesExact } from '../../util/size.js';
 import { PinnedHostResource } from '../upstream/pinned-host-resource.js';
 import { CounterCell } from '../../counter.js';
 import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
@@ -293,7 +294,7 @@ export class PinnedHostPool extends MemoryResource {
 
   /** `PinnedHostPool(maximumCached=..., upstream=...)`. */
   describe(): string {
-    return `PinnedHostPool(maximumCached=${this.maximumCachedBytes}, upstream=${this.upstream.describe()})`;
+    return `PinnedHostPool(maximumCached=${formatBytesExact(this.maximumCachedBytes, true)}, upstream=${this.upstream.describe()})`;
   }
 
   /** An idle buffer of this class whose last use is complete (oldest first), else undefined. */

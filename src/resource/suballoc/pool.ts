@@ -13,8 +13,9 @@ import { MemAccess, type Backend, type Ptr } from '../../backend/backend.js';
 import { nonZero } from '../../backstop.js';
 import type { Counter } from '../../counter.js';
 import { Device } from '../../device.js';
-import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
+import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason, outOfMemoryMessage } from '../../errors.js';
 import { readBytes, type ByteSize } from '../../validate.js';
+import { formatBytesExact } from '../../util/size.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
 import { BlockHeap, PARKED } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
@@ -215,7 +216,7 @@ export class PoolResource extends MemoryResource {
       if (initial > 0 && this.chunks.grow(initial, -1, initial) !== null) {
         throw new OutOfMemoryError({
           requestedBytes: initial, call: 'new PoolResource', reason: 'upstream', resource: this.describe(),
-          message: `cannot take the initial ${initial} bytes from ${upstream.describe()}`,
+          message: outOfMemoryMessage(initial, this.describe(), 'the upstream refused the initial size'),
         });
       }
       const chunks = this.chunks;
@@ -485,8 +486,8 @@ export class PoolResource extends MemoryResource {
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */
   describe(): string {
     const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.deviceOrdinal}`];
-    if (this.options.initialSize) parts.push(`initial=${this.options.initialSize}`);
-    if (this.options.maximumSize !== undefined) parts.push(`maximum=${this.options.maximumSize}`);
+    if (this.options.initialSize) parts.push(`initial=${formatBytesExact(readBytes(this.options.initialSize, 'initialSize'), true)}`);
+    if (this.maximumBytes !== Infinity) parts.push(`maximum=${formatBytesExact(this.maximumBytes, true)}`);
     if (this.options.extentSize === 'adaptive') parts.push('extents=adaptive');
     return `PoolResource(${parts.join(', ')})`;
   }
@@ -511,8 +512,8 @@ export class PoolResource extends MemoryResource {
     return new OutOfMemoryError({
       requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(),
       statistics: outOfMemoryStatistics(this.memoryFigures()), cause,
-      message: `cannot allocate ${bytes} bytes from ${this.describe()}: ${why} ` +
-        `(live ${heap.liveBytes} bytes in ${heap.liveCount} blocks, reserved ${this.reservedBytes} bytes)`,
+      message: outOfMemoryMessage(bytes, this.describe(), `${why} ` +
+        `(live ${formatBytesExact(heap.liveBytes)} in ${heap.liveCount} blocks, reserved ${formatBytesExact(this.reservedBytes)})`),
     });
   }
 

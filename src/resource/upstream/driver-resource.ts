@@ -6,7 +6,8 @@
  */
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
-import { OutOfMemoryError } from '../../errors.js';
+import { OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
+import { formatBytesExact } from '../../util/size.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { SizeTable } from './size-table.js';
@@ -169,7 +170,9 @@ export abstract class DriverResource extends MemoryResource {
     return new OutOfMemoryError({
       requestedBytes: bytes, call: error.call, reason: error.reason, resource: this.describe(),
       statistics: outOfMemoryStatistics(this.memoryFigures()),
-      message: `${error.message} (${this.describe()}: ${live.size} live allocations, ${live.bytes.value} bytes)`,
+      // The driver's own words (the cause), not the backend's message, which already named the request.
+      message: outOfMemoryMessage(bytes, this.describe(), `${error.cause instanceof Error ? error.cause.message : error.message} ` +
+        `(${live.size} live allocations, ${formatBytesExact(live.bytes.value)})`),
       cause: error.cause ?? error,
     });
   }

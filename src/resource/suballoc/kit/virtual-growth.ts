@@ -24,6 +24,7 @@
 import type { Backend } from '../../../backend/backend.js';
 import { MemAccess } from '../../../backend/backend.js';
 import { isOutOfMemory, VramError } from '../../../errors.js';
+import { formatBytesExact } from '../../../util/size.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
@@ -544,7 +545,7 @@ export class VirtualPages {
     try {
       if ((this.physicalPages - this.spareCount + missing) * P > this.maximumBytes) {
         throw new PhysicalExhausted(`needs ${this.physicalPages - this.spareCount + missing - Math.floor(this.maximumBytes / P)} ` +
-          `more page(s) of ${P} bytes beyond the maximum of ${this.maximumBytes} bytes`, 'maximum');
+          `more page(s) of ${formatBytesExact(P, true)} beyond the maximum of ${formatBytesExact(this.maximumBytes)}`, 'maximum');
       }
       // Moved one-page handles first, page by page; what they do not cover, one new extent per run.
       let k = nRuns;
