@@ -116,7 +116,7 @@ describe('vram info', () => {
     const env = { VRAM_BACKEND: 'emulated', VRAM_COPY_THREADS: '0x4', VRAM_ALLOCATOR: 'turbo' };
     const { code, stdout, stderr } = await vramWith(env, 'info');
     assert.equal(code, 1, stderr);
-    assert.equal(stderr, "vram info: VRAM_ALLOCATOR must be one of async, pool, cuda, got 'turbo'\n" +
+    assert.equal(stderr, "vram info: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'\n" +
       "vram info: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'\n");
     assert.match(stdout, /^  VRAM_COPY_THREADS +0x4 +REFUSED: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'$/m);
     assert.match(stdout, /^  VRAM_ALLOCATOR +turbo +REFUSED: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'$/m);
@@ -261,9 +261,9 @@ describe('vram replay', () => {
     assert.match(stdout, /^device   emulated device sized for this trace: 12 GiB \(2 x peak live \+ 1 GiB; VRAM_EMULATED_BYTES is unset/m);
     // The driver's allocators replay through the emulation's model of them: marked, and said what carries over.
     for (const stack of ['cuda', 'async']) assert.match(stdout, new RegExp(`^${stack} \\(model\\) +5081 `, 'm'));
-    for (const stack of ['pool', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
+    for (const stack of ['pool', 'adaptive', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
     assert.match(stdout, /^\(model\): the emulated backend's model of the CUDA driver/m);
-    assert.match(stdout, /^on a GPU: the peak reserved and overhead of vram's own stacks \(pool, binning, arena\) carry over; times and the \(model\) rows do not$/m);
+    assert.match(stdout, /^on a GPU: the peak reserved and overhead of vram's own stacks \(pool, adaptive, binning, arena\) carry over; times and the \(model\) rows do not$/m);
     assert.doesNotMatch(stdout, /FAILED/);
   });
 
@@ -289,13 +289,13 @@ describe('vram replay', () => {
   });
 
   it('--capacity 24G: the emulated device is sized for the capacity and a ballast, and each stack says it fit', async () => {
-    // "Will it fit on a 24 GiB card?" without a GPU: the device is the capacity + 1 GiB, the ballast 1 GiB.
+    // "Will it fit on a 24 GiB card?" without a GPU: an 80 GiB device, as an H100, and a ballast of 56 GiB.
     const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,async', '--capacity', '24G');
     assert.equal(code, 0, stderr);
-    assert.match(stdout, /^device   emulated device sized for the capacity: 25 GiB \(capacity \+ 1 GiB, so a ballast holds the rest as on a GPU/m);
-    assert.match(stdout, /^capacity 24 GiB \(--capacity 24G\): a ballast of 1 GiB takes the rest of the device's free memory \(25 GiB in all\), so each stack sees 24 GiB free/m);
+    assert.match(stdout, /^device   emulated device sized for the capacity: 80 GiB \(at least 80 GiB, as an H100, and 1 GiB more than the capacity, so a ballast holds the rest as on a GPU/m);
+    assert.match(stdout, /^capacity 24 GiB \(--capacity 24G\): a ballast of 56 GiB takes the rest of the device's free memory \(80 GiB in all\), so each stack sees 24 GiB free/m);
     assert.match(stdout, /^pool +yes +5081 /m);
-    assert.match(stdout, /^async +yes +5081 /m);
+    assert.match(stdout, /^async(?: \(model\))? +yes +5081 /m);
   });
 
   it('--capacity below the trace\'s peak on the emulated backend: no stack fits, the table says where, no hint to enlarge the device', async () => {

@@ -27,6 +27,16 @@ function calls(pool: PoolResource): GrowthCalls {
 }
 
 /**
+ * Takes the pool to the smallest chunk with one block of that size (one extent of its own pages):
+ * below it the policy grows page by page, as the default pool does, and maps nothing ahead.
+ */
+function warm(pool: PoolResource): number {
+  const p = pool.allocate(MIN_CHUNK_BYTES);
+  assert.equal(pool.reservedBytes, MIN_CHUNK_BYTES, 'a block of a chunk: its own pages, nothing ahead');
+  return p;
+}
+
+/**
  * Makes cuMemCreate refuse (CUDA_ERROR_OUT_OF_MEMORY) the sizes `refuse` says: a driver short of
  * physical memory while cuMemGetInfo still shows room (another process took it, or the memory is
  * in pieces).
@@ -50,36 +60,40 @@ function refuseCreates(refuse: (bytes: number) => boolean): Disposable {
 describe("PoolResource extentSize 'adaptive'", () => {
   it('maps a chunk ahead as one extent while the device has room, and grows geometrically', () => {
     using pool = new PoolResource({ extentSize: 'adaptive' });
+    const w = warm(pool);
     const a = pool.allocate(MiB);
-    assert.deepEqual(calls(pool), { create: 1, map: 1, unmap: 0, setAccess: 1, release: 0 }, 'one growth: one create, map, set-access');
-    assert.equal(pool.reservedBytes, MIN_CHUNK_BYTES, 'the smallest chunk, not the one page the block needs');
+    assert.deepEqual(calls(pool), { create: 2, map: 2, unmap: 0, setAccess: 2, release: 0 }, 'one growth: one create, map, set-access');
+    assert.equal(pool.reservedBytes, 2 * MIN_CHUNK_BYTES, 'the smallest chunk, not the one page the block needs');
     assert.equal(pool.statistics().pagesMappedAhead, MIN_CHUNK_BYTES / page - 1);
     const more = Array.from({ length: MIN_CHUNK_BYTES / MiB - 2 }, () => pool.allocate(MiB));
-    assert.equal(calls(pool).create, 1, 'later blocks land on the pages mapped ahead: no driver call');
+    assert.equal(calls(pool).create, 2, 'later blocks land on the pages mapped ahead: no driver call');
     for (const p of [a, ...more]) pool.deallocate(p, MiB);
 
     // 512 MiB of one-page blocks: a page-granular pool makes 256 growths; this one a few dozen.
     const blocks = Array.from({ length: 256 }, () => pool.allocate(2 * MiB));
     const c = calls(pool);
-    assert.ok(c.create <= 32, `${c.create} growths for 256 pages`);
+    assert.ok(c.create <= 34, `${c.create} growths for 256 pages`);
     assert.equal(c.map, c.create, 'one mapping per extent');
     assert.equal(c.setAccess, c.create, 'one set-access per growth');
     const { reservedBytes } = pool;
-    assert.ok(reservedBytes - 512 * MiB <= Math.max(MIN_CHUNK_BYTES, reservedBytes / 8),
-      `reserved ${reservedBytes} for 512 MiB live: at most one chunk ahead`);
+    assert.ok(reservedBytes - 512 * MiB - MIN_CHUNK_BYTES <= Math.max(MIN_CHUNK_BYTES, reservedBytes / 8),
+      `reserved ${reservedBytes} for 528 MiB live: at most one chunk ahead`);
     for (const p of blocks) pool.deallocate(p, 2 * MiB);
+    pool.deallocate(w, MIN_CHUNK_BYTES);
   });
 
   it('a block of half a chunk or more gets an extent of its own pages, nothing ahead', () => {
     using pool = new PoolResource({ extentSize: 'adaptive' });
     const chunk = MIN_CHUNK_BYTES;
     const large = chunk * LARGE_BLOCK_SHARE;
+    const w = warm(pool);
     const a = pool.allocate(large);
-    assert.equal(pool.reservedBytes, large, 'the large block\'s pages only');
+    assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, large, 'the large block\'s pages only');
     assert.equal(pool.statistics().pagesMappedAhead, 0);
     const b = pool.allocate(large - page); // below the share: a chunk is mapped ahead
-    assert.equal(pool.reservedBytes - large, Math.max(chunk, Math.ceil(large / page / 8) * page));
-    assert.deepEqual([calls(pool).create, calls(pool).map], [2, 2]);
+    assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES - large, chunk);
+    assert.deepEqual([calls(pool).create, calls(pool).map], [3, 3]);
+    pool.deallocate(w, MIN_CHUNK_BYTES);
     pool.deallocate(a, large);
     pool.deallocate(b, large - page);
   });
@@ -100,7 +114,10 @@ describe("PoolResource extentSize 'adaptive'", () => {
     allocate(3 * page);
     for (let k = 0; k < 3; k++) allocate(page);
     assert.equal(pool.reservedBytes, maximum, 'every page of the maximum in use, none wasted on a chunk past it');
-    const early = steps.filter((s) => s.created > 0 && s.reserved + page <= maximum * (1 - LOW_WATER_FRACTION) / (1 + HELD_FRACTION));
+    const small = steps.filter((s) => s.reserved < MIN_CHUNK_BYTES);
+    for (const s of small) assert.equal(s.grew, page, `at ${s.reserved} bytes, below the smallest chunk: page by page`);
+    const early = steps.filter((s) => s.created > 0 && s.reserved >= MIN_CHUNK_BYTES &&
+      s.reserved + page <= maximum * (1 - LOW_WATER_FRACTION) / (1 + HELD_FRACTION));
     assert.ok(early.length > 0 && early.every((s) => s.grew > page), 'with room, each growth mapped a chunk');
     const late = steps.filter((s) => s.reserved >= maximum * (1 - LOW_WATER_FRACTION));
     for (const s of late) assert.equal(s.created * page, s.grew, `at ${s.reserved} bytes: one extent per page, nothing ahead`);
@@ -111,18 +128,20 @@ describe("PoolResource extentSize 'adaptive'", () => {
 
   it('a growth the driver refuses is retried one page an extent, with nothing mapped ahead', () => {
     using pool = new PoolResource({ extentSize: 'adaptive' });
+    const w = warm(pool);
     {
       using _ = refuseCreates((bytes) => bytes > page); // the driver has only one-page pieces left
       const p = pool.allocate(MiB);
       assert.equal(pool.statistics().compactions, 1);
-      assert.equal(pool.reservedBytes, page, 'the block\'s own page');
+      assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, page, 'the block\'s own page');
       assert.equal(pool.statistics().pagesMappedAhead, 0);
       pool.deallocate(p, MiB);
     }
     // With the driver whole again, the next growth maps a chunk ahead again.
     const q = pool.allocate(4 * MiB);
-    assert.ok(pool.reservedBytes > 4 * MiB);
+    assert.ok(pool.reservedBytes - MIN_CHUNK_BYTES > 4 * MiB + page);
     pool.deallocate(q, 4 * MiB);
+    pool.deallocate(w, MIN_CHUNK_BYTES);
   });
 
   it('a growth refused after free extents went back is retried page by page; live data stays', () => {
@@ -169,10 +188,12 @@ describe("PoolResource extentSize 'adaptive'", () => {
       return memInfo.call(this);
     };
     try {
+      const w = warm(pool);
       pool.deallocate(pool.allocate(MiB), MiB);
-      assert.equal(reads, 1, 'one growth, one read');
+      assert.equal(reads, 2, 'two growths, one read each');
       for (let k = 0; k < 1000; k++) pool.deallocate(pool.allocate((k % 7 + 1) * MiB), (k % 7 + 1) * MiB);
-      assert.equal(reads, 1, 'hits read nothing');
+      assert.equal(reads, 2, 'hits read nothing');
+      pool.deallocate(w, MIN_CHUNK_BYTES);
     } finally {
       delete (device as Partial<Device>).memInfo;
     }
@@ -182,7 +203,9 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const P = 2 * MiB;
     const GiB = 1024 * MiB;
     const plenty = { pageBytes: P, freeBytes: 70 * GiB, totalBytes: 80 * GiB, maximumBytes: Infinity };
-    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 1 }), MIN_CHUNK_BYTES / P);
+    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 1 }), -1, 'below the smallest chunk: page by page');
+    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: MIN_CHUNK_BYTES / P }), MIN_CHUNK_BYTES / P, 'a block of a chunk: its own extent');
+    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: MIN_CHUNK_BYTES / P, blockPages: 1 }), MIN_CHUNK_BYTES / P);
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 512, blockPages: 1 }), 64, 'an eighth of 1 GiB held');
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 10240, blockPages: 1 }), MAX_CHUNK_BYTES / P);
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 500 }), 500, 'never less than the block');

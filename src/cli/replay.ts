@@ -84,13 +84,19 @@ function emulatedCapacityFor(peakLiveBytes: number): number {
 }
 
 /**
- * The emulated device for a replay with a capacity: 1 GiB more than the capacity in whole GiB, so
- * a ballast holds the rest as it would on a GPU (a device of exactly the capacity would replay
- * without one, and the model would differ from the GPU's).
+ * The emulated device for a replay with a capacity: at least as large as an 80 GiB GPU (and 1 GiB
+ * more than the capacity, in whole GiB), the rest held by the ballast, as on a GPU. Not a device of
+ * just the capacity: the adaptive pool's thresholds are fractions of the device's memory, so on a
+ * device barely larger than the capacity it would map ahead where a GPU whose memory a ballast
+ * holds does not, and the two would differ. The emulated store is lazily backed, so the ballast
+ * costs no host memory.
  */
 function emulatedCapacityWithBallast(capacityBytes: number): number {
-  return Math.ceil((capacityBytes + GIB) / GIB) * GIB;
+  return Math.max(PRESSURE_DEVICE_BYTES, Math.ceil((capacityBytes + GIB) / GIB) * GIB);
 }
+
+/** An H100's memory, in whole GiB: the smallest emulated device a replay with a capacity runs on. */
+const PRESSURE_DEVICE_BYTES = 80 * GIB;
 
 /**
  * On the emulated backend, sizes the device for the traces (the largest of them, and with a
@@ -139,7 +145,7 @@ function capacityLine(capacity: EmulatedCapacity): string {
     case 'trace':
       return `emulated device sized for ${capacity.largestOf === undefined ? 'this trace' : `the largest of ${capacity.largestOf} traces`}: ${size} (2 x peak live + 1 GiB; VRAM_EMULATED_BYTES is unset; backed lazily)`;
     case 'capacity':
-      return `emulated device sized for the capacity: ${size} (capacity + 1 GiB, so a ballast holds the rest as on a GPU; ` +
+      return `emulated device sized for the capacity: ${size} (at least 80 GiB, as an H100, and 1 GiB more than the capacity, so a ballast holds the rest as on a GPU; ` +
         'VRAM_EMULATED_BYTES is unset; backed lazily)';
     case 'VRAM_EMULATED_BYTES':
       return `emulated device of ${size} (VRAM_EMULATED_BYTES)`;

@@ -88,8 +88,13 @@ export function adaptiveChunkPages(s: GrowthState): number {
   const floor = capacity * LOW_WATER_FRACTION;
   const after = room - s.blockPages * P;
   if (after < floor || after < HELD_FRACTION * (s.heldPages + s.blockPages) * P) return -1;
-  const chunk = Math.min(Math.floor(MAX_CHUNK_BYTES / P),
-    Math.max(Math.ceil(MIN_CHUNK_BYTES / P), Math.ceil(s.heldPages * CHUNK_FRACTION)));
+  // Until the pool holds a smallest chunk, as the default pool: nothing mapped ahead, one page per
+  // extent (pages that can move), unless the block alone is a chunk or more (one extent of its own).
+  // A pool that stays small (a few MiB, multi_stream's 13 MiB over three streams) makes a handful
+  // of growths anyway, and 16 MiB chunks or multi-page extents it cannot move would double or
+  // triple what it holds.
+  if (s.heldPages * P < MIN_CHUNK_BYTES) return s.blockPages * P >= MIN_CHUNK_BYTES ? s.blockPages : -1;
+  const chunk = Math.min(Math.floor(MAX_CHUNK_BYTES / P), Math.max(Math.ceil(MIN_CHUNK_BYTES / P), Math.ceil(s.heldPages * CHUNK_FRACTION)));
   // Near either threshold the chunk shrinks to what keeps both, down to the block itself.
   const fits = Math.min(Math.floor((room - floor) / P),
     Math.floor((room - HELD_FRACTION * s.heldPages * P) / ((1 + HELD_FRACTION) * P)));
