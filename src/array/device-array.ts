@@ -44,6 +44,11 @@ export interface DeviceArrayOptions {
   readonly stream?: StreamRef;
   /** The device, when no resource is named (device 0 by default). */
   readonly device?: Device | number;
+  /**
+   * May be spilled to pinned host memory when the device runs short and brought back, at the same
+   * address, by the next operation that uses it (see `DeviceBufferOptions.spillable`).
+   */
+  readonly spillable?: boolean;
 }
 
 /** Options of `DeviceArray.from`: the dtype (inferred from a TypedArray) and shape of the data. */
@@ -228,7 +233,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static empty<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     const s = checkShape(shape);
     const dt = dtypeOf(dtype);
-    options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
     return DeviceArray.allocate(dt, s, options);
   }
 
@@ -247,7 +252,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static zeros<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true, spillable: true });
     const a = DeviceArray.empty(shape, dtype, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -270,7 +275,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static full<N extends DTypeName>(shape: Shape, value: ScalarValue<N>, dtype: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true, spillable: true });
     const dt = dtypeOf(dtype);
     const pattern = encodeScalar(dt, value);
     const a = DeviceArray.empty(shape, dt, options);
@@ -297,7 +302,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('emptyLike expects a DeviceArray or HostArray');
-    options = readOptions('DeviceArray.emptyLike', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.emptyLike', options, { resource: true, stream: true, device: true, spillable: true });
     const device = options.device ?? (like instanceof DeviceArray && options.resource === undefined ? like.device : undefined);
     return DeviceArray.empty(like.shape, like.dtype, { ...options, device });
   }
@@ -315,7 +320,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.zerosLike', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.zerosLike', options, { resource: true, stream: true, device: true, spillable: true });
     const a = DeviceArray.emptyLike(like, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -342,7 +347,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static from<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): DeviceArray<N>;
   static from<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): DeviceArray<InferredDType<T>>;
   static from(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): DeviceArray {
-    options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true, spillable: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
@@ -370,7 +375,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static fromAsync<N extends DTypeName>(data: HostInput<N>, options: DeviceArrayFromOptions<N> & { readonly dtype: N | DType<N> }): Promise<DeviceArray<N>>;
   static fromAsync<T extends InferableTypedArray>(data: T, options?: DeviceArrayFromOptions<InferredDType<T>>): Promise<DeviceArray<InferredDType<T>>>;
   static async fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
-    options = readOptions('DeviceArray.fromAsync', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.fromAsync', options, { dtype: true, shape: true, resource: true, stream: true, device: true, spillable: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
@@ -553,7 +558,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions): DeviceArray<N> {
     const bytes = elementCount(shape) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
-    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), { resource: options.resource, stream: options.stream, device: options.device });
+    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), {
+      resource: options.resource, stream: options.stream, device: options.device, spillable: options.spillable,
+    });
     return new DeviceArray(dt, contiguousLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
   }
 
@@ -770,7 +777,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   copy(options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.copy', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.copy', options, { resource: true, stream: true, device: true, spillable: true });
     this.checkAlive();
     const a = DeviceArray.emptyLike(this, options);
     try {

@@ -10,6 +10,7 @@ import { formatBytes } from '../util/size.js';
 import { getCurrentResource } from '../resource/current.js';
 import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';
+import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
 
 /**
  * A figure now (`value`) and its high-water mark (`peak`): a `Counter` without the running total,
@@ -68,6 +69,13 @@ export interface MemoryStats {
    * `free()`, with their bytes: process-wide, every device and resource together.
    */
   readonly leaks: LeakStatistics;
+  /**
+   * Spillable memory of the device (`{ spillable: true }`, which does not come from the current
+   * resource): bytes and buffers spilled to host memory now, their peaks and totals, the copies out
+   * (a buffer whose host copy was current is spilled without one), reloads, and what is on the
+   * device now and held there by leases. Zeros where nothing was spillable.
+   */
+  readonly spill: SpillFigures;
 }
 
 /**
@@ -103,6 +111,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     pageMoves: figures?.pageMoves,
     driverCalls: figures?.driverCalls,
     leaks: leakStatistics(),
+    spill: spillFigures(dev),
   } as const);
 }
 
@@ -156,6 +165,9 @@ export function memorySummary(device?: Device | number): string {
     ['Page moves', '-', '-', count(s.pageMoves)],
     ['Driver calls', '-', '-', count(s.driverCalls)],
     ['Leaks (GC backstop)', '-', '-', `${s.leaks.count} (${formatBytes(s.leaks.bytes)})`],
+    ['Spilled memory', formatBytes(s.spill.spilledBytes.value), formatBytes(s.spill.spilledBytes.peak), formatBytes(s.spill.spilledBytes.total)],
+    ['Spill copies out', '-', '-', `${s.spill.copiesOut} (${formatBytes(s.spill.copiedOutBytes)})`],
+    ['Reloads', '-', '-', `${s.spill.reloads} (${formatBytes(s.spill.reloadedBytes)})`],
   ];
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
   const line = (r: string[]): string => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ');
