@@ -18,6 +18,7 @@ import {
 } from './resource/default-resource.js';
 import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
 import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
+import { SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
 import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
 
 /**
@@ -30,6 +31,7 @@ export const DEBUG_VARIABLE = variableReader('VRAM_DEBUG', anyText);
 export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> = new Map([
   BACKEND_VARIABLE, LIBCUDA_VARIABLE, LIBNVRTC_VARIABLE, CACHE_DIR_VARIABLE, EMULATED_BYTES_VARIABLE,
   ALLOCATOR_VARIABLE, MEMORY_LIMIT_VARIABLE, MEMORY_FRACTION_VARIABLE, OOM_SNAPSHOT, COPY_THREADS_VARIABLE, DEBUG_VARIABLE,
+  SPILL_VARIABLE, SPILL_LIMIT_VARIABLE,
 ].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]));
 
 /** One environment variable vram reads. */

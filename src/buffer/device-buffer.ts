@@ -53,20 +53,15 @@ export class DeviceBuffer extends DeviceMemory {
   readonly resource: MemoryResource;
   /** The stream it was allocated on, and is freed on unless `free({ stream })` names another. */
   readonly stream: StreamRef;
-  /** Its spill state, for spillable memory. */
-  readonly #spill: SpillEntry | undefined;
+  /** Its spill state, for spillable memory (set once, by `allocateSpillable`). */
+  #spill: SpillEntry | undefined;
 
-  protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release, spill?: SpillEntry) {
+  protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
     const device = Device.get(resource.deviceOrdinal);
     super(ptr, bytes, release, device, stream);
     this.resource = resource;
     this.stream = stream;
     this.device = device;
-    this.#spill = spill;
-    if (spill !== undefined) {
-      spill.owner = new WeakRef(this);
-      setResidency(this, spill);
-    }
   }
 
   /**
@@ -189,7 +184,11 @@ export class DeviceBuffer extends DeviceMemory {
     beginOperation();
     const manager = spillManager(device);
     const entry = manager.allocate(bytes, stream);
-    return new DeviceBuffer(entry.ptr, bytes, manager.resource, stream, (on) => manager.release(entry, on), entry);
+    const buffer = new DeviceBuffer(entry.ptr, bytes, manager.resource, stream, (on) => manager.release(entry, on));
+    buffer.#spill = entry;
+    entry.owner = new WeakRef(buffer);
+    setResidency(buffer, entry);
+    return buffer;
   }
 
   /**
