@@ -7,7 +7,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
-import { spillFigures } from '../src/buffer/spill/spill-manager.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manager.js';
+import { OutOfMemoryError } from '../src/errors.js';
+import { memoryStats } from '../src/observe/memory-stats.js';
 import { Device } from '../src/device.js';
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
@@ -29,10 +32,14 @@ function withRoom(room: number, body: () => void): void {
   const { free } = device.memInfo();
   const ballastBytes = Math.floor(Math.max(0, free - room) / CHUNK) * CHUNK;
   const ballast = ballastBytes > 0 ? ballastResource.allocate(ballastBytes) : 0;
+  // What other allocations left unaligned: a second piece, so that exactly `room` is left.
+  const topUpBytes = Math.max(0, device.memInfo().free - room);
+  const topUp = topUpBytes > 0 ? ballastResource.allocate(topUpBytes) : 0;
   try {
     body();
   } finally {
     if (ballast !== 0) ballastResource.deallocate(ballast, ballastBytes);
+    if (topUp !== 0) ballastResource.deallocate(topUp, topUpBytes);
     ballastResource.destroy();
   }
 }
@@ -107,5 +114,135 @@ describe('spillable memory', () => {
     const after = spillFigures(device);
     assert.ok(after.spilledBuffers.total > before.spilledBuffers.total, 'something was spilled');
     assert.ok(after.reloads > before.reloads, 'something came back');
+  });
+
+  it('keeps addresses across spills; a leased buffer is never evicted; a clean buffer is evicted without a copy', () => {
+    using module = Module.compile(SOURCE, { emulated: { add_one: addOne, sum_into: sumInto } });
+    const sum = module.kernel('sum_into', ['ptr', 'cptr', 'u32'] as const);
+    const n = CHUNK / 4;
+    withRoom(4 * CHUNK, () => {
+      // Four granules of room: `out`, `x`, the leased `held` and one more.
+      const held = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const x = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const out = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const others: DeviceBuffer[] = [];
+      try {
+        held.copyFromHost(new Float32Array(n).fill(7));
+        x.copyFromHost(new Float32Array(n).fill(2));
+        out.copyFromHost(new Float32Array(n).fill(1));
+        const lease = held.lease();
+        const heldPtr = lease.ptr;
+        const xPtr = x.ptr;
+        for (let i = 0; i < 6; i++) {
+          const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
+          others.push(b);
+          b.memset(i);
+          assert.ok(held.resident, 'the leased buffer stays on the device');
+        }
+        assert.equal(x.resident, false, 'x was spilled');
+        // x came back for reading only ('cptr'): its host copy stays current.
+        const copiesBefore = spillFigures(device).copiesOut;
+        sum.launch({ grid: n / 256, block: 256 }, out, x, n);
+        assert.equal(x.resident, true);
+        {
+          using look = x.lease({ readOnly: true }); // `x.ptr` would count as a write
+          assert.equal(look.ptr, xPtr, 'x came back at its address');
+        }
+        for (const b of others) b.memset(9); // pushes x and out out again
+        assert.equal(x.resident, false, 'x was spilled again');
+        const figures = spillFigures(device);
+        assert.ok(figures.copiesOut - copiesBefore >= 1, 'out, written by the kernel, was copied out');
+        // x was clean: had it been copied, the copies would count one more than the dirty buffers spilled.
+        const spilledSince = figures.spilledBuffers.total;
+        assert.ok(figures.copiesOut < spilledSince, `copies out (${figures.copiesOut}) fewer than spills (${spilledSince})`);
+        assert.deepEqual(Array.from(out.copyToHost(new Float32Array(n)).subarray(0, 4)), [3, 3, 3, 3]);
+        assert.deepEqual(Array.from(x.copyToHost(new Float32Array(n)).subarray(0, 4)), [2, 2, 2, 2]);
+        assert.equal(held.resident, true);
+        assert.equal(lease.ptr, heldPtr);
+        assert.ok(memoryStats().spill.leasedBytes >= CHUNK, 'the statistics count the leased bytes');
+        lease.release();
+        for (const b of others) b.memset(1);
+        assert.equal(held.resident, false, 'released, it may go');
+        assert.deepEqual(Array.from(held.copyToHost(new Float32Array(n)).subarray(0, 2)), [7, 7]);
+      } finally {
+        for (const b of [held, x, out, ...others]) b.free();
+      }
+    });
+  });
+
+  it('dirty tracking: a buffer read since it came back is spilled again without a copy out', () => {
+    withRoom(2 * CHUNK, () => {
+      const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      /** A new spillable buffer, given back at once: it pushes out the least recently used. */
+      const squeeze = (): void => DeviceBuffer.allocate(CHUNK, { spillable: true }).free();
+      try {
+        a.memset(5);
+        b.memset(0); // least recently used first: a, b
+        squeeze();
+        assert.equal(a.resident, false, 'a went, copied out (written)');
+        const start = spillFigures(device);
+        a.copyToHost(new Uint8Array(16), { bytes: 16 }); // back, and only read
+        assert.equal(a.resident, true);
+        b.memset(1);
+        squeeze();
+        assert.equal(a.resident, false, 'a went again');
+        assert.equal(b.resident, true);
+        const end = spillFigures(device);
+        assert.equal(end.spilledBuffers.total - start.spilledBuffers.total, 1);
+        assert.equal(end.reloads - start.reloads, 1);
+        assert.equal(end.copiesOut - start.copiesOut, 0, 'no copy out for a buffer whose host copy is current');
+        a.memset(6, { count: 8 }); // back, and written: the next spill copies
+        b.memset(2);
+        squeeze();
+        assert.equal(a.resident, false);
+        assert.equal(spillFigures(device).copiesOut - end.copiesOut, 1, 'a written buffer is copied out');
+        const bytes = a.copyToHost(new Uint8Array(16), { bytes: 16 });
+        assert.deepEqual(Array.from(bytes), [6, 6, 6, 6, 6, 6, 6, 6, 5, 5, 5, 5, 5, 5, 5, 5]);
+      } finally {
+        a.free();
+        b.free();
+      }
+    });
+  });
+
+  it('another resource\'s refusal spills first; when nothing can go, the error says what was spillable', () => {
+    withRoom(4 * CHUNK, () => {
+      const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const driver = new CudaResource(device);
+      try {
+        a.memset(3);
+        b.memset(4);
+        using lease = b.lease();
+        // Three granules: only a's going makes room (b is leased).
+        const p = driver.allocate(3 * CHUNK);
+        assert.equal(a.resident, false, 'the refusal spilled a');
+        assert.equal(b.resident, true);
+        driver.deallocate(p, 3 * CHUNK);
+        const big = driver.allocate(3 * CHUNK);
+        try {
+          assert.throws(() => a.memset(0), (error: unknown) => error instanceof OutOfMemoryError &&
+            /spilling could not help: .*held by leases/.test(error.message));
+          assert.equal(a.resident, false, 'a failed reload changes nothing');
+        } finally {
+          driver.deallocate(big, 3 * CHUNK);
+        }
+        assert.deepEqual(Array.from(a.copyToHost(new Uint8Array(2), { bytes: 2 })), [3, 3]);
+        assert.equal(lease.ptr, b.ptr);
+      } finally {
+        a.free();
+        b.free();
+        driver.destroy();
+      }
+    });
+  });
+
+  it('spillable memory needs the spillable resource: another resource is refused, with the reason', () => {
+    assert.throws(() => DeviceBuffer.allocate(64, { spillable: true, resource: new CudaResource(device) }),
+      /^TypeError: DeviceBuffer.allocate: spillable memory keeps its address while it is on the host, which CudaResource\(device=0\) cannot/);
+    using buf = DeviceBuffer.allocate(64, { spillable: true, resource: spillableResource() });
+    assert.equal(buf.spillable, true);
+    assert.equal(buf.ptr % spillableResource().alignment, 0, 'a granule of its own');
   });
 });
