@@ -11,6 +11,10 @@ import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manager.js';
 import { OutOfMemoryError } from '../src/errors.js';
 import { memoryStats } from '../src/observe/memory-stats.js';
+import { recordMemoryHistory } from '../src/observe/history.js';
+import { memorySnapshot } from '../src/observe/snapshot.js';
+import { validateSnapshot } from '../src/observe/snapshot-format.js';
+import { snapshotReport } from '../src/report/snapshot-report.js';
 import { Device } from '../src/device.js';
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
@@ -244,5 +248,29 @@ describe('spillable memory', () => {
     using buf = DeviceBuffer.allocate(64, { spillable: true, resource: spillableResource() });
     assert.equal(buf.spillable, true);
     assert.equal(buf.ptr % spillableResource().alignment, 0, 'a granule of its own');
+  });
+
+  it('spills and reloads are events of the memory history, in snapshots and on the report\'s timeline', () => {
+    withRoom(2 * CHUNK, () => {
+      using history = recordMemoryHistory();
+      const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
+      try {
+        a.memset(1);
+        b.memset(2);
+        DeviceBuffer.allocate(CHUNK, { spillable: true }).free(); // a goes
+        a.memset(3); // a comes back
+        const address = a.ptr;
+        const events = history.events().filter((e) => e.kind === 'spill' || e.kind === 'reload');
+        assert.deepEqual(events.filter((e) => e.address === address).map((e) => e.kind), ['spill', 'reload']);
+        assert.ok(events.every((e) => e.bytes === CHUNK));
+        const snapshot = validateSnapshot(JSON.parse(JSON.stringify(memorySnapshot())));
+        const report = snapshotReport(snapshot);
+        assert.match(JSON.stringify(report), /spilled to host memory/);
+      } finally {
+        a.free();
+        b.free();
+      }
+    });
   });
 });

@@ -64,10 +64,10 @@ export interface SpillFigures {
 
 /** What spilling is told of, for the memory history (set by observe/; one listener). */
 export interface SpillObserver {
-  /** A buffer of `bytes` at `ptr` went to the host (`copied`: false when its host copy was current). */
-  spilled(device: number, ptr: Ptr, bytes: number, copied: boolean): void;
+  /** A buffer of `bytes` at `ptr` of `resource` went to the host (`copied`: false when its host copy was current). */
+  spilled(resource: SpillableResource, ptr: Ptr, bytes: number, copied: boolean): void;
   /** A buffer came back, on stream `handle`. */
-  reloaded(device: number, ptr: Ptr, bytes: number, handle: number): void;
+  reloaded(resource: SpillableResource, ptr: Ptr, bytes: number, handle: number): void;
 }
 
 let observer: SpillObserver | null = null;
@@ -274,7 +274,7 @@ export class SpillManager {
       this.#copiesOut++;
       this.#copiedOutBytes += entry.bytes;
     }
-    observer?.spilled(device.ordinal, entry.ptr, entry.bytes, copy);
+    observer?.spilled(this.resource, entry.ptr, entry.bytes, copy);
     return given;
   }
 
@@ -372,7 +372,7 @@ export class SpillManager {
     this.#spilledBuffers.sub(1);
     this.#reloads++;
     this.#reloadedBytes += entry.bytes;
-    observer?.reloaded(device.ordinal, entry.ptr, entry.bytes, stream === undefined ? 0 : stream.handle);
+    observer?.reloaded(this.resource, entry.ptr, entry.bytes, stream === undefined ? 0 : stream.handle);
   }
 
   /** The stream copies out are queued on (made on the first eviction). */
