@@ -19,6 +19,7 @@ import { Device } from '../src/device.js';
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { withDeviceRoom } from './helpers.js';
 import { Stream } from '../src/stream.js';
 import { mulberry32 } from '../src/util/random.js';
 
@@ -27,26 +28,6 @@ const device = Device.get(0);
 /** Spillable buffers are whole granules: 2 MiB on the emulated backend and on current GPUs. */
 const CHUNK = 2 * MiB;
 
-/**
- * Runs `body` with only about `room` bytes of the device left to vram: the rest is one driver
- * allocation made first (a ballast), given back after.
- */
-function withRoom(room: number, body: () => void): void {
-  const ballastResource = new CudaResource(device);
-  const { free } = device.memInfo();
-  const ballastBytes = Math.floor(Math.max(0, free - room) / CHUNK) * CHUNK;
-  const ballast = ballastBytes > 0 ? ballastResource.allocate(ballastBytes) : 0;
-  // What other allocations left unaligned: a second piece, so that exactly `room` is left.
-  const topUpBytes = Math.max(0, device.memInfo().free - room);
-  const topUp = topUpBytes > 0 ? ballastResource.allocate(topUpBytes) : 0;
-  try {
-    body();
-  } finally {
-    if (ballast !== 0) ballastResource.deallocate(ballast, ballastBytes);
-    if (topUp !== 0) ballastResource.deallocate(topUp, topUpBytes);
-    ballastResource.destroy();
-  }
-}
 
 const SOURCE = `
 extern "C" __global__ void add_one(float *y, unsigned n) {
@@ -81,7 +62,7 @@ describe('spillable memory', () => {
     const n = CHUNK / 4;
     const room = 8 * CHUNK;
     const before = spillFigures(device);
-    withRoom(room, () => {
+    withDeviceRoom(room, () => {
       const count = 16; // 2x the room
       const arrays: DeviceArray<'float32'>[] = [];
       const expected: number[] = [];
@@ -124,7 +105,7 @@ describe('spillable memory', () => {
     using module = Module.compile(SOURCE, { emulated: { add_one: addOne, sum_into: sumInto } });
     const sum = module.kernel('sum_into', ['ptr', 'cptr', 'u32'] as const);
     const n = CHUNK / 4;
-    withRoom(4 * CHUNK, () => {
+    withDeviceRoom(4 * CHUNK, () => {
       // Four granules of room: `out`, `x`, the leased `held` and one more.
       const held = DeviceBuffer.allocate(CHUNK, { spillable: true });
       const x = DeviceBuffer.allocate(CHUNK, { spillable: true });
@@ -175,7 +156,7 @@ describe('spillable memory', () => {
   });
 
   it('dirty tracking: a buffer read since it came back is spilled again without a copy out', () => {
-    withRoom(2 * CHUNK, () => {
+    withDeviceRoom(2 * CHUNK, () => {
       const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
       const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
       /** A new spillable buffer, given back at once: it pushes out the least recently used. */
@@ -211,7 +192,7 @@ describe('spillable memory', () => {
   });
 
   it('another resource\'s refusal spills first; when nothing can go, the error says what was spillable', () => {
-    withRoom(4 * CHUNK, () => {
+    withDeviceRoom(4 * CHUNK, () => {
       const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
       const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
       const driver = new CudaResource(device);
@@ -251,7 +232,7 @@ describe('spillable memory', () => {
   });
 
   it('spills and reloads are events of the memory history, in snapshots and on the report\'s timeline', () => {
-    withRoom(2 * CHUNK, () => {
+    withDeviceRoom(2 * CHUNK, () => {
       using history = recordMemoryHistory();
       const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
       const b = DeviceBuffer.allocate(CHUNK, { spillable: true });

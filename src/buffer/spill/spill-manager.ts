@@ -27,7 +27,7 @@ import { formatBytes } from '../../util/size.js';
 import { HostBuffer } from '../host-buffer.js';
 import type { Allocation } from '../lifetime.js';
 import { waitForUsesOn } from '../lifetime.js';
-import { currentEpoch, type Residency } from './residency.js';
+import { beginOperation, currentEpoch, type Residency } from './residency.js';
 
 /** `VRAM_SPILL=1`: buffers and arrays allocated without a resource are spillable unless told otherwise. */
 export const SPILL_VARIABLE = variableReader('VRAM_SPILL', choiceOf(['0', '1']));
@@ -169,6 +169,8 @@ export class SpillManager {
   #reloads = 0;
   #reloadedBytes = 0;
   #stream: Stream | undefined;
+  /** Allocations and reloads of this manager under way: an eviction they cause keeps the operation's buffers. */
+  #busy = 0;
 
   constructor(readonly device: Device) {
     this.resource = new SpillableResource(device);
@@ -181,15 +183,20 @@ export class SpillManager {
    */
   allocate(bytes: number, stream: StreamRef): SpillEntry {
     const size = this.#rounded(bytes);
-    this.#makeRoom(size);
     let ptr: Ptr;
-    for (;;) {
-      try {
-        ptr = this.resource.allocate(bytes, stream);
-        break;
-      } catch (error) {
-        if (!isOutOfMemory(error) || this.#evictOne() === 0) throw this.#cannotHelp(error);
+    this.#busy++;
+    try {
+      this.#makeRoom(size);
+      for (;;) {
+        try {
+          ptr = this.resource.allocate(bytes, stream);
+          break;
+        } catch (error) {
+          if (!isOutOfMemory(error) || this.#evictOne() === 0) throw this.#cannotHelp(error);
+        }
       }
+    } finally {
+      this.#busy--;
     }
     const entry = new SpillEntry(this, ptr, bytes);
     entry.epoch = currentEpoch();
@@ -201,8 +208,14 @@ export class SpillManager {
   use(entry: SpillEntry, stream: StreamRef | undefined, writes: boolean): void {
     if (entry.freed) return; // the buffer's own checks throw UseAfterFreeError
     entry.epoch = currentEpoch();
-    if (!entry.resident) this.#reload(entry, stream);
-    else {
+    if (!entry.resident) {
+      this.#busy++;
+      try {
+        this.#reload(entry, stream);
+      } finally {
+        this.#busy--;
+      }
+    } else {
       this.#lru.delete(entry);
       this.#lru.set(entry, true);
     }
@@ -224,8 +237,13 @@ export class SpillManager {
     if (host !== undefined && !host.freed) host.free();
   }
 
-  /** Evicts every buffer that may go (the cache registry's release); returns the bytes given back. */
+  /**
+   * Evicts every buffer that may go (the cache registry's release); returns the bytes given back.
+   * Called from outside an operation of this manager (another resource's refusal, `releaseCached`),
+   * it starts a new operation: the buffers the last one used may go too.
+   */
   evictAll(): number {
+    if (this.#busy === 0) beginOperation();
     let bytes = 0;
     for (const entry of [...this.#lru.keys()]) {
       if (this.#evictable(entry)) bytes += this.evict(entry);
