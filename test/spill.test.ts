@@ -15,6 +15,7 @@ import { recordMemoryHistory } from '../src/observe/history.js';
 import { memorySnapshot } from '../src/observe/snapshot.js';
 import { validateSnapshot } from '../src/observe/snapshot-format.js';
 import { snapshotReport } from '../src/report/snapshot-report.js';
+import { sum } from '../src/kernels/ops/index.js';
 import { Device } from '../src/device.js';
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
@@ -248,6 +249,33 @@ describe('spillable memory', () => {
         const snapshot = validateSnapshot(JSON.parse(JSON.stringify(memorySnapshot())));
         const report = snapshotReport(snapshot);
         assert.match(JSON.stringify(report), /spilled to host memory/);
+      } finally {
+        a.free();
+        b.free();
+      }
+    });
+  });
+
+  it('a built-in operation brings its spilled operands back at their addresses', () => {
+    withDeviceRoom(2 * CHUNK, () => {
+      const a = DeviceArray.from(new Float32Array(CHUNK / 4).fill(0.5), { spillable: true });
+      const b = DeviceArray.zeros([CHUNK / 4], 'float32', { spillable: true });
+      const squeeze = (): void => DeviceBuffer.allocate(CHUNK, { spillable: true }).free();
+      const resident = (x: DeviceArray<'float32'>): boolean => (x.buffer as DeviceBuffer).resident;
+      try {
+        b.fill(1);
+        squeeze(); // a, the least recently used, goes
+        assert.equal(resident(a), false);
+        const start = spillFigures(device);
+        assert.equal(sum(a), CHUNK / 8);
+        assert.ok(spillFigures(device).reloads > start.reloads);
+        assert.equal(resident(a), true);
+        b.fill(2);
+        squeeze();
+        squeeze();
+        assert.equal(resident(a), false);
+        assert.equal(a.toHost()[7], 0.5);
+        assert.equal(b.toHost()[7], 2);
       } finally {
         a.free();
         b.free();
