@@ -4,6 +4,7 @@
  * touched in random order by copies and kernels, every array's data checked; addresses that stay
  * put across spills; leases that keep a buffer; dirty tracking that skips copies out; the figures.
  */
+import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
@@ -281,5 +282,21 @@ describe('spillable memory', () => {
         b.free();
       }
     });
+  });
+
+  it('VRAM_SPILL=1 makes allocations without a resource spillable; a named resource or spillable: false is not', () => {
+    const script = `
+      const { DeviceBuffer } = await import(${JSON.stringify(new URL('../src/buffer/device-buffer.js', import.meta.url).href)});
+      const { CudaResource } = await import(${JSON.stringify(new URL('../src/resource/upstream/cuda-resource.js', import.meta.url).href)});
+      const plain = DeviceBuffer.allocate(64);
+      const named = DeviceBuffer.allocate(64, { resource: new CudaResource(0) });
+      const no = DeviceBuffer.allocate(64, { spillable: false });
+      console.log(JSON.stringify([plain.spillable, named.spillable, no.spillable]));
+      for (const b of [plain, named, no]) b.free();`;
+    const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      env: { ...process.env, VRAM_SPILL: '1' }, encoding: 'utf8',
+    });
+    assert.equal(child.status, 0, child.stderr);
+    assert.deepEqual(JSON.parse(child.stdout.trim().split('\n').at(-1)!), [true, false, false]);
   });
 });

@@ -257,6 +257,9 @@ export class DeviceBuffer extends DeviceMemory {
   }
 }
 
+/** `VRAM_SPILL`, read at the first allocation that could use it (process.env costs a lookup per read). */
+let spillByDefault: boolean | undefined;
+
 /**
  * Whether an allocation is spillable: as asked, else `VRAM_SPILL=1` where no resource is named.
  *
@@ -268,7 +271,7 @@ export class DeviceBuffer extends DeviceMemory {
  */
 export function isSpillable(options: { readonly spillable?: boolean; readonly resource?: MemoryResource }): boolean {
   const spillable = options.spillable;
-  if (spillable === undefined) return options.resource === undefined && SPILL_VARIABLE.read() === '1';
+  if (spillable === undefined) return options.resource === undefined && (spillByDefault ??= SPILL_VARIABLE.read() === '1');
   if (typeof spillable !== 'boolean') throw new TypeError(`spillable must be a boolean, got ${typeof spillable}`);
   return spillable;
 }
