@@ -299,4 +299,23 @@ describe('spillable memory', () => {
     assert.equal(child.status, 0, child.stderr);
     assert.deepEqual(JSON.parse(child.stdout.trim().split('\n').at(-1)!), [true, false, false]);
   });
+
+  it('a buffer a staged copy is still filling is not spilled under it', async () => {
+    const bytes = 32 * MiB; // staged through pinned chunks, queued as earlier ones complete
+    const buf = DeviceBuffer.allocate(bytes, { spillable: true });
+    try {
+      const data = new Uint8Array(bytes).fill(9);
+      const copy = buf.copyFromHostAsync(data);
+      spillableResource().releaseCached(); // spills everything that may go
+      assert.equal(buf.resident, true, 'held by the copy in flight');
+      await copy;
+      spillableResource().releaseCached();
+      assert.equal(buf.resident, false, 'free to go once the copy settled');
+      const back = buf.copyToHost(new Uint8Array(bytes));
+      assert.equal(back[0], 9);
+      assert.equal(back[bytes - 1], 9);
+    } finally {
+      buf.free();
+    }
+  });
 });

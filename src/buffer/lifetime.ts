@@ -536,6 +536,19 @@ export function addressOf(allocation: Allocation): Ptr {
 }
 
 /**
+ * True while a copy holds the allocation (`holdMemory`): its later chunks are not queued yet, so
+ * no stream order covers them and the memory must stay where it is (a spill waits for the copy).
+ *
+ * @internal
+ * @param allocation A live buffer.
+ * @returns Whether a copy in flight holds it.
+ * @throws {UseAfterFreeError} When the buffer was freed.
+ */
+export function heldByCopies(allocation: Allocation): boolean {
+  return heldOf(allocation).holds > 0;
+}
+
+/**
  * Makes `target` wait, on the device, for the work queued so far on every stream that used
  * `allocation` (its allocation stream and the recorded ones, a destroyed one through its last
  * event), as a free does: a spilled buffer's copy out is queued after them this way.

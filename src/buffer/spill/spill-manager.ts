@@ -26,7 +26,7 @@ import { choiceOf, sizeInBytes, variableReader } from '../../util/environment.js
 import { formatBytes } from '../../util/size.js';
 import { HostBuffer } from '../host-buffer.js';
 import type { Allocation } from '../lifetime.js';
-import { waitForUsesOn } from '../lifetime.js';
+import { heldByCopies, waitForUsesOn } from '../lifetime.js';
 import { beginOperation, currentEpoch, type Residency } from './residency.js';
 
 /** `VRAM_SPILL=1`: buffers and arrays allocated without a resource are spillable unless told otherwise. */
@@ -257,7 +257,8 @@ export class SpillManager {
    */
   evict(entry: SpillEntry): number {
     const buffer = entry.owner?.deref();
-    if (buffer === undefined || buffer.freed || !entry.resident) return 0;
+    // A staged copy in flight queues its later chunks when earlier ones complete: no event covers them yet.
+    if (buffer === undefined || buffer.freed || !entry.resident || heldByCopies(buffer)) return 0;
     const device = this.device;
     const copy = entry.dirty || entry.host === undefined;
     if (entry.host === undefined) {
