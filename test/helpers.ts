@@ -6,6 +6,7 @@ import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { emptyCache, setCurrentResource } from '../src/resource/current.js';
 import type { MemoryResource } from '../src/resource/resource.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 
 /** True when the suite runs on a real GPU (`npm run test:gpu`). */
 export const onGpu: boolean = getBackend().name === 'cuda';
@@ -121,5 +122,28 @@ export function withCurrent<T extends MemoryResource>(mr: T, body: (mr: T) => vo
     setCurrentResource(0, previous);
     mr.destroy();
     for (const r of below) r.destroy();
+  }
+}
+
+/**
+ * Runs `body` with only `room` bytes of device 0 left to vram (a small device on both backends):
+ * the rest is held by driver allocations made first (a ballast), given back after. The free
+ * memory beyond `room` is taken in whole 2 MiB pieces first, then what other allocations left
+ * unaligned, so `room` is left exactly where the driver allocates in bytes (emulated).
+ */
+export function withDeviceRoom(room: number, body: () => void): void {
+  const device = Device.get(0);
+  const ballast = new CudaResource(device);
+  const held: Array<[number, number]> = [];
+  const take = (bytes: number): void => {
+    if (bytes > 0) held.push([ballast.allocate(bytes), bytes]);
+  };
+  try {
+    take(Math.floor(Math.max(0, device.memInfo().free - room) / (2 * MiB)) * 2 * MiB);
+    take(Math.max(0, device.memInfo().free - room));
+    body();
+  } finally {
+    for (const [ptr, bytes] of held) ballast.deallocate(ptr, bytes);
+    ballast.destroy();
   }
 }

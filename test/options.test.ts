@@ -114,7 +114,7 @@ function withTensor<T>(use: (tensor: number) => T): T {
 }
 
 const HOST_BUFFER = ['device', 'portable', 'mapped', 'writeCombined', 'resource', 'stream'];
-const ARRAY = ['resource', 'stream', 'device'];
+const ARRAY = ['resource', 'stream', 'device', 'spillable'];
 const WAITING = [...ARRAY, 'wait', 'signal', 'timeout'];
 const COPY_IN = ['offset', 'bytes', 'stream', 'register', 'srcOffset'];
 const COPY_OUT = ['offset', 'bytes', 'stream', 'register', 'dstOffset'];
@@ -133,6 +133,7 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceBuffer.allocate', keys: ARRAY, call: (o) => DeviceBuffer.allocate(64, o as never) },
   { name: 'DeviceBuffer.allocateAsync', keys: WAITING, call: (o) => DeviceBuffer.allocateAsync(64, o as never) },
   { name: 'DeviceBuffer.allocatePitched', keys: ['elementBytes', 'device'], call: (o) => DeviceBuffer.allocatePitched(16, 4, o as never) },
+  { name: 'DeviceBuffer#lease', keys: ['stream', 'readOnly'], call: (o) => buf.lease(o as never).release() },
   { name: 'DeviceBuffer.fromPointer', keys: FOREIGN, call: (o) => DeviceBuffer.fromPointer(buf.ptr, 64, o as never) },
   { name: 'PitchedDeviceBuffer.allocate2D', keys: ['elementBytes', 'device'], call: (o) => PitchedDeviceBuffer.allocate2D(16, 4, o as never) },
   { name: 'ForeignDeviceBuffer.wrap', keys: FOREIGN, call: (o) => ForeignDeviceBuffer.wrap(buf.ptr, 64, o as never) },
@@ -357,9 +358,9 @@ describe('one options check at every entry point', () => {
 describe('the cases of the issue', () => {
   test('DeviceArray.from(data, [3, 3]) and { shap } are refused, not a 1-D array', () => {
     assert.throws(() => DeviceArray.from(new Float32Array(9), [3, 3] as never),
-      /^TypeError: DeviceArray\.from: options must be an object with any of dtype, shape, resource, stream, device, got an array$/);
+      /^TypeError: DeviceArray\.from: options must be an object with any of dtype, shape, resource, stream, device, spillable, got an array$/);
     assert.throws(() => DeviceArray.from(new Float32Array(9), { shap: [3, 3] } as never),
-      /^TypeError: DeviceArray\.from: unknown option 'shap' \(did you mean 'shape'\?\); valid: dtype, shape, resource, stream, device$/);
+      /^TypeError: DeviceArray\.from: unknown option 'shap' \(did you mean 'shape'\?\); valid: dtype, shape, resource, stream, device, spillable$/);
   });
 
   test('HostArray.empty with { mapd: true } is refused, not unmapped memory', () => {

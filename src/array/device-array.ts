@@ -46,6 +46,11 @@ export interface DeviceArrayOptions {
   readonly stream?: StreamRef;
   /** The device, when no resource is named (device 0 by default). */
   readonly device?: Device | number;
+  /**
+   * May be spilled to pinned host memory when the device runs short and brought back, at the same
+   * address, by the next operation that uses it (see `DeviceBufferOptions.spillable`).
+   */
+  readonly spillable?: boolean;
 }
 
 /**
@@ -269,7 +274,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     const s = checkShape(shape);
     const dt = dtypeOf(dtype ?? defaultDType as N);
-    options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
     return DeviceArray.allocate(dt, s, options);
   }
 
@@ -290,10 +295,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * using batch = await DeviceArray.emptyAsync([4096, 4096], 'float32', { wait: true, timeout: 60_000 });
    * ```
    */
-  static async emptyAsync<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
+  static async emptyAsync<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
     const s = checkShape(shape);
-    const dt = dtypeOf(dtype);
-    options = readOptions('DeviceArray.emptyAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
+    const dt = dtypeOf(dtype ?? defaultDType as N);
+    options = readOptions('DeviceArray.emptyAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
     const allocateOptions: AllocateAsyncOptions = options;
     const buffer = await DeviceBuffer.allocateAsync(Math.max(elementCount(s) * dt.byteSize, 1), allocateOptions);
     return new DeviceArray(dt, contiguousLayout(s, dt.byteSize), buffer, buffer.device, buffer.stream, true);
@@ -314,8 +319,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * using acc = await DeviceArray.zerosAsync([256], 'float64', { wait: true });
    * ```
    */
-  static async zerosAsync<N extends DTypeName>(shape: Shape, dtype: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
-    options = readOptions('DeviceArray.zerosAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
+  static async zerosAsync<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
+    options = readOptions('DeviceArray.zerosAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
     const a = await DeviceArray.emptyAsync(shape, dtype, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -337,7 +342,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static zeros<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true, spillable: true });
     const a = DeviceArray.empty(shape, dtype, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -361,7 +366,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static full<N extends DTypeName = DefaultDType>(shape: ShapeInput, value: ScalarValue<N>, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true, spillable: true });
     const dt = dtypeOf(dtype ?? defaultDType as N);
     const pattern = encodeScalar(dt, value);
     const a = DeviceArray.empty(shape, dt, options);
@@ -390,7 +395,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static ones<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.ones', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.ones', options, { resource: true, stream: true, device: true, spillable: true });
     const dt = dtypeOf(dtype ?? defaultDType as N);
     if (dt.components > 1) throw new TypeError(`DeviceArray.ones: ${dt.name} is a vector dtype; use full(shape, [1, ...], '${dt.name}')`);
     const one = dt.name === 'int64' || dt.name === 'uint64' ? 1n : dt.name === 'bool' ? true : 1;
@@ -411,7 +416,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('emptyLike expects a DeviceArray or HostArray');
-    options = readOptions('DeviceArray.emptyLike', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.emptyLike', options, { resource: true, stream: true, device: true, spillable: true });
     const device = options.device ?? (like instanceof DeviceArray && options.resource === undefined ? like.device : undefined);
     return DeviceArray.empty(like.shape, like.dtype, { ...options, device });
   }
@@ -429,7 +434,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.zerosLike', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.zerosLike', options, { resource: true, stream: true, device: true, spillable: true });
     const a = DeviceArray.emptyLike(like, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -460,7 +465,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static from(data: NestedNumbers, options?: DeviceArrayFromOptions<DefaultDType>): DeviceArray<DefaultDType>;
   static from(data: NestedArray, options?: DeviceArrayFromOptions<DTypeName>): DeviceArray;
   static from(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): DeviceArray {
-    options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true, spillable: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
@@ -490,7 +495,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static fromAsync(data: NestedNumbers, options?: DeviceArrayFromOptions<DefaultDType>): Promise<DeviceArray<DefaultDType>>;
   static fromAsync(data: NestedArray, options?: DeviceArrayFromOptions<DTypeName>): Promise<DeviceArray>;
   static async fromAsync(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): Promise<DeviceArray> {
-    options = readOptions('DeviceArray.fromAsync', options, { dtype: true, shape: true, resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.fromAsync', options, { dtype: true, shape: true, resource: true, stream: true, device: true, spillable: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
@@ -673,7 +678,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions): DeviceArray<N> {
     const bytes = elementCount(shape) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
-    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), { resource: options.resource, stream: options.stream, device: options.device });
+    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), {
+      resource: options.resource, stream: options.stream, device: options.device, spillable: options.spillable,
+    });
     return new DeviceArray(dt, contiguousLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
   }
 
@@ -913,7 +920,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   copy(options: DeviceArrayOptions = {}): DeviceArray<N> {
-    options = readOptions('DeviceArray.copy', options, { resource: true, stream: true, device: true });
+    options = readOptions('DeviceArray.copy', options, { resource: true, stream: true, device: true, spillable: true });
     this.checkAlive();
     const a = DeviceArray.emptyLike(this, options);
     try {

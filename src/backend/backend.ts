@@ -305,11 +305,12 @@ export type HostMemory = ArrayBufferView | ArrayBuffer;
 export type ScalarParam = 'i8' | 'u8' | 'i16' | 'u16' | 'i32' | 'u32' | 'i64' | 'u64' | 'f32' | 'f64';
 
 /**
- * A kernel parameter as the launch primitive packs it: a device address (`ptr`, 8 bytes), a
- * scalar, or a struct of scalars passed by value with C's layout (each member at its natural
- * alignment, the size rounded up to the largest alignment).
+ * A kernel parameter as the launch primitive packs it: a device address (`ptr`, 8 bytes; `cptr`
+ * for one the kernel only reads, C's `const T*`, packed the same), a scalar, or a struct of
+ * scalars passed by value with C's layout (each member at its natural alignment, the size rounded
+ * up to the largest alignment).
  */
-export type ParamType = 'ptr' | ScalarParam | { readonly struct: readonly ScalarParam[] };
+export type ParamType = 'ptr' | 'cptr' | ScalarParam | { readonly struct: readonly ScalarParam[] };
 
 /** Bytes and alignment of each scalar parameter type (the C ABI of x86-64 and aarch64). */
 export const SCALAR_PARAM_BYTES: Readonly<Record<ScalarParam, 1 | 2 | 4 | 8>> = {
@@ -347,7 +348,7 @@ export function paramLayout(types: readonly ParamType[]): { readonly slots: read
     let bytes: number;
     let align: number;
     const memberOffsets: number[] = [];
-    if (type === 'ptr') {
+    if (type === 'ptr' || type === 'cptr') {
       bytes = 8;
       align = 8;
     } else if (typeof type === 'string' && Object.hasOwn(SCALAR_PARAM_BYTES, type)) {
@@ -367,7 +368,7 @@ export function paramLayout(types: readonly ParamType[]): { readonly slots: read
       }
       bytes = Math.ceil(at / align) * align;
     } else {
-      throw new TypeError(`paramLayout: ${JSON.stringify(type)} is not a parameter type ('ptr', a scalar or { struct: [...] })`);
+      throw new TypeError(`paramLayout: ${JSON.stringify(type)} is not a parameter type ('ptr', 'cptr', a scalar or { struct: [...] })`);
     }
     const offset = Math.ceil(end / align) * align;
     slots.push({ type, offset, bytes, align, memberOffsets });

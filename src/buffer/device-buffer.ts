@@ -22,6 +22,10 @@ import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
 import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
 import { formatBytes } from '../util/size.js';
+import { spillManager, SPILL_VARIABLE, type SpillEntry } from './spill/spill-manager.js';
+import { beginOperation, setResidency } from './spill/residency.js';
+import { SpillLease, type LeaseOptions } from './spill/lease.js';
+import { SpillableResource } from '../resource/upstream/spillable-resource.js';
 
 /** Options for `DeviceBuffer.allocate`. */
 export interface DeviceBufferOptions {
@@ -31,6 +35,14 @@ export interface DeviceBufferOptions {
   readonly stream?: StreamRef;
   /** The device, when no resource is named (device 0 by default). */
   readonly device?: Device | number;
+  /**
+   * May be moved to pinned host memory when the device runs short, and brought back, at the same
+   * address, by the next vram operation that uses it (`VRAM_SPILL=1` makes it the default where no
+   * resource is named). The memory comes from the device's SpillableResource: its own virtual range
+   * rounded up to the allocation granularity (2 MiB), so it is for large data. A `resource` other
+   * than a SpillableResource cannot keep addresses while the memory is away and is refused with it.
+   */
+  readonly spillable?: boolean;
 }
 
 /** Options for `DeviceBuffer.allocateAsync`: those of `allocate`, and whether and how long to wait. */
@@ -61,6 +73,8 @@ export class DeviceBuffer extends DeviceMemory {
   readonly resource: MemoryResource;
   /** The stream it was allocated on, and is freed on unless `free({ stream })` names another. */
   readonly stream: StreamRef;
+  /** Its spill state, for spillable memory (set once, by `allocateSpillable`). */
+  #spill: SpillEntry | undefined;
 
   protected constructor(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, release: Release) {
     const device = Device.get(resource.deviceOrdinal);
@@ -68,6 +82,88 @@ export class DeviceBuffer extends DeviceMemory {
     this.resource = resource;
     this.stream = stream;
     this.device = device;
+  }
+
+  /**
+   * The address of the first byte. For spillable memory, reading it brings the memory back if it
+   * was spilled (synchronously) and counts it as written (foreign code may write through it); the
+   * address is the same every time, but the memory is there only while the buffer is resident:
+   * hold a `lease()` while foreign code uses it.
+   *
+   * @returns The address.
+   * @throws {UseAfterFreeError} Once freed.
+   * @throws {OutOfMemoryError} When spilled memory cannot be brought back.
+   * @example
+   * ```ts
+   * native.process(buf.ptr, buf.byteLength);
+   * ```
+   */
+  override get ptr(): Ptr {
+    const spill = this.#spill;
+    if (spill !== undefined && !this.freed) {
+      beginOperation();
+      spill.prepare(undefined, true);
+    }
+    return super.ptr;
+  }
+
+  /**
+   * True for memory allocated with `{ spillable: true }`.
+   *
+   * @returns Whether it may be spilled.
+   * @throws Never.
+   * @example
+   * ```ts
+   * DeviceBuffer.allocate(8 << 20, { spillable: true }).spillable; // true
+   * ```
+   */
+  get spillable(): boolean {
+    return this.#spill !== undefined;
+  }
+
+  /**
+   * True while the memory is on the device: always for memory that is not spillable, and for
+   * spillable memory until it is spilled (the next use brings it back).
+   *
+   * @returns Whether it is on the device now.
+   * @throws Never.
+   * @example
+   * ```ts
+   * if (!buf.resident) console.log('spilled to host memory');
+   * ```
+   */
+  get resident(): boolean {
+    return this.#spill === undefined || this.#spill.resident;
+  }
+
+  /**
+   * Keeps the memory on the device until the lease is disposed: for foreign code that uses its
+   * address (a native library, an exported DLPack tensor). Brings it back first if it was spilled,
+   * ordered on `options.stream` (synchronously without one), and counts it as written unless
+   * `readOnly`. On memory that is not spillable a lease holds nothing and costs nothing.
+   *
+   * @param options `stream`: bring the memory back on it; `readOnly`: the foreign code only reads.
+   * @returns The lease: `ptr`, and `release()` / `using`.
+   * @throws {UseAfterFreeError} When the buffer was freed.
+   * @throws {OutOfMemoryError} When spilled memory cannot be brought back.
+   * @example
+   * ```ts
+   * {
+   *   using lease = buf.lease({ stream });
+   *   native.launch(lease.ptr, stream.handle); // resident until the end of the block
+   * }
+   * ```
+   */
+  lease(options: LeaseOptions = {}): SpillLease {
+    options = readOptions('DeviceBuffer.lease', options, { stream: true, readOnly: true });
+    if (options.stream !== undefined) streamHandleOf(options.stream);
+    const ptr = super.ptr; // UseAfterFreeError
+    const spill = this.#spill;
+    if (spill === undefined) return new SpillLease(ptr, undefined);
+    beginOperation();
+    spill.prepare(options.stream, options.readOnly !== true);
+    spill.leases++;
+    return new SpillLease(ptr, spill);
   }
 
   /**
@@ -87,9 +183,10 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static allocate(size: ByteSize, options: DeviceBufferOptions = {}): DeviceBuffer {
     const bytes = readBytes(size, 'bytes');
-    options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true });
-    const resource = pickResource(options);
+    options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true, spillable: true });
     const stream = options.stream ?? defaultStream;
+    if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);
+    const resource = pickResource(options);
     streamHandleOf(stream);
     const budgets = activeBudgets();
     if (budgets.length === 0) {
@@ -137,7 +234,7 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static async allocateAsync(bytes: number, options: AllocateAsyncOptions = {}): Promise<DeviceBuffer> {
     checkBytes(bytes);
-    options = readOptions('DeviceBuffer.allocateAsync', options, { resource: true, stream: true, device: true, wait: true, signal: true, timeout: true });
+    options = readOptions('DeviceBuffer.allocateAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
     const { wait = false, signal, timeout = Infinity } = options;
     if (typeof wait !== 'boolean') throw new TypeError(`DeviceBuffer.allocateAsync: wait must be a boolean, got ${typeof wait}`);
     if (signal !== undefined && (signal === null || typeof signal !== 'object' || typeof signal.addEventListener !== 'function')) {
@@ -147,8 +244,10 @@ export class DeviceBuffer extends DeviceMemory {
       throw new RangeError(`DeviceBuffer.allocateAsync: timeout must be a number of milliseconds >= 0 (or Infinity), got ${String(timeout)}`);
     }
     if (signal?.aborted === true) throw signal.reason;
-    const resource = pickResource(options);
     const stream = options.stream ?? defaultStream;
+    // Spillable memory makes room by spilling other spillable buffers, not by waiting.
+    if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);
+    const resource = pickResource(options);
     streamHandleOf(stream);
     if (!wait) return DeviceBuffer.allocate(bytes, { resource, stream });
     const call = 'DeviceBuffer.allocateAsync';
@@ -177,6 +276,29 @@ export class DeviceBuffer extends DeviceMemory {
       if (error instanceof OutOfMemoryError) reportOutOfMemory(resource, error, bytes, stream);
       throw error;
     }
+  }
+
+  /** `allocate` of spillable memory: from the device's SpillableResource, through its spill manager. */
+  private static allocateSpillable(bytes: number, options: DeviceBufferOptions, stream: StreamRef): DeviceBuffer {
+    const given = options.resource;
+    if (given !== undefined && !(given instanceof SpillableResource)) {
+      throw new TypeError(`DeviceBuffer.allocate: spillable memory keeps its address while it is on the host, which ${
+        given === null || typeof given !== 'object' || typeof given.describe !== 'function' ? 'that resource' : given.describe()} cannot; ` +
+        'leave resource out (the device\'s SpillableResource is used) or drop spillable');
+    }
+    if (given !== undefined && options.device !== undefined && Device.resolve(options.device).ordinal !== given.deviceOrdinal) {
+      throw new RangeError(`${given.describe()} belongs to device ${given.deviceOrdinal}, not the device asked for`);
+    }
+    const device = given !== undefined ? Device.get(given.deviceOrdinal) : Device.resolve(options.device);
+    streamHandleOf(stream);
+    beginOperation();
+    const manager = spillManager(device);
+    const entry = manager.allocate(bytes, stream);
+    const buffer = new DeviceBuffer(entry.ptr, bytes, manager.resource, stream, (on) => manager.release(entry, on));
+    buffer.#spill = entry;
+    entry.owner = new WeakRef(buffer);
+    setResidency(buffer, entry);
+    return buffer;
   }
 
   /**
@@ -275,6 +397,25 @@ function neverMet(resource: MemoryResource, bytes: number, budget: number, call:
     requestedBytes: bytes, call, reason, resource: resource.describe(),
     message: `${call}: ${formatBytes(bytes)} can never be allocated from ${resource.describe()}, so it does not wait: it is larger than ${what}`,
   });
+}
+
+/** `VRAM_SPILL`, read at the first allocation that could use it (process.env costs a lookup per read). */
+let spillByDefault: boolean | undefined;
+
+/**
+ * Whether an allocation is spillable: as asked, else `VRAM_SPILL=1` where no resource is named.
+ *
+ * @internal
+ * @param options The allocation's options (checked by readOptions).
+ * @returns True for spillable memory.
+ * @throws {TypeError} When `spillable` is not a boolean.
+ * @throws {RangeError} When `VRAM_SPILL` is neither 0 nor 1.
+ */
+export function isSpillable(options: { readonly spillable?: boolean; readonly resource?: MemoryResource }): boolean {
+  const spillable = options.spillable;
+  if (spillable === undefined) return options.resource === undefined && (spillByDefault ??= SPILL_VARIABLE.read() === '1');
+  if (typeof spillable !== 'boolean') throw new TypeError(`spillable must be a boolean, got ${typeof spillable}`);
+  return spillable;
 }
 
 function pickResource(options: DeviceBufferOptions): MemoryResource {

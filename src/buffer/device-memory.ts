@@ -23,7 +23,8 @@ import { VramStateError } from '../errors.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
-import { Allocation, holdMemory } from './lifetime.js';
+import { addressOf, Allocation, holdMemory } from './lifetime.js';
+import { beginOperation, prepareUse } from './spill/residency.js';
 import { defaultStream, type StreamRef } from '../resource/resource.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
@@ -326,6 +327,16 @@ function recordUse(stream: StreamRef | undefined, a: CopyEndpoint, b?: CopyEndpo
   if (b instanceof Allocation) b.recordStream(stream);
 }
 
+/**
+ * Brings spilled buffers among the sides back, ordered on `stream` (synchronously without one),
+ * after every check and before the driver call: `dst` counts as written, `src` as read.
+ */
+function prepareSides(stream: StreamRef | undefined, dst: CopyEndpoint, src?: CopyEndpoint): void {
+  beginOperation();
+  prepareUse(dst, stream, true);
+  if (src !== undefined) prepareUse(src, stream, false);
+}
+
 /** TypeError unless `end` is JavaScript memory or a vram buffer (checked before anything else). */
 function checkHostEndpoint(end: unknown, what: string): void {
   if (!isHostData(end) && !(end instanceof Allocation)) {
@@ -335,7 +346,9 @@ function checkHostEndpoint(end: unknown, what: string): void {
 
 function resolve(end: CopyEndpoint, what: string): Side {
   if (end instanceof Allocation) {
-    const ptr = end.ptr; // UseAfterFreeError for a freed buffer
+    // The address without a spillable buffer's `ptr` getter: the operation brings it back itself,
+    // after its checks (`prepareSides`); the address does not change when it does.
+    const ptr = addressOf(end); // UseAfterFreeError for a freed buffer
     const device = end instanceof DeviceMemory ? end.residentDevice : undefined;
     const context = end instanceof DeviceMemory && device !== undefined ? end.context : undefined;
     return { js: false, ptr, size: end.byteLength, device, context };
@@ -480,6 +493,7 @@ export function copyBetween(
       'for a synchronous copy.');
   }
   if (plan.bytes === 0) return;
+  prepareSides(stream, dst, src);
   if (plan.d.js || plan.s.js) {
     // Memory of a context of its own (foreign memory) is copied by the driver in that context:
     // the transfer layer stages on the device's copy streams, in the device's active context.
@@ -510,6 +524,7 @@ export async function copyBetweenAsync(
   const plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream ?? defaultStream;
   if (plan.bytes === 0) return;
+  prepareSides(stream, dst, src);
   const copy = pageable(plan, options.register);
   if (copy !== undefined) {
     // pageable() found JavaScript memory on one side, so the other is the buffer.
@@ -559,7 +574,7 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   }
   const pattern = memsetValue(value, elementBytes);
   const stream = options.stream === undefined ? undefined : streamHandleOf(options.stream);
-  const ptr = target.ptr;
+  const ptr = addressOf(target);
   const size = target.byteLength;
   const offset = checkNonNegativeInteger(options.offset ?? 0, 'memset offset');
   if (offset % elementBytes !== 0) {
@@ -577,6 +592,7 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   }
   checkRange(offset, count * elementBytes, size, 'memset');
   if (count === 0) return;
+  prepareSides(options.stream, target);
   recordUse(options.stream, target);
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
   else target.makeCurrent();
@@ -621,6 +637,7 @@ export function copy2D(
     throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
   }
   if (widthBytes === 0 || height === 0) return;
+  prepareSides(stream, dst.memory, src.memory);
   recordUse(stream, dst.memory, src.memory);
   const backend = backendOf(dst.memory, src.memory);
   activate(stream, homeOf(dst.memory, src.memory), backend);

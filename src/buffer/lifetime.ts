@@ -84,6 +84,9 @@ interface Held {
 /** An allocation's Held record, for `holdMemory` (set in Allocation's static block: it reads a private field). */
 let heldOf: (allocation: Allocation) => Held;
 
+/** A live allocation's address, without what a subclass's `ptr` getter adds (set in Allocation's static block). */
+let addressOfLive: (allocation: Allocation) => Ptr;
+
 let captureStacks = false;
 
 const registry = new FinalizationRegistry<Held>((held) => {
@@ -508,6 +511,10 @@ export abstract class Allocation {
       allocation.checkLive();
       return allocation.#held;
     };
+    addressOfLive = (allocation) => {
+      if (allocation.#freed) allocation.throwFreed();
+      return allocation.#ptr;
+    };
   }
 }
 
@@ -554,6 +561,48 @@ export function holdMemory(allocation: Allocation): () => void {
         { code: 'VRAM_DEFERRED_FREE' });
     }
   };
+}
+
+/**
+ * The address of a live allocation as vram's own operations read it: what `ptr` returns, without
+ * what a subclass's `ptr` getter does for foreign code (a spillable buffer's getter brings the
+ * memory back and counts it as written; vram's operations have done the right part of that
+ * already, ordered on their stream).
+ *
+ * @internal
+ * @param allocation A buffer.
+ * @returns Its address.
+ * @throws {UseAfterFreeError} When freed.
+ */
+export function addressOf(allocation: Allocation): Ptr {
+  return addressOfLive(allocation);
+}
+
+/**
+ * True while a copy holds the allocation (`holdMemory`): its later chunks are not queued yet, so
+ * no stream order covers them and the memory must stay where it is (a spill waits for the copy).
+ *
+ * @internal
+ * @param allocation A live buffer.
+ * @returns Whether a copy in flight holds it.
+ * @throws {UseAfterFreeError} When the buffer was freed.
+ */
+export function heldByCopies(allocation: Allocation): boolean {
+  return heldOf(allocation).holds > 0;
+}
+
+/**
+ * Makes `target` wait, on the device, for the work queued so far on every stream that used
+ * `allocation` (its allocation stream and the recorded ones, a destroyed one through its last
+ * event), as a free does: a spilled buffer's copy out is queued after them this way.
+ *
+ * @internal
+ * @param allocation A live, stream-ordered buffer.
+ * @param target A live stream of the buffer's device.
+ * @throws {UseAfterFreeError} When the buffer was freed.
+ */
+export function waitForUsesOn(allocation: Allocation, target: Stream): void {
+  waitForUses(heldOf(allocation), target, undefined);
 }
 
 /**

@@ -84,7 +84,7 @@ export class Kernel<S extends Signature> {
       throw new RangeError(`kernel ${this.name}: the stream belongs to device ${stream.device.ordinal}, the kernel to device ${this.#device.ordinal}`);
     }
     const handle = streamHandleOf(stream);
-    writeArgs(this.name, this.#device, this.#params, args);
+    writeArgs(this.name, this.#device, this.#params, args, stream);
     const backend = this.#backend;
     backend.contextSetCurrent(this.#context);
     try {

@@ -12,10 +12,17 @@ import { HostArray } from '../array/host-array.js';
 import type { Device } from '../device.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
+import { addressOf } from '../buffer/lifetime.js';
+import { beginOperation, prepareUse } from '../buffer/spill/residency.js';
+import type { StreamRef } from '../stream.js';
 
 export type { ParamType, ScalarParam } from '../backend/backend.js';
 
-/** A kernel's parameters, in order. Declare it `as const` (or inline) so launches are type-checked. */
+/**
+ * A kernel's parameters, in order. Declare it `as const` (or inline) so launches are type-checked.
+ * `'cptr'` marks a pointer the kernel only reads (C's `const T*`): spillable memory passed there
+ * keeps its host copy current, so spilling it again copies nothing; `'ptr'` counts as written.
+ */
 export type Signature = readonly ParamType[];
 
 /**
@@ -27,7 +34,7 @@ export type PointerArg = DeviceMemory | DeviceArray | HostBuffer | HostArray | n
 
 /** The JavaScript value a parameter of type P takes. */
 export type ArgOf<P extends ParamType> =
-  P extends 'ptr' ? PointerArg
+  P extends 'ptr' | 'cptr' ? PointerArg
     : P extends 'i64' | 'u64' ? number | bigint
       : P extends ScalarParam ? number
         : P extends { readonly struct: infer M extends readonly ScalarParam[] } ? { readonly [K in keyof M]: number | bigint }
@@ -77,6 +84,8 @@ export function checkSignature<S extends Signature>(signature: S, kernel: string
  * @param device The device the kernel runs on: memory arguments must be addressable from it.
  * @param params The kernel's parameter block.
  * @param args The launch's arguments.
+ * @param stream The launch's stream: spilled memory among the arguments is brought back on it,
+ *   after every argument was checked (undefined: the legacy default stream).
  * @throws {TypeError} For a wrong argument count or an argument of the wrong kind.
  * @throws {RangeError} For an integer out of its type's range, or memory on a device the kernel's cannot address.
  * @throws {UseAfterFreeError} For memory that was freed.
@@ -85,18 +94,20 @@ export function checkSignature<S extends Signature>(signature: S, kernel: string
  * writeArgs('saxpy', device, params, [y, x, 2, n]);
  * ```
  */
-export function writeArgs(kernel: string, device: Device, params: KernelParams, args: readonly unknown[]): void {
+export function writeArgs(kernel: string, device: Device, params: KernelParams, args: readonly unknown[], stream?: StreamRef): void {
   const slots = params.slots;
   if (args.length !== slots.length) {
     throw new TypeError(`kernel ${kernel} takes ${slots.length} argument(s), got ${args.length}`);
   }
   const view = params.data;
+  let memoryArgs = false;
   for (let i = 0; i < slots.length; i++) {
     const slot = slots[i]!;
     const type = slot.type;
     const value = args[i];
-    if (type === 'ptr') {
+    if (type === 'ptr' || type === 'cptr') {
       writeU64(view, slot.offset, pointerOf(kernel, i, device, value));
+      if (typeof value === 'object') memoryArgs = true;
     } else if (typeof type === 'string') {
       writeScalar(kernel, i, view, slot.offset, type, value);
     } else {
@@ -109,7 +120,28 @@ export function writeArgs(kernel: string, device: Device, params: KernelParams, 
       }
     }
   }
+  if (memoryArgs) prepareArgs(slots, args, stream);
 }
+
+/**
+ * After every argument was checked: spilled memory among them comes back, ordered on the launch's
+ * stream, and the stream is recorded on it (so a later spill's copy out or a free waits for the
+ * kernel); a `ptr` argument counts as written, a `cptr` as read.
+ */
+function prepareArgs(slots: KernelParams['slots'], args: readonly unknown[], stream: StreamRef | undefined): void {
+  beginOperation();
+  for (let i = 0; i < slots.length; i++) {
+    const type = slots[i]!.type;
+    if (type !== 'ptr' && type !== 'cptr') continue;
+    const value = args[i];
+    const memory = value instanceof DeviceArray ? value.buffer : value;
+    if (memory instanceof DeviceMemory && prepareUse(memory, stream, type === 'ptr')) {
+      memory.recordStream(stream ?? defaultStreamRef);
+    }
+  }
+}
+
+const defaultStreamRef: StreamRef = { handle: 0 };
 
 /** The device address a `ptr` argument stands for, checked. */
 function pointerOf(kernel: string, index: number, device: Device, value: unknown): number {
@@ -119,12 +151,17 @@ function pointerOf(kernel: string, index: number, device: Device, value: unknown
   }
   if (value instanceof DeviceArray) {
     const memory = value.buffer;
-    if (memory instanceof DeviceMemory) checkResident(kernel, index, device, memory);
+    if (memory instanceof DeviceMemory) {
+      checkResident(kernel, index, device, memory);
+      // The address without a spillable buffer's getter: prepareArgs brings it back on the stream.
+      if (memory.freed) return value.ptr; // UseAfterFreeError, worded by the array
+      return addressOf(memory) + value.byteOffset;
+    }
     return value.ptr;
   }
   if (value instanceof DeviceMemory) {
     checkResident(kernel, index, device, value);
-    return value.ptr;
+    return addressOf(value);
   }
   if (value instanceof HostArray) {
     if (!value.mapped) throw new TypeError(`kernel ${kernel}: argument ${index} is a HostArray that is not mapped (allocate it with { mapped: true })`);

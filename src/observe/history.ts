@@ -28,6 +28,7 @@ import {
 } from '../resource/resource.js';
 import type { HistoryEvent, HistoryEventKind, SnapshotBaseline, SnapshotResource, SnapshotStack } from './snapshot-format.js';
 import { readOptions } from '../util/options.js';
+import { setSpillObserver, type SpillObserver } from '../buffer/spill/spill-manager.js';
 
 /** Options of `recordMemoryHistory`. */
 export interface HistoryOptions {
@@ -88,12 +89,14 @@ export interface ResourceRecord extends Pick<SnapshotResource, 'id' | 'label' | 
   baseline: SnapshotBaseline | null;
 }
 
-const KINDS: readonly HistoryEventKind[] = ['alloc', 'free', 'oom', 'reserve', 'release'];
+const KINDS: readonly HistoryEventKind[] = ['alloc', 'free', 'oom', 'reserve', 'release', 'spill', 'reload'];
 const ALLOC = 0;
 const FREE = 1;
 const OOM = 2;
 const RESERVE = 3;
 const RELEASE = 4;
+const SPILL = 5;
+const RELOAD = 6;
 const DEFAULT_ENTRIES = 100_000;
 /** Numbers per event in the ring (see `MemoryHistory.#ring`). */
 const SLOTS = 6;
@@ -189,6 +192,18 @@ const dispatcher: AllocationObserver = {
   },
 };
 
+/** Spills and reloads, recorded as events of the device's SpillableResource. */
+const spillDispatcher: SpillObserver = {
+  spilled(mr, ptr, bytes) {
+    if (mr !== lastResource) lookUp(mr, 0);
+    lastHistory?.addMove(SPILL, lastRecord!, ptr, bytes, 0);
+  },
+  reloaded(mr, ptr, bytes, handle) {
+    if (mr !== lastResource) lookUp(mr, 0);
+    lastHistory?.addMove(RELOAD, lastRecord!, ptr, bytes, handle);
+  },
+};
+
 /**
  * A recording of one device's memory events (`recordMemoryHistory` makes it). Keeps its events
  * after `stop()`, for `events()` and snapshots, until the next recording on the device.
@@ -279,7 +294,10 @@ export class MemoryHistory {
     recorders[this.device] = undefined;
     recording -= 1;
     forgetLast();
-    if (recording === 0) setAllocationObserver(null);
+    if (recording === 0) {
+      setAllocationObserver(null);
+      setSpillObserver(null);
+    }
   }
 
   /** `using history = recordMemoryHistory()` stops it at the end of the scope. */
@@ -430,6 +448,15 @@ export class MemoryHistory {
     this.#write(kind + 8 * record.id, address, bytes, stream, time, -1);
   }
 
+  /**
+   * Records a spill or reload of a spillable buffer (no stack: the move is vram's, not the caller's).
+   *
+   * @internal
+   */
+  addMove(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
+    this.#write(kind + 8 * record.id, address, bytes, stream, this.#time[0]!, -1);
+  }
+
   /** `add` with a call stack to capture or a change of reserved bytes to record before the event. */
   #addWith(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number, time: number): void {
     const stack = this.stacks && kind !== FREE ? this.#stackId() : -1;
@@ -536,6 +563,7 @@ export function recordMemoryHistory(options: HistoryOptions = {}): MemoryHistory
   recording += 1;
   forgetLast();
   setAllocationObserver(dispatcher);
+  setSpillObserver(spillDispatcher);
   return history;
 }
 

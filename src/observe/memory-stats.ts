@@ -11,6 +11,7 @@ import { getCurrentResource } from '../resource/current.js';
 import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
+import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
 
 /**
  * A figure now (`value`) and its high-water mark (`peak`): a `Counter` without the running total,
@@ -75,6 +76,13 @@ export interface MemoryStats {
    * ended with their timeout or their abort signal.
    */
   readonly waits: AllocationWaits;
+  /**
+   * Spillable memory of the device (`{ spillable: true }`, which does not come from the current
+   * resource): bytes and buffers spilled to host memory now, their peaks and totals, the copies out
+   * (a buffer whose host copy was current is spilled without one), reloads, and what is on the
+   * device now and held there by leases. Zeros where nothing was spillable.
+   */
+  readonly spill: SpillFigures;
 }
 
 /**
@@ -111,6 +119,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     driverCalls: figures?.driverCalls,
     leaks: leakStatistics(),
     waits: allocationWaits(dev.ordinal),
+    spill: spillFigures(dev),
   } as const);
 }
 
@@ -168,6 +177,9 @@ export function memorySummary(device?: Device | number): string {
     ['Wait time (longest)', '-', `${Math.round(s.waits.waitedMs.longest)} ms`, `${Math.round(s.waits.waitedMs.total)} ms`],
     ['Wait timeouts, aborts', '-', '-', `${s.waits.timeouts}, ${s.waits.aborts}`],
     ['Leaks (GC backstop)', '-', '-', `${s.leaks.count} (${formatBytes(s.leaks.bytes)})`],
+    ['Spilled memory', formatBytes(s.spill.spilledBytes.value), formatBytes(s.spill.spilledBytes.peak), formatBytes(s.spill.spilledBytes.total)],
+    ['Spill copies out', '-', '-', `${s.spill.copiesOut} (${formatBytes(s.spill.copiedOutBytes)})`],
+    ['Reloads', '-', '-', `${s.spill.reloads} (${formatBytes(s.spill.reloadedBytes)})`],
   ];
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
   const line = (r: string[]): string => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ');

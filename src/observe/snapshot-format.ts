@@ -39,9 +39,11 @@ export const SNAPSHOT_VERSION = 1;
  *   the outermost `allocate`/`deallocate` only, so an adaptor over a pool gives one event, not two);
  * - `oom`: an allocation that failed with an out-of-memory error reaching the caller;
  * - `reserve` / `release`: the stack's reserved bytes (what it holds from the driver or its
- *   upstream: pages mapped, chunks taken, a CUDA pool grown) rose / fell by `bytes`.
+ *   upstream: pages mapped, chunks taken, a CUDA pool grown) rose / fell by `bytes`;
+ * - `spill` / `reload`: a spillable buffer of `bytes` at `address` went to pinned host memory / came
+ *   back (at the same address), the resource being the device's SpillableResource.
  */
-export type HistoryEventKind = 'alloc' | 'free' | 'oom' | 'reserve' | 'release';
+export type HistoryEventKind = 'alloc' | 'free' | 'oom' | 'reserve' | 'release' | 'spill' | 'reload';
 
 /**
  * One event of the history, in the order it happened.
@@ -54,7 +56,7 @@ export type HistoryEventKind = 'alloc' | 'free' | 'oom' | 'reserve' | 'release';
 export interface HistoryEvent {
   /** What happened. */
   readonly kind: HistoryEventKind;
-  /** The block's address (`alloc`, `free`); `null` for `oom`, `reserve` and `release`. */
+  /** The block's address (`alloc`, `free`, `spill`, `reload`); `null` for `oom`, `reserve` and `release`. */
   readonly address: number | null;
   /**
    * `alloc`/`free`/`oom`: the bytes the caller asked for (before any rounding);
@@ -399,13 +401,13 @@ const resourceCheck = objectCheck({
 });
 
 const eventFields = objectCheck({
-  kind: oneOf(['alloc', 'free', 'oom', 'reserve', 'release']), address: nullable(address), bytes,
+  kind: oneOf(['alloc', 'free', 'oom', 'reserve', 'release', 'spill', 'reload']), address: nullable(address), bytes,
   stream: numberCheck({ min: 0 }), time, resource: id, stack: stackId,
 });
 const eventCheck: Check = (value, field) => {
   eventFields(value, field);
   const event = value as HistoryEvent;
-  const placed = event.kind === 'alloc' || event.kind === 'free';
+  const placed = event.kind === 'alloc' || event.kind === 'free' || event.kind === 'spill' || event.kind === 'reload';
   if (placed !== (event.address !== null)) {
     wrong(`${field}.address`, placed ? `an address for a${event.kind === 'alloc' ? 'n' : ''} ${event.kind} event` : `null for a${event.kind === 'oom' ? 'n' : ''} ${event.kind} event`, event.address);
   }

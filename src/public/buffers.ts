@@ -4,7 +4,8 @@
  * `vram/buffers`: what lies under the buffers in the root. `DeviceMemory` and `Allocation` (the
  * base classes, for code that accepts any buffer), the option types of the less common buffer
  * methods (2D copies, host registration, views, managed advice), and the settings of the
- * transfers that move ordinary JavaScript memory (staged through pinned chunks, or pinned in place).
+ * transfers that move ordinary JavaScript memory (staged through pinned chunks, or pinned in place);
+ * spilling's lease, figures and resource.
  */
 export { DeviceMemory } from '../buffer/device-memory.js';
 export { Allocation } from '../buffer/lifetime.js';
@@ -17,3 +18,7 @@ export type { ManagedAdvice } from '../buffer/managed-buffer.js';
 export { configureTransfers, transferSettings, transferStatistics, releaseTransferCaches } from '../buffer/transfer/transfers.js';
 export type { TransferSettings, TransferOptions, TransferStatistics, TransferCount } from '../buffer/transfer/transfers.js';
 export type { RegistrationPolicy, RegistrationStatistics } from '../buffer/transfer/registration-cache.js';
+export { SpillLease } from '../buffer/spill/lease.js';
+export type { LeaseOptions } from '../buffer/spill/lease.js';
+export { spillableResource, spillFigures } from '../buffer/spill/spill-manager.js';
+export type { SpillFigures } from '../buffer/spill/spill-manager.js';

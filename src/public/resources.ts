@@ -28,6 +28,7 @@ export type { AsyncResourceOptions, AsyncPoolOptions } from '../resource/upstrea
 export { ManagedResource } from '../resource/upstream/managed-resource.js';
 export type { ManagedResourceOptions, ManagedAttach } from '../resource/upstream/managed-resource.js';
 export { PinnedHostResource } from '../resource/upstream/pinned-host-resource.js';
+export { SpillableResource } from '../resource/upstream/spillable-resource.js';
 export type { PinnedHostOptions } from '../resource/upstream/pinned-host-resource.js';
 export { PoolResource } from '../resource/suballoc/pool.js';
 export type { PoolOptions, PoolStatistics, GrowthCalls } from '../resource/suballoc/pool.js';

@@ -93,6 +93,10 @@ function timelineSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number
   const live = tops.map(() => new Float64Array(n));
   const reserved = tops.map(() => new Float64Array(n));
   const oom: (number | null)[] = new Array<number | null>(n).fill(null);
+  // Bytes of spillable buffers on the host, from the spill and reload events (0 when recording began).
+  const spilled = new Float64Array(n);
+  let spilledNow = 0;
+  let moves = 0;
   const index = new Map(tops.map((id, i) => [id, i]));
   const now = tops.map((id) => ({ ...start.get(id)! }));
   for (let k = 0; k < n; k++) {
@@ -103,7 +107,11 @@ function timelineSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number
     else if (e.kind === 'free') figures.live -= e.bytes;
     else if (e.kind === 'reserve') figures.reserved += e.bytes;
     else if (e.kind === 'release') figures.reserved -= e.bytes;
-    else oom[k] = figures.live + e.bytes;
+    else if (e.kind === 'spill' || e.kind === 'reload') {
+      spilledNow += e.kind === 'spill' ? e.bytes : -e.bytes;
+      moves++;
+    } else oom[k] = figures.live + e.bytes;
+    spilled[k] = spilledNow;
     // Whole microseconds, so the page's delta encoding applies.
     x[k] = Math.round((e.time - history.startTime) * 1000) / 1e6;
     for (let j = 0; j < tops.length; j++) {
@@ -118,6 +126,7 @@ function timelineSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number
     series.push({ label: `${name} reserved`, values: reserved[j]! }, { label: `${name} live`, values: live[j]!, dashed: true });
   });
   const ooms = oom.filter((v) => v !== null).length;
+  if (moves > 0) series.push({ label: 'spilled to host memory (since recording began)', values: spilled });
   if (ooms > 0) series.push({ label: 'out of memory (live + the request)', values: oom, markers: true });
   return {
     kind: 'plot', id: 'timeline', title: 'Live and reserved bytes over time', style: 'steps',

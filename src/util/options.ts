@@ -68,7 +68,7 @@ function nearest(key: string, valid: readonly string[]): string | undefined {
  * @throws {TypeError} When `options` is not undefined or a non-array object, or has a key not in `names`.
  * @example
  * ```ts
- * options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true });
+ * options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
  * ```
  */
 export function readOptions<T extends object>(

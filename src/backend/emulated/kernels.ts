@@ -230,14 +230,14 @@ function decodeArgs(params: KernelParams): (number | bigint | number[])[] {
         return typeof value === 'bigint' ? Number(value) : value;
       }));
     } else {
-      args.push(readScalar(view, slot.offset, type === 'ptr' ? 'u64' : type));
+      args.push(readScalar(view, slot.offset, type === 'ptr' || type === 'cptr' ? 'u64' : type));
     }
   }
   return args;
 }
 
 /** One scalar from the block; 64-bit integers as numbers when exact, else bigints. */
-function readScalar(view: DataView, offset: number, type: Exclude<ParamType, 'ptr' | { readonly struct: readonly unknown[] }> | 'u64'): number | bigint {
+function readScalar(view: DataView, offset: number, type: Exclude<ParamType, 'ptr' | 'cptr' | { readonly struct: readonly unknown[] }> | 'u64'): number | bigint {
   switch (type) {
     case 'i8': return view.getInt8(offset);
     case 'u8': return view.getUint8(offset);

@@ -32,7 +32,7 @@ export function arange<N extends ScalarName = 'float64'>(
   range: number | readonly [number, number] | readonly [number, number, number],
   dtype: N | DType<N> = 'float64' as N, options: DeviceArrayOptions = {},
 ): DeviceArray<N> {
-  options = readOptions('arange', options, { resource: true, stream: true, device: true });
+  options = readOptions('arange', options, { resource: true, stream: true, device: true, spillable: true });
   const [start, stop, step] = bounds(range).map((v, i) => finite(v, (['start', 'stop', 'step'] as const)[i]!)) as [number, number, number];
   if (step === 0) throw new RangeError('arange: step must not be 0');
   const dt = dtypeOf(dtype as DTypeName);

@@ -19,14 +19,14 @@ import { layoutOffset, layoutSource, layoutSpan, layoutStruct } from './kernel-l
 import { kernelScalar, kernelScalars, scalarConversionsSource, type KernelScalar } from './scalar.js';
 import type { ParamType } from '../signature.js';
 
-/** The signatures of the kernels in `basicSource()`. */
+/** The signatures of the kernels in `basicSource()` (`cptr`: an operand the kernel only reads). */
 export const basicSignatures = Object.freeze({
   /** dst, layout, n, unit bytes, units per element, three units of pattern. */
   vram_fill: Object.freeze(['ptr', layoutStruct, 'i64', 'i32', 'i32', 'u64', 'u64', 'u64'] as const),
   /** dst, dst layout, src, src layout, n, unit bytes, units per element. */
-  vram_copy: Object.freeze(['ptr', layoutStruct, 'ptr', layoutStruct, 'i64', 'i32', 'i32'] as const),
+  vram_copy: Object.freeze(['ptr', layoutStruct, 'cptr', layoutStruct, 'i64', 'i32', 'i32'] as const),
   /** dst, dst layout, dst code, src, src layout, src code, components, n. */
-  vram_astype: Object.freeze(['ptr', layoutStruct, 'i32', 'ptr', layoutStruct, 'i32', 'i32', 'i64'] as const),
+  vram_astype: Object.freeze(['ptr', layoutStruct, 'i32', 'cptr', layoutStruct, 'i32', 'i32', 'i64'] as const),
   /** dst (contiguous), dst code, n, start, step. */
   vram_arange: Object.freeze(['ptr', 'i32', 'i64', 'f64', 'f64'] as const),
 }) satisfies Readonly<Record<string, readonly ParamType[]>>;

@@ -272,7 +272,8 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
     const s = kernelScalar[a.dtype.component];
     const k = a.index;
     params.push(`${s.storage}* p${k}`, `VramLayout l${k}`);
-    signature.push('ptr', layoutStruct);
+    // An array the program only reads is a `cptr`: spillable memory keeps its host copy current.
+    signature.push(a.writes.size > 0 ? 'ptr' : 'cptr', layoutStruct);
     prologue.push(`    ${s.storage}* e${k} = p${k} + vram_offset(l${k}, i) * ${a.dtype.components};`);
     for (let c = 0; c < a.dtype.components; c++) {
       if (a.reads.has(c)) prologue.push(`    double v${k}_${c} = ${s.load}(e${k}[${c}]);`);

@@ -45,7 +45,7 @@ export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze([
 /** The signatures of a reduction's two kernels, `vram_<op>_<dtype>` and its `_finish`. */
 export const reduceSignatures = Object.freeze({
   /** a, a's inner layout, a's outer (row) layout, b, b's layout (dot; else a's again), m, k, split, out, partials. */
-  main: Object.freeze(['ptr', layoutStruct, layoutStruct, 'ptr', layoutStruct, 'i64', 'i64', 'i32', 'ptr', 'ptr'] as const),
+  main: Object.freeze(['cptr', layoutStruct, layoutStruct, 'cptr', layoutStruct, 'i64', 'i64', 'i32', 'ptr', 'ptr'] as const),
   /** partials, their count, out. */
   finish: Object.freeze(['ptr', 'i64', 'ptr'] as const),
 });

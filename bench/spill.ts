@@ -1,0 +1,172 @@
+/**
+ * Spilling, against what a program does without it, all in one run on one device:
+ * (a) spill and reload bandwidth (spillable buffers evicted to pinned host memory and brought
+ *     back) against pinned copy bandwidth (cuMemcpyAsync between a HostBuffer and a DeviceBuffer
+ *     of the same size), each direction;
+ * (b) an oversubscribed workload: spillable arrays totalling `--factor` (1.5) times the memory left
+ *     to vram (the rest of the device held by a ballast allocation made first), a kernel pass over
+ *     each in turn, `--rounds` rounds, the data checked at the end; against the same work written
+ *     by hand with pinned host copies in and out around each pass (two device slots, one stream
+ *     each, so one slot's copies overlap the other's kernel: the careful user's version), and
+ *     against ordinary JavaScript memory (Float32Array) copied in and out each time.
+ * Ratios are printed (issue 22's targets: spill and reload at 0.9x or more of pinned copies; the
+ * workload at 0.9x or more of the hand-written one and 3x or more of JavaScript memory's).
+ * Managed memory is never oversubscribed here.
+ *
+ * `node dist/bench/spill.js [--room 4G] [--array 256M] [--factor 1.5] [--rounds 3]`
+ * (defaults on the emulated backend: 64M and 8M).
+ */
+import { parseArgs } from 'node:util';
+import { DeviceArray } from '../src/array/device-array.js';
+import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { HostBuffer } from '../src/buffer/host-buffer.js';
+import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manager.js';
+import { Device } from '../src/device.js';
+import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
+import { Module } from '../src/kernels/module.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { Stream } from '../src/stream.js';
+import { formatBytes, parseSize } from '../src/util/size.js';
+
+const device = Device.get(0);
+const emulated = device.backend.name === 'emulated';
+const { values } = parseArgs({
+  options: {
+    room: { type: 'string', default: emulated ? '64M' : '4G' },
+    array: { type: 'string', default: emulated ? '8M' : '256M' },
+    factor: { type: 'string', default: '1.5' },
+    rounds: { type: 'string', default: '3' },
+  },
+});
+const room = parseSize(values.room, '--room');
+const arrayBytes = parseSize(values.array, '--array');
+const factor = Number(values.factor);
+const rounds = Number(values.rounds);
+if (!(factor > 1) || !Number.isInteger(rounds) || rounds < 1) throw new RangeError('--factor must be above 1 and --rounds a positive whole number');
+const n = arrayBytes / 4;
+const count = Math.ceil((room * factor) / arrayBytes);
+
+const SOURCE = `
+extern "C" __global__ void add_one(float *y, unsigned long long n) {
+  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += 1.0f;
+}
+`;
+const addOne: EmulatedKernel = (launch) => {
+  const [yPtr, count] = launch.args as [number, number];
+  const bytes = launch.memory.bytes(yPtr, 4 * count);
+  const y = new Float32Array(bytes.buffer, bytes.byteOffset, count);
+  for (let i = 0; i < Math.min(count, threadCount(launch)); i++) y[i] = y[i]! + 1;
+};
+const module = Module.compile(SOURCE, { emulated: { add_one: addOne } });
+const kernel = module.kernel('add_one', ['ptr', 'u64'] as const);
+const launch = { grid: Math.ceil(n / 256), block: 256 };
+
+/** Seconds `body` takes, the device synchronised before and after. */
+function timed(body: () => void): number {
+  device.synchronize();
+  const t0 = process.hrtime.bigint();
+  body();
+  device.synchronize();
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+const gbps = (bytes: number, seconds: number): string => `${(bytes / seconds / 1e9).toFixed(2)} GB/s`;
+
+// The ballast: everything but `room` held by one driver allocation, made first.
+const ballastResource = new CudaResource(device);
+const ballastBytes = Math.max(0, device.memInfo().free - room);
+const ballast = ballastBytes > 0 ? ballastResource.allocate(ballastBytes) : 0;
+console.log(`backend ${device.backend.name}; ${formatBytes(device.memInfo().free)} left to vram; ` +
+  `${count} arrays of ${formatBytes(arrayBytes)} (${formatBytes(count * arrayBytes)}), ${rounds} rounds`);
+
+try {
+  // (a) Bandwidth: pinned copies, then spills and reloads of the same size, in the same run.
+  const slots = Math.max(1, Math.floor(room / arrayBytes) - 1);
+  {
+    using stream = Stream.create();
+    using host = HostBuffer.allocate(arrayBytes);
+    using dev = DeviceBuffer.allocate(arrayBytes);
+    dev.memset(1);
+    const reps = Math.max(2, slots);
+    const out = timed(() => { for (let i = 0; i < reps; i++) dev.copyToHost(host, { stream }); });
+    const into = timed(() => { for (let i = 0; i < reps; i++) dev.copyFromHost(host, { stream }); });
+    dev.free();
+    const buffers = Array.from({ length: slots }, () => DeviceBuffer.allocate(arrayBytes, { spillable: true }));
+    for (const b of buffers) b.memset(2);
+    spillableResource().releaseCached(); // first spill: pinned host copies are made here, not timed
+    for (const b of buffers) b.memset(3, { count: 1 });
+    const spill = timed(() => { spillableResource().releaseCached(); });
+    const reload = timed(() => { for (const b of buffers) b.lease({ stream }).release(); });
+    for (const b of buffers) b.free();
+    const bytes = reps * arrayBytes;
+    const moved = slots * arrayBytes;
+    console.log(`\n(a) bandwidth, ${formatBytes(arrayBytes)} per copy`);
+    console.log(`  pinned copy out ${gbps(bytes, out)}, spill   ${gbps(moved, spill)}: ${((moved / spill) / (bytes / out)).toFixed(2)}x`);
+    console.log(`  pinned copy in  ${gbps(bytes, into)}, reload  ${gbps(moved, reload)}: ${((moved / reload) / (bytes / into)).toFixed(2)}x`);
+  }
+
+  // (b) The oversubscribed workload, three ways.
+  const expected = rounds;
+  const check = (data: Float32Array, what: string): void => {
+    if (data[0] !== expected || data[n - 1] !== expected) throw new Error(`${what}: got ${data[0]}, ${data[n - 1]}, expected ${expected}`);
+  };
+  using stream = Stream.create();
+  const before = spillFigures(device);
+  const arrays = Array.from({ length: count }, () => DeviceArray.zeros([n], 'float32', { spillable: true, stream }));
+  const spilled = timed(() => {
+    for (let r = 0; r < rounds; r++) for (const a of arrays) kernel.launch({ ...launch, stream }, a, n);
+  });
+  for (const a of arrays) check(a.toHost(), 'spillable');
+  for (const a of arrays) a.free();
+  const after = spillFigures(device);
+
+  // By hand: every array in pinned host memory; two device slots, each on its own stream, so one
+  // slot's copies overlap the other's kernel.
+  const hosts = Array.from({ length: count }, () => HostBuffer.allocate(arrayBytes));
+  for (const h of hosts) h.view(Float32Array).fill(0);
+  const streams = [Stream.create(), Stream.create()];
+  const slotBuffers = streams.map((s) => DeviceBuffer.allocate(arrayBytes, { stream: s }));
+  const byHand = timed(() => {
+    for (let r = 0; r < rounds; r++) {
+      hosts.forEach((h, i) => {
+        const s = streams[i % 2]!;
+        const d = slotBuffers[i % 2]!;
+        d.copyFromHost(h, { stream: s });
+        kernel.launch({ ...launch, stream: s }, d, n);
+        d.copyToHost(h, { stream: s });
+      });
+    }
+  });
+  for (const h of hosts) check(h.view(Float32Array), 'by hand');
+  for (const b of slotBuffers) b.free();
+  for (const h of hosts) h.free();
+
+  // Ordinary JavaScript memory, copied in and out around each pass.
+  const plain = Array.from({ length: count }, () => new Float32Array(n));
+  const slot = DeviceBuffer.allocate(arrayBytes);
+  const javascript = timed(() => {
+    for (let r = 0; r < rounds; r++) {
+      for (const p of plain) {
+        slot.copyFromHost(p);
+        kernel.launch(launch, slot, n);
+        slot.copyToHost(p);
+      }
+    }
+  });
+  for (const p of plain) check(p, 'JavaScript memory');
+  slot.free();
+  for (const s of streams) s.destroy();
+
+  const work = rounds * count * arrayBytes;
+  console.log(`\n(b) ${count} arrays x ${rounds} rounds, ${(count * arrayBytes / room).toFixed(2)}x the memory left to vram`);
+  console.log(`  spillable arrays   ${spilled.toFixed(3)} s  ${gbps(work, spilled)} of arrays passed ` +
+    `(${after.spilledBuffers.total - before.spilledBuffers.total} spills, ${after.copiesOut - before.copiesOut} copies out, ${after.reloads - before.reloads} reloads)`);
+  console.log(`  by hand, pinned    ${byHand.toFixed(3)} s  ${gbps(work, byHand)}`);
+  console.log(`  JavaScript memory  ${javascript.toFixed(3)} s  ${gbps(work, javascript)}`);
+  console.log(`  spillable / by hand: ${(byHand / spilled).toFixed(2)}x (target 0.9x); spillable / JavaScript memory: ${(javascript / spilled).toFixed(2)}x (target 3x)`);
+} finally {
+  if (ballast !== 0) ballastResource.deallocate(ballast, ballastBytes);
+  ballastResource.destroy();
+  module.destroy();
+}
