@@ -129,7 +129,10 @@ export function withCurrent<T extends MemoryResource>(mr: T, body: (mr: T) => vo
  * Runs `body` with only `room` bytes of device 0 left to vram (a small device on both backends):
  * the rest is held by driver allocations made first (a ballast), given back after. The free
  * memory beyond `room` is taken in whole 2 MiB pieces first, then what other allocations left
- * unaligned, so `room` is left exactly where the driver allocates in bytes (emulated).
+ * unaligned, so `room` is left exactly where the driver allocates in bytes (emulated). A real
+ * driver needs free memory of its own beyond what it hands out (a stream, the page tables of a
+ * new mapping), so on a GPU the ballast leaves `DRIVER_SLACK` more, and `VRAM_SPILL_LIMIT` keeps
+ * spillable memory within `room` (a resource other than the spillable one sees the slack too).
  */
 export function withDeviceRoom(room: number, body: () => void): void {
   const device = Device.get(0);
@@ -138,12 +141,23 @@ export function withDeviceRoom(room: number, body: () => void): void {
   const take = (bytes: number): void => {
     if (bytes > 0) held.push([ballast.allocate(bytes), bytes]);
   };
+  const slack = onGpu ? DRIVER_SLACK : 0;
+  const limit = process.env.VRAM_SPILL_LIMIT;
   try {
-    take(Math.floor(Math.max(0, device.memInfo().free - room) / (2 * MiB)) * 2 * MiB);
-    take(Math.max(0, device.memInfo().free - room));
+    take(Math.floor(Math.max(0, device.memInfo().free - room - slack) / (2 * MiB)) * 2 * MiB);
+    take(Math.max(0, device.memInfo().free - room - slack));
+    if (onGpu) {
+      const { free, total } = device.memInfo();
+      process.env.VRAM_SPILL_LIMIT = String(total - free + room);
+    }
     body();
   } finally {
+    if (limit === undefined) delete process.env.VRAM_SPILL_LIMIT;
+    else process.env.VRAM_SPILL_LIMIT = limit;
     for (const [ptr, bytes] of held) ballast.deallocate(ptr, bytes);
     ballast.destroy();
   }
 }
+
+/** Free memory a GPU's driver keeps for itself beyond what `withDeviceRoom` leaves to vram. */
+const DRIVER_SLACK = 64 * MiB;

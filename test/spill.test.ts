@@ -21,7 +21,7 @@ import { Device } from '../src/device.js';
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
-import { withDeviceRoom } from './helpers.js';
+import { onGpu, withDeviceRoom } from './helpers.js';
 import { Stream } from '../src/stream.js';
 import { mulberry32 } from '../src/util/random.js';
 
@@ -193,7 +193,11 @@ describe('spillable memory', () => {
     });
   });
 
-  it('another resource\'s refusal spills first; when nothing can go, the error says what was spillable', () => {
+  // The refusal must land exactly between "a's 2 MiB go back" and "nothing can go": on a GPU the driver
+  // keeps free memory of its own beyond the room (withDeviceRoom leaves it slack), so that point
+  // cannot be placed there; the emulated backend, which allocates in bytes, runs it.
+  it('another resource\'s refusal spills first; when nothing can go, the error says what was spillable',
+    { skip: onGpu ? 'needs a refusal placed to the byte, which a real driver\'s own free memory prevents' : false }, () => {
     withDeviceRoom(4 * CHUNK, () => {
       const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
       const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
