@@ -23,6 +23,7 @@ import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
 import { PinnedHostPool } from '../src/resource/suballoc/pinned-host-pool.js';
 import { PinnedHostResource } from '../src/resource/upstream/pinned-host-resource.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { SpillableResource } from '../src/resource/upstream/spillable-resource.js';
 import { MemoryResource, type StreamRef } from '../src/resource/resource.js';
 import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
 import { TrackingAdaptor } from '../src/resource/adaptors/tracking.js';
@@ -43,6 +44,7 @@ interface Subject {
 /** Every resource, and every adaptor over a pool. */
 const SUBJECTS: ReadonlyArray<readonly [string, () => Subject]> = [
   ['PoolResource (virtual memory)', () => only(new PoolResource())],
+  ['PoolResource (adaptive extents)', () => only(new PoolResource({ extentSize: 'adaptive' }))],
   ['PoolResource (upstream chunks)', () => over(new CudaResource(), (u) => new PoolResource({ upstream: u, chunkSize: 4 * MiB }))],
   ['ArenaResource', () => only(new ArenaResource({ size: 16 * MiB }))],
   ['FixedSizeResource', () => ({ ...over(new CudaResource(), (u) => new FixedSizeResource(u, { blockSize: 64 * 1024, blocksToPreallocate: 8 })), largest: 64 * 1024 })],
@@ -51,6 +53,7 @@ const SUBJECTS: ReadonlyArray<readonly [string, () => Subject]> = [
   ['CudaResource', () => only(new CudaResource())],
   ['AsyncResource (new pool)', () => only(new AsyncResource({ pool: {} }))],
   ['ManagedResource', () => only(new ManagedResource())],
+  ['SpillableResource', () => only(new SpillableResource())],
   ['PinnedHostResource', () => only(new PinnedHostResource())],
   ['StatisticsAdaptor over a pool', () => over(new PoolResource(), (u) => new StatisticsAdaptor(u))],
   ['LimitingAdaptor over a pool', () => over(new PoolResource(), (u) => new LimitingAdaptor(u, 64 * MiB))],

@@ -610,17 +610,19 @@ class DataRun {
     const bytes = drawSize(r, from?.maxBytes ?? this.target!.maxBytes);
     const s = Math.floor(r() * this.handles.length);
     const byHost = this.host && r() < 0.5;
+    // A nested resource (over a block of this one) has its own alignment, which may be less.
+    const mr = from?.resource ?? this.mr;
     let ptr: Ptr;
     try {
-      ptr = (from?.resource ?? this.mr).allocate(bytes, this.refs[s]);
+      ptr = mr.allocate(bytes, this.refs[s]);
     } catch (error) {
       if (!(error instanceof OutOfMemoryError)) throw error;
       this.stats.outOfMemory++;
       if (this.live.length > 0) this.free(this.live[Math.floor(r() * this.live.length)]!, false);
       return;
     }
-    if (typeof ptr !== 'number' || ptr % this.mr.alignment !== 0) {
-      throw new DataMismatch(`allocate(${bytes}) returned ${String(ptr)}, not aligned to ${this.mr.alignment}`);
+    if (typeof ptr !== 'number' || ptr % mr.alignment !== 0) {
+      throw new DataMismatch(`allocate(${bytes}) returned ${String(ptr)}, not aligned to ${mr.alignment}`);
     }
     this.stats.allocations++;
     this.checkDisjoint(ptr, bytes, from !== undefined ? `${from.resource.describe()} (nested)` : this.mr.describe());

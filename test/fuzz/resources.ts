@@ -21,6 +21,7 @@ import { RetryOnOutOfMemory } from '../../src/resource/adaptors/retry-on-oom.js'
 import { PinnedHostPool } from '../../src/resource/suballoc/pinned-host-pool.js';
 import { PinnedHostResource } from '../../src/resource/upstream/pinned-host-resource.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
+import { SpillableResource } from '../../src/resource/upstream/spillable-resource.js';
 import type { MemoryResource } from '../../src/resource/resource.js';
 import { StatisticsAdaptor } from '../../src/resource/adaptors/statistics.js';
 import { TrackingAdaptor } from '../../src/resource/adaptors/tracking.js';
@@ -128,6 +129,12 @@ export const resourceFactories: readonly ResourceFactory[] = [
     // extents, and compaction (free extents released, a page-granular retry) before OutOfMemoryError.
     name: 'PoolResource (adaptive extents, short)',
     create: () => { const p = new PoolResource({ maximumSize: 40 * MiB, extentSize: 'adaptive' }); return target(p, 4 * MiB, [p]); },
+  },
+  {
+    // A granule-aligned virtual range and its own physical memory per block (spilling's resource;
+    // the spilling itself is fuzzed by test/spill-fuzz.test.ts).
+    name: 'SpillableResource',
+    create: () => { const r = new SpillableResource(); return target(r, 4 * MiB, [r]); },
   },
   {
     name: 'PoolResource (upstream chunks)',
