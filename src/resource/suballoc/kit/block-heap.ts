@@ -448,16 +448,45 @@ export class BlockHeap implements StreamWatcher {
       // Another stream's parked block is free memory like its listed ones: a stealer sees it.
       if (other.parked !== NIL) this.unpark(other);
       if (other.count === 0 || other.findFit(size) === NIL) continue;
-      this.order.join(other, own.stream);
-      const s = this.store;
-      for (let i = other.any(); i !== NIL; i = other.any()) {
-        other.remove(i);
-        s.owner[i] = LIVE;
-        this.give(i, own.stream);
-      }
+      this.absorb(other, own);
       return own.findFit(size);
     }
     return NIL;
+  }
+
+  /**
+   * Moves every other stream's free blocks into `stream`'s lists, after `stream` waits on an event
+   * of each (stream-ordered, no host wait), so that blocks freed on different streams coalesce.
+   * The pool's growth path calls it before it moves pages: free space split between streams'
+   * lists may hold a place on mapped pages that no one list holds (CUDA's pool reuses another
+   * stream's free blocks the same way, by event dependency).
+   *
+   * @param stream The allocating stream's handle.
+   * @returns The streams whose blocks moved (each an event wait).
+   */
+  gather(stream: number): number {
+    const own = this.listsFor(stream);
+    let n = 0;
+    for (let k = NEUTRAL + 1; k < this.lists.length; k++) {
+      const other = this.lists[k]!;
+      if (other === own) continue;
+      if (other.parked !== NIL) this.unpark(other);
+      if (other.count === 0) continue;
+      this.absorb(other, own);
+      n++;
+    }
+    return n;
+  }
+
+  /** `own`'s stream waits on `other`'s event, then takes all of `other`'s free blocks (coalescing). */
+  private absorb(other: FreeLists, own: FreeLists): void {
+    this.order.join(other, own.stream);
+    const s = this.store;
+    for (let i = other.any(); i !== NIL; i = other.any()) {
+      other.remove(i);
+      s.owner[i] = LIVE;
+      this.give(i, own.stream);
+    }
   }
 
   /** Splits block `i` at `offset`; returns the new block holding the tail (owner unset). */
