@@ -21,7 +21,7 @@ import { TraceParseError, parseAllocationLog, readAllocationLog } from '../src/r
 import { createStack, type StackOptions } from '../src/replay/stacks.js';
 import { RESOURCE_STACK_NAMES, createResourceStack } from '../src/resource/stacks.js';
 import { arenaSizeFor } from '../src/replay/stacks.js';
-import { checkCapacity, holdBallast } from '../src/replay/ballast.js';
+import { checkCapacity, holdBallast, pagesAtPeak } from '../src/replay/ballast.js';
 import { FREE_MEMORY_SLACK, assertMemoryReturned, deviceMemoryUsed, onGpu } from './helpers.js';
 
 // resnet50_train peaks at 5.4 GiB live: give an emulated device room for it (its memory is lazily
@@ -438,7 +438,11 @@ interface JsonOutcome {
 }
 interface JsonTrace {
   trace: { source: string; peakLiveBytes: number; operations: number };
-  capacity?: { bytes: number; ballastBytes: number; freeBytes: number; totalBytes: number };
+  capacity?: {
+    bytes: number; ballastBytes: number; freeBytes: number; totalBytes: number;
+    cannotFit?: { operation: number; line: number; liveBytes: number; blocks: number; pageBytes: number; pages: number;
+      pagesHeld: number; leastCapacityBytes: number; leastHeadroomPercent: number };
+  };
   results: JsonOutcome[];
 }
 
@@ -449,15 +453,16 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
   // A device made first: replayCommand must not resize the emulated backend this file chose.
   Device.get(0);
 
-  it('holdBallast leaves the capacity free, within a page, and gives it all back', () => {
+  it('holdBallast leaves the capacity free, its whole pages, and gives it all back', () => {
     const device = Device.get(0);
     const before = deviceMemoryUsed(device);
     const capacity = 1024 ** 3 + 12345;
     const ballast = holdBallast(device, capacity);
     try {
       // Exactly so on the emulated backend; on a GPU the driver's own bookkeeping may move it a little.
-      assert.ok(ballast.freeBytes >= capacity - FREE_MEMORY_SLACK && ballast.freeBytes < capacity + page + FREE_MEMORY_SLACK,
+      assert.ok(ballast.freeBytes > capacity - page - FREE_MEMORY_SLACK && ballast.freeBytes <= capacity + FREE_MEMORY_SLACK,
         `free ${ballast.freeBytes} for a capacity of ${capacity}`);
+      if (!onGpu) assert.equal(ballast.freeBytes, Math.floor(capacity / page) * page, 'the capacity\'s whole pages');
       assert.equal(ballast.bytes % page, 0, 'whole pages');
       assert.equal(device.memInfo().free, ballast.freeBytes);
     } finally {
@@ -477,7 +482,7 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     assert.equal(code, 1, stderr);
     const report = JSON.parse(stdout) as JsonTrace;
     assert.equal(report.capacity?.bytes, capacity);
-    assert.ok(report.capacity!.freeBytes >= capacity - FREE_MEMORY_SLACK && report.capacity!.freeBytes < capacity + page + FREE_MEMORY_SLACK);
+    assert.ok(report.capacity!.freeBytes > capacity - page - FREE_MEMORY_SLACK && report.capacity!.freeBytes <= capacity + FREE_MEMORY_SLACK);
     assert.deepEqual(report.results.map((r) => r.stack), [...RESOURCE_STACK_NAMES]);
     for (const r of report.results) {
       assert.equal(r.fits, false, `${r.stack} does not fit`);
@@ -527,6 +532,32 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     assert.equal(pool!.fits, true);
     assert.equal(pool!.result!.passes.length, 4);
     assert.ok(pool!.result!.peakReservedBytes <= report.capacity!.freeBytes);
+  });
+
+  it('a capacity of fewer whole pages than the peak fills says it cannot fit, and the least whole-page headroom', async () => {
+    // multi_stream peaks at 13.3 MiB in 5 blocks: 7 pages of 2 MiB at the least. 3% more is
+    // 13.7 MiB, 6 whole pages: no allocator over pages can run it, and the replay says so.
+    const path = `${traces}multi_stream.csv`;
+    const multi = readAllocationLog(path);
+    const peak = pagesAtPeak(multi);
+    assert.deepEqual({ ...peak, liveBytes: undefined }, { operation: 5, line: 6, liveBytes: undefined, blocks: 5, pageBytes: page, pages: 7 });
+    assert.equal(peak.liveBytes, multi.summary.peakLiveBytes);
+    const tight = await replayCaptured(path, '-r', 'adaptive', '--headroom', '3', '--json');
+    assert.equal(tight.code, 1);
+    const report = JSON.parse(tight.stdout) as JsonTrace;
+    assert.deepEqual(report.capacity!.cannotFit, {
+      ...peak, pagesHeld: 6, leastCapacityBytes: 7 * page, leastHeadroomPercent: 6,
+    });
+    assert.equal(report.results[0]!.fits, false);
+    const text = await replayCaptured(path, '-r', 'adaptive', '--headroom', '3');
+    assert.match(text.stdout, /^fit +cannot fit: at operation 5 \(line 6\) the trace has 13\.3 MiB live in 5 blocks, which needs at least 7 pages of 2 MiB; the capacity, 13\.7 MiB, holds 6\. .* the least whole-page capacity is 14 MiB \(--headroom 6\)$/m);
+    // The headroom it names: 7 whole pages, no such line; on the emulated device the pool fits
+    // (a GPU's driver keeps some of the free memory for itself, so there it may not).
+    const enough = await replayCaptured(path, '-r', 'adaptive', '--headroom', '6', '--json');
+    const fits = JSON.parse(enough.stdout) as JsonTrace;
+    assert.equal(fits.capacity!.cannotFit, undefined);
+    assert.ok(fits.capacity!.bytes >= 7 * page);
+    if (!onGpu) assert.equal(fits.results[0]!.fits, true, enough.stderr);
   });
 
   it('--capacity and --headroom together, or a bad value, are usage errors; more than the device has is refused in one line', async () => {

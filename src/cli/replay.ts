@@ -22,7 +22,7 @@ import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { Device } from '../device.js';
 import { ReplayError, replay, type ReplayFailurePoint, type ReplayPass, type ReplayResult } from '../replay/engine.js';
-import { checkCapacity, holdBallast, type Ballast } from '../replay/ballast.js';
+import { checkCapacity, holdBallast, pagesAtPeak, type Ballast, type PeakPages } from '../replay/ballast.js';
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { createStack, type StackOptions } from '../replay/stacks.js';
 import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } from '../resource/stacks.js';
@@ -199,7 +199,7 @@ function messageOf(error: unknown): string {
 interface TraceRun {
   readonly trace: AllocationTrace;
   /** With `--capacity`/`--headroom`: the capacity, how it was found, and the ballast that held the rest. */
-  readonly limit?: { readonly words: string; readonly ballast: Ballast };
+  readonly limit?: { readonly words: string; readonly ballast: Ballast; readonly cannotFit?: CannotFit };
   readonly outcomes: readonly Outcome[];
 }
 
@@ -217,8 +217,44 @@ function headingLines(run: Omit<TraceRun, 'outcomes'>, backend: string, capacity
     const b = run.limit.ballast;
     lines.push(['capacity', `${run.limit.words}: a ballast of ${formatBytes(b.bytes)} takes the rest of the device's free memory ` +
       `(${formatBytes(b.totalBytes)} in all), so each stack sees ${formatBytes(b.freeBytes)} free (cuMemGetInfo) when it is made`]);
+    if (run.limit.cannotFit !== undefined) lines.push(['fit', cannotFitWords(run.limit.cannotFit, b.capacityBytes)]);
   }
   return lines;
+}
+
+/** A capacity too small for the trace on any allocator over whole pages, with the least that is not. */
+interface CannotFit extends PeakPages {
+  /** Whole pages the capacity holds (fewer than `pages`). */
+  readonly pagesHeld: number;
+  /** The least capacity of whole pages that holds the peak (`pages` pages). */
+  readonly leastCapacityBytes: number;
+  /** The least whole `--headroom` percent that gives it. */
+  readonly leastHeadroomPercent: number;
+}
+
+/**
+ * Whether `capacityBytes` holds fewer whole pages than the trace's peak live fills (then no
+ * allocator can run it: `pagesAtPeak`), and if so, the least capacity and headroom that can.
+ */
+function cannotFit(trace: AllocationTrace, capacityBytes: number, pageBytes: number): CannotFit | undefined {
+  const peak = pagesAtPeak(trace, pageBytes);
+  const pagesHeld = Math.floor(capacityBytes / pageBytes);
+  if (pagesHeld >= peak.pages) return undefined;
+  const least = peak.pages * pageBytes;
+  const live = trace.summary.peakLiveBytes;
+  // The headroom that `capacityFor` turns into at least `least` bytes, as a whole percent.
+  let percent = Math.max(0, Math.ceil((least / live - 1) * 100));
+  while (Math.ceil(live * (1 + percent / 100)) < least) percent++;
+  return { ...peak, pagesHeld, leastCapacityBytes: least, leastHeadroomPercent: percent };
+}
+
+/** The `cannot fit` line: where the peak is, the pages it needs, the pages the capacity holds, the least that fits. */
+function cannotFitWords(c: CannotFit, capacityBytes: number): string {
+  const page = formatBytes(c.pageBytes);
+  return `cannot fit: at operation ${c.operation} (line ${c.line}) the trace has ${formatBytes(c.liveBytes)} live in ${c.blocks} ` +
+    `blocks, which needs at least ${c.pages} pages of ${page}; the capacity, ${formatBytes(capacityBytes)}, holds ${c.pagesHeld}. ` +
+    `No allocator over ${page} pages (cuMemAlloc and CUDA's pool included) can run it; the least whole-page capacity is ` +
+    `${formatBytes(c.leastCapacityBytes)} (--headroom ${c.leastHeadroomPercent})`;
 }
 
 /** A failed stack's place in the fit column: the operation it stopped at, or why it never started. */
@@ -314,7 +350,12 @@ function traceJson(run: TraceRun, backend: string, capacity: EmulatedCapacity | 
     trace: { source: run.trace.source, ...run.trace.summary },
     backend,
     ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
-    ...(b === undefined ? {} : { capacity: { bytes: b.capacityBytes, ballastBytes: b.bytes, freeBytes: b.freeBytes, totalBytes: b.totalBytes } }),
+    ...(b === undefined ? {} : {
+      capacity: {
+        bytes: b.capacityBytes, ballastBytes: b.bytes, freeBytes: b.freeBytes, totalBytes: b.totalBytes,
+        ...(run.limit?.cannotFit === undefined ? {} : { cannotFit: run.limit.cannotFit }),
+      },
+    }),
     results: run.outcomes.map((o) => ({ ...o, ...(b === undefined ? {} : { fits: o.ok }), ...(isModel(o.stack, backend) ? { model: true } : {}) })),
   };
 }
@@ -477,7 +518,9 @@ async function replayWith(args: string[]): Promise<number> {
     let limit: TraceRun['limit'];
     if (request !== undefined) {
       try {
-        limit = { words: capacityWords(request, trace), ballast: holdBallast(gpu!, capacityFor(request, trace)) };
+        const bytes = capacityFor(request, trace);
+        const tooSmall = cannotFit(trace, bytes, gpu!.backend.memGetAllocationGranularity(gpu!.ordinal));
+        limit = { words: capacityWords(request, trace), ballast: holdBallast(gpu!, bytes), ...(tooSmall === undefined ? {} : { cannotFit: tooSmall }) };
       } catch (error) {
         process.stderr.write(`vram replay: ${request.flag} ${request.text}: could not hold the rest of the device: ${messageOf(error)}\n`);
         return 1;

@@ -7,6 +7,7 @@
  */
 import { Device } from '../device.js';
 import { formatBytes } from '../util/size.js';
+import type { AllocationTrace } from './parse.js';
 
 /** The driver's page for a large cuMemAlloc: a ballast of whole pages takes exactly its size. */
 const PAGE = 2 * 1024 * 1024;
@@ -50,7 +51,10 @@ export function checkCapacity(device: Device, capacityBytes: number): { free: nu
 
 /**
  * Holds a ballast on `device` so that its free memory comes down to `capacityBytes`, within one
- * page above it: the ballast is whole 2 MiB pages, so it never takes more than it was meant to.
+ * page below it: the ballast is whole 2 MiB pages, and memory is handed out in whole pages, so a
+ * capacity that ends part way through a page has the use of its whole pages only (13.7 MiB holds
+ * six pages of 2 MiB, not seven). Leaving the partial page free too would let a replay fit where
+ * a device of that capacity could not.
  *
  * @param device The device.
  * @param capacityBytes The device memory to leave free.
@@ -66,7 +70,8 @@ export function checkCapacity(device: Device, capacityBytes: number): { free: nu
  */
 export function holdBallast(device: Device, capacityBytes: number): Ballast {
   const { free, total } = checkCapacity(device, capacityBytes);
-  const bytes = Math.floor((free - capacityBytes) / PAGE) * PAGE;
+  // Whole pages, enough to leave no more than the capacity free, and never more than is free.
+  const bytes = Math.min(Math.ceil((free - capacityBytes) / PAGE), Math.floor(free / PAGE)) * PAGE;
   // Made current by memInfo: cuMemAlloc allocates in the current context.
   const ptr = bytes === 0 ? 0 : device.backend.memAlloc(bytes);
   let held = ptr !== 0;
@@ -86,4 +91,61 @@ export function holdBallast(device: Device, capacityBytes: number): Ballast {
       device.backend.memFree(ptr);
     },
   };
+}
+
+/** The least memory a trace's live blocks take at its peak, in whole pages (see `pagesAtPeak`). */
+export interface PeakPages {
+  /** The operation (1-based, as replay failures count) after which live bytes first reach their peak. */
+  readonly operation: number;
+  /** Its line in the log. */
+  readonly line: number;
+  /** The bytes live then: the trace's peak live. */
+  readonly liveBytes: number;
+  /** The blocks live then. */
+  readonly blocks: number;
+  /** The page size counted in. */
+  readonly pageBytes: number;
+  /**
+   * Pages those bytes fill, packed with no gap: no allocator whose memory comes in pages of
+   * `pageBytes` (every one over the driver: cuMemAlloc and CUDA's pool round to 2 MiB pages as
+   * vram's pools do) can hold the peak in fewer.
+   */
+  readonly pages: number;
+}
+
+/**
+ * Where a trace's live bytes first reach their peak, and the fewest whole pages that can hold
+ * them: a capacity of fewer pages cannot run the trace on any allocator, so `vram replay` says so
+ * rather than only reporting each stack's failure.
+ *
+ * @param trace A parsed trace.
+ * @param pageBytes The page size (default 2 MiB, a GPU's allocation granularity).
+ * @returns The peak's place, its live bytes and blocks, and the pages they need.
+ * @throws Never.
+ * @example
+ * ```ts
+ * const peak = pagesAtPeak(readAllocationLog('trace.csv'));
+ * if (Math.floor(capacity / peak.pageBytes) < peak.pages) console.log('cannot fit');
+ * ```
+ */
+export function pagesAtPeak(trace: AllocationTrace, pageBytes: number = PAGE): PeakPages {
+  const peak = trace.summary.peakLiveBytes;
+  const live = new Map<number, number>();
+  let bytes = 0;
+  let operation = 0;
+  for (const e of trace.events) {
+    if (e.action === 'allocate failure') continue;
+    operation++;
+    if (e.action === 'allocate') {
+      live.set(e.slot, e.size);
+      bytes += e.size;
+      if (bytes === peak) {
+        return { operation, line: e.line, liveBytes: bytes, blocks: live.size, pageBytes, pages: Math.ceil(bytes / pageBytes) };
+      }
+    } else {
+      bytes -= live.get(e.slot) ?? 0;
+      live.delete(e.slot);
+    }
+  }
+  return { operation: 0, line: 0, liveBytes: 0, blocks: 0, pageBytes, pages: 0 };
 }
