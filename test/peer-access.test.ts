@@ -76,13 +76,17 @@ describe('peer access to pool memory', () => {
       pool.setAccess(d1, 'readwrite');
       const c = pool.allocate(10 * page, S); // a's pages move here, their mappings at a stay behind
       pool.deallocate(c, 10 * page, S);
+      // Three of c's pages live again, so the seven free ones are no place for eight pages.
+      const z = pool.allocate(3 * page, S);
       pool.setAccess(d1, 'none');
-      const d = pool.allocate(8 * page); // back to a's mappings, made when the peer had access
-      assert.equal(pool.statistics().pageMovesBack, 8);
+      const d = pool.allocate(8 * page); // five back to a's mappings, made when the peer had access
+      assert.equal(d, a);
+      assert.equal(pool.statistics().pageMovesBack, 5);
       d1.makeCurrent();
-      assert.throws(() => d1.backend.memset(d, 1, 1, page), CudaError);
+      for (let k = 0; k < 8; k++) assert.throws(() => d1.backend.memset(d + k * page, 1, 1, page), CudaError, `page ${k}`);
       d0.makeCurrent();
       pool.deallocate(d, 8 * page);
+      pool.deallocate(z, 3 * page, S);
       pool.deallocate(pin, page);
     } finally {
       d0.makeCurrent();

@@ -8,7 +8,9 @@
  * StreamOrder. A block freed on stream A is reusable at once by A. When B finds nothing in its own
  * lists it takes A's blocks: `StreamOrder.join` makes B wait on an event recorded on A (capturing
  * every free done on A so far, no host synchronisation), and all of A's free blocks move into B's
- * lists. No event is recorded per free, so a hit makes no driver call. When a stream is destroyed
+ * lists. No event is recorded per free, so a hit makes no driver call. The pool's growth path also
+ * gathers every stream's free blocks into the allocating stream's (`gather`: an event wait on each)
+ * before it maps or moves pages, so that blocks freed on different streams coalesce. When a stream is destroyed
  * its lists are retired, not dropped: their blocks stay takeable after a wait on its last event.
  *
  * Parking, the pool's hit path: the block a stream frees may be parked instead of merged into its
