@@ -13,27 +13,12 @@ import type { Backend, Handle } from '../src/backend/backend.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manager.js';
 import { Device } from '../src/device.js';
-import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
 import { onGpu, withDeviceRoom } from './helpers.js';
+import { ADD_BYTES_SOURCE, addBytes, byteOf, CHUNK } from './spill-kit.js';
 import { Stream } from '../src/stream.js';
 
 const device = Device.get(0);
-/** Spillable buffers are whole granules: 2 MiB on the emulated backend and on current GPUs. */
-const CHUNK = 2 << 20;
-
-const SOURCE = `
-extern "C" __global__ void add_bytes(unsigned char *y, unsigned n) {
-  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] += 1;
-}
-`;
-const addBytes: EmulatedKernel = (launch) => {
-  const [yPtr, n] = launch.args as [number, number];
-  const y = launch.memory.bytes(yPtr, n);
-  const threads = Math.min(n, threadCount(launch)); // once: per element it costs more than the add
-  for (let i = 0; i < threads; i++) y[i] = (y[i]! + 1) & 0xff;
-};
 
 /** Counts cuMemCreate calls on the device's backend while it lives. */
 function countCreates(): { readonly count: number } & Disposable {
@@ -52,18 +37,6 @@ function countCreates(): { readonly count: number } & Disposable {
     return create.call(backend, bytes, ordinal);
   };
   return counter;
-}
-
-/** The byte a buffer holds everywhere (buffers here are written whole, by memset or the kernel). */
-function byteOf(buffer: DeviceBuffer, stream: Stream): number {
-  stream.synchronize();
-  const bytes = Buffer.from(buffer.copyToHost(new Uint8Array(CHUNK)).buffer);
-  const first = bytes[0]!;
-  if (!bytes.equals(Buffer.alloc(CHUNK, first))) {
-    const at = bytes.findIndex((b) => b !== first);
-    assert.fail(`byte ${at} is ${bytes[at]}, byte 0 is ${first}`);
-  }
-  return first;
 }
 
 describe('spilling ahead', () => {
@@ -95,7 +68,7 @@ describe('spilling ahead', () => {
   });
 
   it('once spilling has started, reloads find room queued ahead: nothing is spilled on demand', () => {
-    using module = Module.compile(SOURCE, { emulated: { add_bytes: addBytes } });
+    using module = Module.compile(ADD_BYTES_SOURCE, { emulated: { add_bytes: addBytes } });
     const kernel = module.kernel('add_bytes', ['ptr', 'u32'] as const);
     using stream = Stream.create();
     withDeviceRoom(10 * CHUNK, () => {
@@ -169,7 +142,7 @@ describe('spilling ahead', () => {
   });
 
   it('random orders of writes, reads, kernel passes and leases keep every buffer\'s bytes, checked after each', () => {
-    using module = Module.compile(SOURCE, { emulated: { add_bytes: addBytes } });
+    using module = Module.compile(ADD_BYTES_SOURCE, { emulated: { add_bytes: addBytes } });
     const kernel = module.kernel('add_bytes', ['ptr', 'u32'] as const);
     using stream = Stream.create();
     const count = 12;

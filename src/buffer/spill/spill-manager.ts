@@ -20,6 +20,12 @@
  * spares: no cuMemRelease and cuMemCreate between them). A buffer used while its spill is queued
  * keeps its pages (the spill is cancelled; a write makes its host copy stale, as any write does).
  *
+ * Memory that moves: a spillable buffer from a resource without a virtual range per block
+ * (`CudaResource`, `AsyncResource`, a pool) spills the same way, but its memory goes back to that
+ * resource (on the spill stream, after its copy out) and a reload allocates new memory there, on
+ * the stream of the use, and moves the buffer to it (`moveAllocation`); operations read its address
+ * after preparing it (`movesOnReload`).
+ *
  * The one host wait: before physical memory is unmapped, its copy out (and the work before it)
  * must have run (cuMemUnmap does not wait for queued work): the event after it is queried, and
  * waited for only when the memory is needed now. The rest of the device is never synchronised.
@@ -32,12 +38,12 @@ import { isOutOfMemory } from '../../errors.js';
 import { Stream } from '../../stream.js';
 import { extendMessage, releaseCaches } from '../../resource/cache-registry.js';
 import { SpillableResource } from '../../resource/upstream/spillable-resource.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { MemoryResource, StreamRef } from '../../resource/resource.js';
 import { choiceOf, sizeInBytes, variableReader } from '../../util/environment.js';
 import { formatBytes } from '../../util/size.js';
 import { HostBuffer } from '../host-buffer.js';
 import type { Allocation } from '../lifetime.js';
-import { heldByCopies, waitForUsesOn } from '../lifetime.js';
+import { heldByCopies, moveAllocation, waitForUsesOn } from '../lifetime.js';
 import { beginOperation, currentEpoch, type Residency } from './residency.js';
 
 /** `VRAM_SPILL=1`: buffers and arrays allocated without a resource are spillable unless told otherwise. */
@@ -94,9 +100,9 @@ export interface SpillFigures {
 /** What spilling is told of, for the memory history (set by observe/; one listener). */
 export interface SpillObserver {
   /** A buffer of `bytes` at `ptr` of `resource` went to the host (`copied`: false when its host copy was current). */
-  spilled(resource: SpillableResource, ptr: Ptr, bytes: number, copied: boolean): void;
+  spilled(resource: MemoryResource, ptr: Ptr, bytes: number, copied: boolean): void;
   /** A buffer came back, on stream `handle`. */
-  reloaded(resource: SpillableResource, ptr: Ptr, bytes: number, handle: number): void;
+  reloaded(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
 }
 
 let observer: SpillObserver | null = null;
@@ -131,10 +137,22 @@ export class SpillEntry implements Residency {
   /** The buffer, weakly: the manager must not keep a dropped buffer alive. */
   owner: WeakRef<Allocation> | undefined;
 
-  constructor(readonly manager: SpillManager, readonly ptr: Ptr, readonly bytes: number) {}
+  /**
+   * @param manager The device's manager.
+   * @param ptr The address: fixed over the manager's SpillableResource, new at each reload from a
+   *   resource without virtual memory.
+   * @param bytes The size.
+   * @param moving The resource without virtual memory the memory comes from (undefined: the
+   *   manager's SpillableResource, whose addresses stay put).
+   */
+  constructor(readonly manager: SpillManager, public ptr: Ptr, readonly bytes: number, readonly moving?: MemoryResource) {}
 
   prepare(stream: StreamRef | undefined, writes: boolean): void {
     this.manager.use(this, stream, writes);
+  }
+
+  get moves(): boolean {
+    return this.moving !== undefined;
   }
 }
 
@@ -224,25 +242,18 @@ export class SpillManager {
    * A new spillable block of `bytes`, first used on `stream`; evicts others first where the
    * device has too little room (or the limit would be passed).
    */
-  allocate(bytes: number, stream: StreamRef): SpillEntry {
+  allocate(bytes: number, stream: StreamRef, moving?: MemoryResource): SpillEntry {
     const size = this.#rounded(bytes);
     let ptr: Ptr;
     this.#busy++;
     try {
-      this.#makeRoom(size);
+      this.#makeRoom(size, moving === undefined);
       this.#spillAhead(size);
-      for (;;) {
-        try {
-          ptr = this.resource.allocate(bytes, stream);
-          break;
-        } catch (error) {
-          if (!isOutOfMemory(error) || this.#freeOne() === 0) throw this.#cannotHelp(error);
-        }
-      }
+      ptr = this.#allocateFrom(moving ?? this.resource, bytes, stream);
     } finally {
       this.#busy--;
     }
-    const entry = new SpillEntry(this, ptr, bytes);
+    const entry = new SpillEntry(this, ptr, bytes, moving);
     entry.epoch = currentEpoch();
     this.#lru.set(entry, true);
     return entry;
@@ -273,7 +284,9 @@ export class SpillManager {
     // A spill queued ahead: the freeing stream waits for its copy out (the buffer recorded the
     // spill stream when it was queued, so the free is ordered after it, and so is the host copy's).
     if (entry.spilling !== 0) this.#drop(entry);
-    this.resource.deallocate(entry.ptr, entry.bytes, stream);
+    // Memory that moves has none on the device while spilled; the SpillableResource keeps the range.
+    if (entry.moving === undefined) this.resource.deallocate(entry.ptr, entry.bytes, stream);
+    else if (entry.resident) entry.moving.deallocate(entry.ptr, entry.bytes, stream);
     entry.freed = true;
     if (entry.resident) {
       this.#lru.delete(entry);
@@ -390,13 +403,22 @@ export class SpillManager {
     this.#waits++;
   }
 
-  /** `entry`'s copy out has run: its pages go (kept by the resource for the next reload of its size). */
+  /**
+   * `entry`'s copy out has run: its pages go (kept by the resource for the next reload of its
+   * size), or memory that moves goes back to its resource.
+   */
   #finish(entry: SpillEntry): number {
     const backend = this.device.backend;
     backend.eventDestroy(entry.spilling);
     entry.spilling = 0;
     this.#spilling.delete(entry);
-    const given = this.resource.unback(entry.ptr);
+    let given: number;
+    if (entry.moving === undefined) {
+      given = this.resource.unback(entry.ptr);
+    } else {
+      entry.moving.deallocate(entry.ptr, entry.bytes, this.#spillStream());
+      given = this.#rounded(entry.bytes);
+    }
     entry.resident = false;
     this.#spilledBytes.add(entry.bytes);
     this.#spilledBuffers.add(1);
@@ -404,7 +426,7 @@ export class SpillManager {
       this.#copiesOut++;
       this.#copiedOutBytes += entry.bytes;
     }
-    observer?.spilled(this.resource, entry.ptr, entry.bytes, entry.copying);
+    observer?.spilled(entry.moving ?? this.resource, entry.ptr, entry.bytes, entry.copying);
     return given;
   }
 
@@ -482,10 +504,10 @@ export class SpillManager {
    * are mapped again); else spares of other sizes go back, then queued spills finish and buffers
    * spill until it fits in the device's free memory and under the limit, or nothing more can go.
    */
-  #makeRoom(size: number): void {
+  #makeRoom(size: number, spareFits: boolean): void {
     this.#settle();
     for (;;) {
-      if (this.resource.hasSpare(size)) return;
+      if (spareFits && this.resource.hasSpare(size)) return;
       let room = this.#freeRoom();
       if (room < size && this.resource.releaseSpares() > 0) room = this.#freeRoom();
       if (room >= size || this.#freeOne() === 0) return;
@@ -531,39 +553,34 @@ export class SpillManager {
 
   #reload(entry: SpillEntry, stream: StreamRef | undefined): void {
     const size = this.#rounded(entry.bytes);
-    this.#makeRoom(size);
+    const moving = entry.moving;
+    this.#makeRoom(size, moving === undefined);
     // Queued before this copy in, so the spills' copies out run beside it on the other copy engine.
     this.#spillAhead(size);
-    let releasedCaches = false;
-    for (;;) {
-      try {
-        this.resource.back(entry.ptr);
-        break;
-      } catch (error) {
-        if (!isOutOfMemory(error)) throw error;
-        if (this.#freeOne() > 0) continue;
-        // Other resources' caches of the device (the registry's release), once.
-        if (!releasedCaches) {
-          releasedCaches = true;
-          if (releaseCaches(this.device.ordinal) > 0) continue;
-        }
-        throw this.#cannotHelp(error);
-      }
-    }
+    let ptr = entry.ptr;
+    if (moving === undefined) this.#retried(() => this.resource.back(entry.ptr));
+    else ptr = this.#allocateFrom(moving, entry.bytes, stream);
     const host = entry.host!;
     const device = this.device;
     device.makeCurrent();
     const backend = device.backend;
     try {
-      if (stream === undefined) backend.memcpy(entry.ptr, host.ptr, entry.bytes);
-      else backend.memcpyAsync(entry.ptr, host.ptr, entry.bytes, stream.handle);
+      if (stream === undefined) backend.memcpy(ptr, host.ptr, entry.bytes);
+      else backend.memcpyAsync(ptr, host.ptr, entry.bytes, stream.handle);
     } catch (error) {
-      this.resource.unback(entry.ptr); // still spilled: the host copy is the data
+      // Still spilled: the host copy is the data.
+      if (moving === undefined) this.resource.unback(ptr);
+      else moving.deallocate(ptr, entry.bytes, stream);
       throw error;
+    }
+    const buffer = entry.owner?.deref();
+    if (moving !== undefined) {
+      entry.ptr = ptr;
+      if (buffer !== undefined) moveAllocation(buffer, ptr);
     }
     if (stream !== undefined) {
       // A later eviction's copy out, or the free of the host copy, waits for this copy in.
-      entry.owner?.deref()?.recordStream(stream);
+      buffer?.recordStream(stream);
       host.recordStream(stream);
     }
     entry.resident = true;
@@ -574,6 +591,38 @@ export class SpillManager {
     this.#reloads++;
     this.#reloadedBytes += entry.bytes;
     observer?.reloaded(this.resource, entry.ptr, entry.bytes, stream === undefined ? 0 : stream.handle);
+  }
+
+  /** `resource.allocate`, spilling on refusal (see `#retried`). */
+  #allocateFrom(resource: MemoryResource, bytes: number, stream: StreamRef | undefined): Ptr {
+    let ptr = 0;
+    this.#retried(() => {
+      ptr = resource.allocate(bytes, stream);
+    });
+    return ptr;
+  }
+
+  /**
+   * Runs `take` (an allocation or a mapping), and on an out-of-memory refusal frees what spilling
+   * can (queued spills, then least recently used buffers), then the other resources' caches of the
+   * device once, retrying after each; the refusal, with a line on what was spillable, when nothing helps.
+   */
+  #retried(take: () => void): void {
+    let releasedCaches = false;
+    for (;;) {
+      try {
+        take();
+        return;
+      } catch (error) {
+        if (!isOutOfMemory(error)) throw error;
+        if (this.#freeOne() > 0) continue;
+        if (!releasedCaches) {
+          releasedCaches = true;
+          if (releaseCaches(this.device.ordinal) > 0) continue;
+        }
+        throw this.#cannotHelp(error);
+      }
+    }
   }
 
   /** The stream copies out are queued on (made on the first eviction). */
