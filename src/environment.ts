@@ -18,7 +18,7 @@ import {
 } from './resource/default-resource.js';
 import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
 import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
-import { SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
+import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
 import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
 
 /**
@@ -31,7 +31,7 @@ export const DEBUG_VARIABLE = variableReader('VRAM_DEBUG', anyText);
 export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> = new Map([
   BACKEND_VARIABLE, LIBCUDA_VARIABLE, LIBNVRTC_VARIABLE, CACHE_DIR_VARIABLE, EMULATED_BYTES_VARIABLE,
   ALLOCATOR_VARIABLE, MEMORY_LIMIT_VARIABLE, MEMORY_FRACTION_VARIABLE, OOM_SNAPSHOT, COPY_THREADS_VARIABLE, DEBUG_VARIABLE,
-  SPILL_VARIABLE, SPILL_LIMIT_VARIABLE,
+  SPILL_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_AHEAD_VARIABLE,
 ].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]));
 
 /** One environment variable vram reads. */
@@ -72,6 +72,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: '1: buffers and arrays allocated without a resource are spillable (moved to pinned host memory when the device runs short, back on use, at the same address)' },
   { name: 'VRAM_SPILL_LIMIT', values: 'size (16G, 512M, bytes)', default: 'none (spill when the device is full)',
     meaning: 'spill before a spillable allocation or reload would take the device memory in use (cuMemGetInfo) past this' },
+  { name: 'VRAM_SPILL_AHEAD', values: 'size (256M, bytes; 0 = off)', default: 'the largest spillable buffer, where 8 or more of its size are on the device',
+    meaning: 'once spilling has started, the room kept free ahead of need: copies out are queued early, beside the next copy in, and their memory goes when they have run' },
   { name: 'VRAM_OOM_SNAPSHOT', values: 'path', default: 'off',
     meaning: 'at an out-of-memory error, write a memory snapshot (JSON, docs/snapshot-schema.json) to this file; vram view turns it into a report' },
   { name: 'VRAM_COPY_THREADS', values: 'whole number (0 = copy on the calling thread)', default: 'half the cores, 1 to 8',

@@ -7,6 +7,7 @@ import { Device } from '../src/device.js';
 import { emptyCache, setCurrentResource } from '../src/resource/current.js';
 import type { MemoryResource } from '../src/resource/resource.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { spillableResource } from '../src/buffer/spill/spill-manager.js';
 
 /** True when the suite runs on a real GPU (`npm run test:gpu`). */
 export const onGpu: boolean = getBackend().name === 'cuda';
@@ -133,9 +134,12 @@ export function withCurrent<T extends MemoryResource>(mr: T, body: (mr: T) => vo
  * driver needs free memory of its own beyond what it hands out (a stream, the page tables of a
  * new mapping), so on a GPU the ballast leaves `DRIVER_SLACK` more, and `VRAM_SPILL_LIMIT` keeps
  * spillable memory within `room` (a resource other than the spillable one sees the slack too).
+ * The spillable resource's spare pages (kept from earlier tests' spills and frees) go back first:
+ * held outside the room, they would be room the test did not ask for.
  */
 export function withDeviceRoom(room: number, body: () => void): void {
   const device = Device.get(0);
+  spillableResource(device).releaseSpares();
   const ballast = new CudaResource(device);
   const held: Array<[number, number]> = [];
   const take = (bytes: number): void => {

@@ -21,6 +21,8 @@ import { Device } from '../src/device.js';
 import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
+import { PinnedHostResource } from '../src/resource/upstream/pinned-host-resource.js';
+import type { MemoryResource } from '../src/resource/resource.js';
 import { onGpu, withDeviceRoom } from './helpers.js';
 import { Stream } from '../src/stream.js';
 import { mulberry32 } from '../src/util/random.js';
@@ -229,9 +231,10 @@ describe('spillable memory', () => {
     });
   });
 
-  it('spillable memory needs the spillable resource: another resource is refused, with the reason', () => {
-    assert.throws(() => DeviceBuffer.allocate(64, { spillable: true, resource: new CudaResource(device) }),
-      /^TypeError: DeviceBuffer.allocate: spillable memory keeps its address while it is on the host, which CudaResource\(device=0\) cannot/);
+  it('spillable memory needs device memory: a host resource is refused, with the reason', () => {
+    using pinned = new PinnedHostResource();
+    assert.throws(() => DeviceBuffer.allocate(64, { spillable: true, resource: pinned as unknown as MemoryResource }),
+      /^TypeError: DeviceBuffer.allocate: spillable memory comes from device memory, which PinnedHostResource.* is not/);
     using buf = DeviceBuffer.allocate(64, { spillable: true, resource: spillableResource() });
     assert.equal(buf.spillable, true);
     assert.equal(buf.ptr % spillableResource().alignment, 0, 'a granule of its own');

@@ -14,7 +14,7 @@ import { CudaResource } from '../resource/upstream/cuda-resource.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
 import { getCurrentResource } from '../resource/current.js';
 import type { Release } from './lifetime.js';
-import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, type MemoryResource, type StreamRef } from '../resource/resource.js';
+import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, MemoryResource, type StreamRef } from '../resource/resource.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
 import { BlockedResult, memoryFreed, waitForMemory, waiting, type AbortSignalLike } from '../resource/waiting.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
@@ -36,11 +36,15 @@ export interface DeviceBufferOptions {
   /** The device, when no resource is named (device 0 by default). */
   readonly device?: Device | number;
   /**
-   * May be moved to pinned host memory when the device runs short, and brought back, at the same
-   * address, by the next vram operation that uses it (`VRAM_SPILL=1` makes it the default where no
-   * resource is named). The memory comes from the device's SpillableResource: its own virtual range
-   * rounded up to the allocation granularity (2 MiB), so it is for large data. A `resource` other
-   * than a SpillableResource cannot keep addresses while the memory is away and is refused with it.
+   * May be moved to pinned host memory when the device runs short, and brought back by the next
+   * vram operation that uses it (`VRAM_SPILL=1` makes it the default where no resource is named).
+   * Without `resource` (or with a SpillableResource) it comes back at the same address: the memory
+   * is its own virtual range rounded up to the allocation granularity (2 MiB), so it is for large
+   * data. With another device resource (`CudaResource`, `AsyncResource`, a pool: memory without a
+   * virtual range of its own) it comes back at a new address, allocated from that resource on the
+   * stream of the use: vram's own operations follow it, foreign code reads `buffer.ptr` after the
+   * reload and holds a `lease()` while it uses it (a lease keeps the memory, so the address, put).
+   * Host and managed resources are refused.
    */
   readonly spillable?: boolean;
 }
@@ -87,8 +91,9 @@ export class DeviceBuffer extends DeviceMemory {
   /**
    * The address of the first byte. For spillable memory, reading it brings the memory back if it
    * was spilled (synchronously) and counts it as written (foreign code may write through it); the
-   * address is the same every time, but the memory is there only while the buffer is resident:
-   * hold a `lease()` while foreign code uses it.
+   * address is the same every time (but for spillable memory from a resource other than a
+   * SpillableResource, which comes back at a new address: read `ptr` again after a reload), and the
+   * memory is there only while the buffer is resident: hold a `lease()` while foreign code uses it.
    *
    * @returns The address.
    * @throws {UseAfterFreeError} Once freed.
@@ -163,7 +168,8 @@ export class DeviceBuffer extends DeviceMemory {
     beginOperation();
     spill.prepare(options.stream, options.readOnly !== true);
     spill.leases++;
-    return new SpillLease(ptr, spill);
+    // Read after the reload: memory from a resource without virtual memory came back elsewhere.
+    return new SpillLease(super.ptr, spill);
   }
 
   /**
@@ -281,10 +287,10 @@ export class DeviceBuffer extends DeviceMemory {
   /** `allocate` of spillable memory: from the device's SpillableResource, through its spill manager. */
   private static allocateSpillable(bytes: number, options: DeviceBufferOptions, stream: StreamRef): DeviceBuffer {
     const given = options.resource;
-    if (given !== undefined && !(given instanceof SpillableResource)) {
-      throw new TypeError(`DeviceBuffer.allocate: spillable memory keeps its address while it is on the host, which ${
-        given === null || typeof given !== 'object' || typeof given.describe !== 'function' ? 'that resource' : given.describe()} cannot; ` +
-        'leave resource out (the device\'s SpillableResource is used) or drop spillable');
+    if (given !== undefined && !(given instanceof MemoryResource && given.kind === 'device')) {
+      throw new TypeError(`DeviceBuffer.allocate: spillable memory comes from device memory, which ${
+        given === null || typeof given !== 'object' || typeof given.describe !== 'function' ? 'that resource' : given.describe()} is not; ` +
+        'leave resource out (the device\'s SpillableResource is used), name a device resource, or drop spillable');
     }
     if (given !== undefined && options.device !== undefined && Device.resolve(options.device).ordinal !== given.deviceOrdinal) {
       throw new RangeError(`${given.describe()} belongs to device ${given.deviceOrdinal}, not the device asked for`);
@@ -293,8 +299,10 @@ export class DeviceBuffer extends DeviceMemory {
     streamHandleOf(stream);
     beginOperation();
     const manager = spillManager(device);
-    const entry = manager.allocate(bytes, stream);
-    const buffer = new DeviceBuffer(entry.ptr, bytes, manager.resource, stream, (on) => manager.release(entry, on));
+    // Memory of another resource moves when it comes back; the SpillableResource's keeps its address.
+    const moving = given === undefined || given instanceof SpillableResource ? undefined : given;
+    const entry = manager.allocate(bytes, stream, moving);
+    const buffer = new DeviceBuffer(entry.ptr, bytes, moving ?? manager.resource, stream, (on) => manager.release(entry, on));
     buffer.#spill = entry;
     entry.owner = new WeakRef(buffer);
     setResidency(buffer, entry);

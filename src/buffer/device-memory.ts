@@ -24,7 +24,7 @@ import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
 import { addressOf, Allocation, holdMemory } from './lifetime.js';
-import { beginOperation, prepareUse } from './spill/residency.js';
+import { beginOperation, movesOnReload, prepareUse } from './spill/residency.js';
 import { defaultStream, type StreamRef } from '../resource/resource.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
@@ -329,12 +329,15 @@ function recordUse(stream: StreamRef | undefined, a: CopyEndpoint, b?: CopyEndpo
 
 /**
  * Brings spilled buffers among the sides back, ordered on `stream` (synchronously without one),
- * after every check and before the driver call: `dst` counts as written, `src` as read.
+ * after every check and before the driver call: `dst` counts as written, `src` as read. Returns
+ * true when a side's address may have changed (spillable memory from a resource without virtual
+ * memory): the caller reads the addresses again.
  */
-function prepareSides(stream: StreamRef | undefined, dst: CopyEndpoint, src?: CopyEndpoint): void {
+function prepareSides(stream: StreamRef | undefined, dst: CopyEndpoint, src?: CopyEndpoint): boolean {
   beginOperation();
   prepareUse(dst, stream, true);
   if (src !== undefined) prepareUse(src, stream, false);
+  return movesOnReload(dst) || movesOnReload(src);
 }
 
 /** TypeError unless `end` is JavaScript memory or a vram buffer (checked before anything else). */
@@ -347,7 +350,7 @@ function checkHostEndpoint(end: unknown, what: string): void {
 function resolve(end: CopyEndpoint, what: string): Side {
   if (end instanceof Allocation) {
     // The address without a spillable buffer's `ptr` getter: the operation brings it back itself,
-    // after its checks (`prepareSides`); the address does not change when it does.
+    // after its checks (`prepareSides`), and reads the address again where the memory moves.
     const ptr = addressOf(end); // UseAfterFreeError for a freed buffer
     const device = end instanceof DeviceMemory ? end.residentDevice : undefined;
     const context = end instanceof DeviceMemory && device !== undefined ? end.context : undefined;
@@ -483,7 +486,7 @@ export function copyBetween(
   dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
   options: CopyOptions, what: string,
 ): void {
-  const plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
+  let plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream;
   if (stream !== undefined && (plan.d.js || plan.s.js)) {
     throw new TypeError(
@@ -493,7 +496,7 @@ export function copyBetween(
       'for a synchronous copy.');
   }
   if (plan.bytes === 0) return;
-  prepareSides(stream, dst, src);
+  if (prepareSides(stream, dst, src)) plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   if (plan.d.js || plan.s.js) {
     // Memory of a context of its own (foreign memory) is copied by the driver in that context:
     // the transfer layer stages on the device's copy streams, in the device's active context.
@@ -521,10 +524,10 @@ export async function copyBetweenAsync(
   dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
   options: CopyOptions, what: string,
 ): Promise<void> {
-  const plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
+  let plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream ?? defaultStream;
   if (plan.bytes === 0) return;
-  prepareSides(stream, dst, src);
+  if (prepareSides(stream, dst, src)) plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const copy = pageable(plan, options.register);
   if (copy !== undefined) {
     // pageable() found JavaScript memory on one side, so the other is the buffer.
@@ -592,13 +595,13 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   }
   checkRange(offset, count * elementBytes, size, 'memset');
   if (count === 0) return;
-  prepareSides(options.stream, target);
+  const at = prepareSides(options.stream, target) ? addressOf(target) : ptr;
   recordUse(options.stream, target);
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
   else target.makeCurrent();
   const backend = target.backend;
-  if (stream === undefined) backend.memset(ptr + offset, pattern, elementBytes, count);
-  else backend.memsetAsync(ptr + offset, pattern, elementBytes, count, stream);
+  if (stream === undefined) backend.memset(at + offset, pattern, elementBytes, count);
+  else backend.memsetAsync(at + offset, pattern, elementBytes, count, stream);
 }
 
 /** One side of a 2D copy: memory, the byte offset of the region's first row, and the row pitch. */
@@ -617,8 +620,8 @@ export function copy2D(
   stream: StreamRef | undefined, what: string,
 ): void {
   const streamHandle = stream === undefined ? undefined : streamHandleOf(stream);
-  const d = resolve(dst.memory, `${what}: destination`);
-  const s = resolve(src.memory, `${what}: source`);
+  let d = resolve(dst.memory, `${what}: destination`);
+  let s = resolve(src.memory, `${what}: source`);
   checkNonNegativeInteger(widthBytes, `${what}: widthBytes`);
   checkNonNegativeInteger(height, `${what}: height`);
   for (const [side, region, name] of [[d, dst, 'destination'], [s, src, 'source']] as const) {
@@ -637,7 +640,10 @@ export function copy2D(
     throw new TypeError(`${what}: an asynchronous 2D copy needs a HostBuffer (pinned memory), not JavaScript memory`);
   }
   if (widthBytes === 0 || height === 0) return;
-  prepareSides(stream, dst.memory, src.memory);
+  if (prepareSides(stream, dst.memory, src.memory)) {
+    d = resolve(dst.memory, `${what}: destination`);
+    s = resolve(src.memory, `${what}: source`);
+  }
   recordUse(stream, dst.memory, src.memory);
   const backend = backendOf(dst.memory, src.memory);
   activate(stream, homeOf(dst.memory, src.memory), backend);

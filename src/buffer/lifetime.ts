@@ -63,7 +63,8 @@ export type Release = (stream: StreamRef | undefined) => void;
  */
 interface Held {
   readonly kind: string;
-  readonly ptr: Ptr;
+  /** Changes only for spillable memory that moves (`moveAllocation`). */
+  ptr: Ptr;
   readonly bytes: number;
   readonly stack: string | undefined;
   readonly release: Release;
@@ -86,6 +87,9 @@ let heldOf: (allocation: Allocation) => Held;
 
 /** A live allocation's address, without what a subclass's `ptr` getter adds (set in Allocation's static block). */
 let addressOfLive: (allocation: Allocation) => Ptr;
+
+/** Gives an allocation a new address (set in Allocation's static block). */
+let setAddress: (allocation: Allocation, ptr: Ptr) => void;
 
 let captureStacks = false;
 
@@ -234,7 +238,8 @@ export interface BufferJSON {
  * ```
  */
 export abstract class Allocation {
-  readonly #ptr: Ptr;
+  /** Fixed, but for spillable memory from a resource without virtual memory, which moves on reload. */
+  #ptr: Ptr;
   readonly #bytes: number;
   #freed = false;
   readonly #held: Held;
@@ -515,6 +520,10 @@ export abstract class Allocation {
       if (allocation.#freed) allocation.throwFreed();
       return allocation.#ptr;
     };
+    setAddress = (allocation, ptr) => {
+      allocation.#ptr = ptr;
+      allocation.#held.ptr = ptr;
+    };
   }
 }
 
@@ -576,6 +585,19 @@ export function holdMemory(allocation: Allocation): () => void {
  */
 export function addressOf(allocation: Allocation): Ptr {
   return addressOfLive(allocation);
+}
+
+/**
+ * Moves a live allocation to `ptr`: a spillable buffer whose resource cannot keep its address
+ * (no virtual memory) gets new memory on each reload. Its release reads the address it frees from
+ * its own bookkeeping, so only what the buffer reports changes here.
+ *
+ * @internal
+ * @param allocation A live device buffer.
+ * @param ptr Its new address.
+ */
+export function moveAllocation(allocation: Allocation, ptr: Ptr): void {
+  setAddress(allocation, ptr);
 }
 
 /**

@@ -13,7 +13,7 @@ import type { Device } from '../device.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
 import { addressOf } from '../buffer/lifetime.js';
-import { beginOperation, prepareUse } from '../buffer/spill/residency.js';
+import { beginOperation, movesOnReload, prepareUse } from '../buffer/spill/residency.js';
 import type { StreamRef } from '../stream.js';
 
 export type { ParamType, ScalarParam } from '../backend/backend.js';
@@ -120,7 +120,7 @@ export function writeArgs(kernel: string, device: Device, params: KernelParams, 
       }
     }
   }
-  if (memoryArgs) prepareArgs(slots, args, stream);
+  if (memoryArgs) prepareArgs(kernel, device, params, args, stream);
 }
 
 /**
@@ -128,15 +128,19 @@ export function writeArgs(kernel: string, device: Device, params: KernelParams, 
  * stream, and the stream is recorded on it (so a later spill's copy out or a free waits for the
  * kernel); a `ptr` argument counts as written, a `cptr` as read.
  */
-function prepareArgs(slots: KernelParams['slots'], args: readonly unknown[], stream: StreamRef | undefined): void {
+function prepareArgs(kernel: string, device: Device, params: KernelParams, args: readonly unknown[], stream: StreamRef | undefined): void {
   beginOperation();
+  const slots = params.slots;
   for (let i = 0; i < slots.length; i++) {
-    const type = slots[i]!.type;
+    const slot = slots[i]!;
+    const type = slot.type;
     if (type !== 'ptr' && type !== 'cptr') continue;
     const value = args[i];
     const memory = value instanceof DeviceArray ? value.buffer : value;
     if (memory instanceof DeviceMemory && prepareUse(memory, stream, type === 'ptr')) {
       memory.recordStream(stream ?? defaultStreamRef);
+      // Spillable memory of a resource without virtual memory came back at a new address.
+      if (movesOnReload(memory)) writeU64(params.data, slot.offset, pointerOf(kernel, i, device, value));
     }
   }
 }

@@ -19,6 +19,8 @@ export interface Residency {
    * @param writes True when the use may write the memory (its host copy is then stale).
    */
   prepare(stream: StreamRef | undefined, writes: boolean): void;
+  /** True when a reload gives the memory a new address (a resource without virtual memory). */
+  readonly moves: boolean;
 }
 
 const residencies = new WeakMap<object, Residency>();
@@ -52,6 +54,19 @@ export function prepareUse(memory: unknown, stream: StreamRef | undefined, write
   if (residency === undefined) return false;
   residency.prepare(stream, writes);
   return true;
+}
+
+/**
+ * Whether `memory` is spillable memory whose address changes when it comes back: an operation
+ * that read its address before `prepareUse` reads it again after.
+ *
+ * @internal
+ * @param memory A copy's side, a fill's target or a kernel argument.
+ * @returns True for such memory.
+ */
+export function movesOnReload(memory: unknown): boolean {
+  if (typeof memory !== 'object' || memory === null) return false;
+  return residencies.get(memory)?.moves === true;
 }
 
 /**

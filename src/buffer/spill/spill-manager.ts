@@ -9,9 +9,26 @@
  * used it (events, as a free orders itself), and a buffer whose host copy is still current (not
  * written since it came back) is evicted without a copy.
  *
- * The one host wait: before the physical memory is unmapped, the host waits for one event recorded
- * after the copy out (cuMemUnmap does not wait for queued work, and the memory must not go while the
- * copy or the work before it still reads it). The rest of the device is never synchronised.
+ * Spilling ahead: once spilling has started, a reload or allocation that leaves less than the
+ * high-water room free (`VRAM_SPILL_AHEAD`; by default one largest spillable buffer, where at
+ * least eight of that size are on the device) queues the copy out of the next least recently used
+ * buffers at once, before its own copy in, and leaves their pages mapped. Their pages go when the
+ * event after their copy out has passed, seen by a query at a later entry of the manager; only an
+ * allocation that needs the memory now waits on the host for it (`waits` in the figures). So the
+ * copy out of one buffer runs on one copy engine while the copy in of the next runs on the other,
+ * and the pages it gives back are mapped again by the next reload of the same size (the resource's
+ * spares: no cuMemRelease and cuMemCreate between them). A buffer used while its spill is queued
+ * keeps its pages (the spill is cancelled; a write makes its host copy stale, as any write does).
+ *
+ * Memory that moves: a spillable buffer from a resource without a virtual range per block
+ * (`CudaResource`, `AsyncResource`, a pool) spills the same way, but its memory goes back to that
+ * resource (on the spill stream, after its copy out) and a reload allocates new memory there, on
+ * the stream of the use, and moves the buffer to it (`moveAllocation`); operations read its address
+ * after preparing it (`movesOnReload`).
+ *
+ * The one host wait: before physical memory is unmapped, its copy out (and the work before it)
+ * must have run (cuMemUnmap does not wait for queued work): the event after it is queried, and
+ * waited for only when the memory is needed now. The rest of the device is never synchronised.
  */
 import type { Ptr } from '../../backend/backend.js';
 import { EventFlags } from '../../backend/backend.js';
@@ -21,18 +38,27 @@ import { isOutOfMemory } from '../../errors.js';
 import { Stream } from '../../stream.js';
 import { extendMessage, releaseCaches } from '../../resource/cache-registry.js';
 import { SpillableResource } from '../../resource/upstream/spillable-resource.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { MemoryResource, StreamRef } from '../../resource/resource.js';
 import { choiceOf, sizeInBytes, variableReader } from '../../util/environment.js';
 import { formatBytes } from '../../util/size.js';
 import { HostBuffer } from '../host-buffer.js';
 import type { Allocation } from '../lifetime.js';
-import { heldByCopies, waitForUsesOn } from '../lifetime.js';
+import { heldByCopies, moveAllocation, waitForUsesOn } from '../lifetime.js';
 import { beginOperation, currentEpoch, type Residency } from './residency.js';
 
 /** `VRAM_SPILL=1`: buffers and arrays allocated without a resource are spillable unless told otherwise. */
 export const SPILL_VARIABLE = variableReader('VRAM_SPILL', choiceOf(['0', '1']));
 /** `VRAM_SPILL_LIMIT`: the device memory in use (all of it, as cuMemGetInfo counts) that spilling keeps below. */
 export const SPILL_LIMIT_VARIABLE = variableReader('VRAM_SPILL_LIMIT', sizeInBytes);
+/** `VRAM_SPILL_AHEAD`: the room spilling keeps free ahead of need once it has started (0: spill only on need). */
+export const SPILL_AHEAD_VARIABLE = variableReader('VRAM_SPILL_AHEAD', sizeInBytes);
+
+/**
+ * By default spilling ahead keeps one largest spillable buffer's room free, but only where the
+ * spillable memory on the device is at least this many of them: with fewer, the room kept idle
+ * would be too large a share of it (and a program of a few buffers gains nothing from the overlap).
+ */
+const AHEAD_MIN_BUFFERS = 8;
 
 /**
  * What spilling did on a device, in `memoryStats().spill`.
@@ -56,7 +82,16 @@ export interface SpillFigures {
   readonly reloads: number;
   /** Bytes brought back. */
   readonly reloadedBytes: number;
-  /** Bytes of spillable buffers on the device now. */
+  /** Spills queued ahead of need (their copy out overlapping other work, their pages given back later). */
+  readonly spilledAhead: number;
+  /** Spills queued ahead and cancelled: the buffer was used before its pages went, so it stayed. */
+  readonly cancelledSpills: number;
+  /**
+   * Host waits for a copy out: an allocation or reload that needed memory at once and found no
+   * spill ahead finished (spilling on demand waits for each copy out in series).
+   */
+  readonly waits: number;
+  /** Bytes of spillable buffers on the device now (a queued spill's included, until its pages go). */
   readonly residentBytes: number;
   /** Of those, bytes a lease keeps there. */
   readonly leasedBytes: number;
@@ -65,9 +100,9 @@ export interface SpillFigures {
 /** What spilling is told of, for the memory history (set by observe/; one listener). */
 export interface SpillObserver {
   /** A buffer of `bytes` at `ptr` of `resource` went to the host (`copied`: false when its host copy was current). */
-  spilled(resource: SpillableResource, ptr: Ptr, bytes: number, copied: boolean): void;
+  spilled(resource: MemoryResource, ptr: Ptr, bytes: number, copied: boolean): void;
   /** A buffer came back, on stream `handle`. */
-  reloaded(resource: SpillableResource, ptr: Ptr, bytes: number, handle: number): void;
+  reloaded(resource: MemoryResource, ptr: Ptr, bytes: number, handle: number): void;
 }
 
 let observer: SpillObserver | null = null;
@@ -93,15 +128,31 @@ export class SpillEntry implements Residency {
   /** The operation that last prepared it (residency.ts). */
   epoch = 0;
   freed = false;
+  /** A spill queued ahead: the event after its copy out; its pages go when it has passed (0: none). */
+  spilling = 0;
+  /** Whether that spill copies the data out (false: the host copy was current). */
+  copying = false;
   /** Its pinned host copy, made at its first eviction and kept for the next. */
   host: HostBuffer | undefined;
   /** The buffer, weakly: the manager must not keep a dropped buffer alive. */
   owner: WeakRef<Allocation> | undefined;
 
-  constructor(readonly manager: SpillManager, readonly ptr: Ptr, readonly bytes: number) {}
+  /**
+   * @param manager The device's manager.
+   * @param ptr The address: fixed over the manager's SpillableResource, new at each reload from a
+   *   resource without virtual memory.
+   * @param bytes The size.
+   * @param moving The resource without virtual memory the memory comes from (undefined: the
+   *   manager's SpillableResource, whose addresses stay put).
+   */
+  constructor(readonly manager: SpillManager, public ptr: Ptr, readonly bytes: number, readonly moving?: MemoryResource) {}
 
   prepare(stream: StreamRef | undefined, writes: boolean): void {
     this.manager.use(this, stream, writes);
+  }
+
+  get moves(): boolean {
+    return this.moving !== undefined;
   }
 }
 
@@ -154,7 +205,10 @@ export function spillFigures(device: Device): SpillFigures {
   const manager = managers.get(device);
   if (manager !== undefined) return manager.figures();
   const zero = { value: 0, peak: 0, total: 0 };
-  return { spilledBytes: zero, spilledBuffers: zero, copiesOut: 0, copiedOutBytes: 0, reloads: 0, reloadedBytes: 0, residentBytes: 0, leasedBytes: 0 };
+  return {
+    spilledBytes: zero, spilledBuffers: zero, copiesOut: 0, copiedOutBytes: 0, reloads: 0, reloadedBytes: 0,
+    spilledAhead: 0, cancelledSpills: 0, waits: 0, residentBytes: 0, leasedBytes: 0,
+  };
 }
 
 /** Spill bookkeeping of one device. */
@@ -162,12 +216,19 @@ export class SpillManager {
   readonly resource: SpillableResource;
   /** Resident entries, least recently used first (a Map keeps insertion order; a use moves an entry to the end). */
   readonly #lru = new Map<SpillEntry, true>();
+  /** Entries whose spill is queued ahead and whose pages are still mapped, in the order queued. */
+  readonly #spilling = new Set<SpillEntry>();
   readonly #spilledBytes = new CounterCell();
   readonly #spilledBuffers = new CounterCell();
   #copiesOut = 0;
   #copiedOutBytes = 0;
   #reloads = 0;
   #reloadedBytes = 0;
+  #spilledAhead = 0;
+  #cancelledSpills = 0;
+  #waits = 0;
+  /** Spilling has started (memory was needed and something had to go): from then on it spills ahead. */
+  #pressed = false;
   #stream: Stream | undefined;
   /** Allocations and reloads of this manager under way: an eviction they cause keeps the operation's buffers. */
   #busy = 0;
@@ -181,24 +242,18 @@ export class SpillManager {
    * A new spillable block of `bytes`, first used on `stream`; evicts others first where the
    * device has too little room (or the limit would be passed).
    */
-  allocate(bytes: number, stream: StreamRef): SpillEntry {
+  allocate(bytes: number, stream: StreamRef, moving?: MemoryResource): SpillEntry {
     const size = this.#rounded(bytes);
     let ptr: Ptr;
     this.#busy++;
     try {
-      this.#makeRoom(size);
-      for (;;) {
-        try {
-          ptr = this.resource.allocate(bytes, stream);
-          break;
-        } catch (error) {
-          if (!isOutOfMemory(error) || this.#evictOne() === 0) throw this.#cannotHelp(error);
-        }
-      }
+      this.#makeRoom(size, moving === undefined);
+      this.#spillAhead(size);
+      ptr = this.#allocateFrom(moving ?? this.resource, bytes, stream);
     } finally {
       this.#busy--;
     }
-    const entry = new SpillEntry(this, ptr, bytes);
+    const entry = new SpillEntry(this, ptr, bytes, moving);
     entry.epoch = currentEpoch();
     this.#lru.set(entry, true);
     return entry;
@@ -208,6 +263,8 @@ export class SpillManager {
   use(entry: SpillEntry, stream: StreamRef | undefined, writes: boolean): void {
     if (entry.freed) return; // the buffer's own checks throw UseAfterFreeError
     entry.epoch = currentEpoch();
+    if (entry.spilling !== 0) this.#cancel(entry);
+    this.#settle();
     if (!entry.resident) {
       this.#busy++;
       try {
@@ -224,10 +281,15 @@ export class SpillManager {
 
   /** The buffer was freed: its memory goes back on `stream`, its host copy with it. */
   release(entry: SpillEntry, stream: StreamRef | undefined): void {
-    this.resource.deallocate(entry.ptr, entry.bytes, stream);
+    // A spill queued ahead: the freeing stream waits for its copy out (the buffer recorded the
+    // spill stream when it was queued, so the free is ordered after it, and so is the host copy's).
+    if (entry.spilling !== 0) this.#drop(entry);
+    // Memory that moves has none on the device while spilled; the SpillableResource keeps the range.
+    if (entry.moving === undefined) this.resource.deallocate(entry.ptr, entry.bytes, stream);
+    else if (entry.resident) entry.moving.deallocate(entry.ptr, entry.bytes, stream);
     entry.freed = true;
-    if (this.#lru.delete(entry)) {
-      // resident: nothing to uncount
+    if (entry.resident) {
+      this.#lru.delete(entry);
     } else {
       this.#spilledBytes.sub(entry.bytes);
       this.#spilledBuffers.sub(1);
@@ -240,75 +302,43 @@ export class SpillManager {
   /**
    * Evicts every buffer that may go (the cache registry's release); returns the bytes given back.
    * Called from outside an operation of this manager (another resource's refusal, `releaseCached`),
-   * it starts a new operation: the buffers the last one used may go too.
+   * it starts a new operation: the buffers the last one used may go too. Every copy out is queued
+   * first and the host waits once, for the last.
    */
   evictAll(): number {
     if (this.#busy === 0) beginOperation();
-    let bytes = 0;
+    this.#pressed = true;
     for (const entry of [...this.#lru.keys()]) {
-      if (this.#evictable(entry)) bytes += this.evict(entry);
+      if (this.#evictable(entry)) this.#queue(entry);
     }
-    return bytes;
+    return this.#finishAll();
   }
 
   /**
-   * Moves `entry` to the host (a copy out only when dirty) and gives its physical memory back.
-   * Returns the bytes given back, 0 when it could not go (no pinned host memory for its copy).
+   * Moves `entry` to the host now (a copy out only when dirty) and gives its physical memory back,
+   * the host waiting for the copy. Returns the bytes given back, 0 when it could not go (no pinned
+   * host memory for its copy).
    */
   evict(entry: SpillEntry): number {
-    const buffer = entry.owner?.deref();
-    // A staged copy in flight queues its later chunks when earlier ones complete: no event covers them yet.
-    if (buffer === undefined || buffer.freed || !entry.resident || heldByCopies(buffer)) return 0;
-    const device = this.device;
-    const copy = entry.dirty || entry.host === undefined;
-    if (entry.host === undefined) {
-      try {
-        entry.host = HostBuffer.allocate(entry.bytes, { device });
-      } catch (error) {
-        if (isOutOfMemory(error)) return 0;
-        throw error;
-      }
-    }
-    const stream = this.#spillStream();
-    waitForUsesOn(buffer, stream);
-    device.makeCurrent();
-    const backend = device.backend;
-    if (copy) backend.memcpyAsync(entry.host.ptr, entry.ptr, entry.bytes, stream.handle);
-    // The one host wait of a spill: cuMemUnmap does not wait for queued work, so the copy out and
-    // the work queued on the buffer before it must have run before its pages go.
-    const event = backend.eventCreate(EventFlags.DISABLE_TIMING);
-    try {
-      backend.eventRecord(event, stream.handle);
-      backend.eventSynchronize(event);
-    } finally {
-      backend.eventDestroy(event);
-    }
-    const given = this.resource.unback(entry.ptr);
-    entry.resident = false;
-    entry.dirty = false;
-    this.#lru.delete(entry);
-    this.#spilledBytes.add(entry.bytes);
-    this.#spilledBuffers.add(1);
-    if (copy) {
-      this.#copiesOut++;
-      this.#copiedOutBytes += entry.bytes;
-    }
-    observer?.spilled(this.resource, entry.ptr, entry.bytes, copy);
-    return given;
+    if (!this.#queue(entry)) return 0;
+    this.#waitFor(entry);
+    return this.#finish(entry);
   }
 
   /** The figures now. */
   figures(): SpillFigures {
     let resident = 0;
     let leased = 0;
-    for (const entry of this.#lru.keys()) {
+    for (const entry of [...this.#lru.keys(), ...this.#spilling]) {
       resident += entry.bytes;
       if (entry.leases > 0) leased += entry.bytes;
     }
     return {
       spilledBytes: this.#spilledBytes.snapshot(), spilledBuffers: this.#spilledBuffers.snapshot(),
       copiesOut: this.#copiesOut, copiedOutBytes: this.#copiedOutBytes,
-      reloads: this.#reloads, reloadedBytes: this.#reloadedBytes, residentBytes: resident, leasedBytes: leased,
+      reloads: this.#reloads, reloadedBytes: this.#reloadedBytes,
+      spilledAhead: this.#spilledAhead, cancelledSpills: this.#cancelledSpills, waits: this.#waits,
+      residentBytes: resident, leasedBytes: leased,
     };
   }
 
@@ -319,11 +349,136 @@ export class SpillManager {
   }
 
   #evictable(entry: SpillEntry): boolean {
-    return entry.resident && entry.leases === 0 && entry.epoch !== currentEpoch();
+    return entry.resident && entry.spilling === 0 && entry.leases === 0 && entry.epoch !== currentEpoch();
   }
 
-  /** Evicts the least recently used buffer that may go; returns the bytes given back (0: none could). */
-  #evictOne(): number {
+  /**
+   * Queues `entry`'s spill: its copy out (when dirty) on the spill stream after the work of every
+   * stream that used it, and an event after that. Its pages stay mapped until `#finish`. False
+   * when it cannot go now (dropped, freed, held by a staged copy, or no pinned host memory).
+   */
+  #queue(entry: SpillEntry): boolean {
+    const buffer = entry.owner?.deref();
+    // A staged copy in flight queues its later chunks when earlier ones complete: no event covers them yet.
+    if (buffer === undefined || buffer.freed || !entry.resident || entry.spilling !== 0 || heldByCopies(buffer)) return false;
+    const device = this.device;
+    const copy = entry.dirty || entry.host === undefined;
+    if (entry.host === undefined) {
+      try {
+        entry.host = HostBuffer.allocate(entry.bytes, { device });
+      } catch (error) {
+        if (isOutOfMemory(error)) return false;
+        throw error;
+      }
+    }
+    const stream = this.#spillStream();
+    waitForUsesOn(buffer, stream);
+    device.makeCurrent();
+    const backend = device.backend;
+    if (copy) backend.memcpyAsync(entry.host.ptr, entry.ptr, entry.bytes, stream.handle);
+    const event = backend.eventCreate(EventFlags.DISABLE_TIMING);
+    try {
+      backend.eventRecord(event, stream.handle);
+    } catch (error) {
+      backend.eventDestroy(event);
+      throw error;
+    }
+    // A free before the pages go is ordered after the copy out, on the device (the buffer's) and
+    // on the host (its host copy's: pinned memory is freed at once).
+    buffer.recordStream(stream);
+    entry.host.recordStream(stream);
+    entry.spilling = event;
+    entry.copying = copy;
+    // The host copy is current once the copy has run: a write from now on makes it stale again.
+    entry.dirty = false;
+    this.#lru.delete(entry);
+    this.#spilling.add(entry);
+    return true;
+  }
+
+  /** The host waits for `entry`'s queued spill (its memory is needed now). */
+  #waitFor(entry: SpillEntry): void {
+    this.device.makeCurrent();
+    this.device.backend.eventSynchronize(entry.spilling);
+    this.#waits++;
+  }
+
+  /**
+   * `entry`'s copy out has run: its pages go (kept by the resource for the next reload of its
+   * size), or memory that moves goes back to its resource.
+   */
+  #finish(entry: SpillEntry): number {
+    const backend = this.device.backend;
+    backend.eventDestroy(entry.spilling);
+    entry.spilling = 0;
+    this.#spilling.delete(entry);
+    let given: number;
+    if (entry.moving === undefined) {
+      given = this.resource.unback(entry.ptr);
+    } else {
+      entry.moving.deallocate(entry.ptr, entry.bytes, this.#spillStream());
+      given = this.#rounded(entry.bytes);
+    }
+    entry.resident = false;
+    this.#spilledBytes.add(entry.bytes);
+    this.#spilledBuffers.add(1);
+    if (entry.copying) {
+      this.#copiesOut++;
+      this.#copiedOutBytes += entry.bytes;
+    }
+    observer?.spilled(entry.moving ?? this.resource, entry.ptr, entry.bytes, entry.copying);
+    return given;
+  }
+
+  /** Waits once for the last queued spill (the spill stream runs them in order) and finishes them all. */
+  #finishAll(): number {
+    let last: SpillEntry | undefined;
+    for (const entry of this.#spilling) last = entry;
+    if (last === undefined) return 0;
+    this.#waitFor(last);
+    let given = 0;
+    for (const entry of [...this.#spilling]) given += this.#finish(entry);
+    return given;
+  }
+
+  /** Finishes the queued spills whose copy out has run (a query each, in order, up to the first still running). */
+  #settle(): void {
+    if (this.#spilling.size === 0) return;
+    this.device.makeCurrent();
+    const backend = this.device.backend;
+    for (const entry of [...this.#spilling]) {
+      if (!backend.eventQuery(entry.spilling)) return;
+      this.#finish(entry);
+    }
+  }
+
+  /** A queued spill whose buffer is used again: it keeps its pages (the copy out may still run; its result is used only if nothing writes). */
+  #cancel(entry: SpillEntry): void {
+    this.#drop(entry);
+    this.#lru.set(entry, true);
+    this.#cancelledSpills++;
+  }
+
+  /** Forgets `entry`'s queued spill (the event's work still runs; nothing waits for it here). */
+  #drop(entry: SpillEntry): void {
+    this.device.makeCurrent();
+    this.device.backend.eventDestroy(entry.spilling);
+    entry.spilling = 0;
+    this.#spilling.delete(entry);
+  }
+
+  /**
+   * Frees memory for an allocation that needs it now: the oldest queued spill (the host waits for
+   * its copy out), else the least recently used buffer that may go, spilled at once. Returns the
+   * bytes given back (0: nothing could go).
+   */
+  #freeOne(): number {
+    this.#pressed = true;
+    const queued = this.#spilling.values().next();
+    if (queued.done !== true) {
+      this.#waitFor(queued.value);
+      return this.#finish(queued.value);
+    }
     for (const entry of this.#lru.keys()) {
       if (!this.#evictable(entry)) continue;
       const given = this.evict(entry);
@@ -337,51 +492,95 @@ export class SpillManager {
     return Math.ceil(bytes / granule) * granule;
   }
 
-  /** Evicts until `size` bytes fit in the device's free memory and under the limit, or nothing more can go. */
-  #makeRoom(size: number): void {
+  /** The device's free memory, less what the limit keeps back (spare pages not counted). */
+  #freeRoom(): number {
     const { free, total } = this.device.memInfo();
-    let room = free;
     const limit = SPILL_LIMIT_VARIABLE.read();
-    if (limit !== undefined) room = Math.min(room, limit - (total - free));
-    while (room < size) {
-      const given = this.#evictOne();
-      if (given === 0) return;
-      room += given;
+    return limit === undefined ? free : Math.min(free, limit - (total - free));
+  }
+
+  /**
+   * Makes room for a block of `size`: nothing to do where a spare of that size is kept (its pages
+   * are mapped again); else spares of other sizes go back, then queued spills finish and buffers
+   * spill until it fits in the device's free memory and under the limit, or nothing more can go.
+   */
+  #makeRoom(size: number, spareFits: boolean): void {
+    this.#settle();
+    for (;;) {
+      if (spareFits && this.resource.hasSpare(size)) return;
+      let room = this.#freeRoom();
+      if (room < size && this.resource.releaseSpares() > 0) room = this.#freeRoom();
+      if (room >= size || this.#freeOne() === 0) return;
     }
   }
 
-  #reload(entry: SpillEntry, stream: StreamRef | undefined): void {
-    this.#makeRoom(this.#rounded(entry.bytes));
-    let releasedCaches = false;
-    for (;;) {
-      try {
-        this.resource.back(entry.ptr);
-        break;
-      } catch (error) {
-        if (!isOutOfMemory(error)) throw error;
-        if (this.#evictOne() > 0) continue;
-        // Other resources' caches of the device (the registry's release), once.
-        if (!releasedCaches) {
-          releasedCaches = true;
-          if (releaseCaches(this.device.ordinal) > 0) continue;
-        }
-        throw this.#cannotHelp(error);
-      }
+  /**
+   * Once spilling has started, queues the spills of the least recently used buffers that may go
+   * until the room left after a block of `size` is mapped, with the spills already queued, is the
+   * high-water room: their copies out run while this block is copied in and used.
+   */
+  #spillAhead(size: number): void {
+    if (!this.#pressed) return;
+    const ahead = this.#aheadBytes(size);
+    if (ahead === 0) return;
+    let room = this.#freeRoom() + this.resource.spareBytes - size;
+    for (const entry of this.#spilling) room += this.#rounded(entry.bytes);
+    for (const entry of [...this.#lru.keys()]) {
+      if (room >= ahead) return;
+      if (!this.#evictable(entry) || !this.#queue(entry)) continue;
+      this.#spilledAhead++;
+      room += this.#rounded(entry.bytes);
     }
+  }
+
+  /**
+   * The high-water room: `VRAM_SPILL_AHEAD`, else the largest spillable buffer where eight or more
+   * of it are on the device (counting the block of `size` about to be mapped and those whose spill
+   * is queued).
+   */
+  #aheadBytes(size: number): number {
+    const set = SPILL_AHEAD_VARIABLE.read();
+    if (set !== undefined) return set;
+    let largest = size;
+    let resident = size;
+    for (const entry of [...this.#lru.keys(), ...this.#spilling]) {
+      const size = this.#rounded(entry.bytes);
+      resident += size;
+      if (size > largest) largest = size;
+    }
+    return resident >= AHEAD_MIN_BUFFERS * largest ? largest : 0;
+  }
+
+  #reload(entry: SpillEntry, stream: StreamRef | undefined): void {
+    const size = this.#rounded(entry.bytes);
+    const moving = entry.moving;
+    this.#makeRoom(size, moving === undefined);
+    // Queued before this copy in, so the spills' copies out run beside it on the other copy engine.
+    this.#spillAhead(size);
+    let ptr = entry.ptr;
+    if (moving === undefined) this.#retried(() => this.resource.back(entry.ptr));
+    else ptr = this.#allocateFrom(moving, entry.bytes, stream);
     const host = entry.host!;
     const device = this.device;
     device.makeCurrent();
     const backend = device.backend;
     try {
-      if (stream === undefined) backend.memcpy(entry.ptr, host.ptr, entry.bytes);
-      else backend.memcpyAsync(entry.ptr, host.ptr, entry.bytes, stream.handle);
+      if (stream === undefined) backend.memcpy(ptr, host.ptr, entry.bytes);
+      else backend.memcpyAsync(ptr, host.ptr, entry.bytes, stream.handle);
     } catch (error) {
-      this.resource.unback(entry.ptr); // still spilled: the host copy is the data
+      // Still spilled: the host copy is the data.
+      if (moving === undefined) this.resource.unback(ptr);
+      else moving.deallocate(ptr, entry.bytes, stream);
       throw error;
+    }
+    const buffer = entry.owner?.deref();
+    if (moving !== undefined) {
+      entry.ptr = ptr;
+      if (buffer !== undefined) moveAllocation(buffer, ptr);
     }
     if (stream !== undefined) {
       // A later eviction's copy out, or the free of the host copy, waits for this copy in.
-      entry.owner?.deref()?.recordStream(stream);
+      buffer?.recordStream(stream);
       host.recordStream(stream);
     }
     entry.resident = true;
@@ -392,6 +591,38 @@ export class SpillManager {
     this.#reloads++;
     this.#reloadedBytes += entry.bytes;
     observer?.reloaded(this.resource, entry.ptr, entry.bytes, stream === undefined ? 0 : stream.handle);
+  }
+
+  /** `resource.allocate`, spilling on refusal (see `#retried`). */
+  #allocateFrom(resource: MemoryResource, bytes: number, stream: StreamRef | undefined): Ptr {
+    let ptr = 0;
+    this.#retried(() => {
+      ptr = resource.allocate(bytes, stream);
+    });
+    return ptr;
+  }
+
+  /**
+   * Runs `take` (an allocation or a mapping), and on an out-of-memory refusal frees what spilling
+   * can (queued spills, then least recently used buffers), then the other resources' caches of the
+   * device once, retrying after each; the refusal, with a line on what was spillable, when nothing helps.
+   */
+  #retried(take: () => void): void {
+    let releasedCaches = false;
+    for (;;) {
+      try {
+        take();
+        return;
+      } catch (error) {
+        if (!isOutOfMemory(error)) throw error;
+        if (this.#freeOne() > 0) continue;
+        if (!releasedCaches) {
+          releasedCaches = true;
+          if (releaseCaches(this.device.ordinal) > 0) continue;
+        }
+        throw this.#cannotHelp(error);
+      }
+    }
   }
 
   /** The stream copies out are queued on (made on the first eviction). */

@@ -9,7 +9,13 @@
  * it a resource for large data, not for many small blocks; the rounding says the same.
  *
  * Who moves the data is the buffer layer's job (it copies out before `unback` and in after
- * `back`); this resource only keeps the addresses, the physical memory and the figures. A freed
+ * `back`); this resource only keeps the addresses, the physical memory and the figures.
+ *
+ * Spare physical memory: `unback` keeps the allocation it unmaps (a few, `SPARE_LIMIT`) and the
+ * next `back` or `allocate` of the same rounded size maps it again, so a spill followed by a reload
+ * (the spill manager's steady state) costs cuMemUnmap, cuMemMap and cuMemSetAccess, not
+ * cuMemRelease and cuMemCreate as well. Spares count as reserved, not allocated; `releaseCached`
+ * (so `emptyCache` and the cache registry at a driver refusal) gives them back. A freed
  * block that was backed keeps its memory until the work queued on its freeing stream has run (an
  * event per block, queried, never waited for), which the figures show as cached and
  * `releaseCached` gives back when it can: the cache registry's protocol for memory freed on a
@@ -28,6 +34,18 @@ interface Block {
   readonly bytes: number;
   readonly size: number;
   handle: Handle;
+}
+
+/**
+ * Spare physical allocations kept for reuse: enough for the spill manager's pipeline (one being
+ * freed by a spill while another is mapped by a reload) with room for a few sizes; more are released.
+ */
+const SPARE_LIMIT = 4;
+
+/** An unmapped physical allocation kept for the next block of its size. */
+interface Spare {
+  readonly size: number;
+  readonly handle: Handle;
 }
 
 /** A freed block whose memory waits for the work queued on its freeing stream. */
@@ -61,8 +79,12 @@ export class SpillableResource extends MemoryResource {
   #pending: Pending[] = [];
   readonly #allocated = new CounterCell();
   readonly #allocations = new CounterCell();
+  /** Physical memory held: backed blocks, freed blocks waiting for their stream, and spares. */
   #physical = 0;
   #peakPhysical = 0;
+  /** Unmapped physical allocations, oldest first, for the next block of their size. */
+  #spares: Spare[] = [];
+  #spareBytes = 0;
   /** Called by `releaseCached`: the buffer layer's eviction of what may be spilled; returns bytes unbacked. */
   #evictor: (() => number) | undefined;
 
@@ -127,11 +149,13 @@ export class SpillableResource extends MemoryResource {
   }
 
   /**
-   * Gives the block's physical memory back to the driver and keeps its address range reserved.
-   * The caller makes sure no queued work uses the memory any more (cuMemUnmap does not wait).
+   * Unmaps the block's physical memory and keeps its address range reserved. The memory is kept
+   * as a spare for the next block of its size (the oldest spare past a few goes back to the
+   * driver; `releaseCached` gives them all back). The caller makes sure no queued work uses the
+   * memory any more (cuMemUnmap does not wait).
    *
    * @param ptr A backed block's address.
-   * @returns The bytes of physical memory given back.
+   * @returns The bytes of physical memory unmapped (now spare, or given back).
    * @throws {InvalidPointerError} For an address this resource did not hand out, or one not backed.
    * @example
    * ```ts
@@ -142,14 +166,68 @@ export class SpillableResource extends MemoryResource {
     const block = this.#block(ptr, 'unback');
     if (block.handle === 0) throw new InvalidPointerError(`SpillableResource.unback: the block at 0x${ptr.toString(16)} has no memory mapped`);
     this.#device.makeCurrent();
-    const backend = this.#device.backend;
-    backend.memUnmap(block.ptr, block.size);
-    backend.memRelease(block.handle);
+    this.#device.backend.memUnmap(block.ptr, block.size);
+    this.#keep(block.size, block.handle);
     block.handle = 0;
-    this.#physical -= block.size;
     this.#allocated.sub(block.bytes);
     this.#allocations.sub(1);
     return block.size;
+  }
+
+  /**
+   * Bytes of unmapped physical memory kept for reuse (counted in `reservedBytes`): a `back` or
+   * `allocate` of a size kept maps it without cuMemCreate; `releaseCached` gives it back.
+   *
+   * @returns The bytes.
+   * @throws Never.
+   * @example
+   * ```ts
+   * mr.unback(ptr);
+   * mr.spareBytes; // the block's rounded size, until the next back of that size
+   * ```
+   */
+  get spareBytes(): number {
+    return this.#spareBytes;
+  }
+
+  /**
+   * True when a spare physical allocation fits a block of `bytes` (its size rounded to the
+   * granularity): backing such a block needs no cuMemCreate and no free device memory.
+   *
+   * @param bytes A block's size.
+   * @returns Whether a spare of that rounded size is kept.
+   * @throws Never.
+   * @example
+   * ```ts
+   * if (!mr.hasSpare(bytes)) makeRoom(bytes);
+   * ```
+   */
+  hasSpare(bytes: number): boolean {
+    const size = Math.ceil(bytes / this.alignment) * this.alignment;
+    return this.#spares.some((spare) => spare.size === size);
+  }
+
+  /**
+   * Gives every spare physical allocation back to the driver (what `releaseCached` does after
+   * spilling; for a caller that wants the memory back without spilling anything).
+   *
+   * @returns The bytes given back.
+   * @throws Never.
+   * @example
+   * ```ts
+   * mr.releaseSpares();
+   * ```
+   */
+  releaseSpares(): number {
+    if (this.#spares.length === 0) return 0;
+    this.#device.makeCurrent();
+    const backend = this.#device.backend;
+    const given = this.#spareBytes;
+    for (const spare of this.#spares) backend.memRelease(spare.handle);
+    this.#spares = [];
+    this.#physical -= given;
+    this.#spareBytes = 0;
+    return given;
   }
 
   /**
@@ -215,6 +293,7 @@ export class SpillableResource extends MemoryResource {
     const before = this.#physical;
     if (this.#evictor !== undefined) this.#evictor();
     this.#collect();
+    this.releaseSpares();
     return before - this.#physical;
   }
 
@@ -228,6 +307,7 @@ export class SpillableResource extends MemoryResource {
       backend.memAddressFree(block.ptr, block.size);
     }
     this.#blocks.clear();
+    this.releaseSpares();
   }
 
   /** Backed blocks' bytes and count; reserved is the physical memory held (freed blocks waiting for their stream included). */
@@ -260,28 +340,30 @@ export class SpillableResource extends MemoryResource {
     return block;
   }
 
+  /** Counts a block newly backed (its physical memory is already in `#physical` when it was a spare). */
   #counted(block: Block): void {
-    this.#physical += block.size;
-    if (this.#physical > this.#peakPhysical) this.#peakPhysical = this.#physical;
     this.#allocated.add(block.bytes);
     this.#allocations.add(1);
   }
 
-  /** cuMemCreate, cuMemMap and cuMemSetAccess at `ptr`, undone where a later call fails. */
+  /**
+   * Physical memory mapped at `ptr` with access set: a spare of `size` if one is kept, else
+   * cuMemCreate (a refusal first gives the spares of other sizes back and tries again); undone
+   * where a later call fails (a spare goes back to the spares).
+   */
   #map(ptr: Ptr, size: number, bytes: number): Handle {
     this.#device.makeCurrent();
     const backend = this.#device.backend;
+    const at = this.#spares.findIndex((spare) => spare.size === size);
     let handle: Handle;
-    try {
-      handle = backend.memCreate(size, this.#device.ordinal);
-    } catch (error) {
-      if (!isOutOfMemory(error)) throw error;
-      throw new OutOfMemoryError({
-        requestedBytes: bytes, call: 'cuMemCreate', reason: 'device', resource: this.describe(),
-        statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: `${error instanceof Error ? error.message : String(error)} (${this.describe()}: ${this.#allocations.value} blocks backed, ${this.#physical} bytes)`,
-        cause: error,
-      });
+    let created = false;
+    if (at >= 0) {
+      handle = this.#spares[at]!.handle;
+      this.#spares.splice(at, 1);
+      this.#spareBytes -= size;
+    } else {
+      handle = this.#create(size, bytes);
+      created = true;
     }
     try {
       backend.memMap(ptr, size, handle);
@@ -292,10 +374,49 @@ export class SpillableResource extends MemoryResource {
         throw error;
       }
     } catch (error) {
-      backend.memRelease(handle);
+      if (created) {
+        backend.memRelease(handle);
+        this.#physical -= size;
+      } else {
+        this.#spares.push({ size, handle });
+        this.#spareBytes += size;
+      }
       throw error;
     }
     return handle;
+  }
+
+  /** cuMemCreate of `size`, counted as held; a refusal gives the spares back and tries once more. */
+  #create(size: number, bytes: number): Handle {
+    const backend = this.#device.backend;
+    let handle: Handle;
+    try {
+      handle = backend.memCreate(size, this.#device.ordinal);
+    } catch (error) {
+      if (!isOutOfMemory(error)) throw error;
+      if (this.releaseSpares() > 0) return this.#create(size, bytes);
+      throw new OutOfMemoryError({
+        requestedBytes: bytes, call: 'cuMemCreate', reason: 'device', resource: this.describe(),
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
+        message: `${error instanceof Error ? error.message : String(error)} (${this.describe()}: ${this.#allocations.value} blocks backed, ${this.#physical} bytes)`,
+        cause: error,
+      });
+    }
+    this.#physical += size;
+    if (this.#physical > this.#peakPhysical) this.#peakPhysical = this.#physical;
+    return handle;
+  }
+
+  /** Keeps an unmapped physical allocation as a spare (still held), the oldest released past the limit. */
+  #keep(size: number, handle: Handle): void {
+    this.#spares.push({ size, handle });
+    this.#spareBytes += size;
+    while (this.#spares.length > SPARE_LIMIT) {
+      const old = this.#spares.shift()!;
+      this.#device.backend.memRelease(old.handle);
+      this.#spareBytes -= old.size;
+      this.#physical -= old.size;
+    }
   }
 
   /** Gives back the memory of freed blocks whose freeing stream's work has run (a query each). */
@@ -312,9 +433,8 @@ export class SpillableResource extends MemoryResource {
       backend.eventDestroy(pending.event);
       const { block } = pending;
       backend.memUnmap(block.ptr, block.size);
-      backend.memRelease(block.handle);
       backend.memAddressFree(block.ptr, block.size);
-      this.#physical -= block.size;
+      this.#keep(block.size, block.handle);
     }
     this.#pending = waiting;
   }
