@@ -580,6 +580,7 @@ export class Communicator {
    * One line: `Communicator(rank 1 of 4, device 1)`.
    *
    * @returns The line.
+   * @throws Never.
    * @example
    * ```ts
    * String(comm); // 'Communicator(rank 0 of 2, device 0)'

@@ -107,6 +107,7 @@ export class UniqueId {
    * The bytes as base64 (172 characters), for argv, an environment variable or JSON.
    *
    * @returns The text.
+   * @throws Never.
    * @example
    * ```ts
    * const text = id.toBase64();
@@ -120,6 +121,7 @@ export class UniqueId {
    * The base64 text, so `JSON.stringify` writes the id as a string `fromBase64` reads back.
    *
    * @returns The base64 text.
+   * @throws Never.
    * @example
    * ```ts
    * JSON.stringify({ id }); // '{"id":"..."}'
@@ -133,6 +135,7 @@ export class UniqueId {
    * One line: `UniqueId(<first 8 bytes in hex>...)`; the whole id is `toBase64()`.
    *
    * @returns The line.
+   * @throws Never.
    * @example
    * ```ts
    * String(id); // 'UniqueId(0200a1b2c0a80001...)'
