@@ -8,8 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { spawn } from 'node:child_process';
-import { readdirSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { tmpdir } from 'node:os';
@@ -79,6 +79,26 @@ test('a missing NCCL is a NcclUnavailableError naming the library and what to in
   assert.match(r.stdout, /ok ncclVersion names the library and what to install/);
   assert.deepEqual(ncclCandidates({ VRAM_LIBNCCL: '/x/libnccl.so.2', PATH: '/usr/bin' }), ['/x/libnccl.so.2'], 'VRAM_LIBNCCL is the only one tried');
   assert.equal(ncclCandidates({ PATH: '' })[0], 'libnccl.so.2');
+});
+
+test('NCCL is found in the nvidia/nccl/lib folder of a python3 on PATH (a virtual environment\'s, PyTorch\'s)', () => {
+  const venv = mkdtempSync(path.join(tmpdir(), 'vram-venv-'));
+  try {
+    const lib = path.join(venv, 'lib/python3.12/site-packages/nvidia/nccl/lib');
+    mkdirSync(lib, { recursive: true });
+    mkdirSync(path.join(venv, 'bin'));
+    writeFileSync(path.join(lib, 'libnccl.so.2'), '');
+    const found = ncclCandidates({ PATH: `/usr/bin:${path.join(venv, 'bin')}`, HOME: '' });
+    assert.ok(found.includes(path.join(lib, 'libnccl.so.2')), found.join(', '));
+  } finally {
+    rmSync(venv, { recursive: true, force: true });
+  }
+});
+
+test('examples/data-parallel averages gradients across 2 processes', ranksFit(2), () => {
+  const example = fileURLToPath(new URL('../examples/data-parallel.js', import.meta.url));
+  const output = execFileSync(process.execPath, [example, '2'], { encoding: 'utf8', env: process.env });
+  assert.equal(output, 'data-parallel: 2 ranks, 3 steps of 65536 float32 gradients averaged and checked\n');
 });
 
 test('unique ids round-trip through base64, bytes and JSON, and bad ones are refused', () => {
