@@ -320,7 +320,7 @@ export class Communicator {
     const r = this.operand('allReduce', 'recv', recv, o.dtype, true, op);
     this.sameCount('allReduce', s, r, 1, 1);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclAllReduce', [s, r], stream,
+    this.queue(1, 'ncclAllReduce', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclAllReduce(s.ptr, r.ptr, r.count, r.ncclType, NcclRedOp[op], this.#comm, stream),
       (channel) => {
         const all = channel.exchange('ncclAllReduce', this.read(s, stream));
@@ -353,7 +353,7 @@ export class Communicator {
     const r = this.operand('allGather', 'recv', recv, o.dtype, true);
     this.sameCount('allGather', s, r, this.size, 1);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclAllGather', [s, r], stream,
+    this.queue(1, 'ncclAllGather', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclAllGather(s.ptr, r.ptr, s.count, s.ncclType, this.#comm, stream),
       (channel) => {
         const all = channel.exchange('ncclAllGather', this.read(s, stream));
@@ -387,7 +387,7 @@ export class Communicator {
     const r = this.operand('reduceScatter', 'recv', recv, o.dtype, true, op);
     this.sameCount('reduceScatter', s, r, 1, this.size);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclReduceScatter', [s, r], stream,
+    this.queue(1, 'ncclReduceScatter', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclReduceScatter(s.ptr, r.ptr, r.count, r.ncclType, NcclRedOp[op], this.#comm, stream),
       (channel) => {
         const all = channel.exchange('ncclReduceScatter', this.read(s, stream));
@@ -421,7 +421,7 @@ export class Communicator {
     const r = this.operand('broadcast', 'recv', recv, o.dtype, true);
     this.sameCount('broadcast', s, r, 1, 1);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclBroadcast', [s, r], stream,
+    this.queue(1, 'ncclBroadcast', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclBroadcast(s.ptr, r.ptr, r.count, r.ncclType, root, this.#comm, stream),
       (channel) => {
         const all = channel.exchange('ncclBroadcast', this.rank === root ? this.read(s, stream) : new Uint8Array(0));
@@ -451,7 +451,7 @@ export class Communicator {
     const to = this.checkRank('send', 'peer', peer);
     const s = this.operand('send', 'data', data, o.dtype, false);
     const stream = this.streamOf(o.stream, s);
-    this.queue(0, 'ncclSend', [s], stream,
+    this.queue(0, 'ncclSend', [s], stream, o.stream,
       (nccl) => nccl.fn.ncclSend(s.ptr, s.count, s.ncclType, to, this.#comm, stream),
       (channel) => channel.send(to, this.read(s, stream)));
   }
@@ -477,7 +477,7 @@ export class Communicator {
     const from = this.checkRank('recv', 'peer', peer);
     const r = this.operand('recv', 'data', data, o.dtype, true);
     const stream = this.streamOf(o.stream, r);
-    this.queue(2, 'ncclRecv', [r], stream,
+    this.queue(2, 'ncclRecv', [r], stream, o.stream,
       (nccl) => nccl.fn.ncclRecv(r.ptr, r.count, r.ncclType, from, this.#comm, stream),
       (channel) => {
         this.#backend.streamSynchronize(stream);
@@ -680,10 +680,10 @@ export class Communicator {
   }
 
   /** Calls NCCL now (cuda), or runs the emulation now or at the group's end (emulated). */
-  private queue(phase: 0 | 1 | 2, call: string, operands: readonly Operand[], stream: Handle,
+  private queue(phase: 0 | 1 | 2, call: string, operands: readonly Operand[], stream: Handle, given: StreamRef | undefined,
     real: (nccl: Nccl) => number, emulated: (channel: EmulatedChannel) => void): void {
-    // The memory's own frees wait for this stream's work (no host wait).
-    for (const o of operands) if (stream !== streamHandleOf(ownStream(o.memory))) o.memory.recordStream({ handle: stream });
+    // On a stream of the caller's, the memory's own frees wait for this work (no host wait).
+    if (given !== undefined) for (const o of operands) if (stream !== streamHandleOf(ownStream(o.memory))) o.memory.recordStream(given);
     const nccl = this.#nccl;
     if (nccl !== undefined) {
       this.device.makeCurrent();
@@ -720,7 +720,7 @@ function ownStream(memory: CollectiveMemory): StreamRef | undefined {
 
 /**
  * The version of the NCCL library vram loads (`VRAM_LIBNCCL`, else the usual places), and where
- * it is: what `vram info` shows. It loads NCCL on any backend; communicators on the emulated
+ * it is. It loads NCCL on any backend; communicators on the emulated
  * backend do not need it.
  *
  * @returns `{ version: '2.21.5', path }`.
