@@ -143,7 +143,9 @@ test('arguments are checked before anything is queued', { skip: noNccl }, () => 
   using c = DeviceArray.zeros([4], 'float32');
   group(() => { comm.send(a, 0); comm.recv(c, 0); });
   assert.deepEqual([...c.toHost()], [1, 2, 3, 4]);
+  const registration = comm.register(c);
   comm.destroy();
+  assert.equal(registration.destroyed, true, 'a communicator ends its registrations');
   assert.throws(() => comm.allReduce(a), VramStateError);
   assert.match(String(comm), /destroyed/);
 });

@@ -182,9 +182,9 @@ export class Registration {
     private readonly end: () => void,
   ) {}
 
-  /** True once destroyed (or its communicator was). */
+  /** True once destroyed, or once its communicator was destroyed or aborted. */
   get destroyed(): boolean {
-    return this.#destroyed;
+    return this.#destroyed || this.communicator.destroyed;
   }
 
   /**
@@ -542,14 +542,22 @@ export class Communicator {
   destroy(): void {
     if (this.#destroyed) return;
     this.#destroyed = true;
-    for (const registration of [...this.#registrations]) registration.destroy();
+    // Every step runs even when one fails (nothing is leaked); the first failure is reported after.
+    let failure: unknown;
+    const step = (run: () => void): void => {
+      try { run(); } catch (error) { failure ??= error; }
+    };
+    for (const registration of [...this.#registrations]) step(() => registration.destroy());
+    this.#registrations.clear();
     this.#channel?.close();
     const nccl = this.#nccl;
     if (nccl !== undefined) {
       this.device.makeCurrent();
-      if (nccl.fn.ncclCommFinalize !== undefined) nccl.check('ncclCommFinalize', nccl.fn.ncclCommFinalize(this.#comm), this.#comm);
-      nccl.check('ncclCommDestroy', nccl.fn.ncclCommDestroy(this.#comm));
+      const finalize = nccl.fn.ncclCommFinalize;
+      if (finalize !== undefined) step(() => nccl.check('ncclCommFinalize', finalize(this.#comm), this.#comm));
+      step(() => nccl.check('ncclCommDestroy', nccl.fn.ncclCommDestroy(this.#comm)));
     }
+    if (failure !== undefined) throw failure;
   }
 
   /**
