@@ -12,6 +12,7 @@ import { BACKEND_VARIABLE } from './backend/select.js';
 import { EMULATED_BYTES_VARIABLE } from './backend/emulated.js';
 import { LIBCUDA_VARIABLE } from './cuda/library.js';
 import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
+import { LIBNCCL_VARIABLE } from './cuda/nccl-library.js';
 import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
 import {
   ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE,
@@ -29,7 +30,7 @@ export const DEBUG_VARIABLE = variableReader('VRAM_DEBUG', anyText);
 
 /** The reader of every variable in the table, by name (a test checks the two name the same variables). */
 export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> = new Map([
-  BACKEND_VARIABLE, LIBCUDA_VARIABLE, LIBNVRTC_VARIABLE, CACHE_DIR_VARIABLE, EMULATED_BYTES_VARIABLE,
+  BACKEND_VARIABLE, LIBCUDA_VARIABLE, LIBNVRTC_VARIABLE, LIBNCCL_VARIABLE, CACHE_DIR_VARIABLE, EMULATED_BYTES_VARIABLE,
   ALLOCATOR_VARIABLE, MEMORY_LIMIT_VARIABLE, MEMORY_FRACTION_VARIABLE, OOM_SNAPSHOT, COPY_THREADS_VARIABLE, DEBUG_VARIABLE,
   SPILL_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_AHEAD_VARIABLE,
 ].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]));
@@ -61,6 +62,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     meaning: "the CUDA driver library to load, when it is somewhere unusual" },
   { name: 'VRAM_LIBNVRTC', values: 'path', default: 'libnvrtc.so.13/.12 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/ wheels',
     meaning: 'the NVRTC library Module.compile loads (only on a GPU, only when compiling CUDA source)' },
+  { name: 'VRAM_LIBNCCL', values: 'path', default: 'libnccl.so.2 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/nccl wheels',
+    meaning: 'the NCCL library communicators load on a GPU (vram/nccl); when set, the only one tried' },
   { name: 'VRAM_CACHE_DIR', values: 'absolute path', default: '$XDG_CACHE_HOME/vram, else ~/.cache/vram',
     meaning: 'where compiled kernels are cached (kernels/, one file per source, options, architecture, NVRTC and driver); ' +
       'a folder not owned by you, or writable by group or others, is not used (a warning, then compiling without the cache)' },

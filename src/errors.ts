@@ -299,3 +299,54 @@ export class NotSupportedError extends VramStateError {}
  * ```
  */
 export class DetachedBufferError extends VramStateError {}
+
+/**
+ * A failed NCCL call (or, on the emulated backend, a collective that could not complete), with
+ * NCCL's own result name, its text (`ncclGetErrorString`) and the communicator's last error
+ * (`ncclGetLastError`), which says what went wrong in NCCL's words.
+ * @example
+ * ```ts
+ * try { comm.allReduce(grads); } catch (e) { if (e instanceof NcclError) console.error(e.call, e.resultName, e.detail); }
+ * ```
+ */
+export class NcclError extends VramError {
+  /**
+   * @param call The NCCL function (`ncclAllReduce`).
+   * @param result Its ncclResult_t.
+   * @param text NCCL's text for the result (`ncclGetErrorString`).
+   * @param detail The communicator's last error (`ncclGetLastError`), when NCCL gave one.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new NcclError('ncclCommInitRank', 5, 'invalid usage', 'rank 3 is out of range');
+   * ```
+   */
+  constructor(
+    /** The NCCL function that failed, e.g. `ncclAllReduce`. */
+    readonly call: string,
+    /** NCCL's numeric ncclResult_t. */
+    readonly result: number,
+    /** NCCL's text for the result. */
+    readonly text: string,
+    /** The communicator's last error in NCCL's words, '' when there is none. */
+    readonly detail = '',
+  ) {
+    super(`${call} failed: ${ncclResultName(result)} (${result}): ${text}${detail !== '' && detail !== text ? `: ${detail}` : ''}`);
+  }
+
+  /** The result's name, e.g. `ncclInvalidUsage`. */
+  get resultName(): string {
+    return ncclResultName(this.result);
+  }
+}
+
+/** ncclResult_t names (nccl.h), by code. */
+const NCCL_RESULT_NAMES: readonly string[] = [
+  'ncclSuccess', 'ncclUnhandledCudaError', 'ncclSystemError', 'ncclInternalError', 'ncclInvalidArgument',
+  'ncclInvalidUsage', 'ncclRemoteError', 'ncclInProgress',
+];
+
+/** The name of an ncclResult_t, `ncclResult(N)` for a code this table does not know. */
+function ncclResultName(result: number): string {
+  return NCCL_RESULT_NAMES[result] ?? `ncclResult(${result})`;
+}

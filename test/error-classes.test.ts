@@ -15,12 +15,13 @@ import * as backend from '../src/public/backend.js';
 import * as buffers from '../src/public/buffers.js';
 import * as interop from '../src/public/interop.js';
 import * as kernels from '../src/public/kernels.js';
+import * as nccl from '../src/public/nccl.js';
 import * as observe from '../src/public/observe.js';
 import * as replay from '../src/public/replay.js';
 import * as resources from '../src/public/resources.js';
 
 /** Everything the package exports, from the root and every subpath. */
-const vram = { ...arrays, ...backend, ...buffers, ...interop, ...kernels, ...observe, ...replay, ...resources, ...root };
+const vram = { ...arrays, ...backend, ...buffers, ...interop, ...kernels, ...nccl, ...observe, ...replay, ...resources, ...root };
 
 /** True when `value` is a class whose instances are Errors. */
 function isErrorClass(value: unknown): value is abstract new (...args: never[]) => Error {
@@ -30,7 +31,7 @@ function isErrorClass(value: unknown): value is abstract new (...args: never[]) 
 test('every error class the package exports (root and subpaths) extends VramError', () => {
   const errorClasses = Object.entries(vram).flatMap(([name, value]) => (isErrorClass(value) ? [[name, value] as const] : []));
   // The issue-19 and replay errors are among them; a rename that drops one from the export is caught here.
-  for (const name of ['ReplayError', 'TraceParseError', 'InputFileError', 'SnapshotFormatError', 'CompileError']) {
+  for (const name of ['ReplayError', 'TraceParseError', 'InputFileError', 'SnapshotFormatError', 'CompileError', 'NcclError', 'NcclUnavailableError']) {
     assert.ok(errorClasses.some(([n]) => n === name), `${name} is exported`);
   }
   const outside = errorClasses

@@ -33,6 +33,7 @@ import { parseAllocationLog, replay } from '../src/public/replay.js';
 import {
   ascontiguous, dot, elementwise, map, max, min, Module, threadCount, zipWith, type EmulatedKernel, type Kernel,
 } from '../src/public/kernels.js';
+import { Communicator, group, ncclVersion, UniqueId } from '../src/public/nccl.js';
 import { readOptions } from '../src/util/options.js';
 import { entryPoints, entryProgram, resolveAlias } from './entry-points.js';
 
@@ -90,6 +91,8 @@ before(() => {
 after(() => {
   for (const r of [a, b, h, mappedHost, buf, pitched, managed, pinned]) r.free();
   module.destroy();
+  ncclData.free();
+  if (!ncclMissing) comm.destroy();
 });
 
 /** A buffer to free, so each run of an entry point that frees something has its own. */
@@ -121,6 +124,18 @@ const COPY_OUT = ['offset', 'bytes', 'stream', 'register', 'dstOffset'];
 const COPY_2D = ['widthBytes', 'height', 'hostPitch', 'hostOffset', 'stream'];
 const FOREIGN = ['owner', 'onRelease', 'device', 'readOnly'];
 const REPLAY = ['perOperationTiming', 'repeat', 'growth', 'timeline'];
+
+/** True on a GPU without NCCL: the NCCL rows then check only the options (what follows fails). */
+const ncclMissing = ((): boolean => {
+  if (device.backend.name === 'emulated') return false;
+  try { ncclVersion(); return false; } catch { return true; }
+})();
+/** A communicator of one rank: its collectives are copies, and a send pairs with a receive in a group. */
+const comm: Communicator = ncclMissing ? Object.create(Communicator.prototype) as Communicator
+  : Communicator.init({ id: UniqueId.create(), rank: 0, size: 1 });
+const ncclPartial = ncclMissing ? 'NCCL is not installed here' : undefined;
+const ncclData = DeviceArray.zeros([4], 'float32');
+const REDUCE = ['stream', 'dtype', 'op'];
 
 const TABLE: readonly Entry[] = [
   // Devices, streams, events
@@ -249,6 +264,16 @@ const TABLE: readonly Entry[] = [
   { name: 'min', keys: ['axis', 'out', 'stream'], call: (o) => min(a, o as never) },
   { name: 'max', keys: ['axis', 'out', 'stream'], call: (o) => max(a, o as never) },
   { name: 'dot', keys: ['out', 'stream'], call: (o) => dot(a, a, o as never) },
+  // NCCL
+  { name: 'Communicator.init', keys: ['id', 'rank', 'size', 'device', 'timeout'], base: { id: UniqueId.create(), rank: 0, size: 1 },
+    call: (o) => Communicator.init(o as never), partial: ncclPartial },
+  { name: 'Communicator#allReduce', keys: REDUCE, call: (o) => comm.allReduce(ncclData, ncclData, o as never), partial: ncclPartial },
+  { name: 'Communicator#reduceScatter', keys: REDUCE, call: (o) => comm.reduceScatter(ncclData, ncclData, o as never), partial: ncclPartial },
+  { name: 'Communicator#allGather', keys: ['stream', 'dtype'], call: (o) => comm.allGather(ncclData, ncclData, o as never), partial: ncclPartial },
+  { name: 'Communicator#broadcast', keys: ['stream', 'dtype', 'root'], base: { root: 0 }, call: (o) => comm.broadcast(ncclData, ncclData, o as never), partial: ncclPartial },
+  // Checked first in the group, so a refusal queues nothing: no send is left without its receive.
+  { name: 'Communicator#send', keys: ['stream', 'dtype'], call: (o) => (ncclMissing ? comm.send(ncclData, 0, o as never) : group(() => { comm.send(ncclData, 0, o as never); comm.recv(ncclData, 0); })), partial: ncclPartial },
+  { name: 'Communicator#recv', keys: ['stream', 'dtype'], call: (o) => (ncclMissing ? comm.recv(ncclData, 0, o as never) : group(() => { comm.recv(ncclData, 0, o as never); comm.send(ncclData, 0); })), partial: ncclPartial },
 ];
 
 /**

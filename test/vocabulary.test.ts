@@ -37,6 +37,7 @@ import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { TrackingAdaptor } from '../src/resource/adaptors/tracking.js';
 import { LoggingAdaptor } from '../src/resource/adaptors/logging.js';
 import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
+import { Communicator, Registration } from '../src/public/nccl.js';
 
 /** A class as a value (constructors may be private: only the prototype is read). */
 interface Class { readonly name: string; readonly prototype: object }
@@ -57,6 +58,7 @@ const ended: readonly Class[] = [
   Stream, Event, Context, Module, ImportedPool, MemoryResource, ResourceAdaptor, CudaResource, AsyncResource,
   DriverResource, ManagedResource, PinnedHostResource, PoolResource, ArenaResource, BinningResource, FixedSizeResource,
   PinnedHostPool, StatisticsAdaptor, LimitingAdaptor, TrackingAdaptor, LoggingAdaptor, RetryOnOutOfMemory,
+  Communicator, Registration,
 ];
 const resources: readonly Class[] = ended.filter((c) => c === MemoryResource || c.prototype instanceof MemoryResource);
 
