@@ -4,9 +4,9 @@
  * over the peer's stdio, in both directions, and survive the other's death; an interprocess
  * event orders the two processes' work; file descriptors travel over Unix sockets (to and from
  * Python too). On the emulated backend the shared bytes and event words live in shared memory
- * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too. GPU-only:
- * CuPy peers in both directions, and stream-ordered pools shared between processes (the
- * emulated backend refuses those with a NotSupportedError, tested here).
+ * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too, stream-ordered
+ * pools shared between processes included. GPU-only: CuPy peers in both directions. Memory of
+ * the default allocators (pool and physical handles) is test/ipc-default.test.ts.
  */
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
@@ -28,7 +28,7 @@ import { IpcHandle } from '../src/interop/ipc-handle.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
-import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { ArenaResource } from '../src/resource/suballoc/arena.js';
 import { Event, Stream } from '../src/stream.js';
 import { forceGc, gpuOnly, needsGc, onGpu } from './helpers.js';
 
@@ -218,10 +218,10 @@ describe('exportIpc', () => {
     assert.equal(exportIpc(limited).byteLength, 512);
   });
 
-  test('refuses pool blocks with a NotSupportedError that says why, and freed or foreign objects', () => {
-    using pool = new PoolResource({ device });
-    using block = DeviceBuffer.allocate(256, { resource: pool });
-    assert.throws(() => exportIpc(block), (e: unknown) => e instanceof NotSupportedError && /whole cuMemAlloc allocations/.test(e.message));
+  test('refuses blocks of a resource it cannot export with a NotSupportedError that says why, and freed or foreign objects', () => {
+    using arena = new ArenaResource({ device, size: 4 << 20 });
+    using block = DeviceBuffer.allocate(256, { resource: arena });
+    assert.throws(() => exportIpc(block), (e: unknown) => e instanceof NotSupportedError && /not memory vram can export/.test(e.message));
     const freed = sharedBuffer();
     freed.free();
     assert.throws(() => exportIpc(freed), UseAfterFreeError);
@@ -592,15 +592,7 @@ describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
 });
 
 describe('stream-ordered pools shared between processes', () => {
-  test('the emulated backend refuses with a NotSupportedError that says so', { skip: onGpu ? 'the emulated backend\'s answer' : false }, () => {
-    using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
-    assert.throws(() => exportPool(mr), (e: unknown) => e instanceof NotSupportedError && /does not share stream-ordered pools/.test(e.message));
-    using buf = DeviceBuffer.allocate(256, { resource: mr });
-    assert.throws(() => exportPoolPointer(buf), NotSupportedError);
-    assert.throws(() => importPool(0), NotSupportedError);
-  });
-
-  test('a pool exported with its descriptor over a socket; an allocation from it imported by a Node peer', gpuOnly, async () => {
+  test('a pool exported with its descriptor over a socket; an allocation from it imported by a Node peer', async () => {
     using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
     using stream = Stream.create();
     using buf = DeviceBuffer.allocate(1 << 20, { resource: mr, stream });
@@ -625,7 +617,7 @@ describe('stream-ordered pools shared between processes', () => {
     await p.exit();
   });
 
-  test('a pool without POSIX descriptor handles, and a bad descriptor, are the driver\'s errors', gpuOnly, () => {
+  test('a pool without POSIX descriptor handles, and a bad descriptor, are the driver\'s errors', () => {
     using plain = new AsyncResource({ pool: {} });
     assert.throws(() => exportPool(plain), CudaError);
     const file = openSync(join(scratch, 'not-a-pool'), 'w');
