@@ -72,6 +72,7 @@ export interface TorchShare {
  *
  * @param value Anything.
  * @returns Whether to read it with `parseTorchShare`.
+ * @throws Never.
  * @example
  * ```ts
  * if (isTorchShareTuple(JSON.parse(line))) importIpc(JSON.parse(line));
