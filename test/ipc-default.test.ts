@@ -31,6 +31,14 @@ import { emulatedIpcResources, Peer } from './ipc-peer.js';
 const device = Device.get(0);
 const MiB = 1024 * 1024;
 const torchScript = fileURLToPath(new URL('../../scripts/torch_ipc.py', import.meta.url));
+const pythonScript = fileURLToPath(new URL('../../scripts/vram_ipc.py', import.meta.url));
+
+/** False when python3 with PyTorch or CuPy runs CUDA here (GPU only); else why not. */
+const pythonCudaSkip = ((): string | false => {
+  if (!onGpu) return gpuOnly.skip;
+  const r = spawnSync('python3', ['-c', 'import importlib.util as u, sys; sys.exit(0 if u.find_spec("torch") or u.find_spec("cupy") else 1)'], { encoding: 'utf8' });
+  return r.status === 0 ? false : 'needs python3 with PyTorch or CuPy';
+})();
 
 const peers: Peer[] = [];
 function peer(allocator?: string): Peer {
@@ -152,6 +160,22 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
         stack.close();
       }
       assert.equal(emulatedIpcResources(), 0, 'nothing shared is left once the memory is gone');
+    });
+
+    test('a Python process (ctypes over libcuda) opens the handle, reads and writes; the write is seen here', { skip: pythonCudaSkip }, () => {
+      const stack = createResourceStack(allocator, { device });
+      try {
+        using pad = DeviceBuffer.allocate(1000, { resource: stack.resource });
+        using buf = DeviceBuffer.allocate(3 * MiB, { resource: stack.resource });
+        buf.copyFromHost(pattern(3 * MiB));
+        void pad;
+        const r = spawnSync('python3', [pythonScript, exportIpc(buf).toString()], { encoding: 'utf8', timeout: 120_000 });
+        assert.equal(r.status, 0, r.stderr);
+        assert.deepEqual(r.stdout.trim().split('\n'), [hex(pattern(8)), 'done']);
+        assert.deepEqual(read(buf, 4, 3 * MiB - 4), new Uint8Array(4).fill(0xab));
+      } finally {
+        stack.close();
+      }
     });
 
     test('the exporter frees its block (and destroys its pool): the import stays valid', { skip: kind === 'pool' ? 'CUDA requires a pool allocation\'s imports freed before the exporter frees it' : false }, async () => {
