@@ -13,7 +13,35 @@ import { DeviceMemory } from '../buffer/device-memory.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
-import type { IpcHandle } from './ipc-handle.js';
+import type { IpcDescriptors, IpcHandle } from './ipc-handle.js';
+import { fstatSync } from 'node:fs';
+import { VramStateError } from '../errors.js';
+
+/**
+ * This process's copy of descriptor `i` of an exporter (pidfd_getfd), checked against the inode
+ * the exporter saw: a descriptor number the exporter closed (its buffer freed) and reused for
+ * another file is refused, instead of importing whatever that file is.
+ *
+ * @param d The handle's descriptors.
+ * @param i Which one.
+ * @returns The copy; close it with `closeFd`.
+ * @throws {SystemCallError} When the exporter is gone (ESRCH) or the descriptor is closed (EBADF).
+ * @throws {VramStateError} When the number now names another file: the handle is stale.
+ * @example
+ * ```ts
+ * const fd = copyExportedDescriptor(handle.descriptors!, 0);
+ * ```
+ */
+export function copyExportedDescriptor(d: IpcDescriptors, i: number): number {
+  const mine = copyDescriptor(d.pid, d.fds[i]!);
+  const expected = d.inodes?.[i] ?? 0;
+  if (expected !== 0 && fstatSync(mine).ino % 2 ** 32 !== expected) {
+    closeFd(mine);
+    throw new VramStateError(`importIpc: descriptor ${d.fds[i]} of process ${d.pid} is no longer the one exported ` +
+      '(the exporter freed the buffer and the number was reused): the handle is stale');
+  }
+  return mine;
+}
 
 /**
  * Another process's device memory, open in this one. Made by `importIpc`.
@@ -108,7 +136,7 @@ export class IpcBuffer extends DeviceMemory {
       undo.push(() => backend.memAddressFree(reserved, total));
       let at = 0;
       for (let i = 0; i < d.fds.length; i++) {
-        const mine = copyDescriptor(d.pid, d.fds[i]!);
+        const mine = copyExportedDescriptor(d, i);
         let physical: Handle;
         try {
           physical = backend.memImportFromShareableHandle(mine, MemHandleType.POSIX_FILE_DESCRIPTOR);

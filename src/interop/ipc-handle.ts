@@ -32,6 +32,11 @@ export interface IpcDescriptors {
   readonly fds: readonly number[];
   /** `physical`: each allocation's size, in order (empty for `pool`). */
   readonly extentBytes: readonly number[];
+  /**
+   * The low 32 bits of each descriptor's inode as the exporter saw it (0: not checked): the
+   * importer refuses a descriptor number the exporter has since closed and reused for another file.
+   */
+  readonly inodes?: readonly number[];
 }
 
 /** The first bytes of the binary form of a `pool` or `physical` handle: 'VRI' and the kind (1 pool, 2 physical). */
@@ -152,7 +157,7 @@ export class IpcHandle {
     const magic = MAGIC.every((b, i) => bytes[i] === b);
     const kind = !magic ? undefined : bytes[3] === 1 ? 'pool' : bytes[3] === 2 ? 'physical' : undefined;
     const count = bytes.length >= HEADER_BYTES ? view.getUint32(8, true) : -1;
-    const expected = kind === 'pool' ? HEADER_BYTES + 4 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * count;
+    const expected = kind === 'pool' ? HEADER_BYTES + 8 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * count;
     if (kind === undefined || count < 1 || (kind === 'pool' && count !== 1) || bytes.length !== expected) {
       throw new TypeError(`IpcHandle.from: ${bytes.length} bytes are not a pool or physical handle's binary form`);
     }
@@ -161,15 +166,18 @@ export class IpcHandle {
     const offset = Number(view.getBigUint64(20, true));
     if (kind === 'pool') {
       const fd = view.getUint32(HEADER_BYTES, true);
-      return new IpcHandle(bytes.subarray(HEADER_BYTES + 4), length, offset, { kind, pid, fds: [fd], extentBytes: [] });
+      const inode = view.getUint32(HEADER_BYTES + 4, true);
+      return new IpcHandle(bytes.subarray(HEADER_BYTES + 8), length, offset, { kind, pid, fds: [fd], extentBytes: [], inodes: [inode] });
     }
     const fds: number[] = [];
+    const inodes: number[] = [];
     const extentBytes: number[] = [];
     for (let i = 0; i < count; i++) {
       fds.push(view.getUint32(HEADER_BYTES + 16 * i, true));
+      inodes.push(view.getUint32(HEADER_BYTES + 16 * i + 4, true));
       extentBytes.push(Number(view.getBigUint64(HEADER_BYTES + 16 * i + 8, true)));
     }
-    return new IpcHandle(new Uint8Array(IPC_HANDLE_BYTES), length, offset, { kind, pid, fds, extentBytes });
+    return new IpcHandle(new Uint8Array(IPC_HANDLE_BYTES), length, offset, { kind, pid, fds, extentBytes, inodes });
   }
 
   private static decode(bytes: Uint8Array): IpcHandle {
@@ -196,8 +204,9 @@ export class IpcHandle {
   /**
    * The binary form. Legacy: 64 driver bytes, byteLength and offset (u64 little-endian; byteLength
    * 0 when not known), 80 bytes. Pool and physical: 'VRI', the kind, the exporter's pid, the
-   * descriptor count, byteLength and offset, then the pool's descriptor and the 64 export bytes
-   * (96 bytes), or each allocation's descriptor and size (28 + 16 per allocation).
+   * descriptor count, byteLength and offset, then the pool's descriptor, its inode and the 64
+   * export bytes (100 bytes), or each allocation's descriptor, inode and size (28 + 16 per
+   * allocation).
    *
    * @returns A new Uint8Array.
    * @throws Never.
@@ -250,7 +259,7 @@ export class IpcHandle {
 /** The binary form of a `pool` or `physical` handle (see `toBytes`). */
 function encodeShared(d: IpcDescriptors, data: Uint8Array, byteLength: number, offset: number): Uint8Array {
   const pool = d.kind === 'pool';
-  const out = new Uint8Array(pool ? HEADER_BYTES + 4 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * d.fds.length);
+  const out = new Uint8Array(pool ? HEADER_BYTES + 8 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * d.fds.length);
   const view = new DataView(out.buffer);
   out.set(MAGIC, 0);
   out[3] = pool ? 1 : 2;
@@ -260,11 +269,13 @@ function encodeShared(d: IpcDescriptors, data: Uint8Array, byteLength: number, o
   view.setBigUint64(20, BigInt(offset), true);
   if (pool) {
     view.setUint32(HEADER_BYTES, d.fds[0]!, true);
-    out.set(data, HEADER_BYTES + 4);
+    view.setUint32(HEADER_BYTES + 4, d.inodes?.[0] ?? 0, true);
+    out.set(data, HEADER_BYTES + 8);
     return out;
   }
   d.fds.forEach((fd, i) => {
     view.setUint32(HEADER_BYTES + 16 * i, fd, true);
+    view.setUint32(HEADER_BYTES + 16 * i + 4, d.inodes?.[i] ?? 0, true);
     view.setBigUint64(HEADER_BYTES + 16 * i + 8, BigInt(d.extentBytes[i]!), true);
   });
   return out;
@@ -277,6 +288,12 @@ function checkDescriptors(d: IpcDescriptors): void {
   if (!Array.isArray(d.fds) || d.fds.length === 0) throw new TypeError('IPC handle descriptors: fds must be a non-empty array');
   for (const fd of d.fds) checkNonNegativeInteger(fd, 'IPC handle descriptor');
   if (d.kind === 'pool' && d.fds.length !== 1) throw new TypeError(`IPC handle descriptors: a pool handle has one descriptor, got ${d.fds.length}`);
+  if (d.inodes !== undefined) {
+    if (!Array.isArray(d.inodes) || d.inodes.length !== d.fds.length) throw new TypeError('IPC handle descriptors: one inode per descriptor');
+    for (const inode of d.inodes) {
+      if (!Number.isInteger(inode) || inode < 0 || inode >= 2 ** 32) throw new RangeError(`IPC handle descriptors: an inode is the low 32 bits, got ${String(inode)}`);
+    }
+  }
   if (d.kind === 'physical') {
     if (!Array.isArray(d.extentBytes) || d.extentBytes.length !== d.fds.length) throw new TypeError('IPC handle descriptors: one size per descriptor');
     for (const bytes of d.extentBytes) checkNonNegativeInteger(bytes, 'IPC handle extent size');

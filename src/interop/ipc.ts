@@ -40,13 +40,14 @@ import { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 import type { MemoryResource } from '../resource/resource.js';
 import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
-import { IpcBuffer } from './ipc-buffer.js';
+import { copyExportedDescriptor, IpcBuffer } from './ipc-buffer.js';
 import { IpcHandle } from './ipc-handle.js';
 import { readOptions } from '../util/options.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
 import { MemHandleType } from '../backend/backend.js';
-import { allowDescriptorCopies, closeFd, copyDescriptor } from '../cuda/libc.js';
+import { fstatSync } from 'node:fs';
+import { allowDescriptorCopies, closeFd } from '../cuda/libc.js';
 import { afterRelease } from '../buffer/lifetime.js';
 import { ImportedPool } from './pool-ipc.js';
 import { isTorchShareTuple, parseTorchShare, releaseTorchReference, waitForTorchEvent, type TorchShareTuple } from './torch-ipc.js';
@@ -111,7 +112,7 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
       closeFd(fd);
       throw error;
     }
-    return new IpcHandle(data, buffer.byteLength, 0, { kind: 'pool', pid: process.pid, fds: [fd], extentBytes: [] });
+    return new IpcHandle(data, buffer.byteLength, 0, { kind: 'pool', pid: process.pid, fds: [fd], extentBytes: [], inodes: [inodeOf(fd)] });
   }
   if (source instanceof PoolResource) {
     const { extents, offset } = source.physicalExtents(ptr, buffer.byteLength);
@@ -126,7 +127,7 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
       throw error;
     }
     return new IpcHandle(new Uint8Array(64), buffer.byteLength, offset,
-      { kind: 'physical', pid: process.pid, fds, extentBytes: extents.map((e) => e.bytes) });
+      { kind: 'physical', pid: process.pid, fds, extentBytes: extents.map((e) => e.bytes), inodes: fds.map(inodeOf) });
   }
   throw new NotSupportedError(`exportIpc: ${buffer.resource.describe()} is not memory vram can export: ` +
     'a CudaResource (legacy IPC), an AsyncResource with an exportable pool, or a PoolResource over virtual memory ' +
@@ -178,7 +179,7 @@ export function importIpc(handle: IpcHandle | string | Uint8Array | TorchShareTu
 /** A `pool` handle: the pool imported from the exporter's descriptor, the allocation from it; freeing frees the import, then the pool. */
 function importPoolAllocation(handle: IpcHandle, device: Device): IpcBuffer {
   const d = handle.descriptors!;
-  const fd = copyDescriptor(d.pid, d.fds[0]!);
+  const fd = copyExportedDescriptor(d, 0);
   let pool: ImportedPool;
   try {
     pool = ImportedPool.fromFd(fd, { device });
@@ -208,6 +209,11 @@ function importTorch(tuple: TorchShareTuple, options: ImportIpcOptions): IpcBuff
   const refCounter = share.refCounter;
   if (refCounter !== undefined) afterRelease(buffer, () => releaseTorchReference(refCounter));
   return buffer;
+}
+
+/** The low 32 bits of a descriptor's inode, as the handle carries it (a 0 there goes unchecked). */
+function inodeOf(fd: number): number {
+  return fstatSync(fd).ino % 2 ** 32;
 }
 
 /** The resource at the bottom of a chain of adaptors: the one whose memory a buffer really is. */
