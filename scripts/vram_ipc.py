@@ -78,8 +78,8 @@ def open_handle(text):
     pid, count, length, offset = struct.unpack_from("<IIQQ", data, 4)
     access = AccessDesc(Location(DEVICE, 0), READWRITE)
     if kind == 1:  # pool
-        (fd,) = struct.unpack_from("<I", data, 28)
-        export = (ctypes.c_ubyte * 64).from_buffer_copy(data[32:96])
+        fd, _inode = struct.unpack_from("<II", data, 28)
+        export = (ctypes.c_ubyte * 64).from_buffer_copy(data[36:100])
         mine = copy_descriptor(pid, fd)
         pool = ctypes.c_uint64()
         try:

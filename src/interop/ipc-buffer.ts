@@ -106,6 +106,7 @@ export class IpcBuffer extends DeviceMemory {
    * @param device The importing device.
    * @returns The mapped memory.
    * @throws {SystemCallError} When a descriptor cannot be copied (the exporter exited or freed the buffer: ESRCH, EBADF).
+   * @throws {VramStateError} When a descriptor number now names another file (a stale handle).
    * @throws {CudaError} What the driver answers.
    * @throws {RangeError} When the extent does not fit in the mapped allocations.
    * @example

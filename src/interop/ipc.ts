@@ -152,6 +152,7 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
  * @throws {TypeError | RangeError} For a handle or option of the wrong form, or an extent past the allocation.
  * @throws {NotSupportedError} For a PyTorch 'e' handle (expandable segments), saying how to share it.
  * @throws {SystemCallError} When the exporter's descriptors cannot be copied (it exited or freed the buffer).
+ * @throws {VramStateError} When a descriptor number the handle names was reused for another file (a stale handle).
  * @throws {CudaError} From the driver: CUDA_ERROR_INVALID_VALUE for a malformed or stale legacy
  *   handle (its exporter exited or freed the memory), CUDA_ERROR_INVALID_CONTEXT for a legacy
  *   handle this process exported itself. Nothing stays open after an error.
