@@ -87,7 +87,10 @@ def open_handle(text):
                   "cuMemPoolImportFromShareableHandle")
         finally:
             os.close(mine)
-        check(cuda.cuMemPoolSetAccess(pool, ctypes.byref(access), ctypes.c_size_t(1)), "cuMemPoolSetAccess")
+        flags = ctypes.c_int()
+        check(cuda.cuMemPoolGetAccess(ctypes.byref(flags), pool, ctypes.byref(access.location)), "cuMemPoolGetAccess")
+        if flags.value != READWRITE:
+            check(cuda.cuMemPoolSetAccess(pool, ctypes.byref(access), ctypes.c_size_t(1)), "cuMemPoolSetAccess")
         check(cuda.cuMemPoolImportPointer(ctypes.byref(u64), pool, export), "cuMemPoolImportPointer")
         ptr = u64.value
 
