@@ -4,17 +4,17 @@
  * over the peer's stdio, in both directions, and survive the other's death; an interprocess
  * event orders the two processes' work; file descriptors travel over Unix sockets (to and from
  * Python too). On the emulated backend the shared bytes and event words live in shared memory
- * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too. GPU-only:
- * CuPy peers in both directions, and stream-ordered pools shared between processes (the
- * emulated backend refuses those with a NotSupportedError, tested here).
+ * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too, stream-ordered
+ * pools shared between processes included. GPU-only: CuPy peers in both directions. Memory of
+ * the default allocators (pool and physical handles) is test/ipc-default.test.ts.
  */
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { closeSync, mkdtempSync, openSync, readdirSync, readlinkSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface, type Interface } from 'node:readline';
+import { createInterface } from 'node:readline';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Device } from '../src/device.js';
@@ -28,73 +28,13 @@ import { IpcHandle } from '../src/interop/ipc-handle.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
-import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { ArenaResource } from '../src/resource/suballoc/arena.js';
 import { Event, Stream } from '../src/stream.js';
 import { forceGc, gpuOnly, needsGc, onGpu } from './helpers.js';
+import { emulatedIpcResources, Peer } from './ipc-peer.js';
 
-const peerScript = fileURLToPath(new URL('./fixtures/ipc/node-peer.js', import.meta.url));
 const pythonDir = fileURLToPath(new URL('../../test/fixtures/ipc/', import.meta.url));
 const device = Device.get(0);
-
-/** One answer line of the peer. */
-interface Answer {
-  readonly ok: boolean;
-  readonly handle?: string;
-  readonly hex?: string;
-  readonly byteLength?: number;
-  readonly name?: string;
-  readonly code?: number;
-  readonly errno?: number;
-  readonly event?: string;
-  readonly message?: string;
-}
-
-/** A Node peer process driven one JSON command at a time. */
-class Peer {
-  private readonly child: ChildProcessWithoutNullStreams;
-  private readonly lines: Interface;
-  private readonly waiting: ((answer: Answer) => void)[] = [];
-  readonly exited: Promise<number | null>;
-
-  constructor() {
-    this.child = spawn(process.execPath, [peerScript], { env: process.env });
-    this.child.stderr.on('data', (d: Buffer) => process.stderr.write(`# peer: ${d.toString()}`));
-    this.lines = createInterface({ input: this.child.stdout });
-    this.lines.on('line', (line) => this.waiting.shift()?.(JSON.parse(line) as Answer));
-    this.exited = new Promise((resolve) => this.child.on('exit', (code) => {
-      // A peer that dies answers every waiting command with a failure instead of leaving it pending.
-      for (const waiter of this.waiting.splice(0)) waiter({ ok: false, name: 'Error', message: `the peer exited (${String(code)})` });
-      resolve(code);
-    }));
-  }
-
-  /** Sends a command; resolves with the answer (rejects when the peer failed it). */
-  async do(command: Record<string, unknown>): Promise<Answer> {
-    const answer = await this.ask(command);
-    if (!answer.ok) throw new Error(`peer failed ${String(command.op)}: ${answer.name}: ${answer.message}`);
-    return answer;
-  }
-
-  /** Sends a command and resolves with the answer, failed or not. */
-  ask(command: Record<string, unknown>): Promise<Answer> {
-    return new Promise((resolve) => {
-      this.waiting.push(resolve);
-      this.child.stdin.write(`${JSON.stringify(command)}\n`);
-    });
-  }
-
-  /** Kills the peer (SIGKILL: no cleanup of any kind) and waits until it is gone. */
-  async kill(): Promise<void> {
-    this.child.kill('SIGKILL');
-    await this.exited;
-  }
-
-  /** Asks the peer to exit and waits for it. */
-  async exit(): Promise<void> {
-    this.child.stdin.end();
-    await this.exited;
-  }
-}
 
 /** A DeviceBuffer of plain cuMemAlloc memory holding bytes 0, 1, 2, ... */
 function sharedBuffer(bytes = 4096): DeviceBuffer {
@@ -109,24 +49,6 @@ function read(buf: DeviceBuffer | IpcBuffer, bytes: number, offset = 0): Uint8Ar
 
 function hex(bytes: Uint8Array): string {
   return Buffer.from(bytes).toString('hex');
-}
-
-/**
- * Shared-memory mappings and descriptors of the emulated IPC in this process (/proc/self/maps and
- * /proc/self/fd): what a leak would leave behind. Always 0 on a GPU, where the driver maps.
- */
-function emulatedIpcResources(): number {
-  if (onGpu) return 0;
-  const maps = readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes('/memfd:vram-ipc-')).length;
-  let fds = 0;
-  for (const fd of readdirSync('/proc/self/fd')) {
-    try {
-      if (readlinkSync(`/proc/self/fd/${fd}`).includes('/memfd:vram-ipc-')) fds++;
-    } catch {
-      // the descriptor readdir itself used, already closed
-    }
-  }
-  return maps + fds;
 }
 
 /** A fresh directory for socket paths and files, removed at the end. */
@@ -218,10 +140,10 @@ describe('exportIpc', () => {
     assert.equal(exportIpc(limited).byteLength, 512);
   });
 
-  test('refuses pool blocks with a NotSupportedError that says why, and freed or foreign objects', () => {
-    using pool = new PoolResource({ device });
-    using block = DeviceBuffer.allocate(256, { resource: pool });
-    assert.throws(() => exportIpc(block), (e: unknown) => e instanceof NotSupportedError && /whole cuMemAlloc allocations/.test(e.message));
+  test('refuses blocks of a resource it cannot export with a NotSupportedError that says why, and freed or foreign objects', () => {
+    using arena = new ArenaResource({ device, size: 4 << 20 });
+    using block = DeviceBuffer.allocate(256, { resource: arena });
+    assert.throws(() => exportIpc(block), (e: unknown) => e instanceof NotSupportedError && /not memory vram can export/.test(e.message));
     const freed = sharedBuffer();
     freed.free();
     assert.throws(() => exportIpc(freed), UseAfterFreeError);
@@ -592,15 +514,7 @@ describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
 });
 
 describe('stream-ordered pools shared between processes', () => {
-  test('the emulated backend refuses with a NotSupportedError that says so', { skip: onGpu ? 'the emulated backend\'s answer' : false }, () => {
-    using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
-    assert.throws(() => exportPool(mr), (e: unknown) => e instanceof NotSupportedError && /does not share stream-ordered pools/.test(e.message));
-    using buf = DeviceBuffer.allocate(256, { resource: mr });
-    assert.throws(() => exportPoolPointer(buf), NotSupportedError);
-    assert.throws(() => importPool(0), NotSupportedError);
-  });
-
-  test('a pool exported with its descriptor over a socket; an allocation from it imported by a Node peer', gpuOnly, async () => {
+  test('a pool exported with its descriptor over a socket; an allocation from it imported by a Node peer', async () => {
     using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
     using stream = Stream.create();
     using buf = DeviceBuffer.allocate(1 << 20, { resource: mr, stream });
@@ -625,7 +539,7 @@ describe('stream-ordered pools shared between processes', () => {
     await p.exit();
   });
 
-  test('a pool without POSIX descriptor handles, and a bad descriptor, are the driver\'s errors', gpuOnly, () => {
+  test('a pool without POSIX descriptor handles, and a bad descriptor, are the driver\'s errors', () => {
     using plain = new AsyncResource({ pool: {} });
     assert.throws(() => exportPool(plain), CudaError);
     const file = openSync(join(scratch, 'not-a-pool'), 'w');

@@ -195,6 +195,7 @@ const TABLE: readonly Entry[] = [
   },
   { name: 'DeviceArray.pitched', keys: ['resource', 'device', 'stream'], call: (o) => DeviceArray.pitched([4, 4], 'float32', o as never) },
   { name: 'DeviceArray#copy', keys: ARRAY, call: (o) => a.copy(o as never) },
+  { name: 'DeviceArray#to', keys: ['stream', 'resource'], call: (o) => a.to(0, o as never) },
   { name: 'DeviceArray#toHostAsync', keys: ['stream'], call: (o) => a.toHostAsync(o as never) },
   { name: 'DeviceArray#copyFromAsync', keys: ['stream'], call: (o) => a.copyFromAsync(new Float32Array(4), o as never) },
   { name: 'DeviceArray#copyToAsync', keys: ['stream'], call: (o) => a.copyToAsync(new Float32Array(4), o as never) },

@@ -23,7 +23,8 @@ import { chargeAllocated } from '../buffer/budget.js';
 import type { AbortSignalLike } from '../resource/waiting.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
-import { streamHandleOf } from '../stream.js';
+import { Stream, streamHandleOf } from '../stream.js';
+import { waitForUsesOn } from '../buffer/lifetime.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { defaultDType, dtypeOf, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
@@ -37,6 +38,14 @@ import {
   copyOnDevice, pinnedSink, pinnedSource, readElements, readElementsAsync, streamDone, writeElements,
   writeElementsAsync, type HostBytes,
 } from './strided-copy.js';
+
+/** Options of `DeviceArray.to`. */
+export interface PeerCopyOptions {
+  /** A stream of the destination device: the copy and the new array's allocation are queued on it (default its legacy default stream). */
+  readonly stream?: Stream;
+  /** The destination device's resource to allocate from (default its current resource). */
+  readonly resource?: MemoryResource;
+}
 
 /** Where a new array's memory comes from. */
 export interface DeviceArrayOptions {
@@ -925,6 +934,56 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     const a = DeviceArray.emptyLike(this, options);
     try {
       a.copyFrom(this);
+    } catch (error) {
+      a.free();
+      throw error;
+    }
+    return a;
+  }
+
+  /**
+   * A copy of this array on another device, queued on `stream` (a stream of that device; default
+   * its legacy default stream) and returned at once, with no wait on the host: the stream first
+   * waits, on the device, for the work already queued on this array's memory (its stream and the
+   * streams recorded on it), then the copy runs (cuMemcpyPeerAsync: directly over NVLink or PCIe
+   * where peer access is enabled between the devices or a pool granted it, through the host where
+   * not), and this array's memory is not reused before the copy has read it. The new array is
+   * allocated on `stream` from the device's current resource (or `resource`), and is usable by
+   * work queued on `stream` after this call. On the same device it is `copy` on `stream`.
+   *
+   * @param device The destination device.
+   * @param options `stream` (of the destination device) and `resource` (of the destination device).
+   * @returns The new array, on `device`, whose stream is `stream`.
+   * @throws {RangeError} When `stream` or `resource` belongs to another device, or the ordinal is out of range.
+   * @throws {UseAfterFreeError} When this array's memory was freed.
+   * @throws {OutOfMemoryError | CudaError} From the allocation or the copy; nothing is left allocated.
+   * @example
+   * ```ts
+   * using onOne = a.to(1, { stream: Stream.create({ device: 1 }) }); // queued; a's memory waits for it
+   * ```
+   */
+  to(device: Device | number, options: PeerCopyOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.to', options, { stream: true, resource: true });
+    this.checkAlive();
+    const target = Device.resolve(device);
+    const stream = options.stream ?? Stream.default(target);
+    if (!(stream instanceof Stream)) throw new TypeError('DeviceArray.to: stream must be a Stream (of the destination device)');
+    if (stream.device !== target) {
+      throw new RangeError(`DeviceArray.to: the stream is device ${stream.device.ordinal}'s; the copy runs on a stream of the destination, device ${target.ordinal}`);
+    }
+    if (options.resource !== undefined && options.resource.deviceOrdinal !== target.ordinal) {
+      throw new RangeError(`DeviceArray.to: the resource is device ${options.resource.deviceOrdinal}'s, not device ${target.ordinal}'s`);
+    }
+    const a = DeviceArray.empty(this.shape, this.dtype, { device: target, stream, ...(options.resource === undefined ? {} : { resource: options.resource }) });
+    try {
+      // The copy reads what the work already queued on this memory writes: ordered on the device.
+      waitForUsesOn(this.buffer, stream);
+      if (!copyOnDevice(a.buffer, a.layout, this.buffer, this.layout, stream, 'DeviceArray.to')) {
+        // A layout no device copy expresses: contiguous on this device first, then one copy.
+        using packed = this.copy({ stream: this.stream });
+        waitForUsesOn(packed.buffer, stream);
+        copyOnDevice(a.buffer, a.layout, packed.buffer, packed.layout, stream, 'DeviceArray.to');
+      }
     } catch (error) {
       a.free();
       throw error;

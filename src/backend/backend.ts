@@ -650,6 +650,14 @@ export interface Backend {
   memAddressFree(ptr: Ptr, bytes: number): void;
   /** Creates `bytes` of physical device memory (a multiple of the granularity). */
   memCreate(bytes: number, ordinal: number): Handle;
+  /**
+   * cuMemExportToShareableHandle: a new POSIX file descriptor for a physical allocation (the
+   * caller owns it and closes it). The CUDA backend creates physical memory exportable where the
+   * driver allows (see `memCreate`); memory created without it is CUDA_ERROR_INVALID_VALUE here.
+   */
+  memExportToShareableHandle(handle: Handle, handleType: number): number;
+  /** cuMemImportFromShareableHandle: another process's physical allocation (the caller still closes `fd`); map it, then memRelease. */
+  memImportFromShareableHandle(fd: number, handleType: number): Handle;
   memRelease(handle: Handle): void;
   memMap(ptr: Ptr, bytes: number, handle: Handle): void;
   memUnmap(ptr: Ptr, bytes: number): void;

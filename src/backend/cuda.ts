@@ -76,6 +76,8 @@ class CudaBackend implements Backend {
   /** Reused descriptor objects (koffi copies them in on each call). */
   private readonly location: MemLocationValue = { type: MemLocationType.DEVICE, id: 0 };
   private readonly accessDesc = { location: this.location, flags: 0 };
+  /** False once the driver refused exportable physical memory (cuMemCreate with POSIX descriptors): later ones are plain. */
+  private exportableMemory = true;
   private readonly copy2D: Memcpy2DValue = {
     srcXInBytes: 0, srcY: 0, srcMemoryType: MEMORYTYPE_UNIFIED, srcHost: 0, srcDevice: 0, srcArray: 0, srcPitch: 0,
     dstXInBytes: 0, dstY: 0, dstMemoryType: MEMORYTYPE_UNIFIED, dstHost: 0, dstDevice: 0, dstArray: 0, dstPitch: 0,
@@ -182,10 +184,10 @@ class CudaBackend implements Backend {
     return this.location;
   }
 
-  private allocationProp(ordinal: number): MemAllocationPropValue {
+  private allocationProp(ordinal: number, handleTypes: number = MemHandleType.NONE): MemAllocationPropValue {
     return {
       type: MemAllocationType.PINNED,
-      requestedHandleTypes: MemHandleType.NONE,
+      requestedHandleTypes: handleTypes,
       location: { type: MemLocationType.DEVICE, id: this.device(ordinal) },
       win32HandleMetaData: 0,
       compressionType: 0,
@@ -736,9 +738,30 @@ class CudaBackend implements Backend {
   }
 
   memCreate(bytes: number, ordinal: number): Handle {
+    // Physical memory is made exportable as a POSIX descriptor (so a pool's blocks can be shared
+    // with other processes), unless the driver refused that once: then plain memory, as before.
+    // Growth only: a pool's hit path makes no driver call.
+    if (this.exportableMemory) {
+      const r = this.fn.cuMemCreate(this.u64, bytes, this.allocationProp(ordinal, MemHandleType.POSIX_FILE_DESCRIPTOR), 0);
+      if (r === 0) return this.outNumber('cuMemCreate');
+      if (r !== CUresult.INVALID_VALUE && r !== CUresult.NOT_SUPPORTED) throw this.fail(r, 'cuMemCreate', bytes);
+      this.exportableMemory = false;
+    }
     const r = this.fn.cuMemCreate(this.u64, bytes, this.allocationProp(ordinal), 0);
     if (r !== 0) throw this.fail(r, 'cuMemCreate', bytes);
     return this.outNumber('cuMemCreate');
+  }
+
+  memExportToShareableHandle(handle: Handle, handleType: number): number {
+    this.i32[0] = -1;
+    this.check(this.fn.cuMemExportToShareableHandle(this.i32, handle, handleType, 0), 'cuMemExportToShareableHandle');
+    return this.i32[0] ?? -1;
+  }
+
+  memImportFromShareableHandle(fd: number, handleType: number): Handle {
+    checkNonNegativeInteger(fd, 'file descriptor');
+    this.check(this.fn.cuMemImportFromShareableHandle(this.u64, fd, handleType), 'cuMemImportFromShareableHandle');
+    return this.outNumber('cuMemImportFromShareableHandle');
   }
 
   memRelease(handle: Handle): void {

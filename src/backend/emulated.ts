@@ -10,6 +10,7 @@ import type {
   Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation,
   MemPoolAttribute, MemPoolProps, Memcpy2D, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
+import { MemAccess } from './backend.js';
 import { ContextCalls } from './emulated/context-calls.js';
 import { Copies } from './emulated/copies.js';
 import { DeviceMemory } from './emulated/device-memory.js';
@@ -355,12 +356,20 @@ export class EmulatedBackend implements Backend {
     return this.ipc.ipcOpenEventHandle(handle);
   }
 
-  memPoolExportToShareableHandle(pool: Handle, _handleType: number): number {
-    return this.ipc.memPoolExportToShareableHandle(pool);
+  memPoolExportToShareableHandle(pool: Handle, handleType: number): number {
+    return this.ipc.memPoolExportToShareableHandle(pool, handleType);
   }
 
   memPoolImportFromShareableHandle(fd: number, _handleType: number): Handle {
     return this.ipc.memPoolImportFromShareableHandle(fd);
+  }
+
+  memExportToShareableHandle(handle: Handle, handleType: number): number {
+    return this.ipc.memExportToShareableHandle(handle, handleType);
+  }
+
+  memImportFromShareableHandle(fd: number, handleType: number): Handle {
+    return this.ipc.memImportFromShareableHandle(fd, handleType);
   }
 
   memPoolExportPointer(ptr: Ptr): Uint8Array {
@@ -382,7 +391,9 @@ export class EmulatedBackend implements Backend {
   }
 
   memFreeAsync(ptr: Ptr, stream: Handle): void {
+    if (this.ipc.freeImportedPointer(ptr, stream)) return;
     this.pools.memFreeAsync(ptr, stream);
+    this.ipc.poolPointerFreed(ptr);
   }
 
   deviceGetDefaultMemPool(ordinal: number): Handle {
@@ -394,7 +405,10 @@ export class EmulatedBackend implements Backend {
   }
 
   memPoolDestroy(pool: Handle): void {
+    if (this.ipc.isImportedPool(pool)) return this.ipc.destroyImportedPool(pool);
+    const exported = [...(this.state.pools.get(pool)?.allocatedBlocks() ?? [])].map((b) => b.address);
     this.pools.memPoolDestroy(pool);
+    this.ipc.poolDestroyed(pool, exported);
   }
 
   memPoolTrimTo(pool: Handle, minBytesToKeep: number): void {
@@ -410,10 +424,12 @@ export class EmulatedBackend implements Backend {
   }
 
   memPoolSetAccess(pool: Handle, ordinal: number, flags: number): void {
+    if (this.ipc.isImportedPool(pool)) return; // the importer's mappings are readable and writable from its devices
     this.pools.memPoolSetAccess(pool, ordinal, flags);
   }
 
   memPoolGetAccess(pool: Handle, ordinal: number): number {
+    if (this.ipc.isImportedPool(pool)) return MemAccess.READWRITE;
     return this.pools.memPoolGetAccess(pool, ordinal);
   }
 

@@ -80,6 +80,8 @@ interface Held {
   holds: number;
   /** A free deferred until the last hold ends: the stream it names (undefined: the default). */
   deferred: { readonly stream: StreamRef | undefined } | undefined;
+  /** Run once the memory went back (`afterRelease`): what was made for the memory's sake (exported descriptors) goes with it. */
+  after: (() => void)[] | undefined;
 }
 
 /** An allocation's Held record, for `holdMemory` (set in Allocation's static block: it reads a private field). */
@@ -269,7 +271,7 @@ export abstract class Allocation {
     const held: Held = {
       kind: new.target.name, ptr, bytes: byteLength,
       stack: captureStacks ? new Error('allocated here').stack : undefined,
-      release, owner, stream, ordered: streamOrdered, uses: undefined, holds: 0, deferred: undefined,
+      release, owner, stream, ordered: streamOrdered, uses: undefined, holds: 0, deferred: undefined, after: undefined,
     };
     this.#held = held;
     registry.register(this, held, held);
@@ -684,6 +686,29 @@ function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
   // The streams need not stay alive with a freed buffer (after the release: one that throws changes nothing).
   held.uses = undefined;
   if (uses !== undefined) for (const used of uses) untrack(used);
+  const after = held.after;
+  if (after !== undefined) {
+    held.after = undefined;
+    for (const run of after) run();
+  }
+}
+
+/**
+ * Runs `run` once `allocation`'s memory has gone back (its `free()`, the end of its `using`
+ * scope, or the garbage-collection backstop), after the release: what was made for the memory's
+ * sake and must not outlive it (the descriptors an IPC export keeps open for importers) goes too.
+ *
+ * @param allocation A live allocation.
+ * @param run Called once, with no arguments; it must not throw.
+ * @throws {UseAfterFreeError} When `allocation` was freed.
+ * @example
+ * ```ts
+ * afterRelease(buf, () => closeFd(fd));
+ * ```
+ */
+export function afterRelease(allocation: Allocation, run: () => void): void {
+  const held = heldOf(allocation); // UseAfterFreeError once freed
+  (held.after ??= []).push(run);
 }
 
 /**

@@ -127,6 +127,8 @@ export interface DriverFunctions {
   cuMemPoolImportFromShareableHandle(pool: BigUint64Array, handle: number, handleType: number, flags: number): R;
   cuMemPoolExportPointer(data: Uint8Array, ptr: number): R;
   cuMemPoolImportPointer(ptr: BigUint64Array, pool: number, data: Uint8Array): R;
+  cuMemExportToShareableHandle(handle: Int32Array, allocation: number, handleType: number, flags: number): R;
+  cuMemImportFromShareableHandle(allocation: BigUint64Array, handle: number, handleType: number): R;
   cuModuleLoadData(module: BigUint64Array, image: Uint8Array): R;
   cuModuleUnload(module: number): R;
   cuModuleGetFunction(fn: BigUint64Array, module: number, name: string): R;
@@ -257,6 +259,9 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemPoolImportFromShareableHandle: { symbol: 'cuMemPoolImportFromShareableHandle', version: 11020, params: `uint64_t *pool, ${U64} handle, int handleType, uint64_t flags` },
   cuMemPoolExportPointer: { symbol: 'cuMemPoolExportPointer', version: 11020, params: `uint8_t *data, ${U64} ptr` },
   cuMemPoolImportPointer: { symbol: 'cuMemPoolImportPointer', version: 11020, params: `uint64_t *ptr, ${U64} pool, const uint8_t *data` },
+  // Physical allocations (cuMemCreate) shared the same way: an `int *` out, the descriptor in as the pointer-sized handle.
+  cuMemExportToShareableHandle: { symbol: 'cuMemExportToShareableHandle', version: 10020, params: `int *handle, ${U64} allocation, int handleType, uint64_t flags` },
+  cuMemImportFromShareableHandle: { symbol: 'cuMemImportFromShareableHandle', version: 10020, params: `uint64_t *allocation, ${U64} handle, int handleType` },
   // Modules and kernels. The cuModule* calls rather than cuLibrary*: a module is loaded into the
   // context current at the time, which is the context vram chose for the device, as its memory is.
   cuModuleLoadData: { symbol: 'cuModuleLoadData', version: 2000, params: 'uint64_t *module, const uint8_t *image' },

@@ -8,6 +8,7 @@
  * Every call returns the raw result; a failure is a `SystemCallError` carrying errno, thrown by the
  * wrappers here so callers never see a bare -1.
  */
+import { readFileSync } from 'node:fs';
 import koffi from 'koffi';
 import { NotSupportedError, VramError } from '../errors.js';
 
@@ -51,7 +52,7 @@ export const Errno = {
   EPIPE: 32,
 } as const;
 
-const ERRNO_NAMES: Readonly<Record<number, string>> = { 2: 'ENOENT', 9: 'EBADF', 13: 'EACCES', 22: 'EINVAL', 32: 'EPIPE' };
+const ERRNO_NAMES: Readonly<Record<number, string>> = { 1: 'EPERM', 2: 'ENOENT', 3: 'ESRCH', 9: 'EBADF', 13: 'EACCES', 22: 'EINVAL', 32: 'EPIPE', 38: 'ENOSYS' };
 
 /** mmap/open constants (Linux, all architectures vram runs on). */
 const PROT_READ = 0x1;
@@ -79,6 +80,8 @@ interface Libc {
   open(path: string, flags: number, mode: number): number;
   close(fd: number): number;
   readlink(path: string, buf: Uint8Array, size: number): number;
+  syscall(n: number, a: number, b: number, c: number): number;
+  prctl(option: number, arg2: bigint, arg3: number, arg4: number, arg5: number): number;
 }
 
 let libc: Libc | undefined;
@@ -107,6 +110,8 @@ function load(call: string): Libc {
     open: lib.func('int open(const char *path, int flags, int mode)') as Libc['open'],
     close: lib.func('int close(int fd)') as Libc['close'],
     readlink: lib.func('int64_t readlink(const char *path, uint8_t *buf, size_t size)') as Libc['readlink'],
+    syscall: lib.func('long syscall(long n, long a, long b, long c)') as Libc['syscall'],
+    prctl: lib.func('int prctl(int option, uint64_t arg2, uint64_t arg3, uint64_t arg4, uint64_t arg5)') as Libc['prctl'],
   };
   return libc;
 }
@@ -218,6 +223,72 @@ export function readLink(path: string): string | undefined {
   const n = Number(load('readlink').readlink(path, buf, buf.length));
   if (n < 0) return undefined;
   return Buffer.from(buf.buffer, 0, n).toString('utf8');
+}
+
+// --- Descriptors of another process (pidfd_getfd) ---
+
+/** Syscall numbers of pidfd_open and pidfd_getfd: the same on every architecture (asm-generic, Linux 5.3 and 5.6). */
+const SYS_PIDFD_OPEN = 434;
+const SYS_PIDFD_GETFD = 438;
+/** prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY): Yama's opt-in for being read by processes that are not ancestors. */
+const PR_SET_PTRACER = 0x59616d61;
+const PR_SET_PTRACER_ANY = 0xffff_ffff_ffff_ffffn;
+let ptracerSet = false;
+
+/**
+ * A copy, in this process, of descriptor `fd` of process `pid` (pidfd_open, then pidfd_getfd):
+ * how an importer takes the file descriptors an exporter keeps open for it, with no socket and no
+ * conversation. The kernel checks ptrace access to `pid` (same user; under Yama's ptrace_scope 1
+ * the exporter has opted in with `allowDescriptorCopies`).
+ *
+ * @param pid The process holding the descriptor.
+ * @param fd Its descriptor number there.
+ * @returns This process's descriptor (close-on-exec); close it with `closeFd`.
+ * @throws {SystemCallError} ESRCH when `pid` is gone, EBADF when `fd` is not open there, EPERM
+ *   when ptrace access is refused, ENOSYS on kernels before 5.6.
+ * @example
+ * ```ts
+ * const mine = copyDescriptor(exporterPid, 17);
+ * ```
+ */
+export function copyDescriptor(pid: number, fd: number): number {
+  const c = load('pidfd_getfd');
+  const pidfd = Number(c.syscall(SYS_PIDFD_OPEN, pid, 0, 0));
+  if (pidfd < 0) throw new SystemCallError('pidfd_open', errno(), `opening process ${pid} (has it exited?)`);
+  try {
+    const copy = Number(c.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0));
+    if (copy < 0) {
+      const e = errno();
+      throw new SystemCallError('pidfd_getfd', e, `copying descriptor ${fd} of process ${pid}` +
+        (e === 1 ? ' (ptrace access refused: same user needed; under Yama ptrace_scope 2 or 3 give the importer CAP_SYS_PTRACE, or pass the descriptors with sendFd)' : ''));
+    }
+    return copy;
+  } finally {
+    c.close(pidfd);
+  }
+}
+
+/**
+ * Lets other processes of this user copy this process's descriptors (`copyDescriptor`) where
+ * Yama's ptrace_scope 1 would allow only its ancestors: prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY),
+ * once per process, and only where Yama is on (ptrace_scope readable and 1). An exporter calls it
+ * before handing out handles whose descriptors an importer copies.
+ *
+ * @example
+ * ```ts
+ * allowDescriptorCopies();
+ * ```
+ */
+export function allowDescriptorCopies(): void {
+  if (ptracerSet) return;
+  ptracerSet = true;
+  let scope = '';
+  try {
+    scope = readFileSync('/proc/sys/kernel/yama/ptrace_scope', 'utf8').trim();
+  } catch {
+    return; // no Yama: same-user access is the kernel's default
+  }
+  if (scope === '1') load('prctl').prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
 // --- Unix-domain sockets with SCM_RIGHTS ---

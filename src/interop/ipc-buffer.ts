@@ -1,17 +1,47 @@
 /**
  * IpcBuffer: device memory another process exported, open in this one: mapped with
- * cuIpcOpenMemHandle (legacy IPC), or imported from a shared pool with cuMemPoolImportPointer. It
+ * cuIpcOpenMemHandle (legacy IPC), imported from a shared pool with cuMemPoolImportPointer, or
+ * mapped from the physical allocations under a block of another process's virtual-memory pool. It
  * copies, fills and backs arrays like any DeviceBuffer; freeing it (or the end of a `using` scope,
  * or the garbage-collection backstop) undoes the import exactly once (cuIpcCloseMemHandle, or
  * cuMemFreeAsync of the imported pointer) and never frees the exporter's memory.
  */
-import { IpcMemFlags, type Handle, type Ptr } from '../backend/backend.js';
+import { IpcMemFlags, MemAccess, MemHandleType, type Handle, type Ptr } from '../backend/backend.js';
+import { closeFd, copyDescriptor } from '../cuda/libc.js';
 import type { Device } from '../device.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type StreamRef } from '../resource/resource.js';
 import { streamHandleOf } from '../stream.js';
-import type { IpcHandle } from './ipc-handle.js';
+import type { IpcDescriptors, IpcHandle } from './ipc-handle.js';
+import { fstatSync } from 'node:fs';
+import { VramStateError } from '../errors.js';
+
+/**
+ * This process's copy of descriptor `i` of an exporter (pidfd_getfd), checked against the inode
+ * the exporter saw: a descriptor number the exporter closed (its buffer freed) and reused for
+ * another file is refused, instead of importing whatever that file is.
+ *
+ * @param d The handle's descriptors.
+ * @param i Which one.
+ * @returns The copy; close it with `closeFd`.
+ * @throws {SystemCallError} When the exporter is gone (ESRCH) or the descriptor is closed (EBADF).
+ * @throws {VramStateError} When the number now names another file: the handle is stale.
+ * @example
+ * ```ts
+ * const fd = copyExportedDescriptor(handle.descriptors!, 0);
+ * ```
+ */
+export function copyExportedDescriptor(d: IpcDescriptors, i: number): number {
+  const mine = copyDescriptor(d.pid, d.fds[i]!);
+  const expected = d.inodes?.[i] ?? 0;
+  if (expected !== 0 && fstatSync(mine).ino % 2 ** 32 !== expected) {
+    closeFd(mine);
+    throw new VramStateError(`importIpc: descriptor ${d.fds[i]} of process ${d.pid} is no longer the one exported ` +
+      '(the exporter freed the buffer and the number was reused): the handle is stale');
+  }
+  return mine;
+}
 
 /**
  * Another process's device memory, open in this one. Made by `importIpc`.
@@ -62,6 +92,81 @@ export class IpcBuffer extends DeviceMemory {
       backend.memFreeAsync(ptr, streamHandleOf(on ?? stream));
     };
     return new IpcBuffer(ptr, bytes, ptr, device, release, stream, true);
+  }
+
+  /**
+   * Maps another process's physical allocations (cuMemImportFromShareableHandle of each
+   * descriptor, copied from the exporter with pidfd_getfd) back to back in a range reserved here,
+   * readable and writable from `device`, and gives the range `handle.offset` on as the buffer.
+   * The physical handles are released once mapped (the mappings keep the memory), so freeing the
+   * buffer (unmap, then free the range, after the device's work) leaves nothing behind, whether
+   * the exporter lives or not. On any failure, everything done so far is undone.
+   *
+   * @param handle A `physical` handle.
+   * @param device The importing device.
+   * @returns The mapped memory.
+   * @throws {SystemCallError} When a descriptor cannot be copied (the exporter exited or freed the buffer: ESRCH, EBADF).
+   * @throws {VramStateError} When a descriptor number now names another file (a stale handle).
+   * @throws {CudaError} What the driver answers.
+   * @throws {RangeError} When the extent does not fit in the mapped allocations.
+   * @example
+   * ```ts
+   * const shared = IpcBuffer.fromPhysical(IpcHandle.from(text), Device.get(0));
+   * ```
+   * @internal importIpc's.
+   */
+  static fromPhysical(handle: IpcHandle, device: Device): IpcBuffer {
+    const d = handle.descriptors;
+    if (d === undefined || d.kind !== 'physical') throw new TypeError('fromPhysical needs a physical handle');
+    const total = d.extentBytes.reduce((a, b) => a + b, 0);
+    const bytes = handle.byteLength ?? total - handle.offset;
+    if (handle.offset + bytes > total || bytes <= 0) {
+      throw new RangeError(`the IPC handle grants ${bytes} bytes at offset ${handle.offset}, but the exported allocations have ${total}`);
+    }
+    const backend = device.backend;
+    device.makeCurrent();
+    const undo: (() => void)[] = [];
+    const rollback = (): void => {
+      for (const step of undo.reverse()) step();
+    };
+    let base: Ptr;
+    try {
+      const granularity = backend.memGetAllocationGranularity(device.ordinal);
+      base = backend.memAddressReserve(total, granularity);
+      const reserved = base;
+      undo.push(() => backend.memAddressFree(reserved, total));
+      let at = 0;
+      for (let i = 0; i < d.fds.length; i++) {
+        const mine = copyExportedDescriptor(d, i);
+        let physical: Handle;
+        try {
+          physical = backend.memImportFromShareableHandle(mine, MemHandleType.POSIX_FILE_DESCRIPTOR);
+        } finally {
+          closeFd(mine);
+        }
+        try {
+          backend.memMap(reserved + at, d.extentBytes[i]!, physical);
+        } finally {
+          // The mapping holds the memory from here on (or nothing does, after a failed map).
+          backend.memRelease(physical);
+        }
+        const mappedAt = reserved + at;
+        const size = d.extentBytes[i]!;
+        undo.push(() => backend.memUnmap(mappedAt, size));
+        at += size;
+      }
+      backend.memSetAccess(reserved, total, device.ordinal, MemAccess.READWRITE);
+    } catch (error) {
+      rollback();
+      throw error;
+    }
+    // Unmapping while work still uses the range would fault it: the device's work finishes first.
+    const release: Release = () => {
+      device.makeCurrent();
+      backend.contextSynchronize();
+      rollback();
+    };
+    return new IpcBuffer(base + handle.offset, bytes, base, device, release, defaultStream, false);
   }
 
   /**

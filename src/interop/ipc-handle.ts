@@ -10,6 +10,40 @@ import { IPC_HANDLE_BYTES } from '../backend/backend.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 
+/**
+ * How an IpcHandle's memory is opened: `legacy`, a cuMemAlloc allocation (cuIpcOpenMemHandle of
+ * the driver's 64 bytes); `pool`, an allocation of a stream-ordered pool (the pool imported from
+ * the exporter's descriptor, then cuMemPoolImportPointer of the 64 bytes); `physical`, a block of
+ * a virtual-memory pool (each physical allocation under it imported from the exporter's
+ * descriptor and mapped back to back).
+ */
+export type IpcHandleKind = 'legacy' | 'pool' | 'physical';
+
+/**
+ * Where a `pool` or `physical` handle's file descriptors are: open in the exporting process (which
+ * keeps them until its buffer is freed), copied by the importer with pidfd_getfd.
+ */
+export interface IpcDescriptors {
+  /** `pool` or `physical`. */
+  readonly kind: 'pool' | 'physical';
+  /** The exporting process. */
+  readonly pid: number;
+  /** The descriptors, as numbered in the exporting process: the pool's, or one per physical allocation. */
+  readonly fds: readonly number[];
+  /** `physical`: each allocation's size, in order (empty for `pool`). */
+  readonly extentBytes: readonly number[];
+  /**
+   * The low 32 bits of each descriptor's inode as the exporter saw it (0: not checked): the
+   * importer refuses a descriptor number the exporter has since closed and reused for another file.
+   */
+  readonly inodes?: readonly number[];
+}
+
+/** The first bytes of the binary form of a `pool` or `physical` handle: 'VRI' and the kind (1 pool, 2 physical). */
+const MAGIC = [0x56, 0x52, 0x49] as const;
+/** Bytes of that form before the kind's own: magic and kind, pid u32, count u32, byteLength u64, offset u64. */
+const HEADER_BYTES = 28;
+
 /** The prefix of an IpcHandle's string form. */
 const PREFIX = 'vram-ipc:';
 /** Bytes of the binary form: the driver's handle, then byteLength and offset as u64 little-endian. */
@@ -33,6 +67,8 @@ export class IpcHandle {
    * @param byteLength Bytes the receiver may use, from `offset`; undefined when not known (a raw
    *   64-byte handle from another program): the importer then takes the rest of the allocation.
    * @param offset Where those bytes start in the exported allocation.
+   * @param descriptors For a `pool` handle (`handle` is then cuMemPoolExportPointer's 64 bytes) or
+   *   a `physical` one (`handle` is unused, zeros): where the exporter's descriptors are.
    * @throws {TypeError} When `handle` is not 64 bytes.
    * @throws {RangeError} When `byteLength` or `offset` is not a whole number >= 0 (byteLength > 0).
    * @example
@@ -46,6 +82,8 @@ export class IpcHandle {
     readonly byteLength: number | undefined,
     /** Byte offset of the shared range in the exported allocation. */
     readonly offset = 0,
+    /** For a `pool` or `physical` handle: the exporter's descriptors; undefined for legacy IPC. */
+    readonly descriptors?: IpcDescriptors,
   ) {
     if (!(handle instanceof Uint8Array) || handle.length !== IPC_HANDLE_BYTES) {
       throw new TypeError(`an IPC handle is ${IPC_HANDLE_BYTES} bytes (a Uint8Array), got ${describe(handle)}`);
@@ -55,7 +93,21 @@ export class IpcHandle {
       if (byteLength === 0) throw new RangeError('IPC handle byteLength must be > 0');
     }
     checkNonNegativeInteger(offset, 'IPC handle offset');
+    if (descriptors !== undefined) checkDescriptors(descriptors);
     this.#handle = handle.slice();
+  }
+
+  /**
+   * How the memory is opened (see `IpcHandleKind`).
+   *
+   * @returns `legacy`, `pool` or `physical`.
+   * @example
+   * ```ts
+   * exportIpc(DeviceBuffer.allocate(1024)).kind; // 'pool' under VRAM_ALLOCATOR=async
+   * ```
+   */
+  get kind(): IpcHandleKind {
+    return this.descriptors?.kind ?? 'legacy';
   }
 
   /**
@@ -79,7 +131,10 @@ export class IpcHandle {
     extent = readOptions('IpcHandle.from', extent, { byteLength: true, offset: true }, 'extent');
     if (typeof value === 'string') {
       const text = value.trim();
-      if (text.startsWith(PREFIX)) return IpcHandle.decode(hexBytes(text.slice(PREFIX.length)));
+      if (text.startsWith(PREFIX)) {
+        const bytes = hexBytes(text.slice(PREFIX.length));
+        return bytes.length === ENCODED_BYTES ? IpcHandle.decode(bytes) : IpcHandle.decodeShared(bytes);
+      }
       const bytes = hexBytes(text);
       if (bytes.length !== IPC_HANDLE_BYTES) {
         throw new TypeError(`IpcHandle.from: a string handle is 'vram-ipc:...' or ${2 * IPC_HANDLE_BYTES} hex digits, got ${text.length} characters`);
@@ -88,10 +143,41 @@ export class IpcHandle {
     }
     if (value instanceof Uint8Array) {
       if (value.length === ENCODED_BYTES) return IpcHandle.decode(value);
+      if (value.length !== IPC_HANDLE_BYTES && MAGIC.every((b, i) => value[i] === b)) return IpcHandle.decodeShared(value);
       if (value.length === IPC_HANDLE_BYTES) return new IpcHandle(value, extent.byteLength, extent.offset ?? 0);
-      throw new TypeError(`IpcHandle.from: bytes must be ${IPC_HANDLE_BYTES} (a driver handle) or ${ENCODED_BYTES} (IpcHandle.toBytes()), got ${value.length}`);
+      throw new TypeError(`IpcHandle.from: bytes must be ${IPC_HANDLE_BYTES} (a driver handle), ${ENCODED_BYTES} (IpcHandle.toBytes() of a legacy handle) ` +
+        `or a pool or physical handle's toBytes(), got ${value.length}${value.length === 66 ? ' (66 bytes is PyTorch\'s versioned handle: pass the whole tuple storage._share_cuda_() returns, see importIpc)' : ''}`);
     }
     throw new TypeError(`IpcHandle.from expects an IpcHandle, a string or a Uint8Array, got ${describe(value)}`);
+  }
+
+  /** Reads the binary form of a `pool` or `physical` handle (`toBytes()`). */
+  private static decodeShared(bytes: Uint8Array): IpcHandle {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const magic = MAGIC.every((b, i) => bytes[i] === b);
+    const kind = !magic ? undefined : bytes[3] === 1 ? 'pool' : bytes[3] === 2 ? 'physical' : undefined;
+    const count = bytes.length >= HEADER_BYTES ? view.getUint32(8, true) : -1;
+    const expected = kind === 'pool' ? HEADER_BYTES + 8 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * count;
+    if (kind === undefined || count < 1 || (kind === 'pool' && count !== 1) || bytes.length !== expected) {
+      throw new TypeError(`IpcHandle.from: ${bytes.length} bytes are not a pool or physical handle's binary form`);
+    }
+    const pid = view.getUint32(4, true);
+    const length = Number(view.getBigUint64(12, true));
+    const offset = Number(view.getBigUint64(20, true));
+    if (kind === 'pool') {
+      const fd = view.getUint32(HEADER_BYTES, true);
+      const inode = view.getUint32(HEADER_BYTES + 4, true);
+      return new IpcHandle(bytes.subarray(HEADER_BYTES + 8), length, offset, { kind, pid, fds: [fd], extentBytes: [], inodes: [inode] });
+    }
+    const fds: number[] = [];
+    const inodes: number[] = [];
+    const extentBytes: number[] = [];
+    for (let i = 0; i < count; i++) {
+      fds.push(view.getUint32(HEADER_BYTES + 16 * i, true));
+      inodes.push(view.getUint32(HEADER_BYTES + 16 * i + 4, true));
+      extentBytes.push(Number(view.getBigUint64(HEADER_BYTES + 16 * i + 8, true)));
+    }
+    return new IpcHandle(new Uint8Array(IPC_HANDLE_BYTES), length, offset, { kind, pid, fds, extentBytes, inodes });
   }
 
   private static decode(bytes: Uint8Array): IpcHandle {
@@ -116,8 +202,11 @@ export class IpcHandle {
   }
 
   /**
-   * The binary form: 64 driver bytes, byteLength and offset (u64 little-endian; byteLength 0 when
-   * not known). 80 bytes.
+   * The binary form. Legacy: 64 driver bytes, byteLength and offset (u64 little-endian; byteLength
+   * 0 when not known), 80 bytes. Pool and physical: 'VRI', the kind, the exporter's pid, the
+   * descriptor count, byteLength and offset, then the pool's descriptor, its inode and the 64
+   * export bytes (100 bytes), or each allocation's descriptor, inode and size (28 + 16 per
+   * allocation).
    *
    * @returns A new Uint8Array.
    * @throws Never.
@@ -127,6 +216,8 @@ export class IpcHandle {
    * ```
    */
   toBytes(): Uint8Array {
+    const d = this.descriptors;
+    if (d !== undefined) return encodeShared(d, this.#handle, this.byteLength ?? 0, this.offset);
     const out = new Uint8Array(ENCODED_BYTES);
     out.set(this.#handle, 0);
     const view = new DataView(out.buffer);
@@ -162,6 +253,50 @@ export class IpcHandle {
    */
   toJSON(): string {
     return this.toString();
+  }
+}
+
+/** The binary form of a `pool` or `physical` handle (see `toBytes`). */
+function encodeShared(d: IpcDescriptors, data: Uint8Array, byteLength: number, offset: number): Uint8Array {
+  const pool = d.kind === 'pool';
+  const out = new Uint8Array(pool ? HEADER_BYTES + 8 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * d.fds.length);
+  const view = new DataView(out.buffer);
+  out.set(MAGIC, 0);
+  out[3] = pool ? 1 : 2;
+  view.setUint32(4, d.pid, true);
+  view.setUint32(8, d.fds.length, true);
+  view.setBigUint64(12, BigInt(byteLength), true);
+  view.setBigUint64(20, BigInt(offset), true);
+  if (pool) {
+    view.setUint32(HEADER_BYTES, d.fds[0]!, true);
+    view.setUint32(HEADER_BYTES + 4, d.inodes?.[0] ?? 0, true);
+    out.set(data, HEADER_BYTES + 8);
+    return out;
+  }
+  d.fds.forEach((fd, i) => {
+    view.setUint32(HEADER_BYTES + 16 * i, fd, true);
+    view.setUint32(HEADER_BYTES + 16 * i + 4, d.inodes?.[i] ?? 0, true);
+    view.setBigUint64(HEADER_BYTES + 16 * i + 8, BigInt(d.extentBytes[i]!), true);
+  });
+  return out;
+}
+
+/** Checks a handle's descriptors: a kind, a pid, descriptors (one for a pool, one per extent with its size). */
+function checkDescriptors(d: IpcDescriptors): void {
+  if (d.kind !== 'pool' && d.kind !== 'physical') throw new TypeError(`IPC handle descriptors: kind must be 'pool' or 'physical', got ${String(d.kind)}`);
+  checkNonNegativeInteger(d.pid, 'IPC handle pid');
+  if (!Array.isArray(d.fds) || d.fds.length === 0) throw new TypeError('IPC handle descriptors: fds must be a non-empty array');
+  for (const fd of d.fds) checkNonNegativeInteger(fd, 'IPC handle descriptor');
+  if (d.kind === 'pool' && d.fds.length !== 1) throw new TypeError(`IPC handle descriptors: a pool handle has one descriptor, got ${d.fds.length}`);
+  if (d.inodes !== undefined) {
+    if (!Array.isArray(d.inodes) || d.inodes.length !== d.fds.length) throw new TypeError('IPC handle descriptors: one inode per descriptor');
+    for (const inode of d.inodes) {
+      if (!Number.isInteger(inode) || inode < 0 || inode >= 2 ** 32) throw new RangeError(`IPC handle descriptors: an inode is the low 32 bits, got ${String(inode)}`);
+    }
+  }
+  if (d.kind === 'physical') {
+    if (!Array.isArray(d.extentBytes) || d.extentBytes.length !== d.fds.length) throw new TypeError('IPC handle descriptors: one size per descriptor');
+    for (const bytes of d.extentBytes) checkNonNegativeInteger(bytes, 'IPC handle extent size');
   }
 }
 

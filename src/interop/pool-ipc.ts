@@ -12,8 +12,9 @@
  * two processes' device work is the application's: an interprocess event (`Event.openIpc`) or a
  * message once the work is synchronised.
  *
- * The emulated backend refuses all of this with a NotSupportedError (its pools live in one
- * process's memory); legacy IPC (`exportIpc`) is what it emulates between processes.
+ * The emulated backend does all of this between processes of one machine too (an allocation's
+ * pages move into shared memory when it is exported). `exportIpc` of a buffer of such a pool
+ * makes one handle that carries the pool and the allocation, with no socket: see `ipc.ts`.
  */
 import { MemAccess, MemHandleType, type Handle } from '../backend/backend.js';
 import { Device } from '../device.js';
@@ -36,7 +37,6 @@ import { readOptions } from '../util/options.js';
  * @throws {TypeError} When `resource` is not an AsyncResource.
  * @throws {UseAfterFreeError} When it was destroyed.
  * @throws {CudaError} When the pool was created without POSIX file-descriptor handles (the driver refuses).
- * @throws {NotSupportedError} On the emulated backend.
  * @example
  * ```ts
  * using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
@@ -62,7 +62,6 @@ export function exportPool(resource: AsyncResource): number {
  * @throws {TypeError} When `buffer` is not a DeviceBuffer of an AsyncResource.
  * @throws {UseAfterFreeError} When it was freed.
  * @throws {CudaError} When its pool is not exportable.
- * @throws {NotSupportedError} On the emulated backend.
  * @example
  * ```ts
  * const buf = DeviceBuffer.allocate(4096, { resource: mr, stream });
@@ -123,8 +122,7 @@ export class ImportedPool {
    * @returns The pool.
    * @throws {RangeError} When `fd` is not a whole number >= 0.
    * @throws {CudaError} When the driver refuses the descriptor (closed, or not a pool's).
-   * @throws {NotSupportedError} On the emulated backend.
-   * @example
+     * @example
    * ```ts
    * using pool = ImportedPool.fromFd(fd);
    * ```
@@ -237,7 +235,7 @@ export class ImportedPool {
  * @param fd The received descriptor (left open).
  * @param options `device`.
  * @returns The pool.
- * @throws {CudaError | NotSupportedError | RangeError} As `ImportedPool.fromFd`.
+ * @throws {CudaError | RangeError} As `ImportedPool.fromFd`.
  * @example
  * ```ts
  * using pool = importPool(fd);

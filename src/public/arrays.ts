@@ -20,6 +20,6 @@ export { StridedArray } from '../array/layout.js';
 export type { Layout, SliceSpec, SliceRange, ArrayJSON } from '../array/layout.js';
 export type { ShapeInput } from '../array/shape.js';
 export type {
-  DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions, NestedNumbers,
+  DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions, NestedNumbers, PeerCopyOptions,
 } from '../array/device-array.js';
 export type { HostArrayViewOptions } from '../array/host-array.js';

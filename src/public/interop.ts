@@ -4,7 +4,8 @@
  * `vram/interop`: memory shared with other libraries and processes. The CUDA Array Interface and
  * DLPack, pointers vram did not allocate (`ForeignDeviceBuffer`), streams another library created
  * (`Stream.fromHandle`'s options, and `watchStreamDestroy` for libraries that cache per-stream state),
- * IPC handles, pools shared over file descriptors, and `place()`.
+ * IPC handles (of any default-allocator memory, and PyTorch's share tuples both ways), pools shared
+ * over file descriptors, and `place()`.
  */
 export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from '../interop/cuda-array-interface.js';
 export type {
@@ -22,6 +23,9 @@ export type { PlaceOptions, Placement } from '../interop/place.js';
 export { exportIpc, importIpc } from '../interop/ipc.js';
 export type { ImportIpcOptions } from '../interop/ipc.js';
 export { IpcHandle } from '../interop/ipc-handle.js';
+export type { IpcHandleKind, IpcDescriptors } from '../interop/ipc-handle.js';
+export { parseTorchShare, torchShareTuple, isTorchShareTuple, TORCH_HANDLE_BYTES } from '../interop/torch-ipc.js';
+export type { TorchShareTuple, TorchShare, TorchBytes } from '../interop/torch-ipc.js';
 export { IpcBuffer } from '../interop/ipc-buffer.js';
 export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../interop/pool-ipc.js';
 export type { ImportPoolOptions, ImportPointerOptions } from '../interop/pool-ipc.js';

@@ -9,6 +9,8 @@
  *   freed memory stays in the pool until trimmed. A new pool rather than the device's default one:
  *   the threshold is a property of the pool, and the default pool is shared with every other
  *   cudaMallocAsync user in the process, whose frees it would then keep too.
+ *   Its pool is created with POSIX file-descriptor handles, so each allocation can be shared with
+ *   another process (`exportIpc`), unless the driver refuses such pools (then a plain one).
  * - `pool`: PoolResource, virtual-memory growth by default, or `extentSize`.
  * - `adaptive`: PoolResource with `extentSize: 'adaptive'`: chunks mapped ahead as large extents
  *   while the device has room, one-page extents when it is short, compaction before failing.
@@ -17,6 +19,7 @@
  * - `arena`: ArenaResource of a fixed `size`; it cannot grow.
  */
 import { Device } from '../device.js';
+import { CudaError, CUresult } from '../errors.js';
 import { readOptions, type OptionNames } from '../util/options.js';
 import type { ByteSize } from '../validate.js';
 import { ArenaResource } from './suballoc/arena.js';
@@ -136,7 +139,7 @@ function buildStack(name: ResourceStackName, options: ResourceStackOptions | und
     }
     case 'async': {
       const { device } = readOptions(what, options, DEVICE_ONLY);
-      const resource = new AsyncResource({ device: Device.resolve(device), pool: {} });
+      const resource = exportableAsyncResource(Device.resolve(device));
       resource.releaseThreshold = KEEP_EVERYTHING;
       return { name, resource, pool: undefined, close: () => resource.destroy() };
     }
@@ -165,6 +168,21 @@ function buildStack(name: ResourceStackName, options: ResourceStackOptions | und
       const unknown: never = name;
       throw new TypeError(`unknown resource stack '${String(unknown)}'; valid: ${RESOURCE_STACK_NAMES.join(', ')}`);
     }
+  }
+}
+
+/**
+ * The `async` stack's resource: a new pool whose memory can be exported to other processes
+ * (cuMemPoolExportPointer), or, where the driver does not create such pools (the error a device
+ * without IPC support gives), a plain one. Creating the pool exportable costs nothing per
+ * allocation: the handle type is a property of the pool.
+ */
+function exportableAsyncResource(device: Device): AsyncResource {
+  try {
+    return new AsyncResource({ device, pool: { handleTypes: 'posix-fd' } });
+  } catch (error) {
+    if (!(error instanceof CudaError) || (error.code !== CUresult.INVALID_VALUE && error.code !== CUresult.NOT_SUPPORTED)) throw error;
+    return new AsyncResource({ device, pool: {} });
   }
 }
 

@@ -1,7 +1,8 @@
 /**
- * The emulated driver's legacy IPC calls (cuIpcGetMemHandle, cuIpcOpenMemHandle,
- * cuIpcCloseMemHandle) between processes of one Linux machine; the interprocess pool calls
- * (cuMemPool*ShareableHandle, cuMemPool*Pointer) are refused with a NotSupportedError.
+ * The emulated driver's interprocess calls between processes of one Linux machine: legacy IPC
+ * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle), stream-ordered pools
+ * (cuMemPool*ShareableHandle, cuMemPool*Pointer) and physical allocations
+ * (cuMemExportToShareableHandle, cuMemImportFromShareableHandle), all on one mechanism.
  *
  * Emulated device memory is JavaScript memory of one process, so memory another process is to see
  * must live where both can map it. At export the allocation's bytes move into an anonymous
@@ -11,6 +12,13 @@
  * file's name; the importer opens `/proc/<pid>/fd/<n>`, checks that the link names that token
  * (a descriptor number reused for another file is refused), maps the file and closes its
  * descriptor. Because the file has no name in the file system, nothing outlives the processes.
+ *
+ * A pool exports as a descriptor of a small file named after the pool; one allocation of it as 64
+ * bytes naming a shared file that its pages moved into (LazyStore.sharePages: the rest of the pool
+ * stays private). A physical allocation exports as a descriptor of the shared file its store moved
+ * into; the importer maps that file as physical memory of its own, to map into its reservations.
+ * Descriptors are copied between processes by the caller (pidfd_getfd or SCM_RIGHTS), as with the
+ * driver's.
  *
  * What this models: a handle travels over any channel as 64 opaque bytes; the importer's mapping
  * is the exporter's memory (writes on either side are seen on the other after the writer's
@@ -43,18 +51,21 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, fstatSync } from 'node:fs';
 import koffi from 'koffi';
-import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, type Handle, type Ptr } from '../backend.js';
-import { CUresult, NotSupportedError } from '../../errors.js';
+import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, MemHandleType, type Handle, type Ptr } from '../backend.js';
+import { CUresult } from '../../errors.js';
 import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
 import { PlainAllocation, type Allocation } from './allocation.js';
 import { DEVICE_ALIGNMENT } from './device-memory.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
-import { EagerStore, LazyStore } from './store.js';
+import { EagerStore, LazyStore, PAGE_SIZE } from './store.js';
+import { PhysicalMemory, VMM_GRANULARITY } from './vmm.js';
 import { EventState } from './streams.js';
 
 /** The first 8 bytes of an emulated memory handle: 'VRAMIPC' then 1 (memory, layout 1). */
 const MEMORY_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x01] as const;
+/** The first 8 bytes of an emulated pool allocation's export data: 'VRAMIPC' then 2 (pool pointer, layout 1; bytes 28-31 its offset in the shared file). */
+const POOL_POINTER_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x02] as const;
 /** The first 8 bytes of an emulated event handle: 'VRAMIPC' then 0x81 (event, layout 1). */
 const EVENT_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x81] as const;
 /** Bytes of random token that name the shared file. */
@@ -129,20 +140,14 @@ function malformed(magic: readonly number[], call: string, what: string): never 
   return invalidValue(call, what);
 }
 
+/** The name of the file that names an exported pool. */
+function poolFileName(token: string): string {
+  return `vram-pool-${token}`;
+}
+
 /** The name of the shared file of `token`, and what /proc shows for it. */
 function fileName(token: string): string {
   return `vram-ipc-${token}`;
-}
-
-/**
- * The emulation's answer to interprocess pools: a NotSupportedError that says so. Emulated pools
- * (pools.ts) keep their blocks in one process's JavaScript memory and their free lists in its
- * state, and a pool shared between processes would need both in shared memory: the stream-ordered
- * IPC API is GPU-only (legacy IPC, above, is emulated).
- */
-function poolsNotSupported(what: string, subject: number): never {
-  throw new NotSupportedError(`${what} ${subject}: the emulated backend does not share stream-ordered pools between processes ` +
-    '(its pools live in one process\'s memory); this needs a GPU. Legacy IPC (exportIpc/importIpc) is emulated.');
 }
 
 /**
@@ -170,6 +175,14 @@ export class IpcCalls {
   private readonly importedAt = new Map<number, Imported>();
   /** Handles of the events this process shared, by event. */
   private readonly eventHandles = new Map<Handle, Uint8Array>();
+  /** The name file of each exported pool. */
+  private readonly poolFiles = new Map<Handle, { readonly token: string; readonly fd: number }>();
+  /** Pools imported from other processes. */
+  private readonly importedPools = new Map<Handle, { readonly token: string; readonly context: Handle }>();
+  /** Exported pool allocations, by address. */
+  private readonly exportedPointers = new Map<number, { readonly handle: Uint8Array; readonly release: () => void }>();
+  /** Imported pool allocations, by the address handed out. */
+  private readonly importedPointers = new Map<number, Imported>();
 
   constructor(private readonly s: EmulatedState) {
     s.onDrop = (a) => this.dropped(a);
@@ -296,29 +309,188 @@ export class IpcCalls {
     return e.handle;
   }
 
-  /** cuMemPoolExportToShareableHandle: not emulated (see poolsNotSupported). */
-  memPoolExportToShareableHandle(pool: Handle): number {
-    this.s.ctx('cuMemPoolExportToShareableHandle');
-    return poolsNotSupported('exporting pool', pool);
+  /**
+   * cuMemPoolExportToShareableHandle: a new descriptor naming the pool (a one-page shared file
+   * named after the pool's token, made at the first export and closed with the pool). Only pools
+   * created with POSIX descriptor handles export, as on the driver.
+   */
+  memPoolExportToShareableHandle(pool: Handle, handleType: number): number {
+    const call = 'cuMemPoolExportToShareableHandle';
+    this.s.ctx(call);
+    const p = this.s.pools.get(pool);
+    if (p === undefined) invalidValue(call, `${pool} is not a pool`);
+    if (handleType !== MemHandleType.POSIX_FILE_DESCRIPTOR || (p.handleTypes & MemHandleType.POSIX_FILE_DESCRIPTOR) === 0) {
+      invalidValue(call, `pool ${pool} was not created with POSIX file-descriptor handles`);
+    }
+    let named = this.poolFiles.get(pool);
+    if (named === undefined) {
+      const token = randomBytes(TOKEN_BYTES).toString('hex');
+      named = { token, fd: memfdCreate(poolFileName(token), PAGE) };
+      this.poolFiles.set(pool, named);
+    }
+    return openReadWrite(`/proc/self/fd/${named.fd}`);
   }
 
-  /** cuMemPoolImportFromShareableHandle: not emulated. */
+  /** cuMemPoolImportFromShareableHandle: the pool the descriptor names, as an imported pool of the current context. */
   memPoolImportFromShareableHandle(fd: number): Handle {
-    this.s.ctx('cuMemPoolImportFromShareableHandle');
-    return poolsNotSupported('importing a pool from fd', fd);
+    const call = 'cuMemPoolImportFromShareableHandle';
+    const ctx = this.s.ctx(call);
+    const link = readLink(`/proc/self/fd/${fd}`) ?? '';
+    const match = /^\/memfd:vram-pool-([0-9a-f]{32}) \(deleted\)$/.exec(link);
+    if (match === null) invalidValue(call, `descriptor ${fd} is not an exported pool`);
+    const handle = this.s.handle();
+    this.importedPools.set(handle, { token: match[1]!, context: ctx.handle });
+    return handle;
   }
 
-  /** cuMemPoolExportPointer: not emulated. */
+  /** True when `pool` is a pool imported from another process (its calls are answered here). */
+  isImportedPool(pool: Handle): boolean {
+    return this.importedPools.has(pool);
+  }
+
+  /** cuMemPoolDestroy of an imported pool: its imports stay valid until freed, as on the driver. */
+  destroyImportedPool(pool: Handle): void {
+    this.importedPools.delete(pool);
+  }
+
+  /**
+   * cuMemPoolExportPointer: the pages under the allocation move into a shared file (the rest of
+   * the pool stays private), named by the 64 bytes with the allocation's place in it. The same
+   * data every time for one allocation; the file goes when the allocation is freed or its pool
+   * destroyed.
+   */
   memPoolExportPointer(ptr: Ptr): Uint8Array {
-    this.s.ctx('cuMemPoolExportPointer');
-    return poolsNotSupported('exporting pool pointer', ptr);
+    const call = 'cuMemPoolExportPointer';
+    this.s.ctx(call);
+    const block = typeof ptr === 'number' ? this.s.poolBlocks.get(ptr) : undefined;
+    if (block === undefined) invalidValue(call, `${hex(ptr)} is not an allocation of a stream-ordered pool`);
+    if ((block.pool.handleTypes & MemHandleType.POSIX_FILE_DESCRIPTOR) === 0) {
+      invalidValue(call, `${hex(ptr)} is in a pool created without POSIX file-descriptor handles`);
+    }
+    const known = this.exportedPointers.get(ptr);
+    if (known !== undefined) return known.handle.slice();
+    const offset = block.address - block.pool.base;
+    const first = Math.floor(offset / PAGE_SIZE) * PAGE_SIZE;
+    const mapped = Math.ceil((offset + block.size) / PAGE_SIZE) * PAGE_SIZE - first;
+    const { token, fd, address } = createShared(mapped);
+    const at = block.pool.store.sharePages(offset, block.size, new Uint8Array(koffi.view(address, mapped)));
+    const handle = encode(POOL_POINTER_MAGIC, { pid: process.pid, fd, bytes: mapped, device: block.pool.device, token });
+    new DataView(handle.buffer).setUint32(28, at, true);
+    this.exportedPointers.set(ptr, {
+      handle,
+      release: () => {
+        block.pool.store.unsharePages(offset, block.size);
+        unmap(address, mapped);
+        closeFd(fd);
+      },
+    });
+    return handle.slice();
   }
 
-  /** cuMemPoolImportPointer: not emulated. */
+  /** cuMemPoolImportPointer: maps the allocation's shared pages; free it with cuMemFreeAsync. */
   memPoolImportPointer(pool: Handle, data: Uint8Array): Ptr {
-    checkIpcHandle(data, 'cuMemPoolImportPointer');
-    this.s.ctx('cuMemPoolImportPointer');
-    return poolsNotSupported('importing a pointer into pool', pool);
+    const call = 'cuMemPoolImportPointer';
+    checkIpcHandle(data, call);
+    const ctx = this.s.ctx(call);
+    if (!this.importedPools.has(pool)) invalidValue(call, `${pool} is not a pool imported from another process`);
+    const fields = decode(data, POOL_POINTER_MAGIC, call);
+    const at = new DataView(data.buffer, data.byteOffset, data.byteLength).getUint32(28, true);
+    const address = this.mapOther(fields, POOL_POINTER_MAGIC, call);
+    let base: number;
+    try {
+      base = this.s.deviceRange.take(fields.bytes, DEVICE_ALIGNMENT, call);
+    } catch (error) {
+      unmap(address, fields.bytes);
+      throw error;
+    }
+    const store = new EagerStore(koffi.view(address, fields.bytes), 0, fields.bytes);
+    const allocation = new PlainAllocation('ipc', base, fields.bytes, ctx.device.ordinal, ctx.handle, store, 0, 0);
+    this.s.deviceIndex.insert(allocation);
+    const entry: Imported = { allocation, context: ctx.handle, address, mapped: fields.bytes, token: fields.token, opens: 1 };
+    this.importedAt.set(base, entry);
+    this.importedPointers.set(base + at, entry);
+    return base + at;
+  }
+
+  /**
+   * cuMemFreeAsync of an imported pool allocation: unmapped when the stream reaches the free.
+   * Returns false for any other pointer (the pools' own free answers it).
+   */
+  freeImportedPointer(ptr: Ptr, stream: Handle): boolean {
+    const entry = this.importedPointers.get(ptr);
+    if (entry === undefined) return false;
+    const s = this.s.stream(stream, 'cuMemFreeAsync');
+    this.importedPointers.delete(ptr);
+    this.s.enqueue(s, () => { if (entry.allocation.live) this.s.dropAllocation(this.s.deviceIndex, entry.allocation); });
+    return true;
+  }
+
+  /** An exported allocation was freed (or its pool destroyed): its pages are private again and its file goes. */
+  poolPointerFreed(ptr: Ptr): void {
+    const entry = this.exportedPointers.get(ptr);
+    if (entry === undefined) return;
+    this.exportedPointers.delete(ptr);
+    entry.release();
+  }
+
+  /** A pool is destroyed: the exports of its allocations and its name file go. */
+  poolDestroyed(pool: Handle, allocations: readonly Ptr[]): void {
+    for (const ptr of allocations) this.poolPointerFreed(ptr);
+    const named = this.poolFiles.get(pool);
+    if (named !== undefined) {
+      this.poolFiles.delete(pool);
+      closeFd(named.fd);
+    }
+  }
+
+  /**
+   * cuMemExportToShareableHandle: the physical allocation's bytes move into a shared file (once;
+   * its store serves every later operation from the mapping) and a new descriptor of that file is
+   * returned, which the caller closes. The file goes when the memory does.
+   */
+  memExportToShareableHandle(handle: Handle, handleType: number): number {
+    const call = 'cuMemExportToShareableHandle';
+    this.s.ctx(call);
+    if (handleType !== MemHandleType.POSIX_FILE_DESCRIPTOR) invalidValue(call, `handle type ${handleType} is not CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`);
+    const memory = this.s.physical.get(handle, call);
+    if (memory.shared === undefined) {
+      const { fd, address } = createShared(memory.size);
+      memory.store.shareInto(new Uint8Array(koffi.view(address, memory.size)));
+      memory.shared = {
+        fd,
+        release: () => {
+          memory.store.shareInto(undefined);
+          unmap(address, memory.size);
+          closeFd(fd);
+        },
+      };
+    }
+    return openReadWrite(`/proc/self/fd/${memory.shared.fd}`);
+  }
+
+  /** cuMemImportFromShareableHandle: another process's physical allocation, mapped from its shared file. */
+  memImportFromShareableHandle(fd: number, handleType: number): Handle {
+    const call = 'cuMemImportFromShareableHandle';
+    const ctx = this.s.ctx(call);
+    if (handleType !== MemHandleType.POSIX_FILE_DESCRIPTOR) invalidValue(call, `handle type ${handleType} is not CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`);
+    if (!/^\/memfd:vram-ipc-[0-9a-f]{32} \(deleted\)$/.test(readLink(`/proc/self/fd/${fd}`) ?? '')) {
+      invalidValue(call, `descriptor ${fd} is not an exported allocation`);
+    }
+    const size = fstatSync(fd).size;
+    if (size === 0 || size % VMM_GRANULARITY !== 0) invalidValue(call, `descriptor ${fd} is not an exported allocation (${size} bytes)`);
+    const address = mapShared(fd, size);
+    const memory = new PhysicalMemory(this.s.handle(), size, ctx.device.ordinal);
+    memory.store.shareInto(new Uint8Array(koffi.view(address, size)));
+    memory.imported = true;
+    memory.shared = {
+      fd: -1,
+      release: () => {
+        memory.store.shareInto(undefined);
+        unmap(address, size);
+      },
+    };
+    this.s.physical.add(memory);
+    return memory.handle;
   }
 
   /**

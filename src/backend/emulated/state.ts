@@ -296,7 +296,7 @@ export class EmulatedState {
   /** Gives back the capacity of released physical memory that is no longer mapped anywhere. */
   releaseMappings(memories: readonly PhysicalMemory[]): void {
     for (const m of memories) {
-      if (m.released && m.mappings === 0) this.devices[m.device]!.uncharge(m.size);
+      if (m.released && m.mappings === 0) PhysicalTable.gone(m, (bytes) => this.devices[m.device]!.uncharge(bytes));
     }
   }
 

@@ -62,6 +62,8 @@ export class LazyStore {
    * stream (which holds this store) lands where the importers see it.
    */
   private shared: Uint8Array | undefined;
+  /** Pages served from another process's view (`sharePages`): zero fills keep them. */
+  private readonly sharedPages = new Set<number>();
 
   constructor(
     /** Addressable size in bytes. */
@@ -121,7 +123,7 @@ export class LazyStore {
       if (zero) {
         const page = this.pages.get(index);
         if (page !== undefined) {
-          if (chunk === PAGE_SIZE) this.pages.delete(index);
+          if (chunk === PAGE_SIZE && !this.sharedPages.has(index)) this.pages.delete(index);
           else page.fill(0, inPage, inPage + chunk);
         }
       } else {
@@ -143,6 +145,36 @@ export class LazyStore {
       if (page === undefined) dst.fill(dstOffset + done, chunk, zero);
       else dst.write(dstOffset + done, page.subarray(inPage, inPage + chunk));
     });
+  }
+
+  /**
+   * Moves the pages under [offset, offset + length) into `memory` (zero-filled, the whole pages
+   * from the first one's start) and serves them from it from now on, the rest of the store staying
+   * in its own pages: how one block of an emulated pool is shared with other processes (its
+   * neighbours on the boundary pages are shared too, as the driver shares whole pool pages).
+   * Returns where `offset` lies in `memory`.
+   */
+  sharePages(offset: number, length: number, memory: Uint8Array): number {
+    const first = Math.floor(offset / PAGE_SIZE);
+    const end = Math.ceil((offset + length) / PAGE_SIZE);
+    for (let index = first; index < end; index++) {
+      const view = memory.subarray((index - first) * PAGE_SIZE, (index - first + 1) * PAGE_SIZE);
+      const page = this.pages.get(index);
+      if (page !== undefined) view.set(page);
+      this.pages.set(index, view);
+      this.sharedPages.add(index);
+    }
+    return offset - first * PAGE_SIZE;
+  }
+
+  /** Undoes `sharePages` (before the memory is unmapped): the pages get private copies again. */
+  unsharePages(offset: number, length: number): void {
+    const first = Math.floor(offset / PAGE_SIZE);
+    const end = Math.ceil((offset + length) / PAGE_SIZE);
+    for (let index = first; index < end; index++) {
+      const page = this.pages.get(index);
+      if (page !== undefined && this.sharedPages.delete(index)) this.pages.set(index, page.slice());
+    }
   }
 
   private page(index: number): Uint8Array {

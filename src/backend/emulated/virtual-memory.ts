@@ -6,7 +6,7 @@ import type { Handle, Ptr } from '../backend.js';
 import { CUresult } from '../../errors.js';
 import { checkCount, checkSize, fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
-import { PhysicalMemory, Reservation, VMM_GRANULARITY } from './vmm.js';
+import { PhysicalMemory, PhysicalTable, Reservation, VMM_GRANULARITY } from './vmm.js';
 
 /** Virtual memory management of one emulated driver. */
 export class VirtualMemory {
@@ -57,7 +57,7 @@ export class VirtualMemory {
   /** cuMemRelease: capacity goes back once the memory is no longer mapped. */
   memRelease(handle: Handle): void {
     const memory = this.s.physical.release(handle, 'cuMemRelease');
-    if (memory !== undefined) this.s.devices[memory.device]!.uncharge(memory.size);
+    if (memory !== undefined) PhysicalTable.gone(memory, (bytes) => this.s.devices[memory.device]!.uncharge(bytes));
   }
 
   /**

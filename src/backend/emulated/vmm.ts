@@ -22,6 +22,13 @@ export class PhysicalMemory {
   mappings = 0;
   /** True once memRelease was called; capacity goes back when `mappings` reaches 0. */
   released = false;
+  /**
+   * Set once the memory is in a shared file (exported with cuMemExportToShareableHandle, or
+   * imported from another process's): undoes the sharing once the memory is gone.
+   */
+  shared: { readonly fd: number; readonly release: () => void } | undefined;
+  /** Another process's memory (cuMemImportFromShareableHandle): it charges no capacity here. */
+  imported = false;
 
   constructor(
     readonly handle: number,
@@ -161,6 +168,13 @@ export class PhysicalTable {
     const memory = this.byHandle.get(handle);
     if (memory === undefined || memory.released) fail(CUresult.INVALID_VALUE, call, `unknown allocation handle ${handle}`);
     return memory;
+  }
+
+  /** Memory is gone (released and unmapped): its capacity back to `uncharge`, its shared file closed. */
+  static gone(memory: PhysicalMemory, uncharge: (bytes: number) => void): void {
+    if (!memory.imported) uncharge(memory.size);
+    memory.shared?.release();
+    memory.shared = undefined;
   }
 
   /** Marks released; returns true when it is unmapped and its capacity can go back now. */

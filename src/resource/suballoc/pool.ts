@@ -309,6 +309,31 @@ export class PoolResource extends MemoryResource {
   }
 
   /**
+   * The physical allocations under a live block, each whole, in address order, and where the
+   * block starts in the first: what `exportIpc` shares so that another process maps them back to
+   * back (cuMemExportToShareableHandle of each) and finds the block at the same offset.
+   *
+   * @param ptr The block's address.
+   * @param bytes Its size.
+   * @returns The extents' physical handles and sizes, and the block's offset in the first.
+   * @throws {NotSupportedError} When the pool grows from an upstream resource (its memory is the upstream's).
+   * @throws {InvalidPointerError} When `ptr` is not a live block of this pool.
+   * @example
+   * ```ts
+   * const { extents, offset } = pool.physicalExtents(buf.ptr, buf.byteLength);
+   * ```
+   * @internal exportIpc's; share a block with `exportIpc(buffer)`.
+   */
+  physicalExtents(ptr: Ptr, bytes: number): { readonly extents: readonly { readonly handle: number; readonly bytes: number }[]; readonly offset: number } {
+    if (this.pages === null) {
+      throw new NotSupportedError(`${this.describe()} grows from ${this.upstream!.describe()}: its blocks are that resource's memory, ` +
+        'which cannot be exported a block at a time; use a PoolResource over virtual memory (no upstream), or an AsyncResource');
+    }
+    if (this.heap.live.get(ptr) === NIL) throw this.badPointer(ptr);
+    return this.pages.extentsUnder(ptr, bytes);
+  }
+
+  /**
    * Lets `peer` access (or stops it accessing) this pool's memory: every page mapped now and every
    * page mapped later (cuMemSetAccess for the peer beside the pool's own device), so blocks from
    * the pool can be read and written by kernels and copies running on `peer`.

@@ -50,6 +50,8 @@ export class AsyncResource extends DriverResource {
   readonly alignment = DEVICE_ALIGNMENT;
   /** True when this resource created its pool (and so destroys it with itself). */
   readonly ownsPool: boolean;
+  /** True when the pool was created with POSIX file-descriptor handles: its allocations can be shared with other processes (`exportIpc`). */
+  readonly exportable: boolean;
   private readonly rawPool: Handle;
 
   /**
@@ -74,6 +76,7 @@ export class AsyncResource extends DriverResource {
     if (pool === 'default') {
       this.rawPool = device.backend.deviceGetDefaultMemPool(device.ordinal);
       this.ownsPool = false;
+      this.exportable = false;
     } else if (pool !== null && typeof pool === 'object') {
       const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
       const handle = pool.handleTypes ?? 'none';
@@ -86,6 +89,7 @@ export class AsyncResource extends DriverResource {
         maxSize,
       });
       this.ownsPool = true;
+      this.exportable = handle === 'posix-fd';
     } else {
       throw new TypeError(`pool must be 'default' or an object of pool properties`);
     }

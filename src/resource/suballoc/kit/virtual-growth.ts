@@ -430,6 +430,32 @@ export class VirtualPages {
     else this.peers.set(peer, flags);
   }
 
+  /**
+   * The physical allocations under [ptr, ptr + bytes), in address order, each whole (an extent may
+   * start before the range and end after it), and where `ptr` lies in the first: what an exporter
+   * shares so that an importer maps them back to back and finds the range at the same offset. Not
+   * a hot path (one export).
+   *
+   * @param ptr The first byte (in a live block: every page under it is mapped).
+   * @param bytes The range's length (> 0).
+   */
+  extentsUnder(ptr: number, bytes: number): { readonly extents: { readonly handle: number; readonly bytes: number }[]; readonly offset: number } {
+    const P = this.pageBytes;
+    const firstPage = Math.floor((ptr - this.base) / P);
+    const lastPage = Math.floor((ptr + bytes - 1 - this.base) / P);
+    const extents: { handle: number; bytes: number }[] = [];
+    let offset = 0;
+    for (let p = firstPage; p <= lastPage;) {
+      if (!this.isMapped(p)) throw new VramError(`page ${p} under ${ptr} (+${bytes}) is not mapped: not a live block of this pool`);
+      const first = this.extentFirst[p]!;
+      const n = this.extentPages[first]!;
+      if (extents.length === 0) offset = ptr - (this.base + first * P);
+      extents.push({ handle: this.handle[p]!, bytes: n * P });
+      p = first + n;
+    }
+    return { extents, offset };
+  }
+
   /** The access `peer` was granted (MemAccess.NONE when none). */
   peerAccess(peer: number): number {
     return this.peers.get(peer) ?? MemAccess.NONE;
