@@ -266,7 +266,9 @@ const TABLE: readonly Entry[] = [
   { name: 'max', keys: ['axis', 'out', 'stream'], call: (o) => max(a, o as never) },
   { name: 'dot', keys: ['out', 'stream'], call: (o) => dot(a, a, o as never) },
   // NCCL
-  { name: 'Communicator.init', keys: ['id', 'rank', 'size', 'device', 'timeout'], base: { id: UniqueId.create(), rank: 0, size: 1 },
+  { name: 'Communicator.init', keys: ['id', 'rank', 'size', 'device', 'timeout'], base: { get id() { return UniqueId.create(); }, rank: 0, size: 1 },
+    // A fresh id each time: NCCL's bootstrap root serves one communicator per id, and a second init
+    // with it waits for peers that never come.
     call: (o) => Communicator.init(o as never), partial: ncclPartial },
   { name: 'Communicator#allReduce', keys: REDUCE, call: (o) => comm.allReduce(ncclData, ncclData, o as never), partial: ncclPartial },
   { name: 'Communicator#reduceScatter', keys: REDUCE, call: (o) => comm.reduceScatter(ncclData, ncclData, o as never), partial: ncclPartial },

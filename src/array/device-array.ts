@@ -978,8 +978,11 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     try {
       // The copy reads what the work already queued on this memory writes: ordered on the device.
       waitForUsesOn(this.buffer, stream);
-      if (!copyOnDevice(a.buffer, a.layout, this.buffer, this.layout, stream, 'DeviceArray.to')) {
-        // A layout no device copy expresses: contiguous on this device first, then one copy.
+      // Between devices only a linear copy goes (cuMemcpy2DAsync refuses two devices' memory with
+      // CUDA_ERROR_INVALID_VALUE on a CUDA 13 driver); on one device any layout a 2-D copy expresses.
+      const linearOnly = target !== this.device && !this.isContiguous;
+      if (linearOnly || !copyOnDevice(a.buffer, a.layout, this.buffer, this.layout, stream, 'DeviceArray.to')) {
+        // Contiguous on this device first, then one copy.
         using packed = this.copy({ stream: this.stream });
         waitForUsesOn(packed.buffer, stream);
         copyOnDevice(a.buffer, a.layout, packed.buffer, packed.layout, stream, 'DeviceArray.to');
