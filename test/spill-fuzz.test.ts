@@ -16,7 +16,8 @@ import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manag
 import { Device } from '../src/device.js';
 import { withDeviceRoom } from './helpers.js';
 import { Event, Stream } from '../src/stream.js';
-import type { StreamRef } from '../src/resource/resource.js';
+import type { MemoryResource, StreamRef } from '../src/resource/resource.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { mulberry32 } from '../src/util/random.js';
 
 const device = Device.get(0);
@@ -29,7 +30,8 @@ interface Block {
   owner: StreamRef;
 }
 
-function run(seed: number, steps: number): void {
+/** One fuzz run; spillable memory from `resource` where given (it moves on reload), else at fixed addresses. */
+function run(seed: number, steps: number, resource?: MemoryResource): void {
   const random = mulberry32(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
   const streams: Stream[] = [Stream.create(), Stream.create({ nonBlocking: true }), Stream.create({ nonBlocking: true })];
@@ -61,7 +63,7 @@ function run(seed: number, steps: number): void {
     for (let i = 0; i < 10; i++) {
       const bytes = CHUNK - Math.floor(random() * 4) * 256;
       const owner = pick(refs);
-      const buffer = DeviceBuffer.allocate(bytes, { spillable: true, stream: owner });
+      const buffer = DeviceBuffer.allocate(bytes, { spillable: true, stream: owner, ...(resource !== undefined ? { resource } : {}) });
       const value = i + 1;
       buffer.memset(value, { stream: owner });
       blocks.push({ buffer, model: new Uint8Array(bytes).fill(value), owner });
@@ -114,4 +116,31 @@ it('spilling at random points keeps every buffer\'s bytes, on four streams', () 
   const after = spillFigures(device);
   assert.ok(after.spilledBuffers.total - before.spilledBuffers.total > 20, 'the runs spilled');
   assert.ok(after.reloads - before.reloads > 20, 'and reloaded');
+});
+
+it('spilling ahead (VRAM_SPILL_AHEAD: copies out queued early, cancelled by a use) keeps every buffer\'s bytes, on four streams', () => {
+  const before = spillFigures(device);
+  const ahead = process.env.VRAM_SPILL_AHEAD;
+  process.env.VRAM_SPILL_AHEAD = String(2 * CHUNK); // the default needs eight buffers of room; this room holds six
+  try {
+    withDeviceRoom(6 * CHUNK, () => {
+      for (const seed of [5, 6]) run(seed, 160);
+    });
+  } finally {
+    if (ahead === undefined) delete process.env.VRAM_SPILL_AHEAD;
+    else process.env.VRAM_SPILL_AHEAD = ahead;
+  }
+  const after = spillFigures(device);
+  assert.ok(after.spilledAhead - before.spilledAhead > 10, 'spills were queued ahead');
+  assert.ok(after.reloads - before.reloads > 10, 'and buffers reloaded');
+});
+
+it('spillable memory that moves (from a CudaResource) keeps every buffer\'s bytes, on four streams', () => {
+  using resource = new CudaResource(device);
+  const before = spillFigures(device);
+  withDeviceRoom(6 * CHUNK, () => {
+    for (const seed of [7, 8]) run(seed, 160, resource);
+  });
+  const after = spillFigures(device);
+  assert.ok(after.reloads - before.reloads > 10, 'buffers reloaded');
 });
