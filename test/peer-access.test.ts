@@ -75,8 +75,10 @@ describe('peer access to pool memory', () => {
       pool.deallocate(a, 8 * page);
       pool.setAccess(d1, 'readwrite');
       const c = pool.allocate(10 * page, S); // a's pages move here, their mappings at a stay behind
+      const far = pool.allocate(9 * page, S); // bounds c's free pages (too large for a's old place)
       pool.deallocate(c, 10 * page, S);
-      // Three of c's pages live again, so the seven free ones are no place for eight pages.
+      // Three of c's pages live again, so the seven free ones are no place for eight pages, nor,
+      // bounded by far, a place where fewer pages are missing than at a's.
       const z = pool.allocate(3 * page, S);
       pool.setAccess(d1, 'none');
       const d = pool.allocate(8 * page); // five back to a's mappings, made when the peer had access
@@ -87,6 +89,7 @@ describe('peer access to pool memory', () => {
       d0.makeCurrent();
       pool.deallocate(d, 8 * page);
       pool.deallocate(z, 3 * page, S);
+      pool.deallocate(far, 9 * page, S);
       pool.deallocate(pin, page);
     } finally {
       d0.makeCurrent();

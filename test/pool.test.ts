@@ -108,9 +108,13 @@ test('virtual growth: a page moved away keeps its old mapping, so moving it back
     assert.equal(pool.statistics().pageMoves, 8);
     assert.equal(pool.reservedBytes, 11 * page);
     backend.memset(c, 5, 1, 10 * page);
+    // Nine pages on S beyond c (too large for a's old place), so that c's free pages end before them.
+    const far = pool.allocate(9 * page, S);
+    assert.equal(far, c + 10 * page);
     pool.deallocate(c, 10 * page, S);
     // Three of c's pages live again on S: the seven free ones are no place for eight pages, even
-    // after the default stream gathers S's free blocks.
+    // after the default stream gathers S's free blocks (nor, bounded by far, a place where fewer
+    // pages are missing than at a's old place).
     const z = pool.allocate(3 * page, S);
     assert.equal(z, c);
     // Eight pages on the default stream: a's old place. The five of a's pages that are free move
@@ -127,6 +131,7 @@ test('virtual growth: a page moved away keeps its old mapping, so moving it back
     assert.ok(out.every((x) => x === 9));
     pool.deallocate(d, 8 * page);
     pool.deallocate(z, 3 * page, S);
+    pool.deallocate(far, 9 * page, S);
     pool.deallocate(pin, page);
     // Every mapping, stale ones included, goes before the memory is released.
     const held = pool.reservedBytes;
@@ -456,5 +461,37 @@ test('virtual growth after releaseCached takes cached pages before creating any,
   assert.equal(pool.reservedBytes, 4 * page);
   pool.deallocate(d, 3 * page);
   pool.deallocate(e, page);
+  pool.destroy();
+});
+
+test('a growth whose best fit misses many pages goes where the fewest pages are missing (a loop of changing sizes moves fewer pages)', () => {
+  const page = backend.memGetAllocationGranularity(0);
+  const pool = new PoolResource();
+  // Pages 0-5 and 6-11 (two blocks), a guard at 12, an eight-page block at 13-20, a guard at 21.
+  const low = pool.allocate(6 * page);
+  const mid = pool.allocate(6 * page);
+  const guard1 = pool.allocate(page);
+  const eight = pool.allocate(8 * page);
+  const guard2 = pool.allocate(page);
+  assert.equal(mid - low, 6 * page);
+  assert.equal(eight - low, 13 * page);
+  pool.deallocate(mid, 6 * page);
+  pool.deallocate(eight, 8 * page);
+  assert.equal(pool.releaseCached(), 14 * page);
+  pool.deallocate(low, 6 * page);
+  // Free now: pages 0-11 (0-5 mapped) and 13-20 (none mapped). An eight-page block fits best at 13
+  // and would miss all eight pages there (six moved from 0-5, two created); at 0 it misses two.
+  const moves = pool.statistics().pageMoves;
+  const b = pool.allocate(8 * page);
+  assert.equal(b, low, 'placed where six of its eight pages are mapped');
+  assert.equal(pool.statistics().pageMoves - moves, 0, 'no cached page moved');
+  assert.equal(pool.reservedBytes, 10 * page);
+  backend.memset(b, 7, 1, 8 * page);
+  const out = new Uint8Array(8 * page);
+  backend.memcpyToHost(out, b, 8 * page);
+  assert.ok(out.every((x) => x === 7));
+  pool.deallocate(b, 8 * page);
+  pool.deallocate(guard1, page);
+  pool.deallocate(guard2, page);
   pool.destroy();
 });

@@ -21,6 +21,24 @@
  * passes and peak are unchanged (bench/results/h100-2026-11-23-pool-growth.md). Allowing two or
  * more halves bert's later moves but takes it over 1% (+1.16%).
  *
+ * When no place lies wholly on mapped pages and the best fit would still miss more than
+ * `FEWEST_MISSING_ABOVE` pages, the block goes where the fewest pages are missing instead (still
+ * adding no more pages in use than the best fit). Measured with `vram replay --repeat 4
+ * --headroom 3` on the emulated backend: bert_dynamic_infer's passes 2-4 made 10,772 driver calls
+ * and 9,984 page moves, 8,724 and 7,533 with it; resnet50_train's 440 and 320, 359 and 329; peak
+ * reserved unchanged on every trace, with room or not. The rule for every growth (no threshold)
+ * cuts bert further (7,790 calls) but takes resnet to 495; a threshold of 8 pages or more leaves
+ * bert near where it was. Why the threshold: a best fit a page or two short costs a move or two,
+ * and a block sent elsewhere to save them changes where later blocks go (resnet's fixed shapes
+ * settle where best fit put them); a best fit many pages short is what moves pages every step.
+ * Where bert's remaining calls come from: 93% are in growths of a size seen in the 40 growths
+ * before (a request's twelve identical layers, whose places do not settle), not in the change of
+ * sizes between requests. Tried and measured the same way, none kept: donors by least or most
+ * recently used page, or by farthest predicted reuse (bert 9,864, 16,795, 16,666 calls); lowest
+ * address first fit for every block (8,816, resnet 451); a size's last place reused when free
+ * (9,996, resnet 655); places costed by pages that cannot move back without a call (7,588 to
+ * 10,364 by threshold, resnet up to 785).
+ *
  * Slow path only: it walks every free block of those lists that is large enough, visiting only
  * their mapped pages (a bitmap word of unmapped pages at a time).
  */
@@ -30,6 +48,8 @@ import { type FreeLists, sizeClass } from './free-list.js';
 
 /** Pages a mapped place may add to those in use beyond what the best fit would (see above). */
 const ALLOWANCE = 0;
+/** Pages the best fit may miss before the place with the fewest missing pages wins (see above). */
+export const FEWEST_MISSING_ABOVE = 4;
 
 /** What the search reads of the pool's pages (VirtualPages). */
 export interface PageMap {
@@ -41,6 +61,8 @@ export interface PageMap {
   readonly topMapped: number;
   /** Pages [start, start + size) would add to those in use. */
   addedPages(start: number, size: number): number;
+  /** Pages of [start, start + size) that are not mapped. */
+  missingPages(start: number, size: number): number;
   /** The first page from p to `end` that is mapped (`flip` 0) or unmapped (-1), else end + 1. */
   nextMapped(p: number, end: number, flip: number): number;
 }
@@ -54,6 +76,8 @@ export class MappedPlacement {
   private bestBlock = NIL;
   private bestStart = 0;
   private bestWhole = false;
+  /** Unmapped pages of the best place so far (the fewest-missing search). */
+  private bestMissing = 0;
 
   constructor(
     private readonly heap: BlockHeap,
@@ -94,6 +118,17 @@ export class MappedPlacement {
       if (neutral !== own) this.scanLists(neutral, size);
     }
     if (this.bestBlock === NIL) {
+      // No place wholly on mapped pages. A best fit many pages short moves them at every step of
+      // a loop whose block sizes change (bert's cycle): the place with the fewest missing pages,
+      // among the same free blocks, moves fewer.
+      const missing = this.pages.missingPages(start, size);
+      if (missing > FEWEST_MISSING_ABOVE) {
+        this.bestMissing = missing;
+        this.scanLists(own, size, true);
+        if (neutral !== own) this.scanLists(neutral, size, true);
+      }
+    }
+    if (this.bestBlock === NIL) {
       const k = heap.take(size, stream);
       // Gathering may have coalesced a better fit than the first; else the first comes back as it was.
       if (k === NIL || (!gathered && s.start[k] !== start)) throw new Error('internal: the best fit moved');
@@ -107,21 +142,35 @@ export class MappedPlacement {
    * `place` over one stream's lists: every block of a class that may hold `size`, the
    * classes holding none skipped by the lists' bitmaps (walking all 464 classes of two lists was
    * half of bert_dynamic_infer's steady state with 64 MiB extents, on the emulated backend).
+   * `partly`: the fewest-missing search instead of places wholly on mapped pages.
    */
-  private scanLists(lists: FreeLists, size: number): void {
+  private scanLists(lists: FreeLists, size: number, partly = false): void {
     const s = this.heap.store;
     for (let c = lists.nextNonEmpty(sizeClass(size)); c !== NIL; c = lists.nextNonEmpty(c + 1)) {
       for (let b = lists.heads[c]!; b !== NIL; b = s.fnext[b]!) {
-        if (s.size[b]! >= size) this.scanBlock(b, size);
+        if (s.size[b]! >= size) this.scanBlock(b, size, partly);
       }
+    }
+  }
+
+  /** Keeps place `x` in free block `b` if it misses fewer pages than the best so far (then the lower address). */
+  private considerPartly(b: number, x: number, size: number): void {
+    if (this.pages.addedPages(x, size) > this.bestAdded) return;
+    const missing = this.pages.missingPages(x, size);
+    if (missing < this.bestMissing || (missing === this.bestMissing && this.bestBlock !== NIL && x < this.bestStart)) {
+      this.bestMissing = missing;
+      this.bestBlock = b;
+      this.bestStart = x;
     }
   }
 
   /**
    * `place` over free block `b`: each run of mapped pages inside it that can hold `size`
-   * bytes offers places at its two ends and at its first and last page boundaries.
+   * bytes offers places at its two ends and at its first and last page boundaries. `partly`
+   * (the fewest-missing search): each run, whatever its length, offers the place starting at its
+   * first page and the one ending at its last, which cover as much of it as `size` can.
    */
-  private scanBlock(b: number, size: number): void {
+  private scanBlock(b: number, size: number, partly: boolean): void {
     const s = this.heap.store;
     const P = this.pages.pageBytes;
     const base = this.pages.base;
@@ -138,7 +187,10 @@ export class MappedPlacement {
       const q = this.pages.nextMapped(p, pb, -1) - 1; // the last page of this run of mapped pages
       const lo = Math.max(a, base + p * P);
       const last = Math.min(e, base + (q + 1) * P) - size;
-      if (lo <= last) {
+      if (partly) {
+        if (lo + size <= e) this.considerPartly(b, lo, size);
+        if (last >= a) this.considerPartly(b, last, size);
+      } else if (lo <= last) {
         this.consider(b, a, e, lo, size);
         this.consider(b, a, e, last, size);
         const up = Math.ceil((lo - base) / P) * P + base;
