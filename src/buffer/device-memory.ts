@@ -19,7 +19,8 @@
  */
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
-import { VramStateError } from '../errors.js';
+import { StreamCaptureError, VramStateError } from '../errors.js';
+import { captureSessionOf, refuseDuringCapture } from '../graph/graph.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
@@ -493,6 +494,11 @@ export function copyBetween(
       'for a synchronous copy.');
   }
   if (plan.bytes === 0) return;
+  if (stream === undefined) {
+    refuseDuringCapture(`${what}()`, plan.d.js || plan.s.js
+      ? 'a synchronous copy to or from JavaScript memory waits on the host: copy through a HostBuffer on the capturing stream'
+      : 'a synchronous copy (cuMemcpy) cannot be captured: pass the capturing stream');
+  }
   prepareSides(stream, dst, src);
   if (plan.d.js || plan.s.js) {
     // Memory of a context of its own (foreign memory) is copied by the driver in that context:
@@ -524,6 +530,12 @@ export async function copyBetweenAsync(
   const plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream ?? defaultStream;
   if (plan.bytes === 0) return;
+  const handle = streamHandleOf(stream);
+  if (captureSessionOf(handle) !== undefined) {
+    throw new StreamCaptureError(`${what}()`, 'an awaited copy waits for its data on the host, and the capturing stream runs nothing: ' +
+      'queue the copy with the method that takes a stream (a HostBuffer for host memory), and await after launching the graph');
+  }
+  if (plan.d.js || plan.s.js) refuseDuringCapture(`${what}()`, 'a copy of JavaScript memory is staged with host waits');
   prepareSides(stream, dst, src);
   const copy = pageable(plan, options.register);
   if (copy !== undefined) {
@@ -592,6 +604,7 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   }
   checkRange(offset, count * elementBytes, size, 'memset');
   if (count === 0) return;
+  if (stream === undefined) refuseDuringCapture('memset()', 'a synchronous fill (cuMemset) cannot be captured: pass the capturing stream');
   prepareSides(options.stream, target);
   recordUse(options.stream, target);
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
