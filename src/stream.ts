@@ -412,7 +412,7 @@ export class Stream implements StreamRef {
    * ```
    */
   beginCapture(options: CaptureOptions = {}): this {
-    options = readOptions('beginCapture', options, { mode: true, pool: true });
+    options = readOptions('Stream.beginCapture', options, { mode: true, pool: true });
     const mode = options.mode ?? 'global';
     if (typeof mode !== 'string' || !Object.hasOwn(CAPTURE_MODES, mode)) {
       throw new TypeError(`beginCapture: mode must be 'global', 'thread-local' or 'relaxed', got ${String(mode)}`);
@@ -870,6 +870,7 @@ export class Event {
   /**
    * The capture this event was last recorded in, while it lasts: a stream that waits for the
    * event joins that capture.
+   * @internal
    * @returns The session, or undefined.
    * @example
    * ```ts

@@ -5,6 +5,7 @@
 import type { Graph } from './graph.js';
 import type { CaptureOptions, Stream } from '../stream.js';
 import { Stream as StreamClass } from '../stream.js';
+import { readOptions } from '../util/options.js';
 
 /**
  * Records what `fn` queues on `stream` (and on streams it joins into the capture) into a graph:
@@ -33,6 +34,7 @@ import { Stream as StreamClass } from '../stream.js';
 export function captureGraph(stream: Stream, fn: () => void, options: CaptureOptions = {}): Graph {
   if (!(stream instanceof StreamClass)) throw new TypeError('captureGraph: stream must be a Stream');
   if (typeof fn !== 'function') throw new TypeError('captureGraph: fn must be a function');
+  options = readOptions('captureGraph', options, { mode: true, pool: true });
   stream.beginCapture(options);
   let result: unknown;
   try {

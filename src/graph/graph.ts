@@ -43,7 +43,14 @@ export interface CapturePool {
   release(): void;
 }
 
-/** One capture in progress: its origin stream, the streams joined into it, its private pool. */
+/**
+ * One capture in progress: its origin stream, the streams joined into it, its private pool.
+ * Internal to vram: `beginCapture` makes it.
+ * @example
+ * ```ts
+ * startSession(new CaptureSession(stream.handle, 'global', device, undefined));
+ * ```
+ */
 export class CaptureSession {
   /** Handles of the origin and the joined streams. */
   readonly streams = new Set<Handle>();
@@ -52,6 +59,11 @@ export class CaptureSession {
    * @param mode Its mode.
    * @param device Its device.
    * @param pool The pool its allocations come from (the one given to beginCapture, else made on first use; one hold).
+   * @throws Never.
+   * @example
+   * ```ts
+   * new CaptureSession(stream.handle, 'global', device, undefined);
+   * ```
    */
   constructor(
     readonly origin: Handle,
@@ -61,6 +73,11 @@ export class CaptureSession {
   ) {
     this.streams.add(origin);
   }
+}
+
+/** What `GraphExec.launch` takes: a Stream, or anything with a live stream `handle`. */
+export interface LaunchStream {
+  readonly handle: number;
 }
 
 /** Captures in progress, by the handle of each stream in them. */
@@ -381,7 +398,7 @@ export class GraphExec {
    * exec.launch(stream).launch(stream); // twice, in order
    * ```
    */
-  launch(stream: { readonly handle: number }): this {
+  launch(stream: LaunchStream): this {
     const h = this.handle;
     const s = stream.handle;
     this.device.makeCurrent();

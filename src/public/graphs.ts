@@ -7,7 +7,7 @@
  * captured and of updates.
  */
 export { Graph, GraphExec } from '../graph/graph.js';
-export type { CaptureModeName, CaptureStatusName, CapturePool, CaptureSession } from '../graph/graph.js';
+export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/graph.js';
 export { captureGraph } from '../graph/capture.js';
 export { GraphPool } from '../resource/graph-pool.js';
 export type { GraphPoolOptions } from '../resource/graph-pool.js';

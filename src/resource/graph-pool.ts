@@ -19,6 +19,7 @@ import { Device } from '../device.js';
 import type { CapturePool } from '../graph/graph.js';
 import { inspectCustom } from '../util/inspect.js';
 import { formatBytes } from '../util/size.js';
+import { readOptions } from '../util/options.js';
 import type { SnapshotSegment } from './figures.js';
 
 /** Blocks are rounded to this, as cuMemAlloc aligns them. */
@@ -77,8 +78,7 @@ export class GraphPool implements CapturePool {
    * ```
    */
   constructor(options: GraphPoolOptions = {}) {
-    if (typeof options !== 'object' || options === null) throw new TypeError('new GraphPool: options must be an object');
-    for (const key of Object.keys(options)) if (key !== 'device') throw new TypeError(`new GraphPool: unknown option '${key}' (known: device)`);
+    options = readOptions('new GraphPool', options, { device: true });
     this.device = Device.resolve(options.device);
     this.deviceOrdinal = this.device.ordinal;
   }
@@ -183,6 +183,7 @@ export class GraphPool implements CapturePool {
 
   /**
    * One more holder (a capture, a graph, an executable graph).
+   * @throws Never.
    * @example
    * ```ts
    * pool.retain();
@@ -195,6 +196,7 @@ export class GraphPool implements CapturePool {
   /**
    * One holder fewer; with the last, the cached blocks go back to the driver (in stream order,
    * on the stream that freed each), and live ones when the program frees them.
+   * @throws {CudaError} When the driver refuses a free.
    * @example
    * ```ts
    * pool.release();
@@ -213,6 +215,7 @@ export class GraphPool implements CapturePool {
   /**
    * The pool's memory as snapshot segments of kind `graph-pool`, one per block.
    * @returns The segments, ascending by address.
+   * @throws Never.
    * @example
    * ```ts
    * pool.segments().length;
