@@ -12,7 +12,6 @@ import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { Device } from '../src/device.js';
 import { DoubleFreeError, GraphUpdateError, StreamCaptureError, UseAfterFreeError } from '../src/errors.js';
 import { captureGraph } from '../src/graph/capture.js';
-import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
 import { Module } from '../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../src/kernels/ops/elementwise.js';
 import { fill } from '../src/kernels/ops/fill.js';
@@ -23,27 +22,10 @@ import { GraphPool } from '../src/resource/graph-pool.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { Event, Stream } from '../src/stream.js';
 import { randomBytes } from './helpers.js';
-
-const SOURCE = `
-extern "C" __global__ void axpb(float *y, const float *x, float a, float b, unsigned n) {
-  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + b;
-}
-`;
-
-const axpb: EmulatedKernel = (launch) => {
-  const [yPtr, xPtr, a, b, n] = launch.args as [number, number, number, number, number];
-  const yb = launch.memory.bytes(yPtr, 4 * n);
-  const xb = launch.memory.bytes(xPtr, 4 * n);
-  const y = new Float32Array(yb.buffer, yb.byteOffset, n);
-  const x = new Float32Array(xb.buffer, xb.byteOffset, n);
-  for (let i = 0; i < Math.min(n, threadCount(launch)); i++) y[i] = Math.fround(Math.fround(a * x[i]!) + b);
-};
-
-const AXPB = ['ptr', 'cptr', 'f32', 'f32', 'u32'] as const;
+import { AXPB, AXPB_SOURCE, axpb } from '../bench/axpb.js';
 
 function compile(): Module {
-  return Module.compile(SOURCE, { emulated: { axpb } });
+  return Module.compile(AXPB_SOURCE, { emulated: { empty: () => {}, axpb } });
 }
 
 /** An array's memory as the DeviceBuffer it is here. */
@@ -100,6 +82,7 @@ test('copies, fills, built-in ops and a user kernel replayed many times give wha
       map(out, 'x * x', { out, stream });
       sum(out, { out: total, stream }); // a reduction kept on the device
     };
+    step(); // compiles the ops' kernels before the capture (a capture may hold their first use too)
     using graph = captureGraph(stream, step);
     using exec = graph.instantiate();
     for (let round = 0; round < 5; round++) {
@@ -183,8 +166,9 @@ test('two graphs share one private pool; the last destroy gives it back', async 
   const pool = new GraphPool();
   const bytes = 4096;
   const pointers: number[] = [];
+  using resource = new PoolResource();
   const capture = (): ReturnType<typeof captureGraph> => captureGraph(stream, () => {
-    const b = DeviceBuffer.allocate(bytes, { resource: new PoolResource(), stream });
+    const b = DeviceBuffer.allocate(bytes, { resource, stream });
     pointers.push(b.ptr);
     b.memset(1, { stream });
     b.free({ stream });
@@ -323,8 +307,9 @@ test('destroy() of an executable graph while a launch is queued waits for it in 
     using stream = Stream.create({ nonBlocking: true });
     using target = DeviceBuffer.allocate(1 << 16, { stream });
     const pool = new GraphPool();
+    using resource = new PoolResource();
     using graph = captureGraph(stream, () => {
-      const scratch = DeviceBuffer.allocate(1 << 16, { resource: new PoolResource(), stream });
+      const scratch = DeviceBuffer.allocate(1 << 16, { resource, stream });
       scratch.memset(5, { stream });
       target.copyFrom(scratch, { stream });
       scratch.free({ stream });

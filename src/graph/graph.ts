@@ -8,7 +8,7 @@
  * capture is not invalidated. This file imports nothing from stream.ts: a stream is `{ handle }`.
  */
 import { guard, unguard, type Dropped } from '../backstop.js';
-import { CaptureMode, EventFlags, GraphUpdateResult, type Handle } from '../backend/backend.js';
+import { CaptureMode, EventFlags, GraphUpdateResult, type Backend, type Handle } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { CudaError, DoubleFreeError, GraphUpdateError, StreamCaptureError, UseAfterFreeError } from '../errors.js';
 import { inspectCustom } from '../util/inspect.js';
@@ -135,6 +135,27 @@ export function refuseDuringCapture(call: string, why: string, stream?: Handle):
   }
   for (const s of sessions.values()) {
     if (s.mode !== 'relaxed') throw new StreamCaptureError(call, `${why} (stream ${s.origin} is capturing in mode '${s.mode}')`);
+  }
+}
+
+/**
+ * Runs `fn`, a driver call that a global capture would refuse but that orders nothing on the
+ * captured streams (allocating a private pool's memory, loading a module a built-in op needs on
+ * first use), in the relaxed capture mode while a capture lasts (cuThreadExchangeStreamCaptureMode,
+ * what PyTorch's allocator does around cudaMalloc); as it is otherwise.
+ *
+ * @param backend The device's backend.
+ * @param fn The call.
+ * @returns What `fn` returns.
+ * @throws What `fn` throws.
+ */
+export function relaxedDuringCapture<T>(backend: Backend, fn: () => T): T {
+  if (sessions.size === 0) return fn();
+  const previous = backend.threadExchangeCaptureMode(CaptureMode.RELAXED);
+  try {
+    return fn();
+  } finally {
+    backend.threadExchangeCaptureMode(previous);
   }
 }
 

@@ -14,9 +14,9 @@
  * Its memory comes from cuMemAlloc in the relaxed capture mode (what PyTorch's allocator does),
  * since the global mode forbids cuMemAlloc while a capture lasts; it is freed with cuMemFreeAsync.
  */
-import { CaptureMode, type Ptr } from '../backend/backend.js';
+import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
-import type { CapturePool } from '../graph/graph.js';
+import { relaxedDuringCapture, type CapturePool } from '../graph/graph.js';
 import { inspectCustom } from '../util/inspect.js';
 import { formatBytes } from '../util/size.js';
 import { readOptions } from '../util/options.js';
@@ -141,12 +141,7 @@ export class GraphPool implements CapturePool {
     if (ptr === undefined) {
       const { backend } = this.device;
       this.device.makeCurrent();
-      const previous = backend.threadExchangeCaptureMode(CaptureMode.RELAXED);
-      try {
-        ptr = backend.memAlloc(size);
-      } finally {
-        backend.threadExchangeCaptureMode(previous);
-      }
+      ptr = relaxedDuringCapture(backend, () => backend.memAlloc(size));
       this.blocks.set(ptr, size);
       if (this.blocks.size === 1) pools.add(this.self);
     }

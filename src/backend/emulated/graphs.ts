@@ -286,6 +286,8 @@ export class GraphCalls {
    * outlives the graph until freed (and when the program already freed it, it goes back too).
    */
   private releaseMemory(memory: GraphMemory): void {
+    // Launches already queued run first (the driver frees a graph's memory once they are done).
+    if (memory.allocations.length > 0) this.s.scheduler.drainAll();
     for (const a of memory.allocations) {
       this.s.graphAllocations.delete(a.block.address);
       if (a.freedInGraph || a.freedOutside) {
