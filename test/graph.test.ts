@@ -22,6 +22,9 @@ import { GraphPool } from '../src/resource/graph-pool.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { Event, Stream } from '../src/stream.js';
 import { randomBytes } from './helpers.js';
+import { memoryStats } from '../src/observe/memory-stats.js';
+import { memorySnapshot } from '../src/observe/snapshot.js';
+import { validateSnapshot } from '../src/observe/snapshot-format.js';
 import { AXPB, AXPB_SOURCE, axpb } from '../bench/axpb.js';
 
 function compile(): Module {
@@ -159,6 +162,12 @@ test('memory a capture allocates from a pool is never handed to eager work while
     for (const buf of eager) buf.free({ stream });
   }
   assert.ok((graph.pool as GraphPool).reservedBytes >= bytes, 'the graph\'s pool holds the scratch block');
+  // Graph-owned memory in the statistics and in snapshots, as segments of its own kind.
+  assert.ok(memoryStats().graphPools.reservedBytes >= bytes);
+  const snapshot = memorySnapshot();
+  validateSnapshot(snapshot);
+  const owned = snapshot.resources.filter((r) => r.className === 'GraphPool').flatMap((r) => r.segments ?? []);
+  assert.ok(owned.some((segment) => segment.kind === 'graph-pool' && segment.address === during));
 });
 
 test('two graphs share one private pool; the last destroy gives it back', async () => {
@@ -206,7 +215,7 @@ test('each call a capture cannot hold throws StreamCaptureError before the drive
     ['a synchronous memset', () => buf.memset(0)],
     ['toHost()', () => arr.toHost()],
     ['sum() read back to the host', () => sum(arr, { stream })],
-    ['CudaResource.allocate', () => new CudaResource().allocate(256, stream)],
+    ['CudaResource.allocate', () => { using mr = new CudaResource(); mr.allocate(256, stream); }],
   ];
   for (const [what, call] of forbidden) {
     stream.beginCapture();
