@@ -343,3 +343,19 @@ test('destroy() of an executable graph while a launch is queued waits for it in 
     backend.memFreeHost(host);
   }
 });
+
+test('work queued on a capture the driver invalidated is refused as a StreamCaptureError naming the call', () => {
+  using m = compile();
+  const kernel = m.kernel('axpb', AXPB);
+  using stream = Stream.create();
+  using buf = DeviceBuffer.allocate(1024, { stream });
+  const { backend } = stream.device;
+  stream.beginCapture();
+  // A driver call vram does not check up front (here, straight to the backend) invalidates the capture.
+  assert.throws(() => backend.memAlloc(256), (e: unknown) => e instanceof Error && /STREAM_CAPTURE_UNSUPPORTED/.test(e.message));
+  assert.equal(stream.captureStatus, 'invalidated');
+  assert.throws(() => buf.memset(1, { stream }), (e: unknown) => e instanceof StreamCaptureError && e.call === 'memset()');
+  assert.throws(() => kernel.launch({ grid: 1, block: 32, stream }, buf, buf, 1, 0, 4), StreamCaptureError);
+  assert.throws(() => stream.endCapture(), (e: unknown) => e instanceof StreamCaptureError && /INVALIDATED/.test(String((e as Error).cause)));
+  assert.equal(stream.captureStatus, 'none');
+});

@@ -20,7 +20,7 @@
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { StreamCaptureError, VramStateError } from '../errors.js';
-import { captureSessionOf, refuseDuringCapture } from '../graph/graph.js';
+import { captureError, captureSessionOf, refuseDuringCapture } from '../graph/graph.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
@@ -515,7 +515,11 @@ export function copyBetween(
     else if (s.js && !d.js) backend.memcpyFromHost(d.ptr + dstOffset, s.bytes.subarray(srcOffset, srcOffset + bytes), bytes);
     return;
   }
-  issue(plan, stream);
+  try {
+    issue(plan, stream);
+  } catch (error) {
+    throw captureError(error, `${what}()`);
+  }
 }
 
 /**
@@ -610,8 +614,12 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
   else target.makeCurrent();
   const backend = target.backend;
-  if (stream === undefined) backend.memset(ptr + offset, pattern, elementBytes, count);
-  else backend.memsetAsync(ptr + offset, pattern, elementBytes, count, stream);
+  try {
+    if (stream === undefined) backend.memset(ptr + offset, pattern, elementBytes, count);
+    else backend.memsetAsync(ptr + offset, pattern, elementBytes, count, stream);
+  } catch (error) {
+    throw captureError(error, 'memset()');
+  }
 }
 
 /** One side of a 2D copy: memory, the byte offset of the region's first row, and the row pitch. */
