@@ -589,12 +589,15 @@ class CudaBackend implements Backend {
 
   /** The id of the capture `stream` records into (0 when the driver cannot say which), undefined when not capturing. */
   private captureId(stream: Handle): number | undefined {
+    // Never throws: where the driver cannot say (the legacy stream beside a capture), the call
+    // that follows reports the driver's error itself.
     const info = this.fn.cuStreamGetCaptureInfo_v2;
     if (info !== undefined) {
-      this.check(info(stream, this.i32, this.u64, null, null, null), 'cuStreamGetCaptureInfo');
+      if (info(stream, this.i32, this.u64, null, null, null) !== 0) return undefined;
       return this.i32[0] === 0 ? undefined : Number(this.u64[0]);
     }
-    return this.streamCaptureStatus(stream) === 0 ? undefined : 0;
+    if (this.fn.cuStreamIsCapturing(stream, this.i32) !== 0) return undefined;
+    return this.i32[0] === 0 ? undefined : 0;
   }
 
   /** Counts one more holder of each host function. */
