@@ -427,7 +427,7 @@ export class Stream implements StreamRef {
     this.device.makeCurrent();
     this.device.backend.streamBeginCapture(handle, CAPTURE_MODES[mode]);
     pool?.retain();
-    startSession(new CaptureSession(handle, mode, this.device, pool));
+    startSession(new CaptureSession(handle, mode, this.device.ordinal, pool));
     return this;
   }
 

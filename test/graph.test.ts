@@ -208,6 +208,7 @@ test('each call a capture cannot hold throws StreamCaptureError before the drive
   const forbidden: [string, () => unknown][] = [
     ['stream.synchronize()', () => stream.synchronize()],
     ['other.synchronize()', () => other.synchronize()],
+    ['device.synchronize()', () => Device.get(0).synchronize()],
     ['stream.query()', () => stream.query()],
     ['event.synchronize()', () => done.record(stream).synchronize()],
     ['copyFromHost() of JavaScript memory', () => buf.copyFromHost(new Uint8Array(1024))],

@@ -280,7 +280,7 @@ export abstract class MemoryResource {
       throw new StreamCaptureError(`${this.constructor.name}.allocate()`, `${this.describe()} allocates with a call a capture forbids ` +
         '(cuMemAlloc and the like): allocate from an AsyncResource (graph memory nodes) or a PoolResource (the capture-private pool)');
     }
-    const pool = session.pool ??= retained(new GraphPool({ device: session.device }));
+    const pool = session.pool ??= retained(new GraphPool({ device: session.deviceOrdinal }));
     if (!(pool instanceof GraphPool)) throw new TypeError('the capture\'s pool is not a GraphPool');
     const ptr = pool.allocate(bytes, handle);
     this.#live += 1;
