@@ -10,6 +10,7 @@ import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo 
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
+import { refuseDuringCapture } from './graph/sessions.js';
 import { formatBytes } from './util/size.js';
 import { inspectCustom } from './util/inspect.js';
 import { readOptions } from './util/options.js';
@@ -140,6 +141,7 @@ export class Device {
 
   /**
    * Blocks until all work in this device's active context has completed.
+   * @throws {StreamCaptureError} While a capture in mode global or thread-local lasts (before the driver).
    * @throws {CudaError} When the driver fails, or reports an error of earlier asynchronous work.
    * @example
    * ```ts
@@ -147,6 +149,7 @@ export class Device {
    * ```
    */
   synchronize(): void {
+    refuseDuringCapture('device.synchronize()', 'a host wait cannot be captured (await stream.synchronized() after endCapture())');
     this.makeCurrent();
     this.backend.contextSynchronize();
   }

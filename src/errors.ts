@@ -79,6 +79,7 @@ export const CUresult = {
   INVALID_PTX: 218,
   UNSUPPORTED_PTX_VERSION: 222,
   INVALID_HANDLE: 400,
+  ILLEGAL_STATE: 401,
   NOT_FOUND: 500,
   NOT_READY: 600,
   ILLEGAL_ADDRESS: 700,
@@ -90,6 +91,15 @@ export const CUresult = {
   HOST_MEMORY_NOT_REGISTERED: 713,
   LAUNCH_FAILED: 719,
   NOT_SUPPORTED: 801,
+  STREAM_CAPTURE_UNSUPPORTED: 900,
+  STREAM_CAPTURE_INVALIDATED: 901,
+  STREAM_CAPTURE_MERGE: 902,
+  STREAM_CAPTURE_UNMATCHED: 903,
+  STREAM_CAPTURE_UNJOINED: 904,
+  STREAM_CAPTURE_ISOLATION: 905,
+  STREAM_CAPTURE_IMPLICIT: 906,
+  CAPTURED_EVENT: 907,
+  GRAPH_EXEC_UPDATE_FAILURE: 910,
 } as const;
 
 /** Names for the codes above, as the driver's cuGetErrorName spells them. */
@@ -106,6 +116,7 @@ export const CUresultName: Readonly<Record<number, string>> = {
   218: 'CUDA_ERROR_INVALID_PTX',
   222: 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION',
   400: 'CUDA_ERROR_INVALID_HANDLE',
+  401: 'CUDA_ERROR_ILLEGAL_STATE',
   500: 'CUDA_ERROR_NOT_FOUND',
   600: 'CUDA_ERROR_NOT_READY',
   700: 'CUDA_ERROR_ILLEGAL_ADDRESS',
@@ -117,6 +128,15 @@ export const CUresultName: Readonly<Record<number, string>> = {
   713: 'CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED',
   719: 'CUDA_ERROR_LAUNCH_FAILED',
   801: 'CUDA_ERROR_NOT_SUPPORTED',
+  900: 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED',
+  901: 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED',
+  902: 'CUDA_ERROR_STREAM_CAPTURE_MERGE',
+  903: 'CUDA_ERROR_STREAM_CAPTURE_UNMATCHED',
+  904: 'CUDA_ERROR_STREAM_CAPTURE_UNJOINED',
+  905: 'CUDA_ERROR_STREAM_CAPTURE_ISOLATION',
+  906: 'CUDA_ERROR_STREAM_CAPTURE_IMPLICIT',
+  907: 'CUDA_ERROR_CAPTURED_EVENT',
+  910: 'CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE',
 };
 
 /** Figures attached to an out-of-memory failure, when the failing resource keeps them. */
@@ -349,4 +369,64 @@ const NCCL_RESULT_NAMES: readonly string[] = [
 /** The name of an ncclResult_t, `ncclResult(N)` for a code this table does not know. */
 function ncclResultName(result: number): string {
   return NCCL_RESULT_NAMES[result] ?? `ncclResult(${result})`;
+}
+
+/**
+ * An operation that cannot be part of a stream capture (a synchronous copy from JavaScript memory,
+ * a host wait, a synchronisation, an allocation from a resource that calls the driver's
+ * synchronous allocator, a reduction that reads its value back to the host), refused before any
+ * driver call so the capture stays valid; or the driver's refusal of one (`cause`, a `CudaError`
+ * with a `CUDA_ERROR_STREAM_CAPTURE_*` code), which invalidated it.
+ * @example
+ * ```ts
+ * stream.beginCapture();
+ * try { stream.synchronize(); } catch (e) { if (e instanceof StreamCaptureError) console.error(e.call); }
+ * ```
+ */
+export class StreamCaptureError extends VramStateError {
+  /**
+   * @param call What was refused, e.g. `stream.synchronize()`.
+   * @param why Why, and what to do instead.
+   * @param options `cause`: the driver's error, when the driver refused it.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new StreamCaptureError('stream.synchronize()', 'a host wait cannot be captured');
+   * ```
+   */
+  constructor(
+    /** The call that cannot be captured. */
+    readonly call: string,
+    why: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${call} cannot run while a stream is being captured: ${why}`, options);
+  }
+}
+
+/**
+ * Why `GraphExec.update(graph)` could not take a graph's parameters (CUgraphExecUpdateResult):
+ * the executable graph is unchanged and can still be launched.
+ * @example
+ * ```ts
+ * try { exec.update(graph); } catch (e) { if (e instanceof GraphUpdateError) exec = graph.instantiate(); }
+ * ```
+ */
+export class GraphUpdateError extends VramStateError {
+  /**
+   * @param reason The driver's result, in words (`topology-changed`, `node-type-changed`, ...).
+   * @param message The whole message.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new GraphUpdateError('topology-changed', 'the graphs have different nodes');
+   * ```
+   */
+  constructor(
+    /** Why: `error`, `topology-changed`, `node-type-changed`, `function-changed`, `parameters-changed`, `not-supported`, `unsupported-function-change` or `attributes-changed`. */
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+  }
 }

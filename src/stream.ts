@@ -6,11 +6,27 @@
 import { guard, unguard, type Dropped } from './backstop.js';
 import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';
-import { DoubleFreeError, NotSupportedError, UseAfterFreeError, VramStateError } from './errors.js';
+import { DoubleFreeError, NotSupportedError, StreamCaptureError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
+import {
+  CAPTURE_MODES, CaptureSession, Graph, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession,
+  type CaptureModeName, type CapturePool, type CaptureStatusName,
+} from './graph/graph.js';
+
+/** Options of `stream.beginCapture()`. */
+export interface CaptureOptions {
+  /** Which calls the capture forbids: `'global'` (default), `'thread-local'` or `'relaxed'` (see CaptureModeName). */
+  readonly mode?: CaptureModeName;
+  /**
+   * The capture-private pool allocations during the capture come from (resources other than
+   * AsyncResource): a `GraphPool` shared with other graphs that never run at the same time, as
+   * PyTorch's `torch.cuda.graph(pool=...)`. Default: a pool of the graph's own.
+   */
+  readonly pool?: CapturePool;
+}
 
 /** Options for `Stream.create`. */
 export interface StreamOptions {
@@ -349,6 +365,11 @@ export class Stream implements StreamRef {
     const handle = this.handle;
     this.device.makeCurrent();
     this.device.backend.streamWaitEvent(handle, event.handle);
+    // Waiting for an event recorded in a capture joins this stream into it, as the driver does.
+    const session = event.captureSession;
+    if (session !== undefined && captureSessionOf(session.origin) === session && captureSessionOf(handle) === undefined) {
+      joinSession(session, handle);
+    }
     return this;
   }
 
@@ -363,13 +384,138 @@ export class Stream implements StreamRef {
    */
   query(): boolean {
     const handle = this.handle;
+    if (captureSessionOf(handle) !== undefined) throw new StreamCaptureError('stream.query()', `stream ${handle} is capturing: its work is recorded, not run`);
     this.device.makeCurrent();
     return this.device.backend.streamQuery(handle);
   }
 
   /**
+   * Starts capturing: work queued on this stream from now on (copies, fills, kernel launches,
+   * built-in ops, host functions, allocations) is recorded into a graph instead of run, until
+   * `endCapture()`. Another stream that waits for an event recorded here joins the capture, and
+   * must be joined back (this stream waits for an event recorded there) before the end.
+   * Allocations on a capturing stream come from AsyncResource's pool as graph memory nodes, or
+   * from a capture-private pool for every other resource (`options.pool`, see GraphPool).
+   * While the capture lasts, what cannot be captured throws StreamCaptureError before reaching
+   * the driver: a synchronous copy from JavaScript memory, a host wait, `synchronize()`, an
+   * allocation from CudaResource (cuMemAlloc), a reduction read back to the host.
+   * @param options `mode` (`'global'` by default) and `pool`.
+   * @returns This stream.
+   * @throws {TypeError} For an unknown option or mode.
+   * @throws {StreamCaptureError} On the default stream (the legacy stream cannot be captured), or when this stream is already capturing.
+   * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @example
+   * ```ts
+   * stream.beginCapture();
+   * step(stream);
+   * using graph = stream.endCapture();
+   * ```
+   */
+  beginCapture(options: CaptureOptions = {}): this {
+    options = readOptions('Stream.beginCapture', options, { mode: true, pool: true });
+    const mode = options.mode ?? 'global';
+    if (typeof mode !== 'string' || !Object.hasOwn(CAPTURE_MODES, mode)) {
+      throw new TypeError(`beginCapture: mode must be 'global', 'thread-local' or 'relaxed', got ${String(mode)}`);
+    }
+    const pool = options.pool;
+    if (pool !== undefined && (typeof pool !== 'object' || pool === null || typeof pool.retain !== 'function')) {
+      throw new TypeError('beginCapture: pool must be a GraphPool');
+    }
+    const handle = this.handle;
+    if (handle === DEFAULT_STREAM) throw new StreamCaptureError('beginCapture()', 'the legacy default stream cannot be captured: capture a stream made with Stream.create()');
+    if (captureSessionOf(handle) !== undefined) throw new StreamCaptureError('beginCapture()', `stream ${handle} is already capturing`);
+    this.device.makeCurrent();
+    this.device.backend.streamBeginCapture(handle, CAPTURE_MODES[mode]);
+    pool?.retain();
+    startSession(new CaptureSession(handle, mode, this.device.ordinal, pool));
+    return this;
+  }
+
+  /**
+   * Ends the capture begun on this stream and returns what it recorded. The stream runs work
+   * again; when the capture failed (a forbidden call invalidated it, a joined stream was not
+   * joined back) it still ends, and the error says why.
+   * @returns The graph (destroy it, or `using`).
+   * @throws {StreamCaptureError} When this stream is not capturing, or the capture was invalidated or left a stream unjoined (`cause`: the driver's error).
+   * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @example
+   * ```ts
+   * using graph = stream.endCapture();
+   * using exec = graph.instantiate();
+   * ```
+   */
+  endCapture(): Graph {
+    const handle = this.handle;
+    const session = captureSessionOf(handle);
+    if (session === undefined) throw new StreamCaptureError('endCapture()', `stream ${handle} is not capturing`);
+    if (session.origin !== handle) throw new StreamCaptureError('endCapture()', `stream ${handle} joined a capture begun on stream ${session.origin}: end it there`);
+    this.device.makeCurrent();
+    let raw: Handle;
+    try {
+      raw = this.device.backend.streamEndCapture(handle);
+    } catch (error) {
+      endSession(session);
+      session.pool?.release();
+      throw captureError(error, 'endCapture()');
+    }
+    endSession(session);
+    return new Graph(raw, this.device, session.pool);
+  }
+
+  /**
+   * Whether the stream is capturing (cuStreamIsCapturing): `'none'`, `'active'`, or
+   * `'invalidated'` (a forbidden call invalidated the capture; `endCapture()` will fail).
+   * @returns The status.
+   * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @example
+   * ```ts
+   * if (stream.captureStatus === 'active') console.log('recording');
+   * ```
+   */
+  get captureStatus(): CaptureStatusName {
+    const handle = this.handle;
+    this.device.makeCurrent();
+    const status = this.device.backend.streamCaptureStatus(handle);
+    return status === 0 ? 'none' : status === 1 ? 'active' : 'invalidated';
+  }
+
+  /**
+   * Queues `fn` to run on the host when the stream reaches this point (cuLaunchHostFunc); the
+   * stream's later work waits for it. Captured, it runs at every launch of the graph. Its cost:
+   * the driver calls it from its own thread and JavaScript runs it on the main thread when the
+   * event loop next turns, so the stream stops there until then (tens of microseconds at best,
+   * as long as the main thread is busy at worst): never wait for such a stream with
+   * `synchronize()` (it would never return), await `synchronized()`. `fn` must not call vram or
+   * CUDA. An error it throws is rethrown on the event loop (an uncaught exception).
+   * @param fn What to run.
+   * @returns This stream.
+   * @throws {TypeError} When `fn` is not a function.
+   * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @example
+   * ```ts
+   * stream.launchHostFunc(() => { steps += 1; });
+   * await stream.synchronized();
+   * ```
+   */
+  launchHostFunc(fn: () => void): this {
+    if (typeof fn !== 'function') throw new TypeError('launchHostFunc expects a function');
+    const handle = this.handle;
+    this.device.makeCurrent();
+    this.device.backend.launchHostFunc(handle, () => {
+      try {
+        fn();
+      } catch (error) {
+        // Nothing waits for the function's result: the error surfaces as Node's uncaught exceptions do.
+        process.nextTick(() => { throw error; });
+      }
+    });
+    return this;
+  }
+
+  /**
    * Blocks the calling thread (and the event loop) until all queued work has completed.
    * @throws {UseAfterFreeError} When the stream was destroyed.
+   * @throws {StreamCaptureError} While a capture forbids host waits (this stream capturing, or any capture in mode global or thread-local).
    * @throws {CudaError} When queued work failed.
    * @example
    * ```ts
@@ -378,6 +524,7 @@ export class Stream implements StreamRef {
    */
   synchronize(): void {
     const handle = this.handle;
+    refuseDuringCapture('stream.synchronize()', 'a host wait cannot be captured (await stream.synchronized() after endCapture())', handle);
     this.device.makeCurrent();
     this.device.backend.streamSynchronize(handle);
   }
@@ -504,6 +651,8 @@ export interface EventOptions {
 export class Event {
   #destroyed = false;
   private recorded = false;
+  /** The capture the latest record was made in, if it was (graph/graph.ts). */
+  #captureSession: CaptureSession | undefined;
   /** What the backstop ends if this event is collected undestroyed. */
   private readonly dropped: Dropped;
 
@@ -681,6 +830,7 @@ export class Event {
     this.device.makeCurrent();
     this.device.backend.eventRecord(handle, s);
     this.recorded = true;
+    this.#captureSession = captureSessionOf(s);
     return this;
   }
 
@@ -695,6 +845,7 @@ export class Event {
    */
   query(): boolean {
     const handle = this.handle;
+    this.refuseCaptured('event.query()');
     this.device.makeCurrent();
     return this.device.backend.eventQuery(handle);
   }
@@ -710,8 +861,31 @@ export class Event {
    */
   synchronize(): void {
     const handle = this.handle;
+    this.refuseCaptured('event.synchronize()');
+    refuseDuringCapture('event.synchronize()', 'a host wait cannot be captured (await event.synchronized() after endCapture())');
     this.device.makeCurrent();
     this.device.backend.eventSynchronize(handle);
+  }
+
+  /**
+   * The capture this event was last recorded in, while it lasts: a stream that waits for the
+   * event joins that capture.
+   * @internal
+   * @returns The session, or undefined.
+   * @example
+   * ```ts
+   * if (event.captureSession !== undefined) console.log('recorded in a capture');
+   * ```
+   */
+  get captureSession(): CaptureSession | undefined {
+    const session = this.#captureSession;
+    return session !== undefined && captureSessionOf(session.origin) === session ? session : undefined;
+  }
+
+  private refuseCaptured(call: string): void {
+    if (this.captureSession !== undefined) {
+      throw new StreamCaptureError(call, 'the event was recorded in a capture that has not ended: it marks a point in the graph, not in work that runs');
+    }
   }
 
   /**

@@ -87,10 +87,11 @@ test('examples/tour runs', () => {
 });
 
 test('the README\'s first program and kernels example run', () => {
-  assert.deepEqual(examples, ['examples/first-program.ts', 'examples/tour.ts', 'examples/kernels.ts'], 'the README\'s examples, in order');
+  assert.deepEqual(examples, ['examples/first-program.ts', 'examples/tour.ts', 'examples/kernels.ts', 'examples/graphs.ts'], 'the README\'s examples, in order');
   const backend = process.env['VRAM_BACKEND'] === 'cuda' ? 'cuda' : process.env['VRAM_BACKEND'] === 'emulated' ? 'emulated' : '(cuda|emulated)';
   assert.match(runExample('examples/first-program.ts'), new RegExp(`^${backend}: sum 10\\n$`));
   assert.equal(runExample('examples/kernels.ts'), 'sum(x + y) = 1499500\n');
+  assert.match(runExample('examples/graphs.ts'), /^\d+ nodes, one launch call each: y\[3\] = 12\n$/);
 });
 
 test('every TypeScript block of the README is an example file, word for word', () => {

@@ -28,6 +28,7 @@ import {
   receiveFd, toCudaArrayInterface, toDLPack,
 } from '../src/public/interop.js';
 import { EmulatedBackend } from '../src/public/backend.js';
+import { captureGraph, GraphPool } from '../src/public/graphs.js';
 import { memorySnapshot, recordMemoryHistory } from '../src/public/observe.js';
 import { parseAllocationLog, replay } from '../src/public/replay.js';
 import {
@@ -143,6 +144,9 @@ const TABLE: readonly Entry[] = [
   { name: 'Stream.create', keys: ['device', 'nonBlocking', 'priority'], call: (o) => Stream.create(o as never) },
   { name: 'Stream.fromHandle', keys: ['device'], call: (o) => Stream.fromHandle(0, o as never) },
   { name: 'Event.create', keys: ['device', 'timing', 'blockingSync', 'interprocess'], call: (o) => Event.create(o as never) },
+  { name: 'Stream#beginCapture', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); s.beginCapture(o as never); return s.endCapture(); } },
+  { name: 'captureGraph', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); return captureGraph(s, () => undefined, o as never); } },
+  { name: 'new GraphPool', keys: ['device'], call: (o) => new GraphPool(o as never) },
   { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount'], call: (o) => new EmulatedBackend(o as never) },
   // Buffers
   { name: 'DeviceBuffer.allocate', keys: ARRAY, call: (o) => DeviceBuffer.allocate(64, o as never) },
@@ -286,6 +290,7 @@ const TABLE: readonly Entry[] = [
 const NO_OPTIONS: Readonly<Record<string, string>> = {
   'new CompileError': 'its `options` are the NVRTC option strings it was compiled with, an array',
   'new VramError': 'ECMAScript Error options ({ cause }), as every Error takes them (its subclasses inherit this constructor)',
+  'new StreamCaptureError': 'ECMAScript Error options ({ cause }), passed on to VramError\'s constructor',
 };
 
 /** What an entry point's messages call it. */

@@ -205,6 +205,41 @@ export class LiveStreams {
   }
 }
 
+/**
+ * Stream capture modes (CUstreamCaptureMode): which calls a capture forbids. GLOBAL and
+ * THREAD_LOCAL forbid "potentially unsafe" calls (cuMemAlloc, cuMemFree, synchronous copies and
+ * fills, synchronisations) while the capture lasts (GLOBAL from any thread, THREAD_LOCAL from the
+ * capturing thread; one JavaScript thread sees no difference); such a call fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture. RELAXED forbids only what
+ * conflicts with capture itself (synchronising or querying the capturing stream).
+ */
+export const CaptureMode = {
+  GLOBAL: 0,
+  THREAD_LOCAL: 1,
+  RELAXED: 2,
+} as const;
+
+/** Whether a stream is capturing (CUstreamCaptureStatus). */
+export const CaptureStatus = {
+  NONE: 0,
+  ACTIVE: 1,
+  /** Capturing, but a forbidden call invalidated the capture: ending it fails. */
+  INVALIDATED: 2,
+} as const;
+
+/** What cuGraphExecUpdate answered (CUgraphExecUpdateResult); SUCCESS when the executable graph took the new parameters. */
+export const GraphUpdateResult = {
+  SUCCESS: 0,
+  ERROR: 1,
+  TOPOLOGY_CHANGED: 2,
+  NODE_TYPE_CHANGED: 3,
+  FUNCTION_CHANGED: 4,
+  PARAMETERS_CHANGED: 5,
+  NOT_SUPPORTED: 6,
+  UNSUPPORTED_FUNCTION_CHANGE: 7,
+  ATTRIBUTES_CHANGED: 8,
+} as const;
+
 /** Size of a legacy IPC handle (CUipcMemHandle, CUipcEventHandle): 64 opaque bytes. */
 export const IPC_HANDLE_BYTES = 64;
 
@@ -587,6 +622,46 @@ export interface Backend {
    * through memory.
    */
   streamWriteValue32(stream: Handle, addr: Ptr, value: number, flags: number): void;
+  /**
+   * cuLaunchHostFunc: `fn` runs once the stream reaches this point, and the stream's later work
+   * waits for it to return. On a GPU the driver calls it from its own thread, and JavaScript runs
+   * it on the main thread when the event loop next turns: until then the stream is stopped, so a
+   * synchronous wait on that stream from the main thread never returns (the emulation fails such
+   * a wait with CUDA_ERROR_NOT_READY). `fn` must not make CUDA calls. Captured, it is a host node
+   * run by every launch of the graph.
+   */
+  launchHostFunc(stream: Handle, fn: () => void): void;
+
+  // --- Stream capture and graphs ---
+  /** cuStreamBeginCapture: work queued on `stream` from now on is recorded into a graph instead of run (`mode`: a CaptureMode). */
+  streamBeginCapture(stream: Handle, mode: number): void;
+  /**
+   * cuStreamEndCapture: ends the capture begun on `stream` and returns the graph. Every stream
+   * joined into the capture must have joined back (CUDA_ERROR_STREAM_CAPTURE_UNJOINED); an
+   * invalidated capture ends with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph.
+   */
+  streamEndCapture(stream: Handle): Handle;
+  /** cuStreamIsCapturing: a CaptureStatus. */
+  streamCaptureStatus(stream: Handle): number;
+  /** cuThreadExchangeStreamCaptureMode: sets the calling thread's capture mode and returns the previous one. */
+  threadExchangeCaptureMode(mode: number): number;
+  /** cuGraphGetNodes with no array: how many nodes the graph has. */
+  graphNodeCount(graph: Handle): number;
+  /** cuGraphDestroy. Executable graphs made from it live on. */
+  graphDestroy(graph: Handle): void;
+  /** cuGraphInstantiateWithFlags (no flags): an executable graph. */
+  graphInstantiate(graph: Handle): Handle;
+  /** cuGraphLaunch: the whole graph, in order on `stream`, for the cost of one call. */
+  graphLaunch(exec: Handle, stream: Handle): void;
+  /**
+   * cuGraphExecUpdate: gives `exec` the parameters of `graph`'s nodes when its topology is the
+   * same. Returns GraphUpdateResult.SUCCESS, or why not (`exec` is then unchanged); other
+   * failures throw.
+   */
+  graphExecUpdate(exec: Handle, graph: Handle): number;
+  /** cuGraphExecDestroy: a launch already queued still runs (the driver frees it once done). */
+  graphExecDestroy(exec: Handle): void;
+
   eventCreate(flags: number): Handle;
   eventDestroy(event: Handle): void;
   eventRecord(event: Handle, stream: Handle): void;

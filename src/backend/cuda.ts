@@ -100,6 +100,16 @@ class CudaBackend implements Backend {
   private readonly recordEvent: DriverFunctions['cuEventRecord'];
   private readonly queryEvent: DriverFunctions['cuEventQuery'];
   private readonly launch: DriverFunctions['cuLaunchKernel'];
+  /** Host functions by id (cuLaunchHostFunc's userData), with how many graphs and executable graphs hold each. */
+  private readonly hostFns = new Map<number, { readonly fn: () => void; once: boolean; refs: number }>();
+  private nextHostFn = 1;
+  /** The ids of host functions captured, by capture id (0: the driver cannot say which capture). */
+  private readonly capturedHostFns = new Map<number, number[]>();
+  /** The ids of host functions each graph or executable graph holds. */
+  private readonly graphHostFns = new Map<Handle, number[]>();
+  /** The registered trampoline the driver calls for every host function, and its address. */
+  private hostTrampoline: number | undefined;
+  private readonly launchGraph: DriverFunctions['cuGraphLaunch'];
   /** kernelLimits per ordinal, read once (they are fixed for the device). */
   private readonly limits: KernelLimits[] = [];
 
@@ -121,6 +131,7 @@ class CudaBackend implements Backend {
     this.recordEvent = fn.cuEventRecord;
     this.queryEvent = fn.cuEventQuery;
     this.launch = fn.cuLaunchKernel;
+    this.launchGraph = fn.cuGraphLaunch;
     const slotBytes = 8 * POINTER_ATTRIBUTES.length;
     const base = koffi.alloc('uint64_t', POINTER_ATTRIBUTES.length) as bigint;
     this.attrSlots = new DataView(koffi.view(base, slotBytes));
@@ -541,6 +552,142 @@ class CudaBackend implements Backend {
   streamPriorityRange(): readonly [least: number, greatest: number] {
     this.check(this.fn.cuCtxGetStreamPriorityRange(this.i32, this.i32b), 'cuCtxGetStreamPriorityRange');
     return [this.i32[0] ?? 0, this.i32b[0] ?? 0];
+  }
+
+  launchHostFunc(stream: Handle, fn: () => void): void {
+    if (typeof fn !== 'function') throw new TypeError('launchHostFunc: fn must be a function');
+    const capture = this.captureId(stream);
+    const id = this.nextHostFn++;
+    // Captured, the function runs at every launch of the graph: it lives while a graph holds it.
+    this.hostFns.set(id, { fn, once: capture === undefined, refs: 0 });
+    const r = this.fn.cuLaunchHostFunc(stream, this.trampoline(), id);
+    if (r !== 0) {
+      this.hostFns.delete(id);
+      throw this.fail(r, 'cuLaunchHostFunc');
+    }
+    if (capture !== undefined) {
+      const ids = this.capturedHostFns.get(capture);
+      if (ids === undefined) this.capturedHostFns.set(capture, [id]);
+      else ids.push(id);
+    }
+  }
+
+  /** The address of the one trampoline the driver calls (from its own thread; koffi runs it on the main thread). */
+  private trampoline(): number {
+    if (this.hostTrampoline === undefined) {
+      const proto = koffi.proto('void vram_host_fn(uint64_t userData)');
+      const registered = koffi.register((userData: number | bigint) => this.runHostFn(Number(userData)), koffi.pointer(proto));
+      this.hostTrampoline = Number(koffi.address(registered));
+    }
+    return this.hostTrampoline;
+  }
+
+  private runHostFn(id: number): void {
+    const entry = this.hostFns.get(id);
+    if (entry === undefined) return;
+    if (entry.once) this.hostFns.delete(id);
+    entry.fn();
+  }
+
+  /** The id of the capture `stream` records into (0 when the driver cannot say which), undefined when not capturing. */
+  private captureId(stream: Handle): number | undefined {
+    // Never throws: where the driver cannot say (the legacy stream beside a capture), the call
+    // that follows reports the driver's error itself.
+    const info = this.fn.cuStreamGetCaptureInfo_v2;
+    if (info !== undefined) {
+      if (info(stream, this.i32, this.u64, null, null, null) !== 0) return undefined;
+      return this.i32[0] === 0 ? undefined : Number(this.u64[0]);
+    }
+    if (this.fn.cuStreamIsCapturing(stream, this.i32) !== 0) return undefined;
+    return this.i32[0] === 0 ? undefined : 0;
+  }
+
+  /** Counts one more holder of each host function. */
+  private holdHostFns(handle: Handle, ids: readonly number[]): void {
+    if (ids.length === 0) return;
+    for (const id of ids) {
+      const entry = this.hostFns.get(id);
+      if (entry !== undefined) entry.refs++;
+    }
+    this.graphHostFns.set(handle, [...(this.graphHostFns.get(handle) ?? []), ...ids]);
+  }
+
+  /** Lets go of the host functions `handle` held; the last holder's going ends them. */
+  private dropHostFns(handle: Handle): void {
+    const ids = this.graphHostFns.get(handle);
+    if (ids === undefined) return;
+    this.graphHostFns.delete(handle);
+    for (const id of ids) {
+      const entry = this.hostFns.get(id);
+      if (entry !== undefined && --entry.refs <= 0) this.hostFns.delete(id);
+    }
+  }
+
+  streamBeginCapture(stream: Handle, mode: number): void {
+    this.check(this.fn.cuStreamBeginCapture_v2(stream, mode), 'cuStreamBeginCapture');
+  }
+
+  streamEndCapture(stream: Handle): Handle {
+    const capture = this.captureId(stream);
+    const r = this.fn.cuStreamEndCapture(stream, this.u64);
+    const ids = capture === undefined ? [] : this.capturedHostFns.get(capture) ?? [];
+    if (capture !== undefined) this.capturedHostFns.delete(capture);
+    if (r !== 0) {
+      for (const id of ids) this.hostFns.delete(id);
+      throw this.fail(r, 'cuStreamEndCapture');
+    }
+    const graph = this.outNumber('cuStreamEndCapture');
+    this.holdHostFns(graph, ids);
+    return graph;
+  }
+
+  streamCaptureStatus(stream: Handle): number {
+    this.check(this.fn.cuStreamIsCapturing(stream, this.i32), 'cuStreamIsCapturing');
+    return this.i32[0]!;
+  }
+
+  threadExchangeCaptureMode(mode: number): number {
+    this.i32b[0] = mode;
+    this.check(this.fn.cuThreadExchangeStreamCaptureMode(this.i32b), 'cuThreadExchangeStreamCaptureMode');
+    return this.i32b[0]!;
+  }
+
+  graphNodeCount(graph: Handle): number {
+    this.u64[0] = 0n;
+    this.check(this.fn.cuGraphGetNodes(graph, null, this.u64), 'cuGraphGetNodes');
+    return Number(this.u64[0]);
+  }
+
+  graphDestroy(graph: Handle): void {
+    this.check(this.fn.cuGraphDestroy(graph), 'cuGraphDestroy');
+    this.dropHostFns(graph);
+  }
+
+  graphInstantiate(graph: Handle): Handle {
+    this.check(this.fn.cuGraphInstantiateWithFlags(this.u64, graph, 0), 'cuGraphInstantiate');
+    const exec = this.outNumber('cuGraphInstantiate');
+    this.holdHostFns(exec, this.graphHostFns.get(graph) ?? []);
+    return exec;
+  }
+
+  graphLaunch(exec: Handle, stream: Handle): void {
+    const r = this.launchGraph(exec, stream);
+    if (r !== 0) throw this.fail(r, 'cuGraphLaunch');
+  }
+
+  graphExecUpdate(exec: Handle, graph: Handle): number {
+    const info = new BigUint64Array(3);
+    const r = this.fn.cuGraphExecUpdate_v2(exec, graph, info);
+    if (r === CUresult.GRAPH_EXEC_UPDATE_FAILURE) return Number(info[0]! & 0xffffffffn) || 1;
+    if (r !== 0) throw this.fail(r, 'cuGraphExecUpdate');
+    // The executable graph now runs the new graph's host functions too.
+    this.holdHostFns(exec, this.graphHostFns.get(graph) ?? []);
+    return 0;
+  }
+
+  graphExecDestroy(exec: Handle): void {
+    this.check(this.fn.cuGraphExecDestroy(exec), 'cuGraphExecDestroy');
+    this.dropHostFns(exec);
   }
 
   eventCreate(flags: number): Handle {

@@ -20,6 +20,7 @@ import { KernelCalls } from './emulated/kernels.js';
 import { pointerAttributes } from './emulated/pointer-attributes.js';
 import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
+import { GraphCalls } from './emulated/graphs.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
 import { sizeInBytes, variableReader } from '../util/environment.js';
@@ -70,6 +71,7 @@ export class EmulatedBackend implements Backend {
   private readonly virtualMemory: VirtualMemory;
   private readonly ipc: IpcCalls;
   private readonly kernels: KernelCalls;
+  private readonly graphs: GraphCalls;
 
   /**
    * @param options Each device's capacity (default `VRAM_EMULATED_BYTES`, else 4 GiB) and the number of devices (default 1).
@@ -98,6 +100,7 @@ export class EmulatedBackend implements Backend {
     this.virtualMemory = new VirtualMemory(state);
     this.ipc = new IpcCalls(state);
     this.kernels = new KernelCalls(state);
+    this.graphs = new GraphCalls(state);
   }
 
   // --- Driver, devices and contexts ---
@@ -308,6 +311,52 @@ export class EmulatedBackend implements Backend {
 
   streamPriorityRange(): readonly [least: number, greatest: number] {
     return this.streams.streamPriorityRange();
+  }
+
+  launchHostFunc(stream: Handle, fn: () => void): void {
+    this.streams.launchHostFunc(stream, fn);
+  }
+
+  // --- Stream capture and graphs ---
+
+  streamBeginCapture(stream: Handle, mode: number): void {
+    this.graphs.streamBeginCapture(stream, mode);
+  }
+
+  streamEndCapture(stream: Handle): Handle {
+    return this.graphs.streamEndCapture(stream);
+  }
+
+  streamCaptureStatus(stream: Handle): number {
+    return this.graphs.streamCaptureStatus(stream);
+  }
+
+  threadExchangeCaptureMode(mode: number): number {
+    return this.graphs.threadExchangeCaptureMode(mode);
+  }
+
+  graphNodeCount(graph: Handle): number {
+    return this.graphs.graphNodeCount(graph);
+  }
+
+  graphDestroy(graph: Handle): void {
+    this.graphs.graphDestroy(graph);
+  }
+
+  graphInstantiate(graph: Handle): Handle {
+    return this.graphs.graphInstantiate(graph);
+  }
+
+  graphLaunch(exec: Handle, stream: Handle): void {
+    this.graphs.graphLaunch(exec, stream);
+  }
+
+  graphExecUpdate(exec: Handle, graph: Handle): number {
+    return this.graphs.graphExecUpdate(exec, graph);
+  }
+
+  graphExecDestroy(exec: Handle): void {
+    this.graphs.graphExecDestroy(exec);
   }
 
   eventCreate(flags: number): Handle {

@@ -19,7 +19,8 @@
  */
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
-import { VramStateError } from '../errors.js';
+import { StreamCaptureError, VramStateError } from '../errors.js';
+import { captureError, captureSessionOf, refuseDuringCapture } from '../graph/graph.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
@@ -496,6 +497,11 @@ export function copyBetween(
       'for a synchronous copy.');
   }
   if (plan.bytes === 0) return;
+  if (stream === undefined) {
+    refuseDuringCapture(`${what}()`, plan.d.js || plan.s.js
+      ? 'a synchronous copy to or from JavaScript memory waits on the host: copy through a HostBuffer on the capturing stream'
+      : 'a synchronous copy (cuMemcpy) cannot be captured: pass the capturing stream');
+  }
   if (prepareSides(stream, dst, src)) plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   if (plan.d.js || plan.s.js) {
     // Memory of a context of its own (foreign memory) is copied by the driver in that context:
@@ -512,7 +518,11 @@ export function copyBetween(
     else if (s.js && !d.js) backend.memcpyFromHost(d.ptr + dstOffset, s.bytes.subarray(srcOffset, srcOffset + bytes), bytes);
     return;
   }
-  issue(plan, stream);
+  try {
+    issue(plan, stream);
+  } catch (error) {
+    throw captureError(error, `${what}()`);
+  }
 }
 
 /**
@@ -527,6 +537,12 @@ export async function copyBetweenAsync(
   let plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream ?? defaultStream;
   if (plan.bytes === 0) return;
+  const handle = streamHandleOf(stream);
+  if (captureSessionOf(handle) !== undefined) {
+    throw new StreamCaptureError(`${what}()`, 'an awaited copy waits for its data on the host, and the capturing stream runs nothing: ' +
+      'queue the copy with the method that takes a stream (a HostBuffer for host memory), and await after launching the graph');
+  }
+  if (plan.d.js || plan.s.js) refuseDuringCapture(`${what}()`, 'a copy of JavaScript memory is staged with host waits');
   if (prepareSides(stream, dst, src)) plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const copy = pageable(plan, options.register);
   if (copy !== undefined) {
@@ -595,13 +611,18 @@ export function fill(target: DeviceMemory, value: number, options: MemsetOptions
   }
   checkRange(offset, count * elementBytes, size, 'memset');
   if (count === 0) return;
+  if (stream === undefined) refuseDuringCapture('memset()', 'a synchronous fill (cuMemset) cannot be captured: pass the capturing stream');
   const at = prepareSides(options.stream, target) ? addressOf(target) : ptr;
   recordUse(options.stream, target);
   if (options.stream instanceof Stream) options.stream.device.makeCurrent();
   else target.makeCurrent();
   const backend = target.backend;
-  if (stream === undefined) backend.memset(at + offset, pattern, elementBytes, count);
-  else backend.memsetAsync(at + offset, pattern, elementBytes, count, stream);
+  try {
+    if (stream === undefined) backend.memset(at + offset, pattern, elementBytes, count);
+    else backend.memsetAsync(at + offset, pattern, elementBytes, count, stream);
+  } catch (error) {
+    throw captureError(error, 'memset()');
+  }
 }
 
 /** One side of a 2D copy: memory, the byte offset of the region's first row, and the row pitch. */

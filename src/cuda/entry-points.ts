@@ -89,6 +89,20 @@ export interface DriverFunctions {
   cuStreamGetPriority(stream: number, priority: Int32Array): R;
   cuStreamWaitValue32_v2(stream: number, addr: number, value: number, flags: number): R;
   cuStreamWriteValue32_v2(stream: number, addr: number, value: number, flags: number): R;
+  /** `fn`: the address of the registered host-function trampoline; `userData`: the function's id. */
+  cuLaunchHostFunc(stream: number, fn: number, userData: number): R;
+  cuStreamBeginCapture_v2(stream: number, mode: number): R;
+  cuStreamEndCapture(stream: number, graph: BigUint64Array): R;
+  cuStreamIsCapturing(stream: number, status: Int32Array): R;
+  cuStreamGetCaptureInfo_v2?: (stream: number, status: Int32Array, id: BigUint64Array, graph: null, deps: null, count: null) => R;
+  cuThreadExchangeStreamCaptureMode(mode: Int32Array): R;
+  cuGraphGetNodes(graph: number, nodes: null, count: BigUint64Array): R;
+  cuGraphDestroy(graph: number): R;
+  cuGraphInstantiateWithFlags(exec: BigUint64Array, graph: number, flags: number): R;
+  cuGraphLaunch(exec: number, stream: number): R;
+  /** `info`: a CUgraphExecUpdateResultInfo (result, errorNode, errorFromNode: 24 bytes). */
+  cuGraphExecUpdate_v2(exec: number, graph: number, info: BigUint64Array): R;
+  cuGraphExecDestroy(exec: number): R;
   cuEventCreate(event: BigUint64Array, flags: number): R;
   cuEventDestroy_v2(event: number): R;
   cuEventRecord(event: number, stream: number): R;
@@ -221,6 +235,22 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   // The _v2 stream memory operations (CUDA 11.7): always available, no CAN_USE_STREAM_MEM_OPS_V1 opt-in.
   cuStreamWaitValue32_v2: { symbol: 'cuStreamWaitValue32', version: 11070, params: `${U64} stream, ${U64} addr, uint32_t value, uint32_t flags` },
   cuStreamWriteValue32_v2: { symbol: 'cuStreamWriteValue32', version: 11070, params: `${U64} stream, ${U64} addr, uint32_t value, uint32_t flags` },
+  cuLaunchHostFunc: { symbol: 'cuLaunchHostFunc', version: 10000, params: `${U64} stream, ${U64} fn, ${U64} userData` },
+  cuStreamBeginCapture_v2: { symbol: 'cuStreamBeginCapture', version: 10010, params: `${U64} stream, int mode` },
+  cuStreamEndCapture: { symbol: 'cuStreamEndCapture', version: 10000, params: `${U64} stream, uint64_t *graph` },
+  cuStreamIsCapturing: { symbol: 'cuStreamIsCapturing', version: 10000, params: `${U64} stream, int *status` },
+  // The capture's id (which capture a host function belongs to); the CUDA 11.3 ABI, optional.
+  cuStreamGetCaptureInfo_v2: {
+    symbol: 'cuStreamGetCaptureInfo', version: 11030,
+    params: `${U64} stream, int *status, uint64_t *id, void *graph, void *deps, void *count`, optional: true,
+  },
+  cuThreadExchangeStreamCaptureMode: { symbol: 'cuThreadExchangeStreamCaptureMode', version: 10010, params: 'int *mode' },
+  cuGraphGetNodes: { symbol: 'cuGraphGetNodes', version: 10000, params: `${U64} graph, void *nodes, size_t *count` },
+  cuGraphDestroy: { symbol: 'cuGraphDestroy', version: 10000, params: `${U64} graph` },
+  cuGraphInstantiateWithFlags: { symbol: 'cuGraphInstantiateWithFlags', version: 11040, params: `uint64_t *exec, ${U64} graph, uint64_t flags` },
+  cuGraphLaunch: { symbol: 'cuGraphLaunch', version: 10000, params: `${U64} exec, ${U64} stream` },
+  cuGraphExecUpdate_v2: { symbol: 'cuGraphExecUpdate', version: 12000, params: `${U64} exec, ${U64} graph, void *info` },
+  cuGraphExecDestroy: { symbol: 'cuGraphExecDestroy', version: 10000, params: `${U64} exec` },
   cuEventCreate: { symbol: 'cuEventCreate', version: 2000, params: 'uint64_t *event, uint32_t flags' },
   cuEventDestroy_v2: { symbol: 'cuEventDestroy', version: 4000, params: `${U64} event` },
   cuEventRecord: { symbol: 'cuEventRecord', version: 2000, params: `${U64} event, ${U64} stream` },

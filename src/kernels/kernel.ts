@@ -4,6 +4,7 @@
  * launches; a driver error comes back naming the kernel. After the first launch a launch creates no
  * JavaScript objects of its own (the rest-parameter array and the config object are the caller's).
  */
+import { captureError } from '../graph/graph.js';
 import type { Backend, FunctionAttributes, Handle, KernelLimits, KernelParams } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { CudaError, UseAfterFreeError } from '../errors.js';
@@ -90,7 +91,8 @@ export class Kernel<S extends Signature> {
     try {
       backend.launchKernel(this.#fn, dims[0]!, dims[1]!, dims[2]!, dims[3]!, dims[4]!, dims[5]!, shared, handle, this.#params);
     } catch (error) {
-      throw withKernelName(this.name, error);
+      // The driver's refusal during a capture (an invalidated capture, the legacy stream beside one) names the launch.
+      throw captureError(withKernelName(this.name, error), `kernel ${this.name}: launch()`);
     }
   }
 

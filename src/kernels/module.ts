@@ -13,6 +13,7 @@
  */
 import type { EmulatedKernels, Handle, ModuleImage } from '../backend/backend.js';
 import { Device } from '../device.js';
+import { relaxedDuringCapture } from '../graph/graph.js';
 import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../errors.js';
 import { compileSource } from './compile.js';
 import { Kernel } from './kernel.js';
@@ -185,7 +186,8 @@ export class Module {
     emulated: EmulatedKernels | undefined): Module {
     device.makeCurrent();
     const context = device.activeContext;
-    const handle = device.backend.moduleLoad(image);
+    // A built-in op's module may first be needed inside a capture: loading it orders nothing there.
+    const handle = relaxedDuringCapture(device.backend, () => device.backend.moduleLoad(image));
     return new Module(device, context, handle, log, loweredNames, emulated);
   }
 

@@ -12,6 +12,7 @@ import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
 import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
+import { graphPoolsOf } from '../resource/graph-pool.js';
 
 /**
  * A figure now (`value`) and its high-water mark (`peak`): a `Counter` without the running total,
@@ -83,6 +84,13 @@ export interface MemoryStats {
    * device now and held there by leases. Zeros where nothing was spillable.
    */
   readonly spill: SpillFigures;
+  /**
+   * Memory CUDA graphs own on the device: the capture-private pools (`GraphPool`) that hold memory
+   * now, the bytes they hold from the driver and the bytes in blocks handed out and not freed.
+   * That memory does not come from the current resource (a capture allocates from the pool instead);
+   * graph memory nodes of `AsyncResource` are in CUDA's pool, not here. Zeros when no graph holds any.
+   */
+  readonly graphPools: { readonly pools: number; readonly reservedBytes: number; readonly allocatedBytes: number };
 }
 
 /**
@@ -120,7 +128,18 @@ export function memoryStats(device?: Device | number): MemoryStats {
     leaks: leakStatistics(),
     waits: allocationWaits(dev.ordinal),
     spill: spillFigures(dev),
+    graphPools: graphPoolFigures(dev.ordinal),
   } as const);
+}
+
+/** The capture-private pools of device `ordinal`, summed. */
+function graphPoolFigures(ordinal: number): MemoryStats['graphPools'] {
+  const pools = graphPoolsOf(ordinal);
+  return Object.freeze({
+    pools: pools.length,
+    reservedBytes: pools.reduce((n, p) => n + p.reservedBytes, 0),
+    allocatedBytes: pools.reduce((n, p) => n + p.allocatedBytes, 0),
+  });
 }
 
 /**

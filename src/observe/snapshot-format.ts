@@ -385,7 +385,7 @@ const pageRun: Check = (value, field) => {
 };
 
 const segmentCheck = objectCheck({
-  address, bytes, kind: oneOf(['virtual-range', 'chunk', 'region', 'allocation']),
+  address, bytes, kind: oneOf(['virtual-range', 'chunk', 'region', 'allocation', 'graph-pool']),
   pages: nullable(objectCheck({ pageBytes: numberCheck({ min: 1, integer: true }), mapped: arrayOf(pageRun) })),
   blocks: arrayOf(objectCheck({
     address, bytes, requestedBytes: nullable(bytes), state: oneOf(['live', 'free', 'parked']),

@@ -5,6 +5,7 @@
  * records stacks); and the history's events. The format is `snapshot-format.ts`
  * (`SNAPSHOT_VERSION`, docs/snapshot-schema.json); `JSON.stringify` writes it as it is.
  */
+import { graphPoolsOf } from '../resource/graph-pool.js';
 import { Device } from '../device.js';
 import { existingCurrentResource, getCurrentResource } from '../resource/current.js';
 import { memoryHistory, resourceRecord, type ResourceRecord } from './history.js';
@@ -75,6 +76,15 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
       baseline: history !== undefined && record.seenBy === history ? record.baseline : null,
     };
   });
+
+  // Capture-private pools (GraphPool): memory CUDA graphs own, laid out as segments of kind 'graph-pool'.
+  let nextId = resources.reduce((m, r) => Math.max(m, r.id), 0) + 1;
+  for (const pool of graphPoolsOf(device.ordinal)) {
+    resources.push({
+      id: nextId++, label: String(pool), className: 'GraphPool', kind: 'device', device: device.ordinal, upstream: null, current: false,
+      status: 'active', figures: null, segments: pool.segments(), baseline: null,
+    });
+  }
 
   // A block handed to a sub-allocator above (a pool's chunk, an arena's region, through any
   // adaptors between them) is its memory to cut, not a block of the program: only the blocks of

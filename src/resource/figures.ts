@@ -91,9 +91,11 @@ export interface SnapshotBlock {
  *   FixedSizeResource);
  * - `region`: an arena's one fixed region;
  * - `allocation`: one driver allocation per block (CudaResource, ManagedResource, AsyncResource),
- *   or a request BinningResource passed to its upstream whole: the segment is the block.
+ *   or a request BinningResource passed to its upstream whole: the segment is the block;
+ * - `graph-pool`: a block of a capture-private pool (`GraphPool`): memory a CUDA graph owns, which
+ *   eager work is never handed while the graph lives.
  */
-export type SegmentKind = 'virtual-range' | 'chunk' | 'region' | 'allocation';
+export type SegmentKind = 'virtual-range' | 'chunk' | 'region' | 'allocation' | 'graph-pool';
 
 /** Physical pages of a virtual range: which are mapped (hold memory) now. */
 export interface SnapshotPages {

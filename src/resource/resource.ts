@@ -20,7 +20,9 @@ import type { Ptr } from '../backend/backend.js';
 import { formatBytes } from '../util/size.js';
 import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
-import { isOutOfMemory, UseAfterFreeError } from '../errors.js';
+import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
+import { captureSessionOf, type CaptureSession } from '../graph/graph.js';
+import { GraphPool, graphPoolOf } from './graph-pool.js';
 import { Device } from '../device.js';
 import { Stream, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
@@ -241,6 +243,11 @@ export abstract class MemoryResource {
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     if (this.#destroyed) throw this.destroyedError();
+    const session = captureSessionOf(handle);
+    if (session !== undefined) {
+      const routed = this.#allocateInCapture(session, bytes, handle);
+      if (routed !== undefined) return routed;
+    }
     // A try block costs nothing until something throws (measured on the pool's hit pair), so
     // every resource can count what reached its caller without a cost on the common path.
     // `nesting` tells the outermost call (the program's) from a resource's call to its upstream:
@@ -259,6 +266,43 @@ export abstract class MemoryResource {
     this.#live += 1;
     if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
     return ptr;
+  }
+
+  /**
+   * An allocation on a capturing stream, by the resource's `capturePolicy`: from the capture's
+   * private pool (made on first use), refused before any driver call, or undefined to go on as
+   * usual (the driver's graph memory nodes; an adaptor's upstream decides).
+   */
+  #allocateInCapture(session: CaptureSession, bytes: number, handle: number): Ptr | undefined {
+    const policy = this.capturePolicy;
+    if (policy === 'driver' || policy === 'upstream') return undefined;
+    if (policy === 'refuse') {
+      throw new StreamCaptureError(`${this.constructor.name}.allocate()`, `${this.describe()} allocates with a call a capture forbids ` +
+        '(cuMemAlloc and the like): allocate from an AsyncResource (graph memory nodes) or a PoolResource (the capture-private pool)');
+    }
+    const pool = session.pool ??= retained(new GraphPool({ device: session.deviceOrdinal }));
+    if (!(pool instanceof GraphPool)) throw new TypeError('the capture\'s pool is not a GraphPool');
+    const ptr = pool.allocate(bytes, handle);
+    this.#live += 1;
+    if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
+    return ptr;
+  }
+
+  /**
+   * How the contract serves an allocation on a stream being captured: `'private'` (the default,
+   * every sub-allocator): from the capture-private pool, so eager work is never handed memory a
+   * graph writes; `'driver'`: as usual, the driver makes graph memory nodes (AsyncResource);
+   * `'upstream'`: as usual, the upstream decides (adaptors); `'refuse'`: a StreamCaptureError
+   * before any driver call (resources whose allocation is a call a capture forbids).
+   *
+   * @returns The policy.
+   * @example
+   * ```ts
+   * new PoolResource().capturePolicy; // 'private'
+   * ```
+   */
+  get capturePolicy(): 'private' | 'driver' | 'upstream' | 'refuse' {
+    return this.deviceOrdinal < 0 ? 'refuse' : 'private';
   }
 
   /**
@@ -367,6 +411,14 @@ export abstract class MemoryResource {
     if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     // A destroyed resource still takes back the blocks live at `destroy()` (see there).
     if (this.#released) throw this.destroyedError();
+    const privatePool = graphPoolOf(ptr);
+    if (privatePool !== undefined && this.capturePolicy === 'private') {
+      // A block a capture allocated: it goes back to the capture's pool, never to this resource's cache.
+      privatePool.deallocate(ptr, handle);
+      if (observer !== null && nesting === 0) observer.deallocated(this, ptr, bytes, handle);
+      this.countReturned();
+      return;
+    }
     if (observer === null) {
       this.doDeallocate(ptr, bytes, handle, stream);
     } else {
@@ -692,4 +744,10 @@ export function checkMemoryOf(part: MemoryResource, kind: MemoryKind, device: nu
 
 function where(device: number): string {
   return device < 0 ? 'the host' : `device ${device}`;
+}
+
+/** A new pool with the capture's one hold on it. */
+function retained(pool: GraphPool): GraphPool {
+  pool.retain();
+  return pool;
 }

@@ -79,7 +79,7 @@ export class Copies {
     const s = this.s.stream(stream, call);
     const rows = this.rows(copy, call);
     if (rows.length === 0) return;
-    this.s.enqueue(s, () => { for (const [d, from] of rows) copySpans(d, from); });
+    this.s.enqueue(s, () => { for (const [d, from] of rows) copySpans(d, from); }, undefined, undefined, call);
   }
 
   /** cuMemsetD8/D16/D32: synchronous; `ptr` must be aligned to the element size. */
@@ -95,7 +95,7 @@ export class Copies {
     const call = `cuMemsetD${elementBytes * 8}Async`;
     const s = this.s.stream(stream, call);
     const fill = this.fill(ptr, value, elementBytes, count, call);
-    if (fill !== undefined) this.s.enqueue(s, fill);
+    if (fill !== undefined) this.s.enqueue(s, fill, undefined, undefined, call);
   }
 
   /** A synchronous copy between addresses, after all queued work (cuMemcpy, cuMemcpyPeer). */
@@ -118,7 +118,7 @@ export class Copies {
    */
   private synchronous(call: string, addresses: readonly Ptr[], run: () => void): void {
     if (addresses.every((a) => this.s.isDeviceMemory(a))) {
-      this.s.runOnDevice(run);
+      this.s.runOnDevice(run, call);
     } else {
       this.s.settle(call, 'legacy');
       run();
@@ -132,7 +132,7 @@ export class Copies {
     if (bytes === 0) return;
     const d = this.s.spans(dst, bytes, true, call);
     const from = this.s.spans(src, bytes, false, call);
-    this.s.enqueue(s, () => copySpans(d, from));
+    this.s.enqueue(s, () => copySpans(d, from), undefined, undefined, call);
   }
 
   private rows(copy: Memcpy2D, call: string): [Span[], Span[]][] {

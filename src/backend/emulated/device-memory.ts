@@ -65,6 +65,7 @@ export class DeviceMemory {
     checkSize(bytes, call);
     if (attachFlags !== 0x1 && attachFlags !== 0x2) invalidValue(call, `attach flags must be GLOBAL or HOST, got ${attachFlags}`);
     const ctx = this.s.ctx(call);
+    this.s.unsafe(call);
     const store = eagerStore(bytes, call);
     const base = this.s.managedRange.take(bytes, HOST_ALIGNMENT, call);
     this.s.managedIndex.insert(new PlainAllocation('managed', base, bytes, ctx.device.ordinal, ctx.handle, store, 0, attachFlags));
@@ -77,7 +78,7 @@ export class DeviceMemory {
     this.checkManaged(ptr, bytes, call);
     this.location(location, call);
     const s = this.s.stream(stream, call);
-    this.s.enqueue(s, undefined);
+    this.s.enqueue(s, undefined, undefined, undefined, call);
   }
 
   /** Validates advice on managed memory; the emulation has nothing to tune. */
@@ -91,6 +92,7 @@ export class DeviceMemory {
   private allocDevice(bytes: number, call: string): Ptr {
     checkSize(bytes, call);
     const ctx = this.s.ctx(call);
+    this.s.unsafe(call);
     const large = bytes >= LARGE_ALLOCATION;
     const charged = large ? Math.ceil(bytes / LARGE_PAGE) * LARGE_PAGE : Math.ceil(bytes / DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT;
     ctx.device.charge(charged, call, bytes);

@@ -158,7 +158,7 @@ export class KernelCalls {
         // What the kernel wrote before a fault stays written, as on a GPU.
         memory.writeBack();
       }
-    });
+    }, undefined, undefined, call);
   }
 
   /** cuOccupancyMaxActiveBlocksPerMultiprocessor, from the model's multiprocessor. */

@@ -3,7 +3,9 @@
  * attributes and access, and allocations and frees in stream order.
  */
 import type { Handle, MemPoolAttribute, MemPoolProps, Ptr } from '../backend.js';
-import { checkCount, hex, invalidValue } from './fail.js';
+import { CUresult } from '../../errors.js';
+import { checkCount, fail, hex, invalidValue } from './fail.js';
+import { GraphAllocation } from './graphs.js';
 import { PoolState, POOL_SEGMENT_GRANULARITY } from './pools.js';
 import type { EmulatedState } from './state.js';
 import type { StreamState } from './streams.js';
@@ -53,9 +55,26 @@ export class PoolCalls {
       }
       invalidValue(call, `${hex(ptr)} is not a stream-ordered allocation`);
     }
+    const capture = s.capture;
+    const graphAllocation = this.s.graphAllocations.get(ptr);
+    if (capture !== undefined) {
+      // A free node: only graph memory can be freed in a graph; the memory stays the graph's.
+      if (graphAllocation === undefined) invalidValue(call, `${hex(ptr)} was not allocated by a graph: a graph can free only graph memory`);
+      if (graphAllocation.freedInGraph) invalidValue(call, `${hex(ptr)} was already freed in the graph`);
+      this.s.enqueue(s, undefined, undefined, undefined, call);
+      graphAllocation.freedInGraph = true;
+      return;
+    }
+    if (graphAllocation !== undefined) {
+      // Graph memory the graph left to the program: freed once per launch, kept while the graph lives.
+      if (graphAllocation.freedInGraph || graphAllocation.freedOutside) invalidValue(call, `${hex(ptr)}: the graph allocation was already freed`);
+      graphAllocation.freedOutside = true;
+      this.s.enqueue(s, undefined, undefined, undefined, call);
+      return;
+    }
     this.s.poolBlocks.delete(ptr);
     const complete = block.pool.free(block, s);
-    this.s.enqueue(s, complete);
+    this.s.enqueue(s, complete, undefined, undefined, call);
   }
 
   /** The device's default pool (created on first use). */
@@ -181,8 +200,17 @@ export class PoolCalls {
   }
 
   private poolAlloc(pool: PoolState, bytes: number, stream: StreamState, call: string): Ptr {
+    const capture = stream.capture;
+    if (capture?.invalidated === true) fail(CUresult.STREAM_CAPTURE_INVALIDATED, call, 'the capture this stream belongs to was invalidated');
     const block = pool.allocate(bytes, stream, call);
     this.s.poolBlocks.set(block.address, block);
+    if (capture !== undefined) {
+      // An alloc node: graph memory, at this address for the graph's lifetime (graphs.ts).
+      const allocation = new GraphAllocation(block, capture.memory);
+      capture.memory.allocations.push(allocation);
+      this.s.graphAllocations.set(block.address, allocation);
+      this.s.enqueue(stream, undefined, undefined, undefined, call);
+    }
     return block.address;
   }
 }

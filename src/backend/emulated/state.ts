@@ -10,6 +10,7 @@ import { addressRange, IntervalIndex, type Interval } from './address-space.js';
 import type { Allocation } from './allocation.js';
 import { ContextState, DeviceState } from './devices.js';
 import { fail, hex, invalidValue } from './fail.js';
+import { nodeKind, type CaptureState, type ExecState, type GraphAllocation, type GraphState } from './graphs.js';
 import type { Block, PoolState, PoolHost } from './pools.js';
 import { EagerStore, type Span } from './store.js';
 import { EventState, Scheduler, StreamState, type Hold, type StreamPoint } from './streams.js';
@@ -60,6 +61,14 @@ export class EmulatedState {
    * (ipc.ts) unmaps the shared memory of exported and imported allocations there.
    */
   onDrop: ((a: Allocation) => void) | undefined = undefined;
+  /** Capture sequences in progress (graphs.ts). */
+  readonly captures = new Set<CaptureState>();
+  /** The calling thread's capture mode (cuThreadExchangeStreamCaptureMode), GLOBAL by default. */
+  threadCaptureMode = 0;
+  readonly graphs = new Map<number, GraphState>();
+  readonly execs = new Map<number, ExecState>();
+  /** Pool blocks that graphs' alloc nodes made, by address. */
+  readonly graphAllocations = new Map<number, GraphAllocation>();
 
 
   readonly deviceRange = addressRange('device');
@@ -199,7 +208,15 @@ export class EmulatedState {
    * Queues `run` on `stream` (after `hold`'s condition, if any); work on other streams of the
    * context also waits for its legacy stream.
    */
-  enqueue(stream: StreamState, run: (() => void) | undefined, deps?: readonly StreamPoint[], hold?: Hold): StreamPoint {
+  enqueue(stream: StreamState, run: (() => void) | undefined, deps?: readonly StreamPoint[], hold?: Hold, call = 'cuStreamWaitEvent'): StreamPoint {
+    const capture = stream.capture;
+    if (capture !== undefined) {
+      // Recorded into the capture instead of queued (graphs.ts); the point is where the stream stands.
+      if (capture.invalidated) fail(CUresult.STREAM_CAPTURE_INVALIDATED, call, 'the capture this stream belongs to was invalidated');
+      capture.record(stream, nodeKind(call), run, hold === undefined ? undefined : () => hold);
+      return { stream, position: stream.enqueued };
+    }
+    if (stream.legacy && this.captures.size > 0) this.checkImplicit(stream, call);
     const legacy = stream.legacy ? undefined : this.contexts.get(stream.context)?.legacy;
     return this.scheduler.enqueue(stream, run, deps, legacy, hold);
   }
@@ -218,10 +235,48 @@ export class EmulatedState {
    * Copies and fills between device addresses do not make the host wait: see `runOnDevice`.
    */
   settle(call: string, waitsFor: 'legacy' | 'context' | 'none'): void {
+    if (waitsFor !== 'none') this.unsafe(call);
     this.scheduler.drainAll();
     if (waitsFor === 'none') return;
     const held = this.scheduler.held(this.currentHandle(), waitsFor === 'context' ? () => true : waitsForLegacy);
     if (held !== undefined) this.heldError(call, held);
+  }
+
+  /**
+   * A "potentially unsafe" call (cuMemAlloc, cuMemFree, synchronous copies and fills,
+   * synchronisations): while a capture that is not RELAXED lasts, and the thread's mode is not
+   * RELAXED either, it fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the
+   * captures that forbid it. `stream`: a stream the call synchronises or queries, which may not be
+   * capturing in any mode.
+   */
+  unsafe(call: string, stream?: StreamState): void {
+    if (this.captures.size === 0) return;
+    const own = stream?.capture;
+    if (own !== undefined) {
+      own.invalidated = true;
+      fail(CUresult.STREAM_CAPTURE_UNSUPPORTED, call, `${this.streamName(stream!)} is capturing: its work is recorded, not run, so it cannot be waited for`);
+    }
+    if (this.threadCaptureMode === 2) return;
+    let refused = false;
+    for (const c of this.captures) {
+      if (c.mode !== 2) {
+        c.invalidated = true;
+        refused = true;
+      }
+    }
+    if (refused) fail(CUresult.STREAM_CAPTURE_UNSUPPORTED, call, 'a potentially unsafe call during a stream capture (the capture is invalidated)');
+  }
+
+  /** The legacy stream used while a blocking stream of its context captures: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT. */
+  private checkImplicit(legacy: StreamState, call: string): void {
+    for (const c of this.captures) {
+      for (const s of c.streams) {
+        if (s.blocking && s.context === legacy.context) {
+          c.invalidated = true;
+          fail(CUresult.STREAM_CAPTURE_IMPLICIT, call, `the legacy default stream would synchronise with capturing stream ${s.handle}`);
+        }
+      }
+    }
   }
 
   /**
@@ -232,7 +287,8 @@ export class EmulatedState {
    * queued on the legacy stream, behind them, and runs once they are released (as probed: the
    * driver returns at once and the copy lands after the held work).
    */
-  runOnDevice(run: () => void): void {
+  runOnDevice(run: () => void, call: string): void {
+    this.unsafe(call);
     this.scheduler.drainAll();
     const ctx = this.contexts.get(this.currentHandle());
     if (ctx !== undefined && !ctx.destroyed && this.scheduler.held(ctx.handle, waitsForLegacy) !== undefined) {

@@ -7,7 +7,7 @@ import { CUresult } from '../../errors.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
 import type { Span } from './store.js';
-import { EventState, StreamState } from './streams.js';
+import { EventState, StreamState, type Hold } from './streams.js';
 
 /** Which stream priorities streamCreate accepts: [least, greatest]. */
 const PRIORITY_RANGE = [0, -5] as const;
@@ -87,7 +87,9 @@ export class StreamCalls {
    */
   streamSynchronize(stream: Handle): void {
     const call = 'cuStreamSynchronize';
-    const held = this.s.runStream(this.s.stream(stream, call));
+    const st = this.s.stream(stream, call);
+    this.s.unsafe(call, st);
+    const held = this.s.runStream(st);
     if (held !== undefined) this.s.heldError(call, held);
     this.s.releasePools();
   }
@@ -98,7 +100,9 @@ export class StreamCalls {
    * holds some of it.
    */
   streamQuery(stream: Handle): boolean {
-    return this.s.runStream(this.s.stream(stream, 'cuStreamQuery')) === undefined;
+    const s = this.s.stream(stream, 'cuStreamQuery');
+    if (s.capture !== undefined) this.s.unsafe('cuStreamQuery', s);
+    return this.s.runStream(s) === undefined;
   }
 
   /** cuStreamWaitEvent: later work on `stream` runs after the event's recorded point. */
@@ -106,6 +110,7 @@ export class StreamCalls {
     const call = 'cuStreamWaitEvent';
     const s = this.s.stream(stream, call);
     const e = this.s.event(event, call);
+    if (this.joinCapture(s, e, call)) return;
     const shared = e.shared?.words;
     if (shared !== undefined) {
       // An interprocess event: wait for the latest record of any process, read from shared memory.
@@ -138,7 +143,63 @@ export class StreamCalls {
     const describe = (): string =>
       `the cuStreamWaitValue32 on ${this.s.streamName(s)} for the word at ${hex(addr)} ${WAIT_NAMES[flags]!(value)} (it is ${readWord(spans)})`;
     const progress = (): void => this.s.scheduler.drainAll();
-    this.s.enqueue(s, undefined, undefined, { ready, progress, describe });
+    this.s.enqueue(s, undefined, undefined, { ready, progress, describe }, call);
+  }
+
+  /**
+   * cuLaunchHostFunc: `fn` runs when the stream reaches it, but not before the event loop's next
+   * turn, as on a GPU (the driver's thread waits for JavaScript's main thread): a synchronous wait
+   * for it before then fails with CUDA_ERROR_NOT_READY, where a GPU would never return.
+   */
+  launchHostFunc(stream: Handle, fn: () => void): void {
+    const call = 'cuLaunchHostFunc';
+    if (typeof fn !== 'function') invalidValue(call, 'fn must be a function');
+    const s = this.s.stream(stream, call);
+    const makeHold = (): Hold => {
+      let turned = false;
+      setImmediate(() => { turned = true; });
+      return {
+        ready: () => turned,
+        progress: () => this.s.scheduler.drainAll(),
+        describe: () => `a host function (cuLaunchHostFunc), which runs on JavaScript's main thread when the event loop turns (await instead of synchronising)`,
+      };
+    };
+    const capture = s.capture;
+    if (capture !== undefined) {
+      if (capture.invalidated) fail(CUresult.STREAM_CAPTURE_INVALIDATED, call, 'the capture this stream belongs to was invalidated');
+      capture.record(s, 'host', fn, makeHold);
+      return;
+    }
+    this.s.enqueue(s, fn, undefined, makeHold(), call);
+  }
+
+  /**
+   * The capture side of cuStreamWaitEvent; true when it handled the wait. Waiting for an event
+   * recorded in a capture joins the stream into it (or joins its work into the waiting stream's);
+   * a capturing stream may not wait for an event recorded outside its capture.
+   */
+  private joinCapture(s: StreamState, e: EventState, call: string): boolean {
+    const captured = e.captured;
+    if (captured !== undefined && this.s.captures.has(captured.capture)) {
+      const capture = captured.capture;
+      if (capture.invalidated) fail(CUresult.STREAM_CAPTURE_INVALIDATED, call, 'the capture the event was recorded in was invalidated');
+      if (s.capture === undefined) {
+        s.capture = capture;
+        s.frontier = captured.frontier;
+        capture.streams.add(s);
+      } else if (s.capture === capture) {
+        s.frontier = [...new Set([...s.frontier, ...captured.frontier])];
+      } else {
+        s.capture.invalidated = true;
+        fail(CUresult.STREAM_CAPTURE_MERGE, call, 'the event was recorded in another capture');
+      }
+      return true;
+    }
+    if (s.capture !== undefined) {
+      s.capture.invalidated = true;
+      fail(CUresult.STREAM_CAPTURE_ISOLATION, call, 'a capturing stream cannot wait for an event recorded outside its capture');
+    }
+    return false;
   }
 
   /** cuStreamWriteValue32: writes the 32-bit word at `addr` in stream order. */
@@ -149,7 +210,7 @@ export class StreamCalls {
     const spans = this.word(addr, true, call);
     const bytes = new Uint8Array(4);
     new DataView(bytes.buffer).setUint32(0, value, true);
-    this.s.enqueue(s, () => { for (const sp of spans) sp.store.write(sp.offset, bytes); });
+    this.s.enqueue(s, () => { for (const sp of spans) sp.store.write(sp.offset, bytes); }, undefined, undefined, call);
   }
 
   /**
@@ -193,6 +254,13 @@ export class StreamCalls {
     const call = 'cuEventRecord';
     const e = this.s.event(event, call);
     const s = this.s.stream(stream, call);
+    if (s.capture !== undefined) {
+      // Recorded in a capture: no node, a point in the graph that other streams may wait for.
+      if (s.capture.invalidated) fail(CUresult.STREAM_CAPTURE_INVALIDATED, call, 'the capture this stream belongs to was invalidated');
+      e.captured = { capture: s.capture, frontier: s.frontier };
+      return;
+    }
+    e.captured = undefined;
     const generation = ++e.generation;
     e.completed = false;
     const shared = e.shared?.words;
@@ -212,6 +280,7 @@ export class StreamCalls {
    */
   eventQuery(event: Handle): boolean {
     const e = this.s.event(event, 'cuEventQuery');
+    this.checkCaptured(e, 'cuEventQuery');
     const ran = this.runToEvent(e);
     const shared = e.shared?.words;
     return shared === undefined ? ran : ran && Atomics.load(shared, 1) >= Atomics.load(shared, 0);
@@ -224,6 +293,7 @@ export class StreamCalls {
   eventSynchronize(event: Handle): void {
     const call = 'cuEventSynchronize';
     const e = this.s.event(event, call);
+    this.checkCaptured(e, call);
     if (!this.runToEvent(e)) this.s.heldError(call, e.recordedAt!.stream);
     const shared = e.shared?.words;
     if (shared !== undefined) waitForOtherProcess(shared, call, event);
@@ -244,6 +314,13 @@ export class StreamCalls {
     }
     if (!a.completed || !b.completed) fail(CUresult.NOT_READY, call);
     return b.time - a.time;
+  }
+
+  /** CUDA_ERROR_CAPTURED_EVENT for an event whose latest record is in a capture that still lasts. */
+  private checkCaptured(e: EventState, call: string): void {
+    if (e.captured !== undefined && this.s.captures.has(e.captured.capture)) {
+      fail(CUresult.CAPTURED_EVENT, call, 'the event was last recorded in a capture that has not ended');
+    }
   }
 
   /** Runs the work up to the event's record; true when it ran (or the event was never recorded). */

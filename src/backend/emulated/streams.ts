@@ -11,6 +11,8 @@
  * (a sync point) the condition is read again, so once the host writes the value the work runs.
  */
 
+import type { CaptureState } from './graphs.js';
+
 /** A point in a stream's order: everything enqueued on `stream` before `position` ran. */
 export interface StreamPoint {
   readonly stream: StreamState;
@@ -46,6 +48,10 @@ export class StreamState {
   executed = 0;
   /** Set by streamDestroy. */
   destroyed = false;
+  /** The capture sequence the stream records into (graphs.ts); undefined when not capturing. */
+  capture: CaptureState | undefined = undefined;
+  /** While capturing: the nodes the stream's next node depends on. */
+  frontier: readonly number[] = [];
   /** True while runTo runs this queue (a hold's progress may come back to it: it then waits). */
   private running = false;
 
@@ -172,6 +178,8 @@ export class EventState {
    * work has run. Records, queries and waits then go by these words too.
    */
   shared: SharedEventWords | undefined;
+  /** Set when the latest record was captured: the capture and the nodes before the record. */
+  captured: { readonly capture: CaptureState; readonly frontier: readonly number[] } | undefined;
 
   constructor(
     /** The event's handle. */

@@ -8,6 +8,8 @@
  * `{ out }` (a one-element array of the result dtype) nothing is waited for and the result stays
  * on the device. An `axis` reduction returns a new array (or fills `out`) without waiting.
  */
+import { refuseDuringCapture } from '../../graph/graph.js';
+import { streamHandleOf } from '../../stream.js';
 import { DeviceArray } from '../../array/device-array.js';
 import type { DTypeName, ScalarName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
@@ -117,6 +119,9 @@ function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) =>
     run(out);
     return out;
   }
+  // Before anything is queued or allocated: a value read back to the host cannot be captured.
+  refuseDuringCapture(`${op}()`, `its value is read back to the host: pass \`out\` (a device array of shape () or (1)) to keep it on the device (${op}(a, { out, stream }))`,
+    streamHandleOf(stream));
   const result = resultDtype(op, dtype);
   const scratch = DeviceArray.empty([1], result, { device, stream });
   try {

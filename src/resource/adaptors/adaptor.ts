@@ -28,6 +28,18 @@ export abstract class ResourceAdaptor extends MemoryResource {
   override readonly upstream: MemoryResource;
 
   /**
+   * On a capturing stream an adaptor passes the allocation on as usual: its upstream's policy decides.
+   * @returns `'upstream'`.
+   * @example
+   * ```ts
+   * new StatisticsAdaptor(new PoolResource()).capturePolicy; // 'upstream'
+   * ```
+   */
+  override get capturePolicy(): 'private' | 'driver' | 'upstream' | 'refuse' {
+    return 'upstream';
+  }
+
+  /**
    * @param upstream The resource to wrap.
    * @throws {TypeError} When `upstream` is not a MemoryResource.
    * @throws {UseAfterFreeError} When it was destroyed.

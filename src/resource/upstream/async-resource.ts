@@ -44,6 +44,21 @@ export interface AsyncResourceOptions {
  * ```
  */
 export class AsyncResource extends DriverResource {
+  /**
+   * On a capturing stream the allocation is cuMemAllocAsync as usual, and the driver makes it a
+   * graph memory node: memory the graph owns, at the same address at every launch. A block freed
+   * during the capture is a free node; one the graph does not free must be freed by the program
+   * before the graph is launched again (the driver's rule: the launch fails otherwise).
+   * @returns `'driver'`.
+   * @example
+   * ```ts
+   * new AsyncResource().capturePolicy; // 'driver'
+   * ```
+   */
+  override get capturePolicy(): 'private' | 'driver' | 'upstream' | 'refuse' {
+    return 'driver';
+  }
+
   /** Plain device memory. */
   readonly kind = 'device';
   /** 256 bytes, as cuMemAlloc. */

@@ -24,6 +24,19 @@ import { SizeTable } from './size-table.js';
  * ```
  */
 export abstract class DriverResource extends MemoryResource {
+  /**
+   * Refused on a capturing stream: each block is a driver allocation (cuMemAlloc and the like),
+   * which a capture forbids (AsyncResource overrides it: its calls become graph memory nodes).
+   * @returns `'refuse'`.
+   * @example
+   * ```ts
+   * new CudaResource().capturePolicy; // 'refuse'
+   * ```
+   */
+  override get capturePolicy(): 'private' | 'driver' | 'upstream' | 'refuse' {
+    return 'refuse';
+  }
+
   /** The live allocations and their sizes. */
   private readonly table = new SizeTable();
 

@@ -70,6 +70,19 @@ interface Pending {
  * ```
  */
 export class SpillableResource extends MemoryResource {
+  /**
+   * Refused on a capturing stream: each block maps physical memory (cuMemCreate, cuMemMap), and a
+   * spilled block's address can lose its memory, which a graph replaying writes cannot allow.
+   * @returns `'refuse'`.
+   * @example
+   * ```ts
+   * new SpillableResource().capturePolicy; // 'refuse'
+   * ```
+   */
+  override get capturePolicy(): 'private' | 'driver' | 'upstream' | 'refuse' {
+    return 'refuse';
+  }
+
   /** Device memory. */
   readonly kind = 'device';
   /** The allocation granularity: every block starts on a granule of its own. */

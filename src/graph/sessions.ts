@@ -1,0 +1,168 @@
+/**
+ * The captures in progress, below every layer that asks about them (device, stream, resources,
+ * buffers, ops): which streams record into which capture, its mode and private pool, and the one
+ * check every synchronous path makes before the driver (`refuseDuringCapture`). It imports only
+ * errors and the backend's constants, so the device layer can use it too.
+ */
+import { CaptureMode, type Backend, type Handle } from '../backend/backend.js';
+import { CudaError, StreamCaptureError } from '../errors.js';
+
+/**
+ * Which calls a capture forbids (CUstreamCaptureMode): `'global'` (the default, as CUDA's and
+ * PyTorch's) and `'thread-local'` forbid "potentially unsafe" calls (the driver's synchronous
+ * allocator, synchronous copies, synchronisations) while the capture lasts; `'relaxed'` only what
+ * conflicts with capturing (waiting for the capturing stream).
+ */
+export type CaptureModeName = 'global' | 'thread-local' | 'relaxed';
+
+/** A stream's capture status: not capturing, capturing, or capturing but invalidated (ending it fails). */
+export type CaptureStatusName = 'none' | 'active' | 'invalidated';
+
+/** The driver's mode numbers by name. */
+export const CAPTURE_MODES: Readonly<Record<CaptureModeName, number>> = {
+  global: CaptureMode.GLOBAL,
+  'thread-local': CaptureMode.THREAD_LOCAL,
+  relaxed: CaptureMode.RELAXED,
+};
+
+/**
+ * Memory a capture allocates from when the resource is not the driver's stream-ordered pool: a
+ * capture-private pool (`GraphPool`, src/resource/graph-pool.ts), held by each graph and
+ * executable graph that may write it, and given back when the last of them lets go.
+ */
+export interface CapturePool {
+  /** One more holder. */
+  retain(): void;
+  /** One holder fewer; the last one gives the pool's memory back. */
+  release(): void;
+}
+
+/**
+ * One capture in progress: its origin stream, the streams joined into it, its private pool.
+ * Internal to vram: `beginCapture` makes it.
+ * @example
+ * ```ts
+ * startSession(new CaptureSession(stream.handle, 'global', 0, undefined));
+ * ```
+ */
+export class CaptureSession {
+  /** Handles of the origin and the joined streams. */
+  readonly streams = new Set<Handle>();
+  /**
+   * @param origin The stream the capture began on.
+   * @param mode Its mode.
+   * @param deviceOrdinal Its device's ordinal.
+   * @param pool The pool its allocations come from (the one given to beginCapture, else made on first use; one hold).
+   * @throws Never.
+   * @example
+   * ```ts
+   * new CaptureSession(stream.handle, 'global', 0, undefined);
+   * ```
+   */
+  constructor(
+    readonly origin: Handle,
+    readonly mode: CaptureModeName,
+    readonly deviceOrdinal: number,
+    public pool: CapturePool | undefined,
+  ) {
+    this.streams.add(origin);
+  }
+}
+
+/** What `GraphExec.launch` takes: a Stream, or anything with a live stream `handle`. */
+export interface LaunchStream {
+  readonly handle: number;
+}
+
+/** Captures in progress, by the handle of each stream in them. */
+const sessions = new Map<Handle, CaptureSession>();
+
+/**
+ * The capture `handle` records into, if any: one map lookup, none while nothing captures.
+ * @param handle A stream handle.
+ * @returns The session, or undefined.
+ */
+export function captureSessionOf(handle: Handle): CaptureSession | undefined {
+  return sessions.size === 0 ? undefined : sessions.get(handle);
+}
+
+/**
+ * Starts tracking a capture begun on `session.origin`.
+ * @param session The new session.
+ */
+export function startSession(session: CaptureSession): void {
+  sessions.set(session.origin, session);
+}
+
+/**
+ * A stream joined `session` (it waited for an event recorded in it).
+ * @param session The capture.
+ * @param handle The joined stream.
+ */
+export function joinSession(session: CaptureSession, handle: Handle): void {
+  session.streams.add(handle);
+  sessions.set(handle, session);
+}
+
+/**
+ * The capture ended (or failed to end): none of its streams captures any more.
+ * @param session The capture.
+ */
+export function endSession(session: CaptureSession): void {
+  for (const h of session.streams) if (sessions.get(h) === session) sessions.delete(h);
+}
+
+/**
+ * Refuses `call` before any driver call while a capture forbids it: always when `stream` is
+ * capturing (its work is recorded, not run: nothing to wait for), and while any capture in mode
+ * global or thread-local lasts for the rest (one JavaScript thread: the two modes forbid the same).
+ *
+ * @param call What the caller asked for, e.g. `stream.synchronize()`.
+ * @param why Why it cannot be captured, and what to do instead.
+ * @param stream The stream the call waits for or queries, if any.
+ * @throws {StreamCaptureError} When a capture forbids it.
+ */
+export function refuseDuringCapture(call: string, why: string, stream?: Handle): void {
+  if (sessions.size === 0) return;
+  if (stream !== undefined && sessions.has(stream)) {
+    throw new StreamCaptureError(call, `${why} (stream ${stream} is capturing: its work is recorded, not run)`);
+  }
+  for (const s of sessions.values()) {
+    if (s.mode !== 'relaxed') throw new StreamCaptureError(call, `${why} (stream ${s.origin} is capturing in mode '${s.mode}')`);
+  }
+}
+
+/**
+ * Runs `fn`, a driver call that a global capture would refuse but that orders nothing on the
+ * captured streams (allocating a private pool's memory, loading a module a built-in op needs on
+ * first use), in the relaxed capture mode while a capture lasts (cuThreadExchangeStreamCaptureMode,
+ * what PyTorch's allocator does around cudaMalloc); as it is otherwise.
+ *
+ * @param backend The device's backend.
+ * @param fn The call.
+ * @returns What `fn` returns.
+ * @throws What `fn` throws.
+ */
+export function relaxedDuringCapture<T>(backend: Backend, fn: () => T): T {
+  if (sessions.size === 0) return fn();
+  const previous = backend.threadExchangeCaptureMode(CaptureMode.RELAXED);
+  try {
+    return fn();
+  } finally {
+    backend.threadExchangeCaptureMode(previous);
+  }
+}
+
+/**
+ * The driver's refusal of a call during capture (CUDA_ERROR_STREAM_CAPTURE_*, CAPTURED_EVENT) as
+ * a StreamCaptureError naming the call; any other error as it was.
+ * @param error What the driver threw.
+ * @param call The call, as the user wrote it.
+ * @returns The error to throw.
+ */
+export function captureError(error: unknown, call: string): unknown {
+  if (error instanceof CudaError && error.code >= 900 && error.code <= 907) {
+    return new StreamCaptureError(call, `the driver refused it (${error.errorName})`, { cause: error });
+  }
+  return error;
+}
