@@ -15,7 +15,7 @@ import type { MemoryResource } from '../src/resource/resource.js';
 import { AsyncResource } from '../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { mulberry32 } from '../src/util/random.js';
-import { withDeviceRoom } from './helpers.js';
+import { onGpu, withDeviceRoom } from './helpers.js';
 import { ADD_BYTES_SOURCE, addBytes, byteOf, CHUNK } from './spill-kit.js';
 import { Stream } from '../src/stream.js';
 
@@ -68,7 +68,9 @@ describe('spillable memory whose address moves', () => {
           }
           buffers.forEach((b, i) => assert.equal(byteOf(b, stream), model[i], `buffer ${i} at the end`));
           const moved = buffers.filter((b, i) => b.ptr !== first[i]).length;
-          assert.ok(moved > 0, 'some buffer came back at another address');
+          // CUDA's pool may give a reload the very range its buffer left (it did on an H100: every
+          // buffer came back where it was), so a move is asserted where the allocator is the model's.
+          if (!onGpu || name === 'CudaResource') assert.ok(moved > 0, 'some buffer came back at another address');
         } finally {
           for (const b of buffers) b.free();
         }
