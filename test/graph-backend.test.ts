@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CaptureMode, CaptureStatus, GraphUpdateResult, type Backend } from '../src/backend/backend.js';
+import { CaptureMode, CaptureStatus, GraphUpdateResult, MemHandleType, type Backend } from '../src/backend/backend.js';
 import { Device } from '../src/device.js';
 import { CudaError, CUresult } from '../src/errors.js';
 import { onGpu } from './helpers.js';
@@ -187,4 +187,23 @@ test('a host function waits for the event loop; a synchronous wait before it wou
   b.streamSynchronize(stream);
   assert.equal(ran, 1);
   b.streamDestroy(stream);
+});
+
+test('a pool made for sharing cannot allocate on a capturing stream (NOT_SUPPORTED); a plain pool makes a graph memory node', () => {
+  withStream((b, stream) => {
+    const shared = b.memPoolCreate({ device: device.ordinal, handleTypes: MemHandleType.POSIX_FILE_DESCRIPTOR, maxSize: 0 });
+    const plain = b.memPoolCreate({ device: device.ordinal, handleTypes: MemHandleType.NONE, maxSize: 0 });
+    try {
+      b.streamBeginCapture(stream, CaptureMode.GLOBAL);
+      assert.throws(() => b.memAllocFromPoolAsync(1 << 20, shared, stream), code(CUresult.NOT_SUPPORTED));
+      if (b.streamCaptureStatus(stream) === CaptureStatus.ACTIVE) {
+        const p = b.memAllocFromPoolAsync(1 << 20, plain, stream);
+        b.memFreeAsync(p, stream);
+      }
+      try { b.graphDestroy(b.streamEndCapture(stream)); } catch { /* ended all the same */ }
+    } finally {
+      b.memPoolDestroy(shared);
+      b.memPoolDestroy(plain);
+    }
+  });
 });

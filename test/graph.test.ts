@@ -306,6 +306,29 @@ test('AsyncResource allocations during capture become graph memory nodes', async
   await stream.synchronized();
 });
 
+test('an AsyncResource whose pool is made for sharing (the default async stack) allocates during capture from the capture-private pool', async () => {
+  // The driver refuses graph memory nodes from a pool with shareable handles (graph-backend.test.ts).
+  using stream = Stream.create();
+  using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
+  assert.equal(mr.capturePolicy, 'private');
+  const pool = new GraphPool();
+  let inside = 0;
+  {
+    using graph = captureGraph(stream, () => {
+      const b = DeviceBuffer.allocate(1 << 16, { resource: mr, stream });
+      inside = b.ptr;
+      b.memset(9, { stream });
+      b.free({ stream });
+    }, { pool });
+    assert.equal(graph.nodeCount, 1, 'only the memset: the memory is the private pool\'s');
+    assert.ok(pool.reservedBytes >= 1 << 16, 'the block came from the private pool');
+    using exec = graph.instantiate();
+    exec.launch(stream).launch(stream);
+    await stream.synchronized();
+  }
+  assert.ok(inside !== 0);
+});
+
 test('destroy() of an executable graph while a launch is queued waits for it in stream order', async () => {
   const device = Device.get(0);
   const { backend } = device;

@@ -46,8 +46,8 @@ export interface GraphPoolOptions {
 }
 
 /**
- * A capture-private pool: the memory captures allocate from (every resource but AsyncResource,
- * whose allocations become the driver's graph memory nodes). Made by each capture that needs one,
+ * A capture-private pool: the memory captures allocate from (every resource but an AsyncResource
+ * over a plain pool, whose allocations become the driver's graph memory nodes). Made by each capture that needs one,
  * or made here and passed to several captures to share (graphs that never run at the same time).
  * @example
  * ```ts

@@ -34,6 +34,9 @@ export class PoolCalls {
     const p = this.pool(pool, call);
     const s = this.s.stream(stream, call);
     if (bytes === 0) return 0;
+    // A graph memory node never comes from a pool made for sharing: the driver refuses the
+    // allocation (probed on a CUDA 13 driver with a POSIX file-descriptor pool).
+    if (s.capture !== undefined && p.handleTypes !== 0) fail(CUresult.NOT_SUPPORTED, call, 'a pool with shareable handles cannot allocate during stream capture');
     return this.poolAlloc(p, bytes, s, call);
   }
 

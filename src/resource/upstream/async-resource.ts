@@ -48,15 +48,18 @@ export class AsyncResource extends DriverResource {
    * On a capturing stream the allocation is cuMemAllocAsync as usual, and the driver makes it a
    * graph memory node: memory the graph owns, at the same address at every launch. A block freed
    * during the capture is a free node; one the graph does not free must be freed by the program
-   * before the graph is launched again (the driver's rule: the launch fails otherwise).
-   * @returns `'driver'`.
+   * before the graph is launched again (the driver's rule: the launch fails otherwise). A pool
+   * made for sharing (`exportable`) allocates during a capture from the capture-private pool
+   * instead: the driver refuses cuMemAllocFromPoolAsync from such a pool on a capturing stream
+   * (CUDA_ERROR_NOT_SUPPORTED on a CUDA 13 driver), and the default `async` stack's pool is one.
+   * @returns `'driver'`, or `'private'` for an exportable pool.
    * @example
    * ```ts
    * new AsyncResource().capturePolicy; // 'driver'
    * ```
    */
   override get capturePolicy(): 'private' | 'driver' | 'upstream' | 'refuse' {
-    return 'driver';
+    return this.exportable ? 'private' : 'driver';
   }
 
   /** Plain device memory. */
