@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { tmpdir } from 'node:os';
@@ -47,8 +47,13 @@ const CHECKS = ['allReduce sum float32 in place', 'allReduce int32 sum prod max 
   'allGather layout', 'reduceScatter layout', 'broadcast in place on a stream', 'allReduce of a DeviceBuffer',
   'group send/recv ring', 'registered memory', 'destroy'];
 
-/** Spawns `size` ranks on one unique id and checks every rank passed every check. */
-async function collectives(size: number): Promise<void> {
+/** The emulated rendezvous folder of a unique id (base64), as emulated-channel.ts names it. */
+function rendezvousFolder(id: string): string {
+  return path.join(tmpdir(), `vram-nccl-${createHash('sha256').update(UniqueId.fromBase64(id).bytes).digest('hex').slice(0, 32)}`);
+}
+
+/** Spawns `size` ranks on one unique id and checks every rank passed every check; returns the id. */
+async function collectives(size: number): Promise<string> {
   const id = UniqueId.create().toBase64();
   const results = await Promise.all(Array.from({ length: size }, (_, rank) =>
     runRank([], { NCCL_ID: id, RANK: String(rank), SIZE: String(size) })));
@@ -56,6 +61,7 @@ async function collectives(size: number): Promise<void> {
     assert.equal(r.code, 0, `rank ${rank} of ${size} failed:\n${r.stderr}\n${r.stdout}`);
     assert.deepEqual(r.stdout.trim().split('\n'), CHECKS.map((c) => `ok ${c}`), `rank ${rank}`);
   });
+  return id;
 }
 
 /** Why NCCL cases cannot run here: a GPU without NCCL (the emulated backend needs none). */
@@ -69,14 +75,13 @@ const ranksFit = (size: number): { skip: string | false } => ({
   skip: noNccl !== false ? noNccl : onGpu && Device.count() < size ? `needs ${size} GPUs (this machine has ${Device.count()})` : false,
 });
 
-test('every collective across 2 processes', ranksFit(2), () => collectives(2));
-test('every collective across 4 processes', ranksFit(4), () => collectives(4));
+test('every collective across 2 processes', ranksFit(2), async () => { await collectives(2); });
+test('every collective across 4 processes', ranksFit(4), async () => { await collectives(4); });
 
 test('the emulated rendezvous folder is gone once every rank destroyed its communicator', { skip: onGpu ? 'emulated backend only' : false }, async () => {
-  const before = new Set(readdirSync(tmpdir()).filter((n) => n.startsWith('vram-nccl-')));
-  await collectives(2);
-  const left = readdirSync(tmpdir()).filter((n) => n.startsWith('vram-nccl-') && !before.has(n));
-  assert.deepEqual(left, []);
+  // Its own id's folder, not the temporary directory's listing: other suites' ranks may meet there.
+  const id = await collectives(2);
+  assert.equal(existsSync(rendezvousFolder(id)), false);
 });
 
 test('a missing NCCL is a NcclUnavailableError naming the library and what to install', async () => {
@@ -151,10 +156,10 @@ test('arguments are checked before anything is queued', { skip: noNccl }, () => 
 });
 
 test('a rank that waits for a peer that never comes is an NcclError after the timeout, and leaves nothing', { skip: onGpu ? 'emulated backend only (NCCL waits as NCCL does)' : false }, () => {
-  const before = new Set(readdirSync(tmpdir()).filter((n) => n.startsWith('vram-nccl-')));
-  assert.throws(() => Communicator.init({ id: UniqueId.create(), rank: 0, size: 2, timeout: 200 }),
+  const id = UniqueId.create();
+  assert.throws(() => Communicator.init({ id, rank: 0, size: 2, timeout: 200 }),
     (e: unknown) => e instanceof NcclError && e.resultName === 'ncclRemoteError' && /waited 200 ms for rank 1/.test(e.message));
-  assert.deepEqual(readdirSync(tmpdir()).filter((n) => n.startsWith('vram-nccl-') && !before.has(n)), []);
+  assert.equal(existsSync(rendezvousFolder(id.toBase64())), false);
 });
 
 test('ranks that disagree on the size are an NcclError on both', { skip: onGpu ? 'emulated backend only (NCCL checks it its own way)' : false }, async () => {
@@ -165,5 +170,5 @@ test('ranks that disagree on the size are an NcclError on both', { skip: onGpu ?
     assert.match(r.stderr, /NcclError: ncclCommInitRank failed: ncclInvalidUsage \(5\): invalid usage: rank \d joined this unique id with size \d, rank \d with size \d/);
   }
   // Ranks that disagree stay joined (so each sees the other): their folder is left to remove here.
-  rmSync(path.join(tmpdir(), `vram-nccl-${createHash('sha256').update(UniqueId.fromBase64(id).bytes).digest('hex').slice(0, 32)}`), { recursive: true, force: true });
+  rmSync(rendezvousFolder(id), { recursive: true, force: true });
 });
