@@ -4,7 +4,7 @@
  * time in proportion to the bytes (page locking; tens of milliseconds for 256 MiB), so a program
  * that knows how much it will spill reserves it before its work starts (`reserveSpillHost`), as a
  * careful user allocates pinned buffers before timing a loop; spills past the reservation grow the
- * pool on demand, a chunk of at least `GROWTH_CHUNK` at a time (a larger copy gets a chunk of its
+ * pool on demand, a chunk of at least 64 MiB at a time (a larger copy gets a chunk of its
  * own size), as spilling always did.
  *
  * Stream order: host copies are allocated on the manager's spill stream (their copy out runs
@@ -21,7 +21,19 @@ import type { StreamRef } from '../../resource/resource.js';
 import { HostBuffer } from '../host-buffer.js';
 
 /** The least a growth past the reservation pins: small host copies share chunks, large ones get their own. */
-const GROWTH_CHUNK = 64 * 1024 * 1024;
+let growthChunk = 64 * 1024 * 1024;
+
+/**
+ * Sets the least a growth past the reservation pins, for pools made from now on (`bench/spill.ts
+ * --host-chunk`: whether fewer, larger cuMemHostAlloc calls save time where page locking costs
+ * per byte; a larger chunk also holds memory no copy may need).
+ *
+ * @internal
+ * @param bytes The chunk size.
+ */
+export function setSpillHostChunk(bytes: number): void {
+  growthChunk = bytes;
+}
 /** The most one reservation chunk pins: few cuMemHostAlloc calls, yet chunks that can go back apart. */
 const RESERVATION_CHUNK = 1024 * 1024 * 1024;
 
@@ -36,7 +48,7 @@ export class SpillHost {
   get #resource(): PoolResource {
     if (this.#pool === undefined || this.#pool.destroyed) {
       const upstream = new PinnedHostResource({ device: this.device });
-      this.#pool = new PoolResource({ device: this.device, upstream, chunkSize: GROWTH_CHUNK });
+      this.#pool = new PoolResource({ device: this.device, upstream, chunkSize: growthChunk });
     }
     return this.#pool;
   }
