@@ -22,7 +22,7 @@ import {
   ArenaResource, AsyncResource, BinningResource, CudaResource, FixedSizeResource, LoggingAdaptor, ManagedResource, PinnedHostPool,
   PinnedHostResource, PoolResource, RetryOnOutOfMemory, TrackingAdaptor,
 } from '../src/public/resources.js';
-import { configureTransfers, transferSettings } from '../src/public/buffers.js';
+import { configureTransfers, reserveSpillHost, transferSettings } from '../src/public/buffers.js';
 import {
   deleteDLPack, ForeignDeviceBuffer, fromCudaArrayInterface, fromDLPack, importIpc, ImportedPool, importPool, IpcHandle, place,
   receiveFd, toCudaArrayInterface, toDLPack,
@@ -153,6 +153,7 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceBuffer.allocateAsync', keys: WAITING, call: (o) => DeviceBuffer.allocateAsync(64, o as never) },
   { name: 'DeviceBuffer.allocatePitched', keys: ['elementBytes', 'device'], call: (o) => DeviceBuffer.allocatePitched(16, 4, o as never) },
   { name: 'DeviceBuffer#lease', keys: ['stream', 'readOnly'], call: (o) => buf.lease(o as never).release() },
+  { name: 'reserveSpillHost', keys: ['device'], call: (o) => reserveSpillHost(0, o as never) },
   { name: 'DeviceBuffer.fromPointer', keys: FOREIGN, call: (o) => DeviceBuffer.fromPointer(buf.ptr, 64, o as never) },
   { name: 'PitchedDeviceBuffer.allocate2D', keys: ['elementBytes', 'device'], call: (o) => PitchedDeviceBuffer.allocate2D(16, 4, o as never) },
   { name: 'ForeignDeviceBuffer.wrap', keys: FOREIGN, call: (o) => ForeignDeviceBuffer.wrap(buf.ptr, 64, o as never) },

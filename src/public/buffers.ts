@@ -20,5 +20,5 @@ export type { TransferSettings, TransferOptions, TransferStatistics, TransferCou
 export type { RegistrationPolicy, RegistrationStatistics } from '../buffer/transfer/registration-cache.js';
 export { SpillLease } from '../buffer/spill/lease.js';
 export type { LeaseOptions } from '../buffer/spill/lease.js';
-export { spillableResource, spillFigures } from '../buffer/spill/spill-manager.js';
-export type { SpillFigures } from '../buffer/spill/spill-manager.js';
+export { reserveSpillHost, spillableResource, spillFigures } from '../buffer/spill/spill-manager.js';
+export type { ReserveSpillHostOptions, SpillFigures } from '../buffer/spill/spill-manager.js';

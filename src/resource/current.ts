@@ -187,11 +187,26 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
   return previous;
 }
 
+/** What layers above add to `emptyCache` (the pinned host memory of spills): each gives back its cache. */
+const cacheReleases: Array<(device: Device | undefined) => number> = [];
+
+/**
+ * Adds what `emptyCache` also gives back: a cache of a layer above the resources (spilling's
+ * pinned host memory), which this layer cannot import.
+ *
+ * @internal
+ * @param release Gives back what the cache holds unused, on one device or (undefined) all; returns the bytes.
+ */
+export function addCacheRelease(release: (device: Device | undefined) => number): void {
+  cacheReleases.push(release);
+}
+
 /**
  * Gives the memory the current resources cache back to the driver, as PyTorch's
  * `torch.cuda.empty_cache()` and CuPy's `free_all_blocks()`: memory still allocated stays. The
  * device is synchronised first, so blocks freed on streams whose work is still running are
- * given back too. Devices with no current resource yet are left alone (none is made).
+ * given back too. Devices with no current resource yet are left alone (none is made). The pinned host
+ * memory held for spills (`reserveSpillHost`) that no host copy uses goes back as well.
  *
  * @param device One device; every device with a current resource when omitted.
  * @returns The bytes given back.
@@ -212,5 +227,6 @@ export function emptyCache(device?: Device | number): number {
     dev.synchronize();
     released += mr.releaseCached();
   }
+  for (const release of cacheReleases) released += release(device === undefined ? undefined : Device.resolve(device));
   return released;
 }

@@ -37,14 +37,18 @@ import { Device } from '../../device.js';
 import { isOutOfMemory } from '../../errors.js';
 import { Stream } from '../../stream.js';
 import { extendMessage, releaseCaches } from '../../resource/cache-registry.js';
+import { addCacheRelease } from '../../resource/current.js';
 import { SpillableResource } from '../../resource/upstream/spillable-resource.js';
 import type { MemoryResource, StreamRef } from '../../resource/resource.js';
 import { choiceOf, sizeInBytes, variableReader } from '../../util/environment.js';
 import { formatBytes } from '../../util/size.js';
-import { HostBuffer } from '../host-buffer.js';
+import { readOptions } from '../../util/options.js';
+import { readBytes, type ByteSize } from '../../validate.js';
+import type { HostBuffer } from '../host-buffer.js';
 import type { Allocation } from '../lifetime.js';
 import { heldByCopies, moveAllocation, waitForUsesOn } from '../lifetime.js';
 import { beginOperation, currentEpoch, type Residency } from './residency.js';
+import { SpillHost } from './spill-host.js';
 
 /** `VRAM_SPILL=1`: buffers and arrays allocated without a resource are spillable unless told otherwise. */
 export const SPILL_VARIABLE = variableReader('VRAM_SPILL', choiceOf(['0', '1']));
@@ -95,6 +99,13 @@ export interface SpillFigures {
   readonly residentBytes: number;
   /** Of those, bytes a lease keeps there. */
   readonly leasedBytes: number;
+  /**
+   * Pinned host memory held for spilling: what `reserveSpillHost` reserved and what spills took
+   * past it, whether a host copy uses it or not (given back by `emptyCache()`).
+   */
+  readonly hostReservedBytes: number;
+  /** Of those, bytes host copies use (a buffer keeps its host copy while it lives, for a spill without a copy out). */
+  readonly hostAllocatedBytes: number;
 }
 
 /** What spilling is told of, for the memory history (set by observe/; one listener). */
@@ -207,9 +218,59 @@ export function spillFigures(device: Device): SpillFigures {
   const zero = { value: 0, peak: 0, total: 0 };
   return {
     spilledBytes: zero, spilledBuffers: zero, copiesOut: 0, copiedOutBytes: 0, reloads: 0, reloadedBytes: 0,
-    spilledAhead: 0, cancelledSpills: 0, waits: 0, residentBytes: 0, leasedBytes: 0,
+    spilledAhead: 0, cancelledSpills: 0, waits: 0, residentBytes: 0, leasedBytes: 0, hostReservedBytes: 0, hostAllocatedBytes: 0,
   };
 }
+
+/** Options for `reserveSpillHost`. */
+export interface ReserveSpillHostOptions {
+  /** The device whose spills use the memory (device 0 by default). */
+  readonly device?: Device | number;
+}
+
+/**
+ * Pins host memory for the spills of a device now, so spilling later takes its host copies from it
+ * instead of pinning memory (cuMemHostAlloc, tens of milliseconds per 256 MiB) at each buffer's
+ * first spill: what a careful user does with the pinned buffers of hand-written copies, before the
+ * work starts. Pinned in chunks of up to 1 GiB, until at least `bytes` are held for the device's
+ * spills (memory already held counts: calling it again with the same size pins nothing). Spills
+ * past it pin more on demand, as without a reservation. Host copies go back to it when their
+ * buffers are freed; `emptyCache()` gives back to the driver what no host copy uses.
+ *
+ * @param bytes The host memory to hold, a number of bytes or a size (`'6G'`); at most the bytes
+ *   of spillable memory the program will have spilled at once (each spilled buffer keeps one copy).
+ * @param options The device.
+ * @returns The bytes of pinned host memory held for the device's spills now.
+ * @throws {TypeError | RangeError} For a bad size, an unknown option or a bad device, before anything is pinned.
+ * @throws {OutOfMemoryError} When the host cannot pin that much (what was pinned stays held, for spills to use).
+ * @example
+ * ```ts
+ * reserveSpillHost('6G');  // before the clock starts
+ * const arrays = sizes.map((n) => DeviceArray.zeros([n], 'float32', { spillable: true }));
+ * ```
+ */
+export function reserveSpillHost(bytes: ByteSize, options?: ReserveSpillHostOptions): number {
+  const size = readBytes(bytes, 'bytes', true);
+  const { device } = readOptions('reserveSpillHost', options, { device: true });
+  return spillManager(Device.resolve(device)).reserveHost(size);
+}
+
+/**
+ * Gives back to the driver the pinned host memory of spills that no host copy uses, on `device`
+ * or every device with spillable memory: `emptyCache()`'s part for spilling.
+ *
+ * @internal
+ * @param device The device, or undefined for all.
+ * @returns The bytes given back.
+ */
+export function releaseSpillHost(device: Device | undefined): number {
+  let released = 0;
+  for (const [dev, manager] of managers) {
+    if (device === undefined || dev === device) released += manager.releaseHost();
+  }
+  return released;
+}
+addCacheRelease(releaseSpillHost);
 
 /** Spill bookkeeping of one device. */
 export class SpillManager {
@@ -230,11 +291,14 @@ export class SpillManager {
   /** Spilling has started (memory was needed and something had to go): from then on it spills ahead. */
   #pressed = false;
   #stream: Stream | undefined;
+  /** The pinned host memory host copies come from. */
+  readonly #host: SpillHost;
   /** Allocations and reloads of this manager under way: an eviction they cause keeps the operation's buffers. */
   #busy = 0;
 
   constructor(readonly device: Device) {
     this.resource = new SpillableResource(device);
+    this.#host = new SpillHost(device);
     this.resource.setEvictor(() => this.evictAll());
   }
 
@@ -329,6 +393,7 @@ export class SpillManager {
   figures(): SpillFigures {
     let resident = 0;
     let leased = 0;
+    const host = this.#host.figures();
     for (const entry of [...this.#lru.keys(), ...this.#spilling]) {
       resident += entry.bytes;
       if (entry.leases > 0) leased += entry.bytes;
@@ -339,7 +404,20 @@ export class SpillManager {
       reloads: this.#reloads, reloadedBytes: this.#reloadedBytes,
       spilledAhead: this.#spilledAhead, cancelledSpills: this.#cancelledSpills, waits: this.#waits,
       residentBytes: resident, leasedBytes: leased,
+      hostReservedBytes: host.reservedBytes, hostAllocatedBytes: host.allocatedBytes,
     };
+  }
+
+  /**
+   * Pins host memory for spills until `bytes` are held (see `reserveSpillHost`); returns the bytes held.
+   */
+  reserveHost(bytes: number): number {
+    return this.#host.reserve(bytes, this.#spillStream());
+  }
+
+  /** Gives back the pinned host memory no host copy uses; returns the bytes given back. */
+  releaseHost(): number {
+    return this.#host.release();
   }
 
   /** Restarts the peaks. */
@@ -363,15 +441,15 @@ export class SpillManager {
     if (buffer === undefined || buffer.freed || !entry.resident || entry.spilling !== 0 || heldByCopies(buffer)) return false;
     const device = this.device;
     const copy = entry.dirty || entry.host === undefined;
+    const stream = this.#spillStream();
     if (entry.host === undefined) {
       try {
-        entry.host = HostBuffer.allocate(entry.bytes, { device });
+        entry.host = this.#host.allocate(entry.bytes, stream);
       } catch (error) {
         if (isOutOfMemory(error)) return false;
         throw error;
       }
     }
-    const stream = this.#spillStream();
     waitForUsesOn(buffer, stream);
     device.makeCurrent();
     const backend = device.backend;
