@@ -101,8 +101,14 @@ const eagerLaunchNs = timeCalls(stream, 1, eager100);
 const tsLaunch: number[] = [];
 const tsStep: number[] = [];
 const cRuns: Array<{ graph_launch_ns: number; graph_step_ns: number }> = [];
+const rawLaunch: number[] = [];
+const { backend } = device;
+const execHandle = emptyExec.handle;
+const streamHandle = stream.handle;
 for (let round = 0; round < 3; round++) {
   tsLaunch.push(timeCalls(stream, GRAPH_LAUNCHES_PER_BATCH, () => emptyExec.launch(stream)));
+  // The driver call alone through koffi, without GraphExec's checks: where the time goes.
+  rawLaunch.push(timeCalls(stream, GRAPH_LAUNCHES_PER_BATCH, () => backend.graphLaunch(execHandle, streamHandle)));
   tsStep.push(timeSteps(stream, () => emptyExec.launch(stream)));
   const one = cReference();
   if (one !== undefined) cRuns.push(one);
@@ -115,6 +121,7 @@ const c = cRuns.length === 0 ? undefined
 console.log(`(a) ${NODES} empty kernels (${emptyGraph.nodeCount} nodes)`);
 console.log(`  host time to launch: eager ${us(eagerLaunchNs)}, graph ${us(graphLaunchNs)}: ${(eagerLaunchNs / graphLaunchNs).toFixed(1)}x (target >= 10x)`);
 console.log(`  launch and completion: eager ${us(eagerStepNs)}, graph ${us(graphStepNs)}: ${(eagerStepNs / graphStepNs).toFixed(2)}x`);
+console.log(`  the driver call alone from TypeScript (backend.graphLaunch through koffi): ${us(median(rawLaunch))} (GraphExec.launch / it ${(graphLaunchNs / median(rawLaunch)).toFixed(3)}x)`);
 if (c !== undefined) {
   console.log(`  the same graph from C (medians of 3 runs alternated with TypeScript's): launch ${us(c.graph_launch_ns)} (TypeScript/C ${(graphLaunchNs / c.graph_launch_ns).toFixed(3)}x, target <= 1.1x), ` +
     `launch and completion ${us(c.graph_step_ns)} (${(graphStepNs / c.graph_step_ns).toFixed(3)}x)`);
