@@ -8,6 +8,8 @@
  * (b) an end-to-end step (built-in ops and a user kernel over arrays allocated during the
  *     capture, 50+ nodes) replayed from a graph against the same step run eagerly, wall time per
  *     step (launch and completion), the results checked equal.
+ * (c) a host function between two kernels in a graph against the two kernels alone, launch and
+ *     completion awaited: what JavaScript between kernels costs.
  * Ratios are printed (issue 23's targets: the graph launch 10x or more faster than 100 eager
  * launches, within 1.1x of C's; the step 3x or more faster from a graph). On the emulated backend
  * the figures measure the emulation, not a GPU.
@@ -159,3 +161,31 @@ const eagerStep = timeSteps(stream, step);
 const graphStep = timeSteps(stream, () => stepExec.launch(stream));
 console.log(`(b) a step of ${stepGraph.nodeCount} nodes over ${n} float32 (built-in ops and a user kernel, arrays allocated during the capture), results equal`);
 console.log(`  launch and completion: eager ${us(eagerStep)}, graph ${us(graphStep)}: ${(eagerStep / graphStep).toFixed(2)}x (target >= 3x)`);
+
+
+// (c) A host function between two empty kernels, against the same two kernels alone: what running
+// JavaScript between kernels adds to a launch and its completion. The stream waits for the event
+// loop to run the function, so both are awaited (`synchronized()`), never `synchronize()`.
+const one = { grid: 1, block: 32, stream };
+let hostCalls = 0;
+using hostGraph = captureGraph(stream, () => { empty.launch(one); stream.launchHostFunc(() => { hostCalls += 1; }); empty.launch(one); });
+using plainGraph = captureGraph(stream, () => { empty.launch(one); empty.launch(one); });
+using hostExec = hostGraph.instantiate();
+using plainExec = plainGraph.instantiate();
+/** Median wall ns of a launch and its completion, awaited. */
+async function timeAwaited(exec: { launch(s: Stream): unknown }): Promise<number> {
+  const samples: number[] = [];
+  for (let b = 0; b < WARMUP + BATCHES; b++) {
+    await stream.synchronized();
+    const start = nowNs();
+    exec.launch(stream);
+    await stream.synchronized();
+    if (b >= WARMUP) samples.push(nowNs() - start);
+  }
+  return median(samples);
+}
+const plainNs = await timeAwaited(plainExec);
+const hostNs = await timeAwaited(hostExec);
+if (hostCalls !== WARMUP + BATCHES) throw new Error(`(c) the host function ran ${hostCalls} times, not ${WARMUP + BATCHES}`);
+console.log('(c) a host function (stream.launchHostFunc) between two empty kernels in a graph, launch and completion awaited');
+console.log(`  with it ${us(hostNs)}, without it ${us(plainNs)}: the host function adds ${us(hostNs - plainNs)}`);
