@@ -483,8 +483,8 @@ export class Stream implements StreamRef {
    * Queues `fn` to run on the host when the stream reaches this point (cuLaunchHostFunc); the
    * stream's later work waits for it. Captured, it runs at every launch of the graph. Its cost:
    * the driver calls it from its own thread and JavaScript runs it on the main thread when the
-   * event loop next turns, so the stream stops there until then (tens of microseconds at best,
-   * as long as the main thread is busy at worst): never wait for such a stream with
+   * event loop next turns, so the stream stops there until then (as long as the main thread is
+   * busy, at worst; `bench/graph.ts` measures what it adds): never wait for such a stream with
    * `synchronize()` (it would never return), await `synchronized()`. `fn` must not call vram or
    * CUDA. An error it throws is rethrown on the event loop (an uncaught exception).
    * @param fn What to run.
