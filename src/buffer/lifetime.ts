@@ -32,7 +32,7 @@
  * `WeakMap<ArrayBuffer, Allocation>` does: while any view is reachable its ArrayBuffer is, and
  * with it the buffer, so the backstop never frees memory a view can still touch.
  */
-import { EventFlags, type Backend, type Handle, type Ptr } from '../backend/backend.js';
+import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/backend.js';
 import { inspectCustom } from '../util/inspect.js';
 import type { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
@@ -128,15 +128,7 @@ onStreamRetiring((stream) => {
   if (entry === undefined) return;
   const { device } = stream;
   device.makeCurrent();
-  const backend = device.backend;
-  const event = backend.eventCreate(EventFlags.DISABLE_TIMING);
-  try {
-    backend.eventRecord(event, stream.handle);
-  } catch (error) {
-    backend.eventDestroy(event);
-    throw error;
-  }
-  entry.final = event;
+  entry.final = recordNewEvent(device.backend, stream.handle);
 });
 
 /** Counts one more buffer that recorded `stream` (default streams are never destroyed: not counted). */

@@ -8,7 +8,7 @@
  * stream.ts: a stream is `{ handle }`.
  */
 import { guard, unguard, type Dropped } from '../backstop.js';
-import { EventFlags, GraphUpdateResult, type Handle } from '../backend/backend.js';
+import { GraphUpdateResult, recordNewEvent, type Handle } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { DoubleFreeError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
 import type { CapturePool, LaunchStream } from './sessions.js';
@@ -321,9 +321,7 @@ export class GraphExec {
     this.device.makeCurrent();
     const events: Handle[] = [];
     for (const s of this.launchedOn) {
-      const e = backend.eventCreate(EventFlags.DISABLE_TIMING);
-      backend.eventRecord(e, s);
-      events.push(e);
+      events.push(recordNewEvent(backend, s));
     }
     endExec(this.device, this.raw, this.pool, events);
   }

@@ -31,7 +31,7 @@
  * waited for only when the memory is needed now. The rest of the device is never synchronised.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { EventFlags } from '../../backend/backend.js';
+import { recordNewEvent } from '../../backend/backend.js';
 import { CounterCell, type Counter } from '../../counter.js';
 import { Device } from '../../device.js';
 import { isOutOfMemory } from '../../errors.js';
@@ -454,13 +454,7 @@ export class SpillManager {
     device.makeCurrent();
     const backend = device.backend;
     if (copy) backend.memcpyAsync(entry.host.ptr, entry.ptr, entry.bytes, stream.handle);
-    const event = backend.eventCreate(EventFlags.DISABLE_TIMING);
-    try {
-      backend.eventRecord(event, stream.handle);
-    } catch (error) {
-      backend.eventDestroy(event);
-      throw error;
-    }
+    const event = recordNewEvent(backend, stream.handle);
     // A free before the pages go is ordered after the copy out, on the device (the buffer's) and
     // on the host (its host copy's: pinned memory is freed at once).
     buffer.recordStream(stream);

@@ -21,7 +21,7 @@
  * `releaseCached` gives back when it can: the cache registry's protocol for memory freed on a
  * stream.
  */
-import { EventFlags, MemAccess, type Handle, type Ptr } from '../../backend/backend.js';
+import { MemAccess, recordNewEvent, type Handle, type Ptr } from '../../backend/backend.js';
 import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
 import { InvalidPointerError, OutOfMemoryError, isOutOfMemory } from '../../errors.js';
@@ -296,9 +296,7 @@ export class SpillableResource extends MemoryResource {
     this.#allocated.sub(block.bytes);
     this.#allocations.sub(1);
     // The memory goes back once the work queued on the freeing stream has run: an event marks it.
-    const event = backend.eventCreate(EventFlags.DISABLE_TIMING);
-    backend.eventRecord(event, handle);
-    this.#pending.push({ block, event });
+    this.#pending.push({ block, event: recordNewEvent(backend, handle) });
     this.#collect();
   }
 
