@@ -13,7 +13,7 @@ import { CudaError, CUresult, OutOfMemoryError } from '../src/errors.js';
 import { PoolResource, type GrowthCalls } from '../src/resource/suballoc/pool.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import {
-  adaptiveChunkPages, HELD_FRACTION, LARGE_BLOCK_SHARE, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES,
+  adaptiveChunkPages, pressurePages, HELD_FRACTION, LARGE_BLOCK_SHARE, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES,
 } from '../src/resource/suballoc/kit/adaptive-growth.js';
 import { createResourceStack } from '../src/resource/stacks.js';
 
@@ -126,6 +126,34 @@ describe("PoolResource extentSize 'adaptive'", () => {
     for (const [p, bytes] of blocks) pool.deallocate(p, bytes);
   });
 
+  it('under pressure creates the pages the maximum still allows instead of moving cached ones, then moves', () => {
+    // Twelve pages: below eight the pool grows page by page (a small pool), from eight on memory is short.
+    const maximum = 12 * page;
+    using pool = new PoolResource({ extentSize: 'adaptive', maximumSize: maximum });
+    const ones: number[] = [];
+    for (let k = 0; k < 8; k++) ones.push(pool.allocate(page));
+    // Every other page idle: four cached pages, none two in a row, so a three-page block has no place on mapped pages.
+    for (let k = 0; k < 8; k += 2) pool.deallocate(ones[k]!, page);
+    assert.equal(pool.reservedBytes, 8 * page);
+    let before = { ...calls(pool), moves: pool.statistics().pageMoves };
+    const three = pool.allocate(3 * page);
+    let after = calls(pool);
+    assert.equal(pool.statistics().pageMoves - before.moves, 0, 'the maximum leaves room: nothing moved');
+    assert.equal(after.create - before.create, 3, 'three pages created, one extent each');
+    assert.equal(after.unmap - before.unmap, 0);
+    assert.equal(pool.reservedBytes, 11 * page);
+    // The room runs out: the one page the maximum still allows is created, the other moved from an idle page.
+    before = { ...after, moves: pool.statistics().pageMoves };
+    const two = pool.allocate(2 * page);
+    after = calls(pool);
+    assert.equal(after.create - before.create, 1, 'the page left under the maximum, created');
+    assert.equal(pool.statistics().pageMoves - before.moves, 1, 'the other moved from an idle page');
+    assert.equal(pool.reservedBytes, maximum);
+    pool.deallocate(three, 3 * page);
+    pool.deallocate(two, 2 * page);
+    for (let k = 1; k < 8; k += 2) pool.deallocate(ones[k]!, page);
+  });
+
   it('a growth the driver refuses is retried one page an extent, with nothing mapped ahead', () => {
     using pool = new PoolResource({ extentSize: 'adaptive' });
     const w = warm(pool);
@@ -218,6 +246,18 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(adaptiveChunkPages({ ...plenty, freeBytes: 19 * GiB, heldPages: 0, blockPages: 1 }), -1, 'under a quarter of the device left');
     assert.equal(adaptiveChunkPages({ ...plenty, freeBytes: 25 * GiB, heldPages: 30 * 1024, blockPages: 1 }), -1, 'less free than half of what the pool holds');
     assert.equal(adaptiveChunkPages({ ...plenty, maximumBytes: 64 * MiB, heldPages: 24, blockPages: 1 }), -1, 'near the maximum');
+  });
+
+  it('the pressure rule: the room left under pressure, nothing with plenty', () => {
+    const P = 2 * MiB;
+    const GiB = 1024 * MiB;
+    const plenty = { pageBytes: P, freeBytes: 70 * GiB, totalBytes: 80 * GiB, maximumBytes: Infinity };
+    assert.equal(pressurePages({ ...plenty, heldPages: 0, blockPages: 1 }), 0, 'a small pool with room moves pages (its peak stays near live)');
+    assert.equal(pressurePages({ ...plenty, heldPages: 512, blockPages: 1 }), 0, 'chunks ahead, no pressure');
+    assert.equal(pressurePages({ ...plenty, freeBytes: 1 * GiB, heldPages: 512, blockPages: 1 }), 512, 'a device nearly full: all its free pages');
+    assert.equal(pressurePages({ ...plenty, freeBytes: 1 * GiB + P - 1, heldPages: 512, blockPages: 1 }), 512, 'whole pages only');
+    assert.equal(pressurePages({ ...plenty, maximumBytes: 64 * MiB, heldPages: 24, blockPages: 1 }), 8, 'near the maximum: what it still allows');
+    assert.equal(pressurePages({ ...plenty, maximumBytes: 64 * MiB, heldPages: 32, blockPages: 1 }), 0, 'at the maximum');
   });
 
   it('the adaptive stack and VRAM_ALLOCATOR=adaptive build it', () => {

@@ -28,7 +28,7 @@ import { formatBytesExact } from '../../../util/size.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
-import { adaptiveChunkPages, LARGE_BLOCK_SHARE } from './adaptive-growth.js';
+import { adaptiveChunkPages, LARGE_BLOCK_SHARE, pressurePages } from './adaptive-growth.js';
 
 /** Indices of `VirtualPages.calls`. */
 export const CALL_CREATE = 0;
@@ -91,6 +91,11 @@ export class VirtualPages {
    * old high-water mark while cached pages could serve.
    */
   private ceilingPages = 0;
+  /**
+   * Pages the current growth may create past `ceilingPages` rather than move cached ones: under
+   * pressure, the device's free pages (`pressurePages`); 0 outside an adaptive growth.
+   */
+  private pressureRoom = 0;
   /** Where a block goes when its best fit needs unmapped pages. */
   private readonly placement: MappedPlacement;
   /** Cached pages whose memory went to where a live block needed it (see PoolStatistics.pageMoves). */
@@ -273,10 +278,12 @@ export class VirtualPages {
       return;
     }
     const { free, total } = this.memInfo();
-    const chunk = adaptiveChunkPages({
+    const state = {
       heldPages: this.physicalPages, blockPages: p1 - p0 + 1, pageBytes: this.pageBytes,
       freeBytes: free, totalBytes: total, maximumBytes: this.maximumBytes,
-    });
+    };
+    const chunk = adaptiveChunkPages(state);
+    this.pressureRoom = pressurePages(state);
     try {
       this.cut = chunk < 0 ? 1 : this.extentLimit;
       try {
@@ -291,9 +298,11 @@ export class VirtualPages {
         this.compactions++;
       }
       this.cut = 1;
+      this.pressureRoom = 0; // the device refused: what is left is moved, not created
       this.mapMissing(p0, p1, 0);
     } finally {
       this.cut = this.extentLimit;
+      this.pressureRoom = 0;
     }
   }
 
@@ -566,6 +575,9 @@ export class VirtualPages {
         if (missing === 0) return;
       }
     }
+    // Under pressure, pages the device can still give are created rather than moved (`pressurePages`);
+    // a page moved back to its old mapping above cost no driver call.
+    excess -= Math.min(Math.max(0, excess), this.pressureRoom);
     // Cached pages outside the block (its own mapped pages that no live block uses are no donors).
     const count = this.edgeCount;
     let ownIdle = p1 - p0 + 1 - missing;
