@@ -13,6 +13,35 @@
  * before it maps or moves pages, so that blocks freed on different streams coalesce. When a stream is destroyed
  * its lists are retired, not dropped: their blocks stay takeable after a wait on its last event.
  *
+ * A heap over a virtual-memory pool's range (`gathering`) gathers instead of stealing, and gathers
+ * before it cuts into the top block too: a stream with no fit of its own, or whose best fit is the
+ * top block (the free block that runs to the end of the range, past every block in use), first
+ * takes every other stream's free blocks (an event wait on each). Why: the top block belongs to
+ * whichever stream last freed the block below it, so that stream always has a fit of its own and
+ * never looks at the blocks the other streams freed; its allocations went to fresh addresses over
+ * the top while the space split between the streams' lists, coalesced, would have served. A
+ * multi-stream loop's layout then drifted from one step to the next over more pages than its live
+ * data needs, and each drift was a growth. Gathered first, the free space each step leaves is
+ * coalesced as one stream would have left it, so the next step places its blocks where the last
+ * one did. A single stream has no one to gather from (one loop over the lists, nothing joined).
+ *
+ * Measured with `vram replay test/fixtures/traces/multi_stream.csv -r adaptive --repeat 4` on the
+ * emulated backend (its driver-call counts are the GPU's), passes 2-4 (driver calls; peak reserved;
+ * joins, each an event record and a wait; growth-path commits): stealing one stream's blocks, as
+ * before, 9 calls (one growth in each of passes 2 and 3, pages moved between the lists), 28 MiB,
+ * 19 joins, 5 commits; gathering at the top and when nothing fits, kept: 0 calls, 14 MiB (the first
+ * pass's: each pass places its blocks as the first did), 30 joins, 0 commits. Tried, not kept: the
+ * steal taking every stream's blocks once one stream has a fit, not at the top (4 calls, 16 MiB, 27
+ * joins, 12 commits); that with freed blocks kept apart from untouched space, so the top stays
+ * neutral (0 calls, 14 MiB, 27 joins, but a single stream's blocks then never merge back into the
+ * top: bert_dynamic_infer's passes 2-4 with `--headroom 3` made 11,978 calls against 8,724,
+ * resnet50_train's 1,001 against 359); the top tried by a steal of one stream first (9 calls, as
+ * before: no one stream's blocks fit where the coalesced ones do); a steal of one stream, then a
+ * gather when its fit is the top (9 calls, 18 MiB); a gather only when no one stream has a fit (9
+ * calls); parking off, or every parked block unparked when a stream's own is of another size (9
+ * calls each: parking is not the cause). The cost is joins: 10 a pass against 6 or 7 (a join is
+ * about 1.2 us on an H100; a growth's calls 0.5-0.8 ms a pass).
+ *
  * Parking, the pool's hit path: the block a stream frees may be parked instead of merged into its
  * lists, and handed straight back to that stream's next allocation of exactly its size (a training
  * loop's allocate/free of the same shapes). A parked block is free, but neither merged nor listed:
@@ -75,6 +104,12 @@ export class BlockHeap implements StreamWatcher {
   parkedCount = 0;
   /** Told about each block leaving the park for the lists (the pool uncounts its pages then). */
   onUnpark: ((i: number) => void) | undefined;
+  /**
+   * Cross-stream reuse gathers (`gather`) rather than steals, and before the top block is cut (see
+   * the file's header): set for a virtual-memory pool's range, where cutting into the top is what
+   * makes the pool's pages grow.
+   */
+  private readonly gathering: boolean;
 
   /** Bytes the callers asked for, summed over live blocks. */
   get liveBytes(): number {
@@ -126,7 +161,13 @@ export class BlockHeap implements StreamWatcher {
     return this.figures[LIVE_BLOCK_BYTES]!;
   }
 
-  constructor(events: OrderEvents) {
+  /**
+   * @param events The driver's event calls, for stream order.
+   * @param gathering Gather other streams' free blocks before cutting into the top block, and
+   *   instead of stealing one stream's (a virtual-memory pool; see the file's header).
+   */
+  constructor(events: OrderEvents, gathering = false) {
+    this.gathering = gathering;
     const neutral = new FreeLists(NEUTRAL, -1, this.store);
     this.lists = [neutral];
     this.lastLists = neutral;
@@ -210,7 +251,8 @@ export class BlockHeap implements StreamWatcher {
     const need = alignment > GRANULE ? size + alignment - GRANULE : size;
     const own = this.listsFor(stream);
     let i = own.findFit(need);
-    if (i === NIL) i = this.steal(need, own);
+    // The top block (next NIL) is tested only once a fit is found: a hit elsewhere pays one compare.
+    if (i === NIL || (this.store.next[i] === NIL && this.gathering)) i = this.reuseOthers(need, own, i);
     if (i === NIL) i = this.lists[NEUTRAL]!.findFit(need);
     if (i === NIL) return NIL;
     const start = this.store.start[i]!;
@@ -436,6 +478,16 @@ export class BlockHeap implements StreamWatcher {
   destroy(): void {
     this.unwatch();
     for (const l of this.lists) this.order.release(l);
+  }
+
+  /**
+   * Other streams' free blocks for `own`, whose own best fit `i` is NIL or the top block: gathered,
+   * every stream's (`gathering`), then the best fit again; else stolen from one stream (`steal`).
+   */
+  private reuseOthers(size: number, own: FreeLists, i: number): number {
+    if (!this.gathering) return this.steal(size, own);
+    // Nothing gathered, nothing merged: `i` is still own's best fit.
+    return this.gather(own.stream) > 0 ? own.findFit(size) : i;
   }
 
   /**
