@@ -297,6 +297,46 @@ test('virtual: a growth takes another stream\'s free mapped pages by an event wa
   });
 });
 
+test('virtual: a stream about to cut into the top of the range first gathers the other streams\' free blocks, which coalesce below it', () => {
+  // A frees x and z, B frees y beside x; z lies next to the untouched rest of the range, so A's
+  // lists hold the top block, a fit for anything. Before, A cut two pages there (mapped, so no
+  // growth yet, but the used span grew past x and y, which stayed split between the streams: a
+  // multi-stream loop drifted upwards a step at a time, and each drift past the mapped pages was
+  // a growth). Now A takes B's blocks first (an event wait, no host wait), and x and y coalesce
+  // into the place for two pages.
+  withTwoStreams((A, B, calls) => {
+    const page = backend.memGetAllocationGranularity(0);
+    const pool = new PoolResource();
+    const driverCalls = (): number => Object.values(pool.statistics().driverCalls).reduce((a, b) => a + b, 0);
+    const x = pool.allocate(page, A);
+    const y = pool.allocate(page, B);
+    const live = pool.allocate(page);
+    const z = pool.allocate(2 * page, A);
+    assert.deepEqual([y, live, z], [x + page, x + 2 * page, x + 3 * page]);
+    backend.memsetAsync(y, 0xcd, 1, page, B.handle);
+    pool.deallocate(x, page, A);
+    pool.deallocate(y, page, B);
+    pool.deallocate(z, 2 * page, A);
+    const before = driverCalls();
+    calls.length = 0;
+    const r = pool.allocate(2 * page, A);
+    assert.equal(r, x, 'x and y, coalesced, rather than the top at z');
+    assert.deepEqual(calls, [`record ${B.handle}`, `wait ${A.handle}`], 'A waits on B in stream order');
+    assert.equal(driverCalls(), before, 'no page mapped or moved');
+    assert.deepEqual(lastBytesOn(r + 2 * page, A), new Array(16).fill(0xcd), "A's read ran after B's memset");
+    // The top is still whole: the next two pages on A go there, on z's mapped pages, with no wait.
+    calls.length = 0;
+    const t = pool.allocate(2 * page, A);
+    assert.equal(t, z);
+    assert.deepEqual(calls, []);
+    assert.equal(pool.reservedBytes, 5 * page);
+    pool.deallocate(t, 2 * page, A);
+    pool.deallocate(r, 2 * page, A);
+    pool.deallocate(live, page);
+    pool.destroy();
+  });
+});
+
 // Larger extents (PoolOptions.extentSize): one physical allocation per run of pages a growth maps.
 test('extentSize: one allocation per run grown; cached extents go whole to make room; a live block keeps its extent whole', () => {
   const page = backend.memGetAllocationGranularity(0);

@@ -199,7 +199,9 @@ export class PoolResource extends MemoryResource {
     if (upstream !== undefined && upstream.deviceOrdinal >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
     this.backend = dev.backend;
     this.owner = dev;
-    const heap = (this.heap = new BlockHeap(this.backend));
+    // Over virtual memory, streams gather each other's free blocks before cutting into the range's
+    // top (where the pages grow): see block-heap.ts.
+    const heap = (this.heap = new BlockHeap(this.backend, upstream === undefined));
     // Over locals, not `this`: the backstop's release holds the heap, and a heap that held the pool
     // would keep the pool from ever being collected.
     let virtual: VirtualPages | null = null;
