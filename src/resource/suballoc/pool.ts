@@ -146,7 +146,10 @@ function growthCalls(pages: VirtualPages | null): GrowthCalls {
 
 /**
  * A stream-ordered pool allocator over virtual memory pages or an upstream resource. A failed
- * growth (at creation or in `allocate`) gives back what it took before it throws.
+ * growth (at creation or in `allocate`) gives back what it took before it throws. With virtual
+ * growth its memory belongs to the device, not to the context current when it was made: every
+ * context of the device uses it, and destroying an explicit `Context` leaves it and its blocks
+ * alone (the pool ends with `destroy()`).
  *
  * @example
  * ```ts
@@ -238,7 +241,17 @@ export class PoolResource extends MemoryResource {
       const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readExtentSize(size);
       // The device's free memory, for the adaptive policy's one threshold (growth path only).
       const memInfo = adaptive ? () => dev.memInfo() : null;
-      this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
+      // The range is the device's, not a context's: mappings and their access are per device, so
+      // every context of the device uses them. Reserved with the primary context current (vram
+      // holds it for the process), so that destroying an explicit context that happened to be
+      // current does not take the pool's range, and every block in it, along: the device's default
+      // resource is made on the first allocation that needs it, in whatever context that runs.
+      this.backend.contextSetCurrent(dev.context);
+      try {
+        this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
+      } finally {
+        dev.makeCurrent();
+      }
       this.chunks = null;
       const pages = virtual;
       this.guardMemory(() => releasePool(pages, null, heap));
