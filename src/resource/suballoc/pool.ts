@@ -24,7 +24,7 @@ import { UpstreamChunks } from './kit/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, upstreamChain, type MemoryFigures, type MemoryKind } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
@@ -349,7 +349,8 @@ export class PoolResource extends MemoryResource {
   /**
    * Lets `peer` access (or stops it accessing) this pool's memory: every page mapped now and every
    * page mapped later (cuMemSetAccess for the peer beside the pool's own device), so blocks from
-   * the pool can be read and written by kernels and copies running on `peer`.
+   * the pool can be read and written by kernels and copies running on `peer`. Copies between
+   * devices (`copyFrom`, `DeviceArray.to`) need no call: they grant what they need themselves.
    *
    * @param peer Another device that can access this one (`peer.canAccessPeer(device)`).
    * @param access 'none', 'read' or 'readwrite'.
@@ -384,7 +385,8 @@ export class PoolResource extends MemoryResource {
    * How `device` may access this pool's memory.
    *
    * @param device A device.
-   * @returns 'readwrite' for the pool's own device; what `setAccess` granted for another.
+   * @returns 'readwrite' for the pool's own device; for another, what `setAccess` granted, or a
+   *   copy between devices run on it (read for a source, read-write for a destination).
    * @throws {TypeError} For a non-device.
    * @example
    * ```ts
@@ -395,6 +397,41 @@ export class PoolResource extends MemoryResource {
     if (!(device instanceof Device)) throw new TypeError('device must be a Device');
     if (device === this.owner) return 'readwrite';
     return poolAccess(this.pages === null ? MemAccess.NONE : this.pages.peerAccess(device.ordinal));
+  }
+
+  /**
+   * Lets `device` reach the block at `ptr` for a copy between devices that runs in its context:
+   * read access for a source, read-write for a destination, added to what it has (never taken
+   * away), over every page mapped now and later, as `setAccess` grants it. Memory from cuMemAlloc
+   * or CUDA's pools is copied by cuMemcpyPeer without any grant; a virtual-memory mapping is
+   * reachable only from the devices cuMemSetAccess named (the driver refuses the copy otherwise),
+   * so without this a program's peer copies would work under one default allocator and fail
+   * under another. Kept for the pool's life rather than revoked after the copy: revoking must
+   * wait for the copy on the host, and the next copy would pay the grant again; the mappings,
+   * and their access with them, go when the pool does. Nothing when the devices cannot reach each
+   * other at all (the driver then copies, or refuses, as it does).
+   *
+   * @param ptr An address in a live block of this pool.
+   * @param device The device whose context runs the copy.
+   * @param write Whether the copy writes the block.
+   * @returns True when `ptr` is this pool's memory (granted now or before), false when it is not.
+   * @throws {CudaError} When the driver refuses the grant.
+   * @example
+   * ```ts
+   * pool.allowPeerCopy(src.ptr, Device.get(1), false); // before a copy on a stream of device 1
+   * ```
+   * @internal the copy path's (`allowPeerCopy` below); programs grant access with `setAccess`.
+   */
+  allowPeerCopy(ptr: Ptr, device: Device, write: boolean): boolean {
+    const pages = this.pages;
+    if (pages === null || !pages.contains(ptr)) return false;
+    if (device === this.owner || this.released) return true;
+    const needed = write ? MemAccess.READWRITE : MemAccess.READ;
+    const granted = pages.peerAccess(device.ordinal);
+    if ((granted & needed) === needed || !device.canAccessPeer(this.owner)) return true;
+    this.owner.makeCurrent();
+    pages.setPeerAccess(device.ordinal, granted | needed);
+    return true;
   }
 
   /**
@@ -575,6 +612,29 @@ export class PoolResource extends MemoryResource {
  * Gives back everything a pool holds, live blocks included, and returns the bytes: `destroy()`
  * once no block is live, and the backstop of a pool collected before that.
  */
+/**
+ * Lets `device` reach the memory at `ptr`, which `resource` handed out, for a copy between devices
+ * that runs in `device`'s context: the PoolResource with virtual growth whose range holds `ptr`,
+ * found down the resource's stack (adaptors, bins, a limit over the pool), grants the access
+ * (`PoolResource.allowPeerCopy`); memory of any other resource needs nothing.
+ *
+ * @param resource The resource the memory came from (a buffer's).
+ * @param ptr An address in the memory.
+ * @param device The device whose context runs the copy.
+ * @param write Whether the copy writes the memory.
+ * @throws {CudaError} When the driver refuses the grant.
+ * @example
+ * ```ts
+ * allowPeerCopy(src.resource, src.ptr, stream.device, false);
+ * ```
+ * @internal the copy path's (`src/buffer/device-memory.ts`).
+ */
+export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device, write: boolean): void {
+  for (const r of upstreamChain(resource)) {
+    if (r instanceof PoolResource && r.allowPeerCopy(ptr, device, write)) return;
+  }
+}
+
 function releasePool(pages: VirtualPages | null, chunks: UpstreamChunks | null, heap: BlockHeap): number {
   const bytes = pages !== null ? pages.reservedBytes : chunks!.reservedBytes;
   if (pages !== null) pages.destroy();
