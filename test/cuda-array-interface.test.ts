@@ -15,6 +15,7 @@ import {
   cudaArrayInterfaceInfo, fromCudaArrayInterface, toCudaArrayInterface, type CudaArrayInterface,
 } from '../src/interop/cuda-array-interface.js';
 import { leakStatistics } from '../src/buffer/lifetime.js';
+import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { Event, Stream } from '../src/stream.js';
 import { gpuOnly } from './helpers.js';
 
@@ -207,7 +208,13 @@ describe('fromCudaArrayInterface', () => {
     bad({ stream: 0 }, RangeError, 'stream 0 is forbidden');
     bad({ stream: 1.5 }, RangeError, 'fractional stream');
     bad({ data: [0x1234_0000, false] }, InvalidPointerError, 'an address the driver does not know');
-    bad({ shape: [2 ** 26] }, InvalidPointerError, 'past the allocation');
+    // The check sees the driver's allocation (cuPointerGetAttributes' range), which is the block
+    // only for memory of one cuMemAlloc per block: a sub-allocator's block lies in a larger range
+    // (a pool's chunk, or its whole virtual range under VRAM_ALLOCATOR=pool or adaptive). So this
+    // case names the resource it assumes.
+    using perBlock = new CudaResource(device);
+    using whole = DeviceArray.from(iota(8), { resource: perBlock });
+    assert.throws(() => fromCudaArrayInterface({ ...toCudaArrayInterface(whole), shape: [2 ** 26] }), InvalidPointerError, 'past the allocation');
     bad({ data: [a.ptr + 2, false] }, RangeError, 'misaligned');
     assert.throws(() => fromCudaArrayInterface(good, { dtype: 'int32' }), RangeError);
     assert.equal(leakStatistics().count, leaks);

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { deviceMemoryUsed, onGpu } from './helpers.js';
 import { Context, Device } from '../src/device.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { UseAfterFreeError, VramStateError } from '../src/errors.js';
 import { getBackend } from '../src/backend/select.js';
 
@@ -91,6 +92,36 @@ test('explicit context: create, select, allocate in it, destroy', () => {
   d.makeCurrent();
   if (!onGpu) assert.equal(deviceMemoryUsed(d), before);
 });
+
+for (const extentSize of [undefined, 'adaptive'] as const) {
+  test(`a PoolResource({ extentSize: ${String(extentSize)} }) made in an explicit context outlives it: its range is the device's`, () => {
+    // The device's default resource is made by the first allocation that needs it, in whatever
+    // context is current then (VRAM_ALLOCATOR=pool or adaptive makes it a PoolResource).
+    const d = Device.get(0);
+    const before = deviceMemoryUsed(d);
+    const ctx = Context.create(d);
+    const pool = new PoolResource({ device: d, extentSize });
+    let buf: DeviceBuffer;
+    try {
+      buf = DeviceBuffer.allocate(4096, { resource: pool });
+      buf.copyFromHost(new Uint8Array(4096).fill(5));
+    } finally {
+      ctx.destroy();
+    }
+    try {
+      assert.deepEqual(buf.copyToHost(new Uint8Array(4), { bytes: 4 }), new Uint8Array(4).fill(5));
+      const more = DeviceBuffer.allocate(8 << 20, { resource: pool });
+      more.copyFrom(buf, { bytes: 4096 });
+      assert.deepEqual(more.copyToHost(new Uint8Array(4), { bytes: 4 }), new Uint8Array(4).fill(5));
+      more.free();
+      buf.free();
+      assert.ok(pool.releaseCached() > 0, 'its cached pages go back');
+    } finally {
+      pool.destroy();
+    }
+    if (!onGpu) assert.equal(deviceMemoryUsed(d), before);
+  });
+}
 
 test('explicit context: using-declaration destroys it; primary cannot be destroyed', () => {
   const d = Device.get(0);

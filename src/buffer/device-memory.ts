@@ -26,7 +26,8 @@ import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
 import { addressOf, Allocation, holdMemory } from './lifetime.js';
 import { beginOperation, movesOnReload, prepareUse } from './spill/residency.js';
-import { defaultStream, type StreamRef } from '../resource/resource.js';
+import { defaultStream, MemoryResource, type StreamRef } from '../resource/resource.js';
+import { allowPeerCopy } from '../resource/suballoc/pool.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
 /** JavaScript memory a copy may read or write: any TypedArray, Buffer, DataView or ArrayBuffer. */
@@ -459,14 +460,32 @@ function pageable(plan: PlannedCopy, register: boolean | undefined): PageableCop
   return undefined;
 }
 
+/**
+ * Lets `device`, whose context runs a copy between devices, reach the other device's side of it:
+ * the side's memory, when a virtual-memory pool of vram's handed it out (a PoolResource, the
+ * `pool` and `adaptive` default allocators), is reachable only from the devices its mappings were
+ * granted to, where memory from cuMemAlloc or CUDA's pools is copied by cuMemcpyPeer as it is.
+ * The buffer's resource (a DeviceBuffer's) leads to the pool; other memory needs nothing.
+ */
+function reachFrom(device: Device, end: CopyEndpoint, ptr: Ptr, write: boolean): void {
+  const resource = (end as { readonly resource?: unknown }).resource;
+  if (resource instanceof MemoryResource) allowPeerCopy(resource, ptr, device, write);
+}
+
 /** Queues (or runs, without a stream) the copy between two vram buffers that `plan` describes. */
 function issue(plan: PlannedCopy, stream: StreamRef | undefined): void {
   const { d, s, dstOffset, srcOffset, bytes, backend } = plan;
   if (d.js || s.js) throw new TypeError('issue: JavaScript memory goes through the transfer layer'); // callers route it
   const streamHandle = stream === undefined ? undefined : stream.handle;
   recordUse(stream, plan.dst, plan.src);
+  const peer = d.device !== undefined && s.device !== undefined && d.device !== s.device;
+  if (peer && plan.device !== undefined) {
+    // Before `activate`: a grant makes the pool's device current.
+    if (s.device !== plan.device) reachFrom(plan.device, plan.src, s.ptr + srcOffset, false);
+    if (d.device !== plan.device) reachFrom(plan.device, plan.dst, d.ptr + dstOffset, true);
+  }
   activate(stream, plan.home, backend);
-  if (d.device !== undefined && s.device !== undefined && d.device !== s.device) {
+  if (peer) {
     const dc = d.context ?? d.device.activeContext;
     const sc = s.context ?? s.device.activeContext;
     if (streamHandle === undefined) backend.memcpyPeer(d.ptr + dstOffset, dc, s.ptr + srcOffset, sc, bytes);

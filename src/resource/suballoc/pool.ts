@@ -24,7 +24,7 @@ import { UpstreamChunks } from './kit/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, upstreamChain, type MemoryFigures, type MemoryKind } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
@@ -146,7 +146,10 @@ function growthCalls(pages: VirtualPages | null): GrowthCalls {
 
 /**
  * A stream-ordered pool allocator over virtual memory pages or an upstream resource. A failed
- * growth (at creation or in `allocate`) gives back what it took before it throws.
+ * growth (at creation or in `allocate`) gives back what it took before it throws. With virtual
+ * growth its memory belongs to the device, not to the context current when it was made: every
+ * context of the device uses it, and destroying an explicit `Context` leaves it and its blocks
+ * alone (the pool ends with `destroy()`).
  *
  * @example
  * ```ts
@@ -240,7 +243,17 @@ export class PoolResource extends MemoryResource {
       const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readExtentSize(size);
       // The device's free memory, for the adaptive policy's one threshold (growth path only).
       const memInfo = adaptive ? () => dev.memInfo() : null;
-      this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
+      // The range is the device's, not a context's: mappings and their access are per device, so
+      // every context of the device uses them. Reserved with the primary context current (vram
+      // holds it for the process), so that destroying an explicit context that happened to be
+      // current does not take the pool's range, and every block in it, along: the device's default
+      // resource is made on the first allocation that needs it, in whatever context that runs.
+      this.backend.contextSetCurrent(dev.context);
+      try {
+        this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
+      } finally {
+        dev.makeCurrent();
+      }
       this.chunks = null;
       const pages = virtual;
       this.guardMemory(() => releasePool(pages, null, heap));
@@ -338,7 +351,8 @@ export class PoolResource extends MemoryResource {
   /**
    * Lets `peer` access (or stops it accessing) this pool's memory: every page mapped now and every
    * page mapped later (cuMemSetAccess for the peer beside the pool's own device), so blocks from
-   * the pool can be read and written by kernels and copies running on `peer`.
+   * the pool can be read and written by kernels and copies running on `peer`. Copies between
+   * devices (`copyFrom`, `DeviceArray.to`) need no call: they grant what they need themselves.
    *
    * @param peer Another device that can access this one (`peer.canAccessPeer(device)`).
    * @param access 'none', 'read' or 'readwrite'.
@@ -373,7 +387,8 @@ export class PoolResource extends MemoryResource {
    * How `device` may access this pool's memory.
    *
    * @param device A device.
-   * @returns 'readwrite' for the pool's own device; what `setAccess` granted for another.
+   * @returns 'readwrite' for the pool's own device; for another, what `setAccess` granted, or a
+   *   copy between devices run on it (read for a source, read-write for a destination).
    * @throws {TypeError} For a non-device.
    * @example
    * ```ts
@@ -384,6 +399,41 @@ export class PoolResource extends MemoryResource {
     if (!(device instanceof Device)) throw new TypeError('device must be a Device');
     if (device === this.owner) return 'readwrite';
     return poolAccess(this.pages === null ? MemAccess.NONE : this.pages.peerAccess(device.ordinal));
+  }
+
+  /**
+   * Lets `device` reach the block at `ptr` for a copy between devices that runs in its context:
+   * read access for a source, read-write for a destination, added to what it has (never taken
+   * away), over every page mapped now and later, as `setAccess` grants it. Memory from cuMemAlloc
+   * or CUDA's pools is copied by cuMemcpyPeer without any grant; a virtual-memory mapping is
+   * reachable only from the devices cuMemSetAccess named (the driver refuses the copy otherwise),
+   * so without this a program's peer copies would work under one default allocator and fail
+   * under another. Kept for the pool's life rather than revoked after the copy: revoking must
+   * wait for the copy on the host, and the next copy would pay the grant again; the mappings,
+   * and their access with them, go when the pool does. Nothing when the devices cannot reach each
+   * other at all (the driver then copies, or refuses, as it does).
+   *
+   * @param ptr An address in a live block of this pool.
+   * @param device The device whose context runs the copy.
+   * @param write Whether the copy writes the block.
+   * @returns True when `ptr` is this pool's memory (granted now or before), false when it is not.
+   * @throws {CudaError} When the driver refuses the grant.
+   * @example
+   * ```ts
+   * pool.allowPeerCopy(src.ptr, Device.get(1), false); // before a copy on a stream of device 1
+   * ```
+   * @internal the copy path's (`allowPeerCopy` below); programs grant access with `setAccess`.
+   */
+  allowPeerCopy(ptr: Ptr, device: Device, write: boolean): boolean {
+    const pages = this.pages;
+    if (pages === null || !pages.contains(ptr)) return false;
+    if (device === this.owner || this.released) return true;
+    const needed = write ? MemAccess.READWRITE : MemAccess.READ;
+    const granted = pages.peerAccess(device.ordinal);
+    if ((granted & needed) === needed || !device.canAccessPeer(this.owner)) return true;
+    this.owner.makeCurrent();
+    pages.setPeerAccess(device.ordinal, granted | needed);
+    return true;
   }
 
   /**
@@ -564,6 +614,29 @@ export class PoolResource extends MemoryResource {
  * Gives back everything a pool holds, live blocks included, and returns the bytes: `destroy()`
  * once no block is live, and the backstop of a pool collected before that.
  */
+/**
+ * Lets `device` reach the memory at `ptr`, which `resource` handed out, for a copy between devices
+ * that runs in `device`'s context: the PoolResource with virtual growth whose range holds `ptr`,
+ * found down the resource's stack (adaptors, bins, a limit over the pool), grants the access
+ * (`PoolResource.allowPeerCopy`); memory of any other resource needs nothing.
+ *
+ * @param resource The resource the memory came from (a buffer's).
+ * @param ptr An address in the memory.
+ * @param device The device whose context runs the copy.
+ * @param write Whether the copy writes the memory.
+ * @throws {CudaError} When the driver refuses the grant.
+ * @example
+ * ```ts
+ * allowPeerCopy(src.resource, src.ptr, stream.device, false);
+ * ```
+ * @internal the copy path's (`src/buffer/device-memory.ts`).
+ */
+export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device, write: boolean): void {
+  for (const r of upstreamChain(resource)) {
+    if (r instanceof PoolResource && r.allowPeerCopy(ptr, device, write)) return;
+  }
+}
+
 function releasePool(pages: VirtualPages | null, chunks: UpstreamChunks | null, heap: BlockHeap): number {
   const bytes = pages !== null ? pages.reservedBytes : chunks!.reservedBytes;
   if (pages !== null) pages.destroy();
