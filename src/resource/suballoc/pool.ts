@@ -59,7 +59,9 @@ export interface PoolOptions {
    * of its own pages), so a workload's first pass makes a few dozen growths rather than one per
    * page (the pages mapped ahead are cache: blocks are placed on mapped pages first). Below that,
    * growth maps only the block's pages, one page per extent, as the default does, so peak reserved
-   * stays close to peak live where it decides whether a workload fits. And when the driver refuses
+   * stays close to peak live where it decides whether a workload fits; there it creates the pages
+   * the device (or `maximumSize`) still has before it moves cached pages to where a block needs
+   * them (a move costs driver calls each time a loop needs it, a new page once). And when the driver refuses
    * a growth, the pool first releases every wholly free extent and retries one page per extent
    * (an extent that still holds a live block cannot be split: the driver frees an allocation only
    * whole). The device's free memory is read on the growth path only, never on a hit.
