@@ -37,7 +37,13 @@
  * recently used page, or by farthest predicted reuse (bert 9,864, 16,795, 16,666 calls); lowest
  * address first fit for every block (8,816, resnet 451); a size's last place reused when free
  * (9,996, resnet 655); places costed by pages that cannot move back without a call (7,588 to
- * 10,364 by threshold, resnet up to 785).
+ * 10,364 by threshold, resnet up to 785). Again with the pressure rule (`pressurePages`; bert at 3%:
+ * 8,620 calls in passes 2-4, 540 at 10%), none kept: places costed by the pages that would need a
+ * driver call, stale mappings of idle memory counting as free (7,429; 1,455 at 10%); blocks of a
+ * page or more page-aligned (+41% peak with room); large blocks at the highest fit below the top
+ * mapped page, others at the lowest (7,817 to 9,291); freed large blocks kept whole for the next
+ * allocation of their size (7,790 to 9,950). The moves cluster in the requests with the largest
+ * blocks, where each layer's 86-page block lands on pages the layer before left under other blocks.
  *
  * Slow path only: it walks every free block of those lists that is large enough, visiting only
  * their mapped pages (a bitmap word of unmapped pages at a time).
