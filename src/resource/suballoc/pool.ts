@@ -613,10 +613,6 @@ export class PoolResource extends MemoryResource {
 }
 
 /**
- * Gives back everything a pool holds, live blocks included, and returns the bytes: `destroy()`
- * once no block is live, and the backstop of a pool collected before that.
- */
-/**
  * Lets `device` reach the memory at `ptr`, which `resource` handed out, for a copy between devices
  * that runs in `device`'s context: the PoolResource with virtual growth whose range holds `ptr`,
  * found down the resource's stack (adaptors, bins, a limit over the pool), grants the access
@@ -639,6 +635,10 @@ export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device
   }
 }
 
+/**
+ * Gives back everything a pool holds, live blocks included, and returns the bytes: `destroy()`
+ * once no block is live, and the backstop of a pool collected before that.
+ */
 function releasePool(pages: VirtualPages | null, chunks: UpstreamChunks | null, heap: BlockHeap): number {
   const bytes = pages !== null ? pages.reservedBytes : chunks!.reservedBytes;
   if (pages !== null) pages.destroy();
