@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import v8 from 'node:v8';
 import vm from 'node:vm';
+import type { Backend } from '../src/backend/backend.js';
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { emptyCache, setCurrentResource } from '../src/resource/current.js';
@@ -165,3 +166,24 @@ export function withDeviceRoom(room: number, body: () => void): void {
 
 /** Free memory a GPU's driver keeps for itself beyond what `withDeviceRoom` leaves to vram. */
 const DRIVER_SLACK = 64 * MiB;
+
+/** The Backend methods a test may stand in for (`patchBackend`). */
+type BackendMethod = { [K in keyof Backend]: Backend[K] extends (...args: never[]) => unknown ? K : never }[keyof Backend];
+
+/**
+ * Stands `replace(original)` in for `backend[name]` until disposed, then puts the method back (an
+ * own property restored, an inherited one uncovered): how a test counts or refuses driver calls.
+ * `original` is bound to the backend.
+ */
+export function patchBackend<K extends BackendMethod>(backend: Backend, name: K, replace: (original: Backend[K]) => Backend[K]): Disposable {
+  const target = backend as Backend & Record<K, Backend[K]>;
+  const original = target[name];
+  const own = Object.hasOwn(backend, name);
+  target[name] = replace((original as (...args: never[]) => unknown).bind(backend) as Backend[K]);
+  return {
+    [Symbol.dispose]: () => {
+      if (own) target[name] = original;
+      else delete (target as Partial<Record<K, Backend[K]>>)[name];
+    },
+  };
+}

@@ -7,7 +7,6 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { Backend, Handle } from '../src/backend/backend.js';
 import { Device } from '../src/device.js';
 import { CudaError, CUresult, OutOfMemoryError } from '../src/errors.js';
 import { PoolResource, type GrowthCalls } from '../src/resource/suballoc/pool.js';
@@ -16,6 +15,7 @@ import {
   adaptiveChunkPages, pressurePages, HELD_FRACTION, LARGE_BLOCK_SHARE, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES,
 } from '../src/resource/suballoc/kit/adaptive-growth.js';
 import { createResourceStack } from '../src/resource/stacks.js';
+import { patchBackend } from './helpers.js';
 
 const MiB = 1024 * 1024;
 const device = Device.get(0);
@@ -42,19 +42,10 @@ function warm(pool: PoolResource): number {
  * in pieces).
  */
 function refuseCreates(refuse: (bytes: number) => boolean): Disposable {
-  const b = backend as Backend & { memCreate: Backend['memCreate']; memRelease: Backend['memRelease'] };
-  const create = b.memCreate;
-  const own = Object.hasOwn(b, 'memCreate');
-  b.memCreate = (bytes: number, ordinal: number): Handle => {
+  return patchBackend(backend, 'memCreate', (create) => (bytes, ordinal) => {
     if (refuse(bytes)) throw new CudaError(CUresult.OUT_OF_MEMORY, 'CUDA_ERROR_OUT_OF_MEMORY', 'cuMemCreate');
-    return create.call(backend, bytes, ordinal);
-  };
-  return {
-    [Symbol.dispose]: () => {
-      if (own) b.memCreate = create;
-      else delete (b as Partial<typeof b>).memCreate;
-    },
-  };
+    return create(bytes, ordinal);
+  });
 }
 
 describe("PoolResource extentSize 'adaptive'", () => {

@@ -9,12 +9,11 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import type { Backend, Handle } from '../src/backend/backend.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manager.js';
 import { Device } from '../src/device.js';
 import { Module } from '../src/kernels/module.js';
-import { onGpu, withDeviceRoom } from './helpers.js';
+import { onGpu, patchBackend, withDeviceRoom } from './helpers.js';
 import { ADD_BYTES_SOURCE, addBytes, byteOf, CHUNK } from './spill-kit.js';
 import { Stream } from '../src/stream.js';
 
@@ -22,21 +21,12 @@ const device = Device.get(0);
 
 /** Counts cuMemCreate calls on the device's backend while it lives. */
 function countCreates(): { readonly count: number } & Disposable {
-  const backend = device.backend as Backend & { memCreate: Backend['memCreate'] };
-  const create = backend.memCreate;
-  const own = Object.hasOwn(backend, 'memCreate');
-  const counter = {
-    count: 0,
-    [Symbol.dispose]: (): void => {
-      if (own) backend.memCreate = create;
-      else delete (backend as Partial<typeof backend>).memCreate;
-    },
-  };
-  backend.memCreate = (bytes: number, ordinal: number): Handle => {
+  const counter = { count: 0 };
+  const patch = patchBackend(device.backend, 'memCreate', (create) => (bytes, ordinal) => {
     counter.count++;
-    return create.call(backend, bytes, ordinal);
-  };
-  return counter;
+    return create(bytes, ordinal);
+  });
+  return Object.assign(counter, { [Symbol.dispose]: () => patch[Symbol.dispose]() });
 }
 
 describe('spilling ahead', () => {

@@ -6,13 +6,12 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Backend, Ptr } from '../src/backend/backend.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { reserveSpillHost, spillFigures } from '../src/buffer/spill/spill-manager.js';
 import { Device } from '../src/device.js';
 import { emptyCache } from '../src/resource/current.js';
 import { Stream } from '../src/stream.js';
-import { withDeviceRoom } from './helpers.js';
+import { patchBackend, withDeviceRoom } from './helpers.js';
 
 const MiB = 1 << 20;
 const device = Device.get(0);
@@ -21,29 +20,21 @@ const SIZE = 40 * MiB;
 
 /** Counts cuMemHostAlloc and cuMemFreeHost calls on the device's backend while it lives. */
 function countHostCalls(): { readonly allocs: number; readonly frees: number } & Disposable {
-  const backend = device.backend as Backend & Pick<Backend, 'memHostAlloc' | 'memFreeHost'>;
-  const { memHostAlloc, memFreeHost } = backend;
-  const ownAlloc = Object.hasOwn(backend, 'memHostAlloc');
-  const ownFree = Object.hasOwn(backend, 'memFreeHost');
-  const counter = {
-    allocs: 0,
-    frees: 0,
-    [Symbol.dispose]: (): void => {
-      if (ownAlloc) backend.memHostAlloc = memHostAlloc;
-      else delete (backend as Partial<typeof backend>).memHostAlloc;
-      if (ownFree) backend.memFreeHost = memFreeHost;
-      else delete (backend as Partial<typeof backend>).memFreeHost;
-    },
-  };
-  backend.memHostAlloc = (bytes: number, flags: number): Ptr => {
+  const counter = { allocs: 0, frees: 0 };
+  const alloc = patchBackend(device.backend, 'memHostAlloc', (memHostAlloc) => (bytes, flags) => {
     counter.allocs++;
-    return memHostAlloc.call(backend, bytes, flags);
-  };
-  backend.memFreeHost = (ptr: Ptr): void => {
+    return memHostAlloc(bytes, flags);
+  });
+  const free = patchBackend(device.backend, 'memFreeHost', (memFreeHost) => (ptr) => {
     counter.frees++;
-    memFreeHost.call(backend, ptr);
-  };
-  return counter;
+    memFreeHost(ptr);
+  });
+  return Object.assign(counter, {
+    [Symbol.dispose]: () => {
+      alloc[Symbol.dispose]();
+      free[Symbol.dispose]();
+    },
+  });
 }
 
 /**
