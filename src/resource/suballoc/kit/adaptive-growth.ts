@@ -85,9 +85,9 @@ export interface GrowthState {
  */
 export function adaptiveChunkPages(s: GrowthState): number {
   const P = s.pageBytes;
-  const room = roomBytes(s);
-  const floor = Math.min(s.totalBytes, s.maximumBytes) * LOW_WATER_FRACTION;
   if (isShort(s)) return -1;
+  const room = roomBytes(s);
+  const floor = lowWaterBytes(s);
   // Until the pool holds a smallest chunk, as the default pool: nothing mapped ahead, one page per
   // extent (pages that can move), unless the block alone is a chunk or more (one extent of its own).
   // A pool that stays small (a few MiB, multi_stream's 13 MiB over three streams) makes a handful
@@ -139,5 +139,10 @@ function roomBytes(s: GrowthState): number {
 function isShort(s: GrowthState): boolean {
   const P = s.pageBytes;
   const after = roomBytes(s) - s.blockPages * P;
-  return after < Math.min(s.totalBytes, s.maximumBytes) * LOW_WATER_FRACTION || after < HELD_FRACTION * (s.heldPages + s.blockPages) * P;
+  return after < lowWaterBytes(s) || after < HELD_FRACTION * (s.heldPages + s.blockPages) * P;
+}
+
+/** The free memory growth keeps with room: a quarter of the device, or of the maximum. */
+function lowWaterBytes(s: GrowthState): number {
+  return Math.min(s.totalBytes, s.maximumBytes) * LOW_WATER_FRACTION;
 }
