@@ -205,8 +205,13 @@ export abstract class MemoryResource {
     };
   }
 
+  /** Set once the resource joined its device's cache registry (`joinCacheRegistry`). */
+  #joined = false;
+
   /**
-   * Registers the resource with its device's cache registry; a subclass calls it with `super()`.
+   * A subclass calls it with `super()`. The resource joins its device's cache registry later, once
+   * it is whole (its first allocation, or `joinCacheRegistry()`): Note [Cache registry membership]
+   * (docs/design/cache-registry-membership.md).
    *
    * @throws Never.
    * @example
@@ -216,8 +221,19 @@ export abstract class MemoryResource {
    * }
    * ```
    */
-  constructor() {
-    // Known to the registry, so a driver refusal anywhere on its device releases its cache too.
+  constructor() {}
+
+  /**
+   * Adds the resource to its device's cache registry (once), so a driver refusal anywhere on its
+   * device releases its cache too. `allocate` calls it on the first allocation; a subclass that
+   * holds cached memory before any (a pool's initial chunk) calls it at the end of its constructor,
+   * once every field the registry reads is set. Never from the base constructor: a subclass
+   * constructor that throws would leave a half-built resource there, which every later
+   * out-of-memory error would read.
+   */
+  protected joinCacheRegistry(): void {
+    if (this.#joined) return;
+    this.#joined = true;
     trackResource(this);
   }
 
@@ -243,6 +259,7 @@ export abstract class MemoryResource {
     const handle = stream === undefined ? 0 : checkStreamHandle(stream);
     if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
     if (this.#destroyed) throw this.destroyedError();
+    if (!this.#joined) this.joinCacheRegistry();
     const session = captureSessionOf(handle);
     if (session !== undefined) {
       const routed = this.#allocateInCapture(session, bytes, handle);

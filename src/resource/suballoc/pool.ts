@@ -229,6 +229,8 @@ export class PoolResource extends MemoryResource {
       const chunks = this.chunks;
       // Nothing taken from upstream, nothing leaked (a virtual pool always holds its address range).
       this.guardMemory(() => nonZero(releasePool(null, chunks, heap)));
+      // The initial chunk is cache a refusal elsewhere on the device may need before any allocation here.
+      if (initial > 0) this.joinCacheRegistry();
     } else {
       this.kind = 'device';
       this.deviceOrdinal = dev.ordinal;
