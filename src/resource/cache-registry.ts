@@ -1,6 +1,8 @@
 /**
- * Every live resource, weakly held, so that an allocation the driver refuses can release what all
- * of vram's resources on that device cache and retry once (PyTorch's rule for cudaMalloc failures).
+ * Every live resource once it is whole (its first allocation: Note [Cache registry membership],
+ * docs/design/cache-registry-membership.md), weakly held, so that an allocation the driver refuses
+ * can release what all of vram's resources on that device cache and retry once (PyTorch's rule for
+ * cudaMalloc failures).
  * A program often holds several caches on one device (the default resource's pool, a pool of its
  * own, a binning stack): memory one of them caches is memory the driver refuses to the others, so
  * releasing only the stack that failed is not enough. Held weakly: a resource the program dropped
