@@ -7,7 +7,7 @@ import { guard, unguard, type Dropped } from './backstop.js';
 import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, StreamCaptureError, UseAfterFreeError, VramStateError } from './errors.js';
-import { checkStreamHandle } from './validate.js';
+import { checkLiveStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
@@ -951,7 +951,19 @@ export class Event {
   }
 }
 
-/** The handle of an optional StreamRef, checking its shape (0, the default stream, when omitted). */
-export function streamHandleOf(stream: StreamRef | undefined): Handle {
-  return stream === undefined ? DEFAULT_STREAM : checkStreamHandle(stream);
+/**
+ * The handle of an optional StreamRef (0, the default stream, when omitted), checked by the one
+ * live-stream check (`checkLiveStreamHandle`): a destroyed Stream is a UseAfterFreeError, a raw
+ * handle no live stream has a RangeError. Every entry point that takes a stream calls it.
+ *
+ * @param stream The argument.
+ * @param name Its name, for the message.
+ * @returns The handle.
+ * @throws {TypeError | RangeError} For a malformed handle, or one no live stream has.
+ * @throws {UseAfterFreeError} For a destroyed Stream.
+ */
+export function streamHandleOf(stream: StreamRef | undefined, name = 'stream'): Handle {
+  if (stream === undefined) return DEFAULT_STREAM;
+  if (stream instanceof Stream) return stream.handle;
+  return checkLiveStreamHandle(stream, Device.get(0).backend, name);
 }

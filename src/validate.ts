@@ -119,3 +119,34 @@ export function checkStreamHandle(stream: unknown, name = 'stream'): number {
   }
   return handle;
 }
+
+/** What the live-stream check asks of a backend: whether it vouches for a handle (`Backend.streamKnown`). */
+export interface StreamVouch {
+  /** True for the legacy stream (0) and a live stream created or adopted and not destroyed or forgotten. */
+  streamKnown(handle: number): boolean;
+}
+
+/**
+ * The one live-stream check, for every entry point that takes a stream (allocation, copies,
+ * fills, `recordStream`, `lease`, kernel and graph launches): `checkStreamHandle`, then a raw
+ * handle (`{ handle }`) that `streams` does not vouch for is refused. A caching resource, a
+ * buffer's recorded streams and a graph launch keep such a handle or pass it to the driver, where
+ * a destroyed or made-up handle is an error from then on (a buffer that can never be freed), or a
+ * crash. One backend serves every device of a process, so any device's backend knows every stream.
+ *
+ * @param stream The argument.
+ * @param streams The backend.
+ * @param name The argument's name, for the message.
+ * @returns The handle.
+ * @throws {TypeError | RangeError} For a malformed handle, or one no live stream has.
+ * @throws {UseAfterFreeError} For a destroyed `Stream` (its handle getter).
+ * @internal
+ */
+export function checkLiveStreamHandle(stream: unknown, streams: StreamVouch, name = 'stream'): number {
+  const handle = checkStreamHandle(stream, name);
+  if (handle !== 0 && !streams.streamKnown(handle)) {
+    throw new RangeError(`${name}.handle ${handle} is not a live stream vram knows: give a Stream, 0 for the default stream, ` +
+      'or for a stream created elsewhere (another library\'s CUstream) the Stream of Stream.fromHandle(handle)');
+  }
+  return handle;
+}

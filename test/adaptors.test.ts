@@ -217,6 +217,66 @@ describe('TrackingAdaptor', () => {
   });
 });
 
+describe('an adaptor that keeps its own count is equal only to itself', () => {
+  /** Each adaptor that counts, and how to read its count of bytes. */
+  const counting: Array<[string, (upstream: MemoryResource) => { mr: MemoryResource; counted: () => number }]> = [
+    ['LimitingAdaptor', (upstream) => {
+      const mr = new LimitingAdaptor(upstream, 8192);
+      return { mr, counted: () => mr.allocatedBytes };
+    }],
+    ['StatisticsAdaptor', (upstream) => {
+      const mr = new StatisticsAdaptor(upstream);
+      return { mr, counted: () => mr.memoryFigures().allocatedBytes.value };
+    }],
+    ['TrackingAdaptor', (upstream) => {
+      const mr = new TrackingAdaptor(upstream);
+      return { mr, counted: () => mr.outstandingBytes };
+    }],
+  ];
+  for (const [name, make] of counting) {
+    it(`${name}: two over one upstream are not equal, and a block of one freed through the other is refused`, () => {
+      const upstream = new CountingResource();
+      const { mr: a, counted: countedA } = make(upstream);
+      const { mr: b, counted: countedB } = make(upstream);
+      assert.ok(a.isEqual(a));
+      assert.ok(!a.isEqual(b) && !b.isEqual(a));
+      const p = a.allocate(4096);
+      assert.throws(() => b.deallocate(p, 4096), InvalidPointerError);
+      assert.equal(upstream.live.size, 1, 'nothing passed upstream');
+      assert.equal(countedA(), 4096);
+      assert.equal(countedB(), 0, 'no negative count');
+      // A pointer the upstream handed out directly was never counted either.
+      const direct = upstream.allocate(256);
+      assert.throws(() => a.deallocate(direct, 256), InvalidPointerError);
+      assert.throws(() => a.deallocate(p, 512), InvalidPointerError, 'a wrong size moves no count');
+      a.deallocate(p, 4096);
+      assert.throws(() => a.deallocate(p, 4096), InvalidPointerError, 'nor does a second free');
+      assert.equal(countedA(), 0);
+      upstream.deallocate(direct, 256);
+    });
+  }
+
+  it('LimitingAdaptor: a twin can never hand out twice its limit', () => {
+    const upstream = new CountingResource();
+    const a = new LimitingAdaptor(upstream, 4096);
+    const b = new LimitingAdaptor(upstream, 4096);
+    const p = a.allocate(4096);
+    assert.throws(() => b.deallocate(p, 4096), InvalidPointerError);
+    const q = b.allocate(4096);
+    assert.throws(() => b.allocate(256), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit');
+    assert.equal(a.availableBytes, 0);
+    a.deallocate(p, 4096);
+    b.deallocate(q, 4096);
+    assert.equal(upstream.live.size, 0);
+  });
+
+  it('LoggingAdaptor and RetryOnOutOfMemory count nothing: twins over one upstream stay equal', () => {
+    const upstream = new CountingResource();
+    assert.ok(new LoggingAdaptor(upstream, () => {}).isEqual(new LoggingAdaptor(upstream, () => {})));
+    assert.ok(new RetryOnOutOfMemory(upstream).isEqual(new RetryOnOutOfMemory(upstream)));
+  });
+});
+
 describe('LoggingAdaptor', () => {
   it('writes a log that parses back and replays to the same peak live', () => {
     fc.assert(fc.property(steps, (program) => {

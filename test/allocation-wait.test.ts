@@ -108,6 +108,60 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
       (e: unknown) => e instanceof DOMException && e.name === 'AbortError');
   });
 
+  it('a signal whose addEventListener throws rejects the wait, and the waiter is gone', async () => {
+    using mr = limited(256 * KiB);
+    const held = DeviceBuffer.allocate(256 * KiB, { resource: mr });
+    const before = memoryStats(device).waits;
+    const refusal = new Error('cannot listen');
+    const deaf = {
+      aborted: false, reason: undefined,
+      addEventListener(): void {
+        throw refusal;
+      },
+      removeEventListener(): void {},
+    };
+    await assert.rejects(DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true, signal: deaf }), (e: unknown) => e === refusal);
+    assert.equal(memoryStats(device).waits.count.value, before.count.value, 'not queued');
+    held.free();
+    await sleep(20);
+    assert.equal(mr.memoryFigures().allocatedBytes.value, 0, 'the rejected request took nothing when memory came free');
+    // The queue is not blocked: a later request is served.
+    const later = await DeviceBuffer.allocateAsync(256 * KiB, { resource: mr, wait: true, timeout: 5_000 });
+    later.free();
+  });
+
+  it('a signal aborted with no reason rejects with an AbortError, not undefined', async () => {
+    using mr = limited(256 * KiB);
+    const isAbortError = (e: unknown): boolean => e instanceof DOMException && e.name === 'AbortError';
+    const listeners: Array<() => void> = [];
+    const bare = {
+      aborted: false, reason: undefined,
+      addEventListener(_type: 'abort', listener: () => void): void {
+        listeners.push(listener);
+      },
+      removeEventListener(): void {},
+    };
+    await assert.rejects(DeviceBuffer.allocateAsync(KiB, { resource: mr, wait: true, signal: { ...bare, aborted: true } }), isAbortError);
+    const held = DeviceBuffer.allocate(256 * KiB, { resource: mr });
+    const waiting = DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true, signal: bare });
+    assert.equal(await stateOf(waiting), 'pending');
+    bare.aborted = true;
+    for (const listener of listeners) listener();
+    await assert.rejects(waiting, isAbortError);
+    held.free();
+  });
+
+  it('takes every size allocate takes: a size string too', async () => {
+    using mr = limited(4 * MiB);
+    const a = await DeviceBuffer.allocateAsync('1M', { resource: mr });
+    const b = await DeviceBuffer.allocateAsync('1M', { resource: mr, wait: true });
+    assert.equal(a.byteLength, MiB);
+    assert.equal(b.byteLength, MiB);
+    a.free();
+    b.free();
+    await assert.rejects(DeviceBuffer.allocateAsync('1 lot', { resource: mr }), /bytes must be a whole number of bytes or a size like 64K/);
+  });
+
   it('a timeout rejects with an OutOfMemoryError that says how long it waited, and leaves nothing queued', async () => {
     using mr = limited(256 * KiB);
     const held = DeviceBuffer.allocate(256 * KiB, { resource: mr });

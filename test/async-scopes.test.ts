@@ -11,9 +11,9 @@ import { DeviceArray } from '../src/array/device-array.js';
 import { withMemoryBudget } from '../src/buffer/budget.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { Device } from '../src/device.js';
-import { OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
+import { OutOfMemoryError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
-import { getCurrentResource, useResource } from '../src/resource/current.js';
+import { getCurrentResource, setCurrentResource, useResource } from '../src/resource/current.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 
@@ -79,6 +79,22 @@ describe('useResource', () => {
     const dead = new PoolResource({ device });
     dead.destroy();
     assert.throws(() => useResource(dead, () => 0), UseAfterFreeError);
+  });
+
+  it('refuses setCurrentResource for the scope\'s device inside it (as CuPy refuses set_allocator inside using_allocator)', async () => {
+    using pool = new PoolResource({ device });
+    using other = new PoolResource({ device });
+    const outside = getCurrentResource(device);
+    await useResource(pool, async () => {
+      assert.throws(() => setCurrentResource(device, other), (e: unknown) => e instanceof VramStateError && /inside useResource/.test(e.message));
+      await sleep(1);
+      assert.throws(() => setCurrentResource(0, other), VramStateError, 'after an await too');
+      assert.equal(getCurrentResource(device), pool);
+    });
+    assert.equal(getCurrentResource(device), outside, 'nothing took effect after the scope');
+    // Outside every scope it is accepted, as before.
+    const previous = setCurrentResource(device, other);
+    assert.equal(setCurrentResource(device, previous), other);
   });
 });
 

@@ -10,7 +10,7 @@ import { HostAllocFlags, StreamWaitValueFlags } from '../src/backend/backend.js'
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { Device } from '../src/device.js';
-import { DoubleFreeError, GraphUpdateError, StreamCaptureError, UseAfterFreeError } from '../src/errors.js';
+import { DoubleFreeError, GraphUpdateError, InvalidPointerError, StreamCaptureError, UseAfterFreeError } from '../src/errors.js';
 import { captureGraph } from '../src/graph/capture.js';
 import { Module } from '../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../src/kernels/ops/elementwise.js';
@@ -168,6 +168,22 @@ test('memory a capture allocates from a pool is never handed to eager work while
   validateSnapshot(snapshot);
   const owned = snapshot.resources.filter((r) => r.className === 'GraphPool').flatMap((r) => r.segments ?? []);
   assert.ok(owned.some((segment) => segment.kind === 'graph-pool' && segment.address === during));
+});
+
+test('GraphPool checks its arguments: a bad size before the driver, a foreign or second free typed', () => {
+  const pool = new GraphPool();
+  for (const bad of [-1, 0, 1.5, NaN]) assert.throws(() => pool.allocate(bad, 0), RangeError);
+  assert.throws(() => pool.allocate('4K' as unknown as number, 0), TypeError);
+  assert.throws(() => pool.allocate(4096, -1), RangeError);
+  assert.equal(pool.reservedBytes, 0, 'nothing reached the driver');
+  assert.throws(() => pool.deallocate(0x7e00_0000_0000, 0), InvalidPointerError);
+  pool.retain(); // held, so a freed block stays cached in the pool
+  const ptr = pool.allocate(4096, 0);
+  pool.deallocate(ptr, 0);
+  assert.throws(() => pool.deallocate(ptr, 0), DoubleFreeError);
+  assert.throws(() => pool.deallocate(-5, 0), RangeError);
+  pool.release();
+  assert.equal(pool.reservedBytes, 0);
 });
 
 test('two graphs share one private pool; the last destroy gives it back', async () => {

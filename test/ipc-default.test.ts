@@ -244,6 +244,40 @@ function torchHandle(driver: Uint8Array, type = 'c'): Uint8Array {
 
 const DRIVER = Uint8Array.from({ length: 64 }, (_, i) => (i * 13 + 1) & 0xff);
 
+describe('a handle whose offset or size was forged', () => {
+  const exportedKinds = { cuda: 'legacy', async: 'pool', pool: 'physical', adaptive: 'physical' } as const;
+  for (const [allocator, kind] of Object.entries(exportedKinds)) {
+    test(`${kind} (VRAM_ALLOCATOR=${allocator}): is refused against what was exported, and nothing stays open`, async () => {
+      const p = peer(allocator);
+      const bytes = 64 * 1024;
+      const text = (await p.do({ op: 'export-default', bytes, fill: 0x33 })).handle ?? '';
+      const exported = IpcHandle.from(text);
+      assert.equal(exported.kind, kind);
+      const before = emulatedIpcResources();
+      const forged = [
+        new IpcHandle(exported.driverHandle, bytes, 1 << 30, exported.descriptors), // far past the export
+        new IpcHandle(exported.driverHandle, 1 << 30, 0, exported.descriptors), // a size raised past it
+      ];
+      // The pool kind's export is the allocation alone: just past the buffer is another allocation's memory.
+      if (kind === 'pool') forged.push(new IpcHandle(exported.driverHandle, bytes, bytes, exported.descriptors));
+      for (const handle of forged) {
+        assert.throws(() => importIpc(handle), (e: unknown) => e instanceof RangeError && /the IPC handle grants/.test(e.message),
+          `offset ${handle.offset}, ${String(handle.byteLength)} bytes`);
+      }
+      device.synchronize(); // a refused pool import is freed in stream order
+      assert.equal(emulatedIpcResources(), before, 'a refused import leaves nothing mapped or open');
+      {
+        using shared = importIpc(text);
+        assert.equal(shared.byteLength, bytes);
+        assert.deepEqual(read(shared, 4, bytes - 4), new Uint8Array(4).fill(0x33), 'the handle as exported still opens');
+      }
+      device.synchronize();
+      await p.do({ op: 'free' });
+      await p.exit();
+    });
+  }
+});
+
 describe('PyTorch share tuples', () => {
   test('a \'c\' tuple reads as the legacy handle at its offset and size, from bytes or hex', () => {
     for (const form of [(b: Uint8Array): Uint8Array | string => b, (b: Uint8Array): Uint8Array | string => hex(b)]) {

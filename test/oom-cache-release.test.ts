@@ -18,6 +18,9 @@ import { getCurrentResource } from '../src/resource/current.js';
 import { PitchedDeviceBuffer } from '../src/buffer/device-buffer.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
+import { AsyncResource } from '../src/resource/upstream/async-resource.js';
+import { MemoryResource, type MemoryFigures } from '../src/resource/resource.js';
 
 const MiB = 1024 * 1024;
 const device = Device.get(0);
@@ -89,6 +92,70 @@ describe('out of memory while vram caches the memory', () => {
       assert.equal(placement, 'device');
     } finally {
       array.free();
+    }
+  });
+});
+
+/** A device-wide refusal: the driver says no, and the release-and-retry path runs. */
+function assertDeviceOutOfMemory(): void {
+  using cuda = new CudaResource(device);
+  assert.throws(() => cuda.allocate(2 * device.info.totalMemory), (error: unknown) => {
+    assert.ok(error instanceof OutOfMemoryError, `an OutOfMemoryError, not ${String(error)}`);
+    assert.equal(error.reason, 'device');
+    return true;
+  });
+}
+
+describe('the release-and-retry path never turns an out-of-memory error into another', () => {
+  // Each constructor throws after MemoryResource's own ran; the half-built object lives (a WeakRef's
+  // target is kept until the end of the synchronous job) while the refusal below is handled.
+  const constructors: Array<[string, () => unknown]> = [
+    ['new StatisticsAdaptor(null)', () => new StatisticsAdaptor(null as unknown as MemoryResource)],
+    ['new LimitingAdaptor(null, n)', () => new LimitingAdaptor(null as unknown as MemoryResource, MiB)],
+    ['new PoolResource({ extentSize: 2 ** 60 })', () => new PoolResource({ extentSize: 2 ** 60 })],
+    ['new AsyncResource with an unknown option', () => new AsyncResource({ bogus: 1 } as never)],
+    ['new AsyncResource with an unknown pool option', () => new AsyncResource({ pool: { bogus: 1 } as never })],
+  ];
+  for (const [name, make] of constructors) {
+    it(`after ${name} threw, a refusal is still an OutOfMemoryError`, () => {
+      assert.throws(make, (error: unknown) => error instanceof TypeError || error instanceof RangeError);
+      assertDeviceOutOfMemory();
+    });
+  }
+
+  it('a whole resource whose figures cannot be read is skipped with a warning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error & { code?: string }): void => {
+      if (warning.code === 'VRAM_CACHE_RELEASE') warnings.push(warning.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      const inner = new CudaResource(device);
+      class BrokenFigures extends MemoryResource {
+        readonly kind = 'device';
+        readonly alignment = 256;
+        readonly deviceOrdinal = device.ordinal;
+        protected doAllocate(bytes: number): number {
+          return inner.allocate(bytes);
+        }
+        protected doDeallocate(ptr: number, bytes: number): void {
+          inner.deallocate(ptr, bytes);
+        }
+        override memoryFigures(): MemoryFigures {
+          throw new Error('figures unreadable');
+        }
+        describe(): string {
+          return 'BrokenFigures';
+        }
+      }
+      using broken = new BrokenFigures();
+      broken.deallocate(broken.allocate(MiB), MiB); // joins the registry
+      assertDeviceOutOfMemory();
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.ok(warnings.some((m) => /BrokenFigures: figures unreadable/.test(m)), warnings.join('\n'));
+      inner.destroy();
+    } finally {
+      process.off('warning', onWarning);
     }
   });
 });

@@ -200,6 +200,41 @@ test('maximumSize caps physical memory with an OutOfMemoryError carrying the req
   pool.deallocate(b, 4 * MiB);
 });
 
+test('sizes that break the pool\'s own unit are rounded (initial up, maximum down) or refused where it could serve nothing', () => {
+  // Upstream growth: blocks are multiples of 256 bytes. 1000031 bytes round up to 1000192, which the maximum holds.
+  const upstream = new CudaResource();
+  const odd = new PoolResource({ upstream, initialSize: 1000031, maximumSize: 1000192 });
+  assert.equal(odd.maximumSize, 1000192);
+  const p = odd.allocate(1000031);
+  odd.deallocate(p, 1000031);
+  odd.destroy();
+  assert.equal(new PoolResource({ upstream, maximumSize: 1000191 }).maximumSize, 999936, 'a maximum rounds down');
+  assert.throws(() => new PoolResource({ upstream, initialSize: 1000031, maximumSize: 1000100 }), /initialSize \(1000031\) rounds up to 1000192 bytes/);
+  assert.throws(() => new PoolResource({ upstream, maximumSize: 255 }), /maximumSize \(255\) is below one granule of 256 bytes/);
+  // Virtual growth: the unit is a page. One page is the least a maximum can be; the initial size maps whole pages.
+  const page = backend.memGetAllocationGranularity(0);
+  assert.throws(() => new PoolResource({ maximumSize: '1M' }), /maximumSize \(1048576\) is below one page/);
+  assert.throws(() => new PoolResource({ extentSize: 'adaptive', maximumSize: '1M' }), RangeError, 'it could never allocate');
+  assert.throws(() => new PoolResource({ initialSize: 1000031, maximumSize: 1000192 }), RangeError);
+  using virtual = new PoolResource({ initialSize: page + 1, maximumSize: 2 * page + 1 });
+  assert.equal(virtual.maximumSize, 2 * page);
+  assert.equal(virtual.reservedBytes, 2 * page, 'the initial size maps whole pages');
+  virtual.deallocate(virtual.allocate(page + 1), page + 1);
+  upstream.destroy();
+});
+
+test('growth options a pool does not use are refused, not ignored; an extent below a page is refused', () => {
+  using upstream = new CudaResource();
+  assert.throws(() => new PoolResource({ upstream, extentSize: 'adaptive' }), /extentSize is an option of virtual growth/);
+  assert.throws(() => new PoolResource({ upstream, extentSize: 4 * MiB }), TypeError);
+  assert.throws(() => new PoolResource({ upstream, addressSpaceSize: '4G' }), /addressSpaceSize is an option of virtual growth/);
+  assert.throws(() => new PoolResource({ chunkSize: 4 * MiB }), /chunkSize is an option of growth from an upstream/);
+  assert.throws(() => new PoolResource({ extentSize: 1 }), /extentSize \(1\) is below one page/);
+  const page = backend.memGetAllocationGranularity(0);
+  using rounded = new PoolResource({ extentSize: page + 1 });
+  rounded.deallocate(rounded.allocate(2 * page), 2 * page);
+});
+
 test('upstream growth: chunks from upstream, wholly free chunks released', () => {
   const before = backend.memGetInfo().free;
   const pool = new PoolResource({ upstream: new CudaResource(), initialSize: 4 * MiB, chunkSize: 8 * MiB });

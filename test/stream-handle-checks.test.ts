@@ -56,3 +56,50 @@ describe('stream handles given to resources', () => {
     assert.equal(pool.memoryFigures()!.allocations.value, 0, 'not leaked');
   });
 });
+
+describe('the live-stream check of every entry point that takes a stream', () => {
+  const dead = { handle: 424242 };
+  const refused = (e: unknown): boolean => e instanceof RangeError && /stream.handle 424242 is not a live stream/.test(e.message);
+
+  it('copies, fills, recordStream and lease refuse a raw handle no stream has, and the buffer still frees', () => {
+    const buffer = DeviceBuffer.allocate(4096);
+    const host = new Uint8Array(4096);
+    using other = DeviceBuffer.allocate(4096);
+    assert.throws(() => buffer.copyFromHost(host, { stream: dead }), refused);
+    assert.throws(() => buffer.copyToHost(host, { stream: dead }), refused);
+    assert.throws(() => buffer.copyFrom(other, { stream: dead }), refused);
+    assert.throws(() => buffer.memset(0, { stream: dead }), refused);
+    assert.throws(() => buffer.recordStream(dead), refused);
+    assert.throws(() => buffer.lease({ stream: dead }), refused);
+    buffer.free(); // nothing recorded the dead handle: the free goes through
+    assert.equal(buffer.freed, true);
+  });
+
+  it('GraphExec.launch refuses it before the driver', () => {
+    using stream = Stream.create({ device });
+    using buffer = DeviceBuffer.allocate(4096, { stream });
+    stream.beginCapture();
+    buffer.memset(1, { stream });
+    using graph = stream.endCapture();
+    using exec = graph.instantiate();
+    assert.throws(() => exec.launch(dead), refused);
+    assert.throws(() => exec.launch({ handle: -1 }), RangeError);
+    exec.launch(stream);
+    stream.synchronize();
+  });
+
+  it('a raw handle of a live stream is accepted by each, and refused once destroyed', () => {
+    const backend = getBackend();
+    device.makeCurrent();
+    const raw = backend.streamCreate(0, 0);
+    using buffer = DeviceBuffer.allocate(4096);
+    try {
+      buffer.memset(0, { stream: { handle: raw } });
+      buffer.recordStream({ handle: raw });
+      backend.streamSynchronize(raw);
+    } finally {
+      backend.streamDestroy(raw);
+    }
+    assert.throws(() => buffer.memset(0, { stream: { handle: raw } }), RangeError);
+  });
+});

@@ -16,7 +16,7 @@ import { getCurrentResource } from '../resource/current.js';
 import type { Release } from './lifetime.js';
 import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, MemoryResource, type StreamRef } from '../resource/resource.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
-import { BlockedResult, memoryFreed, waitForMemory, waiting, type AbortSignalLike } from '../resource/waiting.js';
+import { abortReason, BlockedResult, memoryFreed, waitForMemory, waiting, type AbortSignalLike } from '../resource/waiting.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
@@ -224,7 +224,7 @@ export class DeviceBuffer extends DeviceMemory {
    * later request of that device, so a small one never overtakes an earlier large one, while one
    * waiting only on its own memory budget holds back only later requests under that budget.
    *
-   * @param bytes A positive whole number.
+   * @param size Bytes, as `allocate` takes them: a whole number, or a size like `'512M'`.
    * @param options Those of `allocate`, and `wait`, `signal`, `timeout` (milliseconds).
    * @returns The buffer, once allocated.
    * @throws {TypeError | RangeError} For bad arguments or options (the promise rejects; nothing is queued).
@@ -232,14 +232,16 @@ export class DeviceBuffer extends DeviceMemory {
    *   can never be met (larger than the device's memory, the stack's limit or maximum, an arena, or
    *   the memory budget; the message says which), or after `timeout` ms (the message says how long
    *   it waited, the cause is the last try's error).
-   * @throws The signal's `reason` when `signal` aborts (an `AbortError` DOMException by default).
+   * @throws The signal's `reason` when `signal` aborts (an `AbortError` DOMException by default,
+   *   and where the signal has no reason); a signal whose `addEventListener` throws rejects with
+   *   that error, and nothing is queued.
    * @example
    * ```ts
    * using buf = await DeviceBuffer.allocateAsync(1 << 30, { wait: true, timeout: 30_000, signal });
    * ```
    */
-  static async allocateAsync(bytes: number, options: AllocateAsyncOptions = {}): Promise<DeviceBuffer> {
-    checkBytes(bytes);
+  static async allocateAsync(size: ByteSize, options: AllocateAsyncOptions = {}): Promise<DeviceBuffer> {
+    const bytes = readBytes(size, 'bytes');
     options = readOptions('DeviceBuffer.allocateAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
     const { wait = false, signal, timeout = Infinity } = options;
     if (typeof wait !== 'boolean') throw new TypeError(`DeviceBuffer.allocateAsync: wait must be a boolean, got ${typeof wait}`);
@@ -249,7 +251,7 @@ export class DeviceBuffer extends DeviceMemory {
     if (typeof timeout !== 'number' || Number.isNaN(timeout) || timeout < 0) {
       throw new RangeError(`DeviceBuffer.allocateAsync: timeout must be a number of milliseconds >= 0 (or Infinity), got ${String(timeout)}`);
     }
-    if (signal?.aborted === true) throw signal.reason;
+    if (signal?.aborted === true) throw abortReason(signal);
     const stream = options.stream ?? defaultStream;
     // Spillable memory makes room by spilling other spillable buffers, not by waiting.
     if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);

@@ -34,7 +34,7 @@
  */
 import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/backend.js';
 import { inspectCustom } from '../util/inspect.js';
-import type { Device } from '../device.js';
+import { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '../stream.js';
@@ -637,8 +637,15 @@ function checkStream(stream: unknown, what: string): StreamRef {
   return stream as StreamRef;
 }
 
+/**
+ * True for a destroyed Stream, and for a raw handle (`{ handle }`) that no live stream has any
+ * longer (destroyed where vram could not see it, after it was recorded): neither can be given to
+ * the driver again, so their work is waited for as a destroyed stream's is.
+ */
 function isDestroyed(stream: StreamRef): boolean {
-  return stream instanceof Stream && stream.destroyed;
+  if (stream instanceof Stream) return stream.destroyed;
+  // One backend serves every device of a process: device 0's knows every stream.
+  return stream.handle !== 0 && !Device.get(0).backend.streamKnown(stream.handle);
 }
 
 /** The device a stream belongs to: a Stream's own, else (a plain `{ handle }`) the owner's. */

@@ -18,6 +18,7 @@ export {
 } from './sessions.js';
 export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from './sessions.js';
 import { inspectCustom } from '../util/inspect.js';
+import { checkLiveStreamHandle } from '../validate.js';
 
 /** The update results by number, as GraphUpdateError names them. */
 const UPDATE_REASONS: Readonly<Record<number, readonly [string, string]>> = {
@@ -257,7 +258,9 @@ export class GraphExec {
    * Queues the whole graph on `stream` (cuGraphLaunch): one call for every node.
    * @param stream Where it runs (a Stream, or anything with a live `handle`).
    * @returns This executable graph.
-   * @throws {UseAfterFreeError} When it was destroyed.
+   * @throws {TypeError | RangeError} For a stream that is not one, or a raw handle no live stream
+   *   has (the live-stream check every entry point that takes a stream makes), before the driver.
+   * @throws {UseAfterFreeError} When it was destroyed, or the stream was.
    * @throws {CudaError} When the driver refuses the launch (another context; CUDA_ERROR_INVALID_VALUE
    *   when an allocation the graph made and does not free is still live from the last launch).
    * @example
@@ -267,7 +270,7 @@ export class GraphExec {
    */
   launch(stream: LaunchStream): this {
     const h = this.handle;
-    const s = stream.handle;
+    const s = checkLiveStreamHandle(stream, this.device.backend);
     this.device.makeCurrent();
     this.device.backend.graphLaunch(h, s);
     this.launchedOn.add(s);

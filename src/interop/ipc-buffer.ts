@@ -44,6 +44,26 @@ export function copyExportedDescriptor(d: IpcDescriptors, i: number): number {
 }
 
 /**
+ * The bytes `handle` grants from its offset, checked against `exported`, the bytes the exporter
+ * really shared as this side's driver sees them (an allocation's size, the physical allocations
+ * mapped, an imported pool allocation's range): the one check every handle kind makes, so a handle
+ * whose offset or size was forged never reaches memory outside what was exported.
+ *
+ * @param handle The handle.
+ * @param exported The bytes shared, from the handle's base.
+ * @param what What they are, for the message.
+ * @returns The bytes the buffer gets: `handle.byteLength`, or the rest from the offset.
+ * @throws {RangeError} When the range does not fit in what was exported.
+ */
+function grantedBytes(handle: IpcHandle, exported: number, what: string): number {
+  const bytes = handle.byteLength ?? exported - handle.offset;
+  if (bytes <= 0 || handle.offset + bytes > exported) {
+    throw new RangeError(`the IPC handle grants ${handle.byteLength ?? 'the rest'} bytes at offset ${handle.offset}, but ${what} has ${exported}`);
+  }
+  return bytes;
+}
+
+/**
  * Another process's device memory, open in this one. Made by `importIpc`.
  *
  * @example
@@ -66,32 +86,42 @@ export class IpcBuffer extends DeviceMemory {
 
   /**
    * Imports one allocation of another process's pool (cuMemPoolImportPointer) into `pool`, a pool
-   * this process imported. Freeing the buffer frees the import in stream order (cuMemFreeAsync on
-   * `stream`, or the stream `free({ stream })` names); the exporter must not free its allocation
-   * before that.
+   * this process imported, and gives `handle.byteLength` bytes from `handle.offset` on as the
+   * buffer, checked against the imported allocation's range as the driver reports it (the import
+   * is freed again when they do not fit). Freeing the buffer frees the import in stream order
+   * (cuMemFreeAsync on `stream`, or the stream `free({ stream })` names); the exporter must not
+   * free its allocation before that.
    *
    * @param pool The imported pool's handle.
-   * @param data The 64 bytes of cuMemPoolExportPointer.
-   * @param bytes The allocation's size (the export data does not say).
+   * @param handle Its driver bytes are cuMemPoolExportPointer's 64; its extent, what the buffer gets.
    * @param device The device whose context imported the pool.
    * @param stream The stream the import is used on first and freed on.
    * @returns The buffer.
    * @throws {CudaError} What the driver answers (bad data, an allocation the exporter freed).
+   * @throws {RangeError} When the handle's offset and byteLength do not fit in the allocation.
    * @example
    * ```ts
-   * const buf = IpcBuffer.fromPool(pool.handle, data, 4096, Device.get(0), defaultStream);
+   * const buf = IpcBuffer.fromPool(pool.handle, IpcHandle.from(text), Device.get(0), defaultStream);
    * ```
    * @internal ImportedPool.importPointer's; a user imports a pool's allocation with `pool.importPointer(handle)`.
    */
-  static fromPool(pool: Handle, data: Uint8Array, bytes: number, device: Device, stream: StreamRef): IpcBuffer {
+  static fromPool(pool: Handle, handle: IpcHandle, device: Device, stream: StreamRef): IpcBuffer {
     const backend = device.backend;
     device.makeCurrent();
-    const ptr = backend.memPoolImportPointer(pool, data);
+    const ptr = backend.memPoolImportPointer(pool, handle.driverHandle);
     const release: Release = (on) => {
       device.makeCurrent();
       backend.memFreeAsync(ptr, streamHandleOf(on ?? stream));
     };
-    return new IpcBuffer(ptr, bytes, ptr, device, release, stream, true);
+    let bytes: number;
+    try {
+      const { rangeStart, rangeSize } = backend.pointerGetAttributes(ptr);
+      bytes = grantedBytes(handle, rangeStart + rangeSize - ptr, 'the exported pool allocation');
+    } catch (error) {
+      release(undefined);
+      throw error;
+    }
+    return new IpcBuffer(ptr + handle.offset, bytes, ptr, device, release, stream, true);
   }
 
   /**
@@ -119,10 +149,7 @@ export class IpcBuffer extends DeviceMemory {
     const d = handle.descriptors;
     if (d === undefined || d.kind !== 'physical') throw new TypeError('fromPhysical needs a physical handle');
     const total = d.extentBytes.reduce((a, b) => a + b, 0);
-    const bytes = handle.byteLength ?? total - handle.offset;
-    if (handle.offset + bytes > total || bytes <= 0) {
-      throw new RangeError(`the IPC handle grants ${bytes} bytes at offset ${handle.offset}, but the exported allocations have ${total}`);
-    }
+    const bytes = grantedBytes(handle, total, 'what the exported allocations map');
     const backend = device.backend;
     device.makeCurrent();
     const undo: (() => void)[] = [];
@@ -198,11 +225,7 @@ export class IpcBuffer extends DeviceMemory {
     };
     let bytes: number;
     try {
-      const size = backend.pointerGetAttributes(base).rangeSize;
-      bytes = handle.byteLength ?? size - handle.offset;
-      if (handle.offset + bytes > size || bytes <= 0) {
-        throw new RangeError(`the IPC handle grants ${handle.byteLength ?? 'the rest'} bytes at offset ${handle.offset}, but the exported allocation has ${size}`);
-      }
+      bytes = grantedBytes(handle, backend.pointerGetAttributes(base).rangeSize, 'the exported allocation');
     } catch (error) {
       release(undefined);
       throw error;

@@ -188,7 +188,8 @@ function importPoolAllocation(handle: IpcHandle, device: Device): IpcBuffer {
     closeFd(fd);
   }
   try {
-    const buffer = pool.importPointer(new IpcHandle(handle.driverHandle, handle.byteLength, 0));
+    // The handle's own extent, offset included: checked against the allocation the driver imported.
+    const buffer = pool.importPointer(new IpcHandle(handle.driverHandle, handle.byteLength, handle.offset));
     // The import is freed in stream order, and a pool destroyed with frees pending goes once they ran.
     afterRelease(buffer, () => pool.destroy());
     return buffer;

@@ -167,7 +167,8 @@ export class ImportedPool {
    * @param handle The handle, in any of the IpcHandle forms; a bare 64-byte handle needs `byteLength` in it.
    * @param options `stream`.
    * @returns The memory.
-   * @throws {TypeError | RangeError} For a handle of the wrong form or without a size.
+   * @throws {TypeError | RangeError} For a handle of the wrong form or without a size, or whose
+   *   offset and size do not fit in the allocation the exporter shared (the import is freed again).
    * @throws {UseAfterFreeError} When the pool was destroyed.
    * @throws {CudaError} When the driver refuses the data.
    * @example
@@ -182,7 +183,7 @@ export class ImportedPool {
     streamHandleOf(stream);
     const parsed = IpcHandle.from(handle);
     if (parsed.byteLength === undefined) throw new RangeError('importPointer: the handle does not say how many bytes the allocation has');
-    return IpcBuffer.fromPool(pool, parsed.driverHandle, parsed.byteLength, this.device, stream);
+    return IpcBuffer.fromPool(pool, parsed, this.device, stream);
   }
 
   /**

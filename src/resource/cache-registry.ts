@@ -1,6 +1,8 @@
 /**
- * Every live resource, weakly held, so that an allocation the driver refuses can release what all
- * of vram's resources on that device cache and retry once (PyTorch's rule for cudaMalloc failures).
+ * Every live resource once it is whole (its first allocation: Note [Cache registry membership],
+ * docs/design/cache-registry-membership.md), weakly held, so that an allocation the driver refuses
+ * can release what all of vram's resources on that device cache and retry once (PyTorch's rule for
+ * cudaMalloc failures).
  * A program often holds several caches on one device (the default resource's pool, a pool of its
  * own, a binning stack): memory one of them caches is memory the driver refuses to the others, so
  * releasing only the stack that failed is not enough. Held weakly: a resource the program dropped
@@ -64,9 +66,10 @@ export function withoutHostWait<T>(fn: () => T): T {
 }
 
 /**
- * Adds `resource` to the registry (MemoryResource's constructor calls it for every resource).
+ * Adds `resource` to the registry (`MemoryResource.joinCacheRegistry` calls it, once the resource
+ * is whole: never from a constructor, see Note [Cache registry membership]).
  *
- * @param resource The new resource (held weakly).
+ * @param resource The resource (held weakly).
  * @internal
  */
 export function trackResource(resource: CachingResource): void {
@@ -75,7 +78,32 @@ export function trackResource(resource: CachingResource): void {
   collected.register(resource, ref);
 }
 
+/** `resource.describe()`, or its class's name where even that throws (for a warning about it). */
+function nameOf(resource: CachingResource): string {
+  try {
+    return resource.describe();
+  } catch {
+    return resource.constructor.name;
+  }
+}
+
+/**
+ * What `read` returns, or `fallback` with a process warning (code `VRAM_CACHE_RELEASE`) when it
+ * throws: the release path runs inside an out-of-memory error's handling, and a resource it
+ * cannot read (a subclass of the program's that is broken) must not turn that error into another.
+ */
+function guarded<T>(resource: CachingResource, what: string, read: () => T, fallback: T): T {
+  try {
+    return read();
+  } catch (error) {
+    process.emitWarning(`could not ${what} ${nameOf(resource)}: ${error instanceof Error ? error.message : String(error)}`,
+      { code: 'VRAM_CACHE_RELEASE' });
+    return fallback;
+  }
+}
+
 function holds(resource: CachingResource, memory: CachedMemory): boolean {
+  if (resource.destroyed) return false;
   return memory === 'pinned-host' ? resource.kind === 'pinned-host'
     : resource.kind !== 'pinned-host' && resource.deviceOrdinal === memory;
 }
@@ -87,12 +115,15 @@ function depth(resource: CachingResource): number {
   return seen.size;
 }
 
+/** A driver-backed resource's figures (undefined for one with an upstream, a destroyed one, or one that cannot give them). */
+function driverFigures(resource: CachingResource): MemoryFigures | undefined {
+  return guarded(resource, 'read the figures of', () => (resource.upstream !== undefined || resource.destroyed ? undefined : resource.memoryFigures()), undefined);
+}
+
 /** Bytes the resources that take memory from the driver itself (no upstream) hold from it now. */
 function driverReserved(resources: readonly CachingResource[]): number {
   let bytes = 0;
-  for (const r of resources) {
-    if (r.upstream === undefined && !r.destroyed) bytes += r.memoryFigures()?.reservedBytes ?? 0;
-  }
+  for (const r of resources) bytes += driverFigures(r)?.reservedBytes ?? 0;
   return bytes;
 }
 
@@ -100,8 +131,7 @@ function driverReserved(resources: readonly CachingResource[]): number {
 function driverCached(resources: readonly CachingResource[]): number {
   let bytes = 0;
   for (const r of resources) {
-    if (r.upstream !== undefined || r.destroyed) continue;
-    const figures = r.memoryFigures();
+    const figures = driverFigures(r);
     if (figures !== undefined) bytes += Math.max(0, figures.reservedBytes - figures.allocatedBytes.value);
   }
   return bytes;
@@ -110,13 +140,13 @@ function driverCached(resources: readonly CachingResource[]): number {
 /**
  * Releases what every live resource holding `memory` caches (`releaseCached()`), top of each stack
  * first, so what a sub-allocator gives back is released by the resource below it in the same
- * pass. A resource whose release fails is skipped with a process warning (code
- * `VRAM_CACHE_RELEASE`): the others' memory still goes back. When memory stays cached after that and
- * `memory` is a device's, the device is synchronised and the caches released once more: memory
- * freed on a stream whose work is still running cannot go back to the driver before that work
- * ends, and the allocation that asked cannot wait on a stream (a driver allocation is
- * synchronous). This is the one host wait on the path, and it is taken only when the alternative
- * is an out-of-memory error.
+ * pass. A resource whose release fails (or that cannot even say what it holds) is skipped with a
+ * process warning (code `VRAM_CACHE_RELEASE`): the others' memory still goes back. When memory
+ * stays cached after that and `memory` is a device's, the device is synchronised and the caches
+ * released once more: memory freed on a stream whose work is still running cannot go back to the
+ * driver before that work ends, and the allocation that asked cannot wait on a stream (a driver
+ * allocation is synchronous). This is the one host wait on the path, and it is taken only when the
+ * alternative is an out-of-memory error.
  *
  * @param memory A device ordinal (its device and managed memory), or 'pinned-host'.
  * @returns The bytes given back to the driver (0 while a release is already under way).
@@ -131,12 +161,16 @@ export function releaseCaches(memory: CachedMemory): number {
   releasing = true;
   try {
     const resources: CachingResource[] = [];
+    const depths = new Map<CachingResource, number>();
     for (const ref of live) {
       const resource = ref.deref();
       if (resource === undefined) live.delete(ref);
-      else if (!resource.destroyed && holds(resource, memory)) resources.push(resource);
+      else if (guarded(resource, 'read the memory of', () => holds(resource, memory), false)) {
+        resources.push(resource);
+        depths.set(resource, guarded(resource, 'walk the upstreams of', () => depth(resource), 0));
+      }
     }
-    resources.sort((a, b) => depth(b) - depth(a));
+    resources.sort((a, b) => depths.get(b)! - depths.get(a)!);
     const released = releaseAll(resources);
     if (memory === 'pinned-host' || hostWaitRefused || driverCached(resources) === 0) return released;
     // Something is still cached: memory freed on a stream whose work has not ended, which a
@@ -153,14 +187,7 @@ export function releaseCaches(memory: CachedMemory): number {
 /** Releases the caches of `resources` in order; returns the bytes that went back to the driver. */
 function releaseAll(resources: readonly CachingResource[]): number {
   const before = driverReserved(resources);
-  for (const resource of resources) {
-    try {
-      resource.releaseCached();
-    } catch (error) {
-      process.emitWarning(`could not release the cache of ${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`,
-        { code: 'VRAM_CACHE_RELEASE' });
-    }
-  }
+  for (const resource of resources) guarded(resource, 'release the cache of', () => resource.releaseCached(), 0);
   return Math.max(0, before - driverReserved(resources));
 }
 
@@ -209,7 +236,15 @@ export function extendMessage(error: Error, addition: string): void {
 export function retryAfterReleasingCaches<T>(error: unknown, device: number, retry: () => T): T {
   const memory = refusedMemory(error, device);
   if (memory === undefined || !(error instanceof Error)) throw error;
-  const released = releaseCaches(memory);
+  let released: number;
+  try {
+    released = releaseCaches(memory);
+  } catch (release) {
+    // Releasing must never turn the out-of-memory error into another one (a failed
+    // synchronisation's CudaError): the program still gets its OutOfMemoryError, which says why.
+    extendMessage(error, `releasing vram's caches failed: ${release instanceof Error ? release.message : String(release)}`);
+    throw error;
+  }
   let failure: unknown = error;
   if (released > 0) {
     try {

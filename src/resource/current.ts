@@ -6,7 +6,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Device } from '../device.js';
-import { UseAfterFreeError } from '../errors.js';
+import { UseAfterFreeError, VramStateError } from '../errors.js';
 import { createDefaultResource } from './default-resource.js';
 import { MemoryResource } from './resource.js';
 
@@ -44,6 +44,9 @@ function scopedResource(device: Device | number | undefined): MemoryResource | u
  * innermost scope's resource of that device, else the device's current resource. Concurrent tasks
  * each see their own scopes; nested scopes stack. The scope ends when `fn` returns, or when the
  * promise it returns settles: work it leaves running after that allocates as if outside it.
+ * Inside it, `setCurrentResource` for the scope's device is refused (`VramStateError`), as CuPy
+ * refuses `set_allocator` inside `using_allocator`: it would have no effect there and take effect
+ * silently once the scope ends; nest another `useResource` instead.
  *
  * @param resource A resource of device (or managed) memory, not destroyed.
  * @param fn The code to run; its result (a promise for an async function) is returned.
@@ -166,6 +169,9 @@ export function existingCurrentResource(device: Device): MemoryResource | undefi
  * @returns The previous current resource; the caller decides whether to destroy it.
  * @throws {TypeError} When `mr` is not a resource of device memory.
  * @throws {RangeError} When `mr` belongs to another device.
+ * @throws {VramStateError} Inside a `useResource` scope of the device (CuPy refuses `set_allocator`
+ *   inside `using_allocator` alike): there the scope's resource stays current, so the call would
+ *   have no effect until the scope ended. Set it outside the scope, or nest another `useResource`.
  * @example
  * ```ts
  * const previous = setCurrentResource(0, new PoolResource());
@@ -181,6 +187,11 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
   }
   if (mr.deviceOrdinal !== dev.ordinal) {
     throw new RangeError(`${mr.describe()} belongs to device ${mr.deviceOrdinal}, not device ${dev.ordinal}`);
+  }
+  const scoped = openScopes === 0 ? undefined : scopedResource(dev);
+  if (scoped !== undefined) {
+    throw new VramStateError(`setCurrentResource(${dev.ordinal}) inside useResource(${scoped.describe()}): the scope's resource stays ` +
+      'current there, so it would take effect only once the scope ends; set it outside the scope, or nest another useResource');
   }
   const previous = baseResource(dev);
   current.set(dev, mr);

@@ -16,10 +16,12 @@
  */
 import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
+import { DoubleFreeError, InvalidPointerError } from '../errors.js';
 import { relaxedDuringCapture, type CapturePool } from '../graph/graph.js';
 import { inspectCustom } from '../util/inspect.js';
 import { formatBytes } from '../util/size.js';
 import { readOptions } from '../util/options.js';
+import { checkBytes, checkNonNegativeInteger, checkPointer } from '../validate.js';
 import type { SnapshotSegment } from './figures.js';
 
 /** Blocks are rounded to this, as cuMemAlloc aligns them. */
@@ -125,9 +127,10 @@ export class GraphPool implements CapturePool {
 
   /**
    * A block for a capture on stream `handle` (the contract calls it; not for direct use).
-   * @param bytes The size asked for.
-   * @param handle The capturing stream.
+   * @param bytes The size asked for: a positive whole number.
+   * @param handle The capturing stream's handle.
    * @returns The address.
+   * @throws {TypeError | RangeError} For a bad size or handle, before any driver call.
    * @throws {OutOfMemoryError} When the driver has no memory left.
    * @example
    * ```ts
@@ -135,6 +138,8 @@ export class GraphPool implements CapturePool {
    * ```
    */
   allocate(bytes: number, handle: number): Ptr {
+    checkBytes(bytes);
+    checkNonNegativeInteger(handle, 'handle');
     const size = Math.ceil(bytes / GRAPH_POOL_ALIGNMENT) * GRAPH_POOL_ALIGNMENT;
     const cached = this.free.get(handle)?.get(size);
     let ptr = cached?.pop();
@@ -155,15 +160,23 @@ export class GraphPool implements CapturePool {
    * graph holds the pool, else given back to the driver in stream order.
    * @param ptr The block.
    * @param handle The stream that used it last.
-   * @throws Never.
+   * @throws {TypeError | RangeError} For a bad pointer or handle.
+   * @throws {DoubleFreeError} For a block of this pool already freed.
+   * @throws {InvalidPointerError} For a pointer that is no block of this pool.
    * @example
    * ```ts
    * pool.deallocate(ptr, stream.handle);
    * ```
    */
   deallocate(ptr: Ptr, handle: number): void {
+    checkPointer(ptr);
+    checkNonNegativeInteger(handle, 'handle');
     const size = this.live.get(ptr);
-    if (size === undefined) return;
+    if (size === undefined) {
+      const hex = `0x${ptr.toString(16)}`;
+      if (this.blocks.has(ptr)) throw new DoubleFreeError(`GraphPool.deallocate(${hex}): the block is already free`);
+      throw new InvalidPointerError(`GraphPool.deallocate(${hex}): not a block of ${String(this)}`);
+    }
     this.live.delete(ptr);
     if (this.#holders === 0) {
       this.giveBack(ptr, handle);

@@ -23,8 +23,7 @@ import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
 import { captureSessionOf, type CaptureSession } from '../graph/graph.js';
 import { GraphPool, graphPoolOf } from './graph-pool.js';
-import { Device } from '../device.js';
-import { Stream, type StreamRef } from '../stream.js';
+import { streamHandleOf, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
 import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
@@ -130,20 +129,6 @@ export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
   outOfMemoryObserver = next;
 }
 
-/**
- * Refuses a raw handle (`{ handle }`, not a Stream) that names no live stream: a caching resource
- * would keep it with the memory and pass it to the driver later (an event, a wait), where a
- * destroyed or made-up handle is an error from then on, or a crash.
- */
-function checkKnownStream(device: number, handle: number): void {
-  // Host memory (device -1) has no device of its own; every device of a process shares one
-  // backend, so device 0's knows the streams of all of them.
-  if (!Device.get(Math.max(0, device)).backend.streamKnown(handle)) {
-    throw new RangeError(`stream.handle ${handle} is not a live stream vram knows: give a Stream, 0 for the default stream, ` +
-      'or for a stream created elsewhere (another library\'s CUstream) the Stream of Stream.fromHandle(handle)');
-  }
-}
-
 /** A resource as `JSON.stringify` writes it (`MemoryResource.toJSON`). */
 export interface ResourceJSON {
   /** `describe()`: the class, its parameters and its upstream's description. */
@@ -205,8 +190,13 @@ export abstract class MemoryResource {
     };
   }
 
+  /** Set once the resource joined its device's cache registry (`joinCacheRegistry`). */
+  #joined = false;
+
   /**
-   * Registers the resource with its device's cache registry; a subclass calls it with `super()`.
+   * A subclass calls it with `super()`. The resource joins its device's cache registry later, once
+   * it is whole (its first allocation, or `joinCacheRegistry()`): Note [Cache registry membership]
+   * (docs/design/cache-registry-membership.md).
    *
    * @throws Never.
    * @example
@@ -216,8 +206,19 @@ export abstract class MemoryResource {
    * }
    * ```
    */
-  constructor() {
-    // Known to the registry, so a driver refusal anywhere on its device releases its cache too.
+  constructor() {}
+
+  /**
+   * Adds the resource to its device's cache registry (once), so a driver refusal anywhere on its
+   * device releases its cache too. `allocate` calls it on the first allocation; a subclass that
+   * holds cached memory before any (a pool's initial chunk) calls it at the end of its constructor,
+   * once every field the registry reads is set. Never from the base constructor: a subclass
+   * constructor that throws would leave a half-built resource there, which every later
+   * out-of-memory error would read.
+   */
+  protected joinCacheRegistry(): void {
+    if (this.#joined) return;
+    this.#joined = true;
     trackResource(this);
   }
 
@@ -240,9 +241,10 @@ export abstract class MemoryResource {
   allocate(bytes: ByteSize, stream?: StreamRef): Ptr {
     // The common case inline: a whole number in range passes without a call; a string is read here.
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) bytes = readBytes(bytes, 'bytes');
-    const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
+    // The one live-stream check (a caching resource would keep a dead handle with the memory).
+    const handle = streamHandleOf(stream);
     if (this.#destroyed) throw this.destroyedError();
+    if (!this.#joined) this.joinCacheRegistry();
     const session = captureSessionOf(handle);
     if (session !== undefined) {
       const routed = this.#allocateInCapture(session, bytes, handle);
@@ -407,8 +409,7 @@ export abstract class MemoryResource {
     // double's `% 1` is a call to fmod on the hit path.
     if (!(typeof ptr === 'number' && ptr >= 0 && ptr <= MAX_BYTES && Number.isInteger(ptr))) checkPointer(ptr);
     if (!(typeof bytes === 'number' && bytes > 0 && bytes <= MAX_BYTES && Number.isInteger(bytes))) checkBytes(bytes);
-    const handle = stream === undefined ? 0 : checkStreamHandle(stream);
-    if (handle !== 0 && !(stream instanceof Stream)) checkKnownStream(this.deviceOrdinal, handle);
+    const handle = streamHandleOf(stream);
     // A destroyed resource still takes back the blocks live at `destroy()` (see there).
     if (this.#released) throw this.destroyedError();
     const privatePool = graphPoolOf(ptr);

@@ -276,9 +276,10 @@ function settle(q: DeviceQueue, w: Waiter, i: number): void {
  */
 export function waitForMemory<T>(device: number, attempt: () => T | BlockedResult, options: WaitOptions): Promise<T> {
   const q = queueOf(device);
+  const signal = options.signal;
   return new Promise<T>((resolve, reject) => {
-    if (options.signal?.aborted === true) {
-      reject(options.signal.reason);
+    if (signal?.aborted === true) {
+      reject(abortReason(signal));
       return;
     }
     let timer: NodeJS.Timeout | undefined;
@@ -287,7 +288,7 @@ export function waitForMemory<T>(device: number, attempt: () => T | BlockedResul
       if (i < 0) return;
       settle(q, w, i);
       q.aborts += 1;
-      reject(options.signal?.reason);
+      reject(abortReason(signal ?? { reason: undefined }));
       // The waiter ahead of the others left: those behind it may fit now.
       memoryFreed(device);
     };
@@ -301,12 +302,23 @@ export function waitForMemory<T>(device: number, attempt: () => T | BlockedResul
       queued: false,
       cleanup: () => {
         if (timer !== undefined) clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
+        try {
+          signal?.removeEventListener('abort', onAbort);
+        } catch {
+          // A signal that cannot remove its listener: the listener finds the waiter gone and does nothing.
+        }
       },
     };
+    // Listening first: a signal that cannot be listened to rejects the wait before it is queued,
+    // so a rejected waiter never stays behind to take memory nobody holds.
+    try {
+      signal?.addEventListener('abort', onAbort, { once: true });
+    } catch (error) {
+      reject(error);
+      return;
+    }
     q.waiters.push(w);
     waiting += 1;
-    options.signal?.addEventListener('abort', onAbort, { once: true });
     if (Number.isFinite(options.timeout)) {
       timer = setTimeout(() => {
         const i = q.waiters.indexOf(w);
@@ -319,6 +331,19 @@ export function waitForMemory<T>(device: number, attempt: () => T | BlockedResul
     }
     drain(q);
   });
+}
+
+/**
+ * What a wait ended by `signal` rejects with: its `reason`, or where it has none (a signal made
+ * by hand, aborted with `undefined`) an `AbortError` DOMException, the error `AbortSignal.abort()`
+ * gives by default, so the rejection is never `undefined`.
+ *
+ * @param signal The aborted signal.
+ * @returns The reason.
+ * @internal
+ */
+export function abortReason(signal: Pick<AbortSignalLike, 'reason'>): unknown {
+  return signal.reason ?? new DOMException('the wait for memory was aborted', 'AbortError');
 }
 
 function timedOut(w: Waiter, options: WaitOptions): OutOfMemoryError {

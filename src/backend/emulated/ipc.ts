@@ -121,7 +121,9 @@ function decode(handle: Uint8Array, magic: readonly number[], call: string): Han
   const view = new DataView(handle.buffer, handle.byteOffset, handle.byteLength);
   const magicOk = magic.every((b, i) => handle[i] === b);
   const bytes = view.getBigUint64(16, true);
-  const tail = handle.subarray(32 + TOKEN_BYTES);
+  // A pool allocation's handle carries the allocation's size after the token (as the driver's own
+  // export data says which allocation it is: the importer's pointer attributes give its range).
+  const tail = handle.subarray(32 + TOKEN_BYTES + (magic === POOL_POINTER_MAGIC ? 8 : 0));
   if (!magicOk || bytes === 0n || bytes > BigInt(Number.MAX_SAFE_INTEGER) || tail.some((b) => b !== 0)) {
     malformed(magic, call, `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`);
   }
@@ -376,6 +378,7 @@ export class IpcCalls {
     const at = block.pool.store.sharePages(offset, block.size, new Uint8Array(koffi.view(address, mapped)));
     const handle = encode(POOL_POINTER_MAGIC, { pid: process.pid, fd, bytes: mapped, device: block.pool.device, token });
     new DataView(handle.buffer).setUint32(28, at, true);
+    new DataView(handle.buffer).setBigUint64(32 + TOKEN_BYTES, BigInt(block.size), true);
     this.exportedPointers.set(ptr, {
       handle,
       release: () => {
@@ -394,7 +397,10 @@ export class IpcCalls {
     const ctx = this.s.ctx(call);
     if (!this.importedPools.has(pool)) invalidValue(call, `${pool} is not a pool imported from another process`);
     const fields = decode(data, POOL_POINTER_MAGIC, call);
-    const at = new DataView(data.buffer, data.byteOffset, data.byteLength).getUint32(28, true);
+    const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    const at = view.getUint32(28, true);
+    const size = Number(view.getBigUint64(32 + TOKEN_BYTES, true));
+    if (size === 0 || at + size > fields.bytes) invalidValue(call, 'the bytes are not a pool allocation\'s export data');
     const address = this.mapOther(fields, POOL_POINTER_MAGIC, call);
     let base: number;
     try {
@@ -403,11 +409,13 @@ export class IpcCalls {
       unmap(address, fields.bytes);
       throw error;
     }
-    const store = new EagerStore(koffi.view(address, fields.bytes), 0, fields.bytes);
-    const allocation = new PlainAllocation('ipc', base, fields.bytes, ctx.device.ordinal, ctx.handle, store, 0, 0);
+    // The allocation alone, as the driver maps it: its pointer attributes give its own range, and
+    // an access past it is refused (the rest of its pages is other allocations' memory).
+    const store = new EagerStore(koffi.view(address, fields.bytes), at, size);
+    const allocation = new PlainAllocation('ipc', base + at, size, ctx.device.ordinal, ctx.handle, store, 0, 0);
     this.s.deviceIndex.insert(allocation);
     const entry: Imported = { allocation, context: ctx.handle, address, mapped: fields.bytes, token: fields.token, opens: 1 };
-    this.importedAt.set(base, entry);
+    this.importedAt.set(base + at, entry);
     this.importedPointers.set(base + at, entry);
     return base + at;
   }

@@ -95,12 +95,23 @@ export abstract class ResourceAdaptor extends MemoryResource {
 
   /**
    * Memory from one adaptor may be returned through another of the same class over an equal
-   * upstream (RMM's rule); any state the adaptor keeps per pointer (tracking) narrows this.
+   * upstream (RMM's rule), unless the adaptor keeps a count or a record of its own
+   * (`keepsOwnCount`: statistics, limiting, tracking): then it is equal only to itself, as RMM's
+   * current rule has it, since a block freed through its twin would move the wrong count.
    */
   override isEqual(other: MemoryResource): boolean {
     if (other === this) return true;
-    return other instanceof ResourceAdaptor && other.constructor === this.constructor &&
+    return !this.keepsOwnCount && other instanceof ResourceAdaptor && other.constructor === this.constructor &&
       this.upstream.isEqual(other.upstream);
+  }
+
+  /**
+   * True for an adaptor that counts or records what passes through it (and so refuses, with
+   * `InvalidPointerError`, a free it never counted); false (the default) for one that only
+   * passes calls on (logging, retry on out of memory).
+   */
+  protected get keepsOwnCount(): boolean {
+    return false;
   }
 
   /** `ClassName(params, Upstream(...))`, e.g. `StatisticsAdaptor(PoolResource(...))`. */

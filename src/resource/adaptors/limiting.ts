@@ -7,6 +7,7 @@ import { CounterCell } from '../../counter.js';
 import { OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 import { alignUp, readBytes, type ByteSize } from '../../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
+import { CountedBlocks } from './counted-blocks.js';
 import { formatBytesExact } from '../../util/size.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
 import { outOfMemoryStatistics } from '../figures.js';
@@ -15,8 +16,10 @@ import { outOfMemoryStatistics } from '../figures.js';
  * Refuses an allocation that would take the bytes outstanding through it past `limitBytes`, with
  * an `OutOfMemoryError` of reason `'limit'` carrying the request, this resource and its figures.
  * Each block counts as its size rounded up to the upstream's alignment (as RMM's limiting adaptor
- * does), since that is what it occupies. A deallocation the upstream refuses (wrong size, foreign
- * pointer) gives nothing back to the limit.
+ * does), since that is what it occupies. A deallocation of a block it did not hand out (another
+ * limiting adaptor's over the same upstream, one already freed) or with another size is an
+ * `InvalidPointerError`, and one the upstream refuses gives nothing back to the limit. It is equal
+ * (`isEqual`) only to itself: two limits over one upstream are two counts.
  *
  * @example
  * ```ts
@@ -29,6 +32,7 @@ export class LimitingAdaptor extends ResourceAdaptor {
   readonly limitBytes: number;
   private readonly counted = new CounterCell();
   private readonly allocations = new CounterCell();
+  private readonly blocks = new CountedBlocks();
 
   /**
    * @param upstream The resource to cap.
@@ -92,15 +96,23 @@ export class LimitingAdaptor extends ResourceAdaptor {
       });
     }
     const ptr = this.upstream.allocate(bytes, stream);
+    this.blocks.add(ptr, bytes);
     this.counted.add(counted);
     this.allocations.add(1);
     return ptr;
   }
 
   protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    this.blocks.check(ptr, bytes, this);
     this.upstream.deallocate(ptr, bytes, stream);
+    this.blocks.delete(ptr);
     this.counted.sub(alignUp(bytes, this.alignment));
     this.allocations.sub(1);
+  }
+
+  /** Counts its own blocks against its limit: equal only to itself; a free it never counted is an InvalidPointerError. */
+  protected override get keepsOwnCount(): boolean {
+    return true;
   }
 
   protected override describeParameters(): string {

@@ -5,6 +5,7 @@
 import type { Ptr } from '../../backend/backend.js';
 import { CounterCell, type Counter } from '../../counter.js';
 import { ResourceAdaptor } from './adaptor.js';
+import { CountedBlocks } from './counted-blocks.js';
 import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
 
 /** What has passed through a StatisticsAdaptor: two counters of one shape. */
@@ -18,7 +19,8 @@ export interface AllocationStatistics {
 /**
  * Counts what its upstream hands out (RMM's statistics_resource_adaptor). The counters change
  * only after the upstream call succeeded, so a failed or refused call (a wrong size, a foreign
- * pointer) changes nothing.
+ * pointer) changes nothing. It is equal (`isEqual`) only to itself, and a free of a block it did
+ * not hand out (or with another size) is an `InvalidPointerError`, passed nowhere.
  *
  * @example
  * ```ts
@@ -31,6 +33,7 @@ export interface AllocationStatistics {
 export class StatisticsAdaptor extends ResourceAdaptor {
   private readonly bytesCounter = new CounterCell();
   private readonly allocationsCounter = new CounterCell();
+  private readonly blocks = new CountedBlocks();
 
   /**
    * @param upstream The resource whose traffic is counted.
@@ -102,14 +105,22 @@ export class StatisticsAdaptor extends ResourceAdaptor {
 
   protected override doAllocate(bytes: number, _handle: number, stream: StreamRef | undefined): Ptr {
     const ptr = this.upstream.allocate(bytes, stream);
+    this.blocks.add(ptr, bytes);
     this.bytesCounter.add(bytes);
     this.allocationsCounter.add(1);
     return ptr;
   }
 
   protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
+    this.blocks.check(ptr, bytes, this);
     this.upstream.deallocate(ptr, bytes, stream);
+    this.blocks.delete(ptr);
     this.bytesCounter.sub(bytes);
     this.allocationsCounter.sub(1);
+  }
+
+  /** Counts its own blocks: equal only to itself; a free it never counted is an InvalidPointerError. */
+  protected override get keepsOwnCount(): boolean {
+    return true;
   }
 }

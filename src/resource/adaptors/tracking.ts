@@ -4,8 +4,8 @@
  * code that allocated, and a typed error when a block is returned that was never handed out.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { InvalidPointerError } from '../../errors.js';
 import { ResourceAdaptor } from './adaptor.js';
+import { checkCounted } from './counted-blocks.js';
 import { formatBytes } from '../../util/size.js';
 import { callerFrames, rawStack } from '../../util/call-stack.js';
 import type { MemoryResource, StreamRef } from '../resource.js';
@@ -91,15 +91,7 @@ export class TrackingAdaptor extends ResourceAdaptor {
 
   /** Checks the block against the record, then deallocates it through the upstream. */
   protected override doDeallocate(ptr: Ptr, bytes: number, _handle: number, stream: StreamRef | undefined): void {
-    const record = this.live.get(ptr);
-    if (record === undefined) {
-      throw new InvalidPointerError(
-        `${this.constructor.name}: 0x${ptr.toString(16)} was not allocated through ${this.describe()} or was already deallocated`);
-    }
-    if (record.bytes !== bytes) {
-      throw new InvalidPointerError(
-        `${this.constructor.name}: 0x${ptr.toString(16)} was allocated with ${record.bytes} bytes, deallocated with ${bytes}`);
-    }
+    checkCounted(this.live.get(ptr)?.bytes, ptr, bytes, this);
     this.upstream.deallocate(ptr, bytes, stream);
     this.live.delete(ptr);
     this.liveBytes -= bytes;
@@ -112,8 +104,8 @@ export class TrackingAdaptor extends ResourceAdaptor {
   }
 
   /** Pointers from another tracking adaptor are unknown to this one: only itself is equal. */
-  override isEqual(other: MemoryResource): boolean {
-    return other === this;
+  protected override get keepsOwnCount(): boolean {
+    return true;
   }
 
   /**

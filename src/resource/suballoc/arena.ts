@@ -6,8 +6,9 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
+import { streamHandleOf } from '../../stream.js';
 import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
-import { alignUp, checkBytes, readBytes, type ByteSize, checkPointer, checkPowerOfTwo, checkStreamHandle, MAX_BYTES } from '../../validate.js';
+import { alignUp, checkBytes, readBytes, type ByteSize, checkPointer, checkPowerOfTwo, MAX_BYTES } from '../../validate.js';
 import { formatBytesExact } from '../../util/size.js';
 import { CudaResource } from '../upstream/cuda-resource.js';
 import { BlockHeap } from './kit/block-heap.js';
@@ -172,7 +173,7 @@ export class ArenaResource extends MemoryResource {
   allocatePitched(widthBytes: number, height: number, stream?: StreamRef): PitchedBlock {
     checkBytes(widthBytes, 'widthBytes');
     checkBytes(height, 'height');
-    const h = checkStreamHandle(stream);
+    const h = streamHandleOf(stream);
     if (this.destroyed) throw this.destroyedError();
     const pitch = alignUp(widthBytes, this.pitchAlignment);
     if (pitch * height > MAX_BYTES) {
@@ -200,7 +201,7 @@ export class ArenaResource extends MemoryResource {
    */
   deallocatePitched(ptr: Ptr, stream?: StreamRef): void {
     checkPointer(ptr);
-    const h = checkStreamHandle(stream);
+    const h = streamHandleOf(stream);
     // As `deallocate`: a destroyed arena takes back the blocks live at `destroy()`.
     if (this.released) throw this.destroyedError();
     const i = this.liveBlock(ptr);

@@ -28,23 +28,40 @@ import { checkMemoryOf, checkResource, MemoryResource, upstreamChain, type Memor
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
-/** Options for a PoolResource. */
+/**
+ * Options for a PoolResource.
+ *
+ * Sizes are rounded to the pool's own unit of growth, never refused for not being a multiple of
+ * it: a page (the device's allocation granularity, 2 MiB on current GPUs) for virtual growth, 256
+ * bytes (the granule every block is a multiple of) for growth from an upstream. `initialSize`
+ * rounds up (the pool holds at least what was asked, so an allocation of `initialSize` is served
+ * from it), `maximumSize` and `extentSize` round down (a cap is never exceeded). What the pool
+ * could never serve is refused with a `RangeError` before any memory is taken: a `maximumSize`
+ * below one unit, an `initialSize` above `maximumSize` once both are rounded, an `extentSize`
+ * below one page. `maximumSize` (the `maximumSize` getter) and `describe()` give the rounded sizes.
+ * The options of the other kind of growth (`chunkSize` without an upstream; `extentSize` or
+ * `addressSpaceSize` with one) are refused with a `TypeError`, not ignored.
+ */
 export interface PoolOptions {
   /** The device (default: device 0, or the upstream's device). */
   readonly device?: Device;
   /** Grow in chunks from this resource instead of through virtual memory. */
   readonly upstream?: MemoryResource;
-  /** Bytes to take (upstream) or map (virtual) at creation; default 0. */
+  /** Bytes to take (upstream) or map (virtual) at creation, rounded up to the pool's unit; default 0. */
   readonly initialSize?: ByteSize;
-  /** Cap on reserved bytes (physical bytes for virtual growth); OutOfMemoryError beyond it. */
+  /**
+   * Cap on reserved bytes (physical bytes for virtual growth), rounded down to the pool's unit;
+   * OutOfMemoryError (reason `maximum`) beyond it.
+   */
   readonly maximumSize?: ByteSize;
-  /** Upstream growth: the smallest chunk taken after the first (default 32 MiB). */
+  /** Upstream growth only: the smallest chunk taken after the first (default 32 MiB). */
   readonly chunkSize?: ByteSize;
-  /** Virtual growth: bytes of address space to reserve (default twice the device's memory). */
+  /** Virtual growth only: bytes of address space to reserve (default twice the device's memory). */
   readonly addressSpaceSize?: ByteSize;
   /**
-   * Virtual growth: the most bytes one physical allocation may hold (default: one page, the
-   * device's allocation granularity, 2 MiB on current GPUs; Infinity: one per run of pages mapped).
+   * Virtual growth only: the most bytes one physical allocation may hold, rounded down to whole
+   * pages, at least one (default: one page, the device's allocation granularity, 2 MiB on current
+   * GPUs; Infinity: one per run of pages mapped).
    * The driver's costs are per mapping (a page mapped costs about what a whole run costs made
    * anew), but it maps and frees an allocation only whole: a free page of a larger allocation
    * cannot be moved while a live block sits on another of its pages. So one page keeps peak
@@ -128,14 +145,53 @@ export interface GrowthCalls {
   readonly release: number;
 }
 
-/** `extentSize` in bytes; a bad value's error names every form the option takes, `'adaptive'` too. */
-function readExtentSize(size: ByteSize): number {
+/**
+ * `extentSize` in bytes, rounded down to whole pages; a bad value's error names every form the
+ * option takes, `'adaptive'` too, and one below a page (no physical allocation is smaller) is refused.
+ */
+function readExtentSize(size: ByteSize, page: number): number {
+  let bytes: number;
   try {
-    return readBytes(size, 'extentSize');
+    bytes = readBytes(size, 'extentSize');
   } catch (error) {
     throw new RangeError(`extentSize must be a size (a number of bytes or text like '64M'), Infinity or 'adaptive'; got ${
       typeof size === 'string' ? `'${size}'` : String(size)}`, { cause: error });
   }
+  if (bytes < page) {
+    throw new RangeError(`extentSize (${bytes}) is below one page of the device's allocation granularity (${page} bytes): ` +
+      'no physical allocation is smaller (omit it for one page per extent)');
+  }
+  return Math.floor(bytes / page) * page;
+}
+
+/** The options of the growth a pool does not do: given, they would be ignored. */
+function refuseOtherGrowthOptions(options: PoolOptions, overUpstream: boolean): void {
+  const ignored = overUpstream
+    ? (['extentSize', 'addressSpaceSize'] as const).filter((key) => options[key] !== undefined)
+    : (['chunkSize'] as const).filter((key) => options[key] !== undefined);
+  if (ignored.length === 0) return;
+  throw new TypeError(overUpstream
+    ? `new PoolResource: ${ignored.join(' and ')} ${ignored.length > 1 ? 'are options' : 'is an option'} of virtual growth (no upstream); ` +
+      'a pool over an upstream grows in chunks (chunkSize)'
+    : 'new PoolResource: chunkSize is an option of growth from an upstream; a pool over virtual memory grows by pages (extentSize)');
+}
+
+/**
+ * `initialSize` and `maximumSize` in the pool's unit of growth (`PoolOptions` says how): the
+ * initial size up to whole units, the maximum down; a maximum below one unit, or an initial size
+ * above the maximum once rounded, is refused, since the pool could serve no allocation of it.
+ */
+function roundSizes(initialAsked: number, maximumAsked: number, unit: number, what: string): { initial: number; maximum: number } {
+  const initial = Math.ceil(initialAsked / unit) * unit;
+  const maximum = maximumAsked === Infinity ? Infinity : Math.floor(maximumAsked / unit) * unit;
+  if (maximum === 0) {
+    throw new RangeError(`maximumSize (${maximumAsked}) is below one ${what} (${unit} bytes): the pool could never allocate`);
+  }
+  if (initial > maximum) {
+    throw new RangeError(`initialSize (${initialAsked}) rounds up to ${initial} bytes, whole ${what}s, which exceeds ` +
+      `maximumSize (${maximumAsked}) rounded down to ${maximum}`);
+  }
+  return { initial, maximum };
 }
 
 const DEFAULT_CHUNK = 32 * 1024 * 1024;
@@ -174,8 +230,10 @@ export class PoolResource extends MemoryResource {
   private readonly chunks: UpstreamChunks | null;
   private readonly backend: Backend;
   private readonly options: PoolOptions;
-  /** `options.maximumSize` read once, in bytes (Infinity when unbounded). */
+  /** `options.maximumSize` read once, in bytes rounded down to the pool's unit (Infinity when unbounded). */
   private readonly maximumBytes: number;
+  /** `options.initialSize` read once, in bytes rounded up to the pool's unit (0 for none). */
+  private readonly initialBytes: number;
   /** The device the pool's memory lives on. */
   private readonly owner: Device;
 
@@ -194,16 +252,25 @@ export class PoolResource extends MemoryResource {
     super();
     options = readOptions('new PoolResource', options, { device: true, upstream: true, initialSize: true, maximumSize: true, chunkSize: true, addressSpaceSize: true, extentSize: true });
     this.options = options;
-    const maximum = options.maximumSize === undefined ? Infinity : readBytes(options.maximumSize, 'maximumSize');
-    this.maximumBytes = maximum;
-    const initial = options.initialSize === undefined || options.initialSize === 0 ? 0 : readBytes(options.initialSize, 'initialSize');
-    if (initial > maximum) throw new RangeError(`initialSize (${initial}) exceeds maximumSize (${maximum})`);
+    const maximumAsked = options.maximumSize === undefined ? Infinity : readBytes(options.maximumSize, 'maximumSize');
+    const initialAsked = options.initialSize === undefined || options.initialSize === 0 ? 0 : readBytes(options.initialSize, 'initialSize');
+    if (initialAsked > maximumAsked) throw new RangeError(`initialSize (${initialAsked}) exceeds maximumSize (${maximumAsked})`);
     const upstream = options.upstream === undefined ? undefined : checkResource(options.upstream);
+    refuseOtherGrowthOptions(options, upstream !== undefined);
     const dev = options.device ?? Device.get(upstream !== undefined && upstream.deviceOrdinal >= 0 ? upstream.deviceOrdinal : 0);
     // Device memory of another device than the one named would be mapped, accessed and reported as this one's.
     if (upstream !== undefined && upstream.deviceOrdinal >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
     this.backend = dev.backend;
     this.owner = dev;
+    if (upstream === undefined && !dev.info.virtualMemoryManagementSupported) {
+      throw new NotSupportedError(`${dev.info.name} does not support virtual memory management; ` +
+        'give PoolResource an upstream (e.g. new CudaResource(device))');
+    }
+    // The pool's own unit of growth: a 256-byte granule of a chunk, or a page of virtual memory.
+    const unit = upstream !== undefined ? GRANULE : this.backend.memGetAllocationGranularity(dev.ordinal);
+    const { initial, maximum } = roundSizes(initialAsked, maximumAsked, unit, upstream !== undefined ? 'granule of 256 bytes' : 'page');
+    this.maximumBytes = maximum;
+    this.initialBytes = initial;
     // Over virtual memory, streams gather each other's free blocks before cutting into the range's
     // top (where the pages grow): see block-heap.ts.
     const heap = (this.heap = new BlockHeap(this.backend, upstream === undefined));
@@ -229,20 +296,18 @@ export class PoolResource extends MemoryResource {
       const chunks = this.chunks;
       // Nothing taken from upstream, nothing leaked (a virtual pool always holds its address range).
       this.guardMemory(() => nonZero(releasePool(null, chunks, heap)));
+      // The initial chunk is cache a refusal elsewhere on the device may need before any allocation here.
+      if (initial > 0) this.joinCacheRegistry();
     } else {
       this.kind = 'device';
       this.deviceOrdinal = dev.ordinal;
       dev.makeCurrent();
-      if (!dev.info.virtualMemoryManagementSupported) {
-        throw new NotSupportedError(`${dev.info.name} does not support virtual memory management; ` +
-          'give PoolResource an upstream (e.g. new CudaResource(device))');
-      }
       const range = options.addressSpaceSize === undefined
         ? 2 * dev.info.totalMemory
         : readBytes(options.addressSpaceSize, 'addressSpaceSize');
       const size = options.extentSize;
       const adaptive = size === 'adaptive';
-      const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readExtentSize(size);
+      const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readExtentSize(size, unit);
       // The device's free memory, for the adaptive policy's one threshold (growth path only).
       const memInfo = adaptive ? () => dev.memInfo() : null;
       // The range is the device's, not a context's: mappings and their access are per device, so
@@ -565,7 +630,7 @@ export class PoolResource extends MemoryResource {
   /** E.g. `PoolResource(virtual, maximum=8 GiB)` or `PoolResource(upstream=CudaResource(device=0))`. */
   describe(): string {
     const parts = [this.upstream !== undefined ? `upstream=${this.upstream.describe()}` : `virtual, device=${this.deviceOrdinal}`];
-    if (this.options.initialSize) parts.push(`initial=${formatBytesExact(readBytes(this.options.initialSize, 'initialSize'), true)}`);
+    if (this.initialBytes > 0) parts.push(`initial=${formatBytesExact(this.initialBytes, true)}`);
     if (this.maximumBytes !== Infinity) parts.push(`maximum=${formatBytesExact(this.maximumBytes, true)}`);
     if (this.options.extentSize === 'adaptive') parts.push('extents=adaptive');
     return `PoolResource(${parts.join(', ')})`;
