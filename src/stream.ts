@@ -522,6 +522,7 @@ export class Stream implements StreamRef {
     // `synchronized()` of this stream waits for it, so its error is only warned about.
     const position = captureSessionOf(handle) === undefined ? ++this.#hostFunctions : Infinity;
     const awaiting = this.#awaiting;
+    const where = String(this); // not `this`: a graph's node would keep the Stream from its backstop
     let warned = false;
     this.device.makeCurrent();
     this.device.backend.launchHostFunc(handle, () => {
@@ -537,7 +538,7 @@ export class Stream implements StreamRef {
         }
         if (!claimed && !warned) {
           warned = true;
-          process.emitWarning(`a host function queued on ${String(this)} threw, and nothing awaited the stream: ${String(error)}`,
+          process.emitWarning(`a host function queued on ${where} threw, and nothing awaited the stream: ${String(error)}`,
             { code: 'VRAM_HOST_FUNCTION_ERROR', detail: error instanceof Error ? error.stack : undefined });
         }
       }

@@ -93,6 +93,14 @@ export function captureSessionOf(handle: Handle): CaptureSession | undefined {
 }
 
 /**
+ * Whether any capture is in progress: the one test a hot path makes before building a refusal.
+ * @returns True while a capture lasts.
+ */
+export function capturing(): boolean {
+  return sessions.size !== 0;
+}
+
+/**
  * Starts tracking a capture begun on `session.origin`.
  * @param session The new session.
  */
@@ -166,7 +174,8 @@ export function refuseOnLegacyDuringCapture(call: string, why: string): void {
  * collected) while capturing, so that no capture outlives its stream and keeps refusing every
  * later synchronous call. The origin's capture is ended and its partial graph destroyed (a
  * capture the driver invalidated, or one left unjoined, ends all the same); a joined stream
- * leaves its capture, which then fails to end as unjoined, as the driver says.
+ * leaves its capture, which ends at its origin as the driver says (unjoined, when the stream
+ * queued work there the origin never waited for).
  *
  * @param backend The stream's backend.
  * @param handle The stream.

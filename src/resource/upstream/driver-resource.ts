@@ -7,7 +7,7 @@
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
 import { OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
-import { refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/graph.js';
+import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/graph.js';
 import { formatBytesExact } from '../../util/size.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
@@ -116,7 +116,7 @@ export abstract class DriverResource extends MemoryResource {
   protected abstract driverFree(ptr: Ptr, bytes: number, handle: number): void;
 
   protected doAllocate(bytes: number, handle: number, _stream: StreamRef | undefined): Ptr {
-    this.refuseDuringCapture('allocate', handle);
+    if (capturing()) this.checkCapture('allocate', handle);
     let ptr: Ptr;
     try {
       ptr = this.driverAllocate(bytes, handle);
@@ -129,7 +129,7 @@ export abstract class DriverResource extends MemoryResource {
 
   protected doDeallocate(ptr: Ptr, bytes: number, handle: number, _stream: StreamRef | undefined): void {
     this.table.check(ptr, bytes, this.describe());
-    this.refuseDuringCapture('deallocate', handle);
+    if (capturing()) this.checkCapture('deallocate', handle);
     this.driverFree(ptr, bytes, handle);
     this.table.remove(ptr);
   }
@@ -144,7 +144,7 @@ export abstract class DriverResource extends MemoryResource {
    * stream while a blocking stream captures. Nothing changes when it throws: the caller (a
    * buffer's `free()`, a pool's growth) keeps what it had.
    */
-  private refuseDuringCapture(call: 'allocate' | 'deallocate', handle: number): void {
+  private checkCapture(call: 'allocate' | 'deallocate', handle: number): void {
     const what = `${this.constructor.name}.${call}()`;
     if (this.capturePolicy === 'refuse') {
       refuseDuringCapture(what, `${this.describe()} ${call}s with the driver's synchronous calls (cuMemAlloc, cuMemFree and the like), ` +
