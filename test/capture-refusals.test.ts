@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
+import { map } from '../src/kernels/ops/elementwise.js';
 import { Device } from '../src/device.js';
 import { StreamCaptureError } from '../src/errors.js';
 import { captureGraph } from '../src/graph/capture.js';
@@ -26,6 +27,8 @@ test('calls that reach the driver from inside vram during a capture are refused 
   using warm = new PoolResource();
   warm.deallocate(warm.allocate(4096), 4096);
   const eager = cuda.allocate(256);
+  using onLegacy = DeviceArray.zeros([4], 'float32');
+  map(onLegacy, 'x + 1', { out: onLegacy }); // its module loaded before the capture
   const forbidden: [string, () => unknown][] = [
     ['CudaResource.allocate on the legacy stream', () => cuda.allocate(256)],
     ['CudaResource.deallocate of an eager block', () => cuda.deallocate(eager, 256)],
@@ -36,6 +39,7 @@ test('calls that reach the driver from inside vram during a capture are refused 
     ['DeviceArray.from of JavaScript data on the capturing stream', () => DeviceArray.from([1, 2, 3], { stream })],
     ['DeviceArray.zeros with no stream', () => DeviceArray.zeros([4], 'float32', { resource: warm })],
     ['DeviceArray.full with no stream', () => DeviceArray.full([4], 2, 'float32', { resource: warm })],
+    ['a kernel launch on the legacy stream (it would wait for the capturing stream)', () => map(onLegacy, 'x + 1', { out: onLegacy })],
   ];
   for (const [what, call] of forbidden) {
     stream.beginCapture();
