@@ -12,9 +12,15 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
 import {
-  CAPTURE_MODES, CaptureSession, Graph, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession,
+  CAPTURE_MODES, CaptureSession, Graph, abandonCapture, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession,
   type CaptureModeName, type CapturePool, type CaptureStatusName,
 } from './graph/graph.js';
+
+/** A `synchronized()` in progress: it waits for the host functions up to `through`, and rejects with the first error of one. */
+interface HostFunctionWait {
+  readonly through: number;
+  error: { readonly error: unknown } | undefined;
+}
 
 /** Options of `stream.beginCapture()`. */
 export interface CaptureOptions {
@@ -141,6 +147,8 @@ export function onStreamRetiring(hook: (stream: Stream) => void): void {
  */
 function endStream(device: Device, raw: Handle): number {
   device.makeCurrent();
+  // A capture never outlives its stream (it would refuse every later synchronous call).
+  abandonCapture(device.backend, raw);
   notifyStreamDestroying(raw);
   device.backend.streamDestroy(raw);
   return 0;
@@ -154,6 +162,7 @@ function endStream(device: Device, raw: Handle): number {
  */
 function endBorrowedStream(device: Device, raw: Handle): null {
   device.makeCurrent();
+  abandonCapture(device.backend, raw);
   notifyStreamDestroying(raw);
   device.backend.forgetStream(raw);
   return null;
@@ -187,6 +196,10 @@ export interface BorrowedStreamOptions {
 export class Stream implements StreamRef {
   private static readonly defaults = new Map<Device, Stream>();
   #destroyed = false;
+  /** Host functions queued on this stream outside a capture so far (`launchHostFunc`). */
+  #hostFunctions = 0;
+  /** The `synchronized()` calls in progress: how many host functions each waits for, and the first error of one. */
+  readonly #awaiting = new Set<HostFunctionWait>();
   /** What the backstop ends if this stream is collected undestroyed; undefined for the default stream. */
   private readonly dropped: Dropped | undefined;
 
@@ -368,7 +381,7 @@ export class Stream implements StreamRef {
     // Waiting for an event recorded in a capture joins this stream into it, as the driver does.
     const session = event.captureSession;
     if (session !== undefined && captureSessionOf(session.origin) === session && captureSessionOf(handle) === undefined) {
-      joinSession(session, handle);
+      joinSession(session, handle, !this.nonBlocking);
     }
     return this;
   }
@@ -427,7 +440,9 @@ export class Stream implements StreamRef {
     this.device.makeCurrent();
     this.device.backend.streamBeginCapture(handle, CAPTURE_MODES[mode]);
     pool?.retain();
-    startSession(new CaptureSession(handle, mode, this.device.ordinal, pool));
+    const session = new CaptureSession(handle, mode, this.device.ordinal, pool);
+    session.blocking = !this.nonBlocking;
+    startSession(session);
     return this;
   }
 
@@ -486,7 +501,10 @@ export class Stream implements StreamRef {
    * event loop next turns, so the stream stops there until then (as long as the main thread is
    * busy, at worst; `bench/graph.ts` measures what it adds): never wait for such a stream with
    * `synchronize()` (it would never return), await `synchronized()`. `fn` must not call vram or
-   * CUDA. An error it throws is rethrown on the event loop (an uncaught exception).
+   * CUDA. An error it throws is an error of the stream's pending work, never an uncaught
+   * exception: every `synchronized()` in progress on this stream that waits for `fn` rejects
+   * with it; when none does (nothing awaits the stream, or `fn` was captured and runs at a graph's
+   * launch), vram warns once for `fn` (`process.emitWarning`, code `VRAM_HOST_FUNCTION_ERROR`).
    * @param fn What to run.
    * @returns This stream.
    * @throws {TypeError} When `fn` is not a function.
@@ -500,13 +518,29 @@ export class Stream implements StreamRef {
   launchHostFunc(fn: () => void): this {
     if (typeof fn !== 'function') throw new TypeError('launchHostFunc expects a function');
     const handle = this.handle;
+    // A captured function runs at each launch of the graph, on whichever stream launches it: no
+    // `synchronized()` of this stream waits for it, so its error is only warned about.
+    const position = captureSessionOf(handle) === undefined ? ++this.#hostFunctions : Infinity;
+    const awaiting = this.#awaiting;
+    const where = String(this); // not `this`: a graph's node would keep the Stream from its backstop
+    let warned = false;
     this.device.makeCurrent();
     this.device.backend.launchHostFunc(handle, () => {
       try {
         fn();
       } catch (error) {
-        // Nothing waits for the function's result: the error surfaces as Node's uncaught exceptions do.
-        process.nextTick(() => { throw error; });
+        let claimed = false;
+        for (const wait of awaiting) {
+          if (wait.through >= position) {
+            wait.error ??= { error };
+            claimed = true;
+          }
+        }
+        if (!claimed && !warned) {
+          warned = true;
+          process.emitWarning(`a host function queued on ${where} threw, and nothing awaited the stream: ${String(error)}`,
+            { code: 'VRAM_HOST_FUNCTION_ERROR', detail: error instanceof Error ? error.stack : undefined });
+        }
       }
     });
     return this;
@@ -534,27 +568,38 @@ export class Stream implements StreamRef {
    * event loop. Work queued after the call is not waited for: an event marks the point.
    * @throws {UseAfterFreeError} When the stream was destroyed (the promise rejects).
    * @throws {CudaError} When queued work failed (the promise rejects).
+   * @throws What a host function queued before the call threw (`launchHostFunc`; the promise rejects, once the stream got there).
    * @example
    * ```ts
    * await stream.synchronized();
    * ```
    */
   async synchronized(): Promise<void> {
-    if (this.query()) return;
-    // An event pins the point to wait for, so later work on the stream does not prolong the wait.
-    const event = Event.create({ device: this.device, timing: false });
+    const wait: HostFunctionWait = { through: this.#hostFunctions, error: undefined };
+    this.#awaiting.add(wait);
     try {
-      event.record(this);
-      await event.synchronized();
+      if (!this.query()) {
+        // An event pins the point to wait for, so later work on the stream does not prolong the wait.
+        const event = Event.create({ device: this.device, timing: false });
+        try {
+          event.record(this);
+          await event.synchronized();
+        } finally {
+          event.destroy();
+        }
+      }
     } finally {
-      event.destroy();
+      this.#awaiting.delete(wait);
     }
+    if (wait.error !== undefined) throw wait.error.error;
   }
 
   /**
    * Destroys the stream. Work already queued still completes; the handle may not be used again.
    * The default stream is never destroyed (a no-op). A borrowed stream (`Stream.fromHandle`) is
-   * not destroyed either: this Stream is done with it, and its owner still has it.
+   * not destroyed either: this Stream is done with it, and its owner still has it. A stream
+   * destroyed while capturing ends the capture first (what it recorded is discarded), so no
+   * capture outlives its stream.
    * @throws {DoubleFreeError} When it was already destroyed.
    * @example
    * ```ts
@@ -565,6 +610,10 @@ export class Stream implements StreamRef {
   destroy(): void {
     if (this.#destroyed) throw new DoubleFreeError('the stream was already destroyed');
     if (this.isDefault) return;
+    if (captureSessionOf(this.raw) !== undefined) {
+      this.device.makeCurrent();
+      abandonCapture(this.device.backend, this.raw);
+    }
     retiring?.(this);
     // Resources retire what they cached on this stream while its handle is still valid.
     this.#destroyed = true;

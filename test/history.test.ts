@@ -225,3 +225,24 @@ test('times move during a long synchronous loop (the worker\'s clock is not held
   assert.ok(span > 150, `the events span ${span} ms of a 200 ms loop`);
   assert.ok(new Set(events.map((e) => e.time)).size > 100, 'many distinct times');
 });
+
+function reserveChunk(upstream: PoolResource): PoolResource {
+  return new PoolResource({ upstream, initialSize: 1 << 20 });
+}
+
+test('a pool\'s chunk and the block cut at its start are live in two resources: a free ends only its own, so the chunk stays charged to its site', () => {
+  using outer = new PoolResource();
+  using history = recordMemoryHistory({ stacks: true });
+  // The inner pool reserves its chunk from the outer one when made: an allocation of the outer pool's, recorded.
+  using inner = reserveChunk(outer);
+  const ptr = fromSiteA(inner);
+  const [chunk] = history.events().filter((e) => e.kind === 'alloc');
+  assert.equal(chunk!.address, ptr, 'the inner block starts where the outer pool\'s chunk does');
+  assert.equal(history.liveBlocks().get(ptr)?.bytes, 256, 'by address, the block allocated last');
+  inner.deallocate(ptr, 256);
+  const sites = history.largestLiveSites(5);
+  assert.ok(chunk!.bytes >= 1 << 20);
+  assert.deepEqual(sites.map((s) => s.bytes), [chunk!.bytes], 'the outer pool\'s chunk is still live, charged to where it was reserved');
+  assert.match(sites[0]!.frames[0]!, /reserveChunk/);
+  assert.equal(history.liveBlocks().get(ptr)?.bytes, chunk!.bytes);
+});

@@ -172,3 +172,13 @@ test('ranks that disagree on the size are an NcclError on both', { skip: onGpu ?
   // Ranks that disagree stay joined (so each sees the other): their folder is left to remove here.
   rmSync(rendezvousFolder(id), { recursive: true, force: true });
 });
+
+test('ranks whose collectives differ in count, dtype, op, kind or root get an NcclError naming it on every rank, and stay in step', { skip: onGpu ? 'emulated backend only (NCCL leaves a mismatch undefined)' : false }, async () => {
+  const id = UniqueId.create().toBase64();
+  const results = await Promise.all([0, 1].map((rank) => runRank(['mismatch'], { NCCL_ID: id, RANK: String(rank), SIZE: '2' })));
+  results.forEach((r, rank) => {
+    assert.equal(r.code, 0, `rank ${rank} failed:\n${r.stderr}\n${r.stdout}`);
+    assert.deepEqual(r.stdout.trim().split('\n'), ['count', 'dtype', 'op', 'collective', 'root'].map((f) => `ok mismatched ${f}`).concat('ok in step after the mismatches'));
+  });
+  assert.equal(existsSync(rendezvousFolder(id)), false);
+});

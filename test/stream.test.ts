@@ -145,3 +145,36 @@ test('Event without timing cannot measure; destroyed events throw', () => {
   using c = Event.create();
   assert.throws(() => c.record({ handle: 'x' } as unknown as Stream), TypeError);
 });
+
+test('a host function that throws rejects the synchronized() that waits for it, and warns once when nothing waits (never an uncaught exception)', async () => {
+  const uncaught: unknown[] = [];
+  const onUncaught = (error: unknown): void => { uncaught.push(error); };
+  const warnings: Error[] = [];
+  const onWarning = (warning: Error): void => { if ((warning as { code?: string }).code === 'VRAM_HOST_FUNCTION_ERROR') warnings.push(warning); };
+  // node:test turns an uncaught exception into a failed test: listen first, so the old behaviour fails here, by name.
+  process.prependListener('uncaughtException', onUncaught);
+  process.on('warning', onWarning);
+  try {
+    using stream = Stream.create();
+    const boom = new Error('host function failed');
+    let after = 0;
+    stream.launchHostFunc(() => { throw boom; });
+    stream.launchHostFunc(() => { after += 1; });
+    await assert.rejects(stream.synchronized(), (e: unknown) => e === boom);
+    assert.equal(after, 1, 'the stream ran on past the failed function');
+    await stream.synchronized(); // the error belonged to the work awaited then, not to later waits
+    // Nothing awaits: one warning, however often the function fails.
+    stream.launchHostFunc(() => { throw new Error('unawaited'); });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stream.query();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await stream.synchronized();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0]!.message, /unawaited/);
+    assert.deepEqual(uncaught, []);
+  } finally {
+    process.removeListener('uncaughtException', onUncaught);
+    process.removeListener('warning', onWarning);
+  }
+});

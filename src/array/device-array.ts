@@ -24,6 +24,7 @@ import type { AbortSignalLike } from '../resource/waiting.js';
 import type { Release } from '../buffer/lifetime.js';
 import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
 import { Stream, streamHandleOf } from '../stream.js';
+import { refuseDuringCapture } from '../graph/graph.js';
 import { waitForUsesOn } from '../buffer/lifetime.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
@@ -352,9 +353,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static zeros<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     options = readOptions('DeviceArray.zeros', options, { resource: true, stream: true, device: true, spillable: true });
-    const a = DeviceArray.empty(shape, dtype, options);
-    (a.buffer as DeviceMemory).memset(0);
-    return a;
+    refuseSynchronousFill('DeviceArray.zeros()', options.stream);
+    return zeroed(DeviceArray.empty(shape, dtype, options), options.stream);
   }
 
   /**
@@ -378,9 +378,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true, spillable: true });
     const dt = dtypeOf(dtype ?? defaultDType as N);
     const pattern = encodeScalar(dt, value);
+    refuseSynchronousFill('DeviceArray.full()', options.stream);
     const a = DeviceArray.empty(shape, dt, options);
     try {
-      fillContiguous(a.buffer as DeviceMemory, a.byteOffset, a.size, pattern);
+      fillContiguous(a.buffer as DeviceMemory, a.byteOffset, a.size, pattern, options.stream);
     } catch (error) {
       a.free();
       throw error;
@@ -444,9 +445,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     options = readOptions('DeviceArray.zerosLike', options, { resource: true, stream: true, device: true, spillable: true });
-    const a = DeviceArray.emptyLike(like, options);
-    (a.buffer as DeviceMemory).memset(0);
-    return a;
+    refuseSynchronousFill('DeviceArray.zerosLike()', options.stream);
+    return zeroed(DeviceArray.emptyLike(like, options), options.stream);
   }
 
   /**
@@ -476,6 +476,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   static from(data: unknown, options: DeviceArrayFromOptions<DTypeName> = {}): DeviceArray {
     options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true, spillable: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
+    // Refused before the memory is allocated: a refusal after it would free it, a call a capture may refuse too.
+    refuseDuringCapture('DeviceArray.from()', 'it copies JavaScript memory synchronously, with host waits: DeviceArray.fromAsync before ' +
+      'the capture, or copy from a HostBuffer on the capturing stream', options.stream === undefined ? 0 : streamHandleOf(options.stream));
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
       writeElements(a.buffer, a.layout, bytes, 'DeviceArray.from');
@@ -1085,7 +1088,26 @@ function pinnedArray(array: StridedArray<DTypeName>, what: string): { buffer: Ho
  * memset when the pattern repeats every 1, 2 or 4 bytes, else the pattern written once for up to
  * 4096 elements and doubled with device-to-device copies (log2(count / 4096) of them).
  */
-function fillContiguous(memory: DeviceMemory, byteOffset: number, count: number, pattern: Uint8Array): void {
+/**
+ * A factory that fills synchronously (no stream given) is refused during a capture before it
+ * allocates: refused after, the memory would have to be freed, itself a call a capture may refuse.
+ */
+function refuseSynchronousFill(call: string, stream: StreamRef | undefined): void {
+  if (stream === undefined) refuseDuringCapture(call, 'a synchronous fill (cuMemset) cannot be captured: pass the capturing stream');
+}
+
+/** `a` filled with zero bytes on `stream` (synchronously without one); freed if the fill throws. */
+function zeroed<N extends DTypeName>(a: DeviceArray<N>, stream: StreamRef | undefined): DeviceArray<N> {
+  try {
+    (a.buffer as DeviceMemory).memset(0, { stream });
+  } catch (error) {
+    a.free();
+    throw error;
+  }
+  return a;
+}
+
+function fillContiguous(memory: DeviceMemory, byteOffset: number, count: number, pattern: Uint8Array, stream?: StreamRef): void {
   if (count === 0) return;
   const b = pattern.length;
   for (const w of [1, 2, 4] as const) {
@@ -1095,7 +1117,7 @@ function fillContiguous(memory: DeviceMemory, byteOffset: number, count: number,
     if (!periodic) continue;
     let value = 0;
     for (let i = w - 1; i >= 0; i--) value = value * 256 + pattern[i]!;
-    memory.memset(value, { elementBytes: w, offset: byteOffset, count: (count * b) / w });
+    memory.memset(value, { elementBytes: w, offset: byteOffset, count: (count * b) / w, stream });
     return;
   }
   const first = Math.min(count, 4096);

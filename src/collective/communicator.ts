@@ -323,7 +323,7 @@ export class Communicator {
     this.queue(1, 'ncclAllReduce', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclAllReduce(s.ptr, r.ptr, r.count, r.ncclType, NcclRedOp[op], this.#comm, stream),
       (channel) => {
-        const all = channel.exchange('ncclAllReduce', this.read(s, stream));
+        const all = channel.exchange('ncclAllReduce', this.read(s, stream), { count: r.count, dtype: r.component, op });
         const out = new Uint8Array(r.bytes);
         reduceInto(out, all, 0, r.component as ReducibleType, op);
         this.write(r, out);
@@ -356,7 +356,7 @@ export class Communicator {
     this.queue(1, 'ncclAllGather', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclAllGather(s.ptr, r.ptr, s.count, s.ncclType, this.#comm, stream),
       (channel) => {
-        const all = channel.exchange('ncclAllGather', this.read(s, stream));
+        const all = channel.exchange('ncclAllGather', this.read(s, stream), { count: s.count, dtype: s.component });
         const out = new Uint8Array(r.bytes);
         all.forEach((part, i) => out.set(part, i * s.bytes));
         this.write(r, out);
@@ -390,7 +390,7 @@ export class Communicator {
     this.queue(1, 'ncclReduceScatter', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclReduceScatter(s.ptr, r.ptr, r.count, r.ncclType, NcclRedOp[op], this.#comm, stream),
       (channel) => {
-        const all = channel.exchange('ncclReduceScatter', this.read(s, stream));
+        const all = channel.exchange('ncclReduceScatter', this.read(s, stream), { count: r.count, dtype: r.component, op });
         const out = new Uint8Array(r.bytes);
         reduceInto(out, all, this.rank * r.bytes, r.component as ReducibleType, op);
         this.write(r, out);
@@ -424,7 +424,8 @@ export class Communicator {
     this.queue(1, 'ncclBroadcast', [s, r], stream, o.stream,
       (nccl) => nccl.fn.ncclBroadcast(s.ptr, r.ptr, r.count, r.ncclType, root, this.#comm, stream),
       (channel) => {
-        const all = channel.exchange('ncclBroadcast', this.rank === root ? this.read(s, stream) : new Uint8Array(0));
+        const all = channel.exchange('ncclBroadcast', this.rank === root ? this.read(s, stream) : new Uint8Array(0),
+          { count: r.count, dtype: r.component, root });
         this.write(r, all[root]!);
       });
   }

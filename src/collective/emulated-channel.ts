@@ -24,6 +24,44 @@ import { NcclError } from '../errors.js';
 const INVALID_USAGE = 5;
 const REMOTE_ERROR = 6;
 
+/**
+ * What the ranks of one collective must agree on (NCCL's rule; NCCL itself does not check it):
+ * the element count and type, and the reduction operator or the root where the call has one.
+ */
+export interface CollectiveSignature {
+  /** The element count NCCL is given (the per-rank count for allGather, recv's for reduceScatter). */
+  readonly count: number;
+  /** The element type NCCL sees. */
+  readonly dtype: string;
+  /** The reduction, for allReduce and reduceScatter. */
+  readonly op?: string;
+  /** The root, for broadcast. */
+  readonly root?: number;
+}
+
+/** A signature with the call it belongs to, as each rank publishes it. */
+interface SignedCall extends CollectiveSignature {
+  readonly call: string;
+}
+
+/** How a field of a call reads in a mismatch. */
+const FIELDS: readonly [keyof SignedCall, string][] = [['call', 'collective'], ['count', 'count'], ['dtype', 'dtype'], ['op', 'op'], ['root', 'root']];
+
+/**
+ * The first field on which the ranks' calls of one collective differ, said with each rank's
+ * value, or undefined when they agree.
+ */
+function firstMismatch(calls: readonly SignedCall[]): string | undefined {
+  for (const [field, name] of FIELDS) {
+    const values = calls.map((c) => c[field]);
+    if (values.every((v) => v === values[0])) continue;
+    const said = values.map((v, rank) => `rank ${rank}: ${v === undefined ? 'none' : String(v)}`).join(', ');
+    return `the ranks' calls of this collective differ in ${name} (${said}): every rank must make the same ` +
+      'collective with the same count, dtype, op and root, in the same order';
+  }
+  return undefined;
+}
+
 /** The blocking sleep between looks for a peer's file: a SharedArrayBuffer to `Atomics.wait` on. */
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
@@ -131,18 +169,35 @@ export class EmulatedChannel {
   }
 
   /**
-   * One collective: publishes this rank's payload and returns every rank's, in rank order.
+   * One collective: publishes this rank's payload with what the call was (`signature`), and
+   * returns every rank's payload, in rank order, once every rank's call is known to be the same
+   * collective. Every rank holds every rank's signature, so a mismatch (NCCL leaves it undefined:
+   * a hang or wrong data) is the same NcclError on every rank, naming the first field that differs;
+   * the collective's files are gone either way, so the ranks stay in step for the next one.
    *
    * @param call The NCCL call it stands for, for errors.
    * @param payload What this rank contributes (empty for nothing).
+   * @param signature What every rank must agree on: element count, type, and the operator or root where the call has one.
    * @returns The payloads of ranks 0 to size - 1.
-   * @throws {NcclError} When a peer does not come within the timeout.
+   * @throws {NcclError} ncclInvalidUsage when the ranks' calls differ; ncclRemoteError when a peer does not come within the timeout.
    */
-  exchange(call: string, payload: Uint8Array): Buffer[] {
+  exchange(call: string, payload: Uint8Array, signature: CollectiveSignature): Buffer[] {
     const n = this.#collectives++;
-    this.publish(`c${n}.${this.rank}`, payload);
+    const mine: SignedCall = { call, ...signature };
+    const header = Buffer.from(JSON.stringify(mine), 'utf8');
+    const framed = Buffer.alloc(4 + header.byteLength + payload.byteLength);
+    framed.writeUInt32LE(header.byteLength, 0);
+    header.copy(framed, 4);
+    framed.set(payload, 4 + header.byteLength);
+    this.publish(`c${n}.${this.rank}`, framed);
+    const calls: SignedCall[] = [];
     const all: Buffer[] = [];
-    for (let peer = 0; peer < this.size; peer++) all.push(this.wait(call, `c${n}.${peer}`, peer));
+    for (let peer = 0; peer < this.size; peer++) {
+      const data = this.wait(call, `c${n}.${peer}`, peer);
+      const length = data.readUInt32LE(0);
+      calls.push(JSON.parse(data.subarray(4, 4 + length).toString('utf8')) as SignedCall);
+      all.push(data.subarray(4 + length));
+    }
     // Every rank marks the collective read; the one that sees every mark removes its files.
     writeFileSync(this.file(`c${n}.read.${this.rank}`), '');
     let allRead = true;
@@ -153,6 +208,8 @@ export class EmulatedChannel {
         rmSync(this.file(`c${n}.read.${peer}`), { force: true });
       }
     }
+    const mismatch = firstMismatch(calls);
+    if (mismatch !== undefined) throw new NcclError(call, INVALID_USAGE, 'invalid usage', mismatch);
     return all;
   }
 

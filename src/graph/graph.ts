@@ -14,7 +14,8 @@ import { DoubleFreeError, GraphUpdateError, UseAfterFreeError } from '../errors.
 import type { CapturePool, LaunchStream } from './sessions.js';
 
 export {
-  CAPTURE_MODES, CaptureSession, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, relaxedDuringCapture, startSession,
+  CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, capturing, endSession, joinSession, refuseDuringCapture,
+  refuseOnLegacyDuringCapture, relaxedDuringCapture, startSession,
 } from './sessions.js';
 export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from './sessions.js';
 import { inspectCustom } from '../util/inspect.js';

@@ -49,6 +49,12 @@ export class CaptureSession {
   /** Handles of the origin and the joined streams. */
   readonly streams = new Set<Handle>();
   /**
+   * Whether a stream in the capture synchronises with the legacy default stream (made without
+   * `nonBlocking`): then work on the legacy stream of its context would join the capture
+   * implicitly (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which invalidates it).
+   */
+  blocking = false;
+  /**
    * @param origin The stream the capture began on.
    * @param mode Its mode.
    * @param deviceOrdinal Its device's ordinal.
@@ -87,6 +93,14 @@ export function captureSessionOf(handle: Handle): CaptureSession | undefined {
 }
 
 /**
+ * Whether any capture is in progress: the one test a hot path makes before building a refusal.
+ * @returns True while a capture lasts.
+ */
+export function capturing(): boolean {
+  return sessions.size !== 0;
+}
+
+/**
  * Starts tracking a capture begun on `session.origin`.
  * @param session The new session.
  */
@@ -99,8 +113,9 @@ export function startSession(session: CaptureSession): void {
  * @param session The capture.
  * @param handle The joined stream.
  */
-export function joinSession(session: CaptureSession, handle: Handle): void {
+export function joinSession(session: CaptureSession, handle: Handle, blocking: boolean): void {
   session.streams.add(handle);
+  if (blocking) session.blocking = true;
   sessions.set(handle, session);
 }
 
@@ -114,8 +129,10 @@ export function endSession(session: CaptureSession): void {
 
 /**
  * Refuses `call` before any driver call while a capture forbids it: always when `stream` is
- * capturing (its work is recorded, not run: nothing to wait for), and while any capture in mode
- * global or thread-local lasts for the rest (one JavaScript thread: the two modes forbid the same).
+ * capturing (its work is recorded, not run: nothing to wait for), when `stream` is the legacy
+ * default stream and a blocking stream captures (see `refuseOnLegacyDuringCapture`), and while any
+ * capture in mode global or thread-local lasts for the rest (one JavaScript thread: the two modes
+ * forbid the same).
  *
  * @param call What the caller asked for, e.g. `stream.synchronize()`.
  * @param why Why it cannot be captured, and what to do instead.
@@ -127,9 +144,58 @@ export function refuseDuringCapture(call: string, why: string, stream?: Handle):
   if (stream !== undefined && sessions.has(stream)) {
     throw new StreamCaptureError(call, `${why} (stream ${stream} is capturing: its work is recorded, not run)`);
   }
+  if (stream === 0) refuseOnLegacyDuringCapture(call, why);
   for (const s of sessions.values()) {
     if (s.mode !== 'relaxed') throw new StreamCaptureError(call, `${why} (stream ${s.origin} is capturing in mode '${s.mode}')`);
   }
+}
+
+/**
+ * Refuses `call`, which orders work on the legacy default stream, while a stream that
+ * synchronises with it captures (in any mode): the driver would make the legacy stream wait for
+ * the capturing stream, which it refuses by invalidating the capture
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). One JavaScript thread, so any device's capture counts.
+ *
+ * @param call What the caller asked for, e.g. `AsyncResource.allocate()`.
+ * @param why What the call does on the legacy stream, and what to do instead.
+ * @throws {StreamCaptureError} When such a capture lasts.
+ */
+export function refuseOnLegacyDuringCapture(call: string, why: string): void {
+  if (sessions.size === 0) return;
+  for (const s of sessions.values()) {
+    if (s.blocking) {
+      throw new StreamCaptureError(call, `${why} (the legacy default stream would wait for stream ${s.origin}, which is capturing: pass a stream)`);
+    }
+  }
+}
+
+/**
+ * Ends the capture `handle` takes part in, if any, without a graph: for a stream destroyed (or
+ * collected) while capturing, so that no capture outlives its stream and keeps refusing every
+ * later synchronous call. The origin's capture is ended and its partial graph destroyed (a
+ * capture the driver invalidated, or one left unjoined, ends all the same); a joined stream
+ * leaves its capture, which ends at its origin as the driver says (unjoined, when the stream
+ * queued work there the origin never waited for).
+ *
+ * @param backend The stream's backend.
+ * @param handle The stream.
+ * @throws Never.
+ */
+export function abandonCapture(backend: Backend, handle: Handle): void {
+  const session = captureSessionOf(handle);
+  if (session === undefined) return;
+  if (session.origin !== handle) {
+    session.streams.delete(handle);
+    sessions.delete(handle);
+    return;
+  }
+  try {
+    backend.graphDestroy(backend.streamEndCapture(handle));
+  } catch {
+    // Invalidated or unjoined: the driver ended the capture all the same.
+  }
+  endSession(session);
+  session.pool?.release();
 }
 
 /**

@@ -4,7 +4,7 @@
  * launches; a driver error comes back naming the kernel. After the first launch a launch creates no
  * JavaScript objects of its own (the rest-parameter array and the config object are the caller's).
  */
-import { captureError } from '../graph/graph.js';
+import { captureError, capturing, refuseOnLegacyDuringCapture } from '../graph/graph.js';
 import type { Backend, FunctionAttributes, Handle, KernelLimits, KernelParams } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { CudaError, UseAfterFreeError } from '../errors.js';
@@ -85,6 +85,7 @@ export class Kernel<S extends Signature> {
       throw new RangeError(`kernel ${this.name}: the stream belongs to device ${stream.device.ordinal}, the kernel to device ${this.#device.ordinal}`);
     }
     const handle = streamHandleOf(stream);
+    if (handle === 0 && capturing()) refuseOnLegacyDuringCapture(`kernel ${this.name}: launch()`, 'a launch on the legacy default stream');
     writeArgs(this.name, this.#device, this.#params, args, stream);
     const backend = this.#backend;
     backend.contextSetCurrent(this.#context);

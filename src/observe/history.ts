@@ -245,7 +245,13 @@ export class MemoryHistory {
   /** Cleaned frames (joined) to id: raw stacks differing only in vram's frames share a site. */
   readonly #frameIds = new Map<string, number>();
   readonly #frames: string[][] = [];
-  readonly #live = new Map<number, HistoryLiveBlock>();
+  /**
+   * Live blocks by resource id, then address: one address can be live in two resources of one
+   * stack at once (a pool's chunk from its upstream, recorded when the pool reserved it outside
+   * an allocation, and the pool's block cut at its start), and a free ends only its own
+   * resource's block.
+   */
+  readonly #live = new Map<number, Map<number, HistoryLiveBlock>>();
   readonly #seen: ResourceRecord[] = [];
   readonly #seenIds = new Set<number>();
 
@@ -350,7 +356,9 @@ export class MemoryHistory {
   }
 
   /**
-   * The blocks allocated while recording with stacks and not freed since, by address.
+   * The blocks allocated while recording with stacks and not freed since, by address (where two
+   * resources have a live block at one address, a pool's block at the start of its upstream's
+   * chunk, the one allocated last; each block names its resource).
    *
    * @returns A new Map (empty with stacks off: without stacks there is nothing to add to what the
    *   resources themselves report).
@@ -361,7 +369,8 @@ export class MemoryHistory {
    * ```
    */
   liveBlocks(): Map<number, HistoryLiveBlock> {
-    return new Map(this.#live);
+    const all = [...this.#live.values()].flatMap((blocks) => [...blocks]);
+    return new Map(all.sort((a, b) => a[1].time - b[1].time));
   }
 
   /**
@@ -378,7 +387,7 @@ export class MemoryHistory {
    */
   largestLiveSites(count: number, resource?: number): LiveSite[] {
     const bySite = new Map<number, { bytes: number; count: number }>();
-    for (const block of this.#live.values()) {
+    for (const block of [...this.#live.values()].flatMap((blocks) => [...blocks.values()])) {
       if (resource !== undefined && block.resource !== resource) continue;
       const site = bySite.get(block.stack) ?? { bytes: 0, count: 0 };
       site.bytes += block.bytes;
@@ -466,8 +475,13 @@ export class MemoryHistory {
       if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
     }
     this.#write(kind + 8 * record.id, address, bytes, stream, time, stack);
-    if (kind === ALLOC && stack >= 0) this.#live.set(address, { bytes, stream, time, resource: record.id, stack });
-    else if (kind === FREE && this.stacks) this.#live.delete(address);
+    if (kind === ALLOC && stack >= 0) {
+      let blocks = this.#live.get(record.id);
+      if (blocks === undefined) this.#live.set(record.id, blocks = new Map());
+      blocks.set(address, { bytes, stream, time, resource: record.id, stack });
+    } else if (kind === FREE && this.stacks) {
+      this.#live.get(record.id)?.delete(address);
+    }
   }
 
   /** Writes one event at the ring's next slot. */

@@ -31,6 +31,8 @@ export const PTX_HEADER_PREFIX = '// vram-source-sha256: ';
 interface Loaded {
   readonly module: Module;
   readonly kernels: Map<string, Kernel<Signature>>;
+  /** Its weight in the cache of user code (`BuiltinSource.weight`, else its source's length). */
+  readonly bytes: number;
 }
 
 /**
@@ -39,6 +41,13 @@ interface Loaded {
  * compiled again, from the disk cache.
  */
 export const USER_MODULE_CACHE_SIZE = 256;
+
+/**
+ * The most memory the loaded modules of user code on a device may hold together, as their sources
+ * estimate it (`BuiltinSource.weight`): a module's image and kernels grow with its source, so the
+ * count alone does not bound them (the programs' limit, PROGRAM_CACHE_BYTES in elementwise.ts).
+ */
+export const USER_MODULE_CACHE_BYTES = 8 * 1024 * 1024;
 
 /** Per device: the fixed built-in modules (a few, kept), and the most recent modules of user code. */
 interface DeviceModules {
@@ -103,6 +112,8 @@ export interface BuiltinSource {
   readonly name: string | undefined;
   readonly source: string;
   readonly emulated: EmulatedKernels;
+  /** For user code: what a loaded module of it is estimated to hold, in bytes (its weight in the cache of user code). */
+  readonly weight?: number;
 }
 
 /**
@@ -115,8 +126,8 @@ export interface BuiltinSource {
  * @param kernel The kernel's name.
  * @param signature Its parameters.
  * @param what Names the operation in errors (`elementwise`).
- * @returns The kernel (owned by this cache; a user-code kernel is good until USER_MODULE_CACHE_SIZE
- *   other user sources have been used on the device, so launch it before asking for others).
+ * @returns The kernel (owned by this cache; a user-code kernel is good until other user sources
+ *   push its module out (USER_MODULE_CACHE_SIZE, USER_MODULE_CACHE_BYTES), so launch it before asking for others).
  * @throws {NotSupportedError} On a GPU without NVRTC, for user code or a source with no matching shipped PTX.
  * @throws {CompileError | CudaError} When compiling or loading fails.
  * @example
@@ -127,13 +138,16 @@ export interface BuiltinSource {
 export function builtinKernel<const S extends Signature>(device: Device, built: BuiltinSource, kernel: string, signature: S, what: string): Kernel<S> {
   let perDevice = modules.get(device);
   if (perDevice === undefined) {
-    perDevice = { fixed: new Map(), user: new LruMap(USER_MODULE_CACHE_SIZE, (_, evicted) => evicted.module.destroy()) };
+    perDevice = {
+      fixed: new Map(),
+      user: new LruMap(USER_MODULE_CACHE_SIZE, (_, evicted) => evicted.module.destroy(), { weigh: (loaded) => loaded.bytes, limit: USER_MODULE_CACHE_BYTES }),
+    };
     modules.set(device, perDevice);
   }
   const cache = built.name === undefined ? perDevice.user : perDevice.fixed;
   let loaded = cache.get(built.source);
   if (loaded === undefined) {
-    loaded = { module: loadModule(device, built, what), kernels: new Map() };
+    loaded = { module: loadModule(device, built, what), kernels: new Map(), bytes: built.weight ?? built.source.length };
     cache.set(built.source, loaded);
   }
   let k = loaded.kernels.get(kernel);

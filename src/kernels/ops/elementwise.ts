@@ -29,15 +29,49 @@ export interface MapOptions<O extends DTypeName = DTypeName> extends OpOptions {
 
 /**
  * The programs of the expressions used most recently. Every distinct expression (and dtypes) is a
- * program of its own, so the cache is bounded: one used again after eviction is generated again
- * (microseconds) and its module comes from the compile cache.
+ * program of its own, so the cache is bounded, by count and by memory (PROGRAM_CACHE_BYTES): one
+ * used again after eviction is generated again (microseconds) and its module comes from the
+ * compile cache.
  */
 export const PROGRAM_CACHE_SIZE = 256;
 
-const programs = new LruMap<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>(PROGRAM_CACHE_SIZE);
+/**
+ * The most memory the cached programs may hold together, as `programBytes` estimates it: one
+ * expression can be any length, and what its program keeps (parsed form, generated source, the
+ * JavaScript twin, and its loaded module) grows with it, so a count alone bounds nothing. The 256
+ * most recent small expressions fit (Note [Bounding the expression caches] in
+ * docs/design/expression-caches.md).
+ */
+export const PROGRAM_CACHE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * What a cached program and its loaded module hold, estimated from its expression's length: a
+ * fixed part and a part per character, as measured on the emulated backend (the note above).
+ */
+function programBytes(text: string): number {
+  return 28 * 1024 + 40 * text.length;
+}
+
+const programs = new LruMap<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>(
+  PROGRAM_CACHE_SIZE, undefined, { weigh: (entry) => entry.built.weight ?? 0, limit: PROGRAM_CACHE_BYTES });
 
 /** The name the result of `map` and `zipWith` is bound to: not an identifier, so no expression can name it. */
 const RESULT = '$result';
+
+/**
+ * How much memory the cached expression programs hold, as estimated (at most PROGRAM_CACHE_BYTES,
+ * but for one program larger than that alone, kept while it is the most recent).
+ *
+ * @returns Bytes.
+ * @throws Never.
+ * @example
+ * ```ts
+ * programCacheBytes() <= PROGRAM_CACHE_BYTES; // true
+ * ```
+ */
+export function programCacheBytes(): number {
+  return programs.weight;
+}
 
 /**
  * How many expression programs are cached now (at most PROGRAM_CACHE_SIZE).
@@ -58,7 +92,8 @@ function compiled(key: string, text: string, statements: () => readonly Statemen
   const entry = programs.get(fullKey);
   if (entry !== undefined) return entry;
   const program = elementwiseProgram(text, statements(), operands);
-  return programs.set(fullKey, { program, built: { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated } } });
+  const built = { name: undefined, source: program.source, emulated: { [ELEMENTWISE_KERNEL]: program.emulated }, weight: programBytes(text) };
+  return programs.set(fullKey, { program, built });
 }
 
 /**

@@ -7,6 +7,7 @@
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
 import { OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
+import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/graph.js';
 import { formatBytesExact } from '../../util/size.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
@@ -115,6 +116,7 @@ export abstract class DriverResource extends MemoryResource {
   protected abstract driverFree(ptr: Ptr, bytes: number, handle: number): void;
 
   protected doAllocate(bytes: number, handle: number, _stream: StreamRef | undefined): Ptr {
+    if (capturing()) this.checkCapture('allocate', handle);
     let ptr: Ptr;
     try {
       ptr = this.driverAllocate(bytes, handle);
@@ -127,8 +129,29 @@ export abstract class DriverResource extends MemoryResource {
 
   protected doDeallocate(ptr: Ptr, bytes: number, handle: number, _stream: StreamRef | undefined): void {
     this.table.check(ptr, bytes, this.describe());
+    if (capturing()) this.checkCapture('deallocate', handle);
     this.driverFree(ptr, bytes, handle);
     this.table.remove(ptr);
+  }
+
+  /**
+   * The one capture check of every resource whose block is a driver call, made before the call
+   * (see Note [What a capture refuses] in docs/design/stream-capture.md): a capture on the
+   * block's own stream was routed by the contract (`capturePolicy`); here, the calls on other
+   * streams that would still reach a capture. The synchronous allocator (policy `'refuse'`:
+   * cuMemAlloc, cuMemAllocManaged, cuMemHostAlloc and their frees) is refused while a capture in
+   * mode global or thread-local lasts; a stream-ordered one (AsyncResource) on the legacy default
+   * stream while a blocking stream captures. Nothing changes when it throws: the caller (a
+   * buffer's `free()`, a pool's growth) keeps what it had.
+   */
+  private checkCapture(call: 'allocate' | 'deallocate', handle: number): void {
+    const what = `${this.constructor.name}.${call}()`;
+    if (this.capturePolicy === 'refuse') {
+      refuseDuringCapture(what, `${this.describe()} ${call}s with the driver's synchronous calls (cuMemAlloc, cuMemFree and the like), ` +
+        'which a capture forbids: call it before or after the capture, or capture in mode \'relaxed\'');
+    } else if (handle === 0) {
+      refuseOnLegacyDuringCapture(what, `${this.describe()} ${call}s in stream order on the legacy default stream`);
+    }
   }
 
   /** One segment per live allocation, ascending by address: each is its one block. */
