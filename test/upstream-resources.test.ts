@@ -155,6 +155,23 @@ test('AsyncResource: a bounded pool runs out, and destroy ends its use', () => {
   assert.throws(() => new AsyncResource({ pool: { maxSize: -1 } }), RangeError);
 });
 
+test('AsyncResource: past its maxSize the out-of-memory reason is maximum, not device', () => {
+  using mr = new AsyncResource({ pool: { maxSize: 32 << 20 } });
+  assert.equal(mr.maxSize, 32 << 20);
+  const ptr = mr.allocate(24 << 20);
+  assert.throws(() => mr.allocate(16 << 20), (e: unknown) => {
+    assert.ok(e instanceof OutOfMemoryError);
+    assert.equal(e.reason, 'maximum');
+    assert.match(e.message, /AsyncResource/);
+    return true;
+  });
+  mr.deallocate(ptr, 24 << 20);
+  // Without a maximum, a request larger than the device is the device's refusal.
+  using unbounded = new AsyncResource({ pool: {} });
+  assert.equal(unbounded.maxSize, 0);
+  assert.throws(() => unbounded.allocate(device.memInfo().total * 2), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device');
+});
+
 test('ManagedResource', () => {
   const mr = new ManagedResource();
   assert.equal(mr.kind, 'managed');
