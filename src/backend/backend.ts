@@ -671,6 +671,11 @@ export interface Backend {
   threadExchangeCaptureMode(mode: number): number;
   /** cuGraphGetNodes with no array: how many nodes the graph has. */
   graphNodeCount(graph: Handle): number;
+  /**
+   * cuGraphGetNodes and cuGraphNodeGetType: how many of the graph's nodes are memory-allocation
+   * nodes (CU_GRAPH_NODE_TYPE_MEM_ALLOC, what cuMemAllocAsync becomes in a capture).
+   */
+  graphMemAllocNodeCount(graph: Handle): number;
   /** cuGraphDestroy. Executable graphs made from it live on. */
   graphDestroy(graph: Handle): void;
   /** cuGraphInstantiateWithFlags (no flags): an executable graph. */

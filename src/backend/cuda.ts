@@ -21,7 +21,7 @@ import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
 import { HIGH_WORD_MAX, OutSlot, TWO_32, beyondExactError } from '../cuda/out-slot.js';
 import {
-  AllocationGranularity, DeviceAttribute, DEVICE_CPU, FunctionAttribute, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
+  AllocationGranularity, DeviceAttribute, DEVICE_CPU, FunctionAttribute, GraphNodeType, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
   PointerAttribute, type Memcpy2DValue, type MemAllocationPropValue, type MemLocationValue,
 } from '../cuda/types.js';
 
@@ -656,6 +656,20 @@ class CudaBackend implements Backend {
     this.u64[0] = 0n;
     this.check(this.fn.cuGraphGetNodes(graph, null, this.u64), 'cuGraphGetNodes');
     return Number(this.u64[0]);
+  }
+
+  graphMemAllocNodeCount(graph: Handle): number {
+    const count = this.graphNodeCount(graph);
+    if (count === 0) return 0;
+    const nodes = new BigUint64Array(count);
+    this.u64[0] = BigInt(count);
+    this.check(this.fn.cuGraphGetNodes(graph, nodes, this.u64), 'cuGraphGetNodes');
+    let allocs = 0;
+    for (let i = 0; i < Number(this.u64[0]); i++) {
+      this.check(this.fn.cuGraphNodeGetType(Number(nodes[i]!), this.i32), 'cuGraphNodeGetType');
+      if (this.i32[0] === GraphNodeType.MEM_ALLOC) allocs++;
+    }
+    return allocs;
   }
 
   graphDestroy(graph: Handle): void {

@@ -339,6 +339,10 @@ export class EmulatedBackend implements Backend {
     return this.graphs.graphNodeCount(graph);
   }
 
+  graphMemAllocNodeCount(graph: Handle): number {
+    return this.graphs.graphMemAllocNodeCount(graph);
+  }
+
   graphDestroy(graph: Handle): void {
     this.graphs.graphDestroy(graph);
   }

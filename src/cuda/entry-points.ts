@@ -96,7 +96,8 @@ export interface DriverFunctions {
   cuStreamIsCapturing(stream: number, status: Int32Array): R;
   cuStreamGetCaptureInfo_v2?: (stream: number, status: Int32Array, id: BigUint64Array, graph: null, deps: null, count: null) => R;
   cuThreadExchangeStreamCaptureMode(mode: Int32Array): R;
-  cuGraphGetNodes(graph: number, nodes: null, count: BigUint64Array): R;
+  cuGraphGetNodes(graph: number, nodes: BigUint64Array | null, count: BigUint64Array): R;
+  cuGraphNodeGetType(node: number, type: Int32Array): R;
   cuGraphDestroy(graph: number): R;
   cuGraphInstantiateWithFlags(exec: BigUint64Array, graph: number, flags: number): R;
   cuGraphLaunch(exec: number, stream: number): R;
@@ -246,6 +247,7 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   },
   cuThreadExchangeStreamCaptureMode: { symbol: 'cuThreadExchangeStreamCaptureMode', version: 10010, params: 'int *mode' },
   cuGraphGetNodes: { symbol: 'cuGraphGetNodes', version: 10000, params: `${U64} graph, void *nodes, size_t *count` },
+  cuGraphNodeGetType: { symbol: 'cuGraphNodeGetType', version: 10000, params: `${U64} node, int *type` },
   cuGraphDestroy: { symbol: 'cuGraphDestroy', version: 10000, params: `${U64} graph` },
   cuGraphInstantiateWithFlags: { symbol: 'cuGraphInstantiateWithFlags', version: 11040, params: `uint64_t *exec, ${U64} graph, uint64_t flags` },
   cuGraphLaunch: { symbol: 'cuGraphLaunch', version: 10000, params: `${U64} exec, ${U64} stream` },
