@@ -140,7 +140,8 @@ const REDUCE = ['stream', 'dtype', 'op'];
 
 const TABLE: readonly Entry[] = [
   // Devices, streams, events
-  { name: 'Context.create', keys: ['schedule', 'mapHost'], call: (o) => Context.create(device, o as never) },
+  { name: 'Context.create', keys: ['schedule', 'mapHost', 'lmemResizeToMax'], call: (o) => Context.create(device, o as never) },
+  { name: 'Context.makeDefault', keys: ['schedule', 'mapHost', 'lmemResizeToMax'], call: (o) => Context.makeDefault(o as never) },
   { name: 'Stream.create', keys: ['device', 'nonBlocking', 'priority'], call: (o) => Stream.create(o as never) },
   { name: 'Stream.fromHandle', keys: ['device'], call: (o) => Stream.fromHandle(0, o as never) },
   { name: 'Event.create', keys: ['device', 'timing', 'blockingSync', 'interprocess'], call: (o) => Event.create(o as never) },

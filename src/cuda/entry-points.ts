@@ -38,6 +38,16 @@ export interface DriverFunctions {
   cuDeviceGetUuid_v2(uuid: Uint8Array, dev: number): R;
   cuDeviceTotalMem_v2(bytes: BigUint64Array, dev: number): R;
   cuDeviceGetAttribute(value: Int32Array, attribute: number, dev: number): R;
+  cuDeviceGetByPCIBusId(dev: Int32Array, busId: string): R;
+  cuDeviceGetMemPool(pool: BigUint64Array, dev: number): R;
+  cuDeviceSetMemPool(dev: number, pool: number): R;
+  cuCtxPushCurrent_v2(ctx: number): R;
+  cuCtxPopCurrent_v2(ctx: BigUint64Array): R;
+  cuCtxGetDevice(dev: Int32Array): R;
+  cuCtxGetFlags(flags: Uint32Array): R;
+  cuCtxSetCacheConfig(config: number): R;
+  cuCtxGetCacheConfig(config: Int32Array): R;
+  cuFuncSetCacheConfig(fn: number, config: number): R;
   cuDeviceGetPCIBusId(busId: Uint8Array, len: number, dev: number): R;
   cuDeviceCanAccessPeer(canAccess: Int32Array, dev: number, peerDev: number): R;
   cuDevicePrimaryCtxRetain(ctx: BigUint64Array, dev: number): R;
@@ -185,6 +195,16 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuDeviceGetUuid_v2: { symbol: 'cuDeviceGetUuid', version: 11040, params: 'uint8_t *uuid, int dev' },
   cuDeviceTotalMem_v2: { symbol: 'cuDeviceTotalMem', version: 3020, params: 'uint64_t *bytes, int dev' },
   cuDeviceGetAttribute: { symbol: 'cuDeviceGetAttribute', version: 2000, params: 'int *value, int attribute, int dev' },
+  cuDeviceGetByPCIBusId: { symbol: 'cuDeviceGetByPCIBusId', version: 4010, params: 'int *dev, const char *pciBusId' },
+  cuDeviceGetMemPool: { symbol: 'cuDeviceGetMemPool', version: 11020, params: 'uint64_t *pool, int dev' },
+  cuDeviceSetMemPool: { symbol: 'cuDeviceSetMemPool', version: 11020, params: `int dev, ${U64} pool` },
+  cuCtxPushCurrent_v2: { symbol: 'cuCtxPushCurrent', version: 4000, params: `${U64} ctx` },
+  cuCtxPopCurrent_v2: { symbol: 'cuCtxPopCurrent', version: 4000, params: 'uint64_t *ctx' },
+  cuCtxGetDevice: { symbol: 'cuCtxGetDevice', version: 2000, params: 'int *device' },
+  cuCtxGetFlags: { symbol: 'cuCtxGetFlags', version: 7000, params: 'uint32_t *flags' },
+  cuCtxSetCacheConfig: { symbol: 'cuCtxSetCacheConfig', version: 3020, params: 'int config' },
+  cuCtxGetCacheConfig: { symbol: 'cuCtxGetCacheConfig', version: 3020, params: 'int *config' },
+  cuFuncSetCacheConfig: { symbol: 'cuFuncSetCacheConfig', version: 3000, params: `${U64} hfunc, int config` },
   cuDeviceGetPCIBusId: { symbol: 'cuDeviceGetPCIBusId', version: 4010, params: 'uint8_t *busId, int len, int dev' },
   cuDeviceCanAccessPeer: { symbol: 'cuDeviceCanAccessPeer', version: 4000, params: 'int *canAccess, int dev, int peerDev' },
   cuDevicePrimaryCtxRetain: { symbol: 'cuDevicePrimaryCtxRetain', version: 7000, params: 'uint64_t *ctx, int dev' },

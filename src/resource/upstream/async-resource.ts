@@ -26,8 +26,11 @@ export interface AsyncPoolOptions {
 export interface AsyncResourceOptions {
   /** The device whose memory the pool holds (device 0 by default). */
   readonly device?: Device | number;
-  /** 'default' (the device's default pool, shared with cudaMallocAsync users) or a new pool. */
-  readonly pool?: 'default' | AsyncPoolOptions;
+  /**
+   * 'default' (the device's default pool, shared with cudaMallocAsync users), 'current' (the
+   * device's current pool, `device.memPool`: the one cudaMallocAsync uses now) or a new pool.
+   */
+  readonly pool?: 'default' | 'current' | AsyncPoolOptions;
 }
 
 /**
@@ -70,6 +73,8 @@ export class AsyncResource extends DriverResource {
   readonly ownsPool: boolean;
   /** True when the pool was created with POSIX file-descriptor handles: its allocations can be shared with other processes (`exportIpc`). */
   readonly exportable: boolean;
+  /** How `describe()` names a pool it did not create. */
+  private readonly describedPool: 'default' | 'current';
   /** The pool's maximum size in bytes, as created; 0 for none (the default pool has none). */
   readonly maxSize: number;
   private readonly rawPool: Handle;
@@ -95,11 +100,12 @@ export class AsyncResource extends DriverResource {
     }
     super(device);
     device.makeCurrent();
-    if (pool === 'default') {
-      this.rawPool = device.backend.deviceGetDefaultMemPool(device.ordinal);
+    if (pool === 'default' || pool === 'current') {
+      this.rawPool = pool === 'default' ? device.backend.deviceGetDefaultMemPool(device.ordinal) : device.backend.deviceGetMemPool(device.ordinal);
       this.ownsPool = false;
       this.exportable = false;
       this.maxSize = 0;
+      this.describedPool = pool;
     } else {
       this.rawPool = device.backend.memPoolCreate({
         device: device.ordinal,
@@ -109,6 +115,7 @@ export class AsyncResource extends DriverResource {
       this.ownsPool = true;
       this.exportable = pool.handleTypes === 'posix-fd';
       this.maxSize = pool.maxSize;
+      this.describedPool = 'default';
     }
     const { rawPool, ownsPool } = this;
     const free = (ptr: Ptr, handle: number): void => memFreeAsync(device, ptr, handle);
@@ -319,7 +326,7 @@ export class AsyncResource extends DriverResource {
 
   /** `AsyncResource(device=0, pool=default)`. */
   describe(): string {
-    return `AsyncResource(device=${this.deviceOrdinal}, pool=${this.ownsPool ? 'created' : 'default'})`;
+    return `AsyncResource(device=${this.deviceOrdinal}, pool=${this.ownsPool ? 'created' : this.describedPool})`;
   }
 
   private get(attribute: MemPoolAttribute): number {
@@ -336,9 +343,10 @@ export class AsyncResource extends DriverResource {
 }
 
 /** The pool options, checked: 'default', or the properties of a new pool. */
-function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | { maxSize: number; handleTypes: 'none' | 'posix-fd' } {
+function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'current' | { maxSize: number; handleTypes: 'none' | 'posix-fd' } {
   if (options === undefined || options === 'default') return 'default';
-  if (options === null || typeof options !== 'object') throw new TypeError(`pool must be 'default' or an object of pool properties`);
+  if (options === 'current') return 'current';
+  if (options === null || typeof options !== 'object') throw new TypeError(`pool must be 'default', 'current' or an object of pool properties`);
   const pool = readOptions('new AsyncResource', options, { maxSize: true, handleTypes: true }, 'pool');
   const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
   const handleTypes = pool.handleTypes ?? 'none';
