@@ -13,6 +13,8 @@ import { CudaError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 import { Module } from '../src/kernels/module.js';
 import { AXPB, AXPB_SOURCE, axpb } from '../bench/axpb.js';
 import { gpuOnly, onGpu } from './helpers.js';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 
 const device = Device.get(0);
 
@@ -161,4 +163,16 @@ test('device.attribute reads every CUdevice_attribute by name and agrees with De
 test('on a GPU, the host NUMA id attribute is a node or -1', gpuOnly, () => {
   const id = device.attribute('hostNumaId');
   assert.ok(Number.isInteger(id) && id >= -1, `hostNumaId ${id}`);
+});
+
+test('examples/contexts.ts runs and prints what it checked', () => {
+  const compiled = fileURLToPath(new URL('../examples/contexts.js', import.meta.url));
+  const output = execFileSync(process.execPath, [compiled], { encoding: 'utf8', env: process.env });
+  assert.equal(output, [
+    'pushed: current is ctx true, 1048576 bytes allocated in it',
+    'popped: current is the primary true',
+    'adopted: device 0, borrowed true',
+    'current pool set: true',
+    '',
+  ].join('\n'));
 });
