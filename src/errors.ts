@@ -405,6 +405,17 @@ export class StreamCaptureError extends VramStateError {
 }
 
 /**
+ * A relaunch of an executable graph refused because an allocation its memory node made at the
+ * last launch, and that the graph does not free, is still live: the graph owns that memory until
+ * the program frees it (the driver answers CUDA_ERROR_INVALID_VALUE, the cause).
+ * @example
+ * ```ts
+ * try { exec.launch(stream); } catch (e) { if (e instanceof GraphMemoryLiveError) { out.free({ stream }); exec.launch(stream); } }
+ * ```
+ */
+export class GraphMemoryLiveError extends VramStateError {}
+
+/**
  * Why `GraphExec.update(graph)` could not take a graph's parameters (CUgraphExecUpdateResult):
  * the executable graph is unchanged and can still be launched.
  * @example

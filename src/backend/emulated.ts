@@ -121,6 +121,14 @@ export class EmulatedBackend implements Backend {
     return this.contexts.deviceCanAccessPeer(ordinal, peerOrdinal);
   }
 
+  deviceGetAttribute(ordinal: number, attribute: number): number {
+    return this.contexts.deviceGetAttribute(ordinal, attribute);
+  }
+
+  deviceGetByPciBusId(busId: string): number {
+    return this.contexts.deviceGetByPciBusId(busId);
+  }
+
   primaryContextRetain(ordinal: number): Handle {
     return this.contexts.primaryContextRetain(ordinal);
   }
@@ -155,6 +163,26 @@ export class EmulatedBackend implements Backend {
 
   contextDisablePeerAccess(peerCtx: Handle): void {
     this.contexts.contextDisablePeerAccess(peerCtx);
+  }
+
+  contextPushCurrent(ctx: Handle): void {
+    this.contexts.contextPushCurrent(ctx);
+  }
+
+  contextPopCurrent(): Handle {
+    return this.contexts.contextPopCurrent();
+  }
+
+  contextInfo(ctx: Handle): { readonly ordinal: number; readonly flags: number } {
+    return this.contexts.contextInfo(ctx);
+  }
+
+  contextSetCacheConfig(config: number): void {
+    this.contexts.contextSetCacheConfig(config);
+  }
+
+  contextGetCacheConfig(): number {
+    return this.contexts.contextGetCacheConfig();
   }
 
   memGetInfo(): MemInfo {
@@ -339,6 +367,10 @@ export class EmulatedBackend implements Backend {
     return this.graphs.graphNodeCount(graph);
   }
 
+  graphMemAllocNodeCount(graph: Handle): number {
+    return this.graphs.graphMemAllocNodeCount(graph);
+  }
+
   graphDestroy(graph: Handle): void {
     this.graphs.graphDestroy(graph);
   }
@@ -449,6 +481,14 @@ export class EmulatedBackend implements Backend {
     return this.pools.deviceGetDefaultMemPool(ordinal);
   }
 
+  deviceGetMemPool(ordinal: number): Handle {
+    return this.pools.deviceGetMemPool(ordinal);
+  }
+
+  deviceSetMemPool(ordinal: number, pool: Handle): void {
+    this.pools.deviceSetMemPool(ordinal, pool);
+  }
+
   memPoolCreate(props: MemPoolProps): Handle {
     return this.pools.memPoolCreate(props);
   }
@@ -538,6 +578,24 @@ export class EmulatedBackend implements Backend {
 
   functionAttributes(fn: Handle): FunctionAttributes {
     return this.kernels.functionAttributes(fn);
+  }
+
+  functionSetCacheConfig(fn: Handle, config: number): void {
+    this.kernels.functionSetCacheConfig(fn, config);
+  }
+
+  /**
+   * The preference cuFuncSetCacheConfig set for `fn` (emulation only: the driver has no getter).
+   * @param fn The function handle.
+   * @returns Its CUfunc_cache value.
+   * @throws {CudaError} For an unknown function (CUDA_ERROR_INVALID_HANDLE).
+   * @example
+   * ```ts
+   * backend.functionCacheConfig(fn); // 0 until cuFuncSetCacheConfig
+   * ```
+   */
+  functionCacheConfig(fn: Handle): number {
+    return this.kernels.functionCacheConfig(fn);
   }
 
   kernelLimits(ordinal: number): KernelLimits {

@@ -10,7 +10,7 @@
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { GraphUpdateResult, recordNewEvent, type Handle } from '../backend/backend.js';
 import type { Device } from '../device.js';
-import { DoubleFreeError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
+import { CudaError, CUresult, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
 import type { CapturePool, LaunchStream } from './sessions.js';
 
 export {
@@ -128,9 +128,10 @@ export class Graph {
   instantiate(): GraphExec {
     const h = this.handle;
     this.device.makeCurrent();
+    const allocations = this.device.backend.graphMemAllocNodeCount(h);
     const exec = this.device.backend.graphInstantiate(h);
     this.pool?.retain();
-    return new GraphExec(exec, this.device, this.pool);
+    return new GraphExec(exec, this.device, this.pool, allocations);
   }
 
   /**
@@ -206,12 +207,15 @@ export class GraphExec {
   private readonly dropped: Dropped;
   /** The streams launched on since the last destroy check (handles). */
   private readonly launchedOn = new Set<Handle>();
+  /** Launches queued so far. */
+  private launches = 0;
 
   /**
    * Made by `graph.instantiate()`, not directly.
    * @param raw The CUgraphExec.
    * @param device Its device.
    * @param pool The private pool it holds (one hold), if any.
+   * @param memoryNodes How many memory-allocation nodes the graph has.
    * @throws Never.
    * @example
    * ```ts
@@ -223,6 +227,8 @@ export class GraphExec {
     /** The device the graph runs on. */
     readonly device: Device,
     private readonly pool: CapturePool | undefined,
+    /** How many memory-allocation nodes the graph has (cuMemAllocAsync calls the capture recorded). */
+    readonly memoryNodes = 0,
   ) {
     this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, []) };
     guard(this, this.dropped);
@@ -262,8 +268,9 @@ export class GraphExec {
    * @throws {TypeError | RangeError} For a stream that is not one, or a raw handle no live stream
    *   has (the live-stream check every entry point that takes a stream makes), before the driver.
    * @throws {UseAfterFreeError} When it was destroyed, or the stream was.
-   * @throws {CudaError} When the driver refuses the launch (another context; CUDA_ERROR_INVALID_VALUE
-   *   when an allocation the graph made and does not free is still live from the last launch).
+   * @throws {GraphMemoryLiveError} When an allocation the graph's memory node made at the last
+   *   launch, and that the graph does not free, is still live (free it first).
+   * @throws {CudaError} When the driver refuses the launch otherwise (another context).
    * @example
    * ```ts
    * exec.launch(stream).launch(stream); // twice, in order
@@ -273,7 +280,18 @@ export class GraphExec {
     const h = this.handle;
     const s = checkLiveStreamHandle(stream, this.device.backend);
     this.device.makeCurrent();
-    this.device.backend.graphLaunch(h, s);
+    try {
+      this.device.backend.graphLaunch(h, s);
+    } catch (error) {
+      if (error instanceof CudaError && error.code === CUresult.INVALID_VALUE && this.memoryNodes > 0 && this.launches > 0) {
+        throw new GraphMemoryLiveError(
+          `${String(this)} cannot launch again: the graph still owns the memory its ${this.memoryNodes} allocation node(s) made at the last launch ` +
+          'and that it does not free. Free that memory first (buffer.free({ stream }) or resource.deallocate for the block the capture allocated, ' +
+          'cuMemFreeAsync in stream order after the launch), or free it inside the capture so the graph frees it itself', { cause: error });
+      }
+      throw error;
+    }
+    this.launches++;
     this.launchedOn.add(s);
     return this;
   }

@@ -192,6 +192,11 @@ export class GraphCalls {
     return this.graph(graph, 'cuGraphGetNodes').nodes.length;
   }
 
+  /** cuGraphGetNodes and cuGraphNodeGetType: the graph's memory-allocation nodes. */
+  graphMemAllocNodeCount(graph: Handle): number {
+    return this.graph(graph, 'cuGraphGetNodes').nodes.filter((n) => n.kind === 'alloc').length;
+  }
+
   /** cuGraphDestroy: its memory stays while an executable graph made from it lives. */
   graphDestroy(graph: Handle): void {
     const g = this.graph(graph, 'cuGraphDestroy');

@@ -54,6 +54,8 @@ export class EmulatedState {
   readonly destroyedEvents = new Set<number>();
   readonly pools = new Map<number, PoolState>();
   readonly defaultPools = new Map<number, PoolState>();
+  /** Pools made current with cuDeviceSetMemPool, per device (absent: the default pool). */
+  readonly currentPools = new Map<number, PoolState>();
   readonly poolBlocks = new Map<number, Block>();
   readonly physical = new PhysicalTable();
   /**
