@@ -58,6 +58,8 @@ export class StreamOrder {
   joins = 0;
   /** Times the host blocked on an event because the work had not completed yet. */
   hostWaits = 0;
+  /** Events recorded on a lane's stream (for joins, host waits and retirement). */
+  records = 0;
 
   /**
    * @param events The backend of the resource's device.
@@ -121,6 +123,7 @@ export class StreamOrder {
     if (lane.retired || lane.stream === NO_STREAM) return;
     if (lane.event === 0) lane.event = this.events.eventCreate(EventFlags.DISABLE_TIMING);
     this.events.eventRecord(lane.event, lane.stream);
+    this.records++;
   }
 
   /**
