@@ -130,7 +130,7 @@ export class Module {
     if (typeof cache !== 'boolean') throw new TypeError('Module.compile: cache must be a boolean');
     const emulated = emulatedTable(options.emulated);
     const device = Device.resolve(options.device);
-    if (device.backend.name === 'emulated') {
+    if (device.backend.kernelCode === 'javascript') {
       return Module.load(device, { kind: 'ptx', data: new Uint8Array(0), emulated: emulated ?? {} }, '', {}, emulated);
     }
     const compiled = compileSource({
@@ -232,7 +232,7 @@ export class Module {
     let fn = this.#functions.get(name);
     if (fn !== undefined) return fn;
     const backend = this.device.backend;
-    if (backend.name === 'emulated' && (this.#emulated === undefined || !Object.hasOwn(this.#emulated, name))) {
+    if (backend.kernelCode === 'javascript' && (this.#emulated === undefined || !Object.hasOwn(this.#emulated, name))) {
       throw new NotSupportedError(`kernel ${name}: the emulated backend runs JavaScript in place of CUDA code, and this module has no ` +
         `JavaScript implementation of ${name}; pass one as { emulated: { '${name}': (launch) => { ... } } } when creating the module ` +
         '(see EmulatedLaunch: the decoded arguments and launch.memory.bytes(ptr, byteLength))');
