@@ -2,7 +2,7 @@
  * A module of device code loaded into a device's context: compiled at run time from CUDA C++
  * (`Module.compile`, through NVRTC and the disk cache), or loaded from PTX or a CUBIN built
  * elsewhere (`fromPtx`, `fromCubin`, no NVRTC needed). Its kernels are launched through
- * `module.kernel(name, signature)`.
+ * `mod.kernel(name, signature)`.
  *
  * On the emulated backend there is no device code to run: a module is the JavaScript functions
  * given as `emulated` (one per kernel, by the name `kernel()` is asked for), `compile` does not
@@ -65,12 +65,12 @@ const registry = new FinalizationRegistry<Held>((held) => {
  *
  * @example
  * ```ts
- * using module = Module.compile(`
+ * using mod = Module.compile(`
  *   extern "C" __global__ void scale(float *v, float a, unsigned n) {
  *     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
  *     if (i < n) v[i] *= a;
  *   }`, { emulated: { scale: scaleInJavaScript } });
- * const scale = module.kernel('scale', ['ptr', 'f32', 'u32'] as const);
+ * const scale = mod.kernel('scale', ['ptr', 'f32', 'u32'] as const);
  * scale.launch({ grid: Math.ceil(n / 256), block: 256 }, v, 2, n);
  * ```
  */
@@ -218,7 +218,7 @@ export class Module {
    * @throws {UseAfterFreeError} When the module was destroyed.
    * @example
    * ```ts
-   * const add = module.kernel('add', ['ptr', 'ptr', 'ptr', 'u32'] as const);
+   * const add = mod.kernel('add', ['ptr', 'ptr', 'ptr', 'u32'] as const);
    * ```
    */
   kernel<const S extends Signature>(name: string, signature: S): Kernel<S> {
@@ -259,7 +259,7 @@ export class Module {
    * @throws {CudaError} When the driver fails to unload it.
    * @example
    * ```ts
-   * module.destroy();
+   * mod.destroy();
    * ```
    */
   destroy(): void {

@@ -49,6 +49,7 @@ export interface DotOptions extends OpOptions {
  *
  * @example
  * ```ts
+ * const counts = DeviceArray.from(new BigInt64Array([1n, 2n]));
  * const total: ReductionValue<'int64'> = sum(counts); // a bigint
  * ```
  */
