@@ -962,7 +962,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @throws {OutOfMemoryError | CudaError} From the allocation or the copy; nothing is left allocated.
    * @example
    * ```ts
-   * using onOne = a.to(1, { stream: Stream.create({ device: 1 }) }); // queued; a's memory waits for it
+   * using onOne = a.to(Device.get(1), { stream: Stream.create({ device: 1 }) }); // queued; a's memory waits for it
    * ```
    */
   to(device: Device | number, options: PeerCopyOptions = {}): DeviceArray<N> {

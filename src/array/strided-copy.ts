@@ -388,7 +388,7 @@ export function writeElements(memory: Allocation, layout: Layout, src: HostBytes
  * @throws {UseAfterFreeError} When the stream was destroyed (the promise rejects).
  * @example
  * ```ts
- * runBlocks(...); await streamDone(stream, array.device);
+ * await streamDone(stream, array.device); // after queuing the copy's blocks on stream
  * ```
  */
 export async function streamDone(stream: StreamRef, device: Device): Promise<void> {
@@ -516,7 +516,7 @@ export function writeElementsAsync(
  * @throws {UseAfterFreeError} When either memory was freed.
  * @example
  * ```ts
- * if (!copyOnDevice(b.buffer, b.layout, a.buffer, a.layout, undefined, 'copyTo')) { ... }
+ * const queued = copyOnDevice(b.buffer, b.layout, a.buffer, a.layout, undefined, 'copyTo'); // false: copy another way
  * ```
  */
 export function copyOnDevice(

@@ -531,6 +531,12 @@ export type EmulatedKernels = Readonly<Record<string, EmulatedKernel>>;
 export interface Backend {
   /** `cuda` for the real driver, `emulated` for host memory standing in for a device. */
   readonly name: 'cuda' | 'emulated';
+  /**
+   * What a module's kernels run as: `device`, the device's own code (PTX or CUBIN; CUDA C compiled
+   * by NVRTC first), or `javascript`, the JavaScript a module is given for each kernel (`emulated`),
+   * with no compiler and no device code. Code above the backend asks this, never `name`.
+   */
+  readonly kernelCode: 'device' | 'javascript';
 
   // --- Driver and devices ---
   /** The driver's CUDA version, e.g. 13000 for 13.0. */

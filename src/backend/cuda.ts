@@ -53,6 +53,7 @@ function isIntPoolAttribute(attribute: number): boolean {
 /** The Backend over libcuda. One instance per process (see loadCudaBackend). */
 class CudaBackend implements Backend {
   readonly name = 'cuda' as const;
+  readonly kernelCode = 'device' as const;
   private readonly fn: DriverFunctions;
   // Preallocated out-parameters: no allocation per call.
   private readonly u64 = new BigUint64Array(1);

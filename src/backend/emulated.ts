@@ -20,7 +20,7 @@ import { KernelCalls } from './emulated/kernels.js';
 import { pointerAttributes } from './emulated/pointer-attributes.js';
 import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
-import { GraphCalls } from './emulated/graphs.js';
+import { GraphCalls } from './emulated/graph-calls.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
 import { sizeInBytes, variableReader } from '../util/environment.js';
@@ -60,6 +60,7 @@ function defaultCapacity(): number {
 export class EmulatedBackend implements Backend {
   /** Always `emulated`: output never pretends this is a GPU. */
   readonly name = 'emulated' as const;
+  readonly kernelCode = 'javascript' as const;
 
   private readonly state: EmulatedState;
   private readonly contexts: ContextCalls;

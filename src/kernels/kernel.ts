@@ -20,7 +20,7 @@ import { readOptions } from '../util/options.js';
  *
  * @example
  * ```ts
- * const saxpy = module.kernel('saxpy', ['ptr', 'ptr', 'f32', 'u32'] as const);
+ * const saxpy = mod.kernel('saxpy', ['ptr', 'ptr', 'f32', 'u32'] as const);
  * saxpy.launch({ grid: Math.ceil(n / 256), block: 256 }, y, x, 2.0, n);
  * ```
  */
