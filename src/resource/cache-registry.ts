@@ -39,6 +39,8 @@ const collected = new FinalizationRegistry<WeakRef<CachingResource>>((ref) => {
 });
 /** Set while caches are being released: a release never starts another. */
 let releasing = false;
+/** The bytes the refusal being answered asked for (`releaseCaches`' `bytes`): what spilling frees at most about. */
+let wanted: number | undefined;
 /** Set while an allocation that waits tries (`withoutHostWait`): releasing caches must not synchronise the device. */
 let hostWaitRefused = false;
 
@@ -61,6 +63,18 @@ export function withoutHostWait<T>(fn: () => T): T {
   } finally {
     hostWaitRefused = before;
   }
+}
+
+/**
+ * While caches are released for a refusal (`releaseCaches` with `bytes`): the bytes it asked the
+ * driver for. A cache that costs work to give back (spilling copies data out) gives back about
+ * that much, least recently used first, not all it holds; undefined otherwise (give back all).
+ *
+ * @returns The bytes, or undefined.
+ * @internal
+ */
+export function refusedBytes(): number | undefined {
+  return wanted;
 }
 
 /**
@@ -119,6 +133,8 @@ function driverCached(resources: readonly CachingResource[]): number {
  * is an out-of-memory error.
  *
  * @param memory A device ordinal (its device and managed memory), or 'pinned-host'.
+ * @param bytes The bytes a refused allocation asked for (`refusedBytes()` while they are released):
+ *   spilling frees about that much. Omitted: every cache gives back all it can.
  * @returns The bytes given back to the driver (0 while a release is already under way).
  * @throws {CudaError} When synchronising the device fails (work that failed).
  * @example
@@ -126,9 +142,10 @@ function driverCached(resources: readonly CachingResource[]): number {
  * const released = releaseCaches(0); // every cache of device 0, not only the current resource's
  * ```
  */
-export function releaseCaches(memory: CachedMemory): number {
+export function releaseCaches(memory: CachedMemory, bytes?: number): number {
   if (releasing) return 0;
   releasing = true;
+  wanted = bytes;
   try {
     const resources: CachingResource[] = [];
     for (const ref of live) {
@@ -147,6 +164,7 @@ export function releaseCaches(memory: CachedMemory): number {
     return released + releaseAll(resources);
   } finally {
     releasing = false;
+    wanted = undefined;
   }
 }
 
@@ -170,11 +188,14 @@ function releaseAll(resources: readonly CachingResource[]): number {
  * failure. Undefined for a refusal of vram's own (a limit, a pool's maximum, an arena's size),
  * which no released cache changes.
  */
-function refusedMemory(error: unknown, device: number): CachedMemory | undefined {
+function refusedMemory(error: unknown, device: number): { memory: CachedMemory; bytes: number | undefined } | undefined {
+  let bytes: number | undefined;
   for (let e: unknown = error; e instanceof Error; e = e.cause) {
-    if (!(e instanceof OutOfMemoryError) || e.reason === 'upstream') continue;
-    if (e.reason === 'device') return device;
-    return e.reason === 'host' ? 'pinned-host' : undefined;
+    if (!(e instanceof OutOfMemoryError)) continue;
+    bytes = e.requestedBytes;
+    if (e.reason === 'upstream') continue;
+    if (e.reason === 'device') return { memory: device, bytes };
+    return e.reason === 'host' ? { memory: 'pinned-host', bytes } : undefined;
   }
   return undefined;
 }
@@ -196,8 +217,9 @@ export function extendMessage(error: Error, addition: string): void {
 
 /**
  * After an allocation failed with `error`: when the driver refused it, releases every cache of
- * that memory (`releaseCaches`) and, if that gave anything back, calls `retry` once. An
- * out-of-memory error that remains says how much was released; other errors pass unchanged.
+ * that memory (`releaseCaches`, spilling about the bytes refused) and, while that gives anything
+ * back, calls `retry` again. An out-of-memory error that remains says how much was released;
+ * other errors pass unchanged.
  *
  * @param error The first failure.
  * @param device The device ordinal whose memory was asked for.
@@ -207,16 +229,22 @@ export function extendMessage(error: Error, addition: string): void {
  * @internal
  */
 export function retryAfterReleasingCaches<T>(error: unknown, device: number, retry: () => T): T {
-  const memory = refusedMemory(error, device);
-  if (memory === undefined || !(error instanceof Error)) throw error;
-  const released = releaseCaches(memory);
+  const refused = refusedMemory(error, device);
+  if (refused === undefined || !(error instanceof Error)) throw error;
+  const { memory, bytes } = refused;
   let failure: unknown = error;
-  if (released > 0) {
+  let released = 0;
+  // Spilling gives back about what was asked for at each pass (least recently used first), so a
+  // retry that still fails releases again while something goes back.
+  for (;;) {
+    const given = releaseCaches(memory, bytes);
+    released += given;
+    if (given === 0) break;
     try {
       return retry();
-    } catch (second) {
-      if (!isOutOfMemory(second)) throw second;
-      failure = second;
+    } catch (next) {
+      if (!isOutOfMemory(next)) throw next;
+      failure = next;
     }
   }
   const what = memory === 'pinned-host' ? 'pinned host memory' : `device ${memory}'s memory`;
