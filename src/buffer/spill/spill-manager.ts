@@ -4,10 +4,11 @@
  * (a spillable allocation or a reload finds too little free memory, or the device's use would pass
  * `VRAM_SPILL_LIMIT`), and when the driver refuses any resource of the device (the cache registry
  * calls `releaseCached` on every resource, and the device's SpillableResource hands that to
- * `evictAll`). A buffer is evicted only when no lease holds it and the current operation does not
- * use it; its copy out is queued on the manager's stream after the work queued on every stream that
- * used it (events, as a free orders itself), and a buffer whose host copy is still current (not
- * written since it came back) is evicted without a copy.
+ * `evictFor`, about the bytes refused: Note [Refusals spill about what they need] in
+ * docs/design/spilling-composition.md). A buffer is evicted only when no lease holds it and the
+ * current operation does not use it; its copy out is queued on the manager's stream after the work
+ * queued on every stream that used it (events, as a free orders itself), and a buffer whose host
+ * copy is still current (not written since it came back) is evicted without a copy.
  *
  * Spilling ahead: once spilling has started, a reload or allocation that leaves less than the
  * high-water room free (`VRAM_SPILL_AHEAD`; by default one largest spillable buffer, where at
