@@ -14,7 +14,7 @@ import { DoubleFreeError, GraphUpdateError, UseAfterFreeError } from '../errors.
 import { CaptureHolds, type CapturePool, type LaunchStream } from './sessions.js';
 
 export {
-  CAPTURE_MODES, CaptureHolds, CaptureSession, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, relaxedDuringCapture, startSession,
+  CAPTURE_MODES, CaptureSession, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, relaxedDuringCapture, startSession,
 } from './sessions.js';
 export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from './sessions.js';
 import { inspectCustom } from '../util/inspect.js';
@@ -65,7 +65,7 @@ export class Graph {
     readonly device: Device,
     /** The capture-private pool its allocations came from; undefined when it allocated none there. */
     readonly pool: CapturePool | undefined,
-    private readonly holds: CaptureHolds = new CaptureHolds(),
+    private readonly holds: CapturePool = new CaptureHolds(),
   ) {
     this.dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool, holds) };
     guard(this, this.dropped);
@@ -155,7 +155,7 @@ export class Graph {
    * @internal
    * @returns The holds (released by that executable graph's end).
    */
-  retainHolds(): CaptureHolds {
+  retainHolds(): CapturePool {
     this.holds.retain();
     return this.holds;
   }
@@ -192,7 +192,7 @@ export class Graph {
   }
 }
 
-function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined, holds: CaptureHolds): number {
+function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined, holds: CapturePool): number {
   device.makeCurrent();
   device.backend.graphDestroy(raw);
   pool?.release();
@@ -236,7 +236,7 @@ export class GraphExec {
     /** The device the graph runs on. */
     readonly device: Device,
     private readonly pool: CapturePool | undefined,
-    private readonly holds: CaptureHolds[] = [],
+    private readonly holds: CapturePool[] = [],
   ) {
     this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, holds, []) };
     guard(this, this.dropped);
@@ -385,7 +385,7 @@ let polling = false;
  * they have, else polled on the event loop (unref'd timers: a pending end never keeps the
  * process alive).
  */
-function endExec(device: Device, raw: Handle, pool: CapturePool | undefined, holds: readonly CaptureHolds[], events: Handle[]): number {
+function endExec(device: Device, raw: Handle, pool: CapturePool | undefined, holds: readonly CapturePool[], events: Handle[]): number {
   const end = (): void => {
     device.makeCurrent();
     device.backend.graphExecDestroy(raw);

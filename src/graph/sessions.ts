@@ -47,7 +47,7 @@ export interface CapturePool {
  * session.holds.add(() => lease.release());
  * ```
  */
-export class CaptureHolds {
+export class CaptureHolds implements CapturePool {
   #count = 1;
   #ends: (() => void)[] = [];
 
@@ -55,17 +55,35 @@ export class CaptureHolds {
    * Keeps something until the last hold goes.
    * @param end What ends it (run once).
    * @throws Never.
+   * @example
+   * ```ts
+   * holds.add(() => lease.release());
+   * ```
    */
   add(end: () => void): void {
     this.#ends.push(end);
   }
 
-  /** One more holder (an executable graph). */
+  /**
+   * One more holder (an executable graph).
+   * @throws Never.
+   * @example
+   * ```ts
+   * holds.retain();
+   * ```
+   */
   retain(): void {
     this.#count++;
   }
 
-  /** One holder fewer; the last one ends what was kept. */
+  /**
+   * One holder fewer; the last one ends what was kept.
+   * @throws What an end throws (a lease's release never does).
+   * @example
+   * ```ts
+   * holds.release();
+   * ```
+   */
   release(): void {
     if (--this.#count > 0) return;
     const ends = this.#ends;
