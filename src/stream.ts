@@ -471,10 +471,11 @@ export class Stream implements StreamRef {
     } catch (error) {
       endSession(session);
       session.pool?.release();
+      session.holds.release();
       throw captureError(error, 'endCapture()');
     }
     endSession(session);
-    return new Graph(raw, this.device, session.pool);
+    return new Graph(raw, this.device, session.pool, session.holds);
   }
 
   /**
