@@ -13,7 +13,6 @@ import { Device } from '../src/device.js';
 import type { Module } from '../src/kernels/module.js';
 import { Stream } from '../src/stream.js';
 import { DeviceArray } from '../src/array/device-array.js';
-import { spillableResource } from '../src/buffer/spill/spill-manager.js';
 import { compileAddOne, addOneKernel, consumers, pressure, type Cell, type ConsumerName } from './composition/consumers.js';
 import { N, endIpcPeer, kinds, type KindName, type Subject } from './composition/kinds.js';
 import { table, type Expectation } from './composition/table.js';
@@ -133,16 +132,14 @@ async function runCell(k: KindName, c: ConsumerName, cell: Expectation): Promise
 }
 
 /**
- * Device memory in use, every cache given back: `emptyCache`, and until issue 33 item 17 is fixed
- * (the test below) the spillable resource's cache (spare pages, freed blocks whose event had not
- * been seen), which emptyCache leaves.
+ * Device memory in use, every cache given back (`emptyCache`, which reaches the spillable
+ * resource's spare pages and freed ranges too: the test below).
  */
 function used(): number {
-  spillableResource(Device.get(0)).releaseCached();
   return deviceMemoryUsed();
 }
 
-test('emptyCache gives back the spare pages spilling keeps', { todo: 'issue 33 item 17' }, () => {
+test('emptyCache gives back the spare pages spilling keeps', () => {
   const before = deviceMemoryUsed();
   const a = DeviceArray.from(values, { stream, spillable: true });
   pressure();

@@ -297,7 +297,7 @@ test(`mixed fuzz: mixed (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`, () => {
 });
 
 test(`mixed fuzz: spillable arrays in graphs, exports and budgets (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`,
-  { todo: 'issue 33 items 1, 2 and 3' }, () => {
+  () => {
     runMixedFuzz('mixed (spillable in graphs, exports and budgets)', { seed: MIXED_SEED, ops: MIXED_OPS, ...MIXED_TARGETS['mixed (spillable in graphs, exports and budgets)'] });
   });
 

@@ -110,14 +110,14 @@ export const table: Readonly<Record<string, Readonly<Record<string, Expectation>
   },
   'spillable-fixed': {
     'builtin-read': works, 'builtin-write': works, 'user-kernel': works, 'copy-js-sync': works, 'copy-js-async': works,
-    'copy-pinned': works, 'copy-device': works, 'copy-peer': PEER_SPILLABLE, graph: todo(works, 1), 'dlpack-export': todo(works, 2),
-    'cai-export': todo(works, 2), 'ipc-export': notSpillable, nccl: works, budget: todo(overBudget, 3), 'scoped-resource': works,
+    'copy-pinned': works, 'copy-device': works, 'copy-peer': PEER_SPILLABLE, graph: works, 'dlpack-export': works,
+    'cai-export': works, 'ipc-export': notSpillable, nccl: works, budget: overBudget, 'scoped-resource': works,
     spilling: works, 'stats-snapshot': works, free: works, using: works, backstop: works,
   },
   'spillable-moving': {
     'builtin-read': works, 'builtin-write': works, 'user-kernel': works, 'copy-js-sync': works, 'copy-js-async': works,
-    'copy-pinned': works, 'copy-device': works, 'copy-peer': works, graph: todo(works, 1), 'dlpack-export': todo(works, 2),
-    'cai-export': todo(works, 2), 'ipc-export': notSpillable, nccl: works, budget: todo(overBudget, 3), 'scoped-resource': works,
+    'copy-pinned': works, 'copy-device': works, 'copy-peer': works, graph: works, 'dlpack-export': works,
+    'cai-export': works, 'ipc-export': notSpillable, nccl: works, budget: overBudget, 'scoped-resource': works,
     spilling: works, 'stats-snapshot': works, free: works, using: works, backstop: works,
   },
   foreign: {

@@ -21,7 +21,6 @@
  */
 import { DeviceArray } from '../../src/array/device-array.js';
 import { withMemoryBudget } from '../../src/buffer/budget.js';
-import type { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { spillManager } from '../../src/buffer/spill/spill-manager.js';
 import { getBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
@@ -32,6 +31,7 @@ import { fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
 import { threadCount, type EmulatedKernel } from '../../src/kernels/emulated-kernel.js';
 import { Module } from '../../src/kernels/module.js';
 import { elementwise } from '../../src/kernels/ops/index.js';
+import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { Stream } from '../../src/stream.js';
 import { mulberry32 } from '../../src/util/random.js';
 
@@ -244,6 +244,18 @@ class MixedRun {
     return this.options.spillableInGraphs === true ? this.live : this.live.filter((l) => !l.spillable);
   }
 
+  /**
+   * Brings the spillable arrays a capture will use back on `stream` first: a capture refuses a use
+   * of a spilled buffer (its reload would be recorded into the graph), and keeps what it captured
+   * resident for the graph's life once it has it.
+   */
+  private residentFor(arrays: readonly Live[], stream: Stream): void {
+    for (const l of arrays) {
+      const buffer = l.array.buffer;
+      if (l.spillable && buffer instanceof DeviceBuffer) buffer.lease({ stream }).release();
+    }
+  }
+
   private capture(): void {
     const candidates = this.graphable();
     if (candidates.length === 0 || this.graphs.length >= 4) return;
@@ -253,6 +265,7 @@ class MixedRun {
     const arrays = [...new Set(Array.from({ length: count }, () => this.pick(candidates)))];
     for (const l of arrays) this.moveTo(l, s);
     const constants = arrays.map(() => Math.floor(this.random() * 9) - 4);
+    this.residentFor(arrays, stream);
     using graph = captureGraph(stream, () => arrays.forEach((l, i) => this.addC(stream, l.array, constants[i]!)));
     const exec = graph.instantiate();
     for (const l of arrays) l.graphs++;
@@ -278,6 +291,7 @@ class MixedRun {
     const g = this.pick(this.graphs);
     const stream = this.streams[g.stream]!;
     const constants = g.arrays.map(() => Math.floor(this.random() * 9) - 4);
+    this.residentFor(g.arrays, stream);
     using next = captureGraph(stream, () => g.arrays.forEach((l, i) => this.addC(stream, l.array, constants[i]!)));
     g.exec.update(next);
     g.constants = constants;
