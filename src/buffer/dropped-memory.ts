@@ -8,6 +8,9 @@
 import type { Device } from '../device.js';
 import { callerFrames } from '../util/call-stack.js';
 import { collectGarbage } from '../util/collect-garbage.js';
+import { formatBytes } from '../util/size.js';
+import { extendMessage } from '../resource/cache-registry.js';
+import { setOutOfMemoryNote } from '../resource/resource.js';
 
 /** Live allocations made at one site (one captured stack). */
 interface Site {
@@ -174,3 +177,23 @@ export function liveAllocations(mark = false): LiveAllocations {
 
 /** What an out-of-memory message says of dropped memory. */
 export const DROPPED_SENTENCE = 'arrays dropped without `free()`, `using` or `tidy` stay allocated until garbage collection';
+
+/** How many allocation sites the message names. */
+const SITES_NAMED = 3;
+
+/**
+ * Adds to an out-of-memory error that reaches the program what it holds and may have dropped: its
+ * live allocations (by site when stacks are captured) and the sentence that names the cause, after
+ * starting the collection that finds the dropped ones (their memory comes back on a later turn of
+ * the event loop).
+ */
+setOutOfMemoryNote((error) => {
+  if (liveCount === 0 || !(error instanceof Error)) return;
+  const live = liveAllocations();
+  collectDropped();
+  const named = live.sites.slice(0, SITES_NAMED).map((s) => `${s.count} ${s.frames[0] ?? 'at an unknown site'}`);
+  extendMessage(error, `the program holds ${live.count} live allocation${live.count === 1 ? '' : 's'} (${formatBytes(live.bytes)}) it made and has not freed` +
+    (named.length > 0 ? ` (${named.join(', ')})` : ' (captureAllocationStacks(true) names their sites)') +
+    `: ${DROPPED_SENTENCE}; a collection was started, and what was dropped comes back after a turn of the event loop ` +
+    '(wrap each step in `tidy`, or free what it drops)');
+});

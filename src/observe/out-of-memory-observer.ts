@@ -12,7 +12,6 @@ import { writeFileSync } from 'node:fs';
 import { Device } from '../device.js';
 import { CudaError, isOutOfMemory, OutOfMemoryError } from '../errors.js';
 import { formatBytes } from '../util/size.js';
-import { collectDropped, DROPPED_SENTENCE, liveAllocations } from '../buffer/dropped-memory.js';
 import { extendMessage } from '../resource/cache-registry.js';
 import { memoryHistory, resourceRecord, type LiveSite } from './history.js';
 import { setOutOfMemoryObserver, upstreamChain, type MemoryResource } from '../resource/resource.js';
@@ -143,25 +142,7 @@ function diagnosis(top: MemoryResource): string {
   }
   const fragments = fragmentation(top);
   if (fragments !== undefined) parts.push(`fragmentation: ${fragments}`);
-  const dropped = droppedMemory();
-  if (dropped !== undefined) parts.push(dropped);
   return parts.join('; ');
-}
-
-/**
- * What the program holds and may have dropped: its live buffers and arrays (by allocation site when
- * stacks are captured) and the sentence that names the cause, after starting the collection that
- * finds the dropped ones (their memory comes back on a later turn of the event loop).
- */
-function droppedMemory(): string | undefined {
-  const live = liveAllocations();
-  if (live.count === 0) return undefined;
-  collectDropped();
-  const sites = live.sites.slice(0, SITES_NAMED).map((s) => `${s.count} ${s.frames[0] ?? 'at an unknown site'}`);
-  return `the program holds ${live.count} live allocation${live.count === 1 ? '' : 's'} (${formatBytes(live.bytes)}) it made and has not freed` +
-    (sites.length > 0 ? ` (${sites.join(', ')})` : '') +
-    `: ${DROPPED_SENTENCE}; a collection was started, and what was dropped comes back after a turn of the event loop ` +
-    '(wrap each step in `tidy`, or free what it drops)';
 }
 
 function warn(what: string, error: unknown): void {
