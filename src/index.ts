@@ -36,6 +36,7 @@ export { ManagedBuffer } from './buffer/managed-buffer.js';
 export type { ManagedBufferOptions } from './buffer/managed-buffer.js';
 export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/device-memory.js';
 export type { FreeOptions } from './buffer/lifetime.js';
+export { tidy, keep } from './buffer/tidy.js';
 
 // Typed arrays
 export { dtypes, dtypeOf } from './array/dtype.js';

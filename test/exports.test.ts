@@ -177,8 +177,8 @@ const ROOT: readonly string[] = [
   'NotSupportedError', 'OutOfMemoryDetails', 'OutOfMemoryError', 'OutOfMemoryReason', 'OutOfMemoryStatistics',
   'PitchedDeviceBuffer', 'PitchedOptions', 'ScalarName', 'Shape', 'Stream', 'StreamOptions', 'StreamRef',
   'UseAfterFreeError', 'VectorName', 'VramError', 'VramStateError', 'arange', 'astype', 'backendFallbackReason',
-  'dtypeOf', 'dtypes', 'emptyCache', 'fill', 'getBackend', 'getCurrentResource', 'isOutOfMemory', 'memoryStats',
-  'memorySummary', 'resetPeakStats', 'setCurrentResource', 'sum',
+  'dtypeOf', 'dtypes', 'emptyCache', 'fill', 'getBackend', 'getCurrentResource', 'isOutOfMemory', 'keep', 'memoryStats',
+  'memorySummary', 'resetPeakStats', 'setCurrentResource', 'sum', 'tidy',
 ];
 
 /** Every name the root exported before the subpaths (`git show` of src/index.ts before issue 20). */

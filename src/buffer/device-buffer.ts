@@ -22,6 +22,7 @@ import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
 import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
 import { formatBytes } from '../util/size.js';
+import { collectDropped, reclaimDropped } from './dropped-memory.js';
 import { spillManager, SPILL_VARIABLE, type SpillEntry } from './spill/spill-manager.js';
 import { beginOperation, setResidency } from './spill/residency.js';
 import { SpillLease, type LeaseOptions } from './spill/lease.js';
@@ -261,14 +262,9 @@ export class DeviceBuffer extends DeviceMemory {
     if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);
     const resource = pickResource(options);
     streamHandleOf(stream);
-    if (!wait) return DeviceBuffer.allocate(bytes, { resource, stream });
     const call = 'DeviceBuffer.allocateAsync';
     const budgets = activeBudgets();
-    const never = neverMet(resource, bytes, smallestBudget(budgets), call);
-    if (never !== undefined) {
-      reportOutOfMemory(resource, never, bytes, stream);
-      throw never;
-    }
+    /** One try; a refusal is returned, not thrown, and is not yet the program's (no observer sees it). */
     const attempt = (): DeviceBuffer | BlockedResult => {
       const over = overBudget(budgets, bytes, call);
       if (over !== undefined) return new BlockedResult(over.budget, over.error);
@@ -282,8 +278,31 @@ export class DeviceBuffer extends DeviceMemory {
       }
       return DeviceBuffer.charged(ptr, bytes, resource, stream, budgets);
     };
+    if (!wait) {
+      // A refusal first lets what the program dropped be reclaimed (a collection and two turns of
+      // the event loop, for the finalizers); then the allocation as `allocate` makes it.
+      const first = attempt();
+      if (!(first instanceof BlockedResult)) return first;
+      await reclaimDropped();
+      return DeviceBuffer.allocate(bytes, { resource, stream });
+    }
+    const never = neverMet(resource, bytes, smallestBudget(budgets), call);
+    if (never !== undefined) {
+      reportOutOfMemory(resource, never, bytes, stream);
+      throw never;
+    }
+    let collected = false;
+    const waited = (): DeviceBuffer | BlockedResult => {
+      const result = attempt();
+      // The first refusal starts a collection: the wait's next tries find what its finalizers freed.
+      if (result instanceof BlockedResult && !collected) {
+        collected = true;
+        collectDropped();
+      }
+      return result;
+    };
     try {
-      return await waitForMemory(resource.deviceOrdinal, attempt, { signal, timeout, call, requestedBytes: bytes, groups: budgets });
+      return await waitForMemory(resource.deviceOrdinal, waited, { signal, timeout, call, requestedBytes: bytes, groups: budgets });
     } catch (error) {
       if (error instanceof OutOfMemoryError) reportOutOfMemory(resource, error, bytes, stream);
       throw error;

@@ -36,6 +36,7 @@ import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/
 import { inspectCustom } from '../util/inspect.js';
 import { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
+import { countAllocated, countReleased } from './dropped-memory.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '../stream.js';
 import type { StreamRef } from '../resource/resource.js';
@@ -95,6 +96,20 @@ let setAddress: (allocation: Allocation, ptr: Ptr) => void;
 
 let captureStacks = false;
 
+/** Told of every new allocation while a `tidy` scope is open anywhere (undefined otherwise: one check). */
+let scopeHook: ((allocation: Allocation) => void) | undefined;
+
+/**
+ * Sets (or, with undefined, removes) what is told of each allocation as it is made: `tidy` scopes
+ * (tidy.ts) while one is open.
+ *
+ * @internal
+ * @param hook Called with each new allocation, after it is registered.
+ */
+export function setAllocationHook(hook: ((allocation: Allocation) => void) | undefined): void {
+  scopeHook = hook;
+}
+
 const registry = new FinalizationRegistry<Held>((held) => {
   let releaseError: unknown;
   try {
@@ -102,6 +117,7 @@ const registry = new FinalizationRegistry<Held>((held) => {
   } catch (error) {
     releaseError = error;
   }
+  countReleased(held.bytes, held.stack, false);
   reportLeak({
     kind: held.kind, ptr: held.ptr, bytes: held.bytes,
     ...(held.stack !== undefined ? { stack: held.stack } : {}),
@@ -267,6 +283,8 @@ export abstract class Allocation {
     };
     this.#held = held;
     registry.register(this, held, held);
+    countAllocated(byteLength, owner, held.stack);
+    if (scopeHook !== undefined) scopeHook(this);
   }
 
   /** The address of the first byte. Throws `UseAfterFreeError` once freed. */
@@ -457,6 +475,7 @@ export abstract class Allocation {
     this.#view = undefined;
     this.#viewTied = false;
     registry.unregister(held);
+    countReleased(held.bytes, held.stack, true);
   }
 
   /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */

@@ -40,6 +40,7 @@ import { DeviceBuffer } from '../buffer/device-buffer.js';
 import type { SpillLease } from '../buffer/spill/lease.js';
 import { ForeignDeviceBuffer } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
+import { keep } from '../buffer/tidy.js';
 import { ManagedBuffer } from '../buffer/managed-buffer.js';
 import { DeviceArray } from '../array/device-array.js';
 import { dtypeOf, dtypes, type DType, type DTypeName } from '../array/dtype.js';
@@ -522,7 +523,8 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
   }
   let pinned: HostBuffer;
   try {
-    pinned = HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true });
+    // Its lifetime is the array's (freed by its release), never a `tidy` scope's.
+    pinned = keep(HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true }));
   } catch (error) {
     // Host memory CUDA already pins (a framework's pinned tensor reported as kDLCPU, or memory
     // registered by someone else) is device-addressable under unified addressing as it is:

@@ -20,4 +20,4 @@ export type {
 export { kernelCacheDirectory } from '../kernels/compile-cache.js';
 export { NvrtcError } from '../cuda/nvrtc.js';
 export { elementwise, map, zipWith, dot, max, min, ascontiguous } from '../kernels/ops/index.js';
-export type { ElementwiseValues, MapOptions, OpOptions, DotOptions, ReduceOptions, ReductionValue } from '../kernels/ops/index.js';
+export type { ArangeOptions, ElementwiseValues, MapOptions, OpOptions, DotOptions, ReduceOptions, ReductionValue } from '../kernels/ops/index.js';

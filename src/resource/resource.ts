@@ -62,6 +62,8 @@ export type OutOfMemoryObserver = (resource: MemoryResource, error: unknown, byt
 let nesting = 0;
 let observer: AllocationObserver | null = null;
 let outOfMemoryObserver: OutOfMemoryObserver | null = null;
+/** Adds what the buffers above know (the program's live allocations) to an error that reaches the program, before any observer. */
+let outOfMemoryNote: ((error: unknown) => void) | null = null;
 /**
  * Set while a waiting allocation tries (`tryAllocate`): a refusal then is not yet the program's
  * (the wait goes on), so it is neither counted nor observed until the wait ends without memory.
@@ -129,6 +131,17 @@ export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
   outOfMemoryObserver = next;
 }
 
+/**
+ * Sets what extends every out-of-memory error that reaches the program before the observer sees
+ * it (`buffer/dropped-memory.ts`: the live allocations the program holds).
+ *
+ * @param next The note, or null.
+ * @internal
+ */
+export function setOutOfMemoryNote(next: ((error: unknown) => void) | null): void {
+  outOfMemoryNote = next;
+}
+
 /** A resource as `JSON.stringify` writes it (`MemoryResource.toJSON`). */
 export interface ResourceJSON {
   /** `describe()`: the class, its parameters and its upstream's description. */
@@ -185,6 +198,7 @@ export abstract class MemoryResource {
   static {
     reachedProgram = (resource, error, bytes, handle): void => {
       resource.#outOfMemoryErrors += 1;
+      outOfMemoryNote?.(error);
       observer?.failed(resource, bytes, handle);
       outOfMemoryObserver?.(resource, error, bytes, handle);
     };

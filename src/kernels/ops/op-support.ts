@@ -8,6 +8,7 @@ import { isNonOverlapping, StridedArray } from '../../array/layout.js';
 import type { Device } from '../../device.js';
 import { VramStateError } from '../../errors.js';
 import { HostBuffer } from '../../buffer/host-buffer.js';
+import { keep } from '../../buffer/tidy.js';
 import type { StreamRef } from '../../resource/resource.js';
 import { Stream, streamHandleOf } from '../../stream.js';
 
@@ -149,7 +150,7 @@ export function readResult(device: Device, src: DeviceArray, bytes: number, stre
   let host = staging.get(device);
   if (host === undefined || host.freed) {
     device.makeCurrent();
-    host = HostBuffer.allocate(16);
+    host = keep(HostBuffer.allocate(16)); // a cache of vram's: no `tidy` frees it
     staging.set(device, host);
   }
   const memory = src.buffer;
