@@ -531,7 +531,7 @@ describe('cli helpers', () => {
     assert.equal(parseSize('256MiB', 'x'), 256 << 20);
     assert.equal(parseSize('512M', 'x'), 512 << 20);
     assert.equal(parseSize('16G', 'x'), 16 * 1024 ** 3);
-    assert.equal(parseSize('16gb', 'x'), 16 * 1024 ** 3);
+    assert.throws(() => parseSize('16gb', 'x'), /'16gb' is ambiguous/);
     assert.equal(parseSize('2T', 'x'), 2 * 1024 ** 4);
     assert.equal(parseSize('1.5G', 'x'), 1.5 * 1024 ** 3);
     assert.equal(parseSize(' 4096 ', 'x'), 4096);
