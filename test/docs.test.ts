@@ -178,3 +178,17 @@ test('every *.ts path a comment names exists', () => {
   const stale = [...known].filter((f) => f.startsWith('src/')).flatMap((f) => stalePaths(f, readFileSync(path.join(repoRoot, f), 'utf8'), known));
   assert.deepEqual(stale, []);
 });
+
+test("the README's subpath table names every subpath package.json exports, and the install block @types/node", async () => {
+  const { readFileSync } = await import('node:fs');
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+  const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+  for (const subpath of Object.keys(pkg.exports).filter((k) => k !== '.')) {
+    const name = `vram/${subpath.slice(2)}`;
+    assert.match(readme, new RegExp(`^\\| \`${name}\` \\|`, 'm'), `${name} has a row in the subpath table`);
+  }
+  assert.match(readme, /npm install --save-dev typescript @types\/node/);
+  assert.match(readme, /"types": \["node"\]/);
+  assert.match(readme, /\(both from `vram\/resources`\): `withMemoryBudget/);
+});

@@ -1,6 +1,6 @@
 /** Replay: the RMM log parser, the replay engine, and the real traces through real stacks. */
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, it, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -478,6 +478,22 @@ async function replayCaptured(...args: string[]): Promise<{ code: number; stdout
     process.stderr.write = saved.stderr;
   }
 }
+
+test('vram replay --repeat 2 names the one later pass "pass 2", not "passes 2-2"', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-repeat-'));
+  try {
+    const trace = join(dir, 'two.csv');
+    writeFileSync(trace, log('0,0,allocate,0x1000,100,0', '0,1,free,0x1000,100,0'));
+    const two = await replayCaptured(trace, '-r', 'pool', '--repeat', '2');
+    assert.equal(two.code, 0, two.stderr);
+    assert.match(two.stdout, /the first, then pass 2 \(/);
+    assert.doesNotMatch(two.stdout, /passes 2-2/);
+    const three = await replayCaptured(trace, '-r', 'pool', '--repeat', '3');
+    assert.match(three.stdout, /the first, then passes 2-3 \(/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 /** A stack's outcome in `vram replay --json` (the fields these tests read). */
 interface JsonOutcome {

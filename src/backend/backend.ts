@@ -503,10 +503,19 @@ export interface KernelLimits {
  * back when the kernel returns: within one launch, a range inside one already asked for shares
  * its bytes, but two ranges that overlap otherwise are separate copies (written back in the order
  * asked for), so ask for each array's whole range once.
+ *
+ * `access` lets a kernel spare the copies it does not need: `'read'` promises the kernel writes
+ * none of the range (it is not written back), `'write'` that it writes every byte of it before
+ * reading any (it is not copied in: its bytes start unspecified, and after a kernel that throws it
+ * is not written back). The default, `'readwrite'`, is always right; a promise broken loses writes
+ * or reads garbage, on the emulated backend only. The bytes are valid until the kernel returns.
  */
 export interface EmulatedMemory {
-  bytes(ptr: Ptr, byteLength: number): Uint8Array;
+  bytes(ptr: Ptr, byteLength: number, access?: EmulatedAccess): Uint8Array;
 }
+
+/** What a kernel does with a range of emulated memory (`EmulatedMemory.bytes`). */
+export type EmulatedAccess = 'read' | 'write' | 'readwrite';
 
 /**
  * One launch as the emulated backend hands it to a kernel's JavaScript: the launch configuration

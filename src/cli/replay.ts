@@ -414,7 +414,8 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
       growth(first.growth?.streamJoins?.waits ?? NaN), growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
       formatBytes(first.peakReservedBytes), formatBytes(Math.max(...later.map((p) => p.peakReservedBytes)))];
   });
-  return [`passes (--repeat ${count}): the first, then passes 2-${count} (time per operation: their mean; growth: their sum)`,
+  const later = count === 2 ? 'pass 2' : `passes 2-${count}`;
+  return [`passes (--repeat ${count}): the first, then ${later} (time per operation: their mean; growth: their sum)`,
     formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')])];
 }
 

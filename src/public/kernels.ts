@@ -14,7 +14,7 @@ export type { SuggestedBlockSize } from '../kernels/occupancy.js';
 export { threadCount } from '../kernels/emulated-kernel.js';
 // A kernel's emulated twin is written against these (Module.compile's `emulated` option).
 export type {
-  EmulatedKernels, EmulatedKernel, EmulatedLaunch, EmulatedMemory, FunctionAttributes, KernelLimits, ParamType, ScalarParam,
+  EmulatedAccess, EmulatedKernels, EmulatedKernel, EmulatedLaunch, EmulatedMemory, FunctionAttributes, KernelLimits, ParamType, ScalarParam,
   KernelParams, ParamSlot, ModuleImage,
 } from '../backend/backend.js';
 export { kernelCacheDirectory } from '../kernels/compile-cache.js';
