@@ -7,8 +7,10 @@
  * allocator needs: devices, streams, buffers, arrays, the current resource, its statistics and the
  * errors. The rest lives in subpaths, one file each under src/public/ (see package.json "exports"):
  * `vram/resources`, `vram/buffers`, `vram/arrays`, `vram/kernels`, `vram/interop`, `vram/observe`,
- * `vram/replay` and `vram/backend`. test/exports.test.ts lists the root's names, so adding one here is
- * a visible decision: keep it to what the first page of the README uses.
+ * `vram/replay`, `vram/backend`, `vram/nccl` and `vram/graphs`. test/exports.test.ts lists the root's
+ * names, so adding one here is a visible decision: keep it to what the first page of the README uses.
+ *
+ * @module vram
  */
 
 // Which backend runs (its name, why `auto` fell back); the Backend interface itself is `vram/backend`.

@@ -9,7 +9,8 @@
  * `stripInternal`, so `@internal` members are not public), collects every type reference in their
  * public and protected members (protected: the API of a subclass, e.g. a custom `MemoryResource`),
  * follows each reference that resolves to a declaration in vram's own sources (transitively, through
- * the unexported ones too), and fails naming every one that no entry point exports.
+ * the unexported ones too), and fails naming every one that no entry point exports. The API reference
+ * (typedoc.json) lists the same entry points, each titled by its `@module` tag as it is imported.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -273,5 +274,17 @@ test('each entry point\'s JavaScript module exports the values its declarations 
       .filter((s) => (resolveAlias(checker, s).flags & ts.SymbolFlags.Value) !== 0).map((s) => s.name).sort();
     const loaded = Object.keys((await import(pathToFileURL(entry.module).href)) as object).sort();
     assert.deepEqual(loaded, values, `${entry.specifier}: runtime exports differ from its declarations`);
+  }
+});
+
+test('the API reference (typedoc.json) documents every entry point, each under the name it is imported by', () => {
+  const root = path.resolve(distSrc, '../..');
+  const { config, error } = ts.parseConfigFileTextToJson('typedoc.json', readFileSync(path.join(root, 'typedoc.json'), 'utf8'));
+  assert.equal(error, undefined, 'typedoc.json does not parse');
+  const sources = entries.map((e) => path.relative(root, e.declarations).replace(/^dist\//, '').replace(/\.d\.ts$/, '.ts'));
+  assert.deepEqual([...(config as { entryPoints: string[] }).entryPoints].sort(), [...sources].sort(), 'typedoc.json entryPoints differ from package.json "exports"');
+  for (const [i, entry] of entries.entries()) {
+    const tag = /@module (\S+)/.exec(readFileSync(path.join(root, sources[i]!), 'utf8'));
+    assert.equal(tag?.[1], entry.specifier, `${sources[i]}: its header's @module names the page of ${entry.specifier}`);
   }
 });

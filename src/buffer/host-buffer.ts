@@ -161,10 +161,10 @@ export class HostBuffer extends Allocation {
   }
 
   /**
-   * Allocates `bytes` of pinned memory: cuMemHostAlloc with the given flags, or from
+   * Allocates `size` bytes of pinned memory: cuMemHostAlloc with the given flags, or from
    * `options.resource` (a PinnedHostResource or PinnedHostPool) on `options.stream`.
    *
-   * @param bytes A positive whole number.
+   * @param size Bytes: a whole number, or a size like `'512M'` (binary units, as the CLI reads them).
    * @param options Flags, or a resource; the stream it is allocated and freed on.
    * @returns The buffer; free it with `free()` or `using`.
    * @throws {TypeError | RangeError} For a bad size, flag, resource or stream.

@@ -6,6 +6,8 @@
  * (`setBackend(new EmulatedBackend({ capacityBytes }))`), code that needs a driver primitive the classes
  * do not cover (`getBackend().memGetInfo()`, pointer attributes, pool attributes), and a library
  * that hands vram's handles to its own FFI. An array or allocator user needs none of it.
+ *
+ * @module vram/backend
  */
 export { getBackend, setBackend, backendFallbackReason } from '../backend/select.js';
 export { EmulatedBackend } from '../backend/emulated.js';

@@ -5,6 +5,8 @@
  * `endCapture()`, or `captureGraph`) and launch it again for the cost of one call; the
  * capture-private pool (`GraphPool`) that captures allocate from; the errors of what cannot be
  * captured and of updates.
+ *
+ * @module vram/graphs
  */
 export { Graph, GraphExec } from '../graph/graph.js';
 export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/graph.js';

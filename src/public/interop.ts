@@ -6,6 +6,8 @@
  * (`Stream.fromHandle`'s options, and `watchStreamDestroy` for libraries that cache per-stream state),
  * IPC handles (of any default-allocator memory, and PyTorch's share tuples both ways), pools shared
  * over file descriptors, and `place()`.
+ *
+ * @module vram/interop
  */
 export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from '../interop/cuda-array-interface.js';
 export type {

@@ -4,6 +4,8 @@
  * `vram/kernels`: CUDA C++ compiled at run time (NVRTC, a disk cache) or loaded, checked launches,
  * the JavaScript twins a kernel runs as on the emulated backend, and the built-in array operations
  * beyond the few the root keeps (`arange`, `astype`, `fill`, `sum`).
+ *
+ * @module vram/kernels
  */
 export { Module, CompileError, NvrtcUnavailableError, compileStatistics, nvrtcAvailable } from '../kernels/module.js';
 export type { CompileOptions, LoadOptions, CompileStatistics } from '../kernels/module.js';

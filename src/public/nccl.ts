@@ -6,6 +6,8 @@
  * reduce-scatter, broadcast, send and receive on `DeviceArray`s and device buffers, `group` for
  * grouped calls, and user-buffer registration. On the emulated backend the same API runs between
  * processes of one machine.
+ *
+ * @module vram/nccl
  */
 export { Communicator, Registration, group, ncclVersion } from '../collective/communicator.js';
 export type {

@@ -3,6 +3,8 @@
 /**
  * `vram/observe`: watching memory over time. The memory history, snapshots and their format, the
  * out-of-memory observer, and leak statistics (`memoryStats`, the figures of now, is in the root).
+ *
+ * @module vram/observe
  */
 export { recordMemoryHistory, memoryHistory, MemoryHistory } from '../observe/history.js';
 export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from '../observe/history.js';

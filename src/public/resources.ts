@@ -5,6 +5,8 @@
  * the named default-resource catalogue. A user who keeps the default allocator needs none of it;
  * one who builds a stack (`new StatisticsAdaptor(new PoolResource())`) or writes a resource does.
  * `MemoryResource` itself is in the root (`getCurrentResource()` returns one).
+ *
+ * @module vram/resources
  */
 export { defaultStream } from '../resource/resource.js';
 export type { ReservingResource, MemoryKind, MemoryFigures, ResourceJSON } from '../resource/resource.js';
