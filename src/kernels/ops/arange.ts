@@ -54,7 +54,7 @@ function readArguments(args: readonly unknown[]): { range: unknown; dtype: unkno
   const dtypeSecond = typeof second === 'string' || (second !== null && typeof second === 'object' && 'byteSize' in second);
   if (typeof args[0] !== 'number' || dtypeSecond || (args.length === 3 && second === undefined)) {
     // The range form: arange(range, dtype?, options?).
-    const options = readOptions('arange', args[2] ?? {}, { resource: true, stream: true, device: true, spillable: true });
+    const options = readOptions('arange', args[2] as DeviceArrayOptions | undefined, { resource: true, stream: true, device: true, spillable: true });
     return { range: args[0], dtype: second ?? defaultDType, options };
   }
   let count = 0;
@@ -62,7 +62,7 @@ function readArguments(args: readonly unknown[]): { range: unknown; dtype: unkno
   if (args.length > count + 1) {
     throw new TypeError(`arange: takes stop, start and stop, or start, stop and step, then the options; got ${args.length} arguments`);
   }
-  const given: ArangeOptions = readOptions('arange', args[count] ?? {}, { dtype: true, resource: true, stream: true, device: true, spillable: true });
+  const given: ArangeOptions = readOptions('arange', args[count] as ArangeOptions | undefined, { dtype: true, resource: true, stream: true, device: true, spillable: true });
   const { dtype = defaultDType, ...options } = given;
   return { range: count === 1 ? args[0] : args.slice(0, count), dtype, options };
 }
