@@ -7,10 +7,10 @@
  * grouped calls, and user-buffer registration. On the emulated backend the same API runs between
  * processes of one machine.
  */
-export { Communicator, Registration, group, ncclVersion } from '../collective/communicator.js';
+export { Communicator, Registration, group, ncclVersion } from '../nccl/communicator.js';
 export type {
   CollectiveMemory, CommunicatorOptions, CollectiveOptions, ReduceOptions, BroadcastOptions, ReduceOp,
-} from '../collective/communicator.js';
-export { UniqueId } from '../collective/unique-id.js';
+} from '../nccl/communicator.js';
+export { UniqueId } from '../nccl/unique-id.js';
 export { NcclError } from '../errors.js';
 export { NcclUnavailableError } from '../cuda/nccl-library.js';

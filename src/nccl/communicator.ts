@@ -2,8 +2,8 @@
  * `Communicator`: one rank of an NCCL communicator, with its collectives on `DeviceArray`s and
  * device buffers, queued on vram streams. On the cuda backend every call goes to NCCL
  * (src/cuda/nccl.ts); on the emulated backend the same API runs between processes of one machine
- * (src/collective/emulated-channel.ts), with NCCL's semantics: the same layouts, the same pairing
- * of sends and receives inside `group`, the same reductions (src/collective/host-reduce.ts).
+ * (src/nccl/emulated-channel.ts), with NCCL's semantics: the same layouts, the same pairing
+ * of sends and receives inside `group`, the same reductions (src/nccl/host-reduce.ts).
  *
  * Every argument is checked before any NCCL call, so a refused call queues nothing.
  */
