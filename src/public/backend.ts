@@ -14,3 +14,4 @@ export type {
   Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory, MemLocation,
 } from '../backend/backend.js';
 export { MemPoolAttribute } from '../backend/backend.js';
+export type { CollectiveDataType, CollectiveTransport, HostReduce, TransportComm, TransportOptions } from '../backend/collectives.js';

@@ -9,8 +9,9 @@
  */
 export { Communicator, Registration, group, ncclVersion } from '../nccl/communicator.js';
 export type {
-  CollectiveMemory, CommunicatorOptions, CollectiveOptions, ReduceOptions, BroadcastOptions, ReduceOp,
+  CollectiveMemory, CommunicatorOptions, CollectiveOptions, CollectiveReduceOptions, BroadcastOptions,
 } from '../nccl/communicator.js';
+export type { CollectiveReduceOp } from '../backend/collectives.js';
 export { UniqueId } from '../nccl/unique-id.js';
 export { NcclError } from '../errors.js';
 export { NcclUnavailableError } from '../cuda/nccl-library.js';

@@ -18,7 +18,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmdirSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { NcclError } from '../errors.js';
+import { NcclError } from '../../errors.js';
 
 /** ncclResult_t codes the emulation raises. */
 const INVALID_USAGE = 5;
@@ -75,7 +75,7 @@ function sleep(ms: number): void {
 }
 
 /** One rank's end of an emulated communicator. */
-export class EmulatedChannel {
+export class CollectiveChannel {
   /** The rendezvous folder. */
   readonly dir: string;
   /** How many collectives this rank has called. */
