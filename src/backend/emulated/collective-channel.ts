@@ -1,5 +1,5 @@
 /**
- * The emulated backend's stand-in for NCCL's transport: the ranks of one communicator are
+ * The rendezvous under the emulated backend's collectives (collective-calls.ts): the ranks of one communicator are
  * processes of one machine that meet in a folder named by the unique id (under the system's
  * temporary folder), and exchange whole payloads as files there. A file appears by rename, so a
  * reader never sees half of one. Every call blocks the calling thread until its peers' files are
