@@ -6,7 +6,8 @@
  * `Context.create(device)`; while it is the device's selected context (after `makeCurrent()`, until
  * it is destroyed or the primary is selected again), every vram operation on that device runs in it.
  */
-import { ContextFlags, type Backend, type DeviceInfo, type Handle, type MemInfo } from './backend/backend.js';
+import { ContextFlags, FuncCache, type Backend, type DeviceInfo, type Handle, type MemInfo } from './backend/backend.js';
+import { DEVICE_ATTRIBUTES, type DeviceAttributeName } from './cuda/device-attributes.js';
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
@@ -90,6 +91,99 @@ export class Device {
     if (device instanceof Device) return device;
     if (typeof device === 'number') return Device.get(device);
     throw new TypeError(`device must be a Device or an ordinal, got ${typeof device}`);
+  }
+
+  /**
+   * The device at a PCI bus id (cuDeviceGetByPCIBusId), as `nvidia-smi` and `info.pciBusId` write
+   * it: `[domain]:[bus]:[device].[function]`, `[domain]:[bus]:[device]` or `[bus]:[device].[function]`,
+   * hexadecimal.
+   * @param busId E.g. `'0000:3b:00.0'`.
+   * @returns The same Device object `Device.get` gives for its ordinal.
+   * @throws {TypeError} When `busId` is not a string.
+   * @throws {RangeError} When it is not of one of those forms.
+   * @throws {CudaError} When no device is at that address (CUDA_ERROR_INVALID_DEVICE).
+   * @example
+   * ```ts
+   * const device = Device.fromPciBusId('0000:3b:00.0');
+   * ```
+   */
+  static fromPciBusId(busId: string): Device {
+    if (typeof busId !== 'string') throw new TypeError(`busId must be a string, got ${typeof busId}`);
+    if (!/^(?:[0-9a-f]{1,8}:[0-9a-f]{1,2}:[0-9a-f]{1,2}(?:\.[0-7])?|[0-9a-f]{1,2}:[0-9a-f]{1,2}\.[0-7])$/i.test(busId)) {
+      throw new RangeError(`busId must be [domain]:[bus]:[device].[function] in hexadecimal (like '0000:3b:00.0'), got '${busId}'`);
+    }
+    return Device.get(getBackend().deviceGetByPciBusId(busId));
+  }
+
+  /**
+   * Any CUdevice_attribute of the device (cuDeviceGetAttribute), by its name: the enum's suffix
+   * in camelCase (`CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID` is `'hostNumaId'`). `info` holds the ones a
+   * memory library reads often; this reads every other.
+   * @param name The attribute (`DeviceAttributeName`).
+   * @returns The driver's value (flags are 0 or 1).
+   * @throws {TypeError} When `name` is not a string.
+   * @throws {RangeError} When it names no attribute.
+   * @throws {CudaError} When the driver refuses (an attribute newer than the driver).
+   * @example
+   * ```ts
+   * Device.get(0).attribute('maxSharedMemoryPerBlockOptin'); // 232448 on an H100
+   * ```
+   */
+  attribute(name: DeviceAttributeName): number {
+    if (typeof name !== 'string') throw new TypeError(`attribute name must be a string, got ${typeof name}`);
+    if (!Object.hasOwn(DEVICE_ATTRIBUTES, name)) {
+      throw new RangeError(`'${name}' is not a device attribute (the CU_DEVICE_ATTRIBUTE_ suffix in camelCase, like 'hostNumaId')`);
+    }
+    return this.backend.deviceGetAttribute(this.ordinal, DEVICE_ATTRIBUTES[name]);
+  }
+
+  /**
+   * The pool `cuMemAllocAsync` (cudaMallocAsync) on this device allocates from: its default pool
+   * unless `setMemPool` chose another (cuDeviceGetMemPool).
+   * @returns The CUmemoryPool handle.
+   * @throws {CudaError} When the driver refuses (no stream-ordered pools).
+   * @example
+   * ```ts
+   * device.memPool === device.defaultMemPool; // until setMemPool
+   * ```
+   */
+  get memPool(): Handle {
+    return this.backend.deviceGetMemPool(this.ordinal);
+  }
+
+  /**
+   * The device's default pool (cuDeviceGetDefaultMemPool): the one current until `setMemPool`, and
+   * again after the pool set is destroyed; it cannot be destroyed.
+   * @returns The CUmemoryPool handle.
+   * @throws {CudaError} When the driver refuses (no stream-ordered pools).
+   * @example
+   * ```ts
+   * const pool = device.defaultMemPool;
+   * ```
+   */
+  get defaultMemPool(): Handle {
+    return this.backend.deviceGetDefaultMemPool(this.ordinal);
+  }
+
+  /**
+   * Makes `pool` the one `cuMemAllocAsync` on this device uses (cuDeviceSetMemPool; cudaDeviceSetMemPool).
+   * Destroying that pool makes the default pool current again (the driver's rule).
+   * @param pool A pool of this device: an `AsyncResource` (anything with its `pool` handle) or a handle.
+   * @throws {TypeError} When `pool` is neither.
+   * @throws {CudaError} When the driver refuses (a pool of another device: CUDA_ERROR_INVALID_VALUE).
+   * @example
+   * ```ts
+   * using mr = new AsyncResource({ pool: { maxSize: '1G' } });
+   * device.setMemPool(mr); // other libraries' cudaMallocAsync on this device now use it
+   * ```
+   */
+  setMemPool(pool: Handle | { readonly pool: Handle }): void {
+    const handle = typeof pool === 'number' ? pool : pool !== null && typeof pool === 'object' ? pool.pool : undefined;
+    if (typeof handle !== 'number' || !Number.isSafeInteger(handle) || handle <= 0) {
+      throw new TypeError('setMemPool expects an AsyncResource (anything with a pool handle) or a pool handle');
+    }
+    this.makeCurrent();
+    this.backend.deviceSetMemPool(this.ordinal, handle);
   }
 
   /** Name, memory, compute capability and the attributes a memory library needs. */
@@ -281,6 +375,38 @@ export interface ContextOptions {
   readonly schedule?: ContextSchedule;
   /** Allow mapped pinned host memory in this context (CU_CTX_MAP_HOST). Default false. */
   readonly mapHost?: boolean;
+  /**
+   * Keep local memory at the largest size a launch needed instead of shrinking it after the
+   * launch (CU_CTX_LMEM_RESIZE_TO_MAX). Default false.
+   */
+  readonly lmemResizeToMax?: boolean;
+}
+
+/** The preferred split of on-chip memory between L1 cache and shared memory (CUfunc_cache). */
+export type CacheConfig = 'prefer-none' | 'prefer-shared' | 'prefer-l1' | 'prefer-equal';
+
+const cacheConfigs: Readonly<Record<CacheConfig, number>> = {
+  'prefer-none': FuncCache.PREFER_NONE,
+  'prefer-shared': FuncCache.PREFER_SHARED,
+  'prefer-l1': FuncCache.PREFER_L1,
+  'prefer-equal': FuncCache.PREFER_EQUAL,
+};
+
+/**
+ * The CUfunc_cache value of a cache configuration, checked (contexts and kernels share it).
+ * @param config One of `CacheConfig`.
+ * @returns The driver's value.
+ * @throws {RangeError} For anything else.
+ * @example
+ * ```ts
+ * cacheConfigValue('prefer-l1'); // 2
+ * ```
+ */
+export function cacheConfigValue(config: CacheConfig): number {
+  if (typeof config !== 'string' || !Object.hasOwn(cacheConfigs, config)) {
+    throw new RangeError(`cache configuration must be 'prefer-none', 'prefer-shared', 'prefer-l1' or 'prefer-equal', got '${String(config)}'`);
+  }
+  return cacheConfigs[config];
 }
 
 const scheduleFlags: Readonly<Record<ContextSchedule, number>> = {
@@ -289,6 +415,59 @@ const scheduleFlags: Readonly<Record<ContextSchedule, number>> = {
   yield: ContextFlags.SCHED_YIELD,
   'blocking-sync': ContextFlags.SCHED_BLOCKING_SYNC,
 };
+
+/**
+ * A context pushed with `ctx.push()`: `pop()` (or the end of a `using` scope) takes it off the
+ * calling thread's context stack again, and the device goes back to the context vram used before.
+ * @example
+ * ```ts
+ * { using _pushed = ctx.push(); work(); } // popped here
+ * ```
+ */
+export interface PushedContext {
+  /** The context that was pushed. */
+  readonly context: Context;
+  /** True once popped. */
+  readonly popped: boolean;
+  /** Pops it (cuCtxPopCurrent); it must be the last context pushed and not popped. */
+  pop(): void;
+  /** `using`: pops it unless already popped. */
+  [Symbol.dispose](): void;
+}
+
+/** The contexts pushed with `push()` and not popped yet, most recent last, with the selection each replaced. */
+const pushed: { readonly scope: PushedScope; readonly previous: Context | undefined }[] = [];
+
+class PushedScope implements PushedContext {
+  #popped = false;
+
+  constructor(readonly context: Context) {}
+
+  get popped(): boolean {
+    return this.#popped;
+  }
+
+  pop(): void {
+    if (this.#popped) throw new VramStateError(`${String(this.context)} was already popped`);
+    const top = pushed[pushed.length - 1];
+    if (top?.scope !== this) {
+      throw new VramStateError(`${String(this.context)} is not the last context pushed: pop contexts in the reverse order of their push`);
+    }
+    pushed.pop();
+    this.#popped = true;
+    const { device } = this.context;
+    const backend = device.backend;
+    // vram's own calls replace the top of the stack (cuCtxSetCurrent); put this one back on top
+    // so that the pop takes off what push put on.
+    if (!this.context.destroyed) backend.contextSetCurrent(this.context.handle);
+    backend.contextPopCurrent();
+    device.select(top.previous?.destroyed === true ? undefined : top.previous);
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#popped) this.pop();
+  }
+}
 
 /**
  * An explicit CUDA context. Most programs never need one: the primary context is shared with
@@ -311,6 +490,8 @@ export class Context {
     readonly isPrimary: boolean,
     /** The CUctx_flags it was created with (0 for the primary context as seen here). */
     readonly flags: number,
+    /** True for a context made elsewhere and adopted with `fromHandle`: vram never destroys it. */
+    readonly borrowed = false,
   ) {}
 
   /**
@@ -326,17 +507,43 @@ export class Context {
    */
   static create(device: Device, options: ContextOptions = {}): Context {
     checkDevice(device, 'device');
-    options = readOptions('Context.create', options, { schedule: true, mapHost: true });
-    const schedule = options.schedule ?? 'auto';
-    if (!Object.hasOwn(scheduleFlags, schedule)) {
-      throw new RangeError(`schedule must be 'auto', 'spin', 'yield' or 'blocking-sync', got '${String(schedule)}'`);
-    }
-    const flags = scheduleFlags[schedule] | (options.mapHost === true ? ContextFlags.MAP_HOST : 0);
+    const flags = contextFlags('Context.create', options);
     const handle = device.backend.contextCreate(device.ordinal, flags);
     const ctx = new Context(device, handle, false, flags);
     device.backend.contextSetCurrent(handle);
     device.select(ctx);
     return ctx;
+  }
+
+  /**
+   * PyCUDA's `make_default_context`: a context on the first device, in ordinal order, that
+   * accepts one (a device in exclusive-process mode held by another process, or one that is
+   * unavailable, refuses), created as `Context.create` does.
+   * @param options As for `Context.create`.
+   * @returns The new context, selected for its device.
+   * @throws {TypeError | RangeError} For bad options (before any device is tried).
+   * @throws {VramStateError} When no device accepts a context (the last refusal as its cause).
+   * @example
+   * ```ts
+   * using ctx = Context.makeDefault();
+   * console.log(ctx.device.ordinal);
+   * ```
+   */
+  static makeDefault(options: ContextOptions = {}): Context {
+    // Read once (a snapshot), checked before any device is tried.
+    options = readOptions('Context.makeDefault', options, CONTEXT_OPTIONS);
+    contextFlags('Context.makeDefault', options);
+    const count = Device.count();
+    let last: unknown;
+    for (let ordinal = 0; ordinal < count; ordinal++) {
+      try {
+        return Context.create(Device.get(ordinal), options);
+      } catch (error) {
+        if (!(error instanceof CudaError)) throw error;
+        last = error;
+      }
+    }
+    throw new VramStateError(`no device accepted a context (${count} tried)`, { cause: last });
   }
 
   /**
@@ -350,6 +557,70 @@ export class Context {
   static primary(device: Device = Device.get(0)): Context {
     checkDevice(device, 'device');
     return new Context(device, device.context, true, 0);
+  }
+
+  /**
+   * Adopts a context made elsewhere (another library's CUcontext, as Accelerate's
+   * `createTargetFromContext` does): usable wherever a Context is (`makeCurrent`, `push`), borrowed,
+   * so vram never destroys it (`destroy()` refuses; `using` leaves it).
+   * @param handle The CUcontext, as a number.
+   * @returns A borrowed Context on the context's device (`isPrimary` when it is that device's primary context).
+   * @throws {TypeError} When `handle` is not a positive whole number.
+   * @throws {CudaError} When the driver does not know the context (CUDA_ERROR_INVALID_CONTEXT).
+   * @example
+   * ```ts
+   * const ctx = Context.fromHandle(otherLibrary.contextHandle());
+   * ctx.makeCurrent();
+   * ```
+   */
+  static fromHandle(handle: Handle): Context {
+    if (typeof handle !== 'number' || !Number.isSafeInteger(handle) || handle <= 0) {
+      throw new TypeError(`a context handle must be a positive whole number, got ${String(handle)}`);
+    }
+    const { ordinal, flags } = getBackend().contextInfo(handle);
+    const device = Device.get(ordinal);
+    return new Context(device, handle, handle === device.context, flags, true);
+  }
+
+  /**
+   * The calling thread's current context (cuCtxGetCurrent): the one vram selected, the one last
+   * pushed, or one another library made current (adopted as with `fromHandle`).
+   * @returns The context, or undefined when none is current.
+   * @throws {CudaError} When the driver cannot say.
+   * @example
+   * ```ts
+   * Context.current?.device.ordinal;
+   * ```
+   */
+  static get current(): Context | undefined {
+    const handle = getBackend().contextGetCurrent();
+    if (handle === 0) return undefined;
+    for (let i = pushed.length - 1; i >= 0; i--) {
+      const ctx = pushed[i]!.scope.context;
+      if (!ctx.destroyed && ctx.ctx === handle) return ctx;
+    }
+    const { ordinal, flags } = getBackend().contextInfo(handle);
+    const device = Device.get(ordinal);
+    const selected = device.selectedContext;
+    if (selected !== undefined && !selected.destroyed && selected.ctx === handle) return selected;
+    return new Context(device, handle, handle === device.context, flags, true);
+  }
+
+  /**
+   * PyCUDA's `Context.pop()`: pops the context pushed last with `push()` and not popped yet.
+   * @returns That context.
+   * @throws {VramStateError} When no pushed context is left.
+   * @example
+   * ```ts
+   * ctx.push();
+   * Context.pop() === ctx; // true
+   * ```
+   */
+  static pop(): Context {
+    const top = pushed[pushed.length - 1];
+    if (top === undefined) throw new VramStateError('no context pushed with push() is left to pop');
+    top.scope.pop();
+    return top.scope.context;
   }
 
   /** The driver's handle (CUcontext). */
@@ -389,9 +660,68 @@ export class Context {
   }
 
   /**
+   * Pushes this context on the calling thread's context stack (cuCtxPushCurrent, PyCUDA's
+   * `ctx.push()`) and selects it for its device until it is popped: `pop()` on what this returns,
+   * `Context.pop()`, or the end of a `using` scope, which pops what it pushed.
+   * @returns The pushed context's scope.
+   * @throws {UseAfterFreeError} When the context was destroyed.
+   * @example
+   * ```ts
+   * {
+   *   using _pushed = ctx.push();
+   *   DeviceBuffer.allocate(1024); // in ctx
+   * } // popped: the device's previous context is used again
+   * ```
+   */
+  push(): PushedContext {
+    const handle = this.handle;
+    const previous = this.device.selectedContext;
+    this.device.backend.contextPushCurrent(handle);
+    this.device.select(this.isPrimary ? undefined : this);
+    const scope = new PushedScope(this);
+    pushed.push({ scope, previous });
+    return scope;
+  }
+
+  /**
+   * Sets the context's preferred split between L1 cache and shared memory (cuCtxSetCacheConfig),
+   * for kernels with no preference of their own (`kernel.setCacheConfig`). A preference: the
+   * driver may choose otherwise, and devices with a fixed split ignore it.
+   * @param config `'prefer-none'` (the default), `'prefer-shared'`, `'prefer-l1'` or `'prefer-equal'`.
+   * @throws {RangeError} For another value.
+   * @throws {UseAfterFreeError} When the context was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * ctx.setCacheConfig('prefer-l1'); // Chroma's create_cuda_context
+   * ```
+   */
+  setCacheConfig(config: CacheConfig): void {
+    const value = cacheConfigValue(config);
+    this.inside(() => this.device.backend.contextSetCacheConfig(value));
+  }
+
+  /**
+   * The context's cache preference (cuCtxGetCacheConfig).
+   * @returns One of `CacheConfig`.
+   * @throws {UseAfterFreeError} When the context was destroyed.
+   * @example
+   * ```ts
+   * ctx.cacheConfig; // 'prefer-none' until setCacheConfig
+   * ```
+   */
+  get cacheConfig(): CacheConfig {
+    const value = this.inside(() => this.device.backend.contextGetCacheConfig());
+    const name = (Object.keys(cacheConfigs) as CacheConfig[]).find((key) => cacheConfigs[key] === value);
+    if (name === undefined) throw new VramStateError(`the driver answered an unknown cache configuration ${value}`);
+    return name;
+  }
+
+  /**
    * Destroys the context and every allocation, stream and event made in it; the device goes back
-   * to its primary context. The primary context cannot be destroyed (it is shared).
-   * @throws {VramStateError} When it is the primary context.
+   * to its primary context. The primary context cannot be destroyed (it is shared), nor can a
+   * borrowed one (its owner destroys it).
+   * @throws {VramStateError} When it is the primary context or borrowed.
    * @throws {UseAfterFreeError} When it was already destroyed.
    * @example
    * ```ts
@@ -401,16 +731,58 @@ export class Context {
    */
   destroy(): void {
     if (this.isPrimary) throw new VramStateError('the primary context is shared and cannot be destroyed');
+    if (this.borrowed) throw new VramStateError('the context is borrowed (Context.fromHandle): its owner destroys it, never vram');
     if (this.#destroyed) throw new UseAfterFreeError('the context was already destroyed');
     this.#destroyed = true;
     if (this.device.selectedContext === this) this.device.select(undefined);
     this.device.backend.contextDestroy(this.ctx);
   }
 
-  /** `using ctx = Context.create(...)` destroys it at the end of the scope. */
+  /** `using ctx = Context.create(...)` destroys it at the end of the scope (a primary or borrowed one stays). */
   [Symbol.dispose](): void {
-    if (!this.#destroyed && !this.isPrimary) this.destroy();
+    if (!this.#destroyed && !this.isPrimary && !this.borrowed) this.destroy();
   }
+
+  /**
+   * One line for logs.
+   * @returns E.g. `Context(0x5a1, device 0, primary)`.
+   * @throws Never.
+   * @example
+   * ```ts
+   * String(Context.primary()); // 'Context(0x..., device 0, primary)'
+   * ```
+   */
+  toString(): string {
+    const kind = this.isPrimary ? ', primary' : this.borrowed ? ', borrowed' : '';
+    return `Context(0x${this.ctx.toString(16)}, device ${this.device.ordinal}${kind}${this.#destroyed ? ', destroyed' : ''})`;
+  }
+
+  /** Runs `fn` with this context pushed (and pops it again), leaving vram's selection alone. */
+  private inside<T>(fn: () => T): T {
+    const backend = this.device.backend;
+    backend.contextPushCurrent(this.handle);
+    try {
+      return fn();
+    } finally {
+      backend.contextPopCurrent();
+    }
+  }
+}
+
+const CONTEXT_OPTIONS = { schedule: true, mapHost: true, lmemResizeToMax: true } as const;
+
+/** The CUctx_flags of `options`, checked. */
+function contextFlags(what: string, options: ContextOptions): number {
+  options = readOptions(what, options, CONTEXT_OPTIONS);
+  const schedule = options.schedule ?? 'auto';
+  if (!Object.hasOwn(scheduleFlags, schedule)) {
+    throw new RangeError(`schedule must be 'auto', 'spin', 'yield' or 'blocking-sync', got '${String(schedule)}'`);
+  }
+  for (const key of ['mapHost', 'lmemResizeToMax'] as const) {
+    if (options[key] !== undefined && typeof options[key] !== 'boolean') throw new TypeError(`${key} must be a boolean, got ${typeof options[key]}`);
+  }
+  return scheduleFlags[schedule] | (options.mapHost === true ? ContextFlags.MAP_HOST : 0)
+    | (options.lmemResizeToMax === true ? ContextFlags.LMEM_RESIZE_TO_MAX : 0);
 }
 
 /**

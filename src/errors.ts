@@ -185,7 +185,7 @@ export interface OutOfMemoryDetails {
  * Where the driver did fail, its `CudaError` (CUDA_ERROR_OUT_OF_MEMORY) is the `cause`. When the
  * error reaches the program, the message also names the largest live allocation sites (where the
  * memory history records stacks, or a TrackingAdaptor captures them) and the fragmentation of the
- * sub-allocator below (largest free block against free bytes): `memory/out-of-memory-observer.ts`.
+ * sub-allocator below (largest free block against free bytes): `observe/out-of-memory-observer.ts`.
  *
  * @example
  * ```ts
@@ -403,6 +403,17 @@ export class StreamCaptureError extends VramStateError {
     super(`${call} cannot run while a stream is being captured: ${why}`, options);
   }
 }
+
+/**
+ * A relaunch of an executable graph refused because an allocation its memory node made at the
+ * last launch, and that the graph does not free, is still live: the graph owns that memory until
+ * the program frees it (the driver answers CUDA_ERROR_INVALID_VALUE, the cause).
+ * @example
+ * ```ts
+ * try { exec.launch(stream); } catch (e) { if (e instanceof GraphMemoryLiveError) { out.free({ stream }); exec.launch(stream); } }
+ * ```
+ */
+export class GraphMemoryLiveError extends VramStateError {}
 
 /**
  * Why `GraphExec.update(graph)` could not take a graph's parameters (CUgraphExecUpdateResult):

@@ -37,7 +37,7 @@ export interface CaptureOptions {
 /** Options for `Stream.create`. */
 export interface StreamOptions {
   /** The device whose active context owns the stream (device 0 by default). */
-  readonly device?: Device;
+  readonly device?: Device | number;
   /** Do not synchronise with the legacy default stream (CU_STREAM_NON_BLOCKING). */
   readonly nonBlocking?: boolean;
   /**
@@ -178,7 +178,7 @@ function endEvent(device: Device, raw: Handle): number {
 /** Options for `Stream.fromHandle`. */
 export interface BorrowedStreamOptions {
   /** The device whose context the stream belongs to (device 0 by default). */
-  readonly device?: Device;
+  readonly device?: Device | number;
 }
 
 /**
@@ -471,10 +471,11 @@ export class Stream implements StreamRef {
     } catch (error) {
       endSession(session);
       session.pool?.release();
+      session.holds.release();
       throw captureError(error, 'endCapture()');
     }
     endSession(session);
-    return new Graph(raw, this.device, session.pool);
+    return new Graph(raw, this.device, session.pool, session.holds);
   }
 
   /**
@@ -672,7 +673,7 @@ export class Stream implements StreamRef {
 /** Options for `Event.create`. */
 export interface EventOptions {
   /** The device whose active context owns the event (device 0 by default). */
-  readonly device?: Device;
+  readonly device?: Device | number;
   /** Record timestamps, so `elapsedSince` works (default true, as in CUDA). Off is cheaper. */
   readonly timing?: boolean;
   /** `synchronize()` blocks on an OS primitive instead of spinning (CU_EVENT_BLOCKING_SYNC). */

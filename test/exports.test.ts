@@ -204,7 +204,7 @@ const OLD_ROOT: readonly string[] = [
   'HostArrayViewOptions', 'HostBuffer', 'HostBufferOptions', 'HostData', 'HostInput', 'HostMemory',
   'HostRegisterOptions', 'HostTypedArray', 'ImportIpcOptions', 'ImportPointerOptions', 'ImportPoolOptions',
   'ImportedPool', 'InferableTypedArray', 'InferredDType', 'InputFileError', 'InvalidPointerError', 'IpcBuffer',
-  'IpcHandle', 'Kernel', 'KernelLimits', 'KernelParams', 'Lane', 'LaunchConfig', 'Layout', 'LeakListener',
+  'IpcHandle', 'JoinClock', 'Kernel', 'KernelLimits', 'KernelParams', 'Lane', 'LaunchConfig', 'Layout', 'LeakListener',
   'LeakRecord', 'LeakStatistics', 'LimitingAdaptor', 'LiveSite', 'LoadOptions', 'LogSink', 'LoggingAdaptor',
   'LoggingOptions', 'ManagedAdvice', 'ManagedAttach', 'ManagedBuffer', 'ManagedBufferOptions', 'ManagedResource',
   'ManagedResourceOptions', 'MapBlock', 'MapOptions', 'MapSegment', 'MapSite', 'MemInfo', 'MemLocation',

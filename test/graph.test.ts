@@ -10,7 +10,7 @@ import { HostAllocFlags, StreamWaitValueFlags } from '../src/backend/backend.js'
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { Device } from '../src/device.js';
-import { DoubleFreeError, GraphUpdateError, InvalidPointerError, StreamCaptureError, UseAfterFreeError } from '../src/errors.js';
+import { CudaError, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, InvalidPointerError, StreamCaptureError, UseAfterFreeError } from '../src/errors.js';
 import { captureGraph } from '../src/graph/capture.js';
 import { Module } from '../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../src/kernels/ops/elementwise.js';
@@ -319,6 +319,33 @@ test('AsyncResource allocations during capture become graph memory nodes', async
   assert.equal(graph.nodeCount, 3, 'an alloc node, a memset node and a free node');
   using exec = graph.instantiate();
   exec.launch(stream).launch(stream);
+  await stream.synchronized();
+});
+
+test('relaunching a graph whose memory node\'s allocation is still live is a GraphMemoryLiveError saying how to free it', async () => {
+  using stream = Stream.create();
+  using mr = new AsyncResource();
+  let out: DeviceBuffer | undefined;
+  using graph = captureGraph(stream, () => {
+    out = DeviceBuffer.allocate(1 << 16, { resource: mr, stream });
+    out.memset(7, { stream });
+  });
+  using exec = graph.instantiate();
+  assert.equal(exec.memoryNodes, 1);
+  exec.launch(stream);
+  assert.throws(() => exec.launch(stream), (e: unknown) => {
+    assert.ok(e instanceof GraphMemoryLiveError, String(e));
+    assert.match(e.message, /still owns/);
+    assert.match(e.message, /free\(/);
+    assert.ok(e.cause instanceof CudaError && e.cause.errorName === 'CUDA_ERROR_INVALID_VALUE');
+    return true;
+  });
+  // Freed after the launch, in stream order: the next launch is accepted.
+  const address = out!.ptr;
+  out!.free({ stream });
+  exec.launch(stream);
+  // That launch's allocation is at the same address; cuMemFreeAsync frees it as the message says.
+  stream.device.backend.memFreeAsync(address, stream.handle);
   await stream.synchronized();
 });
 

@@ -95,6 +95,31 @@ test('empty, zeros, emptyLike, zerosLike and from: flags, shapes, dtypes; no dev
   assertMemoryReturned(before + deviceBytes, deviceMemoryUsed(device), 'host arrays take no device memory');
 });
 
+test('order F: pagelocked_empty(shape, dtype, order=\'F\') is column-major; the _like forms keep the source\'s order', () => {
+  using f = HostArray.empty([2, 3], 'float32', { order: 'F' });
+  assert.deepEqual([...f.strides], [1, 2], 'the first index runs fastest');
+  assert.equal(f.isContiguous, false);
+  f.data.set([0, 10, 1, 11, 2, 12]); // memory order: column by column
+  assert.equal(f.data[f.elementIndex(1, 2)], 12);
+  using d = DeviceArray.empty([2, 3], 'float32');
+  d.copyFrom(f);
+  assert.deepEqual([...d.toHost()], [0, 1, 2, 10, 11, 12], 'copied by index into a row-major array');
+  using z = HostArray.zeros([4, 5], 'int32', { order: 'F' });
+  assert.deepEqual([...z.strides], [1, 4]);
+  assert.ok(z.data.every((v) => v === 0));
+  using kept = HostArray.emptyLike(f);
+  assert.deepEqual([...kept.strides], [1, 2], 'emptyLike keeps F');
+  using keptZeros = HostArray.zerosLike(f.transpose());
+  assert.deepEqual([...keptZeros.strides], [2, 1], 'the transpose of an F array is C, and zerosLike keeps that');
+  using asC = HostArray.emptyLike(f, { order: 'C' });
+  assert.deepEqual([...asC.strides], [3, 1]);
+  using c = HostArray.empty([2, 3]);
+  using likeC = HostArray.emptyLike(c, { order: 'F' });
+  assert.deepEqual([...likeC.strides], [1, 2]);
+  assert.throws(() => HostArray.empty([2, 3], 'float32', { order: 'A' as 'C' }), RangeError);
+  assert.throws(() => HostArray.emptyLike(c, { order: 'Z' as 'K' }), RangeError);
+});
+
 test('data is a zero-copy TypedArray of the dtype (components flat); strided arrays use view() and elementIndex', () => {
   using h = HostArray.empty([4, 5], 'float3');
   assert.ok(h.data instanceof Float32Array);

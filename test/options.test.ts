@@ -140,7 +140,8 @@ const REDUCE = ['stream', 'dtype', 'op'];
 
 const TABLE: readonly Entry[] = [
   // Devices, streams, events
-  { name: 'Context.create', keys: ['schedule', 'mapHost'], call: (o) => Context.create(device, o as never) },
+  { name: 'Context.create', keys: ['schedule', 'mapHost', 'lmemResizeToMax'], call: (o) => Context.create(device, o as never) },
+  { name: 'Context.makeDefault', keys: ['schedule', 'mapHost', 'lmemResizeToMax'], call: (o) => Context.makeDefault(o as never) },
   { name: 'Stream.create', keys: ['device', 'nonBlocking', 'priority'], call: (o) => Stream.create(o as never) },
   { name: 'Stream.fromHandle', keys: ['device'], call: (o) => Stream.fromHandle(0, o as never) },
   { name: 'Event.create', keys: ['device', 'timing', 'blockingSync', 'interprocess'], call: (o) => Event.create(o as never) },
@@ -204,10 +205,10 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceArray#toHostAsync', keys: ['stream'], call: (o) => a.toHostAsync(o as never) },
   { name: 'DeviceArray#copyFromAsync', keys: ['stream'], call: (o) => a.copyFromAsync(new Float32Array(4), o as never) },
   { name: 'DeviceArray#copyToAsync', keys: ['stream'], call: (o) => a.copyToAsync(new Float32Array(4), o as never) },
-  { name: 'HostArray.empty', keys: HOST_BUFFER, call: (o) => HostArray.empty([4], 'float32', o as never) },
-  { name: 'HostArray.zeros', keys: HOST_BUFFER, call: (o) => HostArray.zeros([4], 'float32', o as never) },
-  { name: 'HostArray.emptyLike', keys: HOST_BUFFER, call: (o) => HostArray.emptyLike(a, o as never) },
-  { name: 'HostArray.zerosLike', keys: HOST_BUFFER, call: (o) => HostArray.zerosLike(a, o as never) },
+  { name: 'HostArray.empty', keys: [...HOST_BUFFER, 'order'], call: (o) => HostArray.empty([4], 'float32', o as never) },
+  { name: 'HostArray.zeros', keys: [...HOST_BUFFER, 'order'], call: (o) => HostArray.zeros([4], 'float32', o as never) },
+  { name: 'HostArray.emptyLike', keys: [...HOST_BUFFER, 'order'], call: (o) => HostArray.emptyLike(a, o as never) },
+  { name: 'HostArray.zerosLike', keys: [...HOST_BUFFER, 'order'], call: (o) => HostArray.zerosLike(a, o as never) },
   { name: 'HostArray.from', keys: ['dtype', 'shape', ...HOST_BUFFER], call: (o) => HostArray.from(new Float32Array(9), o as never) },
   {
     name: 'HostArray.fromBuffer', keys: ['dtype', 'shape', 'strides', 'byteOffset'], base: { dtype: 'float32' },

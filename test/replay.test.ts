@@ -323,6 +323,54 @@ describe('replay of the real traces', () => {
   });
 });
 
+describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', () => {
+  for (const [name, original] of [['resnet50_train', 5081], ['bert_dynamic_infer', 16798]] as const) {
+    const base = readAllocationLog(`${traces}${name}.csv`);
+    for (const mode of ['same', 'cross'] as const) {
+      it(`${name}_4s_${mode}: the trace dealt round-robin over 4 streams, freed on ${mode === 'same' ? 'the allocating' : 'the next'} stream`, () => {
+        const dealt = readAllocationLog(`${traces}${name}_4s_${mode}.csv`);
+        assert.equal(dealt.summary.operations, original);
+        assert.equal(dealt.summary.peakLiveBytes, base.summary.peakLiveBytes, 'only the streams differ');
+        assert.deepEqual(dealt.summary.streams, [1, 2, 3, 4]);
+        const allocatedOn = new Map<number, number>();
+        let allocations = 0;
+        for (const e of dealt.events) {
+          if (e.action === 'allocate') {
+            assert.equal(e.stream, 1 + (allocations++ % 4), 'dealt in turn');
+            allocatedOn.set(e.slot, e.stream);
+          } else if (e.action === 'free') {
+            const on = allocatedOn.get(e.slot)!;
+            assert.equal(e.stream, mode === 'same' ? on : 1 + (on % 4));
+          }
+        }
+      });
+    }
+  }
+
+  it('replay reports each pass\'s stream joins (event records and waits) beside its driver calls', () => {
+    const cross = readAllocationLog(`${traces}resnet50_train_4s_cross.csv`);
+    const stack = createStack('pool', cross);
+    try {
+      const result = replay(cross, stack.resource, { repeat: 2, growth: stack.growth! });
+      const joins = result.passes.map((p) => p.growth!.streamJoins!);
+      assert.ok(joins[0]!.waits > 0, 'blocks freed on the next stream are taken back by a join');
+      assert.ok(joins.every((j) => j.records >= 0 && j.waits >= 0));
+      assert.ok(joins[1]!.waits > 0, 'a later pass\'s joins are its own (counted between its readings)');
+    } finally {
+      stack.close();
+    }
+    const single = readAllocationLog(`${traces}resnet50_train.csv`);
+    const one = createStack('pool', single);
+    try {
+      const result = replay(single, one.resource, { repeat: 2, growth: one.growth! });
+      // Its records are the host waits' before page moves (one-page extents), never a join's.
+      assert.deepEqual(result.passes.map((p) => p.growth!.streamJoins!.waits), [0, 0], 'one stream joins nothing');
+    } finally {
+      one.close();
+    }
+  });
+});
+
 describe('replay of a multi-stream trace', () => {
   // Three streams, and blocks freed on another stream than the one they were allocated on, in
   // sizes that reach the binning stack's bins and its pool, and the arena's small and large lists.

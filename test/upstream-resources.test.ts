@@ -12,7 +12,7 @@ import { getCurrentResource, setCurrentResource } from '../src/resource/current.
 import { createDefaultResource } from '../src/resource/default-resource.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import type { MemoryResource } from '../src/resource/resource.js';
-import { OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
+import { CudaError, OutOfMemoryError, UseAfterFreeError } from '../src/errors.js';
 import { assertMemoryReturned, deviceMemoryUsed, FREE_MEMORY_SLACK } from './helpers.js';
 
 const device = Device.get(0);
@@ -153,6 +153,51 @@ test('AsyncResource: a bounded pool runs out, and destroy ends its use', () => {
   assert.throws(() => new AsyncResource({ pool: { handleTypes: 'win32' as 'none' } }), RangeError);
   assert.throws(() => new AsyncResource({ pool: 'mine' as 'default' }), TypeError);
   assert.throws(() => new AsyncResource({ pool: { maxSize: -1 } }), RangeError);
+});
+
+test('AsyncResource: past its maxSize the out-of-memory reason is maximum, not device', () => {
+  using mr = new AsyncResource({ pool: { maxSize: 32 << 20 } });
+  assert.equal(mr.maxSize, 32 << 20);
+  const ptr = mr.allocate(24 << 20);
+  assert.throws(() => mr.allocate(16 << 20), (e: unknown) => {
+    assert.ok(e instanceof OutOfMemoryError);
+    assert.equal(e.reason, 'maximum');
+    assert.match(e.message, /AsyncResource/);
+    return true;
+  });
+  mr.deallocate(ptr, 24 << 20);
+  // Without a maximum, a request larger than the device is the device's refusal.
+  using unbounded = new AsyncResource({ pool: {} });
+  assert.equal(unbounded.maxSize, 0);
+  assert.throws(() => unbounded.allocate(device.memInfo().total * 2), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device');
+});
+
+test('the device\'s current pool: cuMemAllocAsync uses the pool set, the default pool cannot be destroyed, destroying the current pool makes the default current again', () => {
+  const backend = device.backend;
+  assert.equal(device.memPool, device.defaultMemPool);
+  const mr = new AsyncResource({ pool: {} });
+  using stream = Stream.create();
+  try {
+    device.setMemPool(mr);
+    assert.equal(device.memPool, mr.pool);
+    using current = new AsyncResource({ pool: 'current' });
+    assert.equal(current.pool, mr.pool);
+    assert.equal(current.ownsPool, false);
+    assert.match(current.describe(), /pool=current/);
+    // What another library's cudaMallocAsync does: cuMemAllocAsync, from the current pool.
+    device.makeCurrent();
+    const ptr = backend.memAllocAsync(1 << 20, stream.handle);
+    assert.ok(mr.usedBytes >= 1 << 20, 'the allocation came from the pool set');
+    backend.memFreeAsync(ptr, stream.handle);
+    stream.synchronize();
+    // The default pool stays: the driver refuses to destroy it, and an AsyncResource over it leaves it.
+    assert.throws(() => backend.memPoolDestroy(device.defaultMemPool), (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE');
+    new AsyncResource().destroy();
+    assert.throws(() => device.setMemPool('pool' as unknown as number), TypeError);
+  } finally {
+    mr.destroy();
+  }
+  assert.equal(device.memPool, device.defaultMemPool, 'destroying the current pool made the default current again');
 });
 
 test('ManagedResource', () => {

@@ -28,8 +28,42 @@ import {
 } from './device-array.js';
 import { defaultDType, dtypeOf, hostArrayType, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import { allocateHost, hostElements, type HostInput, type NestedArray } from './host-data.js';
-import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, StridedArray, type Layout } from './layout.js';
+import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, isContiguous, StridedArray, transposeLayout, type Layout } from './layout.js';
 import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
+
+/** Options of `HostArray.empty` and `zeros`: the pinned-memory flags (or a resource), and the element order. */
+export interface HostArrayOptions extends HostBufferOptions {
+  /**
+   * `'C'` (row-major, the last index fastest; the default) or `'F'` (column-major, Fortran's and
+   * PyCUDA's `pagelocked_empty(..., order='F')`: the first index fastest).
+   */
+  readonly order?: 'C' | 'F';
+}
+
+/** Options of `HostArray.emptyLike` and `zerosLike`: as `HostArrayOptions`, with the order kept by default. */
+export interface HostArrayLikeOptions extends HostBufferOptions {
+  /**
+   * `'K'` (the default: keep the source's order, `'F'` for an array that is column-major and not
+   * row-major, `'C'` otherwise), or `'C'` or `'F'` to choose.
+   */
+  readonly order?: 'C' | 'F' | 'K';
+}
+
+const HOST_ARRAY_OPTIONS = { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true, order: true } as const;
+
+/** A contiguous layout in row-major (`'C'`) or column-major (`'F'`) order. */
+function orderedLayout(shape: Shape, itemSize: number, order: unknown): Layout {
+  if (order === undefined || order === 'C') return contiguousLayout(shape, itemSize);
+  if (order !== 'F') throw new RangeError(`order must be 'C' or 'F', got ${typeof order === 'string' ? `'${order}'` : typeof order}`);
+  return transposeLayout(contiguousLayout([...shape].reverse(), itemSize));
+}
+
+/** The order a `_like` array takes: the one asked for, else the source's. */
+function likeOrder(like: StridedArray<DTypeName>, order: unknown): 'C' | 'F' {
+  if (order === 'C' || order === 'F') return order;
+  if (order !== undefined && order !== 'K') throw new RangeError(`order must be 'C', 'F' or 'K', got ${typeof order === 'string' ? `'${order}'` : typeof order}`);
+  return !like.isContiguous && isContiguous(transposeLayout(like.layout)) ? 'F' : 'C';
+}
 
 /** Options of `HostArray.from`: the dtype (inferred from a TypedArray), shape, and the pinned-memory flags. */
 export interface HostArrayFromOptions<N extends DTypeName> extends HostBufferOptions {
@@ -78,23 +112,25 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * @param shape The shape, or one number for one dimension.
    * @param dtype The element type; default float32 (`defaultDType`, as `DeviceArray.empty`).
    * @param options `portable`, `mapped`, `writeCombined` (cuMemHostAlloc flags), or a pinned
-   *   `resource` (a PinnedHostPool) and the `stream` it is allocated and freed on.
+   *   `resource` (a PinnedHostPool) and the `stream` it is allocated and freed on; `order` `'C'`
+   *   (default) or `'F'` (column-major).
    * @returns The array; it owns its memory.
-   * @throws {TypeError | RangeError} For a bad shape, dtype or flag.
+   * @throws {TypeError | RangeError} For a bad shape, dtype, flag or order.
    * @throws {OutOfMemoryError} When no pinned memory is left.
    * @example
    * ```ts
    * using staging = HostArray.empty([1080, 1920], 'uchar4', { writeCombined: true });
    * ```
    */
-  static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
-    options = readOptions('HostArray.empty', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
+  static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostArrayOptions = {}): HostArray<N> {
+    const { order, ...bufferOptions } = readOptions('HostArray.empty', options, HOST_ARRAY_OPTIONS);
     const s = checkShape(shape);
     const dt = dtypeOf(dtype ?? defaultDType as N);
+    const layout = orderedLayout(s, dt.byteSize, order);
     const bytes = elementCount(s) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so every array has memory and flags.
-    const buffer = HostBuffer.allocate(Math.max(bytes, 1), options);
-    return new HostArray(dt, contiguousLayout(s, dt.byteSize), buffer, true);
+    const buffer = HostBuffer.allocate(Math.max(bytes, 1), bufferOptions);
+    return new HostArray(dt, layout, buffer, true);
   }
 
   /**
@@ -112,18 +148,19 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * using counts = HostArray.zeros([256], 'uint32');
    * ```
    */
-  static zeros<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostBufferOptions = {}): HostArray<N> {
-    options = readOptions('HostArray.zeros', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
+  static zeros<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostArrayOptions = {}): HostArray<N> {
+    options = readOptions('HostArray.zeros', options, HOST_ARRAY_OPTIONS);
     const a = HostArray.empty(shape, dtype, options);
     a.buffer.view().fill(0);
     return a;
   }
 
   /**
-   * A new uninitialised contiguous pinned array of the shape and dtype of `like`.
+   * A new uninitialised contiguous pinned array of the shape and dtype of `like`, in its order
+   * (column-major when `like` is; `order` chooses).
    *
    * @param like A DeviceArray or HostArray.
-   * @param options Pinned-memory flags, or a resource and stream.
+   * @param options Pinned-memory flags, or a resource and stream; `order` `'K'` (default), `'C'` or `'F'`.
    * @returns The array.
    * @throws {TypeError} When `like` is not an array.
    * @throws {OutOfMemoryError} When no pinned memory is left.
@@ -132,17 +169,17 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * using out = HostArray.emptyLike(deviceResult);
    * ```
    */
-  static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: HostBufferOptions = {}): HostArray<N> {
+  static emptyLike<N extends DTypeName>(like: StridedArray<N>, options: HostArrayLikeOptions = {}): HostArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('emptyLike expects a DeviceArray or HostArray');
-    options = readOptions('HostArray.emptyLike', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
-    return HostArray.empty(like.shape, like.dtype, options);
+    const { order, ...rest } = readOptions('HostArray.emptyLike', options, HOST_ARRAY_OPTIONS);
+    return HostArray.empty(like.shape, like.dtype, { ...rest, order: likeOrder(like, order) });
   }
 
   /**
-   * A new contiguous pinned array of zeros of the shape and dtype of `like`.
+   * A new contiguous pinned array of zeros of the shape and dtype of `like`, in its order.
    *
    * @param like A DeviceArray or HostArray.
-   * @param options Pinned-memory flags, or a resource and stream.
+   * @param options Pinned-memory flags, or a resource and stream; `order` `'K'` (default), `'C'` or `'F'`.
    * @returns The array.
    * @throws {TypeError} When `like` is not an array.
    * @throws {OutOfMemoryError} When no pinned memory is left.
@@ -151,10 +188,10 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * using out = HostArray.zerosLike(deviceResult);
    * ```
    */
-  static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: HostBufferOptions = {}): HostArray<N> {
+  static zerosLike<N extends DTypeName>(like: StridedArray<N>, options: HostArrayLikeOptions = {}): HostArray<N> {
     if (!(like instanceof StridedArray)) throw new TypeError('zerosLike expects a DeviceArray or HostArray');
-    options = readOptions('HostArray.zerosLike', options, { device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true });
-    return HostArray.zeros(like.shape, like.dtype, options);
+    const { order, ...rest } = readOptions('HostArray.zerosLike', options, HOST_ARRAY_OPTIONS);
+    return HostArray.zeros(like.shape, like.dtype, { ...rest, order: likeOrder(like, order) });
   }
 
   /**
@@ -237,7 +274,8 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
 
   /**
    * The elements as the dtype's TypedArray over the pinned bytes (zero-copy; components flat),
-   * for a contiguous array. Writes through it are the array's elements.
+   * for a contiguous array, in memory order: row-major, or column-major for an `order: 'F'` array.
+   * Writes through it are the array's elements.
    *
    * @returns The TypedArray, `size * components` long.
    * @throws {VramStateError} For a strided array (use `view()` with `elementIndex`, or `toHost()` for a copy).
@@ -249,7 +287,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    */
   get data(): HostTypedArray<N> {
     this.checkAlive();
-    if (!this.isContiguous) {
+    if (!this.isContiguous && !isContiguous(transposeLayout(this.layout))) {
       throw new VramStateError(`${String(this)} is strided (strides (${this.strides.join(', ')})): its elements are not one ` +
         'flat run; use view() and elementIndex(), or toHost() for a contiguous copy');
     }

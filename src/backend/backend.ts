@@ -62,6 +62,14 @@ export const ContextFlags = {
   LMEM_RESIZE_TO_MAX: 0x10,
 } as const;
 
+/** CUfunc_cache: the preferred split between L1 cache and shared memory (cuCtxSetCacheConfig, cuFuncSetCacheConfig). */
+export const FuncCache = {
+  PREFER_NONE: 0,
+  PREFER_SHARED: 1,
+  PREFER_L1: 2,
+  PREFER_EQUAL: 3,
+} as const;
+
 /** cuMemHostAlloc flags. */
 export const HostAllocFlags = {
   PORTABLE: 0x1,
@@ -524,6 +532,12 @@ export type EmulatedKernels = Readonly<Record<string, EmulatedKernel>>;
 export interface Backend {
   /** `cuda` for the real driver, `emulated` for host memory standing in for a device. */
   readonly name: 'cuda' | 'emulated';
+  /**
+   * What a module's kernels run as: `device`, the device's own code (PTX or CUBIN; CUDA C compiled
+   * by NVRTC first), or `javascript`, the JavaScript a module is given for each kernel (`emulated`),
+   * with no compiler and no device code. Code above the backend asks this, never `name`.
+   */
+  readonly kernelCode: 'device' | 'javascript';
 
   // --- Driver and devices ---
   /** The driver's CUDA version, e.g. 13000 for 13.0. */
@@ -531,6 +545,13 @@ export interface Backend {
   deviceCount(): number;
   deviceInfo(ordinal: number): DeviceInfo;
   deviceCanAccessPeer(ordinal: number, peerOrdinal: number): boolean;
+  /** cuDeviceGetAttribute: one CUdevice_attribute (src/cuda/device-attributes.ts) of the device. */
+  deviceGetAttribute(ordinal: number, attribute: number): number;
+  /**
+   * cuDeviceGetByPCIBusId: the ordinal of the device at `busId` (`[domain]:[bus]:[device].[function]`,
+   * hexadecimal, as cuDeviceGetPCIBusId writes it).
+   */
+  deviceGetByPciBusId(busId: string): number;
 
   // --- Contexts ---
   /** Retains the device's primary context (the one cudart, CuPy and PyTorch share). */
@@ -546,6 +567,16 @@ export interface Backend {
   contextSynchronize(): void;
   contextEnablePeerAccess(peerCtx: Handle): void;
   contextDisablePeerAccess(peerCtx: Handle): void;
+  /** cuCtxPushCurrent: `ctx` goes on top of the calling thread's context stack (current until popped). */
+  contextPushCurrent(ctx: Handle): void;
+  /** cuCtxPopCurrent: takes the current context off the stack and returns it; the one below is current again. */
+  contextPopCurrent(): Handle;
+  /** cuCtxGetDevice and cuCtxGetFlags of `ctx` (pushed for the calls, then popped). */
+  contextInfo(ctx: Handle): { readonly ordinal: number; readonly flags: number };
+  /** cuCtxSetCacheConfig for the current context (a FuncCache value). */
+  contextSetCacheConfig(config: number): void;
+  /** cuCtxGetCacheConfig of the current context. */
+  contextGetCacheConfig(): number;
   memGetInfo(): MemInfo;
 
   // --- Device memory ---
@@ -672,6 +703,11 @@ export interface Backend {
   threadExchangeCaptureMode(mode: number): number;
   /** cuGraphGetNodes with no array: how many nodes the graph has. */
   graphNodeCount(graph: Handle): number;
+  /**
+   * cuGraphGetNodes and cuGraphNodeGetType: how many of the graph's nodes are memory-allocation
+   * nodes (CU_GRAPH_NODE_TYPE_MEM_ALLOC, what cuMemAllocAsync becomes in a capture).
+   */
+  graphMemAllocNodeCount(graph: Handle): number;
   /** cuGraphDestroy. Executable graphs made from it live on. */
   graphDestroy(graph: Handle): void;
   /** cuGraphInstantiateWithFlags (no flags): an executable graph. */
@@ -734,6 +770,10 @@ export interface Backend {
   memAllocFromPoolAsync(bytes: number, pool: Handle, stream: Handle): Ptr;
   memFreeAsync(ptr: Ptr, stream: Handle): void;
   deviceGetDefaultMemPool(ordinal: number): Handle;
+  /** cuDeviceGetMemPool: the pool cuMemAllocAsync on the device allocates from (its default pool unless set). */
+  deviceGetMemPool(ordinal: number): Handle;
+  /** cuDeviceSetMemPool: makes `pool` (a pool of that device) the one cuMemAllocAsync uses. */
+  deviceSetMemPool(ordinal: number, pool: Handle): void;
   memPoolCreate(props: MemPoolProps): Handle;
   memPoolDestroy(pool: Handle): void;
   memPoolTrimTo(pool: Handle, minBytesToKeep: number): void;
@@ -775,6 +815,8 @@ export interface Backend {
   moduleGetFunction(module: Handle, name: string): Handle;
   /** cuFuncGetAttribute, every attribute of FunctionAttributes. */
   functionAttributes(fn: Handle): FunctionAttributes;
+  /** cuFuncSetCacheConfig: the kernel's preferred split of L1 and shared memory (a FuncCache value). */
+  functionSetCacheConfig(fn: Handle, config: number): void;
   /** The launch limits of device `ordinal` (max block and grid dimensions, shared memory, warp size). */
   kernelLimits(ordinal: number): KernelLimits;
   /** A parameter block for a kernel with these parameters (made once, rewritten per launch). */

@@ -23,7 +23,7 @@ import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
 import { HIGH_WORD_MAX, OutSlot, TWO_32, beyondExactError } from '../cuda/out-slot.js';
 import {
-  AllocationGranularity, DeviceAttribute, DEVICE_CPU, FunctionAttribute, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
+  AllocationGranularity, DeviceAttribute, DEVICE_CPU, FunctionAttribute, GraphNodeType, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
   PointerAttribute, type Memcpy2DValue, type MemAllocationPropValue, type MemLocationValue,
 } from '../cuda/types.js';
 
@@ -55,6 +55,7 @@ function isIntPoolAttribute(attribute: number): boolean {
 /** The Backend over libcuda. One instance per process (see loadCudaBackend). */
 class CudaBackend implements Backend {
   readonly name = 'cuda' as const;
+  readonly kernelCode = 'device' as const;
   private readonly fn: DriverFunctions;
   // Preallocated out-parameters: no allocation per call.
   private readonly u64 = new BigUint64Array(1);
@@ -262,6 +263,19 @@ class CudaBackend implements Backend {
     return this.i32[0] !== 0;
   }
 
+  deviceGetAttribute(ordinal: number, attribute: number): number {
+    return this.attribute(this.device(ordinal), attribute);
+  }
+
+  deviceGetByPciBusId(busId: string): number {
+    if (typeof busId !== 'string' || busId.includes('\0')) throw new TypeError('deviceGetByPciBusId: the bus id must be a string without NUL');
+    this.check(this.fn.cuDeviceGetByPCIBusId(this.i32, busId), 'cuDeviceGetByPCIBusId');
+    const dev = this.i32[0]!;
+    const count = this.deviceCount();
+    for (let ordinal = 0; ordinal < count; ordinal++) if (this.device(ordinal) === dev) return ordinal;
+    throw new CudaError(CUresult.INVALID_DEVICE, 'CUDA_ERROR_INVALID_DEVICE', 'cuDeviceGetByPCIBusId', `device ${dev} has no ordinal`);
+  }
+
   // --- Contexts ---
 
   primaryContextRetain(ordinal: number): Handle {
@@ -312,6 +326,42 @@ class CudaBackend implements Backend {
 
   contextSynchronize(): void {
     this.check(this.fn.cuCtxSynchronize(), 'cuCtxSynchronize');
+  }
+
+  contextPushCurrent(ctx: Handle): void {
+    this.check(this.fn.cuCtxPushCurrent_v2(ctx), 'cuCtxPushCurrent');
+    this.currentContext = ctx;
+  }
+
+  contextPopCurrent(): Handle {
+    // Whatever happens, the current context is no longer known without asking.
+    this.currentContext = undefined;
+    this.check(this.fn.cuCtxPopCurrent_v2(this.u64), 'cuCtxPopCurrent');
+    return this.outNumber('cuCtxPopCurrent');
+  }
+
+  contextInfo(ctx: Handle): { readonly ordinal: number; readonly flags: number } {
+    this.contextPushCurrent(ctx);
+    try {
+      this.check(this.fn.cuCtxGetDevice(this.i32), 'cuCtxGetDevice');
+      const dev = this.i32[0]!;
+      this.check(this.fn.cuCtxGetFlags(this.u32), 'cuCtxGetFlags');
+      const flags = this.u32[0]!;
+      const count = this.deviceCount();
+      for (let ordinal = 0; ordinal < count; ordinal++) if (this.device(ordinal) === dev) return { ordinal, flags };
+      throw new CudaError(CUresult.INVALID_DEVICE, 'CUDA_ERROR_INVALID_DEVICE', 'cuCtxGetDevice', `device ${dev} has no ordinal`);
+    } finally {
+      this.contextPopCurrent();
+    }
+  }
+
+  contextSetCacheConfig(config: number): void {
+    this.check(this.fn.cuCtxSetCacheConfig(config), 'cuCtxSetCacheConfig');
+  }
+
+  contextGetCacheConfig(): number {
+    this.check(this.fn.cuCtxGetCacheConfig(this.i32), 'cuCtxGetCacheConfig');
+    return this.i32[0]!;
   }
 
   contextEnablePeerAccess(peerCtx: Handle): void {
@@ -660,6 +710,20 @@ class CudaBackend implements Backend {
     return Number(this.u64[0]);
   }
 
+  graphMemAllocNodeCount(graph: Handle): number {
+    const count = this.graphNodeCount(graph);
+    if (count === 0) return 0;
+    const nodes = new BigUint64Array(count);
+    this.u64[0] = BigInt(count);
+    this.check(this.fn.cuGraphGetNodes(graph, nodes, this.u64), 'cuGraphGetNodes');
+    let allocs = 0;
+    for (let i = 0; i < Number(this.u64[0]); i++) {
+      this.check(this.fn.cuGraphNodeGetType(Number(nodes[i]!), this.i32), 'cuGraphNodeGetType');
+      if (this.i32[0] === GraphNodeType.MEM_ALLOC) allocs++;
+    }
+    return allocs;
+  }
+
   graphDestroy(graph: Handle): void {
     this.check(this.fn.cuGraphDestroy(graph), 'cuGraphDestroy');
     this.dropHostFns(graph);
@@ -816,6 +880,15 @@ class CudaBackend implements Backend {
     return this.outNumber('cuDeviceGetDefaultMemPool');
   }
 
+  deviceGetMemPool(ordinal: number): Handle {
+    this.check(this.fn.cuDeviceGetMemPool(this.u64, this.device(ordinal)), 'cuDeviceGetMemPool');
+    return this.outNumber('cuDeviceGetMemPool');
+  }
+
+  deviceSetMemPool(ordinal: number, pool: Handle): void {
+    this.check(this.fn.cuDeviceSetMemPool(this.device(ordinal), pool), 'cuDeviceSetMemPool');
+  }
+
   memPoolCreate(props: MemPoolProps): Handle {
     const r = this.fn.cuMemPoolCreate(this.u64, {
       allocType: MemAllocationType.PINNED,
@@ -954,6 +1027,10 @@ class CudaBackend implements Backend {
     if (typeof name !== 'string' || name.includes('\0')) throw new TypeError('moduleGetFunction: the name must be a string without NUL');
     this.check(this.fn.cuModuleGetFunction(this.u64, module, name), 'cuModuleGetFunction');
     return this.outNumber('cuModuleGetFunction');
+  }
+
+  functionSetCacheConfig(fn: Handle, config: number): void {
+    this.check(this.fn.cuFuncSetCacheConfig(fn, config), 'cuFuncSetCacheConfig');
   }
 
   functionAttributes(fn: Handle): FunctionAttributes {

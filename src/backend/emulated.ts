@@ -22,7 +22,7 @@ import { KernelCalls } from './emulated/kernels.js';
 import { pointerAttributes } from './emulated/pointer-attributes.js';
 import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
-import { GraphCalls } from './emulated/graphs.js';
+import { GraphCalls } from './emulated/graph-calls.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
 import { sizeInBytes, variableReader } from '../util/environment.js';
@@ -62,6 +62,7 @@ function defaultCapacity(): number {
 export class EmulatedBackend implements Backend {
   /** Always `emulated`: output never pretends this is a GPU. */
   readonly name = 'emulated' as const;
+  readonly kernelCode = 'javascript' as const;
 
   private readonly state: EmulatedState;
   private readonly contexts: ContextCalls;
@@ -125,6 +126,14 @@ export class EmulatedBackend implements Backend {
     return this.contexts.deviceCanAccessPeer(ordinal, peerOrdinal);
   }
 
+  deviceGetAttribute(ordinal: number, attribute: number): number {
+    return this.contexts.deviceGetAttribute(ordinal, attribute);
+  }
+
+  deviceGetByPciBusId(busId: string): number {
+    return this.contexts.deviceGetByPciBusId(busId);
+  }
+
   primaryContextRetain(ordinal: number): Handle {
     return this.contexts.primaryContextRetain(ordinal);
   }
@@ -159,6 +168,26 @@ export class EmulatedBackend implements Backend {
 
   contextDisablePeerAccess(peerCtx: Handle): void {
     this.contexts.contextDisablePeerAccess(peerCtx);
+  }
+
+  contextPushCurrent(ctx: Handle): void {
+    this.contexts.contextPushCurrent(ctx);
+  }
+
+  contextPopCurrent(): Handle {
+    return this.contexts.contextPopCurrent();
+  }
+
+  contextInfo(ctx: Handle): { readonly ordinal: number; readonly flags: number } {
+    return this.contexts.contextInfo(ctx);
+  }
+
+  contextSetCacheConfig(config: number): void {
+    this.contexts.contextSetCacheConfig(config);
+  }
+
+  contextGetCacheConfig(): number {
+    return this.contexts.contextGetCacheConfig();
   }
 
   memGetInfo(): MemInfo {
@@ -343,6 +372,10 @@ export class EmulatedBackend implements Backend {
     return this.graphs.graphNodeCount(graph);
   }
 
+  graphMemAllocNodeCount(graph: Handle): number {
+    return this.graphs.graphMemAllocNodeCount(graph);
+  }
+
   graphDestroy(graph: Handle): void {
     this.graphs.graphDestroy(graph);
   }
@@ -453,6 +486,14 @@ export class EmulatedBackend implements Backend {
     return this.pools.deviceGetDefaultMemPool(ordinal);
   }
 
+  deviceGetMemPool(ordinal: number): Handle {
+    return this.pools.deviceGetMemPool(ordinal);
+  }
+
+  deviceSetMemPool(ordinal: number, pool: Handle): void {
+    this.pools.deviceSetMemPool(ordinal, pool);
+  }
+
   memPoolCreate(props: MemPoolProps): Handle {
     return this.pools.memPoolCreate(props);
   }
@@ -542,6 +583,24 @@ export class EmulatedBackend implements Backend {
 
   functionAttributes(fn: Handle): FunctionAttributes {
     return this.kernels.functionAttributes(fn);
+  }
+
+  functionSetCacheConfig(fn: Handle, config: number): void {
+    this.kernels.functionSetCacheConfig(fn, config);
+  }
+
+  /**
+   * The preference cuFuncSetCacheConfig set for `fn` (emulation only: the driver has no getter).
+   * @param fn The function handle.
+   * @returns Its CUfunc_cache value.
+   * @throws {CudaError} For an unknown function (CUDA_ERROR_INVALID_HANDLE).
+   * @example
+   * ```ts
+   * backend.functionCacheConfig(fn); // 0 until cuFuncSetCacheConfig
+   * ```
+   */
+  functionCacheConfig(fn: Handle): number {
+    return this.kernels.functionCacheConfig(fn);
   }
 
   kernelLimits(ordinal: number): KernelLimits {

@@ -149,6 +149,7 @@ export class DeviceBuffer extends DeviceMemory {
    *
    * @param options `stream`: bring the memory back on it; `readOnly`: the foreign code only reads.
    * @returns The lease: `ptr`, and `release()` / `using`.
+   * @throws {TypeError} For an unknown option, a `readOnly` that is not a boolean, or a bad stream.
    * @throws {UseAfterFreeError} When the buffer was freed.
    * @throws {OutOfMemoryError} When spilled memory cannot be brought back.
    * @example
@@ -161,6 +162,9 @@ export class DeviceBuffer extends DeviceMemory {
    */
   lease(options: LeaseOptions = {}): SpillLease {
     options = readOptions('DeviceBuffer.lease', options, { stream: true, readOnly: true });
+    if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean') {
+      throw new TypeError(`DeviceBuffer.lease: readOnly must be a boolean, got ${typeof options.readOnly}`);
+    }
     if (options.stream !== undefined) streamHandleOf(options.stream);
     const ptr = super.ptr; // UseAfterFreeError
     const spill = this.#spill;
@@ -299,12 +303,20 @@ export class DeviceBuffer extends DeviceMemory {
     }
     const device = given !== undefined ? Device.get(given.deviceOrdinal) : Device.resolve(options.device);
     streamHandleOf(stream);
+    // Charged to the memory budgets of the call like every other allocation, before anything spills for it.
+    const budgets = activeBudgets();
+    const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
+    if (over !== undefined) throw over.error;
     beginOperation();
     const manager = spillManager(device);
     // Memory of another resource moves when it comes back; the SpillableResource's keeps its address.
     const moving = given === undefined || given instanceof SpillableResource ? undefined : given;
     const entry = manager.allocate(bytes, stream, moving);
-    const buffer = new DeviceBuffer(entry.ptr, bytes, moving ?? manager.resource, stream, (on) => manager.release(entry, on));
+    const refund = chargeBudgets(budgets, bytes);
+    const buffer = new DeviceBuffer(entry.ptr, bytes, moving ?? manager.resource, stream, (on) => {
+      manager.release(entry, on);
+      refund?.();
+    });
     buffer.#spill = entry;
     entry.owner = new WeakRef(buffer);
     setResidency(buffer, entry);

@@ -8,7 +8,7 @@
  * Streams: memory from a resource is freed in stream order, on the stream it was allocated on
  * unless `free({ stream })` names another. A buffer used on other streams says so with
  * `recordStream(stream)` (PyTorch's `record_stream`): vram's copies and fills call it for the
- * stream they queue on (copy.ts), the program for work vram does not see (its kernels). At free
+ * stream they queue on (buffer/device-memory.ts), the program for work vram does not see (its kernels). At free
  * time the freeing stream is made to wait (an event on each other stream, `cuStreamWaitEvent`, no
  * host wait) so the resource cannot hand the block to new work before the old work on those
  * streams is done. That logic lives here, once, for every buffer class.
@@ -328,7 +328,7 @@ export abstract class Allocation {
   /**
    * True for memory lent to vram for reading only (a foreign device buffer wrapped with
    * `readOnly`, JavaScript memory registered with `readOnly`): vram writes nothing into it. Copies
-   * and fills check it in one place (`checkWritableMemory`, copy.ts), arrays and the built-in
+   * and fills check it in one place (`checkWritableMemory`, buffer/device-memory.ts), arrays and the built-in
    * operations through `DeviceArray.readOnly`, and exports say so. False for vram's own memory.
    *
    * @returns Whether writes into the memory are refused.

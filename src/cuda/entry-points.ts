@@ -38,6 +38,16 @@ export interface DriverFunctions {
   cuDeviceGetUuid_v2(uuid: Uint8Array, dev: number): R;
   cuDeviceTotalMem_v2(bytes: BigUint64Array, dev: number): R;
   cuDeviceGetAttribute(value: Int32Array, attribute: number, dev: number): R;
+  cuDeviceGetByPCIBusId(dev: Int32Array, busId: string): R;
+  cuDeviceGetMemPool(pool: BigUint64Array, dev: number): R;
+  cuDeviceSetMemPool(dev: number, pool: number): R;
+  cuCtxPushCurrent_v2(ctx: number): R;
+  cuCtxPopCurrent_v2(ctx: BigUint64Array): R;
+  cuCtxGetDevice(dev: Int32Array): R;
+  cuCtxGetFlags(flags: Uint32Array): R;
+  cuCtxSetCacheConfig(config: number): R;
+  cuCtxGetCacheConfig(config: Int32Array): R;
+  cuFuncSetCacheConfig(fn: number, config: number): R;
   cuDeviceGetPCIBusId(busId: Uint8Array, len: number, dev: number): R;
   cuDeviceCanAccessPeer(canAccess: Int32Array, dev: number, peerDev: number): R;
   cuDevicePrimaryCtxRetain(ctx: BigUint64Array, dev: number): R;
@@ -96,7 +106,8 @@ export interface DriverFunctions {
   cuStreamIsCapturing(stream: number, status: Int32Array): R;
   cuStreamGetCaptureInfo_v2?: (stream: number, status: Int32Array, id: BigUint64Array, graph: null, deps: null, count: null) => R;
   cuThreadExchangeStreamCaptureMode(mode: Int32Array): R;
-  cuGraphGetNodes(graph: number, nodes: null, count: BigUint64Array): R;
+  cuGraphGetNodes(graph: number, nodes: BigUint64Array | null, count: BigUint64Array): R;
+  cuGraphNodeGetType(node: number, type: Int32Array): R;
   cuGraphDestroy(graph: number): R;
   cuGraphInstantiateWithFlags(exec: BigUint64Array, graph: number, flags: number): R;
   cuGraphLaunch(exec: number, stream: number): R;
@@ -184,6 +195,16 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuDeviceGetUuid_v2: { symbol: 'cuDeviceGetUuid', version: 11040, params: 'uint8_t *uuid, int dev' },
   cuDeviceTotalMem_v2: { symbol: 'cuDeviceTotalMem', version: 3020, params: 'uint64_t *bytes, int dev' },
   cuDeviceGetAttribute: { symbol: 'cuDeviceGetAttribute', version: 2000, params: 'int *value, int attribute, int dev' },
+  cuDeviceGetByPCIBusId: { symbol: 'cuDeviceGetByPCIBusId', version: 4010, params: 'int *dev, const char *pciBusId' },
+  cuDeviceGetMemPool: { symbol: 'cuDeviceGetMemPool', version: 11020, params: 'uint64_t *pool, int dev' },
+  cuDeviceSetMemPool: { symbol: 'cuDeviceSetMemPool', version: 11020, params: `int dev, ${U64} pool` },
+  cuCtxPushCurrent_v2: { symbol: 'cuCtxPushCurrent', version: 4000, params: `${U64} ctx` },
+  cuCtxPopCurrent_v2: { symbol: 'cuCtxPopCurrent', version: 4000, params: 'uint64_t *ctx' },
+  cuCtxGetDevice: { symbol: 'cuCtxGetDevice', version: 2000, params: 'int *device' },
+  cuCtxGetFlags: { symbol: 'cuCtxGetFlags', version: 7000, params: 'uint32_t *flags' },
+  cuCtxSetCacheConfig: { symbol: 'cuCtxSetCacheConfig', version: 3020, params: 'int config' },
+  cuCtxGetCacheConfig: { symbol: 'cuCtxGetCacheConfig', version: 3020, params: 'int *config' },
+  cuFuncSetCacheConfig: { symbol: 'cuFuncSetCacheConfig', version: 3000, params: `${U64} hfunc, int config` },
   cuDeviceGetPCIBusId: { symbol: 'cuDeviceGetPCIBusId', version: 4010, params: 'uint8_t *busId, int len, int dev' },
   cuDeviceCanAccessPeer: { symbol: 'cuDeviceCanAccessPeer', version: 4000, params: 'int *canAccess, int dev, int peerDev' },
   cuDevicePrimaryCtxRetain: { symbol: 'cuDevicePrimaryCtxRetain', version: 7000, params: 'uint64_t *ctx, int dev' },
@@ -246,6 +267,7 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   },
   cuThreadExchangeStreamCaptureMode: { symbol: 'cuThreadExchangeStreamCaptureMode', version: 10010, params: 'int *mode' },
   cuGraphGetNodes: { symbol: 'cuGraphGetNodes', version: 10000, params: `${U64} graph, void *nodes, size_t *count` },
+  cuGraphNodeGetType: { symbol: 'cuGraphNodeGetType', version: 10000, params: `${U64} node, int *type` },
   cuGraphDestroy: { symbol: 'cuGraphDestroy', version: 10000, params: `${U64} graph` },
   cuGraphInstantiateWithFlags: { symbol: 'cuGraphInstantiateWithFlags', version: 11040, params: `uint64_t *exec, ${U64} graph, uint64_t flags` },
   cuGraphLaunch: { symbol: 'cuGraphLaunch', version: 10000, params: `${U64} exec, ${U64} stream` },

@@ -72,6 +72,12 @@ export const AllocationGranularity = {
   RECOMMENDED: 1,
 } as const;
 
+/** CUgraphNodeType values vram counts (cuda.h, CUgraphNodeType_enum). */
+export const GraphNodeType = {
+  MEM_ALLOC: 10,
+  MEM_FREE: 11,
+} as const;
+
 /** CUmemorytype value that makes a 2D copy read both addresses as unified virtual addresses. */
 export const MEMORYTYPE_UNIFIED = 4;
 

@@ -10,8 +10,8 @@
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { GraphUpdateResult, recordNewEvent, type Handle } from '../backend/backend.js';
 import type { Device } from '../device.js';
-import { DoubleFreeError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
-import type { CapturePool, LaunchStream } from './sessions.js';
+import { CudaError, CUresult, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
+import { CaptureHolds, type CapturePool, type LaunchStream } from './sessions.js';
 
 export {
   CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, capturing, endSession, joinSession, refuseDuringCapture,
@@ -54,6 +54,7 @@ export class Graph {
    * @param raw The CUgraph.
    * @param device Its device.
    * @param pool The capture-private pool it holds (one hold), if its capture allocated from one.
+   * @param holds What it keeps for its nodes (one hold): leases on the spillable memory its capture used.
    * @throws Never.
    * @example
    * ```ts
@@ -66,8 +67,9 @@ export class Graph {
     readonly device: Device,
     /** The capture-private pool its allocations came from; undefined when it allocated none there. */
     readonly pool: CapturePool | undefined,
+    private readonly holds: CapturePool = new CaptureHolds(),
   ) {
-    this.dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool) };
+    this.dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool, holds) };
     guard(this, this.dropped);
   }
 
@@ -128,9 +130,11 @@ export class Graph {
   instantiate(): GraphExec {
     const h = this.handle;
     this.device.makeCurrent();
+    const allocations = this.device.backend.graphMemAllocNodeCount(h);
     const exec = this.device.backend.graphInstantiate(h);
     this.pool?.retain();
-    return new GraphExec(exec, this.device, this.pool);
+    this.holds.retain();
+    return new GraphExec(exec, this.device, this.pool, allocations, [this.holds]);
   }
 
   /**
@@ -146,7 +150,17 @@ export class Graph {
     if (this.#destroyed) throw new DoubleFreeError('the graph was already destroyed');
     this.#destroyed = true;
     unguard(this.dropped);
-    endGraph(this.device, this.raw, this.pool);
+    endGraph(this.device, this.raw, this.pool, this.holds);
+  }
+
+  /**
+   * One more hold on what the graph keeps, for an executable graph updated with its parameters.
+   * @internal
+   * @returns The holds (released by that executable graph's end).
+   */
+  retainHolds(): CapturePool {
+    this.holds.retain();
+    return this.holds;
   }
 
   /** `using graph = stream.endCapture()` destroys it at the end of the scope. */
@@ -181,10 +195,11 @@ export class Graph {
   }
 }
 
-function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined): number {
+function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined, holds: CapturePool): number {
   device.makeCurrent();
   device.backend.graphDestroy(raw);
   pool?.release();
+  holds.release();
   return 0;
 }
 
@@ -206,12 +221,16 @@ export class GraphExec {
   private readonly dropped: Dropped;
   /** The streams launched on since the last destroy check (handles). */
   private readonly launchedOn = new Set<Handle>();
+  /** Launches queued so far. */
+  private launches = 0;
 
   /**
    * Made by `graph.instantiate()`, not directly.
    * @param raw The CUgraphExec.
    * @param device Its device.
    * @param pool The private pool it holds (one hold), if any.
+   * @param memoryNodes How many memory-allocation nodes the graph has.
+   * @param holds What it keeps for its nodes, one hold each: its graph's, and those of graphs it was updated with.
    * @throws Never.
    * @example
    * ```ts
@@ -223,8 +242,11 @@ export class GraphExec {
     /** The device the graph runs on. */
     readonly device: Device,
     private readonly pool: CapturePool | undefined,
+    /** How many memory-allocation nodes the graph has (cuMemAllocAsync calls the capture recorded). */
+    readonly memoryNodes = 0,
+    private readonly holds: CapturePool[] = [],
   ) {
-    this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, []) };
+    this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, holds, []) };
     guard(this, this.dropped);
   }
 
@@ -262,8 +284,9 @@ export class GraphExec {
    * @throws {TypeError | RangeError} For a stream that is not one, or a raw handle no live stream
    *   has (the live-stream check every entry point that takes a stream makes), before the driver.
    * @throws {UseAfterFreeError} When it was destroyed, or the stream was.
-   * @throws {CudaError} When the driver refuses the launch (another context; CUDA_ERROR_INVALID_VALUE
-   *   when an allocation the graph made and does not free is still live from the last launch).
+   * @throws {GraphMemoryLiveError} When an allocation the graph's memory node made at the last
+   *   launch, and that the graph does not free, is still live (free it first).
+   * @throws {CudaError} When the driver refuses the launch otherwise (another context).
    * @example
    * ```ts
    * exec.launch(stream).launch(stream); // twice, in order
@@ -273,7 +296,18 @@ export class GraphExec {
     const h = this.handle;
     const s = checkLiveStreamHandle(stream, this.device.backend);
     this.device.makeCurrent();
-    this.device.backend.graphLaunch(h, s);
+    try {
+      this.device.backend.graphLaunch(h, s);
+    } catch (error) {
+      if (error instanceof CudaError && error.code === CUresult.INVALID_VALUE && this.memoryNodes > 0 && this.launches > 0) {
+        throw new GraphMemoryLiveError(
+          `${String(this)} cannot launch again: the graph still owns the memory its ${this.memoryNodes} allocation node(s) made at the last launch ` +
+          'and that it does not free. Free that memory first (buffer.free({ stream }) or resource.deallocate for the block the capture allocated, ' +
+          'cuMemFreeAsync in stream order after the launch), or free it inside the capture so the graph frees it itself', { cause: error });
+      }
+      throw error;
+    }
+    this.launches++;
     this.launchedOn.add(s);
     return this;
   }
@@ -303,6 +337,8 @@ export class GraphExec {
       const [reason, why] = UPDATE_REASONS[result] ?? ['error', `the driver answered ${result}`];
       throw new GraphUpdateError(reason, `the executable graph cannot take ${String(graph)}'s parameters: ${why}`);
     }
+    // Its nodes now name the other graph's memory: what that graph keeps stays while this lives.
+    this.holds.push(graph.retainHolds());
     return this;
   }
 
@@ -327,7 +363,7 @@ export class GraphExec {
     for (const s of this.launchedOn) {
       events.push(recordNewEvent(backend, s));
     }
-    endExec(this.device, this.raw, this.pool, events);
+    endExec(this.device, this.raw, this.pool, this.holds, events);
   }
 
   /** `using exec = graph.instantiate()` destroys it at the end of the scope. */
@@ -371,11 +407,12 @@ let polling = false;
  * they have, else polled on the event loop (unref'd timers: a pending end never keeps the
  * process alive).
  */
-function endExec(device: Device, raw: Handle, pool: CapturePool | undefined, events: Handle[]): number {
+function endExec(device: Device, raw: Handle, pool: CapturePool | undefined, holds: readonly CapturePool[], events: Handle[]): number {
   const end = (): void => {
     device.makeCurrent();
     device.backend.graphExecDestroy(raw);
     pool?.release();
+    for (const h of holds) h.release();
   };
   pendingEnds.push({ device, events, end });
   settlePendingEnds();

@@ -6,7 +6,7 @@
  */
 import { captureError, capturing, refuseOnLegacyDuringCapture } from '../graph/graph.js';
 import type { Backend, FunctionAttributes, Handle, KernelLimits, KernelParams } from '../backend/backend.js';
-import type { Device } from '../device.js';
+import { cacheConfigValue, type CacheConfig, type Device } from '../device.js';
 import { CudaError, UseAfterFreeError } from '../errors.js';
 import { Stream, streamHandleOf } from '../stream.js';
 import { readLaunchConfig, type LaunchConfig } from './launch-config.js';
@@ -20,7 +20,7 @@ import { readOptions } from '../util/options.js';
  *
  * @example
  * ```ts
- * const saxpy = module.kernel('saxpy', ['ptr', 'ptr', 'f32', 'u32'] as const);
+ * const saxpy = mod.kernel('saxpy', ['ptr', 'ptr', 'f32', 'u32'] as const);
  * saxpy.launch({ grid: Math.ceil(n / 256), block: 256 }, y, x, 2.0, n);
  * ```
  */
@@ -134,6 +134,27 @@ export class Kernel<S extends Signature> {
     this.checkLive();
     this.#backend.contextSetCurrent(this.#context);
     return suggestedBlockSize(this.name, this.#backend, this.#fn, this.attributes, sharedBytes, blockSizeLimit);
+  }
+
+  /**
+   * Sets this kernel's preferred split between L1 cache and shared memory (cuFuncSetCacheConfig);
+   * `'prefer-none'` leaves it to the context's (`ctx.setCacheConfig`). A preference: the driver
+   * may choose otherwise, and devices with a fixed split ignore it.
+   *
+   * @param config `'prefer-none'`, `'prefer-shared'`, `'prefer-l1'` or `'prefer-equal'`.
+   * @throws {RangeError} For another value.
+   * @throws {UseAfterFreeError} When the module was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * kernel.setCacheConfig('prefer-shared'); // a kernel that stages tiles in shared memory
+   * ```
+   */
+  setCacheConfig(config: CacheConfig): void {
+    const value = cacheConfigValue(config);
+    this.checkLive();
+    this.#backend.contextSetCurrent(this.#context);
+    this.#backend.functionSetCacheConfig(this.#fn, value);
   }
 
   /**

@@ -49,7 +49,7 @@ export type HistoryEventKind = 'alloc' | 'free' | 'oom' | 'reserve' | 'release' 
  * One event of the history, in the order it happened.
  *
  * @example
- * ```ts
+ * ```text
  * { kind: 'alloc', address: 140737488355328, bytes: 1048576, stream: 0, time: 812.4, resource: 1, stack: 3 }
  * ```
  */
@@ -77,7 +77,7 @@ export interface HistoryEvent {
  * A call stack, interned: every event and block made from the same place names the same id.
  *
  * @example
- * ```ts
+ * ```text
  * { id: 3, frames: ['at loadWeights (file:///app/model.js:41:22)', 'at main (file:///app/main.js:9:3)'] }
  * ```
  */

@@ -22,4 +22,4 @@ export type { ShapeInput } from '../array/shape.js';
 export type {
   DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions, NestedNumbers, PeerCopyOptions,
 } from '../array/device-array.js';
-export type { HostArrayViewOptions } from '../array/host-array.js';
+export type { HostArrayViewOptions, HostArrayOptions, HostArrayLikeOptions } from '../array/host-array.js';

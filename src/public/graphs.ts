@@ -12,4 +12,4 @@ export { captureGraph } from '../graph/capture.js';
 export { GraphPool } from '../resource/graph-pool.js';
 export type { GraphPoolOptions } from '../resource/graph-pool.js';
 export type { CaptureOptions } from '../stream.js';
-export { StreamCaptureError, GraphUpdateError } from '../errors.js';
+export { StreamCaptureError, GraphUpdateError, GraphMemoryLiveError } from '../errors.js';

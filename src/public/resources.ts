@@ -13,6 +13,7 @@ export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { useResource } from '../resource/current.js';
 export { withMemoryBudget } from '../buffer/budget.js';
 export { StreamOrder } from '../resource/stream-order.js';
+export { JoinClock } from '../resource/join-clock.js';
 export type { Lane, OrderEvents } from '../resource/stream-order.js';
 export {
   ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,

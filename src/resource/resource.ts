@@ -201,8 +201,8 @@ export abstract class MemoryResource {
    * @throws Never.
    * @example
    * ```ts
-   * class HostHeap extends MemoryResource {
-   *   constructor() { super(); } // then the subclass's own set-up
+   * abstract class HostHeap extends MemoryResource {
+   *   constructor() { super(); } // then the subclass's own set-up, and the hooks it implements
    * }
    * ```
    */

@@ -37,6 +37,30 @@ export class ContextCalls {
     return ordinal !== peerOrdinal;
   }
 
+  /** cuDeviceGetAttribute. */
+  deviceGetAttribute(ordinal: number, attribute: number): number {
+    const call = 'cuDeviceGetAttribute';
+    const value = this.s.device(ordinal, call).attribute(attribute);
+    if (value === undefined) invalidValue(call, `unknown device attribute ${String(attribute)}`);
+    return value;
+  }
+
+  /**
+   * cuDeviceGetByPCIBusId: `[domain]:[bus]:[device].[function]`, `[domain]:[bus]:[device]` or
+   * `[bus]:[device].[function]`, hexadecimal; CUDA_ERROR_INVALID_VALUE for another form,
+   * CUDA_ERROR_INVALID_DEVICE when no device is there.
+   */
+  deviceGetByPciBusId(busId: string): number {
+    const call = 'cuDeviceGetByPCIBusId';
+    const wanted = parseBusId(busId);
+    if (wanted === undefined) invalidValue(call, `'${String(busId)}' is not a PCI bus id`);
+    for (const device of this.s.devices) {
+      const here = parseBusId(device.info().pciBusId)!;
+      if (here.every((part, i) => part === wanted[i])) return device.ordinal;
+    }
+    fail(CUresult.INVALID_DEVICE, call, `no device at PCI bus id ${busId}`);
+  }
+
   /**
    * Retains the device's primary context; the handle stays the same for the device's lifetime,
    * also when it is retained again after its last release destroyed it (as the driver does).
@@ -105,6 +129,39 @@ export class ContextCalls {
     else this.s.stack[this.s.stack.length - 1] = ctx;
   }
 
+  /** cuCtxPushCurrent: `ctx` on top of the stack. */
+  contextPushCurrent(ctx: Handle): void {
+    const context = this.s.contexts.get(ctx);
+    if (context === undefined) fail(CUresult.INVALID_CONTEXT, 'cuCtxPushCurrent', `unknown context ${ctx}`);
+    this.s.stack.push(ctx);
+  }
+
+  /** cuCtxPopCurrent: CUDA_ERROR_INVALID_CONTEXT when the stack is empty. */
+  contextPopCurrent(): Handle {
+    const ctx = this.s.stack.pop();
+    if (ctx === undefined) fail(CUresult.INVALID_CONTEXT, 'cuCtxPopCurrent', 'no context is current');
+    return ctx;
+  }
+
+  /** cuCtxGetDevice and cuCtxGetFlags of `ctx`. */
+  contextInfo(ctx: Handle): { readonly ordinal: number; readonly flags: number } {
+    const context = this.s.contexts.get(ctx);
+    if (context === undefined) fail(CUresult.INVALID_CONTEXT, 'cuCtxGetDevice', `unknown context ${ctx}`);
+    return { ordinal: context.device.ordinal, flags: context.flags };
+  }
+
+  /** cuCtxSetCacheConfig: a CUfunc_cache value (0 to 3) for the current context. */
+  contextSetCacheConfig(config: number): void {
+    const call = 'cuCtxSetCacheConfig';
+    const ctx = this.s.ctx(call);
+    ctx.cacheConfig = checkCacheConfig(config, call);
+  }
+
+  /** cuCtxGetCacheConfig. */
+  contextGetCacheConfig(): number {
+    return this.s.ctx('cuCtxGetCacheConfig').cacheConfig;
+  }
+
   /** The current context, 0 when none is. */
   contextGetCurrent(): Handle {
     return this.s.currentHandle();
@@ -148,4 +205,20 @@ export class ContextCalls {
   capacityUsed(ordinal = 0): number {
     return this.s.device(ordinal, 'capacityUsed').used;
   }
+}
+
+/** A CUfunc_cache value, checked as the driver does (CUDA_ERROR_INVALID_VALUE outside 0 to 3). */
+export function checkCacheConfig(config: number, call: string): number {
+  if (!Number.isInteger(config) || config < 0 || config > 3) invalidValue(call, `unknown cache configuration ${String(config)}`);
+  return config;
+}
+
+/** The numbers of a PCI bus id ([domain, bus, device, function]), or undefined for another form. */
+function parseBusId(busId: string): number[] | undefined {
+  if (typeof busId !== 'string') return undefined;
+  const full = /^([0-9a-f]{1,8}):([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$/i.exec(busId);
+  if (full !== null) return [full[1], full[2], full[3], full[4] ?? '0'].map((part) => parseInt(part!, 16));
+  const short = /^([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$/i.exec(busId);
+  if (short !== null) return [0, ...[short[1], short[2], short[3]].map((part) => parseInt(part!, 16))];
+  return undefined;
 }

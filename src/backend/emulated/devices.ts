@@ -4,6 +4,7 @@
  * legacy default stream.
  */
 import type { DeviceInfo } from '../backend.js';
+import { DEVICE_ATTRIBUTES, type DeviceAttributeName } from '../../cuda/device-attributes.js';
 import { outOfMemory } from './fail.js';
 import { formatBytesExact } from '../../util/size.js';
 import type { StreamState } from './streams.js';
@@ -30,6 +31,16 @@ export class DeviceState {
         `${formatBytesExact(bytes)} needed`);
     }
     this.used += bytes;
+  }
+
+  /** cuDeviceGetAttribute: the modelled value, 0 for the rest; an unknown attribute is CUDA_ERROR_INVALID_VALUE. */
+  attribute(attribute: number): number | undefined {
+    if (!KNOWN_ATTRIBUTES.has(attribute)) return undefined;
+    const values = emulatedAttributes(this);
+    for (const [name, value] of Object.entries(DEVICE_ATTRIBUTES)) {
+      if (value === attribute) return values[name as DeviceAttributeName] ?? 0;
+    }
+    return 0;
   }
 
   /** Gives `bytes` of capacity back. */
@@ -65,6 +76,31 @@ export class DeviceState {
   }
 }
 
+/** Every attribute value there is, for the name check. */
+const KNOWN_ATTRIBUTES = new Set<number>(Object.values(DEVICE_ATTRIBUTES));
+
+/**
+ * The CUdevice_attribute values the emulation models, by name (the rest read 0): those of
+ * `info()`, the kernel limits (EMULATED_KERNEL_LIMITS), and one host NUMA node (0) nearest every
+ * device, whose memory stream-ordered pools can hold. Made-up values like `info()`'s, not measurements.
+ */
+function emulatedAttributes(device: DeviceState): Partial<Record<DeviceAttributeName, number>> {
+  const info = device.info();
+  const [bus] = [device.ordinal];
+  return {
+    maxThreadsPerBlock: 1024, maxBlockDimX: 1024, maxBlockDimY: 1024, maxBlockDimZ: 64,
+    maxGridDimX: 2 ** 31 - 1, maxGridDimY: 65535, maxGridDimZ: 65535, maxSharedMemoryPerBlock: 48 * 1024, warpSize: 32,
+    multiprocessorCount: info.multiprocessorCount, integrated: info.integrated ? 1 : 0, canMapHostMemory: 1,
+    l2CacheSize: info.l2CacheSize, asyncEngineCount: info.asyncEngineCount, unifiedAddressing: 1,
+    texturePitchAlignment: info.texturePitchAlignment, computeCapabilityMajor: info.computeCapability[0],
+    computeCapabilityMinor: info.computeCapability[1], managedMemory: 1, concurrentManagedAccess: 1,
+    virtualMemoryManagementSupported: 1, memoryPoolsSupported: 1, handleTypePosixFileDescriptorSupported: 1,
+    mempoolSupportedHandleTypes: 1, pciBusId: bus, pciDeviceId: 0, pciDomainId: 0, streamPrioritiesSupported: 1,
+    hostRegisterSupported: 1, ipcEventSupported: 1, concurrentKernels: 1,
+    numaConfig: 0, numaId: -1, hostNumaId: 0,
+  };
+}
+
 /** A context: its device, flags, peers and legacy default stream. */
 export class ContextState {
   /** Handles of peer contexts this one has enabled access to. */
@@ -75,6 +111,8 @@ export class ContextState {
    * it fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained again.
    */
   destroyed = false;
+  /** cuCtxSetCacheConfig's preference (CUfunc_cache; none by default). */
+  cacheConfig = 0;
 
   constructor(
     readonly handle: number,

@@ -8,6 +8,7 @@
  * memory. The limits, attributes and occupancy are those of a compute capability 9.0 device with
  * a kernel of 32 registers per thread and no static shared memory: a model, not a measurement.
  */
+import { checkCacheConfig } from './context-calls.js';
 import type {
   EmulatedKernel, EmulatedKernels, EmulatedMemory, FunctionAttributes, Handle, KernelLimits, KernelParams, ModuleImage,
   ParamType, Ptr,
@@ -61,6 +62,8 @@ interface FunctionState {
   readonly module: ModuleState;
   readonly name: string;
   readonly run: EmulatedKernel;
+  /** cuFuncSetCacheConfig's preference (CUfunc_cache). */
+  cacheConfig: number;
 }
 
 /** Modules, functions and launches of one emulated driver. */
@@ -102,7 +105,7 @@ export class KernelCalls {
     if (run === undefined) fail(CUresult.NOT_FOUND, call, `the module has no kernel named ${name}`);
     for (const f of this.functions.values()) if (f.module === m && f.name === name) return f.handle;
     const handle = this.s.handle();
-    this.functions.set(handle, { handle, module: m, name, run });
+    this.functions.set(handle, { handle, module: m, name, run, cacheConfig: 0 });
     return handle;
   }
 
@@ -113,6 +116,17 @@ export class KernelCalls {
   }
 
   /** The launch limits of every emulated device. */
+  /** cuFuncSetCacheConfig. */
+  functionSetCacheConfig(fn: Handle, config: number): void {
+    const call = 'cuFuncSetCacheConfig';
+    this.fn(fn, call).cacheConfig = checkCacheConfig(config, call);
+  }
+
+  /** The preference cuFuncSetCacheConfig set (for tests). */
+  functionCacheConfig(fn: Handle): number {
+    return this.fn(fn, 'cuFuncGetCacheConfig').cacheConfig;
+  }
+
   kernelLimits(ordinal: number): KernelLimits {
     this.s.device(ordinal, 'cuDeviceGetAttribute');
     return EMULATED_KERNEL_LIMITS;

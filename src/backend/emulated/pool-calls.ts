@@ -23,8 +23,8 @@ export class PoolCalls {
     checkCount(bytes, call, 'size');
     const s = this.s.stream(stream, call);
     if (bytes === 0) return 0;
-    // The default pool of the stream's device (the stream carries its context).
-    return this.poolAlloc(this.defaultPool(this.s.context(s.context, call).device.ordinal), bytes, s, call);
+    // The current pool of the stream's device (the stream carries its context).
+    return this.poolAlloc(this.currentPool(this.s.context(s.context, call).device.ordinal), bytes, s, call);
   }
 
   /** cuMemAllocFromPoolAsync; 0 bytes as in memAllocAsync. */
@@ -86,6 +86,21 @@ export class PoolCalls {
     return this.defaultPool(ordinal).handle;
   }
 
+  /** cuDeviceGetMemPool: the pool set with cuDeviceSetMemPool, else the default pool. */
+  deviceGetMemPool(ordinal: number): Handle {
+    this.s.device(ordinal, 'cuDeviceGetMemPool');
+    return this.currentPool(ordinal).handle;
+  }
+
+  /** cuDeviceSetMemPool: a pool of another device is CUDA_ERROR_INVALID_VALUE. */
+  deviceSetMemPool(ordinal: number, pool: Handle): void {
+    const call = 'cuDeviceSetMemPool';
+    this.s.device(ordinal, call);
+    const p = this.pool(pool, call);
+    if (p.device !== ordinal) invalidValue(call, `pool ${pool} belongs to device ${p.device}, not ${ordinal}`);
+    this.s.currentPools.set(ordinal, p);
+  }
+
   /** cuMemPoolCreate. */
   memPoolCreate(props: MemPoolProps): Handle {
     const call = 'cuMemPoolCreate';
@@ -105,6 +120,8 @@ export class PoolCalls {
     this.s.settle(call, 'none');
     for (const b of p.allocatedBlocks()) this.s.poolBlocks.delete(b.address);
     p.destroy();
+    // Destroying a device's current pool makes its default pool current again.
+    if (this.s.currentPools.get(p.device) === p) this.s.currentPools.delete(p.device);
     this.s.poolIndex.remove(p);
     this.s.pools.delete(pool);
   }
@@ -176,6 +193,10 @@ export class PoolCalls {
     const p = this.s.pools.get(handle);
     if (p === undefined) invalidValue(call, `unknown memory pool ${handle}`);
     return p;
+  }
+
+  private currentPool(ordinal: number): PoolState {
+    return this.s.currentPools.get(ordinal) ?? this.defaultPool(ordinal);
   }
 
   private defaultPool(ordinal: number): PoolState {

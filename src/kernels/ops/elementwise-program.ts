@@ -254,7 +254,7 @@ class Binder {
  * @example
  * ```ts
  * const p = elementwiseProgram(text, parseStatements(text), [
- *   { name: 'x', kind: 'array', dtype: dtypes.float32 }, { name: 'a', kind: 'scalar' }, ...]);
+ *   { name: 'x', kind: 'array', dtype: dtypes.float32 }, { name: 'a', kind: 'scalar' }]);
  * p.source; // CUDA C with one kernel, vram_elementwise
  * ```
  */

@@ -3,7 +3,7 @@
  * device work, the launch geometry, and reading a one-element result back to JavaScript while
  * synchronising only the stream it was computed on.
  */
-import { checkWritable, DeviceArray } from '../../array/device-array.js';
+import { addressOfArray, checkWritable, DeviceArray } from '../../array/device-array.js';
 import { isNonOverlapping, StridedArray } from '../../array/layout.js';
 import type { Device } from '../../device.js';
 import { VramStateError } from '../../errors.js';
@@ -58,7 +58,8 @@ export function checkArray(value: unknown, what: string): DeviceArray {
   if (!(value instanceof DeviceArray) || !StridedArray.isGenuine(value)) {
     throw new TypeError(`${what} must be a DeviceArray, got ${value === null ? 'null' : typeof value === 'object' ? value.constructor.name : typeof value}`);
   }
-  void value.ptr; // throws UseAfterFreeError once freed
+  // Not `value.ptr`: on spillable memory that getter reloads it and counts a write.
+  addressOfArray(value); // throws UseAfterFreeError once freed
   return value;
 }
 

@@ -13,6 +13,7 @@ import { streamHandleOf } from '../../stream.js';
 import { DeviceArray } from '../../array/device-array.js';
 import type { DTypeName, ScalarName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
+import { getCurrentResource } from '../../resource/current.js';
 import type { StreamRef } from '../../resource/resource.js';
 import { builtinKernel } from './builtin-module.js';
 import { reductionBuiltin } from './builtin-sources.js';
@@ -49,6 +50,7 @@ export interface DotOptions extends OpOptions {
  *
  * @example
  * ```ts
+ * const counts = DeviceArray.from(new BigInt64Array([1n, 2n]));
  * const total: ReductionValue<'int64'> = sum(counts); // a bigint
  * ```
  */
@@ -98,13 +100,17 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
     // Blocks enough to fill the device once (8 of 256 threads per multiprocessor), each thread
     // taking at least 16 elements.
     const grid = Math.max(1, Math.min(Math.ceil(k / SPLIT_THRESHOLD), device.info.multiprocessorCount * 8));
-    const partials = DeviceArray.empty([grid], accumulatorDtype(dtype), { device, stream });
+    // The partials are scratch no caller sees: a block of the current resource, not an array (which
+    // would cost a buffer object, a backstop registration and a budget check on every reduction).
+    const resource = getCurrentResource(device);
+    const bytes = grid * kernelScalar[accumulatorDtype(dtype)].bytes;
+    const partials = resource.allocate(bytes, stream);
     try {
       main.launch({ grid, block: REDUCE_BLOCK, stream }, a, ai, ao, b, bi, 1, k, 1, out, partials);
       const finish = builtinKernel(device, built, `${name}_finish`, reduceSignatures.finish, op);
       finish.launch({ grid: 1, block: REDUCE_BLOCK, stream }, partials, grid, out);
     } finally {
-      partials.free();
+      resource.deallocate(partials, bytes, stream);
     }
     return;
   }

@@ -100,6 +100,8 @@ export interface PoolStatistics {
   readonly freeBytes: number;
   /** Times a stream took another stream's free blocks (an event wait each). */
   readonly streamSteals: number;
+  /** Events recorded on the streams that freed blocks, for the waits of `streamSteals` and host waits. */
+  readonly eventRecords: number;
   /**
    * Virtual growth: cached pages whose memory went to where live data needed it, on the growth
    * path only (a one-page allocation is mapped at its new place, its old mapping left there; a
@@ -585,6 +587,7 @@ export class PoolResource extends MemoryResource {
       bytes: allocatedBytes, allocations, reservedBytes, peakReservedBytes,
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
+      eventRecords: this.heap.order.records,
       pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
       pageMovesBack: this.pages !== null ? this.pages.pageMovesBack : 0,
       synchronizations: this.pages !== null ? this.pages.synchronizations : 0,

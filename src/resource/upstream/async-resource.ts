@@ -6,7 +6,7 @@
  */
 import { MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
-import { NotSupportedError, UseAfterFreeError } from '../../errors.js';
+import { NotSupportedError, UseAfterFreeError, type OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
 import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
@@ -26,8 +26,11 @@ export interface AsyncPoolOptions {
 export interface AsyncResourceOptions {
   /** The device whose memory the pool holds (device 0 by default). */
   readonly device?: Device | number;
-  /** 'default' (the device's default pool, shared with cudaMallocAsync users) or a new pool. */
-  readonly pool?: 'default' | AsyncPoolOptions;
+  /**
+   * 'default' (the device's default pool, shared with cudaMallocAsync users), 'current' (the
+   * device's current pool, `device.memPool`: the one cudaMallocAsync uses now) or a new pool.
+   */
+  readonly pool?: 'default' | 'current' | AsyncPoolOptions;
 }
 
 /**
@@ -70,6 +73,10 @@ export class AsyncResource extends DriverResource {
   readonly ownsPool: boolean;
   /** True when the pool was created with POSIX file-descriptor handles: its allocations can be shared with other processes (`exportIpc`). */
   readonly exportable: boolean;
+  /** How `describe()` names a pool it did not create. */
+  private readonly describedPool: 'default' | 'current';
+  /** The pool's maximum size in bytes, as created; 0 for none (the default pool has none). */
+  readonly maxSize: number;
   private readonly rawPool: Handle;
 
   /**
@@ -85,31 +92,30 @@ export class AsyncResource extends DriverResource {
   constructor(options: AsyncResourceOptions = {}) {
     options = readOptions('new AsyncResource', options, { device: true, pool: true });
     const device = Device.resolve(options.device);
-    super(device);
+    // Every argument is read before super(): the registry of caches holds a resource from its
+    // constructor on, and a half-made one (no pool) would break the next cache release.
+    const pool = readPoolOptions(options.pool);
     if (!device.info.memoryPoolsSupported) {
       throw new NotSupportedError(`device ${device.ordinal} does not support stream-ordered memory pools`);
     }
-    const pool = options.pool === undefined || options.pool === 'default' ? 'default' : readOptions('new AsyncResource', options.pool, { maxSize: true, handleTypes: true }, 'pool');
+    super(device);
     device.makeCurrent();
-    if (pool === 'default') {
-      this.rawPool = device.backend.deviceGetDefaultMemPool(device.ordinal);
+    if (pool === 'default' || pool === 'current') {
+      this.rawPool = pool === 'default' ? device.backend.deviceGetDefaultMemPool(device.ordinal) : device.backend.deviceGetMemPool(device.ordinal);
       this.ownsPool = false;
       this.exportable = false;
-    } else if (pool !== null && typeof pool === 'object') {
-      const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
-      const handle = pool.handleTypes ?? 'none';
-      if (handle !== 'none' && handle !== 'posix-fd') {
-        throw new RangeError(`pool.handleTypes must be 'none' or 'posix-fd', got '${String(handle)}'`);
-      }
+      this.maxSize = 0;
+      this.describedPool = pool;
+    } else {
       this.rawPool = device.backend.memPoolCreate({
         device: device.ordinal,
-        handleTypes: handle === 'posix-fd' ? MemHandleType.POSIX_FILE_DESCRIPTOR : MemHandleType.NONE,
-        maxSize,
+        handleTypes: pool.handleTypes === 'posix-fd' ? MemHandleType.POSIX_FILE_DESCRIPTOR : MemHandleType.NONE,
+        maxSize: pool.maxSize,
       });
       this.ownsPool = true;
-      this.exportable = handle === 'posix-fd';
-    } else {
-      throw new TypeError(`pool must be 'default' or an object of pool properties`);
+      this.exportable = pool.handleTypes === 'posix-fd';
+      this.maxSize = pool.maxSize;
+      this.describedPool = 'default';
     }
     const { rawPool, ownsPool } = this;
     const free = (ptr: Ptr, handle: number): void => memFreeAsync(device, ptr, handle);
@@ -131,6 +137,14 @@ export class AsyncResource extends DriverResource {
 
   protected driverFree(ptr: Ptr, _bytes: number, handle: number): void {
     memFreeAsync(this.owner, ptr, handle);
+  }
+
+  /**
+   * `maximum` when the pool could not grow by `bytes` without passing its maximum size (the driver
+   * answers CUDA_ERROR_OUT_OF_MEMORY either way); the driver's reason otherwise.
+   */
+  protected override outOfMemoryReason(error: OutOfMemoryError, bytes: number): OutOfMemoryReason {
+    return this.maxSize > 0 && this.reservedBytes + bytes > this.maxSize ? 'maximum' : error.reason;
   }
 
   /** Trims the pool to nothing kept and returns how many reserved bytes that released. */
@@ -312,7 +326,7 @@ export class AsyncResource extends DriverResource {
 
   /** `AsyncResource(device=0, pool=default)`. */
   describe(): string {
-    return `AsyncResource(device=${this.deviceOrdinal}, pool=${this.ownsPool ? 'created' : 'default'})`;
+    return `AsyncResource(device=${this.deviceOrdinal}, pool=${this.ownsPool ? 'created' : this.describedPool})`;
   }
 
   private get(attribute: MemPoolAttribute): number {
@@ -326,6 +340,20 @@ export class AsyncResource extends DriverResource {
     this.deviceObject.makeCurrent();
     this.deviceObject.backend.memPoolSetAttribute(pool, attribute, value);
   }
+}
+
+/** The pool options, checked: 'default', or the properties of a new pool. */
+function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'current' | { maxSize: number; handleTypes: 'none' | 'posix-fd' } {
+  if (options === undefined || options === 'default') return 'default';
+  if (options === 'current') return 'current';
+  if (options === null || typeof options !== 'object') throw new TypeError(`pool must be 'default', 'current' or an object of pool properties`);
+  const pool = readOptions('new AsyncResource', options, { maxSize: true, handleTypes: true }, 'pool');
+  const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
+  const handleTypes = pool.handleTypes ?? 'none';
+  if (handleTypes !== 'none' && handleTypes !== 'posix-fd') {
+    throw new RangeError(`pool.handleTypes must be 'none' or 'posix-fd', got '${String(handleTypes)}'`);
+  }
+  return { maxSize, handleTypes };
 }
 
 /** cuMemFreeAsync on stream `handle`, in `owner`'s context. */

@@ -6,7 +6,7 @@
  */
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
-import { OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
+import { OutOfMemoryError, outOfMemoryMessage, type OutOfMemoryReason } from '../../errors.js';
 import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/graph.js';
 import { formatBytesExact } from '../../util/size.js';
 import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
@@ -197,6 +197,14 @@ export abstract class DriverResource extends MemoryResource {
   }
 
   /**
+   * Why the driver refused `bytes`: the driver's own reason (`device`, `host`) unless a subclass
+   * knows better (a pool past its maximum size says `maximum`).
+   */
+  protected outOfMemoryReason(error: OutOfMemoryError, _bytes: number): OutOfMemoryReason {
+    return error.reason;
+  }
+
+  /**
    * The driver's out-of-memory error again, naming this resource and its figures, with the
    * driver's error as the cause; other errors unchanged.
    */
@@ -204,7 +212,7 @@ export abstract class DriverResource extends MemoryResource {
     if (!(error instanceof OutOfMemoryError) || error.resource !== undefined) return error;
     const live = this.table;
     return new OutOfMemoryError({
-      requestedBytes: bytes, call: error.call, reason: error.reason, resource: this.describe(),
+      requestedBytes: bytes, call: error.call, reason: this.outOfMemoryReason(error, bytes), resource: this.describe(),
       statistics: outOfMemoryStatistics(this.memoryFigures()),
       // The driver's own words (the cause), not the backend's message, which already named the request.
       message: outOfMemoryMessage(bytes, this.describe(), `${error.cause instanceof Error ? error.cause.message : error.message} ` +
