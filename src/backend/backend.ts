@@ -12,6 +12,7 @@
  * - Every failure throws a `CudaError` (or `OutOfMemoryError`) naming the call.
  * - Calls act on the calling thread's current context (see `contextSetCurrent`).
  */
+import type { CollectiveTransport } from './collectives.js';
 
 /** A device, host or virtual address. */
 export type Ptr = number;
@@ -840,4 +841,8 @@ export interface Backend {
   occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number;
   /** cuOccupancyMaxPotentialBlockSize with a fixed dynamic shared memory size; `blockSizeLimit` 0 for none. */
   occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { readonly minGridSize: number; readonly blockSize: number };
+
+  // --- Collectives ---
+  /** The collective transport (collectives.ts): NCCL on the cuda backend, processes of one machine on the emulated one. */
+  collectives(): CollectiveTransport;
 }

@@ -11,6 +11,8 @@ import type {
   MemPoolAttribute, MemPoolProps, Memcpy2D, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
 import { MemAccess } from './backend.js';
+import type { CollectiveTransport } from './collectives.js';
+import { CollectiveCalls } from './emulated/collective-calls.js';
 import { ContextCalls } from './emulated/context-calls.js';
 import { Copies } from './emulated/copies.js';
 import { DeviceMemory } from './emulated/device-memory.js';
@@ -73,6 +75,7 @@ export class EmulatedBackend implements Backend {
   private readonly ipc: IpcCalls;
   private readonly kernels: KernelCalls;
   private readonly graphs: GraphCalls;
+  private readonly collectiveCalls: CollectiveCalls;
 
   /**
    * @param options Each device's capacity (default `VRAM_EMULATED_BYTES`, else 4 GiB) and the number of devices (default 1).
@@ -102,6 +105,7 @@ export class EmulatedBackend implements Backend {
     this.ipc = new IpcCalls(state);
     this.kernels = new KernelCalls(state);
     this.graphs = new GraphCalls(state);
+    this.collectiveCalls = new CollectiveCalls(this);
   }
 
   // --- Driver, devices and contexts ---
@@ -618,6 +622,12 @@ export class EmulatedBackend implements Backend {
 
   occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { minGridSize: number; blockSize: number } {
     return this.kernels.occupancyMaxPotentialBlockSize(fn, sharedBytes, blockSizeLimit);
+  }
+
+  // --- Collectives ---
+
+  collectives(): CollectiveTransport {
+    return this.collectiveCalls;
   }
 
   // --- Emulation internals ---

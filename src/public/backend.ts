@@ -16,6 +16,7 @@ export type {
   Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory, MemLocation,
 } from '../backend/backend.js';
 export { MemPoolAttribute } from '../backend/backend.js';
+export type { CollectiveDataType, CollectiveTransport, HostReduce, TransportComm, TransportOptions } from '../backend/collectives.js';
 export { DEVICE_ATTRIBUTES } from '../cuda/device-attributes.js';
 export type { DeviceAttributeName } from '../cuda/device-attributes.js';
 export type { CacheConfig, PushedContext } from '../device.js';

@@ -9,10 +9,11 @@
  *
  * @module vram/nccl
  */
-export { Communicator, Registration, group, ncclVersion } from '../collective/communicator.js';
+export { Communicator, Registration, group, ncclVersion } from '../nccl/communicator.js';
 export type {
-  CollectiveMemory, CommunicatorOptions, CollectiveOptions, ReduceOptions, BroadcastOptions, ReduceOp,
-} from '../collective/communicator.js';
-export { UniqueId } from '../collective/unique-id.js';
+  CollectiveMemory, CommunicatorOptions, CollectiveOptions, CollectiveReduceOptions, BroadcastOptions,
+} from '../nccl/communicator.js';
+export type { CollectiveReduceOp } from '../backend/collectives.js';
+export { UniqueId } from '../nccl/unique-id.js';
 export { NcclError } from '../errors.js';
 export { NcclUnavailableError } from '../cuda/nccl-library.js';
