@@ -52,7 +52,7 @@ export type { HostArrayFromOptions } from './array/host-array.js';
 
 // The current resource and its statistics (the resources themselves: `vram/resources`)
 export { MemoryResource } from './resource/resource.js';
-export type { StreamRef } from './resource/resource.js';
+export type { StreamRef } from './stream.js';
 export { getCurrentResource, setCurrentResource, emptyCache } from './resource/current.js';
 export { memoryStats, resetPeakStats, memorySummary } from './observe/memory-stats.js';
 export type { MemoryStats, Gauge } from './observe/memory-stats.js';

@@ -11,10 +11,8 @@ import { checkLiveStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
-import {
-  CAPTURE_MODES, CaptureSession, Graph, abandonCapture, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession,
-  type CaptureModeName, type CapturePool, type CaptureStatusName,
-} from './graph/graph.js';
+import { Graph } from './graph/graph.js';
+import { CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession, type CaptureModeName, type CapturePool, type CaptureStatusName } from './graph/sessions.js';
 
 /** A `synchronized()` in progress: it waits for the host functions up to `through`, and rejects with the first error of one. */
 interface HostFunctionWait {

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dtypes, type ScalarName } from '../src/array/dtype.js';
-import type { EmulatedKernel, EmulatedMemory } from '../src/kernels/emulated-kernel.js';
+import type { EmulatedKernel, EmulatedMemory } from '../src/backend/backend.js';
 import { elementwiseProgram, type ProgramOperand } from '../src/kernels/ops/elementwise-program.js';
 import { parseStatements } from '../src/kernels/ops/expression.js';
 import { packLayout } from '../src/kernels/ops/kernel-layout.js';

@@ -22,7 +22,7 @@ import { kernelScalar, kernelScalars } from '../src/kernels/ops/scalar.js';
 import { REDUCE_DTYPES } from '../src/kernels/ops/reduction-kernels.js';
 import { PROGRAM_CACHE_SIZE, programsCached } from '../src/kernels/ops/elementwise.js';
 import { USER_MODULE_CACHE_SIZE, userModulesLoaded } from '../src/kernels/ops/builtin-module.js';
-import { nvrtcAvailable } from '../src/kernels/module.js';
+import { nvrtcAvailable } from '../src/kernels/compile.js';
 import { Device } from '../src/device.js';
 import { onGpu } from './helpers.js';
 

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
 import { Stream } from '../src/stream.js';
 import { dot, map, max, min, sum, zipWith } from '../src/kernels/ops/index.js';
-import { nvrtcAvailable } from '../src/kernels/module.js';
+import { nvrtcAvailable } from '../src/kernels/compile.js';
 import { UseAfterFreeError } from '../src/errors.js';
 import { onGpu } from './helpers.js';
 

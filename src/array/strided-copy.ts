@@ -37,7 +37,7 @@ import { VramStateError } from '../errors.js';
 import { copy2D, copyBetween, DeviceMemory, type CopyEndpoint } from '../buffer/device-memory.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
 import { addressOf, Allocation } from '../buffer/lifetime.js';
-import type { StreamRef } from '../resource/resource.js';
+import type { StreamRef } from '../stream.js';
 import { Event, Stream } from '../stream.js';
 import { byteSpan, coalesce, contiguousLayout, copyElements, isContiguous, isNonOverlapping, mayShareBytes, sameElements, type Layout } from './layout.js';
 import { contiguousStrides, elementCount, formatShape } from './shape.js';

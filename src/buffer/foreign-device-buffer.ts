@@ -21,7 +21,7 @@ import { readOptions } from '../util/options.js';
 import { DeviceMemory } from './device-memory.js';
 import { leaseSpillableAt } from './spill/spill-manager.js';
 import type { FreeOptions, Release } from './lifetime.js';
-import { defaultStream, type StreamRef } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 
 /** Options of `DeviceBuffer.fromPointer` (and the buffer part of `DeviceArray.fromPointer`). */
 export interface ForeignPointerOptions {

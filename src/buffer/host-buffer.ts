@@ -26,7 +26,8 @@ import { bytesOf, isHostData, type HostData } from './device-memory.js';
 import { Allocation, type Release } from './lifetime.js';
 import { forgetRegistration } from './transfer/transfers.js';
 import { hostAllocFlags, PinnedHostResource, type PinnedHostOptions } from '../resource/upstream/pinned-host-resource.js';
-import type { MemoryResource, StreamRef } from '../resource/resource.js';
+import type { MemoryResource } from '../resource/resource.js';
+import type { StreamRef } from '../stream.js';
 
 /** A TypedArray class that `view()` can build over pinned memory. */
 export interface TypedArrayConstructor<T extends ArrayBufferView> {

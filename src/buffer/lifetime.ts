@@ -39,10 +39,9 @@ import { reportLeak } from '../backstop.js';
 import { countAllocated, countReleased } from './dropped-memory.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '../stream.js';
-import type { StreamRef } from '../resource/resource.js';
+import type { StreamRef } from '../stream.js';
 import { readOptions } from '../util/options.js';
 
-export { leakStatistics, onLeak, resetLeakStatistics, type LeakListener, type LeakRecord, type LeakStatistics } from '../backstop.js';
 
 /**
  * Returns memory where it came from. `stream` is the stream it is freed on (the one given to

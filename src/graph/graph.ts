@@ -13,11 +13,6 @@ import type { Device } from '../device.js';
 import { CudaError, CUresult, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
 import { CaptureHolds, type CapturePool, type LaunchStream } from './sessions.js';
 
-export {
-  CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, capturing, endSession, joinSession, refuseDuringCapture,
-  refuseOnLegacyDuringCapture, relaxedDuringCapture, startSession,
-} from './sessions.js';
-export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from './sessions.js';
 import { inspectCustom } from '../util/inspect.js';
 import { checkLiveStreamHandle } from '../validate.js';
 

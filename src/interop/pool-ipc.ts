@@ -21,7 +21,7 @@ import { Device } from '../device.js';
 import { UseAfterFreeError } from '../errors.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
 import { DeviceBuffer } from '../buffer/device-buffer.js';
-import { defaultStream, type StreamRef } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { IpcBuffer } from './ipc-buffer.js';

@@ -13,16 +13,13 @@
  */
 import type { EmulatedKernels, Handle, ModuleImage } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { relaxedDuringCapture } from '../graph/graph.js';
+import { relaxedDuringCapture } from '../graph/sessions.js';
 import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../errors.js';
 import { compileSource } from './compile.js';
 import { Kernel } from './kernel.js';
 import { checkSignature, type Signature } from './signature.js';
 import { readOptions } from '../util/options.js';
 
-export { CompileError } from './compile-error.js';
-export { NvrtcUnavailableError } from '../cuda/nvrtc.js';
-export { compileStatistics, nvrtcAvailable, type CompileStatistics } from './compile.js';
 
 /** Options of `Module.fromPtx` and `Module.fromCubin`. */
 export interface LoadOptions {

@@ -17,7 +17,6 @@ import { addressOf } from '../buffer/lifetime.js';
 import { beginOperation, movesOnReload, prepareUse } from '../buffer/spill/residency.js';
 import type { StreamRef } from '../stream.js';
 
-export type { ParamType, ScalarParam } from '../backend/backend.js';
 
 /**
  * A kernel's parameters, in order. Declare it `as const` (or inline) so launches are type-checked.

@@ -8,7 +8,7 @@ import type { Counter } from '../counter.js';
 import { Device } from '../device.js';
 import { formatBytes } from '../util/size.js';
 import { getCurrentResource } from '../resource/current.js';
-import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
+import { leakStatistics, type LeakStatistics } from '../backstop.js';
 import { liveAllocations } from '../buffer/dropped-memory.js';
 import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';

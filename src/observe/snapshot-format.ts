@@ -19,7 +19,6 @@ import type { MemoryFigures, SnapshotSegment } from '../resource/figures.js';
 
 // The segment shapes are the resources' own (they lay their memory out in them): defined beside the
 // figures, below this layer, and part of the snapshot format from here.
-export type { BlockState, SegmentKind, SnapshotBlock, SnapshotPages, SnapshotSegment } from '../resource/figures.js';
 
 /**
  * The version of the format this code writes. A reader should refuse a snapshot whose `version`

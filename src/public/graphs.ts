@@ -9,7 +9,7 @@
  * @module vram/graphs
  */
 export { Graph, GraphExec } from '../graph/graph.js';
-export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/graph.js';
+export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/sessions.js';
 export { captureGraph } from '../graph/capture.js';
 export { GraphPool } from '../resource/graph-pool.js';
 export type { GraphPoolOptions } from '../resource/graph-pool.js';

@@ -31,5 +31,6 @@ export type { TorchShareTuple, TorchShare, TorchBytes } from '../interop/torch-i
 export { IpcBuffer } from '../interop/ipc-buffer.js';
 export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../interop/pool-ipc.js';
 export type { ImportPoolOptions, ImportPointerOptions } from '../interop/pool-ipc.js';
-export { sendFd, receiveFd, closeFd, SystemCallError } from '../interop/fd-passing.js';
+export { sendFd, receiveFd } from '../interop/fd-passing.js';
+export { closeFd, SystemCallError } from '../cuda/libc.js';
 export type { ReceivedFd, ReceiveFdOptions } from '../interop/fd-passing.js';

@@ -7,8 +7,12 @@
  *
  * @module vram/kernels
  */
-export { Module, CompileError, NvrtcUnavailableError, compileStatistics, nvrtcAvailable } from '../kernels/module.js';
-export type { CompileOptions, LoadOptions, CompileStatistics } from '../kernels/module.js';
+export { Module } from '../kernels/module.js';
+export { CompileError } from '../kernels/compile-error.js';
+export { NvrtcUnavailableError } from '../cuda/nvrtc.js';
+export { compileStatistics, nvrtcAvailable } from '../kernels/compile.js';
+export type { CompileOptions, LoadOptions } from '../kernels/module.js';
+export type { CompileStatistics } from '../kernels/compile.js';
 export { Kernel } from '../kernels/kernel.js';
 export type { LaunchConfig, Dim3 } from '../kernels/launch-config.js';
 export type { Signature, ArgsOf, ArgOf, PointerArg } from '../kernels/signature.js';

@@ -8,8 +8,9 @@
  *
  * @module vram/resources
  */
-export { defaultStream } from '../resource/resource.js';
-export type { ReservingResource, MemoryKind, MemoryFigures, ResourceJSON } from '../resource/resource.js';
+export { defaultStream } from '../stream.js';
+export type { ReservingResource, ResourceJSON } from '../resource/resource.js';
+export type { MemoryKind, MemoryFigures } from '../resource/figures.js';
 export type { ByteSize } from '../validate.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { useResource } from '../resource/current.js';

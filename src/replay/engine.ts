@@ -5,11 +5,12 @@
  */
 import { Device } from '../device.js';
 import { VramError } from '../errors.js';
-import { type MemoryResource, type StreamRef, defaultStream } from '../resource/resource.js';
+import { type MemoryResource } from '../resource/resource.js';
+import { type StreamRef, defaultStream } from '../stream.js';
 import type { MemoryFigures } from '../resource/figures.js';
 import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
-import type { SnapshotSegment } from '../observe/snapshot-format.js';
+import type { SnapshotSegment } from '../resource/figures.js';
 import type { AllocationTrace } from './parse.js';
 import { readOptions } from '../util/options.js';
 

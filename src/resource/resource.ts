@@ -21,7 +21,7 @@ import { formatBytes } from '../util/size.js';
 import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
-import { captureSessionOf, type CaptureSession } from '../graph/graph.js';
+import { captureSessionOf, type CaptureSession } from '../graph/sessions.js';
 import { GraphPool, graphPoolOf } from './graph-pool.js';
 import { streamHandleOf, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
@@ -29,8 +29,6 @@ import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 
-export { defaultStream, type StreamRef } from '../stream.js';
-export type { MemoryFigures, MemoryKind } from './figures.js';
 
 /**
  * What the memory history is told of the program's calls (the outermost ones: a resource's calls

@@ -17,7 +17,7 @@
 import type { Device } from '../../device.js';
 import { PoolResource } from '../../resource/suballoc/pool.js';
 import { PinnedHostResource } from '../../resource/upstream/pinned-host-resource.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import { HostBuffer } from '../host-buffer.js';
 import { keep } from '../tidy.js';
 

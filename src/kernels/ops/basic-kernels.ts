@@ -13,11 +13,11 @@
  * `scalar.ts` (rounding to nearest for floats, saturating for integers, NaN to 0); vector dtypes
  * convert component by component between dtypes of as many components.
  */
-import type { EmulatedKernels, EmulatedLaunch } from '../emulated-kernel.js';
+import type { EmulatedKernels, EmulatedLaunch } from '../../backend/backend.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
 import { kernelScalar, kernelScalars, scalarConversionsSource, type KernelScalar } from './scalar.js';
-import type { ParamType } from '../signature.js';
+import type { ParamType } from '../../backend/backend.js';
 import { type TypedOperand, typedOperand } from './typed-access.js';
 
 /** The signatures of the kernels in `basicSource()` (`cptr`: an operand the kernel only reads). */

@@ -14,8 +14,8 @@
  * first statement and stored after the last: later statements see earlier assignments.
  */
 import type { DType } from '../../array/dtype.js';
-import type { EmulatedAccess, EmulatedLaunch } from '../emulated-kernel.js';
-import type { ParamType } from '../signature.js';
+import type { EmulatedAccess, EmulatedLaunch } from '../../backend/backend.js';
+import type { ParamType } from '../../backend/backend.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { expressionError, type Component, type Expression, type Statement } from './expression.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';

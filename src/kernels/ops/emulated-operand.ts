@@ -3,7 +3,7 @@
  * once per launch (so a layout reaching outside its allocation faults there, as on a GPU), and a
  * DataView with the byte position of element (0, ..., 0) in it.
  */
-import type { EmulatedAccess, EmulatedMemory } from '../emulated-kernel.js';
+import type { EmulatedAccess, EmulatedMemory } from '../../backend/backend.js';
 
 /** An operand's bytes: element `e`, component `c` is at `base + e * elementBytes + c * componentBytes`. */
 export interface EmulatedOperand {

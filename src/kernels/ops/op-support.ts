@@ -9,7 +9,7 @@ import type { Device } from '../../device.js';
 import { VramStateError } from '../../errors.js';
 import { HostBuffer } from '../../buffer/host-buffer.js';
 import { keep } from '../../buffer/tidy.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import { Stream, streamHandleOf } from '../../stream.js';
 
 /** Options every built-in operation takes. */

@@ -11,7 +11,7 @@
 import { addressOfArray, type DeviceArray } from '../../array/device-array.js';
 import { mayShareBytes, sameElements } from '../../array/layout.js';
 import { VramStateError } from '../../errors.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import { ascontiguous } from './ascontiguous.js';
 
 /** An array an operation reads or writes, with the name its messages use. */

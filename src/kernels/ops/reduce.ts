@@ -8,13 +8,13 @@
  * `{ out }` (a one-element array of the result dtype) nothing is waited for and the result stays
  * on the device. An `axis` reduction returns a new array (or fills `out`) without waiting.
  */
-import { refuseDuringCapture } from '../../graph/graph.js';
+import { refuseDuringCapture } from '../../graph/sessions.js';
 import { streamHandleOf } from '../../stream.js';
 import { DeviceArray } from '../../array/device-array.js';
 import type { DTypeName, ScalarName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
 import { getCurrentResource } from '../../resource/current.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import { builtinKernel } from './builtin-module.js';
 import { reductionBuiltin } from './builtin-sources.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';

@@ -26,18 +26,16 @@
  */
 import type { ScalarName } from '../../array/dtype.js';
 import { bfloat16Bits, float16Bits } from '../../array/half.js';
-import type { EmulatedKernels, EmulatedLaunch } from '../emulated-kernel.js';
+import type { EmulatedKernels, EmulatedLaunch } from '../../backend/backend.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
 import { kernelScalar, scalarConversionsSource } from './scalar.js';
+import { REDUCE_OPS, type ReduceOp } from './reduce-op.js';
 import { reductionLoops } from './reduction-threads.js';
+
+export { REDUCE_OPS, type ReduceOp };
 import { typedOperand } from './typed-access.js';
 
-/** The reductions. */
-export type ReduceOp = 'sum' | 'min' | 'max' | 'dot';
-
-/** The reductions in source order. */
-export const REDUCE_OPS: readonly ReduceOp[] = Object.freeze(['sum', 'min', 'max', 'dot']);
 
 /** The dtypes every reduction takes (bool and the vector dtypes are refused: astype first). */
 export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze([

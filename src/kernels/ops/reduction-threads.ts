@@ -9,7 +9,7 @@
  */
 import type { ScalarName } from '../../array/dtype.js';
 import { MAX_KERNEL_DIMS } from './kernel-layout.js';
-import type { ReduceOp } from './reduction-kernels.js';
+import type { ReduceOp } from './reduce-op.js';
 import { type ComponentArray, loadSource, typedHelpers } from './typed-access.js';
 
 /**

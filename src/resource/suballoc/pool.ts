@@ -24,7 +24,8 @@ import { UpstreamChunks } from './kit/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, upstreamChain, type MemoryFigures, type MemoryKind } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, upstreamChain } from '../resource.js';
+import { type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 

@@ -26,7 +26,8 @@ import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
 import { InvalidPointerError, OutOfMemoryError, VramStateError, isOutOfMemory } from '../../errors.js';
 import { outOfMemoryStatistics, type MemoryFigures, type SnapshotSegment } from '../figures.js';
-import { MemoryResource, type StreamRef } from '../resource.js';
+import { MemoryResource } from '../resource.js';
+import { type StreamRef } from '../../stream.js';
 import { refusedBytes } from '../cache-registry.js';
 
 /** One block: its range, what was asked for, and the physical allocation mapped there (0: none). */
