@@ -73,7 +73,7 @@ export interface PoolOptions {
    * `'adaptive'`: the size follows the memory left. While the device (and `maximumSize`, if set)
    * keeps a quarter of its memory free after the growth, and at least half of what the pool then
    * holds, a growth maps a chunk, one extent, beyond the block's pages over free address space: an
-   * eighth of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
+   * thirty-second of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
    * of its own pages), so a workload's first pass makes a few dozen growths rather than one per
    * page (the pages mapped ahead are cache: blocks are placed on mapped pages first). Below that,
    * growth maps only the block's pages, one page per extent, as the default does, so peak reserved
