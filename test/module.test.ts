@@ -332,8 +332,10 @@ test('GPU: the compile cache: a second process compiles nothing', gpuOnly, () =>
   const dir = mkdtempSync(join(tmpdir(), 'vram-kernel-cache-'));
   try {
     const moduleUrl = new URL('../src/kernels/module.js', import.meta.url).href;
+    const compileUrl = new URL('../src/kernels/compile.js', import.meta.url).href;
     const script = `
-      import { Module, compileStatistics } from ${JSON.stringify(moduleUrl)};
+      import { Module } from ${JSON.stringify(moduleUrl)};
+      import { compileStatistics } from ${JSON.stringify(compileUrl)};
       const m = Module.compile('extern "C" __global__ void twice(float *p) { p[threadIdx.x] *= 2.0f; } // ${process.pid}');
       m.kernel('twice', ['ptr']);
       m.destroy();

@@ -67,6 +67,9 @@ export function withoutHostWait<T>(fn: () => T): T {
   }
 }
 
+/** Release-and-retry passes an allocation the driver refused makes at most (each frees about what it asked for). */
+const MAX_RELEASE_PASSES = 8;
+
 /**
  * While caches are released for a refusal (`releaseCaches` with `bytes`): the bytes it asked the
  * driver for. A cache that costs work to give back (spilling copies data out) gives back about
@@ -262,8 +265,9 @@ export function retryAfterReleasingCaches<T>(error: unknown, device: number, ret
   let failure: unknown = error;
   let released = 0;
   // Spilling gives back about what was asked for at each pass (least recently used first), so a
-  // retry that still fails releases again while something goes back.
-  for (;;) {
+  // retry that still fails releases again while something goes back: a bounded number of passes,
+  // as a cache that reports bytes given back each time (a driver pool's trim) must not loop forever.
+  for (let pass = 0; pass < MAX_RELEASE_PASSES; pass++) {
     let given: number;
     try {
       given = releaseCaches(memory, bytes);

@@ -23,7 +23,7 @@ const REDUCE_BYTES = 256 << 20;
 /** On a quick run (the emulated backend's is always quick): the emulation reduces in JavaScript. */
 const QUICK_REDUCE_BYTES = 4 << 20;
 /** Untimed runs first, and timed runs (full run); bench/peers/reductions.py uses the same. */
-const WARMUP_RUNS = 10;
+const WARMUP_RUNS = 100;
 const RUNS = 100;
 
 type Reduction = 'sum' | 'min' | 'max' | 'dot';
