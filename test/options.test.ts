@@ -148,7 +148,7 @@ const TABLE: readonly Entry[] = [
   { name: 'Stream#beginCapture', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); s.beginCapture(o as never); return s.endCapture(); } },
   { name: 'captureGraph', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); return captureGraph(s, () => undefined, o as never); } },
   { name: 'new GraphPool', keys: ['device'], call: (o) => new GraphPool(o as never) },
-  { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount'], call: (o) => new EmulatedBackend(o as never) },
+  { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount', 'hostNumaPools'], call: (o) => new EmulatedBackend(o as never) },
   // Buffers
   { name: 'DeviceBuffer.allocate', keys: ARRAY, call: (o) => DeviceBuffer.allocate(64, o as never) },
   { name: 'DeviceBuffer.allocateAsync', keys: WAITING, call: (o) => DeviceBuffer.allocateAsync(64, o as never) },

@@ -24,7 +24,7 @@ export { DriverResource } from '../resource/upstream/driver-resource.js';
 export { CudaResource } from '../resource/upstream/cuda-resource.js';
 export { AsyncResource } from '../resource/upstream/async-resource.js';
 export type { PoolAccess } from '../resource/pool-access.js';
-export type { AsyncResourceOptions, AsyncPoolOptions } from '../resource/upstream/async-resource.js';
+export type { AsyncResourceOptions, AsyncPoolOptions, AsyncPoolLocation } from '../resource/upstream/async-resource.js';
 export { ManagedResource } from '../resource/upstream/managed-resource.js';
 export type { ManagedResourceOptions, ManagedAttach } from '../resource/upstream/managed-resource.js';
 export { PinnedHostResource } from '../resource/upstream/pinned-host-resource.js';
