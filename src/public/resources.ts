@@ -11,6 +11,7 @@ export type { ReservingResource, MemoryKind, MemoryFigures, ResourceJSON } from 
 export type { ByteSize } from '../validate.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { useResource } from '../resource/current.js';
+export { memoryPoolUsed } from '../resource/memory-pool-used.js';
 export { withMemoryBudget } from '../buffer/budget.js';
 export { StreamOrder } from '../resource/stream-order.js';
 export type { Lane, OrderEvents } from '../resource/stream-order.js';
