@@ -12,6 +12,7 @@ import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
 import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
 import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
+import { foreignFigures, type ForeignFigures } from '../buffer/foreign-mirror.js';
 import { graphPoolsOf } from '../resource/graph-pool.js';
 
 /**
@@ -85,6 +86,11 @@ export interface MemoryStats {
    */
   readonly spill: SpillFigures;
   /**
+   * Foreign device memory tied to host arrays (`ForeignMirror`): how many and their bytes, which
+   * vram never frees or spills (their owners do), and the copies it made between the sides.
+   */
+  readonly foreign: ForeignFigures;
+  /**
    * Memory CUDA graphs own on the device: the capture-private pools (`GraphPool`) that hold memory
    * now, the bytes they hold from the driver and the bytes in blocks handed out and not freed.
    * That memory does not come from the current resource (a capture allocates from the pool instead);
@@ -128,6 +134,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     leaks: leakStatistics(),
     waits: allocationWaits(dev.ordinal),
     spill: spillFigures(dev),
+    foreign: foreignFigures(dev.ordinal),
     graphPools: graphPoolFigures(dev.ordinal),
   } as const);
 }
