@@ -4,6 +4,7 @@
  * Note [Which side of a foreign mirror is current] in docs/design/foreign-mirror.md.
  */
 import { VramStateError } from '../errors.js';
+import { readOptions } from '../util/options.js';
 import type { StreamRef } from '../stream.js';
 import { ForeignDeviceBuffer } from './foreign-device-buffer.js';
 import { setResidency } from './spill/residency.js';
@@ -133,7 +134,7 @@ export class ForeignMirror {
    */
   host(options: { readonly write?: boolean } = {}): MirrorHost {
     this.#check();
-    const write = options.write ?? false;
+    const write = readOptions('ForeignMirror.host', options, { write: true }).write ?? false;
     if (typeof write !== 'boolean') throw new TypeError(`write must be a boolean, got ${typeof write}`);
     if (this.#side === 'device') {
       this.#sync(() => this.buffer.copyToHost(this.#host));
