@@ -2,7 +2,8 @@
  * `axpb` (y = a * x + b over float32), in CUDA C with its JavaScript twin for the emulated
  * backend: the user kernel of bench/graph.ts and test/graph.test.ts.
  */
-import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
+import { threadCount } from '../src/kernels/emulated-kernel.js';
+import { type EmulatedKernel } from '../src/backend/backend.js';
 
 /** The CUDA C of `axpb` (and `empty`, the launch benchmark's kernel). */
 export const AXPB_SOURCE = `

@@ -36,7 +36,8 @@ import { reserveSpillHost, spillableResource, spillFigures, spillManager, type S
 import type { Backend, Ptr } from '../src/backend/backend.js';
 import { emptyCache } from '../src/resource/current.js';
 import { Device } from '../src/device.js';
-import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
+import { threadCount } from '../src/kernels/emulated-kernel.js';
+import { type EmulatedKernel } from '../src/backend/backend.js';
 import { Module } from '../src/kernels/module.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { Stream } from '../src/stream.js';

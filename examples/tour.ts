@@ -3,17 +3,31 @@
  * `node dist/examples/tour.js` (test/examples.test.ts runs it in `npm test`).
  */
 import assert from 'node:assert/strict';
-import { Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, Stream, getBackend, setCurrentResource, sum } from '../src/index.js';
+import { Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, Stream, getBackend, setCurrentResource, sum, tidy } from '../src/index.js';
 import { ArenaResource, PoolResource, StatisticsAdaptor, TrackingAdaptor } from '../src/public/resources.js';
 import { transferStatistics } from '../src/public/buffers.js';
-import { Module, elementwise, threadCount } from '../src/public/kernels.js';
+import { Module, elementwise, map, threadCount } from '../src/public/kernels.js';
 import { parseAllocationLog, replay } from '../src/public/replay.js';
 
 // 1. Devices: name, memory and the attributes a memory library needs.
 const device = Device.get(0);
 console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free} bytes free`);
 
-// 2. Device memory: allocate, copy in and out, free (or `using`, which frees at scope end).
+// 2. Rebinding a variable frees nothing (JavaScript counts no references, and its collector sees a few bytes
+//    of heap per array, not the device memory): a loop's step frees what it made with `tidy`, which frees
+//    every buffer and array its function allocated and did not return (async functions too). Or `free()`.
+{
+  let x = DeviceArray.zeros(1024);
+  for (let i = 0; i < 10; i++) {
+    const next = tidy(() => map(map(x, 'x * 2'), 'x + 1')); // the array between the two maps is freed here
+    x.free();                                                // the old x was made outside this step
+    x = next;
+  }
+  assert.equal(sum(x), 1023 * 1024);
+  x.free();
+}
+
+// 3. Device memory: allocate, copy in and out, free (or `using`, which frees at scope end).
 {
   using buf = DeviceBuffer.allocate(1024);
   buf.copyFromHost(new Float32Array(256).fill(1.5));
@@ -21,7 +35,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   assert.equal(back[255], 1.5);
 }
 
-// 3. Pinned host memory and stream-ordered async copies; await without blocking the event loop.
+// 4. Pinned host memory and stream-ordered async copies; await without blocking the event loop.
 {
   using stream = Stream.create({ nonBlocking: true });
   using pinned = HostBuffer.allocate(1 << 20);
@@ -51,7 +65,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   console.log(`transfers: ${staged.copies} staged, ${registered.copies} from registered memory`);
 }
 
-// 4. A pool as the current resource: allocation on a hit costs no driver call.
+// 5. A pool as the current resource: allocation on a hit costs no driver call.
 {
   const pool = new StatisticsAdaptor(new PoolResource());
   const previous = setCurrentResource(device, pool);
@@ -61,7 +75,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   pool.releaseCached();
 }
 
-// 5. An arena with 2D pitched blocks, sized with its helper.
+// 6. An arena with 2D pitched blocks, sized with its helper.
 {
   const arena = new ArenaResource({ size: ArenaResource.ceil2DVolume(1000, 100) });
   const { ptr, pitch } = arena.allocatePitched(1000, 100);
@@ -70,7 +84,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   arena.destroy();
 }
 
-// 6. Where did my memory go? Outstanding allocations with their stacks.
+// 7. Where did my memory go? Outstanding allocations with their stacks.
 {
   const tracker = new TrackingAdaptor(new PoolResource(), { captureStacks: true });
   const leaked = tracker.allocate(1 << 16);
@@ -78,7 +92,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   tracker.deallocate(leaked, 1 << 16);
 }
 
-// 7. Replay an RMM allocation log through a resource and read its fragmentation overhead.
+// 8. Replay an RMM allocation log through a resource and read its fragmentation overhead.
 {
   const log = parseAllocationLog([
     'Thread,Time,Action,Pointer,Size,Stream',
@@ -93,7 +107,7 @@ console.log(`${getBackend().name}: ${device.info.name}, ${device.memInfo().free}
   pool.releaseCached();
 }
 
-// 8. Compute: built-in operations, and CUDA C of your own (the emulated backend runs the JavaScript beside it).
+// 9. Compute: built-in operations, and CUDA C of your own (the emulated backend runs the JavaScript beside it).
 {
   using x = DeviceArray.from(new Float32Array([1, 2, 3, 4]));
   using y = DeviceArray.from(new Float32Array([10, 20, 30, 40]));

@@ -1,6 +1,6 @@
 /**
  * The garbage-collection backstop for driver objects and the leak report every backstop feeds.
- * Buffers have their own registry (`memory/lifetime.ts`, which frees in stream order); streams,
+ * Buffers have their own registry (`buffer/lifetime.ts`, which frees in stream order); streams,
  * events and resources dropped without `destroy()` register here, so a program that forgets them
  * gets the driver objects and memory back (and sees them counted) instead of finding them in
  * `nvidia-smi`. It sits below `stream.ts` so streams and events can use it.

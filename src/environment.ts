@@ -5,7 +5,7 @@
  * beside the code (`util/environment.ts`: one parser, one message style, read at first use); this
  * table describes them, and `environmentSettings` runs each reader so `vram info` shows a value
  * that would be refused, and why, before any call trips on it. The default resource's three
- * variables are described in `memory/default-resource.ts`, beside the code that reads them, and
+ * variables are described in `resource/default-resource.ts`, beside the code that reads them, and
  * taken from there, so the table cannot drift from what that code does.
  */
 import { BACKEND_VARIABLE } from './backend/select.js';

@@ -185,7 +185,7 @@ export interface OutOfMemoryDetails {
  * Where the driver did fail, its `CudaError` (CUDA_ERROR_OUT_OF_MEMORY) is the `cause`. When the
  * error reaches the program, the message also names the largest live allocation sites (where the
  * memory history records stacks, or a TrackingAdaptor captures them) and the fragmentation of the
- * sub-allocator below (largest free block against free bytes): `memory/out-of-memory-observer.ts`.
+ * sub-allocator below (largest free block against free bytes): `observe/out-of-memory-observer.ts`.
  *
  * @example
  * ```ts

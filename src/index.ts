@@ -7,8 +7,10 @@
  * allocator needs: devices, streams, buffers, arrays, the current resource, its statistics and the
  * errors. The rest lives in subpaths, one file each under src/public/ (see package.json "exports"):
  * `vram/resources`, `vram/buffers`, `vram/arrays`, `vram/kernels`, `vram/interop`, `vram/observe`,
- * `vram/replay` and `vram/backend`. test/exports.test.ts lists the root's names, so adding one here is
- * a visible decision: keep it to what the first page of the README uses.
+ * `vram/replay`, `vram/backend`, `vram/nccl` and `vram/graphs`. test/exports.test.ts lists the root's
+ * names, so adding one here is a visible decision: keep it to what the first page of the README uses.
+ *
+ * @module vram
  */
 
 // Which backend runs (its name, why `auto` fell back); the Backend interface itself is `vram/backend`.
@@ -36,6 +38,7 @@ export { ManagedBuffer } from './buffer/managed-buffer.js';
 export type { ManagedBufferOptions } from './buffer/managed-buffer.js';
 export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/device-memory.js';
 export type { FreeOptions } from './buffer/lifetime.js';
+export { tidy, keep } from './buffer/tidy.js';
 
 // Typed arrays
 export { dtypes, dtypeOf } from './array/dtype.js';
@@ -49,7 +52,7 @@ export type { HostArrayFromOptions } from './array/host-array.js';
 
 // The current resource and its statistics (the resources themselves: `vram/resources`)
 export { MemoryResource } from './resource/resource.js';
-export type { StreamRef } from './resource/resource.js';
+export type { StreamRef } from './stream.js';
 export { getCurrentResource, setCurrentResource, emptyCache } from './resource/current.js';
 export { memoryStats, resetPeakStats, memorySummary } from './observe/memory-stats.js';
 export type { MemoryStats, Gauge } from './observe/memory-stats.js';

@@ -11,10 +11,8 @@ import { checkLiveStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
-import {
-  CAPTURE_MODES, CaptureSession, Graph, abandonCapture, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession,
-  type CaptureModeName, type CapturePool, type CaptureStatusName,
-} from './graph/graph.js';
+import { Graph } from './graph/graph.js';
+import { CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession, type CaptureModeName, type CapturePool, type CaptureStatusName } from './graph/sessions.js';
 
 /** A `synchronized()` in progress: it waits for the host functions up to `through`, and rejects with the first error of one. */
 interface HostFunctionWait {
@@ -37,7 +35,7 @@ export interface CaptureOptions {
 /** Options for `Stream.create`. */
 export interface StreamOptions {
   /** The device whose active context owns the stream (device 0 by default). */
-  readonly device?: Device;
+  readonly device?: Device | number;
   /** Do not synchronise with the legacy default stream (CU_STREAM_NON_BLOCKING). */
   readonly nonBlocking?: boolean;
   /**
@@ -178,7 +176,7 @@ function endEvent(device: Device, raw: Handle): number {
 /** Options for `Stream.fromHandle`. */
 export interface BorrowedStreamOptions {
   /** The device whose context the stream belongs to (device 0 by default). */
-  readonly device?: Device;
+  readonly device?: Device | number;
 }
 
 /**
@@ -471,10 +469,11 @@ export class Stream implements StreamRef {
     } catch (error) {
       endSession(session);
       session.pool?.release();
+      session.holds.release();
       throw captureError(error, 'endCapture()');
     }
     endSession(session);
-    return new Graph(raw, this.device, session.pool);
+    return new Graph(raw, this.device, session.pool, session.holds);
   }
 
   /**
@@ -672,7 +671,7 @@ export class Stream implements StreamRef {
 /** Options for `Event.create`. */
 export interface EventOptions {
   /** The device whose active context owns the event (device 0 by default). */
-  readonly device?: Device;
+  readonly device?: Device | number;
   /** Record timestamps, so `elapsedSince` works (default true, as in CUDA). Off is cheaper. */
   readonly timing?: boolean;
   /** `synchronize()` blocks on an OS primitive instead of spinning (CU_EVENT_BLOCKING_SYNC). */

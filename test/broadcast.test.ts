@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
 import { elementwise, zipWith } from '../src/kernels/ops/index.js';
 import { broadcastShape, broadcastStrides } from '../src/kernels/ops/broadcast.js';
-import { nvrtcAvailable } from '../src/kernels/module.js';
+import { nvrtcAvailable } from '../src/kernels/compile.js';
 import { onGpu } from './helpers.js';
 
 const needsCompiler = { skip: onGpu && !nvrtcAvailable() ? 'expressions need NVRTC on a GPU' : false } as const;

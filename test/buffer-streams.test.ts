@@ -22,7 +22,8 @@ import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { ManagedResource } from '../src/resource/upstream/managed-resource.js';
 import { PinnedHostPool } from '../src/resource/suballoc/pinned-host-pool.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
-import { defaultStream, type MemoryResource, type StreamRef } from '../src/resource/resource.js';
+import { type MemoryResource } from '../src/resource/resource.js';
+import { defaultStream, type StreamRef } from '../src/stream.js';
 import { DoubleFreeError, UseAfterFreeError } from '../src/errors.js';
 
 if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 << 30 }));

@@ -484,6 +484,24 @@ describe('vram usage', () => {
     }
   });
 
+  it('help --help prints the main help, version --help says what version does (exit 0); version refuses arguments', async () => {
+    for (const args of [['help', '--help'], ['help', '-h'], ['--help', '--help']]) {
+      const { code, stdout } = await vram(...args);
+      assert.equal(code, 0, args.join(' '));
+      assert.match(stdout, /usage: vram <command>/);
+    }
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    for (const args of [['version', '--help'], ['--version', '-h']]) {
+      const { code, stdout } = await vram(...args);
+      assert.equal(code, 0, args.join(' '));
+      assert.match(stdout, /^usage: vram version/);
+      assert.ok(!stdout.includes(pkg.version), 'help, not the version');
+    }
+    const extra = await vram('version', 'now');
+    assert.equal(extra.code, 2);
+    assert.match(extra.stderr, /takes no arguments, got 'now'/);
+  });
+
   it('help and --version exit 0', async () => {
     const help = await vram('help');
     assert.equal(help.code, 0);
@@ -513,7 +531,7 @@ describe('cli helpers', () => {
     assert.equal(parseSize('256MiB', 'x'), 256 << 20);
     assert.equal(parseSize('512M', 'x'), 512 << 20);
     assert.equal(parseSize('16G', 'x'), 16 * 1024 ** 3);
-    assert.equal(parseSize('16gb', 'x'), 16 * 1024 ** 3);
+    assert.throws(() => parseSize('16gb', 'x'), /'16gb' is ambiguous/);
     assert.equal(parseSize('2T', 'x'), 2 * 1024 ** 4);
     assert.equal(parseSize('1.5G', 'x'), 1.5 * 1024 ** 3);
     assert.equal(parseSize(' 4096 ', 'x'), 4096);

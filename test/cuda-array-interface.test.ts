@@ -14,7 +14,7 @@ import { InvalidPointerError, NotSupportedError, VramStateError } from '../src/e
 import {
   cudaArrayInterfaceInfo, fromCudaArrayInterface, toCudaArrayInterface, type CudaArrayInterface,
 } from '../src/interop/cuda-array-interface.js';
-import { leakStatistics } from '../src/buffer/lifetime.js';
+import { leakStatistics } from '../src/backstop.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { Event, Stream } from '../src/stream.js';
 import { gpuOnly } from './helpers.js';

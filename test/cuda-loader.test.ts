@@ -75,6 +75,7 @@ describe('auto falling back to the emulated backend', () => {
     assert.equal(auto.warnings, 1, auto.stderr);
     assert.ok(auto.stderr.includes(auto.reason), 'the warning names the reason');
     assert.match(auto.stderr, /VRAM_BACKEND=emulated/, 'and says how to choose the emulation without it');
+    assert.doesNotMatch(auto.stderr, /\.\. Set VRAM_BACKEND/, 'one full stop after the reason, not two');
     // The default is auto: the same without VRAM_BACKEND.
     assert.equal(child({ VRAM_LIBCUDA: missing }).warnings, 1);
   });

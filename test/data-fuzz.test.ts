@@ -12,11 +12,14 @@ import type { Ptr } from '../src/backend/backend.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { ResourceAdaptor } from '../src/resource/adaptors/adaptor.js';
-import { MemoryResource, type MemoryKind } from '../src/resource/resource.js';
+import { MemoryResource } from '../src/resource/resource.js';
+import { type MemoryKind } from '../src/resource/figures.js';
 import { ALL_OPERATIONS, allEqual, DataFuzzFailure, drawSize, replayAsyncCommand, runDataFuzz, runDataFuzzAsync } from './fuzz/data-fuzz.js';
 import { destroyResource, resourceFactories, type ResourceFactory } from './fuzz/resources.js';
 import { mulberry32 } from '../src/util/random.js';
-import { onGpu } from './helpers.js';
+import { onGpu, patchBackend } from './helpers.js';
+import { getBackend } from '../src/backend/select.js';
+import { MIXED_TARGETS, MixedFuzzFailure, runMixedFuzz } from './fuzz/mixed-fuzz.js';
 
 /**
  * Targets that fail today, with the reason (node:test reports them as TODO, not as failures).
@@ -276,4 +279,43 @@ test('the fuzz runner runs a short seeded data fuzz and prints the seed', () => 
   assert.match(p.stdout, /data: PoolResource \(virtual memory\): seed\(s\) 42\n/);
   assert.match(p.stdout, /500 operations in/);
   assert.doesNotMatch(p.stdout, /^model:/m, '--data runs only the data fuzz');
+});
+
+const MIXED_SEED = 11;
+const MIXED_OPS = 1500;
+
+/**
+ * The mixed fuzz (test/fuzz/mixed-fuzz.ts; `npm run fuzz -- --mixed` runs a million per target):
+ * spillable arrays, graphs captured, launched, updated and destroyed, DLPack round trips, budgets,
+ * pressure and frees on four streams in one run. Every kind of step must have run.
+ */
+test(`mixed fuzz: mixed (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`, () => {
+  const stats = runMixedFuzz('mixed', { seed: MIXED_SEED, ops: MIXED_OPS, ...MIXED_TARGETS.mixed });
+  assert.equal(stats.steps, MIXED_OPS);
+  for (const key of ['spillable', 'writes', 'graphs', 'launches', 'updates', 'dlpack', 'budgetsRefused', 'pressures', 'frees', 'checks'] as const) {
+    assert.ok(stats[key] >= 5, `only ${stats[key]} ${key}`);
+  }
+});
+
+test(`mixed fuzz: spillable arrays in graphs, exports and budgets (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`,
+  () => {
+    runMixedFuzz('mixed (spillable in graphs, exports and budgets)', { seed: MIXED_SEED, ops: MIXED_OPS, ...MIXED_TARGETS['mixed (spillable in graphs, exports and budgets)'] });
+  });
+
+test('mixed fuzz: a graph launch that does not run is wrong data, reported with the seed and a replay command', () => {
+  let launches = 0;
+  {
+    // Every 10th graph launch is dropped: the arrays it should have written keep their old values.
+    using _ = patchBackend(getBackend(), 'graphLaunch', (original) => (...args) => {
+      if (++launches % 10 === 0) return;
+      original(...args);
+    });
+    assert.throws(() => runMixedFuzz('mixed', { seed: MIXED_SEED, ops: MIXED_OPS }), (e: unknown) => {
+      assert.ok(e instanceof MixedFuzzFailure, String(e));
+      assert.match(e.message, /seed 11 failed at step \d+: .*expected/s);
+      assert.match(e.message, /replay: VRAM_BACKEND=\w+ node dist\/test\/fuzz\/run.js --mixed --only 'mixed' --seed 11 --ops 1500/);
+      return true;
+    });
+  }
+  assert.ok(launches >= 10);
 });

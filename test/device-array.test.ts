@@ -16,7 +16,7 @@ import { Stream } from '../src/stream.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { ArenaResource } from '../src/resource/suballoc/arena.js';
 import { bytesOf } from '../src/buffer/device-memory.js';
-import { onLeak } from '../src/buffer/lifetime.js';
+import { onLeak } from '../src/backstop.js';
 import { DoubleFreeError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 import { dtypeOf, dtypes, type DTypeName } from '../src/array/dtype.js';
 import { hostView } from '../src/array/host-data.js';

@@ -12,11 +12,12 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { compileExamples, examplesOf, sourceFiles, stalePaths } from './doc-examples.js';
 import { entryPoints, entryProgram, resolveAlias } from './entry-points.js';
 
 const distSrc = path.resolve(fileURLToPath(new URL('../src/', import.meta.url)));
@@ -153,4 +154,41 @@ test('the check finds a missing tag wherever the declaration is', () => {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+const repoRoot = path.resolve(fileURLToPath(new URL('../../', import.meta.url)));
+
+test('every @example block in src/ compiles against the package as a consumer imports it', () => {
+  const examples = sourceFiles(repoRoot, 'src').flatMap((f) => examplesOf(f, readFileSync(path.join(repoRoot, f), 'utf8')));
+  assert.ok(examples.length > 500, `only ${examples.length} examples found: the extraction broke`);
+  assert.deepEqual(compileExamples(repoRoot, examples), []);
+});
+
+test('a broken @example is caught: a misspelt method, a wrong option type', () => {
+  const errors = compileExamples(repoRoot, [
+    { file: 'planted.ts', line: 1, code: "const a = DeviceArray.zeroz([4]);\nconst b = DeviceArray.zeros([4], 'float32', { strem: 1 });\nvoid a; void b;" },
+  ]);
+  assert.equal(errors.length, 2, errors.join('\n'));
+  assert.match(errors[0]!, /^planted\.ts:1: TS2551 .*zeroz/);
+  assert.match(errors[1]!, /^planted\.ts:2: TS(2353|2561) .*strem/);
+});
+
+test('every *.ts path a comment names exists', () => {
+  const known = new Set(['src', 'test', 'bench', 'examples', 'scripts'].flatMap((d) => sourceFiles(repoRoot, d)));
+  const stale = [...known].filter((f) => f.startsWith('src/')).flatMap((f) => stalePaths(f, readFileSync(path.join(repoRoot, f), 'utf8'), known));
+  assert.deepEqual(stale, []);
+});
+
+test("the README's subpath table names every subpath package.json exports, and the install block @types/node", async () => {
+  const { readFileSync } = await import('node:fs');
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+  const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+  for (const subpath of Object.keys(pkg.exports).filter((k) => k !== '.')) {
+    const name = `vram/${subpath.slice(2)}`;
+    assert.match(readme, new RegExp(`^\\| \`${name}\` \\|`, 'm'), `${name} has a row in the subpath table`);
+  }
+  assert.match(readme, /npm install --save-dev typescript @types\/node/);
+  assert.match(readme, /"types": \["node"\]/);
+  assert.match(readme, /\(both from `vram\/resources`\): `withMemoryBudget/);
 });

@@ -9,7 +9,8 @@
  * `stripInternal`, so `@internal` members are not public), collects every type reference in their
  * public and protected members (protected: the API of a subclass, e.g. a custom `MemoryResource`),
  * follows each reference that resolves to a declaration in vram's own sources (transitively, through
- * the unexported ones too), and fails naming every one that no entry point exports.
+ * the unexported ones too), and fails naming every one that no entry point exports. The API reference
+ * (typedoc.json) lists the same entry points, each titled by its `@module` tag as it is imported.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -177,8 +178,8 @@ const ROOT: readonly string[] = [
   'NotSupportedError', 'OutOfMemoryDetails', 'OutOfMemoryError', 'OutOfMemoryReason', 'OutOfMemoryStatistics',
   'PitchedDeviceBuffer', 'PitchedOptions', 'ScalarName', 'Shape', 'Stream', 'StreamOptions', 'StreamRef',
   'UseAfterFreeError', 'VectorName', 'VramError', 'VramStateError', 'arange', 'astype', 'backendFallbackReason',
-  'dtypeOf', 'dtypes', 'emptyCache', 'fill', 'getBackend', 'getCurrentResource', 'isOutOfMemory', 'memoryStats',
-  'memorySummary', 'resetPeakStats', 'setCurrentResource', 'sum',
+  'dtypeOf', 'dtypes', 'emptyCache', 'fill', 'getBackend', 'getCurrentResource', 'isOutOfMemory', 'keep', 'memoryStats',
+  'memorySummary', 'resetPeakStats', 'setCurrentResource', 'sum', 'tidy',
 ];
 
 /** Every name the root exported before the subpaths (`git show` of src/index.ts before issue 20). */
@@ -204,7 +205,7 @@ const OLD_ROOT: readonly string[] = [
   'HostArrayViewOptions', 'HostBuffer', 'HostBufferOptions', 'HostData', 'HostInput', 'HostMemory',
   'HostRegisterOptions', 'HostTypedArray', 'ImportIpcOptions', 'ImportPointerOptions', 'ImportPoolOptions',
   'ImportedPool', 'InferableTypedArray', 'InferredDType', 'InputFileError', 'InvalidPointerError', 'IpcBuffer',
-  'IpcHandle', 'Kernel', 'KernelLimits', 'KernelParams', 'Lane', 'LaunchConfig', 'Layout', 'LeakListener',
+  'IpcHandle', 'JoinClock', 'Kernel', 'KernelLimits', 'KernelParams', 'Lane', 'LaunchConfig', 'Layout', 'LeakListener',
   'LeakRecord', 'LeakStatistics', 'LimitingAdaptor', 'LiveSite', 'LoadOptions', 'LogSink', 'LoggingAdaptor',
   'LoggingOptions', 'ManagedAdvice', 'ManagedAttach', 'ManagedBuffer', 'ManagedBufferOptions', 'ManagedResource',
   'ManagedResourceOptions', 'MapBlock', 'MapOptions', 'MapSegment', 'MapSite', 'MemInfo', 'MemLocation',
@@ -273,5 +274,17 @@ test('each entry point\'s JavaScript module exports the values its declarations 
       .filter((s) => (resolveAlias(checker, s).flags & ts.SymbolFlags.Value) !== 0).map((s) => s.name).sort();
     const loaded = Object.keys((await import(pathToFileURL(entry.module).href)) as object).sort();
     assert.deepEqual(loaded, values, `${entry.specifier}: runtime exports differ from its declarations`);
+  }
+});
+
+test('the API reference (typedoc.json) documents every entry point, each under the name it is imported by', () => {
+  const root = path.resolve(distSrc, '../..');
+  const { config, error } = ts.parseConfigFileTextToJson('typedoc.json', readFileSync(path.join(root, 'typedoc.json'), 'utf8'));
+  assert.equal(error, undefined, 'typedoc.json does not parse');
+  const sources = entries.map((e) => path.relative(root, e.declarations).replace(/^dist\//, '').replace(/\.d\.ts$/, '.ts'));
+  assert.deepEqual([...(config as { entryPoints: string[] }).entryPoints].sort(), [...sources].sort(), 'typedoc.json entryPoints differ from package.json "exports"');
+  for (const [i, entry] of entries.entries()) {
+    const tag = /@module (\S+)/.exec(readFileSync(path.join(root, sources[i]!), 'utf8'));
+    assert.equal(tag?.[1], entry.specifier, `${sources[i]}: its header's @module names the page of ${entry.specifier}`);
   }
 });

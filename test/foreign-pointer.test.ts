@@ -18,7 +18,7 @@ import { DoubleFreeError, InvalidPointerError, UseAfterFreeError } from '../src/
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { ForeignDeviceBuffer } from '../src/buffer/foreign-device-buffer.js';
 import { AsyncResource } from '../src/resource/upstream/async-resource.js';
-import { leakStatistics } from '../src/buffer/lifetime.js';
+import { leakStatistics } from '../src/backstop.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { Stream } from '../src/stream.js';
 import { forceGc, needsGc, onGpu } from './helpers.js';

@@ -139,6 +139,15 @@ export function withCurrent<T extends MemoryResource>(mr: T, body: (mr: T) => vo
  * held outside the room, they would be room the test did not ask for.
  */
 export function withDeviceRoom(room: number, body: () => void): void {
+  using _room = holdDeviceRoom(room);
+  body();
+}
+
+/**
+ * What `withDeviceRoom` does, as a Disposable: the device keeps `room` free for the program until
+ * it is disposed (for an asynchronous body, or a whole test file's `before` and `after`).
+ */
+export function holdDeviceRoom(room: number): Disposable {
   const device = Device.get(0);
   spillableResource(device).releaseSpares();
   const ballast = new CudaResource(device);
@@ -148,6 +157,12 @@ export function withDeviceRoom(room: number, body: () => void): void {
   };
   const slack = onGpu ? DRIVER_SLACK : 0;
   const limit = process.env.VRAM_SPILL_LIMIT;
+  const release = (): void => {
+    if (limit === undefined) delete process.env.VRAM_SPILL_LIMIT;
+    else process.env.VRAM_SPILL_LIMIT = limit;
+    for (const [ptr, bytes] of held) ballast.deallocate(ptr, bytes);
+    ballast.destroy();
+  };
   try {
     take(Math.floor(Math.max(0, device.memInfo().free - room - slack) / (2 * MiB)) * 2 * MiB);
     take(Math.max(0, device.memInfo().free - room - slack));
@@ -155,13 +170,11 @@ export function withDeviceRoom(room: number, body: () => void): void {
       const { free, total } = device.memInfo();
       process.env.VRAM_SPILL_LIMIT = String(total - free + room);
     }
-    body();
-  } finally {
-    if (limit === undefined) delete process.env.VRAM_SPILL_LIMIT;
-    else process.env.VRAM_SPILL_LIMIT = limit;
-    for (const [ptr, bytes] of held) ballast.deallocate(ptr, bytes);
-    ballast.destroy();
+  } catch (error) {
+    release();
+    throw error;
   }
+  return { [Symbol.dispose]: release };
 }
 
 /** Free memory a GPU's driver keeps for itself beyond what `withDeviceRoom` leaves to vram. */

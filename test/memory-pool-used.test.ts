@@ -8,8 +8,9 @@ import { test } from 'node:test';
 import { DeviceArray } from '../src/array/device-array.js';
 import { Device } from '../src/device.js';
 import { OutOfMemoryError } from '../src/errors.js';
-import { reductionScratch, sum } from '../src/kernels/ops/index.js';
+import { max, min, reductionScratch, sum } from '../src/kernels/ops/index.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
+import { LoggingAdaptor } from '../src/resource/adaptors/logging.js';
 import { useResource } from '../src/resource/current.js';
 import { memoryPoolUsed } from '../src/resource/memory-pool-used.js';
 import { ArenaResource } from '../src/resource/suballoc/arena.js';
@@ -33,15 +34,30 @@ test('memoryPoolUsed: true for a sub-allocating pool (under adaptors too), false
   assert.equal(useResource(arena, () => memoryPoolUsed(1 - 1)), true, 'by ordinal');
 });
 
-test('reductionScratch: the partials above 4096 elements, then the result', () => {
+test('reductionScratch: the result read back, then the partials above 4096 elements', () => {
   using small = DeviceArray.zeros([4096], 'float32');
   assert.deepEqual(reductionScratch(small), [4]);
   using image = DeviceArray.zeros([1080, 1920], 'float32');
   const grid = Math.min(Math.ceil(1920 * 1080 / 4096), device.info.multiprocessorCount * 8);
-  assert.deepEqual(reductionScratch(image), [grid * 4, 4]);
+  assert.deepEqual(reductionScratch(image), [4, grid * 4]);
   using ints = DeviceArray.zeros([1 << 20], 'int32');
-  assert.deepEqual(reductionScratch(ints, 'max'), [Math.min(256, device.info.multiprocessorCount * 8) * 8, 4], 'int64 partials, an int32 result');
+  assert.deepEqual(reductionScratch(ints, 'max'), [4, Math.min(256, device.info.multiprocessorCount * 8) * 8], 'an int32 result, int64 partials');
   assert.throws(() => reductionScratch(image, 'mean' as never), TypeError);
+});
+
+test('reductionScratch is what a whole-array reduction allocates from the current resource, in order', () => {
+  using image = DeviceArray.zeros([1080, 1920], 'float32');
+  using small = DeviceArray.zeros([100], 'int32');
+  for (const [a, op] of [[image, 'sum'], [image, 'max'], [small, 'min']] as const) {
+    const sizes: number[] = [];
+    using cuda = new CudaResource();
+    using logged = new LoggingAdaptor(cuda, (line) => {
+      const [, , action, , size] = line.split(',');
+      if (action === 'allocate') sizes.push(Number(size));
+    });
+    useResource(logged, () => (op === 'sum' ? sum(a) : op === 'max' ? max(a) : min(a)));
+    assert.deepEqual(sizes, reductionScratch(a, op), `${op} of ${a.size} elements`);
+  }
 });
 
 test('two 1920x1080 float32 images and sum\'s temporaries fit in 2 x ceil2DVolume(1920 * 4, 1080) plus the documented scratch, not in less', () => {

@@ -14,8 +14,9 @@ import { nvrtcCandidates, NvrtcUnavailableError } from '../src/cuda/nvrtc-librar
 import { NotSupportedError } from '../src/errors.js';
 import { cacheKey, kernelCacheDirectory, readCachedImage, writeCachedImage, type CacheKeyParts } from '../src/kernels/compile-cache.js';
 import { CompileError } from '../src/kernels/compile-error.js';
-import type { EmulatedKernel } from '../src/kernels/emulated-kernel.js';
-import { compileStatistics, Module } from '../src/kernels/module.js';
+import type { EmulatedKernel } from '../src/backend/backend.js';
+import { Module } from '../src/kernels/module.js';
+import { compileStatistics } from '../src/kernels/compile.js';
 import { captureWarnings, gpuOnly } from './helpers.js';
 
 /** `nvcc -ptx -arch=compute_75` (CUDA 13.0) of: out[i] = start + i for i < n. */

@@ -47,7 +47,7 @@ const CHECKS = ['allReduce sum float32 in place', 'allReduce int32 sum prod max 
   'allGather layout', 'reduceScatter layout', 'broadcast in place on a stream', 'allReduce of a DeviceBuffer',
   'group send/recv ring', 'registered memory', 'destroy'];
 
-/** The emulated rendezvous folder of a unique id (base64), as emulated-channel.ts names it. */
+/** The emulated rendezvous folder of a unique id (base64), as src/backend/emulated/collective-channel.ts names it. */
 function rendezvousFolder(id: string): string {
   return path.join(tmpdir(), `vram-nccl-${createHash('sha256').update(UniqueId.fromBase64(id).bytes).digest('hex').slice(0, 32)}`);
 }
@@ -153,6 +153,23 @@ test('arguments are checked before anything is queued', { skip: noNccl }, () => 
   assert.equal(registration.destroyed, true, 'a communicator ends its registrations');
   assert.throws(() => comm.allReduce(a), VramStateError);
   assert.match(String(comm), /destroyed/);
+});
+
+test('a group whose function throws drops what it queued at the outermost end, and keeps it when an inner group throws', { skip: onGpu ? 'emulated backend only (NCCL launches what a failed group queued)' : false }, () => {
+  using comm = Communicator.init({ id: UniqueId.create(), rank: 0, size: 1 });
+  using first = DeviceArray.from(new Float32Array([1, 2]));
+  using second = DeviceArray.from(new Float32Array([3, 4]));
+  using out = DeviceArray.zeros([2], 'float32');
+  assert.throws(() => group(() => { comm.send(first, 0); throw new Error('stop'); }), /stop/);
+  group(() => { comm.send(second, 0); comm.recv(out, 0); });
+  assert.deepEqual([...out.toHost()], [3, 4], "the failed group's send was dropped: the receive got the next one");
+  group(() => {
+    comm.send(first, 0);
+    assert.throws(() => group(() => { throw new Error('inner'); }), /inner/);
+    comm.recv(out, 0);
+  });
+  assert.deepEqual([...out.toHost()], [1, 2], "an inner group's failure leaves the outer group's work queued");
+  comm.destroy();
 });
 
 test('a rank that waits for a peer that never comes is an NcclError after the timeout, and leaves nothing', { skip: onGpu ? 'emulated backend only (NCCL waits as NCCL does)' : false }, () => {

@@ -20,7 +20,8 @@ import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { StatisticsAdaptor } from '../src/resource/adaptors/statistics.js';
 import { AsyncResource } from '../src/resource/upstream/async-resource.js';
-import { MemoryResource, type MemoryFigures } from '../src/resource/resource.js';
+import { MemoryResource } from '../src/resource/resource.js';
+import { type MemoryFigures } from '../src/resource/figures.js';
 
 const MiB = 1024 * 1024;
 const device = Device.get(0);

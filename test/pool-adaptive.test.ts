@@ -225,7 +225,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 1 }), -1, 'below the smallest chunk: page by page');
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: MIN_CHUNK_BYTES / P }), MIN_CHUNK_BYTES / P, 'a block of a chunk: its own extent');
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: MIN_CHUNK_BYTES / P, blockPages: 1 }), MIN_CHUNK_BYTES / P);
-    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 512, blockPages: 1 }), 64, 'an eighth of 1 GiB held');
+    assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 2048, blockPages: 1 }), 64, 'a thirty-second of 4 GiB held');
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 10240, blockPages: 1 }), MAX_CHUNK_BYTES / P);
     assert.equal(adaptiveChunkPages({ ...plenty, heldPages: 0, blockPages: 500 }), 500, 'never less than the block');
     // The same on a device sized as vram replay sizes it for a trace of 5 GiB peak live: 11 GiB.

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { DeviceArray } from '../src/array/device-array.js';
 import { Stream } from '../src/stream.js';
 import { dot, map, max, min, sum, zipWith } from '../src/kernels/ops/index.js';
-import { nvrtcAvailable } from '../src/kernels/module.js';
+import { nvrtcAvailable } from '../src/kernels/compile.js';
 import { UseAfterFreeError } from '../src/errors.js';
 import { onGpu } from './helpers.js';
 
@@ -56,7 +56,10 @@ test('map and zipWith return arrays typed with the result dtype: the input\'s, o
   assert.equal(positive, mask);
   assert.deepEqual([...positive.toHost()], [1, 0, 1]);
   using b = DeviceArray.from(new Int32Array([1, 1, 1]));
-  using s: DeviceArray<'float32'> = zipWith(a, b, 'x + y');
+  using same: DeviceArray<'float32'> = zipWith(a, a, 'x + y');
+  assert.equal(same.dtype.name, 'float32');
+  using s = zipWith(a, b, 'x + y'); // float32 and int32: float64, as NumPy
+  assert.equal(s.dtype.name, 'float64');
   assert.deepEqual([...s.toHost()], [2, -1, 4]);
 });
 

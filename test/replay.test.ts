@@ -1,6 +1,6 @@
 /** Replay: the RMM log parser, the replay engine, and the real traces through real stacks. */
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, it, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -323,6 +323,54 @@ describe('replay of the real traces', () => {
   });
 });
 
+describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', () => {
+  for (const [name, original] of [['resnet50_train', 5081], ['bert_dynamic_infer', 16798]] as const) {
+    const base = readAllocationLog(`${traces}${name}.csv`);
+    for (const mode of ['same', 'cross'] as const) {
+      it(`${name}_4s_${mode}: the trace dealt round-robin over 4 streams, freed on ${mode === 'same' ? 'the allocating' : 'the next'} stream`, () => {
+        const dealt = readAllocationLog(`${traces}${name}_4s_${mode}.csv`);
+        assert.equal(dealt.summary.operations, original);
+        assert.equal(dealt.summary.peakLiveBytes, base.summary.peakLiveBytes, 'only the streams differ');
+        assert.deepEqual(dealt.summary.streams, [1, 2, 3, 4]);
+        const allocatedOn = new Map<number, number>();
+        let allocations = 0;
+        for (const e of dealt.events) {
+          if (e.action === 'allocate') {
+            assert.equal(e.stream, 1 + (allocations++ % 4), 'dealt in turn');
+            allocatedOn.set(e.slot, e.stream);
+          } else if (e.action === 'free') {
+            const on = allocatedOn.get(e.slot)!;
+            assert.equal(e.stream, mode === 'same' ? on : 1 + (on % 4));
+          }
+        }
+      });
+    }
+  }
+
+  it('replay reports each pass\'s stream joins (event records and waits) beside its driver calls', () => {
+    const cross = readAllocationLog(`${traces}resnet50_train_4s_cross.csv`);
+    const stack = createStack('pool', cross);
+    try {
+      const result = replay(cross, stack.resource, { repeat: 2, growth: stack.growth! });
+      const joins = result.passes.map((p) => p.growth!.streamJoins!);
+      assert.ok(joins[0]!.waits > 0, 'blocks freed on the next stream are taken back by a join');
+      assert.ok(joins.every((j) => j.records >= 0 && j.waits >= 0));
+      assert.ok(joins[1]!.waits > 0, 'a later pass\'s joins are its own (counted between its readings)');
+    } finally {
+      stack.close();
+    }
+    const single = readAllocationLog(`${traces}resnet50_train.csv`);
+    const one = createStack('pool', single);
+    try {
+      const result = replay(single, one.resource, { repeat: 2, growth: one.growth! });
+      // Its records are the host waits' before page moves (one-page extents), never a join's.
+      assert.deepEqual(result.passes.map((p) => p.growth!.streamJoins!.waits), [0, 0], 'one stream joins nothing');
+    } finally {
+      one.close();
+    }
+  });
+});
+
 describe('replay of a multi-stream trace', () => {
   // Three streams, and blocks freed on another stream than the one they were allocated on, in
   // sizes that reach the binning stack's bins and its pool, and the arena's small and large lists.
@@ -430,6 +478,22 @@ async function replayCaptured(...args: string[]): Promise<{ code: number; stdout
     process.stderr.write = saved.stderr;
   }
 }
+
+test('vram replay --repeat 2 names the one later pass "pass 2", not "passes 2-2"', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-repeat-'));
+  try {
+    const trace = join(dir, 'two.csv');
+    writeFileSync(trace, log('0,0,allocate,0x1000,100,0', '0,1,free,0x1000,100,0'));
+    const two = await replayCaptured(trace, '-r', 'pool', '--repeat', '2');
+    assert.equal(two.code, 0, two.stderr);
+    assert.match(two.stdout, /the first, then pass 2 \(/);
+    assert.doesNotMatch(two.stdout, /passes 2-2/);
+    const three = await replayCaptured(trace, '-r', 'pool', '--repeat', '3');
+    assert.match(three.stdout, /the first, then passes 2-3 \(/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 /** A stack's outcome in `vram replay --json` (the fields these tests read). */
 interface JsonOutcome {

@@ -16,9 +16,8 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import { recordMemoryHistory } from '../src/observe/history.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { memorySnapshot } from '../src/observe/snapshot.js';
-import {
-  SNAPSHOT_VERSION, SnapshotFormatError, validateSnapshot, type MemorySnapshot, type SnapshotBlock, type SnapshotResource,
-} from '../src/observe/snapshot-format.js';
+import { SNAPSHOT_VERSION, SnapshotFormatError, validateSnapshot, type MemorySnapshot, type SnapshotResource } from '../src/observe/snapshot-format.js';
+import { type SnapshotBlock } from '../src/resource/figures.js';
 import { estimateDriverReservation, peakOccupied, replay } from '../src/replay/engine.js';
 import { parseAllocationLog, readAllocationLog } from '../src/replay/parse.js';
 import { arenaSizeFor, createStack } from '../src/replay/stacks.js';

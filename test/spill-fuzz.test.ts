@@ -16,7 +16,8 @@ import { spillableResource, spillFigures } from '../src/buffer/spill/spill-manag
 import { Device } from '../src/device.js';
 import { withDeviceRoom } from './helpers.js';
 import { Event, Stream } from '../src/stream.js';
-import type { MemoryResource, StreamRef } from '../src/resource/resource.js';
+import type { MemoryResource } from '../src/resource/resource.js';
+import type { StreamRef } from '../src/stream.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { mulberry32 } from '../src/util/random.js';
 

@@ -4,7 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import type { DeviceBuffer } from '../src/buffer/device-buffer.js';
-import { threadCount, type EmulatedKernel } from '../src/kernels/emulated-kernel.js';
+import { threadCount } from '../src/kernels/emulated-kernel.js';
+import { type EmulatedKernel } from '../src/backend/backend.js';
 import type { Stream } from '../src/stream.js';
 
 /** Spillable buffers are whole granules: 2 MiB on the emulated backend and on current GPUs. */

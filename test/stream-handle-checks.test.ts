@@ -12,7 +12,7 @@ import { Device } from '../src/device.js';
 import { UseAfterFreeError } from '../src/errors.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
-import { defaultStream } from '../src/resource/resource.js';
+import { defaultStream } from '../src/stream.js';
 import { Stream } from '../src/stream.js';
 
 const device = Device.get(0);

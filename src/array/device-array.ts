@@ -22,10 +22,11 @@ import { HostBuffer } from '../buffer/host-buffer.js';
 import { chargeAllocated } from '../buffer/budget.js';
 import type { AbortSignalLike } from '../resource/waiting.js';
 import type { Release } from '../buffer/lifetime.js';
-import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
+import { type MemoryResource } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 import { Stream, streamHandleOf } from '../stream.js';
-import { refuseDuringCapture } from '../graph/graph.js';
-import { waitForUsesOn } from '../buffer/lifetime.js';
+import { refuseDuringCapture } from '../graph/sessions.js';
+import { addressOf, waitForUsesOn } from '../buffer/lifetime.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { defaultDType, dtypeOf, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
@@ -237,6 +238,22 @@ function powerOfTwoIn(n: number): number {
   let p = 1;
   while (n % (p * 2) === 0) p *= 2;
   return p;
+}
+
+/**
+ * The device address of element (0, ..., 0) without a spillable buffer's `ptr` getter: no reload
+ * and no write counted, for comparing addresses (which arrays share memory). An operation that
+ * uses the memory prepares it itself (copies, fills, kernel launches).
+ *
+ * @internal
+ * @param array A device array.
+ * @returns The address (for spilled memory that moves, the last one it had).
+ * @throws {UseAfterFreeError} When its memory was freed.
+ */
+export function addressOfArray(array: DeviceArray): Ptr {
+  const buffer = array.buffer;
+  if (buffer.freed) return array.ptr; // UseAfterFreeError, worded by the array
+  return (buffer instanceof HostBuffer ? buffer.devicePtr : addressOf(buffer)) + array.byteOffset;
 }
 
 /**
@@ -962,7 +979,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * @throws {OutOfMemoryError | CudaError} From the allocation or the copy; nothing is left allocated.
    * @example
    * ```ts
-   * using onOne = a.to(1, { stream: Stream.create({ device: 1 }) }); // queued; a's memory waits for it
+   * using onOne = a.to(Device.get(1), { stream: Stream.create({ device: 1 }) }); // queued; a's memory waits for it
    * ```
    */
   to(device: Device | number, options: PeerCopyOptions = {}): DeviceArray<N> {

@@ -12,6 +12,7 @@
  */
 import { UseAfterFreeError, VramStateError } from '../errors.js';
 import type { Allocation } from '../buffer/lifetime.js';
+import { heldMemory } from '../buffer/tidy.js';
 import { formatArray } from './array-format.js';
 import { inspectCustom } from '../util/inspect.js';
 import type { DType, DTypeName, HostTypedArray } from './dtype.js';
@@ -614,6 +615,15 @@ export abstract class StridedArray<N extends DTypeName> {
    */
   static isGenuine(value: object): boolean {
     return #owns in value;
+  }
+
+  /**
+   * The memory the array lives in, for `tidy` and `keep` (an array returned from a scope keeps it).
+   *
+   * @internal
+   */
+  get [heldMemory](): Allocation {
+    return this.buffer;
   }
 
   /** True when this array allocated its memory (and frees it); false for views. */

@@ -36,8 +36,8 @@ import type { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { copy2D, copyBetween, DeviceMemory, type CopyEndpoint } from '../buffer/device-memory.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
-import { Allocation } from '../buffer/lifetime.js';
-import type { StreamRef } from '../resource/resource.js';
+import { addressOf, Allocation } from '../buffer/lifetime.js';
+import type { StreamRef } from '../stream.js';
 import { Event, Stream } from '../stream.js';
 import { byteSpan, coalesce, contiguousLayout, copyElements, isContiguous, isNonOverlapping, mayShareBytes, sameElements, type Layout } from './layout.js';
 import { contiguousStrides, elementCount, formatShape } from './shape.js';
@@ -388,7 +388,7 @@ export function writeElements(memory: Allocation, layout: Layout, src: HostBytes
  * @throws {UseAfterFreeError} When the stream was destroyed (the promise rejects).
  * @example
  * ```ts
- * runBlocks(...); await streamDone(stream, array.device);
+ * await streamDone(stream, array.device); // after queuing the copy's blocks on stream
  * ```
  */
 export async function streamDone(stream: StreamRef, device: Device): Promise<void> {
@@ -516,18 +516,21 @@ export function writeElementsAsync(
  * @throws {UseAfterFreeError} When either memory was freed.
  * @example
  * ```ts
- * if (!copyOnDevice(b.buffer, b.layout, a.buffer, a.layout, undefined, 'copyTo')) { ... }
+ * const queued = copyOnDevice(b.buffer, b.layout, a.buffer, a.layout, undefined, 'copyTo'); // false: copy another way
  * ```
  */
 export function copyOnDevice(
   dst: Allocation, dstLayout: Layout, src: Allocation, srcLayout: Layout, stream: StreamRef | undefined, what: string,
 ): boolean {
   if (elementCount(dstLayout.shape) === 0) return true;
-  if (sameElements(dstLayout, dst.ptr, srcLayout, src.ptr)) return true;
+  // Not `ptr`: on spillable memory that getter reloads it and counts a write (the copy prepares its sides).
+  const dstPtr = addressOf(dst);
+  const srcPtr = addressOf(src);
+  if (sameElements(dstLayout, dstPtr, srcLayout, srcPtr)) return true;
   // A device copy between bytes it also reads (a shifted or reversed view of one array) is
   // undefined for the driver and order-dependent row by row: staged through the host, the
   // destination gets the source as it was, as NumPy's assignment does.
-  if (mayShareBytes(dstLayout, dst.ptr, srcLayout, src.ptr)) return false;
+  if (mayShareBytes(dstLayout, dstPtr, srcLayout, srcPtr)) return false;
   if (isContiguous(srcLayout)) {
     const p = planWrite(dstLayout);
     if (p.staging !== undefined) return false;

@@ -12,6 +12,7 @@
  * - Every failure throws a `CudaError` (or `OutOfMemoryError`) naming the call.
  * - Calls act on the calling thread's current context (see `contextSetCurrent`).
  */
+import type { CollectiveTransport } from './collectives.js';
 
 /** A device, host or virtual address. */
 export type Ptr = number;
@@ -509,10 +510,19 @@ export interface KernelLimits {
  * back when the kernel returns: within one launch, a range inside one already asked for shares
  * its bytes, but two ranges that overlap otherwise are separate copies (written back in the order
  * asked for), so ask for each array's whole range once.
+ *
+ * `access` lets a kernel spare the copies it does not need: `'read'` promises the kernel writes
+ * none of the range (it is not written back), `'write'` that it writes every byte of it before
+ * reading any (it is not copied in: its bytes start unspecified, and after a kernel that throws it
+ * is not written back). The default, `'readwrite'`, is always right; a promise broken loses writes
+ * or reads garbage, on the emulated backend only. The bytes are valid until the kernel returns.
  */
 export interface EmulatedMemory {
-  bytes(ptr: Ptr, byteLength: number): Uint8Array;
+  bytes(ptr: Ptr, byteLength: number, access?: EmulatedAccess): Uint8Array;
 }
+
+/** What a kernel does with a range of emulated memory (`EmulatedMemory.bytes`). */
+export type EmulatedAccess = 'read' | 'write' | 'readwrite';
 
 /**
  * One launch as the emulated backend hands it to a kernel's JavaScript: the launch configuration
@@ -537,6 +547,12 @@ export type EmulatedKernels = Readonly<Record<string, EmulatedKernel>>;
 export interface Backend {
   /** `cuda` for the real driver, `emulated` for host memory standing in for a device. */
   readonly name: 'cuda' | 'emulated';
+  /**
+   * What a module's kernels run as: `device`, the device's own code (PTX or CUBIN; CUDA C compiled
+   * by NVRTC first), or `javascript`, the JavaScript a module is given for each kernel (`emulated`),
+   * with no compiler and no device code. Code above the backend asks this, never `name`.
+   */
+  readonly kernelCode: 'device' | 'javascript';
 
   // --- Driver and devices ---
   /** The driver's CUDA version, e.g. 13000 for 13.0. */
@@ -831,4 +847,8 @@ export interface Backend {
   occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number;
   /** cuOccupancyMaxPotentialBlockSize with a fixed dynamic shared memory size; `blockSizeLimit` 0 for none. */
   occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { readonly minGridSize: number; readonly blockSize: number };
+
+  // --- Collectives ---
+  /** The collective transport (collectives.ts): NCCL on the cuda backend, processes of one machine on the emulated one. */
+  collectives(): CollectiveTransport;
 }

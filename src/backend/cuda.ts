@@ -15,6 +15,8 @@ import type {
 } from './backend.js';
 import { checkIpcHandle, checkStreamValue32, DEFAULT_STREAM, IPC_HANDLE_BYTES, LiveStreams, MemHandleType, paramLayout } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
+import type { CollectiveTransport } from './collectives.js';
+import { ncclCollectives } from './nccl-collectives.js';
 import { loadOnce } from '../util/load-once.js';
 import { checkBytes, checkNonNegativeInteger } from '../validate.js';
 import { openDriver, type CudaDriver } from '../cuda/driver.js';
@@ -53,6 +55,7 @@ function isIntPoolAttribute(attribute: number): boolean {
 /** The Backend over libcuda. One instance per process (see loadCudaBackend). */
 class CudaBackend implements Backend {
   readonly name = 'cuda' as const;
+  readonly kernelCode = 'device' as const;
   private readonly fn: DriverFunctions;
   // Preallocated out-parameters: no allocation per call.
   private readonly u64 = new BigUint64Array(1);
@@ -1100,6 +1103,12 @@ class CudaBackend implements Backend {
     this.check(this.fn.cuOccupancyMaxPotentialBlockSize(this.i32, this.i32b, fn, null, sharedBytes, blockSizeLimit),
       'cuOccupancyMaxPotentialBlockSize');
     return { minGridSize: this.i32[0] ?? 0, blockSize: this.i32b[0] ?? 0 };
+  }
+
+  // --- Collectives ---
+
+  collectives(): CollectiveTransport {
+    return ncclCollectives;
   }
 
   // --- Pointer attributes ---

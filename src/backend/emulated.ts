@@ -11,6 +11,8 @@ import type {
   MemPoolAttribute, MemPoolProps, Memcpy2D, ModuleImage, ParamType, PointerAttributes, Ptr,
 } from './backend.js';
 import { MemAccess } from './backend.js';
+import type { CollectiveTransport } from './collectives.js';
+import { CollectiveCalls } from './emulated/collective-calls.js';
 import { ContextCalls } from './emulated/context-calls.js';
 import { Copies } from './emulated/copies.js';
 import { DeviceMemory } from './emulated/device-memory.js';
@@ -20,7 +22,7 @@ import { KernelCalls } from './emulated/kernels.js';
 import { pointerAttributes } from './emulated/pointer-attributes.js';
 import { PoolCalls } from './emulated/pool-calls.js';
 import { EmulatedState } from './emulated/state.js';
-import { GraphCalls } from './emulated/graphs.js';
+import { GraphCalls } from './emulated/graph-calls.js';
 import { StreamCalls } from './emulated/stream-calls.js';
 import { VirtualMemory } from './emulated/virtual-memory.js';
 import { sizeInBytes, variableReader } from '../util/environment.js';
@@ -66,6 +68,7 @@ function defaultCapacity(): number {
 export class EmulatedBackend implements Backend {
   /** Always `emulated`: output never pretends this is a GPU. */
   readonly name = 'emulated' as const;
+  readonly kernelCode = 'javascript' as const;
 
   private readonly state: EmulatedState;
   private readonly contexts: ContextCalls;
@@ -78,6 +81,7 @@ export class EmulatedBackend implements Backend {
   private readonly ipc: IpcCalls;
   private readonly kernels: KernelCalls;
   private readonly graphs: GraphCalls;
+  private readonly collectiveCalls: CollectiveCalls;
 
   /**
    * @param options Each device's capacity (default `VRAM_EMULATED_BYTES`, else 4 GiB) and the number of devices (default 1).
@@ -109,6 +113,7 @@ export class EmulatedBackend implements Backend {
     this.ipc = new IpcCalls(state);
     this.kernels = new KernelCalls(state);
     this.graphs = new GraphCalls(state);
+    this.collectiveCalls = new CollectiveCalls(this);
   }
 
   // --- Driver, devices and contexts ---
@@ -625,6 +630,12 @@ export class EmulatedBackend implements Backend {
 
   occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { minGridSize: number; blockSize: number } {
     return this.kernels.occupancyMaxPotentialBlockSize(fn, sharedBytes, blockSizeLimit);
+  }
+
+  // --- Collectives ---
+
+  collectives(): CollectiveTransport {
+    return this.collectiveCalls;
   }
 
   // --- Emulation internals ---

@@ -127,7 +127,8 @@ function warnFallback(reason: string): void {
   if (!fallbackWarningDue) return;
   fallbackWarningDue = false;
   process.emitWarning(
-    `vram runs on the emulated backend (host memory, no GPU): ${reason}. ` +
+    // The reason is a sentence of its own (the loader's ends with a period): one full stop, not two.
+    `vram runs on the emulated backend (host memory, no GPU): ${reason.replace(/[.\s]+$/, '')}. ` +
     'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.',
     { code: FALLBACK_WARNING_CODE });
 }

@@ -43,7 +43,7 @@ let openBudgets = 0;
  * ```ts
  * await withMemoryBudget('1G', async () => {
  *   const batch = await DeviceArray.emptyAsync([1 << 20], 'float32', { wait: true }); // waits while over 1 GiB
- *   await process(batch);
+ *   await run(batch);
  *   batch.free(); // wakes this budget's waiters
  * });
  * ```

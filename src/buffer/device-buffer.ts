@@ -14,7 +14,8 @@ import { CudaResource } from '../resource/upstream/cuda-resource.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
 import { getCurrentResource } from '../resource/current.js';
 import type { Release } from './lifetime.js';
-import { defaultStream, reportOutOfMemory, tryAllocate, upstreamChain, MemoryResource, type StreamRef } from '../resource/resource.js';
+import { reportOutOfMemory, tryAllocate, upstreamChain, MemoryResource } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 import { isOutOfMemory, OutOfMemoryError, type OutOfMemoryReason } from '../errors.js';
 import { abortReason, BlockedResult, memoryFreed, waitForMemory, waiting, type AbortSignalLike } from '../resource/waiting.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
@@ -22,6 +23,7 @@ import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
 import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
 import { formatBytes } from '../util/size.js';
+import { collectDropped, reclaimDropped } from './dropped-memory.js';
 import { spillManager, SPILL_VARIABLE, type SpillEntry } from './spill/spill-manager.js';
 import { beginOperation, setResidency } from './spill/residency.js';
 import { SpillLease, type LeaseOptions } from './spill/lease.js';
@@ -149,6 +151,7 @@ export class DeviceBuffer extends DeviceMemory {
    *
    * @param options `stream`: bring the memory back on it; `readOnly`: the foreign code only reads.
    * @returns The lease: `ptr`, and `release()` / `using`.
+   * @throws {TypeError} For an unknown option, a `readOnly` that is not a boolean, or a bad stream.
    * @throws {UseAfterFreeError} When the buffer was freed.
    * @throws {OutOfMemoryError} When spilled memory cannot be brought back.
    * @example
@@ -161,6 +164,9 @@ export class DeviceBuffer extends DeviceMemory {
    */
   lease(options: LeaseOptions = {}): SpillLease {
     options = readOptions('DeviceBuffer.lease', options, { stream: true, readOnly: true });
+    if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean') {
+      throw new TypeError(`DeviceBuffer.lease: readOnly must be a boolean, got ${typeof options.readOnly}`);
+    }
     if (options.stream !== undefined) streamHandleOf(options.stream);
     const ptr = super.ptr; // UseAfterFreeError
     const spill = this.#spill;
@@ -257,14 +263,9 @@ export class DeviceBuffer extends DeviceMemory {
     if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);
     const resource = pickResource(options);
     streamHandleOf(stream);
-    if (!wait) return DeviceBuffer.allocate(bytes, { resource, stream });
     const call = 'DeviceBuffer.allocateAsync';
     const budgets = activeBudgets();
-    const never = neverMet(resource, bytes, smallestBudget(budgets), call);
-    if (never !== undefined) {
-      reportOutOfMemory(resource, never, bytes, stream);
-      throw never;
-    }
+    /** One try; a refusal is returned, not thrown, and is not yet the program's (no observer sees it). */
     const attempt = (): DeviceBuffer | BlockedResult => {
       const over = overBudget(budgets, bytes, call);
       if (over !== undefined) return new BlockedResult(over.budget, over.error);
@@ -278,8 +279,31 @@ export class DeviceBuffer extends DeviceMemory {
       }
       return DeviceBuffer.charged(ptr, bytes, resource, stream, budgets);
     };
+    if (!wait) {
+      // A refusal first lets what the program dropped be reclaimed (a collection and two turns of
+      // the event loop, for the finalizers); then the allocation as `allocate` makes it.
+      const first = attempt();
+      if (!(first instanceof BlockedResult)) return first;
+      await reclaimDropped();
+      return DeviceBuffer.allocate(bytes, { resource, stream });
+    }
+    const never = neverMet(resource, bytes, smallestBudget(budgets), call);
+    if (never !== undefined) {
+      reportOutOfMemory(resource, never, bytes, stream);
+      throw never;
+    }
+    let collected = false;
+    const waited = (): DeviceBuffer | BlockedResult => {
+      const result = attempt();
+      // The first refusal starts a collection: the wait's next tries find what its finalizers freed.
+      if (result instanceof BlockedResult && !collected) {
+        collected = true;
+        collectDropped();
+      }
+      return result;
+    };
     try {
-      return await waitForMemory(resource.deviceOrdinal, attempt, { signal, timeout, call, requestedBytes: bytes, groups: budgets });
+      return await waitForMemory(resource.deviceOrdinal, waited, { signal, timeout, call, requestedBytes: bytes, groups: budgets });
     } catch (error) {
       if (error instanceof OutOfMemoryError) reportOutOfMemory(resource, error, bytes, stream);
       throw error;
@@ -299,12 +323,20 @@ export class DeviceBuffer extends DeviceMemory {
     }
     const device = given !== undefined ? Device.get(given.deviceOrdinal) : Device.resolve(options.device);
     streamHandleOf(stream);
+    // Charged to the memory budgets of the call like every other allocation, before anything spills for it.
+    const budgets = activeBudgets();
+    const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
+    if (over !== undefined) throw over.error;
     beginOperation();
     const manager = spillManager(device);
     // Memory of another resource moves when it comes back; the SpillableResource's keeps its address.
     const moving = given === undefined || given instanceof SpillableResource ? undefined : given;
     const entry = manager.allocate(bytes, stream, moving);
-    const buffer = new DeviceBuffer(entry.ptr, bytes, moving ?? manager.resource, stream, (on) => manager.release(entry, on));
+    const refund = chargeBudgets(budgets, bytes);
+    const buffer = new DeviceBuffer(entry.ptr, bytes, moving ?? manager.resource, stream, (on) => {
+      manager.release(entry, on);
+      refund?.();
+    });
     buffer.#spill = entry;
     entry.owner = new WeakRef(buffer);
     setResidency(buffer, entry);

@@ -20,13 +20,14 @@
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { StreamCaptureError, VramStateError } from '../errors.js';
-import { captureError, captureSessionOf, refuseDuringCapture } from '../graph/graph.js';
+import { captureError, captureSessionOf, refuseDuringCapture } from '../graph/sessions.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';
 import { addressOf, Allocation, holdMemory } from './lifetime.js';
 import { beginOperation, movesOnReload, prepareUse } from './spill/residency.js';
-import { defaultStream, MemoryResource, type StreamRef } from '../resource/resource.js';
+import { MemoryResource } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 import { allowPeerCopy } from '../resource/suballoc/pool.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 

@@ -19,8 +19,9 @@ import { CudaError, InvalidPointerError } from '../errors.js';
 import { checkNonNegativeInteger, checkPointer } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { DeviceMemory } from './device-memory.js';
+import { leaseSpillableAt } from './spill/spill-manager.js';
 import type { FreeOptions, Release } from './lifetime.js';
-import { defaultStream, type StreamRef } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 
 /** Options of `DeviceBuffer.fromPointer` (and the buffer part of `DeviceArray.fromPointer`). */
 export interface ForeignPointerOptions {
@@ -138,8 +139,11 @@ export class ForeignDeviceBuffer extends DeviceMemory {
     }
     const asked = options.device === undefined ? undefined : Device.resolve(options.device);
     const checked = checkForeignPointer(ptr, bytes, asked);
+    // A view of vram's spillable memory keeps it resident at its address while the view lives.
+    const lease = leaseSpillableAt(ptr, options.readOnly !== true);
     // Built here, so it captures the callback and never the buffer; Allocation calls it once.
     const release: Release = () => {
+      lease?.release();
       onRelease?.();
     };
     return new ForeignDeviceBuffer(ptr, bytes, checked, options.owner, release, options.readOnly === true);

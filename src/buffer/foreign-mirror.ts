@@ -66,15 +66,15 @@ export function foreignFigures(device: number): ForeignFigures {
  * mirror.host()[0];                      // copied back once: the device side was written
  * ```
  */
-export class ForeignMirror {
+export class ForeignMirror<H extends MirrorHost = MirrorHost> {
   /** The foreign device memory. */
   readonly buffer: ForeignDeviceBuffer;
-  readonly #host: MirrorHost;
+  readonly #host: H;
   #side: MirrorSide;
   #syncing = false;
   #destroyed = false;
 
-  private constructor(buffer: ForeignDeviceBuffer, host: MirrorHost, side: MirrorSide) {
+  private constructor(buffer: ForeignDeviceBuffer, host: H, side: MirrorSide) {
     this.buffer = buffer;
     this.#host = host;
     this.#side = side;
@@ -95,7 +95,7 @@ export class ForeignMirror {
    * const mirror = ForeignMirror.tie(buf, new Float32Array(n), 'host');
    * ```
    */
-  static tie(buffer: ForeignDeviceBuffer, host: MirrorHost, current: MirrorSide = 'device'): ForeignMirror {
+  static tie<H extends MirrorHost>(buffer: ForeignDeviceBuffer, host: H, current: MirrorSide = 'device'): ForeignMirror<H> {
     if (!(buffer instanceof ForeignDeviceBuffer)) throw new TypeError('ForeignMirror.tie expects a ForeignDeviceBuffer (DeviceBuffer.fromPointer)');
     if (!ArrayBuffer.isView(host)) throw new TypeError('ForeignMirror.tie: host must be a TypedArray or DataView');
     if (current !== 'both' && current !== 'device' && current !== 'host') throw new TypeError(`current must be 'both', 'device' or 'host', got ${String(current)}`);
@@ -129,10 +129,10 @@ export class ForeignMirror {
    * @throws {VramStateError} When destroyed.
    * @example
    * ```ts
-   * const values = mirror.host() as Float32Array;
+   * const values = mirror.host(); // the array given to tie, of its type
    * ```
    */
-  host(options: { readonly write?: boolean } = {}): MirrorHost {
+  host(options: { readonly write?: boolean } = {}): H {
     this.#check();
     const write = readOptions('ForeignMirror.host', options, { write: true }).write ?? false;
     if (typeof write !== 'boolean') throw new TypeError(`write must be a boolean, got ${typeof write}`);

@@ -26,7 +26,8 @@ import { bytesOf, isHostData, type HostData } from './device-memory.js';
 import { Allocation, type Release } from './lifetime.js';
 import { forgetRegistration } from './transfer/transfers.js';
 import { hostAllocFlags, PinnedHostResource, type PinnedHostOptions } from '../resource/upstream/pinned-host-resource.js';
-import type { MemoryResource, StreamRef } from '../resource/resource.js';
+import type { MemoryResource } from '../resource/resource.js';
+import type { StreamRef } from '../stream.js';
 
 /** A TypedArray class that `view()` can build over pinned memory. */
 export interface TypedArrayConstructor<T extends ArrayBufferView> {
@@ -161,10 +162,10 @@ export class HostBuffer extends Allocation {
   }
 
   /**
-   * Allocates `bytes` of pinned memory: cuMemHostAlloc with the given flags, or from
+   * Allocates `size` bytes of pinned memory: cuMemHostAlloc with the given flags, or from
    * `options.resource` (a PinnedHostResource or PinnedHostPool) on `options.stream`.
    *
-   * @param bytes A positive whole number.
+   * @param size Bytes: a whole number, or a size like `'512M'` (binary units, as the CLI reads them).
    * @param options Flags, or a resource; the stream it is allocated and freed on.
    * @returns The buffer; free it with `free()` or `using`.
    * @throws {TypeError | RangeError} For a bad size, flag, resource or stream.

@@ -8,7 +8,7 @@
  * Streams: memory from a resource is freed in stream order, on the stream it was allocated on
  * unless `free({ stream })` names another. A buffer used on other streams says so with
  * `recordStream(stream)` (PyTorch's `record_stream`): vram's copies and fills call it for the
- * stream they queue on (copy.ts), the program for work vram does not see (its kernels). At free
+ * stream they queue on (buffer/device-memory.ts), the program for work vram does not see (its kernels). At free
  * time the freeing stream is made to wait (an event on each other stream, `cuStreamWaitEvent`, no
  * host wait) so the resource cannot hand the block to new work before the old work on those
  * streams is done. That logic lives here, once, for every buffer class.
@@ -36,12 +36,12 @@ import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/
 import { inspectCustom } from '../util/inspect.js';
 import { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
+import { countAllocated, countReleased } from './dropped-memory.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '../stream.js';
-import type { StreamRef } from '../resource/resource.js';
+import type { StreamRef } from '../stream.js';
 import { readOptions } from '../util/options.js';
 
-export { leakStatistics, onLeak, resetLeakStatistics, type LeakListener, type LeakRecord, type LeakStatistics } from '../backstop.js';
 
 /**
  * Returns memory where it came from. `stream` is the stream it is freed on (the one given to
@@ -95,6 +95,20 @@ let setAddress: (allocation: Allocation, ptr: Ptr) => void;
 
 let captureStacks = false;
 
+/** Told of every new allocation while a `tidy` scope is open anywhere (undefined otherwise: one check). */
+let scopeHook: ((allocation: Allocation) => void) | undefined;
+
+/**
+ * Sets (or, with undefined, removes) what is told of each allocation as it is made: `tidy` scopes
+ * (tidy.ts) while one is open.
+ *
+ * @internal
+ * @param hook Called with each new allocation, after it is registered.
+ */
+export function setAllocationHook(hook: ((allocation: Allocation) => void) | undefined): void {
+  scopeHook = hook;
+}
+
 const registry = new FinalizationRegistry<Held>((held) => {
   let releaseError: unknown;
   try {
@@ -102,6 +116,7 @@ const registry = new FinalizationRegistry<Held>((held) => {
   } catch (error) {
     releaseError = error;
   }
+  countReleased(held.bytes, held.stack, false);
   reportLeak({
     kind: held.kind, ptr: held.ptr, bytes: held.bytes,
     ...(held.stack !== undefined ? { stack: held.stack } : {}),
@@ -267,6 +282,8 @@ export abstract class Allocation {
     };
     this.#held = held;
     registry.register(this, held, held);
+    countAllocated(byteLength, owner, held.stack);
+    if (scopeHook !== undefined) scopeHook(this);
   }
 
   /** The address of the first byte. Throws `UseAfterFreeError` once freed. */
@@ -328,7 +345,7 @@ export abstract class Allocation {
   /**
    * True for memory lent to vram for reading only (a foreign device buffer wrapped with
    * `readOnly`, JavaScript memory registered with `readOnly`): vram writes nothing into it. Copies
-   * and fills check it in one place (`checkWritableMemory`, copy.ts), arrays and the built-in
+   * and fills check it in one place (`checkWritableMemory`, buffer/device-memory.ts), arrays and the built-in
    * operations through `DeviceArray.readOnly`, and exports say so. False for vram's own memory.
    *
    * @returns Whether writes into the memory are refused.
@@ -457,6 +474,7 @@ export abstract class Allocation {
     this.#view = undefined;
     this.#viewTied = false;
     registry.unregister(held);
+    countReleased(held.bytes, held.stack, true);
   }
 
   /** `using buf = ...` frees at the end of the scope (a no-op when already freed). */

@@ -17,7 +17,8 @@ import { DeviceMemory } from './device-memory.js';
 import type { Release } from './lifetime.js';
 import { type TypedArrayConstructor, type ViewOptions, viewRange } from './host-buffer.js';
 import { ManagedResource, type ManagedAttach } from '../resource/upstream/managed-resource.js';
-import { defaultStream, type MemoryResource, type StreamRef } from '../resource/resource.js';
+import { type MemoryResource } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 
 /** Options for `ManagedBuffer.allocate`. */
 export interface ManagedBufferOptions {

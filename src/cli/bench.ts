@@ -12,7 +12,7 @@ import { allocatorCases } from './bench/allocators.js';
 import { kernelCases } from './bench/kernels.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { pageableCases } from './bench/pageable.js';
-import { sumCases } from './bench/sum.js';
+import { reductionCases } from './bench/reductions.js';
 import { transferCases } from './bench/transfers.js';
 import { benchReport } from '../report/bench-report.js';
 import { renderReport } from '../report/html.js';
@@ -32,7 +32,7 @@ const CASES: Readonly<Record<Group, (settings: BenchSettings) => BenchCase[]>> =
   transfers: (settings) => [...transferCases(settings), ...pageableCases(settings)],
   alloc: allocCases,
   allocators: allocatorCases,
-  kernels: (settings) => [...kernelCases(settings), ...sumCases(settings)],
+  kernels: (settings) => [...kernelCases(settings), ...reductionCases(settings)],
 };
 
 /** What `vram bench --json` prints. */

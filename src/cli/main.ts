@@ -24,6 +24,9 @@ function packageVersion(): string {
   return typeof pkg.version === 'string' ? pkg.version : 'unknown';
 }
 
+/** What `vram version --help` prints. */
+const VERSION_HELP = "usage: vram version (or vram --version, vram -v)\n\nPrints the version of the vram package this command belongs to.";
+
 /** True when the arguments ask for help: `--help` or `-h` before any `--`. */
 function asksForHelp(args: readonly string[]): boolean {
   const end = args.indexOf('--');
@@ -36,11 +39,18 @@ export async function main(argv: readonly string[]): Promise<number> {
   try {
     if (name === undefined) throw new UsageError('missing command');
     if (name === 'help' || name === '--help' || name === '-h') {
-      if (rest.length > 1) throw new UsageError(`help takes at most one command, got ${rest.length}`, 'help');
-      process.stdout.write(`${rest[0] === undefined ? formatMainHelp() : formatCommandHelp(rest[0])}\n`);
+      // `vram help --help` asks for help's own help: the whole CLI's, which says how help is used.
+      const topic = rest.filter((a) => a !== '--help' && a !== '-h');
+      if (topic.length > 1) throw new UsageError(`help takes at most one command, got ${topic.length}`, 'help');
+      process.stdout.write(`${topic[0] === undefined ? formatMainHelp() : formatCommandHelp(topic[0])}\n`);
       return 0;
     }
     if (name === '--version' || name === '-v' || name === 'version') {
+      if (asksForHelp(rest)) {
+        process.stdout.write(`${VERSION_HELP}\n`);
+        return 0;
+      }
+      if (rest.length > 0) throw new UsageError(`${name} takes no arguments, got '${rest[0]!}'`);
       process.stdout.write(`${packageVersion()}\n`);
       return 0;
     }

@@ -396,7 +396,8 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
 function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]): string[] {
   const count = stacks[0]![1].length;
   const header = ['resource', 'us/op first', `us/op 2-${count}`, 'growth ms first', `growth ms 2-${count}`,
-    'page moves first', `page moves 2-${count}`, 'driver calls first', `driver calls 2-${count}`, 'peak reserved first', `peak reserved 2-${count}`];
+    'page moves first', `page moves 2-${count}`, 'driver calls first', `driver calls 2-${count}`,
+    'joins first', `joins 2-${count}`, 'peak reserved first', `peak reserved 2-${count}`];
   const calls = (p: ReplayPass): number => {
     const c = p.growth?.driverCalls;
     return c === undefined ? NaN : c.create + c.map + c.unmap + c.setAccess + c.release;
@@ -410,9 +411,11 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
       growth((first.growth?.growthNs ?? NaN) / 1e6), growth(sum((p) => p.growth?.growthNs ?? NaN) / 1e6),
       growth(first.growth?.pageMoves ?? NaN), growth(sum((p) => p.growth?.pageMoves ?? NaN)),
       growth(calls(first)), growth(sum(calls)),
+      growth(first.growth?.streamJoins?.waits ?? NaN), growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
       formatBytes(first.peakReservedBytes), formatBytes(Math.max(...later.map((p) => p.peakReservedBytes)))];
   });
-  return [`passes (--repeat ${count}): the first, then passes 2-${count} (time per operation: their mean; growth: their sum)`,
+  const later = count === 2 ? 'pass 2' : `passes 2-${count}`;
+  return [`passes (--repeat ${count}): the first, then ${later} (time per operation: their mean; growth: their sum)`,
     formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')])];
 }
 

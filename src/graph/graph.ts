@@ -11,13 +11,8 @@ import { guard, unguard, type Dropped } from '../backstop.js';
 import { GraphUpdateResult, recordNewEvent, type Handle } from '../backend/backend.js';
 import type { Device } from '../device.js';
 import { CudaError, CUresult, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
-import type { CapturePool, LaunchStream } from './sessions.js';
+import { CaptureHolds, type CapturePool, type LaunchStream } from './sessions.js';
 
-export {
-  CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, capturing, endSession, joinSession, refuseDuringCapture,
-  refuseOnLegacyDuringCapture, relaxedDuringCapture, startSession,
-} from './sessions.js';
-export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from './sessions.js';
 import { inspectCustom } from '../util/inspect.js';
 import { checkLiveStreamHandle } from '../validate.js';
 
@@ -54,6 +49,7 @@ export class Graph {
    * @param raw The CUgraph.
    * @param device Its device.
    * @param pool The capture-private pool it holds (one hold), if its capture allocated from one.
+   * @param holds What it keeps for its nodes (one hold): leases on the spillable memory its capture used.
    * @throws Never.
    * @example
    * ```ts
@@ -66,8 +62,9 @@ export class Graph {
     readonly device: Device,
     /** The capture-private pool its allocations came from; undefined when it allocated none there. */
     readonly pool: CapturePool | undefined,
+    private readonly holds: CapturePool = new CaptureHolds(),
   ) {
-    this.dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool) };
+    this.dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool, holds) };
     guard(this, this.dropped);
   }
 
@@ -131,7 +128,8 @@ export class Graph {
     const allocations = this.device.backend.graphMemAllocNodeCount(h);
     const exec = this.device.backend.graphInstantiate(h);
     this.pool?.retain();
-    return new GraphExec(exec, this.device, this.pool, allocations);
+    this.holds.retain();
+    return new GraphExec(exec, this.device, this.pool, allocations, [this.holds]);
   }
 
   /**
@@ -147,7 +145,17 @@ export class Graph {
     if (this.#destroyed) throw new DoubleFreeError('the graph was already destroyed');
     this.#destroyed = true;
     unguard(this.dropped);
-    endGraph(this.device, this.raw, this.pool);
+    endGraph(this.device, this.raw, this.pool, this.holds);
+  }
+
+  /**
+   * One more hold on what the graph keeps, for an executable graph updated with its parameters.
+   * @internal
+   * @returns The holds (released by that executable graph's end).
+   */
+  retainHolds(): CapturePool {
+    this.holds.retain();
+    return this.holds;
   }
 
   /** `using graph = stream.endCapture()` destroys it at the end of the scope. */
@@ -182,10 +190,11 @@ export class Graph {
   }
 }
 
-function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined): number {
+function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined, holds: CapturePool): number {
   device.makeCurrent();
   device.backend.graphDestroy(raw);
   pool?.release();
+  holds.release();
   return 0;
 }
 
@@ -216,6 +225,7 @@ export class GraphExec {
    * @param device Its device.
    * @param pool The private pool it holds (one hold), if any.
    * @param memoryNodes How many memory-allocation nodes the graph has.
+   * @param holds What it keeps for its nodes, one hold each: its graph's, and those of graphs it was updated with.
    * @throws Never.
    * @example
    * ```ts
@@ -229,8 +239,9 @@ export class GraphExec {
     private readonly pool: CapturePool | undefined,
     /** How many memory-allocation nodes the graph has (cuMemAllocAsync calls the capture recorded). */
     readonly memoryNodes = 0,
+    private readonly holds: CapturePool[] = [],
   ) {
-    this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, []) };
+    this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, holds, []) };
     guard(this, this.dropped);
   }
 
@@ -321,6 +332,8 @@ export class GraphExec {
       const [reason, why] = UPDATE_REASONS[result] ?? ['error', `the driver answered ${result}`];
       throw new GraphUpdateError(reason, `the executable graph cannot take ${String(graph)}'s parameters: ${why}`);
     }
+    // Its nodes now name the other graph's memory: what that graph keeps stays while this lives.
+    this.holds.push(graph.retainHolds());
     return this;
   }
 
@@ -345,7 +358,7 @@ export class GraphExec {
     for (const s of this.launchedOn) {
       events.push(recordNewEvent(backend, s));
     }
-    endExec(this.device, this.raw, this.pool, events);
+    endExec(this.device, this.raw, this.pool, this.holds, events);
   }
 
   /** `using exec = graph.instantiate()` destroys it at the end of the scope. */
@@ -389,11 +402,12 @@ let polling = false;
  * they have, else polled on the event loop (unref'd timers: a pending end never keeps the
  * process alive).
  */
-function endExec(device: Device, raw: Handle, pool: CapturePool | undefined, events: Handle[]): number {
+function endExec(device: Device, raw: Handle, pool: CapturePool | undefined, holds: readonly CapturePool[], events: Handle[]): number {
   const end = (): void => {
     device.makeCurrent();
     device.backend.graphExecDestroy(raw);
     pool?.release();
+    for (const h of holds) h.release();
   };
   pendingEnds.push({ device, events, end });
   settlePendingEnds();

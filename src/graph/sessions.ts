@@ -38,6 +38,61 @@ export interface CapturePool {
 }
 
 /**
+ * What a capture's graph keeps for its nodes' sake, besides its private pool: the leases on the
+ * spillable memory the capture used, which keep that memory resident at its address while the
+ * graph or an executable graph made from it lives (a node holds a raw address). One hold per
+ * graph and executable graph; the last one let go ends them all.
+ * @example
+ * ```ts
+ * session.holds.add(() => lease.release());
+ * ```
+ */
+export class CaptureHolds implements CapturePool {
+  #count = 1;
+  #ends: (() => void)[] = [];
+
+  /**
+   * Keeps something until the last hold goes.
+   * @param end What ends it (run once).
+   * @throws Never.
+   * @example
+   * ```ts
+   * holds.add(() => lease.release());
+   * ```
+   */
+  add(end: () => void): void {
+    this.#ends.push(end);
+  }
+
+  /**
+   * One more holder (an executable graph).
+   * @throws Never.
+   * @example
+   * ```ts
+   * holds.retain();
+   * ```
+   */
+  retain(): void {
+    this.#count++;
+  }
+
+  /**
+   * One holder fewer; the last one ends what was kept.
+   * @throws What an end throws (a lease's release never does).
+   * @example
+   * ```ts
+   * holds.release();
+   * ```
+   */
+  release(): void {
+    if (--this.#count > 0) return;
+    const ends = this.#ends;
+    this.#ends = [];
+    for (const end of ends) end();
+  }
+}
+
+/**
  * One capture in progress: its origin stream, the streams joined into it, its private pool.
  * Internal to vram: `beginCapture` makes it.
  * @example
@@ -48,6 +103,8 @@ export interface CapturePool {
 export class CaptureSession {
   /** Handles of the origin and the joined streams. */
   readonly streams = new Set<Handle>();
+  /** What the graph keeps for its nodes (leases on spillable memory the capture used). */
+  readonly holds = new CaptureHolds();
   /**
    * Whether a stream in the capture synchronises with the legacy default stream (made without
    * `nonBlocking`): then work on the legacy stream of its context would join the capture

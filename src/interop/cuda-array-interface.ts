@@ -20,6 +20,8 @@ import { checkShape } from '../array/shape.js';
 import type { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
+import { DeviceBuffer } from '../buffer/device-buffer.js';
+import type { SpillLease } from '../buffer/spill/lease.js';
 import { Stream, streamHandleOf, type StreamRef } from '../stream.js';
 import { readOptions } from '../util/options.js';
 
@@ -100,7 +102,8 @@ const MAX_NDIM = 64;
 /**
  * Describes a DeviceArray as a CUDA Array Interface v3 object. The object holds a raw address
  * and does not keep the array alive: the producer keeps the array (and the consumer passes it as
- * `owner` when importing with vram) until the consumer is done.
+ * `owner` when importing with vram) until the consumer is done. Spillable memory is leased while
+ * the object lives (until it is garbage-collected): it stays on the device at that address.
  *
  * @param array The array (any layout; a mapped HostArray's `deviceView()` too).
  * @param options `stream`: the stream consumers wait for (default the array's; null: none).
@@ -128,21 +131,29 @@ export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInt
   const stream = given === undefined ? array.stream : given;
   const streamNumber = stream === null ? undefined : exportedStream(stream);
   const ptr = array.ptr; // UseAfterFreeError once freed
+  // Spillable memory stays on the device at its address while the exported object lives.
+  const buffer = array.buffer;
+  const lease = buffer instanceof DeviceBuffer && buffer.spillable ? buffer.lease({ readOnly: array.readOnly }) : undefined;
   const vector = dt.components > 1;
   const itemSize = dt.byteSize / dt.components;
   const shape = vector ? [...array.shape, dt.components] : [...array.shape];
   const strides = array.isContiguous ? null
     : [...array.strides.map((s) => s * dt.byteSize), ...(vector ? [itemSize] : [])];
-  return {
+  const exported: CudaArrayInterface = {
     shape,
     typestr,
     descr: [['', typestr]],
-    data: [array.size === 0 ? 0 : ptr, array.readOnly],
+    data: [array.size === 0 ? 0 : (lease === undefined ? ptr : lease.ptr + array.byteOffset), array.readOnly],
     strides,
     version: 3,
     ...(streamNumber === undefined ? {} : { stream: streamNumber }),
   };
+  if (lease !== undefined) exportLeases.register(exported, lease);
+  return exported;
 }
+
+/** The leases of exported interfaces over spillable memory, each released once its object is collected. */
+const exportLeases = new FinalizationRegistry<SpillLease>((lease) => lease.release());
 
 /**
  * A DeviceArray over the memory a CUDA Array Interface object describes, without a copy. Every

@@ -36,8 +36,11 @@ import {
 } from '../cuda/dlpack-abi.js';
 import { Device } from '../device.js';
 import { CudaError, CUresult, NotSupportedError, VramStateError } from '../errors.js';
+import { DeviceBuffer } from '../buffer/device-buffer.js';
+import type { SpillLease } from '../buffer/spill/lease.js';
 import { ForeignDeviceBuffer } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
+import { keep } from '../buffer/tidy.js';
 import { ManagedBuffer } from '../buffer/managed-buffer.js';
 import { DeviceArray } from '../array/device-array.js';
 import { dtypeOf, dtypes, type DType, type DTypeName } from '../array/dtype.js';
@@ -93,6 +96,8 @@ const SUPPORTED_DEVICES: readonly number[] = [
 interface ExportRecord {
   readonly array: StridedArray<DTypeName>;
   readonly block: NativeBlock;
+  /** Keeps spillable memory resident at its address until the deleter runs. */
+  readonly lease: SpillLease | undefined;
 }
 
 /** Live exports by struct address: what each deleter call looks up (and forgets, so a repeat finds nothing). */
@@ -131,6 +136,7 @@ function onDeleter(self: number): void {
   if (record === undefined) return;
   exported.delete(self);
   freeNative(record.block);
+  record.lease?.release();
 }
 
 /** The DLPack type code of a scalar dtype. */
@@ -254,9 +260,11 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
       : 'readOnly and copied need { versioned: true }'}`);
   }
   const buffer = array.buffer;
+  // Spillable memory stays on the device at its address until the consumer's deleter runs.
+  const lease = buffer instanceof DeviceBuffer ? buffer.lease({ readOnly }) : undefined;
   // The memory's first byte (`ptr` throws UseAfterFreeError once freed); the array's byte offset
   // goes apart, in byte_offset.
-  const data = buffer.ptr;
+  const data = lease !== undefined ? lease.ptr : buffer.ptr;
   let deviceType: number = DLDeviceType.kDLCUDA;
   let deviceId = 0;
   if (buffer instanceof HostBuffer || (buffer instanceof ForeignDeviceBuffer && buffer.kind === 'mapped-host')) {
@@ -273,7 +281,13 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
   const ndim = array.ndim;
   const shapeAt = layout.size;
   const stridesAt = shapeAt + 8 * ndim;
-  const block = allocateNative(stridesAt + 8 * ndim);
+  let block: NativeBlock;
+  try {
+    block = allocateNative(stridesAt + 8 * ndim);
+  } catch (error) {
+    lease?.release();
+    throw error;
+  }
   try {
     const view = nativeView(block.address, stridesAt + 8 * ndim);
     for (let i = 0; i < stridesAt + 8 * ndim; i += 8) view.setBigUint64(i, 0n, true);
@@ -304,9 +318,10 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
     }
   } catch (error) {
     freeNative(block);
+    lease?.release();
     throw error;
   }
-  exported.set(block.address, { array, block });
+  exported.set(block.address, { array, block, lease });
   return block.address;
 }
 
@@ -508,7 +523,8 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
   }
   let pinned: HostBuffer;
   try {
-    pinned = HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true });
+    // Its lifetime is the array's (freed by its release), never a `tidy` scope's.
+    pinned = keep(HostBuffer.register(new Uint8Array(nativeBuffer(lowest, end - start)), { mapped: true }));
   } catch (error) {
     // Host memory CUDA already pins (a framework's pinned tensor reported as kDLCPU, or memory
     // registered by someone else) is device-addressable under unified addressing as it is:

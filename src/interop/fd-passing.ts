@@ -18,7 +18,6 @@ import {
 } from '../cuda/libc.js';
 import { readOptions } from '../util/options.js';
 
-export { closeFd, SystemCallError } from '../cuda/libc.js';
 
 /** What `receiveFd` returns: the descriptor (this process's own, close-on-exec) and the message sent with it. */
 export interface ReceivedFd {

@@ -11,7 +11,7 @@ import { closeFd, copyDescriptor } from '../cuda/libc.js';
 import type { Device } from '../device.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
 import type { Release } from '../buffer/lifetime.js';
-import { defaultStream, type StreamRef } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 import { streamHandleOf } from '../stream.js';
 import type { IpcDescriptors, IpcHandle } from './ipc-handle.js';
 import { fstatSync } from 'node:fs';

@@ -45,6 +45,7 @@ import { IpcHandle } from './ipc-handle.js';
 import { readOptions } from '../util/options.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
+import { graphPoolOf } from '../resource/graph-pool.js';
 import { MemHandleType } from '../backend/backend.js';
 import { fstatSync } from 'node:fs';
 import { allowDescriptorCopies, closeFd } from '../cuda/libc.js';
@@ -75,7 +76,8 @@ export interface ImportIpcOptions {
  * @returns The handle: `toString()` or `toBytes()` to send it.
  * @throws {TypeError} When `buffer` is not a DeviceBuffer.
  * @throws {NotSupportedError} When its memory cannot be exported (a resource not named above, an
- *   AsyncResource pool made without POSIX descriptors, a pool growing from an upstream), saying why.
+ *   AsyncResource pool made without POSIX descriptors, a pool growing from an upstream, spillable
+ *   memory, graph-private memory), saying why.
  * @throws {UseAfterFreeError} When it was freed.
  * @throws {CudaError} When the driver refuses; nothing stays open.
  * @example
@@ -88,7 +90,16 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
   if (!(buffer instanceof DeviceBuffer)) {
     throw new TypeError(`exportIpc expects a DeviceBuffer, got ${buffer === null ? 'null' : typeof buffer === 'object' ? (buffer as object).constructor.name : typeof buffer}`);
   }
+  if (buffer.spillable && !buffer.freed) {
+    // Before reading `ptr`, which would bring it back and count it as written.
+    throw new NotSupportedError(`exportIpc: ${String(buffer)} is spillable and cannot be shared with another process: a spill would ` +
+      'take its memory (and, where it moves, its address) from under the importer; allocate it without { spillable: true }');
+  }
   const ptr = buffer.ptr; // UseAfterFreeError first
+  if (graphPoolOf(ptr) !== undefined) {
+    throw new NotSupportedError(`exportIpc: ${String(buffer)} is graph-private memory (allocated during a capture, from the graph's ` +
+      'private pool), which cannot be shared with another process: copy it into a buffer of the default resource');
+  }
   const source = driverSource(buffer.resource);
   const device = buffer.device;
   const backend = device.backend;

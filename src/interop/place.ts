@@ -16,6 +16,7 @@
 import { DeviceArray, resolveHostInput, type InferableTypedArray, type InferredDType, type NestedNumbers } from '../array/device-array.js';
 import type { DefaultDType, DType, DTypeName } from '../array/dtype.js';
 import { HostArray } from '../array/host-array.js';
+import { keep } from '../buffer/tidy.js';
 import type { HostInput, NestedArray } from '../array/host-data.js';
 import type { ShapeInput } from '../array/shape.js';
 import { Device } from '../device.js';
@@ -155,7 +156,8 @@ export function place(data: unknown, options: PlaceOptions = {}): Placement {
     throw new NotSupportedError(`place: ${bytes} bytes do not fit on ${String(device)} (${free} bytes free, ${minFree} kept free) ` +
       'and it cannot map host memory');
   }
-  const host = HostArray.empty(shape, dtype, { mapped: true, writeCombined: options.writeCombined === true });
+  // Its lifetime is the array's (freed by its release), never a `tidy` scope's.
+  const host = keep(HostArray.empty(shape, dtype, { mapped: true, writeCombined: options.writeCombined === true }));
   const release = (): void => {
     if (!host.freed) host.free();
   };

@@ -22,7 +22,7 @@ import { UseAfterFreeError } from '../errors.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
 import { DeviceBuffer } from '../buffer/device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
-import { defaultStream, type StreamRef } from '../resource/resource.js';
+import { defaultStream, type StreamRef } from '../stream.js';
 import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { IpcBuffer } from './ipc-buffer.js';

@@ -7,7 +7,6 @@
  */
 import type { EmulatedLaunch } from '../backend/backend.js';
 
-export type { EmulatedKernel, EmulatedKernels, EmulatedLaunch, EmulatedMemory } from '../backend/backend.js';
 
 /**
  * The number of threads a launch runs: grid size times block size over all three dimensions.

@@ -4,7 +4,7 @@
  * launches; a driver error comes back naming the kernel. After the first launch a launch creates no
  * JavaScript objects of its own (the rest-parameter array and the config object are the caller's).
  */
-import { captureError, capturing, refuseOnLegacyDuringCapture } from '../graph/graph.js';
+import { captureError, capturing, refuseOnLegacyDuringCapture } from '../graph/sessions.js';
 import type { Backend, FunctionAttributes, Handle, KernelLimits, KernelParams } from '../backend/backend.js';
 import { cacheConfigValue, type CacheConfig, type Device } from '../device.js';
 import { CudaError, UseAfterFreeError } from '../errors.js';
@@ -20,7 +20,7 @@ import { readOptions } from '../util/options.js';
  *
  * @example
  * ```ts
- * const saxpy = module.kernel('saxpy', ['ptr', 'ptr', 'f32', 'u32'] as const);
+ * const saxpy = mod.kernel('saxpy', ['ptr', 'ptr', 'f32', 'u32'] as const);
  * saxpy.launch({ grid: Math.ceil(n / 256), block: 256 }, y, x, 2.0, n);
  * ```
  */

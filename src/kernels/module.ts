@@ -2,7 +2,7 @@
  * A module of device code loaded into a device's context: compiled at run time from CUDA C++
  * (`Module.compile`, through NVRTC and the disk cache), or loaded from PTX or a CUBIN built
  * elsewhere (`fromPtx`, `fromCubin`, no NVRTC needed). Its kernels are launched through
- * `module.kernel(name, signature)`.
+ * `mod.kernel(name, signature)`.
  *
  * On the emulated backend there is no device code to run: a module is the JavaScript functions
  * given as `emulated` (one per kernel, by the name `kernel()` is asked for), `compile` does not
@@ -13,16 +13,13 @@
  */
 import type { EmulatedKernels, Handle, ModuleImage } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { relaxedDuringCapture } from '../graph/graph.js';
+import { relaxedDuringCapture } from '../graph/sessions.js';
 import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../errors.js';
 import { compileSource } from './compile.js';
 import { Kernel } from './kernel.js';
 import { checkSignature, type Signature } from './signature.js';
 import { readOptions } from '../util/options.js';
 
-export { CompileError } from './compile-error.js';
-export { NvrtcUnavailableError } from '../cuda/nvrtc.js';
-export { compileStatistics, nvrtcAvailable, type CompileStatistics } from './compile.js';
 
 /** Options of `Module.fromPtx` and `Module.fromCubin`. */
 export interface LoadOptions {
@@ -65,12 +62,12 @@ const registry = new FinalizationRegistry<Held>((held) => {
  *
  * @example
  * ```ts
- * using module = Module.compile(`
+ * using mod = Module.compile(`
  *   extern "C" __global__ void scale(float *v, float a, unsigned n) {
  *     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
  *     if (i < n) v[i] *= a;
  *   }`, { emulated: { scale: scaleInJavaScript } });
- * const scale = module.kernel('scale', ['ptr', 'f32', 'u32'] as const);
+ * const scale = mod.kernel('scale', ['ptr', 'f32', 'u32'] as const);
  * scale.launch({ grid: Math.ceil(n / 256), block: 256 }, v, 2, n);
  * ```
  */
@@ -130,7 +127,7 @@ export class Module {
     if (typeof cache !== 'boolean') throw new TypeError('Module.compile: cache must be a boolean');
     const emulated = emulatedTable(options.emulated);
     const device = Device.resolve(options.device);
-    if (device.backend.name === 'emulated') {
+    if (device.backend.kernelCode === 'javascript') {
       return Module.load(device, { kind: 'ptx', data: new Uint8Array(0), emulated: emulated ?? {} }, '', {}, emulated);
     }
     const compiled = compileSource({
@@ -218,7 +215,7 @@ export class Module {
    * @throws {UseAfterFreeError} When the module was destroyed.
    * @example
    * ```ts
-   * const add = module.kernel('add', ['ptr', 'ptr', 'ptr', 'u32'] as const);
+   * const add = mod.kernel('add', ['ptr', 'ptr', 'ptr', 'u32'] as const);
    * ```
    */
   kernel<const S extends Signature>(name: string, signature: S): Kernel<S> {
@@ -232,7 +229,7 @@ export class Module {
     let fn = this.#functions.get(name);
     if (fn !== undefined) return fn;
     const backend = this.device.backend;
-    if (backend.name === 'emulated' && (this.#emulated === undefined || !Object.hasOwn(this.#emulated, name))) {
+    if (backend.kernelCode === 'javascript' && (this.#emulated === undefined || !Object.hasOwn(this.#emulated, name))) {
       throw new NotSupportedError(`kernel ${name}: the emulated backend runs JavaScript in place of CUDA code, and this module has no ` +
         `JavaScript implementation of ${name}; pass one as { emulated: { '${name}': (launch) => { ... } } } when creating the module ` +
         '(see EmulatedLaunch: the decoded arguments and launch.memory.bytes(ptr, byteLength))');
@@ -259,7 +256,7 @@ export class Module {
    * @throws {CudaError} When the driver fails to unload it.
    * @example
    * ```ts
-   * module.destroy();
+   * mod.destroy();
    * ```
    */
   destroy(): void {

@@ -8,6 +8,7 @@
 import type { KernelParams, ParamType, ScalarParam } from '../backend/backend.js';
 import { paramLayout, SCALAR_PARAM_BYTES } from '../backend/backend.js';
 import { DeviceArray } from '../array/device-array.js';
+import { VramStateError } from '../errors.js';
 import { HostArray } from '../array/host-array.js';
 import type { Device } from '../device.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
@@ -16,7 +17,6 @@ import { addressOf } from '../buffer/lifetime.js';
 import { beginOperation, movesOnReload, prepareUse } from '../buffer/spill/residency.js';
 import type { StreamRef } from '../stream.js';
 
-export type { ParamType, ScalarParam } from '../backend/backend.js';
 
 /**
  * A kernel's parameters, in order. Declare it `as const` (or inline) so launches are type-checked.
@@ -106,6 +106,7 @@ export function writeArgs(kernel: string, device: Device, params: KernelParams, 
     const type = slot.type;
     const value = args[i];
     if (type === 'ptr' || type === 'cptr') {
+      if (type === 'ptr') refuseReadOnly(kernel, i, value);
       writeU64(view, slot.offset, pointerOf(kernel, i, device, value));
       if (typeof value === 'object') memoryArgs = true;
     } else if (typeof type === 'string') {
@@ -146,6 +147,17 @@ function prepareArgs(kernel: string, device: Device, params: KernelParams, args:
 }
 
 const defaultStreamRef: StreamRef = { handle: 0 };
+
+/**
+ * A `ptr` parameter may be written by the kernel, so read-only memory (a READ_ONLY DLPack tensor,
+ * a `readOnly` import or foreign pointer) is refused there, as every other writing path refuses it.
+ */
+function refuseReadOnly(kernel: string, index: number, value: unknown): void {
+  if ((value instanceof DeviceArray || value instanceof DeviceMemory) && value.readOnly) {
+    throw new VramStateError(`kernel ${kernel}: argument ${index} is read-only memory (lent with readOnly by its producer), ` +
+      "and a 'ptr' parameter may be written: declare it 'cptr' if the kernel only reads it, or pass a copy");
+  }
+}
 
 /** The device address a `ptr` argument stands for, checked. */
 function pointerOf(kernel: string, index: number, device: Device, value: unknown): number {

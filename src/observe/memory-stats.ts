@@ -8,7 +8,8 @@ import type { Counter } from '../counter.js';
 import { Device } from '../device.js';
 import { formatBytes } from '../util/size.js';
 import { getCurrentResource } from '../resource/current.js';
-import { leakStatistics, type LeakStatistics } from '../buffer/lifetime.js';
+import { leakStatistics, type LeakStatistics } from '../backstop.js';
+import { liveAllocations } from '../buffer/dropped-memory.js';
 import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
 import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
@@ -211,5 +212,22 @@ export function memorySummary(device?: Device | number): string {
   const line = (r: string[]): string => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ');
   const rule = '-'.repeat(widths.reduce((a, w) => a + w, 2 * (widths.length - 1)));
   const title = `vram memory summary, device ${s.device}: ${s.resource}`;
-  return [title, rule, line(rows[0]!), rule, ...rows.slice(1).map(line), rule].join('\n') + '\n';
+  return [title, rule, line(rows[0]!), rule, ...rows.slice(1).map(line), rule, ...liveLines()].join('\n') + '\n';
+}
+
+/**
+ * The summary's last lines: the buffers and arrays the program holds (every device), and, when
+ * stacks are captured, the site with the most live ones and how many more it holds than at the
+ * previous summary: a count that keeps growing there is memory dropped without `free()`.
+ */
+function liveLines(): string[] {
+  const live = liveAllocations(true);
+  const lines = [`Live buffers and arrays (all devices): ${live.count} (${formatBytes(live.bytes)}); ` +
+    (live.sites.length === 0 ? 'captureAllocationStacks(true) names their sites' : 'by site:')];
+  const growing = [...live.sites].sort((a, b) => b.growth - a.growth || b.count - a.count);
+  for (const site of growing.slice(0, 3)) {
+    const growth = site.growth > 0 ? `, +${site.growth} since the last summary: growing (dropped without free()?)` : '';
+    lines.push(`  ${site.count} live (${formatBytes(site.bytes)}) ${site.frames[0] ?? 'at an unknown site'}${growth}`);
+  }
+  return lines;
 }

@@ -15,7 +15,7 @@ import { formatBytes } from '../util/size.js';
 import { extendMessage } from '../resource/cache-registry.js';
 import { memoryHistory, resourceRecord, type LiveSite } from './history.js';
 import { setOutOfMemoryObserver, upstreamChain, type MemoryResource } from '../resource/resource.js';
-import type { SnapshotSegment } from './snapshot-format.js';
+import type { SnapshotSegment } from '../resource/figures.js';
 import { takeSnapshot } from './snapshot.js';
 import { TrackingAdaptor } from '../resource/adaptors/tracking.js';
 import { anyText, variableReader } from '../util/environment.js';

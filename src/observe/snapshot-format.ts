@@ -19,7 +19,6 @@ import type { MemoryFigures, SnapshotSegment } from '../resource/figures.js';
 
 // The segment shapes are the resources' own (they lay their memory out in them): defined beside the
 // figures, below this layer, and part of the snapshot format from here.
-export type { BlockState, SegmentKind, SnapshotBlock, SnapshotPages, SnapshotSegment } from '../resource/figures.js';
 
 /**
  * The version of the format this code writes. A reader should refuse a snapshot whose `version`
@@ -49,7 +48,7 @@ export type HistoryEventKind = 'alloc' | 'free' | 'oom' | 'reserve' | 'release' 
  * One event of the history, in the order it happened.
  *
  * @example
- * ```ts
+ * ```text
  * { kind: 'alloc', address: 140737488355328, bytes: 1048576, stream: 0, time: 812.4, resource: 1, stack: 3 }
  * ```
  */
@@ -77,7 +76,7 @@ export interface HistoryEvent {
  * A call stack, interned: every event and block made from the same place names the same id.
  *
  * @example
- * ```ts
+ * ```text
  * { id: 3, frames: ['at loadWeights (file:///app/model.js:41:22)', 'at main (file:///app/main.js:9:3)'] }
  * ```
  */

@@ -10,10 +10,8 @@ import { Device } from '../device.js';
 import { existingCurrentResource, getCurrentResource } from '../resource/current.js';
 import { memoryHistory, resourceRecord, type ResourceRecord } from './history.js';
 import { upstreamChain, type MemoryResource } from '../resource/resource.js';
-import {
-  SNAPSHOT_VERSION, type MemorySnapshot, type SnapshotLiveBlock, type SnapshotResource, type SnapshotSegment,
-  type SnapshotTrigger,
-} from './snapshot-format.js';
+import { SNAPSHOT_VERSION, type MemorySnapshot, type SnapshotLiveBlock, type SnapshotResource, type SnapshotTrigger } from './snapshot-format.js';
+import { type SnapshotSegment } from '../resource/figures.js';
 import { readOptions } from '../util/options.js';
 
 /** Options of `memorySnapshot`. */

@@ -4,6 +4,8 @@
  * `vram/arrays`: the detail under `DeviceArray` and `HostArray` (in the root): dtype tables and
  * their type-level helpers, half-precision encoding, strided layouts and slices, host-data shapes,
  * and the option types of the less common array methods.
+ *
+ * @module vram/arrays
  */
 export { isDTypeName, hostArrayType, vectorTable, defaultDType } from '../array/dtype.js';
 export type {

@@ -6,6 +6,8 @@
  * (`setBackend(new EmulatedBackend({ capacityBytes }))`), code that needs a driver primitive the classes
  * do not cover (`getBackend().memGetInfo()`, pointer attributes, pool attributes), and a library
  * that hands vram's handles to its own FFI. An array or allocator user needs none of it.
+ *
+ * @module vram/backend
  */
 export { getBackend, setBackend, backendFallbackReason } from '../backend/select.js';
 export { EmulatedBackend } from '../backend/emulated.js';
@@ -14,6 +16,7 @@ export type {
   Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory, MemLocation,
 } from '../backend/backend.js';
 export { MemPoolAttribute } from '../backend/backend.js';
+export type { CollectiveDataType, CollectiveTransport, HostReduce, TransportComm, TransportOptions } from '../backend/collectives.js';
 export { DEVICE_ATTRIBUTES } from '../cuda/device-attributes.js';
 export type { DeviceAttributeName } from '../cuda/device-attributes.js';
 export type { CacheConfig, PushedContext } from '../device.js';

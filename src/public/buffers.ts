@@ -6,6 +6,8 @@
  * methods (2D copies, host registration, views, managed advice), and the settings of the
  * transfers that move ordinary JavaScript memory (staged through pinned chunks, or pinned in place);
  * spilling's lease, figures and resource.
+ *
+ * @module vram/buffers
  */
 export { DeviceMemory } from '../buffer/device-memory.js';
 export { Allocation } from '../buffer/lifetime.js';

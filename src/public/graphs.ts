@@ -5,9 +5,11 @@
  * `endCapture()`, or `captureGraph`) and launch it again for the cost of one call; the
  * capture-private pool (`GraphPool`) that captures allocate from; the errors of what cannot be
  * captured and of updates.
+ *
+ * @module vram/graphs
  */
 export { Graph, GraphExec } from '../graph/graph.js';
-export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/graph.js';
+export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/sessions.js';
 export { captureGraph } from '../graph/capture.js';
 export { GraphPool } from '../resource/graph-pool.js';
 export type { GraphPoolOptions } from '../resource/graph-pool.js';

@@ -6,6 +6,8 @@
  * (`Stream.fromHandle`'s options, and `watchStreamDestroy` for libraries that cache per-stream state),
  * IPC handles (of any default-allocator memory, and PyTorch's share tuples both ways), pools shared
  * over file descriptors, and `place()`.
+ *
+ * @module vram/interop
  */
 export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from '../interop/cuda-array-interface.js';
 export type {
@@ -31,5 +33,6 @@ export type { TorchShareTuple, TorchShare, TorchBytes } from '../interop/torch-i
 export { IpcBuffer } from '../interop/ipc-buffer.js';
 export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../interop/pool-ipc.js';
 export type { ImportPoolOptions, ImportPointerOptions } from '../interop/pool-ipc.js';
-export { sendFd, receiveFd, closeFd, SystemCallError } from '../interop/fd-passing.js';
+export { sendFd, receiveFd } from '../interop/fd-passing.js';
+export { closeFd, SystemCallError } from '../cuda/libc.js';
 export type { ReceivedFd, ReceiveFdOptions } from '../interop/fd-passing.js';

@@ -6,11 +6,14 @@
  * reduce-scatter, broadcast, send and receive on `DeviceArray`s and device buffers, `group` for
  * grouped calls, and user-buffer registration. On the emulated backend the same API runs between
  * processes of one machine.
+ *
+ * @module vram/nccl
  */
-export { Communicator, Registration, group, ncclVersion } from '../collective/communicator.js';
+export { Communicator, Registration, group, ncclVersion } from '../nccl/communicator.js';
 export type {
-  CollectiveMemory, CommunicatorOptions, CollectiveOptions, ReduceOptions, BroadcastOptions, ReduceOp,
-} from '../collective/communicator.js';
-export { UniqueId } from '../collective/unique-id.js';
+  CollectiveMemory, CommunicatorOptions, CollectiveOptions, CollectiveReduceOptions, BroadcastOptions,
+} from '../nccl/communicator.js';
+export type { CollectiveReduceOp } from '../backend/collectives.js';
+export { UniqueId } from '../nccl/unique-id.js';
 export { NcclError } from '../errors.js';
 export { NcclUnavailableError } from '../cuda/nccl-library.js';

@@ -3,6 +3,8 @@
 /**
  * `vram/observe`: watching memory over time. The memory history, snapshots and their format, the
  * out-of-memory observer, and leak statistics (`memoryStats`, the figures of now, is in the root).
+ *
+ * @module vram/observe
  */
 export { recordMemoryHistory, memoryHistory, MemoryHistory } from '../observe/history.js';
 export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from '../observe/history.js';
@@ -10,12 +12,10 @@ export { memorySnapshot } from '../observe/snapshot.js';
 export type { AllocationWaits } from '../resource/waiting.js';
 export type { SnapshotOptions } from '../observe/snapshot.js';
 export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from '../observe/snapshot-format.js';
-export type {
-  MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, BlockState, SnapshotBlock, SegmentKind,
-  SnapshotPages, SnapshotSegment, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory,
-  SnapshotTriggerKind, SnapshotError, SnapshotTrigger,
-} from '../observe/snapshot-format.js';
+export type { MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory, SnapshotTriggerKind, SnapshotError, SnapshotTrigger } from '../observe/snapshot-format.js';
+export type { BlockState, SnapshotBlock, SegmentKind, SnapshotPages, SnapshotSegment } from '../resource/figures.js';
 export { onOutOfMemory, OOM_SNAPSHOT_VARIABLE } from '../observe/out-of-memory-observer.js';
 export type { OutOfMemoryEvent } from '../observe/out-of-memory-observer.js';
-export { leakStatistics, resetLeakStatistics, onLeak, captureAllocationStacks } from '../buffer/lifetime.js';
-export type { LeakRecord, LeakStatistics, LeakListener } from '../buffer/lifetime.js';
+export { captureAllocationStacks } from '../buffer/lifetime.js';
+export { leakStatistics, resetLeakStatistics, onLeak } from '../backstop.js';
+export type { LeakRecord, LeakStatistics, LeakListener } from '../backstop.js';

@@ -4,6 +4,8 @@
  * `vram/replay`: allocation logs (RMM's CSV) parsed and replayed against resource stacks, and the
  * self-contained HTML reports (uPlot inlined) of a replay, a bench run or a memory snapshot: what
  * `vram replay`, `vram bench` and `vram view` are built on.
+ *
+ * @module vram/replay
  */
 export { parseAllocationLog, readAllocationLog, TraceParseError } from '../replay/parse.js';
 export { InputFileError } from '../util/input-file.js';

@@ -5,15 +5,19 @@
  * the named default-resource catalogue. A user who keeps the default allocator needs none of it;
  * one who builds a stack (`new StatisticsAdaptor(new PoolResource())`) or writes a resource does.
  * `MemoryResource` itself is in the root (`getCurrentResource()` returns one).
+ *
+ * @module vram/resources
  */
-export { defaultStream } from '../resource/resource.js';
-export type { ReservingResource, MemoryKind, MemoryFigures, ResourceJSON } from '../resource/resource.js';
+export { defaultStream } from '../stream.js';
+export type { ReservingResource, ResourceJSON } from '../resource/resource.js';
+export type { MemoryKind, MemoryFigures } from '../resource/figures.js';
 export type { ByteSize } from '../validate.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { useResource } from '../resource/current.js';
 export { memoryPoolUsed } from '../resource/memory-pool-used.js';
 export { withMemoryBudget } from '../buffer/budget.js';
 export { StreamOrder } from '../resource/stream-order.js';
+export { JoinClock } from '../resource/join-clock.js';
 export type { Lane, OrderEvents } from '../resource/stream-order.js';
 export {
   ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,

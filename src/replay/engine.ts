@@ -5,11 +5,12 @@
  */
 import { Device } from '../device.js';
 import { VramError } from '../errors.js';
-import { type MemoryResource, type StreamRef, defaultStream } from '../resource/resource.js';
+import { type MemoryResource } from '../resource/resource.js';
+import { type StreamRef, defaultStream } from '../stream.js';
 import type { MemoryFigures } from '../resource/figures.js';
 import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
-import type { SnapshotSegment } from '../observe/snapshot-format.js';
+import type { SnapshotSegment } from '../resource/figures.js';
 import type { AllocationTrace } from './parse.js';
 import { readOptions } from '../util/options.js';
 
@@ -87,6 +88,11 @@ export interface GrowthFigures {
   readonly driverCalls: { readonly create: number; readonly map: number; readonly unmap: number; readonly setAccess: number; readonly release: number };
   /** Nanoseconds on the growth path. */
   readonly growthNs: number;
+  /**
+   * Stream joins, where the stack reports them (the pools): events recorded on a stream that freed
+   * blocks, and waits of another stream on them (each wait orders the two streams on the GPU).
+   */
+  readonly streamJoins?: { readonly records: number; readonly waits: number };
 }
 
 /** One pass of a repeated replay. */
@@ -508,6 +514,9 @@ function growthBetween(a: GrowthFigures, b: GrowthFigures): GrowthFigures {
       setAccess: d.setAccess - c.setAccess, release: d.release - c.release,
     },
     growthNs: b.growthNs - a.growthNs,
+    ...(a.streamJoins !== undefined && b.streamJoins !== undefined
+      ? { streamJoins: { records: b.streamJoins.records - a.streamJoins.records, waits: b.streamJoins.waits - a.streamJoins.waits } }
+      : {}),
   };
 }
 

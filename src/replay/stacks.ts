@@ -44,7 +44,10 @@ export function arenaSizeFor(peakLiveBytes: number): number {
 /** A PoolResource's growth figures, as the replay engine reads them. */
 function growthOf(pool: PoolResource): GrowthFigures {
   const s = pool.statistics();
-  return { pageMoves: s.pageMoves, hostWaits: s.synchronizations, driverCalls: s.driverCalls, growthNs: s.growthNs };
+  return {
+    pageMoves: s.pageMoves, hostWaits: s.synchronizations, driverCalls: s.driverCalls, growthNs: s.growthNs,
+    streamJoins: { records: s.eventRecords, waits: s.streamSteals },
+  };
 }
 
 /**

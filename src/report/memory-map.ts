@@ -3,7 +3,7 @@
  * draws: the memory held, laid out, and the live blocks placed in it. Shared by the snapshot and
  * replay reports, so both draw a virtual range the same way.
  */
-import type { SnapshotSegment } from '../observe/snapshot-format.js';
+import type { SnapshotSegment } from '../resource/figures.js';
 import type { MapBlock, MapSegment } from './report.js';
 
 /**

@@ -41,6 +41,8 @@ const collected = new FinalizationRegistry<WeakRef<CachingResource>>((ref) => {
 });
 /** Set while caches are being released: a release never starts another. */
 let releasing = false;
+/** The bytes the refusal being answered asked for (`releaseCaches`' `bytes`): what spilling frees at most about. */
+let wanted: number | undefined;
 /** Set while an allocation that waits tries (`withoutHostWait`): releasing caches must not synchronise the device. */
 let hostWaitRefused = false;
 
@@ -63,6 +65,18 @@ export function withoutHostWait<T>(fn: () => T): T {
   } finally {
     hostWaitRefused = before;
   }
+}
+
+/**
+ * While caches are released for a refusal (`releaseCaches` with `bytes`): the bytes it asked the
+ * driver for. A cache that costs work to give back (spilling copies data out) gives back about
+ * that much, least recently used first, not all it holds; undefined otherwise (give back all).
+ *
+ * @returns The bytes, or undefined.
+ * @internal
+ */
+export function refusedBytes(): number | undefined {
+  return wanted;
 }
 
 /**
@@ -149,6 +163,8 @@ function driverCached(resources: readonly CachingResource[]): number {
  * alternative is an out-of-memory error.
  *
  * @param memory A device ordinal (its device and managed memory), or 'pinned-host'.
+ * @param bytes The bytes a refused allocation asked for (`refusedBytes()` while they are released):
+ *   spilling frees about that much. Omitted: every cache gives back all it can.
  * @returns The bytes given back to the driver (0 while a release is already under way).
  * @throws {CudaError} When synchronising the device fails (work that failed).
  * @example
@@ -156,9 +172,10 @@ function driverCached(resources: readonly CachingResource[]): number {
  * const released = releaseCaches(0); // every cache of device 0, not only the current resource's
  * ```
  */
-export function releaseCaches(memory: CachedMemory): number {
+export function releaseCaches(memory: CachedMemory, bytes?: number): number {
   if (releasing) return 0;
   releasing = true;
+  wanted = bytes;
   try {
     const resources: CachingResource[] = [];
     const depths = new Map<CachingResource, number>();
@@ -181,6 +198,7 @@ export function releaseCaches(memory: CachedMemory): number {
     return released + releaseAll(resources);
   } finally {
     releasing = false;
+    wanted = undefined;
   }
 }
 
@@ -197,11 +215,14 @@ function releaseAll(resources: readonly CachingResource[]): number {
  * failure. Undefined for a refusal of vram's own (a limit, a pool's maximum, an arena's size),
  * which no released cache changes.
  */
-function refusedMemory(error: unknown, device: number): CachedMemory | undefined {
+function refusedMemory(error: unknown, device: number): { memory: CachedMemory; bytes: number | undefined } | undefined {
+  let bytes: number | undefined;
   for (let e: unknown = error; e instanceof Error; e = e.cause) {
-    if (!(e instanceof OutOfMemoryError) || e.reason === 'upstream') continue;
-    if (e.reason === 'device') return device;
-    return e.reason === 'host' ? 'pinned-host' : undefined;
+    if (!(e instanceof OutOfMemoryError)) continue;
+    bytes = e.requestedBytes;
+    if (e.reason === 'upstream') continue;
+    if (e.reason === 'device') return { memory: device, bytes };
+    return e.reason === 'host' ? { memory: 'pinned-host', bytes } : undefined;
   }
   return undefined;
 }
@@ -223,8 +244,9 @@ export function extendMessage(error: Error, addition: string): void {
 
 /**
  * After an allocation failed with `error`: when the driver refused it, releases every cache of
- * that memory (`releaseCaches`) and, if that gave anything back, calls `retry` once. An
- * out-of-memory error that remains says how much was released; other errors pass unchanged.
+ * that memory (`releaseCaches`, spilling about the bytes refused) and, while that gives anything
+ * back, calls `retry` again. An out-of-memory error that remains says how much was released;
+ * other errors pass unchanged.
  *
  * @param error The first failure.
  * @param device The device ordinal whose memory was asked for.
@@ -234,24 +256,30 @@ export function extendMessage(error: Error, addition: string): void {
  * @internal
  */
 export function retryAfterReleasingCaches<T>(error: unknown, device: number, retry: () => T): T {
-  const memory = refusedMemory(error, device);
-  if (memory === undefined || !(error instanceof Error)) throw error;
-  let released: number;
-  try {
-    released = releaseCaches(memory);
-  } catch (release) {
-    // Releasing must never turn the out-of-memory error into another one (a failed
-    // synchronisation's CudaError): the program still gets its OutOfMemoryError, which says why.
-    extendMessage(error, `releasing vram's caches failed: ${release instanceof Error ? release.message : String(release)}`);
-    throw error;
-  }
+  const refused = refusedMemory(error, device);
+  if (refused === undefined || !(error instanceof Error)) throw error;
+  const { memory, bytes } = refused;
   let failure: unknown = error;
-  if (released > 0) {
+  let released = 0;
+  // Spilling gives back about what was asked for at each pass (least recently used first), so a
+  // retry that still fails releases again while something goes back.
+  for (;;) {
+    let given: number;
+    try {
+      given = releaseCaches(memory, bytes);
+    } catch (release) {
+      // Releasing must never turn the out-of-memory error into another one (a failed
+      // synchronisation's CudaError): the program still gets its OutOfMemoryError, which says why.
+      if (failure instanceof Error) extendMessage(failure, `releasing vram's caches failed: ${release instanceof Error ? release.message : String(release)}`);
+      throw failure;
+    }
+    released += given;
+    if (given === 0) break;
     try {
       return retry();
-    } catch (second) {
-      if (!isOutOfMemory(second)) throw second;
-      failure = second;
+    } catch (next) {
+      if (!isOutOfMemory(next)) throw next;
+      failure = next;
     }
   }
   const what = memory === 'pinned-host' ? 'pinned host memory' : `device ${memory}'s memory`;

@@ -217,7 +217,9 @@ export function addCacheRelease(release: (device: Device | undefined) => number)
  * `torch.cuda.empty_cache()` and CuPy's `free_all_blocks()`: memory still allocated stays. The
  * device is synchronised first, so blocks freed on streams whose work is still running are
  * given back too. Devices with no current resource yet are left alone (none is made). The pinned host
- * memory held for spills (`reserveSpillHost`) that no host copy uses goes back as well.
+ * memory held for spills (`reserveSpillHost`) that no host copy uses goes back as well, and so
+ * does what the device's spillable resource keeps for buffers that are gone (freed blocks' memory
+ * and ranges, spare pages), without spilling anything.
  *
  * @param device One device; every device with a current resource when omitted.
  * @returns The bytes given back.

@@ -49,7 +49,7 @@ export interface MemoryFigures {
  * @returns Its allocated bytes, allocations and reserved bytes; `undefined` when it keeps none.
  * @example
  * ```ts
- * new OutOfMemoryError({ ..., statistics: outOfMemoryStatistics(this.memoryFigures()) });
+ * const statistics = outOfMemoryStatistics(pool.memoryFigures()); // what an OutOfMemoryError carries
  * ```
  */
 export function outOfMemoryStatistics(figures: MemoryFigures | undefined): OutOfMemoryStatistics | undefined {

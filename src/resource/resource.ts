@@ -21,7 +21,7 @@ import { formatBytes } from '../util/size.js';
 import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
-import { captureSessionOf, type CaptureSession } from '../graph/graph.js';
+import { captureSessionOf, type CaptureSession } from '../graph/sessions.js';
 import { GraphPool, graphPoolOf } from './graph-pool.js';
 import { streamHandleOf, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
@@ -29,8 +29,6 @@ import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 
-export { defaultStream, type StreamRef } from '../stream.js';
-export type { MemoryFigures, MemoryKind } from './figures.js';
 
 /**
  * What the memory history is told of the program's calls (the outermost ones: a resource's calls
@@ -62,6 +60,8 @@ export type OutOfMemoryObserver = (resource: MemoryResource, error: unknown, byt
 let nesting = 0;
 let observer: AllocationObserver | null = null;
 let outOfMemoryObserver: OutOfMemoryObserver | null = null;
+/** Adds what the buffers above know (the program's live allocations) to an error that reaches the program, before any observer. */
+let outOfMemoryNote: ((error: unknown) => void) | null = null;
 /**
  * Set while a waiting allocation tries (`tryAllocate`): a refusal then is not yet the program's
  * (the wait goes on), so it is neither counted nor observed until the wait ends without memory.
@@ -129,6 +129,17 @@ export function setOutOfMemoryObserver(next: OutOfMemoryObserver | null): void {
   outOfMemoryObserver = next;
 }
 
+/**
+ * Sets what extends every out-of-memory error that reaches the program before the observer sees
+ * it (`buffer/dropped-memory.ts`: the live allocations the program holds).
+ *
+ * @param next The note, or null.
+ * @internal
+ */
+export function setOutOfMemoryNote(next: ((error: unknown) => void) | null): void {
+  outOfMemoryNote = next;
+}
+
 /** A resource as `JSON.stringify` writes it (`MemoryResource.toJSON`). */
 export interface ResourceJSON {
   /** `describe()`: the class, its parameters and its upstream's description. */
@@ -185,6 +196,7 @@ export abstract class MemoryResource {
   static {
     reachedProgram = (resource, error, bytes, handle): void => {
       resource.#outOfMemoryErrors += 1;
+      outOfMemoryNote?.(error);
       observer?.failed(resource, bytes, handle);
       outOfMemoryObserver?.(resource, error, bytes, handle);
     };
@@ -201,8 +213,8 @@ export abstract class MemoryResource {
    * @throws Never.
    * @example
    * ```ts
-   * class HostHeap extends MemoryResource {
-   *   constructor() { super(); } // then the subclass's own set-up
+   * abstract class HostHeap extends MemoryResource {
+   *   constructor() { super(); } // then the subclass's own set-up, and the hooks it implements
    * }
    * ```
    */

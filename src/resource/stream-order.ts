@@ -18,6 +18,7 @@
  *   are not lost and not poisoned: any stream may still take them after waiting on that event.
  */
 import { EventFlags } from '../backend/backend.js';
+import type { JoinClock } from './join-clock.js';
 
 /** The driver calls stream order needs; a Backend has them. */
 export interface OrderEvents {
@@ -38,6 +39,11 @@ export interface Lane {
   readonly stream: number;
   event: number;
   retired: boolean;
+  /**
+   * The lane's join clock, where the resource keeps one (setting `freed` on every free into the
+   * lane): joins and host waits that would order nothing new are then left out.
+   */
+  readonly clock?: JoinClock;
 }
 
 /** The stream handle of memory that no stream has touched. */
@@ -58,6 +64,8 @@ export class StreamOrder {
   joins = 0;
   /** Times the host blocked on an event because the work had not completed yet. */
   hostWaits = 0;
+  /** Events recorded on a lane's stream (for joins, host waits and retirement). */
+  records = 0;
 
   /**
    * @param events The backend of the resource's device.
@@ -75,19 +83,29 @@ export class StreamOrder {
    * for untouched memory.
    * @param lane The lane whose memory `waiter` takes.
    * @param waiter The taking stream's handle.
+   * @param waiterLane The taking stream's own lane, when the resource keeps join clocks: what its
+   *   stream already follows is not joined again.
    * @throws {CudaError} When the driver refuses an event call.
    * @example
    * ```ts
    * order.join(lane, stream.handle); // before handing the lane's block out on `stream`
    * ```
    */
-  join(lane: Lane, waiter: number): void {
+  join(lane: Lane, waiter: number, waiterLane?: Lane): void {
+    const clock = lane.clock;
+    const follower = waiterLane?.clock;
     if (!lane.retired) {
       if (lane.stream === waiter || lane.stream === NO_STREAM) return;
-      this.mark(lane);
+      // Nothing freed into the lane since a record its taker already follows: no record, no wait.
+      if (clock !== undefined && follower !== undefined && follower.followsAll(clock)) return;
+      // Nothing freed since the last record: the taker waits on that one.
+      if (clock === undefined || clock.freed || clock.epoch === 0) this.mark(lane);
+    } else if (clock !== undefined && follower !== undefined && follower.followsLast(clock)) {
+      return;
     }
     this.events.streamWaitEvent(waiter, lane.event);
     this.joins++;
+    if (clock !== undefined && follower !== undefined) follower.waited(clock);
   }
 
   /**
@@ -121,6 +139,8 @@ export class StreamOrder {
     if (lane.retired || lane.stream === NO_STREAM) return;
     if (lane.event === 0) lane.event = this.events.eventCreate(EventFlags.DISABLE_TIMING);
     this.events.eventRecord(lane.event, lane.stream);
+    this.records++;
+    lane.clock?.recorded();
   }
 
   /**
@@ -149,7 +169,9 @@ export class StreamOrder {
    * ```
    */
   hostWait(lane: Lane, markFirst = true): void {
-    if (markFirst) this.mark(lane);
+    // A lane with a join clock and nothing freed since its last record: that record covers its memory.
+    const clock = lane.clock;
+    if (markFirst && (clock === undefined || clock.freed || clock.epoch === 0)) this.mark(lane);
     if (this.passed(lane)) return;
     this.events.eventSynchronize(lane.event);
     this.hostWaits++;

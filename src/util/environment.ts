@@ -130,6 +130,23 @@ export function sizeInBytes(text: string, name: string): number {
   return parseSize(text, name);
 }
 
+/**
+ * Parses a byte size as `sizeInBytes` does, or `0` (in any unit: `0`, `0M`): a variable where 0
+ * means off.
+ *
+ * @param text The variable's text.
+ * @param name The variable.
+ * @returns The size in bytes, 0 for off.
+ * @throws {RangeError} When the text is neither 0 nor a positive size.
+ * @example
+ * ```ts
+ * variableReader('VRAM_SPILL_AHEAD', sizeOrOff); // '0' reads 0
+ * ```
+ */
+export function sizeOrOff(text: string, name: string): number {
+  return /^\s*0+(?:\.0*)?\s*(?:[kmgt](?:i?b)?|b)?\s*$/i.test(text) ? 0 : parseSize(text, name);
+}
+
 /** A decimal fraction: `0.5`, `.25`, `1`, `1.0`. */
 const FRACTION = /^(?:\d+(?:\.\d*)?|\.\d+)$/;
 

@@ -76,12 +76,15 @@ export function readOptions<T extends object>(
 ): T {
   const snapshot: Record<string, unknown> = {};
   if (options === undefined) return snapshot as T;
-  const valid = Object.keys(names);
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw new TypeError(`${what}: ${argument} must be an object with any of ${valid.join(', ')}, got ${describe(options)}`);
+    throw new TypeError(`${what}: ${argument} must be an object with any of ${Object.keys(names).join(', ')}, got ${describe(options)}`);
   }
+  const own = Object.keys(options);
+  // A plain `{}` (every default parameter) has nothing to check or read: the allocation paths take this often.
+  if (own.length === 0 && Object.getPrototypeOf(options) === Object.prototype) return snapshot as T;
+  const valid = Object.keys(names);
   // Every own enumerable key is checked before any value is read, so a refused call runs no getter.
-  for (const key of Object.keys(options)) {
+  for (const key of own) {
     if (Object.hasOwn(names, key)) continue;
     const guess = nearest(key, valid);
     throw new TypeError(`${what}: unknown ${argument === 'options' ? 'option' : `${argument} option`} '${key}'` +

@@ -4,9 +4,10 @@
  * here, so `16G` means the same thing everywhere.
  *
  * The grammar: a number, then an optional binary unit. `4096` is bytes; `K`, `M`, `G`, `T` are
- * powers of 1024, and may be followed by `iB` or `B` (`64K`, `64KB`, `64KiB` are all 65,536: GPU
- * memory is counted in binary units, and a cap of `16GB` that meant 10^9 would surprise). Case is
- * ignored; spaces around the number and unit are allowed. A fraction is accepted with a unit
+ * powers of 1024, and may be followed by `iB` (`64K` and `64KiB` are both 65,536: GPU memory is
+ * counted in binary units). `KB`, `MB`, `GB` and `TB` are refused: they read as powers of 1000 as
+ * often as of 1024, and a cap of `16GB` silently off by 7% either way would surprise; the message
+ * gives both spellings. Case is ignored; spaces around the number and unit are allowed. A fraction is accepted with a unit
  * (`1.5G`) when it comes to whole bytes; bytes themselves must be whole (`1.5` is refused).
  */
 
@@ -16,13 +17,13 @@ const FACTORS: Readonly<Record<string, number>> = { '': 1, k: 1024, m: 1024 ** 2
 const EXAMPLES = 'a whole number of bytes or a size like 64K, 512M, 16G, 1.5GiB';
 
 /**
- * Parses a byte size: `4096`, `64K`, `512MiB`, `16G`, `1.5GB`, `2T` (binary units).
+ * Parses a byte size: `4096`, `64K`, `512MiB`, `16G`, `1.5GiB`, `2T` (binary units; `1GB` is refused as ambiguous).
  *
  * @param text What the user wrote.
  * @param what What the size is for, named in the error (`VRAM_EMULATED_BYTES`, `--sizes`).
  * @returns The size in bytes: a positive safe integer.
  * @throws {TypeError} When `text` is not a string.
- * @throws {RangeError} When `text` is not a size, is zero, is not a whole number of bytes, or is
+ * @throws {RangeError} When `text` is not a size, uses a decimal-looking unit (`KB`, `MB`, `GB`, `TB`), is zero, is not a whole number of bytes, or is
  *   larger than 2^53 - 1 bytes; the message is one line naming `what` and what was given.
  * @example
  * ```ts
@@ -35,7 +36,15 @@ export function parseSize(text: string, what: string): number {
   if (typeof text !== 'string') {
     throw new TypeError(`${what} must be a size given as text, got ${text === null ? 'null' : typeof text}`);
   }
-  const match = /^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|(b)?)\s*$/i.exec(text);
+  const ambiguous = /^\s*(\d+(?:\.\d+)?)\s*([kmgt])b\s*$/i.exec(text);
+  if (ambiguous !== null) {
+    const [, n, u] = ambiguous as unknown as [string, string, string];
+    const unit = u.toUpperCase();
+    const decimal = Number(n) * 1000 ** (' KMGT'.indexOf(unit));
+    throw new RangeError(`${what}: '${text}' is ambiguous (powers of 1000 or of 1024?); write ${n}${unit} or ${n}${unit}iB for ` +
+      `${n} x 1024^${' KMGT'.indexOf(unit)} bytes${Number.isSafeInteger(decimal) ? `, or ${decimal} for ${n} x 1000^${' KMGT'.indexOf(unit)}` : ''}`);
+  }
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:ib)?|(b)?)\s*$/i.exec(text);
   if (match === null) throw new RangeError(`${what} must be ${EXAMPLES}; got '${text}'`);
   const factor = FACTORS[(match[2] ?? '').toLowerCase()]!;
   const bytes = Number(match[1]) * factor;

@@ -15,7 +15,8 @@ import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
 import { FixedSizeResource } from '../../src/resource/suballoc/fixed-size.js';
 import { PinnedHostPool } from '../../src/resource/suballoc/pinned-host-pool.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
-import type { MemoryResource, StreamRef } from '../../src/resource/resource.js';
+import type { MemoryResource } from '../../src/resource/resource.js';
+import type { StreamRef } from '../../src/stream.js';
 import { mulberry32 } from '../../src/util/random.js';
 
 /** One allocator under test, with what the model needs to check it. */

@@ -2,7 +2,7 @@
  * `npm run fuzz`: seeded random operations, a million or more per target, on whichever backend
  * VRAM_BACKEND selects (auto: the GPU when there is one, else the emulated device).
  *
- * Three fuzzes, and by default all run:
+ * Four fuzzes, and by default all run:
  * - model (allocator-model.ts): allocate / free / bad input / releaseCached on several streams
  *   against a bookkeeping model (no overlap, alignment, statistics, everything returned), checked
  *   after every step, for the sub-allocators.
@@ -16,12 +16,17 @@
  *   nested over the target and destroyed at random with blocks live (no two live blocks may share a
  *   byte), writes into read-only imports (each must be refused, the data unchanged) and built-in
  *   operations whose output overlaps their inputs (checked against NumPy's as-if-copied result).
+ * - mixed (mixed-fuzz.ts): where capabilities meet, on the current resource: plain and spillable
+ *   arrays on four streams, built-in ops and a user kernel, graphs captured, launched, updated and
+ *   destroyed, DLPack round trips, budgets, memory pressure and frees, every value checked. Two
+ *   targets: the compositions that work today, and all of them (spillable arrays in graphs,
+ *   exports and budgets: issue 33 items 1-3).
  *
  * Usage:
- *   node dist/test/fuzz/run.js [--model] [--data] [--full] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
+ *   node dist/test/fuzz/run.js [--model] [--data] [--full] [--mixed] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
  *   npm run fuzz -- --full --ops 1000000
  *
- *   --model / --data / --full  run only those fuzzes (default: all three)
+ *   --model / --data / --full / --mixed  run only those fuzzes (default: all four)
  *   --ops N           operations per target (every target of every fuzz), split over the runs (default 1000000)
  *   --runs N          runs per target, each with its own random seed (default 4)
  *   --seed S          one run with this seed (0 to 4294967295): the replay of a failure
@@ -38,12 +43,14 @@ import { getBackend } from '../../src/backend/select.js';
 import { FuzzFailure, factories, runModel } from './allocator-model.js';
 import { ALL_OPERATIONS, DataFuzzFailure, replayAsyncCommand, replayCommand, runDataFuzz, runDataFuzzAsync } from './data-fuzz.js';
 import { resourceFactories } from './resources.js';
+import { MIXED_TARGETS, MixedFuzzFailure, mixedReplayCommand, runMixedFuzz, type MixedTarget } from './mixed-fuzz.js';
 
-const USAGE = `usage: node dist/test/fuzz/run.js [--model] [--data] [--full] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
+const USAGE = `usage: node dist/test/fuzz/run.js [--model] [--data] [--full] [--mixed] [--ops N] [--runs N] [--seed S] [--only NAME] [--list]
 
   --model / --data / --full  run only the bookkeeping fuzz / the data fuzz / the data fuzz with
                     every operation (copies, nested resources, read-only imports, overlapping
-                    views); any combination (default: all three)
+                    views); --mixed: spillable arrays, graphs, DLPack, budgets and frees on
+                    several streams together; any combination (default: all four)
   --ops N           operations per target of each fuzz, split over the runs (default 1000000)
   --runs N          runs per target, each with its own random seed (default 4)
   --seed S          one run with this seed (0 to 4294967295), to replay a failure
@@ -55,7 +62,7 @@ Exit status: 0 all runs passed, 1 a run failed (its seed and a replay command ar
 
 /** One fuzz the runner can run: its targets and how to run one of them. */
 interface Fuzz {
-  readonly name: 'model' | 'data' | 'full';
+  readonly name: 'model' | 'data' | 'full' | 'mixed';
   readonly targets: readonly string[];
   /** Runs one seed; returns a failure message (with the seed and a replay command), or undefined when it passed. */
   run(target: string, seed: number, ops: number): Promise<string | undefined>;
@@ -108,6 +115,18 @@ const fuzzes: readonly Fuzz[] = [
       }
     },
   },
+  {
+    name: 'mixed',
+    targets: Object.keys(MIXED_TARGETS),
+    run(target, seed, ops) {
+      try {
+        runMixedFuzz(target, { seed, ops, ...MIXED_TARGETS[target as MixedTarget] });
+        return Promise.resolve(undefined);
+      } catch (error) {
+        return Promise.resolve(error instanceof MixedFuzzFailure ? error.message : unexpected(target, seed, error, mixedReplayCommand(target, seed, ops)));
+      }
+    },
+  },
 ];
 
 /** A bad command line: the message and the usage go to stderr, exit status 2. */
@@ -140,6 +159,7 @@ function parse(argv: readonly string[]): Plan {
         model: { type: 'boolean' },
         data: { type: 'boolean' },
         full: { type: 'boolean' },
+        mixed: { type: 'boolean' },
         seed: { type: 'string' },
         ops: { type: 'string' },
         only: { type: 'string' },

@@ -10,6 +10,7 @@
  */
 import { checkCacheConfig } from './context-calls.js';
 import type {
+  EmulatedAccess,
   EmulatedKernel, EmulatedKernels, EmulatedMemory, FunctionAttributes, Handle, KernelLimits, KernelParams, ModuleImage,
   ParamType, Ptr,
 } from '../backend.js';
@@ -167,11 +168,11 @@ export class KernelCalls {
       try {
         run({ ...launch, memory });
       } catch (error) {
+        // What the kernel wrote before a fault stays written, as on a GPU (not 'write' ranges: see EmulatedMemory).
+        memory.writeBack(false);
         throw launchFailure(name, error);
-      } finally {
-        // What the kernel wrote before a fault stays written, as on a GPU.
-        memory.writeBack();
       }
+      memory.writeBack(true);
     }, undefined, undefined, call);
   }
 
@@ -291,18 +292,55 @@ interface CopiedRange {
   readonly ptr: Ptr;
   readonly bytes: Uint8Array;
   readonly spans: readonly Span[];
+  /** False while every ask for it promised not to write ('read'): then it is not written back. */
+  writeBack: boolean;
+  /** How it was first asked for: a 'write' range is not written back after a kernel that threw. */
+  readonly access: EmulatedAccess;
 }
+
+/**
+ * The most bytes of copies kept between launches: a fresh buffer for every launch's copies costs
+ * the host's page faults on first touch (about as much as the kernel itself for a loop over
+ * typed arrays), so launches carve their copies from one buffer, kept while it is no larger.
+ */
+const SCRATCH_LIMIT = 64 << 20;
+let scratch: ArrayBuffer | undefined;
+let scratchBusy = false;
 
 /** EmulatedMemory for one launch: host memory in place, device memory copied in and back. */
 class LaunchMemory implements EmulatedMemory {
   private readonly copies: CopiedRange[] = [];
+  /** The buffer this launch carves its copies from (undefined while another launch holds it: one nested in a kernel). */
+  private readonly scratch: ArrayBuffer | undefined;
+  private used = 0;
+  /** Bytes of copies asked for in all: the size of the next launch's buffer (up to SCRATCH_LIMIT). */
+  private wanted = 0;
 
   constructor(
     private readonly s: EmulatedState,
     private readonly kernel: string,
-  ) {}
+  ) {
+    this.owner = !scratchBusy;
+    this.scratch = this.owner ? scratch : undefined;
+    scratchBusy = true;
+  }
 
-  bytes(ptr: Ptr, byteLength: number): Uint8Array {
+  /** True when this launch holds the shared buffer (and sizes the next one); false for a launch nested in a kernel. */
+  private readonly owner: boolean;
+
+  /** Bytes for a copy (their contents unspecified: copied over unless 'write'): the shared buffer while it has room, else a new one. */
+  private carve(byteLength: number): Uint8Array {
+    const at = this.used;
+    this.wanted += (byteLength + 15) & ~15;
+    if (this.scratch !== undefined && at + byteLength <= this.scratch.byteLength) {
+      this.used = (at + byteLength + 15) & ~15;
+      return new Uint8Array(this.scratch, at, byteLength);
+    }
+    return new Uint8Array(byteLength);
+  }
+
+  bytes(ptr: Ptr, byteLength: number, access: EmulatedAccess = 'readwrite'): Uint8Array {
+    if (access !== 'read' && access !== 'write' && access !== 'readwrite') throw new TypeError(`memory.bytes: access must be 'read', 'write' or 'readwrite', got ${String(access)}`);
     if (typeof ptr !== 'number' || !Number.isSafeInteger(ptr) || ptr < 0) throw new TypeError(`memory.bytes: ptr must be an address, got ${String(ptr)}`);
     if (!Number.isSafeInteger(byteLength) || byteLength < 0) throw new RangeError(`memory.bytes: byteLength must be a whole number >= 0, got ${byteLength}`);
     const a = this.s.lookup(ptr);
@@ -322,19 +360,31 @@ class LaunchMemory implements EmulatedMemory {
     if (spans.length === 1 && first.store.kind === 'eager') return first.store.view(first.offset, byteLength);
     const end = ptr + byteLength;
     for (const c of this.copies) {
-      if (c.ptr <= ptr && end <= c.ptr + c.bytes.length) return c.bytes.subarray(ptr - c.ptr, end - c.ptr);
+      if (c.ptr <= ptr && end <= c.ptr + c.bytes.length) {
+        if (access !== 'read') c.writeBack = true;
+        return c.bytes.subarray(ptr - c.ptr, end - c.ptr);
+      }
     }
-    const bytes = new Uint8Array(byteLength);
-    copySpans([{ store: new EagerStore(bytes.buffer, 0, byteLength), offset: 0, length: byteLength }], spans);
-    this.copies.push({ ptr, bytes, spans });
+    const bytes = this.carve(byteLength);
+    if (access !== 'write') copySpans([{ store: new EagerStore(bytes.buffer, bytes.byteOffset, byteLength), offset: 0, length: byteLength }], spans);
+    this.copies.push({ ptr, bytes, spans, writeBack: access !== 'read', access });
     return bytes;
   }
 
   /** Writes every copied range back to its memory, in the order they were asked for (later ones win where they overlap). */
-  writeBack(): void {
-    for (const c of this.copies) {
-      copySpans(c.spans, [{ store: new EagerStore(c.bytes.buffer, 0, c.bytes.length), offset: 0, length: c.bytes.length }]);
+  writeBack(completed: boolean): void {
+    try {
+      for (const c of this.copies) {
+        if (c.writeBack && (completed || c.access !== 'write')) {
+          copySpans(c.spans, [{ store: new EagerStore(c.bytes.buffer, c.bytes.byteOffset, c.bytes.length), offset: 0, length: c.bytes.length }]);
+        }
+      }
+    } finally {
+      this.copies.length = 0;
+      if (this.owner) {
+        if (this.wanted <= SCRATCH_LIMIT && (scratch === undefined || this.wanted > scratch.byteLength)) scratch = new ArrayBuffer(this.wanted);
+        scratchBusy = false;
+      }
     }
-    this.copies.length = 0;
   }
 }

@@ -15,22 +15,27 @@ import type { Allocation } from './allocation.js';
 import { outOfMemory } from './fail.js';
 import { formatBytesExact } from '../../util/size.js';
 import { LazyStore, PAGE_SIZE } from './store.js';
-import type { StreamState } from './streams.js';
 
 /** Granule of pool blocks: every block address and size is a multiple of it. */
 export const POOL_BLOCK_ALIGNMENT = 512;
 /** Page size of pool memory: the physical allocation granularity. */
 export const POOL_SEGMENT_GRANULARITY = 2 * 1024 * 1024;
 
+/**
+ * A stream, by identity only: the pool compares the stream that freed a block with the one that
+ * asks for it, and reads nothing else of it.
+ */
+type StreamKey = object;
+
 /** A free that a stream has not reached yet; shared by the pieces of a block split meanwhile. */
 interface PendingFree {
-  readonly stream: StreamState;
+  readonly stream: StreamKey;
   done: boolean;
   readonly blocks: Block[];
 }
 
 /** True when `block` may be handed to `stream` now. */
-function usableBy(block: Block, stream: StreamState | undefined): boolean {
+function usableBy(block: Block, stream: StreamKey | undefined): boolean {
   const p = block.pending;
   return p === undefined || p.done || p.stream === stream;
 }
@@ -120,7 +125,7 @@ export class PoolState implements Allocation {
   private readonly granule: number;
 
   /** Hands out a block of at least `bytes` usable by `stream`. */
-  allocate(bytes: number, stream: StreamState, call: string): Block {
+  allocate(bytes: number, stream: StreamKey, call: string): Block {
     const size = Math.ceil(bytes / this.granule) * this.granule;
     let block = this.bestFit(size, stream);
     if (block === undefined) {
@@ -183,7 +188,7 @@ export class PoolState implements Allocation {
    * Returns a block to the pool on `stream`; returns the callback that completes the free when the
    * stream reaches it (or undefined when `stream` is undefined: the free completes at once).
    */
-  free(block: Block, stream: StreamState | undefined): (() => void) | undefined {
+  free(block: Block, stream: StreamKey | undefined): (() => void) | undefined {
     this.used -= block.size;
     if (this.hostNuma !== undefined) this.store.unsharePages(block.address - this.base, block.size);
     block.free = true;
@@ -287,7 +292,7 @@ export class PoolState implements Allocation {
     this.reservedHigh = Math.max(this.reservedHigh, this.reserved);
   }
 
-  private bestFit(size: number, stream: StreamState): Block | undefined {
+  private bestFit(size: number, stream: StreamKey): Block | undefined {
     const list = this.freeBlocks;
     let lo = 0;
     let hi = list.length;

@@ -10,10 +10,11 @@ import { addressRange, IntervalIndex, type Interval } from './address-space.js';
 import type { Allocation } from './allocation.js';
 import { ContextState, DeviceState } from './devices.js';
 import { fail, hex, invalidValue } from './fail.js';
-import { nodeKind, type CaptureState, type ExecState, type GraphAllocation, type GraphState } from './graphs.js';
+import { nodeKind, type ExecState, type GraphAllocation, type GraphState } from './graphs.js';
 import type { Block, PoolState, PoolHost } from './pools.js';
 import { EagerStore, type Span } from './store.js';
-import { EventState, Scheduler, StreamState, type Hold, type StreamPoint } from './streams.js';
+import type { Hold } from './hold.js';
+import { EventState, Scheduler, StreamState, type StreamCapture, type StreamPoint } from './streams.js';
 import { type PhysicalMemory, PhysicalTable, Reservation } from './vmm.js';
 
 /** JavaScript memory that was given an address (addressOf), held weakly. */
@@ -64,7 +65,7 @@ export class EmulatedState {
    */
   onDrop: ((a: Allocation) => void) | undefined = undefined;
   /** Capture sequences in progress (graphs.ts). */
-  readonly captures = new Set<CaptureState>();
+  readonly captures = new Set<StreamCapture>();
   /** The calling thread's capture mode (cuThreadExchangeStreamCaptureMode), GLOBAL by default. */
   threadCaptureMode = 0;
   readonly graphs = new Map<number, GraphState>();

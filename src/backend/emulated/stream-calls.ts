@@ -7,7 +7,8 @@ import { CUresult } from '../../errors.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
 import type { Span } from './store.js';
-import { EventState, StreamState, type Hold } from './streams.js';
+import type { Hold } from './hold.js';
+import { EventState, StreamState } from './streams.js';
 
 /** Which stream priorities streamCreate accepts: [least, greatest]. */
 const PRIORITY_RANGE = [0, -5] as const;

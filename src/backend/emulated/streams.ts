@@ -12,23 +12,15 @@
  */
 
 import type { CaptureState } from './graphs.js';
+import type { Hold } from './hold.js';
+
+/** A capture sequence over these streams. */
+export type StreamCapture = CaptureState<StreamState>;
 
 /** A point in a stream's order: everything enqueued on `stream` before `position` ran. */
 export interface StreamPoint {
   readonly stream: StreamState;
   readonly position: number;
-}
-
-/**
- * A condition an operation waits for (cuStreamWaitValue32): `ready` reads memory each time it is
- * asked; `progress` runs the other streams' runnable work, which on a GPU runs meanwhile and may
- * write the awaited value (a cuStreamWriteValue32, a copy); `describe` says what is awaited, for
- * the error of a synchronisation that cannot finish.
- */
-export interface Hold {
-  readonly ready: () => boolean;
-  readonly progress: () => void;
-  readonly describe: () => string;
 }
 
 /** One queued operation: its dependencies on other streams, its condition, then its effect (if any). */
@@ -49,7 +41,7 @@ export class StreamState {
   /** Set by streamDestroy. */
   destroyed = false;
   /** The capture sequence the stream records into (graphs.ts); undefined when not capturing. */
-  capture: CaptureState | undefined = undefined;
+  capture: StreamCapture | undefined = undefined;
   /** While capturing: the nodes the stream's next node depends on. */
   frontier: readonly number[] = [];
   /** True while runTo runs this queue (a hold's progress may come back to it: it then waits). */
@@ -179,7 +171,7 @@ export class EventState {
    */
   shared: SharedEventWords | undefined;
   /** Set when the latest record was captured: the capture and the nodes before the record. */
-  captured: { readonly capture: CaptureState; readonly frontier: readonly number[] } | undefined;
+  captured: { readonly capture: StreamCapture; readonly frontier: readonly number[] } | undefined;
 
   constructor(
     /** The event's handle. */

@@ -4,8 +4,12 @@
  * scope; ending it twice does nothing.
  */
 import type { Ptr } from '../../backend/backend.js';
-import type { StreamRef } from '../../resource/resource.js';
-import type { SpillEntry } from './spill-manager.js';
+import type { StreamRef } from '../../stream.js';
+
+/** What a lease counts on: the spill manager's entry for its buffer (spill-manager.ts's SpillEntry). */
+export interface LeasedEntry {
+  leases: number;
+}
 
 /**
  * Options of `DeviceBuffer.lease()`.
@@ -32,14 +36,14 @@ export interface LeaseOptions {
  * ```
  */
 export class SpillLease {
-  #entry: SpillEntry | undefined;
+  #entry: LeasedEntry | undefined;
   #held = true;
 
   /** @internal Made by `DeviceBuffer.lease()`. */
   constructor(
     /** The buffer's address, valid while the lease lives. */
     readonly ptr: Ptr,
-    entry: SpillEntry | undefined,
+    entry: LeasedEntry | undefined,
   ) {
     this.#entry = entry;
   }

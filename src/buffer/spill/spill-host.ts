@@ -17,8 +17,9 @@
 import type { Device } from '../../device.js';
 import { PoolResource } from '../../resource/suballoc/pool.js';
 import { PinnedHostResource } from '../../resource/upstream/pinned-host-resource.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import { HostBuffer } from '../host-buffer.js';
+import { keep } from '../tidy.js';
 
 /** The least a growth past the reservation pins: small host copies share chunks, large ones get their own. */
 let growthChunk = 64 * 1024 * 1024;
@@ -55,7 +56,8 @@ export class SpillHost {
 
   /** A host copy of `bytes`, first written on `stream` (its memory reused only in that stream's order). */
   allocate(bytes: number, stream: StreamRef): HostBuffer {
-    return HostBuffer.allocate(bytes, { resource: this.#resource, stream });
+    // vram's own memory, whatever scope the spill ran in: no `tidy` frees it.
+    return keep(HostBuffer.allocate(bytes, { resource: this.#resource, stream }));
   }
 
   /**

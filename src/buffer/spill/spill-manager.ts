@@ -4,10 +4,11 @@
  * (a spillable allocation or a reload finds too little free memory, or the device's use would pass
  * `VRAM_SPILL_LIMIT`), and when the driver refuses any resource of the device (the cache registry
  * calls `releaseCached` on every resource, and the device's SpillableResource hands that to
- * `evictAll`). A buffer is evicted only when no lease holds it and the current operation does not
- * use it; its copy out is queued on the manager's stream after the work queued on every stream that
- * used it (events, as a free orders itself), and a buffer whose host copy is still current (not
- * written since it came back) is evicted without a copy.
+ * `evictFor`, about the bytes refused: Note [Refusals spill about what they need] in
+ * docs/design/spilling-composition.md). A buffer is evicted only when no lease holds it and the
+ * current operation does not use it; its copy out is queued on the manager's stream after the work
+ * queued on every stream that used it (events, as a free orders itself), and a buffer whose host
+ * copy is still current (not written since it came back) is evicted without a copy.
  *
  * Spilling ahead: once spilling has started, a reload or allocation that leaves less than the
  * high-water room free (`VRAM_SPILL_AHEAD`; by default one largest spillable buffer, where at
@@ -34,13 +35,15 @@ import type { Ptr } from '../../backend/backend.js';
 import { recordNewEvent } from '../../backend/backend.js';
 import { CounterCell, type Counter } from '../../counter.js';
 import { Device } from '../../device.js';
-import { isOutOfMemory } from '../../errors.js';
+import { isOutOfMemory, StreamCaptureError } from '../../errors.js';
+import { captureSessionOf, refuseDuringCapture, type CaptureSession } from '../../graph/sessions.js';
 import { Stream } from '../../stream.js';
 import { extendMessage, releaseCaches } from '../../resource/cache-registry.js';
 import { addCacheRelease } from '../../resource/current.js';
 import { SpillableResource } from '../../resource/upstream/spillable-resource.js';
-import type { MemoryResource, StreamRef } from '../../resource/resource.js';
-import { choiceOf, sizeInBytes, variableReader } from '../../util/environment.js';
+import type { MemoryResource } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
+import { choiceOf, sizeInBytes, sizeOrOff, variableReader } from '../../util/environment.js';
 import { formatBytes } from '../../util/size.js';
 import { readOptions } from '../../util/options.js';
 import { readBytes, type ByteSize } from '../../validate.js';
@@ -49,13 +52,14 @@ import type { Allocation } from '../lifetime.js';
 import { heldByCopies, moveAllocation, waitForUsesOn } from '../lifetime.js';
 import { beginOperation, currentEpoch, type Residency } from './residency.js';
 import { SpillHost } from './spill-host.js';
+import { SpillLease } from './lease.js';
 
 /** `VRAM_SPILL=1`: buffers and arrays allocated without a resource are spillable unless told otherwise. */
 export const SPILL_VARIABLE = variableReader('VRAM_SPILL', choiceOf(['0', '1']));
 /** `VRAM_SPILL_LIMIT`: the device memory in use (all of it, as cuMemGetInfo counts) that spilling keeps below. */
 export const SPILL_LIMIT_VARIABLE = variableReader('VRAM_SPILL_LIMIT', sizeInBytes);
 /** `VRAM_SPILL_AHEAD`: the room spilling keeps free ahead of need once it has started (0: spill only on need). */
-export const SPILL_AHEAD_VARIABLE = variableReader('VRAM_SPILL_AHEAD', sizeInBytes);
+export const SPILL_AHEAD_VARIABLE = variableReader('VRAM_SPILL_AHEAD', sizeOrOff);
 
 /**
  * By default spilling ahead keeps one largest spillable buffer's room free, but only where the
@@ -204,22 +208,40 @@ export function spillableResource(device?: Device | number): SpillableResource {
 /**
  * The spill figures of `device` (zeros where nothing was ever spillable there).
  *
- * @param device The device.
+ * @param device The device (device 0 by default).
  * @returns Its figures.
- * @throws Never.
+ * @throws {TypeError | RangeError} For a bad device.
  * @example
  * ```ts
- * spillFigures(Device.get(0)).reloads;
+ * spillFigures(0).reloads;
  * ```
  */
-export function spillFigures(device: Device): SpillFigures {
-  const manager = managers.get(device);
+export function spillFigures(device?: Device | number): SpillFigures {
+  const manager = managers.get(Device.resolve(device));
   if (manager !== undefined) return manager.figures();
   const zero = { value: 0, peak: 0, total: 0 };
   return {
     spilledBytes: zero, spilledBuffers: zero, copiesOut: 0, copiedOutBytes: 0, reloads: 0, reloadedBytes: 0,
     spilledAhead: 0, cancelledSpills: 0, waits: 0, residentBytes: 0, leasedBytes: 0, hostReservedBytes: 0, hostAllocatedBytes: 0,
   };
+}
+
+/**
+ * Leases the resident spillable buffer whose memory holds `ptr`, if there is one: a foreign view
+ * of it (`DeviceBuffer.fromPointer(spillable.ptr)`, an import of its export) keeps it on the
+ * device at its address until the view is freed, as the buffer's own `lease()` does.
+ *
+ * @internal
+ * @param ptr An address the driver knows (a spilled buffer's has no memory mapped, so none).
+ * @param writes Whether the view may write it (its host copy is then stale).
+ * @returns The lease, or undefined for memory that is not spillable.
+ */
+export function leaseSpillableAt(ptr: Ptr, writes: boolean): SpillLease | undefined {
+  for (const manager of managers.values()) {
+    const lease = manager.leaseAt(ptr, writes);
+    if (lease !== undefined) return lease;
+  }
+  return undefined;
 }
 
 /** Options for `reserveSpillHost`. */
@@ -299,7 +321,7 @@ export class SpillManager {
   constructor(readonly device: Device) {
     this.resource = new SpillableResource(device);
     this.#host = new SpillHost(device);
-    this.resource.setEvictor(() => this.evictAll());
+    this.resource.setEvictor((bytes) => bytes === undefined ? this.evictAll() : this.evictFor(bytes));
   }
 
   /**
@@ -326,6 +348,11 @@ export class SpillManager {
   /** Before a use: back on the device (on `stream`), most recently used, dirty if written. */
   use(entry: SpillEntry, stream: StreamRef | undefined, writes: boolean): void {
     if (entry.freed) return; // the buffer's own checks throw UseAfterFreeError
+    const capture = stream === undefined ? undefined : captureSessionOf(stream.handle);
+    if (capture !== undefined) {
+      this.#captured(entry, capture, writes);
+      return;
+    }
     entry.epoch = currentEpoch();
     if (entry.spilling !== 0) this.#cancel(entry);
     this.#settle();
@@ -341,6 +368,39 @@ export class SpillManager {
       this.#lru.set(entry, true);
     }
     if (writes) entry.dirty = true;
+  }
+
+  /**
+   * A use recorded into a graph (Note [Spilling under capture] in docs/design/spilling-composition.md):
+   * the buffer is leased for the graph's life, since a graph's nodes hold its address; a spilled
+   * buffer is refused, its reload would be recorded into the graph rather than run.
+   */
+  #captured(entry: SpillEntry, capture: CaptureSession, writes: boolean): void {
+    if (entry.spilling !== 0) this.#cancel(entry); // its pages are still mapped: it stays
+    if (!entry.resident) {
+      throw new StreamCaptureError('a use of a spilled buffer', 'it is spilled to host memory, and bringing it back would be recorded ' +
+        'into the graph instead of run: use it (or take a lease) before the capture; the graph then keeps it on the device while it lives');
+    }
+    entry.epoch = currentEpoch();
+    this.#lru.delete(entry);
+    this.#lru.set(entry, true);
+    // A launch of the graph may write it at any time: its host copy is stale from now on.
+    if (writes) entry.dirty = true;
+    const lease = new SpillLease(entry.ptr, entry);
+    entry.leases++;
+    capture.holds.add(() => lease.release());
+  }
+
+  /** A lease on the resident buffer whose memory holds `ptr` (see `leaseSpillableAt`). */
+  leaseAt(ptr: Ptr, writes: boolean): SpillLease | undefined {
+    for (const entry of [...this.#lru.keys(), ...this.#spilling]) {
+      if (ptr < entry.ptr || ptr >= entry.ptr + this.#rounded(entry.bytes)) continue;
+      if (entry.spilling !== 0) this.#cancel(entry);
+      if (writes) entry.dirty = true;
+      entry.leases++;
+      return new SpillLease(entry.ptr, entry);
+    }
+    return undefined;
   }
 
   /** The buffer was freed: its memory goes back on `stream`, its host copy with it. */
@@ -376,6 +436,23 @@ export class SpillManager {
       if (this.#evictable(entry)) this.#queue(entry);
     }
     return this.#finishAll();
+  }
+
+  /**
+   * Frees about `bytes` (another resource's refusal asked the driver for them): queued spills
+   * first, then the least recently used buffers that may go, until that much physical memory went
+   * back or nothing more can go; returns the bytes given back. Called from outside an operation of
+   * this manager, it starts a new operation, as `evictAll` does.
+   */
+  evictFor(bytes: number): number {
+    if (this.#busy === 0) beginOperation();
+    let given = this.#settle();
+    while (given < bytes) {
+      const one = this.#freeOne();
+      if (one === 0) break;
+      given += one;
+    }
+    return given;
   }
 
   /**
@@ -415,9 +492,12 @@ export class SpillManager {
     return this.#host.reserve(bytes, this.#spillStream());
   }
 
-  /** Gives back the pinned host memory no host copy uses; returns the bytes given back. */
+  /**
+   * Gives back the pinned host memory no host copy uses, and the device memory and ranges no
+   * spillable buffer uses (freed blocks, spares); returns the bytes given back.
+   */
   releaseHost(): number {
-    return this.#host.release();
+    return this.#host.release() + this.resource.releaseUnused();
   }
 
   /** Restarts the peaks. */
@@ -513,15 +593,20 @@ export class SpillManager {
     return given;
   }
 
-  /** Finishes the queued spills whose copy out has run (a query each, in order, up to the first still running). */
-  #settle(): void {
-    if (this.#spilling.size === 0) return;
+  /**
+   * Finishes the queued spills whose copy out has run (a query each, in order, up to the first
+   * still running); returns the bytes their pages gave back.
+   */
+  #settle(): number {
+    let given = 0;
+    if (this.#spilling.size === 0) return given;
     this.device.makeCurrent();
     const backend = this.device.backend;
     for (const entry of [...this.#spilling]) {
-      if (!backend.eventQuery(entry.spilling)) return;
-      this.#finish(entry);
+      if (!backend.eventQuery(entry.spilling)) break;
+      given += this.#finish(entry);
     }
+    return given;
   }
 
   /** A queued spill whose buffer is used again: it keeps its pages (the copy out may still run; its result is used only if nothing writes). */
@@ -624,6 +709,8 @@ export class SpillManager {
   }
 
   #reload(entry: SpillEntry, stream: StreamRef | undefined): void {
+    // A synchronous copy in: refused before anything moves while a capture forbids it.
+    if (stream === undefined) refuseDuringCapture('a synchronous use of a spilled buffer', 'bringing it back copies synchronously: use it on a stream');
     const size = this.#rounded(entry.bytes);
     const moving = entry.moving;
     this.#makeRoom(size, moving === undefined);

@@ -17,7 +17,7 @@ import { Device } from '../../device.js';
 import { Event, type StreamRef } from '../../stream.js';
 import { checkBytes, checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { PinnedHostPool } from '../../resource/suballoc/pinned-host-pool.js';
-import { defaultStream } from '../../resource/resource.js';
+import { defaultStream } from '../../stream.js';
 import { checkThreadCount, CopyThreads, defaultCopyThreads } from './copy-threads.js';
 import { RegistrationCache, type RegistrationPolicy, type RegistrationStatistics } from './registration-cache.js';
 import { runStaged, runStagedAsync, type StagedCopy } from './staged-copy.js';

@@ -15,7 +15,7 @@
 import { EventFlags } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { HostBuffer } from '../../buffer/host-buffer.js';
-import type { EmulatedKernels } from '../../kernels/emulated-kernel.js';
+import type { EmulatedKernels } from '../../backend/backend.js';
 import { Module } from '../../kernels/module.js';
 import { Stream } from '../../stream.js';
 import { gbPerSecond, median, nowNs, repeatsFor, type BenchCase, type BenchRow, type BenchSettings } from './common.js';

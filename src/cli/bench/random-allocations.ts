@@ -4,7 +4,8 @@
  * probability 73% (while under the allocation count and the usage cap) or else freeing a random
  * live block; whatever is left is freed at the end.
  */
-import type { MemoryResource, StreamRef } from '../../resource/resource.js';
+import type { MemoryResource } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import type { Ptr } from '../../backend/backend.js';
 import { mulberry32 } from '../../util/random.js';
 

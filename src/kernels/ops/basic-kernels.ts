@@ -13,11 +13,12 @@
  * `scalar.ts` (rounding to nearest for floats, saturating for integers, NaN to 0); vector dtypes
  * convert component by component between dtypes of as many components.
  */
-import type { EmulatedKernels, EmulatedLaunch } from '../emulated-kernel.js';
-import { operands } from './emulated-operand.js';
-import { layoutOffset, layoutSource, layoutSpan, layoutStruct } from './kernel-layout.js';
+import type { EmulatedKernels, EmulatedLaunch } from '../../backend/backend.js';
+import { type EmulatedOperand, operands } from './emulated-operand.js';
+import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
 import { kernelScalar, kernelScalars, scalarConversionsSource, type KernelScalar } from './scalar.js';
-import type { ParamType } from '../signature.js';
+import type { ParamType } from '../../backend/backend.js';
+import { type TypedOperand, typedOperand } from './typed-access.js';
 
 /** The signatures of the kernels in `basicSource()` (`cptr`: an operand the kernel only reads). */
 export const basicSignatures = Object.freeze({
@@ -154,10 +155,34 @@ function writeInt(s: KernelScalar, view: DataView, o: number, v: bigint): void {
   else s.write(view, o, Number(s.signed ? BigInt.asIntN(s.bytes * 8, v) : BigInt.asUintN(s.bytes * 8, v)));
 }
 
+/** The typed array of an operand's units (1, 2, 4 or 8 bytes), or undefined where the DataView path runs. */
+function unitArray(op: EmulatedOperand, unit: number): TypedOperand | undefined {
+  return typedOperand(op, unit === 1 ? 'uint8' : unit === 2 ? 'uint16' : unit === 4 ? 'uint32' : 'uint64');
+}
+
+/** A layout of at most one dimension whose elements are adjacent (every byte of its span is an element's). */
+function dense(l: readonly number[]): boolean {
+  return l[0]! === 0 || (l[0]! === 1 && Math.abs(l[1 + MAX_KERNEL_DIMS]!) === 1);
+}
+
 const fill = (launch: EmulatedLaunch): void => {
   const [dst, l, nArg, unit, units, ...pattern] = launch.args as [number, number[], number, number, number, bigint | number, bigint | number, bigint | number];
   const n = Number(nArg);
-  const [d] = operands(launch.memory, [{ ptr: dst, ...layoutSpan(l, n), elementBytes: unit * units }]);
+  const [d] = operands(launch.memory, [{ ptr: dst, ...layoutSpan(l, n), elementBytes: unit * units, access: dense(l) ? 'write' : 'readwrite' }]);
+  const t = unitArray(d!, unit);
+  if (t !== undefined) {
+    const values = pattern.slice(0, units).map((p) => (unit === 8 ? BigInt.asUintN(64, BigInt(p)) : Number(BigInt.asUintN(unit * 8, BigInt(p)))));
+    const a = t.array as unknown as { [i: number]: number | bigint; fill(v: number | bigint, start: number, end: number): unknown };
+    if (units === 1 && l[0]! === 1 && l[1 + MAX_KERNEL_DIMS]! === 1) {
+      a.fill(values[0]!, t.index, t.index + n);
+      return;
+    }
+    for (let i = 0; i < n; i++) {
+      const e = t.index + layoutOffset(l, i) * units;
+      for (let u = 0; u < units; u++) a[e + u] = values[u]!;
+    }
+    return;
+  }
   const access = unitAccess(unit);
   for (let i = 0; i < n; i++) {
     const e = d!.base + layoutOffset(l, i) * unit * units;
@@ -170,8 +195,38 @@ const copy = (launch: EmulatedLaunch): void => {
   const n = Number(nArg);
   const bytes = unit * units;
   const [d, s] = operands(launch.memory, [
-    { ptr: dst, ...layoutSpan(dl, n), elementBytes: bytes }, { ptr: src, ...layoutSpan(sl, n), elementBytes: bytes },
+    { ptr: dst, ...layoutSpan(dl, n), elementBytes: bytes, access: dense(dl) ? 'write' : 'readwrite' },
+    { ptr: src, ...layoutSpan(sl, n), elementBytes: bytes, access: 'read' },
   ]);
+  // 8-byte units move as two 4-byte halves: element access stays on three typed-array kinds.
+  const part = unit === 8 ? 4 : unit;
+  const parts = unit === 8 ? 2 * units : units;
+  const td = unitArray(d!, part);
+  const ts = unitArray(s!, part);
+  if (td !== undefined && ts !== undefined) {
+    const D = td.array as Uint8Array | Uint16Array | Uint32Array;
+    const S = ts.array as Uint8Array | Uint16Array | Uint32Array;
+    const stride1 = (l: readonly number[]): boolean => l[0]! === 1 && l[1 + MAX_KERNEL_DIMS]! === 1;
+    // One block move where both are contiguous and in separate ranges (overlapping ones copy element by element, in order).
+    if (stride1(dl) && stride1(sl) && d!.view !== s!.view) {
+      D.set(S.subarray(ts.index, ts.index + n * parts), td.index);
+      return;
+    }
+    const di = td.index;
+    const si = ts.index;
+    if (dl[0]! <= 1 && sl[0]! <= 1) {
+      const dS = dl[0]! === 1 ? dl[1 + MAX_KERNEL_DIMS]! * parts : 0;
+      const sS = sl[0]! === 1 ? sl[1 + MAX_KERNEL_DIMS]! * parts : 0;
+      for (let i = 0; i < n; i++) for (let u = 0; u < parts; u++) D[di + i * dS + u] = S[si + i * sS + u]!;
+      return;
+    }
+    for (let i = 0; i < n; i++) {
+      const to = di + layoutOffset(dl, i) * parts;
+      const from = si + layoutOffset(sl, i) * parts;
+      for (let u = 0; u < parts; u++) D[to + u] = S[from + u]!;
+    }
+    return;
+  }
   for (let i = 0; i < n; i++) {
     const to = d!.base + layoutOffset(dl, i) * bytes;
     const from = s!.base + layoutOffset(sl, i) * bytes;

@@ -14,12 +14,13 @@
  * first statement and stored after the last: later statements see earlier assignments.
  */
 import type { DType } from '../../array/dtype.js';
-import type { EmulatedLaunch } from '../emulated-kernel.js';
-import type { ParamType } from '../signature.js';
+import type { EmulatedAccess, EmulatedLaunch } from '../../backend/backend.js';
+import type { ParamType } from '../../backend/backend.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { expressionError, type Component, type Expression, type Statement } from './expression.js';
-import { layoutOffset, layoutSource, layoutSpan, layoutStruct } from './kernel-layout.js';
+import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
 import { kernelScalar, type KernelScalar, scalarConversionsSource } from './scalar.js';
+import { loadSource, storeSource, typedHelpers, typedOperand } from './typed-access.js';
 
 /** The kernel's name in every elementwise source. */
 export const ELEMENTWISE_KERNEL = 'vram_elementwise';
@@ -65,6 +66,17 @@ const JS_FUNCTIONS: Readonly<Record<string, Fn>> = {
   sqrt: Math.sqrt, exp: Math.exp, log: Math.log, sin: Math.sin, cos: Math.cos, tan: Math.tan, tanh: Math.tanh,
   abs: Math.abs, floor: Math.floor, ceil: Math.ceil, pow: Math.pow,
   min: (a, b) => (b! < a! ? b! : a!), max: (a, b) => (b! > a! ? b! : a!), fma: (a, b, c) => a! * b! + c!,
+};
+
+/** The JavaScript of each operator (`==` compares doubles: `===`). */
+const JS_OPERATORS: Readonly<Record<string, string>> = {
+  '*': '*', '/': '/', '%': '%', '+': '+', '-': '-', '<': '<', '<=': '<=', '>': '>', '>=': '>=', '==': '===', '!=': '!==', '&&': '&&', '||': '||',
+};
+
+/** The JavaScript each function is called as in generated code (`F` is JS_FUNCTIONS). */
+const JS_FUNCTION_SOURCE: Readonly<Record<string, string>> = {
+  sqrt: 'Math.sqrt', exp: 'Math.exp', log: 'Math.log', sin: 'Math.sin', cos: 'Math.cos', tan: 'Math.tan', tanh: 'Math.tanh',
+  abs: 'Math.abs', floor: 'Math.floor', ceil: 'Math.ceil', pow: 'Math.pow', min: 'F.min', max: 'F.max', fma: 'F.fma',
 };
 
 /** A double as a C literal that stays a double (`2` would be an int: `1 / 2` would be 0). */
@@ -240,6 +252,49 @@ class Binder {
     }
     throw new Error('unreachable');
   }
+
+  /**
+   * The expression as JavaScript text, built from the checked tree only: names become the
+   * generated locals `v<array>_<component>` and `s<scalar>`, numbers finite literals, operators
+   * and functions come from fixed tables (Note [Emulated kernels at JavaScript speed]).
+   */
+  jsSource(e: Expression): string {
+    switch (e.kind) {
+      case 'number': {
+        if (typeof e.value !== 'number' || !Number.isFinite(e.value)) throw new TypeError('an expression number must be finite');
+        return `(${String(e.value)})`;
+      }
+      case 'name': {
+        if (this.scalars.has(e.name)) return `s${this.scalars.get(e.name)!}`;
+        const a = this.arrays.get(e.name)!;
+        return `v${a.index}_${this.componentOf(e.name, a.dtype, e.component, e.pos)}`;
+      }
+      case 'unary': {
+        const a = this.jsSource(e.arg);
+        if (e.op === '-') return `(-${a})`;
+        if (e.op === '+') return a;
+        return `(${a} === 0 ? 1 : 0)`;
+      }
+      case 'binary': {
+        const l = this.jsSource(e.left);
+        const r = this.jsSource(e.right);
+        const op = JS_OPERATORS[e.op];
+        if (op === undefined) throw new TypeError('unknown operator');
+        switch (e.op) {
+          case '*': case '/': case '%': case '+': case '-': return `(${l} ${op} ${r})`;
+          case '&&': return `(${l} !== 0 && ${r} !== 0 ? 1 : 0)`;
+          case '||': return `(${l} !== 0 || ${r} !== 0 ? 1 : 0)`;
+          default: return `(${l} ${op} ${r} ? 1 : 0)`;
+        }
+      }
+      case 'conditional': return `(${this.jsSource(e.test)} !== 0 ? ${this.jsSource(e.then)} : ${this.jsSource(e.otherwise)})`;
+      case 'call': {
+        const f = Object.hasOwn(JS_FUNCTION_SOURCE, e.fn) ? JS_FUNCTION_SOURCE[e.fn] : undefined;
+        if (f === undefined) throw new TypeError('unknown function');
+        return `${f}(${e.args.map((a) => this.jsSource(a)).join(', ')})`;
+      }
+    }
+  }
 }
 
 /**
@@ -254,7 +309,7 @@ class Binder {
  * @example
  * ```ts
  * const p = elementwiseProgram(text, parseStatements(text), [
- *   { name: 'x', kind: 'array', dtype: dtypes.float32 }, { name: 'a', kind: 'scalar' }, ...]);
+ *   { name: 'x', kind: 'array', dtype: dtypes.float32 }, { name: 'a', kind: 'scalar' }]);
  * p.source; // CUDA C with one kernel, vram_elementwise
  * ```
  */
@@ -314,14 +369,8 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
     name, dtype: a.dtype, reads: [...a.reads].sort(), writes: [...a.writes].sort(),
   }));
   const slots = arrays.length * 4 + scalars.length;
-  const emulated = (launch: EmulatedLaunch): void => {
-    const n = Number(launch.args[0]);
-    const env = new Float64Array(slots);
-    scalars.forEach((_, k) => { env[arrays.length * 4 + k] = Number(launch.args[1 + 2 * arrays.length + k]); });
-    const layouts = programArrays.map((_, k) => launch.args[2 + 2 * k] as readonly number[]);
-    const ops = operands(launch.memory, programArrays.map((a, k) => ({
-      ptr: Number(launch.args[1 + 2 * k]), ...layoutSpan(layouts[k]!, n), elementBytes: a.dtype.byteSize,
-    })));
+  /** The DataView interpreter: operands not aligned to a component, a big-endian host, or code that did not generate. */
+  const interpreted = (n: number, env: Float64Array, ops: readonly EmulatedOperand[], layouts: readonly (readonly number[])[]): void => {
     const views = programArrays.map((a, k): { op: EmulatedOperand; layout: readonly number[]; s: KernelScalar; a: ProgramArray } => ({
       op: ops[k]!, layout: layouts[k]!, s: kernelScalar[a.dtype.component], a,
     }));
@@ -332,5 +381,93 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
       views.forEach((v, k) => { for (const c of v.a.writes) v.s.write(v.op.view, at[k]! + c * v.s.bytes, env[k * 4 + c]!); });
     }
   };
+  // Generated kernels by operand pattern ('1': at most one dimension, 'g': more), made on first use.
+  const generated = new Map<string, GeneratedLoop | null>();
+  const jsBody = statements.map((st) => {
+    const a = b.arrays.get(st.target)!;
+    return { index: a.index, component: st.component === undefined ? 0 : COMPONENTS.indexOf(st.component), value: b.jsSource(st.value) };
+  });
+  const emulated = (launch: EmulatedLaunch): void => {
+    const n = Number(launch.args[0]);
+    const env = new Float64Array(slots);
+    scalars.forEach((_, k) => { env[arrays.length * 4 + k] = Number(launch.args[1 + 2 * arrays.length + k]); });
+    const layouts = programArrays.map((_, k) => launch.args[2 + 2 * k] as readonly number[]);
+    const ops = operands(launch.memory, programArrays.map((a, k) => ({
+      ptr: Number(launch.args[1 + 2 * k]), ...layoutSpan(layouts[k]!, n), elementBytes: a.dtype.byteSize, access: accessOf(a, layouts[k]!),
+    })));
+    const typed = programArrays.map((a, k) => typedOperand(ops[k]!, a.dtype.component));
+    const pattern = layouts.map((l) => (l[0]! <= 1 ? '1' : 'g')).join('');
+    let loop = generated.get(pattern);
+    if (loop === undefined) {
+      loop = generateLoop(programArrays, scalars.length, jsBody, pattern);
+      generated.set(pattern, loop);
+    }
+    if (loop === null || typed.some((t) => t === undefined)) {
+      interpreted(n, env, ops, layouts);
+      return;
+    }
+    const args: unknown[] = [n];
+    programArrays.forEach((a, k) => {
+      const l = layouts[k]!;
+      args.push(typed[k]!.array, typed[k]!.index, l[0] === 1 ? l[1 + MAX_KERNEL_DIMS]! * a.dtype.components : 0, l);
+    });
+    scalars.forEach((_, k) => args.push(env[arrays.length * 4 + k]));
+    loop(...args);
+  };
   return { source, signature, arrays: programArrays, scalars, emulated };
+}
+
+type GeneratedLoop = (...args: unknown[]) => void;
+
+/**
+ * The JavaScript loop of a program for one pattern of operand layouts, from the checked tree (the
+ * statements' `value` texts come from `Binder.jsSource`; every other token is generated here).
+ * Per element: each array's components read are loaded into doubles, the statements run in order,
+ * the components written are stored (so an output read by a later element is read as written, and
+ * an element's inputs are all loaded before its outputs are stored, as in the CUDA kernel).
+ *
+ * @returns The loop, taking `n`, then per array its typed array, element (0, ..., 0)'s index, the
+ *   component stride of a one-dimensional layout and the packed layout, then the scalars; or null
+ *   when the engine refuses the generated text (a tree too deep for its parser).
+ */
+function generateLoop(arrays: readonly ProgramArray[], scalarCount: number,
+  body: readonly { readonly index: number; readonly component: number; readonly value: string }[], pattern: string): GeneratedLoop | null {
+  const params = ['n'];
+  const perElement: string[] = [];
+  const stores: string[] = [];
+  arrays.forEach((a, k) => {
+    params.push(`t${k}`, `b${k}`, `S${k}`, `L${k}`);
+    const m = a.dtype.components;
+    perElement.push(pattern[k] === '1' ? `const e${k} = b${k} + i * S${k};` : `const e${k} = b${k} + H.offset(L${k}, i) * ${m};`);
+    for (let c = 0; c < m; c++) {
+      const at = `t${k}[e${k} + ${c}]`;
+      if (a.reads.includes(c)) perElement.push(`let v${k}_${c} = ${loadSource(a.dtype.component, at)};`);
+      else if (a.writes.includes(c)) perElement.push(`let v${k}_${c} = 0;`);
+      if (a.writes.includes(c)) stores.push(`${at} = ${storeSource(a.dtype.component, `v${k}_${c}`)};`);
+    }
+  });
+  for (let k = 0; k < scalarCount; k++) params.push(`s${k}`);
+  const text = [
+    `return function vram_elementwise(${params.join(', ')}) {`,
+    '  for (let i = 0; i < n; i++) {',
+    ...perElement.map((l) => `    ${l}`),
+    ...body.map((st) => `    v${st.index}_${st.component} = ${st.value};`),
+    ...stores.map((l) => `    ${l}`),
+    '  }',
+    '};',
+  ].join('\n');
+  try {
+    // The text is built from the checked tree, never from the user's string.
+    return (new Function('H', 'F', text) as (h: typeof typedHelpers, f: typeof JS_FUNCTIONS) => GeneratedLoop)(typedHelpers, JS_FUNCTIONS);
+  } catch (error) {
+    if (error instanceof RangeError) return null;
+    throw error;
+  }
+}
+
+/** How a launch uses an array's bytes: read only, or written whole (every component of a dense layout, none read). */
+function accessOf(a: ProgramArray, layout: readonly number[]): EmulatedAccess {
+  if (a.writes.length === 0) return 'read';
+  const dense = layout[0]! === 0 || (layout[0]! === 1 && Math.abs(layout[1 + MAX_KERNEL_DIMS]!) === 1);
+  return dense && a.reads.length === 0 && a.writes.length === a.dtype.components ? 'write' : 'readwrite';
 }

@@ -6,7 +6,8 @@
  * Expressions are user code: on a GPU they need NVRTC (no PTX can ship for them).
  */
 import { DeviceArray } from '../../array/device-array.js';
-import type { DTypeName } from '../../array/dtype.js';
+import type { DType, DTypeName } from '../../array/dtype.js';
+import { resultDType } from '../../array/promotion.js';
 import { elementCount, formatShape, type Shape } from '../../array/shape.js';
 import { broadcastShape, broadcastStrides } from './broadcast.js';
 import { LruMap } from '../../util/lru.js';
@@ -191,7 +192,10 @@ function resultArray(what: string, like: DeviceArray, inputs: Readonly<Record<st
   if (out === undefined) {
     if (like.dtype.components > 1) throw new TypeError(`${what}: the input is ${like.dtype.name}; pass { out } with a scalar dtype for the result`);
     const shape = broadcastShape(Object.entries(inputs).map(([name, a]) => ({ name: name === 'x' ? 'a' : 'b', shape: a.shape })), what);
-    return DeviceArray.empty(shape, like.dtype, { device: like.device, stream: streamFor(options, like, what) });
+    // NumPy's promotion over the inputs (array/promotion.ts): int32 and float32 give float64, not a truncation to int32.
+    let dtype = like.dtype as DType;
+    for (const input of Object.values(inputs)) if (input.dtype.components === 1) dtype = resultDType(dtype, input.dtype);
+    return DeviceArray.empty(shape, dtype, { device: like.device, stream: streamFor(options, like, what) });
   }
   checkOutput(out, `${what}: out`);
   if (out.dtype.components > 1) throw new TypeError(`${what}: out is ${out.dtype.name}; the result of an expression is one number (use elementwise for components)`);
@@ -240,16 +244,17 @@ export function map(a: DeviceArray, expression: string, options?: MapOptions): D
  * @param a The first array.
  * @param b The second array (any dtype and layout; its shape and a's broadcast, as NumPy's).
  * @param expression An expression of `x` and `y`, e.g. `'x + y'`.
- * @param options `out` (default a new array of a's dtype, of the shape a and b broadcast to) and `stream`.
- * @returns `out`, or the new array (owned by the caller): typed with `out`'s dtype, else `a`'s.
+ * @param options `out` (default a new array of the dtype NumPy promotes a's and b's to, `numpy.result_type`:
+ *   int32 and float32 give float64; of the shape a and b broadcast to) and `stream`.
+ * @returns `out`, or the new array (owned by the caller): typed with `out`'s dtype, else the promoted one.
  * @throws As `elementwise`.
  * @example
  * ```ts
- * using s = zipWith(a, b, 'x + y');               // a's dtype
+ * using s = zipWith(a, b, 'x + y');               // float64 for int32 a and float32 b, as NumPy
  * using centred = zipWith(m, mean, 'x - y');      // (1000, 3) minus (3,): every row
  * ```
  */
-export function zipWith<N extends DTypeName>(a: DeviceArray<N>, b: DeviceArray, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
+export function zipWith<N extends DTypeName>(a: DeviceArray<N>, b: DeviceArray<N>, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
 export function zipWith<O extends DTypeName>(a: DeviceArray, b: DeviceArray, expression: string, options: MapOptions<O> & { readonly out: DeviceArray<O> }): DeviceArray<O>;
 export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray;
 export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray {

@@ -3,7 +3,7 @@
  * once per launch (so a layout reaching outside its allocation faults there, as on a GPU), and a
  * DataView with the byte position of element (0, ..., 0) in it.
  */
-import type { EmulatedMemory } from '../emulated-kernel.js';
+import type { EmulatedAccess, EmulatedMemory } from '../../backend/backend.js';
 
 /** An operand's bytes: element `e`, component `c` is at `base + e * elementBytes + c * componentBytes`. */
 export interface EmulatedOperand {
@@ -20,6 +20,8 @@ export interface OperandSpec {
   readonly lo: number;
   readonly hi: number;
   readonly elementBytes: number;
+  /** What the kernel does with the operand's bytes (default 'readwrite'; 'write' only where it writes every byte of [lo, hi)). */
+  readonly access?: EmulatedAccess;
 }
 
 /**
@@ -47,7 +49,10 @@ export function operands(memory: EmulatedMemory, specs: readonly OperandSpec[]):
     let j = i + 1;
     while (j < sorted.length && sorted[j]!.start < end) end = Math.max(end, sorted[j++]!.end);
     const start = sorted[i]!.start;
-    const bytes = memory.bytes(start, end - start);
+    // Ranges merged are asked for once: read-only only if every one is, write-only never (one alone is as asked).
+    const group = sorted.slice(i, j).map((r) => specs[r.index]!.access ?? 'readwrite');
+    const access = group.length === 1 ? group[0]! : group.every((a) => a === 'read') ? 'read' : 'readwrite';
+    const bytes = memory.bytes(start, end - start, access);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     for (let k = i; k < j; k++) {
       const r = sorted[k]!;

@@ -3,12 +3,13 @@
  * device work, the launch geometry, and reading a one-element result back to JavaScript while
  * synchronising only the stream it was computed on.
  */
-import { checkWritable, DeviceArray } from '../../array/device-array.js';
+import { addressOfArray, checkWritable, DeviceArray } from '../../array/device-array.js';
 import { isNonOverlapping, StridedArray } from '../../array/layout.js';
 import type { Device } from '../../device.js';
 import { VramStateError } from '../../errors.js';
 import { HostBuffer } from '../../buffer/host-buffer.js';
-import type { StreamRef } from '../../resource/resource.js';
+import { keep } from '../../buffer/tidy.js';
+import type { StreamRef } from '../../stream.js';
 import { Stream, streamHandleOf } from '../../stream.js';
 
 /** Options every built-in operation takes. */
@@ -58,7 +59,8 @@ export function checkArray(value: unknown, what: string): DeviceArray {
   if (!(value instanceof DeviceArray) || !StridedArray.isGenuine(value)) {
     throw new TypeError(`${what} must be a DeviceArray, got ${value === null ? 'null' : typeof value === 'object' ? value.constructor.name : typeof value}`);
   }
-  void value.ptr; // throws UseAfterFreeError once freed
+  // Not `value.ptr`: on spillable memory that getter reloads it and counts a write.
+  addressOfArray(value); // throws UseAfterFreeError once freed
   return value;
 }
 
@@ -148,7 +150,7 @@ export function readResult(device: Device, src: DeviceArray, bytes: number, stre
   let host = staging.get(device);
   if (host === undefined || host.freed) {
     device.makeCurrent();
-    host = HostBuffer.allocate(16);
+    host = keep(HostBuffer.allocate(16)); // a cache of vram's: no `tidy` frees it
     staging.set(device, host);
   }
   const memory = src.buffer;

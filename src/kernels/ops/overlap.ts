@@ -8,10 +8,10 @@
  * { out: a })`) is read and written by one thread per element, which is safe and needs no copy.
  * Two outputs sharing bytes in different orders have no such meaning and are refused.
  */
-import type { DeviceArray } from '../../array/device-array.js';
+import { addressOfArray, type DeviceArray } from '../../array/device-array.js';
 import { mayShareBytes, sameElements } from '../../array/layout.js';
 import { VramStateError } from '../../errors.js';
-import type { StreamRef } from '../../resource/resource.js';
+import type { StreamRef } from '../../stream.js';
 import { ascontiguous } from './ascontiguous.js';
 
 /** An array an operation reads or writes, with the name its messages use. */
@@ -50,7 +50,8 @@ export interface Separated {
 export function separateOperands(what: string, operands: readonly Operand[], stream: StreamRef): Separated {
   // Compared by address, not by buffer: two wrappers of one memory (a fromPointer or fromBuffer
   // view, a re-imported export) share bytes as surely as two views of one array.
-  const base = operands.map((o) => o.array.ptr - o.array.byteOffset);
+  // Not `array.ptr`: on spillable memory that getter reloads it and counts a write (operands are prepared by the launch).
+  const base = operands.map((o) => addressOfArray(o.array) - o.array.byteOffset);
   const copy = operands.map(() => false);
   operands.forEach((w, i) => {
     if (!w.written) return;

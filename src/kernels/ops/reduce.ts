@@ -8,12 +8,13 @@
  * `{ out }` (a one-element array of the result dtype) nothing is waited for and the result stays
  * on the device. An `axis` reduction returns a new array (or fills `out`) without waiting.
  */
-import { refuseDuringCapture } from '../../graph/graph.js';
+import { refuseDuringCapture } from '../../graph/sessions.js';
 import { streamHandleOf } from '../../stream.js';
 import { DeviceArray } from '../../array/device-array.js';
 import type { DTypeName, ScalarName } from '../../array/dtype.js';
 import { formatShape } from '../../array/shape.js';
-import type { StreamRef } from '../../resource/resource.js';
+import { getCurrentResource } from '../../resource/current.js';
+import type { StreamRef } from '../../stream.js';
 import { builtinKernel } from './builtin-module.js';
 import { reductionBuiltin } from './builtin-sources.js';
 import { mergeDimensions, packLayout } from './kernel-layout.js';
@@ -23,6 +24,7 @@ import { separateOperands } from './overlap.js';
 import {
   accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp,
 } from './reduction-kernels.js';
+import { REDUCE_OPS } from './reduce-op.js';
 import { kernelScalar } from './scalar.js';
 
 /** Options of `sum`, `min` and `max`. */
@@ -49,6 +51,7 @@ export interface DotOptions extends OpOptions {
  *
  * @example
  * ```ts
+ * const counts = DeviceArray.from(new BigInt64Array([1n, 2n]));
  * const total: ReductionValue<'int64'> = sum(counts); // a bigint
  * ```
  */
@@ -89,10 +92,12 @@ function checkOut(op: ReduceOp, out: unknown, device: DeviceArray['device'], dty
 
 /**
  * The blocks, in bytes, that a whole-array `op(a)` without `out` takes from the current resource
- * while it runs (and gives back before it returns): the blocks' partials in the accumulator dtype
- * when `a` has more than 4096 elements (one per block of the grid: at most 8 per multiprocessor),
- * then the one-element result read back to the host. With `out`, only the partials. A reduction
- * along an axis takes no scratch (its result is the returned array). Size an arena for them with
+ * while it runs (and gives back before it returns), in the order they are allocated: first the
+ * one-element array of the result dtype that the value is read back from, then, when `a` has more
+ * than 4096 elements, the blocks' partials in the accumulator dtype (one per block of the grid: at
+ * most 8 per multiprocessor), a raw block of the current resource (`allocate`/`deallocate`, no
+ * array: a memory budget does not count it). With `out`, only the partials. A reduction along an
+ * axis takes no scratch (its result is the returned array). Size an arena for them with
  * `ArenaResource.ceil1DVolume` of each (ppl.cv's sizing: the images' `ceil2DVolume` plus these).
  *
  * @param a The array reduced (its size and dtype decide).
@@ -101,20 +106,16 @@ function checkOut(op: ReduceOp, out: unknown, device: DeviceArray['device'], dty
  * @throws {TypeError} For an array or dtype the reductions refuse.
  * @example
  * ```ts
- * const scratch = reductionScratch(image); // [partials bytes, result bytes]
+ * const scratch = reductionScratch(image); // [result bytes, partials bytes]
  * const size = 2 * ArenaResource.ceil2DVolume(1920 * 4, 1080) + scratch.reduce((n, b) => n + ArenaResource.ceil1DVolume(b), 0);
  * ```
  */
 export function reductionScratch(a: DeviceArray, op: ReduceOp = 'sum'): number[] {
   checkArray(a, 'reductionScratch: a');
-  if (op !== 'sum' && op !== 'min' && op !== 'max' && op !== 'dot') throw new TypeError(`reductionScratch: op must be 'sum', 'min', 'max' or 'dot', got ${String(op)}`);
+  if (!(REDUCE_OPS as readonly string[]).includes(op)) throw new TypeError(`reductionScratch: op must be one of ${REDUCE_OPS.join(', ')}, got ${String(op)}`);
   const dtype = checkDtype(op, a);
-  const blocks: number[] = [];
-  const k = a.size;
-  if (k > SPLIT_THRESHOLD) {
-    blocks.push(splitGrid(a.device, k) * kernelScalar[accumulatorDtype(dtype)].bytes);
-  }
-  blocks.push(kernelScalar[resultDtype(op, dtype)].bytes);
+  const blocks: number[] = [kernelScalar[resultDtype(op, dtype)].bytes];
+  if (a.size > SPLIT_THRESHOLD) blocks.push(splitGrid(a.device, a.size) * kernelScalar[accumulatorDtype(dtype)].bytes);
   return blocks;
 }
 
@@ -132,13 +133,17 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
   const main = builtinKernel(device, built, name, reduceSignatures.main, op);
   if (m === 1 && k > SPLIT_THRESHOLD) {
     const grid = splitGrid(device, k);
-    const partials = DeviceArray.empty([grid], accumulatorDtype(dtype), { device, stream });
+    // The partials are scratch no caller sees: a block of the current resource, not an array (which
+    // would cost a buffer object, a backstop registration and a budget check on every reduction).
+    const resource = getCurrentResource(device);
+    const bytes = grid * kernelScalar[accumulatorDtype(dtype)].bytes;
+    const partials = resource.allocate(bytes, stream);
     try {
       main.launch({ grid, block: REDUCE_BLOCK, stream }, a, ai, ao, b, bi, 1, k, 1, out, partials);
       const finish = builtinKernel(device, built, `${name}_finish`, reduceSignatures.finish, op);
       finish.launch({ grid: 1, block: REDUCE_BLOCK, stream }, partials, grid, out);
     } finally {
-      partials.free();
+      resource.deallocate(partials, bytes, stream);
     }
     return;
   }

@@ -26,16 +26,16 @@
  */
 import type { ScalarName } from '../../array/dtype.js';
 import { bfloat16Bits, float16Bits } from '../../array/half.js';
-import type { EmulatedKernels, EmulatedLaunch } from '../emulated-kernel.js';
+import type { EmulatedKernels, EmulatedLaunch } from '../../backend/backend.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
 import { kernelScalar, scalarConversionsSource } from './scalar.js';
+import { REDUCE_OPS, type ReduceOp } from './reduce-op.js';
+import { reductionLoops } from './reduction-threads.js';
 
-/** The reductions. */
-export type ReduceOp = 'sum' | 'min' | 'max' | 'dot';
+export { REDUCE_OPS, type ReduceOp };
+import { typedOperand } from './typed-access.js';
 
-/** The reductions in source order. */
-export const REDUCE_OPS: readonly ReduceOp[] = Object.freeze(['sum', 'min', 'max', 'dot']);
 
 /** The dtypes every reduction takes (bool and the vector dtypes are refused: astype first). */
 export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze([
@@ -292,19 +292,20 @@ function resultWriter(out: ScalarName): (view: DataView, byte: number, v: Value)
   }
 }
 
-/** The block's result as thread 0 holds it: the warp shuffle tree, then warp 0 over the warp results. */
-function blockReduce(threads: readonly Value[], ops: AccOps): Value {
-  const warpTree = (lanes: Value[]): Value => {
-    for (let o = 16; o > 0; o >>= 1) {
-      const before = lanes.slice();
-      for (let l = 0; l < 32; l++) lanes[l] = ops.combine(before[l]!, l + o < 32 ? before[l + o]! : before[l]!);
-    }
-    return lanes[0]!;
+/**
+ * The block's result as thread 0 holds it: the warp shuffle tree, then warp 0 over the warp
+ * results. Only what reaches lane 0 is computed (lanes l < o at each step, in place: lane l + o
+ * still holds the previous step's value, as `__shfl_down_sync` reads it). `threads` is overwritten.
+ */
+function blockReduce(threads: Value[], ops: AccOps): Value {
+  const warpTree = (lanes: Value[], at: number): Value => {
+    for (let o = 16; o > 0; o >>= 1) for (let l = 0; l < o; l++) lanes[at + l] = ops.combine(lanes[at + l]!, lanes[at + l + o]!);
+    return lanes[at]!;
   };
-  const warps: Value[] = [];
-  for (let w = 0; w < threads.length / 32; w++) warps.push(warpTree(threads.slice(w * 32, w * 32 + 32)));
-  const first = Array.from({ length: 32 }, (_, l) => (l < warps.length ? warps[l]! : ops.identity));
-  return warpTree(first);
+  const first: Value[] = [];
+  for (let w = 0; w * 32 < threads.length; w++) first.push(warpTree(threads, w * 32));
+  while (first.length < 32) first.push(ops.identity);
+  return warpTree(first, 0);
 }
 
 /**
@@ -327,6 +328,9 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
   const outSize = kernelScalar[out].bytes;
   const writeOut = resultWriter(out);
   const lanes = 16 / size;
+  const accumulator = accumulatorDtype(dtype);
+  const float = accumulator === 'float32' || accumulator === 'float64';
+  const loops = reductionLoops(op, dtype, accumulator);
   const main = (launch: EmulatedLaunch): void => {
     const [aPtr, ai, ao, bPtr, bi, mArg, kArg, split, outPtr, partialsPtr] = launch.args as
       [number, number[], number[], number, number[], number, number, number, number, number];
@@ -337,11 +341,26 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
     const inner = layoutSpan(ai, k);
     const outer = split !== 0 ? { lo: 0, hi: 1 } : layoutSpan(ao, m);
     const specs = [
-      { ptr: aPtr, lo: k === 0 ? 0 : outer.lo + inner.lo, hi: k === 0 ? 0 : outer.hi + inner.hi - 1, elementBytes: size },
-      { ptr: bPtr, ...(op === 'dot' ? layoutSpan(bi, k) : { lo: 0, hi: 0 }), elementBytes: size },
-      split !== 0 ? { ptr: partialsPtr, lo: 0, hi: grid, elementBytes: accSize } : { ptr: outPtr, lo: 0, hi: m, elementBytes: outSize },
+      { ptr: aPtr, lo: k === 0 ? 0 : outer.lo + inner.lo, hi: k === 0 ? 0 : outer.hi + inner.hi - 1, elementBytes: size, access: 'read' as const },
+      { ptr: bPtr, ...(op === 'dot' ? layoutSpan(bi, k) : { lo: 0, hi: 0 }), elementBytes: size, access: 'read' as const },
+      split !== 0 ? { ptr: partialsPtr, lo: 0, hi: grid, elementBytes: accSize, access: 'write' as const } : { ptr: outPtr, lo: 0, hi: m, elementBytes: outSize, access: 'write' as const },
     ];
     const [a, b, dst] = operands(launch.memory, specs) as [EmulatedOperand, EmulatedOperand, EmulatedOperand];
+    // The typed path: the same elements in the same order, accumulated in doubles (exact for the
+    // narrow integers while no thread's share can pass 2^53).
+    const ta = loops === undefined ? undefined : typedOperand(a, dtype);
+    const tb = loops === undefined ? undefined : typedOperand(b, dtype);
+    const perThread = split !== 0 ? Math.ceil(k / (grid * blockSize)) * 2 + lanes : Math.ceil(k / blockSize);
+    const typed = ta !== undefined && tb !== undefined && blockSize % 32 === 0 && (float || perThread * 2 ** 32 < 2 ** 53);
+    const v = typed ? new Float64Array(Math.max(32, blockSize)) : undefined;
+    /** The block's result from its threads' accumulations (first, step, chunks as the block loop takes them). */
+    const block = (base: number, first: number, step: number, chunks: number): Value => {
+      loops!.block(ta!.array, ta!.index, tb!.array, tb!.index, ai, bi, base, first, blockSize, step, chunks, lanes, k, v!);
+      if (loops!.tree !== undefined) return loops!.tree(v!, blockSize);
+      const threads: Value[] = [];
+      for (let th = 0; th < blockSize; th++) threads.push(v![th] === Infinity || v![th] === -Infinity ? ops.identity : BigInt(v![th]!));
+      return blockReduce(threads, ops);
+    };
     const element = (base: number, j: number): Value => {
       const x = ops.read(a.view, a.base + (base + layoutOffset(ai, j)) * size);
       return op === 'dot' ? ops.multiply(x, ops.read(b.view, b.base + layoutOffset(bi, j) * size)) : x;
@@ -356,6 +375,10 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
         && (op !== 'dot' || (bi[0] === 1 && bi[1 + MAX_KERNEL_DIMS] === 1 && bPtr % 16 === 0));
       const chunks = flat ? Math.floor(k / lanes) : 0;
       for (let blk = 0; blk < grid; blk++) {
+        if (typed) {
+          ops.writePartial(dst.view, dst.base + blk * accSize, block(0, blk * blockSize, step, chunks));
+          continue;
+        }
         const threads: Value[] = [];
         for (let th = 0; th < blockSize; th++) {
           const t = blk * blockSize + th;
@@ -370,6 +393,10 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
     }
     for (let row = 0; row < m; row++) {
       const base = layoutOffset(ao, row);
+      if (typed) {
+        writeOut(dst.view, dst.base + row * outSize, block(base, 0, blockSize, 0));
+        continue;
+      }
       const threads: Value[] = [];
       for (let th = 0; th < blockSize; th++) {
         let acc = ops.identity;

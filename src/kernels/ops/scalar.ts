@@ -46,7 +46,7 @@ export interface KernelScalar {
 }
 
 /** Truncates toward zero and clamps to [lo, hi]; NaN gives 0 (the C side spells out the same). */
-function saturate(value: number, lo: number, hi: number): number {
+export function saturate(value: number, lo: number, hi: number): number {
   if (value !== value) return 0;
   if (value <= lo) return lo;
   if (value >= hi) return hi;
@@ -56,14 +56,16 @@ function saturate(value: number, lo: number, hi: number): number {
 const TWO63 = 2 ** 63;
 const TWO64 = 2 ** 64;
 
-function int64Of(value: number): bigint {
+/** A double as int64, truncated and saturated (NaN gives 0). */
+export function int64Of(value: number): bigint {
   if (value !== value) return 0n;
   if (value <= -TWO63) return -(2n ** 63n);
   if (value >= TWO63) return 2n ** 63n - 1n;
   return BigInt(Math.trunc(value));
 }
 
-function uint64Of(value: number): bigint {
+/** A double as uint64, truncated and saturated (NaN and negatives give 0). */
+export function uint64Of(value: number): bigint {
   if (value !== value || value <= 0) return 0n;
   if (value >= TWO64) return 2n ** 64n - 1n;
   return BigInt(Math.trunc(value));

@@ -4,7 +4,9 @@
  * only the one thing it adds, and they all describe themselves and compare alike.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type StreamRef } from '../resource.js';
+import { checkResource, MemoryResource } from '../resource.js';
+import { type MemoryFigures, type MemoryKind } from '../figures.js';
+import { type StreamRef } from '../../stream.js';
 
 /**
  * A resource that wraps another. Subclasses add their one concern around `doAllocate`/

@@ -9,7 +9,9 @@ import { alignUp, readBytes, type ByteSize } from '../../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
 import { CountedBlocks } from './counted-blocks.js';
 import { formatBytesExact } from '../../util/size.js';
-import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
+import type { MemoryResource } from '../resource.js';
+import type { MemoryFigures } from '../figures.js';
+import type { StreamRef } from '../../stream.js';
 import { outOfMemoryStatistics } from '../figures.js';
 
 /**

@@ -8,7 +8,8 @@ import { threadId } from 'node:worker_threads';
 import type { Ptr } from '../../backend/backend.js';
 import { checkBytes } from '../../validate.js';
 import { ResourceAdaptor } from './adaptor.js';
-import type { MemoryResource, StreamRef } from '../resource.js';
+import type { MemoryResource } from '../resource.js';
+import type { StreamRef } from '../../stream.js';
 import { readOptions } from '../../util/options.js';
 
 /** The header line of RMM's allocation log (rmm::mr::logging_resource_adaptor). */

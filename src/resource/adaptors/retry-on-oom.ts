@@ -7,7 +7,9 @@ import type { Ptr } from '../../backend/backend.js';
 import { isOutOfMemory, OutOfMemoryError, outOfMemoryMessage } from '../../errors.js';
 import { ResourceAdaptor } from './adaptor.js';
 import { formatBytesExact } from '../../util/size.js';
-import { checkResource, upstreamChain, type MemoryFigures, type MemoryResource, type StreamRef } from '../resource.js';
+import { checkResource, upstreamChain, type MemoryResource } from '../resource.js';
+import { type MemoryFigures } from '../figures.js';
+import { type StreamRef } from '../../stream.js';
 import { outOfMemoryStatistics } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 

@@ -6,7 +6,9 @@ import type { Ptr } from '../../backend/backend.js';
 import { CounterCell, type Counter } from '../../counter.js';
 import { ResourceAdaptor } from './adaptor.js';
 import { CountedBlocks } from './counted-blocks.js';
-import type { MemoryFigures, MemoryResource, StreamRef } from '../resource.js';
+import type { MemoryResource } from '../resource.js';
+import type { MemoryFigures } from '../figures.js';
+import type { StreamRef } from '../../stream.js';
 
 /** What has passed through a StatisticsAdaptor: two counters of one shape. */
 export interface AllocationStatistics {

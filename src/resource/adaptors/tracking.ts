@@ -8,7 +8,8 @@ import { ResourceAdaptor } from './adaptor.js';
 import { checkCounted } from './counted-blocks.js';
 import { formatBytes } from '../../util/size.js';
 import { callerFrames, rawStack } from '../../util/call-stack.js';
-import type { MemoryResource, StreamRef } from '../resource.js';
+import type { MemoryResource } from '../resource.js';
+import type { StreamRef } from '../../stream.js';
 import { readOptions } from '../../util/options.js';
 
 /** One allocation that has not been deallocated yet. */

@@ -14,7 +14,9 @@ import { CudaResource } from '../upstream/cuda-resource.js';
 import { BlockHeap } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
 import { GRANULE } from './kit/free-list.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryFigures, type MemoryKind, type StreamRef } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource } from '../resource.js';
+import { type MemoryFigures, type MemoryKind } from '../figures.js';
+import { type StreamRef } from '../../stream.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 

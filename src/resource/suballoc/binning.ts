@@ -14,7 +14,9 @@ import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validat
 import { formatBytesExact } from '../../util/size.js';
 import { FixedSizeResource } from './fixed-size.js';
 import { LiveTable } from './kit/live-table.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource } from '../resource.js';
+import { type MemoryKind } from '../figures.js';
+import { type StreamRef } from '../../stream.js';
 import type { MemoryFigures, SnapshotSegment } from '../figures.js';
 import { CounterCell } from '../../counter.js';
 import { readOptions } from '../../util/options.js';

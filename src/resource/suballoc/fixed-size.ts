@@ -12,7 +12,8 @@ import { alignUp, checkBytes, readBytes, type ByteSize } from '../../validate.js
 import { formatBytesExact } from '../../util/size.js';
 import { GRANULE } from './kit/free-list.js';
 import { StreamStacks, type StreamStack } from './kit/stream-stacks.js';
-import { checkResource, MemoryResource, type MemoryKind } from '../resource.js';
+import { checkResource, MemoryResource } from '../resource.js';
+import { type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type MemoryFigures, type SnapshotBlock, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 

@@ -15,7 +15,9 @@ import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validat
 import { formatBytesExact } from '../../util/size.js';
 import { PinnedHostResource } from '../upstream/pinned-host-resource.js';
 import { CounterCell } from '../../counter.js';
-import { checkMemoryOf, checkResource, MemoryResource, type MemoryKind, type StreamRef } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource } from '../resource.js';
+import { type MemoryKind } from '../figures.js';
+import { type StreamRef } from '../../stream.js';
 import type { MemoryFigures } from '../figures.js';
 import { StreamOrder, type Lane } from '../stream-order.js';
 import { readOptions } from '../../util/options.js';

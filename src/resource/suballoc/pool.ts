@@ -24,7 +24,8 @@ import { UpstreamChunks } from './kit/upstream-growth.js';
 import {
   CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
 } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, upstreamChain, type MemoryFigures, type MemoryKind } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource, upstreamChain } from '../resource.js';
+import { type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
@@ -72,7 +73,7 @@ export interface PoolOptions {
    * `'adaptive'`: the size follows the memory left. While the device (and `maximumSize`, if set)
    * keeps a quarter of its memory free after the growth, and at least half of what the pool then
    * holds, a growth maps a chunk, one extent, beyond the block's pages over free address space: an
-   * eighth of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
+   * thirty-second of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
    * of its own pages), so a workload's first pass makes a few dozen growths rather than one per
    * page (the pages mapped ahead are cache: blocks are placed on mapped pages first). Below that,
    * growth maps only the block's pages, one page per extent, as the default does, so peak reserved
@@ -100,6 +101,8 @@ export interface PoolStatistics {
   readonly freeBytes: number;
   /** Times a stream took another stream's free blocks (an event wait each). */
   readonly streamSteals: number;
+  /** Events recorded on the streams that freed blocks, for the waits of `streamSteals` and host waits. */
+  readonly eventRecords: number;
   /**
    * Virtual growth: cached pages whose memory went to where live data needed it, on the growth
    * path only (a one-page allocation is mapped at its new place, its old mapping left there; a
@@ -585,6 +588,7 @@ export class PoolResource extends MemoryResource {
       bytes: allocatedBytes, allocations, reservedBytes, peakReservedBytes,
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
+      eventRecords: this.heap.order.records,
       pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
       pageMovesBack: this.pages !== null ? this.pages.pageMovesBack : 0,
       synchronizations: this.pages !== null ? this.pages.synchronizations : 0,

@@ -11,8 +11,7 @@ import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validat
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
-import type { MemoryFigures } from '../resource.js';
-import type { MemoryKind } from '../figures.js';
+import type { MemoryFigures, MemoryKind } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */

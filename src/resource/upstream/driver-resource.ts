@@ -7,9 +7,11 @@
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
 import { OutOfMemoryError, outOfMemoryMessage, type OutOfMemoryReason } from '../../errors.js';
-import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/graph.js';
+import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/sessions.js';
 import { formatBytesExact } from '../../util/size.js';
-import { MemoryResource, type MemoryFigures, type StreamRef } from '../resource.js';
+import { MemoryResource } from '../resource.js';
+import { type MemoryFigures } from '../figures.js';
+import { type StreamRef } from '../../stream.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { SizeTable } from './size-table.js';
 

@@ -24,9 +24,11 @@
 import { MemAccess, recordNewEvent, type Handle, type Ptr } from '../../backend/backend.js';
 import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
-import { InvalidPointerError, OutOfMemoryError, isOutOfMemory } from '../../errors.js';
+import { InvalidPointerError, OutOfMemoryError, VramStateError, isOutOfMemory } from '../../errors.js';
 import { outOfMemoryStatistics, type MemoryFigures, type SnapshotSegment } from '../figures.js';
-import { MemoryResource, type StreamRef } from '../resource.js';
+import { MemoryResource } from '../resource.js';
+import { type StreamRef } from '../../stream.js';
+import { refusedBytes } from '../cache-registry.js';
 
 /** One block: its range, what was asked for, and the physical allocation mapped there (0: none). */
 interface Block {
@@ -98,8 +100,11 @@ export class SpillableResource extends MemoryResource {
   /** Unmapped physical allocations, oldest first, for the next block of their size. */
   #spares: Spare[] = [];
   #spareBytes = 0;
-  /** Called by `releaseCached`: the buffer layer's eviction of what may be spilled; returns bytes unbacked. */
-  #evictor: (() => number) | undefined;
+  /**
+   * Called by `releaseCached`: the buffer layer's eviction of what may be spilled (about `bytes`
+   * at a refusal, all it may otherwise); returns bytes unbacked.
+   */
+  #evictor: ((bytes: number | undefined) => number) | undefined;
 
   /**
    * @param device The device (device 0 by default).
@@ -137,13 +142,33 @@ export class SpillableResource extends MemoryResource {
   /**
    * Sets what `releaseCached` calls first: the spill manager of this device evicting what it may
    * (the cache registry calls `releaseCached` on every resource of a device when the driver refuses
-   * an allocation, so spilling answers any resource's refusal).
+   * an allocation, so spilling answers any resource's refusal, with about the bytes refused). Made
+   * the device's own resource by it: `destroy()` is then refused.
    *
    * @internal
-   * @param evictor Evicts, returning the bytes of physical memory given back.
+   * @param evictor Evicts about `bytes` (undefined: all that may go), returning the bytes of physical memory given back.
    */
-  setEvictor(evictor: () => number): void {
+  setEvictor(evictor: (bytes: number | undefined) => number): void {
     this.#evictor = evictor;
+  }
+
+  /**
+   * Ends the resource, as every resource's `destroy()` does; refused for a device's own
+   * (`spillableResource(device)`), which the device's spillable buffers come from now and later.
+   *
+   * @throws {VramStateError} For the resource `spillableResource(device)` returns: the device owns it.
+   * @example
+   * ```ts
+   * const mr = new SpillableResource(0);
+   * mr.destroy();
+   * ```
+   */
+  override destroy(): void {
+    if (this.#evictor !== undefined) {
+      throw new VramStateError(`${this.describe()}: the device's spillable resource (spillableResource(${this.deviceOrdinal})) ` +
+        'belongs to the device, which takes every spillable allocation from it; it cannot be destroyed (free the spillable buffers instead)');
+    }
+    super.destroy();
   }
 
   /**
@@ -300,9 +325,28 @@ export class SpillableResource extends MemoryResource {
     this.#collect();
   }
 
+  /**
+   * Gives back what no block uses and spills nothing: the memory and virtual ranges of freed
+   * blocks (the host waiting for the work queued on their freeing streams) and the spares.
+   * `emptyCache()`'s part for the device's spillable resource.
+   *
+   * @internal
+   * @returns The bytes of physical memory given back.
+   */
+  releaseUnused(): number {
+    const before = this.#physical;
+    if (this.#pending.length > 0) {
+      this.#device.makeCurrent();
+      for (const { event } of this.#pending) this.#device.backend.eventSynchronize(event);
+      this.#collect();
+    }
+    this.releaseSpares();
+    return before - this.#physical;
+  }
+
   protected override doReleaseCached(): number {
     const before = this.#physical;
-    if (this.#evictor !== undefined) this.#evictor();
+    if (this.#evictor !== undefined) this.#evictor(refusedBytes());
     this.#collect();
     this.releaseSpares();
     return before - this.#physical;

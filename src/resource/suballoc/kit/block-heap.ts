@@ -391,6 +391,7 @@ export class BlockHeap implements StreamWatcher {
     }
     s.owner[i] = id;
     lists.insert(i);
+    lists.clock.freed = true;
   }
 
   /** The free blocks of every stream, parked ones included, for wholesale release and checks. */
@@ -455,6 +456,7 @@ export class BlockHeap implements StreamWatcher {
     this.uncount(i);
     this.store.requested[i] = PARKED;
     l.parked = i;
+    l.clock.freed = true;
     this.parkedCount++;
     return true;
   }
@@ -568,7 +570,7 @@ export class BlockHeap implements StreamWatcher {
 
   /** `own`'s stream waits on `other`'s event, then takes all of `other`'s free blocks (coalescing). */
   private absorb(other: FreeLists, own: FreeLists): void {
-    this.order.join(other, own.stream);
+    this.order.join(other, own.stream, own);
     const s = this.store;
     for (let i = other.any(); i !== NIL; i = other.any()) {
       other.remove(i);

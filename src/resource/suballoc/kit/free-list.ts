@@ -3,6 +3,7 @@
  * best-fitting free block is a couple of bit operations plus a short scan, independent of how many
  * blocks are free, and uses numbers only.
  */
+import { JoinClock } from '../../join-clock.js';
 import { BlockStore, NIL } from './block-store.js';
 
 /** Every block size is a multiple of this; classes are computed in these units. */
@@ -51,7 +52,9 @@ export class FreeLists {
     /** The stream handle these blocks were freed on (-1 for memory no stream has used). */
     readonly stream: number,
     private readonly store: BlockStore,
-  ) {}
+  ) {
+    this.clock = new JoinClock(id);
+  }
 
   /** Bytes in these lists. */
   get bytes(): number {
@@ -60,6 +63,8 @@ export class FreeLists {
 
   /** Set when the stream was destroyed (see StreamOrder.retire); `event` then marks its end. */
   retired = false;
+  /** What the stream's joins already ordered (`give` sets `freed`: see StreamOrder.join). */
+  readonly clock: JoinClock;
 
   /**
    * The block last freed on this stream and parked, not merged nor listed, for the next

@@ -28,6 +28,7 @@ import { formatBytesExact } from '../../../util/size.js';
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
+import { PageBitmap } from './page-bitmap.js';
 import { adaptiveChunkPages, LARGE_BLOCK_SHARE, pressurePages } from './adaptive-growth.js';
 
 /** Indices of `VirtualPages.calls`. */
@@ -72,7 +73,7 @@ export class VirtualPages {
   /** Scratch of `findFree`: pages a live block touches. */
   private readonly usedMark: Uint8Array;
   /** One bit per page, set while the page is mapped (`handle` non-zero): range checks by word. */
-  private readonly mapped: Int32Array;
+  private readonly mapped: PageBitmap;
   /** The heap block at the range's first address (stable: merges keep the lower block). */
   private readonly head: number;
   /** Pages touched by at least one live block. */
@@ -176,7 +177,7 @@ export class VirtualPages {
     this.extentFirst = new Int32Array(pages);
     this.extentPages = new Int32Array(pages);
     this.usedMark = new Uint8Array(pages);
-    this.mapped = new Int32Array((pages + 31) >>> 5);
+    this.mapped = new PageBitmap(pages);
     this.head = heap.addRegion(this.base, this.rangeBytes, -1);
     this.placement = new MappedPlacement(heap, this);
   }
@@ -332,16 +333,7 @@ export class VirtualPages {
   missingPages(start: number, size: number): number {
     const p0 = Math.floor((start - this.base) / this.pageBytes);
     const p1 = Math.floor((start + size - 1 - this.base) / this.pageBytes);
-    let n = 0;
-    // Runs of mapped pages skipped a bitmap word at a time.
-    for (let p = p0; p <= p1;) {
-      const q = this.nextMapped(p, p1, -1); // the next unmapped page
-      if (q > p1) break;
-      const r = this.nextMapped(q, p1, 0); // the next mapped page after it
-      n += r - q;
-      p = r;
-    }
-    return n;
+    return this.mapped.missing(p0, p1);
   }
 
   /**
@@ -356,16 +348,7 @@ export class VirtualPages {
    * @returns The page, or end + 1.
    */
   nextMapped(p: number, end: number, flip: number): number {
-    const m = this.mapped;
-    let w = p >>> 5;
-    let bits = (m[w]! ^ flip) & (-1 << (p & 31));
-    const last = end >>> 5;
-    while (bits === 0) {
-      if (++w > last) return end + 1;
-      bits = m[w]! ^ flip;
-    }
-    const q = (w << 5) + 31 - Math.clz32(bits & -bits);
-    return q > end ? end + 1 : q;
+    return this.mapped.next(p, end, flip);
   }
 
   /** Uncounts a live block; pages left with no live block stay mapped, as cache. */
@@ -422,18 +405,7 @@ export class VirtualPages {
 
   /** True when every page p0..p1 is mapped: one or two bitmap words for any block up to 64 pages. */
   private allMapped(p0: number, p1: number): boolean {
-    const m = this.mapped;
-    const w0 = p0 >>> 5;
-    const w1 = p1 >>> 5;
-    if (w0 === w1) {
-      const bits = (-1 >>> (31 - (p1 & 31))) & (-1 << (p0 & 31));
-      return (m[w0]! & bits) === bits;
-    }
-    const head = -1 << (p0 & 31);
-    if ((m[w0]! & head) !== head) return false;
-    for (let w = w0 + 1; w < w1; w++) if (m[w] !== -1) return false;
-    const tail = -1 >>> (31 - (p1 & 31)) | 0;
-    return (m[w1]! & tail) === tail;
+    return this.mapped.all(p0, p1);
   }
 
   /**
@@ -493,7 +465,7 @@ export class VirtualPages {
   }
 
   private isMapped(p: number): boolean {
-    return (this.mapped[p >>> 5]! & (1 << (p & 31))) !== 0;
+    return this.mapped.has(p);
   }
 
   /** Records extent p..p+n-1 as mapped to physical allocation `h`. */
@@ -502,7 +474,7 @@ export class VirtualPages {
     for (let q = p; q < p + n; q++) {
       this.handle[q] = h;
       this.extentFirst[q] = p;
-      this.mapped[q >>> 5]! |= 1 << (q & 31);
+      this.mapped.set(q);
     }
     if (n === 1) this.ownerOf.set(h, p);
     if (p + n - 1 > this.topMapped) this.topMapped = p + n - 1;
@@ -512,19 +484,19 @@ export class VirtualPages {
   private setUnmapped(p: number): void {
     if (this.handle[p] !== 0 && !this.isMapped(p)) this.stalePages--;
     this.handle[p] = 0;
-    this.mapped[p >>> 5]! &= ~(1 << (p & 31));
+    this.mapped.clear(p);
   }
 
   /** Page p's stale mapping becomes its handle's live one (the caller has disowned the old one). */
   private own(p: number): void {
-    this.mapped[p >>> 5]! |= 1 << (p & 31);
+    this.mapped.set(p);
     this.ownerOf.set(this.handle[p]!, p);
     this.stalePages--;
   }
 
   /** Page p's mapping stays in place, stale: its one-page handle is to be live elsewhere. */
   private disown(p: number): void {
-    this.mapped[p >>> 5]! &= ~(1 << (p & 31));
+    this.mapped.clear(p);
     this.stalePages++;
   }
 
@@ -877,7 +849,7 @@ export class VirtualPages {
     let n = 0;
     let got = 0;
     for (let p = this.topMapped; p >= 0 && got < want; p--) {
-      if (m[p >>> 5] === 0) {
+      if (m.wordEmpty(p)) {
         p &= ~31; // the rest of this word, downwards, is unmapped
         continue;
       }

@@ -5,9 +5,8 @@
  * bytes, passed to the other ranks by any channel: argv, an environment variable, a file, a
  * socket, a key-value store.
  */
-import { randomBytes } from 'node:crypto';
 import { getBackend } from '../backend/select.js';
-import { loadNccl, NCCL_UNIQUE_ID_BYTES } from '../cuda/nccl.js';
+import { NCCL_UNIQUE_ID_BYTES } from '../cuda/nccl.js';
 import { inspectCustom } from '../util/inspect.js';
 
 /**
@@ -40,11 +39,7 @@ export class UniqueId {
    * ```
    */
   static create(): UniqueId {
-    if (getBackend().name === 'emulated') return new UniqueId(new Uint8Array(randomBytes(NCCL_UNIQUE_ID_BYTES)));
-    const nccl = loadNccl();
-    const bytes = new Uint8Array(NCCL_UNIQUE_ID_BYTES);
-    nccl.check('ncclGetUniqueId', nccl.fn.ncclGetUniqueId(bytes));
-    return new UniqueId(bytes);
+    return new UniqueId(getBackend().collectives().uniqueId());
   }
 
   /**

@@ -1,28 +1,27 @@
 /**
  * `Communicator`: one rank of an NCCL communicator, with its collectives on `DeviceArray`s and
- * device buffers, queued on vram streams. On the cuda backend every call goes to NCCL
- * (src/cuda/nccl.ts); on the emulated backend the same API runs between processes of one machine
- * (src/collective/emulated-channel.ts), with NCCL's semantics: the same layouts, the same pairing
- * of sends and receives inside `group`, the same reductions (src/collective/host-reduce.ts).
+ * device buffers, queued on vram streams. It checks every argument and keeps stream order; the
+ * device's backend moves the data (`Backend.collectives()`, src/backend/collectives.ts): NCCL on
+ * the cuda backend, processes of one machine on the emulated one, reducing with host-reduce.ts.
  *
  * Every argument is checked before any NCCL call, so a refused call queues nothing.
  */
 import { DeviceArray } from '../array/device-array.js';
 import { defaultDType, dtypeOf, type DType, type DTypeName, type ScalarName } from '../array/dtype.js';
-import type { Backend, Handle } from '../backend/backend.js';
+import type { Handle } from '../backend/backend.js';
+import {
+  COLLECTIVE_DATA_TYPES, COLLECTIVE_REDUCE_OPS, type CollectiveDataType, type CollectiveReduceOp, type TransportComm,
+} from '../backend/collectives.js';
 import { getBackend } from '../backend/select.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
-import { loadNccl, NcclDataType, NcclRedOp, ncclVersionText, type Nccl } from '../cuda/nccl.js';
+import { loadNccl, ncclVersionText } from '../cuda/nccl.js';
 import { Device } from '../device.js';
-import { NcclError, NotSupportedError, VramStateError } from '../errors.js';
+import { NotSupportedError, VramStateError } from '../errors.js';
 import { streamHandleOf, type StreamRef } from '../stream.js';
 import { inspectCustom } from '../util/inspect.js';
 import { readOptions } from '../util/options.js';
-import { EmulatedChannel } from './emulated-channel.js';
-import { reduceInto, type ReduceOp, type ReducibleType } from './host-reduce.js';
+import { reduceInto } from './host-reduce.js';
 import { UniqueId } from './unique-id.js';
-
-export type { ReduceOp } from './host-reduce.js';
 
 /** What a collective reads or writes: a contiguous `DeviceArray`, or device memory (a `DeviceBuffer`). */
 export type CollectiveMemory = DeviceArray | DeviceMemory;
@@ -53,9 +52,9 @@ export interface CollectiveOptions {
 }
 
 /** Options of the reductions (allReduce, reduceScatter). */
-export interface ReduceOptions extends CollectiveOptions {
+export interface CollectiveReduceOptions extends CollectiveOptions {
   /** The operator (default 'sum'); 'avg' divides the sum by the number of ranks (integers truncate). */
-  readonly op?: ReduceOp;
+  readonly op?: CollectiveReduceOp;
 }
 
 /** Options of broadcast. */
@@ -67,7 +66,6 @@ export interface BroadcastOptions extends CollectiveOptions {
 const COLLECTIVE_OPTIONS = { stream: true, dtype: true } as const;
 const REDUCE_OPTIONS = { stream: true, dtype: true, op: true } as const;
 const BROADCAST_OPTIONS = { stream: true, dtype: true, root: true } as const;
-const REDUCE_OPS: readonly ReduceOp[] = ['sum', 'prod', 'max', 'min', 'avg'];
 const DEFAULT_TIMEOUT = 60_000;
 
 /** One side of a call, checked: its address, size, element type, and how NCCL counts it. */
@@ -76,21 +74,10 @@ interface Operand {
   readonly ptr: number;
   readonly bytes: number;
   /** The element type NCCL sees (a vector's component; bytes as uint8 for a type NCCL lacks). */
-  readonly component: ScalarName;
+  readonly component: CollectiveDataType;
   readonly count: number;
-  readonly ncclType: number;
   readonly dtype: DType;
 }
-
-/** Work queued in an emulated group, by when it runs at the group's end. */
-interface Pending {
-  readonly phase: 0 | 1 | 2;
-  readonly run: () => void;
-}
-
-/** Emulated groups open now (groups nest, as NCCL's do), and their work. */
-let groupDepth = 0;
-let groupWork: Pending[] = [];
 
 /**
  * Runs `fn` as one NCCL group (ncclGroupStart/ncclGroupEnd): the collectives and sends and receives
@@ -116,39 +103,17 @@ let groupWork: Pending[] = [];
  */
 export function group<T>(fn: () => T): T {
   if (typeof fn !== 'function') throw new TypeError('group: fn must be a function');
-  if (getBackend().name === 'emulated') return emulatedGroup(fn);
-  const nccl = loadNccl();
-  nccl.check('ncclGroupStart', nccl.fn.ncclGroupStart());
-  let result: T;
-  try {
-    result = fn();
-  } finally {
-    nccl.check('ncclGroupEnd', nccl.fn.ncclGroupEnd());
-  }
-  refusePromise(result);
-  return result;
-}
-
-/** `group` on the emulated backend: the queued work runs at the outermost end, sends first, receives last. */
-function emulatedGroup<T>(fn: () => T): T {
-  const outer = groupWork;
-  if (groupDepth === 0) groupWork = [];
-  groupDepth++;
+  const transport = getBackend().collectives();
+  transport.groupStart();
   let result: T;
   try {
     result = fn();
     refusePromise(result);
   } catch (error) {
-    groupDepth--;
-    if (groupDepth === 0) groupWork = outer;
+    transport.groupEnd(true);
     throw error;
   }
-  groupDepth--;
-  if (groupDepth > 0) return result;
-  const work = groupWork;
-  groupWork = [];
-  // Sends never wait, so every rank's sends are out before anyone waits on a collective or a receive.
-  for (const phase of [0, 1, 2]) for (const item of work) if (item.phase === phase) item.run();
+  transport.groupEnd(false);
   return result;
 }
 
@@ -222,10 +187,7 @@ export class Registration {
  * ```
  */
 export class Communicator {
-  readonly #comm: bigint;
-  readonly #nccl: Nccl | undefined;
-  readonly #channel: EmulatedChannel | undefined;
-  readonly #backend: Backend;
+  readonly #comm: TransportComm;
   readonly #registrations = new Set<Registration>();
   #destroyed = false;
 
@@ -236,12 +198,9 @@ export class Communicator {
     readonly size: number,
     /** The device this rank's collectives run on. */
     readonly device: Device,
-    comm: bigint, nccl: Nccl | undefined, channel: EmulatedChannel | undefined,
+    comm: TransportComm,
   ) {
     this.#comm = comm;
-    this.#nccl = nccl;
-    this.#channel = channel;
-    this.#backend = device.backend;
   }
 
   /**
@@ -280,15 +239,9 @@ export class Communicator {
       throw new RangeError(`Communicator.init: options.timeout must be a positive number of milliseconds, got ${String(timeout)}`);
     }
     const device = Device.resolve(o.device);
-    if (device.backend.name === 'emulated') {
-      return new Communicator(rank, size, device, 0n, undefined, new EmulatedChannel(id.bytes, rank, size, timeout));
-    }
-    const nccl = loadNccl();
     // NCCL uses the CUDA runtime, which takes the context current on the thread: the device's.
-    device.makeCurrent();
-    const out = new BigUint64Array(1);
-    nccl.check('ncclCommInitRank', nccl.fn.ncclCommInitRank(out, size, { internal: id.bytes }, rank));
-    return new Communicator(rank, size, device, out[0]!, nccl, undefined);
+    const comm = device.backend.collectives().init(id.bytes, rank, size, { timeout, enter: () => device.makeCurrent(), reduce: reduceInto });
+    return new Communicator(rank, size, device, comm);
   }
 
   /** True once destroyed or aborted. */
@@ -313,21 +266,15 @@ export class Communicator {
    * comm.allReduce(grads, grads, { op: 'avg' });
    * ```
    */
-  allReduce(send: CollectiveMemory, recv: CollectiveMemory = send, options?: ReduceOptions): void {
+  allReduce(send: CollectiveMemory, recv: CollectiveMemory = send, options?: CollectiveReduceOptions): void {
     const o = readOptions('Communicator.allReduce', options, REDUCE_OPTIONS);
     const op = this.checkOp('allReduce', o.op);
     const s = this.operand('allReduce', 'send', send, o.dtype, false, op);
     const r = this.operand('allReduce', 'recv', recv, o.dtype, true, op);
     this.sameCount('allReduce', s, r, 1, 1);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclAllReduce', [s, r], stream, o.stream,
-      (nccl) => nccl.fn.ncclAllReduce(s.ptr, r.ptr, r.count, r.ncclType, NcclRedOp[op], this.#comm, stream),
-      (channel) => {
-        const all = channel.exchange('ncclAllReduce', this.read(s, stream), { count: r.count, dtype: r.component, op });
-        const out = new Uint8Array(r.bytes);
-        reduceInto(out, all, 0, r.component as ReducibleType, op);
-        this.write(r, out);
-      });
+    this.recordStreams([s, r], stream, o.stream);
+    this.#comm.allReduce(s.ptr, r.ptr, r.count, r.component, op, stream);
   }
 
   /**
@@ -353,14 +300,8 @@ export class Communicator {
     const r = this.operand('allGather', 'recv', recv, o.dtype, true);
     this.sameCount('allGather', s, r, this.size, 1);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclAllGather', [s, r], stream, o.stream,
-      (nccl) => nccl.fn.ncclAllGather(s.ptr, r.ptr, s.count, s.ncclType, this.#comm, stream),
-      (channel) => {
-        const all = channel.exchange('ncclAllGather', this.read(s, stream), { count: s.count, dtype: s.component });
-        const out = new Uint8Array(r.bytes);
-        all.forEach((part, i) => out.set(part, i * s.bytes));
-        this.write(r, out);
-      });
+    this.recordStreams([s, r], stream, o.stream);
+    this.#comm.allGather(s.ptr, r.ptr, s.count, s.component, stream);
   }
 
   /**
@@ -380,21 +321,15 @@ export class Communicator {
    * comm.reduceScatter(grads, shard, { op: 'sum' });
    * ```
    */
-  reduceScatter(send: CollectiveMemory, recv: CollectiveMemory, options?: ReduceOptions): void {
+  reduceScatter(send: CollectiveMemory, recv: CollectiveMemory, options?: CollectiveReduceOptions): void {
     const o = readOptions('Communicator.reduceScatter', options, REDUCE_OPTIONS);
     const op = this.checkOp('reduceScatter', o.op);
     const s = this.operand('reduceScatter', 'send', send, o.dtype, false, op);
     const r = this.operand('reduceScatter', 'recv', recv, o.dtype, true, op);
     this.sameCount('reduceScatter', s, r, 1, this.size);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclReduceScatter', [s, r], stream, o.stream,
-      (nccl) => nccl.fn.ncclReduceScatter(s.ptr, r.ptr, r.count, r.ncclType, NcclRedOp[op], this.#comm, stream),
-      (channel) => {
-        const all = channel.exchange('ncclReduceScatter', this.read(s, stream), { count: r.count, dtype: r.component, op });
-        const out = new Uint8Array(r.bytes);
-        reduceInto(out, all, this.rank * r.bytes, r.component as ReducibleType, op);
-        this.write(r, out);
-      });
+    this.recordStreams([s, r], stream, o.stream);
+    this.#comm.reduceScatter(s.ptr, r.ptr, r.count, r.component, op, stream);
   }
 
   /**
@@ -421,13 +356,8 @@ export class Communicator {
     const r = this.operand('broadcast', 'recv', recv, o.dtype, true);
     this.sameCount('broadcast', s, r, 1, 1);
     const stream = this.streamOf(o.stream, r);
-    this.queue(1, 'ncclBroadcast', [s, r], stream, o.stream,
-      (nccl) => nccl.fn.ncclBroadcast(s.ptr, r.ptr, r.count, r.ncclType, root, this.#comm, stream),
-      (channel) => {
-        const all = channel.exchange('ncclBroadcast', this.rank === root ? this.read(s, stream) : new Uint8Array(0),
-          { count: r.count, dtype: r.component, root });
-        this.write(r, all[root]!);
-      });
+    this.recordStreams([s, r], stream, o.stream);
+    this.#comm.broadcast(s.ptr, r.ptr, r.count, r.component, root, stream);
   }
 
   /**
@@ -452,9 +382,8 @@ export class Communicator {
     const to = this.checkRank('send', 'peer', peer);
     const s = this.operand('send', 'data', data, o.dtype, false);
     const stream = this.streamOf(o.stream, s);
-    this.queue(0, 'ncclSend', [s], stream, o.stream,
-      (nccl) => nccl.fn.ncclSend(s.ptr, s.count, s.ncclType, to, this.#comm, stream),
-      (channel) => channel.send(to, this.read(s, stream)));
+    this.recordStreams([s], stream, o.stream);
+    this.#comm.send(s.ptr, s.count, s.component, to, stream);
   }
 
   /**
@@ -478,12 +407,8 @@ export class Communicator {
     const from = this.checkRank('recv', 'peer', peer);
     const r = this.operand('recv', 'data', data, o.dtype, true);
     const stream = this.streamOf(o.stream, r);
-    this.queue(2, 'ncclRecv', [r], stream, o.stream,
-      (nccl) => nccl.fn.ncclRecv(r.ptr, r.count, r.ncclType, from, this.#comm, stream),
-      (channel) => {
-        this.#backend.streamSynchronize(stream);
-        this.write(r, channel.recv(from, r.bytes));
-      });
+    this.recordStreams([r], stream, o.stream);
+    this.#comm.recv(r.ptr, r.count, r.component, from, stream);
   }
 
   /**
@@ -507,20 +432,7 @@ export class Communicator {
   register(memory: CollectiveMemory): Registration {
     this.checkAlive('register');
     const m = this.operand('register', 'memory', memory, undefined, false);
-    let end: () => void = () => {};
-    const nccl = this.#nccl;
-    if (nccl !== undefined) {
-      const { ncclCommRegister, ncclCommDeregister } = nccl.fn;
-      if (ncclCommRegister === undefined || ncclCommDeregister === undefined) {
-        throw new NotSupportedError(`Communicator.register: NCCL ${ncclVersionText(nccl.version)} (${nccl.path}) has no ` +
-          'ncclCommRegister; user buffer registration needs NCCL 2.19 or later (pip install -U nvidia-nccl-cu12)');
-      }
-      const out = new BigUint64Array(1);
-      this.device.makeCurrent();
-      nccl.check('ncclCommRegister', ncclCommRegister(this.#comm, m.ptr, m.bytes, out), this.#comm);
-      const handle = out[0]!;
-      end = () => nccl.check('ncclCommDeregister', ncclCommDeregister(this.#comm, handle), this.#comm);
-    }
+    const end = this.#comm.register(m.ptr, m.bytes);
     const registration: Registration = new Registration(this, memory, () => {
       end();
       this.#registrations.delete(registration);
@@ -550,14 +462,7 @@ export class Communicator {
     };
     for (const registration of [...this.#registrations]) step(() => registration.destroy());
     this.#registrations.clear();
-    this.#channel?.close();
-    const nccl = this.#nccl;
-    if (nccl !== undefined) {
-      this.device.makeCurrent();
-      const finalize = nccl.fn.ncclCommFinalize;
-      if (finalize !== undefined) step(() => nccl.check('ncclCommFinalize', finalize(this.#comm), this.#comm));
-      step(() => nccl.check('ncclCommDestroy', nccl.fn.ncclCommDestroy(this.#comm)));
-    }
+    step(() => this.#comm.destroy());
     if (failure !== undefined) throw failure;
   }
 
@@ -576,8 +481,7 @@ export class Communicator {
     if (this.#destroyed) return;
     this.#destroyed = true;
     this.#registrations.clear();
-    this.#channel?.close();
-    if (this.#nccl !== undefined) this.#nccl.check('ncclCommAbort', this.#nccl.fn.ncclCommAbort(this.#comm));
+    this.#comm.abort();
   }
 
   /** `using comm = Communicator.init(...)` destroys it at the end of the scope. */
@@ -608,12 +512,12 @@ export class Communicator {
     if (this.#destroyed) throw new VramStateError(`Communicator.${call}: the communicator was destroyed`);
   }
 
-  private checkOp(call: string, op: unknown): ReduceOp {
+  private checkOp(call: string, op: unknown): CollectiveReduceOp {
     if (op === undefined) return 'sum';
-    if (typeof op !== 'string' || !(REDUCE_OPS as readonly string[]).includes(op)) {
-      throw new RangeError(`Communicator.${call}: options.op must be one of ${REDUCE_OPS.join(', ')}, got ${String(op)}`);
+    if (typeof op !== 'string' || !(COLLECTIVE_REDUCE_OPS as readonly string[]).includes(op)) {
+      throw new RangeError(`Communicator.${call}: options.op must be one of ${COLLECTIVE_REDUCE_OPS.join(', ')}, got ${String(op)}`);
     }
-    return op as ReduceOp;
+    return op as CollectiveReduceOp;
   }
 
   private checkRank(call: string, name: string, rank: unknown): number {
@@ -626,7 +530,7 @@ export class Communicator {
 
   /** Checks one side of a call: its kind, liveness, layout, device and element type. */
   private operand(call: string, name: string, memory: unknown, dtypeOption: DTypeName | DType | undefined,
-    writes: boolean, op?: ReduceOp): Operand {
+    writes: boolean, op?: CollectiveReduceOp): Operand {
     this.checkAlive(call);
     const what = `Communicator.${call}: ${name}`;
     let dtype: DType;
@@ -667,11 +571,10 @@ export class Communicator {
       throw new NotSupportedError(`${what}: NCCL cannot reduce ${dtype.name} with ${op} (it reduces int8, uint8, int32, uint32, ` +
         'int64, uint64, float16, bfloat16, float32 and float64; bool with max and min)');
     }
-    const type = (NcclDataType as Record<string, number | undefined>)[component === 'bool' ? 'uint8' : component];
     // Moving data needs no type: a type NCCL lacks (int16) moves as its bytes.
-    return type === undefined
-      ? { memory: memory as CollectiveMemory, ptr, bytes, component: 'uint8', count: bytes, ncclType: NcclDataType.uint8, dtype }
-      : { memory: memory as CollectiveMemory, ptr, bytes, component, count: bytes / dtypeOf(component).byteSize, ncclType: type, dtype };
+    return (COLLECTIVE_DATA_TYPES as readonly string[]).includes(component)
+      ? { memory: memory as CollectiveMemory, ptr, bytes, component: component as CollectiveDataType, count: bytes / dtypeOf(component).byteSize, dtype }
+      : { memory: memory as CollectiveMemory, ptr, bytes, component: 'uint8', count: bytes, dtype };
   }
 
   /** Checks that `send` and `recv` agree: same type, and send.bytes * sendTimes === recv.bytes * recvTimes. */
@@ -688,37 +591,9 @@ export class Communicator {
     return streamHandleOf(stream ?? ownStream(output.memory));
   }
 
-  /** Calls NCCL now (cuda), or runs the emulation now or at the group's end (emulated). */
-  private queue(phase: 0 | 1 | 2, call: string, operands: readonly Operand[], stream: Handle, given: StreamRef | undefined,
-    real: (nccl: Nccl) => number, emulated: (channel: EmulatedChannel) => void): void {
-    // On a stream of the caller's, the memory's own frees wait for this work (no host wait).
+  /** On a stream of the caller's, the memory's own frees wait for this work (no host wait). */
+  private recordStreams(operands: readonly Operand[], stream: Handle, given: StreamRef | undefined): void {
     if (given !== undefined) for (const o of operands) if (stream !== streamHandleOf(ownStream(o.memory))) o.memory.recordStream(given);
-    const nccl = this.#nccl;
-    if (nccl !== undefined) {
-      this.device.makeCurrent();
-      nccl.check(call, real(nccl), this.#comm);
-      return;
-    }
-    const channel = this.#channel!;
-    const run = (): void => {
-      this.device.makeCurrent();
-      emulated(channel);
-    };
-    if (groupDepth > 0) groupWork.push({ phase, run });
-    else run();
-  }
-
-  /** The bytes of `o` once `stream`'s earlier work is done (emulated: running a stream's queue is how it gets done). */
-  private read(o: Operand, stream: Handle): Uint8Array {
-    this.#backend.streamSynchronize(stream);
-    const out = new Uint8Array(o.bytes);
-    this.#backend.memcpyToHost(out, o.ptr, o.bytes);
-    return out;
-  }
-
-  private write(o: Operand, data: Uint8Array): void {
-    if (data.byteLength !== o.bytes) throw new NcclError('ncclRecv', 5, 'invalid usage', `got ${data.byteLength} bytes for ${o.bytes}`);
-    this.#backend.memcpyFromHost(o.ptr, data, o.bytes);
   }
 }
 

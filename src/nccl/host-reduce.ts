@@ -6,13 +6,7 @@
  * toward zero for integers (NCCL's sum-then-divide); half and bfloat16 are reduced in float32.
  */
 import { decodeBfloat16, decodeFloat16, encodeBfloat16, encodeFloat16 } from '../array/half.js';
-import type { ScalarName } from '../array/dtype.js';
-
-/** The reduction operators, by the names the API takes. */
-export type ReduceOp = 'sum' | 'prod' | 'max' | 'min' | 'avg';
-
-/** Element types NCCL reduces (bool only with max and min, as uint8). */
-export type ReducibleType = Exclude<ScalarName, 'int16' | 'uint16'>;
+import type { CollectiveDataType, CollectiveReduceOp } from '../backend/collectives.js';
 
 type Numeric = Float64Array | Float32Array | Int32Array | Uint32Array | Int8Array | Uint8Array;
 
@@ -22,7 +16,7 @@ function view<T>(bytes: Uint8Array, make: (buffer: ArrayBuffer) => T): T {
 }
 
 /** One element-wise step of `op` on numbers. */
-function numberStep(op: ReduceOp, imul: boolean): (a: number, b: number) => number {
+function numberStep(op: CollectiveReduceOp, imul: boolean): (a: number, b: number) => number {
   switch (op) {
     case 'sum': case 'avg': return (a, b) => a + b;
     case 'prod': return imul ? Math.imul : (a, b) => a * b;
@@ -32,7 +26,7 @@ function numberStep(op: ReduceOp, imul: boolean): (a: number, b: number) => numb
 }
 
 /** One element-wise step of `op` on bigints. */
-function bigintStep(op: ReduceOp): (a: bigint, b: bigint) => bigint {
+function bigintStep(op: CollectiveReduceOp): (a: bigint, b: bigint) => bigint {
   switch (op) {
     case 'sum': case 'avg': return (a, b) => a + b;
     case 'prod': return (a, b) => a * b;
@@ -50,7 +44,8 @@ function bigintStep(op: ReduceOp): (a: bigint, b: bigint) => bigint {
  * @param type The element type.
  * @param op The operator.
  */
-export function reduceInto(out: Uint8Array, inputs: readonly Uint8Array[], offset: number, type: ReducibleType, op: ReduceOp): void {
+export function reduceInto(out: Uint8Array, inputs: readonly Uint8Array[], offset: number, type: CollectiveDataType,
+  op: CollectiveReduceOp): void {
   const slices = inputs.map((input) => input.subarray(offset, offset + out.byteLength));
   const ranks = inputs.length;
   if (type === 'int64' || type === 'uint64') {

@@ -1,5 +1,5 @@
 /**
- * The emulated backend's stand-in for NCCL's transport: the ranks of one communicator are
+ * The rendezvous under the emulated backend's collectives (collective-calls.ts): the ranks of one communicator are
  * processes of one machine that meet in a folder named by the unique id (under the system's
  * temporary folder), and exchange whole payloads as files there. A file appears by rename, so a
  * reader never sees half of one. Every call blocks the calling thread until its peers' files are
@@ -18,7 +18,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmdirSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { NcclError } from '../errors.js';
+import { NcclError } from '../../errors.js';
 
 /** ncclResult_t codes the emulation raises. */
 const INVALID_USAGE = 5;
@@ -75,7 +75,7 @@ function sleep(ms: number): void {
 }
 
 /** One rank's end of an emulated communicator. */
-export class EmulatedChannel {
+export class CollectiveChannel {
   /** The rendezvous folder. */
   readonly dir: string;
   /** How many collectives this rank has called. */
