@@ -16,6 +16,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { onGpu } from './helpers.js';
+import { Device } from '../src/device.js';
 
 const root = new URL('../../', import.meta.url);
 const vramBin = fileURLToPath(new URL('bin/vram.js', root));
@@ -87,11 +88,17 @@ test('examples/tour runs', () => {
 });
 
 test('the README\'s first program and kernels example run', () => {
-  assert.deepEqual(examples, ['examples/first-program.ts', 'examples/tour.ts', 'examples/kernels.ts', 'examples/graphs.ts'], 'the README\'s examples, in order');
+  assert.deepEqual(examples, ['examples/first-program.ts', 'examples/tour.ts', 'examples/host-numa-pool.ts', 'examples/kernels.ts', 'examples/graphs.ts'], 'the README\'s examples, in order');
   const backend = process.env['VRAM_BACKEND'] === 'cuda' ? 'cuda' : process.env['VRAM_BACKEND'] === 'emulated' ? 'emulated' : '(cuda|emulated)';
   assert.match(runExample('examples/first-program.ts'), new RegExp(`^${backend}: sum 10\\n$`));
   assert.equal(runExample('examples/kernels.ts'), 'sum(x + y) = 1499500\n');
   assert.match(runExample('examples/graphs.ts'), /^\d+ nodes, one launch call each: y\[3\] = 12\n$/);
+});
+
+test('examples/host-numa-pool.ts runs where the device has pools in host NUMA memory', { skip: ((): boolean => {
+  try { return Device.get(0).attribute('hostNumaMemoryPoolsSupported') === 1; } catch { return false; }
+})() ? false : 'the device has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)' }, () => {
+  assert.match(runExample('examples/host-numa-pool.ts'), /^node \d+ of device 0: pinned-host memory, 1036800 summed on the device\nafter trim: 0 bytes reserved\n$/);
 });
 
 test('every TypeScript block of the README is an example file, word for word', () => {

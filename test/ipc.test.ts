@@ -28,6 +28,7 @@ import { IpcBuffer } from '../src/interop/ipc-buffer.js';
 import { IpcHandle } from '../src/interop/ipc-handle.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { LimitingAdaptor } from '../src/resource/adaptors/limiting.js';
 import { ArenaResource } from '../src/resource/suballoc/arena.js';
 import { Event, Stream } from '../src/stream.js';
@@ -36,6 +37,8 @@ import { emulatedIpcResources, Peer } from './ipc-peer.js';
 
 const pythonDir = fileURLToPath(new URL('../../test/fixtures/ipc/', import.meta.url));
 const device = Device.get(0);
+const numaPools = { skip: ((): boolean => { try { return device.attribute('hostNumaMemoryPoolsSupported') === 1; } catch { return false; } })()
+  ? false : 'the device has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)' } as const;
 
 /** A DeviceBuffer of plain cuMemAlloc memory holding bytes 0, 1, 2, ... */
 function sharedBuffer(bytes = 4096): DeviceBuffer {
@@ -514,6 +517,20 @@ describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
   });
 });
 
+/** A new peer that has received `mr`'s pool descriptor over a socket. */
+async function sendPool(mr: AsyncResource): Promise<Peer> {
+  const p = peer();
+  const path = socketPath();
+  await p.do({ op: 'listen', path });
+  const fd = exportPool(mr);
+  try {
+    sendFd(path, fd, 'pool');
+  } finally {
+    closeFd(fd);
+  }
+  return p;
+}
+
 describe('stream-ordered pools shared between processes', () => {
   test('a pool exported with its descriptor over a socket; an allocation from it imported by a Node peer', async () => {
     using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd' } });
@@ -521,20 +538,29 @@ describe('stream-ordered pools shared between processes', () => {
     using buf = DeviceBuffer.allocate(1 << 20, { resource: mr, stream });
     buf.memset(0x3c, { stream });
     stream.synchronize();
-    const p = peer();
-    const path = socketPath();
-    await p.do({ op: 'listen', path });
-    const fd = exportPool(mr);
-    try {
-      sendFd(path, fd, 'pool');
-    } finally {
-      closeFd(fd);
-    }
+    const p = await sendPool(mr);
     assert.equal((await p.do({ op: 'import-pool', handle: exportPoolPointer(buf).toString() })).byteLength, 1 << 20);
     assert.equal((await p.do({ op: 'read', offset: (1 << 20) - 4, bytes: 4 })).hex, '3c3c3c3c');
     await p.do({ op: 'write', offset: 0, hex: '0102' });
     assert.deepEqual(read(buf, 2), Uint8Array.of(1, 2));
     // The importer frees its import and the pool before the exporter frees the allocation.
+    await p.do({ op: 'close' });
+    await p.do({ op: 'drop-pool' });
+    await p.exit();
+  });
+
+  test('a pool in host NUMA memory is shared the same way; the importer\'s writes are seen through the host view', numaPools, async () => {
+    using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd', location: { type: 'host-numa' } } });
+    using stream = Stream.create();
+    using h = HostBuffer.allocate(1 << 20, { resource: mr, stream });
+    stream.synchronize();
+    const p = await sendPool(mr);
+    const handle = exportPoolPointer(h).toString();
+    h.view().fill(0x5a);
+    assert.equal((await p.do({ op: 'import-pool', handle })).byteLength, 1 << 20);
+    assert.equal((await p.do({ op: 'read', offset: (1 << 20) - 4, bytes: 4 })).hex, '5a5a5a5a');
+    await p.do({ op: 'write', offset: 0, hex: '0102' });
+    assert.deepEqual(h.view().subarray(0, 3), Uint8Array.of(1, 2, 0x5a));
     await p.do({ op: 'close' });
     await p.do({ op: 'drop-pool' });
     await p.exit();

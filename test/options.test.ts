@@ -24,7 +24,7 @@ import {
 } from '../src/public/resources.js';
 import { configureTransfers, reserveSpillHost, transferSettings } from '../src/public/buffers.js';
 import {
-  deleteDLPack, ForeignDeviceBuffer, fromCudaArrayInterface, fromDLPack, importIpc, ImportedPool, importPool, IpcHandle, place,
+  deleteDLPack, ForeignDeviceBuffer, ForeignMirror, fromCudaArrayInterface, fromDLPack, importIpc, ImportedPool, importPool, IpcHandle, place,
   receiveFd, toCudaArrayInterface, toDLPack,
 } from '../src/public/interop.js';
 import { EmulatedBackend } from '../src/public/backend.js';
@@ -137,6 +137,7 @@ const comm: Communicator = ncclMissing ? Object.create(Communicator.prototype) a
 const ncclPartial = ncclMissing ? 'NCCL is not installed here' : undefined;
 const ncclData = DeviceArray.zeros([4], 'float32');
 const REDUCE = ['stream', 'dtype', 'op'];
+const mirror = ForeignMirror.tie(DeviceBuffer.fromPointer(ncclData.buffer.ptr, 16), new Uint8Array(16));
 
 const TABLE: readonly Entry[] = [
   // Devices, streams, events
@@ -148,7 +149,7 @@ const TABLE: readonly Entry[] = [
   { name: 'Stream#beginCapture', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); s.beginCapture(o as never); return s.endCapture(); } },
   { name: 'captureGraph', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); return captureGraph(s, () => undefined, o as never); } },
   { name: 'new GraphPool', keys: ['device'], call: (o) => new GraphPool(o as never) },
-  { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount'], call: (o) => new EmulatedBackend(o as never) },
+  { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount', 'hostNumaPools'], call: (o) => new EmulatedBackend(o as never) },
   // Buffers
   { name: 'DeviceBuffer.allocate', keys: ARRAY, call: (o) => DeviceBuffer.allocate(64, o as never) },
   { name: 'DeviceBuffer.allocateAsync', keys: WAITING, call: (o) => DeviceBuffer.allocateAsync(64, o as never) },
@@ -156,6 +157,7 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceBuffer#lease', keys: ['stream', 'readOnly'], call: (o) => buf.lease(o as never).release() },
   { name: 'reserveSpillHost', keys: ['device'], call: (o) => reserveSpillHost(0, o as never) },
   { name: 'DeviceBuffer.fromPointer', keys: FOREIGN, call: (o) => DeviceBuffer.fromPointer(buf.ptr, 64, o as never) },
+  { name: 'ForeignMirror#host', keys: ['write'], call: (o) => mirror.host(o as never) },
   { name: 'PitchedDeviceBuffer.allocate2D', keys: ['elementBytes', 'device'], call: (o) => PitchedDeviceBuffer.allocate2D(16, 4, o as never) },
   { name: 'ForeignDeviceBuffer.wrap', keys: FOREIGN, call: (o) => ForeignDeviceBuffer.wrap(buf.ptr, 64, o as never) },
   { name: 'HostBuffer.allocate', keys: HOST_BUFFER, call: (o) => HostBuffer.allocate(64, o as never) },

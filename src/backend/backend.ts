@@ -325,6 +325,12 @@ export interface MemPoolProps {
   readonly handleTypes?: number;
   /** Upper bound on the pool's reserved memory in bytes; 0 for no bound. */
   readonly maxSize?: number;
+  /**
+   * The host NUMA node whose pinned memory the pool holds (CU_MEM_LOCATION_TYPE_HOST_NUMA); the
+   * pool is then host memory, reachable from `device` only once cuMemPoolSetAccess grants it.
+   * Omitted: the pool holds `device`'s memory.
+   */
+  readonly hostNumaId?: number;
 }
 
 /** Access flags for peers of a pool or a mapping (CUmemAccess_flags). */

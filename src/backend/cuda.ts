@@ -893,7 +893,9 @@ class CudaBackend implements Backend {
     const r = this.fn.cuMemPoolCreate(this.u64, {
       allocType: MemAllocationType.PINNED,
       handleTypes: props.handleTypes ?? MemHandleType.NONE,
-      location: { type: MemLocationType.DEVICE, id: this.device(props.device) },
+      location: props.hostNumaId === undefined
+        ? { type: MemLocationType.DEVICE, id: this.device(props.device) }
+        : { type: MemLocationType.HOST_NUMA, id: props.hostNumaId },
       win32SecurityAttributes: 0,
       maxSize: props.maxSize ?? 0,
       usage: 0,

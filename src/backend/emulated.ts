@@ -36,6 +36,12 @@ export interface EmulatedBackendOptions {
   readonly capacityBytes?: number;
   /** Number of emulated devices (default 1; 2 for peer-access tests). */
   readonly deviceCount?: number;
+  /**
+   * Whether the devices support stream-ordered pools in host NUMA memory (default true: one node,
+   * 0, nearest every device); false models a driver or device without them
+   * (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED reads 0, cuMemPoolCreate refuses).
+   */
+  readonly hostNumaPools?: boolean;
 }
 
 /** Default capacity of an emulated device. */
@@ -88,12 +94,14 @@ export class EmulatedBackend implements Backend {
    * ```
    */
   constructor(options: EmulatedBackendOptions = {}) {
-    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true });
+    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true, hostNumaPools: true });
     const capacity = options.capacityBytes ?? defaultCapacity();
     const count = options.deviceCount ?? 1;
     if (!Number.isSafeInteger(capacity) || capacity <= 0) throw new RangeError(`capacityBytes must be a positive whole number, got ${capacity}`);
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new RangeError(`deviceCount must be 1 to 16, got ${count}`);
-    const state = new EmulatedState(count, capacity);
+    const hostNumaPools = options.hostNumaPools ?? true;
+    if (typeof hostNumaPools !== 'boolean') throw new TypeError(`hostNumaPools must be a boolean, got ${typeof hostNumaPools}`);
+    const state = new EmulatedState(count, capacity, hostNumaPools);
     this.state = state;
     this.contexts = new ContextCalls(state);
     this.deviceMemory = new DeviceMemory(state);

@@ -54,11 +54,13 @@ export const PointerAttribute = {
   RANGE_SIZE: 12,
 } as const;
 
-/** CUmemLocationType. */
+/** CUmemLocationType (cuda.h, CUmemLocationType_enum). */
 export const MemLocationType = {
   INVALID: 0,
   DEVICE: 1,
   HOST: 2,
+  HOST_NUMA: 3,
+  HOST_NUMA_CURRENT: 4,
 } as const;
 
 /** CUmemAllocationType: PINNED is the only type pools and cuMemCreate take for device memory. */

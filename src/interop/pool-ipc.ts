@@ -21,6 +21,7 @@ import { Device } from '../device.js';
 import { UseAfterFreeError } from '../errors.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
 import { DeviceBuffer } from '../buffer/device-buffer.js';
+import { HostBuffer } from '../buffer/host-buffer.js';
 import { defaultStream, type StreamRef } from '../stream.js';
 import { streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger } from '../validate.js';
@@ -57,9 +58,10 @@ export function exportPool(resource: AsyncResource): number {
  * The handle of one allocation of an exported pool (cuMemPoolExportPointer): the driver's 64 bytes
  * and the buffer's size, in the IpcHandle forms (`toString()`, `toBytes()`).
  *
- * @param buffer A DeviceBuffer allocated from an AsyncResource whose pool is exportable.
+ * @param buffer A DeviceBuffer allocated from an AsyncResource whose pool is exportable, or a
+ *   HostBuffer from one whose pool is in host NUMA memory.
  * @returns The handle; import it with `ImportedPool.importPointer`, not `importIpc`.
- * @throws {TypeError} When `buffer` is not a DeviceBuffer of an AsyncResource.
+ * @throws {TypeError} When `buffer` is not a DeviceBuffer or HostBuffer of an AsyncResource.
  * @throws {UseAfterFreeError} When it was freed.
  * @throws {CudaError} When its pool is not exportable.
  * @example
@@ -68,13 +70,14 @@ export function exportPool(resource: AsyncResource): number {
  * socket.write(exportPoolPointer(buf).toString() + '\n');
  * ```
  */
-export function exportPoolPointer(buffer: DeviceBuffer): IpcHandle {
-  if (!(buffer instanceof DeviceBuffer) || !(buffer.resource instanceof AsyncResource)) {
-    throw new TypeError('exportPoolPointer expects a DeviceBuffer allocated from an AsyncResource');
+export function exportPoolPointer(buffer: DeviceBuffer | HostBuffer): IpcHandle {
+  if (!(buffer instanceof DeviceBuffer || buffer instanceof HostBuffer) || !(buffer.resource instanceof AsyncResource)) {
+    throw new TypeError('exportPoolPointer expects a DeviceBuffer (or HostBuffer) allocated from an AsyncResource');
   }
   const ptr = buffer.ptr;
-  buffer.device.makeCurrent();
-  return new IpcHandle(buffer.device.backend.memPoolExportPointer(ptr), buffer.byteLength, 0);
+  const device = buffer.resource.deviceObject;
+  device.makeCurrent();
+  return new IpcHandle(device.backend.memPoolExportPointer(ptr), buffer.byteLength, 0);
 }
 
 /** Options of `importPool`. */

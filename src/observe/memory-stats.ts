@@ -13,6 +13,7 @@ import { liveAllocations } from '../buffer/dropped-memory.js';
 import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
 import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
+import { foreignFigures, type ForeignFigures } from '../buffer/foreign-mirror.js';
 import { graphPoolsOf } from '../resource/graph-pool.js';
 
 /**
@@ -86,6 +87,11 @@ export interface MemoryStats {
    */
   readonly spill: SpillFigures;
   /**
+   * Foreign device memory tied to host arrays (`ForeignMirror`): how many and their bytes, which
+   * vram never frees or spills (their owners do), and the copies it made between the sides.
+   */
+  readonly foreign: ForeignFigures;
+  /**
    * Memory CUDA graphs own on the device: the capture-private pools (`GraphPool`) that hold memory
    * now, the bytes they hold from the driver and the bytes in blocks handed out and not freed.
    * That memory does not come from the current resource (a capture allocates from the pool instead);
@@ -129,6 +135,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     leaks: leakStatistics(),
     waits: allocationWaits(dev.ordinal),
     spill: spillFigures(dev),
+    foreign: foreignFigures(dev.ordinal),
     graphPools: graphPoolFigures(dev.ordinal),
   } as const);
 }

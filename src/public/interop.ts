@@ -17,6 +17,8 @@ export { toDLPack, fromDLPack, deleteDLPack, dlpackInfo, dlpackExportsHeld } fro
 export type { ToDLPackOptions, FromDLPackOptions, DLPackImportInfo } from '../interop/dlpack.js';
 export { DLDeviceType, DLDataTypeCode, DLPACK_FLAG_READ_ONLY, DLPACK_FLAG_IS_COPIED } from '../cuda/dlpack-abi.js';
 export { ForeignDeviceBuffer } from '../buffer/foreign-device-buffer.js';
+export { ForeignMirror } from '../buffer/foreign-mirror.js';
+export type { ForeignFigures, MirrorHost, MirrorSide } from '../buffer/foreign-mirror.js';
 export type { ForeignPointerOptions, ForeignMemoryKind } from '../buffer/foreign-device-buffer.js';
 export { watchStreamDestroy } from '../stream.js';
 export type { BorrowedStreamOptions, StreamWatcher } from '../stream.js';

@@ -25,5 +25,6 @@ export type {
 } from '../backend/backend.js';
 export { kernelCacheDirectory } from '../kernels/compile-cache.js';
 export { NvrtcError } from '../cuda/nvrtc.js';
-export { elementwise, map, zipWith, dot, max, min, ascontiguous } from '../kernels/ops/index.js';
+export { elementwise, map, zipWith, dot, max, min, ascontiguous, reductionScratch } from '../kernels/ops/index.js';
 export type { ArangeOptions, ElementwiseValues, MapOptions, OpOptions, DotOptions, ReduceOptions, ReductionValue } from '../kernels/ops/index.js';
+export type { ReduceOp } from '../kernels/ops/reduce-op.js';

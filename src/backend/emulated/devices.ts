@@ -21,6 +21,8 @@ export class DeviceState {
   constructor(
     readonly ordinal: number,
     readonly capacity: number,
+    /** Whether pools in host NUMA memory are supported (EmulatedBackendOptions.hostNumaPools). */
+    readonly hostNumaPools = true,
   ) {}
 
   /** Charges `bytes` of capacity, or throws OutOfMemoryError naming `call`. */
@@ -97,7 +99,7 @@ function emulatedAttributes(device: DeviceState): Partial<Record<DeviceAttribute
     virtualMemoryManagementSupported: 1, memoryPoolsSupported: 1, handleTypePosixFileDescriptorSupported: 1,
     mempoolSupportedHandleTypes: 1, pciBusId: bus, pciDeviceId: 0, pciDomainId: 0, streamPrioritiesSupported: 1,
     hostRegisterSupported: 1, ipcEventSupported: 1, concurrentKernels: 1,
-    numaConfig: 0, numaId: -1, hostNumaId: 0,
+    numaConfig: 0, numaId: -1, hostNumaId: 0, hostNumaMemoryPoolsSupported: device.hostNumaPools ? 1 : 0,
   };
 }
 

@@ -8,6 +8,7 @@ import { PlainAllocation, type Allocation } from './allocation.js';
 import { checkSize, fail, hex, invalidValue, outOfMemory } from './fail.js';
 import { type EmulatedState, PageableBuffer } from './state.js';
 import { EagerStore } from './store.js';
+import { PoolState } from './pools.js';
 
 /** Pinned host memory is page aligned. */
 export const HOST_ALIGNMENT = 4096;
@@ -99,6 +100,12 @@ export class HostMemoryCalls {
   hostView(hostPtr: Ptr, bytes: number): ArrayBuffer {
     const call = 'hostView';
     const a = this.s.lookup(hostPtr);
+    if (a instanceof PoolState && a.hostNuma !== undefined) {
+      // A block of a pool in host NUMA memory: its own ArrayBuffer (pools.ts).
+      const buffer = a.hostBuffer(hostPtr, bytes);
+      if (buffer === undefined) invalidValue(call, `${hex(hostPtr)} does not start an allocation of its host memory pool, or the range extends past it`);
+      return buffer;
+    }
     if (a === undefined || a.store === undefined || a.store.kind !== 'eager') invalidValue(call, `${hex(hostPtr)} is not host-accessible memory`);
     const store = a.store;
     const offset = hostPtr - a.base;

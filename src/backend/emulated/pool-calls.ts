@@ -109,7 +109,13 @@ export class PoolCalls {
     const handleTypes = props.handleTypes ?? 0;
     checkCount(maxSize, call, 'maxSize');
     if (handleTypes !== 0 && handleTypes !== 1) invalidValue(call, `unsupported handle types ${handleTypes}`);
-    return this.newPool(props.device, maxSize, handleTypes, call).handle;
+    const numa = props.hostNumaId;
+    if (numa !== undefined) {
+      if (!this.s.hostNumaPools) fail(CUresult.NOT_SUPPORTED, call, 'this device does not support pools in host NUMA memory');
+      // The emulation has one host NUMA node, 0 (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID of every device).
+      if (numa !== 0) invalidValue(call, `host NUMA node ${String(numa)} does not exist (the emulated host has node 0)`);
+    }
+    return this.newPool(props.device, maxSize, handleTypes, call, numa).handle;
   }
 
   /** cuMemPoolDestroy: default pools cannot be destroyed; memory still allocated goes with it. */
@@ -177,7 +183,7 @@ export class PoolCalls {
     const p = this.pool(pool, call);
     this.s.device(ordinal, call);
     if (flags !== 0 && flags !== 1 && flags !== 3) invalidValue(call, `unknown access flags ${flags}`);
-    if (ordinal === p.device && flags !== 3) invalidValue(call, "a pool's own device always has read-write access");
+    if (ordinal === p.device && p.hostNuma === undefined && flags !== 3) invalidValue(call, "a pool's own device always has read-write access");
     p.access.set(ordinal, flags);
   }
 
@@ -186,7 +192,8 @@ export class PoolCalls {
     const call = 'cuMemPoolGetAccess';
     const p = this.pool(pool, call);
     this.s.device(ordinal, call);
-    return ordinal === p.device ? 3 : p.access.get(ordinal) ?? 0;
+    // Host NUMA memory is the host's until access is granted, its creating device's included.
+    return ordinal === p.device && p.hostNuma === undefined ? 3 : p.access.get(ordinal) ?? 0;
   }
 
   private pool(handle: Handle, call: string): PoolState {
@@ -212,12 +219,12 @@ export class PoolCalls {
    * A new pool with its own virtual address range: four times the device's capacity (or its
    * maxSize), enough for any fragmentation the capacity allows.
    */
-  private newPool(ordinal: number, maxSize: number, handleTypes: number, call: string): PoolState {
+  private newPool(ordinal: number, maxSize: number, handleTypes: number, call: string, hostNuma?: number): PoolState {
     const device = this.s.devices[ordinal]!;
     const span = Math.ceil((maxSize > 0 ? Math.min(maxSize, device.capacity) : device.capacity) * 4 / POOL_SEGMENT_GRANULARITY)
       * POOL_SEGMENT_GRANULARITY;
     const base = this.s.poolRange.take(span, POOL_SEGMENT_GRANULARITY, call);
-    const pool = new PoolState(this.s.handle(), ordinal, this.s.contextFor(ordinal).handle, maxSize, handleTypes, base, span, this.s.poolHost);
+    const pool = new PoolState(this.s.handle(), ordinal, this.s.contextFor(ordinal).handle, maxSize, handleTypes, base, span, this.s.poolHost, hostNuma);
     this.s.pools.set(pool.handle, pool);
     this.s.poolIndex.insert(pool);
     return pool;

@@ -14,7 +14,7 @@
 import type { Allocation } from './allocation.js';
 import { outOfMemory } from './fail.js';
 import { formatBytesExact } from '../../util/size.js';
-import { LazyStore } from './store.js';
+import { LazyStore, PAGE_SIZE } from './store.js';
 
 /** Granule of pool blocks: every block address and size is a multiple of it. */
 export const POOL_BLOCK_ALIGNMENT = 512;
@@ -111,14 +111,22 @@ export class PoolState implements Allocation {
     /** Size of the range. */
     readonly size: number,
     private readonly host: PoolHost,
+    /** The host NUMA node whose memory the pool holds; undefined for device memory. */
+    readonly hostNuma?: number,
   ) {
     this.top = base;
     this.store = new LazyStore(size);
+    // Host memory is viewed from the host zero-copy, one ArrayBuffer per block from its first
+    // byte: blocks of a host pool are whole store pages, so no page is shared by two blocks.
+    this.granule = hostNuma === undefined ? POOL_BLOCK_ALIGNMENT : PAGE_SIZE;
   }
+
+  /** Every block address and size is a multiple of it: 512 bytes, a store page for host memory. */
+  private readonly granule: number;
 
   /** Hands out a block of at least `bytes` usable by `stream`. */
   allocate(bytes: number, stream: StreamKey, call: string): Block {
-    const size = Math.ceil(bytes / POOL_BLOCK_ALIGNMENT) * POOL_BLOCK_ALIGNMENT;
+    const size = Math.ceil(bytes / this.granule) * this.granule;
     let block = this.bestFit(size, stream);
     if (block === undefined) {
       const tail = this.last !== undefined && this.last.free && usableBy(this.last, stream) ? this.last : undefined;
@@ -143,7 +151,7 @@ export class PoolState implements Allocation {
       this.removeFree(block);
     }
     this.mapPages(block.address, size, bytes, call, block);
-    if (block.size - size >= POOL_BLOCK_ALIGNMENT) {
+    if (block.size - size >= this.granule) {
       const rest = new Block(this, block.address + size, block.size - size);
       rest.free = true;
       rest.pending = block.pending;
@@ -161,7 +169,19 @@ export class PoolState implements Allocation {
     block.generation++;
     this.used += block.size;
     this.usedHigh = Math.max(this.usedHigh, this.used);
+    if (this.hostNuma !== undefined) this.store.sharePages(block.address - this.base, block.size, new Uint8Array(block.size));
     return block;
+  }
+
+  /**
+   * The ArrayBuffer behind the host pool block starting at `address`, from its first byte (what a
+   * host view of it is); undefined for a device pool or an address that starts no live block.
+   */
+  hostBuffer(address: number, bytes: number): ArrayBuffer | undefined {
+    if (this.hostNuma === undefined) return undefined;
+    const block = this.blockAt(address);
+    if (block === undefined || block.free || block.address !== address || bytes > block.size) return undefined;
+    return this.store.hostBuffer(address - this.base, bytes);
   }
 
   /**
@@ -170,6 +190,7 @@ export class PoolState implements Allocation {
    */
   free(block: Block, stream: StreamKey | undefined): (() => void) | undefined {
     this.used -= block.size;
+    if (this.hostNuma !== undefined) this.store.unsharePages(block.address - this.base, block.size);
     block.free = true;
     block.generation++;
     if (stream === undefined) {

@@ -92,12 +92,13 @@ export class EmulatedState {
 
   /** How pools charge and uncharge their device's capacity. */
   readonly poolHost: PoolHost = {
-    charge: (pool, bytes, call) => this.devices[pool.device]!.charge(bytes, call),
-    uncharge: (pool, bytes) => this.devices[pool.device]!.uncharge(bytes),
+    // A pool in host NUMA memory takes none of the device's capacity (the host's is not modelled).
+    charge: (pool, bytes, call) => { if (pool.hostNuma === undefined) this.devices[pool.device]!.charge(bytes, call); },
+    uncharge: (pool, bytes) => { if (pool.hostNuma === undefined) this.devices[pool.device]!.uncharge(bytes); },
   };
 
-  constructor(deviceCount: number, capacity: number) {
-    this.devices = Array.from({ length: deviceCount }, (_, i) => new DeviceState(i, capacity));
+  constructor(deviceCount: number, capacity: number, readonly hostNumaPools = true) {
+    this.devices = Array.from({ length: deviceCount }, (_, i) => new DeviceState(i, capacity, hostNumaPools));
   }
 
   /** A fresh handle (handles are never reused). */

@@ -167,6 +167,17 @@ export class LazyStore {
     return offset - first * PAGE_SIZE;
   }
 
+  /**
+   * The ArrayBuffer whose first byte is the shared page at `offset` (a page start) and which holds
+   * at least `bytes`: the memory `sharePages` serves that range from. Undefined otherwise.
+   */
+  hostBuffer(offset: number, bytes: number): ArrayBuffer | undefined {
+    if (offset % PAGE_SIZE !== 0 || !this.sharedPages.has(offset / PAGE_SIZE)) return undefined;
+    const page = this.pages.get(offset / PAGE_SIZE);
+    if (page === undefined || page.byteOffset !== 0 || !(page.buffer instanceof ArrayBuffer) || page.buffer.byteLength < bytes) return undefined;
+    return page.buffer;
+  }
+
   /** Undoes `sharePages` (before the memory is unmapped): the pages get private copies again. */
   unsharePages(offset: number, length: number): void {
     const first = Math.floor(offset / PAGE_SIZE);

@@ -8,4 +8,4 @@ export { astype } from './astype.js';
 export { elementwise, map, zipWith, type ElementwiseValues, type MapOptions } from './elementwise.js';
 export { fill } from './fill.js';
 export type { OpOptions } from './op-support.js';
-export { dot, max, min, sum, type DotOptions, type ReduceOptions, type ReductionValue } from './reduce.js';
+export { dot, max, min, reductionScratch, sum, type DotOptions, type ReduceOptions, type ReductionValue } from './reduce.js';

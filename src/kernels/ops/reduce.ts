@@ -24,6 +24,7 @@ import { separateOperands } from './overlap.js';
 import {
   accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp,
 } from './reduction-kernels.js';
+import { REDUCE_OPS } from './reduce-op.js';
 import { kernelScalar } from './scalar.js';
 
 /** Options of `sum`, `min` and `max`. */
@@ -89,6 +90,40 @@ function checkOut(op: ReduceOp, out: unknown, device: DeviceArray['device'], dty
   return o;
 }
 
+/**
+ * The blocks, in bytes, that a whole-array `op(a)` without `out` takes from the current resource
+ * while it runs (and gives back before it returns), in the order they are allocated: first the
+ * one-element array of the result dtype that the value is read back from, then, when `a` has more
+ * than 4096 elements, the blocks' partials in the accumulator dtype (one per block of the grid: at
+ * most 8 per multiprocessor), a raw block of the current resource (`allocate`/`deallocate`, no
+ * array: a memory budget does not count it). With `out`, only the partials. A reduction along an
+ * axis takes no scratch (its result is the returned array). Size an arena for them with
+ * `ArenaResource.ceil1DVolume` of each (ppl.cv's sizing: the images' `ceil2DVolume` plus these).
+ *
+ * @param a The array reduced (its size and dtype decide).
+ * @param op `'sum'` (default), `'min'`, `'max'` or `'dot'` (of `a` with an array of its shape).
+ * @returns The byte counts, in the order they are allocated.
+ * @throws {TypeError} For an array or dtype the reductions refuse.
+ * @example
+ * ```ts
+ * const scratch = reductionScratch(image); // [result bytes, partials bytes]
+ * const size = 2 * ArenaResource.ceil2DVolume(1920 * 4, 1080) + scratch.reduce((n, b) => n + ArenaResource.ceil1DVolume(b), 0);
+ * ```
+ */
+export function reductionScratch(a: DeviceArray, op: ReduceOp = 'sum'): number[] {
+  checkArray(a, 'reductionScratch: a');
+  if (!(REDUCE_OPS as readonly string[]).includes(op)) throw new TypeError(`reductionScratch: op must be one of ${REDUCE_OPS.join(', ')}, got ${String(op)}`);
+  const dtype = checkDtype(op, a);
+  const blocks: number[] = [kernelScalar[resultDtype(op, dtype)].bytes];
+  if (a.size > SPLIT_THRESHOLD) blocks.push(splitGrid(a.device, a.size) * kernelScalar[accumulatorDtype(dtype)].bytes);
+  return blocks;
+}
+
+/** Blocks enough to fill the device once (8 of 256 threads per multiprocessor), each thread taking at least 16 elements. */
+function splitGrid(device: DeviceArray['device'], k: number): number {
+  return Math.max(1, Math.min(Math.ceil(k / SPLIT_THRESHOLD), device.info.multiprocessorCount * 8));
+}
+
 /** Launches the reduction of `k` elements (of each of `m` rows) and returns nothing: the result is in `out`. */
 function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: number[], ao: number[], b: DeviceArray, bi: number[],
   m: number, k: number, out: DeviceArray, stream: StreamRef): void {
@@ -97,9 +132,7 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
   const name = reduceKernelName(op, dtype);
   const main = builtinKernel(device, built, name, reduceSignatures.main, op);
   if (m === 1 && k > SPLIT_THRESHOLD) {
-    // Blocks enough to fill the device once (8 of 256 threads per multiprocessor), each thread
-    // taking at least 16 elements.
-    const grid = Math.max(1, Math.min(Math.ceil(k / SPLIT_THRESHOLD), device.info.multiprocessorCount * 8));
+    const grid = splitGrid(device, k);
     // The partials are scratch no caller sees: a block of the current resource, not an array (which
     // would cost a buffer object, a backstop registration and a budget check on every reduction).
     const resource = getCurrentResource(device);

@@ -4,14 +4,14 @@
  * hands it out again in stream order, so an allocate/free pair costs well under a microsecond of
  * driver time once the pool is warm; the pool's release threshold decides how much it keeps.
  */
-import { MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../../backend/backend.js';
+import { MemAccess, MemHandleType, MemPoolAttribute, type Handle, type Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
-import { NotSupportedError, UseAfterFreeError, type OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
+import { CudaError, NotSupportedError, UseAfterFreeError, type OutOfMemoryError, type OutOfMemoryReason } from '../../errors.js';
 import { checkNonNegativeInteger, readBytes, type ByteSize } from '../../validate.js';
 import { DEVICE_ALIGNMENT } from './cuda-resource.js';
 import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
-import type { MemoryFigures } from '../figures.js';
+import type { MemoryFigures, MemoryKind } from '../figures.js';
 import { readOptions } from '../../util/options.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
@@ -20,7 +20,17 @@ export interface AsyncPoolOptions {
   readonly maxSize?: ByteSize;
   /** 'posix-fd' to make the pool's memory shareable with other processes (IPC); default 'none'. */
   readonly handleTypes?: 'none' | 'posix-fd';
+  /**
+   * Where the pool's memory lives: the device (`{ type: 'device' }`, the default), or pinned host
+   * memory on a host NUMA node (`{ type: 'host-numa', id }`, CU_MEM_LOCATION_TYPE_HOST_NUMA; `id`
+   * defaults to the device's nearest node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID). The driver refuses
+   * plain host and the calling thread's node (HOST_NUMA_CURRENT) for pools, and so does vram.
+   */
+  readonly location?: AsyncPoolLocation;
 }
+
+/** Where a created pool's memory lives (`AsyncPoolOptions.location`). */
+export type AsyncPoolLocation = { readonly type: 'device' } | { readonly type: 'host-numa'; readonly id?: number };
 
 /** Options for `new AsyncResource`. */
 export interface AsyncResourceOptions {
@@ -65,8 +75,13 @@ export class AsyncResource extends DriverResource {
     return this.exportable ? 'private' : 'driver';
   }
 
-  /** Plain device memory. */
-  readonly kind = 'device';
+  /** Plain device memory; `'pinned-host'` for a pool on a host NUMA node. */
+  readonly kind: MemoryKind;
+  /**
+   * The host NUMA node whose pinned memory the pool holds (`location: { type: 'host-numa' }`);
+   * undefined for a pool of device memory.
+   */
+  readonly hostNumaId: number | undefined;
   /** 256 bytes, as cuMemAlloc. */
   readonly alignment = DEVICE_ALIGNMENT;
   /** True when this resource created its pool (and so destroys it with itself). */
@@ -98,7 +113,10 @@ export class AsyncResource extends DriverResource {
     if (!device.info.memoryPoolsSupported) {
       throw new NotSupportedError(`device ${device.ordinal} does not support stream-ordered memory pools`);
     }
+    const hostNumaId = typeof pool === 'object' && pool.location.type === 'host-numa' ? hostNumaNode(device, pool.location.id) : undefined;
     super(device);
+    this.hostNumaId = hostNumaId;
+    this.kind = hostNumaId === undefined ? 'device' : 'pinned-host';
     device.makeCurrent();
     if (pool === 'default' || pool === 'current') {
       this.rawPool = pool === 'default' ? device.backend.deviceGetDefaultMemPool(device.ordinal) : device.backend.deviceGetMemPool(device.ordinal);
@@ -111,7 +129,18 @@ export class AsyncResource extends DriverResource {
         device: device.ordinal,
         handleTypes: pool.handleTypes === 'posix-fd' ? MemHandleType.POSIX_FILE_DESCRIPTOR : MemHandleType.NONE,
         maxSize: pool.maxSize,
+        ...(hostNumaId === undefined ? {} : { hostNumaId }),
       });
+      if (hostNumaId !== undefined) {
+        // Host NUMA memory is reachable from the host alone until access is granted (the driver's
+        // rule for such pools): the device's copies and kernels need it.
+        try {
+          device.backend.memPoolSetAccess(this.rawPool, device.ordinal, MemAccess.READWRITE);
+        } catch (error) {
+          device.backend.memPoolDestroy(this.rawPool);
+          throw error;
+        }
+      }
       this.ownsPool = true;
       this.exportable = pool.handleTypes === 'posix-fd';
       this.maxSize = pool.maxSize;
@@ -324,9 +353,18 @@ export class AsyncResource extends DriverResource {
     if (this.ownsPool) destroyPool(this.owner, this.rawPool);
   }
 
-  /** `AsyncResource(device=0, pool=default)`. */
+  /**
+   * The device ordinal; -1 for a pool in host NUMA memory (host memory belongs to no device, as
+   * PinnedHostResource's; `deviceObject` is still the device whose context makes the calls).
+   */
+  override get deviceOrdinal(): number {
+    return this.hostNumaId === undefined ? super.deviceOrdinal : -1;
+  }
+
+  /** `AsyncResource(device=0, pool=default)`; `AsyncResource(device=0, host-numa=0, pool=created)` for host memory. */
   describe(): string {
-    return `AsyncResource(device=${this.deviceOrdinal}, pool=${this.ownsPool ? 'created' : this.describedPool})`;
+    const numa = this.hostNumaId === undefined ? '' : `, host-numa=${this.hostNumaId}`;
+    return `AsyncResource(device=${this.deviceObject.ordinal}${numa}, pool=${this.ownsPool ? 'created' : this.describedPool})`;
   }
 
   private get(attribute: MemPoolAttribute): number {
@@ -342,18 +380,77 @@ export class AsyncResource extends DriverResource {
   }
 }
 
+/** The properties of a new pool, checked. */
+interface PoolProperties {
+  readonly maxSize: number;
+  readonly handleTypes: 'none' | 'posix-fd';
+  readonly location: AsyncPoolLocation;
+}
+
 /** The pool options, checked: 'default', or the properties of a new pool. */
-function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'current' | { maxSize: number; handleTypes: 'none' | 'posix-fd' } {
+function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'current' | PoolProperties {
   if (options === undefined || options === 'default') return 'default';
   if (options === 'current') return 'current';
   if (options === null || typeof options !== 'object') throw new TypeError(`pool must be 'default', 'current' or an object of pool properties`);
-  const pool = readOptions('new AsyncResource', options, { maxSize: true, handleTypes: true }, 'pool');
+  const pool = readOptions('new AsyncResource', options, { maxSize: true, handleTypes: true, location: true }, 'pool');
   const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
   const handleTypes = pool.handleTypes ?? 'none';
   if (handleTypes !== 'none' && handleTypes !== 'posix-fd') {
     throw new RangeError(`pool.handleTypes must be 'none' or 'posix-fd', got '${String(handleTypes)}'`);
   }
-  return { maxSize, handleTypes };
+  return { maxSize, handleTypes, location: readLocation(pool.location) };
+}
+
+/** `pool.location`, checked: 'device' or 'host-numa' with an optional node id. */
+function readLocation(location: AsyncPoolLocation | undefined): AsyncPoolLocation {
+  if (location === undefined) return { type: 'device' };
+  if (location === null || typeof location !== 'object') throw new TypeError(`pool.location must be an object like { type: 'host-numa', id: 0 }`);
+  const read = readOptions('new AsyncResource', location as { type: string; id?: number }, { type: true, id: true }, 'pool.location');
+  const type: unknown = read.type;
+  if (type === 'device') {
+    if (read.id !== undefined) throw new TypeError(`pool.location.id is for 'host-numa' locations (a device pool's device is options.device)`);
+    return { type };
+  }
+  if (type === 'host' || type === 'host-numa-current') {
+    throw new RangeError(`pool.location.type '${type}' is refused for pools (the driver takes a NUMA node: CU_MEM_LOCATION_TYPE_HOST_NUMA); use { type: 'host-numa', id }`);
+  }
+  if (type !== 'host-numa') throw new RangeError(`pool.location.type must be 'device' or 'host-numa', got ${JSON.stringify(type)}`);
+  if (read.id === undefined) return { type };
+  return { type, id: checkNonNegativeInteger(read.id, 'pool.location.id') };
+}
+
+/**
+ * The host NUMA node of a pool on `device`: `id`, or the device's nearest node
+ * (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID); a NotSupportedError naming the attribute when the device or
+ * driver has no such pools (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED, CUDA 12.2 and
+ * later) or no host NUMA node.
+ */
+function hostNumaNode(device: Device, id: number | undefined): number {
+  const attribute = (name: 'hostNumaMemoryPoolsSupported' | 'hostNumaId'): number => {
+    try {
+      return device.attribute(name);
+    } catch (error) {
+      // A driver older than the attribute refuses it: it has no host NUMA pools either.
+      if (error instanceof CudaError) {
+        throw new NotSupportedError(`device ${device.ordinal}: the driver does not know CU_DEVICE_ATTRIBUTE_${snake(name)} (${error.errorName}): pools in host NUMA memory need CUDA 12.2 or later`);
+      }
+      throw error;
+    }
+  };
+  if (attribute('hostNumaMemoryPoolsSupported') === 0) {
+    throw new NotSupportedError(`device ${device.ordinal} does not support pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED is 0)`);
+  }
+  if (id !== undefined) return id;
+  const nearest = attribute('hostNumaId');
+  if (nearest < 0) {
+    throw new NotSupportedError(`device ${device.ordinal} has no host NUMA node (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID is ${nearest}): give pool.location.id`);
+  }
+  return nearest;
+}
+
+/** `hostNumaId` as `HOST_NUMA_ID`. */
+function snake(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase();
 }
 
 /** cuMemFreeAsync on stream `handle`, in `owner`'s context. */
