@@ -420,7 +420,7 @@ test('bad input: syntax, unknown names, wrong dtypes for the expression, shapes,
   assert.throws(() => arange([0, 10, 0]), /step must not be 0/);
   assert.throws(() => arange([0, Infinity]), RangeError);
   assert.throws(() => arange('10' as never), (e: Error) => e instanceof TypeError && /range must be n, \[start, stop\] or \[start, stop, step\], got string/.test(e.message));
-  assert.throws(() => arange([0] as never), (e: Error) => e instanceof TypeError && /got an array of 1 element$/.test(e.message));
+  assert.throws(() => arange([0] as never), (e: Error) => e instanceof TypeError && e.message.endsWith('got an array of 1 element'));
   assert.throws(() => arange(10, 'float3' as never), /vector dtype/);
   assert.throws(() => fill(x, 'a' as never), TypeError);
   assert.throws(() => fill(p, 1 as never), TypeError);
