@@ -1,36 +1,10 @@
 /**
- * Lifetimes of the memory vram hands out. Freeing is explicit (`free()`, or `using` through
- * `Symbol.dispose`); a FinalizationRegistry is the backstop that returns what a program dropped
- * without freeing it, and counts it as a leak so it shows up in statistics instead of in
- * `nvidia-smi`. The registry's held value is a record of the pointer, its release and its streams,
- * never the buffer itself, or the buffer could never be collected.
- *
- * Streams: memory from a resource is freed in stream order, on the stream it was allocated on
- * unless `free({ stream })` names another. A buffer used on other streams says so with
- * `recordStream(stream)` (PyTorch's `record_stream`): vram's copies and fills call it for the
- * stream they queue on (buffer/device-memory.ts), the program for work vram does not see (its kernels). At free
- * time the freeing stream is made to wait (an event on each other stream, `cuStreamWaitEvent`, no
- * host wait) so the resource cannot hand the block to new work before the old work on those
- * streams is done. That logic lives here, once, for every buffer class.
- *
- * Destroyed streams: `using s = Stream.create()` declared after a buffer ends `s` before the buffer
- * is freed, and a destroyed stream's handle can no longer have an event recorded on it. So a
- * stream that live buffers recorded gets one last event as it is destroyed (`onStreamRetiring`),
- * and their frees wait on that event, on the device, as on any other stream's.
- *
- * Asynchronous staged copies: a copy of JavaScript memory queues its chunks as earlier ones
- * complete, long after the call, so stream order alone cannot keep a free behind it (the free would
- * be queued before the copy's later chunks, and the next owner overwritten by them). Such a copy
- * holds the memory (`holdMemory`) until it settles: a `free()` meanwhile marks the buffer freed at
- * once but gives the memory back only when the last hold ends, in stream order behind the streams
- * recorded by then; the hold also keeps the buffer reachable, so the backstop cannot free it under
- * the copy. Deferring the free, rather than making it wait on the host, keeps `free()` from blocking
- * and needs nothing from the copy but a count.
- *
- * Views: `view()` of host-accessible memory is an ArrayBuffer over native memory. Such an
- * ArrayBuffer does not keep the buffer object alive by itself, so a module-level
- * `WeakMap<ArrayBuffer, Allocation>` does: while any view is reachable its ArrayBuffer is, and
- * with it the buffer, so the backstop never frees memory a view can still touch.
+ * Lifetimes of the memory vram hands out, once for every buffer class. Freeing is explicit
+ * (`free()`, or `using`); a FinalizationRegistry is the backstop for what a program dropped, and
+ * counts it as a leak. Frees are stream-ordered behind every stream the buffer recorded
+ * (`recordStream`, an event wait, no host wait), including streams destroyed first; a staged copy
+ * holds the memory until it settles, and a host view keeps its buffer reachable.
+ * (Note [Buffer lifetimes], docs/design/buffer-lifetimes.md)
  */
 import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/backend.js';
 import { inspectCustom } from '../util/inspect.js';

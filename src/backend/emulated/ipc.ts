@@ -1,52 +1,11 @@
 /**
  * The emulated driver's interprocess calls between processes of one Linux machine: legacy IPC
  * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle), stream-ordered pools
- * (cuMemPool*ShareableHandle, cuMemPool*Pointer) and physical allocations
- * (cuMemExportToShareableHandle, cuMemImportFromShareableHandle), all on one mechanism.
- *
- * Emulated device memory is JavaScript memory of one process, so memory another process is to see
- * must live where both can map it. At export the allocation's bytes move into an anonymous
- * shared-memory file (memfd_create, mapped MAP_SHARED) and its store serves every later operation
- * from that mapping (LazyStore.shareInto), queued stream work included. The 64-byte handle names
- * the exporter's pid, the file's descriptor number there and a random token that is also the
- * file's name; the importer opens `/proc/<pid>/fd/<n>`, checks that the link names that token
- * (a descriptor number reused for another file is refused), maps the file and closes its
- * descriptor. Because the file has no name in the file system, nothing outlives the processes.
- *
- * A pool exports as a descriptor of a small file named after the pool; one allocation of it as 64
- * bytes naming a shared file that its pages moved into (LazyStore.sharePages: the rest of the pool
- * stays private). A physical allocation exports as a descriptor of the shared file its store moved
- * into; the importer maps that file as physical memory of its own, to map into its reservations.
- * Descriptors are copied between processes by the caller (pidfd_getfd or SCM_RIGHTS), as with the
- * driver's.
- *
- * What this models: a handle travels over any channel as 64 opaque bytes; the importer's mapping
- * is the exporter's memory (writes on either side are seen on the other after the writer's
- * synchronous copy returns, or its stream work has run); opening the same handle again in one
- * context returns the same address and counts the opens (as CUDA documents for
- * cuIpcOpenMemHandle); cuIpcCloseMemHandle undoes one open and the last one unmaps; a process
- * that dies leaves the other consistent: the importer's mapping stays valid until it closes it,
- * and the exporter can still free its memory. Errors: a handle that is not one (bad bytes) or
- * whose exporter or allocation is gone is CUDA_ERROR_INVALID_VALUE, as the driver reports a bad
- * handle ("invalid argument" from cudaIpcOpenMemHandle in NCCL's and PyTorch's reports, and an
- * H100 with CUDA 13 for a malformed handle and for freed memory), except a handle whose exporting
- * process has exited, which is CUDA_ERROR_INVALID_HANDLE (as that H100 answered); opening
- * a handle in the process that exported it is CUDA_ERROR_INVALID_CONTEXT; exporting anything but
- * cuMemAlloc memory (pool, virtual, managed or host memory) is CUDA_ERROR_INVALID_VALUE, as the
- * driver answers for cuMemAllocAsync memory.
- *
- * Interprocess events (cuIpcGetEventHandle, cuIpcOpenEventHandle) share the event's two words,
- * the number of its latest record and of the latest record whose work has run, through a page of
- * shared memory in the same way: a query, synchronisation or stream wait in one process sees the
- * other's records. Each process runs its own emulated stream work only when it makes a call that
- * drains its queues (a synchronisation, a query), so a record completes for the other process
- * then; cuEventSynchronize on an event whose work the other process never runs fails with
- * CUDA_ERROR_NOT_READY after 10 s instead of hanging.
- *
- * What it does not model: the device (both sides use emulated devices of their own, and the
- * importer charges no capacity for the mapping, as the memory is the exporter's); non-Linux hosts
- * (NotSupportedError); the driver's restriction to one importing context per device per other
- * process.
+ * (cuMemPool*ShareableHandle, cuMemPool*Pointer), physical allocations
+ * (cuMemExportToShareableHandle, cuMemImportFromShareableHandle) and interprocess events, all on
+ * one mechanism: at export the memory moves into an anonymous shared-memory file that the
+ * importer maps through `/proc/<pid>/fd/<n>`, so both processes see the same bytes. Errors follow
+ * what the driver answers. (Note [Emulated IPC], docs/design/emulated-ipc.md)
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, fstatSync } from 'node:fs';

@@ -62,27 +62,11 @@ export interface PoolOptions {
   /**
    * Virtual growth only: the most bytes one physical allocation may hold, rounded down to whole
    * pages, at least one (default: one page, the device's allocation granularity, 2 MiB on current
-   * GPUs; Infinity: one per run of pages mapped).
-   * The driver's costs are per mapping (a page mapped costs about what a whole run costs made
-   * anew), but it maps and frees an allocation only whole: a free page of a larger allocation
-   * cannot be moved while a live block sits on another of its pages. So one page keeps peak
-   * reserved closest to peak live, and larger extents grow with fewer driver calls at the cost of
-   * more memory held. Choose a larger size when memory is plentiful and growth time matters; the
-   * figures by size are in the README ("Figures") and bench/results/h100-2026-11-23-pool-growth.md.
-   *
-   * `'adaptive'`: the size follows the memory left. While the device (and `maximumSize`, if set)
-   * keeps a quarter of its memory free after the growth, and at least half of what the pool then
-   * holds, a growth maps a chunk, one extent, beyond the block's pages over free address space: an
-   * thirty-second of what the pool holds, 16 MiB to 256 MiB (a block of half a chunk or more gets an extent
-   * of its own pages), so a workload's first pass makes a few dozen growths rather than one per
-   * page (the pages mapped ahead are cache: blocks are placed on mapped pages first). Below that,
-   * growth maps only the block's pages, one page per extent, as the default does, so peak reserved
-   * stays close to peak live where it decides whether a workload fits; there it creates the pages
-   * the device (or `maximumSize`) still has before it moves cached pages to where a block needs
-   * them (a move costs driver calls each time a loop needs it, a new page once). And when the driver refuses
-   * a growth, the pool first releases every wholly free extent and retries one page per extent
-   * (an extent that still holds a live block cannot be split: the driver frees an allocation only
-   * whole). The device's free memory is read on the growth path only, never on a hit.
+   * GPUs; Infinity: one per run of pages mapped). One page keeps peak reserved closest to peak
+   * live (the driver frees an allocation only whole); larger extents grow with fewer driver calls
+   * and hold more memory. `'adaptive'`: chunks mapped ahead while memory is plentiful, one page
+   * per extent below that, free extents released and the growth retried when the driver refuses.
+   * (Note [Extent size], docs/design/extent-size.md)
    */
   readonly extentSize?: ByteSize | 'adaptive';
 }

@@ -1,31 +1,11 @@
 /**
  * The adaptive growth policy of a virtual-memory pool (`PoolOptions.extentSize: 'adaptive'`): how
  * many pages one growth maps, and whether they may form one physical allocation, from what the
- * pool holds and what the device (or the pool's maximum) has left.
- *
- * Why: each growth costs 30-50 us of host time on a GPU whatever its size (cuMemCreate, cuMemMap,
- * cuMemSetAccess: `virtual-growth.ts`), so a pool that maps only the pages each block needs makes
- * one growth per new page or few pages on a trace's first pass. Mapping a chunk ahead, as one
- * extent, makes the first pass O(log peak) growths. But the driver frees a physical allocation only
- * whole: a large extent that still holds one live block can be neither released nor have its free
- * pages moved to where live data needs them. So chunks are mapped ahead only while memory is
- * plentiful, and growth reverts to one-page extents (pages that can move) when it is short, where
- * keeping peak reserved close to peak live decides whether a workload fits. There, a page that
- * the device can still give is created rather than a cached one moved (`pressurePages`): pages
- * move only once the free memory is all held.
- *
- * Deterministic by construction: the chunk depends only on the pages the pool holds; the device
- * is read only through two thresholds on the free memory left after the growth (a quarter of the
- * device's memory, or of the maximum; half of what the pool then holds), each of which shrinks
- * the chunk only within a chunk of it. On the device `vram replay` sizes for a trace on the
- * emulated backend (2 x peak live + 1 GiB, all free at the start) neither comes within a chunk
- * while the pool holds at most 1.3 x peak live (free after any growth >= 0.7 x peak + 1 GiB,
- * against a quarter of the device, 0.5 x peak + 256 MiB, and half of what the pool holds,
- * <= 0.65 x peak: a margin of more than twice the largest chunk), nor on an 80 GiB GPU for a trace
- * of up to about 40 GiB; so with plenty of memory both map exactly the same chunks, and report the
- * same peak reserved. Under pressure they can differ: an emulated device sized just above a trace's peak is
- * short of memory only near the end (large extents formed before that stay), where a GPU whose
- * other memory is held by a ballast is short of it, by the first threshold, from the start.
+ * pool holds and what the device (or the pool's maximum) has left. Why: a growth costs about the
+ * same whatever its size, so chunks are mapped ahead while memory is plentiful; the driver frees an
+ * allocation only whole, so growth reverts to one-page extents when memory is short. The chunk
+ * depends only on the pages held, so plentiful memory gives the same growths on both backends.
+ * (Note [Extent size], docs/design/extent-size.md)
  */
 
 /**

@@ -2,71 +2,12 @@
  * A stream-ordered, coalescing best-fit heap over address ranges ("regions"), shared by
  * PoolResource and ArenaResource. It only does arithmetic on addresses: where the memory behind
  * the addresses comes from (an upstream resource, virtual memory pages, a fixed arena) is the
- * caller's business.
- *
- * Stream order (as RMM's and CUDA's pools): each stream has its own free lists, a Lane of
- * StreamOrder. A block freed on stream A is reusable at once by A. When B finds nothing in its own
- * lists it takes A's blocks: `StreamOrder.join` makes B wait on an event recorded on A (capturing
- * every free done on A so far, no host synchronisation), and all of A's free blocks move into B's
- * lists. No event is recorded per free, so a hit makes no driver call. The pool's growth path also
- * gathers every stream's free blocks into the allocating stream's (`gather`: an event wait on each)
- * before it maps or moves pages, so that blocks freed on different streams coalesce. When a stream is destroyed
- * its lists are retired, not dropped: their blocks stay takeable after a wait on its last event.
- *
- * A heap over a virtual-memory pool's range (`gathering`) gathers rather than steals, and before
- * it cuts into the top block too: a stream with no fit of its own, or whose best fit is the top
- * block (the free block that runs to the end of the range, past every block in use), first takes
- * the other streams' free blocks, stream after stream (an event wait on each), coalescing with its
- * own, until it has a fit below the top (every stream's when none gives one). Why: the top block
- * belongs to whichever stream last freed the block below it, so that stream always has a fit of
- * its own and never looks at the blocks the other streams freed; its allocations went to fresh
- * addresses over the top while the space split between the streams' lists, coalesced, would have
- * served. A multi-stream loop's layout then drifted from one step to the next over more pages than
- * its live data needs, and each drift was a growth. Taken first, the free space each step leaves
- * is coalesced as the last step's was, so the next step places its blocks where the last one did.
- * A single stream has no one to take from (one loop over the lists, nothing joined).
- *
- * Measured with `vram replay test/fixtures/traces/multi_stream.csv -r adaptive --repeat 4` on the
- * emulated backend (its driver-call counts are the GPU's), passes 2-4 (driver calls; peak reserved;
- * joins, each an event record and a wait; growth-path commits): stealing one stream's blocks, as
- * before, 9 calls (one growth in each of passes 2 and 3, pages moved between the lists), 28 MiB,
- * 19 joins, 5 commits; this, kept: 0 calls, 14 MiB (the first pass's: each pass places its blocks
- * as the first did), 25 joins, 0 commits. Tried, not kept: every stream's blocks at once at the top
- * (0 calls, 14 MiB, 30 joins; see below); the steal taking every stream's blocks once one stream
- * has a fit, not at the top (4 calls, 16 MiB, 27 joins, 12 commits); that with freed blocks kept
- * apart from untouched space, so the top stays neutral (0 calls, 14 MiB, 27 joins, but a single
- * stream's blocks then never merge back into the top: bert_dynamic_infer's passes 2-4 with
- * `--headroom 3` made 11,978 calls against 8,724, resnet50_train's 1,001 against 359); the top
- * tried by a steal of one stream first (9 calls, as before: no one stream's blocks fit where the
- * coalesced ones do); a steal of one stream, then a gather when its fit is the top (9 calls, 18
- * MiB); a gather only when no one stream has a fit (9 calls); parking off, or every parked block
- * unparked when a stream's own is of another size (9 calls each: parking is not the cause).
- *
- * Every stream's blocks at once did better on resnet50_train, the other way on bert_dynamic_infer,
- * with the two single-stream traces' allocations dealt round-robin over three streams, each block
- * freed on its own stream ("same") or on the next one ("cross"): passes 2-4 of
- * `--repeat 4`, driver calls and peak reserved with room, driver calls with `--headroom 3`;
- * stealing as before / one stream after another (kept) / every stream at once:
- *
- *   resnet50_train same       0, 6.20 GiB / 0, 5.91 GiB / 0, 5.62 GiB       2,749 / 2,104 / 1,466
- *   resnet50_train cross      102, 7.00 GiB / 9, 6.71 GiB / 0, 5.62 GiB     8,550 / 7,882 / 2,707
- *   bert_dynamic_infer same   32, 1.25 GiB / 55, 1.14 GiB / 0, 1.26 GiB    14,305 / 13,481 / 15,279
- *   bert_dynamic_infer cross  44, 1.22 GiB / 47, 1.30 GiB / 227, 1.16 GiB  15,565 / 14,918 / 14,839
- *
- * But each join makes the taking stream wait for all the work queued so far on the other one, so
- * joining streams whose blocks are not needed orders streams that need no order (less overlap on a
- * GPU), and it hid ordering faults: the data fuzz caught a pool whose frees lose their stream
- * (test/data-fuzz.test.ts, DropsFreeStream) at steps 1441, 412, 258, 129 and 2170 of seeds 1-5,
- * against 167, 412, 115, 129 and 274 with this (167, 412, 70, 129 and 67 before). The single-stream
- * traces themselves are unchanged, with room and with headroom. The cost is joins: 8 or 9 a pass on
- * multi_stream against 6 or 7 (a join is about 1.2 us on an H100; the growths it saves cost
- * 0.5-0.8 ms a pass).
- *
- * Parking, the pool's hit path: the block a stream frees may be parked instead of merged into its
- * lists, and handed straight back to that stream's next allocation of exactly its size (a training
- * loop's allocate/free of the same shapes). A parked block is free, but neither merged nor listed:
- * at most one per stream, and `unparkAll` gives every one back to its lists before anything that
- * must see all free memory (growth, release, statistics of the cache).
+ * caller's business. Each stream has its own free lists (a Lane of StreamOrder); a stream with no
+ * fit takes another's blocks after a join, and a heap over a virtual-memory range (`gathering`)
+ * gathers the other streams' blocks, one stream after another, before it cuts into the top block,
+ * so that a multi-stream loop's layout repeats instead of drifting. A freed block may be parked for
+ * its stream's next allocation of the same size (the hit path); `unparkAll` returns them.
+ * (Note [Gathering at the top], docs/design/gathering-streams.md)
  */
 import type { Counter } from '../../../counter.js';
 import { watchStreamDestroy, type StreamWatcher } from '../../../stream.js';

@@ -1,60 +1,18 @@
 /**
  * Where a pool block goes when its best fit needs unmapped pages (mapping them means moving cached
  * pages or creating memory): a place wholly on mapped pages, in the free blocks the stream may use
- * without waiting (its own lists and untouched space), that adds no more pages in use than the best
- * fit would. Fewest pages added wins, then a place at either end of its free block (no extra
- * split), then the lowest address. When those hold none, every other stream's free blocks are
- * gathered into the stream's lists after an event wait on each (`BlockHeap.gather`, stream order,
- * no host wait), and searched the same way: only then are pages mapped. Measured with `vram
- * replay --repeat` on the emulated backend: multi_stream (three streams) made 38 driver calls in
- * passes 2-4 moving pages between the streams' lists, 9 with this, and none from its fourth pass
- * on (the free space coalesced across streams repeats from pass to pass, so its places do).
- *
- * Measured on the shared traces: this alone took a third of bert_dynamic_infer's page moves away
- * at unchanged peak memory (5,147 left, before moved pages kept their old mappings); placing where
- * the fewest pages are missing rather than none, or choosing donors from the shortest runs of cached
- * pages, moved more pages, not fewer (5,938 and 6,747). Allowing one page more than the best fit
- * (`ALLOWANCE`) was the rule until moved pages kept their old mappings; since then, allowing none
- * halves resnet50_train's driver calls in its later passes (440 against 825 over passes 2-4) and
- * lowers its peak (+0.46% against +0.68%), which brought those passes to CUDA's pool's time, at
- * the cost of bert_dynamic_infer's first pass (8,778 calls against 7,463: 15-30% slower); bert's later
- * passes and peak are unchanged (bench/results/h100-2026-11-23-pool-growth.md). Allowing two or
- * more halves bert's later moves but takes it over 1% (+1.16%).
- *
- * When no place lies wholly on mapped pages and the best fit would still miss more than
- * `FEWEST_MISSING_ABOVE` pages, the block goes where the fewest pages are missing instead (still
- * adding no more pages in use than the best fit). Measured with `vram replay --repeat 4
- * --headroom 3` on the emulated backend: bert_dynamic_infer's passes 2-4 made 10,772 driver calls
- * and 9,984 page moves, 8,724 and 7,533 with it; resnet50_train's 440 and 320, 359 and 329; peak
- * reserved unchanged on every trace, with room or not. The rule for every growth (no threshold)
- * cuts bert further (7,790 calls) but takes resnet to 495; a threshold of 8 pages or more leaves
- * bert near where it was. Why the threshold: a best fit a page or two short costs a move or two,
- * and a block sent elsewhere to save them changes where later blocks go (resnet's fixed shapes
- * settle where best fit put them); a best fit many pages short is what moves pages every step.
- * Where bert's remaining calls come from: 93% are in growths of a size seen in the 40 growths
- * before (a request's twelve identical layers, whose places do not settle), not in the change of
- * sizes between requests. Tried and measured the same way, none kept: donors by least or most
- * recently used page, or by farthest predicted reuse (bert 9,864, 16,795, 16,666 calls); lowest
- * address first fit for every block (8,816, resnet 451); a size's last place reused when free
- * (9,996, resnet 655); places costed by pages that cannot move back without a call (7,588 to
- * 10,364 by threshold, resnet up to 785). Again with the pressure rule (`pressurePages`; bert at 3%:
- * 8,620 calls in passes 2-4, 540 at 10%), none kept: places costed by the pages that would need a
- * driver call, stale mappings of idle memory counting as free (7,429; 1,455 at 10%); blocks of a
- * page or more page-aligned (+41% peak with room); large blocks at the highest fit below the top
- * mapped page, others at the lowest (7,817 to 9,291); freed large blocks kept whole for the next
- * allocation of their size (7,790 to 9,950). The moves cluster in the requests with the largest
- * blocks, where each layer's 86-page block lands on pages the layer before left under other blocks.
- *
- * Slow path only: it walks every free block of those lists that is large enough, visiting only
- * their mapped pages (a bitmap word of unmapped pages at a time).
+ * without waiting, that adds no more pages in use than the best fit would; failing that, the same
+ * after gathering the other streams' blocks; and when the best fit misses more than
+ * `FEWEST_MISSING_ABOVE` pages, the place with the fewest missing. Slow path only.
+ * (Note [Mapped placement], docs/design/mapped-placement.md)
  */
 import { NEUTRAL, type BlockHeap } from './block-heap.js';
 import { NIL } from './block-store.js';
 import { type FreeLists, sizeClass } from './free-list.js';
 
-/** Pages a mapped place may add to those in use beyond what the best fit would (see above). */
+/** Pages a mapped place may add to those in use beyond what the best fit would (Note [Mapped placement]). */
 const ALLOWANCE = 0;
-/** Pages the best fit may miss before the place with the fewest missing pages wins (see above). */
+/** Pages the best fit may miss before the place with the fewest missing pages wins (Note [Mapped placement]). */
 export const FEWEST_MISSING_ABOVE = 4;
 
 /** What the search reads of the pool's pages (VirtualPages). */
