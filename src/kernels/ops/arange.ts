@@ -25,8 +25,9 @@ export interface ArangeOptions<N extends ScalarName = ScalarName> extends Device
  * float64 for a float step: pass `{ dtype: 'float64' }`). The older form, a range and a dtype
  * (`arange([0, 1, 0.25], 'float32')`), is still taken.
  *
- * @param args `stop`; `start, stop`; or `start, stop, step`; then the options. Or the range (`n`,
- *   `[start, stop]`, `[start, stop, step]`), a dtype and the options.
+ * The arguments: `stop`; `start, stop`; or `start, stop, step`; then the options. Or the range (`n`,
+ * `[start, stop]`, `[start, stop, step]`), a dtype and the options.
+ *
  * @returns The array; it owns its memory.
  * @throws {TypeError} For a vector dtype, a range of another form, a non-number bound, or a dtype given twice.
  * @throws {RangeError} For a non-finite bound, a step of 0, or more elements than an array can hold.
