@@ -72,7 +72,7 @@ for (const path of paths) {
         const options: ReplayOptions = { repeat };
         console.log(row('async', trace, replay(trace, stack.resource, options).passes));
       } finally {
-        stack.close();
+        stack.destroy();
       }
       continue;
     }

@@ -25,11 +25,11 @@ import { readOptions } from './util/options.js';
  * ```
  */
 export class Device {
-  private static readonly devices = new Map<number, Device>();
-  private primaryContext: Handle | undefined;
-  private cachedInfo: DeviceInfo | undefined;
+  static readonly #devices = new Map<number, Device>();
+  #primaryContext: Handle | undefined;
+  #cachedInfo: DeviceInfo | undefined;
   /** The explicit context selected for this device, if any; undefined means the primary context. */
-  private selected: Context | undefined;
+  #selected: Context | undefined;
 
   private constructor(
     /** The device's ordinal, as the driver numbers them. */
@@ -60,7 +60,7 @@ export class Device {
    * ```
    */
   static get(ordinal = 0): Device {
-    let device = Device.devices.get(ordinal);
+    let device = Device.#devices.get(ordinal);
     if (device === undefined) {
       checkNonNegativeInteger(ordinal, 'device ordinal');
       const backend = getBackend();
@@ -71,7 +71,7 @@ export class Device {
       // From here on the backend is fixed: this device's contexts and handles belong to it.
       claimBackend();
       device = new Device(ordinal, backend);
-      Device.devices.set(ordinal, device);
+      Device.#devices.set(ordinal, device);
     }
     return device;
   }
@@ -188,14 +188,14 @@ export class Device {
 
   /** Name, memory, compute capability and the attributes a memory library needs. */
   get info(): DeviceInfo {
-    this.cachedInfo ??= this.backend.deviceInfo(this.ordinal);
-    return this.cachedInfo;
+    this.#cachedInfo ??= this.backend.deviceInfo(this.ordinal);
+    return this.#cachedInfo;
   }
 
   /** The device's primary context, retained on first use. */
   get context(): Handle {
-    this.primaryContext ??= this.backend.primaryContextRetain(this.ordinal);
-    return this.primaryContext;
+    this.#primaryContext ??= this.backend.primaryContextRetain(this.ordinal);
+    return this.#primaryContext;
   }
 
   /**
@@ -203,7 +203,7 @@ export class Device {
    * the primary context. Peer copies and peer access name this context.
    */
   get activeContext(): Handle {
-    return this.selected?.handle ?? this.context;
+    return this.#selected?.handle ?? this.context;
   }
 
   /**
@@ -216,7 +216,7 @@ export class Device {
    * ```
    */
   makeCurrent(): this {
-    this.backend.contextSetCurrent(this.selected?.handle ?? this.context);
+    this.backend.contextSetCurrent(this.#selected?.handle ?? this.context);
     return this;
   }
 
@@ -309,12 +309,12 @@ export class Device {
 
   /** Selects `ctx` (or the primary context, for undefined) as the one vram uses for this device. @internal */
   select(ctx: Context | undefined): void {
-    this.selected = ctx;
+    this.#selected = ctx;
   }
 
   /** The explicit context selected for this device, if any. @internal */
   get selectedContext(): Context | undefined {
-    return this.selected;
+    return this.#selected;
   }
 
   /**
@@ -698,7 +698,7 @@ export class Context {
    */
   setCacheConfig(config: CacheConfig): void {
     const value = cacheConfigValue(config);
-    this.inside(() => this.device.backend.contextSetCacheConfig(value));
+    this.#inside(() => this.device.backend.contextSetCacheConfig(value));
   }
 
   /**
@@ -711,7 +711,7 @@ export class Context {
    * ```
    */
   get cacheConfig(): CacheConfig {
-    const value = this.inside(() => this.device.backend.contextGetCacheConfig());
+    const value = this.#inside(() => this.device.backend.contextGetCacheConfig());
     const name = (Object.keys(cacheConfigs) as CacheConfig[]).find((key) => cacheConfigs[key] === value);
     if (name === undefined) throw new VramStateError(`the driver answered an unknown cache configuration ${value}`);
     return name;
@@ -758,7 +758,7 @@ export class Context {
   }
 
   /** Runs `fn` with this context pushed (and pops it again), leaving vram's selection alone. */
-  private inside<T>(fn: () => T): T {
+  #inside<T>(fn: () => T): T {
     const backend = this.device.backend;
     backend.contextPushCurrent(this.handle);
     try {

@@ -307,7 +307,7 @@ export class InvalidPointerError extends VramStateError {}
  * try { exportPool(pool); } catch (e) { if (e instanceof NotSupportedError) console.warn('no pool IPC here'); }
  * ```
  */
-export class NotSupportedError extends VramStateError {}
+export class NotSupportedError extends VramError {}
 
 /**
  * JavaScript memory a copy was reading or writing was detached meanwhile (transferred to a worker,

@@ -192,14 +192,14 @@ export interface BorrowedStreamOptions {
  * ```
  */
 export class Stream implements StreamRef {
-  private static readonly defaults = new Map<Device, Stream>();
+  static readonly #defaults = new Map<Device, Stream>();
   #destroyed = false;
   /** Host functions queued on this stream outside a capture so far (`launchHostFunc`). */
   #hostFunctions = 0;
   /** The `synchronized()` calls in progress: how many host functions each waits for, and the first error of one. */
   readonly #awaiting = new Set<HostFunctionWait>();
   /** What the backstop ends if this stream is collected undestroyed; undefined for the default stream. */
-  private readonly dropped: Dropped | undefined;
+  readonly #dropped: Dropped | undefined;
 
   private constructor(
     private readonly raw: Handle,
@@ -213,10 +213,10 @@ export class Stream implements StreamRef {
     readonly borrowed = false,
   ) {
     if (raw === DEFAULT_STREAM) return;
-    this.dropped = borrowed
+    this.#dropped = borrowed
       ? { kind: 'Stream', ptr: raw, release: () => endBorrowedStream(device, raw) }
       : { kind: 'Stream', ptr: raw, release: () => endStream(device, raw) };
-    guard(this, this.dropped);
+    guard(this, this.#dropped);
   }
 
   /**
@@ -309,10 +309,10 @@ export class Stream implements StreamRef {
    */
   static default(device?: Device): Stream {
     const dev = Device.resolve(device);
-    let stream = Stream.defaults.get(dev);
+    let stream = Stream.#defaults.get(dev);
     if (stream === undefined) {
       stream = new Stream(DEFAULT_STREAM, dev, 0, false);
-      Stream.defaults.set(dev, stream);
+      Stream.#defaults.set(dev, stream);
     }
     return stream;
   }
@@ -616,7 +616,7 @@ export class Stream implements StreamRef {
     retiring?.(this);
     // Resources retire what they cached on this stream while its handle is still valid.
     this.#destroyed = true;
-    unguard(this.dropped!);
+    unguard(this.#dropped!);
     if (this.borrowed) endBorrowedStream(this.device, this.raw);
     else endStream(this.device, this.raw);
   }
@@ -698,11 +698,11 @@ export interface EventOptions {
  */
 export class Event {
   #destroyed = false;
-  private recorded = false;
+  #recorded = false;
   /** The capture the latest record was made in, if it was (graph/graph.ts). */
   #captureSession: CaptureSession | undefined;
   /** What the backstop ends if this event is collected undestroyed. */
-  private readonly dropped: Dropped;
+  readonly #dropped: Dropped;
 
   private constructor(
     private readonly raw: Handle,
@@ -713,8 +713,8 @@ export class Event {
     /** True when other processes can wait on it (created with `interprocess`, or opened with `openIpc`). */
     readonly interprocess = false,
   ) {
-    this.dropped = { kind: 'Event', ptr: raw, release: () => endEvent(device, raw) };
-    guard(this, this.dropped);
+    this.#dropped = { kind: 'Event', ptr: raw, release: () => endEvent(device, raw) };
+    guard(this, this.#dropped);
   }
 
   /**
@@ -813,7 +813,7 @@ export class Event {
 
   /** True once the event has been recorded on a stream at least once. */
   get isRecorded(): boolean {
-    return this.recorded;
+    return this.#recorded;
   }
 
   /**
@@ -827,7 +827,7 @@ export class Event {
    * ```
    */
   toString(): string {
-    const flags = [this.timing ? 'timing' : '', this.interprocess ? 'interprocess' : '', this.recorded ? 'recorded' : '',
+    const flags = [this.timing ? 'timing' : '', this.interprocess ? 'interprocess' : '', this.#recorded ? 'recorded' : '',
       this.#destroyed ? 'destroyed' : ''].filter(Boolean);
     return `Event(${this.raw}, device ${this.device.ordinal}${flags.length > 0 ? `, ${flags.join(', ')}` : ''})`;
   }
@@ -859,7 +859,7 @@ export class Event {
   toJSON(): { type: 'Event'; handle: number; device: number; timing: boolean; interprocess: boolean; recorded: boolean; destroyed: boolean } {
     return {
       type: 'Event', handle: Number(this.raw), device: this.device.ordinal, timing: this.timing, interprocess: this.interprocess,
-      recorded: this.recorded, destroyed: this.#destroyed,
+      recorded: this.#recorded, destroyed: this.#destroyed,
     };
   }
 
@@ -877,7 +877,7 @@ export class Event {
     const s = streamHandleOf(stream);
     this.device.makeCurrent();
     this.device.backend.eventRecord(handle, s);
-    this.recorded = true;
+    this.#recorded = true;
     this.#captureSession = captureSessionOf(s);
     return this;
   }
@@ -893,7 +893,7 @@ export class Event {
    */
   query(): boolean {
     const handle = this.handle;
-    this.refuseCaptured('event.query()');
+    this.#refuseCaptured('event.query()');
     this.device.makeCurrent();
     return this.device.backend.eventQuery(handle);
   }
@@ -909,7 +909,7 @@ export class Event {
    */
   synchronize(): void {
     const handle = this.handle;
-    this.refuseCaptured('event.synchronize()');
+    this.#refuseCaptured('event.synchronize()');
     refuseDuringCapture('event.synchronize()', 'a host wait cannot be captured (await event.synchronized() after endCapture())');
     this.device.makeCurrent();
     this.device.backend.eventSynchronize(handle);
@@ -930,7 +930,7 @@ export class Event {
     return session !== undefined && captureSessionOf(session.origin) === session ? session : undefined;
   }
 
-  private refuseCaptured(call: string): void {
+  #refuseCaptured(call: string): void {
     if (this.captureSession !== undefined) {
       throw new StreamCaptureError(call, 'the event was recorded in a capture that has not ended: it marks a point in the graph, not in work that runs');
     }
@@ -971,7 +971,7 @@ export class Event {
     if (!this.timing || !start.timing) {
       throw new VramStateError('elapsedSince needs two events created with timing: true');
     }
-    if (!this.recorded || !start.recorded) {
+    if (!this.#recorded || !start.#recorded) {
       throw new VramStateError('elapsedSince needs two events that have been recorded');
     }
     return this.device.backend.eventElapsedTime(begin, end);
@@ -989,7 +989,7 @@ export class Event {
   destroy(): void {
     if (this.#destroyed) throw new DoubleFreeError('the event was already destroyed');
     this.#destroyed = true;
-    unguard(this.dropped);
+    unguard(this.#dropped);
     endEvent(this.device, this.raw);
   }
 

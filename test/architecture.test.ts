@@ -9,6 +9,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, normalize, relative } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -129,11 +130,41 @@ export function architectureBreaks(files: ReadonlyMap<string, string>, layers: L
   return breaks;
 }
 
+/**
+ * The files that mix the two privacy styles: a `#name` member and a member marked `private`
+ * (a `private constructor` and a constructor's parameter properties are exempt: they have no `#` form).
+ *
+ * @param files Repository paths with their text.
+ * @returns One line per mixing file, with a count of each style.
+ */
+export function privacyMixes(files: ReadonlyMap<string, string>): string[] {
+  const out: string[] = [];
+  for (const [file, text] of files) {
+    const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false, ts.ScriptKind.TS);
+    let hash = 0;
+    let keyword = 0;
+    const visit = (node: ts.Node): void => {
+      if (ts.isClassElement(node) && !ts.isConstructorDeclaration(node) && node.name !== undefined) {
+        if (ts.isPrivateIdentifier(node.name)) hash++;
+        else if (ts.canHaveModifiers(node) && ts.getModifiers(node)?.some((m) => m.kind === ts.SyntaxKind.PrivateKeyword)) keyword++;
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+    if (hash > 0 && keyword > 0) out.push(`${file}: mixes ${hash} #private and ${keyword} 'private' members: use one style per file`);
+  }
+  return out;
+}
+
 describe('architecture', () => {
   const files = new Map(sourceFiles('src').map((f) => [f, readFileSync(join(root, f), 'utf8')]));
 
   it('holds: no upward import, no cycle off the allow-list, no re-export through a layer, no backend-name branch', () => {
     assert.deepEqual(architectureBreaks(files), []);
+  });
+
+  it('holds: one privacy style per file (#name or private, not both)', () => {
+    assert.deepEqual(privacyMixes(files), []);
   });
 
   it('every floor of docs/layers.json names paths that exist', () => {
@@ -143,7 +174,7 @@ describe('architecture', () => {
     }
   });
 
-  it('catches what it is for: a planted upward import, a planted cycle, a re-export and a name branch', () => {
+  it('catches what it is for: a planted upward import, a planted cycle, a re-export, a name branch and mixed privacy', () => {
     const planted = new Map([
       ['src/util/a.ts', "import { Device } from '../device.js';\n"],
       ['src/device.ts', "import { x } from './util/a.js';\n"],
@@ -155,6 +186,11 @@ describe('architecture', () => {
     assert.ok(breaks.some((b) => b === 'import cycle: src/device.ts -> src/util/a.ts'), breaks.join('\n'));
     assert.ok(breaks.some((b) => b.startsWith('src/resource/r.ts:1: re-exports src/stream.ts')), breaks.join('\n'));
     assert.ok(breaks.some((b) => b.startsWith("src/buffer/b.ts:1: branches on the backend's name")), breaks.join('\n'));
+    const privacy = privacyMixes(new Map([
+      ['src/mixed.ts', 'class A { #a = 1; private b = 2; }\n'],
+      ['src/exempt.ts', 'class B { #a = 1; private constructor(private readonly c: number) {} }\n'],
+    ]));
+    assert.deepEqual(privacy, ["src/mixed.ts: mixes 1 #private and 1 'private' members: use one style per file"]);
   });
 
   it('the architecture document names every floor of the table', () => {

@@ -60,7 +60,7 @@ test('the named stacks take their sizes as strings too', () => {
     const ptr = stack.resource.allocate('1M');
     stack.resource.deallocate(ptr, MiB);
   } finally {
-    stack.close();
+    stack.destroy();
   }
 });
 

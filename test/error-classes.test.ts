@@ -69,3 +69,10 @@ test('no class in src/ extends a built-in error directly, except VramError', () 
   walk(root);
   assert.deepEqual(found, []);
 });
+
+test('NotSupportedError stands directly under VramError: a missing capability is not a state misuse', () => {
+  assert.equal(Object.getPrototypeOf(vram.NotSupportedError), vram.VramError);
+  const e = new vram.NotSupportedError('no pool IPC here');
+  assert.ok(e instanceof vram.VramError);
+  assert.ok(!(e instanceof vram.VramStateError));
+});

@@ -90,7 +90,7 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
         await p.do({ op: 'close' });
         await p.exit();
       } finally {
-        stack.close();
+        stack.destroy();
       }
     });
 
@@ -158,7 +158,7 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
         assert.ok(answer.name === 'SystemCallError' || answer.name === 'VramStateError', `${answer.name}: ${answer.message}`);
         await q.exit();
       } finally {
-        stack.close();
+        stack.destroy();
       }
       assert.equal(emulatedIpcResources(), 0, 'nothing shared is left once the memory is gone');
     });
@@ -175,7 +175,7 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
         assert.deepEqual(r.stdout.trim().split('\n'), [hex(pattern(8)), 'done']);
         assert.deepEqual(read(buf, 4, 3 * MiB - 4), new Uint8Array(4).fill(0xab));
       } finally {
-        stack.close();
+        stack.destroy();
       }
     });
 
@@ -186,7 +186,7 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
       const p = peer();
       await p.do({ op: 'import', handle: exportIpc(buf).toString() });
       buf.free();
-      stack.close();
+      stack.destroy();
       assert.equal((await p.do({ op: 'read', offset: 3 * MiB - 5, bytes: 5 })).hex, hex(pattern(5, 3 * MiB - 5)));
       await p.do({ op: 'close' });
       await p.exit();

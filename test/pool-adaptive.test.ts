@@ -255,7 +255,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const stack = createResourceStack('adaptive', { device: 0 });
     assert.equal(stack.resource.describe(), 'PoolResource(virtual, device=0, extents=adaptive)');
     assert.equal(stack.pool, stack.resource);
-    stack.close();
+    stack.destroy();
     assert.throws(() => new PoolResource({ extentSize: 'adaptve' as 'adaptive' }),
       (e: unknown) => e instanceof RangeError && /extentSize must be a size .*, Infinity or 'adaptive'; got 'adaptve'/.test(e.message));
   });

@@ -312,7 +312,7 @@ describe('replay of the real traces', () => {
         assert.ok(growth, 'the pool reports its growth');
         return { calls: Object.values(growth.driverCalls).reduce((sum, n) => sum + n, 0), notes: stack.notes };
       } finally {
-        stack.close();
+        stack.destroy();
       }
     };
     const plain = calls({});
@@ -357,7 +357,7 @@ describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', 
       assert.ok(joins.every((j) => j.records >= 0 && j.waits >= 0));
       assert.ok(joins[1]!.waits > 0, 'a later pass\'s joins are its own (counted between its readings)');
     } finally {
-      stack.close();
+      stack.destroy();
     }
     const single = readAllocationLog(`${traces}resnet50_train.csv`);
     const one = createStack('pool', single);
@@ -366,7 +366,7 @@ describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', 
       // Its records are the host waits' before page moves (one-page extents), never a join's.
       assert.deepEqual(result.passes.map((p) => p.growth!.streamJoins!.waits), [0, 0], 'one stream joins nothing');
     } finally {
-      one.close();
+      one.destroy();
     }
   });
 });
@@ -407,7 +407,7 @@ describe('replay of a multi-stream trace', () => {
         const page = Device.get(0).backend.memGetAllocationGranularity(0);
         assert.ok(first <= 7 * page, `${first} bytes: the 7 pages peak live needs`);
       } finally {
-        stack.close();
+        stack.destroy();
       }
     });
   }
@@ -427,7 +427,7 @@ describe('replay of a multi-stream trace', () => {
           assert.equal(result.operations, multi.summary.operations);
           if (timeline) assert.ok(result.timeline!.peakBlocks.some((b) => b.stream !== 0), 'blocks of other streams at the peak');
         } finally {
-          stack.close();
+          stack.destroy();
         }
         assertMemoryReturned(before, deviceMemoryUsed(Device.get(0)), `${name}: everything given back`);
       });
@@ -679,13 +679,13 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     for (const name of RESOURCE_STACK_NAMES) {
       const built = createResourceStack(name, name === 'arena' ? { size: 64 << 20 } : {});
       const hasPool = built.pool !== undefined;
-      built.close();
+      built.destroy();
       const stack = createStack(name, readAllocationLog(`${traces}multi_stream.csv`));
       try {
         assert.equal(stack.growth !== undefined, hasPool, `${name}: growth figures ${hasPool ? 'from its pool' : 'none'}`);
         if (hasPool) assert.equal(typeof stack.growth!().driverCalls.create, 'number');
       } finally {
-        stack.close();
+        stack.destroy();
       }
     }
   });

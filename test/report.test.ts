@@ -107,7 +107,7 @@ describe('replay timeline', () => {
       const liveInSegments = timeline.peakSegments.segments.flatMap((s) => s.blocks).filter((b) => b.state === 'live');
       assert.deepEqual(liveInSegments.map((b) => b.address).sort((a, b) => a - b), timeline.peakBlocks.map((b) => b.address));
     } finally {
-      stack.close();
+      stack.destroy();
     }
   });
 
@@ -118,7 +118,7 @@ describe('replay timeline', () => {
       assert.equal(result.timeline?.reservedSource, 'estimate');
       assert.equal(Math.max(...result.timeline!.reservedBytes), peakOccupied(trace, estimateDriverReservation));
     } finally {
-      stack.close();
+      stack.destroy();
     }
   });
 
@@ -128,7 +128,7 @@ describe('replay timeline', () => {
       assert.equal('timeline' in replay(trace, stack.resource), false);
       assert.throws(() => replay(trace, stack.resource, { timeline: true, perOperationTiming: true }), RangeError);
     } finally {
-      stack.close();
+      stack.destroy();
     }
   });
 });
@@ -144,7 +144,7 @@ describe('replayReport', () => {
       try {
         return { name, timeline: replay(trace, stack.resource, { timeline: true }).timeline! };
       } finally {
-        stack.close();
+        stack.destroy();
       }
     });
     const report = replayReport({ trace, facts: [['trace', 'tiny']], stacks: [...stacks, { name: 'cuda' }] });
@@ -170,7 +170,7 @@ describe('replayReport', () => {
       assert.deepEqual(Array.from(plot.xValues), [1, 2, 3, 4]);
       assert.equal(plot.x.unit, 'count');
     } finally {
-      stack.close();
+      stack.destroy();
     }
   });
 

@@ -39,7 +39,7 @@ test('every named stack builds its resource, hands out memory, and closes to not
     const ptr = stack.resource.allocate(MiB);
     stack.resource.deallocate(ptr, MiB);
     device.synchronize();
-    stack.close();
+    stack.destroy();
     assert.ok(stack.resource.destroyed, `${name}: top destroyed`);
     if (stack.pool !== undefined) assert.ok(stack.pool.destroyed, `${name}: the pool it made is destroyed too`);
   }
@@ -49,11 +49,11 @@ test('the stacks are what their names promise: async keeps freed memory, binning
   const async = createResourceStack('async');
   assert.equal(async.resource.ownsPool, true);
   assert.equal(async.resource.releaseThreshold, Number.MAX_SAFE_INTEGER);
-  async.close();
+  async.destroy();
   const binning = createResourceStack('binning');
   assert.deepEqual(binning.resource.binSizes, [256 * 1024, 512 * 1024, MiB, 2 * MiB, 4 * MiB]);
   assert.equal(binning.resource.upstream, binning.pool);
-  binning.close();
+  binning.destroy();
 });
 
 test('the default resource, replay and the catalogue build the same stack for a name', () => {
@@ -61,7 +61,7 @@ test('the default resource, replay and the catalogue build the same stack for a 
   const fromCatalogue = createResourceStack('async');
   assert.equal(fromDefault.describe(), fromCatalogue.resource.describe());
   fromDefault.destroy();
-  fromCatalogue.close();
+  fromCatalogue.destroy();
 
   const trace = parseAllocationLog(`${ALLOCATION_LOG_HEADER}\n`, 'empty.csv');
   for (const name of RESOURCE_STACK_NAMES) {
@@ -69,8 +69,8 @@ test('the default resource, replay and the catalogue build the same stack for a 
     const built = build(name);
     assert.equal(replayed.resource.constructor, built.resource.constructor, name);
     if (name === 'binning') assert.equal(replayed.resource.describe().split(', upstream=')[0], built.resource.describe().split(', upstream=')[0]);
-    replayed.close();
-    built.close();
+    replayed.destroy();
+    built.destroy();
   }
 });
 

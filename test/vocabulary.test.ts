@@ -3,7 +3,8 @@
  * `free()` and says `freed`; everything else that ends (resources, streams, events, contexts, modules,
  * imported pools) ends with `destroy()` and says `destroyed`; `device` is a `Device` wherever a class
  * has one, and a resource's ordinal is `deviceOrdinal`. A table over the exported classes with a
- * lifetime, so a class added later without the vocabulary, or an old name coming back, fails here.
+ * lifetime (and the resource and replay stacks, which end with `destroy()` too), so a class added
+ * later without the vocabulary, or an old name coming back, fails here.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -38,6 +39,10 @@ import { TrackingAdaptor } from '../src/resource/adaptors/tracking.js';
 import { LoggingAdaptor } from '../src/resource/adaptors/logging.js';
 import { RetryOnOutOfMemory } from '../src/resource/adaptors/retry-on-oom.js';
 import { Communicator, Registration } from '../src/public/nccl.js';
+import { createResourceStack, RESOURCE_STACK_NAMES } from '../src/resource/stacks.js';
+import { createStack } from '../src/replay/stacks.js';
+import { parseAllocationLog } from '../src/replay/parse.js';
+import { ALLOCATION_LOG_HEADER } from '../src/resource/adaptors/logging.js';
 
 /** A class as a value (constructors may be private: only the prototype is read). */
 interface Class { readonly name: string; readonly prototype: object }
@@ -60,6 +65,19 @@ const ended: readonly Class[] = [
   PinnedHostPool, StatisticsAdaptor, LimitingAdaptor, TrackingAdaptor, LoggingAdaptor, RetryOnOutOfMemory,
   Communicator, Registration,
 ];
+/** The built objects that end without a class of their own: the resource and replay stacks. */
+test('ResourceStack and ReplayStack end with destroy(), never a retired name', () => {
+  const trace = parseAllocationLog(`${ALLOCATION_LOG_HEADER}\n`, 'empty.csv');
+  for (const name of RESOURCE_STACK_NAMES) {
+    const options = name === 'arena' ? { size: 4 << 20 } : {};
+    for (const [what, stack] of [['ResourceStack', createResourceStack(name, options as never)], ['ReplayStack', createStack(name, trace)]] as const) {
+      assert.equal(typeof stack.destroy, 'function', `${what} ${name}: destroy()`);
+      for (const old of RETIRED) assert.ok(!(old in stack), `${what} ${name}: ${old} is retired`);
+      stack.destroy();
+    }
+  }
+});
+
 const resources: readonly Class[] = ended.filter((c) => c === MemoryResource || c.prototype instanceof MemoryResource);
 
 for (const cls of memory) {

@@ -197,7 +197,7 @@ export class DeviceBuffer extends DeviceMemory {
     const bytes = readBytes(size, 'bytes');
     options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true, spillable: true });
     const stream = options.stream ?? defaultStream;
-    if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);
+    if (isSpillable(options)) return DeviceBuffer.#allocateSpillable(bytes, options, stream);
     const resource = pickResource(options);
     streamHandleOf(stream);
     const budgets = activeBudgets();
@@ -207,11 +207,11 @@ export class DeviceBuffer extends DeviceMemory {
     }
     const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
     if (over !== undefined) throw over.error;
-    return DeviceBuffer.charged(resource.allocate(bytes, stream), bytes, resource, stream, budgets);
+    return DeviceBuffer.#charged(resource.allocate(bytes, stream), bytes, resource, stream, budgets);
   }
 
   /** A buffer whose bytes count against `budgets` until it is freed. */
-  private static charged(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, budgets: ReturnType<typeof activeBudgets>): DeviceBuffer {
+  static #charged(ptr: Ptr, bytes: number, resource: MemoryResource, stream: StreamRef, budgets: ReturnType<typeof activeBudgets>): DeviceBuffer {
     const refund = chargeBudgets(budgets, bytes);
     return new DeviceBuffer(ptr, bytes, resource, stream, (on) => {
       resource.deallocate(ptr, bytes, on);
@@ -260,7 +260,7 @@ export class DeviceBuffer extends DeviceMemory {
     if (signal?.aborted === true) throw abortReason(signal);
     const stream = options.stream ?? defaultStream;
     // Spillable memory makes room by spilling other spillable buffers, not by waiting.
-    if (isSpillable(options)) return DeviceBuffer.allocateSpillable(bytes, options, stream);
+    if (isSpillable(options)) return DeviceBuffer.#allocateSpillable(bytes, options, stream);
     const resource = pickResource(options);
     streamHandleOf(stream);
     const call = 'DeviceBuffer.allocateAsync';
@@ -277,7 +277,7 @@ export class DeviceBuffer extends DeviceMemory {
         return new BlockedResult('memory', error instanceof OutOfMemoryError ? error
           : new OutOfMemoryError({ requestedBytes: bytes, call, reason: 'device', resource: resource.describe(), cause: error }));
       }
-      return DeviceBuffer.charged(ptr, bytes, resource, stream, budgets);
+      return DeviceBuffer.#charged(ptr, bytes, resource, stream, budgets);
     };
     if (!wait) {
       // A refusal first lets what the program dropped be reclaimed (a collection and two turns of
@@ -311,7 +311,7 @@ export class DeviceBuffer extends DeviceMemory {
   }
 
   /** `allocate` of spillable memory: from the device's SpillableResource, through its spill manager. */
-  private static allocateSpillable(bytes: number, options: DeviceBufferOptions, stream: StreamRef): DeviceBuffer {
+  static #allocateSpillable(bytes: number, options: DeviceBufferOptions, stream: StreamRef): DeviceBuffer {
     const given = options.resource;
     if (given !== undefined && !(given instanceof MemoryResource && given.kind === 'device')) {
       throw new TypeError(`DeviceBuffer.allocate: spillable memory comes from device memory, which ${
@@ -582,7 +582,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
    */
   copy2DFromHost(src: CopyEndpoint, options: Copy2DOptions = {}): void {
     options = readOptions('PitchedDeviceBuffer.copy2DFromHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
-    const { widthBytes, height } = this.region(options, 'copy2DFromHost');
+    const { widthBytes, height } = this.#region(options, 'copy2DFromHost');
     copy2D({ memory: this, offset: 0, pitch: this.pitch },
       { memory: src, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
       widthBytes, height, options.stream, 'copy2DFromHost');
@@ -600,7 +600,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
    */
   copy2DToHost<T extends CopyEndpoint>(dst: T, options: Copy2DOptions = {}): T {
     options = readOptions('PitchedDeviceBuffer.copy2DToHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
-    const { widthBytes, height } = this.region(options, 'copy2DToHost');
+    const { widthBytes, height } = this.#region(options, 'copy2DToHost');
     copy2D({ memory: dst, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
       { memory: this, offset: 0, pitch: this.pitch },
       widthBytes, height, options.stream, 'copy2DToHost');
@@ -620,7 +620,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
   copy2DFrom(src: PitchedDeviceBuffer, options: Copy2DFromOptions = {}): void {
     if (!(src instanceof PitchedDeviceBuffer)) throw new TypeError('copy2DFrom: src must be a PitchedDeviceBuffer');
     options = readOptions('PitchedDeviceBuffer.copy2DFrom', options, { widthBytes: true, height: true, stream: true });
-    const { widthBytes, height } = this.region(options, 'copy2DFrom');
+    const { widthBytes, height } = this.#region(options, 'copy2DFrom');
     if (widthBytes > src.widthBytes || height > src.height) {
       throw new RangeError(`copy2DFrom: ${widthBytes} x ${height} exceeds the source's ${src.widthBytes} x ${src.height}`);
     }
@@ -628,7 +628,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
       widthBytes, height, options.stream, 'copy2DFrom');
   }
 
-  private region(options: Copy2DFromOptions, what: string): { widthBytes: number; height: number } {
+  #region(options: Copy2DFromOptions, what: string): { widthBytes: number; height: number } {
     this.checkLive();
     const widthBytes = options.widthBytes ?? this.widthBytes;
     const height = options.height ?? this.height;

@@ -124,7 +124,7 @@ export class HostBuffer extends Allocation {
    */
   readonly stream: StreamRef | undefined;
   readonly #readOnly: boolean;
-  private cachedDevicePtr: Ptr | undefined;
+  #cachedDevicePtr: Ptr | undefined;
 
   private constructor(
     ptr: Ptr, bytes: number, release: Release, stream: StreamRef | undefined,
@@ -261,12 +261,12 @@ export class HostBuffer extends Allocation {
     if (!this.mapped) {
       throw new VramStateError('devicePtr needs a mapped HostBuffer: allocate or register it with { mapped: true }');
     }
-    if (this.cachedDevicePtr === undefined) {
+    if (this.#cachedDevicePtr === undefined) {
       const backend = this.backend;
       ensureAnyContext(backend);
-      this.cachedDevicePtr = backend.memHostGetDevicePointer(ptr);
+      this.#cachedDevicePtr = backend.memHostGetDevicePointer(ptr);
     }
-    return this.cachedDevicePtr;
+    return this.#cachedDevicePtr;
   }
 
   /**

@@ -262,7 +262,7 @@ export abstract class Allocation {
 
   /** The address of the first byte. Throws `UseAfterFreeError` once freed. */
   get ptr(): Ptr {
-    if (this.#freed) this.throwFreed();
+    if (this.#freed) this.#throwFreed();
     return this.#ptr;
   }
 
@@ -364,7 +364,7 @@ export abstract class Allocation {
 
   /** Throws `UseAfterFreeError` when freed; every method that touches the memory calls it. */
   protected checkLive(): void {
-    if (this.#freed) this.throwFreed();
+    if (this.#freed) this.#throwFreed();
   }
 
   /**
@@ -472,7 +472,7 @@ export abstract class Allocation {
   protected hostView<T extends ArrayBufferView>(
     Type: new (buffer: ArrayBuffer, byteOffset?: number, length?: number) => T, byteOffset: number, length: number,
   ): T {
-    if (this.#freed) this.throwFreed();
+    if (this.#freed) this.#throwFreed();
     if (this.#view === undefined) {
       const backend = this.backend;
       const buffer = backend.hostView(this.#ptr, this.#bytes);
@@ -493,7 +493,7 @@ export abstract class Allocation {
     return view;
   }
 
-  private throwFreed(): never {
+  #throwFreed(): never {
     throw new UseAfterFreeError(`${this.constructor.name} of ${this.#bytes} bytes was used after free`);
   }
 
@@ -503,7 +503,7 @@ export abstract class Allocation {
       return allocation.#held;
     };
     addressOfLive = (allocation) => {
-      if (allocation.#freed) allocation.throwFreed();
+      if (allocation.#freed) allocation.#throwFreed();
       return allocation.#ptr;
     };
     setAddress = (allocation, ptr) => {

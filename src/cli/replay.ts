@@ -187,7 +187,7 @@ function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: S
     const at = error instanceof ReplayError && error.point !== undefined ? { at: { line: error.line, ...error.point } } : {};
     return { stack: name, ok: false, notes: stack.notes, ...freeAtStart, error: `${arena}${message}`, outOfMemory: outOfMemory && name !== 'arena', ...at };
   } finally {
-    stack.close();
+    stack.destroy();
   }
 }
 
@@ -376,7 +376,7 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
       });
       return { name: o.stack, ...(result.timeline ? { timeline: result.timeline } : {}) };
     } finally {
-      stack.close();
+      stack.destroy();
     }
   });
   const { header, rows } = resultsTable(outcomes, run.limit !== undefined, backend);

@@ -42,7 +42,7 @@ const UPDATE_REASONS: Readonly<Record<number, readonly [string, string]>> = {
  */
 export class Graph {
   #destroyed = false;
-  private readonly dropped: Dropped;
+  readonly #dropped: Dropped;
 
   /**
    * Made by `stream.endCapture()` and `captureGraph`, not directly.
@@ -64,8 +64,8 @@ export class Graph {
     readonly pool: CapturePool | undefined,
     private readonly holds: CapturePool = new CaptureHolds(),
   ) {
-    this.dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool, holds) };
-    guard(this, this.dropped);
+    this.#dropped = { kind: 'Graph', ptr: raw, release: () => endGraph(device, raw, pool, holds) };
+    guard(this, this.#dropped);
   }
 
   /**
@@ -144,7 +144,7 @@ export class Graph {
   destroy(): void {
     if (this.#destroyed) throw new DoubleFreeError('the graph was already destroyed');
     this.#destroyed = true;
-    unguard(this.dropped);
+    unguard(this.#dropped);
     endGraph(this.device, this.raw, this.pool, this.holds);
   }
 
@@ -213,11 +213,11 @@ function endGraph(device: Device, raw: Handle, pool: CapturePool | undefined, ho
  */
 export class GraphExec {
   #destroyed = false;
-  private readonly dropped: Dropped;
+  readonly #dropped: Dropped;
   /** The streams launched on since the last destroy check (handles). */
-  private readonly launchedOn = new Set<Handle>();
+  readonly #launchedOn = new Set<Handle>();
   /** Launches queued so far. */
-  private launches = 0;
+  #launches = 0;
 
   /**
    * Made by `graph.instantiate()`, not directly.
@@ -241,8 +241,8 @@ export class GraphExec {
     readonly memoryNodes = 0,
     private readonly holds: CapturePool[] = [],
   ) {
-    this.dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, holds, []) };
-    guard(this, this.dropped);
+    this.#dropped = { kind: 'GraphExec', ptr: raw, release: () => endExec(device, raw, pool, holds, []) };
+    guard(this, this.#dropped);
   }
 
   /**
@@ -294,7 +294,7 @@ export class GraphExec {
     try {
       this.device.backend.graphLaunch(h, s);
     } catch (error) {
-      if (error instanceof CudaError && error.code === CUresult.INVALID_VALUE && this.memoryNodes > 0 && this.launches > 0) {
+      if (error instanceof CudaError && error.code === CUresult.INVALID_VALUE && this.memoryNodes > 0 && this.#launches > 0) {
         throw new GraphMemoryLiveError(
           `${String(this)} cannot launch again: the graph still owns the memory its ${this.memoryNodes} allocation node(s) made at the last launch ` +
           'and that it does not free. Free that memory first (buffer.free({ stream }) or resource.deallocate for the block the capture allocated, ' +
@@ -302,8 +302,8 @@ export class GraphExec {
       }
       throw error;
     }
-    this.launches++;
-    this.launchedOn.add(s);
+    this.#launches++;
+    this.#launchedOn.add(s);
     return this;
   }
 
@@ -351,11 +351,11 @@ export class GraphExec {
   destroy(): void {
     if (this.#destroyed) throw new DoubleFreeError('the executable graph was already destroyed');
     this.#destroyed = true;
-    unguard(this.dropped);
+    unguard(this.#dropped);
     const { backend } = this.device;
     this.device.makeCurrent();
     const events: Handle[] = [];
-    for (const s of this.launchedOn) {
+    for (const s of this.#launchedOn) {
       events.push(recordNewEvent(backend, s));
     }
     endExec(this.device, this.raw, this.pool, this.holds, events);

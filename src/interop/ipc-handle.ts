@@ -133,7 +133,7 @@ export class IpcHandle {
       const text = value.trim();
       if (text.startsWith(PREFIX)) {
         const bytes = hexBytes(text.slice(PREFIX.length));
-        return bytes.length === ENCODED_BYTES ? IpcHandle.decode(bytes) : IpcHandle.decodeShared(bytes);
+        return bytes.length === ENCODED_BYTES ? IpcHandle.#decode(bytes) : IpcHandle.#decodeShared(bytes);
       }
       const bytes = hexBytes(text);
       if (bytes.length !== IPC_HANDLE_BYTES) {
@@ -142,8 +142,8 @@ export class IpcHandle {
       return new IpcHandle(bytes, extent.byteLength, extent.offset ?? 0);
     }
     if (value instanceof Uint8Array) {
-      if (value.length === ENCODED_BYTES) return IpcHandle.decode(value);
-      if (value.length !== IPC_HANDLE_BYTES && MAGIC.every((b, i) => value[i] === b)) return IpcHandle.decodeShared(value);
+      if (value.length === ENCODED_BYTES) return IpcHandle.#decode(value);
+      if (value.length !== IPC_HANDLE_BYTES && MAGIC.every((b, i) => value[i] === b)) return IpcHandle.#decodeShared(value);
       if (value.length === IPC_HANDLE_BYTES) return new IpcHandle(value, extent.byteLength, extent.offset ?? 0);
       throw new TypeError(`IpcHandle.from: bytes must be ${IPC_HANDLE_BYTES} (a driver handle), ${ENCODED_BYTES} (IpcHandle.toBytes() of a legacy handle) ` +
         `or a pool or physical handle's toBytes(), got ${value.length}${value.length === 66 ? ' (66 bytes is PyTorch\'s versioned handle: pass the whole tuple storage._share_cuda_() returns, see importIpc)' : ''}`);
@@ -152,7 +152,7 @@ export class IpcHandle {
   }
 
   /** Reads the binary form of a `pool` or `physical` handle (`toBytes()`). */
-  private static decodeShared(bytes: Uint8Array): IpcHandle {
+  static #decodeShared(bytes: Uint8Array): IpcHandle {
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const magic = MAGIC.every((b, i) => bytes[i] === b);
     const kind = !magic ? undefined : bytes[3] === 1 ? 'pool' : bytes[3] === 2 ? 'physical' : undefined;
@@ -180,7 +180,7 @@ export class IpcHandle {
     return new IpcHandle(new Uint8Array(IPC_HANDLE_BYTES), length, offset, { kind, pid, fds, extentBytes, inodes });
   }
 
-  private static decode(bytes: Uint8Array): IpcHandle {
+  static #decode(bytes: Uint8Array): IpcHandle {
     if (bytes.length !== ENCODED_BYTES) throw new TypeError(`IpcHandle.from: an encoded handle is ${ENCODED_BYTES} bytes, got ${bytes.length}`);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const length = Number(view.getBigUint64(IPC_HANDLE_BYTES, true));

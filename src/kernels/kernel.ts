@@ -111,7 +111,7 @@ export class Kernel<S extends Signature> {
    * ```
    */
   maxActiveBlocksPerMultiprocessor(blockSize: number, sharedBytes = 0): number {
-    this.checkLive();
+    this.#checkLive();
     this.#backend.contextSetCurrent(this.#context);
     return maxActiveBlocks(this.name, this.#backend, this.#fn, this.attributes, blockSize, sharedBytes);
   }
@@ -131,7 +131,7 @@ export class Kernel<S extends Signature> {
    * ```
    */
   suggestedBlockSize(sharedBytes = 0, blockSizeLimit = 0): SuggestedBlockSize {
-    this.checkLive();
+    this.#checkLive();
     this.#backend.contextSetCurrent(this.#context);
     return suggestedBlockSize(this.name, this.#backend, this.#fn, this.attributes, sharedBytes, blockSizeLimit);
   }
@@ -152,7 +152,7 @@ export class Kernel<S extends Signature> {
    */
   setCacheConfig(config: CacheConfig): void {
     const value = cacheConfigValue(config);
-    this.checkLive();
+    this.#checkLive();
     this.#backend.contextSetCurrent(this.#context);
     this.#backend.functionSetCacheConfig(this.#fn, value);
   }
@@ -171,7 +171,7 @@ export class Kernel<S extends Signature> {
     return `Kernel(${this.name} on ${String(this.#device)})`;
   }
 
-  private checkLive(): void {
+  #checkLive(): void {
     if (this.module.destroyed) throw new UseAfterFreeError(`kernel ${this.name}: its module was destroyed`);
   }
 }

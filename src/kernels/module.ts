@@ -128,13 +128,13 @@ export class Module {
     const emulated = emulatedTable(options.emulated);
     const device = Device.resolve(options.device);
     if (device.backend.kernelCode === 'javascript') {
-      return Module.load(device, { kind: 'ptx', data: new Uint8Array(0), emulated: emulated ?? {} }, '', {}, emulated);
+      return Module.#load(device, { kind: 'ptx', data: new Uint8Array(0), emulated: emulated ?? {} }, '', {}, emulated);
     }
     const compiled = compileSource({
       source, options: nvrtcOptions, nameExpressions, headers, cache,
       computeCapability: device.info.computeCapability, driverVersion: device.backend.driverVersion(),
     });
-    return Module.load(device, { kind: compiled.kind, data: compiled.image }, compiled.log, compiled.loweredNames, emulated);
+    return Module.#load(device, { kind: compiled.kind, data: compiled.image }, compiled.log, compiled.loweredNames, emulated);
   }
 
   /**
@@ -156,7 +156,7 @@ export class Module {
     const data = typeof ptx === 'string' ? new TextEncoder().encode(ptx) : ptx;
     if (!(data instanceof Uint8Array) || data.length === 0) throw new TypeError('Module.fromPtx: the PTX must be a non-empty string or Uint8Array');
     const emulated = emulatedTable(options.emulated);
-    return Module.load(Device.resolve(options.device), { kind: 'ptx', data, ...(emulated ? { emulated } : {}) }, '', {}, emulated);
+    return Module.#load(Device.resolve(options.device), { kind: 'ptx', data, ...(emulated ? { emulated } : {}) }, '', {}, emulated);
   }
 
   /**
@@ -176,10 +176,10 @@ export class Module {
     options = readOptions('Module.fromCubin', options, { device: true, emulated: true });
     if (!(cubin instanceof Uint8Array) || cubin.length === 0) throw new TypeError('Module.fromCubin: the CUBIN must be a non-empty Uint8Array');
     const emulated = emulatedTable(options.emulated);
-    return Module.load(Device.resolve(options.device), { kind: 'cubin', data: cubin, ...(emulated ? { emulated } : {}) }, '', {}, emulated);
+    return Module.#load(Device.resolve(options.device), { kind: 'cubin', data: cubin, ...(emulated ? { emulated } : {}) }, '', {}, emulated);
   }
 
-  private static load(device: Device, image: ModuleImage, log: string, loweredNames: Readonly<Record<string, string>>,
+  static #load(device: Device, image: ModuleImage, log: string, loweredNames: Readonly<Record<string, string>>,
     emulated: EmulatedKernels | undefined): Module {
     device.makeCurrent();
     const context = device.activeContext;
@@ -222,10 +222,10 @@ export class Module {
     if (this.#destroyed) throw new UseAfterFreeError(`Module.kernel(${String(name)}): the module was destroyed`);
     if (typeof name !== 'string' || name.length === 0) throw new TypeError('Module.kernel: the name must be a non-empty string');
     const checked = checkSignature(signature, name);
-    return new Kernel(this, name, checked, this.functionHandle(name), this.#context);
+    return new Kernel(this, name, checked, this.#functionHandle(name), this.#context);
   }
 
-  private functionHandle(name: string): Handle {
+  #functionHandle(name: string): Handle {
     let fn = this.#functions.get(name);
     if (fn !== undefined) return fn;
     const backend = this.device.backend;

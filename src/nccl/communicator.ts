@@ -268,12 +268,12 @@ export class Communicator {
    */
   allReduce(send: CollectiveMemory, recv: CollectiveMemory = send, options?: CollectiveReduceOptions): void {
     const o = readOptions('Communicator.allReduce', options, REDUCE_OPTIONS);
-    const op = this.checkOp('allReduce', o.op);
-    const s = this.operand('allReduce', 'send', send, o.dtype, false, op);
-    const r = this.operand('allReduce', 'recv', recv, o.dtype, true, op);
-    this.sameCount('allReduce', s, r, 1, 1);
-    const stream = this.streamOf(o.stream, r);
-    this.recordStreams([s, r], stream, o.stream);
+    const op = this.#checkOp('allReduce', o.op);
+    const s = this.#operand('allReduce', 'send', send, o.dtype, false, op);
+    const r = this.#operand('allReduce', 'recv', recv, o.dtype, true, op);
+    this.#sameCount('allReduce', s, r, 1, 1);
+    const stream = this.#streamOf(o.stream, r);
+    this.#recordStreams([s, r], stream, o.stream);
     this.#comm.allReduce(s.ptr, r.ptr, r.count, r.component, op, stream);
   }
 
@@ -296,11 +296,11 @@ export class Communicator {
    */
   allGather(send: CollectiveMemory, recv: CollectiveMemory, options?: CollectiveOptions): void {
     const o = readOptions('Communicator.allGather', options, COLLECTIVE_OPTIONS);
-    const s = this.operand('allGather', 'send', send, o.dtype, false);
-    const r = this.operand('allGather', 'recv', recv, o.dtype, true);
-    this.sameCount('allGather', s, r, this.size, 1);
-    const stream = this.streamOf(o.stream, r);
-    this.recordStreams([s, r], stream, o.stream);
+    const s = this.#operand('allGather', 'send', send, o.dtype, false);
+    const r = this.#operand('allGather', 'recv', recv, o.dtype, true);
+    this.#sameCount('allGather', s, r, this.size, 1);
+    const stream = this.#streamOf(o.stream, r);
+    this.#recordStreams([s, r], stream, o.stream);
     this.#comm.allGather(s.ptr, r.ptr, s.count, s.component, stream);
   }
 
@@ -323,12 +323,12 @@ export class Communicator {
    */
   reduceScatter(send: CollectiveMemory, recv: CollectiveMemory, options?: CollectiveReduceOptions): void {
     const o = readOptions('Communicator.reduceScatter', options, REDUCE_OPTIONS);
-    const op = this.checkOp('reduceScatter', o.op);
-    const s = this.operand('reduceScatter', 'send', send, o.dtype, false, op);
-    const r = this.operand('reduceScatter', 'recv', recv, o.dtype, true, op);
-    this.sameCount('reduceScatter', s, r, 1, this.size);
-    const stream = this.streamOf(o.stream, r);
-    this.recordStreams([s, r], stream, o.stream);
+    const op = this.#checkOp('reduceScatter', o.op);
+    const s = this.#operand('reduceScatter', 'send', send, o.dtype, false, op);
+    const r = this.#operand('reduceScatter', 'recv', recv, o.dtype, true, op);
+    this.#sameCount('reduceScatter', s, r, 1, this.size);
+    const stream = this.#streamOf(o.stream, r);
+    this.#recordStreams([s, r], stream, o.stream);
     this.#comm.reduceScatter(s.ptr, r.ptr, r.count, r.component, op, stream);
   }
 
@@ -351,12 +351,12 @@ export class Communicator {
    */
   broadcast(send: CollectiveMemory, recv: CollectiveMemory, options: BroadcastOptions): void {
     const o = readOptions('Communicator.broadcast', options, BROADCAST_OPTIONS);
-    const root = this.checkRank('broadcast', 'options.root', o.root);
-    const s = this.operand('broadcast', 'send', send, o.dtype, false);
-    const r = this.operand('broadcast', 'recv', recv, o.dtype, true);
-    this.sameCount('broadcast', s, r, 1, 1);
-    const stream = this.streamOf(o.stream, r);
-    this.recordStreams([s, r], stream, o.stream);
+    const root = this.#checkRank('broadcast', 'options.root', o.root);
+    const s = this.#operand('broadcast', 'send', send, o.dtype, false);
+    const r = this.#operand('broadcast', 'recv', recv, o.dtype, true);
+    this.#sameCount('broadcast', s, r, 1, 1);
+    const stream = this.#streamOf(o.stream, r);
+    this.#recordStreams([s, r], stream, o.stream);
     this.#comm.broadcast(s.ptr, r.ptr, r.count, r.component, root, stream);
   }
 
@@ -379,10 +379,10 @@ export class Communicator {
    */
   send(data: CollectiveMemory, peer: number, options?: CollectiveOptions): void {
     const o = readOptions('Communicator.send', options, COLLECTIVE_OPTIONS);
-    const to = this.checkRank('send', 'peer', peer);
-    const s = this.operand('send', 'data', data, o.dtype, false);
-    const stream = this.streamOf(o.stream, s);
-    this.recordStreams([s], stream, o.stream);
+    const to = this.#checkRank('send', 'peer', peer);
+    const s = this.#operand('send', 'data', data, o.dtype, false);
+    const stream = this.#streamOf(o.stream, s);
+    this.#recordStreams([s], stream, o.stream);
     this.#comm.send(s.ptr, s.count, s.component, to, stream);
   }
 
@@ -404,10 +404,10 @@ export class Communicator {
    */
   recv(data: CollectiveMemory, peer: number, options?: CollectiveOptions): void {
     const o = readOptions('Communicator.recv', options, COLLECTIVE_OPTIONS);
-    const from = this.checkRank('recv', 'peer', peer);
-    const r = this.operand('recv', 'data', data, o.dtype, true);
-    const stream = this.streamOf(o.stream, r);
-    this.recordStreams([r], stream, o.stream);
+    const from = this.#checkRank('recv', 'peer', peer);
+    const r = this.#operand('recv', 'data', data, o.dtype, true);
+    const stream = this.#streamOf(o.stream, r);
+    this.#recordStreams([r], stream, o.stream);
     this.#comm.recv(r.ptr, r.count, r.component, from, stream);
   }
 
@@ -430,8 +430,8 @@ export class Communicator {
    * ```
    */
   register(memory: CollectiveMemory): Registration {
-    this.checkAlive('register');
-    const m = this.operand('register', 'memory', memory, undefined, false);
+    this.#checkAlive('register');
+    const m = this.#operand('register', 'memory', memory, undefined, false);
     const end = this.#comm.register(m.ptr, m.bytes);
     const registration: Registration = new Registration(this, memory, () => {
       end();
@@ -508,11 +508,11 @@ export class Communicator {
     return this.toString();
   }
 
-  private checkAlive(call: string): void {
+  #checkAlive(call: string): void {
     if (this.#destroyed) throw new VramStateError(`Communicator.${call}: the communicator was destroyed`);
   }
 
-  private checkOp(call: string, op: unknown): CollectiveReduceOp {
+  #checkOp(call: string, op: unknown): CollectiveReduceOp {
     if (op === undefined) return 'sum';
     if (typeof op !== 'string' || !(COLLECTIVE_REDUCE_OPS as readonly string[]).includes(op)) {
       throw new RangeError(`Communicator.${call}: options.op must be one of ${COLLECTIVE_REDUCE_OPS.join(', ')}, got ${String(op)}`);
@@ -520,7 +520,7 @@ export class Communicator {
     return op as CollectiveReduceOp;
   }
 
-  private checkRank(call: string, name: string, rank: unknown): number {
+  #checkRank(call: string, name: string, rank: unknown): number {
     if (rank === undefined && name === 'options.root') throw new TypeError(`Communicator.${call}: options.root is required`);
     if (typeof rank !== 'number' || !Number.isInteger(rank) || rank < 0 || rank >= this.size) {
       throw new RangeError(`Communicator.${call}: ${name} must be a rank from 0 to ${this.size - 1}, got ${String(rank)}`);
@@ -529,9 +529,9 @@ export class Communicator {
   }
 
   /** Checks one side of a call: its kind, liveness, layout, device and element type. */
-  private operand(call: string, name: string, memory: unknown, dtypeOption: DTypeName | DType | undefined,
+  #operand(call: string, name: string, memory: unknown, dtypeOption: DTypeName | DType | undefined,
     writes: boolean, op?: CollectiveReduceOp): Operand {
-    this.checkAlive(call);
+    this.#checkAlive(call);
     const what = `Communicator.${call}: ${name}`;
     let dtype: DType;
     let ptr: number;
@@ -578,7 +578,7 @@ export class Communicator {
   }
 
   /** Checks that `send` and `recv` agree: same type, and send.bytes * sendTimes === recv.bytes * recvTimes. */
-  private sameCount(call: string, s: Operand, r: Operand, sendTimes: number, recvTimes: number): void {
+  #sameCount(call: string, s: Operand, r: Operand, sendTimes: number, recvTimes: number): void {
     if (s.dtype !== r.dtype) throw new TypeError(`Communicator.${call}: send is ${s.dtype.name} and recv ${r.dtype.name}; they must be the same type`);
     if (s.bytes * sendTimes !== r.bytes * recvTimes) {
       const need = sendTimes === recvTimes ? 'the same number of elements'
@@ -587,12 +587,12 @@ export class Communicator {
     }
   }
 
-  private streamOf(stream: StreamRef | undefined, output: Operand): Handle {
+  #streamOf(stream: StreamRef | undefined, output: Operand): Handle {
     return streamHandleOf(stream ?? ownStream(output.memory));
   }
 
   /** On a stream of the caller's, the memory's own frees wait for this work (no host wait). */
-  private recordStreams(operands: readonly Operand[], stream: Handle, given: StreamRef | undefined): void {
+  #recordStreams(operands: readonly Operand[], stream: Handle, given: StreamRef | undefined): void {
     if (given !== undefined) for (const o of operands) if (stream !== streamHandleOf(ownStream(o.memory))) o.memory.recordStream(given);
   }
 }

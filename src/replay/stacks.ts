@@ -21,7 +21,7 @@ export interface ReplayStack {
   /** What the reader should know about how the stack was set up (sizes chosen, rules applied). */
   readonly notes: readonly string[];
   /** Gives everything the stack holds back to the driver. */
-  close(): void;
+  destroy(): void;
 }
 
 /** Options of `createStack`. */
@@ -70,7 +70,7 @@ export function createStack(name: ResourceStackName, trace: AllocationTrace, opt
   const { stack, notes } = buildStack(name, trace, device, options.extentSize);
   const pool: PoolResource | undefined = stack.pool;
   return {
-    name, resource: stack.resource, notes, close: () => stack.close(),
+    name, resource: stack.resource, notes, destroy: () => stack.destroy(),
     ...(pool === undefined ? {} : { growth: () => growthOf(pool) }),
   };
 }

@@ -61,15 +61,15 @@ export interface GraphPoolOptions {
 export class GraphPool implements CapturePool {
   /** The device ordinal. */
   readonly deviceOrdinal: number;
-  private readonly device: Device;
+  readonly #device: Device;
   #holders = 0;
   /** Free blocks by the stream that freed them, then by size. */
-  private readonly free = new Map<number, Map<number, Ptr[]>>();
+  readonly #free = new Map<number, Map<number, Ptr[]>>();
   /** Live blocks: size and the stream last used. */
-  private readonly live = new Map<Ptr, number>();
+  readonly #live = new Map<Ptr, number>();
   /** Every block the pool holds from the driver, with its size. */
-  private readonly blocks = new Map<Ptr, number>();
-  private readonly self = new WeakRef(this);
+  readonly #blocks = new Map<Ptr, number>();
+  readonly #self = new WeakRef(this);
 
   /**
    * @param options `device` (device 0 by default).
@@ -81,8 +81,8 @@ export class GraphPool implements CapturePool {
    */
   constructor(options: GraphPoolOptions = {}) {
     options = readOptions('new GraphPool', options, { device: true });
-    this.device = Device.resolve(options.device);
-    this.deviceOrdinal = this.device.ordinal;
+    this.#device = Device.resolve(options.device);
+    this.deviceOrdinal = this.#device.ordinal;
   }
 
   /**
@@ -95,7 +95,7 @@ export class GraphPool implements CapturePool {
    */
   get reservedBytes(): number {
     let n = 0;
-    for (const size of this.blocks.values()) n += size;
+    for (const size of this.#blocks.values()) n += size;
     return n;
   }
 
@@ -109,7 +109,7 @@ export class GraphPool implements CapturePool {
    */
   get allocatedBytes(): number {
     let n = 0;
-    for (const size of this.live.values()) n += size;
+    for (const size of this.#live.values()) n += size;
     return n;
   }
 
@@ -141,16 +141,16 @@ export class GraphPool implements CapturePool {
     checkBytes(bytes);
     checkNonNegativeInteger(handle, 'handle');
     const size = Math.ceil(bytes / GRAPH_POOL_ALIGNMENT) * GRAPH_POOL_ALIGNMENT;
-    const cached = this.free.get(handle)?.get(size);
+    const cached = this.#free.get(handle)?.get(size);
     let ptr = cached?.pop();
     if (ptr === undefined) {
-      const { backend } = this.device;
-      this.device.makeCurrent();
+      const { backend } = this.#device;
+      this.#device.makeCurrent();
       ptr = relaxedDuringCapture(backend, () => backend.memAlloc(size));
-      this.blocks.set(ptr, size);
-      if (this.blocks.size === 1) pools.add(this.self);
+      this.#blocks.set(ptr, size);
+      if (this.#blocks.size === 1) pools.add(this.#self);
     }
-    this.live.set(ptr, size);
+    this.#live.set(ptr, size);
     owners.set(ptr, this);
     return ptr;
   }
@@ -171,19 +171,19 @@ export class GraphPool implements CapturePool {
   deallocate(ptr: Ptr, handle: number): void {
     checkPointer(ptr);
     checkNonNegativeInteger(handle, 'handle');
-    const size = this.live.get(ptr);
+    const size = this.#live.get(ptr);
     if (size === undefined) {
       const hex = `0x${ptr.toString(16)}`;
-      if (this.blocks.has(ptr)) throw new DoubleFreeError(`GraphPool.deallocate(${hex}): the block is already free`);
+      if (this.#blocks.has(ptr)) throw new DoubleFreeError(`GraphPool.deallocate(${hex}): the block is already free`);
       throw new InvalidPointerError(`GraphPool.deallocate(${hex}): not a block of ${String(this)}`);
     }
-    this.live.delete(ptr);
+    this.#live.delete(ptr);
     if (this.#holders === 0) {
-      this.giveBack(ptr, handle);
+      this.#giveBack(ptr, handle);
       return;
     }
-    let bySize = this.free.get(handle);
-    if (bySize === undefined) this.free.set(handle, bySize = new Map());
+    let bySize = this.#free.get(handle);
+    if (bySize === undefined) this.#free.set(handle, bySize = new Map());
     const list = bySize.get(size);
     if (list === undefined) bySize.set(size, [ptr]);
     else list.push(ptr);
@@ -214,10 +214,10 @@ export class GraphPool implements CapturePool {
     if (this.#holders === 0) return;
     this.#holders -= 1;
     if (this.#holders > 0) return;
-    for (const [handle, bySize] of this.free) {
-      for (const list of bySize.values()) for (const ptr of list) this.giveBack(ptr, handle);
+    for (const [handle, bySize] of this.#free) {
+      for (const list of bySize.values()) for (const ptr of list) this.#giveBack(ptr, handle);
     }
-    this.free.clear();
+    this.#free.clear();
   }
 
   /**
@@ -230,9 +230,9 @@ export class GraphPool implements CapturePool {
    * ```
    */
   segments(): SnapshotSegment[] {
-    return [...this.blocks].sort((a, b) => a[0] - b[0]).map(([address, bytes]) => ({
+    return [...this.#blocks].sort((a, b) => a[0] - b[0]).map(([address, bytes]) => ({
       address, bytes, kind: 'graph-pool' as const, pages: null,
-      blocks: [this.live.has(address)
+      blocks: [this.#live.has(address)
         ? { address, bytes, requestedBytes: bytes, state: 'live' as const, stream: null, stack: null }
         : { address, bytes, requestedBytes: 0, state: 'free' as const, stream: null, stack: null }],
     }));
@@ -264,12 +264,12 @@ export class GraphPool implements CapturePool {
     return this.toString();
   }
 
-  private giveBack(ptr: Ptr, handle: number): void {
+  #giveBack(ptr: Ptr, handle: number): void {
     owners.delete(ptr);
-    this.blocks.delete(ptr);
-    if (this.blocks.size === 0) pools.delete(this.self);
-    this.device.makeCurrent();
-    this.device.backend.memFreeAsync(ptr, handle);
+    this.#blocks.delete(ptr);
+    if (this.#blocks.size === 0) pools.delete(this.#self);
+    this.#device.makeCurrent();
+    this.#device.backend.memFreeAsync(ptr, handle);
   }
 }
 

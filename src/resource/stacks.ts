@@ -95,7 +95,7 @@ export interface ResourceStack<N extends ResourceStackName = ResourceStackName> 
   /** The PoolResource of the `pool` and `adaptive` (the top itself) and `binning` (under the bins) stacks. */
   readonly pool: StackKinds[N]['pool'];
   /** Destroys every resource the stack made, top first (each waits for its live blocks). */
-  close(): void;
+  destroy(): void;
 }
 
 const DEVICE_ONLY: OptionNames<DeviceStackOptions> = { device: true };
@@ -112,7 +112,7 @@ const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
  * @param name Which stack.
  * @param options Its options: `device` for every stack, `extentSize` for `pool` and `binning`,
  *   `size` (required) for `arena`.
- * @returns The stack; the caller owns it and ends it with `close()` (for `cuda`, `async` and
+ * @returns The stack; the caller owns it and ends it with `destroy()` (for `cuda`, `async` and
  *   `pool` and `adaptive`, the top is the whole stack, so destroying it is the same).
  * @throws {TypeError} For an unknown name, options that are not an object, a key the stack does
  *   not take (the message names the valid ones), or an `arena` without `size`.
@@ -122,7 +122,7 @@ const KEEP_EVERYTHING = Number.MAX_SAFE_INTEGER;
  * const stack = createResourceStack('binning', { device: 0, extentSize: 64 << 20 });
  * const ptr = stack.resource.allocate(1 << 20);
  * stack.resource.deallocate(ptr, 1 << 20);
- * stack.close();
+ * stack.destroy();
  * ```
  */
 export function createResourceStack<N extends ResourceStackName>(name: N, options?: ResourceStackOptions<N>): ResourceStack<N> {
@@ -135,34 +135,34 @@ function buildStack(name: ResourceStackName, options: ResourceStackOptions | und
     case 'cuda': {
       const { device } = readOptions(what, options, DEVICE_ONLY);
       const resource = new CudaResource(Device.resolve(device));
-      return { name, resource, pool: undefined, close: () => resource.destroy() };
+      return { name, resource, pool: undefined, destroy: () => resource.destroy() };
     }
     case 'async': {
       const { device } = readOptions(what, options, DEVICE_ONLY);
       const resource = exportableAsyncResource(Device.resolve(device));
       resource.releaseThreshold = KEEP_EVERYTHING;
-      return { name, resource, pool: undefined, close: () => resource.destroy() };
+      return { name, resource, pool: undefined, destroy: () => resource.destroy() };
     }
     case 'pool': {
       const resource = new PoolResource(poolOptions(what, options));
-      return { name, resource, pool: resource, close: () => resource.destroy() };
+      return { name, resource, pool: resource, destroy: () => resource.destroy() };
     }
     case 'adaptive': {
       const { device } = readOptions(what, options, DEVICE_ONLY);
       const resource = new PoolResource({ device: Device.resolve(device), extentSize: 'adaptive' });
-      return { name, resource, pool: resource, close: () => resource.destroy() };
+      return { name, resource, pool: resource, destroy: () => resource.destroy() };
     }
     case 'binning': {
       const pool = new PoolResource(poolOptions(what, options));
       const resource = new BinningResource(pool, { minSizeExponent: 18, maxSizeExponent: 22 });
       // The bins were given the pool, so destroying them leaves it: the stack made it, and ends it.
-      return { name, resource, pool, close: () => { resource.destroy(); pool.destroy(); } };
+      return { name, resource, pool, destroy: () => { resource.destroy(); pool.destroy(); } };
     }
     case 'arena': {
       const { device, size } = readOptions(what, options as ArenaStackOptions | undefined, ARENA_NAMES);
       if (size === undefined) throw new TypeError(`${what}: options.size (the arena's bytes) is required`);
       const resource = new ArenaResource({ size, device: Device.resolve(device) });
-      return { name, resource, pool: undefined, close: () => resource.destroy() };
+      return { name, resource, pool: undefined, destroy: () => resource.destroy() };
     }
     default: {
       const unknown: never = name;

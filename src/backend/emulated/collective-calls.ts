@@ -38,7 +38,7 @@ class EmulatedComm implements TransportComm {
     private readonly channel: CollectiveChannel, private readonly options: TransportOptions) {}
 
   /** Runs `work` now, or at the group's end when a group is open. */
-  private queue(phase: 0 | 1 | 2, work: () => void): void {
+  #queue(phase: 0 | 1 | 2, work: () => void): void {
     this.calls.queue(phase, () => {
       this.options.enter();
       work();
@@ -46,68 +46,68 @@ class EmulatedComm implements TransportComm {
   }
 
   /** The bytes at `ptr` once `stream`'s earlier work is done (running a stream's queue is how it gets done). */
-  private read(ptr: Ptr, bytes: number, stream: Handle): Uint8Array {
+  #read(ptr: Ptr, bytes: number, stream: Handle): Uint8Array {
     this.device.streamSynchronize(stream);
     const out = new Uint8Array(bytes);
     this.device.memcpyToHost(out, ptr, bytes);
     return out;
   }
 
-  private write(ptr: Ptr, bytes: number, data: Uint8Array): void {
+  #write(ptr: Ptr, bytes: number, data: Uint8Array): void {
     if (data.byteLength !== bytes) throw new NcclError('ncclRecv', INVALID_USAGE, 'invalid usage', `got ${data.byteLength} bytes for ${bytes}`);
     this.device.memcpyFromHost(ptr, data, bytes);
   }
 
   allReduce(send: Ptr, recv: Ptr, count: number, type: CollectiveDataType, op: CollectiveReduceOp, stream: Handle): void {
     const bytes = count * ELEMENT_BYTES[type];
-    this.queue(1, () => {
-      const all = this.channel.exchange('ncclAllReduce', this.read(send, bytes, stream), { count, dtype: type, op });
+    this.#queue(1, () => {
+      const all = this.channel.exchange('ncclAllReduce', this.#read(send, bytes, stream), { count, dtype: type, op });
       const out = new Uint8Array(bytes);
       this.options.reduce(out, all, 0, type, op);
-      this.write(recv, bytes, out);
+      this.#write(recv, bytes, out);
     });
   }
 
   allGather(send: Ptr, recv: Ptr, sendCount: number, type: CollectiveDataType, stream: Handle): void {
     const bytes = sendCount * ELEMENT_BYTES[type];
-    this.queue(1, () => {
-      const all = this.channel.exchange('ncclAllGather', this.read(send, bytes, stream), { count: sendCount, dtype: type });
+    this.#queue(1, () => {
+      const all = this.channel.exchange('ncclAllGather', this.#read(send, bytes, stream), { count: sendCount, dtype: type });
       const out = new Uint8Array(bytes * this.channel.size);
       all.forEach((part, i) => out.set(part, i * bytes));
-      this.write(recv, out.byteLength, out);
+      this.#write(recv, out.byteLength, out);
     });
   }
 
   reduceScatter(send: Ptr, recv: Ptr, recvCount: number, type: CollectiveDataType, op: CollectiveReduceOp, stream: Handle): void {
     const bytes = recvCount * ELEMENT_BYTES[type];
-    this.queue(1, () => {
-      const all = this.channel.exchange('ncclReduceScatter', this.read(send, bytes * this.channel.size, stream),
+    this.#queue(1, () => {
+      const all = this.channel.exchange('ncclReduceScatter', this.#read(send, bytes * this.channel.size, stream),
         { count: recvCount, dtype: type, op });
       const out = new Uint8Array(bytes);
       this.options.reduce(out, all, this.channel.rank * bytes, type, op);
-      this.write(recv, bytes, out);
+      this.#write(recv, bytes, out);
     });
   }
 
   broadcast(send: Ptr, recv: Ptr, count: number, type: CollectiveDataType, root: number, stream: Handle): void {
     const bytes = count * ELEMENT_BYTES[type];
-    this.queue(1, () => {
-      const all = this.channel.exchange('ncclBroadcast', this.channel.rank === root ? this.read(send, bytes, stream) : new Uint8Array(0),
+    this.#queue(1, () => {
+      const all = this.channel.exchange('ncclBroadcast', this.channel.rank === root ? this.#read(send, bytes, stream) : new Uint8Array(0),
         { count, dtype: type, root });
-      this.write(recv, bytes, all[root]!);
+      this.#write(recv, bytes, all[root]!);
     });
   }
 
   send(data: Ptr, count: number, type: CollectiveDataType, peer: number, stream: Handle): void {
     const bytes = count * ELEMENT_BYTES[type];
-    this.queue(0, () => this.channel.send(peer, this.read(data, bytes, stream)));
+    this.#queue(0, () => this.channel.send(peer, this.#read(data, bytes, stream)));
   }
 
   recv(data: Ptr, count: number, type: CollectiveDataType, peer: number, stream: Handle): void {
     const bytes = count * ELEMENT_BYTES[type];
-    this.queue(2, () => {
+    this.#queue(2, () => {
       this.device.streamSynchronize(stream);
-      this.write(data, bytes, this.channel.recv(peer, bytes));
+      this.#write(data, bytes, this.channel.recv(peer, bytes));
     });
   }
 

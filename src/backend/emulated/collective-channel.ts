@@ -99,8 +99,8 @@ export class CollectiveChannel {
     const key = createHash('sha256').update(id).digest('hex').slice(0, 32);
     this.dir = path.join(tmpdir(), `vram-nccl-${key}`);
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    const mine = this.file(`join.${rank}`);
-    const temporary = this.file(`.join.${rank}.${process.pid}.${randomBytes(4).toString('hex')}`);
+    const mine = this.#file(`join.${rank}`);
+    const temporary = this.#file(`.join.${rank}.${process.pid}.${randomBytes(4).toString('hex')}`);
     writeFileSync(temporary, JSON.stringify({ size, pid: process.pid }));
     try {
       // A hard link fails when the name exists: two processes cannot both join as one rank.
@@ -113,7 +113,7 @@ export class CollectiveChannel {
     }
     try {
       for (let peer = 0; peer < size; peer++) {
-        const joined = JSON.parse(this.wait('ncclCommInitRank', `join.${peer}`, peer).toString('utf8')) as { size: number };
+        const joined = JSON.parse(this.#wait('ncclCommInitRank', `join.${peer}`, peer).toString('utf8')) as { size: number };
         if (joined.size !== size) {
           throw new NcclError('ncclCommInitRank', INVALID_USAGE, 'invalid usage',
             `rank ${peer} joined this unique id with size ${joined.size}, rank ${rank} with size ${size}`);
@@ -130,15 +130,15 @@ export class CollectiveChannel {
   }
 
   /** The path of a file in the rendezvous folder. */
-  private file(name: string): string {
+  #file(name: string): string {
     return path.join(this.dir, name);
   }
 
   /** Writes a file whole: to a private name, then renamed into place. */
-  private publish(name: string, data: Uint8Array): void {
-    const temporary = this.file(`.${name}.${process.pid}`);
+  #publish(name: string, data: Uint8Array): void {
+    const temporary = this.#file(`.${name}.${process.pid}`);
     writeFileSync(temporary, data);
-    renameSync(temporary, this.file(name));
+    renameSync(temporary, this.#file(name));
   }
 
   /**
@@ -150,12 +150,12 @@ export class CollectiveChannel {
    * @returns Its bytes.
    * @throws {NcclError} ncclRemoteError when it does not come within the timeout.
    */
-  private wait(call: string, name: string, peer: number): Buffer {
+  #wait(call: string, name: string, peer: number): Buffer {
     const deadline = Date.now() + this.timeout;
     let pause = 0.05;
     for (;;) {
       try {
-        return readFileSync(this.file(name));
+        return readFileSync(this.#file(name));
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
       }
@@ -189,23 +189,23 @@ export class CollectiveChannel {
     framed.writeUInt32LE(header.byteLength, 0);
     header.copy(framed, 4);
     framed.set(payload, 4 + header.byteLength);
-    this.publish(`c${n}.${this.rank}`, framed);
+    this.#publish(`c${n}.${this.rank}`, framed);
     const calls: SignedCall[] = [];
     const all: Buffer[] = [];
     for (let peer = 0; peer < this.size; peer++) {
-      const data = this.wait(call, `c${n}.${peer}`, peer);
+      const data = this.#wait(call, `c${n}.${peer}`, peer);
       const length = data.readUInt32LE(0);
       calls.push(JSON.parse(data.subarray(4, 4 + length).toString('utf8')) as SignedCall);
       all.push(data.subarray(4 + length));
     }
     // Every rank marks the collective read; the one that sees every mark removes its files.
-    writeFileSync(this.file(`c${n}.read.${this.rank}`), '');
+    writeFileSync(this.#file(`c${n}.read.${this.rank}`), '');
     let allRead = true;
-    for (let peer = 0; peer < this.size && allRead; peer++) allRead = existsSync(this.file(`c${n}.read.${peer}`));
+    for (let peer = 0; peer < this.size && allRead; peer++) allRead = existsSync(this.#file(`c${n}.read.${peer}`));
     if (allRead) {
       for (let peer = 0; peer < this.size; peer++) {
-        rmSync(this.file(`c${n}.${peer}`), { force: true });
-        rmSync(this.file(`c${n}.read.${peer}`), { force: true });
+        rmSync(this.#file(`c${n}.${peer}`), { force: true });
+        rmSync(this.#file(`c${n}.read.${peer}`), { force: true });
       }
     }
     const mismatch = firstMismatch(calls);
@@ -222,7 +222,7 @@ export class CollectiveChannel {
   send(peer: number, payload: Uint8Array): void {
     const n = this.#sent.get(peer) ?? 0;
     this.#sent.set(peer, n + 1);
-    this.publish(`p${this.rank}-${peer}.${n}`, payload);
+    this.#publish(`p${this.rank}-${peer}.${n}`, payload);
   }
 
   /**
@@ -236,9 +236,9 @@ export class CollectiveChannel {
   recv(peer: number, byteLength: number): Buffer {
     const n = this.#received.get(peer) ?? 0;
     const name = `p${peer}-${this.rank}.${n}`;
-    const data = this.wait('ncclRecv', name, peer);
+    const data = this.#wait('ncclRecv', name, peer);
     this.#received.set(peer, n + 1);
-    rmSync(this.file(name), { force: true });
+    rmSync(this.#file(name), { force: true });
     if (data.byteLength !== byteLength) {
       throw new NcclError('ncclRecv', INVALID_USAGE, 'invalid usage',
         `rank ${peer} sent ${data.byteLength} bytes and rank ${this.rank} receives ${byteLength} (a send and its receive must have the same count and type)`);
@@ -251,9 +251,9 @@ export class CollectiveChannel {
     if (this.#closed) return;
     this.#closed = true;
     try {
-      writeFileSync(this.file(`left.${this.rank}`), '');
+      writeFileSync(this.#file(`left.${this.rank}`), '');
       let all = true;
-      for (let peer = 0; peer < this.size && all; peer++) all = existsSync(this.file(`left.${peer}`));
+      for (let peer = 0; peer < this.size && all; peer++) all = existsSync(this.#file(`left.${peer}`));
       if (all) rmSync(this.dir, { recursive: true, force: true });
     } catch {
       // The folder went already (another rank removed it): nothing is left to clean.

@@ -48,7 +48,7 @@ function withSubject<T>(subject: Subject, body: (mr: MemoryResource, stream: Str
       return body(stack.resource, stream);
     } finally {
       stream.synchronize();
-      stack.close();
+      stack.destroy();
     }
   } finally {
     stream.destroy();

@@ -82,18 +82,18 @@ export class PinnedHostPool extends MemoryResource {
   /** Where the buffers come from. */
   override readonly upstream: MemoryResource;
   #maximumCachedBytes: number;
-  private readonly backend: Backend;
+  readonly #backend: Backend;
   /** Idle buffers by size class, oldest first. */
-  private readonly idle = new Map<number, Entry[]>();
-  private readonly lent = new Map<Ptr, Entry>();
-  private cachedBytes = 0;
+  readonly #idle = new Map<number, Entry[]>();
+  readonly #lent = new Map<Ptr, Entry>();
+  #cachedBytes = 0;
   /** Bytes held from upstream, idle or lent. */
-  private readonly held = new CounterCell();
+  readonly #held = new CounterCell();
   /** Bytes lent (as asked for) and buffers lent. */
-  private readonly lentBytes = new CounterCell();
-  private readonly lentCount = new CounterCell();
-  private readonly order: StreamOrder;
-  private readonly ownsUpstream: boolean;
+  readonly #lentBytes = new CounterCell();
+  readonly #lentCount = new CounterCell();
+  readonly #order: StreamOrder;
+  readonly #ownsUpstream: boolean;
 
   /**
    * A pool over `upstream` (default pinned memory from cuMemHostAlloc).
@@ -110,14 +110,15 @@ export class PinnedHostPool extends MemoryResource {
     const device = Device.resolve(options.device);
     this.#maximumCachedBytes = options.maximumCachedBytes === undefined
       ? 256 * 1024 * 1024 : readBytes(options.maximumCachedBytes, 'maximumCachedBytes', true);
-    this.ownsUpstream = options.upstream === undefined;
+    this.#ownsUpstream = options.upstream === undefined;
     this.upstream = options.upstream === undefined
       ? new PinnedHostResource({ device })
       : checkMemoryOf(checkResource(options.upstream), 'pinned-host', -1, 'PinnedHostPool');
     this.alignment = this.upstream.alignment;
-    this.backend = device.backend;
-    this.order = new StreamOrder(this.backend);
-    const { idle, lent, order, upstream, ownsUpstream } = this;
+    this.#backend = device.backend;
+    this.#order = new StreamOrder(this.#backend);
+    const { upstream } = this;
+    const [idle, lent, order, ownsUpstream] = [this.#idle, this.#lent, this.#order, this.#ownsUpstream];
     this.guardMemory(() => nonZero(releaseAll(idle, lent, order, upstream, ownsUpstream)));
   }
 
@@ -156,8 +157,8 @@ export class PinnedHostPool extends MemoryResource {
    */
   acquire(bytes: number): PinnedChunk {
     const ptr = this.allocate(bytes);
-    const entry = this.lent.get(ptr)!;
-    const backend = this.backend;
+    const entry = this.#lent.get(ptr)!;
+    const backend = this.#backend;
     let released = false;
     return {
       ptr,
@@ -178,7 +179,7 @@ export class PinnedHostPool extends MemoryResource {
   /** MemoryResource form of `acquire`: a pinned buffer of at least `bytes`. */
   protected doAllocate(bytes: number): Ptr {
     const size = PinnedHostPool.sizeClass(bytes);
-    let entry = this.takeIdle(size);
+    let entry = this.#takeIdle(size);
     if (entry === undefined) {
       let ptr: Ptr;
       try {
@@ -188,12 +189,12 @@ export class PinnedHostPool extends MemoryResource {
         ptr = this.upstream.allocate(size);
       }
       entry = { ptr, capacity: size, stream: 0, event: 0, retired: false, requested: bytes };
-      this.held.add(size);
+      this.#held.add(size);
     }
     entry.requested = bytes;
-    this.lent.set(entry.ptr, entry);
-    this.lentBytes.add(bytes);
-    this.lentCount.add(1);
+    this.#lent.set(entry.ptr, entry);
+    this.#lentBytes.add(bytes);
+    this.#lentCount.add(1);
     return entry.ptr;
   }
 
@@ -202,9 +203,9 @@ export class PinnedHostPool extends MemoryResource {
    * default stream when none was given) has completed: an event recorded now, queried later.
    */
   protected doDeallocate(ptr: Ptr, bytes: number, h: number): void {
-    const entry = this.lent.get(ptr);
+    const entry = this.#lent.get(ptr);
     if (entry === undefined) {
-      for (const list of this.idle.values()) {
+      for (const list of this.#idle.values()) {
         if (list.some((e) => e.ptr === ptr)) throw new DoubleFreeError(`deallocate(0x${ptr.toString(16)}): already given back`);
       }
       throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): not a buffer of ${this.describe()}`);
@@ -212,30 +213,30 @@ export class PinnedHostPool extends MemoryResource {
     if (entry.requested !== bytes) {
       throw new InvalidPointerError(`deallocate(0x${ptr.toString(16)}, ${bytes}): the buffer was allocated with ${entry.requested} bytes`);
     }
-    this.lent.delete(ptr);
-    this.lentBytes.sub(bytes);
-    this.lentCount.sub(1);
+    this.#lent.delete(ptr);
+    this.#lentBytes.sub(bytes);
+    this.#lentCount.sub(1);
     entry.stream = h;
-    this.order.mark(entry);
-    let list = this.idle.get(entry.capacity);
-    if (list === undefined) this.idle.set(entry.capacity, (list = []));
+    this.#order.mark(entry);
+    let list = this.#idle.get(entry.capacity);
+    if (list === undefined) this.#idle.set(entry.capacity, (list = []));
     list.push(entry);
-    this.cachedBytes += entry.capacity;
-    this.trim(this.#maximumCachedBytes);
+    this.#cachedBytes += entry.capacity;
+    this.#trim(this.#maximumCachedBytes);
   }
 
   /** Frees every idle buffer (waiting for its last use first); returns the bytes freed. */
   protected override doReleaseCached(): number {
-    return this.trim(0);
+    return this.#trim(0);
   }
 
   /** Frees everything, lent buffers included, and an upstream the pool created. */
   protected override doDestroy(): void {
-    releaseAll(this.idle, this.lent, this.order, this.upstream, this.ownsUpstream);
-    this.cachedBytes = 0;
-    this.held.sub(this.held.value);
-    this.lentBytes.sub(this.lentBytes.value);
-    this.lentCount.sub(this.lentCount.value);
+    releaseAll(this.#idle, this.#lent, this.#order, this.upstream, this.#ownsUpstream);
+    this.#cachedBytes = 0;
+    this.#held.sub(this.#held.value);
+    this.#lentBytes.sub(this.#lentBytes.value);
+    this.#lentCount.sub(this.#lentCount.value);
   }
 
   /** Idle bytes kept at most. */
@@ -257,7 +258,7 @@ export class PinnedHostPool extends MemoryResource {
   set maximumCachedBytes(bytes: number) {
     if (this.destroyed) throw this.destroyedError();
     this.#maximumCachedBytes = checkNonNegativeInteger(bytes, 'maximumCachedBytes');
-    this.trim(bytes);
+    this.#trim(bytes);
   }
 
   /**
@@ -271,27 +272,27 @@ export class PinnedHostPool extends MemoryResource {
    */
   override memoryFigures(): MemoryFigures {
     return {
-      allocatedBytes: this.lentBytes.snapshot(), allocations: this.lentCount.snapshot(),
-      reservedBytes: this.held.value, peakReservedBytes: this.held.peak,
+      allocatedBytes: this.#lentBytes.snapshot(), allocations: this.#lentCount.snapshot(),
+      reservedBytes: this.#held.value, peakReservedBytes: this.#held.peak,
     };
   }
 
   /** Restarts the lent and held high-water marks. */
   override resetPeakFigures(): void {
-    this.lentBytes.resetPeak();
-    this.lentCount.resetPeak();
-    this.held.resetPeak();
+    this.#lentBytes.resetPeak();
+    this.#lentCount.resetPeak();
+    this.#held.resetPeak();
   }
 
   /** `memoryFigures().reservedBytes` without building the figures: bytes held from upstream, idle or lent. */
   get reservedBytes(): number {
-    return this.held.value;
+    return this.#held.value;
   }
 
 
   /** Bytes idle in the cache. */
   get idleBytes(): number {
-    return this.cachedBytes;
+    return this.#cachedBytes;
   }
 
   /** `PinnedHostPool(maximumCached=..., upstream=...)`. */
@@ -300,31 +301,31 @@ export class PinnedHostPool extends MemoryResource {
   }
 
   /** An idle buffer of this class whose last use is complete (oldest first), else undefined. */
-  private takeIdle(size: number): Entry | undefined {
-    const list = this.idle.get(size);
+  #takeIdle(size: number): Entry | undefined {
+    const list = this.#idle.get(size);
     if (list === undefined) return undefined;
     for (let k = 0; k < list.length; k++) {
       const e = list[k]!;
-      if (!this.order.passed(e)) continue;
+      if (!this.#order.passed(e)) continue;
       list.splice(k, 1);
-      this.cachedBytes -= e.capacity;
+      this.#cachedBytes -= e.capacity;
       return e;
     }
     return undefined;
   }
 
   /** Frees idle buffers, oldest first, until at most `keep` idle bytes remain. */
-  private trim(keep: number): number {
+  #trim(keep: number): number {
     let freed = 0;
-    for (const [size, list] of this.idle) {
-      while (this.cachedBytes > keep && list.length > 0) {
+    for (const [size, list] of this.#idle) {
+      while (this.#cachedBytes > keep && list.length > 0) {
         const e = list.shift()!;
-        this.cachedBytes -= e.capacity;
-        freeEntry(this.order, this.upstream, e);
-        this.held.sub(e.capacity);
+        this.#cachedBytes -= e.capacity;
+        freeEntry(this.#order, this.upstream, e);
+        this.#held.sub(e.capacity);
         freed += e.capacity;
       }
-      if (list.length === 0) this.idle.delete(size);
+      if (list.length === 0) this.#idle.delete(size);
     }
     return freed;
   }
