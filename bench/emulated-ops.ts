@@ -45,37 +45,95 @@ function median(times: number[]): number {
 
 const out = new Float32Array(n);
 const plain: Record<string, () => void> = {
-  'map x + 1': () => { for (let i = 0; i < n; i++) out[i] = host[i]! + 1; },
-  'zipWith x * y + 1': () => { for (let i = 0; i < n; i++) out[i] = host[i]! * hostY[i]! + 1; },
-  'elementwise z = 2 * x + y': () => { for (let i = 0; i < n; i++) out[i] = 2 * host[i]! + hostY[i]!; },
-  'map sqrt(abs(x))': () => { for (let i = 0; i < n; i++) out[i] = Math.sqrt(Math.abs(host[i]!)); },
-  'sum': () => { let s = 0; for (let i = 0; i < n; i++) s += host[i]!; sink.push(s); },
-  'min': () => { let s = Infinity; for (let i = 0; i < n; i++) if (host[i]! < s) s = host[i]!; sink.push(s); },
-  'max': () => { let s = -Infinity; for (let i = 0; i < n; i++) if (host[i]! > s) s = host[i]!; sink.push(s); },
-  'dot': () => { let s = 0; for (let i = 0; i < n; i++) s += host[i]! * hostY[i]!; sink.push(s); },
-  'fill': () => { out.fill(3); },
-  'copy (ascontiguous of a strided view)': () => { for (let i = 0; i < n; i++) out[i] = hostStrided[2 * i]!; },
-  'map x + 1 over a strided view': () => { for (let i = 0; i < n; i++) out[i] = hostStrided[2 * i]! + 1; },
+  'map x + 1': () => {
+    for (let i = 0; i < n; i++) out[i] = host[i]! + 1;
+  },
+  'zipWith x * y + 1': () => {
+    for (let i = 0; i < n; i++) out[i] = host[i]! * hostY[i]! + 1;
+  },
+  'elementwise z = 2 * x + y': () => {
+    for (let i = 0; i < n; i++) out[i] = 2 * host[i]! + hostY[i]!;
+  },
+  'map sqrt(abs(x))': () => {
+    for (let i = 0; i < n; i++) out[i] = Math.sqrt(Math.abs(host[i]!));
+  },
+  sum: () => {
+    let s = 0;
+    for (let i = 0; i < n; i++) s += host[i]!;
+    sink.push(s);
+  },
+  min: () => {
+    let s = Infinity;
+    for (let i = 0; i < n; i++) if (host[i]! < s) s = host[i]!;
+    sink.push(s);
+  },
+  max: () => {
+    let s = -Infinity;
+    for (let i = 0; i < n; i++) if (host[i]! > s) s = host[i]!;
+    sink.push(s);
+  },
+  dot: () => {
+    let s = 0;
+    for (let i = 0; i < n; i++) s += host[i]! * hostY[i]!;
+    sink.push(s);
+  },
+  fill: () => {
+    out.fill(3);
+  },
+  'copy (ascontiguous of a strided view)': () => {
+    for (let i = 0; i < n; i++) out[i] = hostStrided[2 * i]!;
+  },
+  'map x + 1 over a strided view': () => {
+    for (let i = 0; i < n; i++) out[i] = hostStrided[2 * i]! + 1;
+  },
 };
 const vram: Record<string, () => void> = {
-  'map x + 1': () => { map(x, 'x + 1').free(); },
-  'zipWith x * y + 1': () => { zipWith(x, y, 'x * y + 1').free(); },
-  'elementwise z = 2 * x + y': () => { elementwise('z = 2 * x + y', { x, y, z }); },
-  'map sqrt(abs(x))': () => { map(x, 'sqrt(abs(x))').free(); },
-  'sum': () => { sink.push(sum(x)); },
-  'min': () => { sink.push(min(x)); },
-  'max': () => { sink.push(max(x)); },
-  'dot': () => { sink.push(Number(dot(x, y))); },
-  'fill': () => { fill(z, 3); },
-  'copy (ascontiguous of a strided view)': () => { ascontiguous(everyOther).free(); },
-  'map x + 1 over a strided view': () => { map(everyOther, 'x + 1').free(); },
+  'map x + 1': () => {
+    map(x, 'x + 1').free();
+  },
+  'zipWith x * y + 1': () => {
+    zipWith(x, y, 'x * y + 1').free();
+  },
+  'elementwise z = 2 * x + y': () => {
+    elementwise('z = 2 * x + y', { x, y, z });
+  },
+  'map sqrt(abs(x))': () => {
+    map(x, 'sqrt(abs(x))').free();
+  },
+  sum: () => {
+    sink.push(sum(x));
+  },
+  min: () => {
+    sink.push(min(x));
+  },
+  max: () => {
+    sink.push(max(x));
+  },
+  dot: () => {
+    sink.push(Number(dot(x, y)));
+  },
+  fill: () => {
+    fill(z, 3);
+  },
+  'copy (ascontiguous of a strided view)': () => {
+    ascontiguous(everyOther).free();
+  },
+  'map x + 1 over a strided view': () => {
+    map(everyOther, 'x + 1').free();
+  },
 };
 
 console.log(`backend ${device.backend.name}, ${n} float32 elements, median CPU milliseconds of ${runs} runs, vram and plain runs alternated`);
 console.log(`${'operation'.padEnd(40)} ${'vram'.padStart(9)} ${'plain JS'.padStart(9)} ${'ratio'.padStart(7)}`);
 for (const name of Object.keys(vram)) {
-  const op = (): void => { vram[name]!(); device.synchronize(); };
-  for (let w = 0; w < 2; w++) { op(); plain[name]!(); }
+  const op = (): void => {
+    vram[name]!();
+    device.synchronize();
+  };
+  for (let w = 0; w < 2; w++) {
+    op();
+    plain[name]!();
+  }
   const v: number[] = [];
   const p: number[] = [];
   for (let r = 0; r < runs; r++) {

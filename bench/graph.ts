@@ -94,7 +94,9 @@ using stream = Stream.create({ nonBlocking: true });
 console.log(`device: ${device.info.name} (${device.backend.name} backend)`);
 
 // (a) 100 empty kernels.
-const eager100 = (): void => { for (let i = 0; i < NODES; i++) empty.launch({ grid: 1, block: 32, stream }); };
+const eager100 = (): void => {
+  for (let i = 0; i < NODES; i++) empty.launch({ grid: 1, block: 32, stream });
+};
 using emptyGraph = captureGraph(stream, eager100);
 using emptyExec = emptyGraph.instantiate();
 const eagerLaunchNs = timeCalls(stream, 1, eager100);
@@ -118,21 +120,28 @@ for (let round = 0; round < 3; round++) {
 const graphLaunchNs = median(tsLaunch);
 const graphStepNs = median(tsStep);
 const eagerStepNs = timeSteps(stream, eager100);
-const c = cRuns.length === 0 ? undefined
-  : { graph_launch_ns: median(cRuns.map((r) => r.graph_launch_ns)), graph_step_ns: median(cRuns.map((r) => r.graph_step_ns)) };
+const c =
+  cRuns.length === 0 ? undefined : { graph_launch_ns: median(cRuns.map((r) => r.graph_launch_ns)), graph_step_ns: median(cRuns.map((r) => r.graph_step_ns)) };
 console.log(`(a) ${NODES} empty kernels (${emptyGraph.nodeCount} nodes)`);
 console.log(`  host time to launch: eager ${us(eagerLaunchNs)}, graph ${us(graphLaunchNs)}: ${(eagerLaunchNs / graphLaunchNs).toFixed(1)}x (target >= 10x)`);
 console.log(`  launch and completion: eager ${us(eagerStepNs)}, graph ${us(graphStepNs)}: ${(eagerStepNs / graphStepNs).toFixed(2)}x`);
-console.log(`  the driver call alone from TypeScript (backend.graphLaunch through koffi): ${us(median(rawLaunch))} (GraphExec.launch / it ${(graphLaunchNs / median(rawLaunch)).toFixed(3)}x)`);
+console.log(
+  `  the driver call alone from TypeScript (backend.graphLaunch through koffi): ${us(median(rawLaunch))} (GraphExec.launch / it ${(graphLaunchNs / median(rawLaunch)).toFixed(3)}x)`,
+);
 if (c !== undefined) {
-  console.log(`  the same graph from C (medians of 3 runs alternated with TypeScript's): launch ${us(c.graph_launch_ns)} (TypeScript/C ${(graphLaunchNs / c.graph_launch_ns).toFixed(3)}x, target <= 1.1x), ` +
-    `launch and completion ${us(c.graph_step_ns)} (${(graphStepNs / c.graph_step_ns).toFixed(3)}x)`);
+  console.log(
+    `  the same graph from C (medians of 3 runs alternated with TypeScript's): launch ${us(c.graph_launch_ns)} (TypeScript/C ${(graphLaunchNs / c.graph_launch_ns).toFixed(3)}x, target <= 1.1x), ` +
+      `launch and completion ${us(c.graph_step_ns)} (${(graphStepNs / c.graph_step_ns).toFixed(3)}x)`,
+  );
 } else {
   console.log('  the same graph from C: bench/build/graph_launch not built (make -C bench/c), or the emulated backend');
 }
 
 // (b) An end-to-end step over arrays allocated during the capture.
-using x = DeviceArray.from(Float32Array.from({ length: n }, (_, i) => Math.sin(i)), { stream });
+using x = DeviceArray.from(
+  Float32Array.from({ length: n }, (_, i) => Math.sin(i)),
+  { stream },
+);
 using out = DeviceArray.zeros([n], 'float32', { stream });
 const step = (): void => {
   let h = map(x, 'x * 0.5 + 1', { stream });
@@ -159,17 +168,27 @@ for (let i = 0; i < n; i++) {
 }
 const eagerStep = timeSteps(stream, step);
 const graphStep = timeSteps(stream, () => stepExec.launch(stream));
-console.log(`(b) a step of ${stepGraph.nodeCount} nodes over ${n} float32 (built-in ops and a user kernel, arrays allocated during the capture), results equal`);
+console.log(
+  `(b) a step of ${stepGraph.nodeCount} nodes over ${n} float32 (built-in ops and a user kernel, arrays allocated during the capture), results equal`,
+);
 console.log(`  launch and completion: eager ${us(eagerStep)}, graph ${us(graphStep)}: ${(eagerStep / graphStep).toFixed(2)}x (target >= 3x)`);
-
 
 // (c) A host function between two empty kernels, against the same two kernels alone: what running
 // JavaScript between kernels adds to a launch and its completion. The stream waits for the event
 // loop to run the function, so both are awaited (`synchronized()`), never `synchronize()`.
 const one = { grid: 1, block: 32, stream };
 let hostCalls = 0;
-using hostGraph = captureGraph(stream, () => { empty.launch(one); stream.launchHostFunc(() => { hostCalls += 1; }); empty.launch(one); });
-using plainGraph = captureGraph(stream, () => { empty.launch(one); empty.launch(one); });
+using hostGraph = captureGraph(stream, () => {
+  empty.launch(one);
+  stream.launchHostFunc(() => {
+    hostCalls += 1;
+  });
+  empty.launch(one);
+});
+using plainGraph = captureGraph(stream, () => {
+  empty.launch(one);
+  empty.launch(one);
+});
 using hostExec = hostGraph.instantiate();
 using plainExec = plainGraph.instantiate();
 /** Median wall ns of a launch and its completion, awaited. */

@@ -52,34 +52,49 @@ function worker(rank: number, size: number): void {
   const ms = end.elapsedSince(start) / iters;
   const expected = (size * (size + 1)) / 2;
   for (const part of [recv.slice([0, 4096]), recv.slice([n - 4096, n])]) {
-    assert.ok(part.toHost().every((v) => v === expected), `rank ${rank}: the sums are wrong`);
+    assert.ok(
+      part.toHost().every((v) => v === expected),
+      `rank ${rank}: the sums are wrong`,
+    );
   }
   process.stdout.write(`${JSON.stringify({ rank, ms })}\n`);
 }
 
 /** Bus bandwidth in GB/s (10^9 bytes) from the slowest rank's milliseconds. */
-const busBandwidth = (ms: number, ranks: number): number => (bytes / (ms / 1000)) * (2 * (ranks - 1) / ranks) / 1e9;
+const busBandwidth = (ms: number, ranks: number): number => ((bytes / (ms / 1000)) * ((2 * (ranks - 1)) / ranks)) / 1e9;
 
 async function parent(): Promise<void> {
   const ranks = Number(values.ranks ?? (emulated ? 2 : Device.count()));
   const id = UniqueId.create().toBase64();
   const script = fileURLToPath(import.meta.url);
-  const outputs = await Promise.all(Array.from({ length: ranks }, (_, rank) => new Promise<string>((resolve, reject) => {
-    const child = spawn(process.execPath, [script, ...process.argv.slice(2)], {
-      env: { ...process.env, NCCL_ID: id, RANK: String(rank), SIZE: String(ranks) }, stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`rank ${rank} exited with ${code}`))));
-  })));
+  const outputs = await Promise.all(
+    Array.from(
+      { length: ranks },
+      (_, rank) =>
+        new Promise<string>((resolve, reject) => {
+          const child = spawn(process.execPath, [script, ...process.argv.slice(2)], {
+            env: { ...process.env, NCCL_ID: id, RANK: String(rank), SIZE: String(ranks) },
+            stdio: ['ignore', 'pipe', 'inherit'],
+          });
+          let out = '';
+          child.stdout.on('data', (d: Buffer) => {
+            out += d.toString();
+          });
+          child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`rank ${rank} exited with ${code}`))));
+        }),
+    ),
+  );
   const ms = Math.max(...outputs.map((o) => (JSON.parse(o.trim().split('\n').pop()!) as { ms: number }).ms));
   const vram = busBandwidth(ms, ranks);
   const where = emulated ? 'emulated backend' : `NCCL ${ncclVersion().version}`;
   console.log(`all-reduce of ${formatBytes(bytes)} float32 across ${ranks} ranks (${where}), sums checked`);
   console.log(`vram (Node)     ${ms.toFixed(3)} ms  bus bandwidth ${vram.toFixed(1)} GB/s`);
   if (values['no-torch']) return;
-  const torch = spawnSync('python3', [fileURLToPath(new URL('../../bench/nccl-allreduce.py', import.meta.url)),
-    String(ranks), String(bytes), String(iters), String(warmup)], { encoding: 'utf8', env: process.env });
+  const torch = spawnSync(
+    'python3',
+    [fileURLToPath(new URL('../../bench/nccl-allreduce.py', import.meta.url)), String(ranks), String(bytes), String(iters), String(warmup)],
+    { encoding: 'utf8', env: process.env },
+  );
   if (torch.status !== 0) {
     console.log(`PyTorch         not run: ${(torch.stderr || torch.stdout).trim().split('\n').pop() ?? 'python3 failed'}`);
     return;

@@ -19,8 +19,11 @@ import { parseSize } from '../src/util/size.js';
 
 const { values } = parseArgs({
   options: {
-    rounds: { type: 'string', default: '15' }, pairs: { type: 'string', default: '20000' }, pool: { type: 'boolean', default: false },
-    sizes: { type: 'string', default: '1M' }, clock: { type: 'string', default: 'cpu' },
+    rounds: { type: 'string', default: '15' },
+    pairs: { type: 'string', default: '20000' },
+    pool: { type: 'boolean', default: false },
+    sizes: { type: 'string', default: '1M' },
+    clock: { type: 'string', default: 'cpu' },
   },
 });
 if (values.clock !== 'cpu' && values.clock !== 'wall') throw new RangeError(`--clock must be cpu or wall, got ${values.clock}`);
@@ -39,9 +42,15 @@ const stream = { handle: 0 };
 function kindsOf(bytes: number): Record<string, () => void> {
   const elements = Math.max(1, Math.floor(bytes / 4));
   return {
-    'resource allocate + deallocate': () => { for (let i = 0; i < pairs; i++) resource.deallocate(resource.allocate(bytes, stream), bytes, stream); },
-    'DeviceBuffer.allocate + free': () => { for (let i = 0; i < pairs; i++) DeviceBuffer.allocate(bytes).free(); },
-    'DeviceArray.empty + free': () => { for (let i = 0; i < pairs; i++) DeviceArray.empty([elements], 'float32').free(); },
+    'resource allocate + deallocate': () => {
+      for (let i = 0; i < pairs; i++) resource.deallocate(resource.allocate(bytes, stream), bytes, stream);
+    },
+    'DeviceBuffer.allocate + free': () => {
+      for (let i = 0; i < pairs; i++) DeviceBuffer.allocate(bytes).free();
+    },
+    'DeviceArray.empty + free': () => {
+      for (let i = 0; i < pairs; i++) DeviceArray.empty([elements], 'float32').free();
+    },
   };
 }
 
@@ -65,7 +74,9 @@ for (const bytes of sizes) {
   const times = new Map<string, number[]>(Object.keys(kinds).map((k) => [k, []]));
   for (let r = 0; r < rounds; r++) for (const [name, f] of Object.entries(kinds)) times.get(name)!.push(nsPerPair(f));
   const base = median(times.get('resource allocate + deallocate')!);
-  console.log(`backend ${device.backend.name}, ${resource.describe()}, ${bytes} B, median ${values.clock === 'wall' ? 'wall' : 'CPU'} ns per pair of ${rounds} rounds of ${pairs}`);
+  console.log(
+    `backend ${device.backend.name}, ${resource.describe()}, ${bytes} B, median ${values.clock === 'wall' ? 'wall' : 'CPU'} ns per pair of ${rounds} rounds of ${pairs}`,
+  );
   for (const [name, xs] of times) {
     const m = median(xs);
     console.log(`${name.padEnd(34)} ${m.toFixed(0).padStart(7)} ns  ${(m / base).toFixed(1).padStart(5)}x the resource pair`);

@@ -94,10 +94,20 @@ for (const threads of threadCounts) {
       const asyncH2d = await gbpsAsync(() => buf.copyFromHostAsync(host));
       const asyncD2h = await gbpsAsync(() => buf.copyToHostAsync(host));
       const at = `threads ${threads}, chunk ${chunkBytes / MiB} MiB, depth ${depth}`;
-      console.log(JSON.stringify({
-        what: 'staged', threads, chunkMiB: chunkBytes / MiB, depth, h2d, d2h, asyncH2d, asyncD2h,
-        h2dOfCeiling: h2d / Math.min(intoPinned, dmaH2D), d2hOfCeiling: d2h / Math.min(outOfPinned, dmaD2H),
-      }));
+      console.log(
+        JSON.stringify({
+          what: 'staged',
+          threads,
+          chunkMiB: chunkBytes / MiB,
+          depth,
+          h2d,
+          d2h,
+          asyncH2d,
+          asyncD2h,
+          h2dOfCeiling: h2d / Math.min(intoPinned, dmaH2D),
+          d2hOfCeiling: d2h / Math.min(outOfPinned, dmaD2H),
+        }),
+      );
       if (h2d > best.h2d) best = { ...best, h2d, h2dAt: at };
       if (d2h > best.d2h) best = { ...best, d2h, d2hAt: at };
       releaseTransferCaches();

@@ -52,18 +52,24 @@ function row(name: string, trace: AllocationTrace, passes: readonly ReplayPass[]
   const sum = (f: (p: ReplayPass) => number): number => later.reduce((t, p) => t + f(p), 0);
   const peak = Math.max(...passes.map((p) => p.peakReservedBytes));
   const overhead = (peak / trace.summary.peakLiveBytes - 1) * 100;
-  const growth = first.growth === undefined ? '-'.padStart(9) + '-'.padStart(12) + '-'.padStart(9) + '-'.padStart(12)
-    : `${String(calls(first)).padStart(9)}${String(sum(calls)).padStart(12)}` +
-      `${String(first.growth.pageMoves).padStart(9)}${String(sum((p) => p.growth!.pageMoves)).padStart(12)}`;
-  return `${name.padEnd(16)}${(first.nsPerOperation / 1e3).toFixed(2).padStart(9)}${(mean / 1e3).toFixed(2).padStart(10)}` +
-    `${growth}${`${overhead >= 0 ? '+' : ''}${overhead.toFixed(2)}%`.padStart(11)}`;
+  const growth =
+    first.growth === undefined
+      ? '-'.padStart(9) + '-'.padStart(12) + '-'.padStart(9) + '-'.padStart(12)
+      : `${String(calls(first)).padStart(9)}${String(sum(calls)).padStart(12)}` +
+        `${String(first.growth.pageMoves).padStart(9)}${String(sum((p) => p.growth!.pageMoves)).padStart(12)}`;
+  return (
+    `${name.padEnd(16)}${(first.nsPerOperation / 1e3).toFixed(2).padStart(9)}${(mean / 1e3).toFixed(2).padStart(10)}` +
+    `${growth}${`${overhead >= 0 ? '+' : ''}${overhead.toFixed(2)}%`.padStart(11)}`
+  );
 }
 
 for (const path of paths) {
   const trace = readAllocationLog(path);
   console.log(`\n${basename(path)} (${trace.summary.operations} operations, peak live ${trace.summary.peakLiveBytes} bytes)`);
-  console.log(`${'resource'.padEnd(16)}${'us/op 1'.padStart(9)}${`us/op 2-${repeat}`.padStart(10)}${'calls 1'.padStart(9)}` +
-    `${`calls 2-${repeat}`.padStart(12)}${'moves 1'.padStart(9)}${`moves 2-${repeat}`.padStart(12)}${'overhead'.padStart(11)}`);
+  console.log(
+    `${'resource'.padEnd(16)}${'us/op 1'.padStart(9)}${`us/op 2-${repeat}`.padStart(10)}${'calls 1'.padStart(9)}` +
+      `${`calls 2-${repeat}`.padStart(12)}${'moves 1'.padStart(9)}${`moves 2-${repeat}`.padStart(12)}${'overhead'.padStart(11)}`,
+  );
   // CUDA's pool first and last, so a drift of the machine over the run shows in its two rows.
   for (const k of [-1, ...extents.keys(), -1]) {
     if (k === -1) {

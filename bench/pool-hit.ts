@@ -24,7 +24,11 @@ const { values } = parseArgs({
 });
 const passes = Number(values.passes);
 if (!Number.isInteger(passes) || passes <= 0) throw new RangeError(`--passes must be a positive whole number, got ${values.passes}`);
-const sizes: Array<[string, number]> = [['256 B', 256], ['1 MiB', 1 << 20], ['64 MiB', 64 << 20]];
+const sizes: Array<[string, number]> = [
+  ['256 B', 256],
+  ['1 MiB', 1 << 20],
+  ['64 MiB', 64 << 20],
+];
 const pool = new PoolResource(values.adaptive ? { extentSize: 'adaptive' } : {});
 const device = Device.get(0);
 device.makeCurrent();
@@ -72,8 +76,10 @@ function measureHistory(): void {
     }
     off.sort((a, b) => a - b);
     on.sort((a, b) => a - b);
-    console.log(`pool hit ${label.padStart(6)}: ${off[7]!.toFixed(1)} ns per pair, ${on[7]!.toFixed(1)} ns recording history ` +
-      `(stacks off): ${(on[7]! / off[7]!).toFixed(2)}x (medians of 15 alternated rounds)`);
+    console.log(
+      `pool hit ${label.padStart(6)}: ${off[7]!.toFixed(1)} ns per pair, ${on[7]!.toFixed(1)} ns recording history ` +
+        `(stacks off): ${(on[7]! / off[7]!).toFixed(2)}x (medians of 15 alternated rounds)`,
+    );
   }
   // With stacks, each event captures the call stack: microseconds, so fewer pairs.
   const withStacks = recordMemoryHistory({ maxEntries: 100_000, stacks: true });

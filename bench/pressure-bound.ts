@@ -44,7 +44,10 @@ const { values, positionals } = parseArgs({
   },
   allowPositionals: true,
 });
-if (positionals.length !== 1) throw new RangeError('usage: pressure-bound TRACE [--headroom 3] [--passes 4] [--placement best|first|slots] [--slot-pages 8] [--donor future|lru] [--page 2M]');
+if (positionals.length !== 1)
+  throw new RangeError(
+    'usage: pressure-bound TRACE [--headroom 3] [--passes 4] [--placement best|first|slots] [--slot-pages 8] [--donor future|lru] [--page 2M]',
+  );
 const headroom = Number(values.headroom);
 const passes = Number(values.passes);
 const slotPages = Number(values['slot-pages']);
@@ -59,13 +62,17 @@ if (donor !== 'future' && donor !== 'lru') throw new RangeError(`--donor must be
 
 const trace = readAllocationLog(positionals[0]!);
 const GRANULE = 256;
-const capacityPages = Math.floor(trace.summary.peakLiveBytes * (1 + headroom / 100) / P);
+const capacityPages = Math.floor((trace.summary.peakLiveBytes * (1 + headroom / 100)) / P);
 
 /** Free address ranges, sorted by start, merged: best or first fit. */
 class Range {
   private starts: number[] = [];
   private lengths: number[] = [];
-  constructor(base: number, bytes: number, private readonly first: boolean) {
+  constructor(
+    base: number,
+    bytes: number,
+    private readonly first: boolean,
+  ) {
     this.starts.push(base);
     this.lengths.push(bytes);
   }
@@ -75,7 +82,10 @@ class Range {
     for (let j = 0; j < this.starts.length; j++) {
       const len = this.lengths[j]!;
       if (len < n) continue;
-      if (this.first) { k = j; break; }
+      if (this.first) {
+        k = j;
+        break;
+      }
       if (k < 0 || len < this.lengths[k]!) k = j;
     }
     const start = this.starts[k]!;
@@ -136,7 +146,7 @@ const unplace = (start: number, n: number): void => {
   if (start >= slotBase) {
     const pages = n / P;
     let list = freeSlots.get(pages);
-    if (list === undefined) freeSlots.set(pages, list = []);
+    if (list === undefined) freeSlots.set(pages, (list = []));
     list.push(start);
   } else {
     main.give(start, n);
@@ -173,7 +183,10 @@ for (let pass = 0; pass < passes; pass++) {
     }
   }
   time++;
-  for (const [start, n] of where.values()) { touch(start, n, -1); unplace(start, n); }
+  for (const [start, n] of where.values()) {
+    touch(start, n, -1);
+    unplace(start, n);
+  }
 }
 passStart.push(pageEvents.length);
 
@@ -183,13 +196,18 @@ for (let k = 0; k < pageEvents.length; k += 3) {
   if (pageEvents[k + 1] !== ENTER) continue;
   const v = pageEvents[k + 2]!;
   let list = enters.get(v);
-  if (list === undefined) enters.set(v, list = []);
+  if (list === undefined) enters.set(v, (list = []));
   list.push(pageEvents[k]!);
 }
 const nextEnter = (v: number, now: number): number => {
   const list = enters.get(v)!;
-  let lo = 0, hi = list.length;
-  while (lo < hi) { const mid = (lo + hi) >>> 1; if (list[mid]! <= now) lo = mid + 1; else hi = mid; }
+  let lo = 0,
+    hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (list[mid]! <= now) lo = mid + 1;
+    else hi = mid;
+  }
   return lo < list.length ? list[lo]! : Infinity;
 };
 const memoryAt = new Map<number, number>(); // address page -> memory mapped there (old mappings stay)
@@ -245,15 +263,22 @@ function farthest(now: number): number {
   for (const m of idleSince.keys()) {
     let at = Infinity;
     for (const h of homes[m]!) at = Math.min(at, nextEnter(h, now));
-    if (at > bestAt) { best = m; bestAt = at; }
+    if (at > bestAt) {
+      best = m;
+      bestAt = at;
+    }
     if (at === Infinity) break;
   }
   return best;
 }
 
-console.log(`${positionals[0]}: peak live ${(trace.summary.peakLiveBytes / P).toFixed(1)} pages of ${P} bytes; ` +
-  `capacity ${capacityPages} pages (${headroom}% headroom)`);
-console.log(`placement ${placement}${placement === 'slots' ? ` (blocks of ${slotPages} pages or more)` : ''}: ` +
-  `at most ${mostTouched} pages touched at once, ${everTouched.size} address pages touched in all; donor ${donor}`);
+console.log(
+  `${positionals[0]}: peak live ${(trace.summary.peakLiveBytes / P).toFixed(1)} pages of ${P} bytes; ` +
+    `capacity ${capacityPages} pages (${headroom}% headroom)`,
+);
+console.log(
+  `placement ${placement}${placement === 'slots' ? ` (blocks of ${slotPages} pages or more)` : ''}: ` +
+    `at most ${mostTouched} pages touched at once, ${everTouched.size} address pages touched in all; donor ${donor}`,
+);
 console.table(rows);
 if (failed !== null) console.log(`does not fit: ${failed}`);

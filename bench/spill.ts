@@ -102,7 +102,12 @@ function timedRounds(round: () => void, setup?: () => void): Rounds {
     setup?.();
     round();
   });
-  const rest = rounds > 1 ? timed(() => { for (let r = 1; r < rounds; r++) round(); }) : 0;
+  const rest =
+    rounds > 1
+      ? timed(() => {
+          for (let r = 1; r < rounds; r++) round();
+        })
+      : 0;
   return { first, rest };
 }
 
@@ -131,8 +136,10 @@ const gbps = (bytes: number, seconds: number): string => `${(bytes / seconds / 1
 const ballastResource = new CudaResource(device);
 const ballastBytes = Math.max(0, device.memInfo().free - room);
 const ballast = ballastBytes > 0 ? ballastResource.allocate(ballastBytes) : 0;
-console.log(`backend ${device.backend.name}; ${formatBytes(device.memInfo().free)} left to vram; ` +
-  `${count} arrays of ${formatBytes(arrayBytes)} (${formatBytes(count * arrayBytes)}), ${rounds} rounds`);
+console.log(
+  `backend ${device.backend.name}; ${formatBytes(device.memInfo().free)} left to vram; ` +
+    `${count} arrays of ${formatBytes(arrayBytes)} (${formatBytes(count * arrayBytes)}), ${rounds} rounds`,
+);
 
 try {
   // (a) Bandwidth: pinned copies, then spills and reloads of the same size, in the same run.
@@ -143,15 +150,23 @@ try {
     using dev = DeviceBuffer.allocate(arrayBytes);
     dev.memset(1);
     const reps = Math.max(2, slots);
-    const out = timed(() => { for (let i = 0; i < reps; i++) dev.copyToHost(host, { stream }); });
-    const into = timed(() => { for (let i = 0; i < reps; i++) dev.copyFromHost(host, { stream }); });
+    const out = timed(() => {
+      for (let i = 0; i < reps; i++) dev.copyToHost(host, { stream });
+    });
+    const into = timed(() => {
+      for (let i = 0; i < reps; i++) dev.copyFromHost(host, { stream });
+    });
     dev.free();
     const buffers = Array.from({ length: slots }, () => DeviceBuffer.allocate(arrayBytes, { spillable: true }));
     for (const b of buffers) b.memset(2);
     spillableResource().releaseCached(); // first spill: pinned host copies are made here, not timed
     for (const b of buffers) b.memset(3, { count: 1 });
-    const spill = timed(() => { spillableResource().releaseCached(); });
-    const reload = timed(() => { for (const b of buffers) b.lease({ stream }).release(); });
+    const spill = timed(() => {
+      spillableResource().releaseCached();
+    });
+    const reload = timed(() => {
+      for (const b of buffers) b.lease({ stream }).release();
+    });
     // Reloads into the physical memory spills unmapped (the workload's steady state: no
     // cuMemCreate): the manager's own spill keeps the resource's spares, which releaseCached gives
     // back; it keeps a few, so only that many buffers are timed.
@@ -165,16 +180,22 @@ try {
         for (const lease of leases) lease.release();
       }
     }
-    const reloadReused = timed(() => { for (const b of few) b.lease({ stream }).release(); });
+    const reloadReused = timed(() => {
+      for (const b of few) b.lease({ stream }).release();
+    });
     for (const b of buffers) b.free();
     const bytes = reps * arrayBytes;
     const moved = slots * arrayBytes;
     const movedFew = few.length * arrayBytes;
     console.log(`\n(a) bandwidth, ${formatBytes(arrayBytes)} per copy`);
-    console.log(`  pinned copy out ${gbps(bytes, out)}, spill   ${gbps(moved, spill)}: ${((moved / spill) / (bytes / out)).toFixed(2)}x`);
-    console.log(`  pinned copy in  ${gbps(bytes, into)}, reload  ${gbps(moved, reload)}: ${((moved / reload) / (bytes / into)).toFixed(2)}x (new physical memory)`);
-    console.log(`  pinned copy in  ${gbps(bytes, into)}, reload  ${gbps(movedFew, reloadReused)}: ${((movedFew / reloadReused) / (bytes / into)).toFixed(2)}x ` +
-      `(${few.length} buffers into memory spills unmapped)`);
+    console.log(`  pinned copy out ${gbps(bytes, out)}, spill   ${gbps(moved, spill)}: ${(moved / spill / (bytes / out)).toFixed(2)}x`);
+    console.log(
+      `  pinned copy in  ${gbps(bytes, into)}, reload  ${gbps(moved, reload)}: ${(moved / reload / (bytes / into)).toFixed(2)}x (new physical memory)`,
+    );
+    console.log(
+      `  pinned copy in  ${gbps(bytes, into)}, reload  ${gbps(movedFew, reloadReused)}: ${(movedFew / reloadReused / (bytes / into)).toFixed(2)}x ` +
+        `(${few.length} buffers into memory spills unmapped)`,
+    );
   }
 
   // (b) The oversubscribed workload, three ways, twice: with host memory set up before the clock
@@ -185,26 +206,34 @@ try {
   };
   const work = rounds * count * arrayBytes;
   const total = (t: Rounds): number => t.first + t.rest;
-  console.log(`\n(b) ${count} arrays x ${rounds} rounds, ${(count * arrayBytes / room).toFixed(2)}x the memory left to vram`);
+  console.log(`\n(b) ${count} arrays x ${rounds} rounds, ${((count * arrayBytes) / room).toFixed(2)}x the memory left to vram`);
   for (const before of [true, false]) {
-    console.log(before
-      ? '  host memory set up before the clock (pinned buffers, spilling\'s reservation, JavaScript arrays): the targets\' figure'
-      : `  everything in the clock (pinned memory allocated in it, no reservation; spilling's host chunks at least ${formatBytes(hostChunk)})`);
+    console.log(
+      before
+        ? "  host memory set up before the clock (pinned buffers, spilling's reservation, JavaScript arrays): the targets' figure"
+        : `  everything in the clock (pinned memory allocated in it, no reservation; spilling's host chunks at least ${formatBytes(hostChunk)})`,
+    );
     const spilled = spillable(before);
     const byHand = pinnedByHand(before);
     const javascript = javaScriptMemory(before);
     const { figures: f } = spilled;
-    console.log(`    spillable arrays   ${total(spilled).toFixed(3)} s  ${gbps(work, total(spilled))} of arrays passed ` +
-      `(${f.spilledBuffers.total} spills, ${f.spilledAhead} queued ahead, ${f.waits} host waits, ${f.copiesOut} copies out, ` +
-      `${f.reloads} reloads, ${spilled.hostAllocs} cuMemHostAlloc for ${formatBytes(f.hostReservedBytes)})`);
+    console.log(
+      `    spillable arrays   ${total(spilled).toFixed(3)} s  ${gbps(work, total(spilled))} of arrays passed ` +
+        `(${f.spilledBuffers.total} spills, ${f.spilledAhead} queued ahead, ${f.waits} host waits, ${f.copiesOut} copies out, ` +
+        `${f.reloads} reloads, ${spilled.hostAllocs} cuMemHostAlloc for ${formatBytes(f.hostReservedBytes)})`,
+    );
     console.log(`    by hand, pinned    ${total(byHand).toFixed(3)} s  ${gbps(work, total(byHand))}`);
     console.log(`    JavaScript memory  ${total(javascript).toFixed(3)} s  ${gbps(work, total(javascript))}`);
-    console.log(`    spillable / by hand: ${(total(byHand) / total(spilled)).toFixed(2)}x (target 0.9x); spillable / JavaScript memory: ` +
-      `${(total(javascript) / total(spilled)).toFixed(2)}x (target 3x)`);
+    console.log(
+      `    spillable / by hand: ${(total(byHand) / total(spilled)).toFixed(2)}x (target 0.9x); spillable / JavaScript memory: ` +
+        `${(total(javascript) / total(spilled)).toFixed(2)}x (target 3x)`,
+    );
     console.log(`    first round: spillable ${spilled.first.toFixed(3)} s, by hand ${byHand.first.toFixed(3)} s, JavaScript ${javascript.first.toFixed(3)} s`);
     if (rounds > 1) {
-      console.log(`    rounds 2-${rounds}: spillable ${spilled.rest.toFixed(3)} s, by hand ${byHand.rest.toFixed(3)} s (${(byHand.rest / spilled.rest).toFixed(2)}x), ` +
-        `JavaScript ${javascript.rest.toFixed(3)} s (${(javascript.rest / spilled.rest).toFixed(2)}x)`);
+      console.log(
+        `    rounds 2-${rounds}: spillable ${spilled.rest.toFixed(3)} s, by hand ${byHand.rest.toFixed(3)} s (${(byHand.rest / spilled.rest).toFixed(2)}x), ` +
+          `JavaScript ${javascript.rest.toFixed(3)} s (${(javascript.rest / spilled.rest).toFixed(2)}x)`,
+      );
     }
   }
 
@@ -227,16 +256,23 @@ try {
       reserveSpillHost(count * arrayBytes, { device });
       make();
     }
-    const times = timedRounds(() => {
-      for (const a of arrays) kernel.launch({ ...launch, stream }, a, n);
-    }, before ? undefined : make);
+    const times = timedRounds(
+      () => {
+        for (const a of arrays) kernel.launch({ ...launch, stream }, a, n);
+      },
+      before ? undefined : make,
+    );
     const end = spillFigures(device);
     const hostAllocs = calls.count;
     for (const a of arrays) check(a.toHost(), 'spillable');
     for (const a of arrays) a.free();
     const delta = (key: 'copiesOut' | 'reloads' | 'spilledAhead' | 'waits'): number => end[key] - start[key];
     const figures: SpillFigures = {
-      ...end, copiesOut: delta('copiesOut'), reloads: delta('reloads'), spilledAhead: delta('spilledAhead'), waits: delta('waits'),
+      ...end,
+      copiesOut: delta('copiesOut'),
+      reloads: delta('reloads'),
+      spilledAhead: delta('spilledAhead'),
+      waits: delta('waits'),
       spilledBuffers: { ...end.spilledBuffers, total: end.spilledBuffers.total - start.spilledBuffers.total },
     };
     emptyCache(device);
@@ -257,15 +293,18 @@ try {
     if (before) make();
     const streams = [Stream.create(), Stream.create()];
     const slotBuffers = streams.map((s) => DeviceBuffer.allocate(arrayBytes, { stream: s }));
-    const times = timedRounds(() => {
-      hosts.forEach((h, i) => {
-        const s = streams[i % 2]!;
-        const d = slotBuffers[i % 2]!;
-        d.copyFromHost(h, { stream: s });
-        kernel.launch({ ...launch, stream: s }, d, n);
-        d.copyToHost(h, { stream: s });
-      });
-    }, before ? undefined : make);
+    const times = timedRounds(
+      () => {
+        hosts.forEach((h, i) => {
+          const s = streams[i % 2]!;
+          const d = slotBuffers[i % 2]!;
+          d.copyFromHost(h, { stream: s });
+          kernel.launch({ ...launch, stream: s }, d, n);
+          d.copyToHost(h, { stream: s });
+        });
+      },
+      before ? undefined : make,
+    );
     for (const h of hosts) check(h.view(Float32Array), 'by hand');
     for (const b of slotBuffers) b.free();
     for (const h of hosts) h.free();
@@ -281,13 +320,16 @@ try {
     };
     if (before) make();
     const slot = DeviceBuffer.allocate(arrayBytes);
-    const times = timedRounds(() => {
-      for (const p of plain) {
-        slot.copyFromHost(p);
-        kernel.launch(launch, slot, n);
-        slot.copyToHost(p);
-      }
-    }, before ? undefined : make);
+    const times = timedRounds(
+      () => {
+        for (const p of plain) {
+          slot.copyFromHost(p);
+          kernel.launch(launch, slot, n);
+          slot.copyToHost(p);
+        }
+      },
+      before ? undefined : make,
+    );
     for (const p of plain) check(p, 'JavaScript memory');
     slot.free();
     return times;

@@ -26,10 +26,27 @@ probe('noctx.streamCreate', () => cuda.streamCreate(1, 0));
 probe('noctx.eventCreate', () => cuda.eventCreate(2));
 probe('noctx.granularity', () => cuda.memGetAllocationGranularity(0));
 probe('noctx.defaultPool', () => cuda.deviceGetDefaultMemPool(0));
-probe('noctx.poolCreate', () => { const p = cuda.memPoolCreate({ device: 0 }); cuda.memPoolDestroy(p); return p !== 0; });
-probe('noctx.addressReserve', () => { const g = 2 * MiB; const va = cuda.memAddressReserve(g, 0); cuda.memAddressFree(va, g); return va !== 0; });
-probe('noctx.memCreate', () => { const h = cuda.memCreate(2 * MiB, 0); cuda.memRelease(h); return h !== 0; });
-probe('noctx.hostAlloc', () => { const h = cuda.memHostAlloc(4096, 0); cuda.memFreeHost(h); return true; });
+probe('noctx.poolCreate', () => {
+  const p = cuda.memPoolCreate({ device: 0 });
+  cuda.memPoolDestroy(p);
+  return p !== 0;
+});
+probe('noctx.addressReserve', () => {
+  const g = 2 * MiB;
+  const va = cuda.memAddressReserve(g, 0);
+  cuda.memAddressFree(va, g);
+  return va !== 0;
+});
+probe('noctx.memCreate', () => {
+  const h = cuda.memCreate(2 * MiB, 0);
+  cuda.memRelease(h);
+  return h !== 0;
+});
+probe('noctx.hostAlloc', () => {
+  const h = cuda.memHostAlloc(4096, 0);
+  cuda.memFreeHost(h);
+  return true;
+});
 probe('noctx.pointerAttributes', () => cuda.pointerGetAttributes(0x1000));
 
 const primary = cuda.primaryContextRetain(0);
@@ -43,13 +60,45 @@ const s = cuda.streamCreate(1, 0);
 probe('allocAsync0', () => cuda.memAllocAsync(0, s));
 const pool = cuda.memPoolCreate({ device: 0 });
 probe('allocFromPoolAsync0', () => cuda.memAllocFromPoolAsync(0, pool, s));
-probe('freeAsync0', () => { cuda.memFreeAsync(0, s); cuda.streamSynchronize(s); return true; });
-probe('freeAsync0x1234', () => { cuda.memFreeAsync(0x1234, s); cuda.streamSynchronize(s); return true; });
-probe('memFree0', () => { cuda.memFree(0); return true; });
+probe('freeAsync0', () => {
+  cuda.memFreeAsync(0, s);
+  cuda.streamSynchronize(s);
+  return true;
+});
+probe('freeAsync0x1234', () => {
+  cuda.memFreeAsync(0x1234, s);
+  cuda.streamSynchronize(s);
+  return true;
+});
+probe('memFree0', () => {
+  cuda.memFree(0);
+  return true;
+});
 probe('memAlloc0', () => cuda.memAlloc(0));
-probe('freeAsyncInterior', () => { const p = cuda.memAllocAsync(MiB, s); try { cuda.memFreeAsync(p + 512, s); } finally { cuda.memFreeAsync(p, s); cuda.streamSynchronize(s); } return true; });
-probe('freeAsyncDoubleFree', () => { const p = cuda.memAllocAsync(MiB, s); cuda.memFreeAsync(p, s); cuda.streamSynchronize(s); cuda.memFreeAsync(p, s); cuda.streamSynchronize(s); return true; });
-probe('memFreeOfPoolBlock', () => { const p = cuda.memAllocAsync(MiB, s); cuda.streamSynchronize(s); cuda.memFree(p); return true; });
+probe('freeAsyncInterior', () => {
+  const p = cuda.memAllocAsync(MiB, s);
+  try {
+    cuda.memFreeAsync(p + 512, s);
+  } finally {
+    cuda.memFreeAsync(p, s);
+    cuda.streamSynchronize(s);
+  }
+  return true;
+});
+probe('freeAsyncDoubleFree', () => {
+  const p = cuda.memAllocAsync(MiB, s);
+  cuda.memFreeAsync(p, s);
+  cuda.streamSynchronize(s);
+  cuda.memFreeAsync(p, s);
+  cuda.streamSynchronize(s);
+  return true;
+});
+probe('memFreeOfPoolBlock', () => {
+  const p = cuda.memAllocAsync(MiB, s);
+  cuda.streamSynchronize(s);
+  cuda.memFree(p);
+  return true;
+});
 cuda.memPoolDestroy(pool);
 
 // Destroyed events and streams.
@@ -144,10 +193,18 @@ cuda.memPoolDestroy(pool);
     steps.push([`freed ${bytes} memoryType`, attrs.memoryType]);
   }
   for (const bytes of [total + 1, total + 4096, total + 1024 * MiB]) {
-    try { cuda.memFree(cuda.memAlloc(bytes)); } catch (error) { steps.push([`alloc ${bytes}`, error.errorName, error.call]); }
+    try {
+      cuda.memFree(cuda.memAlloc(bytes));
+    } catch (error) {
+      steps.push([`alloc ${bytes}`, error.errorName, error.call]);
+    }
     at(`after failed ${bytes}`);
   }
-  try { cuda.memAllocPitch(total, 2, 4); } catch (error) { steps.push(['pitch', error.errorName, error.call]); }
+  try {
+    cuda.memAllocPitch(total, 2, 4);
+  } catch (error) {
+    steps.push(['pitch', error.errorName, error.call]);
+  }
   at('after failed pitch');
   const h = cuda.memHostAlloc(4096, 0);
   at('hostAlloc 4096');
@@ -187,10 +244,22 @@ cuda.contextSetCurrent(primary);
 probe('ctx.releasePrimaryToZeroThenUse', () => {
   // before: retained once above
   cuda.primaryContextRelease(0);
-  return { current: cuda.contextGetCurrent(), info: (() => { try { return cuda.memGetInfo(); } catch (e) { return e.errorName; } })() };
+  return {
+    current: cuda.contextGetCurrent(),
+    info: (() => {
+      try {
+        return cuda.memGetInfo();
+      } catch (e) {
+        return e.errorName;
+      }
+    })(),
+  };
 });
 probe('ctx.releaseUnretained', () => cuda.primaryContextRelease(0));
-probe('ctx.retainAgain', () => { const p = cuda.primaryContextRetain(0); return { same: p === primary }; });
+probe('ctx.retainAgain', () => {
+  const p = cuda.primaryContextRetain(0);
+  return { same: p === primary };
+});
 // Last: may be undefined behaviour in the driver.
 probe('ctx.setCurrentDestroyed', () => {
   const again = cuda.primaryContextRetain(0);

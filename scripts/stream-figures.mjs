@@ -40,11 +40,28 @@ for (const run of runs) {
     const g = (p) => p.growth;
     const waits = sum((p) => g(p)?.streamJoins?.waits ?? NaN) / later.length / ops;
     const records = sum((p) => g(p)?.streamJoins?.records ?? NaN) / later.length / ops;
-    const calls = sum((p) => { const c = g(p)?.driverCalls; return c ? c.create + c.map + c.unmap + c.setAccess + c.release : NaN; });
+    const calls = sum((p) => {
+      const c = g(p)?.driverCalls;
+      return c ? c.create + c.map + c.unmap + c.setAccess + c.release : NaN;
+    });
     const us = sum((p) => p.nsPerOperation) / later.length / 1e3;
-    rows.push([name, r.stack, cross.toFixed(3), waits.toFixed(3), records.toFixed(3), String(calls),
-      `${r.result.overheadPercent >= 0 ? '+' : ''}${r.result.overheadPercent.toFixed(1)}%`, us.toFixed(2)]);
+    rows.push([
+      name,
+      r.stack,
+      cross.toFixed(3),
+      waits.toFixed(3),
+      records.toFixed(3),
+      String(calls),
+      `${r.result.overheadPercent >= 0 ? '+' : ''}${r.result.overheadPercent.toFixed(1)}%`,
+      us.toFixed(2),
+    ]);
   }
 }
 const width = rows[0].map((_, c) => Math.max(...rows.map((r) => String(r[c]).length)));
-for (const r of rows) process.stdout.write(r.map((v, c) => String(v).padEnd(width[c])).join('  ').trimEnd() + '\n');
+for (const r of rows)
+  process.stdout.write(
+    r
+      .map((v, c) => String(v).padEnd(width[c]))
+      .join('  ')
+      .trimEnd() + '\n',
+  );

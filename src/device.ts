@@ -781,8 +781,9 @@ function contextFlags(what: string, options: ContextOptions): number {
   for (const key of ['mapHost', 'lmemResizeToMax'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'boolean') throw new TypeError(`${key} must be a boolean, got ${typeof options[key]}`);
   }
-  return scheduleFlags[schedule] | (options.mapHost === true ? ContextFlags.MAP_HOST : 0)
-    | (options.lmemResizeToMax === true ? ContextFlags.LMEM_RESIZE_TO_MAX : 0);
+  return (
+    scheduleFlags[schedule] | (options.mapHost === true ? ContextFlags.MAP_HOST : 0) | (options.lmemResizeToMax === true ? ContextFlags.LMEM_RESIZE_TO_MAX : 0)
+  );
 }
 
 /**

@@ -14,9 +14,7 @@ import { LIBCUDA_VARIABLE } from './cuda/library.js';
 import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
 import { LIBNCCL_VARIABLE } from './cuda/nccl-library.js';
 import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
-import {
-  ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE,
-} from './resource/default-resource.js';
+import { ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE } from './resource/default-resource.js';
 import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
 import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
 import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
@@ -29,11 +27,25 @@ import { anyText, variableReader, type EnvironmentValues, type VariableReader } 
 export const DEBUG_VARIABLE = variableReader('VRAM_DEBUG', anyText);
 
 /** The reader of every variable in the table, by name (a test checks the two name the same variables). */
-export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> = new Map([
-  BACKEND_VARIABLE, LIBCUDA_VARIABLE, LIBNVRTC_VARIABLE, LIBNCCL_VARIABLE, CACHE_DIR_VARIABLE, EMULATED_BYTES_VARIABLE,
-  ALLOCATOR_VARIABLE, MEMORY_LIMIT_VARIABLE, MEMORY_FRACTION_VARIABLE, OOM_SNAPSHOT, COPY_THREADS_VARIABLE, DEBUG_VARIABLE,
-  SPILL_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_AHEAD_VARIABLE,
-].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]));
+export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> = new Map(
+  [
+    BACKEND_VARIABLE,
+    LIBCUDA_VARIABLE,
+    LIBNVRTC_VARIABLE,
+    LIBNCCL_VARIABLE,
+    CACHE_DIR_VARIABLE,
+    EMULATED_BYTES_VARIABLE,
+    ALLOCATOR_VARIABLE,
+    MEMORY_LIMIT_VARIABLE,
+    MEMORY_FRACTION_VARIABLE,
+    OOM_SNAPSHOT,
+    COPY_THREADS_VARIABLE,
+    DEBUG_VARIABLE,
+    SPILL_VARIABLE,
+    SPILL_LIMIT_VARIABLE,
+    SPILL_AHEAD_VARIABLE,
+  ].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]),
+);
 
 /** One environment variable vram reads. */
 export interface EnvironmentVariable {
@@ -56,33 +68,79 @@ export interface EnvironmentVariable {
  * ```
  */
 export const ENVIRONMENT: readonly EnvironmentVariable[] = [
-  { name: 'VRAM_BACKEND', values: 'cuda|emulated|auto', default: 'auto',
-    meaning: 'which backend drives the devices; auto uses the CUDA driver when it loads and reports a device, else the emulated backend' },
-  { name: 'VRAM_LIBCUDA', values: 'path', default: 'libcuda.so.1 on the loader path, then the usual driver folders',
-    meaning: "the CUDA driver library to load, when it is somewhere unusual" },
-  { name: 'VRAM_LIBNVRTC', values: 'path', default: 'libnvrtc.so.13/.12 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/ wheels',
-    meaning: 'the NVRTC library Module.compile loads (only on a GPU, only when compiling CUDA source)' },
-  { name: 'VRAM_LIBNCCL', values: 'path', default: 'libnccl.so.2 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/nccl wheels',
-    meaning: 'the NCCL library communicators load on a GPU (vram/nccl); when set, the only one tried' },
-  { name: 'VRAM_CACHE_DIR', values: 'absolute path', default: '$XDG_CACHE_HOME/vram, else ~/.cache/vram',
-    meaning: 'where compiled kernels are cached (kernels/, one file per source, options, architecture, NVRTC and driver); ' +
-      'a folder not owned by you, or writable by group or others, is not used (a warning, then compiling without the cache)' },
-  { name: 'VRAM_EMULATED_BYTES', values: 'size (16G, 512M, bytes)', default: '4 GiB (vram replay sizes it for the trace)',
-    meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory' },
+  {
+    name: 'VRAM_BACKEND',
+    values: 'cuda|emulated|auto',
+    default: 'auto',
+    meaning: 'which backend drives the devices; auto uses the CUDA driver when it loads and reports a device, else the emulated backend',
+  },
+  {
+    name: 'VRAM_LIBCUDA',
+    values: 'path',
+    default: 'libcuda.so.1 on the loader path, then the usual driver folders',
+    meaning: 'the CUDA driver library to load, when it is somewhere unusual',
+  },
+  {
+    name: 'VRAM_LIBNVRTC',
+    values: 'path',
+    default: 'libnvrtc.so.13/.12 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/ wheels',
+    meaning: 'the NVRTC library Module.compile loads (only on a GPU, only when compiling CUDA source)',
+  },
+  {
+    name: 'VRAM_LIBNCCL',
+    values: 'path',
+    default: 'libnccl.so.2 on the loader path, then $CUDA_HOME, /usr/local/cuda*, Python nvidia/nccl wheels',
+    meaning: 'the NCCL library communicators load on a GPU (vram/nccl); when set, the only one tried',
+  },
+  {
+    name: 'VRAM_CACHE_DIR',
+    values: 'absolute path',
+    default: '$XDG_CACHE_HOME/vram, else ~/.cache/vram',
+    meaning:
+      'where compiled kernels are cached (kernels/, one file per source, options, architecture, NVRTC and driver); ' +
+      'a folder not owned by you, or writable by group or others, is not used (a warning, then compiling without the cache)',
+  },
+  {
+    name: 'VRAM_EMULATED_BYTES',
+    values: 'size (16G, 512M, bytes)',
+    default: '4 GiB (vram replay sizes it for the trace)',
+    meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory',
+  },
   // VRAM_ALLOCATOR, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION: described beside the code that reads them.
   ...DEFAULT_RESOURCE_VARIABLES,
-  { name: 'VRAM_SPILL', values: '0|1', default: '0',
-    meaning: '1: buffers and arrays allocated without a resource are spillable (moved to pinned host memory when the device runs short, back on use, at the same address)' },
-  { name: 'VRAM_SPILL_LIMIT', values: 'size (16G, 512M, bytes)', default: 'none (spill when the device is full)',
-    meaning: 'spill before a spillable allocation or reload would take the device memory in use (cuMemGetInfo) past this' },
-  { name: 'VRAM_SPILL_AHEAD', values: 'size (256M, bytes; 0 = off)', default: 'the largest spillable buffer, where 8 or more of its size are on the device',
-    meaning: 'once spilling has started, the room kept free ahead of need: copies out are queued early, beside the next copy in, and their memory goes when they have run' },
-  { name: 'VRAM_OOM_SNAPSHOT', values: 'path', default: 'off',
-    meaning: 'at an out-of-memory error, write a memory snapshot (JSON, docs/snapshot-schema.json) to this file; vram view turns it into a report' },
-  { name: 'VRAM_COPY_THREADS', values: 'whole number (0 = copy on the calling thread)', default: 'half the cores, 1 to 8',
-    meaning: 'threads that split large pageable host copies' },
-  { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'off',
-    meaning: 'the CLI prints the stack of an unexpected error, not only its message' },
+  {
+    name: 'VRAM_SPILL',
+    values: '0|1',
+    default: '0',
+    meaning:
+      '1: buffers and arrays allocated without a resource are spillable (moved to pinned host memory when the device runs short, back on use, at the same address)',
+  },
+  {
+    name: 'VRAM_SPILL_LIMIT',
+    values: 'size (16G, 512M, bytes)',
+    default: 'none (spill when the device is full)',
+    meaning: 'spill before a spillable allocation or reload would take the device memory in use (cuMemGetInfo) past this',
+  },
+  {
+    name: 'VRAM_SPILL_AHEAD',
+    values: 'size (256M, bytes; 0 = off)',
+    default: 'the largest spillable buffer, where 8 or more of its size are on the device',
+    meaning:
+      'once spilling has started, the room kept free ahead of need: copies out are queued early, beside the next copy in, and their memory goes when they have run',
+  },
+  {
+    name: 'VRAM_OOM_SNAPSHOT',
+    values: 'path',
+    default: 'off',
+    meaning: 'at an out-of-memory error, write a memory snapshot (JSON, docs/snapshot-schema.json) to this file; vram view turns it into a report',
+  },
+  {
+    name: 'VRAM_COPY_THREADS',
+    values: 'whole number (0 = copy on the calling thread)',
+    default: 'half the cores, 1 to 8',
+    meaning: 'threads that split large pageable host copies',
+  },
+  { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'off', meaning: 'the CLI prints the stack of an unexpected error, not only its message' },
 ];
 
 /** One row of the table as it stands in a process: the variable and what it is set to. */

@@ -215,8 +215,10 @@ export class OutOfMemoryError extends VramError {
    */
   constructor(details: OutOfMemoryDetails) {
     const { requestedBytes, call, reason, resource } = details;
-    super(details.message ?? outOfMemoryMessage(requestedBytes, resource, `${call} failed (${reason})`),
-    details.cause === undefined ? undefined : { cause: details.cause });
+    super(
+      details.message ?? outOfMemoryMessage(requestedBytes, resource, `${call} failed (${reason})`),
+      details.cause === undefined ? undefined : { cause: details.cause },
+    );
     this.requestedBytes = requestedBytes;
     this.call = call;
     this.reason = reason;
@@ -258,8 +260,7 @@ export function outOfMemoryMessage(bytes: number, from: string | undefined, why:
  * @throws Never.
  */
 export function isOutOfMemory(error: unknown): error is OutOfMemoryError | CudaError {
-  return error instanceof OutOfMemoryError ||
-    (error instanceof CudaError && error.code === CUresult.OUT_OF_MEMORY);
+  return error instanceof OutOfMemoryError || (error instanceof CudaError && error.code === CUresult.OUT_OF_MEMORY);
 }
 
 /**
@@ -362,8 +363,14 @@ export class NcclError extends VramError {
 
 /** ncclResult_t names (nccl.h), by code. */
 const NCCL_RESULT_NAMES: readonly string[] = [
-  'ncclSuccess', 'ncclUnhandledCudaError', 'ncclSystemError', 'ncclInternalError', 'ncclInvalidArgument',
-  'ncclInvalidUsage', 'ncclRemoteError', 'ncclInProgress',
+  'ncclSuccess',
+  'ncclUnhandledCudaError',
+  'ncclSystemError',
+  'ncclInternalError',
+  'ncclInvalidArgument',
+  'ncclInvalidUsage',
+  'ncclRemoteError',
+  'ncclInProgress',
 ];
 
 /** The name of an ncclResult_t, `ncclResult(N)` for a code this table does not know. */

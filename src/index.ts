@@ -18,8 +18,17 @@ export { getBackend, backendFallbackReason } from './backend/select.js';
 
 // Errors
 export {
-  VramError, CudaError, OutOfMemoryError, isOutOfMemory, VramStateError, UseAfterFreeError, DoubleFreeError,
-  InvalidPointerError, NotSupportedError, DetachedBufferError, CUresult,
+  VramError,
+  CudaError,
+  OutOfMemoryError,
+  isOutOfMemory,
+  VramStateError,
+  UseAfterFreeError,
+  DoubleFreeError,
+  InvalidPointerError,
+  NotSupportedError,
+  DetachedBufferError,
+  CUresult,
 } from './errors.js';
 export type { OutOfMemoryStatistics, OutOfMemoryReason, OutOfMemoryDetails } from './errors.js';
 

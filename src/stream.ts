@@ -12,7 +12,20 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
 import { Graph } from './graph/graph.js';
-import { CAPTURE_MODES, CaptureSession, abandonCapture, captureError, captureSessionOf, endSession, joinSession, refuseDuringCapture, startSession, type CaptureModeName, type CapturePool, type CaptureStatusName } from './graph/sessions.js';
+import {
+  CAPTURE_MODES,
+  CaptureSession,
+  abandonCapture,
+  captureError,
+  captureSessionOf,
+  endSession,
+  joinSession,
+  refuseDuringCapture,
+  startSession,
+  type CaptureModeName,
+  type CapturePool,
+  type CaptureStatusName,
+} from './graph/sessions.js';
 
 /** A `synchronized()` in progress: it waits for the host functions up to `through`, and rejects with the first error of one. */
 interface HostFunctionWait {
@@ -241,8 +254,7 @@ export class Stream implements StreamRef {
     const low = Math.min(least, greatest);
     const high = Math.max(least, greatest);
     if (!Number.isInteger(priority) || priority < low || priority > high) {
-      throw new RangeError(
-        `priority must be a whole number from ${greatest} (highest) to ${least} (lowest), got ${priority}`);
+      throw new RangeError(`priority must be a whole number from ${greatest} (highest) to ${least} (lowest), got ${priority}`);
     }
     const flags = nonBlocking ? StreamFlags.NON_BLOCKING : StreamFlags.DEFAULT;
     return new Stream(device.backend.streamCreate(flags, priority), device, priority, nonBlocking);
@@ -284,8 +296,10 @@ export class Stream implements StreamRef {
       throw new RangeError(`Stream.fromHandle: handle must be a whole number from 0 to 2^53 - 1, got ${handle}`);
     }
     if (handle === CU_STREAM_LEGACY || handle === CU_STREAM_PER_THREAD) {
-      throw new RangeError(`Stream.fromHandle: handle ${handle} is CU_STREAM_${handle === CU_STREAM_LEGACY ? 'LEGACY' : 'PER_THREAD'}, ` +
-        'a marker rather than a stream: give 0 for the legacy default stream');
+      throw new RangeError(
+        `Stream.fromHandle: handle ${handle} is CU_STREAM_${handle === CU_STREAM_LEGACY ? 'LEGACY' : 'PER_THREAD'}, ` +
+          'a marker rather than a stream: give 0 for the legacy default stream',
+      );
     }
     const device = Device.resolve(options.device);
     if (handle === DEFAULT_STREAM) return Stream.default(device);
@@ -433,7 +447,8 @@ export class Stream implements StreamRef {
       throw new TypeError('beginCapture: pool must be a GraphPool');
     }
     const handle = this.handle;
-    if (handle === DEFAULT_STREAM) throw new StreamCaptureError('beginCapture()', 'the legacy default stream cannot be captured: capture a stream made with Stream.create()');
+    if (handle === DEFAULT_STREAM)
+      throw new StreamCaptureError('beginCapture()', 'the legacy default stream cannot be captured: capture a stream made with Stream.create()');
     if (captureSessionOf(handle) !== undefined) throw new StreamCaptureError('beginCapture()', `stream ${handle} is already capturing`);
     this.device.makeCurrent();
     this.device.backend.streamBeginCapture(handle, CAPTURE_MODES[mode]);
@@ -461,7 +476,8 @@ export class Stream implements StreamRef {
     const handle = this.handle;
     const session = captureSessionOf(handle);
     if (session === undefined) throw new StreamCaptureError('endCapture()', `stream ${handle} is not capturing`);
-    if (session.origin !== handle) throw new StreamCaptureError('endCapture()', `stream ${handle} joined a capture begun on stream ${session.origin}: end it there`);
+    if (session.origin !== handle)
+      throw new StreamCaptureError('endCapture()', `stream ${handle} joined a capture begun on stream ${session.origin}: end it there`);
     this.device.makeCurrent();
     let raw: Handle;
     try {
@@ -537,8 +553,10 @@ export class Stream implements StreamRef {
         }
         if (!claimed && !warned) {
           warned = true;
-          process.emitWarning(`a host function queued on ${where} threw, and nothing awaited the stream: ${String(error)}`,
-            { code: 'VRAM_HOST_FUNCTION_ERROR', detail: error instanceof Error ? error.stack : undefined });
+          process.emitWarning(`a host function queued on ${where} threw, and nothing awaited the stream: ${String(error)}`, {
+            code: 'VRAM_HOST_FUNCTION_ERROR',
+            detail: error instanceof Error ? error.stack : undefined,
+          });
         }
       }
     });
@@ -664,7 +682,14 @@ export class Stream implements StreamRef {
    * ```
    */
   toJSON(): { type: 'Stream'; handle: number; device: number; isDefault: boolean; borrowed: boolean; destroyed: boolean } {
-    return { type: 'Stream', handle: Number(this.raw), device: this.device.ordinal, isDefault: this.isDefault, borrowed: this.borrowed, destroyed: this.#destroyed };
+    return {
+      type: 'Stream',
+      handle: Number(this.raw),
+      device: this.device.ordinal,
+      isDefault: this.isDefault,
+      borrowed: this.borrowed,
+      destroyed: this.#destroyed,
+    };
   }
 }
 
@@ -737,11 +762,12 @@ export class Event {
     if (typeof timing !== 'boolean') throw new TypeError('timing must be a boolean');
     if (typeof blockingSync !== 'boolean') throw new TypeError('blockingSync must be a boolean');
     if (interprocess && timing) {
-      throw new RangeError('an interprocess event records no timing (CUDA requires CU_EVENT_DISABLE_TIMING with CU_EVENT_INTERPROCESS): leave timing out or pass false');
+      throw new RangeError(
+        'an interprocess event records no timing (CUDA requires CU_EVENT_DISABLE_TIMING with CU_EVENT_INTERPROCESS): leave timing out or pass false',
+      );
     }
-    const flags = (timing ? EventFlags.DEFAULT : EventFlags.DISABLE_TIMING)
-      | (blockingSync ? EventFlags.BLOCKING_SYNC : 0)
-      | (interprocess ? EventFlags.INTERPROCESS : 0);
+    const flags =
+      (timing ? EventFlags.DEFAULT : EventFlags.DISABLE_TIMING) | (blockingSync ? EventFlags.BLOCKING_SYNC : 0) | (interprocess ? EventFlags.INTERPROCESS : 0);
     device.makeCurrent();
     return new Event(device.backend.eventCreate(flags), device, timing, interprocess);
   }
@@ -827,8 +853,12 @@ export class Event {
    * ```
    */
   toString(): string {
-    const flags = [this.timing ? 'timing' : '', this.interprocess ? 'interprocess' : '', this.#recorded ? 'recorded' : '',
-      this.#destroyed ? 'destroyed' : ''].filter(Boolean);
+    const flags = [
+      this.timing ? 'timing' : '',
+      this.interprocess ? 'interprocess' : '',
+      this.#recorded ? 'recorded' : '',
+      this.#destroyed ? 'destroyed' : '',
+    ].filter(Boolean);
     return `Event(${this.raw}, device ${this.device.ordinal}${flags.length > 0 ? `, ${flags.join(', ')}` : ''})`;
   }
 
@@ -858,8 +888,13 @@ export class Event {
    */
   toJSON(): { type: 'Event'; handle: number; device: number; timing: boolean; interprocess: boolean; recorded: boolean; destroyed: boolean } {
     return {
-      type: 'Event', handle: Number(this.raw), device: this.device.ordinal, timing: this.timing, interprocess: this.interprocess,
-      recorded: this.#recorded, destroyed: this.#destroyed,
+      type: 'Event',
+      handle: Number(this.raw),
+      device: this.device.ordinal,
+      timing: this.timing,
+      interprocess: this.interprocess,
+      recorded: this.#recorded,
+      destroyed: this.#destroyed,
     };
   }
 

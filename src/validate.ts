@@ -74,8 +74,7 @@ export function checkRange(offset: number, length: number, size: number, what: s
   checkNonNegativeInteger(offset, `${what} offset`);
   checkNonNegativeInteger(length, `${what} length`);
   if (offset + length > size) {
-    throw new RangeError(
-      `${what}: range [${offset}, ${offset + length}) exceeds its size of ${size} bytes`);
+    throw new RangeError(`${what}: range [${offset}, ${offset + length}) exceeds its size of ${size} bytes`);
   }
 }
 
@@ -145,8 +144,10 @@ export interface StreamVouch {
 export function checkLiveStreamHandle(stream: unknown, streams: StreamVouch, name = 'stream'): number {
   const handle = checkStreamHandle(stream, name);
   if (handle !== 0 && !streams.streamKnown(handle)) {
-    throw new RangeError(`${name}.handle ${handle} is not a live stream vram knows: give a Stream, 0 for the default stream, ` +
-      'or for a stream created elsewhere (another library\'s CUstream) the Stream of Stream.fromHandle(handle)');
+    throw new RangeError(
+      `${name}.handle ${handle} is not a live stream vram knows: give a Stream, 0 for the default stream, ` +
+        "or for a stream created elsewhere (another library's CUstream) the Stream of Stream.fromHandle(handle)",
+    );
   }
   return handle;
 }

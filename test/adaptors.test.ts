@@ -60,13 +60,18 @@ class CountingResource extends MemoryResource {
 
 /** A random program: allocate a size, or free the k-th live block. */
 type Step = { readonly op: 'alloc'; readonly bytes: number } | { readonly op: 'free'; readonly pick: number };
-const steps = fc.array(fc.oneof(
-  fc.record({ op: fc.constant('alloc' as const), bytes: fc.integer({ min: 1, max: 1 << 20 }) }),
-  fc.record({ op: fc.constant('free' as const), pick: fc.nat() }),
-), { maxLength: 200 });
+const steps = fc.array(
+  fc.oneof(
+    fc.record({ op: fc.constant('alloc' as const), bytes: fc.integer({ min: 1, max: 1 << 20 }) }),
+    fc.record({ op: fc.constant('free' as const), pick: fc.nat() }),
+  ),
+  { maxLength: 200 },
+);
 
 /** Runs steps against `mr`; calls `check` after each with the model's figures. */
-function run(mr: MemoryResource, program: readonly Step[],
+function run(
+  mr: MemoryResource,
+  program: readonly Step[],
   check?: (model: { current: number; peak: number; total: number; count: number; peakCount: number; totalCount: number }) => void,
 ): Array<{ ptr: Ptr; bytes: number }> {
   const live: Array<{ ptr: Ptr; bytes: number }> = [];
@@ -93,19 +98,21 @@ function run(mr: MemoryResource, program: readonly Step[],
 
 describe('StatisticsAdaptor', () => {
   it('matches a simple model under random allocate/free sequences', () => {
-    fc.assert(fc.property(steps, (program) => {
-      const upstream = new CountingResource();
-      const stats = new StatisticsAdaptor(upstream);
-      const live = run(stats, program, (m) => {
-        assert.deepEqual(stats.statistics, {
-          bytes: { value: m.current, peak: m.peak, total: m.total },
-          allocations: { value: m.count, peak: m.peakCount, total: m.totalCount },
+    fc.assert(
+      fc.property(steps, (program) => {
+        const upstream = new CountingResource();
+        const stats = new StatisticsAdaptor(upstream);
+        const live = run(stats, program, (m) => {
+          assert.deepEqual(stats.statistics, {
+            bytes: { value: m.current, peak: m.peak, total: m.total },
+            allocations: { value: m.count, peak: m.peakCount, total: m.totalCount },
+          });
         });
-      });
-      for (const b of live) stats.deallocate(b.ptr, b.bytes);
-      assert.equal(stats.statistics.bytes.value, 0);
-      assert.equal(upstream.live.size, 0);
-    }));
+        for (const b of live) stats.deallocate(b.ptr, b.bytes);
+        assert.equal(stats.statistics.bytes.value, 0);
+        assert.equal(upstream.live.size, 0);
+      }),
+    );
   });
 
   it('resetPeaks starts the marks from the current figures', () => {
@@ -137,15 +144,18 @@ describe('LimitingAdaptor', () => {
     const blocks: Ptr[] = [];
     for (let i = 0; i < 4; i++) blocks.push(limit.allocate(256 << 10));
     assert.equal(limit.availableBytes, 0);
-    assert.throws(() => limit.allocate(1), (error: unknown) => {
-      assert.ok(error instanceof OutOfMemoryError);
-      assert.equal(error.requestedBytes, 1);
-      assert.match(error.resource ?? '', /LimitingAdaptor\(limit=1 MiB, CountingResource\)/);
-      assert.equal(error.statistics?.allocatedBytes.value, 1 << 20);
-      assert.equal(error.statistics?.bytes, error.statistics?.allocatedBytes, 'the deprecated name is the same counter');
-      assert.equal(error.statistics?.allocations.value, 4);
-      return true;
-    });
+    assert.throws(
+      () => limit.allocate(1),
+      (error: unknown) => {
+        assert.ok(error instanceof OutOfMemoryError);
+        assert.equal(error.requestedBytes, 1);
+        assert.match(error.resource ?? '', /LimitingAdaptor\(limit=1 MiB, CountingResource\)/);
+        assert.equal(error.statistics?.allocatedBytes.value, 1 << 20);
+        assert.equal(error.statistics?.bytes, error.statistics?.allocatedBytes, 'the deprecated name is the same counter');
+        assert.equal(error.statistics?.allocations.value, 4);
+        return true;
+      },
+    );
     assert.equal(upstream.live.size, 4, 'the refused request took nothing upstream');
     for (const p of blocks) limit.deallocate(p, 256 << 10);
     assert.equal(upstream.live.size, 0);
@@ -153,27 +163,29 @@ describe('LimitingAdaptor', () => {
   });
 
   it('never lets a random program exceed its limit', () => {
-    fc.assert(fc.property(steps, fc.integer({ min: 1 << 10, max: 8 << 20 }), (program, cap) => {
-      const upstream = new CountingResource();
-      const limit = new LimitingAdaptor(upstream, cap);
-      const live: Array<{ ptr: Ptr; bytes: number }> = [];
-      for (const step of program) {
-        if (step.op === 'alloc') {
-          try {
-            live.push({ ptr: limit.allocate(step.bytes), bytes: step.bytes });
-          } catch (error) {
-            assert.ok(error instanceof OutOfMemoryError);
+    fc.assert(
+      fc.property(steps, fc.integer({ min: 1 << 10, max: 8 << 20 }), (program, cap) => {
+        const upstream = new CountingResource();
+        const limit = new LimitingAdaptor(upstream, cap);
+        const live: Array<{ ptr: Ptr; bytes: number }> = [];
+        for (const step of program) {
+          if (step.op === 'alloc') {
+            try {
+              live.push({ ptr: limit.allocate(step.bytes), bytes: step.bytes });
+            } catch (error) {
+              assert.ok(error instanceof OutOfMemoryError);
+            }
+          } else if (live.length > 0) {
+            const [b] = live.splice(step.pick % live.length, 1);
+            limit.deallocate(b!.ptr, b!.bytes);
           }
-        } else if (live.length > 0) {
-          const [b] = live.splice(step.pick % live.length, 1);
-          limit.deallocate(b!.ptr, b!.bytes);
+          assert.ok(limit.allocatedBytes <= cap);
+          assert.ok(upstream.liveBytes <= cap);
         }
-        assert.ok(limit.allocatedBytes <= cap);
-        assert.ok(upstream.liveBytes <= cap);
-      }
-      for (const b of live) limit.deallocate(b.ptr, b.bytes);
-      assert.equal(upstream.live.size, 0);
-    }));
+        for (const b of live) limit.deallocate(b.ptr, b.bytes);
+        assert.equal(upstream.live.size, 0);
+      }),
+    );
   });
 });
 
@@ -221,18 +233,27 @@ describe('TrackingAdaptor', () => {
 describe('an adaptor that keeps its own count is equal only to itself', () => {
   /** Each adaptor that counts, and how to read its count of bytes. */
   const counting: Array<[string, (upstream: MemoryResource) => { mr: MemoryResource; counted: () => number }]> = [
-    ['LimitingAdaptor', (upstream) => {
-      const mr = new LimitingAdaptor(upstream, 8192);
-      return { mr, counted: () => mr.allocatedBytes };
-    }],
-    ['StatisticsAdaptor', (upstream) => {
-      const mr = new StatisticsAdaptor(upstream);
-      return { mr, counted: () => mr.memoryFigures().allocatedBytes.value };
-    }],
-    ['TrackingAdaptor', (upstream) => {
-      const mr = new TrackingAdaptor(upstream);
-      return { mr, counted: () => mr.outstandingBytes };
-    }],
+    [
+      'LimitingAdaptor',
+      (upstream) => {
+        const mr = new LimitingAdaptor(upstream, 8192);
+        return { mr, counted: () => mr.allocatedBytes };
+      },
+    ],
+    [
+      'StatisticsAdaptor',
+      (upstream) => {
+        const mr = new StatisticsAdaptor(upstream);
+        return { mr, counted: () => mr.memoryFigures().allocatedBytes.value };
+      },
+    ],
+    [
+      'TrackingAdaptor',
+      (upstream) => {
+        const mr = new TrackingAdaptor(upstream);
+        return { mr, counted: () => mr.outstandingBytes };
+      },
+    ],
   ];
   for (const [name, make] of counting) {
     it(`${name}: two over one upstream are not equal, and a block of one freed through the other is refused`, () => {
@@ -264,7 +285,10 @@ describe('an adaptor that keeps its own count is equal only to itself', () => {
     const p = a.allocate(4096);
     assert.throws(() => b.deallocate(p, 4096), InvalidPointerError);
     const q = b.allocate(4096);
-    assert.throws(() => b.allocate(256), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit');
+    assert.throws(
+      () => b.allocate(256),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit',
+    );
     assert.equal(a.availableBytes, 0);
     a.deallocate(p, 4096);
     b.deallocate(q, 4096);
@@ -280,25 +304,28 @@ describe('an adaptor that keeps its own count is equal only to itself', () => {
 
 describe('LoggingAdaptor', () => {
   it('writes a log that parses back and replays to the same peak live', () => {
-    fc.assert(fc.property(steps, (program) => {
-      const lines: string[] = [];
-      const stats = new StatisticsAdaptor(new CountingResource());
-      const logging = new LoggingAdaptor(stats, (line) => lines.push(line));
-      const live = run(logging, program);
-      for (const b of live) logging.deallocate(b.ptr, b.bytes, { handle: 0 });
-      assert.equal(lines[0], 'Thread,Time,Action,Pointer,Size,Stream');
-      const trace = parseAllocationLog(lines.join('\n'), 'logged');
-      assert.equal(trace.summary.peakLiveBytes, stats.statistics.bytes.peak);
-      assert.equal(trace.summary.allocations, stats.statistics.allocations.total);
-      const again = new StatisticsAdaptor(new CountingResource());
-      const result = replay(trace, again);
-      assert.equal(result.peakLiveBytes, stats.statistics.bytes.peak);
-      assert.equal(again.statistics.bytes.peak, stats.statistics.bytes.peak);
-      assert.equal(again.statistics.bytes.value, 0);
-    }), { numRuns: 50 });
+    fc.assert(
+      fc.property(steps, (program) => {
+        const lines: string[] = [];
+        const stats = new StatisticsAdaptor(new CountingResource());
+        const logging = new LoggingAdaptor(stats, (line) => lines.push(line));
+        const live = run(logging, program);
+        for (const b of live) logging.deallocate(b.ptr, b.bytes, { handle: 0 });
+        assert.equal(lines[0], 'Thread,Time,Action,Pointer,Size,Stream');
+        const trace = parseAllocationLog(lines.join('\n'), 'logged');
+        assert.equal(trace.summary.peakLiveBytes, stats.statistics.bytes.peak);
+        assert.equal(trace.summary.allocations, stats.statistics.allocations.total);
+        const again = new StatisticsAdaptor(new CountingResource());
+        const result = replay(trace, again);
+        assert.equal(result.peakLiveBytes, stats.statistics.bytes.peak);
+        assert.equal(again.statistics.bytes.peak, stats.statistics.bytes.peak);
+        assert.equal(again.statistics.bytes.value, 0);
+      }),
+      { numRuns: 50 },
+    );
   });
 
-  it('a sink that throws on a free or a failed allocation\'s line is a warning: the call\'s own outcome stands', async () => {
+  it("a sink that throws on a free or a failed allocation's line is a warning: the call's own outcome stands", async () => {
     const counting = new CountingResource();
     let failing = false;
     const logging = new LoggingAdaptor(new LimitingAdaptor(counting, 1 << 20), () => {
@@ -308,7 +335,7 @@ describe('LoggingAdaptor', () => {
     failing = true;
     const codes = await captureWarnings(() => {
       logging.deallocate(a, 1000); // freed: no error, so the caller does not free it again
-      assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError, 'the allocation\'s error, not the sink\'s');
+      assert.throws(() => logging.allocate(2 << 20), OutOfMemoryError, "the allocation's error, not the sink's");
     });
     assert.deepEqual(codes, ['VRAM_LOG_SINK', 'VRAM_LOG_SINK']);
     assert.throws(() => logging.deallocate(a, 1000), InvalidPointerError, 'the block was freed once');
@@ -330,7 +357,10 @@ describe('LoggingAdaptor', () => {
       logging.deallocate(a, 1000, { handle: stream.handle });
       logging.destroy();
       const trace = readAllocationLog(path);
-      assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
+      assert.deepEqual(
+        trace.events.map((e) => e.action),
+        ['allocate', 'allocate failure', 'free'],
+      );
       assert.equal(trace.events[0]!.pointer, a);
       assert.equal(trace.events[0]!.stream, stream.handle);
       assert.equal(trace.summary.failures, 1);
@@ -391,7 +421,7 @@ describe('RetryOnOutOfMemory', () => {
     assert.equal(upstream.live.size, 0);
   });
 
-  it('releases a PoolResource\'s cached chunks and succeeds on the retry', () => {
+  it("releases a PoolResource's cached chunks and succeeds on the retry", () => {
     const limit = new LimitingAdaptor(new CudaResource(), 8 << 20);
     const pool = new PoolResource({ upstream: limit, chunkSize: 4 << 20 });
     const retry = new RetryOnOutOfMemory(pool);
@@ -426,15 +456,18 @@ describe('RetryOnOutOfMemory', () => {
     const stats = new StatisticsAdaptor(new LimitingAdaptor(upstream, 1 << 20));
     const retry = new RetryOnOutOfMemory(stats);
     const held = retry.allocate(768 << 10);
-    assert.throws(() => retry.allocate(512 << 10), (error: unknown) => {
-      assert.ok(error instanceof OutOfMemoryError);
-      assert.equal(error.requestedBytes, 512 << 10);
-      assert.equal(error.statistics?.bytes.value, 768 << 10);
-      assert.equal(error.statistics?.allocations.value, 1);
-      assert.match(error.resource ?? '', /^RetryOnOutOfMemory\(StatisticsAdaptor\(LimitingAdaptor/);
-      assert.ok(error.cause instanceof OutOfMemoryError);
-      return true;
-    });
+    assert.throws(
+      () => retry.allocate(512 << 10),
+      (error: unknown) => {
+        assert.ok(error instanceof OutOfMemoryError);
+        assert.equal(error.requestedBytes, 512 << 10);
+        assert.equal(error.statistics?.bytes.value, 768 << 10);
+        assert.equal(error.statistics?.allocations.value, 1);
+        assert.match(error.resource ?? '', /^RetryOnOutOfMemory\(StatisticsAdaptor\(LimitingAdaptor/);
+        assert.ok(error.cause instanceof OutOfMemoryError);
+        return true;
+      },
+    );
     retry.deallocate(held, 768 << 10);
     assert.equal(upstream.live.size, 0);
   });
@@ -453,7 +486,10 @@ describe('upstreamChain', () => {
     const stats = new StatisticsAdaptor(base);
     const top = new LimitingAdaptor(new TrackingAdaptor(stats), 1 << 20);
     const chain = upstreamChain(top);
-    assert.deepEqual(chain.map((r) => r.constructor.name), ['LimitingAdaptor', 'TrackingAdaptor', 'StatisticsAdaptor', 'CountingResource']);
+    assert.deepEqual(
+      chain.map((r) => r.constructor.name),
+      ['LimitingAdaptor', 'TrackingAdaptor', 'StatisticsAdaptor', 'CountingResource'],
+    );
     assert.equal(chain[3], base);
     assert.deepEqual(upstreamChain(base), [base]);
   });

@@ -31,7 +31,14 @@ function limited(bytes: number): LimitingAdaptor {
 /** Resolves `promise`'s state after the event loop has turned a few times: 'pending' or 'settled'. */
 async function stateOf(promise: Promise<unknown>): Promise<'pending' | 'settled'> {
   let settled = false;
-  promise.then(() => { settled = true; }, () => { settled = true; });
+  promise.then(
+    () => {
+      settled = true;
+    },
+    () => {
+      settled = true;
+    },
+  );
   for (let i = 0; i < 5; i++) await nextTurn();
   await sleep(20);
   return settled ? 'settled' : 'pending';
@@ -72,9 +79,15 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
     using mr = limited(1024 * KiB);
     const held = DeviceBuffer.allocate(768 * KiB, { resource: mr });
     const served: string[] = [];
-    const large = DeviceBuffer.allocateAsync(512 * KiB, { resource: mr, wait: true }).then((b) => { served.push('large'); return b; });
+    const large = DeviceBuffer.allocateAsync(512 * KiB, { resource: mr, wait: true }).then((b) => {
+      served.push('large');
+      return b;
+    });
     // 64 KiB would fit now (768 + 64 <= 1024), but the 512 KiB request came first.
-    const small = DeviceBuffer.allocateAsync(64 * KiB, { resource: mr, wait: true }).then((b) => { served.push('small'); return b; });
+    const small = DeviceBuffer.allocateAsync(64 * KiB, { resource: mr, wait: true }).then((b) => {
+      served.push('small');
+      return b;
+    });
     assert.equal(await stateOf(small), 'pending', 'the small request waits behind the large one');
     assert.equal(memoryStats(device).waits.count.value >= 2, true);
     held.free(); // wakes the queue: the large one first, then the small one fits too
@@ -105,8 +118,10 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
     await sleep(10);
     assert.equal(mr.memoryFigures().allocatedBytes.value, 0, 'the aborted request took nothing when memory came free');
     // An already aborted signal rejects before anything is tried.
-    await assert.rejects(DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true, signal: AbortSignal.abort() }),
-      (e: unknown) => e instanceof DOMException && e.name === 'AbortError');
+    await assert.rejects(
+      DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true, signal: AbortSignal.abort() }),
+      (e: unknown) => e instanceof DOMException && e.name === 'AbortError',
+    );
   });
 
   it('a signal whose addEventListener throws rejects the wait, and the waiter is gone', async () => {
@@ -115,7 +130,8 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
     const before = memoryStats(device).waits;
     const refusal = new Error('cannot listen');
     const deaf = {
-      aborted: false, reason: undefined,
+      aborted: false,
+      reason: undefined,
       addEventListener(): void {
         throw refusal;
       },
@@ -136,7 +152,8 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
     const isAbortError = (e: unknown): boolean => e instanceof DOMException && e.name === 'AbortError';
     const listeners: Array<() => void> = [];
     const bare = {
-      aborted: false, reason: undefined,
+      aborted: false,
+      reason: undefined,
       addEventListener(_type: 'abort', listener: () => void): void {
         listeners.push(listener);
       },
@@ -168,8 +185,10 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
     const held = DeviceBuffer.allocate(256 * KiB, { resource: mr });
     const before = memoryStats(device).waits;
     const errorsBefore = mr.outOfMemoryErrors;
-    await assert.rejects(DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true, timeout: 30 }),
-      (e: unknown) => e instanceof OutOfMemoryError && /waited \d+ ms \(timeout 30 ms\)/.test(e.message) && e.reason === 'limit');
+    await assert.rejects(
+      DeviceBuffer.allocateAsync(128 * KiB, { resource: mr, wait: true, timeout: 30 }),
+      (e: unknown) => e instanceof OutOfMemoryError && /waited \d+ ms \(timeout 30 ms\)/.test(e.message) && e.reason === 'limit',
+    );
     const after = memoryStats(device).waits;
     assert.equal(after.timeouts, before.timeouts + 1);
     assert.equal(after.count.value, before.count.value);
@@ -184,16 +203,22 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
   it('a request that can never be met fails at once, without waiting', async () => {
     using mr = limited(256 * KiB);
     const before = memoryStats(device).waits.count.total;
-    await assert.rejects(DeviceBuffer.allocateAsync(512 * KiB, { resource: mr, wait: true }),
-      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit' && /can never be allocated/.test(e.message));
+    await assert.rejects(
+      DeviceBuffer.allocateAsync(512 * KiB, { resource: mr, wait: true }),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit' && /can never be allocated/.test(e.message),
+    );
     // Whole 2 MiB pages, the virtual-memory granularity of GPUs.
     using pool = new PoolResource({ maximumSize: 4 * MiB });
-    await assert.rejects(DeviceBuffer.allocateAsync(8 * MiB, { resource: pool, wait: true }),
-      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'maximum');
+    await assert.rejects(
+      DeviceBuffer.allocateAsync(8 * MiB, { resource: pool, wait: true }),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'maximum',
+    );
     using plain = new CudaResource(device);
     const total = device.memInfo().total;
-    await assert.rejects(DeviceBuffer.allocateAsync(total + 1, { resource: plain, wait: true }),
-      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device' && /larger than device 0's/.test(e.message));
+    await assert.rejects(
+      DeviceBuffer.allocateAsync(total + 1, { resource: plain, wait: true }),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device' && /larger than device 0's/.test(e.message),
+    );
     assert.equal(memoryStats(device).waits.count.total, before, 'none of them waited');
   });
 
@@ -215,7 +240,10 @@ describe('allocateAsync with wait', { timeout: 60_000 }, () => {
     assert.equal(await stateOf(zeros), 'pending');
     held.free();
     const z = await zeros;
-    assert.deepEqual([...z.toHost()].filter((x) => x !== 0), []);
+    assert.deepEqual(
+      [...z.toHost()].filter((x) => x !== 0),
+      [],
+    );
     z.free();
     await assert.rejects(DeviceArray.emptyAsync([1 << 20], 'float32', { resource: mr, wait: true }), OutOfMemoryError);
     await assert.rejects(DeviceArray.emptyAsync([4], 'float32', { resource: mr, wait: 'yes' as unknown as boolean }), TypeError);

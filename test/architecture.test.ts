@@ -76,16 +76,25 @@ export function cyclesOf(edges: readonly ImportEdge[]): string[][] {
   const out: string[][] = [];
   let counter = 0;
   const visit = (v: string): void => {
-    index.set(v, counter); low.set(v, counter); counter++;
-    stack.push(v); onStack.add(v);
+    index.set(v, counter);
+    low.set(v, counter);
+    counter++;
+    stack.push(v);
+    onStack.add(v);
     for (const w of next.get(v) ?? []) {
-      if (!index.has(w)) { visit(w); low.set(v, Math.min(low.get(v)!, low.get(w)!)); }
-      else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
     }
     if (low.get(v) === index.get(v)) {
       const component: string[] = [];
       let w: string;
-      do { w = stack.pop()!; onStack.delete(w); component.push(w); } while (w !== v);
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        component.push(w);
+      } while (w !== v);
       if (component.length > 1) out.push(component.sort());
     }
   };
@@ -93,8 +102,7 @@ export function cyclesOf(edges: readonly ImportEdge[]): string[][] {
   return out;
 }
 
-const allowedBy = (paths: readonly string[], file: string): boolean =>
-  paths.some((p) => (p.endsWith('/') ? file.startsWith(p) : file === p));
+const allowedBy = (paths: readonly string[], file: string): boolean => paths.some((p) => (p.endsWith('/') ? file.startsWith(p) : file === p));
 
 /**
  * Every way the source tree breaks the layer table, as one line each.
@@ -170,7 +178,11 @@ describe('architecture', () => {
   it('every floor of docs/layers.json names paths that exist', () => {
     const all = [...files.keys()];
     for (const { paths } of table.floors) {
-      for (const p of paths) assert.ok(all.some((f) => (p.endsWith('/') ? f.startsWith(p) : f === p)), `${p} matches no file in src/`);
+      for (const p of paths)
+        assert.ok(
+          all.some((f) => (p.endsWith('/') ? f.startsWith(p) : f === p)),
+          `${p} matches no file in src/`,
+        );
     }
   });
 
@@ -182,14 +194,28 @@ describe('architecture', () => {
       ['src/buffer/b.ts', "if (device.backend.name === 'emulated') run();\n"],
     ]);
     const breaks = architectureBreaks(planted);
-    assert.ok(breaks.some((b) => b.startsWith('src/util/a.ts:1: imports src/device.ts')), breaks.join('\n'));
-    assert.ok(breaks.some((b) => b === 'import cycle: src/device.ts -> src/util/a.ts'), breaks.join('\n'));
-    assert.ok(breaks.some((b) => b.startsWith('src/resource/r.ts:1: re-exports src/stream.ts')), breaks.join('\n'));
-    assert.ok(breaks.some((b) => b.startsWith("src/buffer/b.ts:1: branches on the backend's name")), breaks.join('\n'));
-    const privacy = privacyMixes(new Map([
-      ['src/mixed.ts', 'class A { #a = 1; private b = 2; }\n'],
-      ['src/exempt.ts', 'class B { #a = 1; private constructor(private readonly c: number) {} }\n'],
-    ]));
+    assert.ok(
+      breaks.some((b) => b.startsWith('src/util/a.ts:1: imports src/device.ts')),
+      breaks.join('\n'),
+    );
+    assert.ok(
+      breaks.some((b) => b === 'import cycle: src/device.ts -> src/util/a.ts'),
+      breaks.join('\n'),
+    );
+    assert.ok(
+      breaks.some((b) => b.startsWith('src/resource/r.ts:1: re-exports src/stream.ts')),
+      breaks.join('\n'),
+    );
+    assert.ok(
+      breaks.some((b) => b.startsWith("src/buffer/b.ts:1: branches on the backend's name")),
+      breaks.join('\n'),
+    );
+    const privacy = privacyMixes(
+      new Map([
+        ['src/mixed.ts', 'class A { #a = 1; private b = 2; }\n'],
+        ['src/exempt.ts', 'class B { #a = 1; private constructor(private readonly c: number) {} }\n'],
+      ]),
+    );
     assert.deepEqual(privacy, ["src/mixed.ts: mixes 1 #private and 1 'private' members: use one style per file"]);
   });
 

@@ -63,10 +63,16 @@ test('ceil1DVolume / ceil2DVolume: exact power-of-two checks and a RangeError wh
 test('exhaustion is an OutOfMemoryError naming the arena size and free bytes', () => {
   using arena = new ArenaResource({ size: 1024 * 1024 });
   const a = arena.allocate(600 * 1024);
-  assert.throws(() => arena.allocate(600 * 1024), (e: unknown) =>
-    e instanceof OutOfMemoryError && e.requestedBytes === 600 * 1024 && e.message.startsWith(
-      `cannot allocate 600 KiB (614400 bytes) from ${arena.describe()}: arena exhausted: ` +
-      '424 KiB (434176 bytes) of 1 MiB (1048576 bytes) free, but no free range is large enough'));
+  assert.throws(
+    () => arena.allocate(600 * 1024),
+    (e: unknown) =>
+      e instanceof OutOfMemoryError &&
+      e.requestedBytes === 600 * 1024 &&
+      e.message.startsWith(
+        `cannot allocate 600 KiB (614400 bytes) from ${arena.describe()}: arena exhausted: ` +
+          '424 KiB (434176 bytes) of 1 MiB (1048576 bytes) free, but no free range is large enough',
+      ),
+  );
   arena.deallocate(a, 600 * 1024);
   arena.deallocate(arena.allocate(1024 * 1024), 1024 * 1024);
 });

@@ -23,7 +23,7 @@ const device = Device.get(0);
 const isBudget = (e: unknown): boolean => e instanceof OutOfMemoryError && e.reason === 'budget' && /budget/.test(e.message);
 
 describe('useResource', () => {
-  it('routes allocations that name no resource to the scope\'s resource, across awaits and timers', async () => {
+  it("routes allocations that name no resource to the scope's resource, across awaits and timers", async () => {
     using pool = new PoolResource({ device });
     const outside = getCurrentResource(device);
     const seen = await useResource(pool, async () => {
@@ -72,8 +72,17 @@ describe('useResource', () => {
   it('ends with a synchronous fn, also when it throws, and checks its arguments', () => {
     using pool = new PoolResource({ device });
     const outside = getCurrentResource(device);
-    assert.equal(useResource(pool, () => getCurrentResource()), pool);
-    assert.throws(() => useResource(pool, () => { throw new Error('boom'); }), /boom/);
+    assert.equal(
+      useResource(pool, () => getCurrentResource()),
+      pool,
+    );
+    assert.throws(
+      () =>
+        useResource(pool, () => {
+          throw new Error('boom');
+        }),
+      /boom/,
+    );
     assert.equal(getCurrentResource(device), outside);
     assert.throws(() => useResource({} as PoolResource, () => 0), TypeError);
     const dead = new PoolResource({ device });
@@ -81,12 +90,15 @@ describe('useResource', () => {
     assert.throws(() => useResource(dead, () => 0), UseAfterFreeError);
   });
 
-  it('refuses setCurrentResource for the scope\'s device inside it (as CuPy refuses set_allocator inside using_allocator)', async () => {
+  it("refuses setCurrentResource for the scope's device inside it (as CuPy refuses set_allocator inside using_allocator)", async () => {
     using pool = new PoolResource({ device });
     using other = new PoolResource({ device });
     const outside = getCurrentResource(device);
     await useResource(pool, async () => {
-      assert.throws(() => setCurrentResource(device, other), (e: unknown) => e instanceof VramStateError && /inside useResource/.test(e.message));
+      assert.throws(
+        () => setCurrentResource(device, other),
+        (e: unknown) => e instanceof VramStateError && /inside useResource/.test(e.message),
+      );
       await sleep(1);
       assert.throws(() => setCurrentResource(0, other), VramStateError, 'after an await too');
       assert.equal(getCurrentResource(device), pool);
@@ -102,46 +114,51 @@ describe('useResource', () => {
 describe('withMemoryBudget', { timeout: 60_000 }, () => {
   it('counts buffers and arrays across awaits, refuses past the budget, and counts frees back', async () => {
     using mr = new CudaResource(device);
-    await useResource(mr, () => withMemoryBudget(4 * KiB, async () => {
-      const a = DeviceBuffer.allocate(2 * KiB);
-      await sleep(1);
-      const b = DeviceArray.empty([256], 'float32'); // 1 KiB
-      await nextTurn();
-      assert.throws(() => DeviceBuffer.allocate(2 * KiB), isBudget);
-      await assert.rejects(DeviceArray.emptyAsync([512], 'float32'), isBudget);
-      const c = DeviceBuffer.allocate(1 * KiB); // exactly the budget
-      a.free();
-      const d = DeviceBuffer.allocate(2 * KiB); // room again
-      for (const x of [b, c, d]) x.free();
-    }));
+    await useResource(mr, () =>
+      withMemoryBudget(4 * KiB, async () => {
+        const a = DeviceBuffer.allocate(2 * KiB);
+        await sleep(1);
+        const b = DeviceArray.empty([256], 'float32'); // 1 KiB
+        await nextTurn();
+        assert.throws(() => DeviceBuffer.allocate(2 * KiB), isBudget);
+        await assert.rejects(DeviceArray.emptyAsync([512], 'float32'), isBudget);
+        const c = DeviceBuffer.allocate(1 * KiB); // exactly the budget
+        a.free();
+        const d = DeviceBuffer.allocate(2 * KiB); // room again
+        for (const x of [b, c, d]) x.free();
+      }),
+    );
   });
 
   it('nested budgets each count, and concurrent scopes do not count each other', async () => {
     using mr = new CudaResource(device);
-    await useResource(mr, () => withMemoryBudget(4 * KiB, async () => {
-      const outer = DeviceBuffer.allocate(1 * KiB);
-      await withMemoryBudget(2 * KiB, async () => {
-        const inner = DeviceBuffer.allocate(2 * KiB);
-        await nextTurn();
-        assert.throws(() => DeviceBuffer.allocate(256), isBudget, 'the inner budget is full');
-        inner.free();
-        const big = DeviceBuffer.allocate(2 * KiB);
-        big.free();
+    await useResource(mr, () =>
+      withMemoryBudget(4 * KiB, async () => {
+        const outer = DeviceBuffer.allocate(1 * KiB);
+        await withMemoryBudget(2 * KiB, async () => {
+          const inner = DeviceBuffer.allocate(2 * KiB);
+          await nextTurn();
+          assert.throws(() => DeviceBuffer.allocate(256), isBudget, 'the inner budget is full');
+          inner.free();
+          const big = DeviceBuffer.allocate(2 * KiB);
+          big.free();
+        });
+        const rest = DeviceBuffer.allocate(3 * KiB); // the outer one's remaining room
+        assert.throws(() => DeviceBuffer.allocate(256), isBudget, 'the outer budget counts the inner allocations too');
+        outer.free();
+        rest.free();
+      }),
+    );
+    const task = (): Promise<void> =>
+      withMemoryBudget(2 * KiB, async () => {
+        const held: DeviceBuffer[] = [];
+        for (let i = 0; i < 4; i++) {
+          await nextTurn();
+          held.push(DeviceBuffer.allocate(512, { resource: mr }));
+        }
+        assert.throws(() => DeviceBuffer.allocate(256, { resource: mr }), isBudget);
+        for (const h of held) h.free();
       });
-      const rest = DeviceBuffer.allocate(3 * KiB); // the outer one's remaining room
-      assert.throws(() => DeviceBuffer.allocate(256), isBudget, 'the outer budget counts the inner allocations too');
-      outer.free();
-      rest.free();
-    }));
-    const task = (): Promise<void> => withMemoryBudget(2 * KiB, async () => {
-      const held: DeviceBuffer[] = [];
-      for (let i = 0; i < 4; i++) {
-        await nextTurn();
-        held.push(DeviceBuffer.allocate(512, { resource: mr }));
-      }
-      assert.throws(() => DeviceBuffer.allocate(256, { resource: mr }), isBudget);
-      for (const h of held) h.free();
-    });
     await Promise.all([task(), task()]);
   });
 
@@ -154,12 +171,14 @@ describe('withMemoryBudget', { timeout: 60_000 }, () => {
       const buf = await waiting;
       assert.equal(buf.byteLength, 2 * KiB);
       buf.free();
-      await assert.rejects(DeviceBuffer.allocateAsync(8 * KiB, { resource: mr, wait: true }),
-        (e: unknown) => isBudget(e) && /can never be allocated/.test((e as Error).message));
+      await assert.rejects(
+        DeviceBuffer.allocateAsync(8 * KiB, { resource: mr, wait: true }),
+        (e: unknown) => isBudget(e) && /can never be allocated/.test((e as Error).message),
+      );
     });
   });
 
-  it('a request waiting on its budget does not hold back the device\'s other requests', async () => {
+  it("a request waiting on its budget does not hold back the device's other requests", async () => {
     using mr = new LimitingAdaptor(new CudaResource(device), 64 * KiB);
     let held: DeviceBuffer | undefined;
     let waiting: Promise<DeviceBuffer> | undefined;
@@ -190,6 +209,9 @@ describe('withMemoryBudget', { timeout: 60_000 }, () => {
     assert.throws(() => withMemoryBudget(0, () => 0), RangeError);
     assert.throws(() => withMemoryBudget('lots', () => 0), RangeError);
     assert.throws(() => withMemoryBudget(1024, 'fn' as unknown as () => number), TypeError);
-    assert.equal(withMemoryBudget('1K', () => 7), 7);
+    assert.equal(
+      withMemoryBudget('1K', () => 7),
+      7,
+    );
   });
 });

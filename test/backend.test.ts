@@ -7,8 +7,16 @@ import { test, describe, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomFillSync } from 'node:crypto';
 import {
-  type Backend, EventFlags, HostAllocFlags, HostRegisterFlags, MemAccess, MemAdvice, MemAttach,
-  MemPoolAttribute, MemoryType, StreamFlags,
+  type Backend,
+  EventFlags,
+  HostAllocFlags,
+  HostRegisterFlags,
+  MemAccess,
+  MemAdvice,
+  MemAttach,
+  MemPoolAttribute,
+  MemoryType,
+  StreamFlags,
 } from '../src/backend/backend.js';
 import { getBackend } from '../src/backend/select.js';
 import { EmulatedBackend } from '../src/backend/emulated.js';
@@ -155,8 +163,7 @@ describe('device memory', () => {
       assert.deepEqual(packed.subarray(r * width, (r + 1) * width), hostBytes.subarray(r * hostPitch, r * hostPitch + width));
     }
     throwsCuda(() => backend.memAllocPitch(width, height, 3), 'CUDA_ERROR_INVALID_VALUE');
-    throwsCuda(() => backend.memcpy2D({ dst: ptr, dstPitch: 10, src: host, srcPitch: hostPitch, widthBytes: width, height }),
-      'CUDA_ERROR_INVALID_VALUE');
+    throwsCuda(() => backend.memcpy2D({ dst: ptr, dstPitch: 10, src: host, srcPitch: hostPitch, widthBytes: width, height }), 'CUDA_ERROR_INVALID_VALUE');
     backend.streamDestroy(stream);
     backend.memFree(ptr);
     backend.memFree(back);
@@ -171,15 +178,18 @@ describe('device memory', () => {
     backend.memFree(a);
     throwsCuda(() => backend.memFree(a), 'CUDA_ERROR_INVALID_VALUE');
     const total = backend.deviceInfo(0).totalMemory;
-    assert.throws(() => backend.memAlloc(total + 1024 * MiB), (error: unknown) => {
-      assert.ok(error instanceof OutOfMemoryError);
-      assert.ok(!(error instanceof CudaError), 'an OutOfMemoryError is not a CudaError');
-      assert.equal(error.reason, 'device');
-      assert.ok(error.cause instanceof CudaError);
-      assert.equal(error.cause.errorName, 'CUDA_ERROR_OUT_OF_MEMORY');
-      assert.equal(error.call, 'cuMemAlloc');
-      return true;
-    });
+    assert.throws(
+      () => backend.memAlloc(total + 1024 * MiB),
+      (error: unknown) => {
+        assert.ok(error instanceof OutOfMemoryError);
+        assert.ok(!(error instanceof CudaError), 'an OutOfMemoryError is not a CudaError');
+        assert.equal(error.reason, 'device');
+        assert.ok(error.cause instanceof CudaError);
+        assert.equal(error.cause.errorName, 'CUDA_ERROR_OUT_OF_MEMORY');
+        assert.equal(error.call, 'cuMemAlloc');
+        return true;
+      },
+    );
   });
 });
 
@@ -270,13 +280,25 @@ describe('streams and events', () => {
     backend.eventRecord(e, s);
     backend.eventSynchronize(e);
     backend.eventDestroy(e);
-    for (const use of [() => backend.eventQuery(e), () => backend.eventSynchronize(e), () => backend.eventRecord(e, s),
-      () => backend.eventElapsedTime(e, e), () => backend.streamWaitEvent(s, e), () => backend.eventDestroy(e)]) {
+    for (const use of [
+      () => backend.eventQuery(e),
+      () => backend.eventSynchronize(e),
+      () => backend.eventRecord(e, s),
+      () => backend.eventElapsedTime(e, e),
+      () => backend.streamWaitEvent(s, e),
+      () => backend.eventDestroy(e),
+    ]) {
       throwsCuda(use, 'CUDA_ERROR_CONTEXT_IS_DESTROYED');
     }
     backend.streamDestroy(s);
-    for (const use of [() => backend.streamSynchronize(s), () => backend.streamQuery(s), () => backend.streamWaitEvent(s, live),
-      () => backend.eventRecord(live, s), () => backend.memAllocAsync(4096, s), () => backend.streamDestroy(s)]) {
+    for (const use of [
+      () => backend.streamSynchronize(s),
+      () => backend.streamQuery(s),
+      () => backend.streamWaitEvent(s, live),
+      () => backend.eventRecord(live, s),
+      () => backend.memAllocAsync(4096, s),
+      () => backend.streamDestroy(s),
+    ]) {
       throwsCuda(use, 'CUDA_ERROR_INVALID_CONTEXT');
     }
     backend.eventDestroy(live);
@@ -458,9 +480,19 @@ describe('virtual memory management', () => {
     } finally {
       // After a failed assertion: give back what can be, without hiding that failure.
       if (!cleanedUp) {
-        for (const step of [() => backend.memUnmap(va, 2 * g), () => backend.memUnmap(va2 + 3 * g, g), () => backend.memRelease(other),
-          () => backend.memRelease(h), () => backend.memAddressFree(va, 2 * g), () => backend.memAddressFree(va2, 4 * g)]) {
-          try { step(); } catch { /* already gone */ }
+        for (const step of [
+          () => backend.memUnmap(va, 2 * g),
+          () => backend.memUnmap(va2 + 3 * g, g),
+          () => backend.memRelease(other),
+          () => backend.memRelease(h),
+          () => backend.memAddressFree(va, 2 * g),
+          () => backend.memAddressFree(va2, 4 * g),
+        ]) {
+          try {
+            step();
+          } catch {
+            /* already gone */
+          }
         }
       }
     }
@@ -479,7 +511,10 @@ describe('host memory', () => {
     assert.deepEqual(readBack(dev, bytes), data);
     backend.memset(dev, 0xcc, 1, bytes);
     backend.memcpy(host, dev, bytes);
-    assert.ok(view.every((v) => v === 0xcc), 'the device wrote through the same bytes');
+    assert.ok(
+      view.every((v) => v === 0xcc),
+      'the device wrote through the same bytes',
+    );
     assert.equal(backend.memHostGetDevicePointer(host), host);
     assert.equal(backend.pointerGetAttributes(host).memoryType, MemoryType.HOST);
     throwsCuda(() => backend.memHostAlloc(bytes, 0x100), 'CUDA_ERROR_INVALID_VALUE');

@@ -18,7 +18,10 @@ const needsCompiler = { skip: onGpu && !nvrtcAvailable() ? 'expressions need NVR
 /** 0, 1, 2, ... as a float64 array of `shape`. */
 function iota(shape: number[]): DeviceArray<'float64'> {
   const n = shape.reduce((p, d) => p * d, 1);
-  return DeviceArray.from(Float64Array.from({ length: n }, (_, i) => i), { shape });
+  return DeviceArray.from(
+    Float64Array.from({ length: n }, (_, i) => i),
+    { shape },
+  );
 }
 
 test('broadcastShape and broadcastStrides follow NumPy', () => {
@@ -45,7 +48,10 @@ test('elementwise: a row, a column and a scalar broadcast over a matrix', needsC
   // A transposed (strided) operand broadcasts the same way.
   using t = iota([4, 3]);
   elementwise('z = t + row', { t: t.T, row, z });
-  assert.deepEqual([...z.toHost()], Array.from({ length: 12 }, (_, i) => (i % 4) * 3 + Math.floor(i / 4) + 10 * (1 + (i % 4))));
+  assert.deepEqual(
+    [...z.toHost()],
+    Array.from({ length: 12 }, (_, i) => (i % 4) * 3 + Math.floor(i / 4) + 10 * (1 + (i % 4))),
+  );
 });
 
 test('zipWith: the result has the broadcast shape; a column and a row make a table', needsCompiler, () => {
@@ -61,7 +67,7 @@ test('zipWith: the result has the broadcast shape; a column and a row make a tab
   assert.deepEqual([...centred.toHost()], [-1, -1, -1, 2, 2, 2]);
 });
 
-test('an input broadcast from the output\'s own memory is read as it was before the first write', needsCompiler, () => {
+test("an input broadcast from the output's own memory is read as it was before the first write", needsCompiler, () => {
   using m = iota([3, 2]);
   elementwise('m = m - first', { m, first: m.slice(0) });
   assert.deepEqual([...m.toHost()], [0, 0, 2, 2, 4, 4]);

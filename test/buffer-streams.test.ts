@@ -92,13 +92,17 @@ test('recordStream: the allocation stream does not reuse the block before the re
   buf.copyFromHost(data);
   buf.copyToHost(out, { stream: b }); // b reads the block...
   buf.recordStream(b);
-  assert.equal(hostWaitsDuring(() => buf.free()), 0, 'free() orders on the device, it does not wait');
+  assert.equal(
+    hostWaitsDuring(() => buf.free()),
+    0,
+    'free() orders on the device, it does not wait',
+  );
   using next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
   assert.equal(next.ptr, ptr, 'the pool hands the same block to its stream at once');
   next.memset(0xee, { stream: a }); // ...while a's next owner overwrites it
   await a.synchronized();
   await b.synchronized();
-  assert.deepEqual(out.view(), data, 'b read the data, not the next owner\'s');
+  assert.deepEqual(out.view(), data, "b read the data, not the next owner's");
 });
 
 test('free({ stream }): freed on that stream, after the allocation stream is done with the memory', async () => {
@@ -112,10 +116,13 @@ test('free({ stream }): freed on that stream, after the allocation stream is don
   const ptr = buf.ptr;
   buf.copyFromHost(data);
   buf.copyToHost(out, { stream: a }); // the allocation stream still reads it
-  assert.equal(hostWaitsDuring(() => buf.free({ stream: b })), 0);
+  assert.equal(
+    hostWaitsDuring(() => buf.free({ stream: b })),
+    0,
+  );
   assert.deepEqual(spy.streams, [b], 'deallocated on the stream given');
   using next = DeviceBuffer.allocate(n, { resource: pool, stream: b });
-  assert.equal(next.ptr, ptr, 'freed on b, the block is b\'s to reuse at once');
+  assert.equal(next.ptr, ptr, "freed on b, the block is b's to reuse at once");
   next.memset(0xee, { stream: b });
   await b.synchronized();
   await a.synchronized();
@@ -138,7 +145,10 @@ test('free({ stream }) waits for every recorded stream except itself, and frees 
   buf.copyToHost(outC, { stream: c });
   buf.recordStream(b);
   buf.recordStream(c);
-  assert.equal(hostWaitsDuring(() => buf.free({ stream: c })), 0);
+  assert.equal(
+    hostWaitsDuring(() => buf.free({ stream: c })),
+    0,
+  );
   assert.deepEqual(spy.streams, [c]);
   using next = DeviceBuffer.allocate(n, { resource: pool, stream: c });
   assert.equal(next.ptr, ptr);
@@ -149,29 +159,36 @@ test('free({ stream }) waits for every recorded stream except itself, and frees 
   assert.deepEqual(outC.view(), data);
 });
 
-test('recordStream across devices: a peer copy on the other device\'s stream is waited for', {
-  skip: Device.count() < 2 ? 'needs two devices' : false,
-}, async () => {
-  const other = Device.get(1);
-  // Chunks from cuMemAlloc: plain device memory, which peer copies reach without access grants.
-  using pool = new PoolResource({ upstream: new CudaResource(device) });
-  using a = Stream.create({ nonBlocking: true });
-  using b = Stream.create({ device: other, nonBlocking: true });
-  using dst = DeviceBuffer.allocate(n, { device: other });
-  const data = pattern(n, 4);
-  const buf = DeviceBuffer.allocate(n, { resource: pool, stream: a });
-  const ptr = buf.ptr;
-  buf.copyFromHost(data);
-  dst.copyFrom(buf, { stream: b }); // device 1's stream reads device 0's block
-  buf.recordStream(b);
-  assert.equal(hostWaitsDuring(() => buf.free()), 0);
-  using next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
-  assert.equal(next.ptr, ptr);
-  next.memset(0xee, { stream: a });
-  await a.synchronized();
-  await b.synchronized();
-  assert.deepEqual(dst.copyToHost(new Uint8Array(n)), data);
-});
+test(
+  "recordStream across devices: a peer copy on the other device's stream is waited for",
+  {
+    skip: Device.count() < 2 ? 'needs two devices' : false,
+  },
+  async () => {
+    const other = Device.get(1);
+    // Chunks from cuMemAlloc: plain device memory, which peer copies reach without access grants.
+    using pool = new PoolResource({ upstream: new CudaResource(device) });
+    using a = Stream.create({ nonBlocking: true });
+    using b = Stream.create({ device: other, nonBlocking: true });
+    using dst = DeviceBuffer.allocate(n, { device: other });
+    const data = pattern(n, 4);
+    const buf = DeviceBuffer.allocate(n, { resource: pool, stream: a });
+    const ptr = buf.ptr;
+    buf.copyFromHost(data);
+    dst.copyFrom(buf, { stream: b }); // device 1's stream reads device 0's block
+    buf.recordStream(b);
+    assert.equal(
+      hostWaitsDuring(() => buf.free()),
+      0,
+    );
+    using next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
+    assert.equal(next.ptr, ptr);
+    next.memset(0xee, { stream: a });
+    await a.synchronized();
+    await b.synchronized();
+    assert.deepEqual(dst.copyToHost(new Uint8Array(n)), data);
+  },
+);
 
 test('HostBuffer from a PinnedHostPool with a stream is freed on it: the pool does not lend it out under a pending copy', async () => {
   const pool = new PinnedHostPool();
@@ -188,7 +205,7 @@ test('HostBuffer from a PinnedHostPool with a stream is freed on it: the pool do
   const second = HostBuffer.allocate(n, { resource: pool, stream: s });
   second.view().fill(0xee); // the next owner writes its own data
   await s.synchronized();
-  assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, 'the copy read the first owner\'s data');
+  assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, "the copy read the first owner's data");
   second.free();
   pool.destroy();
 });
@@ -204,7 +221,10 @@ test('HostBuffer allocated on no stream, used on one: recordStream makes free() 
   first.view().set(data);
   dev.copyFromHost(first, { stream: s });
   first.recordStream(s);
-  assert.equal(hostWaitsDuring(() => first.free()), 0);
+  assert.equal(
+    hostWaitsDuring(() => first.free()),
+    0,
+  );
   assert.deepEqual(spy.streams, [s]);
   const second = HostBuffer.allocate(n, { resource: pool });
   second.view().fill(0xee);
@@ -291,7 +311,11 @@ test('a recorded stream destroyed before the free: the free does not wait on the
   buf.memset(3, { stream: b });
   buf.recordStream(b);
   b.destroy();
-  assert.equal(hostWaitsDuring(() => buf.free()), 0, 'its work is waited for on the device, through its last event');
+  assert.equal(
+    hostWaitsDuring(() => buf.free()),
+    0,
+    'its work is waited for on the device, through its last event',
+  );
   assert.deepEqual(spy.streams, [a]);
   assert.equal(buf.freed, true);
 });
@@ -308,7 +332,12 @@ function holdBack(stream: Stream): { release: () => void; free: () => void } {
   const flag = new Uint32Array(backend.hostView(word, 4096), 0, 1);
   flag[0] = 0;
   backend.streamWaitValue32(stream.handle, backend.memHostGetDevicePointer(word), 1, StreamWaitValueFlags.GEQ);
-  return { release: () => { flag[0] = 1; }, free: () => backend.memFreeHost(word) };
+  return {
+    release: () => {
+      flag[0] = 1;
+    },
+    free: () => backend.memFreeHost(word),
+  };
 }
 
 /**
@@ -338,7 +367,10 @@ function letRun(stream: Stream, ms = 50): void {
 }
 
 // Without a recordStream from the program: the copy or fill records the stream it is queued on.
-for (const [what, direction] of [['read by', 'to-device'], ['written by', 'to-host']] as const) {
+for (const [what, direction] of [
+  ['read by', 'to-device'],
+  ['written by', 'to-host'],
+] as const) {
   test(`a pooled pinned HostBuffer ${what} a copy on another stream is not lent out before the copy is done`, async () => {
     const pool = new PinnedHostPool();
     using s = Stream.create({ nonBlocking: true });
@@ -354,14 +386,21 @@ for (const [what, direction] of [['read by', 'to-device'], ['written by', 'to-ho
     await whileHeld(s, () => {
       if (direction === 'to-device') dev.copyFromHost(first, { stream: s });
       else dev.copyToHost(first, { stream: s });
-      assert.equal(hostWaitsDuring(() => first.free()), 0, 'free() does not wait');
+      assert.equal(
+        hostWaitsDuring(() => first.free()),
+        0,
+        'free() does not wait',
+      );
       second = HostBuffer.allocate(n, { resource: pool });
       second.view().fill(0xee); // the next owner writes its own data while the copy is held
     });
     if (direction === 'to-device') {
-      assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, 'the copy read the first owner\'s data');
+      assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, "the copy read the first owner's data");
     } else {
-      assert.ok(second!.view().every((b) => b === 0xee), 'the copy did not write into the next owner');
+      assert.ok(
+        second!.view().every((b) => b === 0xee),
+        'the copy did not write into the next owner',
+      );
     }
     second!.free();
     pool.destroy();
@@ -393,14 +432,21 @@ for (const [what, direction] of [['read by', 'to-device'], ['written by', 'to-ho
       let next: DeviceBuffer | undefined;
       await whileHeld(s, () => {
         op(buf, s, out, other);
-        assert.equal(hostWaitsDuring(() => buf.free()), 0, 'free() orders on the device, it does not wait');
+        assert.equal(
+          hostWaitsDuring(() => buf.free()),
+          0,
+          'free() orders on the device, it does not wait',
+        );
         next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
         next.memset(0xee, { stream: a });
         letRun(a);
       });
       await a.synchronized();
-      if (reads) assert.deepEqual(out.view(), data, 'the copy read the data, not the next owner\'s');
-      assert.ok(next!.copyToHost(new Uint8Array(n)).every((b) => b === 0xee), 'the next owner\'s data stayed');
+      if (reads) assert.deepEqual(out.view(), data, "the copy read the data, not the next owner's");
+      assert.ok(
+        next!.copyToHost(new Uint8Array(n)).every((b) => b === 0xee),
+        "the next owner's data stayed",
+      );
       next!.free();
     });
   }
@@ -414,8 +460,7 @@ test('synchronous work that may outlive the call (device to device, memset) reco
   buf.copyFromHost(pattern(n, 10));
   buf.copyToHost(pinned);
   other.copyFromHost(pinned);
-  assert.deepEqual([buf.recordedStreams, other.recordedStreams, pinned.recordedStreams], [[], [], []],
-    'a copy with a host side is complete when it returns');
+  assert.deepEqual([buf.recordedStreams, other.recordedStreams, pinned.recordedStreams], [[], [], []], 'a copy with a host side is complete when it returns');
   other.copyFrom(buf); // cuMemcpyDtoD returns before the copy is done, on the legacy default stream
   assert.deepEqual([buf.recordedStreams, other.recordedStreams], [[defaultStream], [defaultStream]]);
   using c = DeviceBuffer.allocate(n, { stream: a });
@@ -434,7 +479,11 @@ test('a buffer copied on one short-lived stream after another forgets the destro
   }
   assert.equal(buf.recordedStreams.length, 1, 'only the last one recorded');
   assert.ok(buf.recordedStreams.every((s) => s instanceof Stream && s.destroyed));
-  assert.equal(hostWaitsDuring(() => buf.free()), 0, 'nothing waits on the host for the destroyed streams');
+  assert.equal(
+    hostWaitsDuring(() => buf.free()),
+    0,
+    'nothing waits on the host for the destroyed streams',
+  );
 });
 
 /**
@@ -488,9 +537,12 @@ async function eventsDuring(fn: () => Promise<void>): Promise<{ made: number[]; 
 }
 
 for (const [what, op] of [
-  ['read by a copy', (buf: DeviceBuffer, s: Stream, out: HostBuffer): void => {
-    buf.copyToHost(out, { stream: s });
-  }],
+  [
+    'read by a copy',
+    (buf: DeviceBuffer, s: Stream, out: HostBuffer): void => {
+      buf.copyToHost(out, { stream: s });
+    },
+  ],
   ['written by a fill', (buf: DeviceBuffer, s: Stream): void => buf.memset(0x42, { stream: s })],
 ] as const) {
   test(`a pool buffer ${what} on a stream destroyed before the free: not reused before that work, and no host wait`, async () => {
@@ -509,19 +561,26 @@ for (const [what, op] of [
       await whileHeldThenDestroyed(s, (destroy) => {
         op(buf, s, out);
         destroy(); // as `using s` declared after the buffer does, before the buffer is freed
-        assert.equal(hostWaitsDuring(() => buf.free()), 0, 'free() orders on the device, it does not wait');
+        assert.equal(
+          hostWaitsDuring(() => buf.free()),
+          0,
+          'free() orders on the device, it does not wait',
+        );
         next = DeviceBuffer.allocate(n, { resource: pool, stream: a });
         assert.equal(next.ptr, ptr, 'the pool hands the same block to the next owner');
         next.memset(0xee, { stream: a });
         letRun(a);
       });
       await a.synchronized();
-      if (what.startsWith('read')) assert.deepEqual(out.view(), data, 'the copy read the data, not the next owner\'s');
-      assert.ok(next!.copyToHost(new Uint8Array(n)).every((b) => b === 0xee), 'the next owner\'s data stayed');
+      if (what.startsWith('read')) assert.deepEqual(out.view(), data, "the copy read the data, not the next owner's");
+      assert.ok(
+        next!.copyToHost(new Uint8Array(n)).every((b) => b === 0xee),
+        "the next owner's data stayed",
+      );
       next!.free();
       out.free(); // the copy recorded the stream on it too: the last buffer to let go of the stream
     });
-    assert.deepEqual(events.left, [], 'the event that marked the destroyed stream\'s work went with the last buffer that recorded it');
+    assert.deepEqual(events.left, [], "the event that marked the destroyed stream's work went with the last buffer that recorded it");
   });
 }
 
@@ -537,12 +596,16 @@ test('a pooled pinned HostBuffer on no stream, copied on a stream destroyed befo
   await whileHeldThenDestroyed(s, (destroy) => {
     dev.copyFromHost(first, { stream: s });
     destroy();
-    assert.equal(hostWaitsDuring(() => first.free()), 0, 'free() does not wait');
+    assert.equal(
+      hostWaitsDuring(() => first.free()),
+      0,
+      'free() does not wait',
+    );
     assert.deepEqual(spy.streams, [defaultStream], 'freed on the legacy default stream, behind the destroyed one');
     second = HostBuffer.allocate(n, { resource: pool });
     second.view().fill(0xee);
   });
-  assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, 'the copy read the first owner\'s data');
+  assert.deepEqual(dev.copyToHost(new Uint8Array(n)), data, "the copy read the first owner's data");
   second!.free();
   pool.destroy();
 });

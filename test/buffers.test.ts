@@ -27,7 +27,6 @@ if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 <<
 
 const device = Device.get(0);
 
-
 /** Device memory in use, as the driver (or the emulated device) reports it. */
 function used(d: Device = device): number {
   return deviceMemoryUsed(d);
@@ -50,15 +49,24 @@ type Kind = (typeof kinds)[number];
 function hostOf(kind: Kind, data: Uint8Array): { mem: ArrayBuffer | ArrayBufferView | HostBuffer; read: () => Uint8Array; done: () => void } {
   const n = data.byteLength;
   switch (kind) {
-    case 'Uint8Array': { const a = data.slice(); return { mem: a, read: () => a, done: () => {} }; }
+    case 'Uint8Array': {
+      const a = data.slice();
+      return { mem: a, read: () => a, done: () => {} };
+    }
     case 'Float32Array+offset': {
       const backing = new ArrayBuffer(n + 16);
       const f = new Float32Array(backing, 8, n / 4);
       new Uint8Array(backing, 8, n).set(data);
       return { mem: f, read: () => new Uint8Array(backing, 8, n), done: () => {} };
     }
-    case 'ArrayBuffer': { const ab = data.slice().buffer; return { mem: ab, read: () => new Uint8Array(ab), done: () => {} }; }
-    case 'Buffer': { const b = Buffer.from(data); return { mem: b, read: () => new Uint8Array(b.buffer, b.byteOffset, b.byteLength), done: () => {} }; }
+    case 'ArrayBuffer': {
+      const ab = data.slice().buffer;
+      return { mem: ab, read: () => new Uint8Array(ab), done: () => {} };
+    }
+    case 'Buffer': {
+      const b = Buffer.from(data);
+      return { mem: b, read: () => new Uint8Array(b.buffer, b.byteOffset, b.byteLength), done: () => {} };
+    }
     case 'DataView': {
       const ab = new ArrayBuffer(n + 4);
       new Uint8Array(ab, 4).set(data);
@@ -73,9 +81,8 @@ function hostOf(kind: Kind, data: Uint8Array): { mem: ArrayBuffer | ArrayBufferV
 }
 
 test('round trip of random data through every host memory type, sync', () => {
-  fc.assert(fc.property(
-    fc.constantFrom(...kinds), fc.constantFrom(...kinds), fc.integer({ min: 1, max: 4096 }), fc.integer(),
-    (inKind, outKind, words, seed) => {
+  fc.assert(
+    fc.property(fc.constantFrom(...kinds), fc.constantFrom(...kinds), fc.integer({ min: 1, max: 4096 }), fc.integer(), (inKind, outKind, words, seed) => {
       const n = words * 4;
       const data = randomBytes(n, seed);
       const src = hostOf(inKind, data);
@@ -84,14 +91,16 @@ test('round trip of random data through every host memory type, sync', () => {
       buf.copyFromHost(src.mem);
       buf.copyToHost(dst.mem);
       assert.deepEqual(dst.read(), data);
-      src.done(); dst.done();
-    }), { numRuns: 60 });
+      src.done();
+      dst.done();
+    }),
+    { numRuns: 60 },
+  );
 });
 
 test('copies with offsets and byte counts land exactly where asked', () => {
-  fc.assert(fc.property(
-    fc.integer({ min: 1, max: 2048 }), fc.nat(), fc.nat(), fc.nat(), fc.integer(),
-    (size, a, b, c, seed) => {
+  fc.assert(
+    fc.property(fc.integer({ min: 1, max: 2048 }), fc.nat(), fc.nat(), fc.nat(), fc.integer(), (size, a, b, c, seed) => {
       const srcOffset = a % size;
       const offset = b % size;
       const bytes = c % (Math.min(size - srcOffset, size - offset) + 1);
@@ -106,7 +115,9 @@ test('copies with offsets and byte counts land exactly where asked', () => {
       const part = new Uint8Array(bytes + 3);
       buf.copyToHost(part, { offset, bytes, dstOffset: 3 });
       assert.deepEqual(part.subarray(3), data.subarray(srcOffset, srcOffset + bytes));
-    }), { numRuns: 80 });
+    }),
+    { numRuns: 80 },
+  );
 });
 
 test('asynchronous copies through HostBuffers on a stream', async () => {
@@ -310,9 +321,19 @@ test('freed buffers and double frees are typed errors', () => {
 });
 
 test('bad sizes are typed errors before any allocation', () => {
-  for (const [bytes, type] of [[-1, RangeError], [0, RangeError], [1.5, RangeError], [Number.NaN, RangeError],
-    [Number.POSITIVE_INFINITY, RangeError], ['eight', RangeError], ['1.5', RangeError], ['0', RangeError], [8n, TypeError],
-    [undefined, TypeError], [2 ** 60, RangeError]] as const) {
+  for (const [bytes, type] of [
+    [-1, RangeError],
+    [0, RangeError],
+    [1.5, RangeError],
+    [Number.NaN, RangeError],
+    [Number.POSITIVE_INFINITY, RangeError],
+    ['eight', RangeError],
+    ['1.5', RangeError],
+    ['0', RangeError],
+    [8n, TypeError],
+    [undefined, TypeError],
+    [2 ** 60, RangeError],
+  ] as const) {
     throwsAndLeavesNothing(() => DeviceBuffer.allocate(bytes as number), type);
     throwsAndLeavesNothing(() => HostBuffer.allocate(bytes as number), type);
     throwsAndLeavesNothing(() => ManagedBuffer.allocate(bytes as number), type);
@@ -348,7 +369,10 @@ test('offsets and lengths past the end are RangeErrors and copy nothing', () => 
   assert.throws(() => buf.copyToHost(new Uint8Array(99)), RangeError);
   assert.throws(() => buf.copyToHost(new Uint8Array(100), { offset: 1, bytes: 100 }), RangeError);
   assert.throws(() => buf.copyToHost(new Uint8Array(100), { dstOffset: 1 }), RangeError);
-  assert.ok(buf.copyToHost(new Uint8Array(100)).every((x) => x === 1), 'nothing was copied');
+  assert.ok(
+    buf.copyToHost(new Uint8Array(100)).every((x) => x === 1),
+    'nothing was copied',
+  );
   buf.copyFromHost(src, { offset: 100, bytes: 0 });
 });
 
@@ -400,7 +424,10 @@ test('a view of write-combined memory warns once (VRAM_WRITE_COMBINED_READ)', as
     d.copyFromHost(wc);
     assert.ok(d.copyToHost(new Uint8Array(1024)).every((x) => x === 3));
   });
-  assert.deepEqual(warnings.filter((c) => c === 'VRAM_WRITE_COMBINED_READ'), ['VRAM_WRITE_COMBINED_READ']);
+  assert.deepEqual(
+    warnings.filter((c) => c === 'VRAM_WRITE_COMBINED_READ'),
+    ['VRAM_WRITE_COMBINED_READ'],
+  );
 });
 
 test('ManagedBuffer: host view, copies, prefetch and advice', async () => {
@@ -446,7 +473,7 @@ test('setBackend refuses another backend once a Device exists, and accepts the o
   assert.throws(() => setBackend('cuda' as unknown as Backend), TypeError);
 });
 
-test('buffers, copies and fills go through the owning device\'s backend', () => {
+test("buffers, copies and fills go through the owning device's backend", () => {
   using d = DeviceBuffer.allocate(64);
   using h = HostBuffer.allocate(64);
   using m = ManagedBuffer.allocate(64);
@@ -478,14 +505,19 @@ test('buffers, copies and fills go through the owning device\'s backend', () => 
       else Object.defineProperty(backend, name, descriptor);
     }
   }
-  assert.deepEqual(calls.filter((c) => c !== 'hostView'), ['memcpyFromHost', 'memset', 'memcpy', 'memcpy', 'memcpyToHost']);
+  assert.deepEqual(
+    calls.filter((c) => c !== 'hostView'),
+    ['memcpyFromHost', 'memset', 'memcpy', 'memcpy', 'memcpyToHost'],
+  );
   assert.ok(calls.includes('hostView'));
 });
 
 const gc = forceGc;
 
-test('the FinalizationRegistry backstop frees dropped buffers and counts them as leaks',
-  { skip: gc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false }, async () => {
+test(
+  'the FinalizationRegistry backstop frees dropped buffers and counts them as leaks',
+  { skip: gc === undefined ? 'no way to force garbage collection here (run node with --expose-gc)' : false },
+  async () => {
     const collect = gc as () => void;
     // Several times the driver's slack, so that memory the backstop did not free shows on a GPU too.
     const deviceBytes = 4 * FREE_MEMORY_SLACK + (1 << 20);
@@ -511,13 +543,18 @@ test('the FinalizationRegistry backstop frees dropped buffers and counts them as
     const after = leakStatistics();
     assert.equal(after.count, stats.count + 2);
     assert.equal(after.bytes, stats.bytes + deviceBytes + 4096);
-    assert.deepEqual(seen.map((l) => l.releaseError), [undefined, undefined], 'the backstop returned both without an error');
+    assert.deepEqual(
+      seen.map((l) => l.releaseError),
+      [undefined, undefined],
+      'the backstop returned both without an error',
+    );
     const leaked = seen.find((l) => l.kind === 'DeviceBuffer')!;
     assert.equal(getBackend().pointerGetAttributes(leaked.ptr).memoryType, 0, 'the driver freed the leaked allocation');
     assertMemoryReturned(before, used(), 'the leaked device memory went back');
     assert.deepEqual(seen.map((l) => l.kind).sort(), ['DeviceBuffer', 'HostBuffer']);
     assert.ok(seen.every((l) => typeof l.stack === 'string' && l.stack.includes('buffers.test')));
-  });
+  },
+);
 
 test('mapped host memory is visible to the device', gpuOnly, () => {
   using h = HostBuffer.allocate(1 << 16, { mapped: true });

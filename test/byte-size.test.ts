@@ -88,8 +88,11 @@ test('configureTransfers takes its byte counts as size strings; the settings hol
 });
 
 test("sizes: '1GB' and the other decimal-looking units are refused as ambiguous, naming both readings", () => {
-  assert.throws(() => readBytes('1GB', 'size'), (e: unknown) => e instanceof RangeError
-    && /'1GB' is ambiguous/.test(e.message) && /write 1G or 1GiB/.test(e.message) && /1000000000 for 1 x 1000\^3/.test(e.message));
+  assert.throws(
+    () => readBytes('1GB', 'size'),
+    (e: unknown) =>
+      e instanceof RangeError && /'1GB' is ambiguous/.test(e.message) && /write 1G or 1GiB/.test(e.message) && /1000000000 for 1 x 1000\^3/.test(e.message),
+  );
   for (const text of ['64KB', '512mb', '2 TB', '1.5GB']) assert.throws(() => readBytes(text, 'size'), /is ambiguous/, text);
   assert.equal(readBytes('1G', 'size'), 2 ** 30);
   assert.equal(readBytes('1GiB', 'size'), 2 ** 30);

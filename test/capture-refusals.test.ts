@@ -106,7 +106,14 @@ test('a stream destroyed while capturing ends its capture: later synchronous cal
   device.synchronize();
   // captureGraph whose work destroyed the stream it captures.
   const doomed = Stream.create();
-  assert.throws(() => captureGraph(doomed, () => { doomed.destroy(); throw new Error('boom'); }), /boom/);
+  assert.throws(
+    () =>
+      captureGraph(doomed, () => {
+        doomed.destroy();
+        throw new Error('boom');
+      }),
+    /boom/,
+  );
   device.synchronize();
   // A joined stream destroyed mid-capture leaves it; the capture still ends at its origin, and nothing lingers.
   using origin = Stream.create();

@@ -40,15 +40,20 @@ function vramWith(env: Readonly<Record<string, string | undefined>>, ...args: st
   const merged: Record<string, string> = {};
   for (const [k, v] of Object.entries({ ...base, ...env })) if (v !== undefined) merged[k] = v;
   return new Promise((resolve) => {
-    execFile(process.execPath, [bin, ...args], {
-      cwd: root,
-      env: merged,
-      maxBuffer: 16 << 20,
-      timeout: 60_000,
-    }, (error, stdout, stderr) => {
-      const code = error === null ? 0 : typeof error.code === 'number' ? error.code : 1;
-      resolve({ code, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [bin, ...args],
+      {
+        cwd: root,
+        env: merged,
+        maxBuffer: 16 << 20,
+        timeout: 60_000,
+      },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : typeof error.code === 'number' ? error.code : 1;
+        resolve({ code, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -109,15 +114,21 @@ describe('vram info', () => {
       assert.ok(stdout.includes(v.meaning), v.name);
     }
     const json = JSON.parse((await vram('info', '--json')).stdout) as { environment: { name: string; value?: string }[] };
-    assert.deepEqual(json.environment.map((e) => e.name), ENVIRONMENT.map((v) => v.name));
+    assert.deepEqual(
+      json.environment.map((e) => e.name),
+      ENVIRONMENT.map((v) => v.name),
+    );
   });
 
   it('reports a variable vram would refuse, with the reason, and exits 1', async () => {
     const env = { VRAM_BACKEND: 'emulated', VRAM_COPY_THREADS: '0x4', VRAM_ALLOCATOR: 'turbo' };
     const { code, stdout, stderr } = await vramWith(env, 'info');
     assert.equal(code, 1, stderr);
-    assert.equal(stderr, "vram info: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'\n" +
-      "vram info: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'\n");
+    assert.equal(
+      stderr,
+      "vram info: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'\n" +
+        "vram info: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'\n",
+    );
     assert.match(stdout, /^  VRAM_COPY_THREADS +0x4 +REFUSED: VRAM_COPY_THREADS must be a whole number from 0 to 64, got '0x4'$/m);
     assert.match(stdout, /^  VRAM_ALLOCATOR +turbo +REFUSED: VRAM_ALLOCATOR must be one of async, pool, adaptive, cuda, got 'turbo'$/m);
     assert.match(stdout, /^  VRAM_BACKEND +emulated$/m, 'a good value shows no problem');
@@ -128,8 +139,13 @@ describe('vram info', () => {
 
   // Each as the library's own reader refuses it: the first allocation would have thrown.
   for (const [name, value] of [
-    ['VRAM_ALLOCATOR', 'bogus'], ['VRAM_MEMORY_FRACTION', '2'], ['VRAM_COPY_THREADS', '-3'], ['VRAM_MEMORY_LIMIT', '-1G'],
-    ['VRAM_BACKEND', 'gpu'], ['VRAM_EMULATED_BYTES', 'lots'], ['VRAM_CACHE_DIR', 'relative/cache'],
+    ['VRAM_ALLOCATOR', 'bogus'],
+    ['VRAM_MEMORY_FRACTION', '2'],
+    ['VRAM_COPY_THREADS', '-3'],
+    ['VRAM_MEMORY_LIMIT', '-1G'],
+    ['VRAM_BACKEND', 'gpu'],
+    ['VRAM_EMULATED_BYTES', 'lots'],
+    ['VRAM_CACHE_DIR', 'relative/cache'],
   ] as const) {
     it(`${name}=${value}: exit 1, naming the variable on stderr`, async () => {
       const { code, stderr } = await vramWith({ VRAM_BACKEND: 'emulated', [name]: value }, 'info');
@@ -201,15 +217,31 @@ describe('vram bench', () => {
     }
     assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'kernels', 'transfers']);
     const names = new Set((report.rows as Record<string, unknown>[]).map((r) => r.name));
-    for (const name of ['driver pageable H2D', 'staged pageable H2D', 'registered pageable D2H', 'async staged pageable D2H', 'pinned D2H', 'write-combined pinned H2D', 'D2D',
-      'cuMemAllocAsync+cuMemFreeAsync', 'PoolResource', 'PoolResource random']) {
+    for (const name of [
+      'driver pageable H2D',
+      'staged pageable H2D',
+      'registered pageable D2H',
+      'async staged pageable D2H',
+      'pinned D2H',
+      'write-combined pinned H2D',
+      'D2D',
+      'cuMemAllocAsync+cuMemFreeAsync',
+      'PoolResource',
+      'PoolResource random',
+    ]) {
       assert.ok(names.has(name), name);
     }
     // The driver's allocators are the emulation's model of them; vram's own stacks are not.
     const rows = report.rows as Record<string, unknown>[];
     const models = new Set(rows.filter((r) => r.model === true).map((r) => r.name));
-    assert.deepEqual([...models].sort(), ['AsyncResource', 'AsyncResource random', 'CudaResource', 'CudaResource random',
-      'cuMemAlloc+cuMemFree', 'cuMemAllocAsync+cuMemFreeAsync']);
+    assert.deepEqual([...models].sort(), [
+      'AsyncResource',
+      'AsyncResource random',
+      'CudaResource',
+      'CudaResource random',
+      'cuMemAlloc+cuMemFree',
+      'cuMemAllocAsync+cuMemFreeAsync',
+    ]);
     // Pool hits timed as bench/pool-hit times them (15 long rounds), not as quick mode's 11 short batches.
     for (const row of rows.filter((r) => r.name === 'PoolResource')) assert.equal(row.repeats, 15);
     // Progress on stderr without a terminal: one line a case, none in stdout.
@@ -263,7 +295,10 @@ describe('vram replay', () => {
     for (const stack of ['cuda', 'async']) assert.match(stdout, new RegExp(`^${stack} \\(model\\) +5081 `, 'm'));
     for (const stack of ['pool', 'adaptive', 'binning', 'arena']) assert.match(stdout, new RegExp(`^${stack} +5081 `, 'm'));
     assert.match(stdout, /^\(model\): the emulated backend's model of the CUDA driver/m);
-    assert.match(stdout, /^on a GPU: the peak reserved and overhead of vram's own stacks \(pool, adaptive, binning, arena\) carry over; times and the \(model\) rows do not$/m);
+    assert.match(
+      stdout,
+      /^on a GPU: the peak reserved and overhead of vram's own stacks \(pool, adaptive, binning, arena\) carry over; times and the \(model\) rows do not$/m,
+    );
     assert.doesNotMatch(stdout, /FAILED/);
   });
 
@@ -273,9 +308,19 @@ describe('vram replay', () => {
     const report = JSON.parse(stdout) as { emulatedCapacity: { bytes: number; source: string }; results: { ok: boolean }[] };
     assert.deepEqual(report.emulatedCapacity, { bytes: 16 * 1024 ** 3, source: 'VRAM_EMULATED_BYTES' });
     assert.ok(report.results.every((r) => r.ok));
-    assert.ok(report.results.every((r) => !('model' in r)), 'vram\'s own pool is no model');
+    assert.ok(
+      report.results.every((r) => !('model' in r)),
+      "vram's own pool is no model",
+    );
     const models = JSON.parse((await vram('replay', trace, '-r', 'cuda,async,pool', '--json')).stdout) as { results: { stack: string; model?: boolean }[] };
-    assert.deepEqual(models.results.map((r) => [r.stack, r.model ?? false]), [['cuda', true], ['async', true], ['pool', false]]);
+    assert.deepEqual(
+      models.results.map((r) => [r.stack, r.model ?? false]),
+      [
+        ['cuda', true],
+        ['async', true],
+        ['pool', false],
+      ],
+    );
   });
 
   it('a device too small for the trace fails each stack and prints the hint once', async () => {
@@ -292,18 +337,27 @@ describe('vram replay', () => {
     // "Will it fit on a 24 GiB card?" without a GPU: an 80 GiB device, as an H100, and a ballast of 56 GiB.
     const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,async', '--capacity', '24G');
     assert.equal(code, 0, stderr);
-    assert.match(stdout, /^device   emulated device sized for the capacity: 80 GiB \(at least 80 GiB, as an H100, and 1 GiB more than the capacity, so a ballast holds the rest as on a GPU/m);
-    assert.match(stdout, /^capacity 24 GiB \(--capacity 24G\): a ballast of 56 GiB takes the rest of the device's free memory \(80 GiB in all\), so each stack sees 24 GiB free/m);
+    assert.match(
+      stdout,
+      /^device   emulated device sized for the capacity: 80 GiB \(at least 80 GiB, as an H100, and 1 GiB more than the capacity, so a ballast holds the rest as on a GPU/m,
+    );
+    assert.match(
+      stdout,
+      /^capacity 24 GiB \(--capacity 24G\): a ballast of 56 GiB takes the rest of the device's free memory \(80 GiB in all\), so each stack sees 24 GiB free/m,
+    );
     assert.match(stdout, /^pool +yes +5081 /m);
     assert.match(stdout, /^async(?: \(model\))? +yes +5081 /m);
   });
 
-  it('--capacity below the trace\'s peak on the emulated backend: no stack fits, the table says where, no hint to enlarge the device', async () => {
+  it("--capacity below the trace's peak on the emulated backend: no stack fits, the table says where, no hint to enlarge the device", async () => {
     const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,arena', '--capacity', '4G');
     assert.equal(code, 1);
     assert.match(stdout, /^pool +no: op \d+ +failed/m);
     assert.match(stdout, /^arena +no: at creation +failed/m);
-    assert.match(stdout, /^pool: FAILED at operation \d+ of 5081 \(line \d+\): allocate [\d.]+ MiB with [\d.]+ GiB live and [\d.]+ GiB held by the stack: .*CUDA_ERROR_OUT_OF_MEMORY/m);
+    assert.match(
+      stdout,
+      /^pool: FAILED at operation \d+ of 5081 \(line \d+\): allocate [\d.]+ MiB with [\d.]+ GiB live and [\d.]+ GiB held by the stack: .*CUDA_ERROR_OUT_OF_MEMORY/m,
+    );
     assert.doesNotMatch(stderr, /too small|VRAM_EMULATED_BYTES/);
   });
 
@@ -323,7 +377,10 @@ describe('vram replay', () => {
       writeFileSync(path, `${lines.join('\n')}\n`);
       const { code, stdout, stderr } = await vramWith({}, 'replay', path, '-r', 'arena,pool');
       assert.equal(code, 1);
-      assert.match(stdout, /^arena: FAILED at operation \d+ of 1792 \(line \d+\): allocate 2 MiB with .* live and .* held by the stack: the arena cannot grow .*arena exhausted/m);
+      assert.match(
+        stdout,
+        /^arena: FAILED at operation \d+ of 1792 \(line \d+\): allocate 2 MiB with .* live and .* held by the stack: the arena cannot grow .*arena exhausted/m,
+      );
       assert.match(stdout, /^pool +1792 /m);
       assert.match(stderr, /^vram replay: arena: the arena cannot grow/m);
       assert.doesNotMatch(stderr, /VRAM_EMULATED_BYTES|too small/);
@@ -374,7 +431,7 @@ describe('vram replay', () => {
     });
   });
 
-  it('a trace too large for any emulated device is refused in the trace\'s terms, not an internal option name', async () => {
+  it("a trace too large for any emulated device is refused in the trace's terms, not an internal option name", async () => {
     await inTempDir(async (dir) => {
       const path = join(dir, 'huge.csv');
       writeFileSync(path, `Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1000,${2 ** 52},0\n`);
@@ -396,7 +453,10 @@ describe('vram replay', () => {
       writeFileSync(bom, `\ufeff${readFileSync('test/fixtures/traces/multi_stream.csv', 'utf8')}`);
       const read = await vram('replay', bom, '-r', 'pool');
       assert.equal(read.code, 0, read.stderr);
-      for (const [path, kind] of [['/dev/zero', 'a character device'], [dir, 'a directory']] as const) {
+      for (const [path, kind] of [
+        ['/dev/zero', 'a character device'],
+        [dir, 'a directory'],
+      ] as const) {
         const { code, stderr } = await vram('replay', path, '-r', 'pool');
         assert.equal(code, 1);
         assert.equal(stderr, `vram replay: ${path}: ${kind}, not a regular file\n`);
@@ -485,13 +545,20 @@ describe('vram usage', () => {
   });
 
   it('help --help prints the main help, version --help says what version does (exit 0); version refuses arguments', async () => {
-    for (const args of [['help', '--help'], ['help', '-h'], ['--help', '--help']]) {
+    for (const args of [
+      ['help', '--help'],
+      ['help', '-h'],
+      ['--help', '--help'],
+    ]) {
       const { code, stdout } = await vram(...args);
       assert.equal(code, 0, args.join(' '));
       assert.match(stdout, /usage: vram <command>/);
     }
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-    for (const args of [['version', '--help'], ['--version', '-h']]) {
+    for (const args of [
+      ['version', '--help'],
+      ['--version', '-h'],
+    ]) {
       const { code, stdout } = await vram(...args);
       assert.equal(code, 0, args.join(' '));
       assert.match(stdout, /^usage: vram version/);
@@ -519,7 +586,10 @@ describe('cli helpers', () => {
       const path = join(dir, 'log.csv');
       writeFileSync(path, 'x'.repeat(100));
       assert.equal(readTextFile(path, 100).length, 100);
-      assert.throws(() => readTextFile(path, 99), (error: unknown) => error instanceof InputFileError && /100 bytes, more than the 99/.test(error.message));
+      assert.throws(
+        () => readTextFile(path, 99),
+        (error: unknown) => error instanceof InputFileError && /100 bytes, more than the 99/.test(error.message),
+      );
       if (existsSync('/proc/self/status')) assert.throws(() => readTextFile('/proc/self/status', 10), /more than the 10 bytes this reads/);
       writeFileSync(path, Buffer.from([0x54, 0xff, 0x0a]));
       assert.throws(() => readTextFile(path), /not UTF-8 text/);
@@ -537,7 +607,11 @@ describe('cli helpers', () => {
     assert.equal(parseSize(' 4096 ', 'x'), 4096);
     assert.equal(parseSize('4096B', 'x'), 4096);
     for (const bad of ['12Q', '0', '0K', '', 'G', '-1', '1e3', '1.5', '0x10', '1 G B', '1P']) {
-      assert.throws(() => parseSize(bad, 'VRAM_X'), (e: unknown) => e instanceof RangeError && /^VRAM_X .*'/.test(e.message) && !e.message.includes('\n'), bad);
+      assert.throws(
+        () => parseSize(bad, 'VRAM_X'),
+        (e: unknown) => e instanceof RangeError && /^VRAM_X .*'/.test(e.message) && !e.message.includes('\n'),
+        bad,
+      );
     }
     assert.throws(() => parseSize('99999999T', 'x'), RangeError);
     assert.throws(() => parseSize(16 as unknown as string, 'x'), TypeError);
@@ -564,7 +638,13 @@ describe('cli helpers', () => {
 
   it('progress without a terminal is one line a step', () => {
     let written = '';
-    const stream = { isTTY: false, write: (text: string): boolean => { written += text; return true; } };
+    const stream = {
+      isTTY: false,
+      write: (text: string): boolean => {
+        written += text;
+        return true;
+      },
+    };
     const progress = new Progress(2, stream as unknown as NodeJS.WriteStream);
     progress.step('alloc: PoolResource 256 B');
     progress.step('alloc: PoolResource 1 MiB');
@@ -574,14 +654,31 @@ describe('cli helpers', () => {
 
   it('a progress label is not cut to nothing on a terminal that reports 0 columns', () => {
     let written = '';
-    const stream = { isTTY: true, columns: 0, write: (text: string): boolean => { written += text; return true; } };
+    const stream = {
+      isTTY: true,
+      columns: 0,
+      write: (text: string): boolean => {
+        written += text;
+        return true;
+      },
+    };
     const progress = new Progress(18, stream as unknown as NodeJS.WriteStream);
     progress.step('transfers: driver pageable H2D 64 KiB');
     assert.match(written, /\[1\/18\] transfers: driver pageable H2D 64 KiB/);
   });
 
   it('aligns tables and takes medians', () => {
-    assert.equal(formatTable(['a', 'n'], [['xy', '1'], ['z', '10']], ['left', 'right']), 'a    n\n--  --\nxy   1\nz   10');
+    assert.equal(
+      formatTable(
+        ['a', 'n'],
+        [
+          ['xy', '1'],
+          ['z', '10'],
+        ],
+        ['left', 'right'],
+      ),
+      'a    n\n--  --\nxy   1\nz   10',
+    );
     assert.equal(median([3, 1, 2]), 2);
     assert.equal(median([4, 1, 2, 3]), 2.5);
   });

@@ -45,7 +45,7 @@ let stream: Stream;
 let peerStream: Stream | undefined;
 let module: Module;
 let addOne: Cell['addOne'];
-const values = Float32Array.from({ length: N }, (_, i) => (i * 7) % 23 - 5);
+const values = Float32Array.from({ length: N }, (_, i) => ((i * 7) % 23) - 5);
 
 before(() => {
   stream = Stream.create();
@@ -110,17 +110,22 @@ async function runCell(k: KindName, c: ConsumerName, cell: Expectation): Promise
       await consumer.run(context);
     } else {
       const { error, message } = cell;
-      await assert.rejects(async () => consumer.run(context), (e: unknown) => {
-        assert.ok(e instanceof error, `expected ${error.name}, got ${e instanceof Error ? `${e.constructor.name}: ${e.message}` : String(e)}`);
-        assert.match(e.message, message);
-        return true;
-      });
+      await assert.rejects(
+        async () => consumer.run(context),
+        (e: unknown) => {
+          assert.ok(e instanceof error, `expected ${error.name}, got ${e instanceof Error ? `${e.constructor.name}: ${e.message}` : String(e)}`);
+          assert.match(e.message, message);
+          return true;
+        },
+      );
     }
   } finally {
     // Whatever the cell left live is freed here, then what the kind set up.
     try {
       stream.synchronize();
-    } catch { /* the cell's own failure is reported */ }
+    } catch {
+      /* the cell's own failure is reported */
+    }
     for (const ref of made) {
       const s = ref.deref();
       if (s !== undefined && !s.owner.freed) s.free();

@@ -127,7 +127,11 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     // A source map is only useful with the source it names; vram ships neither (tsconfig.json "sourceMap").
     const maps = [...files].filter((f) => f.endsWith('.map'));
     assert.deepEqual(maps, [], 'source maps in the tarball, whose src/ is not shipped');
-    assert.deepEqual([...files].filter((f) => f.startsWith('dist/test/') || f.startsWith('src/')), [], 'tests or sources in the tarball');
+    assert.deepEqual(
+      [...files].filter((f) => f.startsWith('dist/test/') || f.startsWith('src/')),
+      [],
+      'tests or sources in the tarball',
+    );
 
     // The project: the fixture, the tarball's contents as node_modules/vram, koffi linked from here.
     const project = path.join(dir, 'project');
@@ -149,7 +153,11 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     const first = path.join(dir, 'first');
     mkdirSync(first);
     const [firstRun] = await Promise.all([
-      readmeProject(first, () => tsc, async () => symlinkSync(path.join(project, 'node_modules'), path.join(first, 'node_modules'), 'junction')),
+      readmeProject(
+        first,
+        () => tsc,
+        async () => symlinkSync(path.join(project, 'node_modules'), path.join(first, 'node_modules'), 'junction'),
+      ),
       exec(process.execPath, [tsc, '-p', 'tsconfig.build.json'], project),
       exec(process.execPath, [tsc, '-p', 'tsconfig.bare.json'], project),
       // `tsc --init` writes today's defaults (target esnext, types [], strict, ...); the declarations
@@ -176,13 +184,27 @@ test('the packed tarball installs, type-checks and runs in a consumer project', 
     assert.equal(esm.stderr, '', 'the consumer printed warnings');
     // Each of package.json's subpaths, from ESM (compiled TypeScript) and from require().
     assert.deepEqual(result['subpaths'], {
-      resources: 'function', buffers: true, arrays: true, kernels: 5, interop: [3], observe: 'number', replay: 2, backend: true,
+      resources: 'function',
+      buffers: true,
+      arrays: true,
+      kernels: 5,
+      interop: [3],
+      observe: 'number',
+      replay: 2,
+      backend: true,
     });
     assert.deepEqual(JSON.parse(cjs.stdout), {
-      backend: 'emulated', value: 3,
+      backend: 'emulated',
+      value: 3,
       subpaths: {
-        resources: 'function', buffers: 'function', arrays: 0x3c00, kernels: 'function', interop: 'function',
-        observe: 'function', replay: 0, backend: 'function',
+        resources: 'function',
+        buffers: 'function',
+        arrays: 0x3c00,
+        kernels: 'function',
+        interop: 'function',
+        observe: 'function',
+        replay: 0,
+        backend: 'function',
       },
     });
     assert.equal(cjs.stderr, '', 'require(esm) printed warnings');
@@ -196,7 +218,11 @@ function newestTypeScript(): { version: string } | { skip: string } {
   const reason = skipReason();
   if (reason) return { skip: reason };
   try {
-    const version = execFileSync(npm, ['view', 'typescript', 'version', '--fetch-retries=0'], { encoding: 'utf8', timeout: 20_000, stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const version = execFileSync(npm, ['view', 'typescript', 'version', '--fetch-retries=0'], {
+      encoding: 'utf8',
+      timeout: 20_000,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
     return /^\d+\.\d+\.\d+$/.test(version) ? { version } : { skip: `npm view typescript version gave '${version}'` };
   } catch {
     return { skip: 'the npm registry is not reachable (npm view typescript version failed): the newest TypeScript cannot be installed' };
@@ -205,26 +231,38 @@ function newestTypeScript(): { version: string } | { skip: string } {
 
 const newest = newestTypeScript();
 
-test('the README\'s first program in a fresh project with the newest TypeScript, installed as a user does', { skip: 'skip' in newest ? newest.skip : undefined, timeout: 180_000 }, async () => {
-  const version = 'version' in newest ? newest.version : '';
-  const dir = mkdtempSync(path.join(tmpdir(), 'vram-newest-'));
-  try {
-    const packed = await exec(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', dir], root);
-    const [pack] = JSON.parse(packed.stdout) as PackResult[];
-    assert.ok(pack, 'npm pack reported no tarball');
-    const project = path.join(dir, 'project');
-    mkdirSync(project);
-    let installed = { stdout: '', stderr: '' };
-    const run = await readmeProject(project, () => path.join(project, 'node_modules', 'typescript', 'bin', 'tsc'), async () => {
-      // The tarball and its dependencies from the registry (or npm's cache), as `npm install vram` would.
-      installed = await exec(npm, ['install', '--no-audit', '--no-fund', '--prefer-offline', path.join(dir, pack.filename), `typescript@${version}`], project);
-    });
-    assert.doesNotMatch(installed.stdout + installed.stderr, /\bvram@/, 'npm lists vram among install scripts to approve');
-    const typescript = JSON.parse(readFileSync(path.join(project, 'node_modules', 'typescript', 'package.json'), 'utf8')) as { version: string };
-    assert.equal(typescript.version, version);
-    assert.equal(run.stdout, 'emulated: sum 10\n', `the README's first program, with TypeScript ${version}`);
-    assert.equal(run.stderr, '', "the README's first program printed warnings");
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+test(
+  "the README's first program in a fresh project with the newest TypeScript, installed as a user does",
+  { skip: 'skip' in newest ? newest.skip : undefined, timeout: 180_000 },
+  async () => {
+    const version = 'version' in newest ? newest.version : '';
+    const dir = mkdtempSync(path.join(tmpdir(), 'vram-newest-'));
+    try {
+      const packed = await exec(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', dir], root);
+      const [pack] = JSON.parse(packed.stdout) as PackResult[];
+      assert.ok(pack, 'npm pack reported no tarball');
+      const project = path.join(dir, 'project');
+      mkdirSync(project);
+      let installed = { stdout: '', stderr: '' };
+      const run = await readmeProject(
+        project,
+        () => path.join(project, 'node_modules', 'typescript', 'bin', 'tsc'),
+        async () => {
+          // The tarball and its dependencies from the registry (or npm's cache), as `npm install vram` would.
+          installed = await exec(
+            npm,
+            ['install', '--no-audit', '--no-fund', '--prefer-offline', path.join(dir, pack.filename), `typescript@${version}`],
+            project,
+          );
+        },
+      );
+      assert.doesNotMatch(installed.stdout + installed.stderr, /\bvram@/, 'npm lists vram among install scripts to approve');
+      const typescript = JSON.parse(readFileSync(path.join(project, 'node_modules', 'typescript', 'package.json'), 'utf8')) as { version: string };
+      assert.equal(typescript.version, version);
+      assert.equal(run.stdout, 'emulated: sum 10\n', `the README's first program, with TypeScript ${version}`);
+      assert.equal(run.stderr, '', "the README's first program printed warnings");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);

@@ -81,7 +81,7 @@ test('lmemResizeToMax sets CU_CTX_LMEM_RESIZE_TO_MAX; the driver reports the fla
   assert.throws(() => Context.create(device, { lmemResizeToMax: 1 as unknown as boolean }), TypeError);
 });
 
-test('cache configuration: a context\'s is set and read back; a kernel\'s is accepted; other values are RangeErrors', () => {
+test("cache configuration: a context's is set and read back; a kernel's is accepted; other values are RangeErrors", () => {
   using ctx = Context.create(device);
   assert.equal(ctx.cacheConfig, 'prefer-none');
   ctx.setCacheConfig('prefer-l1');
@@ -127,7 +127,7 @@ test('Context.fromHandle adopts a context made elsewhere, borrowed: usable, neve
   assert.throws(() => Context.fromHandle(0x7777_7777), CudaError, 'a handle the driver does not know');
 });
 
-test('Device.fromPciBusId finds a device by the bus id it reports, in each of the driver\'s forms', () => {
+test("Device.fromPciBusId finds a device by the bus id it reports, in each of the driver's forms", () => {
   const busId = device.info.pciBusId;
   assert.equal(Device.fromPciBusId(busId), device);
   assert.equal(Device.fromPciBusId(busId.toUpperCase()), device);
@@ -168,11 +168,14 @@ test('on a GPU, the host NUMA id attribute is a node or -1', gpuOnly, () => {
 test('examples/contexts.ts runs and prints what it checked', () => {
   const compiled = fileURLToPath(new URL('../examples/contexts.js', import.meta.url));
   const output = execFileSync(process.execPath, [compiled], { encoding: 'utf8', env: process.env });
-  assert.equal(output, [
-    'pushed: current is ctx true, 1048576 bytes allocated in it',
-    'popped: current is the primary true',
-    'adopted: device 0, borrowed true',
-    'current pool set: true',
-    '',
-  ].join('\n'));
+  assert.equal(
+    output,
+    [
+      'pushed: current is ctx true, 1048576 bytes allocated in it',
+      'popped: current is the primary true',
+      'adopted: device 0, borrowed true',
+      'current pool set: true',
+      '',
+    ].join('\n'),
+  );
 });

@@ -11,9 +11,7 @@ import { HostAllocFlags, StreamWaitValueFlags, StreamWriteValueFlags } from '../
 import { getBackend } from '../src/backend/select.js';
 import { Device } from '../src/device.js';
 import { InvalidPointerError, NotSupportedError, VramStateError } from '../src/errors.js';
-import {
-  cudaArrayInterfaceInfo, fromCudaArrayInterface, toCudaArrayInterface, type CudaArrayInterface,
-} from '../src/interop/cuda-array-interface.js';
+import { cudaArrayInterfaceInfo, fromCudaArrayInterface, toCudaArrayInterface, type CudaArrayInterface } from '../src/interop/cuda-array-interface.js';
 import { leakStatistics } from '../src/backstop.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { Event, Stream } from '../src/stream.js';
@@ -30,15 +28,31 @@ describe('toCudaArrayInterface', () => {
     using a = DeviceArray.from(iota(6), { shape: [2, 3] });
     const cai = toCudaArrayInterface(a);
     assert.deepEqual(cai, {
-      shape: [2, 3], typestr: '<f4', descr: [['', '<f4']], data: [a.ptr, false], strides: null, version: 3, stream: 1,
+      shape: [2, 3],
+      typestr: '<f4',
+      descr: [['', '<f4']],
+      data: [a.ptr, false],
+      strides: null,
+      version: 3,
+      stream: 1,
     });
     assert.equal(JSON.stringify(JSON.parse(JSON.stringify(cai))), JSON.stringify(cai), 'a plain object');
   });
 
   it('typestrs of every scalar the interface has; bfloat16 is NotSupportedError', () => {
     const expected: Record<string, string> = {
-      bool: '|b1', int8: '|i1', uint8: '|u1', int16: '<i2', uint16: '<u2', int32: '<i4', uint32: '<u4',
-      int64: '<i8', uint64: '<u8', float16: '<f2', float32: '<f4', float64: '<f8',
+      bool: '|b1',
+      int8: '|i1',
+      uint8: '|u1',
+      int16: '<i2',
+      uint16: '<u2',
+      int32: '<i4',
+      uint32: '<u4',
+      int64: '<i8',
+      uint64: '<u8',
+      float16: '<f2',
+      float32: '<f4',
+      float64: '<f8',
     };
     for (const [dtype, typestr] of Object.entries(expected)) {
       using a = DeviceArray.empty([2], dtype as 'float32');
@@ -67,12 +81,18 @@ describe('toCudaArrayInterface', () => {
     const cai = toCudaArrayInterface(p);
     assert.deepEqual([cai.shape, cai.typestr, cai.strides], [[4, 3], '<f4', null]);
     const everyOther = toCudaArrayInterface(p.slice([0, null, 2]));
-    assert.deepEqual([everyOther.shape, everyOther.strides], [[2, 3], [24, 4]]);
+    assert.deepEqual(
+      [everyOther.shape, everyOther.strides],
+      [
+        [2, 3],
+        [24, 4],
+      ],
+    );
     using h = DeviceArray.empty([5], 'half2');
     assert.deepEqual([toCudaArrayInterface(h).shape, toCudaArrayInterface(h).typestr], [[5, 2], '<f2']);
   });
 
-  it('the stream: a Stream\'s handle, null omits it; an empty array has address 0', () => {
+  it("the stream: a Stream's handle, null omits it; an empty array has address 0", () => {
     using stream = Stream.create();
     using a = DeviceArray.zeros([4], 'int32', { stream });
     assert.equal(toCudaArrayInterface(a).stream, stream.handle);
@@ -93,9 +113,9 @@ describe('fromCudaArrayInterface', () => {
     assert.equal(b.dtype.name, 'float32');
     assert.deepEqual(b.toHost(), iota(6));
     b.fill(5);
-    assert.deepEqual(a.toHost(), new Float32Array(6).fill(5), 'a write through the import reaches the producer\'s memory');
+    assert.deepEqual(a.toHost(), new Float32Array(6).fill(5), "a write through the import reaches the producer's memory");
     b.free();
-    assert.deepEqual(a.toHost(), new Float32Array(6).fill(5), 'the producer\'s memory is still there');
+    assert.deepEqual(a.toHost(), new Float32Array(6).fill(5), "the producer's memory is still there");
     a.free();
   });
 
@@ -140,7 +160,7 @@ describe('fromCudaArrayInterface', () => {
     assert.deepEqual(mapped.toHost(), new Int16Array([1, -2, 3]));
   });
 
-  it('the consumer\'s stream waits for the producer\'s on the device (no host wait)', async () => {
+  it("the consumer's stream waits for the producer's on the device (no host wait)", async () => {
     const backend = getBackend();
     device.makeCurrent();
     const flag = backend.memHostAlloc(4, HostAllocFlags.DEVICEMAP);
@@ -170,7 +190,7 @@ describe('fromCudaArrayInterface', () => {
     }
   });
 
-  it('the per-thread default stream (2) as the producer\'s stream', gpuOnly, () => {
+  it("the per-thread default stream (2) as the producer's stream", gpuOnly, () => {
     using a = DeviceArray.from(iota(4));
     using b = fromCudaArrayInterface({ ...toCudaArrayInterface(a), stream: 2 }, { owner: a });
     assert.deepEqual(b.toHost(), iota(4));
@@ -194,7 +214,16 @@ describe('fromCudaArrayInterface', () => {
     bad({ typestr: '<c8' }, NotSupportedError, 'complex');
     bad({ typestr: '>f4' }, NotSupportedError, 'big-endian');
     bad({ typestr: '|f4' }, TypeError, '| for a 4-byte type');
-    bad({ descr: [['x', '<f4'], ['y', '<f4']] }, NotSupportedError, 'structured descr');
+    bad(
+      {
+        descr: [
+          ['x', '<f4'],
+          ['y', '<f4'],
+        ],
+      },
+      NotSupportedError,
+      'structured descr',
+    );
     bad({ descr: 'f4' }, TypeError, 'descr not a list');
     bad({ shape: [-1] }, RangeError, 'negative extent');
     bad({ shape: '8' }, TypeError, 'shape not an array');

@@ -28,7 +28,10 @@ describe('cuda loader without a driver', { skip: wantCuda ? 'VRAM_BACKEND=cuda' 
       for (const candidate of driverCandidates()) assert.ok(error.message.includes(candidate), `message names ${candidate}`);
       assert.match(error.message, /VRAM_LIBCUDA/);
       // The failure is cached and rethrown as is.
-      assert.throws(() => loadCudaBackend(), (again) => again === error);
+      assert.throws(
+        () => loadCudaBackend(),
+        (again) => again === error,
+      );
       return;
     }
     t.skip(`a CUDA driver is present (${backend.name})`);
@@ -55,7 +58,9 @@ describe('auto falling back to the emulated backend', () => {
       console.log(JSON.stringify({ backend: getBackend().name, reason: backendFallbackReason() ?? null }));`;
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('VRAM_')));
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', program], {
-      encoding: 'utf8', timeout: 60_000, env: { ...base, ...env },
+      encoding: 'utf8',
+      timeout: 60_000,
+      env: { ...base, ...env },
     });
     assert.equal(run.status, 0, run.stderr);
     const out = JSON.parse(run.stdout) as { backend: string; reason: string | null };
@@ -165,8 +170,10 @@ describe('cuda backend on a GPU', { skip: wantCuda ? false : 'needs VRAM_BACKEND
   });
 
   test('memAlloc(0) is CUDA_ERROR_INVALID_VALUE', () => {
-    assert.throws(() => cuda.memAlloc(0), (error) => error instanceof CudaError
-      && error.errorName === 'CUDA_ERROR_INVALID_VALUE' && error.code === 1 && error.call === 'cuMemAlloc');
+    assert.throws(
+      () => cuda.memAlloc(0),
+      (error) => error instanceof CudaError && error.errorName === 'CUDA_ERROR_INVALID_VALUE' && error.code === 1 && error.call === 'cuMemAlloc',
+    );
   });
 
   test('memcpyFromHost / memcpyToHost round trip random bytes, byteOffset honoured', () => {

@@ -58,8 +58,10 @@ for (const f of resourceFactories) {
     const stats = await runDataFuzzAsync(f, { seed: FULL_SEED, ops: FULL_OPS, ...ALL_OPERATIONS });
     assert.equal(stats.steps, FULL_OPS);
     assert.ok(stats.copies >= 20, `only ${stats.copies} copies`);
-    assert.ok(stats.nestedCreated >= 3 && stats.nestedDestroyedLive >= 1 && stats.nestedBlocks >= 50,
-      `nested: ${stats.nestedCreated} made, ${stats.nestedDestroyedLive} destroyed in use, ${stats.nestedBlocks} blocks`);
+    assert.ok(
+      stats.nestedCreated >= 3 && stats.nestedDestroyedLive >= 1 && stats.nestedBlocks >= 50,
+      `nested: ${stats.nestedCreated} made, ${stats.nestedDestroyedLive} destroyed in use, ${stats.nestedBlocks} blocks`,
+    );
     // Pinned host memory is no device array's memory.
     if (!/Pinned/.test(f.name)) {
       assert.ok(stats.readOnlyRefused >= 5, `only ${stats.readOnlyRefused} read-only writes refused`);
@@ -169,14 +171,21 @@ const broken: readonly ResourceFactory[] = [
     create: () => {
       const pool = new PoolResource({ maximumSize: 512 * 1024 * 1024 });
       const r = new DropsFreeStream(pool);
-      return { resource: r, maxBytes: 1024 * 1024, close: () => { destroyResource(r); destroyResource(pool); } };
+      return {
+        resource: r,
+        maxBytes: 1024 * 1024,
+        close: () => {
+          destroyResource(r);
+          destroyResource(pool);
+        },
+      };
     },
   },
 ];
 
 // On a GPU a memset finishes long before the next allocation, so an ordering bug rarely shows in
 // random operations; there, stream-order.test.ts holds a stream back to make it certain.
-const emulatedOnly = { skip: onGpu ? 'needs the emulated backend\'s lazy streams (stream-order.test.ts covers the GPU)' : false } as const;
+const emulatedOnly = { skip: onGpu ? "needs the emulated backend's lazy streams (stream-order.test.ts covers the GPU)" : false } as const;
 for (const f of broken) {
   test(`data fuzz catches a broken resource: ${f.name}`, emulatedOnly, () => {
     const steps: number[] = [];
@@ -195,8 +204,10 @@ for (const f of broken) {
       assert.match(failure.message, new RegExp(`replay: .*--data --only '${f.name}' --seed ${seed} --ops 3000`));
       steps.push(failure.step);
       // The same seed fails at the same step: the replay command reproduces it.
-      assert.throws(() => runDataFuzz(f, { seed, ops: 3000 }),
-        (e: unknown) => e instanceof DataFuzzFailure && e.step === failure.step);
+      assert.throws(
+        () => runDataFuzz(f, { seed, ops: 3000 }),
+        (e: unknown) => e instanceof DataFuzzFailure && e.step === failure.step,
+      );
     }
     const worst = Math.max(...steps);
     assert.ok(worst < 1500, `caught only after ${worst} operations (steps ${steps.join(', ')})`);
@@ -257,8 +268,10 @@ test('the fuzz runner rejects bad arguments with a message and exit status 2', (
 });
 
 test('the fuzz runner runs the full fuzz: a short seeded run, and a failure prints its seed and a replay command', () => {
-  const p = spawnSync(process.execPath, [runner, '--full', '--only', 'CudaResource', '--seed', '9', '--ops', '400'],
-    { encoding: 'utf8', env: { ...process.env, VRAM_BACKEND: 'emulated' } });
+  const p = spawnSync(process.execPath, [runner, '--full', '--only', 'CudaResource', '--seed', '9', '--ops', '400'], {
+    encoding: 'utf8',
+    env: { ...process.env, VRAM_BACKEND: 'emulated' },
+  });
   assert.equal(p.status, 0, p.stderr);
   assert.match(p.stdout, /full: CudaResource: seed\(s\) 9\n/);
   assert.match(p.stdout, /full: CudaResource: 400 operations in/);
@@ -273,8 +286,10 @@ test('the fuzz runner runs the full fuzz: a short seeded run, and a failure prin
 });
 
 test('the fuzz runner runs a short seeded data fuzz and prints the seed', () => {
-  const p = spawnSync(process.execPath, [runner, '--data', '--only', 'PoolResource (virtual memory)', '--seed', '42', '--ops', '500'],
-    { encoding: 'utf8', env: { ...process.env, VRAM_BACKEND: 'emulated' } });
+  const p = spawnSync(process.execPath, [runner, '--data', '--only', 'PoolResource (virtual memory)', '--seed', '42', '--ops', '500'], {
+    encoding: 'utf8',
+    env: { ...process.env, VRAM_BACKEND: 'emulated' },
+  });
   assert.equal(p.status, 0, p.stderr);
   assert.match(p.stdout, /data: PoolResource \(virtual memory\): seed\(s\) 42\n/);
   assert.match(p.stdout, /500 operations in/);
@@ -297,10 +312,13 @@ test(`mixed fuzz: mixed (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`, () => {
   }
 });
 
-test(`mixed fuzz: spillable arrays in graphs, exports and budgets (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`,
-  () => {
-    runMixedFuzz('mixed (spillable in graphs, exports and budgets)', { seed: MIXED_SEED, ops: MIXED_OPS, ...MIXED_TARGETS['mixed (spillable in graphs, exports and budgets)'] });
+test(`mixed fuzz: spillable arrays in graphs, exports and budgets (seed ${MIXED_SEED}, ${MIXED_OPS} operations)`, () => {
+  runMixedFuzz('mixed (spillable in graphs, exports and budgets)', {
+    seed: MIXED_SEED,
+    ops: MIXED_OPS,
+    ...MIXED_TARGETS['mixed (spillable in graphs, exports and budgets)'],
   });
+});
 
 test('mixed fuzz: a graph launch that does not run is wrong data, reported with the seed and a replay command', () => {
   let launches = 0;
@@ -310,12 +328,15 @@ test('mixed fuzz: a graph launch that does not run is wrong data, reported with 
       if (++launches % 10 === 0) return;
       original(...args);
     });
-    assert.throws(() => runMixedFuzz('mixed', { seed: MIXED_SEED, ops: MIXED_OPS }), (e: unknown) => {
-      assert.ok(e instanceof MixedFuzzFailure, String(e));
-      assert.match(e.message, /seed 11 failed at step \d+: .*expected/s);
-      assert.match(e.message, /replay: VRAM_BACKEND=\w+ node dist\/test\/fuzz\/run.js --mixed --only 'mixed' --seed 11 --ops 1500/);
-      return true;
-    });
+    assert.throws(
+      () => runMixedFuzz('mixed', { seed: MIXED_SEED, ops: MIXED_OPS }),
+      (e: unknown) => {
+        assert.ok(e instanceof MixedFuzzFailure, String(e));
+        assert.match(e.message, /seed 11 failed at step \d+: .*expected/s);
+        assert.match(e.message, /replay: VRAM_BACKEND=\w+ node dist\/test\/fuzz\/run.js --mixed --only 'mixed' --seed 11 --ops 1500/);
+        return true;
+      },
+    );
   }
   assert.ok(launches >= 10);
 });

@@ -58,7 +58,10 @@ test('from: plain and nested arrays of numbers without a dtype are float32; bigi
   assert.equal(a.dtype.name, 'float32');
   assert.deepEqual(a.shape, [3]);
   assert.deepEqual([...a.toHost()], [1, 2, 3]);
-  using m = DeviceArray.from([[1, 2], [3, 4.5]]);
+  using m = DeviceArray.from([
+    [1, 2],
+    [3, 4.5],
+  ]);
   assert.equal(m.dtype.name, 'float32');
   assert.deepEqual(m.shape, [2, 2]);
   assert.deepEqual([...m.toHost()], [1, 2, 3, 4.5]);

@@ -14,7 +14,11 @@ import { AsyncResource } from '../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 import { emptyCache, getCurrentResource, setCurrentResource } from '../src/resource/current.js';
 import {
-  ALLOCATOR_NAMES, chooseAllocator, createDefaultResource, DEFAULT_RESOURCE_VARIABLES, readDefaultResourceSettings,
+  ALLOCATOR_NAMES,
+  chooseAllocator,
+  createDefaultResource,
+  DEFAULT_RESOURCE_VARIABLES,
+  readDefaultResourceSettings,
   type DefaultResourceSettings,
 } from '../src/resource/default-resource.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
@@ -45,9 +49,12 @@ test('VRAM_ALLOCATOR: async by default, each value, blank as unset, anything els
     assert.deepEqual(readDefaultResourceSettings({ VRAM_ALLOCATOR: name }), { allocator: name, explicit: true });
   }
   for (const bad of ['bogus', 'Pool', 'ASYNC', 'cudaMalloc', 'pool,cuda', 'backend:cudaMallocAsync']) {
-    assert.throws(() => readDefaultResourceSettings({ VRAM_ALLOCATOR: bad }),
-      (e: unknown) => e instanceof RangeError && e.message.includes('VRAM_ALLOCATOR') &&
-        e.message.includes('async, pool, adaptive, cuda') && e.message.includes(`'${bad}'`), bad);
+    assert.throws(
+      () => readDefaultResourceSettings({ VRAM_ALLOCATOR: bad }),
+      (e: unknown) =>
+        e instanceof RangeError && e.message.includes('VRAM_ALLOCATOR') && e.message.includes('async, pool, adaptive, cuda') && e.message.includes(`'${bad}'`),
+      bad,
+    );
   }
 });
 
@@ -83,11 +90,16 @@ test('the unasked-for default falls back on a device without pools; an explicit 
   assert.equal(chooseAllocator(implicit, info(true, true)), 'async');
   assert.equal(chooseAllocator(implicit, info(false, true)), 'pool');
   assert.equal(chooseAllocator(implicit, info(false, false)), 'cuda');
-  assert.throws(() => chooseAllocator({ allocator: 'async', explicit: true }, info(false, true)),
-    (e: unknown) => e instanceof NotSupportedError && /VRAM_ALLOCATOR=async: device 3 .*memory pools/.test(e.message));
+  assert.throws(
+    () => chooseAllocator({ allocator: 'async', explicit: true }, info(false, true)),
+    (e: unknown) => e instanceof NotSupportedError && /VRAM_ALLOCATOR=async: device 3 .*memory pools/.test(e.message),
+  );
   for (const allocator of ['pool', 'adaptive'] as const) {
-    assert.throws(() => chooseAllocator({ allocator, explicit: true }, info(true, false)),
-      (e: unknown) => e instanceof NotSupportedError && /virtual memory management/.test(e.message), allocator);
+    assert.throws(
+      () => chooseAllocator({ allocator, explicit: true }, info(true, false)),
+      (e: unknown) => e instanceof NotSupportedError && /virtual memory management/.test(e.message),
+      allocator,
+    );
   }
   assert.equal(chooseAllocator({ allocator: 'cuda', explicit: true }, info(false, false)), 'cuda');
 });
@@ -102,37 +114,56 @@ test('VRAM_MEMORY_LIMIT caps the default resource: past it is OutOfMemoryError w
     assert.equal(mr.limitBytes, 3 * MiB);
     assert.match(mr.describe(), /^LimitingAdaptor\(limit=3 MiB, /);
     const a = mr.allocate(2 * MiB);
-    assert.throws(() => mr.allocate(2 * MiB),
-      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit' && e.requestedBytes === 2 * MiB, allocator);
+    assert.throws(
+      () => mr.allocate(2 * MiB),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit' && e.requestedBytes === 2 * MiB,
+      allocator,
+    );
     mr.deallocate(a, 2 * MiB);
     mr.deallocate(mr.allocate(3 * MiB), 3 * MiB);
     destroyAll(mr);
   }
 });
 
-test('VRAM_MEMORY_FRACTION caps at that part of the device\'s total memory', () => {
+test("VRAM_MEMORY_FRACTION caps at that part of the device's total memory", () => {
   const total = device.info.totalMemory;
-  for (const [text, f] of [['0.5', 0.5], ['.25', 0.25], ['1', 1], ['1.0', 1], [' 0.125 ', 0.125]] as const) {
+  for (const [text, f] of [
+    ['0.5', 0.5],
+    ['.25', 0.25],
+    ['1', 1],
+    ['1.0', 1],
+    [' 0.125 ', 0.125],
+  ] as const) {
     assert.deepEqual(readDefaultResourceSettings({ VRAM_MEMORY_FRACTION: text }).cap, { kind: 'fraction', fraction: f });
   }
   const mr = createDefaultResource(device, { VRAM_MEMORY_FRACTION: '0.25' });
   assert.ok(mr instanceof LimitingAdaptor);
   assert.equal(mr.limitBytes, Math.floor(total / 4));
-  assert.throws(() => mr.allocate(Math.floor(total / 4) + 1),
-    (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit');
+  assert.throws(
+    () => mr.allocate(Math.floor(total / 4) + 1),
+    (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit',
+  );
   destroyAll(mr);
 });
 
 test('bad caps: both set, zero, out of range or unreadable, each an error naming the variable', () => {
-  assert.throws(() => readDefaultResourceSettings({ VRAM_MEMORY_LIMIT: '1G', VRAM_MEMORY_FRACTION: '0.5' }),
-    (e: unknown) => e instanceof RangeError && /VRAM_MEMORY_LIMIT .*VRAM_MEMORY_FRACTION .*both set/.test(e.message));
+  assert.throws(
+    () => readDefaultResourceSettings({ VRAM_MEMORY_LIMIT: '1G', VRAM_MEMORY_FRACTION: '0.5' }),
+    (e: unknown) => e instanceof RangeError && /VRAM_MEMORY_LIMIT .*VRAM_MEMORY_FRACTION .*both set/.test(e.message),
+  );
   for (const bad of ['0', '-1', '1.5', '2', 'abc', '50%', 'NaN', 'Infinity', '1e-3', '0.5.5']) {
-    assert.throws(() => readDefaultResourceSettings({ VRAM_MEMORY_FRACTION: bad }),
-      (e: unknown) => e instanceof RangeError && e.message.includes('VRAM_MEMORY_FRACTION') && e.message.includes(`'${bad}'`), bad);
+    assert.throws(
+      () => readDefaultResourceSettings({ VRAM_MEMORY_FRACTION: bad }),
+      (e: unknown) => e instanceof RangeError && e.message.includes('VRAM_MEMORY_FRACTION') && e.message.includes(`'${bad}'`),
+      bad,
+    );
   }
   for (const bad of ['0', '0G', 'lots', '-1G', '1.5.5M', '1.5', '16 GB of memory']) {
-    assert.throws(() => readDefaultResourceSettings({ VRAM_MEMORY_LIMIT: bad }),
-      (e: unknown) => e instanceof RangeError && e.message.includes('VRAM_MEMORY_LIMIT') && e.message.includes(`'${bad}'`), bad);
+    assert.throws(
+      () => readDefaultResourceSettings({ VRAM_MEMORY_LIMIT: bad }),
+      (e: unknown) => e instanceof RangeError && e.message.includes('VRAM_MEMORY_LIMIT') && e.message.includes(`'${bad}'`),
+      bad,
+    );
   }
   // A bad setting makes no resource: nothing is reserved before the error.
   const before = driverUsed();
@@ -141,7 +172,10 @@ test('bad caps: both set, zero, out of range or unreadable, each an error naming
 });
 
 test('every variable is described for the table of VRAM_* variables', () => {
-  assert.deepEqual(DEFAULT_RESOURCE_VARIABLES.map((v) => v.name), ['VRAM_ALLOCATOR', 'VRAM_MEMORY_LIMIT', 'VRAM_MEMORY_FRACTION']);
+  assert.deepEqual(
+    DEFAULT_RESOURCE_VARIABLES.map((v) => v.name),
+    ['VRAM_ALLOCATOR', 'VRAM_MEMORY_LIMIT', 'VRAM_MEMORY_FRACTION'],
+  );
   for (const v of DEFAULT_RESOURCE_VARIABLES) {
     for (const field of [v.values, v.default, v.meaning]) assert.ok(typeof field === 'string' && field.length > 0, v.name);
   }
@@ -188,7 +222,8 @@ function createDefaultResourceDescription(): string {
 function child(env: Record<string, string>, body: string): string {
   const current = new URL('../src/resource/current.js', import.meta.url).href;
   const buffer = new URL('../src/buffer/device-buffer.js', import.meta.url).href;
-  const source = `import { getCurrentResource } from '${current}';\n` +
+  const source =
+    `import { getCurrentResource } from '${current}';\n` +
     `import { DeviceBuffer } from '${buffer}';\n` +
     'const out = (x) => console.log(JSON.stringify(x));\n' +
     `try { ${body} } catch (e) { out({ error: e.constructor.name, message: e.message, reason: e.reason }); }\n`;
@@ -199,13 +234,12 @@ function child(env: Record<string, string>, body: string): string {
   return execFileSync(process.execPath, ['--input-type=module', '-e', source], { env: childEnv, encoding: 'utf8' }).trim();
 }
 
-test('a child process\'s environment chooses its default resource at first use', () => {
+test("a child process's environment chooses its default resource at first use", () => {
   const describe = 'out(getCurrentResource().describe());';
   assert.equal(JSON.parse(child({}, describe)), 'AsyncResource(device=0, pool=created)');
   assert.match(JSON.parse(child({ VRAM_ALLOCATOR: 'pool' }, describe)) as string, /^PoolResource\(/);
   assert.match(JSON.parse(child({ VRAM_ALLOCATOR: 'cuda' }, describe)) as string, /^CudaResource\(/);
-  assert.match(JSON.parse(child({ VRAM_MEMORY_LIMIT: '1G' }, describe)) as string,
-    /^LimitingAdaptor\(limit=1 GiB, AsyncResource\(device=0, pool=created\)\)$/);
+  assert.match(JSON.parse(child({ VRAM_MEMORY_LIMIT: '1G' }, describe)) as string, /^LimitingAdaptor\(limit=1 GiB, AsyncResource\(device=0, pool=created\)\)$/);
   // A bad value is reported by the first allocation, with the valid values.
   const bad = JSON.parse(child({ VRAM_ALLOCATOR: 'turbo' }, 'DeviceBuffer.allocate(16); out("allocated");')) as Record<string, string>;
   assert.equal(bad.error, 'RangeError');
@@ -213,8 +247,9 @@ test('a child process\'s environment chooses its default resource at first use',
   const both = JSON.parse(child({ VRAM_MEMORY_LIMIT: '1G', VRAM_MEMORY_FRACTION: '0.5' }, 'DeviceBuffer.allocate(16);')) as Record<string, string>;
   assert.equal(both.error, 'RangeError');
   // The cap holds for buffers allocated through the default.
-  const capped = JSON.parse(child({ VRAM_MEMORY_LIMIT: '1M' },
-    'const a = DeviceBuffer.allocate(512 * 1024); DeviceBuffer.allocate(768 * 1024); out("allocated");')) as Record<string, string>;
+  const capped = JSON.parse(
+    child({ VRAM_MEMORY_LIMIT: '1M' }, 'const a = DeviceBuffer.allocate(512 * 1024); DeviceBuffer.allocate(768 * 1024); out("allocated");'),
+  ) as Record<string, string>;
   assert.equal(capped.error, 'OutOfMemoryError');
   assert.equal(capped.reason, 'limit');
 });

@@ -74,7 +74,7 @@ test('explicit context: create, select, allocate in it, destroy', () => {
     assert.equal(getBackend().contextGetCurrent(), ctx.handle);
     const buf = DeviceBuffer.allocate(1024);
     buf.copyFromHost(new Uint8Array(1024).fill(7));
-    assert.deepEqual(buf.copyToHost(new Uint8Array(4)  , { bytes: 4 }), new Uint8Array([7, 7, 7, 7]));
+    assert.deepEqual(buf.copyToHost(new Uint8Array(4), { bytes: 4 }), new Uint8Array([7, 7, 7, 7]));
     buf.free();
     Context.primary(d).makeCurrent();
     assert.equal(d.activeContext, d.context);

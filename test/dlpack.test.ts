@@ -18,8 +18,18 @@ import type { LibraryHandle } from 'koffi';
 import { DeviceArray } from '../src/array/device-array.js';
 import { HostArray } from '../src/array/host-array.js';
 import {
-  allocateNative, callDeleter, DLDataTypeCode, DLDeviceType, DLPACK_FLAG_IS_COPIED, DLPACK_FLAG_READ_ONLY, freeNative,
-  managedLayout, nativeBuffer, nativeView, TENSOR_LAYOUT, type NativeBlock,
+  allocateNative,
+  callDeleter,
+  DLDataTypeCode,
+  DLDeviceType,
+  DLPACK_FLAG_IS_COPIED,
+  DLPACK_FLAG_READ_ONLY,
+  freeNative,
+  managedLayout,
+  nativeBuffer,
+  nativeView,
+  TENSOR_LAYOUT,
+  type NativeBlock,
 } from '../src/cuda/dlpack-abi.js';
 import { InvalidPointerError, NotSupportedError, UseAfterFreeError, VramStateError } from '../src/errors.js';
 import type { DeviceMemory } from '../src/buffer/device-memory.js';
@@ -57,7 +67,9 @@ function readStruct(address: number, versioned: boolean) {
     deviceId: v.getInt32(t + T.deviceId, true),
     ndim,
     dtype: [v.getUint8(t + T.code), v.getUint8(t + T.bits), v.getUint16(t + T.lanes, true)],
-    shape, strides, stridesPtr,
+    shape,
+    strides,
+    stridesPtr,
     byteOffset: Number(v.getBigUint64(t + T.byteOffset, true)),
   };
 }
@@ -76,16 +88,30 @@ async function collect(done: () => boolean): Promise<void> {
 }
 
 describe('DLPack ABI', () => {
-  test('the structs have dlpack.h\'s layout on 64-bit targets', () => {
+  test("the structs have dlpack.h's layout on 64-bit targets", () => {
     const v = managedLayout(true);
     const l = managedLayout(false);
     assert.deepEqual(
       { size: v.size, version: v.version, ctx: v.managerCtx, deleter: v.deleter, flags: v.flags, tensor: v.tensor },
-      { size: 80, version: 0, ctx: 8, deleter: 16, flags: 24, tensor: 32 });
+      { size: 80, version: 0, ctx: 8, deleter: 16, flags: 24, tensor: 32 },
+    );
     assert.deepEqual({ size: l.size, ctx: l.managerCtx, deleter: l.deleter, tensor: l.tensor }, { size: 64, ctx: 48, deleter: 56, tensor: 0 });
-    assert.deepEqual({ ...TENSOR_LAYOUT }, {
-      size: 48, data: 0, deviceType: 8, deviceId: 12, ndim: 16, code: 20, bits: 21, lanes: 22, shape: 24, strides: 32, byteOffset: 40,
-    });
+    assert.deepEqual(
+      { ...TENSOR_LAYOUT },
+      {
+        size: 48,
+        data: 0,
+        deviceType: 8,
+        deviceId: 12,
+        ndim: 16,
+        code: 20,
+        bits: 21,
+        lanes: 22,
+        shape: 24,
+        strides: 32,
+        byteOffset: 40,
+      },
+    );
   });
 });
 
@@ -109,8 +135,11 @@ describe('toDLPack', () => {
     assert.equal(dlpackExportsHeld(), held);
   });
 
-  test('views keep their layout: a transpose\'s strides, a slice\'s byte_offset, a reversed slice\'s negative stride', () => {
-    using a = DeviceArray.from(new Int32Array(12).map((_, i) => i), { shape: [3, 4] });
+  test("views keep their layout: a transpose's strides, a slice's byte_offset, a reversed slice's negative stride", () => {
+    using a = DeviceArray.from(
+      new Int32Array(12).map((_, i) => i),
+      { shape: [3, 4] },
+    );
     const cases: [DeviceArray, number[], number[], number][] = [
       [a.T, [4, 3], [1, 4], 0],
       [a.slice(1), [4], [1], 16],
@@ -127,9 +156,19 @@ describe('toDLPack', () => {
 
   test('dtypes: ints, uints, floats, bfloat16, bool, and vector types as lanes of their component', () => {
     const expected: Record<string, [number, number, number]> = {
-      int8: [0, 8, 1], uint16: [1, 16, 1], int64: [0, 64, 1], float16: [2, 16, 1], bfloat16: [4, 16, 1],
-      float64: [2, 64, 1], bool: [6, 8, 1], float3: [2, 32, 3], int4: [0, 32, 4], half2: [2, 16, 2],
-      uchar4: [1, 8, 4], bfloat162: [4, 16, 2], double2: [2, 64, 2],
+      int8: [0, 8, 1],
+      uint16: [1, 16, 1],
+      int64: [0, 64, 1],
+      float16: [2, 16, 1],
+      bfloat16: [4, 16, 1],
+      float64: [2, 64, 1],
+      bool: [6, 8, 1],
+      float3: [2, 32, 3],
+      int4: [0, 32, 4],
+      half2: [2, 16, 2],
+      uchar4: [1, 8, 4],
+      bfloat162: [4, 16, 2],
+      double2: [2, 64, 2],
     };
     for (const [name, dtype] of Object.entries(expected)) {
       using a = DeviceArray.zeros([5], name as 'int8');
@@ -212,7 +251,10 @@ describe('toDLPack', () => {
 
 describe('fromDLPack', () => {
   test('a round trip equals the source, for views of every layout, with the deleter called once', () => {
-    using a = DeviceArray.from(new Float32Array(24).map((_, i) => i * 0.5), { shape: [2, 3, 4] });
+    using a = DeviceArray.from(
+      new Float32Array(24).map((_, i) => i * 0.5),
+      { shape: [2, 3, 4] },
+    );
     const held = dlpackExportsHeld();
     for (const view of [a, a.T, a.slice(1), a.slice(null, [null, null, -1]), a.transpose(1, 0, 2).slice([0, 2], null, [1, null, 2])]) {
       for (const versioned of [true, false]) {
@@ -229,11 +271,15 @@ describe('fromDLPack', () => {
     }
   });
 
-  test('the import writes through to the producer\'s memory; a read-only import refuses writes; info reports the flags', () => {
+  test("the import writes through to the producer's memory; a read-only import refuses writes; info reports the flags", () => {
     using a = DeviceArray.zeros([4], 'int32');
     const b = fromDLPack(toDLPack(a, { readOnly: true, copied: true }));
     assert.deepEqual(dlpackInfo(b), {
-      versioned: true, version: { major: 1, minor: 1 }, readOnly: true, copied: true, deviceType: DLDeviceType.kDLCUDA,
+      versioned: true,
+      version: { major: 1, minor: 1 },
+      readOnly: true,
+      copied: true,
+      deviceType: DLDeviceType.kDLCUDA,
     });
     assert.throws(() => b.copyFrom(new Int32Array([1, 2, 3, 4])), VramStateError);
     assert.throws(() => b.slice([1, 3]).fill(7 as never), VramStateError);
@@ -279,16 +325,21 @@ describe('fromDLPack', () => {
 /** A hand-made struct for the bad-input cases, with a JavaScript deleter that counts its calls. */
 class FakeTensor {
   static calls = new Map<number, number>();
-  static readonly deleter: number = Number(koffi.register((self: bigint) => {
-    const at = Number(self);
-    FakeTensor.calls.set(at, (FakeTensor.calls.get(at) ?? 0) + 1);
-  }, 'vram_DLPackDeleter *'));
+  static readonly deleter: number = Number(
+    koffi.register((self: bigint) => {
+      const at = Number(self);
+      FakeTensor.calls.set(at, (FakeTensor.calls.get(at) ?? 0) + 1);
+    }, 'vram_DLPackDeleter *'),
+  );
 
   readonly block: NativeBlock;
   readonly view: DataView;
   readonly dims: NativeBlock;
 
-  constructor(readonly versioned: boolean, data: number) {
+  constructor(
+    readonly versioned: boolean,
+    data: number,
+  ) {
     const L = managedLayout(versioned);
     this.block = allocateNative(L.size);
     FakeTensor.calls.delete(this.block.address); // a freed block's address comes back
@@ -347,7 +398,14 @@ describe('fromDLPack refuses bad input with typed errors and leaves the tensor w
     ['ndim > 64', (t) => t.view.setInt32(t.tensor('ndim'), 1000, true), RangeError],
     ['a negative extent', (t) => nativeView(t.dims.address, 8).setBigInt64(0, -2n, true), RangeError],
     ['a complex dtype', (t) => t.view.setUint8(t.tensor('code'), DLDataTypeCode.kDLComplex), NotSupportedError],
-    ['an fp8 dtype', (t) => { t.view.setUint8(t.tensor('code'), DLDataTypeCode.kDLFloat8_e4m3fn); t.view.setUint8(t.tensor('bits'), 8); }, NotSupportedError],
+    [
+      'an fp8 dtype',
+      (t) => {
+        t.view.setUint8(t.tensor('code'), DLDataTypeCode.kDLFloat8_e4m3fn);
+        t.view.setUint8(t.tensor('bits'), 8);
+      },
+      NotSupportedError,
+    ],
     ['float of 24 bits', (t) => t.view.setUint8(t.tensor('bits'), 24), NotSupportedError],
     ['5 lanes', (t) => t.view.setUint16(t.tensor('lanes'), 5, true), NotSupportedError],
     ['0 lanes', (t) => t.view.setUint16(t.tensor('lanes'), 0, true), NotSupportedError],
@@ -364,7 +422,7 @@ describe('fromDLPack refuses bad input with typed errors and leaves the tensor w
         try {
           spoil(t);
           assert.throws(() => fromDLPack(t.address, { versioned }), type);
-          assert.equal(t.calls, 0, 'the deleter is the caller\'s to call');
+          assert.equal(t.calls, 0, "the deleter is the caller's to call");
           const hadDeleter = deleteDLPack(t.address, { versioned });
           assert.equal(t.calls, hadDeleter ? 1 : 0);
         } finally {
@@ -379,7 +437,10 @@ describe('fromDLPack refuses bad input with typed errors and leaves the tensor w
     const t = new FakeTensor(true, a.buffer.ptr);
     try {
       t.view.setUint32(0, 2, true);
-      assert.throws(() => fromDLPack(t.address), (e: unknown) => e instanceof NotSupportedError && /DLPack 2\.1/.test(e.message));
+      assert.throws(
+        () => fromDLPack(t.address),
+        (e: unknown) => e instanceof NotSupportedError && /DLPack 2\.1/.test(e.message),
+      );
       assert.equal(deleteDLPack(t.address), true);
       assert.equal(t.calls, 1);
     } finally {
@@ -387,7 +448,10 @@ describe('fromDLPack refuses bad input with typed errors and leaves the tensor w
     }
     const legacy = new FakeTensor(false, a.buffer.ptr);
     try {
-      assert.throws(() => fromDLPack(legacy.address), (e: unknown) => e instanceof NotSupportedError && /versioned: false/.test(e.message));
+      assert.throws(
+        () => fromDLPack(legacy.address),
+        (e: unknown) => e instanceof NotSupportedError && /versioned: false/.test(e.message),
+      );
       assert.equal(legacy.calls, 0);
     } finally {
       legacy.dispose();
@@ -458,7 +522,9 @@ describe('round trips through C', withCc, () => {
   if (typeof fixture === 'string') return;
   after(() => rmSync(fixture.dir, { recursive: true, force: true }));
   const lib = fixture.lib;
-  const make = lib.func('void *fx_make_f32(int versioned, int device_type, int ndim, const int64_t *shape, const int64_t *strides, uint64_t byte_offset, int64_t span_floats, uint64_t flags)');
+  const make = lib.func(
+    'void *fx_make_f32(int versioned, int device_type, int ndim, const int64_t *shape, const int64_t *strides, uint64_t byte_offset, int64_t span_floats, uint64_t flags)',
+  );
   const calls = lib.func('int fx_deleter_calls(void)');
   const frees = lib.func('int fx_data_frees(void)');
   const weightedSum = lib.func('double fx_weighted_sum_f32(uintptr_t managed, int versioned)');
@@ -471,8 +537,16 @@ describe('round trips through C', withCc, () => {
 
   /** A C-made float32 tensor; its address as a number. */
   function produce(versioned: boolean, device: number, shape: number[], strides: number[] | null, byteOffset: number, span: number, flags = 0): number {
-    const p = make(versioned ? 1 : 0, device, shape.length, BigInt64Array.from(shape.map(BigInt)),
-      strides === null ? null : BigInt64Array.from(strides.map(BigInt)), byteOffset, span, flags) as unknown;
+    const p = make(
+      versioned ? 1 : 0,
+      device,
+      shape.length,
+      BigInt64Array.from(shape.map(BigInt)),
+      strides === null ? null : BigInt64Array.from(strides.map(BigInt)),
+      byteOffset,
+      span,
+      flags,
+    ) as unknown;
     assert.notEqual(p, null, 'the fixture made the tensor');
     return Number(koffi.address(p));
   }
@@ -507,12 +581,17 @@ describe('round trips through C', withCc, () => {
     });
   }
 
-  test('C reads vram\'s exports: metadata always; the elements where they are host memory', () => {
-    using a = DeviceArray.from(new Float32Array(12).map((_, i) => i), { shape: [3, 4] });
+  test("C reads vram's exports: metadata always; the elements where they are host memory", () => {
+    using a = DeviceArray.from(
+      new Float32Array(12).map((_, i) => i),
+      { shape: [3, 4] },
+    );
     const before = dlpackExportsHeld();
     const p = toDLPack(a.T, { readOnly: true });
-    assert.deepEqual([deviceType(p, 1), ndimOf(p, 1), shapeOf(p, 1, 0), shapeOf(p, 1, 1), strideOf(p, 1, 0), strideOf(p, 1, 1)],
-      [DLDeviceType.kDLCUDA, 2, 4n, 3n, 1n, 4n].map((x) => (typeof x === 'bigint' ? Number(x) : x)));
+    assert.deepEqual(
+      [deviceType(p, 1), ndimOf(p, 1), shapeOf(p, 1, 0), shapeOf(p, 1, 1), strideOf(p, 1, 0), strideOf(p, 1, 1)],
+      [DLDeviceType.kDLCUDA, 2, 4n, 3n, 1n, 4n].map((x) => (typeof x === 'bigint' ? Number(x) : x)),
+    );
     assert.equal(Number(flagsOf(p)), DLPACK_FLAG_READ_ONLY);
     if (onGpu) assert.equal(weightedSum(p, 1), weighted(a.T.toHost()));
     assert.equal(del(p, 1), 1, 'C called the deleter');
@@ -524,7 +603,7 @@ describe('round trips through C', withCc, () => {
     assert.equal(dlpackExportsHeld(), before);
   });
 
-  test('C\'s tensor dropped without free(): the backstop unpins it and calls the deleter', needsGc, async () => {
+  test("C's tensor dropped without free(): the backstop unpins it and calls the deleter", needsGc, async () => {
     const before = calls() as number;
     (() => {
       fromDLPack(produce(true, DLDeviceType.kDLCPU, [8], null, 0, 8)).toHost();
@@ -534,7 +613,7 @@ describe('round trips through C', withCc, () => {
     assert.equal(frees(), calls());
   });
 
-  test('a refused C tensor stays C\'s: the caller hands it back', () => {
+  test("a refused C tensor stays C's: the caller hands it back", () => {
     const before = calls() as number;
     const p = produce(true, DLDeviceType.kDLCPU, [2], null, 2, 3); // element 0 at byte 2: misaligned for float32
     assert.throws(() => fromDLPack(p), RangeError);
@@ -558,7 +637,7 @@ describe('round trips through C', withCc, () => {
     assert.equal(calls(), before + 1);
   });
 
-  test('C\'s cuMemAlloc\'d tensors: imported, read, written, and cuMemFree\'d by the deleter on free()', gpuOnly, () => {
+  test("C's cuMemAlloc'd tensors: imported, read, written, and cuMemFree'd by the deleter on free()", gpuOnly, () => {
     const before = calls() as number;
     const p = produce(true, DLDeviceType.kDLCUDA, [4, 3], [1, 4], 4, 13, DLPACK_FLAG_IS_COPIED);
     const a = fromDLPack(p);

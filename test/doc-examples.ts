@@ -88,7 +88,9 @@ export function compileExamples(root: string, examples: readonly DocExample[]): 
   examples.forEach((example, n) => {
     const own = example.code.split('\n').filter((l) => /^import\b/.test(l));
     const body = example.code.split('\n').filter((l) => !/^import\b/.test(l));
-    const declared = new Set(own.flatMap((l) => [...(/\{([^}]*)\}/.exec(l)?.[1] ?? '').matchAll(/(?:type\s+)?(\w+)(?:\s+as\s+(\w+))?/g)].map((m) => m[2] ?? m[1]!)));
+    const declared = new Set(
+      own.flatMap((l) => [...(/\{([^}]*)\}/.exec(l)?.[1] ?? '').matchAll(/(?:type\s+)?(\w+)(?:\s+as\s+(\w+))?/g)].map((m) => m[2] ?? m[1]!)),
+    );
     const bySpecifier = new Map<string, string[]>();
     for (const [name, specifier] of owner) {
       if (declared.has(name) || !new RegExp(`\\b${name}\\b`).test(body.join('\n'))) continue;
@@ -99,9 +101,15 @@ export function compileExamples(root: string, examples: readonly DocExample[]): 
     files.set(path.join(virtualDir, `example-${n}.ts`), { example, text, bodyLine: head.length + 2 });
   });
   const options: ts.CompilerOptions = {
-    target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022,
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
     lib: ['lib.es2022.d.ts', 'lib.es2024.sharedmemory.d.ts', 'lib.esnext.disposable.d.ts'],
-    strict: true, noEmit: true, types: ['node'], typeRoots: [path.join(root, 'node_modules', '@types')], skipLibCheck: true,
+    strict: true,
+    noEmit: true,
+    types: ['node'],
+    typeRoots: [path.join(root, 'node_modules', '@types')],
+    skipLibCheck: true,
   };
   const host = ts.createCompilerHost(options);
   const getSourceFile = host.getSourceFile.bind(host);

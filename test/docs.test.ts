@@ -35,14 +35,13 @@ function docGaps(entryFiles: readonly string[], ownDir: string): Gap[] {
   const { checker, modules } = entryProgram(entryFiles);
   const gaps = new Set<Gap>();
   const isOwn = (node: ts.Node): boolean => path.resolve(node.getSourceFile().fileName).startsWith(ownDir + path.sep);
-  const tagsOf = (decls: readonly ts.Node[]): Set<string> =>
-    new Set(decls.flatMap((d) => ts.getJSDocTags(d).map((t) => t.tagName.text)));
+  const tagsOf = (decls: readonly ts.Node[]): Set<string> => new Set(decls.flatMap((d) => ts.getJSDocTags(d).map((t) => t.tagName.text)));
   const hasDoc = (node: ts.Node): boolean => ts.getJSDocCommentsAndTags(node).length > 0;
   const require = (name: string, decls: readonly ts.Node[], tags: readonly ('@example' | '@throws')[]): void => {
     const present = tagsOf(decls);
     for (const tag of tags) if (!present.has(tag.slice(1))) gaps.add(`${name}: ${tag}`);
   };
-  const modifiers = (node: ts.Node): readonly ts.ModifierLike[] => (ts.canHaveModifiers(node) ? ts.getModifiers(node) ?? [] : []);
+  const modifiers = (node: ts.Node): readonly ts.ModifierLike[] => (ts.canHaveModifiers(node) ? (ts.getModifiers(node) ?? []) : []);
   const isPublic = (member: ts.ClassElement): boolean =>
     !(member.name !== undefined && ts.isPrivateIdentifier(member.name)) &&
     !modifiers(member).some((m) => m.kind === ts.SyntaxKind.PrivateKeyword || m.kind === ts.SyntaxKind.ProtectedKeyword);
@@ -61,15 +60,17 @@ function docGaps(entryFiles: readonly string[], ownDir: string): Gap[] {
   };
 
   const keyOf = (member: ts.ClassElement | ts.TypeElement): string | undefined =>
-    member.name === undefined || ts.isComputedPropertyName(member.name) ? undefined
+    member.name === undefined || ts.isComputedPropertyName(member.name)
+      ? undefined
       : `${modifiers(member).some((m) => m.kind === ts.SyntaxKind.StaticKeyword) ? '.' : '#'}${member.name.getText()}`;
   // The members of the vram interfaces that these classes implement.
   const interfaceMembers = (classes: readonly ts.ClassDeclaration[]): ts.TypeElement[] =>
-    classes.flatMap((cls) => cls.heritageClauses?.filter((h) => h.token === ts.SyntaxKind.ImplementsKeyword) ?? [])
+    classes
+      .flatMap((cls) => cls.heritageClauses?.filter((h) => h.token === ts.SyntaxKind.ImplementsKeyword) ?? [])
       .flatMap((h) => h.types)
       .flatMap((t) => {
         const symbol = checker.getSymbolAtLocation(t.expression);
-        return symbol === undefined ? [] : resolveAlias(checker, symbol).declarations ?? [];
+        return symbol === undefined ? [] : (resolveAlias(checker, symbol).declarations ?? []);
       })
       .filter((d): d is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(d) && isOwn(d))
       .flatMap((d) => [...d.members]);
@@ -94,12 +95,11 @@ function docGaps(entryFiles: readonly string[], ownDir: string): Gap[] {
         if (seen.has(key)) continue;
         seen.add(key);
         // The member it overrides (a class above) or implements (an interface of vram's).
-        const inherited = [...chain.slice(depth + 1).flatMap((base) => base.members), ...interfaceMembers(chain.slice(depth))]
-          .filter((m) => keyOf(m) === key);
+        const inherited = [...chain.slice(depth + 1).flatMap((base) => base.members), ...interfaceMembers(chain.slice(depth))].filter((m) => keyOf(m) === key);
         // An undocumented override shows the base member's comment (as an editor does): that one is checked
         // where it is declared. A documented one may leave its tags to the base's.
         if (inherited.length > 0 && !decls.some(hasDoc)) continue;
-        const owner = depth === 0 ? name : cls.name?.text ?? name;
+        const owner = depth === 0 ? name : (cls.name?.text ?? name);
         require(`${owner}${key}`, [...decls, ...inherited], ['@example', '@throws']);
       }
     }
@@ -117,39 +117,57 @@ function docGaps(entryFiles: readonly string[], ownDir: string): Gap[] {
 }
 
 test('every exported function, class, method and constructor has @example, and @throws where it can throw', () => {
-  const gaps = docGaps(entryPoints().map((e) => e.declarations), distSrc);
-  assert.deepEqual(gaps, [], `doc comments lacking a tag (add it: @example with a short use, @throws with what and when, or "@throws Never."):\n  ${gaps.join('\n  ')}`);
+  const gaps = docGaps(
+    entryPoints().map((e) => e.declarations),
+    distSrc,
+  );
+  assert.deepEqual(
+    gaps,
+    [],
+    `doc comments lacking a tag (add it: @example with a short use, @throws with what and when, or "@throws Never."):\n  ${gaps.join('\n  ')}`,
+  );
 });
 
 test('the check finds a missing tag wherever the declaration is', () => {
   // Guards the check itself: a walk that found nothing would pass the test above vacuously.
   const dir = mkdtempSync(path.join(tmpdir(), 'vram-docs-'));
   try {
-    writeFileSync(path.join(dir, 'a.d.ts'), [
-      '/** Fine.\n * @example f()\n * @throws Never. */ export declare function fine(): void;',
-      '/** No example.\n * @throws Never. */ export declare function noExample(): void;',
-      '/** Overloads: the tags may be on any one. */ export declare function over(a: string): void;',
-      '/** @example over(1)\n * @throws Never. */ export declare function over(a: number): void;',
-      '/** Base.\n * @example new Base() */ declare class Base {',
-      '  /** @example b.m()\n * @throws Never. */ m(): void;',
-      '  /** No tags: reported as Base#o (public through Derived), and not for n, which Derived documents anew. */ n(): void; o(): void;',
-      '  private p(): void; protected q(): void;',
-      '}',
-      'interface Shape { /** @example s.k()\n * @throws Never. */ k(): void; j(): void; }',
-      '/** No example. */ export declare class Derived extends Base implements Shape {',
-      '  k(): void;',
-      '  /** Documents j anew, and Shape#j has no tags either. */ j(): void;',
-      '  /** @example new Derived()\n */ constructor();',
-      '  /** Own words, the tags of Base#m. */ m(): void;',
-      '  /** Overrides and documents: its own tags count. */ n(): void;',
-      '  /** @throws Never. */ static s(): void;',
-      '}',
-    ].join('\n'));
+    writeFileSync(
+      path.join(dir, 'a.d.ts'),
+      [
+        '/** Fine.\n * @example f()\n * @throws Never. */ export declare function fine(): void;',
+        '/** No example.\n * @throws Never. */ export declare function noExample(): void;',
+        '/** Overloads: the tags may be on any one. */ export declare function over(a: string): void;',
+        '/** @example over(1)\n * @throws Never. */ export declare function over(a: number): void;',
+        '/** Base.\n * @example new Base() */ declare class Base {',
+        '  /** @example b.m()\n * @throws Never. */ m(): void;',
+        '  /** No tags: reported as Base#o (public through Derived), and not for n, which Derived documents anew. */ n(): void; o(): void;',
+        '  private p(): void; protected q(): void;',
+        '}',
+        'interface Shape { /** @example s.k()\n * @throws Never. */ k(): void; j(): void; }',
+        '/** No example. */ export declare class Derived extends Base implements Shape {',
+        '  k(): void;',
+        '  /** Documents j anew, and Shape#j has no tags either. */ j(): void;',
+        '  /** @example new Derived()\n */ constructor();',
+        '  /** Own words, the tags of Base#m. */ m(): void;',
+        '  /** Overrides and documents: its own tags count. */ n(): void;',
+        '  /** @throws Never. */ static s(): void;',
+        '}',
+      ].join('\n'),
+    );
     writeFileSync(path.join(dir, 'index.d.ts'), "export { fine, noExample, over, Derived } from './a.js';\n");
     writeFileSync(path.join(dir, 'package.json'), '{"type":"module"}');
     assert.deepEqual(docGaps([path.join(dir, 'index.d.ts')], dir), [
-      'Base#o: @example', 'Base#o: @throws', 'Derived#j: @example', 'Derived#j: @throws', 'Derived#n: @example', 'Derived#n: @throws', 'Derived.s: @example', 'Derived: @example',
-      'new Derived: @throws', 'noExample: @example',
+      'Base#o: @example',
+      'Base#o: @throws',
+      'Derived#j: @example',
+      'Derived#j: @throws',
+      'Derived#n: @example',
+      'Derived#n: @throws',
+      'Derived.s: @example',
+      'Derived: @example',
+      'new Derived: @throws',
+      'noExample: @example',
     ]);
   } finally {
     rmSync(dir, { recursive: true, force: true });

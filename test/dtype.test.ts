@@ -10,13 +10,16 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
+import { dtypeOf, dtypes, hostArrayType, isDTypeName, type DType, type DTypeName, type HostTypedArray } from '../src/array/dtype.js';
 import {
-  dtypeOf, dtypes, hostArrayType, isDTypeName,
-  type DType, type DTypeName, type HostTypedArray,
-} from '../src/array/dtype.js';
-import {
-  bfloat16Bits, decodeBfloat16, decodeFloat16, encodeBfloat16, encodeFloat16,
-  float16Bits, fromBfloat16Bits, fromFloat16Bits,
+  bfloat16Bits,
+  decodeBfloat16,
+  decodeFloat16,
+  encodeBfloat16,
+  encodeFloat16,
+  float16Bits,
+  fromBfloat16Bits,
+  fromFloat16Bits,
 } from '../src/array/half.js';
 
 /** name: [sizeof, alignof, components, component, cType], as CUDA 12/13 headers declare them. */
@@ -66,14 +69,16 @@ const cuda: Record<DTypeName, [number, number, number, string, string]> = {
 };
 const allNames = Object.keys(cuda) as DTypeName[];
 
-test('every dtype has CUDA\'s sizeof, alignof, components, component and C type', () => {
+test("every dtype has CUDA's sizeof, alignof, components, component and C type", () => {
   assert.deepEqual(Object.keys(dtypes).sort(), [...allNames].sort(), 'the table holds exactly the dtypes CUDA has');
   for (const name of allNames) {
     const [byteSize, alignment, components, component, cType] = cuda[name];
     const d: DType = dtypes[name];
     assert.deepEqual(
       { name: d.name, byteSize: d.byteSize, alignment: d.alignment, components: d.components, component: d.component, cType: d.cType },
-      { name, byteSize, alignment, components, component, cType }, name);
+      { name, byteSize, alignment, components, component, cType },
+      name,
+    );
     assert.equal(d.kind, dtypes[d.component].kind, `${name}: the kind is the component's`);
     assert.equal(d.byteSize % d.alignment, 0, `${name}: an array of them keeps every element aligned`);
   }
@@ -86,7 +91,9 @@ test('every dtype has CUDA\'s sizeof, alignof, components, component and C type'
 test('schemas are frozen, and dtypeOf resolves names and schemas to them', () => {
   assert.ok(Object.isFrozen(dtypes));
   assert.ok(Object.isFrozen(dtypes.float3));
-  assert.throws(() => { (dtypes.float3 as { byteSize: number }).byteSize = 16; }, TypeError);
+  assert.throws(() => {
+    (dtypes.float3 as { byteSize: number }).byteSize = 16;
+  }, TypeError);
   assert.equal(dtypeOf('float3'), dtypes.float3);
   assert.equal(dtypeOf(dtypes.int8), dtypes.int8);
   // A look-alike object is resolved by its name: it cannot bring its own sizes.
@@ -96,19 +103,31 @@ test('schemas are frozen, and dtypeOf resolves names and schemas to them', () =>
 
 test('unknown dtypes are TypeErrors that list the known ones', () => {
   for (const bad of ['float5', 'toString', '', 'Float32', 3, null, undefined, {}, { name: 'nope' }]) {
-    assert.throws(() => dtypeOf(bad as DTypeName), (e: unknown) =>
-      e instanceof TypeError && /unknown dtype/.test(e.message) && /float32/.test(e.message) && /bfloat162/.test(e.message),
-    String(bad));
+    assert.throws(
+      () => dtypeOf(bad as DTypeName),
+      (e: unknown) => e instanceof TypeError && /unknown dtype/.test(e.message) && /float32/.test(e.message) && /bfloat162/.test(e.message),
+      String(bad),
+    );
     assert.equal(isDTypeName(bad), false);
   }
   for (const name of allNames) assert.equal(isDTypeName(name), true);
 });
 
-test('hostArrayType gives the component\'s TypedArray', () => {
+test("hostArrayType gives the component's TypedArray", () => {
   const expected: Record<string, string> = {
-    bool: 'Uint8Array', int8: 'Int8Array', uint8: 'Uint8Array', int16: 'Int16Array', uint16: 'Uint16Array',
-    int32: 'Int32Array', uint32: 'Uint32Array', int64: 'BigInt64Array', uint64: 'BigUint64Array',
-    float16: 'Uint16Array', bfloat16: 'Uint16Array', float32: 'Float32Array', float64: 'Float64Array',
+    bool: 'Uint8Array',
+    int8: 'Int8Array',
+    uint8: 'Uint8Array',
+    int16: 'Int16Array',
+    uint16: 'Uint16Array',
+    int32: 'Int32Array',
+    uint32: 'Uint32Array',
+    int64: 'BigInt64Array',
+    uint64: 'BigUint64Array',
+    float16: 'Uint16Array',
+    bfloat16: 'Uint16Array',
+    float32: 'Float32Array',
+    float64: 'Float64Array',
   };
   for (const name of allNames) assert.equal(hostArrayType(name).name, expected[cuda[name][3]], name);
   const xyz: HostTypedArray<'float3'> = new (hostArrayType('float3'))(6);
@@ -184,7 +203,8 @@ function referenceBits(x: number, f: Format): number {
   }
   while (hi - lo > 1) {
     const m = (lo + hi) >> 1;
-    if (t[m]! <= a) lo = m; else hi = m;
+    if (t[m]! <= a) lo = m;
+    else hi = m;
   }
   const dLo = a - t[lo]!;
   const dHi = t[hi]! - a;
@@ -238,13 +258,15 @@ for (const f of formats) {
 
   test(`${f.name}: random doubles round like the reference (nearest, ties to even)`, () => {
     const max = f.positives[f.positives.length - 1]!;
-    const scaled = fc.tuple(fc.double({ min: -2, max: 2, noNaN: true }), fc.integer({ min: -160, max: 130 }))
-      .map(([m, e]) => m * 2 ** e);
-    fc.assert(fc.property(fc.oneof(fc.double(), scaled, fc.double({ min: -max * 2, max: max * 2 })), (x) => {
-      const got = f.encode(x);
-      if (Number.isNaN(x)) return isNaNBits(got, f);
-      return got === referenceBits(x, f);
-    }), { numRuns: 20000 });
+    const scaled = fc.tuple(fc.double({ min: -2, max: 2, noNaN: true }), fc.integer({ min: -160, max: 130 })).map(([m, e]) => m * 2 ** e);
+    fc.assert(
+      fc.property(fc.oneof(fc.double(), scaled, fc.double({ min: -max * 2, max: max * 2 })), (x) => {
+        const got = f.encode(x);
+        if (Number.isNaN(x)) return isNaNBits(got, f);
+        return got === referenceBits(x, f);
+      }),
+      { numRuns: 20000 },
+    );
   });
 
   test(`${f.name}: special values`, () => {
@@ -284,7 +306,7 @@ test('float16 known values', () => {
   assert.equal(fromFloat16Bits(0x3555), 0.333251953125);
 });
 
-test('bfloat16 matches float32\'s own rounding (truncated to its top 16 bits, nearest even) for every float32 input', () => {
+test("bfloat16 matches float32's own rounding (truncated to its top 16 bits, nearest even) for every float32 input", () => {
   const f32 = new Float32Array(1);
   const u32 = new Uint32Array(f32.buffer);
   const viaFloat32 = (x: number): number => {
@@ -292,7 +314,10 @@ test('bfloat16 matches float32\'s own rounding (truncated to its top 16 bits, ne
     const u = u32[0]!;
     return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
   };
-  fc.assert(fc.property(fc.float({ noNaN: true }), (x) => bfloat16Bits(x) === viaFloat32(x)), { numRuns: 20000 });
+  fc.assert(
+    fc.property(fc.float({ noNaN: true }), (x) => bfloat16Bits(x) === viaFloat32(x)),
+    { numRuns: 20000 },
+  );
   // Every float32 exponent, with random mantissas.
   for (let bits = 0; bits < 0x7f800000; bits += 0x7fff1) {
     u32[0] = bits;
@@ -309,30 +334,39 @@ test('bfloat16 matches float32\'s own rounding (truncated to its top 16 bits, ne
 
 const runtime = globalThis as { Float16Array?: new (v: ArrayLike<number>) => ArrayLike<number> & ArrayBufferView; Math: { f16round?: (x: number) => number } };
 
-test('float16 matches the runtime\'s Math.f16round and Float16Array where it has them', {
-  skip: runtime.Float16Array === undefined && runtime.Math.f16round === undefined ? 'this runtime has neither (Node.js < 24)' : false,
-}, () => {
-  fc.assert(fc.property(fc.double(), (x) => {
-    if (runtime.Math.f16round) {
-      const r = runtime.Math.f16round(x);
-      if (!Object.is(fromFloat16Bits(float16Bits(x)), r) && !(Number.isNaN(r) && Number.isNaN(x))) return false;
-    }
-    if (runtime.Float16Array) {
-      const a = new runtime.Float16Array([x]);
-      const bits = new Uint16Array(a.buffer, a.byteOffset, 1)[0]!;
-      if (Number.isNaN(x)) return Number.isNaN(fromFloat16Bits(bits));
-      if (bits !== float16Bits(x)) return false;
-    }
-    return true;
-  }), { numRuns: 20000 });
-});
+test(
+  "float16 matches the runtime's Math.f16round and Float16Array where it has them",
+  {
+    skip: runtime.Float16Array === undefined && runtime.Math.f16round === undefined ? 'this runtime has neither (Node.js < 24)' : false,
+  },
+  () => {
+    fc.assert(
+      fc.property(fc.double(), (x) => {
+        if (runtime.Math.f16round) {
+          const r = runtime.Math.f16round(x);
+          if (!Object.is(fromFloat16Bits(float16Bits(x)), r) && !(Number.isNaN(r) && Number.isNaN(x))) return false;
+        }
+        if (runtime.Float16Array) {
+          const a = new runtime.Float16Array([x]);
+          const bits = new Uint16Array(a.buffer, a.byteOffset, 1)[0]!;
+          if (Number.isNaN(x)) return Number.isNaN(fromFloat16Bits(bits));
+          if (bits !== float16Bits(x)) return false;
+        }
+        return true;
+      }),
+      { numRuns: 20000 },
+    );
+  },
+);
 
 test('bulk encode and decode agree with the one-value forms and check lengths', () => {
-  fc.assert(fc.property(fc.array(fc.double(), { maxLength: 50 }), (xs) => {
-    const h = encodeFloat16(xs);
-    const b = encodeBfloat16(xs, new Uint16Array(xs.length));
-    return xs.every((x, i) => h[i] === float16Bits(x) && b[i] === bfloat16Bits(x));
-  }));
+  fc.assert(
+    fc.property(fc.array(fc.double(), { maxLength: 50 }), (xs) => {
+      const h = encodeFloat16(xs);
+      const b = encodeBfloat16(xs, new Uint16Array(xs.length));
+      return xs.every((x, i) => h[i] === float16Bits(x) && b[i] === bfloat16Bits(x));
+    }),
+  );
   const bits = Uint16Array.from({ length: 0x10000 }, (_, i) => i);
   const h = decodeFloat16(bits, new Float64Array(bits.length));
   const b = decodeBfloat16(bits);

@@ -58,25 +58,26 @@ test('elementwise: the generated typed-array loop writes what the DataView inter
   for (const xd of SCALARS) {
     for (const zd of SCALARS) {
       const operands: ProgramOperand[] = [
-        { name: 'x', kind: 'array', dtype: dtypes[xd] }, { name: 'y', kind: 'array', dtype: dtypes.float32 },
-        { name: 'z', kind: 'array', dtype: dtypes[zd] }, { name: 'a', kind: 'scalar' },
+        { name: 'x', kind: 'array', dtype: dtypes[xd] },
+        { name: 'y', kind: 'array', dtype: dtypes.float32 },
+        { name: 'z', kind: 'array', dtype: dtypes[zd] },
+        { name: 'a', kind: 'scalar' },
       ];
       const text = 'z = x * a + (y > 0 ? sqrt(abs(y)) : -y) - x % 3; z = z + min(x, y)';
       const p = elementwiseProgram(text, parseStatements(text), operands);
       const n = 200;
       // Arrays sorted by name: x, y, z; x contiguous, y reversed, z two-dimensional and transposed.
-      const args = [n,
-        0, packLayout([n], [1]),
-        8192 + 4 * (n - 1), packLayout([n], [-1]),
-        16384, packLayout([20, 10], [1, 20]),
-        2.5];
+      const args = [n, 0, packLayout([n], [1]), 8192 + 4 * (n - 1), packLayout([n], [-1]), 16384, packLayout([20, 10], [1, 20]), 2.5];
       bothPaths(p.emulated, randomBytes(seed++), args, 1, 1, `for ${xd} -> ${zd}`);
     }
   }
 });
 
 test('elementwise: vector dtypes and a component written alone keep the others (typed and DataView paths alike)', () => {
-  const operands: ProgramOperand[] = [{ name: 'p', kind: 'array', dtype: dtypes.float3 }, { name: 'q', kind: 'array', dtype: dtypes.float32 }];
+  const operands: ProgramOperand[] = [
+    { name: 'p', kind: 'array', dtype: dtypes.float3 },
+    { name: 'q', kind: 'array', dtype: dtypes.float32 },
+  ];
   const text = 'p.y = p.x + p.z * q';
   const p = elementwiseProgram(text, parseStatements(text), operands);
   const bytes = randomBytes(7);
@@ -98,8 +99,14 @@ test('reductions: the typed thread loops and tree give the partials and rows the
       const flat = packLayout([k], [1]);
       // Split mode (flat and 16-byte aligned at 0, so the chunked loop runs), then rows mode over a strided matrix.
       bothPaths(main, randomBytes(seed++), [0, flat, packLayout([], []), 24576, flat, 1, k, 1, 0, 49152], 3, 64, `${op} ${dtype} split`);
-      bothPaths(main, randomBytes(seed++), [0, packLayout([100], [3]), packLayout([10], [300]), 24576, packLayout([100], [2]), 10, 100, 0, 49152, 0], 4, 64,
-        `${op} ${dtype} rows`);
+      bothPaths(
+        main,
+        randomBytes(seed++),
+        [0, packLayout([100], [3]), packLayout([10], [300]), 24576, packLayout([100], [2]), 10, 100, 0, 49152, 0],
+        4,
+        64,
+        `${op} ${dtype} rows`,
+      );
     }
   }
 });
@@ -128,39 +135,43 @@ test('every scalar dtype has a typed path the first test reached', () => {
 
 const ACCESS_SOURCE = 'extern "C" __global__ void touch(float* p, int mode) {}';
 
-test('EmulatedMemory access: a read range is not written back, a write range is not copied in, a kernel that throws keeps a write range as it was', { skip: onGpu ? 'emulation only' : false }, () => {
-  const device = Device.get(0);
-  let mode: 'read' | 'write' | 'throw-write' | 'throw-readwrite' | 'bad' = 'read';
-  let seen: number[] = [];
-  const kernel: EmulatedKernel = (launch) => {
-    const [ptr] = launch.args as [number];
-    const access = mode === 'read' ? 'read' : mode === 'bad' ? ('sideways' as 'read') : mode === 'throw-readwrite' ? 'readwrite' : 'write';
-    const bytes = launch.memory.bytes(ptr, 16, access);
-    const f = new Float32Array(bytes.buffer, bytes.byteOffset, 4);
-    seen = [...f];
-    f.fill(9);
-    if (mode.startsWith('throw')) throw new Error('the kernel failed');
-  };
-  using module = Module.compile(ACCESS_SOURCE, { emulated: { touch: kernel } });
-  const fn = module.kernel('touch', ['ptr', 'i32'] as const);
-  using a = DeviceArray.from(new Float32Array([1, 2, 3, 4]));
-  const launch = (): void => {
-    fn.launch({ grid: 1, block: 1 }, a, 0);
-    device.synchronize();
-  };
-  launch();
-  assert.deepEqual(seen, [1, 2, 3, 4]);
-  assert.deepEqual([...a.toHost()], [1, 2, 3, 4], "'read': the kernel's writes are not written back");
-  mode = 'write';
-  launch();
-  assert.deepEqual([...a.toHost()], [9, 9, 9, 9], "'write': written back");
-  a.copyFrom(new Float32Array([1, 2, 3, 4]));
-  mode = 'throw-write';
-  assert.throws(launch, /the kernel failed/);
-  assert.deepEqual([...a.toHost()], [1, 2, 3, 4], "'write' after a throw: as it was");
-  mode = 'throw-readwrite';
-  assert.throws(launch, /the kernel failed/);
-  assert.deepEqual([...a.toHost()], [9, 9, 9, 9], "'readwrite' after a throw: what was written stays written");
-  mode = 'bad';
-  assert.throws(launch, /access must be 'read', 'write' or 'readwrite'/);
-});
+test(
+  'EmulatedMemory access: a read range is not written back, a write range is not copied in, a kernel that throws keeps a write range as it was',
+  { skip: onGpu ? 'emulation only' : false },
+  () => {
+    const device = Device.get(0);
+    let mode: 'read' | 'write' | 'throw-write' | 'throw-readwrite' | 'bad' = 'read';
+    let seen: number[] = [];
+    const kernel: EmulatedKernel = (launch) => {
+      const [ptr] = launch.args as [number];
+      const access = mode === 'read' ? 'read' : mode === 'bad' ? ('sideways' as 'read') : mode === 'throw-readwrite' ? 'readwrite' : 'write';
+      const bytes = launch.memory.bytes(ptr, 16, access);
+      const f = new Float32Array(bytes.buffer, bytes.byteOffset, 4);
+      seen = [...f];
+      f.fill(9);
+      if (mode.startsWith('throw')) throw new Error('the kernel failed');
+    };
+    using module = Module.compile(ACCESS_SOURCE, { emulated: { touch: kernel } });
+    const fn = module.kernel('touch', ['ptr', 'i32'] as const);
+    using a = DeviceArray.from(new Float32Array([1, 2, 3, 4]));
+    const launch = (): void => {
+      fn.launch({ grid: 1, block: 1 }, a, 0);
+      device.synchronize();
+    };
+    launch();
+    assert.deepEqual(seen, [1, 2, 3, 4]);
+    assert.deepEqual([...a.toHost()], [1, 2, 3, 4], "'read': the kernel's writes are not written back");
+    mode = 'write';
+    launch();
+    assert.deepEqual([...a.toHost()], [9, 9, 9, 9], "'write': written back");
+    a.copyFrom(new Float32Array([1, 2, 3, 4]));
+    mode = 'throw-write';
+    assert.throws(launch, /the kernel failed/);
+    assert.deepEqual([...a.toHost()], [1, 2, 3, 4], "'write' after a throw: as it was");
+    mode = 'throw-readwrite';
+    assert.throws(launch, /the kernel failed/);
+    assert.deepEqual([...a.toHost()], [9, 9, 9, 9], "'readwrite' after a throw: what was written stays written");
+    mode = 'bad';
+    assert.throws(launch, /access must be 'read', 'write' or 'readwrite'/);
+  },
+);

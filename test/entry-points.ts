@@ -53,8 +53,12 @@ export interface EntryProgram {
  */
 export function entryProgram(files: readonly string[]): EntryProgram {
   const program = ts.createProgram([...files], {
-    target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext,
-    strict: true, noEmit: true, types: [],
+    target: ts.ScriptTarget.ES2022,
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    strict: true,
+    noEmit: true,
+    types: [],
   });
   const checker = program.getTypeChecker();
   const modules = files.map((file) => {

@@ -21,12 +21,14 @@ const buffersUrl = new URL('../src/public/buffers.js', import.meta.url).href;
 function child(script: string, env: Readonly<Record<string, string>>): { status: number | null; stdout: string; stderr: string } {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('VRAM_')));
   const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
-    encoding: 'utf8', timeout: 60_000, env: { ...base, VRAM_BACKEND: 'emulated', ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+    env: { ...base, VRAM_BACKEND: 'emulated', ...env },
   });
   return { status: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
-test('import \'vram\' never throws for a bad variable; the first use that needs it does, naming it', () => {
+test("import 'vram' never throws for a bad variable; the first use that needs it does, naming it", () => {
   const script = `
     await import(${JSON.stringify(indexUrl)});
     const vram = await import(${JSON.stringify(buffersUrl)});
@@ -47,20 +49,22 @@ test('import \'vram\' never throws for a bad variable; the first use that needs 
 
 test('whole numbers are decimal digits in range and nothing else (property)', () => {
   const parse = wholeNumberFrom(0, 64);
-  fc.assert(fc.property(fc.string({ maxLength: 6 }), (text) => {
-    const trimmed = text.trim();
-    const decimal = /^\d+$/.test(trimmed) && Number(trimmed) <= 64;
-    let value: number | undefined;
-    try {
-      value = defaultCopyThreads({ VRAM_COPY_THREADS: text });
-    } catch (error) {
-      assert.ok(error instanceof RangeError);
-      assert.equal(error.message, `VRAM_COPY_THREADS must be a whole number from 0 to 64, got '${trimmed}'`);
-    }
-    if (trimmed === '') assert.ok(value !== undefined && value >= 1, 'blank is unset: the default');
-    else if (decimal) assert.equal(value, Number(trimmed));
-    else assert.equal(value, undefined, `'${text}' was accepted`);
-  }));
+  fc.assert(
+    fc.property(fc.string({ maxLength: 6 }), (text) => {
+      const trimmed = text.trim();
+      const decimal = /^\d+$/.test(trimmed) && Number(trimmed) <= 64;
+      let value: number | undefined;
+      try {
+        value = defaultCopyThreads({ VRAM_COPY_THREADS: text });
+      } catch (error) {
+        assert.ok(error instanceof RangeError);
+        assert.equal(error.message, `VRAM_COPY_THREADS must be a whole number from 0 to 64, got '${trimmed}'`);
+      }
+      if (trimmed === '') assert.ok(value !== undefined && value >= 1, 'blank is unset: the default');
+      else if (decimal) assert.equal(value, Number(trimmed));
+      else assert.equal(value, undefined, `'${text}' was accepted`);
+    }),
+  );
   assert.equal(parse('007', 'X'), 7);
   assert.throws(() => parse('65', 'X'), /^RangeError: X must be a whole number from 0 to 64, got '65'$/);
 });
@@ -71,19 +75,30 @@ test('every variable in the table has its reader, and every reader is in the tab
 
 test('one message style: a refused value names the variable and quotes what it got; info reports it', () => {
   const bad: Readonly<Record<string, string>> = {
-    VRAM_BACKEND: 'gpu', VRAM_CACHE_DIR: 'relative/cache', VRAM_EMULATED_BYTES: 'lots', VRAM_ALLOCATOR: 'turbo',
-    VRAM_MEMORY_LIMIT: '-1', VRAM_MEMORY_FRACTION: '0x1', VRAM_COPY_THREADS: '0x4',
+    VRAM_BACKEND: 'gpu',
+    VRAM_CACHE_DIR: 'relative/cache',
+    VRAM_EMULATED_BYTES: 'lots',
+    VRAM_ALLOCATOR: 'turbo',
+    VRAM_MEMORY_LIMIT: '-1',
+    VRAM_MEMORY_FRACTION: '0x1',
+    VRAM_COPY_THREADS: '0x4',
   };
   for (const [name, text] of Object.entries(bad)) {
     const reader = ENVIRONMENT_READERS.get(name);
     assert.ok(reader !== undefined, name);
-    assert.throws(() => reader.read({ [name]: text }), (e: unknown) =>
-      e instanceof RangeError && e.message.startsWith(`${name} must `) && e.message.endsWith(`got '${text}'`), name);
+    assert.throws(
+      () => reader.read({ [name]: text }),
+      (e: unknown) => e instanceof RangeError && e.message.startsWith(`${name} must `) && e.message.endsWith(`got '${text}'`),
+      name,
+    );
     const setting = environmentSettings({ [name]: text }).find((s) => s.name === name);
     assert.equal(setting?.value, text);
     assert.match(setting?.problem ?? '', new RegExp(`^${name} must `), name);
   }
-  assert.ok(environmentSettings({}).every((s) => s.value === undefined && s.problem === undefined), 'unset: no problem');
+  assert.ok(
+    environmentSettings({}).every((s) => s.value === undefined && s.problem === undefined),
+    'unset: no problem',
+  );
 });
 
 test('no module of src/ reads a VRAM_* variable around its reader', () => {

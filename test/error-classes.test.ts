@@ -33,22 +33,26 @@ test('every error class the package exports (root and subpaths) extends VramErro
   const errorClasses = Object.entries(vram).flatMap(([name, value]) => (isErrorClass(value) ? [[name, value] as const] : []));
   // The issue-19 and replay errors are among them; a rename that drops one from the export is caught here.
   for (const name of ['ReplayError', 'TraceParseError', 'InputFileError', 'SnapshotFormatError', 'CompileError', 'NcclError', 'NcclUnavailableError']) {
-    assert.ok(errorClasses.some(([n]) => n === name), `${name} is exported`);
+    assert.ok(
+      errorClasses.some(([n]) => n === name),
+      `${name} is exported`,
+    );
   }
-  const outside = errorClasses
-    .filter(([name, value]) => name !== 'VramError' && !(value.prototype instanceof vram.VramError))
-    .map(([name]) => name);
+  const outside = errorClasses.filter(([name, value]) => name !== 'VramError' && !(value.prototype instanceof vram.VramError)).map(([name]) => name);
   assert.deepEqual(outside, [], `error classes that are not VramErrors: ${outside.join(', ')}`);
 });
 
 test('an error from the replay parser is a VramError named for its class', () => {
-  assert.throws(() => vram.parseAllocationLog('not a log', 'bad.csv'), (e: unknown) => {
-    assert.ok(e instanceof vram.VramError);
-    assert.ok(e instanceof vram.TraceParseError);
-    assert.equal(e.name, 'TraceParseError');
-    assert.match(e.message, /^bad\.csv:1: /);
-    return true;
-  });
+  assert.throws(
+    () => vram.parseAllocationLog('not a log', 'bad.csv'),
+    (e: unknown) => {
+      assert.ok(e instanceof vram.VramError);
+      assert.ok(e instanceof vram.TraceParseError);
+      assert.equal(e.name, 'TraceParseError');
+      assert.match(e.message, /^bad\.csv:1: /);
+      return true;
+    },
+  );
 });
 
 test('no class in src/ extends a built-in error directly, except VramError', () => {

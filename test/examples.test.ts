@@ -63,7 +63,8 @@ function fencedBlocks(text: string): Block[] {
  */
 function asShown(file: string): string {
   const source = readFileSync(new URL(file, root), 'utf8');
-  return source.slice(source.search(/^import /m))
+  return source
+    .slice(source.search(/^import /m))
     .replaceAll("from '../src/index.js';", "from 'vram';")
     .replace(/from '\.\.\/src\/public\/([\w-]+)\.js';/g, "from 'vram/$1';");
 }
@@ -79,7 +80,7 @@ function runExample(file: string): string {
 }
 
 const blocks = fencedBlocks(readme);
-const examples = blocks.flatMap((b) => (/^example: (examples\/[\w-]+\.ts)$/.exec(b.mark ?? '')?.slice(1, 2) ?? []));
+const examples = blocks.flatMap((b) => /^example: (examples\/[\w-]+\.ts)$/.exec(b.mark ?? '')?.slice(1, 2) ?? []);
 
 test('examples/tour runs', () => {
   const output = runExample('examples/tour.ts');
@@ -87,30 +88,53 @@ test('examples/tour runs', () => {
   assert.match(output, /peak live 3001000 B/);
 });
 
-test('the README\'s first program and kernels example run', () => {
-  assert.deepEqual(examples, ['examples/first-program.ts', 'examples/tour.ts', 'examples/host-numa-pool.ts', 'examples/kernels.ts', 'examples/graphs.ts'], 'the README\'s examples, in order');
+test("the README's first program and kernels example run", () => {
+  assert.deepEqual(
+    examples,
+    ['examples/first-program.ts', 'examples/tour.ts', 'examples/host-numa-pool.ts', 'examples/kernels.ts', 'examples/graphs.ts'],
+    "the README's examples, in order",
+  );
   const backend = process.env['VRAM_BACKEND'] === 'cuda' ? 'cuda' : process.env['VRAM_BACKEND'] === 'emulated' ? 'emulated' : '(cuda|emulated)';
   assert.match(runExample('examples/first-program.ts'), new RegExp(`^${backend}: sum 10\\n$`));
   assert.equal(runExample('examples/kernels.ts'), 'sum(x + y) = 1499500\n');
   assert.match(runExample('examples/graphs.ts'), /^\d+ nodes, one launch call each: y\[3\] = 12\n$/);
 });
 
-test('examples/host-numa-pool.ts runs where the device has pools in host NUMA memory', { skip: ((): boolean => {
-  try { return Device.get(0).attribute('hostNumaMemoryPoolsSupported') === 1; } catch { return false; }
-})() ? false : 'the device has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)' }, () => {
-  assert.match(runExample('examples/host-numa-pool.ts'), /^node \d+ of device 0: pinned-host memory, 1036800 summed on the device\nafter trim: 0 bytes reserved\n$/);
-});
+test(
+  'examples/host-numa-pool.ts runs where the device has pools in host NUMA memory',
+  {
+    skip: ((): boolean => {
+      try {
+        return Device.get(0).attribute('hostNumaMemoryPoolsSupported') === 1;
+      } catch {
+        return false;
+      }
+    })()
+      ? false
+      : 'the device has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)',
+  },
+  () => {
+    assert.match(
+      runExample('examples/host-numa-pool.ts'),
+      /^node \d+ of device 0: pinned-host memory, 1036800 summed on the device\nafter trim: 0 bytes reserved\n$/,
+    );
+  },
+);
 
 test('every TypeScript block of the README is an example file, word for word', () => {
   const ts = blocks.filter((b) => b.lang === 'ts' || b.lang === 'js');
-  assert.equal(ts.length, examples.length, `README.md:${ts.find((b) => !b.mark?.startsWith('example:'))?.line ?? '?'}: a code block with no <!-- example: examples/NAME.ts --> mark`);
+  assert.equal(
+    ts.length,
+    examples.length,
+    `README.md:${ts.find((b) => !b.mark?.startsWith('example:'))?.line ?? '?'}: a code block with no <!-- example: examples/NAME.ts --> mark`,
+  );
   for (const block of ts) {
     const file = /^example: (\S+)$/.exec(block.mark ?? '')![1]!;
     assert.equal(block.body, asShown(file), `README.md:${block.line}: copy ${file} (from its first import, importing from 'vram' and its subpaths)`);
   }
 });
 
-test('the README\'s shell blocks: every vram command runs, and only a marked block is left out', () => {
+test("the README's shell blocks: every vram command runs, and only a marked block is left out", () => {
   let ran = 0;
   const skipped: string[] = [];
   for (const block of blocks.filter((b) => b.lang === 'sh')) {
@@ -119,7 +143,10 @@ test('the README\'s shell blocks: every vram command runs, and only a marked blo
       skipped.push(`README.md:${block.line}`);
       continue;
     }
-    for (const line of block.body.split('\n').map((l) => l.replace(/\s+#.*$/, '').trim()).filter(Boolean)) {
+    for (const line of block.body
+      .split('\n')
+      .map((l) => l.replace(/\s+#.*$/, '').trim())
+      .filter(Boolean)) {
       const words = /^(?:npx )?vram((?: [\w=.,/-]+)*)$/.exec(line);
       assert.ok(words, `README.md:${block.line}: '${line}' is not a vram command the suite can run; mark the block <!-- not run: why -->`);
       execFileSync(process.execPath, [vramBin, ...words[1]!.trim().split(' ').filter(Boolean)], { encoding: 'utf8', env: process.env });
@@ -130,9 +157,9 @@ test('the README\'s shell blocks: every vram command runs, and only a marked blo
   assert.ok(skipped.length <= 2, `keep the blocks the suite does not run rare: ${skipped.join(', ')}`);
 });
 
-test('the README\'s usage lines name only commands and flags the CLI has', () => {
+test("the README's usage lines name only commands and flags the CLI has", () => {
   const usage = blocks.filter((b) => b.lang === '' && b.body.startsWith('vram '));
-  assert.equal(usage.length, 1, 'the CLI section\'s block of usage lines');
+  assert.equal(usage.length, 1, "the CLI section's block of usage lines");
   for (const line of usage[0]!.body.trim().split('\n')) {
     const command = line.split(/\s+/)[1]!;
     const help = execFileSync(process.execPath, [vramBin, 'help', command], { encoding: 'utf8', env: process.env });
@@ -142,7 +169,7 @@ test('the README\'s usage lines name only commands and flags the CLI has', () =>
   }
 });
 
-test('the README\'s output blocks are what their examples print', { skip: onGpu ? 'the README shows the emulated backend\'s output' : false }, () => {
+test("the README's output blocks are what their examples print", { skip: onGpu ? "the README shows the emulated backend's output" : false }, () => {
   const outputs = blocks.filter((b) => b.mark?.startsWith('output: '));
   assert.ok(outputs.length >= 1, 'the memorySummary() table is an output block');
   for (const block of outputs) {
@@ -153,8 +180,11 @@ test('the README\'s output blocks are what their examples print', { skip: onGpu 
 });
 
 test('no README block is left unchecked', () => {
-  const checked = (b: Block): boolean => b.lang === 'ts' || b.lang === 'js' || b.lang === 'sh' ||
-    (b.lang === '' && b.body.startsWith('vram ')) || Boolean(b.mark?.startsWith('output: '));
-  assert.deepEqual(blocks.filter((b) => !checked(b)).map((b) => `README.md:${b.line} (${b.lang || 'no language'})`), [],
-    'a block of a kind the suite neither runs nor checks');
+  const checked = (b: Block): boolean =>
+    b.lang === 'ts' || b.lang === 'js' || b.lang === 'sh' || (b.lang === '' && b.body.startsWith('vram ')) || Boolean(b.mark?.startsWith('output: '));
+  assert.deepEqual(
+    blocks.filter((b) => !checked(b)).map((b) => `README.md:${b.line} (${b.lang || 'no language'})`),
+    [],
+    'a block of a kind the suite neither runs nor checks',
+  );
 });

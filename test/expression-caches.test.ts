@@ -23,25 +23,29 @@ function heapAfterGc(): number {
   return process.memoryUsage().heapUsed;
 }
 
-test('distinct long expressions keep at most PROGRAM_CACHE_BYTES of programs, not PROGRAM_CACHE_SIZE of them whatever their size', { skip: onGpu ? 'measures the emulated backend\'s programs (a GPU compiles each with NVRTC: minutes)' : false }, () => {
-  const device = Device.get(0);
-  using x = DeviceArray.zeros([16], 'float32');
-  device.synchronize();
-  const before = heapAfterGc();
-  const count = 60;
-  const terms = 1000;
-  for (let i = 0; i < count; i++) {
-    // About 15 KB of text each, every one distinct: kept by count alone, 60 of them held about 37 MiB.
-    const text = Array.from({ length: terms }, (_, k) => `x * ${i * terms + k}.25`).join(' + ');
-    map(x, text, { out: x });
-    device.synchronize(); // the emulated stream's queue would hold the launches (and their programs) otherwise
-  }
-  const held = heapAfterGc() - before;
-  assert.ok(held < 3 * PROGRAM_CACHE_BYTES, `${(held / 2 ** 20).toFixed(1)} MiB held after ${count} long expressions`);
-  assert.ok(programsCached() < count, `${programsCached()} programs of ${count} kept`);
-  assert.ok(userModulesLoaded(device) < count, `${userModulesLoaded(device)} modules of ${count} kept`);
-  assert.ok(programCacheBytes() <= PROGRAM_CACHE_BYTES, `${programCacheBytes()} bytes estimated`);
-  // Small expressions still fill the cache by count.
-  for (let k = 0; k < PROGRAM_CACHE_SIZE + 4; k++) map(x, `x + ${k}`, { out: x });
-  assert.equal(programsCached(), PROGRAM_CACHE_SIZE);
-});
+test(
+  'distinct long expressions keep at most PROGRAM_CACHE_BYTES of programs, not PROGRAM_CACHE_SIZE of them whatever their size',
+  { skip: onGpu ? "measures the emulated backend's programs (a GPU compiles each with NVRTC: minutes)" : false },
+  () => {
+    const device = Device.get(0);
+    using x = DeviceArray.zeros([16], 'float32');
+    device.synchronize();
+    const before = heapAfterGc();
+    const count = 60;
+    const terms = 1000;
+    for (let i = 0; i < count; i++) {
+      // About 15 KB of text each, every one distinct: kept by count alone, 60 of them held about 37 MiB.
+      const text = Array.from({ length: terms }, (_, k) => `x * ${i * terms + k}.25`).join(' + ');
+      map(x, text, { out: x });
+      device.synchronize(); // the emulated stream's queue would hold the launches (and their programs) otherwise
+    }
+    const held = heapAfterGc() - before;
+    assert.ok(held < 3 * PROGRAM_CACHE_BYTES, `${(held / 2 ** 20).toFixed(1)} MiB held after ${count} long expressions`);
+    assert.ok(programsCached() < count, `${programsCached()} programs of ${count} kept`);
+    assert.ok(userModulesLoaded(device) < count, `${userModulesLoaded(device)} modules of ${count} kept`);
+    assert.ok(programCacheBytes() <= PROGRAM_CACHE_BYTES, `${programCacheBytes()} bytes estimated`);
+    // Small expressions still fill the cache by count.
+    for (let k = 0; k < PROGRAM_CACHE_SIZE + 4; k++) map(x, `x + ${k}`, { out: x });
+    assert.equal(programsCached(), PROGRAM_CACHE_SIZE);
+  },
+);

@@ -36,16 +36,40 @@ const stacks: Record<string, () => { mr: MemoryResource; below: MemoryResource[]
   AsyncResource: () => ({ mr: new AsyncResource(), below: [] }),
   PinnedHostResource: () => ({ mr: new PinnedHostResource(), below: [] }),
   'PoolResource (virtual)': () => ({ mr: new PoolResource(), below: [] }),
-  'PoolResource (upstream)': () => { const up = new CudaResource(); return { mr: new PoolResource({ upstream: up }), below: [up] }; },
+  'PoolResource (upstream)': () => {
+    const up = new CudaResource();
+    return { mr: new PoolResource({ upstream: up }), below: [up] };
+  },
   ArenaResource: () => ({ mr: new ArenaResource({ size: 4 * MiB }), below: [] }),
-  BinningResource: () => { const up = new PoolResource(); return { mr: new BinningResource(up, { minSizeExponent: 8, maxSizeExponent: 12 }), below: [up] }; },
-  FixedSizeResource: () => { const up = new CudaResource(); return { mr: new FixedSizeResource(up, { blockSize: 4096, blocksToPreallocate: 8 }), below: [up] }; },
+  BinningResource: () => {
+    const up = new PoolResource();
+    return { mr: new BinningResource(up, { minSizeExponent: 8, maxSizeExponent: 12 }), below: [up] };
+  },
+  FixedSizeResource: () => {
+    const up = new CudaResource();
+    return { mr: new FixedSizeResource(up, { blockSize: 4096, blocksToPreallocate: 8 }), below: [up] };
+  },
   PinnedHostPool: () => ({ mr: new PinnedHostPool(), below: [] }),
-  StatisticsAdaptor: () => { const up = new CudaResource(); return { mr: new StatisticsAdaptor(up), below: [up] }; },
-  LimitingAdaptor: () => { const up = new PoolResource(); return { mr: new LimitingAdaptor(up, 64 * MiB), below: [up] }; },
-  TrackingAdaptor: () => { const up = new PoolResource(); return { mr: new TrackingAdaptor(up), below: [up] }; },
-  LoggingAdaptor: () => { const up = new PoolResource(); return { mr: new LoggingAdaptor(up, () => {}), below: [up] }; },
-  RetryOnOutOfMemory: () => { const up = new PoolResource(); return { mr: new RetryOnOutOfMemory(up), below: [up] }; },
+  StatisticsAdaptor: () => {
+    const up = new CudaResource();
+    return { mr: new StatisticsAdaptor(up), below: [up] };
+  },
+  LimitingAdaptor: () => {
+    const up = new PoolResource();
+    return { mr: new LimitingAdaptor(up, 64 * MiB), below: [up] };
+  },
+  TrackingAdaptor: () => {
+    const up = new PoolResource();
+    return { mr: new TrackingAdaptor(up), below: [up] };
+  },
+  LoggingAdaptor: () => {
+    const up = new PoolResource();
+    return { mr: new LoggingAdaptor(up, () => {}), below: [up] };
+  },
+  RetryOnOutOfMemory: () => {
+    const up = new PoolResource();
+    return { mr: new RetryOnOutOfMemory(up), below: [up] };
+  },
 };
 
 function isCounter(c: Counter): void {
@@ -98,44 +122,52 @@ for (const [name, make] of Object.entries(stacks)) {
   });
 }
 
-test('memoryStats over new BinningResource(new PoolResource()) reports the pool\'s reserved and the bins\' allocated bytes', () => {
+test("memoryStats over new BinningResource(new PoolResource()) reports the pool's reserved and the bins' allocated bytes", () => {
   const pool = new PoolResource();
-  withCurrent(new BinningResource(pool, { minSizeExponent: 10, maxSizeExponent: 16 }), (bins) => {
-    const small = Array.from({ length: 10 }, () => bins.allocate(1000));
-    const large = bins.allocate(4 * MiB); // larger than every bin: passed to the pool whole
-    const s = memoryStats();
-    assert.deepEqual(s.allocations, { value: 11, peak: 11, total: 11 });
-    assert.deepEqual(s.allocatedBytes, { value: 10 * 1000 + 4 * MiB, peak: 10 * 1000 + 4 * MiB, total: 10 * 1000 + 4 * MiB });
-    const poolFigures = pool.memoryFigures()!;
-    assert.ok(poolFigures.reservedBytes > 4 * MiB);
-    assert.deepEqual(s.reservedBytes, { value: poolFigures.reservedBytes, peak: poolFigures.peakReservedBytes });
-    assert.equal(s.cachedBytes, poolFigures.reservedBytes - s.allocatedBytes!.value);
-    assert.equal(s.driverCalls, poolFigures.driverCalls, 'what the pool reports beyond reserved comes up too');
-    assert.match(memorySummary(), /Reserved memory +\d/);
-    for (const p of small) bins.deallocate(p, 1000);
-    bins.deallocate(large, 4 * MiB);
-    const after = memoryStats();
-    assert.deepEqual(after.allocations, { value: 0, peak: 11, total: 11 });
-    resetPeakStats();
-    assert.equal(memoryStats().allocatedBytes!.peak, 0);
-  }, [pool]);
+  withCurrent(
+    new BinningResource(pool, { minSizeExponent: 10, maxSizeExponent: 16 }),
+    (bins) => {
+      const small = Array.from({ length: 10 }, () => bins.allocate(1000));
+      const large = bins.allocate(4 * MiB); // larger than every bin: passed to the pool whole
+      const s = memoryStats();
+      assert.deepEqual(s.allocations, { value: 11, peak: 11, total: 11 });
+      assert.deepEqual(s.allocatedBytes, { value: 10 * 1000 + 4 * MiB, peak: 10 * 1000 + 4 * MiB, total: 10 * 1000 + 4 * MiB });
+      const poolFigures = pool.memoryFigures()!;
+      assert.ok(poolFigures.reservedBytes > 4 * MiB);
+      assert.deepEqual(s.reservedBytes, { value: poolFigures.reservedBytes, peak: poolFigures.peakReservedBytes });
+      assert.equal(s.cachedBytes, poolFigures.reservedBytes - s.allocatedBytes!.value);
+      assert.equal(s.driverCalls, poolFigures.driverCalls, 'what the pool reports beyond reserved comes up too');
+      assert.match(memorySummary(), /Reserved memory +\d/);
+      for (const p of small) bins.deallocate(p, 1000);
+      bins.deallocate(large, 4 * MiB);
+      const after = memoryStats();
+      assert.deepEqual(after.allocations, { value: 0, peak: 11, total: 11 });
+      resetPeakStats();
+      assert.equal(memoryStats().allocatedBytes!.peak, 0);
+    },
+    [pool],
+  );
 });
 
 test('memoryStats over a FixedSizeResource stack reports its chunks as reserved and its blocks as allocated', () => {
   const up = new CudaResource();
-  withCurrent(new FixedSizeResource(up, { blockSize: 64 * 1024, blocksToPreallocate: 16 }), (fixed) => {
-    const p = fixed.allocate(1000);
-    const q = fixed.allocate(50_000);
-    const s = memoryStats();
-    assert.deepEqual(s.allocatedBytes, { value: 51_000, peak: 51_000, total: 51_000 });
-    assert.deepEqual(s.allocations, { value: 2, peak: 2, total: 2 });
-    assert.deepEqual(s.reservedBytes, { value: 1 * MiB, peak: 1 * MiB });
-    assert.equal(s.cachedBytes, 1 * MiB - 51_000);
-    fixed.deallocate(p, 1000);
-    fixed.deallocate(q, 50_000);
-    fixed.releaseCached();
-    assert.deepEqual(memoryStats().reservedBytes, { value: 0, peak: 1 * MiB });
-  }, [up]);
+  withCurrent(
+    new FixedSizeResource(up, { blockSize: 64 * 1024, blocksToPreallocate: 16 }),
+    (fixed) => {
+      const p = fixed.allocate(1000);
+      const q = fixed.allocate(50_000);
+      const s = memoryStats();
+      assert.deepEqual(s.allocatedBytes, { value: 51_000, peak: 51_000, total: 51_000 });
+      assert.deepEqual(s.allocations, { value: 2, peak: 2, total: 2 });
+      assert.deepEqual(s.reservedBytes, { value: 1 * MiB, peak: 1 * MiB });
+      assert.equal(s.cachedBytes, 1 * MiB - 51_000);
+      fixed.deallocate(p, 1000);
+      fixed.deallocate(q, 50_000);
+      fixed.releaseCached();
+      assert.deepEqual(memoryStats().reservedBytes, { value: 0, peak: 1 * MiB });
+    },
+    [up],
+  );
 });
 
 test('a PinnedHostPool reports the buffers it holds and those it lent (memoryStats reads device resources; the pool is host memory)', () => {

@@ -42,7 +42,10 @@ test('blocks of exactly blockSize, grown in chunks, released when idle', () => {
 test('a block freed on stream A goes to stream B only after B waits on an event on A', () => {
   const calls: string[] = [];
   const wait = backend.streamWaitEvent.bind(backend);
-  backend.streamWaitEvent = (s, e) => { calls.push(`wait ${s}`); wait(s, e); };
+  backend.streamWaitEvent = (s, e) => {
+    calls.push(`wait ${s}`);
+    wait(s, e);
+  };
   const A = { handle: backend.streamCreate(0, 0) };
   const B = { handle: backend.streamCreate(0, 0) };
   try {

@@ -23,7 +23,11 @@ function foreign(n: number): { ptr: number; buffer: ForeignDeviceBuffer; release
   device.makeCurrent();
   const ptr = backend.memAlloc(n * 4);
   let released = false;
-  const buffer = DeviceBuffer.fromPointer(ptr, n * 4, { onRelease: () => { released = true; } });
+  const buffer = DeviceBuffer.fromPointer(ptr, n * 4, {
+    onRelease: () => {
+      released = true;
+    },
+  });
   return { ptr, buffer, released: () => released };
 }
 

@@ -174,10 +174,10 @@ describe('DeviceBuffer.fromPointer', () => {
       assert.equal(buf.ownContext, true);
       device.makeCurrent();
       assert.deepEqual(buf.copyToHost(new Uint8Array(1024)), data);
-      assert.equal(backend.contextGetCurrent(), ctx, 'the synchronous copy ran in the memory\'s context');
+      assert.equal(backend.contextGetCurrent(), ctx, "the synchronous copy ran in the memory's context");
       device.makeCurrent();
       buf.memset(9);
-      assert.equal(backend.contextGetCurrent(), ctx, 'the memset ran in the memory\'s context');
+      assert.equal(backend.contextGetCurrent(), ctx, "the memset ran in the memory's context");
       using arr = DeviceArray.fromBuffer(buf, { dtype: 'uint8' });
       assert.deepEqual(arr.slice([0, 4]).toHost(), new Uint8Array(4).fill(9));
       buf.free();
@@ -278,8 +278,10 @@ describe('bad pointers are InvalidPointerErrors, with nothing leaked', () => {
   function refused(ptr: number, bytes: number, pattern: RegExp, options: { device?: number } = {}): void {
     let released = 0;
     const leaks = leakStatistics().count;
-    assert.throws(() => DeviceBuffer.fromPointer(ptr, bytes, { ...options, onRelease: () => released++ }),
-      (e: unknown) => e instanceof InvalidPointerError && pattern.test(e.message));
+    assert.throws(
+      () => DeviceBuffer.fromPointer(ptr, bytes, { ...options, onRelease: () => released++ }),
+      (e: unknown) => e instanceof InvalidPointerError && pattern.test(e.message),
+    );
     assert.equal(released, 0, 'onRelease is not called for a refused pointer');
     assert.equal(leakStatistics().count, leaks);
   }
@@ -338,30 +340,29 @@ describe('bad pointers are InvalidPointerErrors, with nothing leaked', () => {
     cFree(ptr);
   });
 
-  it('another device\'s memory without peer access; accepted with it',
-    { skip: Device.count() < 2 ? 'needs two devices' : false }, () => {
-      const other = Device.get(1);
-      other.makeCurrent();
-      const ptr = backend.memAlloc(1024);
-      try {
-        if (emulated !== undefined) emulated.peers = false;
-        if (!device.canAccessPeer(other)) {
-          refused(ptr, 1024, /memory of device 1 .*which device 0 cannot access/, { device: 0 });
-        }
-        if (emulated !== undefined) emulated.peers = true;
-        if (device.canAccessPeer(other)) {
-          using buf = DeviceBuffer.fromPointer(ptr, 1024, { device: 0 });
-          assert.equal(buf.device, other, 'its copies run on the device it lives on');
-          buf.memset(4);
-          using mine = DeviceBuffer.allocate(1024);
-          mine.copyFrom(buf); // a peer copy between the two contexts
-          assert.deepEqual(mine.copyToHost(new Uint8Array(4), { bytes: 4 }), new Uint8Array(4).fill(4));
-        }
-      } finally {
-        if (emulated !== undefined) emulated.peers = true;
-        other.makeCurrent();
-        backend.memFree(ptr);
-        device.makeCurrent();
+  it("another device's memory without peer access; accepted with it", { skip: Device.count() < 2 ? 'needs two devices' : false }, () => {
+    const other = Device.get(1);
+    other.makeCurrent();
+    const ptr = backend.memAlloc(1024);
+    try {
+      if (emulated !== undefined) emulated.peers = false;
+      if (!device.canAccessPeer(other)) {
+        refused(ptr, 1024, /memory of device 1 .*which device 0 cannot access/, { device: 0 });
       }
-    });
+      if (emulated !== undefined) emulated.peers = true;
+      if (device.canAccessPeer(other)) {
+        using buf = DeviceBuffer.fromPointer(ptr, 1024, { device: 0 });
+        assert.equal(buf.device, other, 'its copies run on the device it lives on');
+        buf.memset(4);
+        using mine = DeviceBuffer.allocate(1024);
+        mine.copyFrom(buf); // a peer copy between the two contexts
+        assert.deepEqual(mine.copyToHost(new Uint8Array(4), { bytes: 4 }), new Uint8Array(4).fill(4));
+      }
+    } finally {
+      if (emulated !== undefined) emulated.peers = true;
+      other.makeCurrent();
+      backend.memFree(ptr);
+      device.makeCurrent();
+    }
+  });
 });

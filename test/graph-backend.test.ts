@@ -21,7 +21,11 @@ function withStream(body: (b: Backend, stream: number) => void): void {
     body(b, stream);
   } finally {
     if (b.streamCaptureStatus(stream) !== CaptureStatus.NONE) {
-      try { b.graphDestroy(b.streamEndCapture(stream)); } catch { /* an invalidated capture ends all the same */ }
+      try {
+        b.graphDestroy(b.streamEndCapture(stream));
+      } catch {
+        /* an invalidated capture ends all the same */
+      }
     }
     b.streamDestroy(stream);
   }
@@ -176,18 +180,24 @@ test('an update to a graph of another topology is refused with the reason, leavi
   });
 });
 
-test('a host function waits for the event loop; a synchronous wait before it would never return on a GPU', { skip: onGpu ? 'emulation only: on a GPU the wait would hang' : false }, async () => {
-  device.makeCurrent();
-  const b = device.backend;
-  const stream = b.streamCreate(1, 0);
-  let ran = 0;
-  b.launchHostFunc(stream, () => { ran++; });
-  assert.throws(() => b.streamSynchronize(stream), code(CUresult.NOT_READY));
-  await new Promise((r) => setImmediate(r));
-  b.streamSynchronize(stream);
-  assert.equal(ran, 1);
-  b.streamDestroy(stream);
-});
+test(
+  'a host function waits for the event loop; a synchronous wait before it would never return on a GPU',
+  { skip: onGpu ? 'emulation only: on a GPU the wait would hang' : false },
+  async () => {
+    device.makeCurrent();
+    const b = device.backend;
+    const stream = b.streamCreate(1, 0);
+    let ran = 0;
+    b.launchHostFunc(stream, () => {
+      ran++;
+    });
+    assert.throws(() => b.streamSynchronize(stream), code(CUresult.NOT_READY));
+    await new Promise((r) => setImmediate(r));
+    b.streamSynchronize(stream);
+    assert.equal(ran, 1);
+    b.streamDestroy(stream);
+  },
+);
 
 test('a pool made for sharing cannot allocate on a capturing stream (NOT_SUPPORTED); a plain pool makes a graph memory node', () => {
   withStream((b, stream) => {
@@ -200,7 +210,11 @@ test('a pool made for sharing cannot allocate on a capturing stream (NOT_SUPPORT
         const p = b.memAllocFromPoolAsync(1 << 20, plain, stream);
         b.memFreeAsync(p, stream);
       }
-      try { b.graphDestroy(b.streamEndCapture(stream)); } catch { /* ended all the same */ }
+      try {
+        b.graphDestroy(b.streamEndCapture(stream));
+      } catch {
+        /* ended all the same */
+      }
     } finally {
       b.memPoolDestroy(shared);
       b.memPoolDestroy(plain);

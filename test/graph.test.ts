@@ -10,7 +10,15 @@ import { HostAllocFlags, StreamWaitValueFlags } from '../src/backend/backend.js'
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { Device } from '../src/device.js';
-import { CudaError, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, InvalidPointerError, StreamCaptureError, UseAfterFreeError } from '../src/errors.js';
+import {
+  CudaError,
+  DoubleFreeError,
+  GraphMemoryLiveError,
+  GraphUpdateError,
+  InvalidPointerError,
+  StreamCaptureError,
+  UseAfterFreeError,
+} from '../src/errors.js';
 import { captureGraph } from '../src/graph/capture.js';
 import { Module } from '../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../src/kernels/ops/elementwise.js';
@@ -47,7 +55,10 @@ test('a captured kernel runs only when the graph is launched, and at every launc
   const kernel = m.kernel('axpb', AXPB);
   using stream = Stream.create();
   const n = 1000;
-  using x = DeviceArray.from(Float32Array.from({ length: n }, (_, i) => i), { stream });
+  using x = DeviceArray.from(
+    Float32Array.from({ length: n }, (_, i) => i),
+    { stream },
+  );
   using y = DeviceArray.zeros([n], 'float32', { stream });
   await stream.synchronized();
   using graph = captureGraph(stream, () => {
@@ -104,12 +115,15 @@ test('copies, fills, built-in ops and a user kernel replayed many times give wha
   }
 });
 
-test('an executable graph takes a new capture\'s kernel arguments with update(), and refuses another topology', async () => {
+test("an executable graph takes a new capture's kernel arguments with update(), and refuses another topology", async () => {
   using m = compile();
   const kernel = m.kernel('axpb', AXPB);
   using stream = Stream.create();
   const n = 77;
-  using x = DeviceArray.from(Float32Array.from({ length: n }, (_, i) => i), { stream });
+  using x = DeviceArray.from(
+    Float32Array.from({ length: n }, (_, i) => i),
+    { stream },
+  );
   using y = DeviceArray.zeros([n], 'float32', { stream });
   using z = DeviceArray.zeros([n], 'float32', { stream });
   const launch = (out: DeviceArray<'float32'>, a: number): void => kernel.launch({ grid: 1, block: 128, stream }, out, x, a, 0, n);
@@ -124,10 +138,19 @@ test('an executable graph takes a new capture\'s kernel arguments with update(),
     assert.equal(gotZ[i], 5 * i, 'the new arguments: output z, a = 5');
     assert.equal(gotY[i], 0, 'the old output is not written');
   }
-  using twice = captureGraph(stream, () => { launch(y, 1); launch(y, 1); });
-  assert.throws(() => exec.update(twice), (e: unknown) => e instanceof GraphUpdateError && e.reason === 'topology-changed');
+  using twice = captureGraph(stream, () => {
+    launch(y, 1);
+    launch(y, 1);
+  });
+  assert.throws(
+    () => exec.update(twice),
+    (e: unknown) => e instanceof GraphUpdateError && e.reason === 'topology-changed',
+  );
   using copy = captureGraph(stream, () => dev(y).copyFrom(dev(x), { stream }));
-  assert.throws(() => exec.update(copy), (e: unknown) => e instanceof GraphUpdateError && e.reason === 'node-type-changed');
+  assert.throws(
+    () => exec.update(copy),
+    (e: unknown) => e instanceof GraphUpdateError && e.reason === 'node-type-changed',
+  );
   exec.launch(stream); // unchanged by the refusals: still the second capture
   assert.equal((await z.toHostAsync({ stream }))[3], 15);
 });
@@ -156,12 +179,15 @@ test('memory a capture allocates from a pool is never handed to eager work while
     for (const buf of eager) {
       const host = new Uint8Array(bytes);
       await buf.copyToHostAsync(host, { stream });
-      assert.ok(host.every((v) => v === 0x11), 'eager data intact after the graph ran');
+      assert.ok(
+        host.every((v) => v === 0x11),
+        'eager data intact after the graph ran',
+      );
     }
   } finally {
     for (const buf of eager) buf.free({ stream });
   }
-  assert.ok((graph.pool as GraphPool).reservedBytes >= bytes, 'the graph\'s pool holds the scratch block');
+  assert.ok((graph.pool as GraphPool).reservedBytes >= bytes, "the graph's pool holds the scratch block");
   // Graph-owned memory in the statistics and in snapshots, as segments of its own kind.
   assert.ok(memoryStats().graphPools.reservedBytes >= bytes);
   const snapshot = memorySnapshot();
@@ -192,12 +218,17 @@ test('two graphs share one private pool; the last destroy gives it back', async 
   const bytes = 4096;
   const pointers: number[] = [];
   using resource = new PoolResource();
-  const capture = (): ReturnType<typeof captureGraph> => captureGraph(stream, () => {
-    const b = DeviceBuffer.allocate(bytes, { resource, stream });
-    pointers.push(b.ptr);
-    b.memset(1, { stream });
-    b.free({ stream });
-  }, { pool });
+  const capture = (): ReturnType<typeof captureGraph> =>
+    captureGraph(
+      stream,
+      () => {
+        const b = DeviceBuffer.allocate(bytes, { resource, stream });
+        pointers.push(b.ptr);
+        b.memset(1, { stream });
+        b.free({ stream });
+      },
+      { pool },
+    );
   const a = capture();
   const b = capture();
   assert.equal(pointers[0], pointers[1], 'the second capture reuses what the first freed in the shared pool');
@@ -232,7 +263,13 @@ test('each call a capture cannot hold throws StreamCaptureError before the drive
     ['a synchronous memset', () => buf.memset(0)],
     ['toHost()', () => arr.toHost()],
     ['sum() read back to the host', () => sum(arr, { stream })],
-    ['CudaResource.allocate', () => { using mr = new CudaResource(); mr.allocate(256, stream); }],
+    [
+      'CudaResource.allocate',
+      () => {
+        using mr = new CudaResource();
+        mr.allocate(256, stream);
+      },
+    ],
   ];
   for (const [what, call] of forbidden) {
     stream.beginCapture();
@@ -254,7 +291,14 @@ test('each call a capture cannot hold throws StreamCaptureError before the drive
 test('captureGraph ends the capture when the work throws, and the stream runs work again', async () => {
   using stream = Stream.create();
   using buf = DeviceBuffer.allocate(64, { stream });
-  assert.throws(() => captureGraph(stream, () => { buf.memset(1, { stream }); throw new Error('boom'); }), /boom/);
+  assert.throws(
+    () =>
+      captureGraph(stream, () => {
+        buf.memset(1, { stream });
+        throw new Error('boom');
+      }),
+    /boom/,
+  );
   assert.equal(stream.captureStatus, 'none');
   assert.throws(() => captureGraph(stream, (() => Promise.resolve()) as unknown as () => void), TypeError);
   assert.equal(stream.captureStatus, 'none');
@@ -300,7 +344,11 @@ test('work forked onto another stream joins the capture through events and joins
 test('a host function runs at every launch of the graph', async () => {
   using stream = Stream.create();
   let calls = 0;
-  using graph = captureGraph(stream, () => { stream.launchHostFunc(() => { calls += 1; }); });
+  using graph = captureGraph(stream, () => {
+    stream.launchHostFunc(() => {
+      calls += 1;
+    });
+  });
   assert.equal(calls, 0);
   using exec = graph.instantiate();
   for (let i = 0; i < 3; i++) exec.launch(stream);
@@ -322,7 +370,7 @@ test('AsyncResource allocations during capture become graph memory nodes', async
   await stream.synchronized();
 });
 
-test('relaunching a graph whose memory node\'s allocation is still live is a GraphMemoryLiveError saying how to free it', async () => {
+test("relaunching a graph whose memory node's allocation is still live is a GraphMemoryLiveError saying how to free it", async () => {
   using stream = Stream.create();
   using mr = new AsyncResource();
   let out: DeviceBuffer | undefined;
@@ -333,13 +381,16 @@ test('relaunching a graph whose memory node\'s allocation is still live is a Gra
   using exec = graph.instantiate();
   assert.equal(exec.memoryNodes, 1);
   exec.launch(stream);
-  assert.throws(() => exec.launch(stream), (e: unknown) => {
-    assert.ok(e instanceof GraphMemoryLiveError, String(e));
-    assert.match(e.message, /still owns/);
-    assert.match(e.message, /free\(/);
-    assert.ok(e.cause instanceof CudaError && e.cause.errorName === 'CUDA_ERROR_INVALID_VALUE');
-    return true;
-  });
+  assert.throws(
+    () => exec.launch(stream),
+    (e: unknown) => {
+      assert.ok(e instanceof GraphMemoryLiveError, String(e));
+      assert.match(e.message, /still owns/);
+      assert.match(e.message, /free\(/);
+      assert.ok(e.cause instanceof CudaError && e.cause.errorName === 'CUDA_ERROR_INVALID_VALUE');
+      return true;
+    },
+  );
   // Freed after the launch, in stream order: the next launch is accepted.
   const address = out!.ptr;
   out!.free({ stream });
@@ -357,13 +408,17 @@ test('an AsyncResource whose pool is made for sharing (the default async stack) 
   const pool = new GraphPool();
   let inside = 0;
   {
-    using graph = captureGraph(stream, () => {
-      const b = DeviceBuffer.allocate(1 << 16, { resource: mr, stream });
-      inside = b.ptr;
-      b.memset(9, { stream });
-      b.free({ stream });
-    }, { pool });
-    assert.equal(graph.nodeCount, 1, 'only the memset: the memory is the private pool\'s');
+    using graph = captureGraph(
+      stream,
+      () => {
+        const b = DeviceBuffer.allocate(1 << 16, { resource: mr, stream });
+        inside = b.ptr;
+        b.memset(9, { stream });
+        b.free({ stream });
+      },
+      { pool },
+    );
+    assert.equal(graph.nodeCount, 1, "only the memset: the memory is the private pool's");
     assert.ok(pool.reservedBytes >= 1 << 16, 'the block came from the private pool');
     using exec = graph.instantiate();
     exec.launch(stream).launch(stream);
@@ -384,12 +439,16 @@ test('destroy() of an executable graph while a launch is queued waits for it in 
     using target = DeviceBuffer.allocate(1 << 16, { stream });
     const pool = new GraphPool();
     using resource = new PoolResource();
-    using graph = captureGraph(stream, () => {
-      const scratch = DeviceBuffer.allocate(1 << 16, { resource, stream });
-      scratch.memset(5, { stream });
-      target.copyFrom(scratch, { stream });
-      scratch.free({ stream });
-    }, { pool });
+    using graph = captureGraph(
+      stream,
+      () => {
+        const scratch = DeviceBuffer.allocate(1 << 16, { resource, stream });
+        scratch.memset(5, { stream });
+        target.copyFrom(scratch, { stream });
+        scratch.free({ stream });
+      },
+      { pool },
+    );
     const exec = graph.instantiate();
     graph.destroy();
     backend.streamWaitValue32(stream.handle, backend.memHostGetDevicePointer(host), 1, StreamWaitValueFlags.GEQ); // holds the stream
@@ -402,7 +461,10 @@ test('destroy() of an executable graph while a launch is queued waits for it in 
     flag[0] = 1; // releases the stream
     const out = new Uint8Array(1 << 16);
     await target.copyToHostAsync(out, { stream });
-    assert.ok(out.every((v) => v === 5), 'the queued launch ran after destroy()');
+    assert.ok(
+      out.every((v) => v === 5),
+      'the queued launch ran after destroy()',
+    );
     for (let i = 0; i < 200 && pool.reservedBytes > 0; i++) await new Promise((r) => setTimeout(r, 2));
     assert.equal(pool.reservedBytes, 0, 'given back once the launch ran');
   } finally {
@@ -419,10 +481,19 @@ test('work queued on a capture the driver invalidated is refused as a StreamCapt
   const { backend } = stream.device;
   stream.beginCapture();
   // A driver call vram does not check up front (here, straight to the backend) invalidates the capture.
-  assert.throws(() => backend.memAlloc(256), (e: unknown) => e instanceof Error && /STREAM_CAPTURE_UNSUPPORTED/.test(e.message));
+  assert.throws(
+    () => backend.memAlloc(256),
+    (e: unknown) => e instanceof Error && /STREAM_CAPTURE_UNSUPPORTED/.test(e.message),
+  );
   assert.equal(stream.captureStatus, 'invalidated');
-  assert.throws(() => buf.memset(1, { stream }), (e: unknown) => e instanceof StreamCaptureError && e.call === 'memset()');
+  assert.throws(
+    () => buf.memset(1, { stream }),
+    (e: unknown) => e instanceof StreamCaptureError && e.call === 'memset()',
+  );
   assert.throws(() => kernel.launch({ grid: 1, block: 32, stream }, buf, buf, 1, 0, 4), StreamCaptureError);
-  assert.throws(() => stream.endCapture(), (e: unknown) => e instanceof StreamCaptureError && /INVALIDATED/.test(String((e as Error).cause)));
+  assert.throws(
+    () => stream.endCapture(),
+    (e: unknown) => e instanceof StreamCaptureError && /INVALIDATED/.test(String((e as Error).cause)),
+  );
   assert.equal(stream.captureStatus, 'none');
 });

@@ -54,8 +54,10 @@ export function deviceMemoryUsed(device: Device = Device.get(0)): number {
 export function assertMemoryReturned(before: number, after: number, message: string): void {
   const drift = after - before;
   if (onGpu && drift !== 0) console.log(`# ${message}: the driver's used memory moved by ${drift} bytes`);
-  assert.ok(Math.abs(drift) <= FREE_MEMORY_SLACK,
-    `${message}: used device memory moved by ${drift} bytes (from ${before} to ${after}; allowed ${FREE_MEMORY_SLACK})`);
+  assert.ok(
+    Math.abs(drift) <= FREE_MEMORY_SLACK,
+    `${message}: used device memory moved by ${drift} bytes (from ${before} to ${after}; allowed ${FREE_MEMORY_SLACK})`,
+  );
 }
 
 /**
@@ -106,7 +108,9 @@ export function randomBytes(n: number, seed: number): Uint8Array {
   const out = new Uint8Array(n);
   let x = seed >>> 0 || 1;
   for (let i = 0; i < n; i++) {
-    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
     out[i] = x & 0xff;
   }
   return out;

@@ -35,12 +35,15 @@ test('a known sequence on a pool: alloc and free in order, with sizes, addresses
   const id = resourceRecord(pool).id;
   const events = history.events();
   const ours = events.filter((e) => e.kind === 'alloc' || e.kind === 'free');
-  assert.deepEqual(ours.map((e) => [e.kind, e.address, e.bytes, e.stream, e.resource, e.stack]), [
-    ['alloc', a, MiB, 0, id, null],
-    ['alloc', b, 3 * MiB, stream.handle, id, null],
-    ['free', a, MiB, 0, id, null],
-    ['free', b, 3 * MiB, stream.handle, id, null],
-  ]);
+  assert.deepEqual(
+    ours.map((e) => [e.kind, e.address, e.bytes, e.stream, e.resource, e.stack]),
+    [
+      ['alloc', a, MiB, 0, id, null],
+      ['alloc', b, 3 * MiB, stream.handle, id, null],
+      ['free', a, MiB, 0, id, null],
+      ['free', b, 3 * MiB, stream.handle, id, null],
+    ],
+  );
   // The first allocation's page is in the baseline (taken just after the stack's first call,
   // allocated bytes from before it); the second block needed more pages: a reserve event just
   // before its alloc. Baseline and reserves add up to what the pool holds; nothing was released.
@@ -68,8 +71,14 @@ test('a known sequence on a pool: alloc and free in order, with sizes, addresses
     pool.deallocate(c, 256);
     const reserved = pool.reservedBytes;
     pool.releaseCached();
-    assert.deepEqual(again.events().map((e) => [e.kind, e.bytes]),
-      [['alloc', 256], ['free', 256], ['release', reserved - pool.reservedBytes]]);
+    assert.deepEqual(
+      again.events().map((e) => [e.kind, e.bytes]),
+      [
+        ['alloc', 256],
+        ['free', 256],
+        ['release', reserved - pool.reservedBytes],
+      ],
+    );
     assert.ok(reserved - pool.reservedBytes > 0);
   } finally {
     again.stop();
@@ -87,14 +96,23 @@ test('only the outermost call is recorded: an adaptor over a pool gives one even
   limited.deallocate(first, 5000);
   const calls = history.events().filter((e) => e.kind === 'alloc' || e.kind === 'free');
   const top = resourceRecord(limited).id;
-  assert.deepEqual(calls.map((e) => [e.kind, e.address, e.bytes, e.resource]), [
-    ['alloc', first, 5000, top], ['alloc', p, 3 * MiB, top], ['free', p, 3 * MiB, top], ['free', first, 5000, top],
-  ]);
+  assert.deepEqual(
+    calls.map((e) => [e.kind, e.address, e.bytes, e.resource]),
+    [
+      ['alloc', first, 5000, top],
+      ['alloc', p, 3 * MiB, top],
+      ['free', p, 3 * MiB, top],
+      ['free', first, 5000, top],
+    ],
+  );
   // The reserve is the stack's (the pool below the adaptor maps the pages), under the adaptor's id.
   assert.ok(history.events().some((e) => e.kind === 'reserve' && e.resource === resourceRecord(limited).id));
   // The history knows the whole stack, with the pool as the adaptor's upstream.
   const seen = history.seenResources();
-  assert.deepEqual(seen.map((r) => r.className), ['LimitingAdaptor', 'PoolResource']);
+  assert.deepEqual(
+    seen.map((r) => r.className),
+    ['LimitingAdaptor', 'PoolResource'],
+  );
   assert.equal(seen[0]!.upstream, seen[1]!.id);
   assert.deepEqual(seen[0]!.baseline && { a: seen[0]!.baseline.allocatedBytes, r: seen[0]!.baseline.reservedBytes }, { a: 0, r: afterFirst });
 });
@@ -107,7 +125,7 @@ function fromSiteB(pool: PoolResource): Ptr {
   return pool.allocate(512);
 }
 
-test('stacks: one id per allocating site, its frames the program\'s (not vram\'s), live blocks kept with their site', () => {
+test("stacks: one id per allocating site, its frames the program's (not vram's), live blocks kept with their site", () => {
   using pool = new PoolResource();
   using history = recordMemoryHistory({ stacks: true });
   const a: Ptr[] = [];
@@ -117,25 +135,44 @@ test('stacks: one id per allocating site, its frames the program\'s (not vram\'s
   assert.equal(allocs.length, 4);
   const [siteA, , , siteB] = allocs.map((e) => e.stack);
   assert.ok(siteA !== null && siteB !== null && siteA !== siteB);
-  assert.deepEqual(allocs.map((e) => e.stack), [siteA, siteA, siteA, siteB], 'the same site, the same id');
+  assert.deepEqual(
+    allocs.map((e) => e.stack),
+    [siteA, siteA, siteA, siteB],
+    'the same site, the same id',
+  );
   const stacks = history.callStacks();
   assert.match(stacks[siteA!]!.frames[0]!, /fromSiteA/);
   assert.match(stacks[siteB!]!.frames[0]!, /fromSiteB/);
   for (const { frames } of stacks) {
-    assert.ok(frames.every((f) => !/\/src\/memory\//.test(f)), `vram's own frames are left out: ${frames.join(' | ')}`);
+    assert.ok(
+      frames.every((f) => !/\/src\/memory\//.test(f)),
+      `vram's own frames are left out: ${frames.join(' | ')}`,
+    );
   }
   // Live blocks and the largest sites, by bytes.
   assert.deepEqual([...history.liveBlocks().keys()].sort(), [...a, b].sort());
   const sites = history.largestLiveSites(5);
-  assert.deepEqual(sites.map((s) => [s.bytes, s.count]), [[768, 3], [512, 1]]);
+  assert.deepEqual(
+    sites.map((s) => [s.bytes, s.count]),
+    [
+      [768, 3],
+      [512, 1],
+    ],
+  );
   assert.match(sites[0]!.frames[0]!, /fromSiteA/);
   for (const p of a) pool.deallocate(p, 256);
   assert.deepEqual([...history.liveBlocks().keys()], [b]);
-  assert.deepEqual(history.largestLiveSites(5).map((s) => s.bytes), [512]);
+  assert.deepEqual(
+    history.largestLiveSites(5).map((s) => s.bytes),
+    [512],
+  );
   pool.deallocate(b, 512);
   const frees = history.events().filter((e) => e.kind === 'free');
   assert.equal(frees.length, 4);
-  assert.ok(frees.every((e) => e.stack === null), 'frees are not captured (where memory is held is the question)');
+  assert.ok(
+    frees.every((e) => e.stack === null),
+    'frees are not captured (where memory is held is the question)',
+  );
 });
 
 test('the ring keeps the latest maxEntries events in order and counts the dropped ones', () => {
@@ -147,7 +184,15 @@ test('the ring keeps the latest maxEntries events in order and counts the droppe
   assert.equal(history.recorded, 10);
   assert.equal(history.dropped, 6);
   const events = history.events();
-  assert.deepEqual(events.map((e) => [e.kind, e.bytes]), [['alloc', 1024], ['free', 1024], ['alloc', 1280], ['free', 1280]]);
+  assert.deepEqual(
+    events.map((e) => [e.kind, e.bytes]),
+    [
+      ['alloc', 1024],
+      ['free', 1024],
+      ['alloc', 1280],
+      ['free', 1280],
+    ],
+  );
 });
 
 test('an out-of-memory error reaching the program is one oom event, of the outermost resource; a recovered retry is none', () => {
@@ -157,7 +202,10 @@ test('an out-of-memory error reaching the program is one oom event, of the outer
   using history = recordMemoryHistory();
   assert.throws(() => retry.allocate(2 * MiB), OutOfMemoryError);
   const ooms = history.events().filter((e) => e.kind === 'oom');
-  assert.deepEqual(ooms.map((e) => [e.address, e.bytes, e.resource]), [[null, 2 * MiB, resourceRecord(retry).id]]);
+  assert.deepEqual(
+    ooms.map((e) => [e.address, e.bytes, e.resource]),
+    [[null, 2 * MiB, resourceRecord(retry).id]],
+  );
 
   // A pool whose upstream's limit is held by the pool's own cache: the retry releases the cached
   // chunk and succeeds, so the program sees no error and the history no oom.
@@ -197,7 +245,10 @@ test('options are checked, one recording per device, and nothing is recorded aft
 test('a clock whose thread does not run (a busy machine): a direct read stands in, so times still move', () => {
   const clock = new TickingClock();
   clock.stop(); // the thread ends at its next tick: from then on only check() moves the time
-  const busy = (ms: number): void => { const until = performance.now() + ms; while (performance.now() < until); };
+  const busy = (ms: number): void => {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  };
   busy(5);
   const times: number[] = [];
   for (let i = 0; i < 20; i++) {
@@ -209,7 +260,7 @@ test('a clock whose thread does not run (a busy machine): a direct read stands i
   assert.ok(Math.abs(times.at(-1)! - performance.now()) < 1000, 'on the performance.now() clock');
 });
 
-test('times move during a long synchronous loop (the worker\'s clock is not held up by the main thread)', () => {
+test("times move during a long synchronous loop (the worker's clock is not held up by the main thread)", () => {
   using pool = new PoolResource();
   using history = recordMemoryHistory();
   const start = performance.now();
@@ -230,19 +281,23 @@ function reserveChunk(upstream: PoolResource): PoolResource {
   return new PoolResource({ upstream, initialSize: 1 << 20 });
 }
 
-test('a pool\'s chunk and the block cut at its start are live in two resources: a free ends only its own, so the chunk stays charged to its site', () => {
+test("a pool's chunk and the block cut at its start are live in two resources: a free ends only its own, so the chunk stays charged to its site", () => {
   using outer = new PoolResource();
   using history = recordMemoryHistory({ stacks: true });
   // The inner pool reserves its chunk from the outer one when made: an allocation of the outer pool's, recorded.
   using inner = reserveChunk(outer);
   const ptr = fromSiteA(inner);
   const [chunk] = history.events().filter((e) => e.kind === 'alloc');
-  assert.equal(chunk!.address, ptr, 'the inner block starts where the outer pool\'s chunk does');
+  assert.equal(chunk!.address, ptr, "the inner block starts where the outer pool's chunk does");
   assert.equal(history.liveBlocks().get(ptr)?.bytes, 256, 'by address, the block allocated last');
   inner.deallocate(ptr, 256);
   const sites = history.largestLiveSites(5);
   assert.ok(chunk!.bytes >= 1 << 20);
-  assert.deepEqual(sites.map((s) => s.bytes), [chunk!.bytes], 'the outer pool\'s chunk is still live, charged to where it was reserved');
+  assert.deepEqual(
+    sites.map((s) => s.bytes),
+    [chunk!.bytes],
+    "the outer pool's chunk is still live, charged to where it was reserved",
+  );
   assert.match(sites[0]!.frames[0]!, /reserveChunk/);
   assert.equal(history.liveBlocks().get(ptr)?.bytes, chunk!.bytes);
 });

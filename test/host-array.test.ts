@@ -32,14 +32,16 @@ function randomData(name: DTypeName, count: number, seed: number): ReturnType<ty
   const bytes = new Uint8Array(count * dt.byteSize);
   let x = seed >>> 0 || 1;
   for (let i = 0; i < bytes.length; i++) {
-    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
     bytes[i] = dt.component === 'bool' ? x & 1 : x & 0xff;
   }
   if (bytes.length > 0) bytes[0] = 1;
   return hostView(dt, bytes);
 }
 
-test('a view of write-combined memory warns once (HostBuffer\'s VRAM_WRITE_COMBINED_READ)', async () => {
+test("a view of write-combined memory warns once (HostBuffer's VRAM_WRITE_COMBINED_READ)", async () => {
   let beforeRead: string[] = [];
   const warnings = await captureWarnings(async () => {
     using wc = HostArray.empty([256], 'float32', { writeCombined: true });
@@ -53,7 +55,10 @@ test('a view of write-combined memory warns once (HostBuffer\'s VRAM_WRITE_COMBI
     wc.slice([0, null, 2]).toArray();
   });
   assert.deepEqual(beforeRead, []);
-  assert.deepEqual(warnings.filter((c) => c === 'VRAM_WRITE_COMBINED_READ'), ['VRAM_WRITE_COMBINED_READ']);
+  assert.deepEqual(
+    warnings.filter((c) => c === 'VRAM_WRITE_COMBINED_READ'),
+    ['VRAM_WRITE_COMBINED_READ'],
+  );
 });
 
 test('empty, zeros, emptyLike, zerosLike and from: flags, shapes, dtypes; no device memory', () => {
@@ -64,7 +69,11 @@ test('empty, zeros, emptyLike, zerosLike and from: flags, shapes, dtypes; no dev
   assert.equal(a.writeCombined, false);
   assert.equal(a.ownsMemory, true);
   assert.ok(a.buffer instanceof HostBuffer);
-  assert.deepEqual(a.toArray(), [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]);
+  assert.deepEqual(a.toArray(), [
+    [0, 0, 0, 0],
+    [0, 0, 0, 0],
+    [0, 0, 0, 0],
+  ]);
   using d = DeviceArray.empty([5, 2], 'float3');
   const deviceBytes = deviceMemoryUsed(device) - before;
   using like = HostArray.emptyLike(d, { mapped: true });
@@ -75,8 +84,17 @@ test('empty, zeros, emptyLike, zerosLike and from: flags, shapes, dtypes; no dev
   assert.deepEqual([...z.data], new Array(12).fill(0));
   using f = HostArray.from(new Float64Array([1, 2, 3, 4, 5, 6]), { shape: [3, 2] });
   const typed: HostArray<'float64'> = f;
-  assert.deepEqual(typed.T.toArray(), [[1, 3, 5], [2, 4, 6]]);
-  using n = HostArray.from([[1, 2, 3], [4, 5, 6]], { dtype: 'float3' });
+  assert.deepEqual(typed.T.toArray(), [
+    [1, 3, 5],
+    [2, 4, 6],
+  ]);
+  using n = HostArray.from(
+    [
+      [1, 2, 3],
+      [4, 5, 6],
+    ],
+    { dtype: 'float3' },
+  );
   assert.deepEqual(n.shape, [2]);
   assert.deepEqual(n.data, new Float32Array([1, 2, 3, 4, 5, 6]));
   using e = HostArray.empty([0], 'uint8');
@@ -95,7 +113,7 @@ test('empty, zeros, emptyLike, zerosLike and from: flags, shapes, dtypes; no dev
   assertMemoryReturned(before + deviceBytes, deviceMemoryUsed(device), 'host arrays take no device memory');
 });
 
-test('order F: pagelocked_empty(shape, dtype, order=\'F\') is column-major; the _like forms keep the source\'s order', () => {
+test("order F: pagelocked_empty(shape, dtype, order='F') is column-major; the _like forms keep the source's order", () => {
   using f = HostArray.empty([2, 3], 'float32', { order: 'F' });
   assert.deepEqual([...f.strides], [1, 2], 'the first index runs fastest');
   assert.equal(f.isContiguous, false);
@@ -124,8 +142,16 @@ test('data is a zero-copy TypedArray of the dtype (components flat); strided arr
   using h = HostArray.empty([4, 5], 'float3');
   assert.ok(h.data instanceof Float32Array);
   assert.equal(h.data.length, 60);
-  h.data.forEach((_, i, v) => { v[i] = i; });
-  assert.deepEqual(h.toArray()[1], [[15, 16, 17], [18, 19, 20], [21, 22, 23], [24, 25, 26], [27, 28, 29]]);
+  h.data.forEach((_, i, v) => {
+    v[i] = i;
+  });
+  assert.deepEqual(h.toArray()[1], [
+    [15, 16, 17],
+    [18, 19, 20],
+    [21, 22, 23],
+    [24, 25, 26],
+    [27, 28, 29],
+  ]);
   const col = h.slice(null, [4, null, -2]);
   assert.throws(() => col.data, VramStateError);
   const v = col.view();
@@ -182,24 +208,39 @@ test('a large odd-sized pinned array (3 * 2^20 + 7 float32) goes both ways on a 
 test('strided HostArrays to and from strided DeviceArrays match the same copy done on the host', async () => {
   using s = Stream.create({ device });
   const shapes = fc.tuple(fc.integer({ min: 1, max: 7 }), fc.integer({ min: 1, max: 7 }), fc.integer({ min: 1, max: 4 }));
-  await fc.assert(fc.asyncProperty(shapes, fc.constantFrom<DTypeName>('int32', 'uchar3', 'float64'), fc.boolean(), fc.integer(),
-    async ([rows, cols, step], dtype, async, seed) => {
-      using h = HostArray.from(randomData(dtype, rows * cols * step, seed) as never, { dtype, shape: [rows, cols * step] });
-      using d = DeviceArray.from(randomData(dtype, cols * rows, seed + 1) as never, { dtype, shape: [cols, rows] });
-      // A stepped, reversed host view, and a transposed device view of the same shape.
-      const hv = h.slice(null, { start: -1, step: -step });
-      const dv = d.T;
-      const expected = hv.toHost();
-      if (async) await hv.copyToAsync(dv, { stream: s });
-      else hv.copyTo(dv);
-      assert.deepEqual(bytesOf(dv.toHost()), bytesOf(expected), 'host -> device');
-      using other = HostArray.zeros([cols * step, rows], dtype);
-      const ov = other.slice([0, null, step]).T;
-      if (async) await ov.copyFromAsync(dv, { stream: s });
-      else ov.copyFrom(dv);
-      assert.deepEqual(bytesOf(ov.toHost()), bytesOf(expected), 'device -> host');
-      if (step > 1) assert.ok(other.slice(1).toHost().every((x) => Number(x) === 0), 'rows between untouched');
-    }), { numRuns: 80 });
+  await fc.assert(
+    fc.asyncProperty(
+      shapes,
+      fc.constantFrom<DTypeName>('int32', 'uchar3', 'float64'),
+      fc.boolean(),
+      fc.integer(),
+      async ([rows, cols, step], dtype, async, seed) => {
+        using h = HostArray.from(randomData(dtype, rows * cols * step, seed) as never, { dtype, shape: [rows, cols * step] });
+        using d = DeviceArray.from(randomData(dtype, cols * rows, seed + 1) as never, { dtype, shape: [cols, rows] });
+        // A stepped, reversed host view, and a transposed device view of the same shape.
+        const hv = h.slice(null, { start: -1, step: -step });
+        const dv = d.T;
+        const expected = hv.toHost();
+        if (async) await hv.copyToAsync(dv, { stream: s });
+        else hv.copyTo(dv);
+        assert.deepEqual(bytesOf(dv.toHost()), bytesOf(expected), 'host -> device');
+        using other = HostArray.zeros([cols * step, rows], dtype);
+        const ov = other.slice([0, null, step]).T;
+        if (async) await ov.copyFromAsync(dv, { stream: s });
+        else ov.copyFrom(dv);
+        assert.deepEqual(bytesOf(ov.toHost()), bytesOf(expected), 'device -> host');
+        if (step > 1)
+          assert.ok(
+            other
+              .slice(1)
+              .toHost()
+              .every((x) => Number(x) === 0),
+            'rows between untouched',
+          );
+      },
+    ),
+    { numRuns: 80 },
+  );
 });
 
 test('mapped memory: deviceView() is a DeviceArray over the same bytes', () => {
@@ -209,7 +250,9 @@ test('mapped memory: deviceView() is a DeviceArray over the same bytes', () => {
   assert.equal(dv.ownsMemory, false);
   assert.equal(dv.ptr, h.buffer.devicePtr);
   assert.deepEqual(dv.shape, [64, 4]);
-  h.data.forEach((_, i, v) => { v[i] = i * 3; });
+  h.data.forEach((_, i, v) => {
+    v[i] = i * 3;
+  });
   // A device copy reads the host's writes in place ...
   using d = DeviceArray.emptyLike(dv);
   d.copyFrom(dv);

@@ -11,8 +11,17 @@ import fc from 'fast-check';
 import { dtypes, type DType, type DTypeName, type ScalarName } from '../src/array/dtype.js';
 import { fromBfloat16Bits, fromFloat16Bits } from '../src/array/half.js';
 import {
-  allocateHost, decodeElement, encodeScalar, hostElements, hostShape, hostView, makeFloat16Array, toNested,
-  type HostInput, type NestedArray, type NestedElement,
+  allocateHost,
+  decodeElement,
+  encodeScalar,
+  hostElements,
+  hostShape,
+  hostView,
+  makeFloat16Array,
+  toNested,
+  type HostInput,
+  type NestedArray,
+  type NestedElement,
 } from '../src/array/host-data.js';
 import { checkShape, contiguousStrides, elementCount, formatShape, type Shape } from '../src/array/shape.js';
 
@@ -35,7 +44,7 @@ test('checkShape returns a frozen copy and rejects bad dimensions', () => {
   assert.deepEqual(s, [3, 4]);
   assert.ok(Object.isFrozen(s));
   dims[0] = 99;
-  assert.equal(s[0], 3, 'a copy: changing the caller\'s array does not change it');
+  assert.equal(s[0], 3, "a copy: changing the caller's array does not change it");
   assert.deepEqual(checkShape([]), []);
   assert.deepEqual(checkShape([0, 5]), [0, 5]);
   for (const bad of [-1, 1.5, NaN, Infinity, -Infinity, 2 ** 53]) {
@@ -87,8 +96,7 @@ function isZero(v: number | bigint | boolean): boolean {
 /** Nests a flat list into arrays of dimensions `dims` (row-major). */
 function nest(flat: readonly NestedElement[], dims: readonly number[]): NestedElement[] {
   let index = 0;
-  const build = (depth: number): NestedElement[] =>
-    Array.from({ length: dims[depth]! }, () => (depth === dims.length - 1 ? flat[index++]! : build(depth + 1)));
+  const build = (depth: number): NestedElement[] => Array.from({ length: dims[depth]! }, () => (depth === dims.length - 1 ? flat[index++]! : build(depth + 1)));
   return build(0);
 }
 
@@ -96,7 +104,8 @@ function nest(flat: readonly NestedElement[], dims: readonly number[]): NestedEl
 function sample(dt: DType): fc.Arbitrary<{ shape: number[]; flat: (number | bigint | boolean)[] }> {
   return fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 3 }).chain((shape) => {
     const n = elementCount(shape) * dt.components;
-    return fc.array(componentValues[dt.component], { minLength: n, maxLength: n })
+    return fc
+      .array(componentValues[dt.component], { minLength: n, maxLength: n })
       .filter((flat) => flat.some((v) => !isZero(v)))
       .map((flat) => ({ shape, flat }));
   });
@@ -105,39 +114,45 @@ function sample(dt: DType): fc.Arbitrary<{ shape: number[]; flat: (number | bigi
 for (const name of names) {
   test(`${name}: random values round-trip nested -> bytes -> host -> nested, and every input form gives the same bytes`, () => {
     const dt = dtypes[name] as DType;
-    fc.assert(fc.property(sample(dt), ({ shape, flat }) => {
-      const nested = nest(flat, hostShape(dt, shape));
-      const fromNested = hostElements(dt, nested);
-      assert.deepEqual(fromNested.shape, shape);
-      assert.equal(fromNested.copied, true);
-      assert.equal(fromNested.bytes.byteLength, elementCount(shape) * dt.byteSize);
-      assert.ok(fromNested.bytes.some((b) => b !== 0), 'a nonzero value gives nonzero bytes');
+    fc.assert(
+      fc.property(sample(dt), ({ shape, flat }) => {
+        const nested = nest(flat, hostShape(dt, shape));
+        const fromNested = hostElements(dt, nested);
+        assert.deepEqual(fromNested.shape, shape);
+        assert.equal(fromNested.copied, true);
+        assert.equal(fromNested.bytes.byteLength, elementCount(shape) * dt.byteSize);
+        assert.ok(
+          fromNested.bytes.some((b) => b !== 0),
+          'a nonzero value gives nonzero bytes',
+        );
 
-      const host = hostView(dt, fromNested.bytes);
-      assert.deepEqual(toNested(dt, host, shape), nested, 'nested -> bytes -> nested');
+        const host = hostView(dt, fromNested.bytes);
+        assert.deepEqual(toNested(dt, host, shape), nested, 'nested -> bytes -> nested');
 
-      // The host TypedArray itself: viewed, not copied, same bytes.
-      const fromHost = hostElements(dt, host as HostInput<DTypeName>, shape);
-      assert.equal(fromHost.copied, false);
-      assert.equal(fromHost.bytes.buffer, host.buffer);
-      assert.deepEqual(fromHost.bytes, fromNested.bytes);
+        // The host TypedArray itself: viewed, not copied, same bytes.
+        const fromHost = hostElements(dt, host as HostInput<DTypeName>, shape);
+        assert.equal(fromHost.copied, false);
+        assert.equal(fromHost.bytes.buffer, host.buffer);
+        assert.deepEqual(fromHost.bytes, fromNested.bytes);
 
-      // Raw bytes at an odd offset, through a DataView and an ArrayBuffer.
-      const raw = new Uint8Array(fromNested.bytes.byteLength + 1);
-      raw.set(fromNested.bytes, 1);
-      const view = new DataView(raw.buffer, 1);
-      assert.deepEqual(hostElements(dt, view, shape).bytes, fromNested.bytes);
-      assert.deepEqual(hostElements(dt, fromNested.bytes.slice().buffer).bytes, fromNested.bytes);
-      // An unaligned view is copied into an aligned TypedArray with the same values.
-      assert.deepEqual(toNested(dt, hostView(dt, raw.subarray(1)), shape), nested);
+        // Raw bytes at an odd offset, through a DataView and an ArrayBuffer.
+        const raw = new Uint8Array(fromNested.bytes.byteLength + 1);
+        raw.set(fromNested.bytes, 1);
+        const view = new DataView(raw.buffer, 1);
+        assert.deepEqual(hostElements(dt, view, shape).bytes, fromNested.bytes);
+        assert.deepEqual(hostElements(dt, fromNested.bytes.slice().buffer).bytes, fromNested.bytes);
+        // An unaligned view is copied into an aligned TypedArray with the same values.
+        assert.deepEqual(toNested(dt, hostView(dt, raw.subarray(1)), shape), nested);
 
-      // Element by element.
-      const count = elementCount(shape);
-      const i = count - 1;
-      const last = dt.components === 1 ? flat[i]! : flat.slice(i * dt.components, (i + 1) * dt.components);
-      assert.deepEqual(decodeElement(dt, host, i), last);
-      assert.deepEqual(encodeScalar(dt, last as never), fromNested.bytes.subarray(i * dt.byteSize));
-    }), { numRuns: 60 });
+        // Element by element.
+        const count = elementCount(shape);
+        const i = count - 1;
+        const last = dt.components === 1 ? flat[i]! : flat.slice(i * dt.components, (i + 1) * dt.components);
+        assert.deepEqual(decodeElement(dt, host, i), last);
+        assert.deepEqual(encodeScalar(dt, last as never), fromNested.bytes.subarray(i * dt.byteSize));
+      }),
+      { numRuns: 60 },
+    );
   });
 }
 
@@ -162,18 +177,28 @@ test('a TypedArray of the right type is viewed without copying, at its offset', 
 test('a TypedArray of the wrong type is a TypeError naming both', () => {
   throwsWith(() => hostElements(dtypes.float32, new Int32Array(4) as never), TypeError, /^float32 needs a Float32Array, got Int32Array$/);
   throwsWith(() => hostElements(dtypes.float32, new Float64Array(4) as never), TypeError, /got Float64Array/);
-  throwsWith(() => hostElements(dtypes.float3, new Float64Array(3) as never), TypeError, /float3 needs a Float32Array of its float32 components, got Float64Array/);
-  throwsWith(() => hostElements(dtypes.float16, new Float32Array(4) as never), TypeError, /float16 needs a Uint16Array \(of raw bits\) or a Float16Array, got Float32Array/);
+  throwsWith(
+    () => hostElements(dtypes.float3, new Float64Array(3) as never),
+    TypeError,
+    /float3 needs a Float32Array of its float32 components, got Float64Array/,
+  );
+  throwsWith(
+    () => hostElements(dtypes.float16, new Float32Array(4) as never),
+    TypeError,
+    /float16 needs a Uint16Array \(of raw bits\) or a Float16Array, got Float32Array/,
+  );
   throwsWith(() => hostElements(dtypes.int64, new Int32Array(4) as never), TypeError, /int64 needs a BigInt64Array, got Int32Array/);
   throwsWith(() => hostElements(dtypes.uint8, new Uint8ClampedArray(4) as never), TypeError, /got Uint8ClampedArray/);
   throwsWith(() => hostElements(dtypes.int8, new Uint8Array(4) as never), TypeError, /int8 needs a Int8Array, got Uint8Array/);
 });
 
 test('a TypedArray whose length does not fit the shape or the components is a RangeError', () => {
-  throwsWith(() => hostElements(dtypes.float3, new Float32Array(17), [2, 3]), RangeError,
-    /^shape \(2, 3\) holds 6 float3 elements = 18 float32 values; the data has 17$/);
-  throwsWith(() => hostElements(dtypes.float32, new Float32Array(5), [2, 3]), RangeError,
-    /^shape \(2, 3\) holds 6 float32 elements; the data has 5$/);
+  throwsWith(
+    () => hostElements(dtypes.float3, new Float32Array(17), [2, 3]),
+    RangeError,
+    /^shape \(2, 3\) holds 6 float3 elements = 18 float32 values; the data has 17$/,
+  );
+  throwsWith(() => hostElements(dtypes.float32, new Float32Array(5), [2, 3]), RangeError, /^shape \(2, 3\) holds 6 float32 elements; the data has 5$/);
   throwsWith(() => hostElements(dtypes.float3, new Float32Array(10)), RangeError, /not a whole number of float3 elements/);
   throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), [2, -3]), RangeError, /shape\[1\]/);
   throwsWith(() => hostElements(dtypes.float32, new Float32Array(6), [2, 3.5]), RangeError, /shape\[1\]/);
@@ -203,7 +228,7 @@ test('float16 and bfloat16 take their bits in a Uint16Array, and a Float16Array 
     return;
   }
   const viewed = hostElements(dtypes.float16, f16);
-  assert.equal(viewed.copied, false, 'a Float16Array\'s bytes are float16 bits already');
+  assert.equal(viewed.copied, false, "a Float16Array's bytes are float16 bits already");
   assert.deepEqual([...new Uint16Array(viewed.bytes.slice().buffer)], [0x3c00, 0xc000, 0x3800]);
   const converted = hostElements(dtypes.bfloat16, f16);
   assert.equal(converted.copied, true);
@@ -227,26 +252,65 @@ test('raw bytes are viewed, and must be a whole number of elements', () => {
   assert.deepEqual(hostElements(dtypes.int32, new SharedArrayBuffer(8)).shape, [2]);
   throwsWith(() => hostElements(dtypes.float3, new ArrayBuffer(13)), RangeError, /^13 bytes are not a whole number of float3 elements \(12 bytes each\)$/);
   throwsWith(() => hostElements(dtypes.float64, new DataView(buffer, 0, 12)), RangeError, /12 bytes/);
-  throwsWith(() => hostElements(dtypes.float3, buffer, [2, 3]), RangeError,
-    /^shape \(2, 3\) holds 6 float3 elements = 18 float32 values; the data has 48 bytes = 12 float32 values$/);
+  throwsWith(
+    () => hostElements(dtypes.float3, buffer, [2, 3]),
+    RangeError,
+    /^shape \(2, 3\) holds 6 float3 elements = 18 float32 values; the data has 48 bytes = 12 float32 values$/,
+  );
 });
 
 // ---- nested arrays -------------------------------------------------------------------------
 
 test('nested arrays: shapes, vector components, empty levels', () => {
-  assert.deepEqual(hostElements(dtypes.int32, [[1, 2, 3], [4, 5, 6]]).shape, [2, 3]);
-  assert.deepEqual(hostElements(dtypes.int32, [[1, 2, 3], [4, 5, 6]], [3, 2]).shape, [3, 2], 'a given shape reshapes');
-  assert.deepEqual(hostElements(dtypes.float3, [[1, 2, 3], [4, 5, 6]]).shape, [2]);
+  assert.deepEqual(
+    hostElements(dtypes.int32, [
+      [1, 2, 3],
+      [4, 5, 6],
+    ]).shape,
+    [2, 3],
+  );
+  assert.deepEqual(
+    hostElements(
+      dtypes.int32,
+      [
+        [1, 2, 3],
+        [4, 5, 6],
+      ],
+      [3, 2],
+    ).shape,
+    [3, 2],
+    'a given shape reshapes',
+  );
+  assert.deepEqual(
+    hostElements(dtypes.float3, [
+      [1, 2, 3],
+      [4, 5, 6],
+    ]).shape,
+    [2],
+  );
   assert.deepEqual(hostElements(dtypes.float3, [1, 2, 3]).shape, [], 'one float3: shape ()');
   assert.deepEqual(hostElements(dtypes.float32, []).shape, [0]);
   assert.deepEqual(hostElements(dtypes.float3, []).shape, [0]);
   assert.deepEqual(hostElements(dtypes.float32, [[], []]).shape, [2, 0]);
-  const bytes = hostElements(dtypes.float3, [[1, 2, 3], [4, 5, 6]]).bytes;
+  const bytes = hostElements(dtypes.float3, [
+    [1, 2, 3],
+    [4, 5, 6],
+  ]).bytes;
   assert.deepEqual([...new Float32Array(bytes.slice().buffer)], [1, 2, 3, 4, 5, 6]);
-  assert.deepEqual([...new BigInt64Array(hostElements(dtypes.int64, [2n ** 62n, -5, 2 ** 53 - 1]).bytes.slice().buffer)],
-    [2n ** 62n, -5n, 2n ** 53n - 1n], 'bigints and safe integers');
-  throwsWith(() => hostElements(dtypes.float3, [[1, 2], [3, 4]]), RangeError,
-    /^float3 elements are arrays of 3 float32 components: data\[0\] has 2$/);
+  assert.deepEqual(
+    [...new BigInt64Array(hostElements(dtypes.int64, [2n ** 62n, -5, 2 ** 53 - 1]).bytes.slice().buffer)],
+    [2n ** 62n, -5n, 2n ** 53n - 1n],
+    'bigints and safe integers',
+  );
+  throwsWith(
+    () =>
+      hostElements(dtypes.float3, [
+        [1, 2],
+        [3, 4],
+      ]),
+    RangeError,
+    /^float3 elements are arrays of 3 float32 components: data\[0\] has 2$/,
+  );
   throwsWith(() => hostElements(dtypes.float3, [[]]), RangeError, /has 0/);
   throwsWith(() => hostElements(dtypes.float3, [1, 2, 3, 4, 5, 6]), RangeError, /arrays of 3/);
   throwsWith(() => hostElements(dtypes.int32, [[1, 2]], [3]), RangeError, /shape \(3,\) holds 3 int32 elements; the data has 2/);
@@ -256,8 +320,24 @@ test('ragged nesting is a TypeError that says where', () => {
   throwsWith(() => hostElements(dtypes.float32, [[1, 2], [3]]), TypeError, /^ragged nesting: data\[1\] has 1 entries where data\[0\] has 2$/);
   throwsWith(() => hostElements(dtypes.float32, [[1, 2], 3]), TypeError, /^ragged nesting: data\[1\] is 3 where data\[0\] is an array$/);
   throwsWith(() => hostElements(dtypes.float32, [1, [2]]), TypeError, /^ragged nesting: data\[1\] is an array where data\[0\] is a value$/);
-  throwsWith(() => hostElements(dtypes.float32, [[[1], [2]], [[3], [4, 5]]]), TypeError, /data\[1\]\[1\] has 2 entries where data\[0\]\[0\] has 1/);
-  throwsWith(() => hostElements(dtypes.float3, [[1, 2, 3], [4, 5]]), TypeError, /ragged/);
+  throwsWith(
+    () =>
+      hostElements(dtypes.float32, [
+        [[1], [2]],
+        [[3], [4, 5]],
+      ]),
+    TypeError,
+    /data\[1\]\[1\] has 2 entries where data\[0\]\[0\] has 1/,
+  );
+  throwsWith(
+    () =>
+      hostElements(dtypes.float3, [
+        [1, 2, 3],
+        [4, 5],
+      ]),
+    TypeError,
+    /ragged/,
+  );
 });
 
 test('nested values of the wrong type are TypeErrors, bad values RangeErrors, nothing truncated', () => {
@@ -294,8 +374,11 @@ test('nested values of the wrong type are TypeErrors, bad values RangeErrors, no
 
 test('input of no accepted kind is a TypeError', () => {
   for (const bad of [3, 'abc', null, undefined, {}, new Map(), { length: 2, 0: 1, 1: 2 }]) {
-    throwsWith(() => hostElements(dtypes.float32, bad as never), TypeError,
-      /^float32 data must be a Float32Array, an ArrayBuffer, a DataView or nested arrays, got /);
+    throwsWith(
+      () => hostElements(dtypes.float32, bad as never),
+      TypeError,
+      /^float32 data must be a Float32Array, an ArrayBuffer, a DataView or nested arrays, got /,
+    );
   }
   throwsWith(() => hostElements('vec3' as DTypeName, [1]), TypeError, /unknown dtype 'vec3'/);
 });
@@ -339,8 +422,14 @@ test('allocateHost, hostShape, hostView', () => {
 });
 
 test('toNested and decodeElement check their data and shape', () => {
-  assert.deepEqual(toNested(dtypes.int32, new Int32Array([1, 2, 3, 4, 5, 6]), [2, 3]), [[1, 2, 3], [4, 5, 6]]);
-  assert.deepEqual(toNested(dtypes.float2, new Float32Array([1, 2, 3, 4]), [2]), [[1, 2], [3, 4]]);
+  assert.deepEqual(toNested(dtypes.int32, new Int32Array([1, 2, 3, 4, 5, 6]), [2, 3]), [
+    [1, 2, 3],
+    [4, 5, 6],
+  ]);
+  assert.deepEqual(toNested(dtypes.float2, new Float32Array([1, 2, 3, 4]), [2]), [
+    [1, 2],
+    [3, 4],
+  ]);
   assert.deepEqual(toNested(dtypes.float3, new Float32Array([1, 2, 3]), []), [1, 2, 3], 'one float3 is its components');
   assert.deepEqual(toNested(dtypes.bool, new Uint8Array([1, 0]), [2]), [true, false]);
   assert.deepEqual(toNested(dtypes.int64, new BigInt64Array([-1n]), [1]), [-1n]);

@@ -26,10 +26,12 @@ const supported = ((): boolean => {
     return false;
   }
 })();
-const needsNumaPools = { skip: supported ? false : 'the device or driver has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)' } as const;
+const needsNumaPools = {
+  skip: supported ? false : 'the device or driver has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)',
+} as const;
 
 describe('a pool in host NUMA memory', () => {
-  test('takes its node from the device, hands out pinned host memory and is no device\'s', needsNumaPools, () => {
+  test("takes its node from the device, hands out pinned host memory and is no device's", needsNumaPools, () => {
     using mr = new AsyncResource({ pool: { location: { type: 'host-numa' } } });
     assert.equal(mr.hostNumaId, device.attribute('hostNumaId'));
     assert.equal(mr.kind, 'pinned-host');
@@ -50,7 +52,7 @@ describe('a pool in host NUMA memory', () => {
     stream.synchronize(); // stream-ordered memory: the host touches it once the stream is past the allocation
     const values = h.view(Float32Array);
     for (let i = 0; i < values.length; i++) values[i] = i * 0.5;
-    assert.equal(h.view(Float32Array)[7], 3.5, 'a second view sees the first one\'s writes: the same memory');
+    assert.equal(h.view(Float32Array)[7], 3.5, "a second view sees the first one's writes: the same memory");
     using d = DeviceBuffer.allocate(1 << 16);
     d.copyFromHost(h, { stream });
     d.copyToHost(back, { stream });
@@ -66,7 +68,10 @@ describe('a pool in host NUMA memory', () => {
     a.data.set(Array.from({ length: 32 }, (_, i) => i));
     using d = DeviceArray.empty([4, 8], 'float32');
     d.copyFrom(a);
-    assert.deepEqual(Array.from(d.toHost()), Array.from({ length: 32 }, (_, i) => i));
+    assert.deepEqual(
+      Array.from(d.toHost()),
+      Array.from({ length: 32 }, (_, i) => i),
+    );
   });
 
   test('figures, release threshold and trim work as for a device pool', needsNumaPools, () => {
@@ -90,7 +95,10 @@ describe('a pool in host NUMA memory', () => {
   test('past its maximum size the reason is maximum', needsNumaPools, () => {
     using mr = new AsyncResource({ pool: { location: { type: 'host-numa' }, maxSize: 4 << 20 } });
     const h = HostBuffer.allocate(2 << 20, { resource: mr });
-    assert.throws(() => HostBuffer.allocate(8 << 20, { resource: mr }), (e: unknown) => e instanceof Error && 'reason' in e && e.reason === 'maximum');
+    assert.throws(
+      () => HostBuffer.allocate(8 << 20, { resource: mr }),
+      (e: unknown) => e instanceof Error && 'reason' in e && e.reason === 'maximum',
+    );
     h.free();
   });
 
@@ -101,10 +109,13 @@ describe('a pool in host NUMA memory', () => {
 });
 
 describe('locations refused before the driver', () => {
-  test('plain host and the calling thread\'s node, as the chapter says; bad ids and keys', () => {
+  test("plain host and the calling thread's node, as the chapter says; bad ids and keys", () => {
     for (const type of ['host', 'host-numa-current']) {
-      assert.throws(() => new AsyncResource({ pool: { location: { type } as never } }),
-        (e: unknown) => e instanceof RangeError && e.message.includes(`'${type}' is refused for pools`) && e.message.includes('HOST_NUMA'), type);
+      assert.throws(
+        () => new AsyncResource({ pool: { location: { type } as never } }),
+        (e: unknown) => e instanceof RangeError && e.message.includes(`'${type}' is refused for pools`) && e.message.includes('HOST_NUMA'),
+        type,
+      );
     }
     assert.throws(() => new AsyncResource({ pool: { location: { type: 'numa' } as never } }), RangeError);
     assert.throws(() => new AsyncResource({ pool: { location: { type: 'host-numa', id: -1 } } }), RangeError);
@@ -117,13 +128,21 @@ describe('locations refused before the driver', () => {
     assert.equal(plain.hostNumaId, undefined);
   });
 
-  test('a node the host does not have is the driver\'s error', { skip: onGpu ? 'the emulated host has node 0 only' : false }, () => {
-    assert.throws(() => new AsyncResource({ pool: { location: { type: 'host-numa', id: 1 } } }),
-      (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE');
+  test("a node the host does not have is the driver's error", { skip: onGpu ? 'the emulated host has node 0 only' : false }, () => {
+    assert.throws(
+      () => new AsyncResource({ pool: { location: { type: 'host-numa', id: 1 } } }),
+      (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE',
+    );
   });
 
-  test('a device without host NUMA pools: a NotSupportedError naming the attribute', { skip: supported ? 'this device has host NUMA pools (host-numa-unsupported.test.ts models one without)' : false }, () => {
-    assert.throws(() => new AsyncResource({ pool: { location: { type: 'host-numa' } } }),
-      (e: unknown) => e instanceof NotSupportedError && /CU_DEVICE_ATTRIBUTE_HOST_NUMA_(MEMORY_POOLS_SUPPORTED|ID)/.test(e.message));
-  });
+  test(
+    'a device without host NUMA pools: a NotSupportedError naming the attribute',
+    { skip: supported ? 'this device has host NUMA pools (host-numa-unsupported.test.ts models one without)' : false },
+    () => {
+      assert.throws(
+        () => new AsyncResource({ pool: { location: { type: 'host-numa' } } }),
+        (e: unknown) => e instanceof NotSupportedError && /CU_DEVICE_ATTRIBUTE_HOST_NUMA_(MEMORY_POOLS_SUPPORTED|ID)/.test(e.message),
+      );
+    },
+  );
 });

@@ -22,14 +22,27 @@ const lacks = ((): boolean => {
   }
 })();
 
-test('no host NUMA pools: a NotSupportedError that names CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED', { skip: lacks ? false : 'this GPU has pools in host NUMA memory' }, () => {
-  assert.throws(() => new AsyncResource({ pool: { location: { type: 'host-numa', id: 0 } } }),
-    (e: unknown) => e instanceof NotSupportedError && /device 0 .*CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED/.test(e.message));
-  // A device pool is still made.
-  using mr = new AsyncResource({ pool: {} });
-  assert.equal(mr.kind, 'device');
-});
+test(
+  'no host NUMA pools: a NotSupportedError that names CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED',
+  { skip: lacks ? false : 'this GPU has pools in host NUMA memory' },
+  () => {
+    assert.throws(
+      () => new AsyncResource({ pool: { location: { type: 'host-numa', id: 0 } } }),
+      (e: unknown) => e instanceof NotSupportedError && /device 0 .*CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED/.test(e.message),
+    );
+    // A device pool is still made.
+    using mr = new AsyncResource({ pool: {} });
+    assert.equal(mr.kind, 'device');
+  },
+);
 
-test('the emulated backend refuses the pool itself too, as a driver without them does', { skip: onGpu ? 'emulation only: a driver call that vram never makes on such a device' : false }, () => {
-  assert.throws(() => device.backend.memPoolCreate({ device: 0, hostNumaId: 0 }), (e: unknown) => e instanceof Error && /NOT_SUPPORTED/.test(String((e as { errorName?: string }).errorName)));
-});
+test(
+  'the emulated backend refuses the pool itself too, as a driver without them does',
+  { skip: onGpu ? 'emulation only: a driver call that vram never makes on such a device' : false },
+  () => {
+    assert.throws(
+      () => device.backend.memPoolCreate({ device: 0, hostNumaId: 0 }),
+      (e: unknown) => e instanceof Error && /NOT_SUPPORTED/.test(String((e as { errorName?: string }).errorName)),
+    );
+  },
+);

@@ -36,7 +36,9 @@ const pythonScript = fileURLToPath(new URL('../../scripts/vram_ipc.py', import.m
 /** False when python3 with PyTorch or CuPy runs CUDA here (GPU only); else why not. */
 const pythonCudaSkip = ((): string | false => {
   if (!onGpu) return gpuOnly.skip;
-  const r = spawnSync('python3', ['-c', 'import importlib.util as u, sys; sys.exit(0 if u.find_spec("torch") or u.find_spec("cupy") else 1)'], { encoding: 'utf8' });
+  const r = spawnSync('python3', ['-c', 'import importlib.util as u, sys; sys.exit(0 if u.find_spec("torch") or u.find_spec("cupy") else 1)'], {
+    encoding: 'utf8',
+  });
   return r.status === 0 ? false : 'needs python3 with PyTorch or CuPy';
 })();
 
@@ -97,7 +99,7 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
     test(`the peer exports from its default resource; this process imports, reads and writes; the peer sees it`, async () => {
       const p = peer(allocator);
       const { handle } = await p.do({ op: 'export-default', bytes: 3 * MiB + 100, fill: 0x5a });
-      assert.equal(IpcHandle.from(handle ?? '').kind, kind, 'the peer\'s default resource is the allocator asked for');
+      assert.equal(IpcHandle.from(handle ?? '').kind, kind, "the peer's default resource is the allocator asked for");
       const before = emulatedIpcResources();
       {
         using shared = importIpc(handle ?? '');
@@ -125,7 +127,10 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
       device.synchronize();
       assert.equal(emulatedIpcResources(), before);
       // A handle whose exporter is gone cannot be opened again: its descriptors went with it.
-      assert.throws(() => importIpc(handle ?? ''), (e: unknown) => e instanceof SystemCallError && e.call === 'pidfd_open');
+      assert.throws(
+        () => importIpc(handle ?? ''),
+        (e: unknown) => e instanceof SystemCallError && e.call === 'pidfd_open',
+      );
     });
 
     test('an importer killed: the exporter still uses and frees its memory, and the descriptors it kept are closed', async () => {
@@ -179,44 +184,59 @@ for (const [allocator, kind] of Object.entries(KINDS) as [keyof typeof KINDS, 'p
       }
     });
 
-    test('the exporter frees its block (and destroys its pool): the import stays valid', { skip: kind === 'pool' ? 'CUDA requires a pool allocation\'s imports freed before the exporter frees it' : false }, async () => {
-      const stack = createResourceStack(allocator, { device });
-      const buf = DeviceBuffer.allocate(3 * MiB, { resource: stack.resource });
-      buf.copyFromHost(pattern(3 * MiB));
-      const p = peer();
-      await p.do({ op: 'import', handle: exportIpc(buf).toString() });
-      buf.free();
-      stack.destroy();
-      assert.equal((await p.do({ op: 'read', offset: 3 * MiB - 5, bytes: 5 })).hex, hex(pattern(5, 3 * MiB - 5)));
-      await p.do({ op: 'close' });
-      await p.exit();
-    });
+    test(
+      'the exporter frees its block (and destroys its pool): the import stays valid',
+      { skip: kind === 'pool' ? "CUDA requires a pool allocation's imports freed before the exporter frees it" : false },
+      async () => {
+        const stack = createResourceStack(allocator, { device });
+        const buf = DeviceBuffer.allocate(3 * MiB, { resource: stack.resource });
+        buf.copyFromHost(pattern(3 * MiB));
+        const p = peer();
+        await p.do({ op: 'import', handle: exportIpc(buf).toString() });
+        buf.free();
+        stack.destroy();
+        assert.equal((await p.do({ op: 'read', offset: 3 * MiB - 5, bytes: 5 })).hex, hex(pattern(5, 3 * MiB - 5)));
+        await p.do({ op: 'close' });
+        await p.exit();
+      },
+    );
   });
 }
 
 describe('pool and physical handles', () => {
   test('survive their string, binary and JSON forms (property)', () => {
-    fc.assert(fc.property(
-      fc.constantFrom<'pool' | 'physical'>('pool', 'physical'),
-      fc.integer({ min: 1, max: 2 ** 31 }),
-      fc.array(fc.tuple(fc.integer({ min: 0, max: 2 ** 31 }), fc.integer({ min: 1, max: 2 ** 40 }), fc.integer({ min: 0, max: 2 ** 32 - 1 })), { minLength: 1, maxLength: 9 }),
-      fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }),
-      fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
-      fc.uint8Array({ minLength: 64, maxLength: 64 }),
-      (kind, pid, extents, byteLength, offset, data) => {
-        const list = kind === 'pool' ? extents.slice(0, 1) : extents;
-        const h = new IpcHandle(kind === 'pool' ? data : new Uint8Array(64), byteLength, offset,
-          { kind, pid, fds: list.map(([fd]) => fd), extentBytes: kind === 'pool' ? [] : list.map(([, bytes]) => bytes), inodes: list.map(([, , inode]) => inode) });
-        for (const again of [IpcHandle.from(h.toString()), IpcHandle.from(h.toBytes()), IpcHandle.from(JSON.parse(JSON.stringify(h)) as string)]) {
-          assert.equal(again.kind, kind);
-          assert.deepEqual(again.descriptors, h.descriptors);
-          assert.equal(again.byteLength, byteLength);
-          assert.equal(again.offset, offset);
-          if (kind === 'pool') assert.deepEqual(again.driverHandle, data);
-        }
-        assert.notEqual(h.toBytes().length, 64);
-        assert.notEqual(h.toBytes().length, 80);
-      }));
+    fc.assert(
+      fc.property(
+        fc.constantFrom<'pool' | 'physical'>('pool', 'physical'),
+        fc.integer({ min: 1, max: 2 ** 31 }),
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 2 ** 31 }), fc.integer({ min: 1, max: 2 ** 40 }), fc.integer({ min: 0, max: 2 ** 32 - 1 })), {
+          minLength: 1,
+          maxLength: 9,
+        }),
+        fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }),
+        fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
+        fc.uint8Array({ minLength: 64, maxLength: 64 }),
+        (kind, pid, extents, byteLength, offset, data) => {
+          const list = kind === 'pool' ? extents.slice(0, 1) : extents;
+          const h = new IpcHandle(kind === 'pool' ? data : new Uint8Array(64), byteLength, offset, {
+            kind,
+            pid,
+            fds: list.map(([fd]) => fd),
+            extentBytes: kind === 'pool' ? [] : list.map(([, bytes]) => bytes),
+            inodes: list.map(([, , inode]) => inode),
+          });
+          for (const again of [IpcHandle.from(h.toString()), IpcHandle.from(h.toBytes()), IpcHandle.from(JSON.parse(JSON.stringify(h)) as string)]) {
+            assert.equal(again.kind, kind);
+            assert.deepEqual(again.descriptors, h.descriptors);
+            assert.equal(again.byteLength, byteLength);
+            assert.equal(again.offset, offset);
+            if (kind === 'pool') assert.deepEqual(again.driverHandle, data);
+          }
+          assert.notEqual(h.toBytes().length, 64);
+          assert.notEqual(h.toBytes().length, 80);
+        },
+      ),
+    );
   });
 
   test('refuses malformed forms before any system call', () => {
@@ -227,13 +247,19 @@ describe('pool and physical handles', () => {
     assert.throws(() => IpcHandle.from(badKind), TypeError);
     assert.throws(() => new IpcHandle(new Uint8Array(64), 10, 0, { kind: 'pool', pid: 1, fds: [3, 4], extentBytes: [] }), TypeError);
     assert.throws(() => new IpcHandle(new Uint8Array(64), 10, 0, { kind: 'physical', pid: 1, fds: [3], extentBytes: [] }), TypeError);
-    assert.throws(() => IpcHandle.from(new Uint8Array(66)), (e: unknown) => e instanceof TypeError && /PyTorch/.test(e.message));
+    assert.throws(
+      () => IpcHandle.from(new Uint8Array(66)),
+      (e: unknown) => e instanceof TypeError && /PyTorch/.test(e.message),
+    );
   });
 
   test('an AsyncResource over a pool made without POSIX descriptors is refused, saying how to make one', () => {
     using plain = new AsyncResource({ pool: {} });
     using buf = DeviceBuffer.allocate(256, { resource: plain });
-    assert.throws(() => exportIpc(buf), (e: unknown) => e instanceof NotSupportedError && /posix-fd/.test(e.message));
+    assert.throws(
+      () => exportIpc(buf),
+      (e: unknown) => e instanceof NotSupportedError && /posix-fd/.test(e.message),
+    );
   });
 });
 
@@ -261,8 +287,11 @@ describe('a handle whose offset or size was forged', () => {
       // The pool kind's export is the allocation alone: just past the buffer is another allocation's memory.
       if (kind === 'pool') forged.push(new IpcHandle(exported.driverHandle, bytes, bytes, exported.descriptors));
       for (const handle of forged) {
-        assert.throws(() => importIpc(handle), (e: unknown) => e instanceof RangeError && /the IPC handle grants/.test(e.message),
-          `offset ${handle.offset}, ${String(handle.byteLength)} bytes`);
+        assert.throws(
+          () => importIpc(handle),
+          (e: unknown) => e instanceof RangeError && /the IPC handle grants/.test(e.message),
+          `offset ${handle.offset}, ${String(handle.byteLength)} bytes`,
+        );
       }
       device.synchronize(); // a refused pool import is freed in stream order
       assert.equal(emulatedIpcResources(), before, 'a refused import leaves nothing mapped or open');
@@ -279,9 +308,18 @@ describe('a handle whose offset or size was forged', () => {
 });
 
 describe('PyTorch share tuples', () => {
-  test('a \'c\' tuple reads as the legacy handle at its offset and size, from bytes or hex', () => {
+  test("a 'c' tuple reads as the legacy handle at its offset and size, from bytes or hex", () => {
     for (const form of [(b: Uint8Array): Uint8Array | string => b, (b: Uint8Array): Uint8Array | string => hex(b)]) {
-      const tuple: TorchShareTuple = [0, form(torchHandle(DRIVER)), 4096, 1536, form(new TextEncoder().encode('/torch_77_1_0')), 3, form(new Uint8Array(64)), false];
+      const tuple: TorchShareTuple = [
+        0,
+        form(torchHandle(DRIVER)),
+        4096,
+        1536,
+        form(new TextEncoder().encode('/torch_77_1_0')),
+        3,
+        form(new Uint8Array(64)),
+        false,
+      ];
       const share = parseTorchShare(tuple);
       assert.equal(share.device, 0);
       assert.deepEqual(share.handle.driverHandle, DRIVER);
@@ -293,12 +331,18 @@ describe('PyTorch share tuples', () => {
     const evented = parseTorchShare([1, torchHandle(DRIVER), 8, 0, null, 0, new Uint8Array(64).fill(5), true]);
     assert.deepEqual(evented.event, new Uint8Array(64).fill(5));
     assert.equal(evented.refCounter, undefined);
-    assert.deepEqual(parseTorchShare([0, DRIVER, 8, 0, null, 0, null, null]).handle.driverHandle, DRIVER, 'a bare 64-byte handle (PyTorch before versioned handles)');
+    assert.deepEqual(
+      parseTorchShare([0, DRIVER, 8, 0, null, 0, null, null]).handle.driverHandle,
+      DRIVER,
+      'a bare 64-byte handle (PyTorch before versioned handles)',
+    );
   });
 
-  test('an \'e\' handle is a NotSupportedError saying how to share it; other forms are TypeErrors', () => {
-    assert.throws(() => parseTorchShare([0, torchHandle(new Uint8Array(40), 'e'), 8, 0, null, 0, null, false]),
-      (e: unknown) => e instanceof NotSupportedError && /expandable_segments:False/.test(e.message));
+  test("an 'e' handle is a NotSupportedError saying how to share it; other forms are TypeErrors", () => {
+    assert.throws(
+      () => parseTorchShare([0, torchHandle(new Uint8Array(40), 'e'), 8, 0, null, 0, null, false]),
+      (e: unknown) => e instanceof NotSupportedError && /expandable_segments:False/.test(e.message),
+    );
     assert.throws(() => importIpc([0, torchHandle(new Uint8Array(40), 'e'), 8, 0, null, 0, null, false]), NotSupportedError);
     assert.throws(() => parseTorchShare([0, Uint8Array.from([3, 0x63, ...DRIVER]), 8, 0, null, 0, null, false]), TypeError);
     assert.throws(() => parseTorchShare([0, torchHandle(DRIVER, 'x'), 8, 0, null, 0, null, false]), TypeError);
@@ -308,7 +352,7 @@ describe('PyTorch share tuples', () => {
     assert.throws(() => importIpc([0, torchHandle(DRIVER), 8, 0, null, 0, null, false], { offset: 4 }), TypeError);
   });
 
-  test('torchShareTuple writes the versioned \'c\' handle that parseTorchShare reads back', () => {
+  test("torchShareTuple writes the versioned 'c' handle that parseTorchShare reads back", () => {
     const tuple = torchShareTuple(new IpcHandle(DRIVER, 4096, 0), 1);
     assert.equal(tuple[0], 1);
     assert.equal(tuple[1], hex(torchHandle(DRIVER)));
@@ -319,7 +363,7 @@ describe('PyTorch share tuples', () => {
     assert.throws(() => torchShareTuple(new IpcHandle(DRIVER, 8, 0, { kind: 'pool', pid: 1, fds: [3], extentBytes: [] }), 0), NotSupportedError);
   });
 
-  test('a tuple made from a peer\'s handle opens at its offset; freeing gives the reference back to the producer\'s counter', async () => {
+  test("a tuple made from a peer's handle opens at its offset; freeing gives the reference back to the producer's counter", async () => {
     const p = peer();
     const exported = IpcHandle.from((await p.do({ op: 'export', bytes: 8192, fill: 0 })).handle ?? '');
     await p.do({ op: 'write', offset: 4096, hex: '0102030405' });

@@ -36,11 +36,13 @@ export class Peer {
     this.child.stderr.on('data', (d: Buffer) => process.stderr.write(`# peer: ${d.toString()}`));
     this.lines = createInterface({ input: this.child.stdout });
     this.lines.on('line', (line) => this.waiting.shift()?.(JSON.parse(line) as Answer));
-    this.exited = new Promise((resolve) => this.child.on('exit', (code) => {
-      // A peer that dies answers every waiting command with a failure instead of leaving it pending.
-      for (const waiter of this.waiting.splice(0)) waiter({ ok: false, name: 'Error', message: `the peer exited (${String(code)})` });
-      resolve(code);
-    }));
+    this.exited = new Promise((resolve) =>
+      this.child.on('exit', (code) => {
+        // A peer that dies answers every waiting command with a failure instead of leaving it pending.
+        for (const waiter of this.waiting.splice(0)) waiter({ ok: false, name: 'Error', message: `the peer exited (${String(code)})` });
+        resolve(code);
+      }),
+    );
   }
 
   /** Sends a command; resolves with the answer (rejects when the peer failed it). */
@@ -77,7 +79,9 @@ export class Peer {
  */
 export function emulatedIpcResources(): number {
   if (onGpu) return 0;
-  const maps = readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes('/memfd:vram-ipc-')).length;
+  const maps = readFileSync('/proc/self/maps', 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('/memfd:vram-ipc-')).length;
   let fds = 0;
   for (const fd of readdirSync('/proc/self/fd')) {
     try {
@@ -88,4 +92,3 @@ export function emulatedIpcResources(): number {
   }
   return maps + fds;
 }
-

@@ -37,8 +37,17 @@ import { emulatedIpcResources, Peer } from './ipc-peer.js';
 
 const pythonDir = fileURLToPath(new URL('../../test/fixtures/ipc/', import.meta.url));
 const device = Device.get(0);
-const numaPools = { skip: ((): boolean => { try { return device.attribute('hostNumaMemoryPoolsSupported') === 1; } catch { return false; } })()
-  ? false : 'the device has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)' } as const;
+const numaPools = {
+  skip: ((): boolean => {
+    try {
+      return device.attribute('hostNumaMemoryPoolsSupported') === 1;
+    } catch {
+      return false;
+    }
+  })()
+    ? false
+    : 'the device has no pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED)',
+} as const;
 
 /** A DeviceBuffer of plain cuMemAlloc memory holding bytes 0, 1, 2, ... */
 function sharedBuffer(bytes = 4096): DeviceBuffer {
@@ -107,18 +116,21 @@ describe('IpcHandle', () => {
   });
 
   test('every handle survives each of its forms (property)', () => {
-    fc.assert(fc.property(
-      fc.uint8Array({ minLength: 64, maxLength: 64 }),
-      fc.option(fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }), { nil: undefined }),
-      fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
-      (driver, byteLength, offset) => {
-        const h = new IpcHandle(driver, byteLength, offset);
-        for (const again of [IpcHandle.from(h.toString()), IpcHandle.from(h.toBytes())]) {
-          assert.deepEqual(again.driverHandle, driver);
-          assert.equal(again.byteLength, byteLength);
-          assert.equal(again.offset, offset);
-        }
-      }));
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 64, maxLength: 64 }),
+        fc.option(fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }), { nil: undefined }),
+        fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
+        (driver, byteLength, offset) => {
+          const h = new IpcHandle(driver, byteLength, offset);
+          for (const again of [IpcHandle.from(h.toString()), IpcHandle.from(h.toBytes())]) {
+            assert.deepEqual(again.driverHandle, driver);
+            assert.equal(again.byteLength, byteLength);
+            assert.equal(again.offset, offset);
+          }
+        },
+      ),
+    );
   });
 
   test('refuses what is not a handle, before any driver call', () => {
@@ -147,14 +159,17 @@ describe('exportIpc', () => {
   test('refuses blocks of a resource it cannot export with a NotSupportedError that says why, and freed or foreign objects', () => {
     using arena = new ArenaResource({ device, size: 4 << 20 });
     using block = DeviceBuffer.allocate(256, { resource: arena });
-    assert.throws(() => exportIpc(block), (e: unknown) => e instanceof NotSupportedError && /not memory vram can export/.test(e.message));
+    assert.throws(
+      () => exportIpc(block),
+      (e: unknown) => e instanceof NotSupportedError && /not memory vram can export/.test(e.message),
+    );
     const freed = sharedBuffer();
     freed.free();
     assert.throws(() => exportIpc(freed), UseAfterFreeError);
     assert.throws(() => exportIpc({} as DeviceBuffer), TypeError);
   });
 
-  test('a handle opened in the process that exported it is the driver\'s error', () => {
+  test("a handle opened in the process that exported it is the driver's error", () => {
     using buf = sharedBuffer();
     const handle = exportIpc(buf);
     const before = emulatedIpcResources();
@@ -236,34 +251,43 @@ describe('two Node processes', () => {
     await p.exit();
   });
 
-  test('stale and malformed handles are the driver\'s errors, and nothing stays open', async () => {
+  test("stale and malformed handles are the driver's errors, and nothing stays open", async () => {
     const before = emulatedIpcResources();
     const malformed = Uint8Array.from({ length: 64 }, (_, i) => (i * 31 + 5) & 0xff);
-    assert.throws(() => importIpc(malformed), (e: unknown) => {
-      assert.ok(e instanceof CudaError, String(e));
-      console.log(`# a malformed handle: ${e.errorName}`);
-      assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE', 'as an H100 answered (CUDA 13)');
-      return true;
-    });
+    assert.throws(
+      () => importIpc(malformed),
+      (e: unknown) => {
+        assert.ok(e instanceof CudaError, String(e));
+        console.log(`# a malformed handle: ${e.errorName}`);
+        assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE', 'as an H100 answered (CUDA 13)');
+        return true;
+      },
+    );
     // Freed by its exporter.
     const p = peer();
     const freed = (await p.do({ op: 'export', bytes: 2048, fill: 3 })).handle ?? '';
     await p.do({ op: 'free' });
-    assert.throws(() => importIpc(freed), (e: unknown) => {
-      assert.ok(e instanceof CudaError, String(e));
-      console.log(`# a handle whose memory was freed: ${e.errorName}`);
-      assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE', 'as an H100 answered (CUDA 13)');
-      return true;
-    });
+    assert.throws(
+      () => importIpc(freed),
+      (e: unknown) => {
+        assert.ok(e instanceof CudaError, String(e));
+        console.log(`# a handle whose memory was freed: ${e.errorName}`);
+        assert.equal(e.errorName, 'CUDA_ERROR_INVALID_VALUE', 'as an H100 answered (CUDA 13)');
+        return true;
+      },
+    );
     // Its exporter exited.
     const gone = (await p.do({ op: 'export', bytes: 2048, fill: 3 })).handle ?? '';
     await p.exit();
-    assert.throws(() => importIpc(gone), (e: unknown) => {
-      assert.ok(e instanceof CudaError, String(e));
-      console.log(`# a handle whose exporter exited: ${e.errorName}`);
-      assert.equal(e.errorName, 'CUDA_ERROR_INVALID_HANDLE', 'as an H100 answered (CUDA 13)');
-      return true;
-    });
+    assert.throws(
+      () => importIpc(gone),
+      (e: unknown) => {
+        assert.ok(e instanceof CudaError, String(e));
+        console.log(`# a handle whose exporter exited: ${e.errorName}`);
+        assert.equal(e.errorName, 'CUDA_ERROR_INVALID_HANDLE', 'as an H100 answered (CUDA 13)');
+        return true;
+      },
+    );
     // An extent past the allocation: opened, found too large, closed again.
     const q = peer();
     const small = IpcHandle.from((await q.do({ op: 'export', bytes: 1024, fill: 0 })).handle ?? '');
@@ -272,25 +296,33 @@ describe('two Node processes', () => {
     await q.exit();
   });
 
-  test('a handle whose size field was raised is refused, as the driver maps only what was exported', { skip: onGpu ? 'the emulated handle\'s layout' : false }, async () => {
-    const p = peer();
-    const exported = IpcHandle.from((await p.do({ op: 'export', bytes: 1024, fill: 7 })).handle ?? '');
-    const before = emulatedIpcResources();
-    // Bytes 16-23 of an emulated memory handle are its size (little-endian): within its page, and far past it.
-    for (const raised of [2048, 1 << 20]) {
-      const bytes = exported.driverHandle;
-      new DataView(bytes.buffer, bytes.byteOffset).setBigUint64(16, BigInt(raised), true);
-      assert.throws(() => {
-        // Without the check, reading the far end of the mapping is a SIGBUS that kills this process.
-        using shared = importIpc(new IpcHandle(bytes, raised));
-        read(shared, 1, raised - 1);
-      }, (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE' && /exporter shared 1024/.test(e.message), String(raised));
-    }
-    assert.equal(emulatedIpcResources(), before, 'nothing stays mapped or open');
-    using shared = importIpc(exported);
-    assert.deepEqual(read(shared, 4, 1020), new Uint8Array(4).fill(7), 'the handle as exported still opens');
-    await p.exit();
-  });
+  test(
+    'a handle whose size field was raised is refused, as the driver maps only what was exported',
+    { skip: onGpu ? "the emulated handle's layout" : false },
+    async () => {
+      const p = peer();
+      const exported = IpcHandle.from((await p.do({ op: 'export', bytes: 1024, fill: 7 })).handle ?? '');
+      const before = emulatedIpcResources();
+      // Bytes 16-23 of an emulated memory handle are its size (little-endian): within its page, and far past it.
+      for (const raised of [2048, 1 << 20]) {
+        const bytes = exported.driverHandle;
+        new DataView(bytes.buffer, bytes.byteOffset).setBigUint64(16, BigInt(raised), true);
+        assert.throws(
+          () => {
+            // Without the check, reading the far end of the mapping is a SIGBUS that kills this process.
+            using shared = importIpc(new IpcHandle(bytes, raised));
+            read(shared, 1, raised - 1);
+          },
+          (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE' && /exporter shared 1024/.test(e.message),
+          String(raised),
+        );
+      }
+      assert.equal(emulatedIpcResources(), before, 'nothing stays mapped or open');
+      using shared = importIpc(exported);
+      assert.deepEqual(read(shared, 4, 1020), new Uint8Array(4).fill(7), 'the handle as exported still opens');
+      await p.exit();
+    },
+  );
 
   test('an exporter killed mid-way: the mapping stays valid until closed', async () => {
     const p = peer();
@@ -346,7 +378,7 @@ describe('interprocess events', () => {
     assert.equal(ev.ipcHandle().length, 64);
   });
 
-  test('the importer waits for the exporter\'s work through an event the exporter shared', async () => {
+  test("the importer waits for the exporter's work through an event the exporter shared", async () => {
     const p = peer();
     const { handle } = await p.do({ op: 'export', bytes: 1 << 20, fill: 0 });
     using shared = importIpc(handle ?? '');
@@ -369,16 +401,19 @@ describe('interprocess events', () => {
     await p.exit();
   });
 
-  test('malformed event handles are the driver\'s errors', () => {
-    assert.throws(() => Event.openIpc(new Uint8Array(64).fill(3)), (e: unknown) => {
-      assert.ok(e instanceof CudaError, String(e));
-      console.log(`# a malformed event handle: ${e.errorName}`);
-      assert.equal(e.errorName, 'CUDA_ERROR_MAP_FAILED', 'as an H100 answered (CUDA 13)');
-      return true;
-    });
+  test("malformed event handles are the driver's errors", () => {
+    assert.throws(
+      () => Event.openIpc(new Uint8Array(64).fill(3)),
+      (e: unknown) => {
+        assert.ok(e instanceof CudaError, String(e));
+        console.log(`# a malformed event handle: ${e.errorName}`);
+        assert.equal(e.errorName, 'CUDA_ERROR_MAP_FAILED', 'as an H100 answered (CUDA 13)');
+        return true;
+      },
+    );
   });
 
-  test('an event opened from its handle waits for the exporting stream\'s work', gpuOnly, () => {
+  test("an event opened from its handle waits for the exporting stream's work", gpuOnly, () => {
     // Within one process the driver opens its own event handles too (unlike memory handles): enough
     // to check the binding; the cross-process order is the Python case below.
     using ev = Event.create({ interprocess: true });
@@ -417,7 +452,10 @@ describe('Python (CuPy) peers', () => {
     const [handleHex, bytes, offset] = first.split(' ');
     {
       using shared = importIpc(handleHex ?? '', { byteLength: Number(bytes), offset: Number(offset) });
-      assert.deepEqual(read(shared, 4096), Uint8Array.from({ length: 4096 }, (_, i) => i % 251));
+      assert.deepEqual(
+        read(shared, 4096),
+        Uint8Array.from({ length: 4096 }, (_, i) => i % 251),
+      );
       shared.copyFromHost(new Uint8Array(16).fill(0xee), { offset: 100 });
     }
     child.stdin.write('modified\n');
@@ -463,12 +501,17 @@ describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
     writeFileSync(file, 'python');
     const path = socketPath();
     const received = receiveFd(path, { timeoutMs: 20_000 });
-    const sender = spawn('python3', ['-c', [
-      'import os, socket, sys',
-      's = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1])',
-      'fd = os.open(sys.argv[2], os.O_RDONLY)',
-      'socket.send_fds(s, [b"py"], [fd]); s.close()',
-    ].join('\n'), path, file]);
+    const sender = spawn('python3', [
+      '-c',
+      [
+        'import os, socket, sys',
+        's = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1])',
+        'fd = os.open(sys.argv[2], os.O_RDONLY)',
+        'socket.send_fds(s, [b"py"], [fd]); s.close()',
+      ].join('\n'),
+      path,
+      file,
+    ]);
     const { fd, message } = await received;
     await new Promise((resolve) => sender.on('exit', resolve));
     assert.equal(Buffer.from(message).toString(), 'py');
@@ -478,13 +521,17 @@ describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
 
     // The other way: Python listens and reads the file through the descriptor it received.
     const back = socketPath();
-    const receiver = spawn('python3', ['-c', [
-      'import os, socket, sys',
-      'l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); l.bind(sys.argv[1]); l.listen(1)',
-      'print("ready", flush=True)',
-      'c, _ = l.accept(); msg, fds, _, _ = socket.recv_fds(c, 4096, 1)',
-      'print(msg.decode(), os.pread(fds[0], 64, 0).decode(), flush=True)',
-    ].join('\n'), back]);
+    const receiver = spawn('python3', [
+      '-c',
+      [
+        'import os, socket, sys',
+        'l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); l.bind(sys.argv[1]); l.listen(1)',
+        'print("ready", flush=True)',
+        'c, _ = l.accept(); msg, fds, _, _ = socket.recv_fds(c, 4096, 1)',
+        'print(msg.decode(), os.pread(fds[0], 64, 0).decode(), flush=True)',
+      ].join('\n'),
+      back,
+    ]);
     const out = createInterface({ input: receiver.stdout })[Symbol.asyncIterator]();
     assert.equal((await out.next()).value, 'ready');
     const mine = openSync(file, 'r');
@@ -503,7 +550,10 @@ describe('file descriptors over a Unix socket (SCM_RIGHTS)', () => {
     const received = receiveFd(path, { timeoutMs: 20_000 });
     // A descriptor number that is not open (a just-closed one would be reused by sendFd's own socket).
     const closed = 999_999;
-    assert.throws(() => sendFd(path, closed, 'x'), (e: unknown) => e instanceof SystemCallError && e.errno === 9); // EBADF
+    assert.throws(
+      () => sendFd(path, closed, 'x'),
+      (e: unknown) => e instanceof SystemCallError && e.errno === 9,
+    ); // EBADF
     // The failed send closed its connection; the receiver got a connection with nothing on it.
     await assert.rejects(received, SystemCallError);
     assert.throws(() => sendFd(join(scratch, 'nobody.sock'), 0, 'x'), SystemCallError);
@@ -549,7 +599,7 @@ describe('stream-ordered pools shared between processes', () => {
     await p.exit();
   });
 
-  test('a pool in host NUMA memory is shared the same way; the importer\'s writes are seen through the host view', numaPools, async () => {
+  test("a pool in host NUMA memory is shared the same way; the importer's writes are seen through the host view", numaPools, async () => {
     using mr = new AsyncResource({ pool: { handleTypes: 'posix-fd', location: { type: 'host-numa' } } });
     using stream = Stream.create();
     using h = HostBuffer.allocate(1 << 20, { resource: mr, stream });
@@ -566,7 +616,7 @@ describe('stream-ordered pools shared between processes', () => {
     await p.exit();
   });
 
-  test('a pool without POSIX descriptor handles, and a bad descriptor, are the driver\'s errors', () => {
+  test("a pool without POSIX descriptor handles, and a bad descriptor, are the driver's errors", () => {
     using plain = new AsyncResource({ pool: {} });
     assert.throws(() => exportPool(plain), CudaError);
     const file = openSync(join(scratch, 'not-a-pool'), 'w');

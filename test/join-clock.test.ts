@@ -19,12 +19,14 @@ describe('join clocks', () => {
     using b = Stream.create();
     using c = Stream.create();
     const order = new StreamOrder(device.backend);
-    const A = lane(a, 1), B = lane(b, 2), C = lane(c, 3);
+    const A = lane(a, 1),
+      B = lane(b, 2),
+      C = lane(c, 3);
     A.clock!.freed = true;
     order.join(A, b.handle, B);
     assert.deepEqual([order.records, order.joins], [1, 1]);
     order.join(A, b.handle, B);
-    assert.deepEqual([order.records, order.joins], [1, 1], 'b already follows all of a\'s frees');
+    assert.deepEqual([order.records, order.joins], [1, 1], "b already follows all of a's frees");
     // c follows a through b: b's record comes after its wait on a.
     B.clock!.freed = true;
     order.join(B, c.handle, C);
@@ -67,7 +69,8 @@ describe('join clocks', () => {
     const order = new StreamOrder(device.backend);
     using b = Stream.create();
     const a = Stream.create();
-    const A = lane(a, 1), B = lane(b, 2);
+    const A = lane(a, 1),
+      B = lane(b, 2);
     A.clock!.freed = true;
     order.retire(A);
     a.destroy();

@@ -30,8 +30,7 @@ extern "C" __global__ void affine(double *out, Affine p, long long big, unsigned
 `;
 
 /** A typed view of emulated memory (byteOffset honoured). */
-function floats<T extends Float32Array | Float64Array>(Type: new (b: ArrayBufferLike, o: number, n: number) => T,
-  bytes: Uint8Array, n: number): T {
+function floats<T extends Float32Array | Float64Array>(Type: new (b: ArrayBufferLike, o: number, n: number) => T, bytes: Uint8Array, n: number): T {
   return new Type(bytes.buffer, bytes.byteOffset, n);
 }
 
@@ -69,7 +68,7 @@ test('saxpy: a launch on the default stream, read back by a synchronous copy', (
   for (let i = 0; i < n; i++) assert.equal(got[i], Math.fround(Math.fround(2 * xs[i]!) + ys[i]!), `element ${i}`);
 });
 
-test('a launch on a stream runs in that stream\'s order: a later copy on it sees the result', async () => {
+test("a launch on a stream runs in that stream's order: a later copy on it sees the result", async () => {
   using m = compile();
   const kernel = m.kernel('saxpy', SAXPY);
   using stream = Stream.create();
@@ -95,7 +94,16 @@ test('a struct by value, a 64-bit integer (number and bigint) and a double resul
 
 test('the parameter layout follows C: a struct of float, double, int is 24 bytes aligned to 8', () => {
   const { slots, bytes } = paramLayout(['ptr', { struct: ['f32', 'f64', 'i32'] }, 'i64', 'u32', 'u8']);
-  assert.deepEqual(slots.map((s) => [s.offset, s.bytes, s.align]), [[0, 8, 8], [8, 24, 8], [32, 8, 8], [40, 4, 4], [44, 1, 1]]);
+  assert.deepEqual(
+    slots.map((s) => [s.offset, s.bytes, s.align]),
+    [
+      [0, 8, 8],
+      [8, 24, 8],
+      [32, 8, 8],
+      [40, 4, 4],
+      [44, 1, 1],
+    ],
+  );
   assert.deepEqual(slots[1]!.memberOffsets, [0, 8, 16]);
   assert.equal(bytes, 48);
 });
@@ -115,15 +123,24 @@ test('bad arguments are refused before the launch: count, kinds, ranges', () => 
   const kernel = m.kernel('saxpy', SAXPY);
   using x = DeviceArray.from(new Float32Array(4));
   const launch = kernel.launch.bind(kernel) as (config: unknown, ...args: unknown[]) => void;
-  assert.throws(() => launch({ grid: 1, block: 32 }, x, x, 1), (e: unknown) => e instanceof TypeError && /takes 4 argument/.test(e.message));
+  assert.throws(
+    () => launch({ grid: 1, block: 32 }, x, x, 1),
+    (e: unknown) => e instanceof TypeError && /takes 4 argument/.test(e.message),
+  );
   assert.throws(() => launch({ grid: 1, block: 32 }, x, x, 1, 4, 5), TypeError);
-  assert.throws(() => launch({ grid: 1, block: 32 }, 'x', x, 1, 4), (e: unknown) => e instanceof TypeError && /saxpy: argument 0/.test(e.message));
+  assert.throws(
+    () => launch({ grid: 1, block: 32 }, 'x', x, 1, 4),
+    (e: unknown) => e instanceof TypeError && /saxpy: argument 0/.test(e.message),
+  );
   assert.throws(() => launch({ grid: 1, block: 32 }, x, x, '1', 4), TypeError);
   assert.throws(() => launch({ grid: 1, block: 32 }, x, x, 1, -1), RangeError);
   assert.throws(() => launch({ grid: 1, block: 32 }, x, x, 1, 2 ** 32), RangeError);
   assert.throws(() => launch({ grid: 1, block: 32 }, x, x, 1, 1.5), RangeError);
   using host = HostArray.from(new Float32Array(4));
-  assert.throws(() => launch({ grid: 1, block: 32 }, host, x, 1, 4), (e: unknown) => e instanceof TypeError && /not mapped/.test(e.message));
+  assert.throws(
+    () => launch({ grid: 1, block: 32 }, host, x, 1, 4),
+    (e: unknown) => e instanceof TypeError && /not mapped/.test(e.message),
+  );
   const freed = DeviceArray.from(new Float32Array(4));
   freed.free();
   assert.throws(() => launch({ grid: 1, block: 32 }, freed, x, 1, 4), UseAfterFreeError);
@@ -147,8 +164,11 @@ test('bad grids and blocks are RangeErrors naming the kernel, before the driver'
     { grid: 1, block: 32, sharedBytes: 1 << 30 },
   ];
   for (const config of bad) {
-    assert.throws(() => kernel.launch(config as never, x, x, 1, 4),
-      (e: unknown) => e instanceof RangeError && /kernel saxpy/.test(e.message), JSON.stringify(config));
+    assert.throws(
+      () => kernel.launch(config as never, x, x, 1, 4),
+      (e: unknown) => e instanceof RangeError && /kernel saxpy/.test(e.message),
+      JSON.stringify(config),
+    );
   }
   assert.throws(() => kernel.launch({ grid: '1', block: 32 } as never, x, x, 1, 4), TypeError);
   assert.throws(() => kernel.launch({ grid: [], block: 32 } as never, x, x, 1, 4), TypeError);
@@ -169,7 +189,7 @@ test('occupancy: a suggested block size the kernel can run, and blocks that fit 
   assert.ok(kernel.attributes.numRegs > 0);
 });
 
-test('a destroyed module\'s kernels cannot be launched or made', () => {
+test("a destroyed module's kernels cannot be launched or made", () => {
   const m = compile();
   const kernel = m.kernel('saxpy', SAXPY);
   m.destroy();
@@ -190,35 +210,56 @@ test('bad signatures and options are TypeErrors', () => {
   assert.throws(() => Module.compile(SOURCE, { emulated: { saxpy: 1 } as never }), TypeError);
 });
 
-test('emulated: a kernel with no JavaScript implementation is NotSupportedError saying how to give one',
-  { skip: onGpu ? 'emulation only: on a GPU the CUDA code runs' : false }, () => {
+test(
+  'emulated: a kernel with no JavaScript implementation is NotSupportedError saying how to give one',
+  { skip: onGpu ? 'emulation only: on a GPU the CUDA code runs' : false },
+  () => {
     using m = Module.compile(SOURCE, { emulated: { saxpy } });
-    assert.throws(() => m.kernel('affine', ['ptr', { struct: ['f32', 'f64', 'i32'] }, 'i64', 'u32']),
-      (e: unknown) => e instanceof NotSupportedError && /runs JavaScript in place of CUDA code/.test(e.message) && /emulated: \{ 'affine'/.test(e.message));
-  });
+    assert.throws(
+      () => m.kernel('affine', ['ptr', { struct: ['f32', 'f64', 'i32'] }, 'i64', 'u32']),
+      (e: unknown) => e instanceof NotSupportedError && /runs JavaScript in place of CUDA code/.test(e.message) && /emulated: \{ 'affine'/.test(e.message),
+    );
+  },
+);
 
-test('emulated: a kernel reading outside its memory faults with CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronisation',
-  { skip: onGpu ? 'emulation only: a real fault would end the context' : false }, () => {
+test(
+  'emulated: a kernel reading outside its memory faults with CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronisation',
+  { skip: onGpu ? 'emulation only: a real fault would end the context' : false },
+  () => {
     using m = compile();
     const kernel = m.kernel('saxpy', SAXPY);
     using x = DeviceArray.from(new Float32Array(4));
     using y = DeviceArray.from(new Float32Array(4));
     kernel.launch({ grid: 1, block: 32 }, 64, x, 1, 4); // y: an address in no allocation
-    assert.throws(() => Device.get(0).synchronize(),
-      (e: unknown) => e instanceof CudaError && e.code === CUresult.ILLEGAL_ADDRESS && /saxpy/.test(e.message));
+    assert.throws(
+      () => Device.get(0).synchronize(),
+      (e: unknown) => e instanceof CudaError && e.code === CUresult.ILLEGAL_ADDRESS && /saxpy/.test(e.message),
+    );
     // The stream is usable afterwards.
     kernel.launch({ grid: 1, block: 32 }, y, x, 1, 4);
     Device.get(0).synchronize();
-  });
+  },
+);
 
-test('emulated: a kernel whose JavaScript throws is CUDA_ERROR_LAUNCH_FAILED naming it, with the error as cause',
-  { skip: onGpu ? 'emulation only' : false }, () => {
+test(
+  'emulated: a kernel whose JavaScript throws is CUDA_ERROR_LAUNCH_FAILED naming it, with the error as cause',
+  { skip: onGpu ? 'emulation only' : false },
+  () => {
     const boom = new Error('boom');
-    using m = Module.compile('extern "C" __global__ void k() {}', { emulated: { k: () => { throw boom; } } });
+    using m = Module.compile('extern "C" __global__ void k() {}', {
+      emulated: {
+        k: () => {
+          throw boom;
+        },
+      },
+    });
     m.kernel('k', []).launch({ grid: 1, block: 1 });
-    assert.throws(() => Device.get(0).synchronize(),
-      (e: unknown) => e instanceof CudaError && e.code === CUresult.LAUNCH_FAILED && /kernel k/.test(e.message) && e.cause === boom);
-  });
+    assert.throws(
+      () => Device.get(0).synchronize(),
+      (e: unknown) => e instanceof CudaError && e.code === CUresult.LAUNCH_FAILED && /kernel k/.test(e.message) && e.cause === boom,
+    );
+  },
+);
 
 test('a module dropped without destroy() is unloaded by the backstop once no kernel of it is reachable', needsGc, async () => {
   const collect = forceGc!;

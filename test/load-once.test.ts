@@ -18,8 +18,17 @@ test('loadOnce keeps a failure: the same error again, the load not run again', (
     throw new Error('no library');
   });
   let kept: unknown;
-  assert.throws(() => load(), (e) => { kept = e; return e instanceof Error && e.message === 'no library'; });
-  assert.throws(() => load(), (e) => e === kept);
+  assert.throws(
+    () => load(),
+    (e) => {
+      kept = e;
+      return e instanceof Error && e.message === 'no library';
+    },
+  );
+  assert.throws(
+    () => load(),
+    (e) => e === kept,
+  );
   assert.equal(runs, 1);
 });
 
@@ -27,10 +36,19 @@ test('loadOnce makes what was thrown an Error: by default from its text, or as a
   const plain = loadOnce(() => {
     throw 'gone';
   });
-  assert.throws(() => plain(), (e) => e instanceof Error && e.message === 'gone');
+  assert.throws(
+    () => plain(),
+    (e) => e instanceof Error && e.message === 'gone',
+  );
   class Wrapped extends Error {}
-  const wrapped = loadOnce(() => {
-    throw new RangeError('inner');
-  }, (thrown) => new Wrapped(`wrapped: ${(thrown as Error).message}`));
-  assert.throws(() => wrapped(), (e) => e instanceof Wrapped && e.message === 'wrapped: inner');
+  const wrapped = loadOnce(
+    () => {
+      throw new RangeError('inner');
+    },
+    (thrown) => new Wrapped(`wrapped: ${(thrown as Error).message}`),
+  );
+  assert.throws(
+    () => wrapped(),
+    (e) => e instanceof Wrapped && e.message === 'wrapped: inner',
+  );
 });

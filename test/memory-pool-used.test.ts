@@ -21,24 +21,39 @@ import { CudaResource } from '../src/resource/upstream/cuda-resource.js';
 
 const device = Device.get(0);
 
-test('memoryPoolUsed: true for a sub-allocating pool (under adaptors too), false for the driver\'s allocators', () => {
+test("memoryPoolUsed: true for a sub-allocating pool (under adaptors too), false for the driver's allocators", () => {
   using arena = new ArenaResource({ size: '4M' });
   using pool = new PoolResource();
   using binning = new BinningResource(pool);
   using cuda = new CudaResource();
   using async = new AsyncResource();
   using limited = new LimitingAdaptor(arena, '2M');
-  for (const [mr, expected] of [[arena, true], [pool, true], [binning, true], [limited, true], [cuda, false], [async, false]] as const) {
-    assert.equal(useResource(mr, () => memoryPoolUsed(device)), expected, mr.describe());
+  for (const [mr, expected] of [
+    [arena, true],
+    [pool, true],
+    [binning, true],
+    [limited, true],
+    [cuda, false],
+    [async, false],
+  ] as const) {
+    assert.equal(
+      useResource(mr, () => memoryPoolUsed(device)),
+      expected,
+      mr.describe(),
+    );
   }
-  assert.equal(useResource(arena, () => memoryPoolUsed(1 - 1)), true, 'by ordinal');
+  assert.equal(
+    useResource(arena, () => memoryPoolUsed(1 - 1)),
+    true,
+    'by ordinal',
+  );
 });
 
 test('reductionScratch: the result read back, then the partials above 4096 elements', () => {
   using small = DeviceArray.zeros([4096], 'float32');
   assert.deepEqual(reductionScratch(small), [4]);
   using image = DeviceArray.zeros([1080, 1920], 'float32');
-  const grid = Math.min(Math.ceil(1920 * 1080 / 4096), device.info.multiprocessorCount * 8);
+  const grid = Math.min(Math.ceil((1920 * 1080) / 4096), device.info.multiprocessorCount * 8);
   assert.deepEqual(reductionScratch(image), [4, grid * 4]);
   using ints = DeviceArray.zeros([1 << 20], 'int32');
   assert.deepEqual(reductionScratch(ints, 'max'), [4, Math.min(256, device.info.multiprocessorCount * 8) * 8], 'an int32 result, int64 partials');
@@ -48,7 +63,11 @@ test('reductionScratch: the result read back, then the partials above 4096 eleme
 test('reductionScratch is what a whole-array reduction allocates from the current resource, in order', () => {
   using image = DeviceArray.zeros([1080, 1920], 'float32');
   using small = DeviceArray.zeros([100], 'int32');
-  for (const [a, op] of [[image, 'sum'], [image, 'max'], [small, 'min']] as const) {
+  for (const [a, op] of [
+    [image, 'sum'],
+    [image, 'max'],
+    [small, 'min'],
+  ] as const) {
     const sizes: number[] = [];
     using cuda = new CudaResource();
     using logged = new LoggingAdaptor(cuda, (line) => {
@@ -60,7 +79,7 @@ test('reductionScratch is what a whole-array reduction allocates from the curren
   }
 });
 
-test('two 1920x1080 float32 images and sum\'s temporaries fit in 2 x ceil2DVolume(1920 * 4, 1080) plus the documented scratch, not in less', () => {
+test("two 1920x1080 float32 images and sum's temporaries fit in 2 x ceil2DVolume(1920 * 4, 1080) plus the documented scratch, not in less", () => {
   const images = 2 * ArenaResource.ceil2DVolume(1920 * 4, 1080);
   const run = (size: number): number => {
     using arena = new ArenaResource({ size });

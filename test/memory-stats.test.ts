@@ -103,7 +103,7 @@ test('CudaResource: reserved is allocated, nothing cached', () => {
   });
 });
 
-test('an adaptor stack: the pool\'s figures with the limit and the retries; an out-of-memory error counts', () => {
+test("an adaptor stack: the pool's figures with the limit and the retries; an out-of-memory error counts", () => {
   const cuda = new CudaResource(0);
   const pool = new PoolResource({ upstream: cuda, chunkSize: MiB });
   const stack = new RetryOnOutOfMemory(new LimitingAdaptor(new StatisticsAdaptor(pool), 8 * MiB));

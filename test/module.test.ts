@@ -112,8 +112,13 @@ test('the cache folder: VRAM_CACHE_DIR, else XDG_CACHE_HOME/vram, else ~/.cache/
 });
 
 const PARTS: CacheKeyParts = {
-  source: 'extern "C" __global__ void k() {}', options: ['-DN=4'], headers: { 'a.h': '#define A 1' },
-  nameExpressions: ['k'], arch: '--gpu-architecture=sm_90', nvrtcVersion: [13, 0], driverVersion: 13000,
+  source: 'extern "C" __global__ void k() {}',
+  options: ['-DN=4'],
+  headers: { 'a.h': '#define A 1' },
+  nameExpressions: ['k'],
+  arch: '--gpu-architecture=sm_90',
+  nvrtcVersion: [13, 0],
+  driverVersion: 13000,
 };
 
 test('the cache key changes with every part it covers, and not with the order headers were given in', () => {
@@ -207,8 +212,11 @@ test('a cache folder others may write, or another user owns, is not used: one wa
     assert.deepEqual(codes, ['VRAM_CACHE_UNTRUSTED'], 'one warning per folder');
     chmodSync(shared, 0o700);
     chmodSync(kernels, 0o770);
-    assert.deepEqual(await captureWarnings(() => assert.equal(readCachedImage(kernels, key), undefined)), ['VRAM_CACHE_UNTRUSTED'],
-      'kernels/ writable by the group');
+    assert.deepEqual(
+      await captureWarnings(() => assert.equal(readCachedImage(kernels, key), undefined)),
+      ['VRAM_CACHE_UNTRUSTED'],
+      'kernels/ writable by the group',
+    );
     chmodSync(kernels, 0o700);
     assert.ok(readCachedImage(kernels, key) !== undefined, 'private again: read');
     // Another user's folder: as root, one given away; otherwise the file system's root, which root owns.
@@ -218,15 +226,19 @@ test('a cache folder others may write, or another user owns, is not used: one wa
       mkdirSync(foreign, { mode: 0o755 });
       chownSync(foreign, 65534, 65534);
     }
-    assert.deepEqual(await captureWarnings(() => {
-      assert.equal(writeCachedImage(join(foreign, 'kernels'), key, entry), false);
-    }), ['VRAM_CACHE_UNTRUSTED'], 'not owned by this user');
+    assert.deepEqual(
+      await captureWarnings(() => {
+        assert.equal(writeCachedImage(join(foreign, 'kernels'), key, entry), false);
+      }),
+      ['VRAM_CACHE_UNTRUSTED'],
+      'not owned by this user',
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('the entry\'s digest binds its key, kind and lowered names, not only the image', () => {
+test("the entry's digest binds its key, kind and lowered names, not only the image", () => {
   const top = mkdtempSync(join(tmpdir(), 'vram-cache-'));
   try {
     const dir = join(top, 'kernels');
@@ -293,7 +305,9 @@ __global__ void fill(T *out, T value, unsigned n) {
 
 test('GPU: templates through name expressions, with a header', gpuOnly, () => {
   using m = Module.compile(TEMPLATE_SOURCE, {
-    nameExpressions: ['fill<float>', 'fill<int>'], headers: { 'offset.h': '#define OFFSET 2' }, cache: false,
+    nameExpressions: ['fill<float>', 'fill<int>'],
+    headers: { 'offset.h': '#define OFFSET 2' },
+    cache: false,
   });
   const fillFloat = m.kernel('fill<float>', ['ptr', 'f32', 'u32'] as const);
   const fillInt = m.kernel('fill<int>', ['ptr', 'i32', 'u32'] as const);
@@ -301,8 +315,14 @@ test('GPU: templates through name expressions, with a header', gpuOnly, () => {
   using i = DeviceArray.empty([33], 'int32');
   fillFloat.launch({ grid: 1, block: 64 }, f, 0.5, 33);
   fillInt.launch({ grid: 1, block: 64 }, i, -10, 33);
-  assert.deepEqual(Array.from(f.toHost()), Array.from({ length: 33 }, (_, k) => 0.5 + 2 * k));
-  assert.deepEqual(Array.from(i.toHost()), Array.from({ length: 33 }, (_, k) => -10 + 2 * k));
+  assert.deepEqual(
+    Array.from(f.toHost()),
+    Array.from({ length: 33 }, (_, k) => 0.5 + 2 * k),
+  );
+  assert.deepEqual(
+    Array.from(i.toHost()),
+    Array.from({ length: 33 }, (_, k) => -10 + 2 * k),
+  );
 });
 
 test('GPU: NVRTC options reach the compiler; an explicit virtual architecture gives PTX the driver compiles', gpuOnly, () => {
@@ -312,14 +332,24 @@ test('GPU: NVRTC options reach the compiler; an explicit virtual architecture gi
     const k = m.kernel('k', ['ptr'] as const);
     using out = DeviceArray.empty([32], 'int32');
     k.launch({ grid: 1, block: 32 }, out);
-    assert.deepEqual(Array.from(out.toHost()), Array.from({ length: 32 }, (_, i) => 3 * i), options.join(' '));
+    assert.deepEqual(
+      Array.from(out.toHost()),
+      Array.from({ length: 32 }, (_, i) => 3 * i),
+      options.join(' '),
+    );
   }
 });
 
-test('GPU: source that does not compile is a CompileError carrying NVRTC\'s log', gpuOnly, () => {
-  assert.throws(() => Module.compile('extern "C" __global__ void broken(float *p) { p[0] = undeclared_name; }', { cache: false }),
-    (e: unknown) => e instanceof CompileError && /undeclared_name/.test(e.log) && e.message.includes(e.log.trim()) &&
-      e.result === 'NVRTC_ERROR_COMPILATION' && e.options.some((o) => o.startsWith('--gpu-architecture=')));
+test("GPU: source that does not compile is a CompileError carrying NVRTC's log", gpuOnly, () => {
+  assert.throws(
+    () => Module.compile('extern "C" __global__ void broken(float *p) { p[0] = undeclared_name; }', { cache: false }),
+    (e: unknown) =>
+      e instanceof CompileError &&
+      /undeclared_name/.test(e.log) &&
+      e.message.includes(e.log.trim()) &&
+      e.result === 'NVRTC_ERROR_COMPILATION' &&
+      e.options.some((o) => o.startsWith('--gpu-architecture=')),
+  );
   assert.throws(() => Module.compile('extern "C" __global__ void k() {}', { options: ['--no-such-option'], cache: false }), CompileError);
 });
 
@@ -340,9 +370,16 @@ test('GPU: the compile cache: a second process compiles nothing', gpuOnly, () =>
       m.kernel('twice', ['ptr']);
       m.destroy();
       console.log(JSON.stringify(compileStatistics()));`;
-    const run = (): { compiled: number; cacheHits: number } => JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], {
-      encoding: 'utf8', env: { ...process.env, VRAM_CACHE_DIR: dir },
-    }).trim().split('\n').pop()!) as { compiled: number; cacheHits: number };
+    const run = (): { compiled: number; cacheHits: number } =>
+      JSON.parse(
+        execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+          encoding: 'utf8',
+          env: { ...process.env, VRAM_CACHE_DIR: dir },
+        })
+          .trim()
+          .split('\n')
+          .pop()!,
+      ) as { compiled: number; cacheHits: number };
     assert.deepEqual(run(), { compiled: 1, cacheHits: 0 }, 'first process');
     assert.deepEqual(run(), { compiled: 0, cacheHits: 1 }, 'second process');
     assert.equal(readdirSync(join(dir, 'kernels')).length, 1);
@@ -374,4 +411,3 @@ test('GPU: a corrupt cache entry is compiled again, not fatal', gpuOnly, () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
-

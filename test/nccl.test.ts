@@ -37,15 +37,28 @@ function runRank(args: readonly string[], env: Record<string, string>): Promise<
     const child = spawn(process.execPath, [rankScript, ...args], { env: { ...process.env, ...env } });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
     child.on('exit', (code) => resolve({ code, stdout, stderr }));
   });
 }
 
-const CHECKS = ['allReduce sum float32 in place', 'allReduce int32 sum prod max min avg', 'allReduce float64 avg, int64 max, float16 sum',
-  'allGather layout', 'reduceScatter layout', 'broadcast in place on a stream', 'allReduce of a DeviceBuffer',
-  'group send/recv ring', 'registered memory', 'destroy'];
+const CHECKS = [
+  'allReduce sum float32 in place',
+  'allReduce int32 sum prod max min avg',
+  'allReduce float64 avg, int64 max, float16 sum',
+  'allGather layout',
+  'reduceScatter layout',
+  'broadcast in place on a stream',
+  'allReduce of a DeviceBuffer',
+  'group send/recv ring',
+  'registered memory',
+  'destroy',
+];
 
 /** The emulated rendezvous folder of a unique id (base64), as src/backend/emulated/collective-channel.ts names it. */
 function rendezvousFolder(id: string): string {
@@ -55,11 +68,14 @@ function rendezvousFolder(id: string): string {
 /** Spawns `size` ranks on one unique id and checks every rank passed every check; returns the id. */
 async function collectives(size: number): Promise<string> {
   const id = UniqueId.create().toBase64();
-  const results = await Promise.all(Array.from({ length: size }, (_, rank) =>
-    runRank([], { NCCL_ID: id, RANK: String(rank), SIZE: String(size) })));
+  const results = await Promise.all(Array.from({ length: size }, (_, rank) => runRank([], { NCCL_ID: id, RANK: String(rank), SIZE: String(size) })));
   results.forEach((r, rank) => {
     assert.equal(r.code, 0, `rank ${rank} of ${size} failed:\n${r.stderr}\n${r.stdout}`);
-    assert.deepEqual(r.stdout.trim().split('\n'), CHECKS.map((c) => `ok ${c}`), `rank ${rank}`);
+    assert.deepEqual(
+      r.stdout.trim().split('\n'),
+      CHECKS.map((c) => `ok ${c}`),
+      `rank ${rank}`,
+    );
   });
   return id;
 }
@@ -67,7 +83,12 @@ async function collectives(size: number): Promise<string> {
 /** Why NCCL cases cannot run here: a GPU without NCCL (the emulated backend needs none). */
 const noNccl: string | false = ((): string | false => {
   if (!onGpu) return false;
-  try { ncclVersion(); return false; } catch (e) { return `NCCL is not installed here: ${(e as Error).message.slice(0, 80)}...`; }
+  try {
+    ncclVersion();
+    return false;
+  } catch (e) {
+    return `NCCL is not installed here: ${(e as Error).message.slice(0, 80)}...`;
+  }
 })();
 
 /** GPU runs need NCCL and one device per rank; the emulated backend runs any number of ranks on its device. */
@@ -75,8 +96,12 @@ const ranksFit = (size: number): { skip: string | false } => ({
   skip: noNccl !== false ? noNccl : onGpu && Device.count() < size ? `needs ${size} GPUs (this machine has ${Device.count()})` : false,
 });
 
-test('every collective across 2 processes', ranksFit(2), async () => { await collectives(2); });
-test('every collective across 4 processes', ranksFit(4), async () => { await collectives(4); });
+test('every collective across 2 processes', ranksFit(2), async () => {
+  await collectives(2);
+});
+test('every collective across 4 processes', ranksFit(4), async () => {
+  await collectives(4);
+});
 
 test('the emulated rendezvous folder is gone once every rank destroyed its communicator', { skip: onGpu ? 'emulated backend only' : false }, async () => {
   // Its own id's folder, not the temporary directory's listing: other suites' ranks may meet there.
@@ -92,7 +117,7 @@ test('a missing NCCL is a NcclUnavailableError naming the library and what to in
   assert.equal(ncclCandidates({ PATH: '' })[0], 'libnccl.so.2');
 });
 
-test('NCCL is found in the nvidia/nccl/lib folder of a python3 on PATH (a virtual environment\'s, PyTorch\'s)', () => {
+test("NCCL is found in the nvidia/nccl/lib folder of a python3 on PATH (a virtual environment's, PyTorch's)", () => {
   const venv = mkdtempSync(path.join(tmpdir(), 'vram-venv-'));
   try {
     const lib = path.join(venv, 'lib/python3.12/site-packages/nvidia/nccl/lib');
@@ -146,7 +171,10 @@ test('arguments are checked before anything is queued', { skip: noNccl }, () => 
   // One rank: each collective is a copy, sends and receives to oneself pair up in a group.
   comm.allReduce(a, a, { op: 'max' });
   using c = DeviceArray.zeros([4], 'float32');
-  group(() => { comm.send(a, 0); comm.recv(c, 0); });
+  group(() => {
+    comm.send(a, 0);
+    comm.recv(c, 0);
+  });
   assert.deepEqual([...c.toHost()], [1, 2, 3, 4]);
   const registration = comm.register(c);
   comm.destroy();
@@ -155,47 +183,83 @@ test('arguments are checked before anything is queued', { skip: noNccl }, () => 
   assert.match(String(comm), /destroyed/);
 });
 
-test('a group whose function throws drops what it queued at the outermost end, and keeps it when an inner group throws', { skip: onGpu ? 'emulated backend only (NCCL launches what a failed group queued)' : false }, () => {
-  using comm = Communicator.init({ id: UniqueId.create(), rank: 0, size: 1 });
-  using first = DeviceArray.from(new Float32Array([1, 2]));
-  using second = DeviceArray.from(new Float32Array([3, 4]));
-  using out = DeviceArray.zeros([2], 'float32');
-  assert.throws(() => group(() => { comm.send(first, 0); throw new Error('stop'); }), /stop/);
-  group(() => { comm.send(second, 0); comm.recv(out, 0); });
-  assert.deepEqual([...out.toHost()], [3, 4], "the failed group's send was dropped: the receive got the next one");
-  group(() => {
-    comm.send(first, 0);
-    assert.throws(() => group(() => { throw new Error('inner'); }), /inner/);
-    comm.recv(out, 0);
-  });
-  assert.deepEqual([...out.toHost()], [1, 2], "an inner group's failure leaves the outer group's work queued");
-  comm.destroy();
-});
+test(
+  'a group whose function throws drops what it queued at the outermost end, and keeps it when an inner group throws',
+  { skip: onGpu ? 'emulated backend only (NCCL launches what a failed group queued)' : false },
+  () => {
+    using comm = Communicator.init({ id: UniqueId.create(), rank: 0, size: 1 });
+    using first = DeviceArray.from(new Float32Array([1, 2]));
+    using second = DeviceArray.from(new Float32Array([3, 4]));
+    using out = DeviceArray.zeros([2], 'float32');
+    assert.throws(
+      () =>
+        group(() => {
+          comm.send(first, 0);
+          throw new Error('stop');
+        }),
+      /stop/,
+    );
+    group(() => {
+      comm.send(second, 0);
+      comm.recv(out, 0);
+    });
+    assert.deepEqual([...out.toHost()], [3, 4], "the failed group's send was dropped: the receive got the next one");
+    group(() => {
+      comm.send(first, 0);
+      assert.throws(
+        () =>
+          group(() => {
+            throw new Error('inner');
+          }),
+        /inner/,
+      );
+      comm.recv(out, 0);
+    });
+    assert.deepEqual([...out.toHost()], [1, 2], "an inner group's failure leaves the outer group's work queued");
+    comm.destroy();
+  },
+);
 
-test('a rank that waits for a peer that never comes is an NcclError after the timeout, and leaves nothing', { skip: onGpu ? 'emulated backend only (NCCL waits as NCCL does)' : false }, () => {
-  const id = UniqueId.create();
-  assert.throws(() => Communicator.init({ id, rank: 0, size: 2, timeout: 200 }),
-    (e: unknown) => e instanceof NcclError && e.resultName === 'ncclRemoteError' && /waited 200 ms for rank 1/.test(e.message));
-  assert.equal(existsSync(rendezvousFolder(id.toBase64())), false);
-});
+test(
+  'a rank that waits for a peer that never comes is an NcclError after the timeout, and leaves nothing',
+  { skip: onGpu ? 'emulated backend only (NCCL waits as NCCL does)' : false },
+  () => {
+    const id = UniqueId.create();
+    assert.throws(
+      () => Communicator.init({ id, rank: 0, size: 2, timeout: 200 }),
+      (e: unknown) => e instanceof NcclError && e.resultName === 'ncclRemoteError' && /waited 200 ms for rank 1/.test(e.message),
+    );
+    assert.equal(existsSync(rendezvousFolder(id.toBase64())), false);
+  },
+);
 
 test('ranks that disagree on the size are an NcclError on both', { skip: onGpu ? 'emulated backend only (NCCL checks it its own way)' : false }, async () => {
   const id = UniqueId.create().toBase64();
   const results = await Promise.all([runRank([], { NCCL_ID: id, RANK: '0', SIZE: '2' }), runRank([], { NCCL_ID: id, RANK: '1', SIZE: '3' })]);
   for (const r of results) {
     assert.notEqual(r.code, 0);
-    assert.match(r.stderr, /NcclError: ncclCommInitRank failed: ncclInvalidUsage \(5\): invalid usage: rank \d joined this unique id with size \d, rank \d with size \d/);
+    assert.match(
+      r.stderr,
+      /NcclError: ncclCommInitRank failed: ncclInvalidUsage \(5\): invalid usage: rank \d joined this unique id with size \d, rank \d with size \d/,
+    );
   }
   // Ranks that disagree stay joined (so each sees the other): their folder is left to remove here.
   rmSync(rendezvousFolder(id), { recursive: true, force: true });
 });
 
-test('ranks whose collectives differ in count, dtype, op, kind or root get an NcclError naming it on every rank, and stay in step', { skip: onGpu ? 'emulated backend only (NCCL leaves a mismatch undefined)' : false }, async () => {
-  const id = UniqueId.create().toBase64();
-  const results = await Promise.all([0, 1].map((rank) => runRank(['mismatch'], { NCCL_ID: id, RANK: String(rank), SIZE: '2' })));
-  results.forEach((r, rank) => {
-    assert.equal(r.code, 0, `rank ${rank} failed:\n${r.stderr}\n${r.stdout}`);
-    assert.deepEqual(r.stdout.trim().split('\n'), ['count', 'dtype', 'op', 'collective', 'root'].map((f) => `ok mismatched ${f}`).concat('ok in step after the mismatches'));
-  });
-  assert.equal(existsSync(rendezvousFolder(id)), false);
-});
+test(
+  'ranks whose collectives differ in count, dtype, op, kind or root get an NcclError naming it on every rank, and stay in step',
+  { skip: onGpu ? 'emulated backend only (NCCL leaves a mismatch undefined)' : false },
+  async () => {
+    const id = UniqueId.create().toBase64();
+    const results = await Promise.all([0, 1].map((rank) => runRank(['mismatch'], { NCCL_ID: id, RANK: String(rank), SIZE: '2' })));
+    results.forEach((r, rank) => {
+      assert.equal(r.code, 0, `rank ${rank} failed:\n${r.stderr}\n${r.stdout}`);
+      assert.deepEqual(
+        r.stdout.trim().split('\n'),
+        ['count', 'dtype', 'op', 'collective', 'root'].map((f) => `ok mismatched ${f}`).concat('ok in step after the mismatches'),
+      );
+    });
+    assert.equal(existsSync(rendezvousFolder(id)), false);
+  },
+);

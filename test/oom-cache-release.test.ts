@@ -67,11 +67,14 @@ describe('out of memory while vram caches the memory', () => {
     assert.ok(other.reservedBytes >= 256 * MiB);
     using cuda = new CudaResource(device);
     const tooMuch = device.info.totalMemory + 256 * MiB;
-    assert.throws(() => cuda.allocate(tooMuch), (error: unknown) => {
-      assert.ok(error instanceof OutOfMemoryError);
-      assert.match(error.message, /vram's caches released \d+(\.\d+)? [MG]iB of device 0's memory to the driver before a retry, which failed too/);
-      return true;
-    });
+    assert.throws(
+      () => cuda.allocate(tooMuch),
+      (error: unknown) => {
+        assert.ok(error instanceof OutOfMemoryError);
+        assert.match(error.message, /vram's caches released \d+(\.\d+)? [MG]iB of device 0's memory to the driver before a retry, which failed too/);
+        return true;
+      },
+    );
     assert.equal(other.reservedBytes, 0, 'the other pool gave its cache back');
     assert.throws(() => cuda.allocate(tooMuch), /vram's caches held none of device 0's memory to release/);
   });
@@ -81,7 +84,10 @@ describe('out of memory while vram caches the memory', () => {
     other.deallocate(other.allocate(64 * MiB), 64 * MiB);
     const cached = other.reservedBytes;
     using limited = new LimitingAdaptor(new CudaResource(device), MiB);
-    assert.throws(() => limited.allocate(2 * MiB), (error: unknown) => error instanceof OutOfMemoryError && error.reason === 'limit');
+    assert.throws(
+      () => limited.allocate(2 * MiB),
+      (error: unknown) => error instanceof OutOfMemoryError && error.reason === 'limit',
+    );
     assert.equal(other.reservedBytes, cached);
   });
 
@@ -100,11 +106,14 @@ describe('out of memory while vram caches the memory', () => {
 /** A device-wide refusal: the driver says no, and the release-and-retry path runs. */
 function assertDeviceOutOfMemory(): void {
   using cuda = new CudaResource(device);
-  assert.throws(() => cuda.allocate(2 * device.info.totalMemory), (error: unknown) => {
-    assert.ok(error instanceof OutOfMemoryError, `an OutOfMemoryError, not ${String(error)}`);
-    assert.equal(error.reason, 'device');
-    return true;
-  });
+  assert.throws(
+    () => cuda.allocate(2 * device.info.totalMemory),
+    (error: unknown) => {
+      assert.ok(error instanceof OutOfMemoryError, `an OutOfMemoryError, not ${String(error)}`);
+      assert.equal(error.reason, 'device');
+      return true;
+    },
+  );
 }
 
 describe('the release-and-retry path never turns an out-of-memory error into another', () => {
@@ -153,7 +162,10 @@ describe('the release-and-retry path never turns an out-of-memory error into ano
       broken.deallocate(broken.allocate(MiB), MiB); // joins the registry
       assertDeviceOutOfMemory();
       await new Promise((resolve) => setImmediate(resolve));
-      assert.ok(warnings.some((m) => /BrokenFigures: figures unreadable/.test(m)), warnings.join('\n'));
+      assert.ok(
+        warnings.some((m) => /BrokenFigures: figures unreadable/.test(m)),
+        warnings.join('\n'),
+      );
       inner.destroy();
     } finally {
       process.off('warning', onWarning);

@@ -23,7 +23,7 @@ function hogDevice(): PoolResource {
   const hog = new PoolResource({ device });
   const bytes = Math.floor((device.memInfo().free - 32 * MiB) / (2 * MiB)) * 2 * MiB;
   hog.deallocate(hog.allocate(bytes), bytes);
-  assert.ok(device.memInfo().free < 128 * MiB, 'the hog\'s cache holds the device');
+  assert.ok(device.memInfo().free < 128 * MiB, "the hog's cache holds the device");
   return hog;
 }
 
@@ -38,7 +38,7 @@ describe('a block allocated after the out-of-memory retry counts as live', () =>
       const mr = make();
       const bytes = 128 * MiB;
       const ptr = mr.allocate(bytes);
-      assert.equal(hog.reservedBytes, 0, 'the allocation went through the retry: the hog\'s cache was released');
+      assert.equal(hog.reservedBytes, 0, "the allocation went through the retry: the hog's cache was released");
       mr.destroy();
       assert.equal(mr.released, false, 'the block is live: the memory waits for it');
       device.backend.memset(ptr, 0x5a, 1, bytes); // still the block's own memory

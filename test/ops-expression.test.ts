@@ -10,7 +10,12 @@ import fc from 'fast-check';
 import { dtypes } from '../src/array/dtype.js';
 import { elementwiseProgram, type ProgramOperand } from '../src/kernels/ops/elementwise-program.js';
 import {
-  MAX_EXPRESSION_DEPTH, MAX_EXPRESSION_LENGTH, MAX_EXPRESSION_NESTING, parseExpression, parseStatements, type Expression,
+  MAX_EXPRESSION_DEPTH,
+  MAX_EXPRESSION_LENGTH,
+  MAX_EXPRESSION_NESTING,
+  parseExpression,
+  parseStatements,
+  type Expression,
 } from '../src/kernels/ops/expression.js';
 import { layoutOffset, layoutSpan, mergeDimensions, packLayout } from '../src/kernels/ops/kernel-layout.js';
 import { kernelScalar } from '../src/kernels/ops/scalar.js';
@@ -18,16 +23,22 @@ import { kernelScalar } from '../src/kernels/ops/scalar.js';
 /** The tree as a fully parenthesised string, to check precedence and associativity. */
 function show(e: Expression): string {
   switch (e.kind) {
-    case 'number': return String(e.value);
-    case 'name': return e.component === undefined ? e.name : `${e.name}.${e.component}`;
-    case 'unary': return `(${e.op}${show(e.arg)})`;
-    case 'binary': return `(${show(e.left)} ${e.op} ${show(e.right)})`;
-    case 'conditional': return `(${show(e.test)} ? ${show(e.then)} : ${show(e.otherwise)})`;
-    case 'call': return `${e.fn}(${e.args.map(show).join(', ')})`;
+    case 'number':
+      return String(e.value);
+    case 'name':
+      return e.component === undefined ? e.name : `${e.name}.${e.component}`;
+    case 'unary':
+      return `(${e.op}${show(e.arg)})`;
+    case 'binary':
+      return `(${show(e.left)} ${e.op} ${show(e.right)})`;
+    case 'conditional':
+      return `(${show(e.test)} ? ${show(e.then)} : ${show(e.otherwise)})`;
+    case 'call':
+      return `${e.fn}(${e.args.map(show).join(', ')})`;
   }
 }
 
-test('the parser follows C\'s precedence and associativity', () => {
+test("the parser follows C's precedence and associativity", () => {
   const cases: [string, string][] = [
     ['a + b * c', '(a + (b * c))'],
     ['a - b - c', '((a - b) - c)'],
@@ -43,7 +54,13 @@ test('the parser follows C\'s precedence and associativity', () => {
   ];
   for (const [text, tree] of cases) assert.equal(show(parseExpression(text)), tree, text);
   const statements = parseStatements(' ; z = x ; ; q.w = 1;');
-  assert.deepEqual(statements.map((s) => [s.target, s.component]), [['z', undefined], ['q', 'w']]);
+  assert.deepEqual(
+    statements.map((s) => [s.target, s.component]),
+    [
+      ['z', undefined],
+      ['q', 'w'],
+    ],
+  );
 });
 
 test('syntax errors name the column and point at it', () => {
@@ -77,12 +94,18 @@ test('syntax errors name the column and point at it', () => {
 });
 
 test('nesting, depth and length are bounded: a SyntaxError naming the column instead of a stack overflow', () => {
-  const refused = (column: number) => (e: Error): boolean => e instanceof SyntaxError && e.message.includes(`at column ${column} `);
+  const refused =
+    (column: number) =>
+    (e: Error): boolean =>
+      e instanceof SyntaxError && e.message.includes(`at column ${column} `);
   assert.throws(() => parseExpression('('.repeat(1000) + 'x' + ')'.repeat(1000)), refused(MAX_EXPRESSION_NESTING + 1));
   assert.throws(() => parseExpression('abs('.repeat(3000) + 'x' + ')'.repeat(3000)), refused(4 * MAX_EXPRESSION_NESTING + 1));
   assert.throws(() => parseExpression('-'.repeat(5000) + 'x'), refused(MAX_EXPRESSION_NESTING + 1));
   assert.throws(() => parseStatements(`z = ${Array(20000).fill('x').join('+')}`), /more than 1024 operations deep/);
-  assert.throws(() => parseExpression('x' + '+1'.repeat(MAX_EXPRESSION_LENGTH)), (e: Error) => e instanceof SyntaxError && /column 65537/.test(e.message));
+  assert.throws(
+    () => parseExpression('x' + '+1'.repeat(MAX_EXPRESSION_LENGTH)),
+    (e: Error) => e instanceof SyntaxError && /column 65537/.test(e.message),
+  );
   // Just inside the limits parses.
   parseExpression('('.repeat(MAX_EXPRESSION_NESTING - 1) + 'x' + ')'.repeat(MAX_EXPRESSION_NESTING - 1));
   parseExpression(Array(MAX_EXPRESSION_DEPTH).fill('x').join('+'));
@@ -94,7 +117,10 @@ test('the generated source does not depend on the order the names were given in,
   const one = elementwiseProgram(text, parseStatements(text), [f32('x'), f32('y'), f32('z'), { name: 'a', kind: 'scalar' }]);
   const two = elementwiseProgram(text, parseStatements(text), [{ name: 'a', kind: 'scalar' }, f32('z'), f32('y'), f32('x'), f32('unused')]);
   assert.equal(one.source, two.source);
-  assert.deepEqual(one.arrays.map((a) => a.name), ['x', 'y', 'z']);
+  assert.deepEqual(
+    one.arrays.map((a) => a.name),
+    ['x', 'y', 'z'],
+  );
   assert.deepEqual(one.scalars, ['a']);
   assert.equal(one.signature.length, 1 + 3 * 2 + 1);
   assert.match(one.source, /v2_0 = \(\(s0 \* v0_0\) \+ v1_0\);/);
@@ -105,8 +131,10 @@ test('the generated source does not depend on the order the names were given in,
 
 test('names and components are checked against the dtypes, with the column', () => {
   const ops: ProgramOperand[] = [
-    { name: 'x', kind: 'array', dtype: dtypes.float32 }, { name: 'p', kind: 'array', dtype: dtypes.float3 },
-    { name: 'h', kind: 'array', dtype: dtypes.half2 }, { name: 's', kind: 'scalar' },
+    { name: 'x', kind: 'array', dtype: dtypes.float32 },
+    { name: 'p', kind: 'array', dtype: dtypes.float3 },
+    { name: 'h', kind: 'array', dtype: dtypes.half2 },
+    { name: 's', kind: 'scalar' },
   ];
   const build = (text: string): unknown => elementwiseProgram(text, parseStatements(text), ops);
   assert.throws(() => build('x = p'), /p is a float3 array: use its components p.x, p.y, p.z at column 5/);
@@ -115,14 +143,50 @@ test('names and components are checked against the dtypes, with the column', () 
   assert.throws(() => build('p = 1'), /use its components/);
   assert.throws(() => build('s = x'), /s is a scalar: only arrays can be assigned/);
   assert.throws(() => build('x = s.y'), /s is a scalar: it has no component/);
-  assert.throws(() => build('x = k'), (e: Error) => e instanceof TypeError && /unknown name k; the arrays and scalars given are x, p, h, s at column 5/.test(e.message));
-  const ok = elementwiseProgram('p.z = h.x * s + x', parseStatements('p.z = h.x * s + x'), ops) as unknown as { arrays: { name: string; reads: readonly number[]; writes: readonly number[] }[] };
-  assert.deepEqual(ok.arrays.map((a) => [a.name, a.reads, a.writes]), [['h', [0], []], ['p', [], [2]], ['x', [0], []]]);
+  assert.throws(
+    () => build('x = k'),
+    (e: Error) => e instanceof TypeError && /unknown name k; the arrays and scalars given are x, p, h, s at column 5/.test(e.message),
+  );
+  const ok = elementwiseProgram('p.z = h.x * s + x', parseStatements('p.z = h.x * s + x'), ops) as unknown as {
+    arrays: { name: string; reads: readonly number[]; writes: readonly number[] }[];
+  };
+  assert.deepEqual(
+    ok.arrays.map((a) => [a.name, a.reads, a.writes]),
+    [
+      ['h', [0], []],
+      ['p', [], [2]],
+      ['x', [0], []],
+    ],
+  );
 });
 
 test('merging dimensions: contiguous operands become one dimension, transposes do not merge, extent-1 dimensions go', () => {
-  assert.deepEqual(mergeDimensions([2, 3, 4], [[12, 4, 1], [12, 4, 1]]), { shape: [24], strides: [[1], [1]] });
-  assert.deepEqual(mergeDimensions([2, 3], [[3, 1], [1, 2]]), { shape: [2, 3], strides: [[3, 1], [1, 2]] });
+  assert.deepEqual(
+    mergeDimensions(
+      [2, 3, 4],
+      [
+        [12, 4, 1],
+        [12, 4, 1],
+      ],
+    ),
+    { shape: [24], strides: [[1], [1]] },
+  );
+  assert.deepEqual(
+    mergeDimensions(
+      [2, 3],
+      [
+        [3, 1],
+        [1, 2],
+      ],
+    ),
+    {
+      shape: [2, 3],
+      strides: [
+        [3, 1],
+        [1, 2],
+      ],
+    },
+  );
   assert.deepEqual(mergeDimensions([1, 5, 1], [[99, 2, 7]]), { shape: [5], strides: [[2]] });
   assert.deepEqual(mergeDimensions([4, 1, 6], [[12, 5, 2]]), { shape: [24], strides: [[2]] });
   assert.deepEqual(mergeDimensions([], [[]]), { shape: [], strides: [[]] });
@@ -130,9 +194,8 @@ test('merging dimensions: contiguous operands become one dimension, transposes d
 });
 
 test('layoutOffset and layoutSpan agree with a row-major walk of any layout (property)', () => {
-  fc.assert(fc.property(
-    fc.array(fc.tuple(fc.integer({ min: 1, max: 4 }), fc.integer({ min: -6, max: 6 })), { minLength: 0, maxLength: 4 }),
-    (dims) => {
+  fc.assert(
+    fc.property(fc.array(fc.tuple(fc.integer({ min: 1, max: 4 }), fc.integer({ min: -6, max: 6 })), { minLength: 0, maxLength: 4 }), (dims) => {
       const shape = dims.map((d) => d[0]);
       const strides = dims.map((d) => d[1]);
       const packed = packLayout(shape, strides);
@@ -152,8 +215,8 @@ test('layoutOffset and layoutSpan agree with a row-major walk of any layout (pro
       }
       const span = layoutSpan(packed, count);
       assert.deepEqual({ lo: span.lo + 0, hi: span.hi + 0 }, { lo: lo + 0, hi });
-    },
-  ));
+    }),
+  );
 });
 
 test('stores from float64: floats round to nearest, integers truncate and saturate, NaN gives 0, bool is != 0', () => {

@@ -29,7 +29,7 @@ interface PtxScript {
 /** The generator script (plain JavaScript beside the package, outside the TypeScript build). */
 async function script(): Promise<PtxScript> {
   const url = new URL('../../scripts/generate-builtin-ptx.mjs', import.meta.url);
-  return await import(fileURLToPath(url)) as PtxScript;
+  return (await import(fileURLToPath(url))) as PtxScript;
 }
 
 test('every fixed built-in source has shipped PTX made from exactly that source, and nothing else ships', () => {
@@ -54,13 +54,19 @@ test('nvcc compiles the sources to the shipped PTX byte for byte (where nvcc of 
   if (release === undefined) return t.skip('nvcc is not on PATH');
   if (release !== SHIPPED_PTX_COMPILER) return t.skip(`nvcc here is ${release}; the PTX was compiled by ${SHIPPED_PTX_COMPILER}`);
   const sources = builtinSources();
-  const compiled = await inParallel(sources.map(({ source }) => () => compilePtx(source, sourceSha256(source), BUILTIN_COMPILE_OPTIONS)));
+  const compiled = await inParallel(
+    sources.map(
+      ({ source }) =>
+        () =>
+          compilePtx(source, sourceSha256(source), BUILTIN_COMPILE_OPTIONS),
+    ),
+  );
   sources.forEach(({ name, source }, i) => {
     assert.equal(compiled[i], shippedPtxFor(name, source), `${name}: ${REGENERATE}`);
   });
 });
 
-test('the shipped PTX of sum-float32 sums on the device, both passes (the fallback\'s code path without NVRTC)', gpuOnly, () => {
+test("the shipped PTX of sum-float32 sums on the device, both passes (the fallback's code path without NVRTC)", gpuOnly, () => {
   const device = Device.get(0);
   const source = builtinSources().find((s) => s.name === 'sum-float32')!.source;
   using module = Module.fromPtx(shippedPtxFor('sum-float32', source)!, { device });
@@ -80,7 +86,8 @@ test('every shipped PTX loads on the device and has its kernels', gpuOnly, () =>
   const device = Device.get(0);
   for (const { name, source } of builtinSources()) {
     using module = Module.fromPtx(shippedPtxFor(name, source)!, { device });
-    const kernels = name === 'basic' ? ['vram_fill', 'vram_copy', 'vram_astype', 'vram_arange'] : [`vram_${name.replace('-', '_')}`, `vram_${name.replace('-', '_')}_finish`];
+    const kernels =
+      name === 'basic' ? ['vram_fill', 'vram_copy', 'vram_astype', 'vram_arange'] : [`vram_${name.replace('-', '_')}`, `vram_${name.replace('-', '_')}_finish`];
     for (const k of kernels) assert.ok(module.kernel(k, []).name === k, `${name}: ${k}`);
   }
 });

@@ -66,21 +66,59 @@ test('read-only memory is exported read-only: DLPack READ_ONLY and CUDA Array In
   assert.equal(dlpackInfo(again)?.readOnly, true, 'the DLPack export carries READ_ONLY');
   assert.throws(() => fill(again, 0), VramStateError);
   assert.throws(() => toDLPack(ro, { readOnly: false }), VramStateError);
-  assert.throws(() => toDLPack(ro, { versioned: false }), (e: Error) => e instanceof TypeError && /read-only/.test(e.message));
-  assert.equal(toCudaArrayInterface(src).data[1], false, 'vram\'s own memory stays writable');
+  assert.throws(
+    () => toDLPack(ro, { versioned: false }),
+    (e: Error) => e instanceof TypeError && /read-only/.test(e.message),
+  );
+  assert.equal(toCudaArrayInterface(src).data[1], false, "vram's own memory stays writable");
   assert.deepEqual(Array.from(src.toHost()), Array.from(iota(6)));
 });
 
 /** Each path writing into memory it also reads, and NumPy's result: the input as it was before the first write. */
-const overlapping: readonly { readonly name: string; readonly shape: readonly number[]; readonly run: (a: DeviceArray) => void; readonly expected: readonly number[] }[] = [
-  { name: 'elementwise into the reversed view', shape: [8], run: (a) => elementwise('y = x', { x: a, y: a.slice([null, null, -1]) }), expected: [7, 6, 5, 4, 3, 2, 1, 0] },
-  { name: 'map into the reversed view', shape: [8], run: (a) => map(a, 'x + 100', { out: a.slice([null, null, -1]) }), expected: [107, 106, 105, 104, 103, 102, 101, 100] },
-  { name: 'zipWith into the input shifted by one', shape: [8], run: (a) => zipWith(a.slice([0, -1]), a.slice([0, -1]), 'x + y', { out: a.slice([1, null]) }), expected: [0, 0, 2, 4, 6, 8, 10, 12] },
-  { name: 'row sums into the last row', shape: [4, 4], run: (a) => sum(a, { axis: 1, out: a.slice(3) }), expected: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 6, 22, 38, 54] },
-  { name: 'a 2D copy onto its own rows shifted by one', shape: [4, 4], run: (a) => a.slice([1, null], [0, 2]).copyFrom(a.slice([0, -1], [0, 2])), expected: [0, 1, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15] },
+const overlapping: readonly {
+  readonly name: string;
+  readonly shape: readonly number[];
+  readonly run: (a: DeviceArray) => void;
+  readonly expected: readonly number[];
+}[] = [
+  {
+    name: 'elementwise into the reversed view',
+    shape: [8],
+    run: (a) => elementwise('y = x', { x: a, y: a.slice([null, null, -1]) }),
+    expected: [7, 6, 5, 4, 3, 2, 1, 0],
+  },
+  {
+    name: 'map into the reversed view',
+    shape: [8],
+    run: (a) => map(a, 'x + 100', { out: a.slice([null, null, -1]) }),
+    expected: [107, 106, 105, 104, 103, 102, 101, 100],
+  },
+  {
+    name: 'zipWith into the input shifted by one',
+    shape: [8],
+    run: (a) => zipWith(a.slice([0, -1]), a.slice([0, -1]), 'x + y', { out: a.slice([1, null]) }),
+    expected: [0, 0, 2, 4, 6, 8, 10, 12],
+  },
+  {
+    name: 'row sums into the last row',
+    shape: [4, 4],
+    run: (a) => sum(a, { axis: 1, out: a.slice(3) }),
+    expected: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 6, 22, 38, 54],
+  },
+  {
+    name: 'a 2D copy onto its own rows shifted by one',
+    shape: [4, 4],
+    run: (a) => a.slice([1, null], [0, 2]).copyFrom(a.slice([0, -1], [0, 2])),
+    expected: [0, 1, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15],
+  },
   // Emulated copies move bytes as memmove does, so this one shows only on a GPU, where an
   // overlapping cuMemcpy is undefined.
-  { name: 'a linear copy onto itself shifted by one', shape: [8], run: (a) => a.slice([1, null]).copyFrom(a.slice([0, -1])), expected: [0, 0, 1, 2, 3, 4, 5, 6] },
+  {
+    name: 'a linear copy onto itself shifted by one',
+    shape: [8],
+    run: (a) => a.slice([1, null]).copyFrom(a.slice([0, -1])),
+    expected: [0, 0, 1, 2, 3, 4, 5, 6],
+  },
 ];
 
 for (const c of overlapping) {
@@ -97,15 +135,17 @@ test('exact aliasing stays allowed; outputs sharing memory in different orders a
   map(a, 'x * 2', { out: a });
   elementwise('y = y + x', { x: a, y: a });
   assert.deepEqual(Array.from(a.toHost()), [0, 4, 8, 12, 16, 20, 24, 28]);
-  assert.throws(() => elementwise('y = 1; z = 2', { y: a, z: a.slice([null, null, -1]) }),
-    (e: Error) => e instanceof VramStateError && /y and z are both written/.test(e.message));
+  assert.throws(
+    () => elementwise('y = 1; z = 2', { y: a, z: a.slice([null, null, -1]) }),
+    (e: Error) => e instanceof VramStateError && /y and z are both written/.test(e.message),
+  );
   assert.deepEqual(Array.from(a.toHost()), [0, 4, 8, 12, 16, 20, 24, 28], 'the refusal wrote nothing');
   using b = DeviceArray.from(iota(8));
   zipWith(b.slice([0, null, 2]), b.slice([1, null, 2]), 'x * 10 + y', { out: b.slice([1, null, 2]) });
   assert.deepEqual(Array.from(b.toHost()), [0, 1, 2, 23, 4, 45, 6, 67]);
 });
 
-test('a stream given: the copy of an overlapping input is made and freed in that stream\'s order', () => {
+test("a stream given: the copy of an overlapping input is made and freed in that stream's order", () => {
   using stream = Stream.create();
   using a = DeviceArray.from(iota(4096));
   map(a, 'x + 1', { out: a.slice([null, null, -1]), stream });
@@ -144,7 +184,7 @@ test('options are read once: an out that a getter takes back is not freed on the
   };
   assert.throws(() => map(x, 'nosuch(x)', options), /unknown function/);
   assert.equal(outReads, 1, 'options were read once');
-  assert.equal(out.freed, false, 'the caller\'s out is not freed on the error path');
+  assert.equal(out.freed, false, "the caller's out is not freed on the error path");
 });
 
 test('a shape is read once: the dimensions checked are the dimensions allocated', () => {
@@ -171,7 +211,9 @@ function bytesOf(l: Layout, base: number): Set<number> {
   const count = l.shape.reduce((p, n) => p * n, 1);
   for (let k = 0; k < count; k++) {
     let at = base + l.byteOffset;
-    index.forEach((i, d) => { at += i * l.strides[d]! * l.itemSize; });
+    index.forEach((i, d) => {
+      at += i * l.strides[d]! * l.itemSize;
+    });
     for (let b = 0; b < l.itemSize; b++) bytes.add(at + b);
     for (let d = l.shape.length - 1; d >= 0; d--) {
       if (++index[d]! < l.shape[d]!) break;
@@ -181,19 +223,24 @@ function bytesOf(l: Layout, base: number): Set<number> {
   return bytes;
 }
 
-const layout = fc.integer({ min: 1, max: 3 }).chain((ndim) => fc.record({
-  shape: fc.array(fc.integer({ min: 0, max: 4 }), { minLength: ndim, maxLength: ndim }),
-  strides: fc.array(fc.integer({ min: -6, max: 6 }), { minLength: ndim, maxLength: ndim }),
-  byteOffset: fc.integer({ min: 0, max: 64 }),
-  itemSize: fc.constantFrom(1, 2, 4, 8),
-}));
+const layout = fc.integer({ min: 1, max: 3 }).chain((ndim) =>
+  fc.record({
+    shape: fc.array(fc.integer({ min: 0, max: 4 }), { minLength: ndim, maxLength: ndim }),
+    strides: fc.array(fc.integer({ min: -6, max: 6 }), { minLength: ndim, maxLength: ndim }),
+    byteOffset: fc.integer({ min: 0, max: 64 }),
+    itemSize: fc.constantFrom(1, 2, 4, 8),
+  }),
+);
 
 test('mayShareBytes never says "disjoint" of layouts that share a byte; sameElements means the same bytes', () => {
-  fc.assert(fc.property(layout, layout, fc.integer({ min: 0, max: 48 }), (a, b, base) => {
-    const shared = [...bytesOf(a, 0)].some((x) => bytesOf(b, base).has(x));
-    if (shared) assert.equal(mayShareBytes(a, 0, b, base), true);
-    if (sameElements(a, 0, b, base)) assert.deepEqual([...bytesOf(a, 0)].sort(), [...bytesOf(b, base)].sort());
-  }), { numRuns: 2000 });
+  fc.assert(
+    fc.property(layout, layout, fc.integer({ min: 0, max: 48 }), (a, b, base) => {
+      const shared = [...bytesOf(a, 0)].some((x) => bytesOf(b, base).has(x));
+      if (shared) assert.equal(mayShareBytes(a, 0, b, base), true);
+      if (sameElements(a, 0, b, base)) assert.deepEqual([...bytesOf(a, 0)].sort(), [...bytesOf(b, base)].sort());
+    }),
+    { numRuns: 2000 },
+  );
   const even: Layout = { shape: [8], strides: [2], byteOffset: 0, itemSize: 4 };
   assert.equal(mayShareBytes(even, 0, { ...even, byteOffset: 4 }, 0), false, 'odd and even elements are proved apart');
 });

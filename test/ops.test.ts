@@ -37,10 +37,20 @@ const rand = mulberry32(0x0b5);
 function randomValue(dtype: ScalarName): number {
   const sign = rand() < 0.5 ? -1 : 1;
   switch (dtype) {
-    case 'bool': return 1;
-    case 'int8': case 'int16': case 'int32': case 'int64': return sign * (1 + Math.floor(rand() * 100));
-    case 'uint8': case 'uint16': case 'uint32': case 'uint64': return 1 + Math.floor(rand() * 200);
-    default: return sign * (0.25 + rand());
+    case 'bool':
+      return 1;
+    case 'int8':
+    case 'int16':
+    case 'int32':
+    case 'int64':
+      return sign * (1 + Math.floor(rand() * 100));
+    case 'uint8':
+    case 'uint16':
+    case 'uint32':
+    case 'uint64':
+      return 1 + Math.floor(rand() * 200);
+    default:
+      return sign * (0.25 + rand());
   }
 }
 
@@ -108,14 +118,13 @@ function checkStored(dtype: ScalarName, got: number, v: number, what: string): v
     const bits = kernelScalar[dtype].bytes * 8;
     const [lo, hi] = kernelScalar[dtype].signed ? [-(2 ** (bits - 1)), 2 ** (bits - 1) - 1] : [0, 2 ** bits - 1];
     assert.equal(got, Math.min(Math.max(Math.trunc(v), lo), hi) + 0, what);
-  }
-  else near(got, v, u * Math.abs(v) + (dtype === 'float16' ? 2 ** -25 : 0), what);
+  } else near(got, v, u * Math.abs(v) + (dtype === 'float16' ? 2 ** -25 : 0), what);
 }
 
 const ALL_SCALARS = kernelScalars;
 const SOME_VECTORS: readonly DTypeName[] = ['float3', 'uchar3', 'double2', 'half2', 'short4', 'longlong3'];
 
-test('fill: every dtype, contiguous and strided views; elements between the view\'s are untouched', () => {
+test("fill: every dtype, contiguous and strided views; elements between the view's are untouched", () => {
   for (const dtype of [...ALL_SCALARS, ...SOME_VECTORS]) {
     const dt = dtypeOf(dtype);
     const value = Array.from({ length: dt.components }, () => randomValue(dt.component));
@@ -129,8 +138,10 @@ test('fill: every dtype, contiguous and strided views; elements between the view
       const cs = cases(dtype, n);
       for (const c of cs) {
         const before = valuesOf(c.base);
-        fill(c.array, dt.component === 'int64' || dt.component === 'uint64'
-          ? (dt.components === 1 ? BigInt(value[0]!) : value.map(BigInt)) as never : element);
+        fill(
+          c.array,
+          dt.component === 'int64' || dt.component === 'uint64' ? ((dt.components === 1 ? BigInt(value[0]!) : value.map(BigInt)) as never) : element,
+        );
         assert.deepEqual(valuesOf(c.array), Array.from({ length: n }, () => expect).flat(), c.label);
         if (c.base !== c.array) {
           const after = valuesOf(c.base);
@@ -207,7 +218,10 @@ test('astype: every scalar dtype to every scalar dtype (integers wrap among them
   const p = randomArray('float3', [31]);
   const q = astype(p.array.slice([null, null, -1]), 'int3');
   const reversed = Array.from({ length: 31 }, (_, i) => p.values.slice((30 - i) * 3, (30 - i) * 3 + 3)).flat();
-  assert.deepEqual(valuesOf(q), reversed.map((v) => Math.trunc(v) + 0));
+  assert.deepEqual(
+    valuesOf(q),
+    reversed.map((v) => Math.trunc(v) + 0),
+  );
   free(p.array, q);
 });
 
@@ -318,8 +332,12 @@ test('elementwise: several statements, later ones seeing earlier assignments; ma
   const k = randomArray('int32', [1025]);
   const r = DeviceArray.empty([1025], 'float32');
   const f = DeviceArray.empty([1025], 'float16');
-  elementwise('r = sqrt(abs(x)) * k; f = r > 0 ? min(r, 2) : max(-r, 0.5) % 1; r = r + fma(x, 2, 1) - pow(exp(x), 2) / cos(x)',
-    { x: x.array, k: k.array, r, f });
+  elementwise('r = sqrt(abs(x)) * k; f = r > 0 ? min(r, 2) : max(-r, 0.5) % 1; r = r + fma(x, 2, 1) - pow(exp(x), 2) / cos(x)', {
+    x: x.array,
+    k: k.array,
+    r,
+    f,
+  });
   const rs = valuesOf(r);
   const fs = valuesOf(f);
   for (let i = 0; i < 1025; i++) {
@@ -354,15 +372,21 @@ test('elementwise: vector dtypes by component (float3 cross product, half2, ucha
   free(p.array, q.array, nrm, h.array, s);
 });
 
-test('map and zipWith: default outputs of the inputs\' dtype promoted as NumPy does, out of another dtype, strided inputs', () => {
+test("map and zipWith: default outputs of the inputs' dtype promoted as NumPy does, out of another dtype, strided inputs", () => {
   const a = cases('int32', 1025)[1]!;
   const b = cases('float32', 1025)[2]!;
   const twice = map(a.array, 'x * 2');
   assert.equal(twice.dtype.name, 'int32');
-  assert.deepEqual(valuesOf(twice), a.values.map((v) => v * 2));
+  assert.deepEqual(
+    valuesOf(twice),
+    a.values.map((v) => v * 2),
+  );
   const summed = zipWith(a.array, b.array, 'x + y');
   assert.equal(summed.dtype.name, 'float64'); // int32 and float32: float64, as numpy.result_type
-  assert.deepEqual(valuesOf(summed), a.values.map((v, i) => v + b.values[i]!));
+  assert.deepEqual(
+    valuesOf(summed),
+    a.values.map((v, i) => v + b.values[i]!),
+  );
   const out = DeviceArray.empty([1025], 'float64');
   assert.equal(zipWith(a.array, b.array, 'x / y', { out }), out);
   valuesOf(out).forEach((v, i) => assert.equal(v, a.values[i]! / b.values[i]!));
@@ -385,21 +409,36 @@ test('bad input: syntax, unknown names, wrong dtypes for the expression, shapes,
   const y = DeviceArray.empty([9], 'float32');
   const p = DeviceArray.empty([8], 'float3');
   const b = DeviceArray.empty([8], 'bool');
-  assert.throws(() => elementwise('z = (x + 1', { x, z: x }), (e: Error) => e instanceof SyntaxError && /column 11/.test(e.message));
-  assert.throws(() => elementwise('z = x +* 1', { x, z: x }), (e: Error) => e instanceof SyntaxError && /column 8/.test(e.message));
-  assert.throws(() => elementwise('z = x # 1', { x, z: x }), (e: Error) => e instanceof SyntaxError && /unexpected character '#'/.test(e.message));
+  assert.throws(
+    () => elementwise('z = (x + 1', { x, z: x }),
+    (e: Error) => e instanceof SyntaxError && /column 11/.test(e.message),
+  );
+  assert.throws(
+    () => elementwise('z = x +* 1', { x, z: x }),
+    (e: Error) => e instanceof SyntaxError && /column 8/.test(e.message),
+  );
+  assert.throws(
+    () => elementwise('z = x # 1', { x, z: x }),
+    (e: Error) => e instanceof SyntaxError && /unexpected character '#'/.test(e.message),
+  );
   assert.throws(() => elementwise('z = 1f', { z: x }), SyntaxError);
   assert.throws(() => elementwise('x = foo(x)', { x }), /unknown function foo/);
   assert.throws(() => elementwise('x = sqrt(x, x)', { x }), /takes 1 argument/);
   assert.throws(() => elementwise('', { x }), SyntaxError);
-  assert.throws(() => elementwise('x = w + 1', { x }), (e: Error) => e instanceof TypeError && /unknown name w/.test(e.message) && /column 5/.test(e.message));
+  assert.throws(
+    () => elementwise('x = w + 1', { x }),
+    (e: Error) => e instanceof TypeError && /unknown name w/.test(e.message) && /column 5/.test(e.message),
+  );
   assert.throws(() => elementwise('z = x + 1', { x }), /unknown name z/);
   assert.throws(() => elementwise('x = p + 1', { x, p }), /p is a float3 array: use its components p.x, p.y, p.z/);
   assert.throws(() => elementwise('x = x.y', { x }), /x is a float32 array: it has no component .y/);
   assert.throws(() => elementwise('x = p.w', { x, p }), /its components are p.x, p.y, p.z/);
   assert.throws(() => elementwise('a = x', { x, a: 2 }), /a is a scalar: only arrays can be assigned/);
   assert.throws(() => elementwise('x = a.x', { x, a: 2 }), /a is a scalar/);
-  assert.throws(() => elementwise('x = y', { x, y }), (e: Error) => e instanceof RangeError && /do not broadcast/.test(e.message));
+  assert.throws(
+    () => elementwise('x = y', { x, y }),
+    (e: Error) => e instanceof RangeError && /do not broadcast/.test(e.message),
+  );
   assert.throws(() => elementwise('x = 1', { x: 'x' as never }), TypeError);
   assert.throws(() => elementwise('x = 1', null as never), TypeError);
   const overlapping = DeviceArray.fromBuffer(x.buffer as never, { dtype: 'float32', shape: [4, 4], strides: [1, 1] });
@@ -419,8 +458,14 @@ test('bad input: syntax, unknown names, wrong dtypes for the expression, shapes,
   assert.throws(() => astype(x, 'float5' as never), TypeError);
   assert.throws(() => arange([0, 10, 0]), /step must not be 0/);
   assert.throws(() => arange([0, Infinity]), RangeError);
-  assert.throws(() => arange('10' as never), (e: Error) => e instanceof TypeError && /range must be n, \[start, stop\] or \[start, stop, step\], got string/.test(e.message));
-  assert.throws(() => arange([0] as never), (e: Error) => e instanceof TypeError && e.message.endsWith('got an array of 1 element'));
+  assert.throws(
+    () => arange('10' as never),
+    (e: Error) => e instanceof TypeError && /range must be n, \[start, stop\] or \[start, stop, step\], got string/.test(e.message),
+  );
+  assert.throws(
+    () => arange([0] as never),
+    (e: Error) => e instanceof TypeError && e.message.endsWith('got an array of 1 element'),
+  );
   assert.throws(() => arange(10, 'float3' as never), /vector dtype/);
   assert.throws(() => fill(x, 'a' as never), TypeError);
   assert.throws(() => fill(p, 1 as never), TypeError);

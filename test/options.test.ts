@@ -15,25 +15,56 @@ import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import ts from 'typescript';
 import {
-  arange, astype, Context, DeviceArray, DeviceBuffer, Device, Event, fill, HostArray, HostBuffer, ManagedBuffer, PitchedDeviceBuffer,
-  Stream, sum,
+  arange,
+  astype,
+  Context,
+  DeviceArray,
+  DeviceBuffer,
+  Device,
+  Event,
+  fill,
+  HostArray,
+  HostBuffer,
+  ManagedBuffer,
+  PitchedDeviceBuffer,
+  Stream,
+  sum,
 } from '../src/index.js';
 import {
-  ArenaResource, AsyncResource, BinningResource, CudaResource, FixedSizeResource, LoggingAdaptor, ManagedResource, PinnedHostPool,
-  PinnedHostResource, PoolResource, RetryOnOutOfMemory, TrackingAdaptor,
+  ArenaResource,
+  AsyncResource,
+  BinningResource,
+  CudaResource,
+  FixedSizeResource,
+  LoggingAdaptor,
+  ManagedResource,
+  PinnedHostPool,
+  PinnedHostResource,
+  PoolResource,
+  RetryOnOutOfMemory,
+  TrackingAdaptor,
 } from '../src/public/resources.js';
 import { configureTransfers, reserveSpillHost, transferSettings } from '../src/public/buffers.js';
 import {
-  deleteDLPack, ForeignDeviceBuffer, ForeignMirror, fromCudaArrayInterface, fromDLPack, importIpc, ImportedPool, importPool, IpcHandle, place,
-  receiveFd, toCudaArrayInterface, toDLPack,
+  deleteDLPack,
+  ForeignDeviceBuffer,
+  ForeignMirror,
+  fromCudaArrayInterface,
+  fromDLPack,
+  importIpc,
+  ImportedPool,
+  importPool,
+  IpcHandle,
+  place,
+  receiveFd,
+  toCudaArrayInterface,
+  toDLPack,
 } from '../src/public/interop.js';
 import { EmulatedBackend } from '../src/public/backend.js';
 import { captureGraph, GraphPool } from '../src/public/graphs.js';
 import { memorySnapshot, recordMemoryHistory } from '../src/public/observe.js';
 import { parseAllocationLog, replay } from '../src/public/replay.js';
-import {
-  ascontiguous, dot, elementwise, map, max, min, Module, threadCount, zipWith, type EmulatedKernel, type Kernel,
-} from '../src/public/kernels.js';
+import { ascontiguous, dot, elementwise, map, max, min, Module, threadCount, zipWith, type EmulatedKernel, type Kernel } from '../src/public/kernels.js';
 import { Communicator, group, ncclVersion, UniqueId } from '../src/public/nccl.js';
 import { readOptions } from '../src/util/options.js';
 import { entryPoints, entryProgram, resolveAlias } from './entry-points.js';
@@ -129,10 +160,16 @@ const REPLAY = ['perOperationTiming', 'repeat', 'growth', 'timeline'];
 /** True on a GPU without NCCL: the NCCL rows then check only the options (what follows fails). */
 const ncclMissing = ((): boolean => {
   if (device.backend.name === 'emulated') return false;
-  try { ncclVersion(); return false; } catch { return true; }
+  try {
+    ncclVersion();
+    return false;
+  } catch {
+    return true;
+  }
 })();
 /** A communicator of one rank: its collectives are copies, and a send pairs with a receive in a group. */
-const comm: Communicator = ncclMissing ? Object.create(Communicator.prototype) as Communicator
+const comm: Communicator = ncclMissing
+  ? (Object.create(Communicator.prototype) as Communicator)
   : Communicator.init({ id: UniqueId.create(), rank: 0, size: 1 });
 const ncclPartial = ncclMissing ? 'NCCL is not installed here' : undefined;
 const ncclData = DeviceArray.zeros([4], 'float32');
@@ -146,8 +183,23 @@ const TABLE: readonly Entry[] = [
   { name: 'Stream.create', keys: ['device', 'nonBlocking', 'priority'], call: (o) => Stream.create(o as never) },
   { name: 'Stream.fromHandle', keys: ['device'], call: (o) => Stream.fromHandle(0, o as never) },
   { name: 'Event.create', keys: ['device', 'timing', 'blockingSync', 'interprocess'], call: (o) => Event.create(o as never) },
-  { name: 'Stream#beginCapture', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); s.beginCapture(o as never); return s.endCapture(); } },
-  { name: 'captureGraph', keys: ['mode', 'pool'], call: (o) => { using s = Stream.create(); return captureGraph(s, () => undefined, o as never); } },
+  {
+    name: 'Stream#beginCapture',
+    keys: ['mode', 'pool'],
+    call: (o) => {
+      using s = Stream.create();
+      s.beginCapture(o as never);
+      return s.endCapture();
+    },
+  },
+  {
+    name: 'captureGraph',
+    keys: ['mode', 'pool'],
+    call: (o) => {
+      using s = Stream.create();
+      return captureGraph(s, () => undefined, o as never);
+    },
+  },
   { name: 'new GraphPool', keys: ['device'], call: (o) => new GraphPool(o as never) },
   { name: 'new EmulatedBackend', keys: ['capacityBytes', 'deviceCount', 'hostNumaPools'], call: (o) => new EmulatedBackend(o as never) },
   // Buffers
@@ -168,8 +220,18 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceMemory#memset', says: 'DeviceBuffer.memset', keys: ['elementBytes', 'offset', 'count', 'stream'], call: (o) => buf.memset(0, o as never) },
   { name: 'DeviceMemory#copyFromHost', says: 'DeviceBuffer.copyFromHost', keys: COPY_IN, call: (o) => buf.copyFromHost(new Uint8Array(64), o as never) },
   { name: 'DeviceMemory#copyToHost', says: 'DeviceBuffer.copyToHost', keys: COPY_OUT, call: (o) => buf.copyToHost(new Uint8Array(64), o as never) },
-  { name: 'DeviceMemory#copyFromHostAsync', says: 'DeviceBuffer.copyFromHostAsync', keys: COPY_IN, call: (o) => buf.copyFromHostAsync(new Uint8Array(64), o as never) },
-  { name: 'DeviceMemory#copyToHostAsync', says: 'DeviceBuffer.copyToHostAsync', keys: COPY_OUT, call: (o) => buf.copyToHostAsync(new Uint8Array(64), o as never) },
+  {
+    name: 'DeviceMemory#copyFromHostAsync',
+    says: 'DeviceBuffer.copyFromHostAsync',
+    keys: COPY_IN,
+    call: (o) => buf.copyFromHostAsync(new Uint8Array(64), o as never),
+  },
+  {
+    name: 'DeviceMemory#copyToHostAsync',
+    says: 'DeviceBuffer.copyToHostAsync',
+    keys: COPY_OUT,
+    call: (o) => buf.copyToHostAsync(new Uint8Array(64), o as never),
+  },
   { name: 'DeviceMemory#copyFrom', says: 'DeviceBuffer.copyFrom', keys: COPY_IN, call: (o) => buf.copyFrom(managed, o as never) },
   { name: 'PitchedDeviceBuffer#copy2DFromHost', keys: COPY_2D, call: (o) => pitched.copy2DFromHost(new Uint8Array(64), o as never) },
   { name: 'PitchedDeviceBuffer#copy2DToHost', keys: COPY_2D, call: (o) => pitched.copy2DToHost(new Uint8Array(64), o as never) },
@@ -179,7 +241,8 @@ const TABLE: readonly Entry[] = [
   { name: 'ManagedBuffer#prefetch', keys: ['offset', 'bytes'], call: (o) => managed.prefetch(device, undefined, o as never) },
   // Transfers
   {
-    name: 'configureTransfers', keys: ['threads', 'chunkBytes', 'depth', 'stagingThreshold', 'registration'],
+    name: 'configureTransfers',
+    keys: ['threads', 'chunkBytes', 'depth', 'stagingThreshold', 'registration'],
     call: (o) => configureTransfers(o as never),
   },
   // Arrays
@@ -194,11 +257,14 @@ const TABLE: readonly Entry[] = [
   { name: 'DeviceArray.from', keys: ['dtype', 'shape', ...ARRAY], call: (o) => DeviceArray.from(new Float32Array(9), o as never) },
   { name: 'DeviceArray.fromAsync', keys: ['dtype', 'shape', ...ARRAY], call: (o) => DeviceArray.fromAsync(new Float32Array(9), o as never) },
   {
-    name: 'DeviceArray.fromBuffer', keys: ['dtype', 'shape', 'strides', 'byteOffset', 'device', 'stream'], base: { dtype: 'float32' },
+    name: 'DeviceArray.fromBuffer',
+    keys: ['dtype', 'shape', 'strides', 'byteOffset', 'device', 'stream'],
+    base: { dtype: 'float32' },
     call: (o) => DeviceArray.fromBuffer(buf, o as never),
   },
   {
-    name: 'DeviceArray.fromPointer', keys: [...FOREIGN, 'strides', 'byteOffset', 'stream'],
+    name: 'DeviceArray.fromPointer',
+    keys: [...FOREIGN, 'strides', 'byteOffset', 'stream'],
     call: (o) => DeviceArray.fromPointer(buf.ptr, [4], 'float32', o as never),
   },
   { name: 'DeviceArray.pitched', keys: ['resource', 'device', 'stream'], call: (o) => DeviceArray.pitched([4, 4], 'float32', o as never) },
@@ -213,7 +279,9 @@ const TABLE: readonly Entry[] = [
   { name: 'HostArray.zerosLike', keys: [...HOST_BUFFER, 'order'], call: (o) => HostArray.zerosLike(a, o as never) },
   { name: 'HostArray.from', keys: ['dtype', 'shape', ...HOST_BUFFER], call: (o) => HostArray.from(new Float32Array(9), o as never) },
   {
-    name: 'HostArray.fromBuffer', keys: ['dtype', 'shape', 'strides', 'byteOffset'], base: { dtype: 'float32' },
+    name: 'HostArray.fromBuffer',
+    keys: ['dtype', 'shape', 'strides', 'byteOffset'],
+    base: { dtype: 'float32' },
     call: (o) => HostArray.fromBuffer(pinned, o as never),
   },
   { name: 'HostArray#copyFromAsync', keys: ['stream'], call: (o) => h.copyFromAsync(a, o as never) },
@@ -222,22 +290,46 @@ const TABLE: readonly Entry[] = [
   // Interop
   { name: 'toCudaArrayInterface', keys: ['stream'], call: (o) => toCudaArrayInterface(a, o as never) },
   {
-    name: 'fromCudaArrayInterface', keys: ['owner', 'device', 'stream', 'dtype'],
+    name: 'fromCudaArrayInterface',
+    keys: ['owner', 'device', 'stream', 'dtype'],
     call: (o) => fromCudaArrayInterface(toCudaArrayInterface(a), o as never),
   },
   { name: 'toDLPack', keys: ['versioned', 'readOnly', 'copied'], call: (o) => deleteDLPack(toDLPack(a, o as never)) },
   { name: 'fromDLPack', keys: ['versioned', 'device'], call: (o) => withTensor((p) => fromDLPack(p, o as never)) },
   { name: 'deleteDLPack', keys: ['versioned', 'device'], call: (o) => withTensor((p) => deleteDLPack(p, o as never)) },
   {
-    name: 'place', keys: ['prefer', 'fallback', 'minFree', 'writeCombined', 'device', 'stream', 'dtype', 'shape'],
+    name: 'place',
+    keys: ['prefer', 'fallback', 'minFree', 'writeCombined', 'device', 'stream', 'dtype', 'shape'],
     call: (o) => place(new Float32Array(4), o as never).array,
   },
-  { name: 'importIpc', keys: ['device', 'byteLength', 'offset'], call: (o) => importIpc('00'.repeat(64), o as never), partial: 'needs another process\'s handle' },
+  {
+    name: 'importIpc',
+    keys: ['device', 'byteLength', 'offset'],
+    call: (o) => importIpc('00'.repeat(64), o as never),
+    partial: "needs another process's handle",
+  },
   { name: 'IpcHandle.from', keys: ['byteLength', 'offset'], call: (o) => IpcHandle.from('00'.repeat(64), o as never) },
-  { name: 'importPool', keys: ['device'], call: (o) => importPool(1_000_000, o as never), partial: 'needs a pool\'s descriptor from another process' },
-  { name: 'ImportedPool.fromFd', says: 'importPool', keys: ['device'], call: (o) => ImportedPool.fromFd(1_000_000, o as never), partial: 'needs a pool\'s descriptor from another process' },
-  { name: 'ImportedPool#importPointer', keys: ['stream'], call: (o) => importedPoolStandIn().importPointer('00', o as never), partial: 'needs an imported pool' },
-  { name: 'receiveFd', keys: ['timeoutMs'], base: { timeoutMs: 0 }, call: (o) => receiveFd('/nonexistent/vram-options.sock', o as never), partial: 'needs a sender' },
+  { name: 'importPool', keys: ['device'], call: (o) => importPool(1_000_000, o as never), partial: "needs a pool's descriptor from another process" },
+  {
+    name: 'ImportedPool.fromFd',
+    says: 'importPool',
+    keys: ['device'],
+    call: (o) => ImportedPool.fromFd(1_000_000, o as never),
+    partial: "needs a pool's descriptor from another process",
+  },
+  {
+    name: 'ImportedPool#importPointer',
+    keys: ['stream'],
+    call: (o) => importedPoolStandIn().importPointer('00', o as never),
+    partial: 'needs an imported pool',
+  },
+  {
+    name: 'receiveFd',
+    keys: ['timeoutMs'],
+    base: { timeoutMs: 0 },
+    call: (o) => receiveFd('/nonexistent/vram-options.sock', o as never),
+    partial: 'needs a sender',
+  },
   // Resources and adaptors
   { name: 'new ArenaResource', keys: ['size', 'upstream', 'device'], base: { size: 1 << 20 }, call: (o) => new ArenaResource(o as never) },
   { name: 'new AsyncResource', keys: ['device', 'pool'], call: (o) => new AsyncResource(o as never) },
@@ -248,7 +340,8 @@ const TABLE: readonly Entry[] = [
   { name: 'new PinnedHostPool', keys: ['upstream', 'device', 'maximumCachedBytes'], call: (o) => new PinnedHostPool(o as never) },
   { name: 'new PinnedHostResource', keys: ['device', 'portable', 'mapped', 'writeCombined'], call: (o) => new PinnedHostResource(o as never) },
   {
-    name: 'new PoolResource', keys: ['device', 'upstream', 'initialSize', 'maximumSize', 'chunkSize', 'addressSpaceSize', 'extentSize'],
+    name: 'new PoolResource',
+    keys: ['device', 'upstream', 'initialSize', 'maximumSize', 'chunkSize', 'addressSpaceSize', 'extentSize'],
     call: (o) => new PoolResource(o as never),
   },
   { name: 'new RetryOnOutOfMemory', keys: ['roots'], call: (o) => new RetryOnOutOfMemory(new CudaResource(), o as never) },
@@ -258,9 +351,19 @@ const TABLE: readonly Entry[] = [
   { name: 'memorySnapshot', keys: ['device'], call: (o) => memorySnapshot(o as never) },
   { name: 'replay', keys: REPLAY, call: (o) => replay(parseAllocationLog(LOG), new CudaResource(), o as never) },
   // Kernels and built-in operations
-  { name: 'Module.compile', keys: ['device', 'emulated', 'options', 'nameExpressions', 'headers', 'cache'], base: { emulated: { touch } }, call: (o) => Module.compile(SOURCE, o as never) },
+  {
+    name: 'Module.compile',
+    keys: ['device', 'emulated', 'options', 'nameExpressions', 'headers', 'cache'],
+    base: { emulated: { touch } },
+    call: (o) => Module.compile(SOURCE, o as never),
+  },
   { name: 'Module.fromPtx', keys: ['device', 'emulated'], call: (o) => Module.fromPtx('x', o as never), partial: 'needs PTX for this device' },
-  { name: 'Module.fromCubin', keys: ['device', 'emulated'], call: (o) => Module.fromCubin(Uint8Array.of(1), o as never), partial: 'needs a CUBIN for this device' },
+  {
+    name: 'Module.fromCubin',
+    keys: ['device', 'emulated'],
+    call: (o) => Module.fromCubin(Uint8Array.of(1), o as never),
+    partial: 'needs a CUBIN for this device',
+  },
   { name: 'Kernel#launch', keys: ['grid', 'block', 'sharedBytes', 'stream'], base: { grid: 1, block: 4 }, call: (o) => kernel.launch(o as never, buf.ptr) },
   { name: 'arange', keys: ARRAY, call: (o) => arange(4, 'float32', o as never) },
   { name: 'ascontiguous', keys: ['stream'], call: (o) => ascontiguous(a, o as never) },
@@ -274,17 +377,56 @@ const TABLE: readonly Entry[] = [
   { name: 'max', keys: ['axis', 'out', 'stream'], call: (o) => max(a, o as never) },
   { name: 'dot', keys: ['out', 'stream'], call: (o) => dot(a, a, o as never) },
   // NCCL
-  { name: 'Communicator.init', keys: ['id', 'rank', 'size', 'device', 'timeout'], base: { get id() { return UniqueId.create(); }, rank: 0, size: 1 },
+  {
+    name: 'Communicator.init',
+    keys: ['id', 'rank', 'size', 'device', 'timeout'],
+    base: {
+      get id() {
+        return UniqueId.create();
+      },
+      rank: 0,
+      size: 1,
+    },
     // A fresh id each time: NCCL's bootstrap root serves one communicator per id, and a second init
     // with it waits for peers that never come.
-    call: (o) => Communicator.init(o as never), partial: ncclPartial },
+    call: (o) => Communicator.init(o as never),
+    partial: ncclPartial,
+  },
   { name: 'Communicator#allReduce', keys: REDUCE, call: (o) => comm.allReduce(ncclData, ncclData, o as never), partial: ncclPartial },
   { name: 'Communicator#reduceScatter', keys: REDUCE, call: (o) => comm.reduceScatter(ncclData, ncclData, o as never), partial: ncclPartial },
   { name: 'Communicator#allGather', keys: ['stream', 'dtype'], call: (o) => comm.allGather(ncclData, ncclData, o as never), partial: ncclPartial },
-  { name: 'Communicator#broadcast', keys: ['stream', 'dtype', 'root'], base: { root: 0 }, call: (o) => comm.broadcast(ncclData, ncclData, o as never), partial: ncclPartial },
+  {
+    name: 'Communicator#broadcast',
+    keys: ['stream', 'dtype', 'root'],
+    base: { root: 0 },
+    call: (o) => comm.broadcast(ncclData, ncclData, o as never),
+    partial: ncclPartial,
+  },
   // Checked first in the group, so a refusal queues nothing: no send is left without its receive.
-  { name: 'Communicator#send', keys: ['stream', 'dtype'], call: (o) => (ncclMissing ? comm.send(ncclData, 0, o as never) : group(() => { comm.send(ncclData, 0, o as never); comm.recv(ncclData, 0); })), partial: ncclPartial },
-  { name: 'Communicator#recv', keys: ['stream', 'dtype'], call: (o) => (ncclMissing ? comm.recv(ncclData, 0, o as never) : group(() => { comm.recv(ncclData, 0, o as never); comm.send(ncclData, 0); })), partial: ncclPartial },
+  {
+    name: 'Communicator#send',
+    keys: ['stream', 'dtype'],
+    call: (o) =>
+      ncclMissing
+        ? comm.send(ncclData, 0, o as never)
+        : group(() => {
+            comm.send(ncclData, 0, o as never);
+            comm.recv(ncclData, 0);
+          }),
+    partial: ncclPartial,
+  },
+  {
+    name: 'Communicator#recv',
+    keys: ['stream', 'dtype'],
+    call: (o) =>
+      ncclMissing
+        ? comm.recv(ncclData, 0, o as never)
+        : group(() => {
+            comm.recv(ncclData, 0, o as never);
+            comm.send(ncclData, 0);
+          }),
+    partial: ncclPartial,
+  },
 ];
 
 /**
@@ -294,7 +436,7 @@ const TABLE: readonly Entry[] = [
 const NO_OPTIONS: Readonly<Record<string, string>> = {
   'new CompileError': 'its `options` are the NVRTC option strings it was compiled with, an array',
   'new VramError': 'ECMAScript Error options ({ cause }), as every Error takes them (its subclasses inherit this constructor)',
-  'new StreamCaptureError': 'ECMAScript Error options ({ cause }), passed on to VramError\'s constructor',
+  'new StreamCaptureError': "ECMAScript Error options ({ cause }), passed on to VramError's constructor",
 };
 
 /** What an entry point's messages call it. */
@@ -324,35 +466,53 @@ function isOptionsError(error: unknown): boolean {
 
 const entries = fc.constantFrom(...TABLE);
 const notObjects = fc.oneof(
-  fc.constant(null), fc.integer(), fc.string(), fc.boolean(), fc.bigInt(), fc.constant(Symbol('options')),
+  fc.constant(null),
+  fc.integer(),
+  fc.string(),
+  fc.boolean(),
+  fc.bigInt(),
+  fc.constant(Symbol('options')),
   fc.array(fc.anything(), { maxLength: 3 }),
 );
 
 describe('one options check at every entry point', () => {
   test('arrays, null and primitives where options go are refused, naming the entry point', async () => {
-    await fc.assert(fc.asyncProperty(entries, notObjects, async (e, value) => {
-      const { error } = await outcome(e, value);
-      assert.ok(error instanceof TypeError, `${e.name}(${String(typeof value)}): expected a TypeError, got ${String(error)}`);
-      assert.ok(error.message.startsWith(`${says(e)}: `), `${e.name}: the message should name it: ${error.message}`);
-      assert.match(error.message, Array.isArray(value) ? /got an array/ : value === null ? /got null/ : /got an? \w+/);
-      for (const key of e.keys) assert.ok(error.message.includes(key), `${e.name}: the message should list '${key}': ${error.message}`);
-    }), { numRuns: 150 });
+    await fc.assert(
+      fc.asyncProperty(entries, notObjects, async (e, value) => {
+        const { error } = await outcome(e, value);
+        assert.ok(error instanceof TypeError, `${e.name}(${String(typeof value)}): expected a TypeError, got ${String(error)}`);
+        assert.ok(error.message.startsWith(`${says(e)}: `), `${e.name}: the message should name it: ${error.message}`);
+        assert.match(error.message, Array.isArray(value) ? /got an array/ : value === null ? /got null/ : /got an? \w+/);
+        for (const key of e.keys) assert.ok(error.message.includes(key), `${e.name}: the message should list '${key}': ${error.message}`);
+      }),
+      { numRuns: 150 },
+    );
   });
 
   test('an unknown key is refused before any getter runs, naming the key and the valid ones', async () => {
     const unknownKey = fc.string({ minLength: 1, maxLength: 12 }).filter((k) => k !== '__proto__');
-    await fc.assert(fc.asyncProperty(entries, unknownKey, async (e, key) => {
-      fc.pre(!e.keys.includes(key));
-      let reads = 0;
-      const options: Options = {};
-      for (const k of e.keys) Object.defineProperty(options, k, { enumerable: true, get: () => { reads++; return e.base?.[k]; } });
-      options[key] = 1;
-      const { error } = await outcome(e, options);
-      assert.ok(error instanceof TypeError, `${e.name} with '${key}': expected a TypeError, got ${String(error)}`);
-      assert.ok(error.message.startsWith(`${says(e)}: unknown `) && error.message.includes(`option '${key}'`), error.message);
-      for (const k of e.keys) assert.ok(error.message.includes(k), `${e.name}: the message should list '${k}': ${error.message}`);
-      assert.equal(reads, 0, `${e.name}: a getter ran before the refusal`);
-    }), { numRuns: 300 });
+    await fc.assert(
+      fc.asyncProperty(entries, unknownKey, async (e, key) => {
+        fc.pre(!e.keys.includes(key));
+        let reads = 0;
+        const options: Options = {};
+        for (const k of e.keys)
+          Object.defineProperty(options, k, {
+            enumerable: true,
+            get: () => {
+              reads++;
+              return e.base?.[k];
+            },
+          });
+        options[key] = 1;
+        const { error } = await outcome(e, options);
+        assert.ok(error instanceof TypeError, `${e.name} with '${key}': expected a TypeError, got ${String(error)}`);
+        assert.ok(error.message.startsWith(`${says(e)}: unknown `) && error.message.includes(`option '${key}'`), error.message);
+        for (const k of e.keys) assert.ok(error.message.includes(k), `${e.name}: the message should list '${k}': ${error.message}`);
+        assert.equal(reads, 0, `${e.name}: a getter ran before the refusal`);
+      }),
+      { numRuns: 300 },
+    );
   });
 
   test('a misspelt key is refused with the nearest valid key', async () => {
@@ -367,19 +527,28 @@ describe('one options check at every entry point', () => {
   });
 
   test('valid keys are accepted, and each is read exactly once', async () => {
-    await fc.assert(fc.asyncProperty(entries, fc.infiniteStream(fc.boolean()), async (e, pick) => {
-      const reads = new Map<string, number>();
-      const options: Options = {};
-      for (const k of e.keys) {
-        if (!pick.next().value && !(e.base !== undefined && k in e.base)) continue;
-        reads.set(k, 0);
-        Object.defineProperty(options, k, { enumerable: true, get: () => { reads.set(k, reads.get(k)! + 1); return e.base?.[k]; } });
-      }
-      const { error } = await outcome(e, options);
-      if (e.partial === undefined) assert.equal(error, undefined, `${e.name}(${[...reads.keys()].join(', ')}): ${String(error)}`);
-      else assert.ok(!isOptionsError(error), `${e.name}: valid options refused: ${String(error)}`);
-      for (const [k, n] of reads) assert.equal(n, 1, `${e.name}: option '${k}' was read ${n} times`);
-    }), { numRuns: 200 });
+    await fc.assert(
+      fc.asyncProperty(entries, fc.infiniteStream(fc.boolean()), async (e, pick) => {
+        const reads = new Map<string, number>();
+        const options: Options = {};
+        for (const k of e.keys) {
+          if (!pick.next().value && !(e.base !== undefined && k in e.base)) continue;
+          reads.set(k, 0);
+          Object.defineProperty(options, k, {
+            enumerable: true,
+            get: () => {
+              reads.set(k, reads.get(k)! + 1);
+              return e.base?.[k];
+            },
+          });
+        }
+        const { error } = await outcome(e, options);
+        if (e.partial === undefined) assert.equal(error, undefined, `${e.name}(${[...reads.keys()].join(', ')}): ${String(error)}`);
+        else assert.ok(!isOptionsError(error), `${e.name}: valid options refused: ${String(error)}`);
+        for (const [k, n] of reads) assert.equal(n, 1, `${e.name}: option '${k}' was read ${n} times`);
+      }),
+      { numRuns: 200 },
+    );
   });
 
   test('omitted options (undefined) are the defaults', async () => {
@@ -394,10 +563,14 @@ describe('one options check at every entry point', () => {
 
 describe('the cases of the issue', () => {
   test('DeviceArray.from(data, [3, 3]) and { shap } are refused, not a 1-D array', () => {
-    assert.throws(() => DeviceArray.from(new Float32Array(9), [3, 3] as never),
-      /^TypeError: DeviceArray\.from: options must be an object with any of dtype, shape, resource, stream, device, spillable, got an array$/);
-    assert.throws(() => DeviceArray.from(new Float32Array(9), { shap: [3, 3] } as never),
-      /^TypeError: DeviceArray\.from: unknown option 'shap' \(did you mean 'shape'\?\); valid: dtype, shape, resource, stream, device, spillable$/);
+    assert.throws(
+      () => DeviceArray.from(new Float32Array(9), [3, 3] as never),
+      /^TypeError: DeviceArray\.from: options must be an object with any of dtype, shape, resource, stream, device, spillable, got an array$/,
+    );
+    assert.throws(
+      () => DeviceArray.from(new Float32Array(9), { shap: [3, 3] } as never),
+      /^TypeError: DeviceArray\.from: unknown option 'shap' \(did you mean 'shape'\?\); valid: dtype, shape, resource, stream, device, spillable$/,
+    );
   });
 
   test('HostArray.empty with { mapd: true } is refused, not unmapped memory', () => {
@@ -407,10 +580,18 @@ describe('the cases of the issue', () => {
   test('configureTransfers: { thread: 2 }, { registration: null } and minimumBytes > maximumBytes are refused, changing nothing', () => {
     const before = transferSettings();
     assert.throws(() => configureTransfers({ thread: 2 } as never), /configureTransfers: unknown option 'thread' \(did you mean 'threads'\?\)/);
-    assert.throws(() => configureTransfers({ registration: null } as never), /configureTransfers: registration must be an object with any of enabled, minimumBytes, maximumBytes, afterUses, got null/);
-    assert.throws(() => configureTransfers({ registration: { enable: false } } as never), /configureTransfers: unknown registration option 'enable' \(did you mean 'enabled'\?\)/);
-    assert.throws(() => configureTransfers({ registration: { minimumBytes: 2048, maximumBytes: 1024 } }),
-      /^RangeError: configureTransfers: registration\.minimumBytes \(2048\) exceeds registration\.maximumBytes \(1024\)$/);
+    assert.throws(
+      () => configureTransfers({ registration: null } as never),
+      /configureTransfers: registration must be an object with any of enabled, minimumBytes, maximumBytes, afterUses, got null/,
+    );
+    assert.throws(
+      () => configureTransfers({ registration: { enable: false } } as never),
+      /configureTransfers: unknown registration option 'enable' \(did you mean 'enabled'\?\)/,
+    );
+    assert.throws(
+      () => configureTransfers({ registration: { minimumBytes: 2048, maximumBytes: 1024 } }),
+      /^RangeError: configureTransfers: registration\.minimumBytes \(2048\) exceeds registration\.maximumBytes \(1024\)$/,
+    );
     assert.throws(() => configureTransfers({ registration: { minimumBytes: before.registration.maximumBytes + 1 } }), RangeError);
     assert.deepEqual(transferSettings(), before);
   });
@@ -421,7 +602,12 @@ describe('the cases of the issue', () => {
     using stream = Stream.create();
     const bogus = { handle: 424242 };
     let reads = 0;
-    const options = { get stream(): unknown { reads++; return reads <= 2 ? stream : bogus; } };
+    const options = {
+      get stream(): unknown {
+        reads++;
+        return reads <= 2 ? stream : bogus;
+      },
+    };
     using x = DeviceArray.fromPointer(buf.ptr, [4], 'float32', options as never);
     assert.equal(x.stream, stream);
     assert.equal(reads, 1);
@@ -438,10 +624,14 @@ describe('readOptions', () => {
   });
 
   test('names a nested argument, and suggests a key in another case', () => {
-    assert.throws(() => readOptions<{ maxSize?: number }>('new AsyncResource', { maxsize: 1 } as never, { maxSize: true }, 'pool'),
-      /^TypeError: new AsyncResource: unknown pool option 'maxsize' \(did you mean 'maxSize'\?\); valid: maxSize$/);
-    assert.throws(() => readOptions<{ device?: number }>('f', { zzzzzz: 1 } as never, { device: true }),
-      /^TypeError: f: unknown option 'zzzzzz'; valid: device$/);
+    assert.throws(
+      () => readOptions<{ maxSize?: number }>('new AsyncResource', { maxsize: 1 } as never, { maxSize: true }, 'pool'),
+      /^TypeError: new AsyncResource: unknown pool option 'maxsize' \(did you mean 'maxSize'\?\); valid: maxSize$/,
+    );
+    assert.throws(
+      () => readOptions<{ device?: number }>('f', { zzzzzz: 1 } as never, { device: true }),
+      /^TypeError: f: unknown option 'zzzzzz'; valid: device$/,
+    );
   });
 });
 
@@ -468,7 +658,7 @@ function entryPointsWithOptions(): Set<string> {
       if (ts.isFunctionDeclaration(decl)) visit(decl, exported.name);
       if (!ts.isClassDeclaration(decl)) continue;
       for (const member of decl.members) {
-        const modifiers = ts.canHaveModifiers(member) ? ts.getModifiers(member) ?? [] : [];
+        const modifiers = ts.canHaveModifiers(member) ? (ts.getModifiers(member) ?? []) : [];
         if (modifiers.some((m) => m.kind === ts.SyntaxKind.PrivateKeyword || m.kind === ts.SyntaxKind.ProtectedKeyword)) continue;
         if (ts.isConstructorDeclaration(member)) visit(member, `new ${exported.name}`);
         else if (member.name !== undefined && (ts.isMethodDeclaration(member) || ts.isPropertyDeclaration(member))) {

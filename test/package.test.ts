@@ -62,13 +62,17 @@ test('the package runs no script when a consumer installs it', { skip }, () => {
   assert.match(scripts['test'] ?? '', /^npm run build && /, '`npm test` builds first (npm ci no longer does)');
 });
 
-test('the tarball holds every file the package\'s help and README name', { skip }, () => {
+test("the tarball holds every file the package's help and README name", { skip }, () => {
   for (const required of ['docs/snapshot-schema.json', 'README.md', 'CHANGELOG.md', 'LICENSE', 'bin/vram.js', 'dist/src/cli/main.js']) {
     assert.ok(files.has(required), `the tarball lacks ${required}`);
   }
   const help = readFileSync(path.join(root, 'dist', 'src', 'environment.js'), 'utf8');
   assert.match(help, /docs\/snapshot-schema\.json/, 'the help still names the schema (else this check is moot)');
-  assert.deepEqual([...files].filter((f) => f.endsWith('.map')), [], 'maps shipped without their sources');
+  assert.deepEqual(
+    [...files].filter((f) => f.endsWith('.map')),
+    [],
+    'maps shipped without their sources',
+  );
 });
 
 test('every README link works from node_modules/vram/README.md', { skip }, () => {

@@ -56,47 +56,55 @@ describe('peer access to pool memory', () => {
     assert.equal(pool.getAccess(d1), 'read');
   });
 
-  it('without access, the emulated peer is refused as the driver refuses it', { skip: onGpu || !twoPeers ? 'emulated only: on a GPU an access fault would end the context' : false }, () => {
-    using pool = new PoolResource({ device: Device.get(0) });
-    using buf = DeviceBuffer.allocate(MiB, { resource: pool });
-    assert.throws(() => writeFromPeer(buf, 1), CudaError);
-    Device.get(0).makeCurrent();
-  });
+  it(
+    'without access, the emulated peer is refused as the driver refuses it',
+    { skip: onGpu || !twoPeers ? 'emulated only: on a GPU an access fault would end the context' : false },
+    () => {
+      using pool = new PoolResource({ device: Device.get(0) });
+      using buf = DeviceBuffer.allocate(MiB, { resource: pool });
+      assert.throws(() => writeFromPeer(buf, 1), CudaError);
+      Device.get(0).makeCurrent();
+    },
+  );
 
-  it('revoking access covers the mappings moved pages left behind, so a page moved back is refused too', { skip: onGpu || !twoPeers ? 'emulated only: on a GPU an access fault would end the context' : false }, () => {
-    const [d0, d1] = [Device.get(0), Device.get(1)];
-    const page = d0.backend.memGetAllocationGranularity(0);
-    d0.makeCurrent();
-    const S = { handle: d0.backend.streamCreate(0, 0) };
-    const pool = new PoolResource({ device: d0 });
-    try {
-      const a = pool.allocate(8 * page);
-      const pin = pool.allocate(page);
-      pool.deallocate(a, 8 * page);
-      pool.setAccess(d1, 'readwrite');
-      const c = pool.allocate(10 * page, S); // a's pages move here, their mappings at a stay behind
-      const far = pool.allocate(9 * page, S); // bounds c's free pages (too large for a's old place)
-      pool.deallocate(c, 10 * page, S);
-      // Three of c's pages live again, so the seven free ones are no place for eight pages, nor,
-      // bounded by far, a place where fewer pages are missing than at a's.
-      const z = pool.allocate(3 * page, S);
-      pool.setAccess(d1, 'none');
-      const d = pool.allocate(8 * page); // five back to a's mappings, made when the peer had access
-      assert.equal(d, a);
-      assert.equal(pool.statistics().pageMovesBack, 5);
-      d1.makeCurrent();
-      for (let k = 0; k < 8; k++) assert.throws(() => d1.backend.memset(d + k * page, 1, 1, page), CudaError, `page ${k}`);
+  it(
+    'revoking access covers the mappings moved pages left behind, so a page moved back is refused too',
+    { skip: onGpu || !twoPeers ? 'emulated only: on a GPU an access fault would end the context' : false },
+    () => {
+      const [d0, d1] = [Device.get(0), Device.get(1)];
+      const page = d0.backend.memGetAllocationGranularity(0);
       d0.makeCurrent();
-      pool.deallocate(d, 8 * page);
-      pool.deallocate(z, 3 * page, S);
-      pool.deallocate(far, 9 * page, S);
-      pool.deallocate(pin, page);
-    } finally {
-      d0.makeCurrent();
-      pool.destroy();
-      d0.backend.streamDestroy(S.handle);
-    }
-  });
+      const S = { handle: d0.backend.streamCreate(0, 0) };
+      const pool = new PoolResource({ device: d0 });
+      try {
+        const a = pool.allocate(8 * page);
+        const pin = pool.allocate(page);
+        pool.deallocate(a, 8 * page);
+        pool.setAccess(d1, 'readwrite');
+        const c = pool.allocate(10 * page, S); // a's pages move here, their mappings at a stay behind
+        const far = pool.allocate(9 * page, S); // bounds c's free pages (too large for a's old place)
+        pool.deallocate(c, 10 * page, S);
+        // Three of c's pages live again, so the seven free ones are no place for eight pages, nor,
+        // bounded by far, a place where fewer pages are missing than at a's.
+        const z = pool.allocate(3 * page, S);
+        pool.setAccess(d1, 'none');
+        const d = pool.allocate(8 * page); // five back to a's mappings, made when the peer had access
+        assert.equal(d, a);
+        assert.equal(pool.statistics().pageMovesBack, 5);
+        d1.makeCurrent();
+        for (let k = 0; k < 8; k++) assert.throws(() => d1.backend.memset(d + k * page, 1, 1, page), CudaError, `page ${k}`);
+        d0.makeCurrent();
+        pool.deallocate(d, 8 * page);
+        pool.deallocate(z, 3 * page, S);
+        pool.deallocate(far, 9 * page, S);
+        pool.deallocate(pin, page);
+      } finally {
+        d0.makeCurrent();
+        pool.destroy();
+        d0.backend.streamDestroy(S.handle);
+      }
+    },
+  );
 
   it('AsyncResource.setAccess opens its pool to the peer', needsPeers, () => {
     const [d0, d1] = [Device.get(0), Device.get(1)];

@@ -50,7 +50,7 @@ describe('DeviceArray.to', () => {
       assert.equal(b.device, d1);
       assert.equal(b.stream, s1);
       assert.deepEqual(b.shape, a.shape);
-      assert.equal(s1.query(), false, 'the copy waits for the held work on the source\'s stream');
+      assert.equal(s1.query(), false, "the copy waits for the held work on the source's stream");
       // Freed before the copy has run: the memory waits for it (no reuse until s1 passes the copy).
       a.free();
     } finally {
@@ -65,25 +65,29 @@ describe('DeviceArray.to', () => {
     await written;
   });
 
-  it('gives the same bytes with peer access enabled between the contexts, and from a pool that granted access', { skip: peers ? false : 'needs two devices with peer access' }, () => {
-    const [d0, d1] = [Device.get(0), Device.get(1)];
-    using s1 = Stream.create({ device: d1 });
-    d1.enablePeerAccess(d0);
-    try {
-      using a = DeviceArray.from(iota(4096, 3), { device: d0 });
+  it(
+    'gives the same bytes with peer access enabled between the contexts, and from a pool that granted access',
+    { skip: peers ? false : 'needs two devices with peer access' },
+    () => {
+      const [d0, d1] = [Device.get(0), Device.get(1)];
+      using s1 = Stream.create({ device: d1 });
+      d1.enablePeerAccess(d0);
+      try {
+        using a = DeviceArray.from(iota(4096, 3), { device: d0 });
+        using b = a.to(d1, { stream: s1 });
+        s1.synchronize();
+        assert.deepEqual(b.toHost(), iota(4096, 3));
+      } finally {
+        d1.disablePeerAccess(d0);
+      }
+      using pool = new PoolResource({ device: d0 });
+      pool.setAccess(d1, 'read');
+      using a = DeviceArray.from(iota(5000, 11), { resource: pool });
       using b = a.to(d1, { stream: s1 });
       s1.synchronize();
-      assert.deepEqual(b.toHost(), iota(4096, 3));
-    } finally {
-      d1.disablePeerAccess(d0);
-    }
-    using pool = new PoolResource({ device: d0 });
-    pool.setAccess(d1, 'read');
-    using a = DeviceArray.from(iota(5000, 11), { resource: pool });
-    using b = a.to(d1, { stream: s1 });
-    s1.synchronize();
-    assert.deepEqual(b.toHost(), iota(5000, 11));
-  });
+      assert.deepEqual(b.toHost(), iota(5000, 11));
+    },
+  );
 
   it('packs a strided view into a contiguous array on the other device', needsTwo, () => {
     const [d0, d1] = [Device.get(0), Device.get(1)];
@@ -124,47 +128,51 @@ describe('peer copies of blocks from virtual-memory pools (VRAM_ALLOCATOR=pool a
   // A mapping is reachable only from the devices cuMemSetAccess named, where cuMemAlloc's and CUDA's
   // pools' memory is copied by cuMemcpyPeer as it is: the copy grants what it needs.
   for (const extentSize of [undefined, 'adaptive'] as const) {
-    it(`a block of PoolResource({ extentSize: ${String(extentSize)} }) copies to and from another device, on a stream of either or none, and later pages too`, needsTwo, () => {
-      const [d0, d1] = [Device.get(0), Device.get(1)];
-      const before = [deviceMemoryUsed(d0), deviceMemoryUsed(d1)];
-      const pool0 = new PoolResource({ device: d0, extentSize });
-      const pool1 = new PoolResource({ device: d1, extentSize });
-      try {
-        using s0 = Stream.create({ device: d0 });
-        using s1 = Stream.create({ device: d1 });
-        assert.equal(pool0.getAccess(d1), 'none');
-        // Read on device 1's stream: device 1 reads pool 0's block.
-        using a = DeviceArray.from(iota(5000, 1), { resource: pool0 });
-        using b = a.to(d1, { stream: s1 });
-        s1.synchronize();
-        assert.deepEqual(b.toHost(), iota(5000, 1));
-        assert.equal(pool0.getAccess(d1), 'read', 'a source is granted read access only');
-        // Written on device 0's stream: device 0 writes pool 1's block.
-        using src = DeviceBuffer.allocate(20000, { resource: pool0 });
-        src.copyFromHost(iota(5000, 2));
-        using c = DeviceBuffer.allocate(20000, { resource: pool1 });
-        c.copyFrom(src, { stream: s0 });
-        s0.synchronize();
-        assert.deepEqual(c.copyToHost(new Float32Array(5000)), iota(5000, 2));
-        assert.equal(pool1.getAccess(d0), 'readwrite');
-        // A block on pages mapped after the grant (a pool grows by the page or by the chunk; 64 MiB
-        // is past any chunk mapped so far), copied synchronously in the destination's context.
-        using big = DeviceBuffer.allocate(64 << 20, { resource: pool0 });
-        big.memset(7);
-        using back = DeviceBuffer.allocate(64 << 20, { resource: pool1 });
-        back.copyFrom(big);
-        assert.deepEqual(back.copyToHost(new Uint8Array(16), { bytes: 16 }), new Uint8Array(16).fill(7));
-        // The other way, device 0's context writing into pool 0 from pool 1: nothing to grant.
-        big.memset(0);
-        big.copyFrom(back);
-        assert.deepEqual(big.copyToHost(new Uint8Array(16), { bytes: 16 }), new Uint8Array(16).fill(7));
-      } finally {
-        pool0.destroy();
-        pool1.destroy();
-      }
-      // The grants went with the mappings: the pools gave everything back.
-      if (!onGpu) assert.deepEqual([deviceMemoryUsed(d0), deviceMemoryUsed(d1)], before);
-    });
+    it(
+      `a block of PoolResource({ extentSize: ${String(extentSize)} }) copies to and from another device, on a stream of either or none, and later pages too`,
+      needsTwo,
+      () => {
+        const [d0, d1] = [Device.get(0), Device.get(1)];
+        const before = [deviceMemoryUsed(d0), deviceMemoryUsed(d1)];
+        const pool0 = new PoolResource({ device: d0, extentSize });
+        const pool1 = new PoolResource({ device: d1, extentSize });
+        try {
+          using s0 = Stream.create({ device: d0 });
+          using s1 = Stream.create({ device: d1 });
+          assert.equal(pool0.getAccess(d1), 'none');
+          // Read on device 1's stream: device 1 reads pool 0's block.
+          using a = DeviceArray.from(iota(5000, 1), { resource: pool0 });
+          using b = a.to(d1, { stream: s1 });
+          s1.synchronize();
+          assert.deepEqual(b.toHost(), iota(5000, 1));
+          assert.equal(pool0.getAccess(d1), 'read', 'a source is granted read access only');
+          // Written on device 0's stream: device 0 writes pool 1's block.
+          using src = DeviceBuffer.allocate(20000, { resource: pool0 });
+          src.copyFromHost(iota(5000, 2));
+          using c = DeviceBuffer.allocate(20000, { resource: pool1 });
+          c.copyFrom(src, { stream: s0 });
+          s0.synchronize();
+          assert.deepEqual(c.copyToHost(new Float32Array(5000)), iota(5000, 2));
+          assert.equal(pool1.getAccess(d0), 'readwrite');
+          // A block on pages mapped after the grant (a pool grows by the page or by the chunk; 64 MiB
+          // is past any chunk mapped so far), copied synchronously in the destination's context.
+          using big = DeviceBuffer.allocate(64 << 20, { resource: pool0 });
+          big.memset(7);
+          using back = DeviceBuffer.allocate(64 << 20, { resource: pool1 });
+          back.copyFrom(big);
+          assert.deepEqual(back.copyToHost(new Uint8Array(16), { bytes: 16 }), new Uint8Array(16).fill(7));
+          // The other way, device 0's context writing into pool 0 from pool 1: nothing to grant.
+          big.memset(0);
+          big.copyFrom(back);
+          assert.deepEqual(big.copyToHost(new Uint8Array(16), { bytes: 16 }), new Uint8Array(16).fill(7));
+        } finally {
+          pool0.destroy();
+          pool1.destroy();
+        }
+        // The grants went with the mappings: the pools gave everything back.
+        if (!onGpu) assert.deepEqual([deviceMemoryUsed(d0), deviceMemoryUsed(d1)], before);
+      },
+    );
   }
 
   it('access granted by setAccess is kept; a copy only adds to it', needsTwo, () => {

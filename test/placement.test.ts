@@ -45,7 +45,7 @@ describe('place', () => {
     assert.ok(array.buffer instanceof ForeignDeviceBuffer);
     assert.equal(array.dtype.name, 'float3');
     assert.deepEqual(array.shape, [1000]);
-    assert.equal(array.ptr, host.deviceView().ptr, 'the device array is the host array\'s device view');
+    assert.equal(array.ptr, host.deviceView().ptr, "the device array is the host array's device view");
     assert.deepEqual(array.toHost(), data);
     assert.deepEqual(host.toHost(), data);
     array.slice([0, 10]).fill([1, 2, 3]); // the device writes; the host sees it in place
@@ -76,7 +76,13 @@ describe('place', () => {
   it('using frees the mapped HostArray; nested data and a stream', () => {
     let host: HostArray | undefined;
     {
-      const placed = place([[1, 2], [3, 4]], { dtype: 'int16', minFree: Number.MAX_SAFE_INTEGER - 8, stream: { handle: 0 } });
+      const placed = place(
+        [
+          [1, 2],
+          [3, 4],
+        ],
+        { dtype: 'int16', minFree: Number.MAX_SAFE_INTEGER - 8, stream: { handle: 0 } },
+      );
       using array = placed.array;
       host = placed.host;
       assert.deepEqual(array.toHost(), new Int16Array([1, 2, 3, 4]));
@@ -84,7 +90,7 @@ describe('place', () => {
     assert.equal(host?.freed, true);
   });
 
-  it('the backstop frees a dropped mapped placement\'s HostArray', needsGc, async () => {
+  it("the backstop frees a dropped mapped placement's HostArray", needsGc, async () => {
     let hostRef: WeakRef<HostArray> | undefined;
     let freedSeen = false;
     (() => {

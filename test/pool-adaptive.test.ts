@@ -12,7 +12,13 @@ import { CudaError, CUresult, OutOfMemoryError } from '../src/errors.js';
 import { PoolResource, type GrowthCalls } from '../src/resource/suballoc/pool.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import {
-  adaptiveChunkPages, pressurePages, HELD_FRACTION, LARGE_BLOCK_SHARE, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES,
+  adaptiveChunkPages,
+  pressurePages,
+  HELD_FRACTION,
+  LARGE_BLOCK_SHARE,
+  LOW_WATER_FRACTION,
+  MAX_CHUNK_BYTES,
+  MIN_CHUNK_BYTES,
 } from '../src/resource/suballoc/kit/adaptive-growth.js';
 import { createResourceStack } from '../src/resource/stacks.js';
 import { patchBackend } from './helpers.js';
@@ -67,8 +73,10 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(c.map, c.create, 'one mapping per extent');
     assert.equal(c.setAccess, c.create, 'one set-access per growth');
     const { reservedBytes } = pool;
-    assert.ok(reservedBytes - 512 * MiB - MIN_CHUNK_BYTES <= Math.max(MIN_CHUNK_BYTES, reservedBytes / 8),
-      `reserved ${reservedBytes} for 528 MiB live: at most one chunk ahead`);
+    assert.ok(
+      reservedBytes - 512 * MiB - MIN_CHUNK_BYTES <= Math.max(MIN_CHUNK_BYTES, reservedBytes / 8),
+      `reserved ${reservedBytes} for 528 MiB live: at most one chunk ahead`,
+    );
     for (const p of blocks) pool.deallocate(p, 2 * MiB);
     pool.deallocate(w, MIN_CHUNK_BYTES);
   });
@@ -79,7 +87,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const large = chunk * LARGE_BLOCK_SHARE;
     const w = warm(pool);
     const a = pool.allocate(large);
-    assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, large, 'the large block\'s pages only');
+    assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, large, "the large block's pages only");
     assert.equal(pool.statistics().pagesMappedAhead, 0);
     const b = pool.allocate(large - page); // below the share: a chunk is mapped ahead
     assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES - large, chunk);
@@ -107,13 +115,21 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(pool.reservedBytes, maximum, 'every page of the maximum in use, none wasted on a chunk past it');
     const small = steps.filter((s) => s.reserved < MIN_CHUNK_BYTES);
     for (const s of small) assert.equal(s.grew, page, `at ${s.reserved} bytes, below the smallest chunk: page by page`);
-    const early = steps.filter((s) => s.created > 0 && s.reserved >= MIN_CHUNK_BYTES &&
-      s.reserved + page <= maximum * (1 - LOW_WATER_FRACTION) / (1 + HELD_FRACTION));
+    const early = steps.filter(
+      (s) => s.created > 0 && s.reserved >= MIN_CHUNK_BYTES && s.reserved + page <= (maximum * (1 - LOW_WATER_FRACTION)) / (1 + HELD_FRACTION),
+    );
     assert.ok(early.length > 0 && early.every((s) => s.grew > page), 'with room, each growth mapped a chunk');
     const late = steps.filter((s) => s.reserved >= maximum * (1 - LOW_WATER_FRACTION));
     for (const s of late) assert.equal(s.created * page, s.grew, `at ${s.reserved} bytes: one extent per page, nothing ahead`);
-    assert.deepEqual(late.map((s) => s.created), [1, 1, 3, 1, 1, 1], 'the last quarter: pages 24 to 31');
-    assert.throws(() => pool.allocate(page), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'maximum');
+    assert.deepEqual(
+      late.map((s) => s.created),
+      [1, 1, 3, 1, 1, 1],
+      'the last quarter: pages 24 to 31',
+    );
+    assert.throws(
+      () => pool.allocate(page),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'maximum',
+    );
     for (const [p, bytes] of blocks) pool.deallocate(p, bytes);
   });
 
@@ -152,7 +168,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
       using _ = refuseCreates((bytes) => bytes > page); // the driver has only one-page pieces left
       const p = pool.allocate(MiB);
       assert.equal(pool.statistics().compactions, 1);
-      assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, page, 'the block\'s own page');
+      assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, page, "the block's own page");
       assert.equal(pool.statistics().pagesMappedAhead, 0);
       pool.deallocate(p, MiB);
     }
@@ -182,7 +198,11 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.ok(s.driverCalls.release >= 1, 'the free extent went back to the driver');
     assert.equal(s.compactions, 1);
     const data = kept.copyToHost(new Uint8Array(page));
-    assert.equal(data.findIndex((b) => b !== 0x5a), -1, 'the live block\'s data is where it was');
+    assert.equal(
+      data.findIndex((b) => b !== 0x5a),
+      -1,
+      "the live block's data is where it was",
+    );
     pool.deallocate(big, chunk + 2 * page);
   });
 
@@ -192,13 +212,16 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const reserved = pool.reservedBytes;
     {
       using _ = refuseCreates(() => true);
-      assert.throws(() => pool.allocate(MIN_CHUNK_BYTES * 2), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device');
+      assert.throws(
+        () => pool.allocate(MIN_CHUNK_BYTES * 2),
+        (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device',
+      );
     }
     assert.equal(pool.reservedBytes, reserved, 'the chunk holding a live block stays; nothing else was held');
     pool.deallocate(p, MiB);
   });
 
-  it('reads the device\'s free memory on the growth path only, never on a hit', () => {
+  it("reads the device's free memory on the growth path only, never on a hit", () => {
     using pool = new PoolResource({ extentSize: 'adaptive' });
     let reads = 0;
     const memInfo = device.memInfo;
@@ -210,7 +233,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
       const w = warm(pool);
       pool.deallocate(pool.allocate(MiB), MiB);
       assert.equal(reads, 2, 'two growths, one read each');
-      for (let k = 0; k < 1000; k++) pool.deallocate(pool.allocate((k % 7 + 1) * MiB), (k % 7 + 1) * MiB);
+      for (let k = 0; k < 1000; k++) pool.deallocate(pool.allocate(((k % 7) + 1) * MiB), ((k % 7) + 1) * MiB);
       assert.equal(reads, 2, 'hits read nothing');
       pool.deallocate(w, MIN_CHUNK_BYTES);
     } finally {
@@ -231,8 +254,11 @@ describe("PoolResource extentSize 'adaptive'", () => {
     // The same on a device sized as vram replay sizes it for a trace of 5 GiB peak live: 11 GiB.
     const emulated = { ...plenty, totalBytes: 11 * GiB };
     for (const held of [0, 512, 1024, 2600]) {
-      assert.equal(adaptiveChunkPages({ ...emulated, freeBytes: 11 * GiB - held * P, heldPages: held, blockPages: 1 }),
-        adaptiveChunkPages({ ...plenty, freeBytes: 79 * GiB - held * P, heldPages: held, blockPages: 1 }), `held ${held} pages`);
+      assert.equal(
+        adaptiveChunkPages({ ...emulated, freeBytes: 11 * GiB - held * P, heldPages: held, blockPages: 1 }),
+        adaptiveChunkPages({ ...plenty, freeBytes: 79 * GiB - held * P, heldPages: held, blockPages: 1 }),
+        `held ${held} pages`,
+      );
     }
     assert.equal(adaptiveChunkPages({ ...plenty, freeBytes: 19 * GiB, heldPages: 0, blockPages: 1 }), -1, 'under a quarter of the device left');
     assert.equal(adaptiveChunkPages({ ...plenty, freeBytes: 25 * GiB, heldPages: 30 * 1024, blockPages: 1 }), -1, 'less free than half of what the pool holds');
@@ -256,7 +282,9 @@ describe("PoolResource extentSize 'adaptive'", () => {
     assert.equal(stack.resource.describe(), 'PoolResource(virtual, device=0, extents=adaptive)');
     assert.equal(stack.pool, stack.resource);
     stack.destroy();
-    assert.throws(() => new PoolResource({ extentSize: 'adaptve' as 'adaptive' }),
-      (e: unknown) => e instanceof RangeError && /extentSize must be a size .*, Infinity or 'adaptive'; got 'adaptve'/.test(e.message));
+    assert.throws(
+      () => new PoolResource({ extentSize: 'adaptve' as 'adaptive' }),
+      (e: unknown) => e instanceof RangeError && /extentSize must be a size .*, Infinity or 'adaptive'; got 'adaptve'/.test(e.message),
+    );
   });
 });

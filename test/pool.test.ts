@@ -71,7 +71,10 @@ test('virtual growth: physical pages follow live data; cached pages are reused, 
   const record = backend.eventRecord.bind(backend);
   const recorded: number[] = [];
   backend.contextSynchronize = () => assert.fail('growth must not synchronize the device');
-  backend.eventRecord = (e, s) => { recorded.push(s); record(e, s); };
+  backend.eventRecord = (e, s) => {
+    recorded.push(s);
+    record(e, s);
+  };
   let c: number;
   try {
     c = pool.allocate(10 * page);
@@ -190,7 +193,14 @@ test('virtual growth: random multi-page blocks stay mapped; releaseCached leaves
 test('maximumSize caps physical memory with an OutOfMemoryError carrying the request and statistics', () => {
   using pool = new PoolResource({ maximumSize: 4 * MiB });
   const a = pool.allocate(3 * MiB);
-  const err = (() => { try { pool.allocate(2 * MiB); } catch (e) { return e; } return undefined; })();
+  const err = (() => {
+    try {
+      pool.allocate(2 * MiB);
+    } catch (e) {
+      return e;
+    }
+    return undefined;
+  })();
   assert.ok(err instanceof OutOfMemoryError);
   assert.equal(err.requestedBytes, 2 * MiB);
   assert.match(err.resource ?? '', /PoolResource/);
@@ -200,7 +210,7 @@ test('maximumSize caps physical memory with an OutOfMemoryError carrying the req
   pool.deallocate(b, 4 * MiB);
 });
 
-test('sizes that break the pool\'s own unit are rounded (initial up, maximum down) or refused where it could serve nothing', () => {
+test("sizes that break the pool's own unit are rounded (initial up, maximum down) or refused where it could serve nothing", () => {
   // Upstream growth: blocks are multiples of 256 bytes. 1000031 bytes round up to 1000192, which the maximum holds.
   const upstream = new CudaResource();
   const odd = new PoolResource({ upstream, initialSize: 1000031, maximumSize: 1000192 });
@@ -259,8 +269,14 @@ function withTwoStreams(body: (A: { handle: number }, B: { handle: number }, cal
   const calls: string[] = [];
   const waitEvent = backend.streamWaitEvent.bind(backend);
   const record = backend.eventRecord.bind(backend);
-  backend.streamWaitEvent = (s, e) => { calls.push(`wait ${s}`); waitEvent(s, e); };
-  backend.eventRecord = (e, s) => { calls.push(`record ${s}`); record(e, s); };
+  backend.streamWaitEvent = (s, e) => {
+    calls.push(`wait ${s}`);
+    waitEvent(s, e);
+  };
+  backend.eventRecord = (e, s) => {
+    calls.push(`record ${s}`);
+    record(e, s);
+  };
   const A = { handle: backend.streamCreate(0, 0) };
   const B = { handle: backend.streamCreate(0, 0) };
   try {
@@ -287,8 +303,10 @@ function lastBytesOn(end: number, stream: { handle: number }): number[] {
 for (const mode of ['virtual', 'upstream'] as const) {
   test(`${mode}: a block freed on stream A is reused on stream B only after B waits on A`, () => {
     withTwoStreams((A, B, calls) => {
-      const pool = mode === 'virtual' ? new PoolResource({ maximumSize: 2 * MiB })
-        : new PoolResource({ upstream: new CudaResource(), initialSize: 2 * MiB, maximumSize: 2 * MiB });
+      const pool =
+        mode === 'virtual'
+          ? new PoolResource({ maximumSize: 2 * MiB })
+          : new PoolResource({ upstream: new CudaResource(), initialSize: 2 * MiB, maximumSize: 2 * MiB });
       const n = 2 * MiB;
       const p = pool.allocate(n, A);
       backend.memsetAsync(p, 0xab, 1, n, A.handle);
@@ -305,7 +323,7 @@ for (const mode of ['virtual', 'upstream'] as const) {
   });
 }
 
-test('virtual: a growth takes another stream\'s free mapped pages by an event wait, before it moves a page', () => {
+test("virtual: a growth takes another stream's free mapped pages by an event wait, before it moves a page", () => {
   // B's own best fit (its freed page, coalesced with the untouched range) needs a page mapped;
   // A's freed block lies on mapped pages. CUDA's pool reuses it by event dependency: B waits on
   // an event of A (no host wait), and no page moves (a page move is a host wait and driver calls).
@@ -332,7 +350,7 @@ test('virtual: a growth takes another stream\'s free mapped pages by an event wa
   });
 });
 
-test('virtual: a stream about to cut into the top of the range first gathers the other streams\' free blocks, which coalesce below it', () => {
+test("virtual: a stream about to cut into the top of the range first gathers the other streams' free blocks, which coalesce below it", () => {
   // A frees x and z, B frees y beside x; z lies next to the untouched rest of the range, so A's
   // lists hold the top block, a fit for anything. Before, A cut two pages there (mapped, so no
   // growth yet, but the used span grew past x and y, which stayed split between the streams: a
@@ -376,7 +394,10 @@ test('virtual: a stream about to cut into the top of the range first gathers the
 test('extentSize: one allocation per run grown; cached extents go whole to make room; a live block keeps its extent whole', () => {
   const page = backend.memGetAllocationGranularity(0);
   const pool = new PoolResource({ extentSize: Infinity });
-  const calls = (): number[] => { const c = pool.statistics().driverCalls; return [c.create, c.map, c.unmap, c.setAccess, c.release]; };
+  const calls = (): number[] => {
+    const c = pool.statistics().driverCalls;
+    return [c.create, c.map, c.unmap, c.setAccess, c.release];
+  };
   const a = pool.allocate(8 * page);
   assert.deepEqual(calls(), [1, 1, 0, 1, 0], 'eight pages: one create, one map, one set-access');
   const b = pool.allocate(page);
@@ -403,7 +424,10 @@ test('extentSize: one allocation per run grown; cached extents go whole to make 
   assert.throws(() => new PoolResource({ extentSize: 0 }), RangeError);
 });
 
-for (const [label, extentSize] of [['Infinity', Infinity], ['8 MiB', 8 * MiB]] as const) {
+for (const [label, extentSize] of [
+  ['Infinity', Infinity],
+  ['8 MiB', 8 * MiB],
+] as const) {
   const name = `PoolResource (virtual memory, extentSize ${label})`;
   const create = (): PoolResource => new PoolResource({ maximumSize: 512 * MiB, extentSize });
   const model: SubjectFactory = {
@@ -415,7 +439,10 @@ for (const [label, extentSize] of [['Infinity', Infinity], ['8 MiB', 8 * MiB]] a
         size: (r) => logUniform(r, 24 * MiB),
         live: () => ({ bytes: pool.statistics().bytes.value, count: pool.statistics().allocations.value }),
         reserved: () => pool.reservedBytes,
-        close: () => { pool.releaseCached(); pool.destroy(); },
+        close: () => {
+          pool.releaseCached();
+          pool.destroy();
+        },
       };
     },
   };
@@ -423,7 +450,13 @@ for (const [label, extentSize] of [['Infinity', Infinity], ['8 MiB', 8 * MiB]] a
     for (const seed of [1, 2, 3]) runModel(model, { seed, ops: 2000 });
   });
   test(`${name}: the data fuzz over its growth path`, () => {
-    const target: ResourceFactory = { name, create: () => { const pool = create(); return { resource: pool, maxBytes: 24 * MiB, close: () => pool.destroy() }; } };
+    const target: ResourceFactory = {
+      name,
+      create: () => {
+        const pool = create();
+        return { resource: pool, maxBytes: 24 * MiB, close: () => pool.destroy() };
+      },
+    };
     for (const seed of [101, 202]) {
       const stats = runDataFuzz(target, { seed, ops: 2500 });
       assert.equal(stats.steps, 2500);

@@ -46,7 +46,7 @@ test('reductions of other dtypes stay numbers; an array of unknown dtype is type
   assert.equal(typeof either, 'number');
 });
 
-test('map and zipWith return arrays typed with the result dtype: the input\'s, or out\'s', { skip: onGpu && !nvrtcAvailable() ? 'needs NVRTC' : false }, () => {
+test("map and zipWith return arrays typed with the result dtype: the input's, or out's", { skip: onGpu && !nvrtcAvailable() ? 'needs NVRTC' : false }, () => {
   using a = DeviceArray.from(new Float32Array([1, -2, 3]));
   using doubled: DeviceArray<'float32'> = map(a, 'x * 2');
   assert.equal(doubled.dtype.name, 'float32');

@@ -73,7 +73,13 @@ function deviceToHostBytes(body: () => void): number {
 test('a small array prints its header and every value, as NumPy does: one line for 1-D, a short block for 2-D', () => {
   using a = DeviceArray.from(new Float32Array([1, 2, 3.1]));
   assert.equal(inspect(a), 'DeviceArray<float32>(3,) on device 0 [1, 2, 3.1]');
-  using m = DeviceArray.from([[1, 2, 3], [4, 5, 6]], { dtype: 'int32' });
+  using m = DeviceArray.from(
+    [
+      [1, 2, 3],
+      [4, 5, 6],
+    ],
+    { dtype: 'int32' },
+  );
   assert.equal(inspect(m), 'DeviceArray<int32>(2, 3) on device 0\n[[1, 2, 3],\n [4, 5, 6]]');
   using big = DeviceArray.from(new BigInt64Array([2n ** 60n + 1n]));
   assert.match(inspect(big), /\[1152921504606846977\]$/);
@@ -97,17 +103,24 @@ test('a 10-million-element array prints its first and last 3 values and copies o
   a.slice([0, 3]).copyFrom(new Float32Array([1, 2, 3]));
   a.slice([-3, null]).copyFrom(new Float32Array([7, 8, 9]));
   let text = '';
-  const bytes = deviceToHostBytes(() => { text = inspect(a); });
+  const bytes = deviceToHostBytes(() => {
+    text = inspect(a);
+  });
   assert.equal(text, 'DeviceArray<float32>(10000000,) on device 0 [1, 2, 3, ..., 7, 8, 9]');
   assert.equal(bytes, 6 * 4, `copied ${bytes} bytes`);
   // The counter sees every read: printing the whole array would have counted 40 MB.
-  assert.equal(deviceToHostBytes(() => a.slice([0, 100]).toHost()), 400);
+  assert.equal(
+    deviceToHostBytes(() => a.slice([0, 100]).toHost()),
+    400,
+  );
 });
 
 test('a large matrix prints a short block of 7 rows of 7 values, copying 2 reads of 3 values per printed row', () => {
   using m = DeviceArray.zeros([2000, 3000], 'float64');
   let text = '';
-  const bytes = deviceToHostBytes(() => { text = inspect(m); });
+  const bytes = deviceToHostBytes(() => {
+    text = inspect(m);
+  });
   const lines = text.split('\n');
   assert.equal(lines.length, 8, text);
   assert.equal(lines[1], '[[0, 0, 0, ..., 0, 0, 0],');
@@ -118,7 +131,14 @@ test('a large matrix prints a short block of 7 rows of 7 values, copying 2 reads
 test('JSON.stringify of an array writes its dtype, shape and device, not its data, and never throws', () => {
   using a = DeviceArray.zeros([2, 3]);
   assert.deepEqual(JSON.parse(JSON.stringify(a)), {
-    type: 'DeviceArray', dtype: 'float32', shape: [2, 3], strides: [3, 1], nbytes: 24, device: 0, ownsMemory: true, freed: false,
+    type: 'DeviceArray',
+    dtype: 'float32',
+    shape: [2, 3],
+    strides: [3, 1],
+    nbytes: 24,
+    device: 0,
+    ownsMemory: true,
+    freed: false,
   });
   assert.deepEqual(JSON.parse(JSON.stringify(a.T)).strides, [1, 3]);
   using h = HostArray.zeros(4, 'int8');
@@ -129,7 +149,12 @@ test('JSON.stringify of an array writes its dtype, shape and device, not its dat
 test('buffers print one line and stringify to plain data', () => {
   using d = DeviceBuffer.allocate(1024);
   assertOneLine(d, /^DeviceBuffer\(1024 bytes on device 0\)$/);
-  assert.deepEqual(JSON.parse(JSON.stringify(d)), { type: 'DeviceBuffer', byteLength: 1024, freed: false, description: 'DeviceBuffer(1024 bytes on device 0)' });
+  assert.deepEqual(JSON.parse(JSON.stringify(d)), {
+    type: 'DeviceBuffer',
+    byteLength: 1024,
+    freed: false,
+    description: 'DeviceBuffer(1024 bytes on device 0)',
+  });
   using h = HostBuffer.allocate(4096);
   assertOneLine(h, /^HostBuffer\(4096 bytes, pinned/);
   using m = ManagedBuffer.allocate(256);
@@ -139,9 +164,18 @@ test('buffers print one line and stringify to plain data', () => {
 test('every resource and adaptor prints one line: its description, kind, device, allocated and reserved', () => {
   const pool = new PoolResource();
   const resources: MemoryResource[] = [
-    pool, new CudaResource(), new ManagedResource(), new PinnedHostResource(), new AsyncResource(),
-    new ArenaResource({ size: '1M' }), new BinningResource(pool).addBin(4096), new FixedSizeResource(pool, { blocksToPreallocate: 1 }),
-    new PinnedHostPool(), new StatisticsAdaptor(pool), new LimitingAdaptor(pool, '1G'), new TrackingAdaptor(pool),
+    pool,
+    new CudaResource(),
+    new ManagedResource(),
+    new PinnedHostResource(),
+    new AsyncResource(),
+    new ArenaResource({ size: '1M' }),
+    new BinningResource(pool).addBin(4096),
+    new FixedSizeResource(pool, { blocksToPreallocate: 1 }),
+    new PinnedHostPool(),
+    new StatisticsAdaptor(pool),
+    new LimitingAdaptor(pool, '1G'),
+    new TrackingAdaptor(pool),
   ];
   try {
     const ptr = pool.allocate(1 << 20);

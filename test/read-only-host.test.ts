@@ -23,7 +23,12 @@ function lent(): { js: Uint8Array; host: HostBuffer } {
   return { js, host: HostBuffer.register(js, { readOnly: true, mapped: true }) };
 }
 
-const unchanged = (js: Uint8Array): void => assert.deepEqual(js, Uint8Array.from({ length: n }, (_, i) => i), 'nothing was written');
+const unchanged = (js: Uint8Array): void =>
+  assert.deepEqual(
+    js,
+    Uint8Array.from({ length: n }, (_, i) => i),
+    'nothing was written',
+  );
 
 test('a HostBuffer registered read-only says so; one registered without it does not', () => {
   const { host } = lent();

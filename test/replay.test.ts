@@ -37,13 +37,16 @@ function log(...lines: string[]): string {
 }
 
 function parseFails(text: string, line: number, reason: RegExp): void {
-  assert.throws(() => parseAllocationLog(text, 't.csv'), (error: unknown) => {
-    assert.ok(error instanceof TraceParseError, String(error));
-    assert.equal(error.line, line);
-    assert.match(error.message, new RegExp(`^t\\.csv:${line}: `));
-    assert.match(error.message, reason);
-    return true;
-  });
+  assert.throws(
+    () => parseAllocationLog(text, 't.csv'),
+    (error: unknown) => {
+      assert.ok(error instanceof TraceParseError, String(error));
+      assert.equal(error.line, line);
+      assert.match(error.message, new RegExp(`^t\\.csv:${line}: `));
+      assert.match(error.message, reason);
+      return true;
+    },
+  );
 }
 
 describe('allocation log parser', () => {
@@ -67,11 +70,20 @@ describe('allocation log parser', () => {
     parseFails(log('0,0,allocate,0x1000,256,0', '0,1,free,0x1000,512,0'), 3, /512 bytes, allocated with 256 at line 2/);
   });
 
-  it('reads RMM\'s own form: wall-clock time, allocate failure with (nil), CRLF, extra blank lines', () => {
-    const text = [HEADER, '140213,12:00:01.000250,allocate,0x7f00,100,0x0',
-      '140213,12:00:01.000300,allocate failure,(nil),999,0', '', '140213,12:00:01.001250,free,0x7f00,100,0', ''].join('\r\n');
+  it("reads RMM's own form: wall-clock time, allocate failure with (nil), CRLF, extra blank lines", () => {
+    const text = [
+      HEADER,
+      '140213,12:00:01.000250,allocate,0x7f00,100,0x0',
+      '140213,12:00:01.000300,allocate failure,(nil),999,0',
+      '',
+      '140213,12:00:01.001250,free,0x7f00,100,0',
+      '',
+    ].join('\r\n');
     const trace = parseAllocationLog(text);
-    assert.deepEqual(trace.events.map((e) => e.action), ['allocate', 'allocate failure', 'free']);
+    assert.deepEqual(
+      trace.events.map((e) => e.action),
+      ['allocate', 'allocate failure', 'free'],
+    );
     assert.equal(trace.summary.durationUs, 1000);
     assert.equal(trace.summary.failures, 1);
     assert.equal(trace.summary.operations, 2);
@@ -80,9 +92,17 @@ describe('allocation log parser', () => {
 
   it('summarises a synthetic trace with a known peak live', () => {
     // live: 100 -> 300 -> 200 -> 700 (peak) -> 400 -> 450; 450 left over
-    const trace = parseAllocationLog(log(
-      '0,0,allocate,0x1000,100,0', '0,1,allocate,0x2000,200,0', '0,2,free,0x1000,100,0',
-      '0,3,allocate,0x3000,500,0', '0,4,free,0x3000,500,0', '0,5,allocate,0x3000,200,0', '0,6,allocate,0x1000,50,0'));
+    const trace = parseAllocationLog(
+      log(
+        '0,0,allocate,0x1000,100,0',
+        '0,1,allocate,0x2000,200,0',
+        '0,2,free,0x1000,100,0',
+        '0,3,allocate,0x3000,500,0',
+        '0,4,free,0x3000,500,0',
+        '0,5,allocate,0x3000,200,0',
+        '0,6,allocate,0x1000,50,0',
+      ),
+    );
     const s = trace.summary;
     assert.equal(s.peakLiveBytes, 700);
     assert.equal(s.peakLiveCount, 3);
@@ -93,7 +113,10 @@ describe('allocation log parser', () => {
     assert.equal(s.leftoverBytes, 450);
     assert.equal(s.largestAllocation, 500);
     assert.deepEqual(s.streams, [0]);
-    assert.deepEqual(trace.events.map((e) => e.slot), [0, 1, 0, 2, 2, 3, 4]);
+    assert.deepEqual(
+      trace.events.map((e) => e.slot),
+      [0, 1, 0, 2, 2, 3, 4],
+    );
   });
 });
 
@@ -124,11 +147,20 @@ function addresses(): StatisticsAdaptor {
 }
 
 describe('replay engine', () => {
-  const synthetic = parseAllocationLog(log(
-    '0,0,allocate,0x1000,100,0', '0,1,allocate,0x2000,200,0', '0,2,free,0x1000,100,0',
-    '0,3,allocate,0x3000,500,0', '0,4,free,0x3000,500,0', '0,5,allocate,0x3000,200,0', '0,6,allocate,0x1000,50,0'), 'synthetic');
+  const synthetic = parseAllocationLog(
+    log(
+      '0,0,allocate,0x1000,100,0',
+      '0,1,allocate,0x2000,200,0',
+      '0,2,free,0x1000,100,0',
+      '0,3,allocate,0x3000,500,0',
+      '0,4,free,0x3000,500,0',
+      '0,5,allocate,0x3000,200,0',
+      '0,6,allocate,0x1000,50,0',
+    ),
+    'synthetic',
+  );
 
-  it('replays in order to the trace\'s peak live and frees the leftovers', () => {
+  it("replays in order to the trace's peak live and frees the leftovers", () => {
     const mr = addresses();
     const result = replay(synthetic, mr);
     assert.equal(mr.statistics.bytes.peak, 700);
@@ -143,7 +175,7 @@ describe('replay engine', () => {
     assert.equal(result.overheadPercent, (1536 / 700 - 1) * 100);
   });
 
-  it('reads peak reserved from the resource\'s memoryFigures(), and medians with per-operation timing', () => {
+  it("reads peak reserved from the resource's memoryFigures(), and medians with per-operation timing", () => {
     /** Reserves twice what it hands out, as its figures say (measured: no `reservedFromAllocated`). */
     class Doubling extends Addresses {
       #live = new CounterCell();
@@ -159,7 +191,12 @@ describe('replay engine', () => {
         this.#count.sub(1);
       }
       override memoryFigures(): MemoryFigures {
-        return { allocatedBytes: this.#live.snapshot(), allocations: this.#count.snapshot(), reservedBytes: 2 * this.#live.value, peakReservedBytes: 2 * this.#live.peak };
+        return {
+          allocatedBytes: this.#live.snapshot(),
+          allocations: this.#count.snapshot(),
+          reservedBytes: 2 * this.#live.value,
+          peakReservedBytes: 2 * this.#live.peak,
+        };
       }
       override resetPeakFigures(): void {
         this.#live.resetPeak();
@@ -176,19 +213,22 @@ describe('replay engine', () => {
   it('stops at a failing operation, names its line and where it stood, and returns everything it took', () => {
     const mr = addresses();
     const limited = new LimitingAdaptor(mr, 512);
-    assert.throws(() => replay(synthetic, limited), (error: unknown) => {
-      assert.ok(error instanceof ReplayError);
-      assert.equal(error.line, 5);
-      assert.match(error.message, /^synthetic:5: allocate 500 bytes failed on LimitingAdaptor/);
-      // The fourth operation, with 200 bytes live before it (100 and 200 allocated, 100 freed).
-      const { reservedBytes: _, ...point } = error.point!;
-      assert.deepEqual(point, { operation: 4, pass: 1, action: 'allocate', bytes: 500, liveBytes: 200 });
-      return true;
-    });
+    assert.throws(
+      () => replay(synthetic, limited),
+      (error: unknown) => {
+        assert.ok(error instanceof ReplayError);
+        assert.equal(error.line, 5);
+        assert.match(error.message, /^synthetic:5: allocate 500 bytes failed on LimitingAdaptor/);
+        // The fourth operation, with 200 bytes live before it (100 and 200 allocated, 100 freed).
+        const { reservedBytes: _, ...point } = error.point!;
+        assert.deepEqual(point, { operation: 4, pass: 1, action: 'allocate', bytes: 500, liveBytes: 200 });
+        return true;
+      },
+    );
     assert.equal(mr.statistics.bytes.value, 0);
   });
 
-  it('a failure in a later pass names that pass, and the pass\'s blocks go back', () => {
+  it("a failure in a later pass names that pass, and the pass's blocks go back", () => {
     // Eight allocations allowed: the first pass makes five, the second fails at its fourth.
     let allowed = 5 + 3;
     class Tokens extends Addresses {
@@ -198,13 +238,16 @@ describe('replay engine', () => {
       }
     }
     const mr = new StatisticsAdaptor(new Tokens());
-    assert.throws(() => replay(synthetic, mr, { repeat: 2 }), (error: unknown) => {
-      assert.ok(error instanceof ReplayError);
-      assert.equal(error.point?.pass, 2);
-      assert.equal(error.point?.operation, 6, 'the second pass\'s fourth allocation: operation 6 of 7');
-      assert.match(error.message, /\(pass 2 of 2\)/);
-      return true;
-    });
+    assert.throws(
+      () => replay(synthetic, mr, { repeat: 2 }),
+      (error: unknown) => {
+        assert.ok(error instanceof ReplayError);
+        assert.equal(error.point?.pass, 2);
+        assert.equal(error.point?.operation, 6, "the second pass's fourth allocation: operation 6 of 7");
+        assert.match(error.message, /\(pass 2 of 2\)/);
+        return true;
+      },
+    );
     assert.equal(mr.statistics.bytes.value, 0);
   });
 
@@ -213,8 +256,8 @@ describe('replay engine', () => {
     const result = replay(synthetic, mr, { repeat: 3 });
     assert.equal(result.passes.length, 3);
     assert.equal(mr.statistics.allocations.total, 15, 'five allocations a pass');
-    assert.equal(mr.statistics.bytes.value, 0, 'every pass\'s leftovers freed');
-    assert.equal(mr.statistics.bytes.peak, 700, 'a pass\'s leftovers never overlap the next pass');
+    assert.equal(mr.statistics.bytes.value, 0, "every pass's leftovers freed");
+    assert.equal(mr.statistics.bytes.peak, 700, "a pass's leftovers never overlap the next pass");
     assert.equal(result.totalNs, result.passes[0]!.totalNs);
     assert.throws(() => replay(synthetic, addresses(), { repeat: 0 }), RangeError);
 
@@ -237,7 +280,10 @@ describe('replay engine', () => {
     assert.equal(estimateDriverReservation(1), 512);
     assert.equal(estimateDriverReservation(1 << 20), 1 << 20);
     assert.equal(estimateDriverReservation((1 << 20) + 1), 2 << 20);
-    assert.equal(peakOccupied(synthetic, (b) => b), 700);
+    assert.equal(
+      peakOccupied(synthetic, (b) => b),
+      700,
+    );
   });
 });
 
@@ -275,8 +321,7 @@ describe('replay of the real traces', () => {
     try {
       const result = replay(resnet, pool);
       assert.equal(result.reservedSource, 'resource');
-      assert.ok(result.peakReservedBytes >= result.peakLiveBytes,
-        `peak reserved ${result.peakReservedBytes} < peak live ${result.peakLiveBytes}`);
+      assert.ok(result.peakReservedBytes >= result.peakLiveBytes, `peak reserved ${result.peakReservedBytes} < peak live ${result.peakLiveBytes}`);
     } finally {
       pool.releaseCached();
     }
@@ -289,7 +334,10 @@ describe('replay of the real traces', () => {
   // before parking came in 5,851,054,080 and 937,426,944 there and on an H200. `npm run test:gpu`
   // checks the GPU agrees. A deliberate change to the pool's placement policy changes them:
   // re-measure on both backends.)
-  for (const [name, expected] of [['resnet50_train', 5857345536], ['bert_dynamic_infer', 941621248]] as const) {
+  for (const [name, expected] of [
+    ['resnet50_train', 5857345536],
+    ['bert_dynamic_infer', 941621248],
+  ] as const) {
     it(`${name} through pool: the same peak reserved bytes on every backend`, () => {
       const trace = name === 'resnet50_train' ? resnet : bert;
       const pool = new PoolResource();
@@ -324,7 +372,10 @@ describe('replay of the real traces', () => {
 });
 
 describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', () => {
-  for (const [name, original] of [['resnet50_train', 5081], ['bert_dynamic_infer', 16798]] as const) {
+  for (const [name, original] of [
+    ['resnet50_train', 5081],
+    ['bert_dynamic_infer', 16798],
+  ] as const) {
     const base = readAllocationLog(`${traces}${name}.csv`);
     for (const mode of ['same', 'cross'] as const) {
       it(`${name}_4s_${mode}: the trace dealt round-robin over 4 streams, freed on ${mode === 'same' ? 'the allocating' : 'the next'} stream`, () => {
@@ -347,7 +398,7 @@ describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', 
     }
   }
 
-  it('replay reports each pass\'s stream joins (event records and waits) beside its driver calls', () => {
+  it("replay reports each pass's stream joins (event records and waits) beside its driver calls", () => {
     const cross = readAllocationLog(`${traces}resnet50_train_4s_cross.csv`);
     const stack = createStack('pool', cross);
     try {
@@ -355,7 +406,7 @@ describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', 
       const joins = result.passes.map((p) => p.growth!.streamJoins!);
       assert.ok(joins[0]!.waits > 0, 'blocks freed on the next stream are taken back by a join');
       assert.ok(joins.every((j) => j.records >= 0 && j.waits >= 0));
-      assert.ok(joins[1]!.waits > 0, 'a later pass\'s joins are its own (counted between its readings)');
+      assert.ok(joins[1]!.waits > 0, "a later pass's joins are its own (counted between its readings)");
     } finally {
       stack.destroy();
     }
@@ -364,7 +415,11 @@ describe('the 4-stream variants of the real traces (scripts/deal-streams.mjs)', 
     try {
       const result = replay(single, one.resource, { repeat: 2, growth: one.growth! });
       // Its records are the host waits' before page moves (one-page extents), never a join's.
-      assert.deepEqual(result.passes.map((p) => p.growth!.streamJoins!.waits), [0, 0], 'one stream joins nothing');
+      assert.deepEqual(
+        result.passes.map((p) => p.growth!.streamJoins!.waits),
+        [0, 0],
+        'one stream joins nothing',
+      );
     } finally {
       one.destroy();
     }
@@ -403,7 +458,10 @@ describe('replay of a multi-stream trace', () => {
         });
         assert.deepEqual(later, [0, 0, 0, 0, 0, 0, 0], 'driver calls plus page moves, passes 2-8');
         const first = result.passes[0]!.peakReservedBytes;
-        assert.ok(result.passes.every((pass) => pass.peakReservedBytes === first), 'no pass holds more than the first');
+        assert.ok(
+          result.passes.every((pass) => pass.peakReservedBytes === first),
+          'no pass holds more than the first',
+        );
         const page = Device.get(0).backend.memGetAllocationGranularity(0);
         assert.ok(first <= 7 * page, `${first} bytes: the 7 pages peak live needs`);
       } finally {
@@ -422,10 +480,15 @@ describe('replay of a multi-stream trace', () => {
         const stack = createStack(name, multi);
         try {
           const result = replay(multi, stack.resource, {
-            repeat: timeline ? 1 : 2, timeline,
+            repeat: timeline ? 1 : 2,
+            timeline,
           });
           assert.equal(result.operations, multi.summary.operations);
-          if (timeline) assert.ok(result.timeline!.peakBlocks.some((b) => b.stream !== 0), 'blocks of other streams at the peak');
+          if (timeline)
+            assert.ok(
+              result.timeline!.peakBlocks.some((b) => b.stream !== 0),
+              'blocks of other streams at the peak',
+            );
         } finally {
           stack.destroy();
         }
@@ -469,8 +532,14 @@ async function replayCaptured(...args: string[]): Promise<{ code: number; stdout
   const saved = { stdout: process.stdout.write, stderr: process.stderr.write };
   let stdout = '';
   let stderr = '';
-  process.stdout.write = ((chunk: string | Uint8Array) => { stdout += String(chunk); return true; }) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string | Uint8Array) => { stderr += String(chunk); return true; }) as typeof process.stderr.write;
+  process.stdout.write = ((chunk: string | Uint8Array) => {
+    stdout += String(chunk);
+    return true;
+  }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string | Uint8Array) => {
+    stderr += String(chunk);
+    return true;
+  }) as typeof process.stderr.write;
   try {
     return { code: await replayCommand(args), stdout, stderr };
   } finally {
@@ -509,9 +578,21 @@ interface JsonOutcome {
 interface JsonTrace {
   trace: { source: string; peakLiveBytes: number; operations: number };
   capacity?: {
-    bytes: number; ballastBytes: number; freeBytes: number; totalBytes: number;
-    cannotFit?: { operation: number; line: number; liveBytes: number; blocks: number; pageBytes: number; pages: number;
-      pagesHeld: number; leastCapacityBytes: number; leastHeadroomPercent: number };
+    bytes: number;
+    ballastBytes: number;
+    freeBytes: number;
+    totalBytes: number;
+    cannotFit?: {
+      operation: number;
+      line: number;
+      liveBytes: number;
+      blocks: number;
+      pageBytes: number;
+      pages: number;
+      pagesHeld: number;
+      leastCapacityBytes: number;
+      leastHeadroomPercent: number;
+    };
   };
   results: JsonOutcome[];
 }
@@ -530,9 +611,11 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     const ballast = holdBallast(device, capacity);
     try {
       // Exactly so on the emulated backend; on a GPU the driver's own bookkeeping may move it a little.
-      assert.ok(ballast.freeBytes > capacity - page - FREE_MEMORY_SLACK && ballast.freeBytes <= capacity + FREE_MEMORY_SLACK,
-        `free ${ballast.freeBytes} for a capacity of ${capacity}`);
-      if (!onGpu) assert.equal(ballast.freeBytes, Math.floor(capacity / page) * page, 'the capacity\'s whole pages');
+      assert.ok(
+        ballast.freeBytes > capacity - page - FREE_MEMORY_SLACK && ballast.freeBytes <= capacity + FREE_MEMORY_SLACK,
+        `free ${ballast.freeBytes} for a capacity of ${capacity}`,
+      );
+      if (!onGpu) assert.equal(ballast.freeBytes, Math.floor(capacity / page) * page, "the capacity's whole pages");
       assert.equal(ballast.bytes % page, 0, 'whole pages');
       assert.equal(device.memInfo().free, ballast.freeBytes);
     } finally {
@@ -553,14 +636,19 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     const report = JSON.parse(stdout) as JsonTrace;
     assert.equal(report.capacity?.bytes, capacity);
     assert.ok(report.capacity!.freeBytes > capacity - page - FREE_MEMORY_SLACK && report.capacity!.freeBytes <= capacity + FREE_MEMORY_SLACK);
-    assert.deepEqual(report.results.map((r) => r.stack), [...RESOURCE_STACK_NAMES]);
+    assert.deepEqual(
+      report.results.map((r) => r.stack),
+      [...RESOURCE_STACK_NAMES],
+    );
     for (const r of report.results) {
       assert.equal(r.fits, false, `${r.stack} does not fit`);
       assert.equal(r.ok, false);
       // The ballast stayed; every stack before this one gave back all it took.
       // (Exactly on the emulated backend; within the driver's own bookkeeping on a GPU.)
-      assert.ok(Math.abs(r.freeAtStartBytes! - report.capacity!.freeBytes) <= FREE_MEMORY_SLACK,
-        `${r.stack} saw ${r.freeAtStartBytes} free, not the capacity's ${report.capacity!.freeBytes}`);
+      assert.ok(
+        Math.abs(r.freeAtStartBytes! - report.capacity!.freeBytes) <= FREE_MEMORY_SLACK,
+        `${r.stack} saw ${r.freeAtStartBytes} free, not the capacity's ${report.capacity!.freeBytes}`,
+      );
       if (r.stack === 'arena') {
         // Its fixed reservation is larger than the capacity: it fails when made.
         assert.ok(arenaSizeFor(resnet.summary.peakLiveBytes) > capacity);
@@ -577,8 +665,10 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
       // Out of memory for real: what the stack held (or, unmeasured, what was live) and the request
       // come near the capacity, before the trace's peak.
       const held = Math.max(at.reservedBytes ?? 0, at.liveBytes);
-      assert.ok(held + at.bytes > capacity * 0.9 && at.liveBytes < resnet.summary.peakLiveBytes,
-        `${r.stack}: failed with ${at.liveBytes} live, ${at.reservedBytes} held, asking ${at.bytes}; capacity ${capacity}`);
+      assert.ok(
+        held + at.bytes > capacity * 0.9 && at.liveBytes < resnet.summary.peakLiveBytes,
+        `${r.stack}: failed with ${at.liveBytes} live, ${at.reservedBytes} held, asking ${at.bytes}; capacity ${capacity}`,
+      );
       assert.match(stderr, new RegExp(`^vram replay: ${r.stack}: .*:${at.line}: allocate ${at.bytes} bytes failed`, 'm'));
     }
     assert.doesNotMatch(stderr, /too small for this trace/, 'no hint to enlarge the device: the capacity was asked for');
@@ -616,11 +706,17 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     assert.equal(tight.code, 1);
     const report = JSON.parse(tight.stdout) as JsonTrace;
     assert.deepEqual(report.capacity!.cannotFit, {
-      ...peak, pagesHeld: 6, leastCapacityBytes: 7 * page, leastHeadroomPercent: 6,
+      ...peak,
+      pagesHeld: 6,
+      leastCapacityBytes: 7 * page,
+      leastHeadroomPercent: 6,
     });
     assert.equal(report.results[0]!.fits, false);
     const text = await replayCaptured(path, '-r', 'adaptive', '--headroom', '3');
-    assert.match(text.stdout, /^fit +cannot fit: at operation 5 \(line 6\) the trace has 13\.3 MiB live in 5 blocks, which needs at least 7 pages of 2 MiB; the capacity, 13\.7 MiB, holds 6\. .* the least whole-page capacity is 14 MiB \(--headroom 6\)$/m);
+    assert.match(
+      text.stdout,
+      /^fit +cannot fit: at operation 5 \(line 6\) the trace has 13\.3 MiB live in 5 blocks, which needs at least 7 pages of 2 MiB; the capacity, 13\.7 MiB, holds 6\. .* the least whole-page capacity is 14 MiB \(--headroom 6\)$/m,
+    );
     // The headroom it names: 7 whole pages, no such line; on the emulated device the pool fits
     // (a GPU's driver keeps some of the free memory for itself, so there it may not).
     const enough = await replayCaptured(path, '-r', 'adaptive', '--headroom', '6', '--json');
@@ -631,11 +727,21 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
   });
 
   it('--capacity and --headroom together, or a bad value, are usage errors; more than the device has is refused in one line', async () => {
-    for (const args of [['--capacity', '4G', '--headroom', '3'], ['--headroom', '-1'], ['--headroom', 'lots'], ['--headroom', '1001'], ['--capacity', '0'], ['--capacity', 'big']]) {
+    for (const args of [
+      ['--capacity', '4G', '--headroom', '3'],
+      ['--headroom', '-1'],
+      ['--headroom', 'lots'],
+      ['--headroom', '1001'],
+      ['--capacity', '0'],
+      ['--capacity', 'big'],
+    ]) {
       const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'pool', ...args);
       assert.equal(code, 2, args.join(' '));
       assert.equal(stdout, '');
-      assert.match(stderr.split('\n')[0]!, args[0] === '--capacity' && args.length > 2 ? /--capacity and --headroom .*give one/ : new RegExp(`^vram replay: ${args[0]}`));
+      assert.match(
+        stderr.split('\n')[0]!,
+        args[0] === '--capacity' && args.length > 2 ? /--capacity and --headroom .*give one/ : new RegExp(`^vram replay: ${args[0]}`),
+      );
     }
     const { free } = Device.get(0).memInfo();
     const { code, stdout, stderr } = await replayCaptured(resnetPath, '-r', 'pool', '--capacity', String(free + page));
@@ -657,7 +763,10 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     assert.equal(json.code, 0, json.stderr);
     const reports = JSON.parse(json.stdout) as JsonTrace[];
     assert.ok(Array.isArray(reports));
-    assert.deepEqual(reports.map((r) => r.trace.source), [multi, bert]);
+    assert.deepEqual(
+      reports.map((r) => r.trace.source),
+      [multi, bert],
+    );
     const one = JSON.parse((await replayCaptured(multi, '-r', 'pool', '--json')).stdout) as JsonTrace;
     assert.equal(one.trace.source, multi, 'one log: the object alone, as before');
     const html = await replayCaptured(multi, bert, '--html', join(tmpdir(), 'never-written.html'));
@@ -665,12 +774,15 @@ describe('replay under a capacity (a ballast holds the rest of the device)', () 
     assert.match(html.stderr, /^vram replay: --html writes the report of one log; got 2 logs/);
   });
 
-  it('--extent-size must be whole pages of the device\'s granularity: 1K and 3M refused naming the value, 4M taken', async () => {
+  it("--extent-size must be whole pages of the device's granularity: 1K and 3M refused naming the value, 4M taken", async () => {
     for (const size of ['1K', '3M']) {
       const { code, stdout, stderr } = await replayCaptured(`${traces}multi_stream.csv`, '-r', 'pool', '--extent-size', size);
       assert.equal(code, 2, size);
       assert.equal(stdout, '');
-      assert.match(stderr.split('\n')[0]!, new RegExp(`^vram replay: --extent-size ${size}: sizes must be whole pages of the device's allocation granularity \\(2 MiB\\)`));
+      assert.match(
+        stderr.split('\n')[0]!,
+        new RegExp(`^vram replay: --extent-size ${size}: sizes must be whole pages of the device's allocation granularity \\(2 MiB\\)`),
+      );
     }
     assert.equal((await replayCaptured(`${traces}multi_stream.csv`, '-r', 'pool', '--extent-size', '4M')).code, 0);
   });

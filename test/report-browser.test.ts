@@ -21,20 +21,20 @@ import { mulberry32 } from '../src/util/random.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const bin = join(root, 'bin/vram.js');
-const images = process.env.VRAM_UPDATE_SCREENSHOTS === '1'
-  ? join(root, 'docs/images')
-  : mkdtempSync(join(tmpdir(), 'vram-screenshots-'));
+const images = process.env.VRAM_UPDATE_SCREENSHOTS === '1' ? join(root, 'docs/images') : mkdtempSync(join(tmpdir(), 'vram-screenshots-'));
 after(() => {
   if (process.env.VRAM_UPDATE_SCREENSHOTS !== '1') rmSync(images, { recursive: true, force: true });
 });
 
 /** The browser: PUPPETEER_EXECUTABLE_PATH (puppeteer's own variable), else Debian's and others' usual paths. */
-const chromium = [process.env.PUPPETEER_EXECUTABLE_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome']
-  .find((path): path is string => path !== undefined && path !== '' && existsSync(path));
+const chromium = [process.env.PUPPETEER_EXECUTABLE_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find(
+  (path): path is string => path !== undefined && path !== '' && existsSync(path),
+);
 const needsBrowser = {
-  skip: chromium === undefined
-    ? 'no chromium installed: `apt-get install -y chromium` (or set PUPPETEER_EXECUTABLE_PATH) to check the HTML reports in a browser'
-    : false,
+  skip:
+    chromium === undefined
+      ? 'no chromium installed: `apt-get install -y chromium` (or set PUPPETEER_EXECUTABLE_PATH) to check the HTML reports in a browser'
+      : false,
 } as const;
 
 /** Runs a script on the emulated backend with `env` added, without the developer's own VRAM_* settings. */
@@ -117,9 +117,13 @@ async function load(file: string): Promise<Loaded> {
   const errors: string[] = [];
   const requests: string[] = [];
   const url = pathToFileURL(file).href;
-  page.on('console', (message) => { if (message.type() === 'error') errors.push(message.text()); });
+  page.on('console', (message) => {
+    if (message.type() === 'error') errors.push(message.text());
+  });
   page.on('pageerror', (error) => errors.push(error instanceof Error ? error.message : String(error)));
-  page.on('request', (request) => { if (request.url() !== url) requests.push(request.url()); });
+  page.on('request', (request) => {
+    if (request.url() !== url) requests.push(request.url());
+  });
   await page.goto(url, { waitUntil: 'load' });
   await page.waitForFunction(() => (globalThis as unknown as PageGlobals).vramReport?.ready === true, { timeout: 20_000 });
   const loadMs = await page.evaluate(() => {
@@ -166,7 +170,11 @@ function assertDrawn(loaded: Loaded, sectionIds: readonly string[]): void {
   assert.deepEqual(loaded.errors, [], 'no console errors or exceptions');
   assert.deepEqual(loaded.requests, [], 'the file asks for nothing else: it opens offline');
   const drawn = loaded.drawn.sections.map((s) => s.id);
-  assert.deepEqual(drawn.filter((id) => sectionIds.includes(id)), [...sectionIds], `sections drawn: ${drawn.join(', ')}`);
+  assert.deepEqual(
+    drawn.filter((id) => sectionIds.includes(id)),
+    [...sectionIds],
+    `sections drawn: ${drawn.join(', ')}`,
+  );
   for (const chart of loaded.drawn.charts) {
     assert.equal(chart.axisLabels.length, 2, `${chart.id}: an x and a y axis label`);
     for (const label of chart.axisLabels) assert.notEqual(label.trim(), '', `${chart.id}: axis labels are set`);
@@ -189,9 +197,8 @@ async function screenshot(page: Page, name: `${string}.png`, part: { through?: s
   }
   const box = await (await page.$(`section#${id}`))?.boundingBox();
   assert.ok(box, `section ${id} is on the page`);
-  const clip = part.only !== undefined
-    ? { x: 0, y: box.y - 8, width: 1280, height: box.height + 16 }
-    : { x: 0, y: 0, width: 1280, height: box.y + box.height + 8 };
+  const clip =
+    part.only !== undefined ? { x: 0, y: box.y - 8, width: 1280, height: box.height + 16 } : { x: 0, y: 0, width: 1280, height: box.y + box.height + 8 };
   await page.screenshot({ path, clip, captureBeyondViewport: true });
 }
 
@@ -248,7 +255,15 @@ describe('HTML reports in a browser', needsBrowser, () => {
     // The arena and cuda stacks place every block they return inside their own segments.
     for (const map of maps.filter((m) => /cuda|arena/.test(m.id))) assert.equal(map.points, 207, `${map.id}: every block live at the peak drawn`);
     const [timeline] = loaded.drawn.charts;
-    assert.deepEqual(timeline!.seriesLabels, ['live (the trace)', 'cuda reserved', 'async reserved', 'pool reserved', 'adaptive reserved', 'binning reserved', 'arena reserved']);
+    assert.deepEqual(timeline!.seriesLabels, [
+      'live (the trace)',
+      'cuda reserved',
+      'async reserved',
+      'pool reserved',
+      'adaptive reserved',
+      'binning reserved',
+      'arena reserved',
+    ]);
     assert.deepEqual(timeline!.axisLabels, ['time since the trace began', 'bytes']);
     assert.deepEqual(timeline!.finitePoints, Array<number>(7).fill(16_798));
     await screenshot(loaded.page, 'replay-report.png', { through: 'timeline' });
@@ -265,14 +280,20 @@ describe('HTML reports in a browser', needsBrowser, () => {
     assert.ok(byId.get('bandwidth-h2d')!.seriesLabels.includes('pinned H2D'));
     assert.ok(byId.get('bandwidth-d2h')!.seriesLabels.includes('pinned D2H'));
     // On the emulated backend the driver's allocators are its model of them, and the series say so.
-    assert.deepEqual(byId.get('allocation-latency')!.seriesLabels,
-      ['cuMemAlloc+cuMemFree (model)', 'cuMemAllocAsync+cuMemFreeAsync (model)', 'PoolResource', 'AsyncResource (model)',
-        'CudaResource (model)', 'ArenaResource', 'BinningResource']);
+    assert.deepEqual(byId.get('allocation-latency')!.seriesLabels, [
+      'cuMemAlloc+cuMemFree (model)',
+      'cuMemAllocAsync+cuMemFreeAsync (model)',
+      'PoolResource',
+      'AsyncResource (model)',
+      'CudaResource (model)',
+      'ArenaResource',
+      'BinningResource',
+    ]);
     assert.deepEqual(byId.get('allocation-latency')!.axisLabels, ['size', 'time per allocate+free pair']);
     await screenshot(loaded.page, 'bench-report.png');
   });
 
-  it('vram view of the out-of-memory example\'s snapshot: the site that filled the 64 MiB', async () => {
+  it("vram view of the out-of-memory example's snapshot: the site that filled the 64 MiB", async () => {
     const snapshot = join(work, 'oom.json');
     const example = await run(join(root, 'dist/examples/oom-snapshot.js'), [], { VRAM_OOM_SNAPSHOT: snapshot });
     assert.equal(example.code, 0, example.stderr);
@@ -320,9 +341,11 @@ describe('HTML reports in a browser', needsBrowser, () => {
       const median = (v: number[]): number => v.sort((a, b) => a - b)[v.length >> 1]!;
       return { zoomMs: median(zoom), fullMs: median(full) };
     });
-    t.diagnostic(`150,000 operations x 6 series: load event ${loaded.loadMs.toFixed(0)} ms after navigation, ` +
-      `page script (parse the data, draw every section) ${loaded.drawn.renderMs.toFixed(0)} ms; ` +
-      `redraw zoomed to a tenth ${redraw.zoomMs.toFixed(1)} ms, whole range ${redraw.fullMs.toFixed(1)} ms (medians of 5)`);
+    t.diagnostic(
+      `150,000 operations x 6 series: load event ${loaded.loadMs.toFixed(0)} ms after navigation, ` +
+        `page script (parse the data, draw every section) ${loaded.drawn.renderMs.toFixed(0)} ms; ` +
+        `redraw zoomed to a tenth ${redraw.zoomMs.toFixed(1)} ms, whole range ${redraw.fullMs.toFixed(1)} ms (medians of 5)`,
+    );
     await loaded.page.close();
   });
 });

@@ -58,7 +58,7 @@ function section<K extends Report['sections'][number]['kind']>(report: Report, i
 }
 
 describe('encodeValues', () => {
-  it('round-trips exactly through the page\'s decoding: whole numbers, microsecond times in seconds, any double, nulls', () => {
+  it("round-trips exactly through the page's decoding: whole numbers, microsecond times in seconds, any double, nulls", () => {
     const value = fc.oneof(
       fc.integer({ min: -(2 ** 40), max: 2 ** 40 }),
       fc.integer({ min: 0, max: 2 ** 40 }).map((us) => us / 1e6),
@@ -67,9 +67,12 @@ describe('encodeValues', () => {
     );
     // -0 may come back as 0 (a delta of 0): the same number on any axis.
     const positiveZero = (v: number | null): number | null => (Object.is(v, -0) ? 0 : v);
-    fc.assert(fc.property(fc.array(value, { maxLength: 200 }), (values) => {
-      assert.deepEqual(decodeAsThePage(encodeValues(values)).map(positiveZero), values.map(positiveZero));
-    }), { numRuns: 500 });
+    fc.assert(
+      fc.property(fc.array(value, { maxLength: 200 }), (values) => {
+        assert.deepEqual(decodeAsThePage(encodeValues(values)).map(positiveZero), values.map(positiveZero));
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('uses deltas for bytes and microsecond times, and plain numbers for the rest', () => {
@@ -82,7 +85,7 @@ describe('encodeValues', () => {
 describe('replay timeline', () => {
   const trace = readAllocationLog(join(root, 'test/fixtures/traces/bert_dynamic_infer.csv'));
 
-  it('records live bytes after every operation, the peak\'s blocks, and the pool\'s reserved bytes above the live ones', () => {
+  it("records live bytes after every operation, the peak's blocks, and the pool's reserved bytes above the live ones", () => {
     const stack = createStack('pool', trace);
     try {
       const { timeline } = replay(trace, stack.resource, { timeline: true });
@@ -100,18 +103,24 @@ describe('replay timeline', () => {
       }
       assert.equal(Math.max(...timeline.liveBytes), trace.summary.peakLiveBytes);
       assert.equal(timeline.liveBytes[timeline.peakOperation], trace.summary.peakLiveBytes);
-      assert.equal(timeline.peakBlocks.reduce((sum, b) => sum + b.bytes, 0), trace.summary.peakLiveBytes);
+      assert.equal(
+        timeline.peakBlocks.reduce((sum, b) => sum + b.bytes, 0),
+        trace.summary.peakLiveBytes,
+      );
       assert.equal(timeline.reservedSource, 'resource');
       assert.ok(timeline.peakSegments, 'the pool lays out its memory');
       assert.match(timeline.peakSegments.resource, /^PoolResource/);
       const liveInSegments = timeline.peakSegments.segments.flatMap((s) => s.blocks).filter((b) => b.state === 'live');
-      assert.deepEqual(liveInSegments.map((b) => b.address).sort((a, b) => a - b), timeline.peakBlocks.map((b) => b.address));
+      assert.deepEqual(
+        liveInSegments.map((b) => b.address).sort((a, b) => a - b),
+        timeline.peakBlocks.map((b) => b.address),
+      );
     } finally {
       stack.destroy();
     }
   });
 
-  it('estimates cuMemAlloc\'s reservation per block, as the peak figure does', () => {
+  it("estimates cuMemAlloc's reservation per block, as the peak figure does", () => {
     const stack = createStack('cuda', trace);
     try {
       const result = replay(trace, stack.resource, { timeline: true });
@@ -137,7 +146,7 @@ describe('replayReport', () => {
   const log = (times: readonly number[]): string =>
     `Thread,Time,Action,Pointer,Size,Stream\n${times.map((t, i) => `0,${t},${i % 2 === 0 ? 'allocate' : 'free'},0x${(0x1000 + (i >> 1) * 0x1000).toString(16)},${1024 * ((i >> 1) + 1)},0`).join('\n')}\n`;
 
-  it('one plot: the trace\'s live bytes and each stack\'s reserved bytes against time in seconds; maps and the peak\'s sizes', () => {
+  it("one plot: the trace's live bytes and each stack's reserved bytes against time in seconds; maps and the peak's sizes", () => {
     const trace = parseAllocationLog(log([0, 10, 20, 30]), 'tiny');
     const stacks = (['pool', 'arena'] as const).map((name) => {
       const stack = createStack(name, trace);
@@ -149,19 +158,28 @@ describe('replayReport', () => {
     });
     const report = replayReport({ trace, facts: [['trace', 'tiny']], stacks: [...stacks, { name: 'cuda' }] });
     const plot = section(report, 'timeline', 'plot');
-    assert.deepEqual(plot.series.map((s) => s.label), ['live (the trace)', 'pool reserved', 'arena reserved']);
+    assert.deepEqual(
+      plot.series.map((s) => s.label),
+      ['live (the trace)', 'pool reserved', 'arena reserved'],
+    );
     assert.deepEqual(Array.from(plot.xValues), [0, 0.00001, 0.00002, 0.00003]);
     assert.deepEqual(Array.from(plot.series[0]!.values), [1024, 0, 2048, 0]);
     assert.equal(plot.x.unit, 'seconds');
-    assert.deepEqual(report.sections.map((s) => s.id), ['timeline', 'memory-map-pool', 'memory-map-arena', 'peak-sizes']);
+    assert.deepEqual(
+      report.sections.map((s) => s.id),
+      ['timeline', 'memory-map-pool', 'memory-map-arena', 'peak-sizes'],
+    );
     const map = section(report, 'memory-map-arena', 'memory-map');
-    assert.deepEqual(map.blocks.map((b) => b.bytes), [2048]);
+    assert.deepEqual(
+      map.blocks.map((b) => b.bytes),
+      [2048],
+    );
     // The arena's one region: at least the size asked for (it rounds up to its own granule).
     assert.equal(map.segments.length, 1);
     assert.ok(map.segments[0]!.bytes >= arenaSizeFor(trace.summary.peakLiveBytes));
   });
 
-  it('counts operations on the x axis when the log\'s times go back (several threads)', () => {
+  it("counts operations on the x axis when the log's times go back (several threads)", () => {
     const trace = parseAllocationLog(log([0, 30, 20, 40]), 'threads');
     const stack = createStack('pool', trace);
     try {
@@ -183,27 +201,49 @@ describe('replayReport', () => {
 describe('benchReport', () => {
   const row = (group: string, name: string, size: number, value: number, unit: string): BenchFigure => ({ group, name, size, value, unit, repeats: 3 });
   const rows = [
-    row('transfers', 'pinned H2D', 65536, 10, 'GB/s'), row('transfers', 'pinned H2D', MiB, 20, 'GB/s'),
-    row('transfers', 'pinned D2H', 65536, 11, 'GB/s'), row('transfers', 'pinned D2H', MiB, 21, 'GB/s'),
+    row('transfers', 'pinned H2D', 65536, 10, 'GB/s'),
+    row('transfers', 'pinned H2D', MiB, 20, 'GB/s'),
+    row('transfers', 'pinned D2H', 65536, 11, 'GB/s'),
+    row('transfers', 'pinned D2H', MiB, 21, 'GB/s'),
     row('transfers', 'async staged pageable H2D', 64 * MiB, 3, 'GB/s'),
     row('alloc', 'cuMemAlloc+cuMemFree', 256, 3000, 'ns/pair'),
-    row('allocators', 'PoolResource', 256, 90, 'ns/pair'), row('allocators', 'PoolResource', MiB, 95, 'ns/pair'),
+    row('allocators', 'PoolResource', 256, 90, 'ns/pair'),
+    row('allocators', 'PoolResource', MiB, 95, 'ns/pair'),
     row('allocators', 'PoolResource random', MiB, 300, 'ns/op'),
-    row('kernels', 'kernel read, mapped pinned', 65536, 5, 'GB/s'), row('kernels', 'kernel read, mapped pinned', MiB, 9, 'GB/s'),
+    row('kernels', 'kernel read, mapped pinned', 65536, 5, 'GB/s'),
+    row('kernels', 'kernel read, mapped pinned', MiB, 9, 'GB/s'),
   ];
 
   it('bandwidth per direction against size, latency per resource, the one-size rows and the skipped ones as tables', () => {
     const report = benchReport({ facts: [], rows, skipped: [{ group: 'transfers', name: 'D2D', size: MiB, reason: 'no' }] });
-    assert.deepEqual(report.sections.map((s) => s.id), ['bandwidth-h2d', 'bandwidth-d2h', 'bandwidth-other', 'allocation-latency', 'other-rows', 'skipped']);
-    assert.deepEqual(section(report, 'bandwidth-other', 'plot').series.map((s) => s.label), ['kernel read, mapped pinned']);
+    assert.deepEqual(
+      report.sections.map((s) => s.id),
+      ['bandwidth-h2d', 'bandwidth-d2h', 'bandwidth-other', 'allocation-latency', 'other-rows', 'skipped'],
+    );
+    assert.deepEqual(
+      section(report, 'bandwidth-other', 'plot').series.map((s) => s.label),
+      ['kernel read, mapped pinned'],
+    );
     const h2d = section(report, 'bandwidth-h2d', 'plot');
     assert.deepEqual(Array.from(h2d.xValues), [65536, MiB]);
-    assert.deepEqual(h2d.series.map((s) => [s.label, Array.from(s.values)]), [['pinned H2D', [10, 20]]]);
+    assert.deepEqual(
+      h2d.series.map((s) => [s.label, Array.from(s.values)]),
+      [['pinned H2D', [10, 20]]],
+    );
     const latency = section(report, 'allocation-latency', 'plot');
-    assert.deepEqual(latency.series.map((s) => [s.label, Array.from(s.values)]), [['cuMemAlloc+cuMemFree', [3000, null]], ['PoolResource', [90, 95]]]);
+    assert.deepEqual(
+      latency.series.map((s) => [s.label, Array.from(s.values)]),
+      [
+        ['cuMemAlloc+cuMemFree', [3000, null]],
+        ['PoolResource', [90, 95]],
+      ],
+    );
     assert.equal(latency.y.log, true);
     const others: TableSection = section(report, 'other-rows', 'table');
-    assert.deepEqual(others.rows.map((r) => r[0]), ['async staged pageable H2D', 'PoolResource random']);
+    assert.deepEqual(
+      others.rows.map((r) => r[0]),
+      ['async staged pageable H2D', 'PoolResource random'],
+    );
   });
 });
 
@@ -211,23 +251,60 @@ describe('benchReport', () => {
 function oomSnapshot(options: { dropped?: number } = {}): MemorySnapshot {
   const base = 2 ** 44;
   const live = (address: number, bytes: number, stack: number): SnapshotBlock => ({ address, bytes, requestedBytes: bytes, state: 'live', stream: 0, stack });
-  const blocks = [live(base, 2 * MiB, 2), live(base + 2 * MiB, 4 * MiB, 1), live(base + 6 * MiB, 4 * MiB, 1),
-    { address: base + 10 * MiB, bytes: 2 * MiB, requestedBytes: null, state: 'free', stream: 0, stack: null } as const];
+  const blocks = [
+    live(base, 2 * MiB, 2),
+    live(base + 2 * MiB, 4 * MiB, 1),
+    live(base + 6 * MiB, 4 * MiB, 1),
+    { address: base + 10 * MiB, bytes: 2 * MiB, requestedBytes: null, state: 'free', stream: 0, stack: null } as const,
+  ];
   const figures = (allocated: number, reserved: number): SnapshotResource['figures'] => ({
-    allocatedBytes: { value: allocated, peak: allocated, total: allocated }, allocations: { value: 3, peak: 3, total: 3 },
-    reservedBytes: reserved, peakReservedBytes: reserved,
+    allocatedBytes: { value: allocated, peak: allocated, total: allocated },
+    allocations: { value: 3, peak: 3, total: 3 },
+    reservedBytes: reserved,
+    peakReservedBytes: reserved,
   });
   const resource = (id: number, className: string, upstream: number | null, extra: Partial<SnapshotResource>): SnapshotResource => ({
-    id, label: `${className}(...)`, className, kind: 'device', device: 0, upstream, current: true, status: 'active',
-    figures: figures(10 * MiB, 12 * MiB), segments: null, baseline: null, ...extra,
+    id,
+    label: `${className}(...)`,
+    className,
+    kind: 'device',
+    device: 0,
+    upstream,
+    current: true,
+    status: 'active',
+    figures: figures(10 * MiB, 12 * MiB),
+    segments: null,
+    baseline: null,
+    ...extra,
   });
-  const event = (kind: 'alloc' | 'reserve' | 'oom', bytes: number, time: number, stack: number | null) =>
-    ({ kind, address: kind === 'alloc' ? base : null, bytes, stream: 0, time, resource: 3, stack });
-  const events = [event('reserve', 12 * MiB, 1, null), event('alloc', 2 * MiB, 2, 2), event('alloc', 4 * MiB, 3, 1), event('alloc', 4 * MiB, 4, 1), event('oom', 4 * MiB, 5, 1)];
+  const event = (kind: 'alloc' | 'reserve' | 'oom', bytes: number, time: number, stack: number | null) => ({
+    kind,
+    address: kind === 'alloc' ? base : null,
+    bytes,
+    stream: 0,
+    time,
+    resource: 3,
+    stack,
+  });
+  const events = [
+    event('reserve', 12 * MiB, 1, null),
+    event('alloc', 2 * MiB, 2, 2),
+    event('alloc', 4 * MiB, 3, 1),
+    event('alloc', 4 * MiB, 4, 1),
+    event('oom', 4 * MiB, 5, 1),
+  ];
   const dropped = options.dropped ?? 0;
   return {
-    version: SNAPSHOT_VERSION, createdAt: '2026-11-22T23:00:00.000Z', time: 6, timeOrigin: 0, backend: 'emulated', device: 0,
-    trigger: { kind: 'out-of-memory', error: { message: 'cannot allocate 4194304 bytes', requestedBytes: 4 * MiB, reason: 'limit', call: 'LimitingAdaptor.allocate', resource: 3 } },
+    version: SNAPSHOT_VERSION,
+    createdAt: '2026-11-22T23:00:00.000Z',
+    time: 6,
+    timeOrigin: 0,
+    backend: 'emulated',
+    device: 0,
+    trigger: {
+      kind: 'out-of-memory',
+      error: { message: 'cannot allocate 4194304 bytes', requestedBytes: 4 * MiB, reason: 'limit', call: 'LimitingAdaptor.allocate', resource: 3 },
+    },
     currentResource: 3,
     resources: [
       // A pool over a driver resource: the map shows the pool's blocks, not the driver's one allocation under them.
@@ -248,19 +325,40 @@ describe('snapshotReport', () => {
   it('the timeline from the history, out-of-memory markers, the map of the top layer, the sites by bytes', () => {
     const report = snapshotReport(oomSnapshot());
     assert.equal(report.title, 'vram: out of memory');
-    assert.deepEqual(report.sections.map((s) => s.id), ['timeline', 'memory-map', 'top-sites', 'resources']);
+    assert.deepEqual(
+      report.sections.map((s) => s.id),
+      ['timeline', 'memory-map', 'top-sites', 'resources'],
+    );
     const plot: PlotSection = section(report, 'timeline', 'plot');
-    assert.deepEqual(plot.series.map((s) => s.label), ['LimitingAdaptor #3 reserved', 'LimitingAdaptor #3 live', 'out of memory (live + the request)']);
+    assert.deepEqual(
+      plot.series.map((s) => s.label),
+      ['LimitingAdaptor #3 reserved', 'LimitingAdaptor #3 live', 'out of memory (live + the request)'],
+    );
     assert.deepEqual(Array.from(plot.series[0]!.values), Array<number>(5).fill(12 * MiB));
     assert.deepEqual(Array.from(plot.series[1]!.values), [0, 2 * MiB, 6 * MiB, 10 * MiB, 10 * MiB]);
     assert.deepEqual(Array.from(plot.series[2]!.values), [null, null, null, null, 14 * MiB]);
     assert.deepEqual(Array.from(plot.xValues), [0.0005, 0.0015, 0.0025, 0.0035, 0.0045]);
     const map: MemoryMapSection = section(report, 'memory-map', 'memory-map');
-    assert.deepEqual(map.segments.map((s) => s.label), ['PoolResource(...)']);
-    assert.deepEqual(map.blocks.map((b) => [b.bytes, map.sites[b.site]!.label]),
-      [[2 * MiB, 'loadWeights (model.js:8:10)'], [4 * MiB, 'cacheActivations (train.js:20:5)'], [4 * MiB, 'cacheActivations (train.js:20:5)']]);
+    assert.deepEqual(
+      map.segments.map((s) => s.label),
+      ['PoolResource(...)'],
+    );
+    assert.deepEqual(
+      map.blocks.map((b) => [b.bytes, map.sites[b.site]!.label]),
+      [
+        [2 * MiB, 'loadWeights (model.js:8:10)'],
+        [4 * MiB, 'cacheActivations (train.js:20:5)'],
+        [4 * MiB, 'cacheActivations (train.js:20:5)'],
+      ],
+    );
     const sites = section(report, 'top-sites', 'table');
-    assert.deepEqual(sites.rows.map((r) => r.slice(0, 4)), [['cacheActivations (train.js:20:5)', '8 MiB', '80.0%', '2'], ['loadWeights (model.js:8:10)', '2 MiB', '20.0%', '1']]);
+    assert.deepEqual(
+      sites.rows.map((r) => r.slice(0, 4)),
+      [
+        ['cacheActivations (train.js:20:5)', '8 MiB', '80.0%', '2'],
+        ['loadWeights (model.js:8:10)', '2 MiB', '20.0%', '1'],
+      ],
+    );
   });
 
   it('works back from the figures now when the ring dropped older events', () => {
@@ -315,54 +413,74 @@ describe('validateSnapshot', () => {
 
   it('agrees with the published schema on any one field changed or added, and names the field', () => {
     const samples = [oomSnapshot(), poolSnapshot()];
-    fc.assert(fc.property(fc.nat(), fc.nat(), fc.jsonValue({ maxDepth: 2 }), fc.boolean(), (which, at, replacement, add) => {
-      const snapshot = structuredClone(samples[which % samples.length]!) as unknown;
-      const all = places(snapshot);
-      const path = all[at % all.length]!;
-      let changed: (string | number)[] = path;
-      if (path.length === 0) {
-        if (!add) return;
-        (snapshot as Record<string, unknown>).extra = replacement;
-        changed = ['extra'];
-      } else {
-        const parent = path.slice(0, -1).reduce<unknown>((v, k) => (v as Record<string | number, unknown>)[k], snapshot) as Record<string | number, unknown>;
-        if (add && !Array.isArray(parent)) {
-          parent.extra = replacement;
-          changed = [...path.slice(0, -1), 'extra'];
+    fc.assert(
+      fc.property(fc.nat(), fc.nat(), fc.jsonValue({ maxDepth: 2 }), fc.boolean(), (which, at, replacement, add) => {
+        const snapshot = structuredClone(samples[which % samples.length]!) as unknown;
+        const all = places(snapshot);
+        const path = all[at % all.length]!;
+        let changed: (string | number)[] = path;
+        if (path.length === 0) {
+          if (!add) return;
+          (snapshot as Record<string, unknown>).extra = replacement;
+          changed = ['extra'];
         } else {
-          parent[path.at(-1)!] = replacement;
+          const parent = path.slice(0, -1).reduce<unknown>((v, k) => (v as Record<string | number, unknown>)[k], snapshot) as Record<string | number, unknown>;
+          if (add && !Array.isArray(parent)) {
+            parent.extra = replacement;
+            changed = [...path.slice(0, -1), 'extra'];
+          } else {
+            parent[path.at(-1)!] = replacement;
+          }
         }
-      }
-      let error: unknown;
-      try {
-        validateSnapshot(snapshot);
-      } catch (e) {
-        error = e;
-      }
-      // The one rule beyond the schema: an upstream chain that loops (a reader following it would never stop).
-      if (error instanceof SnapshotFormatError && /upstream chain/.test(error.message)) return;
-      assert.equal(error === undefined, schemaAccepts(snapshot),
-        `${fieldOf(changed)} = ${JSON.stringify(replacement)}: validateSnapshot ${error === undefined ? 'accepted' : `refused (${String(error)})`}`);
-      if (error === undefined) return;
-      assert.ok(error instanceof SnapshotFormatError, String(error));
-      // At the changed field or inside it, or a sibling a rule ties to it (an event's kind and address).
-      const within = changed.length <= 1 ? '' : fieldOf(changed.slice(0, -1));
-      assert.ok(error.field.startsWith(within), `${error.field} for a change at ${fieldOf(changed)}`);
-    }), { numRuns: 2000 });
+        let error: unknown;
+        try {
+          validateSnapshot(snapshot);
+        } catch (e) {
+          error = e;
+        }
+        // The one rule beyond the schema: an upstream chain that loops (a reader following it would never stop).
+        if (error instanceof SnapshotFormatError && /upstream chain/.test(error.message)) return;
+        assert.equal(
+          error === undefined,
+          schemaAccepts(snapshot),
+          `${fieldOf(changed)} = ${JSON.stringify(replacement)}: validateSnapshot ${error === undefined ? 'accepted' : `refused (${String(error)})`}`,
+        );
+        if (error === undefined) return;
+        assert.ok(error instanceof SnapshotFormatError, String(error));
+        // At the changed field or inside it, or a sibling a rule ties to it (an event's kind and address).
+        const within = changed.length <= 1 ? '' : fieldOf(changed.slice(0, -1));
+        assert.ok(error.field.startsWith(within), `${error.field} for a change at ${fieldOf(changed)}`);
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('refuses an upstream chain that loops, naming the resource', () => {
     const snapshot = oomSnapshot();
     (snapshot.resources[0] as { upstream: number | null }).upstream = 3;
-    assert.throws(() => validateSnapshot(snapshot), /^SnapshotFormatError: resources\[0\]\.upstream: the upstream chain of resource 1 comes back to resource 1/);
+    assert.throws(
+      () => validateSnapshot(snapshot),
+      /^SnapshotFormatError: resources\[0\]\.upstream: the upstream chain of resource 1 comes back to resource 1/,
+    );
   });
 });
 
 describe('renderReport', () => {
   it('one file: uPlot and the page script inline, nothing fetched, the data unable to close its script element', () => {
-    const html = renderReport({ title: 'a <b> & "c"', facts: [['x', '</script><script>alert(1)</script>']], sections: [{
-      kind: 'table', id: 't', title: 'T', description: '</script>', columns: [{ label: 'a' }], rows: [['</script>']],
-    }] });
+    const html = renderReport({
+      title: 'a <b> & "c"',
+      facts: [['x', '</script><script>alert(1)</script>']],
+      sections: [
+        {
+          kind: 'table',
+          id: 't',
+          title: 'T',
+          description: '</script>',
+          columns: [{ label: 'a' }],
+          rows: [['</script>']],
+        },
+      ],
+    });
     assert.doesNotMatch(html, /\b(src|href)=/i, 'no external scripts, styles or links');
     assert.equal(html.match(/<\/script>/g)?.length, 3, 'the data, uPlot and the page script, each closed once');
     assert.match(html, /<title>a &#60;b&#62; &#38; &#34;c&#34;<\/title>/);
@@ -408,11 +526,17 @@ describe('vram view', () => {
     writeFileSync(path, JSON.stringify(wrongType));
     const result = await run(bin, ['view', path, '-o', join(work, 'wrong.html')]);
     assert.equal(result.code, 1);
-    assert.equal(result.stderr, `vram view: ${path}: not a memory snapshot of this format: resources[1].segments: expected an array or null, got the string "none"\n`);
+    assert.equal(
+      result.stderr,
+      `vram view: ${path}: not a memory snapshot of this format: resources[1].segments: expected an array or null, got the string "none"\n`,
+    );
     wrongType.resources[1]!.segments = null;
     wrongType.history.events[2]!.bytes = '4194304';
     writeFileSync(path, JSON.stringify(wrongType));
-    assert.match((await run(bin, ['view', path, '-o', join(work, 'wrong.html')])).stderr, /history\.events\[2\]\.bytes: expected a number >= 0, got the string "4194304"/);
+    assert.match(
+      (await run(bin, ['view', path, '-o', join(work, 'wrong.html')])).stderr,
+      /history\.events\[2\]\.bytes: expected a number >= 0, got the string "4194304"/,
+    );
     assert.ok(!existsSync(join(work, 'wrong.html')), 'no report written');
   });
 
@@ -425,7 +549,10 @@ describe('vram view', () => {
   });
 
   it('what is not a regular file is refused at once (/dev/zero and a FIFO hung)', async () => {
-    const targets: [string, string][] = [['/dev/zero', 'a character device'], [work, 'a directory']];
+    const targets: [string, string][] = [
+      ['/dev/zero', 'a character device'],
+      [work, 'a directory'],
+    ];
     try {
       execFileSync('mkfifo', [join(work, 'fifo')]);
       targets.push([join(work, 'fifo'), 'a FIFO (named pipe)']);
@@ -443,8 +570,12 @@ describe('vram view', () => {
     const path = join(work, 'keep.json');
     const text = JSON.stringify(oomSnapshot());
     writeFileSync(path, text);
-    for (const [output, message] of [[path, /the input file/], [join(work, '.', 'keep.json'), /the input file/], [work, /a folder, not a file/],
-      [join(work, 'none', 'r.html'), /the folder .*none does not exist/]] as const) {
+    for (const [output, message] of [
+      [path, /the input file/],
+      [join(work, '.', 'keep.json'), /the input file/],
+      [work, /a folder, not a file/],
+      [join(work, 'none', 'r.html'), /the folder .*none does not exist/],
+    ] as const) {
       const result = await run(bin, ['view', path, '-o', output]);
       assert.equal(result.code, 2, output);
       assert.match(result.stderr.split('\n')[0]!, new RegExp(`^vram view: -o ${output.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: ${message.source}`));

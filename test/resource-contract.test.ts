@@ -8,9 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Device } from '../src/device.js';
-import {
-  DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError, VramError,
-} from '../src/errors.js';
+import { DoubleFreeError, InvalidPointerError, OutOfMemoryError, UseAfterFreeError, VramError } from '../src/errors.js';
 import { ArenaResource } from '../src/resource/suballoc/arena.js';
 import { AsyncResource } from '../src/resource/upstream/async-resource.js';
 import { BinningResource } from '../src/resource/suballoc/binning.js';
@@ -48,7 +46,10 @@ const SUBJECTS: ReadonlyArray<readonly [string, () => Subject]> = [
   ['PoolResource (adaptive extents)', () => only(new PoolResource({ extentSize: 'adaptive' }))],
   ['PoolResource (upstream chunks)', () => over(new CudaResource(), (u) => new PoolResource({ upstream: u, chunkSize: 4 * MiB }))],
   ['ArenaResource', () => only(new ArenaResource({ size: 16 * MiB }))],
-  ['FixedSizeResource', () => ({ ...over(new CudaResource(), (u) => new FixedSizeResource(u, { blockSize: 64 * 1024, blocksToPreallocate: 8 })), largest: 64 * 1024 })],
+  [
+    'FixedSizeResource',
+    () => ({ ...over(new CudaResource(), (u) => new FixedSizeResource(u, { blockSize: 64 * 1024, blocksToPreallocate: 8 })), largest: 64 * 1024 }),
+  ],
   ['BinningResource', () => over(new PoolResource(), (u) => new BinningResource(u, { minSizeExponent: 8, maxSizeExponent: 14 }))],
   ['PinnedHostPool', () => only(new PinnedHostPool())],
   ['CudaResource', () => only(new CudaResource())],
@@ -98,38 +99,43 @@ function refused(mr: MemoryResource, fn: () => unknown, type: new (...args: neve
 
 for (const [name, make] of SUBJECTS) {
   describe(`contract: ${name}`, () => {
-    it('refuses bad sizes and streams before anything changes', () => withSubject(make, ({ resource: mr }) => {
-      for (const bytes of [0, -1, 1.5, Number.NaN, Infinity, 2 ** 60]) refused(mr, () => mr.allocate(bytes), RangeError, `allocate(${bytes})`);
-      refused(mr, () => mr.allocate(8n as unknown as number), TypeError, 'allocate(8n)');
-      // A size string is read as the CLI reads it; one that is not a size is refused the same way.
-      refused(mr, () => mr.allocate('8 bytes'), RangeError, "allocate('8 bytes')");
-      for (const handle of [1.5, -1, Number.NaN]) {
-        refused(mr, () => mr.allocate(256, { handle }), RangeError, `stream handle ${handle}`);
-      }
-      refused(mr, () => mr.allocate(256, null as unknown as StreamRef), TypeError, 'stream null');
-      refused(mr, () => mr.allocate(256, { handle: '1' } as unknown as StreamRef), TypeError, "stream handle '1'");
-      const gone = Stream.create();
-      gone.destroy();
-      refused(mr, () => mr.allocate(256, gone), UseAfterFreeError, 'destroyed stream');
-    }));
+    it('refuses bad sizes and streams before anything changes', () =>
+      withSubject(make, ({ resource: mr }) => {
+        for (const bytes of [0, -1, 1.5, Number.NaN, Infinity, 2 ** 60]) refused(mr, () => mr.allocate(bytes), RangeError, `allocate(${bytes})`);
+        refused(mr, () => mr.allocate(8n as unknown as number), TypeError, 'allocate(8n)');
+        // A size string is read as the CLI reads it; one that is not a size is refused the same way.
+        refused(mr, () => mr.allocate('8 bytes'), RangeError, "allocate('8 bytes')");
+        for (const handle of [1.5, -1, Number.NaN]) {
+          refused(mr, () => mr.allocate(256, { handle }), RangeError, `stream handle ${handle}`);
+        }
+        refused(mr, () => mr.allocate(256, null as unknown as StreamRef), TypeError, 'stream null');
+        refused(mr, () => mr.allocate(256, { handle: '1' } as unknown as StreamRef), TypeError, "stream handle '1'");
+        const gone = Stream.create();
+        gone.destroy();
+        refused(mr, () => mr.allocate(256, gone), UseAfterFreeError, 'destroyed stream');
+      }));
 
-    it('refuses bad, foreign, inner, double and wrongly sized frees, and stays usable', () => withSubject(make, ({ resource: mr }) => {
-      const bytes = 3000;
-      const p = mr.allocate(bytes);
-      assert.equal(p % mr.alignment, 0, 'aligned');
-      for (const ptr of [-1, 1.5, Number.NaN]) refused(mr, () => mr.deallocate(ptr, bytes), RangeError, `deallocate(${ptr})`);
-      refused(mr, () => mr.deallocate(String(p) as unknown as number, bytes), TypeError, 'string pointer');
-      refused(mr, () => mr.deallocate(p, 0), RangeError, 'size 0');
-      refused(mr, () => mr.deallocate(p, bytes + 1), InvalidPointerError, 'wrong size');
-      refused(mr, () => mr.deallocate(p, 1 << 20), InvalidPointerError, 'much larger size');
-      refused(mr, () => mr.deallocate(p + 256, bytes), InvalidPointerError, 'inner pointer');
-      refused(mr, () => mr.deallocate(0x7e00_0000_0000, bytes), InvalidPointerError, 'foreign pointer');
-      mr.deallocate(p, bytes);
-      assert.throws(() => mr.deallocate(p, bytes), (e: unknown) => e instanceof DoubleFreeError || e instanceof InvalidPointerError,
-        'a second free is DoubleFreeError or InvalidPointerError');
-      const q = mr.allocate(bytes);
-      mr.deallocate(q, bytes);
-    }));
+    it('refuses bad, foreign, inner, double and wrongly sized frees, and stays usable', () =>
+      withSubject(make, ({ resource: mr }) => {
+        const bytes = 3000;
+        const p = mr.allocate(bytes);
+        assert.equal(p % mr.alignment, 0, 'aligned');
+        for (const ptr of [-1, 1.5, Number.NaN]) refused(mr, () => mr.deallocate(ptr, bytes), RangeError, `deallocate(${ptr})`);
+        refused(mr, () => mr.deallocate(String(p) as unknown as number, bytes), TypeError, 'string pointer');
+        refused(mr, () => mr.deallocate(p, 0), RangeError, 'size 0');
+        refused(mr, () => mr.deallocate(p, bytes + 1), InvalidPointerError, 'wrong size');
+        refused(mr, () => mr.deallocate(p, 1 << 20), InvalidPointerError, 'much larger size');
+        refused(mr, () => mr.deallocate(p + 256, bytes), InvalidPointerError, 'inner pointer');
+        refused(mr, () => mr.deallocate(0x7e00_0000_0000, bytes), InvalidPointerError, 'foreign pointer');
+        mr.deallocate(p, bytes);
+        assert.throws(
+          () => mr.deallocate(p, bytes),
+          (e: unknown) => e instanceof DoubleFreeError || e instanceof InvalidPointerError,
+          'a second free is DoubleFreeError or InvalidPointerError',
+        );
+        const q = mr.allocate(bytes);
+        mr.deallocate(q, bytes);
+      }));
 
     it('a destroyed resource refuses every call but the free of a block live at destroy; destroy twice is harmless', () => {
       const s = make();
@@ -147,33 +153,35 @@ for (const [name, make] of SUBJECTS) {
       for (const r of s.below) r.destroy();
     });
 
-    it('a stream destroyed while blocks freed on it are cached loses nothing', () => withSubject(make, ({ resource: mr, largest }) => {
-      const size = Math.min(largest, 64 * 1024);
-      const a = Stream.create();
-      const ptrs = Array.from({ length: 4 }, () => mr.allocate(size, a));
-      for (const p of ptrs) mr.deallocate(p, size, a);
-      a.destroy();
-      // A new stream (it may get the same handle) and the default stream reuse the memory.
-      const b = Stream.create();
-      try {
-        const again = Array.from({ length: 6 }, () => mr.allocate(size, b));
-        for (const p of again) mr.deallocate(p, size, b);
-        mr.releaseCached();
-        const last = mr.allocate(size);
-        mr.deallocate(last, size);
-      } finally {
-        b.destroy();
-      }
-    }));
+    it('a stream destroyed while blocks freed on it are cached loses nothing', () =>
+      withSubject(make, ({ resource: mr, largest }) => {
+        const size = Math.min(largest, 64 * 1024);
+        const a = Stream.create();
+        const ptrs = Array.from({ length: 4 }, () => mr.allocate(size, a));
+        for (const p of ptrs) mr.deallocate(p, size, a);
+        a.destroy();
+        // A new stream (it may get the same handle) and the default stream reuse the memory.
+        const b = Stream.create();
+        try {
+          const again = Array.from({ length: 6 }, () => mr.allocate(size, b));
+          for (const p of again) mr.deallocate(p, size, b);
+          mr.releaseCached();
+          const last = mr.allocate(size);
+          mr.deallocate(last, size);
+        } finally {
+          b.destroy();
+        }
+      }));
 
-    it('every error it raises is a VramError or an argument error', () => withSubject(make, ({ resource: mr }) => {
-      try {
-        mr.allocate(2 ** 52);
-      } catch (e) {
-        assert.ok(e instanceof VramError || e instanceof RangeError, String(e));
-        if (e instanceof OutOfMemoryError) assert.equal(e.requestedBytes, 2 ** 52);
-      }
-    }));
+    it('every error it raises is a VramError or an argument error', () =>
+      withSubject(make, ({ resource: mr }) => {
+        try {
+          mr.allocate(2 ** 52);
+        } catch (e) {
+          assert.ok(e instanceof VramError || e instanceof RangeError, String(e));
+          if (e instanceof OutOfMemoryError) assert.equal(e.requestedBytes, 2 ** 52);
+        }
+      }));
   });
 }
 

@@ -107,7 +107,10 @@ describe('a resource destroyed with live blocks keeps their memory until the las
     old.memset(0x99);
     const seen = new Uint8Array(4096);
     fresh.copyToHost(seen);
-    assert.ok(seen.every((b) => b === 0x11), 'the new buffer kept its own bytes');
+    assert.ok(
+      seen.every((b) => b === 0x11),
+      'the new buffer kept its own bytes',
+    );
     old.free();
     assert.equal(inner.released, true, 'freeing the buffer released the destroyed pool');
   });
@@ -117,7 +120,7 @@ describe('a resource destroyed with live blocks keeps their memory until the las
     const inner = new PoolResource({ upstream: outer, chunkSize: 4 * MiB });
     const p = inner.allocate(MiB);
     outer.destroy();
-    assert.equal(outer.released, false, 'the inner pool\'s chunk is live in the outer one');
+    assert.equal(outer.released, false, "the inner pool's chunk is live in the outer one");
     const q = inner.allocate(MiB); // from the chunk it already holds
     inner.deallocate(q, MiB);
     inner.deallocate(p, MiB);
@@ -126,7 +129,7 @@ describe('a resource destroyed with live blocks keeps their memory until the las
     assert.equal(outer.released, true, 'the inner pool gave its chunk back: the outer one released');
   });
 
-  it('an arena\'s pitched blocks count as live blocks', () => {
+  it("an arena's pitched blocks count as live blocks", () => {
     using outer = new PoolResource();
     const arena = new ArenaResource({ size: 4 * MiB, upstream: outer });
     const { ptr } = arena.allocatePitched(1000, 10);
@@ -142,23 +145,29 @@ describe('a resource destroyed with live blocks keeps their memory until the las
 describe('resources refuse memory of another kind', () => {
   it('a PinnedHostPool over device memory is a TypeError naming both', () => {
     using cuda = new CudaResource();
-    assert.throws(() => new PinnedHostPool({ upstream: cuda }), (e: unknown) => {
-      assert.ok(e instanceof TypeError);
-      assert.match(e.message, /PinnedHostPool needs pinned-host memory/);
-      assert.match(e.message, /CudaResource\(device=0\) hands out device memory/);
-      return true;
-    });
+    assert.throws(
+      () => new PinnedHostPool({ upstream: cuda }),
+      (e: unknown) => {
+        assert.ok(e instanceof TypeError);
+        assert.match(e.message, /PinnedHostPool needs pinned-host memory/);
+        assert.match(e.message, /CudaResource\(device=0\) hands out device memory/);
+        return true;
+      },
+    );
   });
 
   it('a bin of pinned host memory in a device binning resource is a TypeError naming both', () => {
     using pool = new PoolResource();
     using bins = new BinningResource(pool);
     using pinned = new PinnedHostResource();
-    assert.throws(() => bins.addBin(256, pinned), (e: unknown) => {
-      assert.ok(e instanceof TypeError);
-      assert.match(e.message, /BinningResource.* needs device memory, but its binResource PinnedHostResource\(\) hands out pinned-host memory/);
-      return true;
-    });
+    assert.throws(
+      () => bins.addBin(256, pinned),
+      (e: unknown) => {
+        assert.ok(e instanceof TypeError);
+        assert.match(e.message, /BinningResource.* needs device memory, but its binResource PinnedHostResource\(\) hands out pinned-host memory/);
+        return true;
+      },
+    );
     assert.deepEqual(bins.binSizes, [], 'nothing was added');
   });
 
@@ -200,7 +209,10 @@ describe('the garbage-collection backstop ends dropped streams, events and resou
       for (let i = 0; i < 1000; i++) handles.add(Stream.create({ nonBlocking: true }).handle);
     });
     assert.equal(seen.length, 1000);
-    assert.ok(seen.every((l) => handles.has(l.ptr) && l.releaseError === undefined), 'each destroyed without an error');
+    assert.ok(
+      seen.every((l) => handles.has(l.ptr) && l.releaseError === undefined),
+      'each destroyed without an error',
+    );
     assert.ok(leakStatistics().count >= before + 1000, 'counted in the leak statistics');
     // The driver took them back: the emulated one refuses the handle now (a real driver may crash on it).
     const [first] = handles;
@@ -226,7 +238,7 @@ describe('the garbage-collection backstop ends dropped streams, events and resou
     });
     assert.equal(seen.length, 1);
     assert.ok(seen[0]!.bytes >= 16 * MiB, `the leak says what it held (${seen[0]!.bytes} bytes)`);
-    assertMemoryReturned(before, deviceMemoryUsed(device), 'the dropped pool\'s pages went back');
+    assertMemoryReturned(before, deviceMemoryUsed(device), "the dropped pool's pages went back");
   });
 
   it('a dropped sub-allocator gives its chunks back to the upstream', needsGc, async () => {
@@ -250,13 +262,22 @@ describe('the garbage-collection backstop ends dropped streams, events and resou
         buffer = DeviceBuffer.allocate(MiB, { resource: pool, stream });
       })();
       await collectUntil(() => false);
-      assert.deepEqual(seen.filter((l) => l.kind === 'Stream' || l.kind === 'PoolResource'), [],
-        'neither was collected while the buffer holds them');
+      assert.deepEqual(
+        seen.filter((l) => l.kind === 'Stream' || l.kind === 'PoolResource'),
+        [],
+        'neither was collected while the buffer holds them',
+      );
       buffer!.free(); // on its stream, into its pool: both still usable
       buffer = undefined;
       await collectUntil(() => seen.some((l) => l.kind === 'Stream') && seen.some((l) => l.kind === 'PoolResource'));
-      assert.ok(seen.some((l) => l.kind === 'Stream' && l.releaseError === undefined), 'the stream ended after the buffer');
-      assert.ok(seen.some((l) => l.kind === 'PoolResource' && l.releaseError === undefined), 'the pool ended after the buffer');
+      assert.ok(
+        seen.some((l) => l.kind === 'Stream' && l.releaseError === undefined),
+        'the stream ended after the buffer',
+      );
+      assert.ok(
+        seen.some((l) => l.kind === 'PoolResource' && l.releaseError === undefined),
+        'the pool ended after the buffer',
+      );
     } finally {
       off();
     }

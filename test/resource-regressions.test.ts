@@ -33,7 +33,7 @@ describe('the size argument never decides where a free goes', () => {
     assert.ok(inBins > reserved, 'the 512-byte bin took a chunk from the pool');
     assert.throws(() => bins.deallocate(p, 1 << 20), InvalidPointerError);
     assert.throws(() => bins.deallocate(p, 100), InvalidPointerError);
-    assert.equal(pool.statistics().bytes.value, inBins, 'the chunk is still the bin\'s');
+    assert.equal(pool.statistics().bytes.value, inBins, "the chunk is still the bin's");
     const q = bins.allocate(300);
     assert.notEqual(q, p, 'the bin does not hand out the live block again');
     bins.deallocate(p, 300);
@@ -47,7 +47,10 @@ describe('the size argument never decides where a free goes', () => {
       const limited = new LimitingAdaptor(stats, 1 * MiB);
       const p = limited.allocate(MiB);
       assert.throws(() => limited.deallocate(p, 64 * MiB), InvalidPointerError);
-      assert.throws(() => limited.allocate(64 * MiB), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit');
+      assert.throws(
+        () => limited.allocate(64 * MiB),
+        (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit',
+      );
       assert.equal(limited.allocatedBytes, MiB);
       assert.equal(stats.statistics.bytes.value, MiB, 'no negative or shrunken figure');
       limited.deallocate(p, MiB);
@@ -60,7 +63,10 @@ describe('the size argument never decides where a free goes', () => {
 describe('failures keep nothing they took', () => {
   it('a pool whose initial size cannot be had leaves the device as it was', () => {
     const before = deviceMemoryUsed(device);
-    assert.throws(() => new PoolResource({ initialSize: 2 * total }), (e: unknown) => isOutOfMemory(e));
+    assert.throws(
+      () => new PoolResource({ initialSize: 2 * total }),
+      (e: unknown) => isOutOfMemory(e),
+    );
     assertMemoryReturned(before, deviceMemoryUsed(device), 'nothing mapped stays mapped');
     // The device is still usable in full by another allocator.
     const mr = new CudaResource();
@@ -74,7 +80,10 @@ describe('failures keep nothing they took', () => {
     const keep = pool.allocate(MiB);
     const before = deviceMemoryUsed(device);
     const reserved = pool.reservedBytes;
-    assert.throws(() => pool.allocate(total + 64 * MiB), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device');
+    assert.throws(
+      () => pool.allocate(total + 64 * MiB),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device',
+    );
     assert.equal(pool.reservedBytes, reserved, 'no new page kept');
     assertMemoryReturned(before, deviceMemoryUsed(device), 'the failed growth unmapped what it mapped');
     const other = new CudaResource();
@@ -102,20 +111,26 @@ describe('failures keep nothing they took', () => {
 describe('errors', () => {
   it('OutOfMemoryError is a VramError, not a CudaError, with the driver error as its cause', () => {
     using mr = new CudaResource();
-    assert.throws(() => mr.allocate(total + 64 * MiB), (e: unknown) => {
-      assert.ok(e instanceof OutOfMemoryError && e instanceof VramError);
-      assert.ok(!(e instanceof CudaError));
-      assert.equal(e.reason, 'device');
-      assert.ok(e.cause instanceof CudaError && e.cause.errorName === 'CUDA_ERROR_OUT_OF_MEMORY');
-      assert.match(e.resource ?? '', /CudaResource/);
-      assert.ok(isOutOfMemory(e));
-      return true;
-    });
+    assert.throws(
+      () => mr.allocate(total + 64 * MiB),
+      (e: unknown) => {
+        assert.ok(e instanceof OutOfMemoryError && e instanceof VramError);
+        assert.ok(!(e instanceof CudaError));
+        assert.equal(e.reason, 'device');
+        assert.ok(e.cause instanceof CudaError && e.cause.errorName === 'CUDA_ERROR_OUT_OF_MEMORY');
+        assert.match(e.resource ?? '', /CudaResource/);
+        assert.ok(isOutOfMemory(e));
+        return true;
+      },
+    );
   });
 
   it('an arena that is full says so with reason arena', () => {
     using arena = new ArenaResource({ size: MiB });
-    assert.throws(() => arena.allocate(2 * MiB), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'arena');
+    assert.throws(
+      () => arena.allocate(2 * MiB),
+      (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'arena',
+    );
   });
 
   it('pitched sizes whose product overflows are a RangeError, not a driver error', () => {

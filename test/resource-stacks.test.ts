@@ -27,7 +27,12 @@ function build(name: ResourceStackName): ReturnType<typeof createResourceStack> 
 
 test('every named stack builds its resource, hands out memory, and closes to nothing', () => {
   const tops: Record<ResourceStackName, new (...args: never[]) => object> = {
-    cuda: CudaResource, async: AsyncResource, pool: PoolResource, adaptive: PoolResource, binning: BinningResource, arena: ArenaResource,
+    cuda: CudaResource,
+    async: AsyncResource,
+    pool: PoolResource,
+    adaptive: PoolResource,
+    binning: BinningResource,
+    arena: ArenaResource,
   };
   assert.deepEqual([...RESOURCE_STACK_NAMES], ['cuda', 'async', 'pool', 'adaptive', 'binning', 'arena']);
   for (const name of RESOURCE_STACK_NAMES) {

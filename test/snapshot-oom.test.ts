@@ -59,9 +59,13 @@ function runProgram(record: boolean): { output: { name: string; message: string;
     const path = join(dir, 'snapshot.json');
     const src = new URL('../src', import.meta.url).href;
     const stdout = execFileSync(process.execPath, ['--input-type=module', '-e', program(src)], {
-      env: { ...process.env, VRAM_OOM_SNAPSHOT: path, RECORD: record ? '1' : '' }, encoding: 'utf8',
+      env: { ...process.env, VRAM_OOM_SNAPSHOT: path, RECORD: record ? '1' : '' },
+      encoding: 'utf8',
     });
-    return { output: JSON.parse(stdout) as { name: string; message: string; held: number }, snapshot: JSON.parse(readFileSync(path, 'utf8')) as MemorySnapshot };
+    return {
+      output: JSON.parse(stdout) as { name: string; message: string; held: number },
+      snapshot: JSON.parse(readFileSync(path, 'utf8')) as MemorySnapshot,
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -81,7 +85,10 @@ test('a program filling a 64 MiB LimitingAdaptor from one site writes a snapshot
   assert.equal(snapshot.currentResource, top.id);
   // 64 live blocks of 1 MiB, all from fillActivations.
   assert.equal(snapshot.blocks.length, 64);
-  assert.equal(snapshot.blocks.reduce((sum, b) => sum + b.bytes, 0), 64 * MiB);
+  assert.equal(
+    snapshot.blocks.reduce((sum, b) => sum + b.bytes, 0),
+    64 * MiB,
+  );
   const sites = new Set(snapshot.blocks.map((b) => b.stack));
   assert.equal(sites.size, 1);
   const frames = snapshot.stacks.find((s) => s.id === [...sites][0])!.frames;
@@ -109,7 +116,7 @@ function holdScratch(mr: TrackingAdaptor): Ptr {
   return mr.allocate(3 * MiB);
 }
 
-test('the message: sites from a TrackingAdaptor\'s stacks, the fragmentation of an arena (largest free block against free bytes), the stack\'s first line too', () => {
+test("the message: sites from a TrackingAdaptor's stacks, the fragmentation of an arena (largest free block against free bytes), the stack's first line too", () => {
   using arena = new ArenaResource({ size: 8 * MiB });
   using tracked = new TrackingAdaptor(arena, { captureStacks: true });
   const held = [holdScratch(tracked), holdScratch(tracked)];
@@ -135,8 +142,10 @@ test('the message: sites from a TrackingAdaptor\'s stacks, the fragmentation of 
   } catch (e) {
     plain = e as OutOfMemoryError;
   }
-  assert.equal(plain?.message, 'cannot allocate 2 MiB (2097152 bytes) from LimitingAdaptor(limit=1 MiB, CudaResource(device=0)): ' +
-    '0 B of the 1 MiB (1048576 bytes) limit in use');
+  assert.equal(
+    plain?.message,
+    'cannot allocate 2 MiB (2097152 bytes) from LimitingAdaptor(limit=1 MiB, CudaResource(device=0)): ' + '0 B of the 1 MiB (1048576 bytes) limit in use',
+  );
 });
 
 test('listeners: told once per error reaching the program, not for a recovered retry; a failing one is a warning, not a new error', async () => {
@@ -158,7 +167,7 @@ test('listeners: told once per error reaching the program, not for a recovered r
     recovering.deallocate(recovering.allocate(2 * MiB), 2 * MiB);
     recovering.deallocate(recovering.allocate(3 * MiB), 3 * MiB);
     assert.equal(recovering.recovered, 1);
-    assert.equal(told.length, 1, 'a recovered failure is not the program\'s');
+    assert.equal(told.length, 1, "a recovered failure is not the program's");
 
     const removeFailing = onOutOfMemory(() => {
       throw new Error('listener bug');

@@ -122,7 +122,7 @@ describe('spilling ahead', () => {
         const after = spillFigures(device);
         assert.equal(buffers[3]!.resident, false);
         const spilled = after.spilledBuffers.total - before.spilledBuffers.total;
-        assert.equal(after.copiesOut - before.copiesOut, spilled - 1, 'every spill but buffer 3\'s copied');
+        assert.equal(after.copiesOut - before.copiesOut, spilled - 1, "every spill but buffer 3's copied");
         const expected = [0, 11, 2, 3, 4, 5, 6, 7, 8, 9, 20, 20];
         buffers.forEach((b, i) => assert.equal(byteOf(b, stream), expected[i], `buffer ${i}`));
       } finally {
@@ -131,7 +131,7 @@ describe('spilling ahead', () => {
     });
   });
 
-  it('random orders of writes, reads, kernel passes and leases keep every buffer\'s bytes, checked after each', () => {
+  it("random orders of writes, reads, kernel passes and leases keep every buffer's bytes, checked after each", () => {
     using module = Module.compile(ADD_BYTES_SOURCE, { emulated: { add_bytes: addBytes } });
     const kernel = module.kernel('add_bytes', ['ptr', 'u32'] as const);
     using stream = Stream.create();
@@ -141,36 +141,39 @@ describe('spilling ahead', () => {
       kind: fc.constantFrom('fill', 'kernel', 'read', 'lease'),
       value: fc.nat(255),
     });
-    fc.assert(fc.property(fc.array(op, { minLength: 1, maxLength: 30 }), (ops) => {
-      withDeviceRoom(9 * CHUNK, () => {
-        const buffers: DeviceBuffer[] = [];
-        const model: number[] = [];
-        try {
-          for (let i = 0; i < count; i++) {
-            const b = DeviceBuffer.allocate(CHUNK, { spillable: true, stream });
-            b.memset(i, { stream });
-            buffers.push(b);
-            model.push(i);
-          }
-          for (const { index, kind, value } of ops) {
-            const b = buffers[index]!;
-            if (kind === 'fill') {
-              b.memset(value, { stream });
-              model[index] = value;
-            } else if (kind === 'kernel') {
-              kernel.launch({ grid: CHUNK / 256, block: 256, stream }, b, CHUNK);
-              model[index] = (model[index]! + 1) & 0xff;
-            } else if (kind === 'lease') {
-              using lease = b.lease({ stream, readOnly: true });
-              assert.equal(lease.ptr, b.ptr);
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 1, maxLength: 30 }), (ops) => {
+        withDeviceRoom(9 * CHUNK, () => {
+          const buffers: DeviceBuffer[] = [];
+          const model: number[] = [];
+          try {
+            for (let i = 0; i < count; i++) {
+              const b = DeviceBuffer.allocate(CHUNK, { spillable: true, stream });
+              b.memset(i, { stream });
+              buffers.push(b);
+              model.push(i);
             }
-            assert.equal(byteOf(b, stream), model[index], `buffer ${index} after ${kind}`);
+            for (const { index, kind, value } of ops) {
+              const b = buffers[index]!;
+              if (kind === 'fill') {
+                b.memset(value, { stream });
+                model[index] = value;
+              } else if (kind === 'kernel') {
+                kernel.launch({ grid: CHUNK / 256, block: 256, stream }, b, CHUNK);
+                model[index] = (model[index]! + 1) & 0xff;
+              } else if (kind === 'lease') {
+                using lease = b.lease({ stream, readOnly: true });
+                assert.equal(lease.ptr, b.ptr);
+              }
+              assert.equal(byteOf(b, stream), model[index], `buffer ${index} after ${kind}`);
+            }
+            buffers.forEach((b, i) => assert.equal(byteOf(b, stream), model[i], `buffer ${i} at the end`));
+          } finally {
+            for (const b of buffers) b.free();
           }
-          buffers.forEach((b, i) => assert.equal(byteOf(b, stream), model[i], `buffer ${i} at the end`));
-        } finally {
-          for (const b of buffers) b.free();
-        }
-      });
-    }), { numRuns: 12, seed: 22 });
+        });
+      }),
+      { numRuns: 12, seed: 22 },
+    );
   });
 });

@@ -86,7 +86,7 @@ describe('spillable memory under other consumers', () => {
     });
   }
 
-  it('toDLPack holds a lease until the consumer\'s deleter runs; DeviceBuffer.fromPointer until the view is freed', () => {
+  it("toDLPack holds a lease until the consumer's deleter runs; DeviceBuffer.fromPointer until the view is freed", () => {
     withDeviceRoom(2 * CHUNK, () => {
       const a = DeviceArray.from(new Uint8Array(CHUNK).fill(4), { spillable: true });
       const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
@@ -123,7 +123,8 @@ describe('spillable memory under other consumers', () => {
     try {
       ((): void => {
         const cai = toCudaArrayInterface(a);
-        withDeviceRoom(0, () => { // a and b are allocated: no room for one more
+        withDeviceRoom(0, () => {
+          // a and b are allocated: no room for one more
           b.memset(1);
           squeeze();
         });
@@ -146,12 +147,17 @@ describe('spillable memory under other consumers', () => {
   });
 
   it('spillable allocations are charged to withMemoryBudget', () => {
-    assert.throws(() => withMemoryBudget(4 * MiB, () => DeviceBuffer.allocate(8 * MiB, { spillable: true })),
-      (error: unknown) => error instanceof OutOfMemoryError && error.reason === 'budget');
+    assert.throws(
+      () => withMemoryBudget(4 * MiB, () => DeviceBuffer.allocate(8 * MiB, { spillable: true })),
+      (error: unknown) => error instanceof OutOfMemoryError && error.reason === 'budget',
+    );
     withMemoryBudget(4 * MiB, () => {
       const a = DeviceBuffer.allocate(3 * MiB, { spillable: true });
       try {
-        assert.throws(() => DeviceBuffer.allocate(2 * MiB), (error: unknown) => error instanceof OutOfMemoryError && error.reason === 'budget');
+        assert.throws(
+          () => DeviceBuffer.allocate(2 * MiB),
+          (error: unknown) => error instanceof OutOfMemoryError && error.reason === 'budget',
+        );
       } finally {
         a.free();
       }
@@ -166,14 +172,35 @@ describe('spillable memory under other consumers', () => {
       ['min', (a) => assert.equal(min(a), 0.5)],
       ['max', (a) => assert.equal(max(a), 0.5)],
       ['dot', (a) => assert.equal(dot(a, a), n * 0.25)],
-      ['map', (a) => { using out = map(a, 'x * 2'); assert.equal(out.toHost()[3], 1); }],
-      ['zipWith', (a) => { using out = zipWith(a, a, 'x + y'); assert.equal(out.toHost()[3], 1); }],
-      ['elementwise', (a) => {
-        using out = DeviceArray.zeros([n], 'float32');
-        elementwise('out = x + 1', { x: a, out });
-        assert.equal(out.toHost()[3], 1.5);
-      }],
-      ['copy source', (a) => { using c = a.copy(); assert.equal(c.toHost()[3], 0.5); }],
+      [
+        'map',
+        (a) => {
+          using out = map(a, 'x * 2');
+          assert.equal(out.toHost()[3], 1);
+        },
+      ],
+      [
+        'zipWith',
+        (a) => {
+          using out = zipWith(a, a, 'x + y');
+          assert.equal(out.toHost()[3], 1);
+        },
+      ],
+      [
+        'elementwise',
+        (a) => {
+          using out = DeviceArray.zeros([n], 'float32');
+          elementwise('out = x + 1', { x: a, out });
+          assert.equal(out.toHost()[3], 1.5);
+        },
+      ],
+      [
+        'copy source',
+        (a) => {
+          using c = a.copy();
+          assert.equal(c.toHost()[3], 0.5);
+        },
+      ],
     ];
     for (const [name, op] of ops) {
       const a = DeviceArray.from(new Float32Array(n).fill(0.5), { spillable: true });
@@ -209,8 +236,10 @@ describe('spillable memory under other consumers', () => {
         assert.equal(sum(spilled[0]!), n * arrays.indexOf(spilled[0]!));
         const after = spillFigures(device);
         assert.equal(after.reloads - before.reloads, 1, 'one reload');
-        assert.ok(after.spilledBuffers.total - before.spilledBuffers.total <= 2,
-          `about one spilled, not all: ${after.spilledBuffers.total - before.spilledBuffers.total}`);
+        assert.ok(
+          after.spilledBuffers.total - before.spilledBuffers.total <= 2,
+          `about one spilled, not all: ${after.spilledBuffers.total - before.spilledBuffers.total}`,
+        );
       } finally {
         for (const a of arrays) a.free();
       }
@@ -253,7 +282,7 @@ describe('spillable memory under other consumers', () => {
     }
   });
 
-  it('the device\'s spillable resource cannot be destroyed; one of the program\'s own can', () => {
+  it("the device's spillable resource cannot be destroyed; one of the program's own can", () => {
     using live = DeviceBuffer.allocate(CHUNK, { spillable: true });
     assert.throws(() => spillableResource().destroy(), VramStateError);
     assert.throws(() => spillableResource(0)[Symbol.dispose](), VramStateError);
@@ -290,10 +319,22 @@ describe('spillable memory under other consumers', () => {
     const backend = device.backend;
     let events = 0;
     let ranges = 0;
-    using _c = patchBackend(backend, 'eventCreate', (original) => (flags) => { events++; return original(flags); });
-    using _d = patchBackend(backend, 'eventDestroy', (original) => (event) => { events--; original(event); });
-    using _r = patchBackend(backend, 'memAddressReserve', (original) => (size, alignment) => { ranges++; return original(size, alignment); });
-    using _f = patchBackend(backend, 'memAddressFree', (original) => (ptr, size) => { ranges--; original(ptr, size); });
+    using _c = patchBackend(backend, 'eventCreate', (original) => (flags) => {
+      events++;
+      return original(flags);
+    });
+    using _d = patchBackend(backend, 'eventDestroy', (original) => (event) => {
+      events--;
+      original(event);
+    });
+    using _r = patchBackend(backend, 'memAddressReserve', (original) => (size, alignment) => {
+      ranges++;
+      return original(size, alignment);
+    });
+    using _f = patchBackend(backend, 'memAddressFree', (original) => (ptr, size) => {
+      ranges--;
+      original(ptr, size);
+    });
     using stream = Stream.create();
     withDeviceRoom(2 * CHUNK, () => {
       const a = DeviceBuffer.allocate(CHUNK, { spillable: true, stream });

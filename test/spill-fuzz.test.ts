@@ -24,7 +24,6 @@ import { mulberry32 } from '../src/util/random.js';
 const device = Device.get(0);
 const CHUNK = 2 << 20;
 
-
 interface Block {
   readonly buffer: DeviceBuffer;
   readonly model: Uint8Array;
@@ -109,7 +108,7 @@ function run(seed: number, steps: number, resource?: MemoryResource): void {
   }
 }
 
-it('spilling at random points keeps every buffer\'s bytes, on four streams', () => {
+it("spilling at random points keeps every buffer's bytes, on four streams", () => {
   const before = spillFigures(device);
   withDeviceRoom(6 * CHUNK, () => {
     for (const seed of [1, 2, 3, 4]) run(seed, 160);
@@ -119,7 +118,7 @@ it('spilling at random points keeps every buffer\'s bytes, on four streams', () 
   assert.ok(after.reloads - before.reloads > 20, 'and reloaded');
 });
 
-it('spilling ahead (VRAM_SPILL_AHEAD: copies out queued early, cancelled by a use) keeps every buffer\'s bytes, on four streams', () => {
+it("spilling ahead (VRAM_SPILL_AHEAD: copies out queued early, cancelled by a use) keeps every buffer's bytes, on four streams", () => {
   const before = spillFigures(device);
   const ahead = process.env.VRAM_SPILL_AHEAD;
   process.env.VRAM_SPILL_AHEAD = String(2 * CHUNK); // the default needs eight buffers of room; this room holds six
@@ -136,7 +135,7 @@ it('spilling ahead (VRAM_SPILL_AHEAD: copies out queued early, cancelled by a us
   assert.ok(after.reloads - before.reloads > 10, 'and buffers reloaded');
 });
 
-it('spillable memory that moves (from a CudaResource) keeps every buffer\'s bytes, on four streams', () => {
+it("spillable memory that moves (from a CudaResource) keeps every buffer's bytes, on four streams", () => {
   using resource = new CudaResource(device);
   const before = spillFigures(device);
   withDeviceRoom(6 * CHUNK, () => {

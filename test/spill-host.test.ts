@@ -58,7 +58,10 @@ function cycle(stream: Stream): number {
         stream.synchronize();
         const bytes = b.copyToHost(new Uint8Array(SIZE));
         assert.equal(bytes[0], 1);
-        assert.ok(bytes.subarray(1).every((x) => x === i), `buffer ${i} kept its data`);
+        assert.ok(
+          bytes.subarray(1).every((x) => x === i),
+          `buffer ${i} kept its data`,
+        );
       });
     } finally {
       for (const b of buffers) b.free();
@@ -92,7 +95,7 @@ describe('host memory reserved for spilling', () => {
     using calls = countHostCalls();
     assert.ok(emptyCache() >= before, 'emptyCache counts the host memory it gave back');
     assert.equal(spillFigures(device).hostReservedBytes, 0, 'nothing held after emptyCache');
-    assert.ok(calls.frees >= grown + 1, 'every chunk went back, the reservation\'s too');
+    assert.ok(calls.frees >= grown + 1, "every chunk went back, the reservation's too");
   });
 
   it('checks its arguments before it pins anything', () => {

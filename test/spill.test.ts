@@ -33,7 +33,6 @@ const device = Device.get(0);
 /** Spillable buffers are whole granules: 2 MiB on the emulated backend and on current GPUs. */
 const CHUNK = 2 * MiB;
 
-
 const SOURCE = `
 extern "C" __global__ void add_one(float *y, unsigned n) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -60,7 +59,7 @@ const sumInto: EmulatedKernel = (launch) => {
 };
 
 describe('spillable memory', () => {
-  it('a working set of twice the memory left, touched in random order by copies and kernels, keeps every array\'s data', () => {
+  it("a working set of twice the memory left, touched in random order by copies and kernels, keeps every array's data", () => {
     using module = Module.compile(SOURCE, { emulated: { add_one: addOne, sum_into: sumInto } });
     const kernel = module.kernel('add_one', ['ptr', 'u32'] as const);
     using stream = Stream.create();
@@ -199,49 +198,56 @@ describe('spillable memory', () => {
   // The refusal must land exactly between "a's 2 MiB go back" and "nothing can go": on a GPU the driver
   // keeps free memory of its own beyond the room (withDeviceRoom leaves it slack), so that point
   // cannot be placed there; the emulated backend, which allocates in bytes, runs it.
-  it('another resource\'s refusal spills first; when nothing can go, the error says what was spillable',
-    { skip: onGpu ? 'needs a refusal placed to the byte, which a real driver\'s own free memory prevents' : false }, () => {
-    withDeviceRoom(4 * CHUNK, () => {
-      const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
-      const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
-      const driver = new CudaResource(device);
-      try {
-        a.memset(3);
-        b.memset(4);
-        using lease = b.lease();
-        // Three granules: only a's going makes room (b is leased).
-        const p = driver.allocate(3 * CHUNK);
-        assert.equal(a.resident, false, 'the refusal spilled a');
-        assert.equal(b.resident, true);
-        driver.deallocate(p, 3 * CHUNK);
-        const big = driver.allocate(3 * CHUNK);
+  it(
+    "another resource's refusal spills first; when nothing can go, the error says what was spillable",
+    { skip: onGpu ? "needs a refusal placed to the byte, which a real driver's own free memory prevents" : false },
+    () => {
+      withDeviceRoom(4 * CHUNK, () => {
+        const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
+        const b = DeviceBuffer.allocate(CHUNK, { spillable: true });
+        const driver = new CudaResource(device);
         try {
-          assert.throws(() => a.memset(0), (error: unknown) => error instanceof OutOfMemoryError &&
-            /spilling could not help: .*held by leases/.test(error.message));
-          assert.equal(a.resident, false, 'a failed reload changes nothing');
+          a.memset(3);
+          b.memset(4);
+          using lease = b.lease();
+          // Three granules: only a's going makes room (b is leased).
+          const p = driver.allocate(3 * CHUNK);
+          assert.equal(a.resident, false, 'the refusal spilled a');
+          assert.equal(b.resident, true);
+          driver.deallocate(p, 3 * CHUNK);
+          const big = driver.allocate(3 * CHUNK);
+          try {
+            assert.throws(
+              () => a.memset(0),
+              (error: unknown) => error instanceof OutOfMemoryError && /spilling could not help: .*held by leases/.test(error.message),
+            );
+            assert.equal(a.resident, false, 'a failed reload changes nothing');
+          } finally {
+            driver.deallocate(big, 3 * CHUNK);
+          }
+          assert.deepEqual(Array.from(a.copyToHost(new Uint8Array(2), { bytes: 2 })), [3, 3]);
+          assert.equal(lease.ptr, b.ptr);
         } finally {
-          driver.deallocate(big, 3 * CHUNK);
+          a.free();
+          b.free();
+          driver.destroy();
         }
-        assert.deepEqual(Array.from(a.copyToHost(new Uint8Array(2), { bytes: 2 })), [3, 3]);
-        assert.equal(lease.ptr, b.ptr);
-      } finally {
-        a.free();
-        b.free();
-        driver.destroy();
-      }
-    });
-  });
+      });
+    },
+  );
 
   it('spillable memory needs device memory: a host resource is refused, with the reason', () => {
     using pinned = new PinnedHostResource();
-    assert.throws(() => DeviceBuffer.allocate(64, { spillable: true, resource: pinned as unknown as MemoryResource }),
-      /^TypeError: DeviceBuffer.allocate: spillable memory comes from device memory, which PinnedHostResource.* is not/);
+    assert.throws(
+      () => DeviceBuffer.allocate(64, { spillable: true, resource: pinned as unknown as MemoryResource }),
+      /^TypeError: DeviceBuffer.allocate: spillable memory comes from device memory, which PinnedHostResource.* is not/,
+    );
     using buf = DeviceBuffer.allocate(64, { spillable: true, resource: spillableResource() });
     assert.equal(buf.spillable, true);
     assert.equal(buf.ptr % spillableResource().alignment, 0, 'a granule of its own');
   });
 
-  it('spills and reloads are events of the memory history, in snapshots and on the report\'s timeline', () => {
+  it("spills and reloads are events of the memory history, in snapshots and on the report's timeline", () => {
     withDeviceRoom(2 * CHUNK, () => {
       using history = recordMemoryHistory();
       const a = DeviceBuffer.allocate(CHUNK, { spillable: true });
@@ -253,7 +259,10 @@ describe('spillable memory', () => {
         a.memset(3); // a comes back
         const address = a.ptr;
         const events = history.events().filter((e) => e.kind === 'spill' || e.kind === 'reload');
-        assert.deepEqual(events.filter((e) => e.address === address).map((e) => e.kind), ['spill', 'reload']);
+        assert.deepEqual(
+          events.filter((e) => e.address === address).map((e) => e.kind),
+          ['spill', 'reload'],
+        );
         assert.ok(events.every((e) => e.bytes === CHUNK));
         const snapshot = validateSnapshot(JSON.parse(JSON.stringify(memorySnapshot())));
         const report = snapshotReport(snapshot);
@@ -302,7 +311,8 @@ describe('spillable memory', () => {
       console.log(JSON.stringify([plain.spillable, named.spillable, no.spillable]));
       for (const b of [plain, named, no]) b.free();`;
     const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
-      env: { ...process.env, VRAM_SPILL: '1' }, encoding: 'utf8',
+      env: { ...process.env, VRAM_SPILL: '1' },
+      encoding: 'utf8',
     });
     assert.equal(child.status, 0, child.stderr);
     assert.deepEqual(JSON.parse(child.stdout.trim().split('\n').at(-1)!), [true, false, false]);

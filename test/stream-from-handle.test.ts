@@ -65,8 +65,10 @@ describe('Stream.fromHandle borrows a stream made elsewhere', () => {
     let ownerDestroyed = false;
     using pool = new PoolResource({ device });
     try {
-      assert.throws(() => pool.allocate(4096, { handle: raw }), (error: unknown) =>
-        error instanceof RangeError && /is not a live stream.*Stream\.fromHandle/.test(error.message));
+      assert.throws(
+        () => pool.allocate(4096, { handle: raw }),
+        (error: unknown) => error instanceof RangeError && /is not a live stream.*Stream\.fromHandle/.test(error.message),
+      );
       const s = Stream.fromHandle(raw, { device });
       assert.equal(s.handle, raw);
       assert.equal(s.borrowed, true);
@@ -159,8 +161,11 @@ describe('Stream.fromHandle borrows a stream made elsewhere', () => {
     assert.throws(() => Stream.fromHandle('5' as never), TypeError);
     assert.throws(() => Stream.fromHandle(5n as never), TypeError);
     for (const bad of [-1, 1.5, Number.NaN, Infinity, 2 ** 53]) {
-      assert.throws(() => Stream.fromHandle(bad), (error: unknown) =>
-        error instanceof RangeError && /Stream\.fromHandle: handle must be a whole number/.test(error.message), String(bad));
+      assert.throws(
+        () => Stream.fromHandle(bad),
+        (error: unknown) => error instanceof RangeError && /Stream\.fromHandle: handle must be a whole number/.test(error.message),
+        String(bad),
+      );
     }
     assert.throws(() => Stream.fromHandle(1), /CU_STREAM_LEGACY/);
     assert.throws(() => Stream.fromHandle(2), /CU_STREAM_PER_THREAD/);
@@ -168,16 +173,23 @@ describe('Stream.fromHandle borrows a stream made elsewhere', () => {
     assert.throws(() => Stream.fromHandle(0, { devcie: device } as never), /device/);
   });
 
-  it('the emulated backend refuses a handle that names none of its streams', { skip: onGpu ? 'the cuda backend takes the caller\'s word (asking the driver may crash it)' : false }, () => {
-    assert.throws(() => Stream.fromHandle(424242), (error: unknown) => error instanceof CudaError && /unknown stream 424242/.test(error.message));
-    assert.equal(backend.streamKnown(424242), false, 'nothing was adopted');
-    assert.throws(() => backend.adoptStream(424242), CudaError);
-    const raw = backend.streamCreate(0, 0);
-    backend.streamDestroy(raw);
-    assert.throws(() => Stream.fromHandle(raw), CudaError, 'a destroyed stream');
-    assert.throws(() => backend.adoptStream(raw), CudaError);
-    assert.equal(backend.streamKnown(raw), false);
-  });
+  it(
+    'the emulated backend refuses a handle that names none of its streams',
+    { skip: onGpu ? "the cuda backend takes the caller's word (asking the driver may crash it)" : false },
+    () => {
+      assert.throws(
+        () => Stream.fromHandle(424242),
+        (error: unknown) => error instanceof CudaError && /unknown stream 424242/.test(error.message),
+      );
+      assert.equal(backend.streamKnown(424242), false, 'nothing was adopted');
+      assert.throws(() => backend.adoptStream(424242), CudaError);
+      const raw = backend.streamCreate(0, 0);
+      backend.streamDestroy(raw);
+      assert.throws(() => Stream.fromHandle(raw), CudaError, 'a destroyed stream');
+      assert.throws(() => backend.adoptStream(raw), CudaError);
+      assert.equal(backend.streamKnown(raw), false);
+    },
+  );
 
   it('a borrowed Stream collected undestroyed only stops vram using it: not destroyed, not a leak', needsGc, async () => {
     const raw = foreignStream();
@@ -193,7 +205,11 @@ describe('Stream.fromHandle borrows a stream made elsewhere', () => {
         await new Promise((resolve) => setTimeout(resolve, 10));
       }
       assert.equal(backend.streamKnown(raw), false, 'the collected borrower was forgotten');
-      assert.deepEqual(seen.filter((l) => l.ptr === raw), [], 'not counted as a leak');
+      assert.deepEqual(
+        seen.filter((l) => l.ptr === raw),
+        [],
+        'not counted as a leak',
+      );
       backend.streamSynchronize(raw);
     } finally {
       off();

@@ -72,7 +72,7 @@ function handOver(make: () => MemoryResource, destroyB: boolean): void {
       assert.equal(q, p, 'the freed block is the one reused');
       backend.memsetAsync(q, 0xaa, 1, bytes, a.handle);
     });
-    assertAll(readBack(q, bytes, ...(destroyB ? [a] : [a, b])), 0xaa, 'the new owner\'s data');
+    assertAll(readBack(q, bytes, ...(destroyB ? [a] : [a, b])), 0xaa, "the new owner's data");
   } finally {
     if (!b.destroyed) b.destroy();
   }
@@ -106,7 +106,7 @@ describe('stream order, checked with a held stream', notUnderSanitizer, () => {
       reused = arena.allocate(chunk, a);
       backend.memsetAsync(reused, 0xaa, 1, chunk, a.handle); // must wait for b's write
     });
-    assertAll(readBack(reused, chunk, a, b), 0xaa, 'the new owner\'s data');
+    assertAll(readBack(reused, chunk, a, b), 0xaa, "the new owner's data");
     arena.deallocate(reused, chunk, a);
     fixed.destroy();
   });

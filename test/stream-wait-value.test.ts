@@ -13,7 +13,14 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  type Backend, type Handle, type Ptr, EventFlags, HostAllocFlags, MemAttach, StreamFlags, StreamWaitValueFlags,
+  type Backend,
+  type Handle,
+  type Ptr,
+  EventFlags,
+  HostAllocFlags,
+  MemAttach,
+  StreamFlags,
+  StreamWaitValueFlags,
   StreamWriteValueFlags,
 } from '../src/backend/backend.js';
 import { getBackend } from '../src/backend/select.js';
@@ -124,7 +131,10 @@ describe('streamWaitValue32 holds a stream back until the host writes the value'
 
         assert.equal(backend.streamQuery(s!), false, 'the held stream is not done');
         assert.equal(backend.eventQuery(behind), false, 'an event recorded behind the wait is not reached');
-        assert.ok(settles(() => backend.eventQuery(before)), 'an event recorded before the wait completes');
+        assert.ok(
+          settles(() => backend.eventQuery(before)),
+          'an event recorded before the wait completes',
+        );
         // A synchronous copy to the host waits for the legacy stream and blocking streams only,
         // not for this non-blocking one: it reads the memory as it is while the stream is held.
         assert.ok(filledWith(readBack(a, bytes), 0), 'the memset has not run');
@@ -161,7 +171,10 @@ describe('streamWaitValue32 holds a stream back until the host writes the value'
         backend.eventRecord(onWaiting, waiting!);
         backend.memsetAsync(b, 3, 1, bytes, free!); // a stream that depends on neither
 
-        assert.ok(settles(() => backend.streamQuery(free!)), 'an independent stream runs on');
+        assert.ok(
+          settles(() => backend.streamQuery(free!)),
+          'an independent stream runs on',
+        );
         assert.equal(backend.streamQuery(held!), false);
         assert.equal(backend.eventQuery(e), false);
         assert.equal(backend.streamQuery(waiting!), false, 'the waiting stream is held through the event');
@@ -188,21 +201,38 @@ describe('streamWaitValue32 holds a stream back until the host writes the value'
   test('conditions: GEQ is cyclic, EQ, AND and NOR', () => {
     withStreams(1, ([s]) => {
       const cases: [word: number, value: number, flags: number, passes: boolean][] = [
-        [5, 3, GEQ, true], [3, 5, GEQ, false], [1, 0xffffffff, GEQ, true], [0x80000001, 1, GEQ, false],
-        [4, 4, EQ, true], [4, 5, EQ, false],
-        [6, 2, AND, true], [4, 2, AND, false],
-        [0xfffffffe, 0, NOR, true], [0xffffffff, 1, NOR, false], [0xfffffffe, 1, NOR, false],
+        [5, 3, GEQ, true],
+        [3, 5, GEQ, false],
+        [1, 0xffffffff, GEQ, true],
+        [0x80000001, 1, GEQ, false],
+        [4, 4, EQ, true],
+        [4, 5, EQ, false],
+        [6, 2, AND, true],
+        [4, 2, AND, false],
+        [0xfffffffe, 0, NOR, true],
+        [0xffffffff, 1, NOR, false],
+        [0xfffffffe, 1, NOR, false],
       ];
       for (const [word, value, flags, passes] of cases) {
         const label = `word ${word.toString(16)}, value ${value.toString(16)}, flags ${flags}`;
         flag.word[0] = word;
         backend.streamWaitValue32(s!, flag.device, value, flags);
         if (passes) {
-          assert.ok(settles(() => backend.streamQuery(s!)), `${label}: the wait is satisfied`);
+          assert.ok(
+            settles(() => backend.streamQuery(s!)),
+            `${label}: the wait is satisfied`,
+          );
         } else {
-          assert.equal(settles(() => backend.streamQuery(s!), 20), false, `${label}: the wait holds`);
+          assert.equal(
+            settles(() => backend.streamQuery(s!), 20),
+            false,
+            `${label}: the wait holds`,
+          );
           flag.word[0] = flags === AND ? 0xffffffff : flags === NOR ? 0 : value; // satisfies it
-          assert.ok(settles(() => backend.streamQuery(s!)), `${label}: released`);
+          assert.ok(
+            settles(() => backend.streamQuery(s!)),
+            `${label}: released`,
+          );
         }
       }
     });
@@ -289,8 +319,10 @@ describe('synchronous calls and held streams', () => {
         assert.match(error.message, /cuStreamWaitValue32/);
         assert.match(error.message, /never released/);
         assert.match(error.message, new RegExp(`0x${flag.device.toString(16)}`));
-        assert.match(throwsCuda(() => backend.streamSynchronize(waiting!), 'CUDA_ERROR_NOT_READY').message,
-          new RegExp(`stream ${waiting!} is blocked.*cuStreamWaitValue32 on stream ${held!}`));
+        assert.match(
+          throwsCuda(() => backend.streamSynchronize(waiting!), 'CUDA_ERROR_NOT_READY').message,
+          new RegExp(`stream ${waiting!} is blocked.*cuStreamWaitValue32 on stream ${held!}`),
+        );
         throwsCuda(() => backend.eventSynchronize(e), 'CUDA_ERROR_NOT_READY');
         throwsCuda(() => backend.contextSynchronize(), 'CUDA_ERROR_NOT_READY');
         // cuMemFree and cuMemFreeHost wait for every stream of the context (probed), non-blocking ones too.

@@ -46,7 +46,10 @@ test('Stream.default is handle 0 and is never destroyed', () => {
   assert.equal(s, Stream.default(Device.get(0)));
   s.destroy();
   assert.equal(s.handle, 0);
-  { using d = Stream.default(); void d; }
+  {
+    using d = Stream.default();
+    void d;
+  }
   assert.equal(s.query(), true);
 });
 
@@ -83,7 +86,10 @@ test('stream ordering: async copies through pinned memory, across streams with a
 test('synchronized() polls without blocking the event loop', async () => {
   let ticks = 0;
   let running = true;
-  const tick = (): void => { ticks++; if (running) setImmediate(tick); };
+  const tick = (): void => {
+    ticks++;
+    if (running) setImmediate(tick);
+  };
   setImmediate(tick);
   try {
     // Polling that blocked the loop would never see the ticks it waits for, and stop at the deadline;
@@ -148,9 +154,13 @@ test('Event without timing cannot measure; destroyed events throw', () => {
 
 test('a host function that throws rejects the synchronized() that waits for it, and warns once when nothing waits (never an uncaught exception)', async () => {
   const uncaught: unknown[] = [];
-  const onUncaught = (error: unknown): void => { uncaught.push(error); };
+  const onUncaught = (error: unknown): void => {
+    uncaught.push(error);
+  };
   const warnings: Error[] = [];
-  const onWarning = (warning: Error): void => { if ((warning as { code?: string }).code === 'VRAM_HOST_FUNCTION_ERROR') warnings.push(warning); };
+  const onWarning = (warning: Error): void => {
+    if ((warning as { code?: string }).code === 'VRAM_HOST_FUNCTION_ERROR') warnings.push(warning);
+  };
   // node:test turns an uncaught exception into a failed test: listen first, so the old behaviour fails here, by name.
   process.prependListener('uncaughtException', onUncaught);
   process.on('warning', onWarning);
@@ -158,13 +168,19 @@ test('a host function that throws rejects the synchronized() that waits for it, 
     using stream = Stream.create();
     const boom = new Error('host function failed');
     let after = 0;
-    stream.launchHostFunc(() => { throw boom; });
-    stream.launchHostFunc(() => { after += 1; });
+    stream.launchHostFunc(() => {
+      throw boom;
+    });
+    stream.launchHostFunc(() => {
+      after += 1;
+    });
     await assert.rejects(stream.synchronized(), (e: unknown) => e === boom);
     assert.equal(after, 1, 'the stream ran on past the failed function');
     await stream.synchronized(); // the error belonged to the work awaited then, not to later waits
     // Nothing awaits: one warning, however often the function fails.
-    stream.launchHostFunc(() => { throw new Error('unawaited'); });
+    stream.launchHostFunc(() => {
+      throw new Error('unawaited');
+    });
     await new Promise((resolve) => setTimeout(resolve, 20));
     stream.query();
     await new Promise((resolve) => setTimeout(resolve, 20));

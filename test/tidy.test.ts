@@ -34,7 +34,10 @@ describe('tidy', () => {
       made.push(DeviceBuffer.allocate(64), HostBuffer.allocate(64), HostArray.zeros([4]), DeviceArray.zeros([4]));
       outside.fill(1);
     });
-    assert.deepEqual(made.map((m) => m.freed), [true, true, true, true]);
+    assert.deepEqual(
+      made.map((m) => m.freed),
+      [true, true, true, true],
+    );
     assert.equal(outside.freed, false);
   });
 
@@ -81,19 +84,25 @@ describe('tidy', () => {
 
   it('keep() exempts memory from every enclosing scope', () => {
     let kept: DeviceArray | undefined;
-    tidy(() => tidy(() => {
-      kept = keep(DeviceArray.zeros([4]));
-    }));
+    tidy(() =>
+      tidy(() => {
+        kept = keep(DeviceArray.zeros([4]));
+      }),
+    );
     assert.equal(kept!.freed, false);
     kept!.free();
   });
 
   it('an error thrown inside still frees everything made, and passes on', () => {
     let made: DeviceArray | undefined;
-    assert.throws(() => tidy(() => {
-      made = DeviceArray.zeros([4]);
-      throw new Error('step failed');
-    }), /step failed/);
+    assert.throws(
+      () =>
+        tidy(() => {
+          made = DeviceArray.zeros([4]);
+          throw new Error('step failed');
+        }),
+      /step failed/,
+    );
     assert.equal(made!.freed, true);
   });
 
@@ -113,11 +122,14 @@ describe('tidy', () => {
     result.free();
 
     let rejected: DeviceArray | undefined;
-    await assert.rejects(tidy(async () => {
-      await turn();
-      rejected = DeviceArray.zeros([4]);
-      throw new Error('async step failed');
-    }), /async step failed/);
+    await assert.rejects(
+      tidy(async () => {
+        await turn();
+        rejected = DeviceArray.zeros([4]);
+        throw new Error('async step failed');
+      }),
+      /async step failed/,
+    );
     assert.equal(rejected!.freed, true);
 
     // Two scopes in flight at once: each frees its own, never the other's.

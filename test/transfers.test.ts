@@ -21,9 +21,7 @@ import { DeviceArray } from '../src/array/device-array.js';
 import { DeviceBuffer } from '../src/buffer/device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
-import {
-  configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings,
-} from '../src/buffer/transfer/transfers.js';
+import { configureTransfers, releaseTransferCaches, transferSettings, transferStatistics, type TransferSettings } from '../src/buffer/transfer/transfers.js';
 import { Stream } from '../src/stream.js';
 import { CopyThreads } from '../src/buffer/transfer/copy-threads.js';
 import { nativeAddress } from '../src/cuda/host-memcpy.js';
@@ -43,7 +41,6 @@ afterEach(() => {
   releaseTransferCaches();
 });
 
-
 function assertSame(actual: Uint8Array, expected: Uint8Array, what: string): void {
   assert.equal(actual.byteLength, expected.byteLength, `${what}: length`);
   const bad = actual.findIndex((b, i) => b !== expected[i]);
@@ -60,7 +57,11 @@ after(() => backend.memFreeHost(flagHost));
 function hold(stream: Stream): { release: () => void } {
   flag[0] = 0;
   backend.streamWaitValue32(stream.handle, flagDevice, 1, StreamWaitValueFlags.GEQ);
-  return { release: () => { flag[0] = 1; } };
+  return {
+    release: () => {
+      flag[0] = 1;
+    },
+  };
 }
 
 describe('staged copies of JavaScript memory', () => {
@@ -133,10 +134,15 @@ describe('async copies are ordered on their stream and never block the event loo
       try {
         // On the held stream, after a write of `data`'s future value: the copy must come after it.
         buf.copyFromHost(data.subarray(0, 4096), { stream: undefined });
-        copy = direction === 'to the device'
-          ? buf.copyFromHostAsync(data, { stream })
-          : buf.copyToHostAsync(out, { stream });
-        void copy.then(() => { settled = true; }, () => { settled = true; });
+        copy = direction === 'to the device' ? buf.copyFromHostAsync(data, { stream }) : buf.copyToHostAsync(out, { stream });
+        void copy.then(
+          () => {
+            settled = true;
+          },
+          () => {
+            settled = true;
+          },
+        );
         let turns = 0;
         for (let i = 0; i < 50; i++, turns++) await nextTurn();
         assert.equal(turns, 50, 'the event loop ran');
@@ -203,15 +209,21 @@ describe('memory freed while an async staged copy still uses it', () => {
   const buffer = (pool: PoolResource, stream: Stream): Target => {
     const b = DeviceBuffer.allocate(n, { resource: pool, stream });
     return {
-      into: (data) => b.copyFromHostAsync(data, { stream }), outOf: (out) => b.copyToHostAsync(out, { stream }),
-      fill: (value) => b.memset(value, { stream }), free: () => b.free(), owner: b,
+      into: (data) => b.copyFromHostAsync(data, { stream }),
+      outOf: (out) => b.copyToHostAsync(out, { stream }),
+      fill: (value) => b.memset(value, { stream }),
+      free: () => b.free(),
+      owner: b,
     };
   };
   const array = (pool: PoolResource, stream: Stream): Target => {
     const a = DeviceArray.empty([n], 'uint8', { resource: pool, stream });
     return {
-      into: (data) => a.copyFromAsync(data), outOf: (out) => a.copyToAsync(out),
-      fill: (value) => (a.buffer as DeviceBuffer).memset(value, { stream }), free: () => a.free(), owner: a,
+      into: (data) => a.copyFromAsync(data),
+      outOf: (out) => a.copyToAsync(out),
+      fill: (value) => (a.buffer as DeviceBuffer).memset(value, { stream }),
+      free: () => a.free(),
+      owner: a,
     };
   };
   const ways: readonly (readonly [string, (pool: PoolResource, stream: Stream) => Target, boolean])[] = [
@@ -247,7 +259,7 @@ describe('memory freed while an async staged copy still uses it', () => {
             start(target);
             target.free();
           }
-          assert.ok(allocated() >= n, 'the freed memory is still the copy\'s');
+          assert.ok(allocated() >= n, "the freed memory is still the copy's");
           next = DeviceBuffer.allocate(n, { resource: pool, stream });
           next.memset(0x99, { stream });
           for (let i = 0; i < 10; i++) await nextTurn();
@@ -257,9 +269,9 @@ describe('memory freed while an async staged copy still uses it', () => {
         await copy;
         await stream.synchronized();
         const seen = next.copyToHost(new Uint8Array(n));
-        assertSame(seen, new Uint8Array(n).fill(0x99), 'the next owner\'s bytes');
+        assertSame(seen, new Uint8Array(n).fill(0x99), "the next owner's bytes");
         if (direction === 'from the device') assertSame(out, new Uint8Array(n).fill(0x11), 'the bytes the copy delivered');
-        assert.equal(allocated(), n, 'once the copy settled, only the next owner\'s memory is allocated');
+        assert.equal(allocated(), n, "once the copy settled, only the next owner's memory is allocated");
         next.free();
       });
     }
@@ -284,7 +296,7 @@ describe('a free deferred behind a copy', () => {
         buf.free({ stream: other });
         other.destroy();
         assert.equal(buf.freed, true, 'freed for the program at once');
-        assert.equal(allocated(), n, 'the memory is still the copy\'s');
+        assert.equal(allocated(), n, "the memory is still the copy's");
       } finally {
         held.release();
       }
@@ -377,29 +389,29 @@ describe('the registration cache', () => {
     const pinned = HostBuffer.register(data);
     try {
       buf.copyFromHost(pinned);
-      assertSame(buf.copyToHost(new Uint8Array(data.byteLength)), data, 'through the program\'s registration');
+      assertSame(buf.copyToHost(new Uint8Array(data.byteLength)), data, "through the program's registration");
     } finally {
       pinned.free();
     }
   });
 
   it('unregisters a buffer once it is garbage-collected', needsGc, async () => {
-      const collect = forceGc!;
-      using buf = DeviceBuffer.allocate(MiB);
-      const s0 = transferStatistics().registration;
-      (() => {
-        const data = randomBytes(MiB, 9);
-        buf.copyFromHost(data, { register: true });
-      })();
-      assert.equal(transferStatistics().registration.bytes.value, s0.bytes.value + MiB);
-      for (let i = 0; i < 50 && transferStatistics().registration.collected === s0.collected; i++) {
-        collect();
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      const s1 = transferStatistics().registration;
-      assert.equal(s1.collected, s0.collected + 1);
-      assert.equal(s1.bytes.value, s0.bytes.value);
-    });
+    const collect = forceGc!;
+    using buf = DeviceBuffer.allocate(MiB);
+    const s0 = transferStatistics().registration;
+    (() => {
+      const data = randomBytes(MiB, 9);
+      buf.copyFromHost(data, { register: true });
+    })();
+    assert.equal(transferStatistics().registration.bytes.value, s0.bytes.value + MiB);
+    for (let i = 0; i < 50 && transferStatistics().registration.collected === s0.collected; i++) {
+      collect();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const s1 = transferStatistics().registration;
+    assert.equal(s1.collected, s0.collected + 1);
+    assert.equal(s1.bytes.value, s0.bytes.value);
+  });
 });
 
 describe('bad input', () => {

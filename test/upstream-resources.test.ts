@@ -23,15 +23,18 @@ function used(): number {
 
 /** Allocates random sizes, checks alignment and that blocks do not overlap, frees them all. */
 function exercise(mr: MemoryResource, stream?: Stream): void {
-  fc.assert(fc.property(fc.array(fc.integer({ min: 1, max: 1 << 16 }), { minLength: 1, maxLength: 20 }), (sizes) => {
-    const blocks = sizes.map((bytes) => ({ ptr: mr.allocate(bytes, stream), bytes }));
-    for (const b of blocks) assert.equal(b.ptr % mr.alignment, 0, `${mr.describe()} returned a misaligned pointer`);
-    const sorted = [...blocks].sort((a, b) => a.ptr - b.ptr);
-    for (let i = 1; i < sorted.length; i++) {
-      assert.ok(sorted[i - 1]!.ptr + sorted[i - 1]!.bytes <= sorted[i]!.ptr, 'blocks overlap');
-    }
-    for (const b of blocks) mr.deallocate(b.ptr, b.bytes, stream);
-  }), { numRuns: 20 });
+  fc.assert(
+    fc.property(fc.array(fc.integer({ min: 1, max: 1 << 16 }), { minLength: 1, maxLength: 20 }), (sizes) => {
+      const blocks = sizes.map((bytes) => ({ ptr: mr.allocate(bytes, stream), bytes }));
+      for (const b of blocks) assert.equal(b.ptr % mr.alignment, 0, `${mr.describe()} returned a misaligned pointer`);
+      const sorted = [...blocks].sort((a, b) => a.ptr - b.ptr);
+      for (let i = 1; i < sorted.length; i++) {
+        assert.ok(sorted[i - 1]!.ptr + sorted[i - 1]!.bytes <= sorted[i]!.ptr, 'blocks overlap');
+      }
+      for (const b of blocks) mr.deallocate(b.ptr, b.bytes, stream);
+    }),
+    { numRuns: 20 },
+  );
 }
 
 /** Bad sizes are typed errors for every resource. */
@@ -75,7 +78,7 @@ test('AsyncResource over the default pool', async () => {
   assert.equal(mr.kind, 'device');
   assert.equal(mr.alignment, 256);
   assert.equal(mr.ownsPool, false);
-  assert.equal(mr.memoryFigures().reservedFromAllocated, undefined, 'CUDA\'s pool measures what it reserves');
+  assert.equal(mr.memoryFigures().reservedFromAllocated, undefined, "CUDA's pool measures what it reserves");
   assert.ok(!mr.isEqual(new AsyncResource({ device })), 'live tables are per resource');
   assert.match(mr.describe(), /AsyncResource\(device=0, pool=default\)/);
   using s = Stream.create();
@@ -102,9 +105,13 @@ test('AsyncResource over a created pool: attributes, statistics, trim, release',
     mr[name] = !was;
     assert.equal(mr[name], !was);
     mr[name] = was;
-    assert.throws(() => { mr[name] = 1 as unknown as boolean; }, TypeError);
+    assert.throws(() => {
+      mr[name] = 1 as unknown as boolean;
+    }, TypeError);
   }
-  assert.throws(() => { mr.releaseThreshold = -1; }, RangeError);
+  assert.throws(() => {
+    mr.releaseThreshold = -1;
+  }, RangeError);
   const bytes = 4 << 20;
   const ptr = mr.allocate(bytes, s);
   assert.ok(mr.usedBytes >= bytes);
@@ -159,20 +166,26 @@ test('AsyncResource: past its maxSize the out-of-memory reason is maximum, not d
   using mr = new AsyncResource({ pool: { maxSize: 32 << 20 } });
   assert.equal(mr.maxSize, 32 << 20);
   const ptr = mr.allocate(24 << 20);
-  assert.throws(() => mr.allocate(16 << 20), (e: unknown) => {
-    assert.ok(e instanceof OutOfMemoryError);
-    assert.equal(e.reason, 'maximum');
-    assert.match(e.message, /AsyncResource/);
-    return true;
-  });
+  assert.throws(
+    () => mr.allocate(16 << 20),
+    (e: unknown) => {
+      assert.ok(e instanceof OutOfMemoryError);
+      assert.equal(e.reason, 'maximum');
+      assert.match(e.message, /AsyncResource/);
+      return true;
+    },
+  );
   mr.deallocate(ptr, 24 << 20);
   // Without a maximum, a request larger than the device is the device's refusal.
   using unbounded = new AsyncResource({ pool: {} });
   assert.equal(unbounded.maxSize, 0);
-  assert.throws(() => unbounded.allocate(device.memInfo().total * 2), (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device');
+  assert.throws(
+    () => unbounded.allocate(device.memInfo().total * 2),
+    (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'device',
+  );
 });
 
-test('the device\'s current pool: cuMemAllocAsync uses the pool set, the default pool cannot be destroyed, destroying the current pool makes the default current again', () => {
+test("the device's current pool: cuMemAllocAsync uses the pool set, the default pool cannot be destroyed, destroying the current pool makes the default current again", () => {
   const backend = device.backend;
   assert.equal(device.memPool, device.defaultMemPool);
   const mr = new AsyncResource({ pool: {} });
@@ -191,7 +204,10 @@ test('the device\'s current pool: cuMemAllocAsync uses the pool set, the default
     backend.memFreeAsync(ptr, stream.handle);
     stream.synchronize();
     // The default pool stays: the driver refuses to destroy it, and an AsyncResource over it leaves it.
-    assert.throws(() => backend.memPoolDestroy(device.defaultMemPool), (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE');
+    assert.throws(
+      () => backend.memPoolDestroy(device.defaultMemPool),
+      (e: unknown) => e instanceof CudaError && e.errorName === 'CUDA_ERROR_INVALID_VALUE',
+    );
     new AsyncResource().destroy();
     assert.throws(() => device.setMemPool('pool' as unknown as number), TypeError);
   } finally {

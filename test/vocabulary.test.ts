@@ -45,7 +45,10 @@ import { parseAllocationLog } from '../src/replay/parse.js';
 import { ALLOCATION_LOG_HEADER } from '../src/resource/adaptors/logging.js';
 
 /** A class as a value (constructors may be private: only the prototype is read). */
-interface Class { readonly name: string; readonly prototype: object }
+interface Class {
+  readonly name: string;
+  readonly prototype: object;
+}
 
 /** Names that ended lifetimes or said "gone" before the vocabulary; none may come back. */
 const RETIRED = ['isFreed', 'isDestroyed', 'unregister', 'release', 'close', 'dispose', 'closed', 'isClosed'];
@@ -56,21 +59,52 @@ function has(cls: Class, name: string | symbol): boolean {
 }
 
 const memory: readonly Class[] = [
-  Allocation, DeviceBuffer, PitchedDeviceBuffer, ForeignDeviceBuffer, HostBuffer, ManagedBuffer, IpcBuffer,
-  StridedArray, DeviceArray, HostArray,
+  Allocation,
+  DeviceBuffer,
+  PitchedDeviceBuffer,
+  ForeignDeviceBuffer,
+  HostBuffer,
+  ManagedBuffer,
+  IpcBuffer,
+  StridedArray,
+  DeviceArray,
+  HostArray,
 ];
 const ended: readonly Class[] = [
-  Stream, Event, Context, Module, ImportedPool, MemoryResource, ResourceAdaptor, CudaResource, AsyncResource,
-  DriverResource, ManagedResource, PinnedHostResource, PoolResource, ArenaResource, BinningResource, FixedSizeResource,
-  PinnedHostPool, StatisticsAdaptor, LimitingAdaptor, TrackingAdaptor, LoggingAdaptor, RetryOnOutOfMemory,
-  Communicator, Registration,
+  Stream,
+  Event,
+  Context,
+  Module,
+  ImportedPool,
+  MemoryResource,
+  ResourceAdaptor,
+  CudaResource,
+  AsyncResource,
+  DriverResource,
+  ManagedResource,
+  PinnedHostResource,
+  PoolResource,
+  ArenaResource,
+  BinningResource,
+  FixedSizeResource,
+  PinnedHostPool,
+  StatisticsAdaptor,
+  LimitingAdaptor,
+  TrackingAdaptor,
+  LoggingAdaptor,
+  RetryOnOutOfMemory,
+  Communicator,
+  Registration,
 ];
 /** The built objects that end without a class of their own: the resource and replay stacks. */
 test('ResourceStack and ReplayStack end with destroy(), never a retired name', () => {
   const trace = parseAllocationLog(`${ALLOCATION_LOG_HEADER}\n`, 'empty.csv');
   for (const name of RESOURCE_STACK_NAMES) {
     const options = name === 'arena' ? { size: 4 << 20 } : {};
-    for (const [what, stack] of [['ResourceStack', createResourceStack(name, options as never)], ['ReplayStack', createStack(name, trace)]] as const) {
+    for (const [what, stack] of [
+      ['ResourceStack', createResourceStack(name, options as never)],
+      ['ReplayStack', createStack(name, trace)],
+    ] as const) {
       assert.equal(typeof stack.destroy, 'function', `${what} ${name}: destroy()`);
       for (const old of RETIRED) assert.ok(!(old in stack), `${what} ${name}: ${old} is retired`);
       stack.destroy();
@@ -112,8 +146,12 @@ test('resources name their ordinal deviceOrdinal; device is never a number on a 
   using arr = DeviceArray.zeros([4], 'int32');
   using stream = Stream.create();
   using event = Event.create();
-  for (const [what, device] of [['buffer', buf.device], ['array', arr.device], ['stream', stream.device],
-    ['event', event.device]] as const) {
+  for (const [what, device] of [
+    ['buffer', buf.device],
+    ['array', arr.device],
+    ['stream', stream.device],
+    ['event', event.device],
+  ] as const) {
     assert.equal(device, d, what);
     assert.equal(device.ordinal, 0, what);
   }

@@ -116,7 +116,7 @@ function nativeSlot() {
 const variants = {
   // The real backend, as built in dist/ (load it with the stub as libcuda); with BEFORE_DIST set
   // to another build's dist/ folder, also 'backend-before' from there.
-  async 'backend'(stub, path, dist = join(root, 'dist')) {
+  async backend(stub, path, dist = join(root, 'dist')) {
     process.env.VRAM_LIBCUDA = path;
     const { loadCudaBackend } = await import(join(dist, 'src', 'backend', 'cuda.js'));
     const backend = loadCudaBackend();
@@ -184,7 +184,8 @@ const variants = {
     const freeAsync = stub.resolve('cuMemFreeAsync', 'uint64_t dptr, uint64_t stream');
     const out = new Uint32Array(2);
     const alloc = (bytes) => {
-      out[0] = 0; out[1] = 0;
+      out[0] = 0;
+      out[1] = 0;
       const r = allocAsync(out, bytes, STREAM);
       if (r !== 0) throw new Error(`cuMemAllocAsync ${r}`);
       return out[0] + out[1] * 4294967296;
@@ -404,7 +405,14 @@ const variants = {
       const r = freeAsync(ptr, STREAM);
       if (r !== 0) throw new Error(`cuMemFreeAsync ${r}`);
     };
-    return { alloc, free, pair: () => { allocAsync(addressNumber, SIZE, STREAM); freeAsync(ADDRESS, STREAM); } };
+    return {
+      alloc,
+      free,
+      pair: () => {
+        allocAsync(addressNumber, SIZE, STREAM);
+        freeAsync(ADDRESS, STREAM);
+      },
+    };
   },
 };
 
@@ -425,14 +433,16 @@ async function child(name, path) {
     }
     return median(samples);
   }
-  const variant = name === 'backend-before'
-    ? await variants.backend(stub, path, process.env.BEFORE_DIST)
-    : await variants[name](stub, path);
+  const variant = name === 'backend-before' ? await variants.backend(stub, path, process.env.BEFORE_DIST) : await variants[name](stub, path);
   if (name === 'backend') {
     // 2^53 and beyond cannot come back as a number: the backend must refuse, not round.
     stub.setNext(2 ** 53);
     let refused = false;
-    try { variant.alloc(SIZE); } catch (error) { refused = error instanceof RangeError; }
+    try {
+      variant.alloc(SIZE);
+    } catch (error) {
+      refused = error instanceof RangeError;
+    }
     if (!refused) throw new Error('backend: an address of 2^53 was not refused');
     variant.free(2 ** 53);
   }
@@ -492,10 +502,16 @@ if (process.argv[2] === '--child') {
   // Per process, the figure is bimodal (a layout effect: with ASLR off it is stable), so the
   // headline is the best process (min of the per-process medians); the median is shown beside it.
   const c = results.has('c-loop') ? Math.min(...results.get('c-loop')) : 0;
-  console.log(`${'variant'.padEnd(40)} ${'best'.padStart(7)} ${'over C'.padStart(7)} ${'median'.padStart(7)} ${'max'.padStart(7)}   ns/pair, ${rounds} processes each`);
+  console.log(
+    `${'variant'.padEnd(40)} ${'best'.padStart(7)} ${'over C'.padStart(7)} ${'median'.padStart(7)} ${'max'.padStart(7)}   ns/pair, ${rounds} processes each`,
+  );
   for (const [name, values] of results) {
     const best = Math.min(...values);
     const over = name === 'c-loop' ? '-' : (best - c).toFixed(1);
-    console.log(`${name.padEnd(40)} ${best.toFixed(1).padStart(7)} ${over.padStart(7)} ${median(values).toFixed(1).padStart(7)} ${Math.max(...values).toFixed(1).padStart(7)}`);
+    console.log(
+      `${name.padEnd(40)} ${best.toFixed(1).padStart(7)} ${over.padStart(7)} ${median(values).toFixed(1).padStart(7)} ${Math.max(...values)
+        .toFixed(1)
+        .padStart(7)}`,
+    );
   }
 }

@@ -58,9 +58,14 @@ function gather(a: PrintableArray, summarise: boolean): Gathered[] {
 
 /** How a float dtype rounds a double: the shortest digits that round back to the value are printed. */
 const ROUNDING: Partial<Record<DTypeName, (x: number) => number>> = {
-  float32: Math.fround, float2: Math.fround, float3: Math.fround, float4: Math.fround,
-  float16: (x) => fromFloat16Bits(float16Bits(x)), half2: (x) => fromFloat16Bits(float16Bits(x)),
-  bfloat16: (x) => fromBfloat16Bits(bfloat16Bits(x)), bfloat162: (x) => fromBfloat16Bits(bfloat16Bits(x)),
+  float32: Math.fround,
+  float2: Math.fround,
+  float3: Math.fround,
+  float4: Math.fround,
+  float16: (x) => fromFloat16Bits(float16Bits(x)),
+  half2: (x) => fromFloat16Bits(float16Bits(x)),
+  bfloat16: (x) => fromBfloat16Bits(bfloat16Bits(x)),
+  bfloat162: (x) => fromBfloat16Bits(bfloat16Bits(x)),
 };
 
 /**

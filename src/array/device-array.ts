@@ -30,15 +30,19 @@ import { addressOf, waitForUsesOn } from '../buffer/lifetime.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { defaultDType, dtypeOf, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
-import {
-  allocateHost, encodeScalar, hostElements,
-  type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue,
-} from './host-data.js';
+import { allocateHost, encodeScalar, hostElements, type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue } from './host-data.js';
 import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, StridedArray, type Layout } from './layout.js';
 import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
 import {
-  copyOnDevice, pinnedSink, pinnedSource, readElements, readElementsAsync, streamDone, writeElements,
-  writeElementsAsync, type HostBytes,
+  copyOnDevice,
+  pinnedSink,
+  pinnedSource,
+  readElements,
+  readElementsAsync,
+  streamDone,
+  writeElements,
+  writeElementsAsync,
+  type HostBytes,
 } from './strided-copy.js';
 
 /** Options of `DeviceArray.to`. */
@@ -142,22 +146,55 @@ export interface AsyncCopyOptions {
 
 /** The TypedArrays whose class names a dtype, for `DeviceArray.from` without a dtype. */
 export type InferableTypedArray =
-  | Float32Array | Float64Array | Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array
-  | BigInt64Array | BigUint64Array | Float16ArrayLike;
+  | Float32Array
+  | Float64Array
+  | Int8Array
+  | Uint8Array
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | BigInt64Array
+  | BigUint64Array
+  | Float16ArrayLike;
 
 /** The dtype `DeviceArray.from` infers from a TypedArray's class. */
-export type InferredDType<T> =
-  T extends Float16ArrayLike ? 'float16'
-    : T extends Float32Array ? 'float32' : T extends Float64Array ? 'float64'
-      : T extends Int8Array ? 'int8' : T extends Uint8Array ? 'uint8'
-        : T extends Int16Array ? 'int16' : T extends Uint16Array ? 'uint16'
-          : T extends Int32Array ? 'int32' : T extends Uint32Array ? 'uint32'
-            : T extends BigInt64Array ? 'int64' : T extends BigUint64Array ? 'uint64' : never;
+export type InferredDType<T> = T extends Float16ArrayLike
+  ? 'float16'
+  : T extends Float32Array
+    ? 'float32'
+    : T extends Float64Array
+      ? 'float64'
+      : T extends Int8Array
+        ? 'int8'
+        : T extends Uint8Array
+          ? 'uint8'
+          : T extends Int16Array
+            ? 'int16'
+            : T extends Uint16Array
+              ? 'uint16'
+              : T extends Int32Array
+                ? 'int32'
+                : T extends Uint32Array
+                  ? 'uint32'
+                  : T extends BigInt64Array
+                    ? 'int64'
+                    : T extends BigUint64Array
+                      ? 'uint64'
+                      : never;
 
 const inferable: Readonly<Record<string, DTypeName>> = Object.freeze({
-  Float16Array: 'float16', Float32Array: 'float32', Float64Array: 'float64', Int8Array: 'int8', Uint8Array: 'uint8',
-  Int16Array: 'int16', Uint16Array: 'uint16', Int32Array: 'int32', Uint32Array: 'uint32',
-  BigInt64Array: 'int64', BigUint64Array: 'uint64',
+  Float16Array: 'float16',
+  Float32Array: 'float32',
+  Float64Array: 'float64',
+  Int8Array: 'int8',
+  Uint8Array: 'uint8',
+  Int16Array: 'int16',
+  Uint16Array: 'uint16',
+  Int32Array: 'int32',
+  Uint32Array: 'uint32',
+  BigInt64Array: 'int64',
+  BigUint64Array: 'uint64',
 });
 
 /**
@@ -178,7 +215,9 @@ const inferable: Readonly<Record<string, DTypeName>> = Object.freeze({
  * ```
  */
 export function resolveHostInput(
-  data: unknown, dtype: DTypeName | DType | undefined, shape: ShapeInput | undefined,
+  data: unknown,
+  dtype: DTypeName | DType | undefined,
+  shape: ShapeInput | undefined,
 ): { dtype: DType; bytes: Uint8Array; shape: Shape } {
   let dt: DType;
   if (dtype !== undefined) {
@@ -189,8 +228,10 @@ export function resolveHostInput(
     const tag = ArrayBuffer.isView(data) ? Object.prototype.toString.call(data).slice(8, -1) : undefined;
     const name = tag === undefined ? undefined : inferable[tag];
     if (name === undefined) {
-      throw new TypeError('the dtype cannot be inferred from ' +
-        `${tag ?? typeof data}: pass { dtype } (TypedArrays other than Uint8ClampedArray and DataView name their own; plain arrays of numbers are ${defaultDType})`);
+      throw new TypeError(
+        'the dtype cannot be inferred from ' +
+          `${tag ?? typeof data}: pass { dtype } (TypedArrays other than Uint8ClampedArray and DataView name their own; plain arrays of numbers are ${defaultDType})`,
+      );
     }
     dt = dtypeOf(name);
   }
@@ -300,7 +341,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     const s = checkShape(shape);
-    const dt = dtypeOf(dtype ?? defaultDType as N);
+    const dt = dtypeOf(dtype ?? (defaultDType as N));
     options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
     return DeviceArray.allocate(dt, s, options);
   }
@@ -322,10 +363,22 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * using batch = await DeviceArray.emptyAsync([4096, 4096], 'float32', { wait: true, timeout: 60_000 });
    * ```
    */
-  static async emptyAsync<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
+  static async emptyAsync<N extends DTypeName = DefaultDType>(
+    shape: ShapeInput,
+    dtype?: N | DType<N>,
+    options: DeviceArrayAsyncOptions = {},
+  ): Promise<DeviceArray<N>> {
     const s = checkShape(shape);
-    const dt = dtypeOf(dtype ?? defaultDType as N);
-    options = readOptions('DeviceArray.emptyAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
+    const dt = dtypeOf(dtype ?? (defaultDType as N));
+    options = readOptions('DeviceArray.emptyAsync', options, {
+      resource: true,
+      stream: true,
+      device: true,
+      spillable: true,
+      wait: true,
+      signal: true,
+      timeout: true,
+    });
     const allocateOptions: AllocateAsyncOptions = options;
     const buffer = await DeviceBuffer.allocateAsync(Math.max(elementCount(s) * dt.byteSize, 1), allocateOptions);
     return new DeviceArray(dt, contiguousLayout(s, dt.byteSize), buffer, buffer.device, buffer.stream, true);
@@ -346,8 +399,20 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * using acc = await DeviceArray.zerosAsync([256], 'float64', { wait: true });
    * ```
    */
-  static async zerosAsync<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayAsyncOptions = {}): Promise<DeviceArray<N>> {
-    options = readOptions('DeviceArray.zerosAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
+  static async zerosAsync<N extends DTypeName = DefaultDType>(
+    shape: ShapeInput,
+    dtype?: N | DType<N>,
+    options: DeviceArrayAsyncOptions = {},
+  ): Promise<DeviceArray<N>> {
+    options = readOptions('DeviceArray.zerosAsync', options, {
+      resource: true,
+      stream: true,
+      device: true,
+      spillable: true,
+      wait: true,
+      signal: true,
+      timeout: true,
+    });
     const a = await DeviceArray.emptyAsync(shape, dtype, options);
     (a.buffer as DeviceMemory).memset(0);
     return a;
@@ -391,9 +456,14 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * using half = DeviceArray.full(8, 0.5);        // float32
    * ```
    */
-  static full<N extends DTypeName = DefaultDType>(shape: ShapeInput, value: ScalarValue<N>, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
+  static full<N extends DTypeName = DefaultDType>(
+    shape: ShapeInput,
+    value: ScalarValue<N>,
+    dtype?: N | DType<N>,
+    options: DeviceArrayOptions = {},
+  ): DeviceArray<N> {
     options = readOptions('DeviceArray.full', options, { resource: true, stream: true, device: true, spillable: true });
-    const dt = dtypeOf(dtype ?? defaultDType as N);
+    const dt = dtypeOf(dtype ?? (defaultDType as N));
     const pattern = encodeScalar(dt, value);
     refuseSynchronousFill('DeviceArray.full()', options.stream);
     const a = DeviceArray.empty(shape, dt, options);
@@ -423,7 +493,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    */
   static ones<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
     options = readOptions('DeviceArray.ones', options, { resource: true, stream: true, device: true, spillable: true });
-    const dt = dtypeOf(dtype ?? defaultDType as N);
+    const dt = dtypeOf(dtype ?? (defaultDType as N));
     if (dt.components > 1) throw new TypeError(`DeviceArray.ones: ${dt.name} is a vector dtype; use full(shape, [1, ...], '${dt.name}')`);
     const one = dt.name === 'int64' || dt.name === 'uint64' ? 1n : dt.name === 'bool' ? true : 1;
     return DeviceArray.full(shape, one as ScalarValue<N>, dt, options);
@@ -494,8 +564,12 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     options = readOptions('DeviceArray.from', options, { dtype: true, shape: true, resource: true, stream: true, device: true, spillable: true });
     const { dtype, bytes, shape } = resolveHostInput(data, options.dtype, options.shape);
     // Refused before the memory is allocated: a refusal after it would free it, a call a capture may refuse too.
-    refuseDuringCapture('DeviceArray.from()', 'it copies JavaScript memory synchronously, with host waits: DeviceArray.fromAsync before ' +
-      'the capture, or copy from a HostBuffer on the capturing stream', options.stream === undefined ? 0 : streamHandleOf(options.stream));
+    refuseDuringCapture(
+      'DeviceArray.from()',
+      'it copies JavaScript memory synchronously, with host waits: DeviceArray.fromAsync before ' +
+        'the capture, or copy from a HostBuffer on the capturing stream',
+      options.stream === undefined ? 0 : streamHandleOf(options.stream),
+    );
     const a = DeviceArray.allocate(dtype, shape, options);
     try {
       writeElements(a.buffer, a.layout, bytes, 'DeviceArray.from');
@@ -576,11 +650,11 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     if (byteOffset % dt.alignment !== 0) {
       throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
     }
-    const shape = options.shape === undefined
-      ? [Math.floor(Math.max(0, memory.byteLength - byteOffset) / dt.byteSize)] : checkShape(options.shape);
-    const layout: Layout = options.strides === undefined
-      ? contiguousLayout(Object.freeze(shape.slice()), dt.byteSize, byteOffset)
-      : { shape: Object.freeze(shape.slice()), strides: checkStrides(options.strides, shape.length), byteOffset, itemSize: dt.byteSize };
+    const shape = options.shape === undefined ? [Math.floor(Math.max(0, memory.byteLength - byteOffset) / dt.byteSize)] : checkShape(options.shape);
+    const layout: Layout =
+      options.strides === undefined
+        ? contiguousLayout(Object.freeze(shape.slice()), dt.byteSize, byteOffset)
+        : { shape: Object.freeze(shape.slice()), strides: checkStrides(options.strides, shape.length), byteOffset, itemSize: dt.byteSize };
     checkLayoutFits(layout, memory.byteLength, 'DeviceArray.fromBuffer');
     return new DeviceArray(dt, layout, memory, device, options.stream ?? stream, false);
   }
@@ -608,26 +682,37 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * m.T.toHost();
    * ```
    */
-  static fromPointer<N extends DTypeName>(
-    ptr: number, shape: Shape, dtype: N | DType<N>, options: DeviceArrayPointerOptions = {},
-  ): DeviceArray<N> {
-    options = readOptions('DeviceArray.fromPointer', options, { owner: true, onRelease: true, device: true, readOnly: true, strides: true, byteOffset: true, stream: true });
+  static fromPointer<N extends DTypeName>(ptr: number, shape: Shape, dtype: N | DType<N>, options: DeviceArrayPointerOptions = {}): DeviceArray<N> {
+    options = readOptions('DeviceArray.fromPointer', options, {
+      owner: true,
+      onRelease: true,
+      device: true,
+      readOnly: true,
+      strides: true,
+      byteOffset: true,
+      stream: true,
+    });
     const s = Object.freeze(checkShape(shape).slice());
     const dt = dtypeOf(dtype);
     const byteOffset = checkNonNegativeInteger(options.byteOffset ?? 0, 'byteOffset');
     if (byteOffset % dt.alignment !== 0) {
       throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
     }
-    const layout: Layout = options.strides === undefined
-      ? contiguousLayout(s, dt.byteSize, byteOffset)
-      : { shape: s, strides: checkStrides(options.strides, s.length), byteOffset, itemSize: dt.byteSize };
+    const layout: Layout =
+      options.strides === undefined
+        ? contiguousLayout(s, dt.byteSize, byteOffset)
+        : { shape: s, strides: checkStrides(options.strides, s.length), byteOffset, itemSize: dt.byteSize };
     const { start, end } = byteSpan(layout);
     if (start < 0) {
-      throw new RangeError(`DeviceArray.fromPointer: strides (${layout.strides.join(', ')}) reach ${-start} bytes ` +
-        'before ptr: pass the address of the lowest element as ptr and its distance to element (0, ..., 0) as byteOffset');
+      throw new RangeError(
+        `DeviceArray.fromPointer: strides (${layout.strides.join(', ')}) reach ${-start} bytes ` +
+          'before ptr: pass the address of the lowest element as ptr and its distance to element (0, ..., 0) as byteOffset',
+      );
     }
     if (typeof ptr === 'number' && (ptr + byteOffset) % dt.alignment !== 0) {
-      throw new RangeError(`DeviceArray.fromPointer: element (0, ..., 0) at 0x${(ptr + byteOffset).toString(16)} is not aligned to ${dt.name}'s ${dt.alignment} bytes`);
+      throw new RangeError(
+        `DeviceArray.fromPointer: element (0, ..., 0) at 0x${(ptr + byteOffset).toString(16)} is not aligned to ${dt.name}'s ${dt.alignment} bytes`,
+      );
     }
     if (options.stream !== undefined) streamHandleOf(options.stream);
     const { strides: _strides, byteOffset: _byteOffset, stream: _stream, ...foreign } = options;
@@ -677,8 +762,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
       // The arena rounds the width up to its pitch alignment: ask for a width that rounds to a
       // whole number of elements.
       const a = resource.pitchAlignment;
-      const unit = b * a / gcd(b, a);
-      const asked = Math.ceil(widthBytes / a) * a % b === 0 ? widthBytes : Math.ceil(widthBytes / unit) * unit;
+      const unit = (b * a) / gcd(b, a);
+      const asked = (Math.ceil(widthBytes / a) * a) % b === 0 ? widthBytes : Math.ceil(widthBytes / unit) * unit;
       ({ buffer, pitch } = ArenaPitchedBuffer.take(resource, asked, height, stream));
     } else {
       const elementBytes = b % 16 === 0 ? 16 : b % 8 === 0 ? 8 : 4;
@@ -689,7 +774,7 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
         // multiple of both that and the element size comes back as its own pitch.
         const a = powerOfTwoIn(p.pitch);
         p.free();
-        const unit = b * a / gcd(b, a);
+        const unit = (b * a) / gcd(b, a);
         p = PitchedDeviceBuffer.allocate2D(Math.ceil(widthBytes / unit) * unit, height, { elementBytes, device });
       }
       buffer = p;
@@ -708,7 +793,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     const bytes = elementCount(shape) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
     const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), {
-      resource: options.resource, stream: options.stream, device: options.device, spillable: options.spillable,
+      resource: options.resource,
+      stream: options.stream,
+      device: options.device,
+      spillable: options.spillable,
     });
     return new DeviceArray(dt, contiguousLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
   }
@@ -904,7 +992,14 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
       sink.commit();
       return dst;
     }
-    await readElementsAsync(this.buffer, this.layout, this.destinationBytes(dst as HostTypedArray<N> | ArrayBuffer | DataView, 'copyToAsync'), stream, this.device, 'copyToAsync');
+    await readElementsAsync(
+      this.buffer,
+      this.layout,
+      this.destinationBytes(dst as HostTypedArray<N> | ArrayBuffer | DataView, 'copyToAsync'),
+      stream,
+      this.device,
+      'copyToAsync',
+    );
     return dst;
   }
 
@@ -989,7 +1084,9 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
     const stream = options.stream ?? Stream.default(target);
     if (!(stream instanceof Stream)) throw new TypeError('DeviceArray.to: stream must be a Stream (of the destination device)');
     if (stream.device !== target) {
-      throw new RangeError(`DeviceArray.to: the stream is device ${stream.device.ordinal}'s; the copy runs on a stream of the destination, device ${target.ordinal}`);
+      throw new RangeError(
+        `DeviceArray.to: the stream is device ${stream.device.ordinal}'s; the copy runs on a stream of the destination, device ${target.ordinal}`,
+      );
     }
     if (options.resource !== undefined && options.resource.deviceOrdinal !== target.ordinal) {
       throw new RangeError(`DeviceArray.to: the resource is device ${options.resource.deviceOrdinal}'s, not device ${target.ordinal}'s`);

@@ -12,16 +12,52 @@
  */
 
 /** The scalar dtypes. float16 is CUDA's `__half`, bfloat16 its `__nv_bfloat16`. */
-export type ScalarName = 'bool' | 'int8' | 'uint8' | 'int16' | 'uint16' | 'int32' | 'uint32'
-  | 'int64' | 'uint64' | 'float16' | 'bfloat16' | 'float32' | 'float64';
+export type ScalarName =
+  | 'bool'
+  | 'int8'
+  | 'uint8'
+  | 'int16'
+  | 'uint16'
+  | 'int32'
+  | 'uint32'
+  | 'int64'
+  | 'uint64'
+  | 'float16'
+  | 'bfloat16'
+  | 'float32'
+  | 'float64';
 
 /** CUDA's vector types (vector_types.h, cuda_fp16.h, cuda_bf16.h), by CUDA's names. */
 export type VectorName =
-  | 'char2' | 'char3' | 'char4' | 'uchar2' | 'uchar3' | 'uchar4'
-  | 'short2' | 'short3' | 'short4' | 'ushort2' | 'ushort3' | 'ushort4'
-  | 'int2' | 'int3' | 'int4' | 'uint2' | 'uint3' | 'uint4'
-  | 'longlong2' | 'longlong3' | 'ulonglong2' | 'ulonglong3'
-  | 'float2' | 'float3' | 'float4' | 'double2' | 'double3' | 'half2' | 'bfloat162';
+  | 'char2'
+  | 'char3'
+  | 'char4'
+  | 'uchar2'
+  | 'uchar3'
+  | 'uchar4'
+  | 'short2'
+  | 'short3'
+  | 'short4'
+  | 'ushort2'
+  | 'ushort3'
+  | 'ushort4'
+  | 'int2'
+  | 'int3'
+  | 'int4'
+  | 'uint2'
+  | 'uint3'
+  | 'uint4'
+  | 'longlong2'
+  | 'longlong3'
+  | 'ulonglong2'
+  | 'ulonglong3'
+  | 'float2'
+  | 'float3'
+  | 'float4'
+  | 'double2'
+  | 'double3'
+  | 'half2'
+  | 'bfloat162';
 
 /** Every dtype name. */
 export type DTypeName = ScalarName | VectorName;
@@ -75,17 +111,35 @@ const scalarTable = {
  * ```
  */
 export const vectorTable = {
-  char2: ['int8', 2], char3: ['int8', 3], char4: ['int8', 4],
-  uchar2: ['uint8', 2], uchar3: ['uint8', 3], uchar4: ['uint8', 4],
-  short2: ['int16', 2], short3: ['int16', 3], short4: ['int16', 4],
-  ushort2: ['uint16', 2], ushort3: ['uint16', 3], ushort4: ['uint16', 4],
-  int2: ['int32', 2], int3: ['int32', 3], int4: ['int32', 4],
-  uint2: ['uint32', 2], uint3: ['uint32', 3], uint4: ['uint32', 4],
-  longlong2: ['int64', 2], longlong3: ['int64', 3],
-  ulonglong2: ['uint64', 2], ulonglong3: ['uint64', 3],
-  float2: ['float32', 2], float3: ['float32', 3], float4: ['float32', 4],
-  double2: ['float64', 2], double3: ['float64', 3],
-  half2: ['float16', 2], bfloat162: ['bfloat16', 2],
+  char2: ['int8', 2],
+  char3: ['int8', 3],
+  char4: ['int8', 4],
+  uchar2: ['uint8', 2],
+  uchar3: ['uint8', 3],
+  uchar4: ['uint8', 4],
+  short2: ['int16', 2],
+  short3: ['int16', 3],
+  short4: ['int16', 4],
+  ushort2: ['uint16', 2],
+  ushort3: ['uint16', 3],
+  ushort4: ['uint16', 4],
+  int2: ['int32', 2],
+  int3: ['int32', 3],
+  int4: ['int32', 4],
+  uint2: ['uint32', 2],
+  uint3: ['uint32', 3],
+  uint4: ['uint32', 4],
+  longlong2: ['int64', 2],
+  longlong3: ['int64', 3],
+  ulonglong2: ['uint64', 2],
+  ulonglong3: ['uint64', 3],
+  float2: ['float32', 2],
+  float3: ['float32', 3],
+  float4: ['float32', 4],
+  double2: ['float64', 2],
+  double3: ['float64', 3],
+  half2: ['float16', 2],
+  bfloat162: ['bfloat16', 2],
 } as const satisfies Record<VectorName, readonly [ScalarName, 2 | 3 | 4]>;
 
 /** The component of a dtype: the dtype itself for a scalar, `'float32'` for `'float3'`. */
@@ -113,22 +167,21 @@ export interface DType<N extends DTypeName = DTypeName> {
 }
 
 /** Every name, scalars first, in the order the tables list them (error messages use it). */
-const names: readonly DTypeName[] = Object.freeze([
-  ...(Object.keys(scalarTable) as ScalarName[]),
-  ...(Object.keys(vectorTable) as VectorName[]),
-]);
+const names: readonly DTypeName[] = Object.freeze([...(Object.keys(scalarTable) as ScalarName[]), ...(Object.keys(vectorTable) as VectorName[])]);
 
 function makeDType(name: DTypeName): DType {
-  const [component, components] = name in vectorTable
-    ? vectorTable[name as VectorName]
-    : [name as ScalarName, 1 as const];
+  const [component, components] = name in vectorTable ? vectorTable[name as VectorName] : [name as ScalarName, 1 as const];
   const scalar = scalarTable[component];
   const byteSize = scalar.byteSize * components;
   // vector_types.h: 3-vectors have no __align__ (their component's alignment); 2- and 4-vectors
   // are __align__(sizeof), capped at 16 (the largest CUDA gives, e.g. longlong2, double2, int4).
   const alignment = components === 3 ? scalar.byteSize : Math.min(byteSize, 16);
   return Object.freeze({
-    name, byteSize, alignment, components, component,
+    name,
+    byteSize,
+    alignment,
+    components,
+    component,
     cType: components === 1 ? scalar.cType : name,
     kind: scalar.kind,
   }) as DType;

@@ -23,9 +23,7 @@ import { bytesOf, checkWritableMemory } from '../buffer/device-memory.js';
 import { HostBuffer, type HostBufferOptions } from '../buffer/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
-import {
-  DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType, type NestedNumbers,
-} from './device-array.js';
+import { DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType, type NestedNumbers } from './device-array.js';
 import { defaultDType, dtypeOf, hostArrayType, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import { allocateHost, hostElements, type HostInput, type NestedArray } from './host-data.js';
 import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, isContiguous, StridedArray, transposeLayout, type Layout } from './layout.js';
@@ -61,7 +59,8 @@ function orderedLayout(shape: Shape, itemSize: number, order: unknown): Layout {
 /** The order a `_like` array takes: the one asked for, else the source's. */
 function likeOrder(like: StridedArray<DTypeName>, order: unknown): 'C' | 'F' {
   if (order === 'C' || order === 'F') return order;
-  if (order !== undefined && order !== 'K') throw new RangeError(`order must be 'C', 'F' or 'K', got ${typeof order === 'string' ? `'${order}'` : typeof order}`);
+  if (order !== undefined && order !== 'K')
+    throw new RangeError(`order must be 'C', 'F' or 'K', got ${typeof order === 'string' ? `'${order}'` : typeof order}`);
   return !like.isContiguous && isContiguous(transposeLayout(like.layout)) ? 'F' : 'C';
 }
 
@@ -125,7 +124,7 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: HostArrayOptions = {}): HostArray<N> {
     const { order, ...bufferOptions } = readOptions('HostArray.empty', options, HOST_ARRAY_OPTIONS);
     const s = checkShape(shape);
-    const dt = dtypeOf(dtype ?? defaultDType as N);
+    const dt = dtypeOf(dtype ?? (defaultDType as N));
     const layout = orderedLayout(s, dt.byteSize, order);
     const bytes = elementCount(s) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so every array has memory and flags.
@@ -215,7 +214,11 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   static from(data: NestedNumbers, options?: HostArrayFromOptions<DefaultDType>): HostArray<DefaultDType>;
   static from(data: NestedArray, options?: HostArrayFromOptions<DTypeName>): HostArray;
   static from(data: unknown, options: HostArrayFromOptions<DTypeName> = {}): HostArray {
-    options = readOptions('HostArray.from', options, { dtype: true, shape: true, ...{ device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true } });
+    options = readOptions('HostArray.from', options, {
+      dtype: true,
+      shape: true,
+      ...{ device: true, portable: true, mapped: true, writeCombined: true, resource: true, stream: true },
+    });
     const { dtype: dt, shape: given, ...flags } = options;
     const { dtype, bytes, shape } = resolveHostInput(data, dt, given);
     const a = HostArray.empty(shape, dtype, flags);
@@ -248,11 +251,13 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
     if (byteOffset % dt.alignment !== 0) {
       throw new RangeError(`byteOffset ${byteOffset} is not a multiple of ${dt.name}'s alignment (${dt.alignment})`);
     }
-    const shape = Object.freeze((options.shape === undefined
-      ? [Math.floor(Math.max(0, buffer.byteLength - byteOffset) / dt.byteSize)] : checkShape(options.shape)).slice());
-    const layout: Layout = options.strides === undefined
-      ? contiguousLayout(shape, dt.byteSize, byteOffset)
-      : { shape, strides: checkStrides(options.strides, shape.length), byteOffset, itemSize: dt.byteSize };
+    const shape = Object.freeze(
+      (options.shape === undefined ? [Math.floor(Math.max(0, buffer.byteLength - byteOffset) / dt.byteSize)] : checkShape(options.shape)).slice(),
+    );
+    const layout: Layout =
+      options.strides === undefined
+        ? contiguousLayout(shape, dt.byteSize, byteOffset)
+        : { shape, strides: checkStrides(options.strides, shape.length), byteOffset, itemSize: dt.byteSize };
     checkLayoutFits(layout, buffer.byteLength, 'HostArray.fromBuffer');
     return new HostArray(dt, layout, buffer, false);
   }
@@ -288,8 +293,10 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
   get data(): HostTypedArray<N> {
     this.checkAlive();
     if (!this.isContiguous && !isContiguous(transposeLayout(this.layout))) {
-      throw new VramStateError(`${String(this)} is strided (strides (${this.strides.join(', ')})): its elements are not one ` +
-        'flat run; use view() and elementIndex(), or toHost() for a contiguous copy');
+      throw new VramStateError(
+        `${String(this)} is strided (strides (${this.strides.join(', ')})): its elements are not one ` +
+          'flat run; use view() and elementIndex(), or toHost() for a contiguous copy',
+      );
     }
     return this.view();
   }
@@ -363,7 +370,11 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
       throw new VramStateError(`${String(this)} is not mapped: allocate it with { mapped: true } for the device to address it`);
     }
     return DeviceArray.fromBuffer(this.buffer, {
-      dtype: this.dtype, shape: this.shape, strides: this.strides, byteOffset: this.byteOffset, device: options.device,
+      dtype: this.dtype,
+      shape: this.shape,
+      strides: this.strides,
+      byteOffset: this.byteOffset,
+      device: options.device,
     });
   }
 
@@ -494,13 +505,16 @@ export class HostArray<N extends DTypeName = DTypeName> extends StridedArray<N> 
    * ```
    */
   override toString(): string {
-    const flags = [this.buffer.mapped ? 'mapped' : '', this.buffer.writeCombined ? 'write-combined' : '',
-      this.ownsMemory ? '' : 'view', this.buffer.freed ? 'freed' : ''].filter(Boolean);
+    const flags = [
+      this.buffer.mapped ? 'mapped' : '',
+      this.buffer.writeCombined ? 'write-combined' : '',
+      this.ownsMemory ? '' : 'view',
+      this.buffer.freed ? 'freed' : '',
+    ].filter(Boolean);
     return `HostArray<${this.dtype.name}>${formatShape(this.shape)}${flags.length > 0 ? `, ${flags.join(', ')}` : ''}`;
   }
 
   protected withLayout(layout: Layout): this {
     return new HostArray(this.dtype, layout, this.buffer, false) as this;
   }
-
 }

@@ -18,9 +18,16 @@
  */
 import { checkNonNegativeInteger } from '../validate.js';
 import {
-  dtypeOf, hostArrayType,
-  type AnyHostTypedArray, type ComponentOf, type ComponentsOf, type DType, type DTypeName,
-  type HostTypedArray, type ScalarName, type VectorName,
+  dtypeOf,
+  hostArrayType,
+  type AnyHostTypedArray,
+  type ComponentOf,
+  type ComponentsOf,
+  type DType,
+  type DTypeName,
+  type HostTypedArray,
+  type ScalarName,
+  type VectorName,
 } from './dtype.js';
 import { bfloat16Bits, encodeBfloat16, float16Bits, fromBfloat16Bits, fromFloat16Bits } from './half.js';
 import { checkShape, elementCount, formatShape, type Shape } from './shape.js';
@@ -45,8 +52,7 @@ export interface Float16ArrayLike extends ArrayBufferView {
 export type Float16Input<N extends DTypeName> = ComponentOf<N> extends 'float16' | 'bfloat16' ? Float16ArrayLike : never;
 
 /** JavaScript data for an array of dtype N: its TypedArray, raw bytes, or nested JavaScript arrays. */
-export type HostInput<N extends DTypeName> =
-  | HostTypedArray<N> | Float16Input<N> | ArrayBuffer | SharedArrayBuffer | DataView | NestedArray;
+export type HostInput<N extends DTypeName> = HostTypedArray<N> | Float16Input<N> | ArrayBuffer | SharedArrayBuffer | DataView | NestedArray;
 
 /** Host input resolved to bytes: what `hostElements` returns. */
 export interface HostElements {
@@ -66,12 +72,10 @@ export interface HostElements {
 export type ComponentTuple<T, K> = K extends 2 ? readonly [T, T] : K extends 3 ? readonly [T, T, T] : readonly [T, T, T, T];
 
 /** What one component accepts: bigint or a safe integer for 64-bit, boolean or 0/1 for bool. */
-export type ComponentInput<C extends ScalarName> =
-  C extends 'int64' | 'uint64' ? bigint | number : C extends 'bool' ? boolean | number : number;
+export type ComponentInput<C extends ScalarName> = C extends 'int64' | 'uint64' ? bigint | number : C extends 'bool' ? boolean | number : number;
 
 /** What one component reads back as: bigint for 64-bit, boolean for bool, else a number. */
-export type ComponentOutput<C extends ScalarName> =
-  C extends 'int64' | 'uint64' ? bigint : C extends 'bool' ? boolean : number;
+export type ComponentOutput<C extends ScalarName> = C extends 'int64' | 'uint64' ? bigint : C extends 'bool' ? boolean : number;
 
 /** One element of dtype N as input (`encodeScalar`): a component value, or a tuple of them for a vector. */
 export type ScalarValue<N extends DTypeName> = N extends VectorName
@@ -201,8 +205,9 @@ function resolveShape(dt: DType, given: Shape | undefined, values: number, bytes
   if (given !== undefined) {
     const count = elementCount(given);
     if (count * c !== values) {
-      throw new RangeError(`shape ${formatShape(given)} holds ${count} ${dt.name} elements` +
-        `${c > 1 ? ` = ${count * c} ${dt.component} values` : ''}; the data has ${have}`);
+      throw new RangeError(
+        `shape ${formatShape(given)} holds ${count} ${dt.name} elements` + `${c > 1 ? ` = ${count * c} ${dt.component} values` : ''}; the data has ${have}`,
+      );
     }
     return given;
   }
@@ -246,8 +251,10 @@ function fromTypedArray(dt: DType, input: ArrayBufferView & { readonly length: n
     const bits = encodeBfloat16(input as Float16ArrayLike);
     return { bytes: new Uint8Array(bits.buffer), shape, copied: true };
   }
-  throw new TypeError(`${dt.name} needs a ${hostClassName(dt)}${isFloat16 ? ' (of raw bits) or a Float16Array' : ''}` +
-    `${dt.components > 1 ? ` of its ${dt.component} components` : ''}, got ${tag}`);
+  throw new TypeError(
+    `${dt.name} needs a ${hostClassName(dt)}${isFloat16 ? ' (of raw bits) or a Float16Array' : ''}` +
+      `${dt.components > 1 ? ` of its ${dt.component} components` : ''}, got ${tag}`,
+  );
 }
 
 function fromRawBytes(dt: DType, bytes: Uint8Array, given: Shape | undefined): HostElements {
@@ -275,18 +282,21 @@ function nestedDims(data: NestedArray): number[] {
  * Copies rectangular nested data of dimensions `dims` into `dst`, checking every entry; returns
  * the next index. `path` holds the indices down to `level`, for messages only.
  */
-function fillNested(dt: DType, level: readonly unknown[], dims: readonly number[], depth: number,
-  dst: Slots, index: number, put: Put, path: number[]): number {
+function fillNested(dt: DType, level: readonly unknown[], dims: readonly number[], depth: number, dst: Slots, index: number, put: Put, path: number[]): number {
   if (level.length !== dims[depth]) {
-    throw new TypeError(`ragged nesting: ${pathOf(path)} has ${level.length} entries where ` +
-      `${pathOf(path.map(() => 0))} has ${dims[depth]}`);
+    throw new TypeError(`ragged nesting: ${pathOf(path)} has ${level.length} entries where ` + `${pathOf(path.map(() => 0))} has ${dims[depth]}`);
   }
   const leaf = depth === dims.length - 1;
   for (let i = 0; i < level.length; i++) {
     const v = level[i];
     if (Array.isArray(v) !== !leaf) {
-      throw new TypeError(`ragged nesting: ${pathOf(path, i)} is ${leaf ? 'an array' : describe(v)} where ` +
-        `${pathOf(path.map(() => 0), 0)} is ${leaf ? 'a value' : 'an array'}`);
+      throw new TypeError(
+        `ragged nesting: ${pathOf(path, i)} is ${leaf ? 'an array' : describe(v)} where ` +
+          `${pathOf(
+            path.map(() => 0),
+            0,
+          )} is ${leaf ? 'a value' : 'an array'}`,
+      );
     }
     if (leaf) {
       const result = put(dst, index, v);
@@ -308,13 +318,14 @@ function fromNested(dt: DType, data: NestedArray, given: Shape | undefined): Hos
   // [] has no component level to see: zero elements of any dtype.
   if (c > 1 && !(dims.length === 1 && dims[0] === 0)) {
     if (dims[dims.length - 1] !== c) {
-      throw new RangeError(`${dt.name} elements are arrays of ${c} ${dt.component} components: ` +
-        `${pathOf(dims.slice(0, -1).map(() => 0))} has ${dims[dims.length - 1]}`);
+      throw new RangeError(
+        `${dt.name} elements are arrays of ${c} ${dt.component} components: ` + `${pathOf(dims.slice(0, -1).map(() => 0))} has ${dims[dims.length - 1]}`,
+      );
     }
     elementShape = dims.slice(0, -1);
   }
   const values = elementCount(dims);
-  const shape = given === undefined ? checkShape(elementShape, 'the nested data\'s shape') : resolveShape(dt, given, values);
+  const shape = given === undefined ? checkShape(elementShape, "the nested data's shape") : resolveShape(dt, given, values);
   const host = new (hostArrayType(dt))(values);
   fillNested(dt, data, dims, 0, host as Slots, 0, components[dt.component].put, []);
   return { bytes: new Uint8Array(host.buffer, host.byteOffset, host.byteLength), shape, copied: true };
@@ -370,8 +381,7 @@ export function hostElements<N extends DTypeName>(dtype: DType<N> | N, input: Ho
     }
     if (ArrayBuffer.isView(value)) return fromTypedArray(dt, value as AnyHostTypedArray, given);
   }
-  throw new TypeError(`${dt.name} data must be a ${hostClassName(dt)}, an ArrayBuffer, a DataView or nested arrays, ` +
-    `got ${describe(value)}`);
+  throw new TypeError(`${dt.name} data must be a ${hostClassName(dt)}, an ArrayBuffer, a DataView or nested arrays, ` + `got ${describe(value)}`);
 }
 
 /**
@@ -441,10 +451,14 @@ type Get = (data: ArrayLike<number | bigint>, index: number) => number | bigint 
 
 function getter(component: ScalarName): Get {
   switch (component) {
-    case 'bool': return (d, i) => d[i] !== 0;
-    case 'float16': return (d, i) => fromFloat16Bits(d[i] as number);
-    case 'bfloat16': return (d, i) => fromBfloat16Bits(d[i] as number);
-    default: return (d, i) => d[i]!;
+    case 'bool':
+      return (d, i) => d[i] !== 0;
+    case 'float16':
+      return (d, i) => fromFloat16Bits(d[i] as number);
+    case 'bfloat16':
+      return (d, i) => fromBfloat16Bits(d[i] as number);
+    default:
+      return (d, i) => d[i]!;
   }
 }
 

@@ -59,12 +59,7 @@ export interface Layout {
  * end), `null`/`undefined` (the whole dimension), `[start, stop, step]` (any part may be null or
  * left out), or `{ start, stop, step }`.
  */
-export type SliceSpec =
-  | number
-  | null
-  | undefined
-  | readonly [start?: number | null, stop?: number | null, step?: number | null]
-  | SliceRange;
+export type SliceSpec = number | null | undefined | readonly [start?: number | null, stop?: number | null, step?: number | null] | SliceRange;
 
 /** `{ start, stop, step }`: the object form of a slice of one dimension. */
 export interface SliceRange {
@@ -160,8 +155,10 @@ export function byteSpan(layout: Layout): { start: number; end: number } {
 export function checkLayoutFits(layout: Layout, byteLength: number, what: string): void {
   const { start, end } = byteSpan(layout);
   if (start < 0 || end > byteLength) {
-    throw new RangeError(`${what}: shape ${formatShape(layout.shape)} with strides (${layout.strides.join(', ')}) ` +
-      `from byte ${layout.byteOffset} reaches bytes [${start}, ${end}), outside the ${byteLength} bytes of its memory`);
+    throw new RangeError(
+      `${what}: shape ${formatShape(layout.shape)} with strides (${layout.strides.join(', ')}) ` +
+        `from byte ${layout.byteOffset} reaches bytes [${start}, ${end}), outside the ${byteLength} bytes of its memory`,
+    );
   }
 }
 
@@ -194,7 +191,8 @@ function freeze(shape: Shape, strides: readonly number[], byteOffset: number, it
   return Object.freeze({
     shape: Object.isFrozen(shape) ? shape : Object.freeze(shape.slice()),
     strides: Object.isFrozen(strides) ? strides : Object.freeze(strides.slice()),
-    byteOffset, itemSize,
+    byteOffset,
+    itemSize,
   });
 }
 
@@ -314,7 +312,12 @@ export function reshapeLayout(layout: Layout, shape: readonly number[]): Layout 
   const inferred = wanted.indexOf(-1);
   if (inferred >= 0) {
     if (wanted.indexOf(-1, inferred + 1) >= 0) throw new RangeError('reshape: at most one dimension may be -1');
-    const rest = elementCount(checkShape(wanted.filter((_, i) => i !== inferred), 'reshape shape'));
+    const rest = elementCount(
+      checkShape(
+        wanted.filter((_, i) => i !== inferred),
+        'reshape shape',
+      ),
+    );
     if (rest === 0 || count % rest !== 0) {
       throw new RangeError(`reshape: cannot infer the -1 in (${shape.join(', ')}) for ${count} elements`);
     }
@@ -325,8 +328,10 @@ export function reshapeLayout(layout: Layout, shape: readonly number[]): Layout 
     throw new RangeError(`reshape: shape ${formatShape(next)} holds ${elementCount(next)} elements; the array ${formatShape(layout.shape)} has ${count}`);
   }
   if (!isContiguous(layout)) {
-    throw new VramStateError(`reshape needs a contiguous array; this one ${formatShape(layout.shape)} has strides ` +
-      `(${layout.strides.join(', ')}) from a slice, transpose or pitched allocation: reshape a contiguous copy (copy())`);
+    throw new VramStateError(
+      `reshape needs a contiguous array; this one ${formatShape(layout.shape)} has strides ` +
+        `(${layout.strides.join(', ')}) from a slice, transpose or pitched allocation: reshape a contiguous copy (copy())`,
+    );
   }
   return contiguousLayout(next, layout.itemSize, layout.byteOffset);
 }
@@ -356,8 +361,12 @@ export function transposeLayout(layout: Layout, axes?: readonly number[]): Layou
     throw new RangeError(`transpose: axes (${order.join(', ')}) are not a permutation of the ${ndim} dimensions`);
   }
   const norm = order.map((a) => (a < 0 ? a + ndim : a));
-  return freeze(Object.freeze(norm.map((a) => layout.shape[a]!)), norm.map((a) => layout.strides[a]!),
-    layout.byteOffset, layout.itemSize);
+  return freeze(
+    Object.freeze(norm.map((a) => layout.shape[a]!)),
+    norm.map((a) => layout.strides[a]!),
+    layout.byteOffset,
+    layout.itemSize,
+  );
 }
 
 /**
@@ -528,7 +537,7 @@ export function mayShareBytes(a: Layout, aBase: number, b: Layout, bBase: number
     });
   }
   if (g === 0) return true; // one element each, and their spans meet
-  const d = (((bBase + b.byteOffset) - (aBase + a.byteOffset)) % g + g) % g;
+  const d = (((bBase + b.byteOffset - (aBase + a.byteOffset)) % g) + g) % g;
   return !(d >= a.itemSize && d + b.itemSize <= g);
 }
 
@@ -727,8 +736,14 @@ export abstract class StridedArray<N extends DTypeName> {
    */
   toJSON(): ArrayJSON {
     return {
-      type: this.constructor.name, dtype: this.dtype.name, shape: this.shape, strides: this.strides, nbytes: this.nbytes,
-      ...this.deviceOrdinalForJSON(), ownsMemory: this.ownsMemory, freed: this.freed,
+      type: this.constructor.name,
+      dtype: this.dtype.name,
+      shape: this.shape,
+      strides: this.strides,
+      nbytes: this.nbytes,
+      ...this.deviceOrdinalForJSON(),
+      ownsMemory: this.ownsMemory,
+      freed: this.freed,
     };
   }
 

@@ -12,9 +12,8 @@ import type { DType, ScalarName } from './dtype.js';
 import { dtypeOf } from './dtype.js';
 
 const floatsBySize: Readonly<Record<number, ScalarName>> = { 2: 'float16', 4: 'float32', 8: 'float64' };
-const intsBySize = (signed: boolean): Readonly<Record<number, ScalarName>> => (signed
-  ? { 1: 'int8', 2: 'int16', 4: 'int32', 8: 'int64' }
-  : { 1: 'uint8', 2: 'uint16', 4: 'uint32', 8: 'uint64' });
+const intsBySize = (signed: boolean): Readonly<Record<number, ScalarName>> =>
+  signed ? { 1: 'int8', 2: 'int16', 4: 'int32', 8: 'int64' } : { 1: 'uint8', 2: 'uint16', 4: 'uint32', 8: 'uint64' };
 
 /** The smallest float that holds every int of `bytes` bytes exactly (8-byte ints: float64, as NumPy). */
 function floatFor(intBytes: number): number {

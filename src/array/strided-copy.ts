@@ -116,7 +116,9 @@ function plan(path: CopyPath, blocks: readonly CopyBlock[], staging?: Layout, st
  */
 function blocksPlan(layout: Layout): CopyPlan {
   const { shape, strides, itemSize: b } = layout;
-  const dims = shape.map((_, i) => i).filter((i) => shape[i] !== 1)
+  const dims = shape
+    .map((_, i) => i)
+    .filter((i) => shape[i] !== 1)
     .sort((x, y) => Math.abs(strides[y]!) - Math.abs(strides[x]!));
   const cShape = dims.map((i) => shape[i]!);
   const cStrides = dims.map((i) => Math.abs(strides[i]!));
@@ -133,8 +135,7 @@ function blocksPlan(layout: Layout): CopyPlan {
   });
   const logical = contiguousStrides(shape);
   const identity = stagingOffset === 0 && shape.every((n, i) => n === 1 || stagingStrides[i] === logical[i]);
-  const staging: Layout | undefined = identity ? undefined
-    : { shape, strides: stagingStrides, byteOffset: stagingOffset * b, itemSize: b };
+  const staging: Layout | undefined = identity ? undefined : { shape, strides: stagingStrides, byteOffset: stagingOffset * b, itemSize: b };
   const c = coalesce({ shape: cShape, strides: cStrides, byteOffset: base, itemSize: b });
   const m = c.shape.length;
   let block: { widthBytes: number; height: number; pitch: number };
@@ -143,9 +144,10 @@ function blocksPlan(layout: Layout): CopyPlan {
     block = { widthBytes: b, height: 1, pitch: b };
     outer = 0;
   } else if (c.strides[m - 1] === 1) {
-    block = m >= 2
-      ? { widthBytes: c.shape[m - 1]! * b, height: c.shape[m - 2]!, pitch: c.strides[m - 2]! * b }
-      : { widthBytes: c.shape[0]! * b, height: 1, pitch: c.shape[0]! * b };
+    block =
+      m >= 2
+        ? { widthBytes: c.shape[m - 1]! * b, height: c.shape[m - 2]!, pitch: c.strides[m - 2]! * b }
+        : { widthBytes: c.shape[0]! * b, height: 1, pitch: c.shape[0]! * b };
     outer = Math.max(0, m - 2);
   } else {
     block = { widthBytes: b, height: c.shape[m - 1]!, pitch: c.strides[m - 1]! * b };
@@ -195,8 +197,12 @@ export function planRead(layout: Layout): CopyPlan {
   if (rows !== undefined && !(dense && rows.widthBytes < SMALL_ROW_BYTES)) return plan('2d', [rows]);
   if (dense || !isNonOverlapping(layout)) {
     const bytes = span.end - span.start;
-    return plan('gather', [{ device: span.start, host: 0, widthBytes: bytes, height: 1, pitch: bytes }],
-      { ...layout, byteOffset: layout.byteOffset - span.start }, bytes);
+    return plan(
+      'gather',
+      [{ device: span.start, host: 0, widthBytes: bytes, height: 1, pitch: bytes }],
+      { ...layout, byteOffset: layout.byteOffset - span.start },
+      bytes,
+    );
   }
   return blocksPlan(layout);
 }
@@ -217,8 +223,10 @@ export function planWrite(layout: Layout): CopyPlan {
   if (count === 0) return plan('empty', []);
   if (isContiguous(layout)) return planRead(layout);
   if (!isNonOverlapping(layout)) {
-    throw new VramStateError(`cannot write into shape ${formatShape(layout.shape)} with strides (${layout.strides.join(', ')}): ` +
-      'its elements overlap, so which value lands would be undefined');
+    throw new VramStateError(
+      `cannot write into shape ${formatShape(layout.shape)} with strides (${layout.strides.join(', ')}): ` +
+        'its elements overlap, so which value lands would be undefined',
+    );
   }
   const rows = rowsOf(layout);
   if (rows !== undefined) return plan('2d', [rows]);
@@ -227,8 +235,13 @@ export function planWrite(layout: Layout): CopyPlan {
 
 /** Runs the device copies of a plan between `device` and `host` (from byte `hostBase`). */
 function runBlocks(
-  device: CopyEndpoint, host: CopyEndpoint, hostBase: number, blocks: readonly CopyBlock[],
-  toDevice: boolean, stream: StreamRef | undefined, what: string,
+  device: CopyEndpoint,
+  host: CopyEndpoint,
+  hostBase: number,
+  blocks: readonly CopyBlock[],
+  toDevice: boolean,
+  stream: StreamRef | undefined,
+  what: string,
 ): void {
   const rows = (deviceOffset: number, hostOffset: number, widthBytes: number, height: number, pitch: number): void => {
     const d = { memory: device, offset: deviceOffset, pitch };
@@ -407,7 +420,13 @@ export async function streamDone(stream: StreamRef, device: Device): Promise<voi
  * is filled first for writes and drained after the copies for reads).
  */
 async function moveAsync(
-  toDevice: boolean, memory: Allocation, layout: Layout, host: HostBytes, stream: StreamRef, device: Device, what: string,
+  toDevice: boolean,
+  memory: Allocation,
+  layout: Layout,
+  host: HostBytes,
+  stream: StreamRef,
+  device: Device,
+  what: string,
 ): Promise<CopyPath> {
   const p = toDevice ? planWrite(layout) : planRead(layout);
   const bytes = elementCount(layout.shape) * layout.itemSize;
@@ -466,9 +485,7 @@ async function moveAsync(
  * await readElementsAsync(array.buffer, array.layout, out, stream, array.device, 'toHostAsync');
  * ```
  */
-export function readElementsAsync(
-  memory: Allocation, layout: Layout, out: HostBytes, stream: StreamRef, device: Device, what: string,
-): Promise<CopyPath> {
+export function readElementsAsync(memory: Allocation, layout: Layout, out: HostBytes, stream: StreamRef, device: Device, what: string): Promise<CopyPath> {
   return moveAsync(false, memory, layout, out, stream, device, what);
 }
 
@@ -491,9 +508,7 @@ export function readElementsAsync(
  * await writeElementsAsync(array.buffer, array.layout, bytes, stream, array.device, 'copyFromAsync');
  * ```
  */
-export function writeElementsAsync(
-  memory: Allocation, layout: Layout, src: HostBytes, stream: StreamRef, device: Device, what: string,
-): Promise<CopyPath> {
+export function writeElementsAsync(memory: Allocation, layout: Layout, src: HostBytes, stream: StreamRef, device: Device, what: string): Promise<CopyPath> {
   return moveAsync(true, memory, layout, src, stream, device, what);
 }
 
@@ -519,9 +534,7 @@ export function writeElementsAsync(
  * const queued = copyOnDevice(b.buffer, b.layout, a.buffer, a.layout, undefined, 'copyTo'); // false: copy another way
  * ```
  */
-export function copyOnDevice(
-  dst: Allocation, dstLayout: Layout, src: Allocation, srcLayout: Layout, stream: StreamRef | undefined, what: string,
-): boolean {
+export function copyOnDevice(dst: Allocation, dstLayout: Layout, src: Allocation, srcLayout: Layout, stream: StreamRef | undefined, what: string): boolean {
   if (elementCount(dstLayout.shape) === 0) return true;
   // Not `ptr`: on spillable memory that getter reloads it and counts a write (the copy prepares its sides).
   const dstPtr = addressOf(dst);
@@ -547,8 +560,6 @@ export function copyOnDevice(
   const s = rowsOf(srcLayout);
   if (d === undefined || s === undefined || d.widthBytes !== s.widthBytes || d.height !== s.height) return false;
   if (d.pitch > MAX_COPY_PITCH || s.pitch > MAX_COPY_PITCH || !isNonOverlapping(dstLayout)) return false;
-  copy2D({ memory: dst, offset: d.device, pitch: d.pitch }, { memory: src, offset: s.device, pitch: s.pitch },
-    d.widthBytes, d.height, stream, what);
+  copy2D({ memory: dst, offset: d.device, pitch: d.pitch }, { memory: src, offset: s.device, pitch: s.pitch }, d.widthBytes, d.height, stream, what);
   return true;
 }
-

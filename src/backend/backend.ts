@@ -176,7 +176,11 @@ export const StreamWriteValueFlags = {
  * number, `flags` one the call supports. A non-number is a TypeError, the rest RangeErrors.
  */
 export function checkStreamValue32(call: 'streamWaitValue32' | 'streamWriteValue32', addr: unknown, value: unknown, flags: unknown): void {
-  for (const [name, v] of [['addr', addr], ['value', value], ['flags', flags]] as const) {
+  for (const [name, v] of [
+    ['addr', addr],
+    ['value', value],
+    ['flags', flags],
+  ] as const) {
     if (typeof v !== 'number') throw new TypeError(`${call}: ${name} must be a number, got ${typeof v}`);
   }
   const a = addr as number;
@@ -388,7 +392,16 @@ export type ParamType = 'ptr' | 'cptr' | ScalarParam | { readonly struct: readon
 
 /** Bytes and alignment of each scalar parameter type (the C ABI of x86-64 and aarch64). */
 export const SCALAR_PARAM_BYTES: Readonly<Record<ScalarParam, 1 | 2 | 4 | 8>> = {
-  i8: 1, u8: 1, i16: 2, u16: 2, i32: 4, u32: 4, i64: 8, u64: 8, f32: 4, f64: 8,
+  i8: 1,
+  u8: 1,
+  i16: 2,
+  u16: 2,
+  i32: 4,
+  u32: 4,
+  i64: 8,
+  u64: 8,
+  f32: 4,
+  f64: 8,
 };
 
 /** Where one parameter lies in a parameter block, and the C layout of its members. */
@@ -841,8 +854,18 @@ export interface Backend {
    * numbers, not arrays, so a launch allocates nothing. The driver copies the parameters during
    * the call: `params` may be rewritten as soon as it returns.
    */
-  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
-    sharedBytes: number, stream: Handle, params: KernelParams): void;
+  launchKernel(
+    fn: Handle,
+    gridX: number,
+    gridY: number,
+    gridZ: number,
+    blockX: number,
+    blockY: number,
+    blockZ: number,
+    sharedBytes: number,
+    stream: Handle,
+    params: KernelParams,
+  ): void;
   /** cuOccupancyMaxActiveBlocksPerMultiprocessor. */
   occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number;
   /** cuOccupancyMaxPotentialBlockSize with a fixed dynamic shared memory size; `blockSizeLimit` 0 for none. */

@@ -17,12 +17,21 @@ export const COLLECTIVE_REDUCE_OPS: readonly CollectiveReduceOp[] = Object.freez
  * The element types a transport carries: NCCL's ncclDataType_t by dtype name, and bool (carried
  * as uint8, reduced only with max and min). Other data moves as its bytes (uint8).
  */
-export type CollectiveDataType =
-  'int8' | 'uint8' | 'int32' | 'uint32' | 'int64' | 'uint64' | 'float16' | 'float32' | 'float64' | 'bfloat16' | 'bool';
+export type CollectiveDataType = 'int8' | 'uint8' | 'int32' | 'uint32' | 'int64' | 'uint64' | 'float16' | 'float32' | 'float64' | 'bfloat16' | 'bool';
 
 /** Every element type a transport carries. */
 export const COLLECTIVE_DATA_TYPES: readonly CollectiveDataType[] = Object.freeze([
-  'int8', 'uint8', 'int32', 'uint32', 'int64', 'uint64', 'float16', 'float32', 'float64', 'bfloat16', 'bool',
+  'int8',
+  'uint8',
+  'int32',
+  'uint32',
+  'int64',
+  'uint64',
+  'float16',
+  'float32',
+  'float64',
+  'bfloat16',
+  'bool',
 ]);
 
 /**
@@ -30,8 +39,7 @@ export const COLLECTIVE_DATA_TYPES: readonly CollectiveDataType[] = Object.freez
  * every input's bytes [offset, offset + out.byteLength) combined element-wise into `out`, in rank
  * order. The layer above hands it down, as `ModuleImage.emulated` hands down a kernel's JavaScript.
  */
-export type HostReduce = (out: Uint8Array, inputs: readonly Uint8Array[], offset: number,
-  type: CollectiveDataType, op: CollectiveReduceOp) => void;
+export type HostReduce = (out: Uint8Array, inputs: readonly Uint8Array[], offset: number, type: CollectiveDataType, op: CollectiveReduceOp) => void;
 
 /** What `CollectiveTransport.init` needs besides the id, rank and size. */
 export interface TransportOptions {

@@ -10,8 +10,22 @@
  */
 import koffi from 'koffi';
 import type {
-  Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation, Memcpy2D,
-  MemPoolAttribute, MemPoolProps, ModuleImage, ParamType, PointerAttributes, Ptr,
+  Backend,
+  DeviceInfo,
+  FunctionAttributes,
+  Handle,
+  HostMemory,
+  KernelLimits,
+  KernelParams,
+  MemInfo,
+  MemLocation,
+  Memcpy2D,
+  MemPoolAttribute,
+  MemPoolProps,
+  ModuleImage,
+  ParamType,
+  PointerAttributes,
+  Ptr,
 } from './backend.js';
 import { checkIpcHandle, checkStreamValue32, DEFAULT_STREAM, IPC_HANDLE_BYTES, LiveStreams, MemHandleType, paramLayout } from './backend.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
@@ -23,8 +37,18 @@ import { openDriver, type CudaDriver } from '../cuda/driver.js';
 import type { DriverFunctions } from '../cuda/entry-points.js';
 import { HIGH_WORD_MAX, OutSlot, TWO_32, beyondExactError } from '../cuda/out-slot.js';
 import {
-  AllocationGranularity, DeviceAttribute, DEVICE_CPU, FunctionAttribute, GraphNodeType, MemAllocationType, MEMORYTYPE_UNIFIED, MemLocationType,
-  PointerAttribute, type Memcpy2DValue, type MemAllocationPropValue, type MemLocationValue,
+  AllocationGranularity,
+  DeviceAttribute,
+  DEVICE_CPU,
+  FunctionAttribute,
+  GraphNodeType,
+  MemAllocationType,
+  MEMORYTYPE_UNIFIED,
+  MemLocationType,
+  PointerAttribute,
+  type Memcpy2DValue,
+  type MemAllocationPropValue,
+  type MemLocationValue,
 } from '../cuda/types.js';
 
 /** Largest address or handle a JS number holds exactly. */
@@ -82,9 +106,22 @@ class CudaBackend implements Backend {
   /** False once the driver refused exportable physical memory (cuMemCreate with POSIX descriptors): later ones are plain. */
   private exportableMemory = true;
   private readonly copy2D: Memcpy2DValue = {
-    srcXInBytes: 0, srcY: 0, srcMemoryType: MEMORYTYPE_UNIFIED, srcHost: 0, srcDevice: 0, srcArray: 0, srcPitch: 0,
-    dstXInBytes: 0, dstY: 0, dstMemoryType: MEMORYTYPE_UNIFIED, dstHost: 0, dstDevice: 0, dstArray: 0, dstPitch: 0,
-    WidthInBytes: 0, Height: 0,
+    srcXInBytes: 0,
+    srcY: 0,
+    srcMemoryType: MEMORYTYPE_UNIFIED,
+    srcHost: 0,
+    srcDevice: 0,
+    srcArray: 0,
+    srcPitch: 0,
+    dstXInBytes: 0,
+    dstY: 0,
+    dstMemoryType: MEMORYTYPE_UNIFIED,
+    dstHost: 0,
+    dstDevice: 0,
+    dstArray: 0,
+    dstPitch: 0,
+    WidthInBytes: 0,
+    Height: 0,
   };
   /** Stable native memory the driver writes pointer attributes into, and the pointers to its slots. */
   private readonly attrSlots: DataView;
@@ -238,10 +275,7 @@ class CudaBackend implements Backend {
       ordinal,
       name,
       uuid: formatUuid(uuidBytes),
-      computeCapability: [
-        this.attribute(dev, DeviceAttribute.COMPUTE_CAPABILITY_MAJOR),
-        this.attribute(dev, DeviceAttribute.COMPUTE_CAPABILITY_MINOR),
-      ],
+      computeCapability: [this.attribute(dev, DeviceAttribute.COMPUTE_CAPABILITY_MAJOR), this.attribute(dev, DeviceAttribute.COMPUTE_CAPABILITY_MINOR)],
       totalMemory,
       pciBusId,
       multiprocessorCount: this.attribute(dev, DeviceAttribute.MULTIPROCESSOR_COUNT),
@@ -523,19 +557,27 @@ class CudaBackend implements Backend {
 
   memset(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number): void {
     switch (elementBytes) {
-      case 1: return this.check(this.fn.cuMemsetD8_v2(ptr, value & 0xff, count), 'cuMemsetD8');
-      case 2: return this.check(this.fn.cuMemsetD16_v2(ptr, value & 0xffff, count), 'cuMemsetD16');
-      case 4: return this.check(this.fn.cuMemsetD32_v2(ptr, value >>> 0, count), 'cuMemsetD32');
-      default: throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
+      case 1:
+        return this.check(this.fn.cuMemsetD8_v2(ptr, value & 0xff, count), 'cuMemsetD8');
+      case 2:
+        return this.check(this.fn.cuMemsetD16_v2(ptr, value & 0xffff, count), 'cuMemsetD16');
+      case 4:
+        return this.check(this.fn.cuMemsetD32_v2(ptr, value >>> 0, count), 'cuMemsetD32');
+      default:
+        throw new RangeError(`memset: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
     }
   }
 
   memsetAsync(ptr: Ptr, value: number, elementBytes: 1 | 2 | 4, count: number, stream: Handle): void {
     switch (elementBytes) {
-      case 1: return this.check(this.fn.cuMemsetD8Async(ptr, value & 0xff, count, stream), 'cuMemsetD8Async');
-      case 2: return this.check(this.fn.cuMemsetD16Async(ptr, value & 0xffff, count, stream), 'cuMemsetD16Async');
-      case 4: return this.check(this.fn.cuMemsetD32Async(ptr, value >>> 0, count, stream), 'cuMemsetD32Async');
-      default: throw new RangeError(`memsetAsync: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
+      case 1:
+        return this.check(this.fn.cuMemsetD8Async(ptr, value & 0xff, count, stream), 'cuMemsetD8Async');
+      case 2:
+        return this.check(this.fn.cuMemsetD16Async(ptr, value & 0xffff, count, stream), 'cuMemsetD16Async');
+      case 4:
+        return this.check(this.fn.cuMemsetD32Async(ptr, value >>> 0, count, stream), 'cuMemsetD32Async');
+      default:
+        throw new RangeError(`memsetAsync: elementBytes must be 1, 2 or 4, got ${String(elementBytes)}`);
     }
   }
 
@@ -682,7 +724,7 @@ class CudaBackend implements Backend {
   streamEndCapture(stream: Handle): Handle {
     const capture = this.captureId(stream);
     const r = this.fn.cuStreamEndCapture(stream, this.u64);
-    const ids = capture === undefined ? [] : this.capturedHostFns.get(capture) ?? [];
+    const ids = capture === undefined ? [] : (this.capturedHostFns.get(capture) ?? []);
     if (capture !== undefined) this.capturedHostFns.delete(capture);
     if (r !== 0) {
       for (const id of ids) this.hostFns.delete(id);
@@ -893,9 +935,10 @@ class CudaBackend implements Backend {
     const r = this.fn.cuMemPoolCreate(this.u64, {
       allocType: MemAllocationType.PINNED,
       handleTypes: props.handleTypes ?? MemHandleType.NONE,
-      location: props.hostNumaId === undefined
-        ? { type: MemLocationType.DEVICE, id: this.device(props.device) }
-        : { type: MemLocationType.HOST_NUMA, id: props.hostNumaId },
+      location:
+        props.hostNumaId === undefined
+          ? { type: MemLocationType.DEVICE, id: this.device(props.device) }
+          : { type: MemLocationType.HOST_NUMA, id: props.hostNumaId },
       win32SecurityAttributes: 0,
       maxSize: props.maxSize ?? 0,
       usage: 0,
@@ -946,8 +989,7 @@ class CudaBackend implements Backend {
   // --- Virtual memory management ---
 
   memGetAllocationGranularity(ordinal: number): number {
-    this.check(this.fn.cuMemGetAllocationGranularity(this.u64, this.allocationProp(ordinal), AllocationGranularity.MINIMUM),
-      'cuMemGetAllocationGranularity');
+    this.check(this.fn.cuMemGetAllocationGranularity(this.u64, this.allocationProp(ordinal), AllocationGranularity.MINIMUM), 'cuMemGetAllocationGranularity');
     return this.outNumber('cuMemGetAllocationGranularity');
   }
 
@@ -1082,26 +1124,36 @@ class CudaBackend implements Backend {
     const memory = koffi.view(base, bytes + 8 * pointers);
     new Uint8Array(memory).fill(0);
     const array = new BigUint64Array(memory, bytes, pointers);
-    slots.forEach((slot, i) => { array[i] = base + BigInt(slot.offset); });
+    slots.forEach((slot, i) => {
+      array[i] = base + BigInt(slot.offset);
+    });
     paramBlocks.register(memory, base);
     return { slots, data: new DataView(memory, 0, bytes), address: address + bytes };
   }
 
-  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
-    sharedBytes: number, stream: Handle, params: KernelParams): void {
+  launchKernel(
+    fn: Handle,
+    gridX: number,
+    gridY: number,
+    gridZ: number,
+    blockX: number,
+    blockY: number,
+    blockZ: number,
+    sharedBytes: number,
+    stream: Handle,
+    params: KernelParams,
+  ): void {
     const r = this.launch(fn, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes, stream, params.address, 0);
     if (r !== 0) throw this.fail(r, 'cuLaunchKernel');
   }
 
   occupancyMaxActiveBlocksPerMultiprocessor(fn: Handle, blockSize: number, sharedBytes: number): number {
-    this.check(this.fn.cuOccupancyMaxActiveBlocksPerMultiprocessor(this.i32, fn, blockSize, sharedBytes),
-      'cuOccupancyMaxActiveBlocksPerMultiprocessor');
+    this.check(this.fn.cuOccupancyMaxActiveBlocksPerMultiprocessor(this.i32, fn, blockSize, sharedBytes), 'cuOccupancyMaxActiveBlocksPerMultiprocessor');
     return this.i32[0] ?? 0;
   }
 
   occupancyMaxPotentialBlockSize(fn: Handle, sharedBytes: number, blockSizeLimit: number): { minGridSize: number; blockSize: number } {
-    this.check(this.fn.cuOccupancyMaxPotentialBlockSize(this.i32, this.i32b, fn, null, sharedBytes, blockSizeLimit),
-      'cuOccupancyMaxPotentialBlockSize');
+    this.check(this.fn.cuOccupancyMaxPotentialBlockSize(this.i32, this.i32b, fn, null, sharedBytes, blockSizeLimit), 'cuOccupancyMaxPotentialBlockSize');
     return { minGridSize: this.i32[0] ?? 0, blockSize: this.i32b[0] ?? 0 };
   }
 

@@ -7,8 +7,22 @@
  * are documented there.
  */
 import type {
-  Backend, DeviceInfo, FunctionAttributes, Handle, HostMemory, KernelLimits, KernelParams, MemInfo, MemLocation,
-  MemPoolAttribute, MemPoolProps, Memcpy2D, ModuleImage, ParamType, PointerAttributes, Ptr,
+  Backend,
+  DeviceInfo,
+  FunctionAttributes,
+  Handle,
+  HostMemory,
+  KernelLimits,
+  KernelParams,
+  MemInfo,
+  MemLocation,
+  MemPoolAttribute,
+  MemPoolProps,
+  Memcpy2D,
+  ModuleImage,
+  ParamType,
+  PointerAttributes,
+  Ptr,
 } from './backend.js';
 import { MemAccess } from './backend.js';
 import type { CollectiveTransport } from './collectives.js';
@@ -619,8 +633,18 @@ export class EmulatedBackend implements Backend {
     return this.kernels.kernelParams(types);
   }
 
-  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
-    sharedBytes: number, stream: Handle, params: KernelParams): void {
+  launchKernel(
+    fn: Handle,
+    gridX: number,
+    gridY: number,
+    gridZ: number,
+    blockX: number,
+    blockY: number,
+    blockZ: number,
+    sharedBytes: number,
+    stream: Handle,
+    params: KernelParams,
+  ): void {
     this.kernels.launchKernel(fn, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes, stream, params);
   }
 

@@ -15,7 +15,11 @@ function ncclType(type: CollectiveDataType): number {
 
 /** One rank's ncclComm_t. */
 class NcclComm implements TransportComm {
-  constructor(private readonly nccl: Nccl, private readonly comm: bigint, private readonly enter: () => void) {}
+  constructor(
+    private readonly nccl: Nccl,
+    private readonly comm: bigint,
+    private readonly enter: () => void,
+  ) {}
 
   private call(name: string, result: () => number): void {
     this.enter();
@@ -31,8 +35,7 @@ class NcclComm implements TransportComm {
   }
 
   reduceScatter(send: Ptr, recv: Ptr, recvCount: number, type: CollectiveDataType, op: CollectiveReduceOp, stream: Handle): void {
-    this.call('ncclReduceScatter',
-      () => this.nccl.fn.ncclReduceScatter(send, recv, recvCount, ncclType(type), NcclRedOp[op], this.comm, stream));
+    this.call('ncclReduceScatter', () => this.nccl.fn.ncclReduceScatter(send, recv, recvCount, ncclType(type), NcclRedOp[op], this.comm, stream));
   }
 
   broadcast(send: Ptr, recv: Ptr, count: number, type: CollectiveDataType, root: number, stream: Handle): void {
@@ -51,8 +54,10 @@ class NcclComm implements TransportComm {
     const { nccl, comm } = this;
     const { ncclCommRegister, ncclCommDeregister } = nccl.fn;
     if (ncclCommRegister === undefined || ncclCommDeregister === undefined) {
-      throw new NotSupportedError(`Communicator.register: NCCL ${ncclVersionText(nccl.version)} (${nccl.path}) has no ` +
-        'ncclCommRegister; user buffer registration needs NCCL 2.19 or later (pip install -U nvidia-nccl-cu12)');
+      throw new NotSupportedError(
+        `Communicator.register: NCCL ${ncclVersionText(nccl.version)} (${nccl.path}) has no ` +
+          'ncclCommRegister; user buffer registration needs NCCL 2.19 or later (pip install -U nvidia-nccl-cu12)',
+      );
     }
     const out = new BigUint64Array(1);
     this.call('ncclCommRegister', () => ncclCommRegister(comm, ptr, bytes, out));
@@ -66,9 +71,17 @@ class NcclComm implements TransportComm {
     let failure: unknown;
     const finalize = nccl.fn.ncclCommFinalize;
     if (finalize !== undefined) {
-      try { nccl.check('ncclCommFinalize', finalize(comm), comm); } catch (error) { failure = error; }
+      try {
+        nccl.check('ncclCommFinalize', finalize(comm), comm);
+      } catch (error) {
+        failure = error;
+      }
     }
-    try { nccl.check('ncclCommDestroy', nccl.fn.ncclCommDestroy(comm)); } catch (error) { failure ??= error; }
+    try {
+      nccl.check('ncclCommDestroy', nccl.fn.ncclCommDestroy(comm));
+    } catch (error) {
+      failure ??= error;
+    }
     if (failure !== undefined) throw failure;
   }
 

@@ -63,7 +63,8 @@ export function setBackend(backend: Backend): void {
   if (claimed && backend !== current) {
     throw new VramStateError(
       `setBackend: devices already exist on the ${current?.name ?? 'current'} backend, and their contexts, ` +
-      'streams and memory belong to it; call setBackend before the first Device.get or allocation');
+        'streams and memory belong to it; call setBackend before the first Device.get or allocation',
+    );
   }
   current = backend;
 }
@@ -129,8 +130,9 @@ function warnFallback(reason: string): void {
   process.emitWarning(
     // The reason is a sentence of its own (the loader's ends with a period): one full stop, not two.
     `vram runs on the emulated backend (host memory, no GPU): ${reason.replace(/[.\s]+$/, '')}. ` +
-    'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.',
-    { code: FALLBACK_WARNING_CODE });
+      'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.',
+    { code: FALLBACK_WARNING_CODE },
+  );
 }
 
 /** The code of the warning `auto` gives when it falls back to the emulated backend. */

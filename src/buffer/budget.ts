@@ -17,7 +17,10 @@ class Budget {
   /** Bytes counted now: allocated inside the scope and not yet freed. */
   used = 0;
   open = true;
-  constructor(readonly limit: number, readonly outer: Budget | undefined) {}
+  constructor(
+    readonly limit: number,
+    readonly outer: Budget | undefined,
+  ) {}
 }
 
 const budgets = new AsyncLocalStorage<Budget>();
@@ -52,12 +55,18 @@ export function withMemoryBudget<T>(bytes: number | string, fn: () => T): T {
   const limit = typeof bytes === 'string' ? parseSize(bytes, 'withMemoryBudget: bytes') : checkBytes(bytes, 'withMemoryBudget: bytes');
   if (typeof fn !== 'function') throw new TypeError('withMemoryBudget: fn must be a function');
   const budget = new Budget(limit, budgets.getStore());
-  return runScope(budgets, budget, fn, () => {
-    budget.open = false;
-    openBudgets -= 1;
-  }, () => {
-    openBudgets += 1;
-  });
+  return runScope(
+    budgets,
+    budget,
+    fn,
+    () => {
+      budget.open = false;
+      openBudgets -= 1;
+    },
+    () => {
+      openBudgets += 1;
+    },
+  );
 }
 
 /**
@@ -91,8 +100,11 @@ export function overBudget(list: readonly Budget[], bytes: number, call: string)
       return {
         budget,
         error: new OutOfMemoryError({
-          requestedBytes: bytes, call, reason: 'budget',
-          message: `${call}: cannot allocate ${formatBytes(bytes)}: the memory budget of this scope (withMemoryBudget) is ` +
+          requestedBytes: bytes,
+          call,
+          reason: 'budget',
+          message:
+            `${call}: cannot allocate ${formatBytes(bytes)}: the memory budget of this scope (withMemoryBudget) is ` +
             `${formatBytes(budget.limit)}, of which ${formatBytes(budget.used)} is in use` +
             (bytes > budget.limit ? '; the request is larger than the whole budget' : ''),
         }),

@@ -248,7 +248,15 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static async allocateAsync(size: ByteSize, options: AllocateAsyncOptions = {}): Promise<DeviceBuffer> {
     const bytes = readBytes(size, 'bytes');
-    options = readOptions('DeviceBuffer.allocateAsync', options, { resource: true, stream: true, device: true, spillable: true, wait: true, signal: true, timeout: true });
+    options = readOptions('DeviceBuffer.allocateAsync', options, {
+      resource: true,
+      stream: true,
+      device: true,
+      spillable: true,
+      wait: true,
+      signal: true,
+      timeout: true,
+    });
     const { wait = false, signal, timeout = Infinity } = options;
     if (typeof wait !== 'boolean') throw new TypeError(`DeviceBuffer.allocateAsync: wait must be a boolean, got ${typeof wait}`);
     if (signal !== undefined && (signal === null || typeof signal !== 'object' || typeof signal.addEventListener !== 'function')) {
@@ -274,8 +282,12 @@ export class DeviceBuffer extends DeviceMemory {
         ptr = tryAllocate(resource, bytes, stream);
       } catch (error) {
         if (!isOutOfMemory(error)) throw error;
-        return new BlockedResult('memory', error instanceof OutOfMemoryError ? error
-          : new OutOfMemoryError({ requestedBytes: bytes, call, reason: 'device', resource: resource.describe(), cause: error }));
+        return new BlockedResult(
+          'memory',
+          error instanceof OutOfMemoryError
+            ? error
+            : new OutOfMemoryError({ requestedBytes: bytes, call, reason: 'device', resource: resource.describe(), cause: error }),
+        );
       }
       return DeviceBuffer.#charged(ptr, bytes, resource, stream, budgets);
     };
@@ -314,9 +326,11 @@ export class DeviceBuffer extends DeviceMemory {
   static #allocateSpillable(bytes: number, options: DeviceBufferOptions, stream: StreamRef): DeviceBuffer {
     const given = options.resource;
     if (given !== undefined && !(given instanceof MemoryResource && given.kind === 'device')) {
-      throw new TypeError(`DeviceBuffer.allocate: spillable memory comes from device memory, which ${
-        given === null || typeof given !== 'object' || typeof given.describe !== 'function' ? 'that resource' : given.describe()} is not; ` +
-        'leave resource out (the device\'s SpillableResource is used), name a device resource, or drop spillable');
+      throw new TypeError(
+        `DeviceBuffer.allocate: spillable memory comes from device memory, which ${
+          given === null || typeof given !== 'object' || typeof given.describe !== 'function' ? 'that resource' : given.describe()
+        } is not; ` + "leave resource out (the device's SpillableResource is used), name a device resource, or drop spillable",
+      );
     }
     if (given !== undefined && options.device !== undefined && Device.resolve(options.device).ordinal !== given.deviceOrdinal) {
       throw new RangeError(`${given.describe()} belongs to device ${given.deviceOrdinal}, not the device asked for`);
@@ -385,7 +399,11 @@ export class DeviceBuffer extends DeviceMemory {
    * ```
    */
   static fromPointer(ptr: number, bytes: number, options: ForeignPointerOptions = {}): ForeignDeviceBuffer {
-    return ForeignDeviceBuffer.wrap(ptr, bytes, readOptions('DeviceBuffer.fromPointer', options, { owner: true, onRelease: true, device: true, readOnly: true }));
+    return ForeignDeviceBuffer.wrap(
+      ptr,
+      bytes,
+      readOptions('DeviceBuffer.fromPointer', options, { owner: true, onRelease: true, device: true, readOnly: true }),
+    );
   }
 
   /** Device memory is resident on its device (peer copies use it). */
@@ -436,7 +454,10 @@ function neverMet(resource: MemoryResource, bytes: number, budget: number, call:
   }
   if (bytes <= most) return undefined;
   return new OutOfMemoryError({
-    requestedBytes: bytes, call, reason, resource: resource.describe(),
+    requestedBytes: bytes,
+    call,
+    reason,
+    resource: resource.describe(),
     message: `${call}: ${formatBytes(bytes)} can never be allocated from ${resource.describe()}, so it does not wait: it is larger than ${what}`,
   });
 }
@@ -514,7 +535,9 @@ export interface Copy2DFromOptions {
  */
 export class PitchedDeviceBuffer extends DeviceBuffer {
   private constructor(
-    ptr: Ptr, resource: MemoryResource, release: Release,
+    ptr: Ptr,
+    resource: MemoryResource,
+    release: Release,
     /** Bytes from the start of one row to the next, chosen by the driver. */
     readonly pitch: number,
     /** Bytes of data in each row. */
@@ -563,10 +586,13 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
       if (waiting !== 0) memoryFreed(device.ordinal);
     };
     const refund = chargeAllocated(pitch * h, 'DeviceBuffer.allocatePitched', memFree);
-    const free = refund === undefined ? memFree : (): void => {
-      memFree();
-      refund();
-    };
+    const free =
+      refund === undefined
+        ? memFree
+        : (): void => {
+            memFree();
+            refund();
+          };
     return new PitchedDeviceBuffer(ptr, resource, free, pitch, widthBytes, h);
   }
 
@@ -583,9 +609,14 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
   copy2DFromHost(src: CopyEndpoint, options: Copy2DOptions = {}): void {
     options = readOptions('PitchedDeviceBuffer.copy2DFromHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
     const { widthBytes, height } = this.#region(options, 'copy2DFromHost');
-    copy2D({ memory: this, offset: 0, pitch: this.pitch },
+    copy2D(
+      { memory: this, offset: 0, pitch: this.pitch },
       { memory: src, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
-      widthBytes, height, options.stream, 'copy2DFromHost');
+      widthBytes,
+      height,
+      options.stream,
+      'copy2DFromHost',
+    );
   }
 
   /**
@@ -601,9 +632,14 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
   copy2DToHost<T extends CopyEndpoint>(dst: T, options: Copy2DOptions = {}): T {
     options = readOptions('PitchedDeviceBuffer.copy2DToHost', options, { widthBytes: true, height: true, hostPitch: true, hostOffset: true, stream: true });
     const { widthBytes, height } = this.#region(options, 'copy2DToHost');
-    copy2D({ memory: dst, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
+    copy2D(
+      { memory: dst, offset: options.hostOffset ?? 0, pitch: options.hostPitch ?? widthBytes },
       { memory: this, offset: 0, pitch: this.pitch },
-      widthBytes, height, options.stream, 'copy2DToHost');
+      widthBytes,
+      height,
+      options.stream,
+      'copy2DToHost',
+    );
     return dst;
   }
 
@@ -624,8 +660,7 @@ export class PitchedDeviceBuffer extends DeviceBuffer {
     if (widthBytes > src.widthBytes || height > src.height) {
       throw new RangeError(`copy2DFrom: ${widthBytes} x ${height} exceeds the source's ${src.widthBytes} x ${src.height}`);
     }
-    copy2D({ memory: this, offset: 0, pitch: this.pitch }, { memory: src, offset: 0, pitch: src.pitch },
-      widthBytes, height, options.stream, 'copy2DFrom');
+    copy2D({ memory: this, offset: 0, pitch: this.pitch }, { memory: src, offset: 0, pitch: src.pitch }, widthBytes, height, options.stream, 'copy2DFrom');
   }
 
   #region(options: Copy2DFromOptions, what: string): { widthBytes: number; height: number } {

@@ -86,10 +86,13 @@ export interface MemsetOptions {
 /** A resolved side of a copy: an address, or bytes of JavaScript memory. */
 type Side =
   | {
-    readonly js: false; readonly ptr: Ptr; readonly size: number; readonly device: Device | undefined;
-    /** The context its memory belongs to, for peer copies (the resident device's active one for vram's own). */
-    readonly context: Handle | undefined;
-  }
+      readonly js: false;
+      readonly ptr: Ptr;
+      readonly size: number;
+      readonly device: Device | undefined;
+      /** The context its memory belongs to, for peer copies (the resident device's active one for vram's own). */
+      readonly context: Handle | undefined;
+    }
   | { readonly js: true; readonly bytes: Uint8Array; readonly size: number };
 
 /** True for the JavaScript memory types copies accept. */
@@ -415,10 +418,7 @@ interface PlannedCopy {
  * Checks a linear copy of `options.bytes` (default: the rest of the source) from `src` at
  * `srcOffset` to `dst` at `dstOffset` against both sides, before anything is copied.
  */
-function planCopy(
-  dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
-  options: CopyOptions, what: string,
-): PlannedCopy {
+function planCopy(dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number, options: CopyOptions, what: string): PlannedCopy {
   if (options.register !== undefined && typeof options.register !== 'boolean') {
     throw new TypeError(`${what}: register must be a boolean, got ${typeof options.register}`);
   }
@@ -435,7 +435,7 @@ function planCopy(
   if (d.js && s.js) throw new TypeError(`${what}: one side must be a vram buffer`);
   checkWritableMemory(dst, what);
   const stream = options.stream;
-  const device = stream instanceof Stream ? stream.device : deviceOf(dst) ?? deviceOf(src);
+  const device = stream instanceof Stream ? stream.device : (deviceOf(dst) ?? deviceOf(src));
   return { d, s, dstOffset, srcOffset, bytes, backend: backendOf(dst, src), device, home: homeOf(dst, src), dst, src };
 }
 
@@ -448,14 +448,20 @@ function pageable(plan: PlannedCopy, register: boolean | undefined): PageableCop
   if (device === undefined) return undefined;
   if (s.js && !d.js) {
     return {
-      direction: 'to-device', device, devicePtr: d.ptr + plan.dstOffset,
-      host: s.bytes.subarray(plan.srcOffset, plan.srcOffset + plan.bytes), options: { register },
+      direction: 'to-device',
+      device,
+      devicePtr: d.ptr + plan.dstOffset,
+      host: s.bytes.subarray(plan.srcOffset, plan.srcOffset + plan.bytes),
+      options: { register },
     };
   }
   if (d.js && !s.js) {
     return {
-      direction: 'from-device', device, devicePtr: s.ptr + plan.srcOffset,
-      host: d.bytes.subarray(plan.dstOffset, plan.dstOffset + plan.bytes), options: { register },
+      direction: 'from-device',
+      device,
+      devicePtr: s.ptr + plan.srcOffset,
+      host: d.bytes.subarray(plan.dstOffset, plan.dstOffset + plan.bytes),
+      options: { register },
     };
   }
   return undefined;
@@ -503,24 +509,25 @@ function issue(plan: PlannedCopy, stream: StreamRef | undefined): void {
  * `dstOffset`, checking both ranges; synchronous unless `options.stream` is given. JavaScript
  * memory and device memory go through the transfer layer (registered, direct or staged).
  */
-export function copyBetween(
-  dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
-  options: CopyOptions, what: string,
-): void {
+export function copyBetween(dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number, options: CopyOptions, what: string): void {
   let plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream;
   if (stream !== undefined && (plan.d.js || plan.s.js)) {
     throw new TypeError(
       `${what}: an asynchronous copy needs pinned host memory; JavaScript memory may be moved or ` +
-      'collected while the copy runs. Use the Async form of the method (it stages JavaScript memory ' +
-      'through pinned memory and resolves when done), copy through a HostBuffer, or omit the stream ' +
-      'for a synchronous copy.');
+        'collected while the copy runs. Use the Async form of the method (it stages JavaScript memory ' +
+        'through pinned memory and resolves when done), copy through a HostBuffer, or omit the stream ' +
+        'for a synchronous copy.',
+    );
   }
   if (plan.bytes === 0) return;
   if (stream === undefined) {
-    refuseDuringCapture(`${what}()`, plan.d.js || plan.s.js
-      ? 'a synchronous copy to or from JavaScript memory waits on the host: copy through a HostBuffer on the capturing stream'
-      : 'a synchronous copy (cuMemcpy) cannot be captured: pass the capturing stream');
+    refuseDuringCapture(
+      `${what}()`,
+      plan.d.js || plan.s.js
+        ? 'a synchronous copy to or from JavaScript memory waits on the host: copy through a HostBuffer on the capturing stream'
+        : 'a synchronous copy (cuMemcpy) cannot be captured: pass the capturing stream',
+    );
   }
   if (prepareSides(stream, dst, src)) plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   if (plan.d.js || plan.s.js) {
@@ -551,16 +558,23 @@ export function copyBetween(
  * (or registered) by the transfer layer; the event loop is never blocked.
  */
 export async function copyBetweenAsync(
-  dst: CopyEndpoint, dstOffset: number, src: CopyEndpoint, srcOffset: number,
-  options: CopyOptions, what: string,
+  dst: CopyEndpoint,
+  dstOffset: number,
+  src: CopyEndpoint,
+  srcOffset: number,
+  options: CopyOptions,
+  what: string,
 ): Promise<void> {
   let plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
   const stream = options.stream ?? defaultStream;
   if (plan.bytes === 0) return;
   const handle = streamHandleOf(stream);
   if (captureSessionOf(handle) !== undefined) {
-    throw new StreamCaptureError(`${what}()`, 'an awaited copy waits for its data on the host, and the capturing stream runs nothing: ' +
-      'queue the copy with the method that takes a stream (a HostBuffer for host memory), and await after launching the graph');
+    throw new StreamCaptureError(
+      `${what}()`,
+      'an awaited copy waits for its data on the host, and the capturing stream runs nothing: ' +
+        'queue the copy with the method that takes a stream (a HostBuffer for host memory), and await after launching the graph',
+    );
   }
   if (plan.d.js || plan.s.js) refuseDuringCapture(`${what}()`, 'a copy of JavaScript memory is staged with host waits');
   if (prepareSides(stream, dst, src)) plan = planCopy(dst, dstOffset, src, srcOffset, options, what);
@@ -656,16 +670,16 @@ export interface Region2D {
  * Copies a `widthBytes` x `height` region between pitched layouts, checking that each pitch is at
  * least `widthBytes` and that each region fits its memory. JavaScript memory only synchronously.
  */
-export function copy2D(
-  dst: Region2D, src: Region2D, widthBytes: number, height: number,
-  stream: StreamRef | undefined, what: string,
-): void {
+export function copy2D(dst: Region2D, src: Region2D, widthBytes: number, height: number, stream: StreamRef | undefined, what: string): void {
   const streamHandle = stream === undefined ? undefined : streamHandleOf(stream);
   let d = resolve(dst.memory, `${what}: destination`);
   let s = resolve(src.memory, `${what}: source`);
   checkNonNegativeInteger(widthBytes, `${what}: widthBytes`);
   checkNonNegativeInteger(height, `${what}: height`);
-  for (const [side, region, name] of [[d, dst, 'destination'], [s, src, 'source']] as const) {
+  for (const [side, region, name] of [
+    [d, dst, 'destination'],
+    [s, src, 'source'],
+  ] as const) {
     checkNonNegativeInteger(region.offset, `${what}: ${name} offset`);
     checkNonNegativeInteger(region.pitch, `${what}: ${name} pitch`);
     if (region.pitch < widthBytes) {
@@ -692,7 +706,12 @@ export function copy2D(
   const dptr = d.js ? backend.addressOf(d.bytes) : d.ptr;
   const sptr = s.js ? backend.addressOf(s.bytes) : s.ptr;
   const copy = {
-    dst: dptr + dst.offset, dstPitch: dst.pitch, src: sptr + src.offset, srcPitch: src.pitch, widthBytes, height,
+    dst: dptr + dst.offset,
+    dstPitch: dst.pitch,
+    src: sptr + src.offset,
+    srcPitch: src.pitch,
+    widthBytes,
+    height,
   };
   if (streamHandle === undefined) backend.memcpy2D(copy);
   else backend.memcpy2DAsync(copy, streamHandle);

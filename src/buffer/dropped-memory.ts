@@ -192,8 +192,11 @@ setOutOfMemoryNote((error) => {
   const live = liveAllocations();
   collectDropped();
   const named = live.sites.slice(0, SITES_NAMED).map((s) => `${s.count} ${s.frames[0] ?? 'at an unknown site'}`);
-  extendMessage(error, `the program holds ${live.count} live allocation${live.count === 1 ? '' : 's'} (${formatBytes(live.bytes)}) it made and has not freed` +
-    (named.length > 0 ? ` (${named.join(', ')})` : ' (captureAllocationStacks(true) names their sites)') +
-    `: ${DROPPED_SENTENCE}; a collection was started, and what was dropped comes back after a turn of the event loop ` +
-    '(wrap each step in `tidy`, or free what it drops)');
+  extendMessage(
+    error,
+    `the program holds ${live.count} live allocation${live.count === 1 ? '' : 's'} (${formatBytes(live.bytes)}) it made and has not freed` +
+      (named.length > 0 ? ` (${named.join(', ')})` : ' (captureAllocationStacks(true) names their sites)') +
+      `: ${DROPPED_SENTENCE}; a collection was started, and what was dropped comes back after a turn of the event loop ` +
+      '(wrap each step in `tidy`, or free what it drops)',
+  );
 });

@@ -251,18 +251,22 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
   }
   const at = hex(ptr);
   if (a.memoryType === 0) {
-    throw new InvalidPointerError(`fromPointer: ${at} is not memory the driver knows (cuPointerGetAttributes ` +
-      'reported no memory type): a pageable host pointer (malloc or JavaScript memory, which the device cannot ' +
-      'address: pin it with HostBuffer.register({ mapped: true }) or copy it), freed memory, or no address at all');
+    throw new InvalidPointerError(
+      `fromPointer: ${at} is not memory the driver knows (cuPointerGetAttributes ` +
+        'reported no memory type): a pageable host pointer (malloc or JavaScript memory, which the device cannot ' +
+        'address: pin it with HostBuffer.register({ mapped: true }) or copy it), freed memory, or no address at all',
+    );
   }
   if (a.memoryType === MemoryType.ARRAY) {
     throw new InvalidPointerError(`fromPointer: ${at} is a CUDA array (cuPointerGetAttributes reported CU_MEMORYTYPE_ARRAY), which has no linear address`);
   }
   if (a.rangeSize <= 0 || ptr < a.rangeStart || ptr + bytes > a.rangeStart + a.rangeSize) {
     const end = a.rangeStart + a.rangeSize;
-    throw new InvalidPointerError(`fromPointer: [${at}, ${hex(ptr + bytes)}) runs past its allocation ` +
-      `[${hex(a.rangeStart)}, ${hex(end)}) of ${a.rangeSize} bytes (cuPointerGetAttributes RANGE_START_ADDR/RANGE_SIZE)` +
-      (ptr + bytes > end ? `: ${ptr + bytes - end} bytes too many` : ''));
+    throw new InvalidPointerError(
+      `fromPointer: [${at}, ${hex(ptr + bytes)}) runs past its allocation ` +
+        `[${hex(a.rangeStart)}, ${hex(end)}) of ${a.rangeSize} bytes (cuPointerGetAttributes RANGE_START_ADDR/RANGE_SIZE)` +
+        (ptr + bytes > end ? `: ${ptr + bytes - end} bytes too many` : ''),
+    );
   }
   const count = backend.deviceCount();
   const reported = a.device >= 0 && a.device < count ? Device.get(a.device) : undefined;
@@ -279,21 +283,28 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
       devicePtr = backend.memHostGetDevicePointer(ptr);
     } catch (error) {
       if (!(error instanceof CudaError)) throw error;
-      throw new InvalidPointerError(`fromPointer: ${at} is pinned host memory that is not mapped for the device ` +
-        `(cuPointerGetAttributes reported CU_MEMORYTYPE_HOST; cuMemHostGetDevicePointer failed: ${error.errorName}): ` +
-        'allocate or register it with DEVICEMAP', { cause: error });
+      throw new InvalidPointerError(
+        `fromPointer: ${at} is pinned host memory that is not mapped for the device ` +
+          `(cuPointerGetAttributes reported CU_MEMORYTYPE_HOST; cuMemHostGetDevicePointer failed: ${error.errorName}): ` +
+          'allocate or register it with DEVICEMAP',
+        { cause: error },
+      );
     }
     if (devicePtr !== ptr) {
-      throw new InvalidPointerError(`fromPointer: ${at} is the host address of mapped memory whose device address is ` +
-        `${hex(devicePtr)} (cuMemHostGetDevicePointer): pass the device address`);
+      throw new InvalidPointerError(
+        `fromPointer: ${at} is the host address of mapped memory whose device address is ` +
+          `${hex(devicePtr)} (cuMemHostGetDevicePointer): pass the device address`,
+      );
     }
     return { device: asked ?? reported ?? probe, resident: undefined, context, kind: 'mapped-host' };
   }
   const home = reported ?? probe;
   if (asked !== undefined && asked !== home && !asked.canAccessPeer(home)) {
-    throw new InvalidPointerError(`fromPointer: ${at} is memory of device ${home.ordinal}` +
-      `${context === undefined ? '' : ` (context ${hex(context)})`}, which device ${asked.ordinal} cannot access ` +
-      '(cuDeviceCanAccessPeer reported no peer access)');
+    throw new InvalidPointerError(
+      `fromPointer: ${at} is memory of device ${home.ordinal}` +
+        `${context === undefined ? '' : ` (context ${hex(context)})`}, which device ${asked.ordinal} cannot access ` +
+        '(cuDeviceCanAccessPeer reported no peer access)',
+    );
   }
   return { device: home, resident: home, context, kind: 'device' };
 }

@@ -27,7 +27,12 @@ export interface ForeignFigures {
   readonly copiesToHost: number;
 }
 
-interface Counts { mirrors: number; bytes: number; copiesToDevice: number; copiesToHost: number }
+interface Counts {
+  mirrors: number;
+  bytes: number;
+  copiesToDevice: number;
+  copiesToHost: number;
+}
 const figures = new Map<number, Counts>();
 
 function countsOf(device: number): Counts {
@@ -98,8 +103,10 @@ export class ForeignMirror<H extends MirrorHost = MirrorHost> {
   static tie<H extends MirrorHost>(buffer: ForeignDeviceBuffer, host: H, current: MirrorSide = 'device'): ForeignMirror<H> {
     if (!(buffer instanceof ForeignDeviceBuffer)) throw new TypeError('ForeignMirror.tie expects a ForeignDeviceBuffer (DeviceBuffer.fromPointer)');
     if (!ArrayBuffer.isView(host)) throw new TypeError('ForeignMirror.tie: host must be a TypedArray or DataView');
-    if (current !== 'both' && current !== 'device' && current !== 'host') throw new TypeError(`current must be 'both', 'device' or 'host', got ${String(current)}`);
-    if (host.byteLength !== buffer.byteLength) throw new RangeError(`ForeignMirror.tie: the host array has ${host.byteLength} bytes, the buffer ${buffer.byteLength}`);
+    if (current !== 'both' && current !== 'device' && current !== 'host')
+      throw new TypeError(`current must be 'both', 'device' or 'host', got ${String(current)}`);
+    if (host.byteLength !== buffer.byteLength)
+      throw new RangeError(`ForeignMirror.tie: the host array has ${host.byteLength} bytes, the buffer ${buffer.byteLength}`);
     if (buffer.freed) throw new VramStateError('ForeignMirror.tie: the buffer was freed');
     if (tied.has(buffer)) throw new VramStateError('ForeignMirror.tie: the buffer is tied to a host array already');
     const mirror = new ForeignMirror(buffer, host, current);

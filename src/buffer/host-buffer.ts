@@ -74,11 +74,7 @@ export interface ViewOptions {
  * Checks `view()`'s arguments against a buffer of `byteLength` bytes and resolves the defaults, so
  * every host-accessible buffer rejects the same bad views with the same errors.
  */
-export function viewRange(
-  byteLength: number,
-  Type: TypedArrayConstructor<ArrayBufferView>,
-  options: ViewOptions,
-): { byteOffset: number; length: number } {
+export function viewRange(byteLength: number, Type: TypedArrayConstructor<ArrayBufferView>, options: ViewOptions): { byteOffset: number; length: number } {
   if (typeof Type !== 'function' || typeof Type.BYTES_PER_ELEMENT !== 'number') {
     throw new TypeError('view expects a TypedArray class, e.g. Float32Array');
   }
@@ -127,9 +123,17 @@ export class HostBuffer extends Allocation {
   #cachedDevicePtr: Ptr | undefined;
 
   private constructor(
-    ptr: Ptr, bytes: number, release: Release, stream: StreamRef | undefined,
+    ptr: Ptr,
+    bytes: number,
+    release: Release,
+    stream: StreamRef | undefined,
     flags: {
-      resource?: MemoryResource; mapped: boolean; portable: boolean; writeCombined: boolean; registered?: Uint8Array; readOnly?: boolean;
+      resource?: MemoryResource;
+      mapped: boolean;
+      portable: boolean;
+      writeCombined: boolean;
+      registered?: Uint8Array;
+      readOnly?: boolean;
     },
   ) {
     // Host memory belongs to no device; device 0's context is the one host calls use
@@ -193,8 +197,7 @@ export class HostBuffer extends Allocation {
       if (options.portable !== undefined || options.mapped !== undefined || options.writeCombined !== undefined) {
         throw new TypeError('give either a resource or pinned-memory flags, not both');
       }
-      flags = resource instanceof PinnedHostResource
-        ? resource.options : { portable: false, mapped: false, writeCombined: false };
+      flags = resource instanceof PinnedHostResource ? resource.options : { portable: false, mapped: false, writeCombined: false };
     } else {
       const bits = hostAllocFlags(options);
       let pinned = defaultResources.get(bits);
@@ -231,8 +234,11 @@ export class HostBuffer extends Allocation {
     const bytes = bytesOf(memory);
     checkBytes(bytes.byteLength, 'memory.byteLength');
     let flags = 0;
-    for (const [name, bit] of [['portable', HostRegisterFlags.PORTABLE], ['mapped', HostRegisterFlags.DEVICEMAP],
-      ['readOnly', HostRegisterFlags.READ_ONLY]] as const) {
+    for (const [name, bit] of [
+      ['portable', HostRegisterFlags.PORTABLE],
+      ['mapped', HostRegisterFlags.DEVICEMAP],
+      ['readOnly', HostRegisterFlags.READ_ONLY],
+    ] as const) {
       const value = options[name];
       if (value === undefined) continue;
       if (typeof value !== 'boolean') throw new TypeError(`${name} must be a boolean, got ${typeof value}`);
@@ -250,7 +256,10 @@ export class HostBuffer extends Allocation {
       void bytes.byteLength;
     };
     return new HostBuffer(ptr, bytes.byteLength, release, undefined, {
-      mapped: options.mapped === true, portable: options.portable === true, writeCombined: false, registered: bytes,
+      mapped: options.mapped === true,
+      portable: options.portable === true,
+      writeCombined: false,
+      registered: bytes,
       readOnly: options.readOnly === true,
     });
   }
@@ -300,8 +309,9 @@ export class HostBuffer extends Allocation {
       warnedWriteCombined = true;
       process.emitWarning(
         'A view of write-combined pinned memory: reading it from the CPU is very slow (uncached). ' +
-        'Write-combined memory is for buffers the host only writes.',
-        { code: 'VRAM_WRITE_COMBINED_READ', type: 'PerformanceWarning' });
+          'Write-combined memory is for buffers the host only writes.',
+        { code: 'VRAM_WRITE_COMBINED_READ', type: 'PerformanceWarning' },
+      );
     }
     if (this.registered !== undefined) {
       const r = this.registered;
@@ -322,8 +332,15 @@ export class HostBuffer extends Allocation {
    * ```
    */
   override toString(): string {
-    const flags = [this.registered ? 'registered' : 'pinned', this.mapped ? 'mapped' : '', this.portable ? 'portable' : '',
-      this.writeCombined ? 'write-combined' : '', this.readOnly ? 'read-only' : ''].filter(Boolean).join(', ');
+    const flags = [
+      this.registered ? 'registered' : 'pinned',
+      this.mapped ? 'mapped' : '',
+      this.portable ? 'portable' : '',
+      this.writeCombined ? 'write-combined' : '',
+      this.readOnly ? 'read-only' : '',
+    ]
+      .filter(Boolean)
+      .join(', ');
     return `HostBuffer(${this.byteLength} bytes, ${flags}${this.freed ? ', freed' : ''})`;
   }
 }

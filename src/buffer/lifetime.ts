@@ -16,7 +16,6 @@ import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '
 import type { StreamRef } from '../stream.js';
 import { readOptions } from '../util/options.js';
 
-
 /**
  * Returns memory where it came from. `stream` is the stream it is freed on (the one given to
  * `free({ stream })`, else the allocation stream, else the first recorded stream); closures over a
@@ -92,7 +91,9 @@ const registry = new FinalizationRegistry<Held>((held) => {
   }
   countReleased(held.bytes, held.stack, false);
   reportLeak({
-    kind: held.kind, ptr: held.ptr, bytes: held.bytes,
+    kind: held.kind,
+    ptr: held.ptr,
+    bytes: held.bytes,
     ...(held.stack !== undefined ? { stack: held.stack } : {}),
     ...(releaseError !== undefined ? { releaseError } : {}),
   });
@@ -141,7 +142,7 @@ function untrack(stream: StreamRef): void {
 
 /** The event recorded as `stream` was destroyed, or 0 when it lives or no buffer recorded it. */
 function finalEventOf(stream: StreamRef): Handle {
-  return stream instanceof Stream ? recorded.get(stream)?.final ?? 0 : 0;
+  return stream instanceof Stream ? (recorded.get(stream)?.final ?? 0) : 0;
 }
 
 /**
@@ -243,16 +244,22 @@ export abstract class Allocation {
    * @param streamOrdered False when `release` is not stream-ordered (registered host memory):
    *   then `free()` waits on the host for the recorded streams instead.
    */
-  protected constructor(
-    ptr: Ptr, byteLength: number, release: Release, owner: Device,
-    stream: StreamRef | undefined, streamOrdered = true,
-  ) {
+  protected constructor(ptr: Ptr, byteLength: number, release: Release, owner: Device, stream: StreamRef | undefined, streamOrdered = true) {
     this.#ptr = ptr;
     this.#bytes = byteLength;
     const held: Held = {
-      kind: new.target.name, ptr, bytes: byteLength,
+      kind: new.target.name,
+      ptr,
+      bytes: byteLength,
       stack: captureStacks ? new Error('allocated here').stack : undefined,
-      release, owner, stream, ordered: streamOrdered, uses: undefined, holds: 0, deferred: undefined, after: undefined,
+      release,
+      owner,
+      stream,
+      ordered: streamOrdered,
+      uses: undefined,
+      holds: 0,
+      deferred: undefined,
+      after: undefined,
     };
     this.#held = held;
     registry.register(this, held, held);
@@ -470,7 +477,9 @@ export abstract class Allocation {
    * @throws {UseAfterFreeError} When freed.
    */
   protected hostView<T extends ArrayBufferView>(
-    Type: new (buffer: ArrayBuffer, byteOffset?: number, length?: number) => T, byteOffset: number, length: number,
+    Type: new (buffer: ArrayBuffer, byteOffset?: number, length?: number) => T,
+    byteOffset: number,
+    length: number,
   ): T {
     if (this.#freed) this.#throwFreed();
     if (this.#view === undefined) {
@@ -552,8 +561,9 @@ export function holdMemory(allocation: Allocation): () => void {
     } catch (error) {
       process.emitWarning(
         `${held.kind} of ${held.bytes} bytes, freed while a copy used it, could not be given back when the copy ended: ` +
-        (error instanceof Error ? error.message : String(error)),
-        { code: 'VRAM_DEFERRED_FREE' });
+          (error instanceof Error ? error.message : String(error)),
+        { code: 'VRAM_DEFERRED_FREE' },
+      );
     }
   };
 }

@@ -148,10 +148,17 @@ export class ManagedBuffer extends DeviceMemory {
     if (typeof unset !== 'boolean') throw new TypeError('unset must be a boolean');
     let code: number;
     switch (advice) {
-      case 'read-mostly': code = unset ? MemAdvice.UNSET_READ_MOSTLY : MemAdvice.SET_READ_MOSTLY; break;
-      case 'preferred-location': code = unset ? MemAdvice.UNSET_PREFERRED_LOCATION : MemAdvice.SET_PREFERRED_LOCATION; break;
-      case 'accessed-by': code = unset ? MemAdvice.UNSET_ACCESSED_BY : MemAdvice.SET_ACCESSED_BY; break;
-      default: throw new RangeError(`advice must be 'read-mostly', 'preferred-location' or 'accessed-by', got '${String(advice)}'`);
+      case 'read-mostly':
+        code = unset ? MemAdvice.UNSET_READ_MOSTLY : MemAdvice.SET_READ_MOSTLY;
+        break;
+      case 'preferred-location':
+        code = unset ? MemAdvice.UNSET_PREFERRED_LOCATION : MemAdvice.SET_PREFERRED_LOCATION;
+        break;
+      case 'accessed-by':
+        code = unset ? MemAdvice.UNSET_ACCESSED_BY : MemAdvice.SET_ACCESSED_BY;
+        break;
+      default:
+        throw new RangeError(`advice must be 'read-mostly', 'preferred-location' or 'accessed-by', got '${String(advice)}'`);
     }
     let loc: MemLocation;
     if (location === undefined) {

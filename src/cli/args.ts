@@ -14,8 +14,9 @@ type Options = NonNullable<ParseArgsConfig['options']>;
 const COMMON = { help: { type: 'boolean', short: 'h', default: false } } as const;
 
 /** What `parseCommandArgs` returns: `parseArgs`' result for the command's options plus `help`. */
-export type ParsedCommandArgs<T extends Options> =
-  ReturnType<typeof parseArgs<{ args: string[]; options: T & typeof COMMON; strict: true; allowPositionals: boolean }>>;
+export type ParsedCommandArgs<T extends Options> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: T & typeof COMMON; strict: true; allowPositionals: boolean }>
+>;
 
 /**
  * Joins `--name -1` (and `-n -1`) into `--name=-1` for options that take a value, so a negative

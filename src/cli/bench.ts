@@ -51,7 +51,10 @@ export interface BenchReport {
 
 function parseGroups(values: readonly string[] | undefined): readonly Group[] {
   if (values === undefined || values.length === 0) return GROUPS;
-  const groups = values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  const groups = values
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter((v) => v !== '');
   if (groups.length === 0) throw new UsageError(`--only takes ${GROUPS.join(', ')}; got nothing`, 'bench');
   for (const g of groups) {
     if (!(GROUPS as readonly string[]).includes(g)) {
@@ -123,8 +126,7 @@ const COLUMNS: Readonly<Record<string, string>> = {
 
 /** The mark after a row that is a model of the driver, and the footnote that says so. */
 const MODEL_MARK = ' (model)';
-const MODEL_NOTE = "the emulated backend's model of the CUDA driver (its allocation calls, CUDA's pool); " +
-  "its cost is the model's, not the driver's";
+const MODEL_NOTE = "the emulated backend's model of the CUDA driver (its allocation calls, CUDA's pool); " + "its cost is the model's, not the driver's";
 
 /** The row with its name marked when it is a model of the driver (the table's and the report's). */
 function markModel(row: BenchRow): BenchRow {
@@ -168,10 +170,15 @@ function emulatedNotes(quickAsked: boolean, settings: BenchSettings): (readonly 
     ['measures', 'host memory standing in for a GPU: these figures say nothing about a GPU'],
     ['mode', quickAsked ? `quick (--quick); transfer sizes ${sizes}` : `quick, because the backend is emulated; transfer sizes ${sizes}`],
     ['D2D', 'a host-memory copy (memcpy within this process), not a copy between GPU memory'],
-    ['pool hits', 'timed warm, as bench/pool-hit times them: 60,000 pairs (or 30 ms) first, then the median of 15 rounds of ' +
-      'about 2 ms (1,000 to 50,000 pairs)'],
-    ['on a GPU', "no figure here carries over: every one is a time on this host; rows marked (model) time the emulation's " +
-      "model of the driver. Run vram bench on the GPU machine"],
+    [
+      'pool hits',
+      'timed warm, as bench/pool-hit times them: 60,000 pairs (or 30 ms) first, then the median of 15 rounds of ' + 'about 2 ms (1,000 to 50,000 pairs)',
+    ],
+    [
+      'on a GPU',
+      "no figure here carries over: every one is a time on this host; rows marked (model) time the emulation's " +
+        'model of the driver. Run vram bench on the GPU machine',
+    ],
   ];
 }
 
@@ -236,9 +243,21 @@ export async function benchCommand(args: string[]): Promise<number> {
       process.stdout.write(`\nskipped:\n${skipped.map((s) => `  ${s.group}: ${s.name} ${formatBytes(s.size)}: ${s.reason}`).join('\n')}\n`);
     }
   }
-  if (values.html !== undefined && !writeReportFile('bench', '--html', values.html, renderReport(benchReport({
-    facts: rows.some((r) => r.model === true) ? [...header, ['(model)', MODEL_NOTE]] : header, rows: rows.map(markModel), skipped,
-  })))) {
+  if (
+    values.html !== undefined &&
+    !writeReportFile(
+      'bench',
+      '--html',
+      values.html,
+      renderReport(
+        benchReport({
+          facts: rows.some((r) => r.model === true) ? [...header, ['(model)', MODEL_NOTE]] : header,
+          rows: rows.map(markModel),
+          skipped,
+        }),
+      ),
+    )
+  ) {
     return 1;
   }
   return 0;

@@ -42,11 +42,7 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
     name: 'info',
     usage: 'info [--json] [--verbose]',
     summary: 'backend, driver, every device with its memory and attributes, and the VRAM_* settings',
-    options: [
-      { flag: '--json', meaning: 'print the report as JSON' },
-      VERBOSE_OPTION,
-      HELP_OPTION,
-    ],
+    options: [{ flag: '--json', meaning: 'print the report as JSON' }, VERBOSE_OPTION, HELP_OPTION],
     environment: [...BACKEND_ENVIRONMENT],
   },
   {
@@ -68,17 +64,29 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
   {
     name: 'replay',
     usage: `replay <trace.csv>... [--resource NAME]... [--capacity SIZE | --headroom PERCENT] [--repeat N] [--extent-size SIZE] [--per-op] [--device N] [--json] [--html FILE]`,
-    summary: 'replay RMM allocation logs through one or more resource stacks, with all the device\'s memory or only as much as asked',
+    summary: "replay RMM allocation logs through one or more resource stacks, with all the device's memory or only as much as asked",
     options: [
       { flag: '--resource, -r NAME', meaning: `${RESOURCE_STACK_NAMES.join(', ')} or all; repeat it or separate with commas (default all)` },
-      { flag: '--capacity SIZE', meaning: 'replay with only SIZE of device memory (16G, 24GiB): will the trace fit on a smaller card? A ballast (one cuMemAlloc, outside every stack) takes the rest of the free memory before the stacks are made, so each stack sees SIZE free when it is made, and what it takes (its own fixed costs, the arena\'s reservation) counts against it; each stack\'s row says whether the trace fit, and its notes where it failed (operation, line, request, live and held bytes). Refused when the device has less free' },
-      { flag: '--headroom PERCENT', meaning: 'as --capacity, of each trace\'s peak live plus PERCENT (3 or 3%: peak live x 1.03); not with --capacity' },
+      {
+        flag: '--capacity SIZE',
+        meaning:
+          "replay with only SIZE of device memory (16G, 24GiB): will the trace fit on a smaller card? A ballast (one cuMemAlloc, outside every stack) takes the rest of the free memory before the stacks are made, so each stack sees SIZE free when it is made, and what it takes (its own fixed costs, the arena's reservation) counts against it; each stack's row says whether the trace fit, and its notes where it failed (operation, line, request, live and held bytes). Refused when the device has less free",
+      },
+      { flag: '--headroom PERCENT', meaning: "as --capacity, of each trace's peak live plus PERCENT (3 or 3%: peak live x 1.03); not with --capacity" },
       { flag: '--repeat N', meaning: 'replay the trace N times back to back, 1 to 1000 (default 1), and report the first pass and the later ones apart' },
-      { flag: '--extent-size SIZE', meaning: 'the pool and binning stacks\' PoolResource extentSize: most bytes one physical allocation may span, whole 2 MiB pages (the device\'s allocation granularity; default one page; larger grows faster at a higher peak)' },
+      {
+        flag: '--extent-size SIZE',
+        meaning:
+          "the pool and binning stacks' PoolResource extentSize: most bytes one physical allocation may span, whole 2 MiB pages (the device's allocation granularity; default one page; larger grows faster at a higher peak)",
+      },
       { flag: '--per-op', meaning: 'also time each operation alone (first pass) and report median allocate and free times' },
       { flag: '--device N', meaning: 'device ordinal (default 0)' },
       { flag: '--json', meaning: 'print the results as JSON: one object for one log, an array of them, in order, for several' },
-      { flag: '--html FILE', meaning: "also write a report to FILE (one log only): each stack's live and reserved bytes over the trace's time (from one more replay per stack), the live blocks at the peak" },
+      {
+        flag: '--html FILE',
+        meaning:
+          "also write a report to FILE (one log only): each stack's live and reserved bytes over the trace's time (from one more replay per stack), the live blocks at the peak",
+      },
       HELP_OPTION,
     ],
     environment: [...BACKEND_ENVIRONMENT],
@@ -87,10 +95,7 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
     name: 'view',
     usage: 'view <snapshot.json> [-o FILE]',
     summary: 'turn a memory snapshot (memorySnapshot(), VRAM_OOM_SNAPSHOT) into an HTML report',
-    options: [
-      { flag: '--output, -o FILE', meaning: "where to write the report (default: the snapshot's path, .json replaced by .html)" },
-      HELP_OPTION,
-    ],
+    options: [{ flag: '--output, -o FILE', meaning: "where to write the report (default: the snapshot's path, .json replaced by .html)" }, HELP_OPTION],
     environment: [],
   },
   {

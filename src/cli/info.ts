@@ -51,8 +51,7 @@ export interface InfoReport {
  * const { problems } = checkSettings(environmentSettings(), []);
  * ```
  */
-export function checkSettings(settings: readonly EnvironmentSetting[], devices: readonly DeviceInfo[]):
-  { problems: string[]; warnings: string[] } {
+export function checkSettings(settings: readonly EnvironmentSetting[], devices: readonly DeviceInfo[]): { problems: string[]; warnings: string[] } {
   const problems = settings.flatMap((s) => (s.problem === undefined ? [] : [s.problem]));
   const warnings: string[] = [];
   const resourceVariables = ['VRAM_ALLOCATOR', 'VRAM_MEMORY_LIMIT', 'VRAM_MEMORY_FRACTION'];
@@ -66,8 +65,10 @@ export function checkSettings(settings: readonly EnvironmentSetting[], devices: 
         problems.push(error instanceof Error ? error.message : String(error));
       }
       if (resource.cap?.kind === 'limit' && resource.cap.bytes > device.totalMemory) {
-        warnings.push(`VRAM_MEMORY_LIMIT=${formatBytes(resource.cap.bytes)} is above device ${device.ordinal}'s ` +
-          `${formatBytes(device.totalMemory)}: it never applies there, the device's memory runs out first`);
+        warnings.push(
+          `VRAM_MEMORY_LIMIT=${formatBytes(resource.cap.bytes)} is above device ${device.ordinal}'s ` +
+            `${formatBytes(device.totalMemory)}: it never applies there, the device's memory runs out first`,
+        );
       }
     }
   } catch (error) {
@@ -214,14 +215,19 @@ function formatDevice(d: DeviceReport): string {
 /** The text view of the whole report; `verbose` gives the backend's reason in full and the driver search path. */
 export function formatInfo(report: InfoReport, verbose = false): string {
   const backend = describeBackendName(report.backend, report.emulatedReason, verbose);
-  const driver = report.backend === 'emulated'
-    ? `none (emulating CUDA ${report.cudaVersion})`
-    : `${report.driverVersion ?? 'unknown'} (CUDA ${report.cudaVersion})`;
-  const pairs: (readonly [string, string])[] = [['backend', backend], ['driver', driver]];
+  const driver =
+    report.backend === 'emulated' ? `none (emulating CUDA ${report.cudaVersion})` : `${report.driverVersion ?? 'unknown'} (CUDA ${report.cudaVersion})`;
+  const pairs: (readonly [string, string])[] = [
+    ['backend', backend],
+    ['driver', driver],
+  ];
   if (verbose && !listsSearchedPaths(report.emulatedReason)) pairs.push(['driver search', driverSearchPath()]);
   pairs.push(['devices', String(report.devices.length)]);
-  return [formatPairs(pairs), ...report.devices.map(formatDevice),
-    `environment:\n${formatEnvironment(undefined, report.environment).replace(/^/gm, '  ')}`].join('\n\n');
+  return [
+    formatPairs(pairs),
+    ...report.devices.map(formatDevice),
+    `environment:\n${formatEnvironment(undefined, report.environment).replace(/^/gm, '  ')}`,
+  ].join('\n\n');
 }
 
 /** Entry point of `vram info`. */

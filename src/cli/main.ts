@@ -25,7 +25,7 @@ function packageVersion(): string {
 }
 
 /** What `vram version --help` prints. */
-const VERSION_HELP = "usage: vram version (or vram --version, vram -v)\n\nPrints the version of the vram package this command belongs to.";
+const VERSION_HELP = 'usage: vram version (or vram --version, vram -v)\n\nPrints the version of the vram package this command belongs to.';
 
 /** True when the arguments ask for help: `--help` or `-h` before any `--`. */
 function asksForHelp(args: readonly string[]): boolean {
@@ -65,9 +65,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   } catch (error) {
     if (error instanceof UsageError) return answerUsageError(error);
     // The stack is for developers (VRAM_DEBUG=1); users get the one-line message.
-    const message = error instanceof Error
-      ? (DEBUG_VARIABLE.read() !== undefined ? (error.stack ?? error.message) : error.message)
-      : String(error);
+    const message = error instanceof Error ? (DEBUG_VARIABLE.read() !== undefined ? (error.stack ?? error.message) : error.message) : String(error);
     process.stderr.write(`vram: ${message}\n`);
     return 1;
   }

@@ -45,7 +45,8 @@ type FailedAt = ReplayFailurePoint & { readonly line: number };
  */
 type Outcome = { readonly stack: ResourceStackName; readonly notes: readonly string[]; readonly freeAtStartBytes?: number } & (
   | { readonly ok: true; readonly result: ReplayResult }
-  | { readonly ok: false; readonly error: string; readonly outOfMemory: boolean; readonly at?: FailedAt });
+  | { readonly ok: false; readonly error: string; readonly outOfMemory: boolean; readonly at?: FailedAt }
+);
 
 /** How the emulated device's capacity was chosen, for the output. */
 interface EmulatedCapacity {
@@ -68,7 +69,8 @@ function capacityFor(request: CapacityRequest, trace: AllocationTrace): number {
 /** How the capacity was found, for the heading and the refusal. */
 function capacityWords(request: CapacityRequest, trace: AllocationTrace): string {
   const bytes = capacityFor(request, trace);
-  return request.flag === '--capacity' ? `${formatBytes(bytes)} (--capacity ${request.text})`
+  return request.flag === '--capacity'
+    ? `${formatBytes(bytes)} (--capacity ${request.text})`
     : `${formatBytes(bytes)} (peak live ${formatBytes(trace.summary.peakLiveBytes)} + ${request.percent}%, --headroom ${request.text})`;
 }
 
@@ -103,8 +105,11 @@ const PRESSURE_DEVICE_BYTES = 80 * GIB;
  * capacity, room for a ballast too) unless VRAM_EMULATED_BYTES says otherwise. Runs before any
  * Device exists (setBackend refuses a change afterwards). Throws when the size would pass 2^53 bytes.
  */
-function sizeEmulatedDevice(backend: Backend, traces: readonly AllocationTrace[], request: CapacityRequest | undefined):
-  { backend: Backend; capacity?: EmulatedCapacity } {
+function sizeEmulatedDevice(
+  backend: Backend,
+  traces: readonly AllocationTrace[],
+  request: CapacityRequest | undefined,
+): { backend: Backend; capacity?: EmulatedCapacity } {
   if (backend.name !== 'emulated') return { backend };
   if (EMULATED_BYTES_VARIABLE.read() !== undefined) return { backend, capacity: { bytes: backend.deviceInfo(0).totalMemory, source: 'VRAM_EMULATED_BYTES' } };
   let forTraces = 0;
@@ -113,13 +118,17 @@ function sizeEmulatedDevice(backend: Backend, traces: readonly AllocationTrace[]
     const forTrace = emulatedCapacityFor(trace.summary.peakLiveBytes);
     if (!Number.isSafeInteger(forTrace)) {
       // Said here in the trace's terms: the backend's own refusal names its constructor option.
-      throw new Error(`${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
-        `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`);
+      throw new Error(
+        `${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
+          `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`,
+      );
     }
     const withBallast = request === undefined ? 0 : emulatedCapacityWithBallast(capacityFor(request, trace));
     if (!Number.isSafeInteger(withBallast)) {
-      throw new Error(`${request!.flag} ${request!.text}: a capacity of ${formatBytes(capacityFor(request!, trace))} for ${trace.source} ` +
-        'needs an emulated device larger than the 2^53 - 1 bytes one can have');
+      throw new Error(
+        `${request!.flag} ${request!.text}: a capacity of ${formatBytes(capacityFor(request!, trace))} for ${trace.source} ` +
+          'needs an emulated device larger than the 2^53 - 1 bytes one can have',
+      );
     }
     forTraces = Math.max(forTraces, forTrace);
     forCapacity = Math.max(forCapacity, withBallast);
@@ -145,8 +154,10 @@ function capacityLine(capacity: EmulatedCapacity): string {
     case 'trace':
       return `emulated device sized for ${capacity.largestOf === undefined ? 'this trace' : `the largest of ${capacity.largestOf} traces`}: ${size} (2 x peak live + 1 GiB; VRAM_EMULATED_BYTES is unset; backed lazily)`;
     case 'capacity':
-      return `emulated device sized for the capacity: ${size} (at least 80 GiB, as an H100, and 1 GiB more than the capacity, so a ballast holds the rest as on a GPU; ` +
-        'VRAM_EMULATED_BYTES is unset; backed lazily)';
+      return (
+        `emulated device sized for the capacity: ${size} (at least 80 GiB, as an H100, and 1 GiB more than the capacity, so a ballast holds the rest as on a GPU; ` +
+        'VRAM_EMULATED_BYTES is unset; backed lazily)'
+      );
     case 'VRAM_EMULATED_BYTES':
       return `emulated device of ${size} (VRAM_EMULATED_BYTES)`;
     case 'default':
@@ -161,8 +172,14 @@ function capacityLine(capacity: EmulatedCapacity): string {
  * above all, under a capacity) is this stack's outcome, not the command's: the engine has given
  * back what the pass held and the stack is closed here, so the next stack starts as this one did.
  */
-function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: StackOptions, perOp: boolean, repeat: number,
-  device: Device | undefined): Outcome {
+function runOne(
+  name: ResourceStackName,
+  trace: AllocationTrace,
+  stackOptions: StackOptions,
+  perOp: boolean,
+  repeat: number,
+  device: Device | undefined,
+): Outcome {
   const freeAtStart = device === undefined ? {} : { freeAtStartBytes: device.memInfo().free };
   let stack;
   try {
@@ -181,9 +198,12 @@ function runOne(name: ResourceStackName, trace: AllocationTrace, stackOptions: S
     const outOfMemory = isOutOfMemory(error instanceof ReplayError ? error.cause : error);
     // The arena's own figure ran out, not the device: say that instead of a hint about the device.
     const message = messageOf(error);
-    const arena = outOfMemory && name === 'arena'
-      ? (/arena exhausted/i.test(message) ? 'the arena cannot grow (a fixed reservation): ' : 'the arena was exhausted (a fixed reservation: it cannot grow): ')
-      : '';
+    const arena =
+      outOfMemory && name === 'arena'
+        ? /arena exhausted/i.test(message)
+          ? 'the arena cannot grow (a fixed reservation): '
+          : 'the arena was exhausted (a fixed reservation: it cannot grow): '
+        : '';
     const at = error instanceof ReplayError && error.point !== undefined ? { at: { line: error.line, ...error.point } } : {};
     return { stack: name, ok: false, notes: stack.notes, ...freeAtStart, error: `${arena}${message}`, outOfMemory: outOfMemory && name !== 'arena', ...at };
   } finally {
@@ -207,16 +227,22 @@ interface TraceRun {
 function headingLines(run: Omit<TraceRun, 'outcomes'>, backend: string, capacity: EmulatedCapacity | undefined): [string, string][] {
   const s = run.trace.summary;
   const lines: [string, string][] = [
-    ['trace', `${run.trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
-      `${s.failures > 0 ? `, ${s.failures} failed allocations skipped` : ''}), peak live ${formatBytes(s.peakLiveBytes)}` +
-      ` in ${s.peakLiveCount} blocks, ${s.streams.length} stream(s)`],
+    [
+      'trace',
+      `${run.trace.source}: ${s.operations} operations (${s.allocations} allocate, ${s.frees} free` +
+        `${s.failures > 0 ? `, ${s.failures} failed allocations skipped` : ''}), peak live ${formatBytes(s.peakLiveBytes)}` +
+        ` in ${s.peakLiveCount} blocks, ${s.streams.length} stream(s)`,
+    ],
     ['backend', `${backend}${backend === 'emulated' ? ' (host memory standing in for a GPU: times are not GPU times)' : ''}`],
   ];
   if (capacity !== undefined) lines.push(['device', capacityLine(capacity)]);
   if (run.limit !== undefined) {
     const b = run.limit.ballast;
-    lines.push(['capacity', `${run.limit.words}: a ballast of ${formatBytes(b.bytes)} takes the rest of the device's free memory ` +
-      `(${formatBytes(b.totalBytes)} in all), so each stack sees ${formatBytes(b.freeBytes)} free (cuMemGetInfo) when it is made`]);
+    lines.push([
+      'capacity',
+      `${run.limit.words}: a ballast of ${formatBytes(b.bytes)} takes the rest of the device's free memory ` +
+        `(${formatBytes(b.totalBytes)} in all), so each stack sees ${formatBytes(b.freeBytes)} free (cuMemGetInfo) when it is made`,
+    ]);
     if (run.limit.cannotFit !== undefined) lines.push(['fit', cannotFitWords(run.limit.cannotFit, b.capacityBytes)]);
   }
   return lines;
@@ -251,10 +277,12 @@ function cannotFit(trace: AllocationTrace, capacityBytes: number, pageBytes: num
 /** The `cannot fit` line: where the peak is, the pages it needs, the pages the capacity holds, the least that fits. */
 function cannotFitWords(c: CannotFit, capacityBytes: number): string {
   const page = formatBytes(c.pageBytes);
-  return `cannot fit: at operation ${c.operation} (line ${c.line}) the trace has ${formatBytes(c.liveBytes)} live in ${c.blocks} ` +
+  return (
+    `cannot fit: at operation ${c.operation} (line ${c.line}) the trace has ${formatBytes(c.liveBytes)} live in ${c.blocks} ` +
     `blocks, which needs at least ${c.pages} pages of ${page}; the capacity, ${formatBytes(capacityBytes)}, holds ${c.pagesHeld}. ` +
     `No allocator over ${page} pages (cuMemAlloc and CUDA's pool included) can run it; the least whole-page capacity is ` +
-    `${formatBytes(c.leastCapacityBytes)} (--headroom ${c.leastHeadroomPercent})`;
+    `${formatBytes(c.leastCapacityBytes)} (--headroom ${c.leastHeadroomPercent})`
+  );
 }
 
 /** A failed stack's place in the fit column: the operation it stopped at, or why it never started. */
@@ -280,25 +308,41 @@ function isModel(stack: string, backend: string): boolean {
 function modelNotes(outcomes: readonly Outcome[], backend: string): string[] {
   if (!outcomes.some((o) => isModel(o.stack, backend))) return [];
   const own = outcomes.filter((o) => !isModel(o.stack, backend)).map((o) => o.stack);
-  return ["(model): the emulated backend's model of the CUDA driver (cuMemAlloc, CUDA's pool), not the driver: " +
-      'its peak reserved and overhead are the model\'s',
-  `on a GPU: ${own.length > 0 ? `the peak reserved and overhead of vram's own stacks (${own.join(', ')}) carry over` : 'no figure here carries over'}; ` +
-      'times and the (model) rows do not'];
+  return [
+    "(model): the emulated backend's model of the CUDA driver (cuMemAlloc, CUDA's pool), not the driver: " + "its peak reserved and overhead are the model's",
+    `on a GPU: ${own.length > 0 ? `the peak reserved and overhead of vram's own stacks (${own.join(', ')}) carry over` : 'no figure here carries over'}; ` +
+      'times and the (model) rows do not',
+  ];
 }
 
 /** The results table, one row per stack (the text output's and the report's); `fit` with a capacity. */
 function resultsTable(outcomes: readonly Outcome[], fit: boolean, backend: string): { header: string[]; rows: string[][] } {
   const perOp = outcomes.some((o) => o.ok && o.result.medianAllocateNs !== undefined);
-  const header = ['resource', ...(fit ? ['fits'] : []), 'ops', 'total ms', 'us/op', ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
-    'peak live', 'peak reserved', 'overhead'];
+  const header = [
+    'resource',
+    ...(fit ? ['fits'] : []),
+    'ops',
+    'total ms',
+    'us/op',
+    ...(perOp ? ['p50 alloc us', 'p50 free us'] : []),
+    'peak live',
+    'peak reserved',
+    'overhead',
+  ];
   const rows = outcomes.map((o): string[] => {
     const first = [isModel(o.stack, backend) ? `${o.stack} (model)` : o.stack, ...(fit ? [fitCell(o)] : [])];
     if (!o.ok) return [...first, 'failed', ...Array<string>(header.length - first.length - 1).fill('')];
     const r = o.result;
-    return [...first, String(r.operations), formatValue(r.totalNs / 1e6), formatValue(r.nsPerOperation / 1e3),
+    return [
+      ...first,
+      String(r.operations),
+      formatValue(r.totalNs / 1e6),
+      formatValue(r.nsPerOperation / 1e3),
       ...(perOp ? [formatValue((r.medianAllocateNs ?? NaN) / 1e3), formatValue((r.medianFreeNs ?? NaN) / 1e3)] : []),
-      formatBytes(r.peakLiveBytes), formatBytes(r.peakReservedBytes) + (r.reservedSource === 'estimate' ? '*' : ''),
-      `${r.overheadPercent >= 0 ? '+' : ''}${r.overheadPercent.toFixed(1)}%`];
+      formatBytes(r.peakLiveBytes),
+      formatBytes(r.peakReservedBytes) + (r.reservedSource === 'estimate' ? '*' : ''),
+      `${r.overheadPercent >= 0 ? '+' : ''}${r.overheadPercent.toFixed(1)}%`,
+    ];
   });
   return { header, rows };
 }
@@ -317,9 +361,11 @@ function traceText(run: TraceRun, backend: string, capacity: EmulatedCapacity | 
 
 /** Where a stack stopped, in words: the operation, the request, what was live and held then. */
 function failedAtWords(at: FailedAt, operations: number, repeat: boolean): string {
-  return `operation ${at.operation} of ${operations} (line ${at.line}${repeat ? `, pass ${at.pass}` : ''}): ` +
+  return (
+    `operation ${at.operation} of ${operations} (line ${at.line}${repeat ? `, pass ${at.pass}` : ''}): ` +
     `${at.action === 'allocate' ? 'allocate' : 'free'} ${formatBytes(at.bytes)} with ${formatBytes(at.liveBytes)} live` +
-    `${at.reservedBytes === undefined ? '' : ` and ${formatBytes(at.reservedBytes)} held by the stack`}`;
+    `${at.reservedBytes === undefined ? '' : ` and ${formatBytes(at.reservedBytes)} held by the stack`}`
+  );
 }
 
 /** What the reader should know under the table: each stack's set-up and resource, or why and where it failed. */
@@ -350,12 +396,17 @@ function traceJson(run: TraceRun, backend: string, capacity: EmulatedCapacity | 
     trace: { source: run.trace.source, ...run.trace.summary },
     backend,
     ...(capacity === undefined ? {} : { emulatedCapacity: capacity }),
-    ...(b === undefined ? {} : {
-      capacity: {
-        bytes: b.capacityBytes, ballastBytes: b.bytes, freeBytes: b.freeBytes, totalBytes: b.totalBytes,
-        ...(run.limit?.cannotFit === undefined ? {} : { cannotFit: run.limit.cannotFit }),
-      },
-    }),
+    ...(b === undefined
+      ? {}
+      : {
+          capacity: {
+            bytes: b.capacityBytes,
+            ballastBytes: b.bytes,
+            freeBytes: b.freeBytes,
+            totalBytes: b.totalBytes,
+            ...(run.limit?.cannotFit === undefined ? {} : { cannotFit: run.limit.cannotFit }),
+          },
+        }),
     results: run.outcomes.map((o) => ({ ...o, ...(b === undefined ? {} : { fits: o.ok }), ...(isModel(o.stack, backend) ? { model: true } : {}) })),
   };
 }
@@ -365,28 +416,36 @@ function traceJson(run: TraceRun, backend: string, capacity: EmulatedCapacity | 
  * timeline, and writes the HTML report. A replay of its own, so the timed figures never include
  * the timeline's readings.
  */
-function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity: EmulatedCapacity | undefined,
-  stackOptions: StackOptions): boolean {
+function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity: EmulatedCapacity | undefined, stackOptions: StackOptions): boolean {
   const { trace, outcomes } = run;
-  const stacks = outcomes.filter((o) => o.ok).map((o) => {
-    const stack = createStack(o.stack, trace, stackOptions);
-    try {
-      const result = replay(trace, stack.resource, {
-        timeline: true,
-      });
-      return { name: o.stack, ...(result.timeline ? { timeline: result.timeline } : {}) };
-    } finally {
-      stack.destroy();
-    }
-  });
+  const stacks = outcomes
+    .filter((o) => o.ok)
+    .map((o) => {
+      const stack = createStack(o.stack, trace, stackOptions);
+      try {
+        const result = replay(trace, stack.resource, {
+          timeline: true,
+        });
+        return { name: o.stack, ...(result.timeline ? { timeline: result.timeline } : {}) };
+      } finally {
+        stack.destroy();
+      }
+    });
   const { header, rows } = resultsTable(outcomes, run.limit !== undefined, backend);
   const table: TableSection = {
-    kind: 'table', id: 'results', title: 'Time and memory per resource stack',
+    kind: 'table',
+    id: 'results',
+    title: 'Time and memory per resource stack',
     description: outcomeNotes(run, backend).join('\n'),
     columns: header.map((label, i) => ({ label, numeric: i > 0 && label !== 'fits' })),
     rows,
   };
-  return writeReportFile('replay', '--html', path, renderReport(replayReport({ trace, facts: headingLines(run, backend, capacity), stacks, leading: [table] })));
+  return writeReportFile(
+    'replay',
+    '--html',
+    path,
+    renderReport(replayReport({ trace, facts: headingLines(run, backend, capacity), stacks, leading: [table] })),
+  );
 }
 
 /**
@@ -395,9 +454,21 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
  */
 function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]): string[] {
   const count = stacks[0]![1].length;
-  const header = ['resource', 'us/op first', `us/op 2-${count}`, 'growth ms first', `growth ms 2-${count}`,
-    'page moves first', `page moves 2-${count}`, 'driver calls first', `driver calls 2-${count}`,
-    'joins first', `joins 2-${count}`, 'peak reserved first', `peak reserved 2-${count}`];
+  const header = [
+    'resource',
+    'us/op first',
+    `us/op 2-${count}`,
+    'growth ms first',
+    `growth ms 2-${count}`,
+    'page moves first',
+    `page moves 2-${count}`,
+    'driver calls first',
+    `driver calls 2-${count}`,
+    'joins first',
+    `joins 2-${count}`,
+    'peak reserved first',
+    `peak reserved 2-${count}`,
+  ];
   const calls = (p: ReplayPass): number => {
     const c = p.growth?.driverCalls;
     return c === undefined ? NaN : c.create + c.map + c.unmap + c.setAccess + c.release;
@@ -407,16 +478,27 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
     const later = passes.slice(1);
     const sum = (f: (p: ReplayPass) => number): number => later.reduce((t, p) => t + f(p), 0);
     const growth = (v: number): string => (first.growth === undefined ? '-' : formatValue(v));
-    return [name, formatValue(first.nsPerOperation / 1e3), formatValue(sum((p) => p.nsPerOperation) / later.length / 1e3),
-      growth((first.growth?.growthNs ?? NaN) / 1e6), growth(sum((p) => p.growth?.growthNs ?? NaN) / 1e6),
-      growth(first.growth?.pageMoves ?? NaN), growth(sum((p) => p.growth?.pageMoves ?? NaN)),
-      growth(calls(first)), growth(sum(calls)),
-      growth(first.growth?.streamJoins?.waits ?? NaN), growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
-      formatBytes(first.peakReservedBytes), formatBytes(Math.max(...later.map((p) => p.peakReservedBytes)))];
+    return [
+      name,
+      formatValue(first.nsPerOperation / 1e3),
+      formatValue(sum((p) => p.nsPerOperation) / later.length / 1e3),
+      growth((first.growth?.growthNs ?? NaN) / 1e6),
+      growth(sum((p) => p.growth?.growthNs ?? NaN) / 1e6),
+      growth(first.growth?.pageMoves ?? NaN),
+      growth(sum((p) => p.growth?.pageMoves ?? NaN)),
+      growth(calls(first)),
+      growth(sum(calls)),
+      growth(first.growth?.streamJoins?.waits ?? NaN),
+      growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
+      formatBytes(first.peakReservedBytes),
+      formatBytes(Math.max(...later.map((p) => p.peakReservedBytes))),
+    ];
   });
   const later = count === 2 ? 'pass 2' : `passes 2-${count}`;
-  return [`passes (--repeat ${count}): the first, then ${later} (time per operation: their mean; growth: their sum)`,
-    formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')])];
+  return [
+    `passes (--repeat ${count}): the first, then ${later} (time per operation: their mean; growth: their sum)`,
+    formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]),
+  ];
 }
 
 /**
@@ -441,17 +523,22 @@ export async function replayCommand(args: string[]): Promise<number> {
 }
 
 async function replayWith(args: string[]): Promise<number> {
-  const { values, positionals } = parseCommandArgs('replay', args, {
-    resource: { type: 'string', short: 'r', multiple: true },
-    json: { type: 'boolean', default: false },
-    'per-op': { type: 'boolean', default: false },
-    device: { type: 'string' },
-    repeat: { type: 'string' },
-    'extent-size': { type: 'string' },
-    capacity: { type: 'string' },
-    headroom: { type: 'string' },
-    html: { type: 'string' },
-  }, true);
+  const { values, positionals } = parseCommandArgs(
+    'replay',
+    args,
+    {
+      resource: { type: 'string', short: 'r', multiple: true },
+      json: { type: 'boolean', default: false },
+      'per-op': { type: 'boolean', default: false },
+      device: { type: 'string' },
+      repeat: { type: 'string' },
+      'extent-size': { type: 'string' },
+      capacity: { type: 'string' },
+      headroom: { type: 'string' },
+      html: { type: 'string' },
+    },
+    true,
+  );
   if (positionals.length === 0) throw new UsageError('missing the log file', 'replay');
   for (const path of positionals) if (!existsSync(path)) throw new UsageError(`no such file: ${path}`, 'replay');
   if (values.html !== undefined) {
@@ -467,7 +554,10 @@ async function replayWith(args: string[]): Promise<number> {
   }
   const request = capacityRequest(values.capacity, values.headroom);
 
-  const requested = (values.resource ?? ['all']).flatMap((r) => r.split(',')).map((r) => r.trim()).filter((r) => r !== '');
+  const requested = (values.resource ?? ['all'])
+    .flatMap((r) => r.split(','))
+    .map((r) => r.trim())
+    .filter((r) => r !== '');
   const names: ResourceStackName[] = [];
   for (const name of requested) {
     if (name === 'all') names.push(...RESOURCE_STACK_NAMES);
@@ -479,7 +569,10 @@ async function replayWith(args: string[]): Promise<number> {
 
   const count = getBackend().deviceCount();
   if (device >= count) {
-    throw new UsageError(`--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${getBackend().name} backend), ordinals 0 to ${count - 1}`, 'replay');
+    throw new UsageError(
+      `--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${getBackend().name} backend), ordinals 0 to ${count - 1}`,
+      'replay',
+    );
   }
   const extentSize = values['extent-size'] === undefined ? undefined : extentSizeOf(values['extent-size'], getBackend(), device);
   const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
@@ -509,7 +602,9 @@ async function replayWith(args: string[]): Promise<number> {
         checkCapacity(gpu!, capacityFor(request, trace));
       } catch (error) {
         if (!(error instanceof RangeError)) throw error;
-        process.stderr.write(`vram replay: ${request.flag} ${request.text}${request.flag === '--headroom' ? ` for ${trace.source}` : ''}: ${messageOf(error)}\n`);
+        process.stderr.write(
+          `vram replay: ${request.flag} ${request.text}${request.flag === '--headroom' ? ` for ${trace.source}` : ''}: ${messageOf(error)}\n`,
+        );
         return 1;
       }
     }
@@ -530,7 +625,11 @@ async function replayWith(args: string[]): Promise<number> {
       }
     }
     try {
-      const run: TraceRun = { trace, ...(limit === undefined ? {} : { limit }), outcomes: stacks.map((name) => runOne(name, trace, stackOptions, values['per-op'], repeat, gpu)) };
+      const run: TraceRun = {
+        trace,
+        ...(limit === undefined ? {} : { limit }),
+        outcomes: stacks.map((name) => runOne(name, trace, stackOptions, values['per-op'], repeat, gpu)),
+      };
       runs.push(run);
       if (!values.json) process.stdout.write(`${runs.length > 1 ? '\n' : ''}${traceText(run, backend.name, capacity)}\n`);
       for (const o of run.outcomes) if (!o.ok) process.stderr.write(`vram replay: ${o.stack}: ${o.error}\n`);
@@ -554,8 +653,10 @@ async function replayWith(args: string[]): Promise<number> {
   // One hint for the whole run, however many stacks the device was too small for; none under a
   // capacity, where running out is the question asked.
   if (request === undefined && backend.name === 'emulated' && outcomes.some((o) => !o.ok && o.outOfMemory)) {
-    process.stderr.write(`vram replay: the emulated device (${formatBytes(backend.deviceInfo(0).totalMemory)}) is too small for this trace: ` +
-      'set VRAM_EMULATED_BYTES larger (e.g. 16G), or unset it to size the device for the trace\n');
+    process.stderr.write(
+      `vram replay: the emulated device (${formatBytes(backend.deviceInfo(0).totalMemory)}) is too small for this trace: ` +
+        'set VRAM_EMULATED_BYTES larger (e.g. 16G), or unset it to size the device for the trace\n',
+    );
   }
   return written && outcomes.every((o) => o.ok) ? 0 : 1;
 }
@@ -597,8 +698,10 @@ function extentSizeOf(text: string, backend: Backend, device: number): number {
   }
   const page = backend.memGetAllocationGranularity(device);
   if (bytes % page !== 0) {
-    throw new UsageError(`--extent-size ${text}: sizes must be whole pages of the device's allocation granularity ` +
-      `(${formatBytes(page)}): ${bytes} bytes is not`, 'replay');
+    throw new UsageError(
+      `--extent-size ${text}: sizes must be whole pages of the device's allocation granularity ` + `(${formatBytes(page)}): ${bytes} bytes is not`,
+      'replay',
+    );
   }
   return bytes;
 }

@@ -21,13 +21,19 @@ export class UsageError extends VramError {
    * @param message What is wrong, one line.
    * @param command The command whose usage to show (none for a wrong or missing command).
    */
-  constructor(message: string, readonly command?: string) {
+  constructor(
+    message: string,
+    readonly command?: string,
+  ) {
     super(message);
   }
 }
 
 function indentLines(text: string, indent: string): string {
-  return text.split('\n').map((line) => (line === '' ? line : indent + line)).join('\n');
+  return text
+    .split('\n')
+    .map((line) => (line === '' ? line : indent + line))
+    .join('\n');
 }
 
 /**
@@ -44,16 +50,22 @@ function indentLines(text: string, indent: string): string {
  * console.log(formatEnvironment(ENVIRONMENT, environmentSettings()));
  * ```
  */
-export function formatEnvironment(variables: readonly EnvironmentVariable[] = ENVIRONMENT,
-  settings?: readonly EnvironmentSetting[]): string {
+export function formatEnvironment(variables: readonly EnvironmentVariable[] = ENVIRONMENT, settings?: readonly EnvironmentSetting[]): string {
   const width = Math.max(...variables.map((v) => v.name.length));
-  return variables.map((v) => {
-    const setting = settings?.find((s) => s.name === v.name);
-    const state = settings === undefined ? `${v.values}; default ${v.default}`
-      : setting?.value === undefined ? `unset; default ${v.default}`
-        : setting.problem === undefined ? setting.value : `${setting.value}  REFUSED: ${setting.problem}`;
-    return `${v.name.padEnd(width)}  ${state}\n${' '.repeat(width + 2)}${v.meaning}`;
-  }).join('\n');
+  return variables
+    .map((v) => {
+      const setting = settings?.find((s) => s.name === v.name);
+      const state =
+        settings === undefined
+          ? `${v.values}; default ${v.default}`
+          : setting?.value === undefined
+            ? `unset; default ${v.default}`
+            : setting.problem === undefined
+              ? setting.value
+              : `${setting.value}  REFUSED: ${setting.problem}`;
+      return `${v.name.padEnd(width)}  ${state}\n${' '.repeat(width + 2)}${v.meaning}`;
+    })
+    .join('\n');
 }
 
 /**
@@ -107,9 +119,17 @@ export function formatCommandHelp(name: string): string {
 export function formatMainHelp(): string {
   const width = Math.max(...COMMAND_HELP.map((c) => c.name.length));
   const commands = COMMAND_HELP.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join('\n');
-  return ['usage: vram <command> [options]', '', 'commands:', commands, '',
-    "run 'vram help <command>' or 'vram <command> --help' for a command's options", '',
-    'environment:', indentLines(formatEnvironment(), '  ')].join('\n');
+  return [
+    'usage: vram <command> [options]',
+    '',
+    'commands:',
+    commands,
+    '',
+    "run 'vram help <command>' or 'vram <command> --help' for a command's options",
+    '',
+    'environment:',
+    indentLines(formatEnvironment(), '  '),
+  ].join('\n');
 }
 
 /**

@@ -114,45 +114,55 @@ function namedType(name: string, make: () => TypeObject): TypeObject {
 }
 
 /** DLPackVersion: `{ uint32_t major; uint32_t minor; }` (8 bytes). */
-export const DLPackVersionType: TypeObject = namedType('vram_DLPackVersion', () => koffi.struct('vram_DLPackVersion', {
-  major: 'uint32_t',
-  minor: 'uint32_t',
-}));
+export const DLPackVersionType: TypeObject = namedType('vram_DLPackVersion', () =>
+  koffi.struct('vram_DLPackVersion', {
+    major: 'uint32_t',
+    minor: 'uint32_t',
+  }),
+);
 
 /** DLDevice: `{ DLDeviceType device_type (int32); int32_t device_id; }` (8 bytes). */
-export const DLDeviceStruct: TypeObject = namedType('vram_DLDevice', () => koffi.struct('vram_DLDevice', {
-  device_type: 'int32_t',
-  device_id: 'int32_t',
-}));
+export const DLDeviceStruct: TypeObject = namedType('vram_DLDevice', () =>
+  koffi.struct('vram_DLDevice', {
+    device_type: 'int32_t',
+    device_id: 'int32_t',
+  }),
+);
 
 /** DLDataType: `{ uint8_t code; uint8_t bits; uint16_t lanes; }` (4 bytes). */
-export const DLDataTypeStruct: TypeObject = namedType('vram_DLDataType', () => koffi.struct('vram_DLDataType', {
-  code: 'uint8_t',
-  bits: 'uint8_t',
-  lanes: 'uint16_t',
-}));
+export const DLDataTypeStruct: TypeObject = namedType('vram_DLDataType', () =>
+  koffi.struct('vram_DLDataType', {
+    code: 'uint8_t',
+    bits: 'uint8_t',
+    lanes: 'uint16_t',
+  }),
+);
 
 /**
  * DLTensor (48 bytes): data, device, ndim, dtype, shape (int64_t *), strides (int64_t *, in
  * elements; NULL means compact row-major), byte_offset. Pointers are declared as uint64_t: the same
  * layout on 64-bit targets, and vram only reads and writes them as addresses.
  */
-export const DLTensorStruct: TypeObject = namedType('vram_DLTensor', () => koffi.struct('vram_DLTensor', {
-  data: 'uint64_t',
-  device: DLDeviceStruct,
-  ndim: 'int32_t',
-  dtype: DLDataTypeStruct,
-  shape: 'uint64_t',
-  strides: 'uint64_t',
-  byte_offset: 'uint64_t',
-}));
+export const DLTensorStruct: TypeObject = namedType('vram_DLTensor', () =>
+  koffi.struct('vram_DLTensor', {
+    data: 'uint64_t',
+    device: DLDeviceStruct,
+    ndim: 'int32_t',
+    dtype: DLDataTypeStruct,
+    shape: 'uint64_t',
+    strides: 'uint64_t',
+    byte_offset: 'uint64_t',
+  }),
+);
 
 /** DLManagedTensor, the pre-1.0 struct (64 bytes): `{ DLTensor dl_tensor; void *manager_ctx; void (*deleter)(DLManagedTensor *); }`. */
-export const DLManagedTensorStruct: TypeObject = namedType('vram_DLManagedTensor', () => koffi.struct('vram_DLManagedTensor', {
-  dl_tensor: DLTensorStruct,
-  manager_ctx: 'uint64_t',
-  deleter: 'uint64_t',
-}));
+export const DLManagedTensorStruct: TypeObject = namedType('vram_DLManagedTensor', () =>
+  koffi.struct('vram_DLManagedTensor', {
+    dl_tensor: DLTensorStruct,
+    manager_ctx: 'uint64_t',
+    deleter: 'uint64_t',
+  }),
+);
 
 /**
  * DLManagedTensorVersioned (80 bytes): `{ DLPackVersion version; void *manager_ctx;
@@ -160,13 +170,15 @@ export const DLManagedTensorStruct: TypeObject = namedType('vram_DLManagedTensor
  * keeps everything up to `flags` stable across major versions, so the deleter of a tensor of
  * another major version can still be found and called.
  */
-export const DLManagedTensorVersionedStruct: TypeObject = namedType('vram_DLManagedTensorVersioned', () => koffi.struct('vram_DLManagedTensorVersioned', {
-  version: DLPackVersionType,
-  manager_ctx: 'uint64_t',
-  deleter: 'uint64_t',
-  flags: 'uint64_t',
-  dl_tensor: DLTensorStruct,
-}));
+export const DLManagedTensorVersionedStruct: TypeObject = namedType('vram_DLManagedTensorVersioned', () =>
+  koffi.struct('vram_DLManagedTensorVersioned', {
+    version: DLPackVersionType,
+    manager_ctx: 'uint64_t',
+    deleter: 'uint64_t',
+    flags: 'uint64_t',
+    dl_tensor: DLTensorStruct,
+  }),
+);
 
 /** Both structs' deleters: `void deleter(void *self)` (self is the struct; C's type differs only in the pointee). */
 export const DLPackDeleter: TypeObject = namedType('vram_DLPackDeleter', () => koffi.proto('void vram_DLPackDeleter(void *self)'));

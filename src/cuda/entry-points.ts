@@ -159,11 +159,28 @@ export interface DriverFunctions {
   cuModuleGetFunction(fn: BigUint64Array, module: number, name: string): R;
   cuFuncGetAttribute(value: Int32Array, attribute: number, fn: number): R;
   /** `kernelParams`: the address of the kernel's native `void *[]` (KernelParams.address), as a number; `extra` 0. */
-  cuLaunchKernel(fn: number, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
-    sharedBytes: number, stream: number, kernelParams: number, extra: number): R;
+  cuLaunchKernel(
+    fn: number,
+    gridX: number,
+    gridY: number,
+    gridZ: number,
+    blockX: number,
+    blockY: number,
+    blockZ: number,
+    sharedBytes: number,
+    stream: number,
+    kernelParams: number,
+    extra: number,
+  ): R;
   cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks: Int32Array, fn: number, blockSize: number, sharedBytes: number): R;
-  cuOccupancyMaxPotentialBlockSize(minGridSize: Int32Array, blockSize: Int32Array, fn: number, sharedOfBlockSize: null,
-    sharedBytes: number, blockSizeLimit: number): R;
+  cuOccupancyMaxPotentialBlockSize(
+    minGridSize: Int32Array,
+    blockSize: Int32Array,
+    fn: number,
+    sharedOfBlockSize: null,
+    sharedBytes: number,
+    blockSizeLimit: number,
+  ): R;
 }
 
 /** How one entry point is found: the symbol asked of cuGetProcAddress, at which version, bound how. */
@@ -221,9 +238,18 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemGetInfo_v2: { symbol: 'cuMemGetInfo', version: 3020, params: 'uint64_t *free, uint64_t *total' },
   cuMemAlloc_v2: { symbol: 'cuMemAlloc', version: 3020, params: `${OUT_SLOT} dptr, size_t bytes` },
   cuMemFree_v2: { symbol: 'cuMemFree', version: 3020, params: `${U64} dptr` },
-  cuMemAllocPitch_v2: { symbol: 'cuMemAllocPitch', version: 3020, params: 'uint64_t *dptr, uint64_t *pitch, size_t widthBytes, size_t height, uint32_t elementBytes' },
+  cuMemAllocPitch_v2: {
+    symbol: 'cuMemAllocPitch',
+    version: 3020,
+    params: 'uint64_t *dptr, uint64_t *pitch, size_t widthBytes, size_t height, uint32_t elementBytes',
+  },
   cuMemAllocManaged: { symbol: 'cuMemAllocManaged', version: 6000, params: 'uint64_t *dptr, size_t bytes, uint32_t flags' },
-  cuMemPrefetchAsync_v2: { symbol: 'cuMemPrefetchAsync', version: 12020, params: `${U64} dptr, size_t count, vram_CUmemLocation location, uint32_t flags, ${U64} stream`, optional: true },
+  cuMemPrefetchAsync_v2: {
+    symbol: 'cuMemPrefetchAsync',
+    version: 12020,
+    params: `${U64} dptr, size_t count, vram_CUmemLocation location, uint32_t flags, ${U64} stream`,
+    optional: true,
+  },
   cuMemPrefetchAsync: { symbol: 'cuMemPrefetchAsync', version: 8000, params: `${U64} dptr, size_t count, int device, ${U64} stream`, optional: true },
   cuMemAdvise_v2: { symbol: 'cuMemAdvise', version: 12020, params: `${U64} dptr, size_t count, int advice, vram_CUmemLocation location`, optional: true },
   cuMemAdvise: { symbol: 'cuMemAdvise', version: 8000, params: `${U64} dptr, size_t count, int advice, int device`, optional: true },
@@ -237,7 +263,11 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemcpyHtoD_v2: { symbol: 'cuMemcpyHtoD', version: 3020, params: `${U64} dst, const void *src, size_t bytes` },
   cuMemcpyDtoH_v2: { symbol: 'cuMemcpyDtoH', version: 3020, params: `void *dst, ${U64} src, size_t bytes` },
   cuMemcpyPeer: { symbol: 'cuMemcpyPeer', version: 4000, params: `${U64} dst, ${U64} dstCtx, ${U64} src, ${U64} srcCtx, size_t bytes` },
-  cuMemcpyPeerAsync: { symbol: 'cuMemcpyPeerAsync', version: 4000, params: `${U64} dst, ${U64} dstCtx, ${U64} src, ${U64} srcCtx, size_t bytes, ${U64} stream` },
+  cuMemcpyPeerAsync: {
+    symbol: 'cuMemcpyPeerAsync',
+    version: 4000,
+    params: `${U64} dst, ${U64} dstCtx, ${U64} src, ${U64} srcCtx, size_t bytes, ${U64} stream`,
+  },
   cuMemcpy2D_v2: { symbol: 'cuMemcpy2D', version: 3020, params: 'const vram_CUDA_MEMCPY2D *copy' },
   cuMemcpy2DAsync_v2: { symbol: 'cuMemcpy2DAsync', version: 3020, params: `const vram_CUDA_MEMCPY2D *copy, ${U64} stream` },
   cuMemsetD8_v2: { symbol: 'cuMemsetD8', version: 3020, params: `${U64} dst, uint8_t value, size_t count` },
@@ -262,8 +292,10 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuStreamIsCapturing: { symbol: 'cuStreamIsCapturing', version: 10000, params: `${U64} stream, int *status` },
   // The capture's id (which capture a host function belongs to); the CUDA 11.3 ABI, optional.
   cuStreamGetCaptureInfo_v2: {
-    symbol: 'cuStreamGetCaptureInfo', version: 11030,
-    params: `${U64} stream, int *status, uint64_t *id, void *graph, void *deps, void *count`, optional: true,
+    symbol: 'cuStreamGetCaptureInfo',
+    version: 11030,
+    params: `${U64} stream, int *status, uint64_t *id, void *graph, void *deps, void *count`,
+    optional: true,
   },
   cuThreadExchangeStreamCaptureMode: { symbol: 'cuThreadExchangeStreamCaptureMode', version: 10010, params: 'int *mode' },
   cuGraphGetNodes: { symbol: 'cuGraphGetNodes', version: 10000, params: `${U64} graph, void *nodes, size_t *count` },
@@ -291,7 +323,11 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemPoolGetAttribute: { symbol: 'cuMemPoolGetAttribute', version: 11020, params: `${U64} pool, int attribute, void *value` },
   cuMemPoolSetAccess: { symbol: 'cuMemPoolSetAccess', version: 11020, params: `${U64} pool, const vram_CUmemAccessDesc *desc, size_t count` },
   cuMemPoolGetAccess: { symbol: 'cuMemPoolGetAccess', version: 11020, params: `int *flags, ${U64} pool, const vram_CUmemLocation *location` },
-  cuMemGetAllocationGranularity: { symbol: 'cuMemGetAllocationGranularity', version: 10020, params: 'uint64_t *granularity, const vram_CUmemAllocationProp *prop, int option' },
+  cuMemGetAllocationGranularity: {
+    symbol: 'cuMemGetAllocationGranularity',
+    version: 10020,
+    params: 'uint64_t *granularity, const vram_CUmemAllocationProp *prop, int option',
+  },
   cuMemAddressReserve: { symbol: 'cuMemAddressReserve', version: 10020, params: `uint64_t *ptr, size_t size, size_t alignment, ${U64} addr, uint64_t flags` },
   cuMemAddressFree: { symbol: 'cuMemAddressFree', version: 10020, params: `${U64} ptr, size_t size` },
   cuMemCreate: { symbol: 'cuMemCreate', version: 10020, params: 'uint64_t *handle, size_t size, const vram_CUmemAllocationProp *prop, uint64_t flags' },
@@ -307,12 +343,24 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuIpcGetEventHandle: { symbol: 'cuIpcGetEventHandle', version: 4010, params: `uint8_t *handle, ${U64} event` },
   cuIpcOpenEventHandle: { symbol: 'cuIpcOpenEventHandle', version: 4010, params: 'uint64_t *event, vram_CUipcEventHandle handle' },
   // A POSIX file descriptor goes out through an `int *` and comes back in as the pointer-sized `void *handle` itself.
-  cuMemPoolExportToShareableHandle: { symbol: 'cuMemPoolExportToShareableHandle', version: 11020, params: `int *handle, ${U64} pool, int handleType, uint64_t flags` },
-  cuMemPoolImportFromShareableHandle: { symbol: 'cuMemPoolImportFromShareableHandle', version: 11020, params: `uint64_t *pool, ${U64} handle, int handleType, uint64_t flags` },
+  cuMemPoolExportToShareableHandle: {
+    symbol: 'cuMemPoolExportToShareableHandle',
+    version: 11020,
+    params: `int *handle, ${U64} pool, int handleType, uint64_t flags`,
+  },
+  cuMemPoolImportFromShareableHandle: {
+    symbol: 'cuMemPoolImportFromShareableHandle',
+    version: 11020,
+    params: `uint64_t *pool, ${U64} handle, int handleType, uint64_t flags`,
+  },
   cuMemPoolExportPointer: { symbol: 'cuMemPoolExportPointer', version: 11020, params: `uint8_t *data, ${U64} ptr` },
   cuMemPoolImportPointer: { symbol: 'cuMemPoolImportPointer', version: 11020, params: `uint64_t *ptr, ${U64} pool, const uint8_t *data` },
   // Physical allocations (cuMemCreate) shared the same way: an `int *` out, the descriptor in as the pointer-sized handle.
-  cuMemExportToShareableHandle: { symbol: 'cuMemExportToShareableHandle', version: 10020, params: `int *handle, ${U64} allocation, int handleType, uint64_t flags` },
+  cuMemExportToShareableHandle: {
+    symbol: 'cuMemExportToShareableHandle',
+    version: 10020,
+    params: `int *handle, ${U64} allocation, int handleType, uint64_t flags`,
+  },
   cuMemImportFromShareableHandle: { symbol: 'cuMemImportFromShareableHandle', version: 10020, params: `uint64_t *allocation, ${U64} handle, int handleType` },
   // Modules and kernels. The cuModule* calls rather than cuLibrary*: a module is loaded into the
   // context current at the time, which is the context vram chose for the device, as its memory is.
@@ -323,15 +371,20 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   // kernelParams and extra as integers (addresses): no pointer parameter, so koffi's fast call
   // path and no per-launch conversion; the kernel's pointer array lives in native memory.
   cuLaunchKernel: {
-    symbol: 'cuLaunchKernel', version: 4000,
-    params: `${U64} fn, uint32_t gridX, uint32_t gridY, uint32_t gridZ, uint32_t blockX, uint32_t blockY, uint32_t blockZ, ` +
+    symbol: 'cuLaunchKernel',
+    version: 4000,
+    params:
+      `${U64} fn, uint32_t gridX, uint32_t gridY, uint32_t gridZ, uint32_t blockX, uint32_t blockY, uint32_t blockZ, ` +
       `uint32_t sharedBytes, ${U64} stream, ${U64} kernelParams, ${U64} extra`,
   },
   cuOccupancyMaxActiveBlocksPerMultiprocessor: {
-    symbol: 'cuOccupancyMaxActiveBlocksPerMultiprocessor', version: 6050, params: `int *blocks, ${U64} fn, int blockSize, size_t sharedBytes`,
+    symbol: 'cuOccupancyMaxActiveBlocksPerMultiprocessor',
+    version: 6050,
+    params: `int *blocks, ${U64} fn, int blockSize, size_t sharedBytes`,
   },
   cuOccupancyMaxPotentialBlockSize: {
-    symbol: 'cuOccupancyMaxPotentialBlockSize', version: 6050,
+    symbol: 'cuOccupancyMaxPotentialBlockSize',
+    version: 6050,
     params: `int *minGridSize, int *blockSize, ${U64} fn, void *sharedOfBlockSize, size_t sharedBytes, int blockSizeLimit`,
   },
 };

@@ -31,7 +31,11 @@ export class SystemCallError extends VramError {
    * throw new SystemCallError('sendmsg', 9, 'sending a descriptor');
    * ```
    */
-  constructor(readonly call: string, readonly errno: number, what: string) {
+  constructor(
+    readonly call: string,
+    readonly errno: number,
+    what: string,
+  ) {
     super(`${call} failed with errno ${errno}${ERRNO_NAMES[errno] !== undefined ? ` (${ERRNO_NAMES[errno]})` : ''}: ${what}`);
   }
 }
@@ -52,7 +56,16 @@ export const Errno = {
   EPIPE: 32,
 } as const;
 
-const ERRNO_NAMES: Readonly<Record<number, string>> = { 1: 'EPERM', 2: 'ENOENT', 3: 'ESRCH', 9: 'EBADF', 13: 'EACCES', 22: 'EINVAL', 32: 'EPIPE', 38: 'ENOSYS' };
+const ERRNO_NAMES: Readonly<Record<number, string>> = {
+  1: 'EPERM',
+  2: 'ENOENT',
+  3: 'ESRCH',
+  9: 'EBADF',
+  13: 'EACCES',
+  22: 'EINVAL',
+  32: 'EPIPE',
+  38: 'ENOSYS',
+};
 
 /** mmap/open constants (Linux, all architectures vram runs on). */
 const PROT_READ = 0x1;
@@ -259,8 +272,14 @@ export function copyDescriptor(pid: number, fd: number): number {
     const copy = Number(c.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0));
     if (copy < 0) {
       const e = errno();
-      throw new SystemCallError('pidfd_getfd', e, `copying descriptor ${fd} of process ${pid}` +
-        (e === 1 ? ' (ptrace access refused: same user needed; under Yama ptrace_scope 2 or 3 give the importer CAP_SYS_PTRACE, or pass the descriptors with sendFd)' : ''));
+      throw new SystemCallError(
+        'pidfd_getfd',
+        e,
+        `copying descriptor ${fd} of process ${pid}` +
+          (e === 1
+            ? ' (ptrace access refused: same user needed; under Yama ptrace_scope 2 or 3 give the importer CAP_SYS_PTRACE, or pass the descriptors with sendFd)'
+            : ''),
+      );
     }
     return copy;
   } finally {

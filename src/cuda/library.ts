@@ -33,8 +33,10 @@ export type DriverLibrary = LoadedLibrary;
  * const { library, failures } = loadFirstLibrary(['libnvrtc.so.13', 'libnvrtc.so.12']);
  * ```
  */
-export function loadFirstLibrary(candidates: readonly string[], refuse: (path: string) => string | undefined = () => undefined):
-  { readonly library: LoadedLibrary | undefined; readonly failures: string[] } {
+export function loadFirstLibrary(
+  candidates: readonly string[],
+  refuse: (path: string) => string | undefined = () => undefined,
+): { readonly library: LoadedLibrary | undefined; readonly failures: string[] } {
   const failures: string[] = [];
   for (const path of candidates) {
     const refused = refuse(path);
@@ -45,7 +47,7 @@ export function loadFirstLibrary(candidates: readonly string[], refuse: (path: s
     try {
       return { library: { lib: koffi.load(path), path }, failures };
     } catch (error) {
-      const message = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
+      const message = error instanceof Error ? (error.message.split('\n')[0] ?? '') : String(error);
       failures.push(`${path} (${/no such file|cannot open shared object|not found/i.test(message) ? 'not found' : message})`);
     }
   }
@@ -88,7 +90,7 @@ function isStub(path: string): boolean {
  * failed, so "no GPU here" is easy to tell from "driver in an unusual place".
  */
 export function openDriverLibrary(env: EnvironmentValues = process.env): DriverLibrary {
-  const { library, failures } = loadFirstLibrary(driverCandidates(env), (path) => isStub(path) ? 'a CUDA toolkit stub, not a driver' : undefined);
+  const { library, failures } = loadFirstLibrary(driverCandidates(env), (path) => (isStub(path) ? 'a CUDA toolkit stub, not a driver' : undefined));
   if (library !== undefined) return library;
   const tried = failures.length > 0 ? failures.join(', ') : `nothing (no known driver location on ${process.platform})`;
   throw new Error(`cannot load the CUDA driver library; tried ${tried}. Set VRAM_LIBCUDA to the driver's libcuda.so.1 if it is elsewhere.`);

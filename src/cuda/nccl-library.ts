@@ -23,7 +23,8 @@ export const LIBNCCL_VARIABLE = variableReader('VRAM_LIBNCCL', anyText);
 export type NcclLibrary = LoadedLibrary;
 
 /** The folders searched, as the error names them. */
-const SEARCHED = '$CUDA_HOME, /usr/local/cuda*/{lib64,targets/*/lib}, /opt/cuda*, the nvidia/nccl/lib folders of Python ' +
+const SEARCHED =
+  '$CUDA_HOME, /usr/local/cuda*/{lib64,targets/*/lib}, /opt/cuda*, the nvidia/nccl/lib folders of Python ' +
   'site-packages (system, ~/.local, /opt/conda, and every python3 on PATH)';
 
 /**
@@ -50,17 +51,23 @@ export class NcclUnavailableError extends NotSupportedError {
     readonly tried: readonly string[],
     explicit: boolean,
   ) {
-    super(`cannot load NCCL (libnccl.so.2), which communicators on a GPU need; tried ${tried.join(', ') || 'nothing'}` +
-      (explicit ? ' (VRAM_LIBNCCL names the only library tried)' : ` (and found no libnccl.so.2 in ${SEARCHED})`) + '. ' +
-      'Install it with pip install nvidia-nccl-cu12 (nvidia-nccl-cu13 for CUDA 13; PyTorch installs it too) or the distribution\'s ' +
-      'package (libnccl2 on Debian and Ubuntu, libnccl on RHEL), or set VRAM_LIBNCCL to its libnccl.so.2.');
+    super(
+      `cannot load NCCL (libnccl.so.2), which communicators on a GPU need; tried ${tried.join(', ') || 'nothing'}` +
+        (explicit ? ' (VRAM_LIBNCCL names the only library tried)' : ` (and found no libnccl.so.2 in ${SEARCHED})`) +
+        '. ' +
+        "Install it with pip install nvidia-nccl-cu12 (nvidia-nccl-cu13 for CUDA 13; PyTorch installs it too) or the distribution's " +
+        'package (libnccl2 on Debian and Ubuntu, libnccl on RHEL), or set VRAM_LIBNCCL to its libnccl.so.2.',
+    );
   }
 }
 
 /** The names in `dir` that match `pattern`, sorted newest-looking first; none when it cannot be read. */
 function entries(dir: string, pattern: RegExp): string[] {
   try {
-    return readdirSync(dir).filter((name) => pattern.test(name)).sort().reverse();
+    return readdirSync(dir)
+      .filter((name) => pattern.test(name))
+      .sort()
+      .reverse();
   } catch {
     return [];
   }
@@ -100,7 +107,9 @@ export function ncclCandidates(env: EnvironmentValues = process.env): string[] {
   if (explicit !== undefined) return [explicit];
   if (process.platform !== 'linux') return [];
   const candidates: string[] = ['libnccl.so.2'];
-  const found = (file: string): void => { if (existsSync(file)) candidates.push(file); };
+  const found = (file: string): void => {
+    if (existsSync(file)) candidates.push(file);
+  };
   const toolkits: string[] = [];
   for (const home of [env.CUDA_HOME, env.CUDA_PATH]) if (home !== undefined && home !== '') toolkits.push(home);
   for (const root of ['/usr/local', '/opt']) for (const name of entries(root, /^cuda(-\d+(\.\d+)*)?$/)) toolkits.push(`${root}/${name}`);

@@ -18,7 +18,16 @@ export const NcclRedOp = { sum: 0, prod: 1, max: 2, min: 3, avg: 4 } as const;
 
 /** ncclDataType_t values (nccl.h, 2.10 and later for bfloat16). */
 export const NcclDataType = {
-  int8: 0, uint8: 1, int32: 2, uint32: 3, int64: 4, uint64: 5, float16: 6, float32: 7, float64: 8, bfloat16: 9,
+  int8: 0,
+  uint8: 1,
+  int32: 2,
+  uint32: 3,
+  int64: 4,
+  uint64: 5,
+  float16: 6,
+  float32: 7,
+  float64: 8,
+  bfloat16: 9,
 } as const;
 
 type R = number;

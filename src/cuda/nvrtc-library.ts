@@ -37,10 +37,12 @@ export class NvrtcUnavailableError extends NotSupportedError {
     /** Each candidate tried, with why it failed. */
     readonly tried: readonly string[],
   ) {
-    super(`cannot load NVRTC (libnvrtc), which Module.compile needs to compile CUDA source; tried ${tried.join(', ') || 'nothing'} ` +
-      `(and found no libnvrtc in ${SEARCHED}). ` +
-      'Install the CUDA toolkit\'s NVRTC (e.g. the cuda-nvrtc-13-0 package, or pip install nvidia-cuda-nvrtc), or set VRAM_LIBNVRTC to its libnvrtc.so; ' +
-      'Module.fromPtx and Module.fromCubin load precompiled code without it.');
+    super(
+      `cannot load NVRTC (libnvrtc), which Module.compile needs to compile CUDA source; tried ${tried.join(', ') || 'nothing'} ` +
+        `(and found no libnvrtc in ${SEARCHED}). ` +
+        "Install the CUDA toolkit's NVRTC (e.g. the cuda-nvrtc-13-0 package, or pip install nvidia-cuda-nvrtc), or set VRAM_LIBNVRTC to its libnvrtc.so; " +
+        'Module.fromPtx and Module.fromCubin load precompiled code without it.',
+    );
   }
 }
 
@@ -59,7 +61,10 @@ const SEARCHED = '$CUDA_HOME, $CUDA_PATH, /usr/local/cuda*/{lib64,targets/*/lib}
 /** The names in `dir` that match `pattern`, sorted newest-looking first; none when it cannot be read. */
 function entries(dir: string, pattern: RegExp): string[] {
   try {
-    return readdirSync(dir).filter((name) => pattern.test(name)).sort().reverse();
+    return readdirSync(dir)
+      .filter((name) => pattern.test(name))
+      .sort()
+      .reverse();
   } catch {
     return [];
   }
@@ -88,7 +93,9 @@ export function nvrtcCandidates(env: EnvironmentValues = process.env): string[] 
   for (const root of TOOLKIT_ROOTS) for (const name of entries(root, /^cuda(-\d+(\.\d+)*)?$/)) toolkits.push(`${root}/${name}`);
   const arch = process.arch === 'arm64' ? 'sbsa-linux' : 'x86_64-linux';
   // Folders are listed only where the file exists, so the error names what was really there.
-  const found = (path: string): void => { if (existsSync(path)) candidates.push(path); };
+  const found = (path: string): void => {
+    if (existsSync(path)) candidates.push(path);
+  };
   for (const toolkit of toolkits) {
     for (const soname of SONAMES) {
       found(`${toolkit}/lib64/${soname}`);

@@ -54,10 +54,18 @@ export interface Nvrtc {
 
 /** nvrtcResult names (nvrtc.h), for messages. */
 const RESULT_NAMES: readonly string[] = [
-  'NVRTC_SUCCESS', 'NVRTC_ERROR_OUT_OF_MEMORY', 'NVRTC_ERROR_PROGRAM_CREATION_FAILURE', 'NVRTC_ERROR_INVALID_INPUT',
-  'NVRTC_ERROR_INVALID_PROGRAM', 'NVRTC_ERROR_INVALID_OPTION', 'NVRTC_ERROR_COMPILATION', 'NVRTC_ERROR_BUILTIN_OPERATION_FAILURE',
-  'NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION', 'NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION',
-  'NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID', 'NVRTC_ERROR_INTERNAL_ERROR',
+  'NVRTC_SUCCESS',
+  'NVRTC_ERROR_OUT_OF_MEMORY',
+  'NVRTC_ERROR_PROGRAM_CREATION_FAILURE',
+  'NVRTC_ERROR_INVALID_INPUT',
+  'NVRTC_ERROR_INVALID_PROGRAM',
+  'NVRTC_ERROR_INVALID_OPTION',
+  'NVRTC_ERROR_COMPILATION',
+  'NVRTC_ERROR_BUILTIN_OPERATION_FAILURE',
+  'NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION',
+  'NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION',
+  'NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID',
+  'NVRTC_ERROR_INTERNAL_ERROR',
 ];
 
 /** Results that mean the source (or its options or name expressions) is at fault: a CompileError, not a crash. */
@@ -86,7 +94,8 @@ const PROTOTYPES: Readonly<Record<keyof NvrtcFunctions, string>> = {
   nvrtcVersion: 'int nvrtcVersion(int *major, int *minor)',
   nvrtcGetNumSupportedArchs: 'int nvrtcGetNumSupportedArchs(int *count)',
   nvrtcGetSupportedArchs: 'int nvrtcGetSupportedArchs(int *archs)',
-  nvrtcCreateProgram: 'int nvrtcCreateProgram(uint64_t *prog, const char *src, const char *name, int numHeaders, const char **headers, const char **includeNames)',
+  nvrtcCreateProgram:
+    'int nvrtcCreateProgram(uint64_t *prog, const char *src, const char *name, int numHeaders, const char **headers, const char **includeNames)',
   nvrtcDestroyProgram: 'int nvrtcDestroyProgram(uint64_t *prog)',
   nvrtcAddNameExpression: 'int nvrtcAddNameExpression(uint64_t prog, const char *expression)',
   nvrtcCompileProgram: 'int nvrtcCompileProgram(uint64_t prog, int numOptions, const char **options)',
@@ -118,13 +127,17 @@ export class NvrtcError extends VramError {
    * throw new NvrtcError('nvrtcCreateProgram', 3);
    * ```
    */
-  constructor(readonly call: string, readonly result: number) {
+  constructor(
+    readonly call: string,
+    readonly result: number,
+  ) {
     super(`${call} failed: ${RESULT_NAMES[result] ?? `nvrtcResult ${result}`}`);
   }
 }
 
-const loadNvrtcOnce = loadOnce(bind, (error) => error instanceof NvrtcUnavailableError
-  ? error : new NvrtcUnavailableError([String(error instanceof Error ? error.message : error)]));
+const loadNvrtcOnce = loadOnce(bind, (error) =>
+  error instanceof NvrtcUnavailableError ? error : new NvrtcUnavailableError([String(error instanceof Error ? error.message : error)]),
+);
 
 /**
  * NVRTC, loaded and bound on the first call (later calls return the same object, or rethrow the
@@ -175,8 +188,17 @@ function compile(f: NvrtcFunctions, program: NvrtcProgram): NvrtcOutput | NvrtcF
   const out = new BigUint64Array(1);
   const includeNames = Object.keys(program.headers);
   const headers = includeNames.map((name) => program.headers[name]!);
-  check(f.nvrtcCreateProgram(out, program.source, program.name, includeNames.length,
-    includeNames.length > 0 ? headers : null, includeNames.length > 0 ? includeNames : null), 'nvrtcCreateProgram');
+  check(
+    f.nvrtcCreateProgram(
+      out,
+      program.source,
+      program.name,
+      includeNames.length,
+      includeNames.length > 0 ? headers : null,
+      includeNames.length > 0 ? includeNames : null,
+    ),
+    'nvrtcCreateProgram',
+  );
   const prog = out[0] ?? 0n;
   try {
     for (const expression of program.nameExpressions) {

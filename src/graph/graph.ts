@@ -22,10 +22,13 @@ const UPDATE_REASONS: Readonly<Record<number, readonly [string, string]>> = {
   [GraphUpdateResult.TOPOLOGY_CHANGED]: ['topology-changed', 'the graphs have different nodes or edges (capture the same sequence of calls)'],
   [GraphUpdateResult.NODE_TYPE_CHANGED]: ['node-type-changed', 'a node is of another kind (a copy where a kernel was, ...)'],
   [GraphUpdateResult.FUNCTION_CHANGED]: ['function-changed', 'a kernel node runs another function in a way the driver cannot change'],
-  [GraphUpdateResult.PARAMETERS_CHANGED]: ['parameters-changed', 'a node\'s parameters changed in a way the driver cannot update (such as a copy\'s memory type)'],
+  [GraphUpdateResult.PARAMETERS_CHANGED]: [
+    'parameters-changed',
+    "a node's parameters changed in a way the driver cannot update (such as a copy's memory type)",
+  ],
   [GraphUpdateResult.NOT_SUPPORTED]: ['not-supported', 'the graph has nodes that cannot be updated (memory allocation and free nodes, child graphs)'],
-  [GraphUpdateResult.UNSUPPORTED_FUNCTION_CHANGE]: ['unsupported-function-change', 'a kernel node\'s new function is not supported for updates'],
-  [GraphUpdateResult.ATTRIBUTES_CHANGED]: ['attributes-changed', 'a node\'s attributes changed in a way the driver cannot update'],
+  [GraphUpdateResult.UNSUPPORTED_FUNCTION_CHANGE]: ['unsupported-function-change', "a kernel node's new function is not supported for updates"],
+  [GraphUpdateResult.ATTRIBUTES_CHANGED]: ['attributes-changed', "a node's attributes changed in a way the driver cannot update"],
 };
 
 /**
@@ -297,8 +300,10 @@ export class GraphExec {
       if (error instanceof CudaError && error.code === CUresult.INVALID_VALUE && this.memoryNodes > 0 && this.#launches > 0) {
         throw new GraphMemoryLiveError(
           `${String(this)} cannot launch again: the graph still owns the memory its ${this.memoryNodes} allocation node(s) made at the last launch ` +
-          'and that it does not free. Free that memory first (buffer.free({ stream }) or resource.deallocate for the block the capture allocated, ' +
-          'cuMemFreeAsync in stream order after the launch), or free it inside the capture so the graph frees it itself', { cause: error });
+            'and that it does not free. Free that memory first (buffer.free({ stream }) or resource.deallocate for the block the capture allocated, ' +
+            'cuMemFreeAsync in stream order after the launch), or free it inside the capture so the graph frees it itself',
+          { cause: error },
+        );
       }
       throw error;
     }

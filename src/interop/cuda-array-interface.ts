@@ -84,14 +84,22 @@ export interface CudaArrayInterfaceInfo {
 
 /** The typestr kind and size of each scalar dtype (bfloat16 has none). */
 const typestrOf: Readonly<Partial<Record<ScalarName, string>>> = {
-  bool: 'b1', int8: 'i1', uint8: 'u1', int16: 'i2', uint16: 'u2', int32: 'i4', uint32: 'u4',
-  int64: 'i8', uint64: 'u8', float16: 'f2', float32: 'f4', float64: 'f8',
+  bool: 'b1',
+  int8: 'i1',
+  uint8: 'u1',
+  int16: 'i2',
+  uint16: 'u2',
+  int32: 'i4',
+  uint32: 'u4',
+  int64: 'i8',
+  uint64: 'u8',
+  float16: 'f2',
+  float32: 'f4',
+  float64: 'f8',
 };
 
 /** The scalar dtype of each typestr kind and size. */
-const dtypeOfTypestr: ReadonlyMap<string, ScalarName> = new Map(
-  Object.entries(typestrOf).map(([name, code]) => [code, name as ScalarName]),
-);
+const dtypeOfTypestr: ReadonlyMap<string, ScalarName> = new Map(Object.entries(typestrOf).map(([name, code]) => [code, name as ScalarName]));
 
 /** Import info of the arrays `fromCudaArrayInterface` returned. */
 const imported = new WeakMap<DeviceArray, CudaArrayInterfaceInfo>();
@@ -137,13 +145,12 @@ export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInt
   const vector = dt.components > 1;
   const itemSize = dt.byteSize / dt.components;
   const shape = vector ? [...array.shape, dt.components] : [...array.shape];
-  const strides = array.isContiguous ? null
-    : [...array.strides.map((s) => s * dt.byteSize), ...(vector ? [itemSize] : [])];
+  const strides = array.isContiguous ? null : [...array.strides.map((s) => s * dt.byteSize), ...(vector ? [itemSize] : [])];
   const exported: CudaArrayInterface = {
     shape,
     typestr,
     descr: [['', typestr]],
-    data: [array.size === 0 ? 0 : (lease === undefined ? ptr : lease.ptr + array.byteOffset), array.readOnly],
+    data: [array.size === 0 ? 0 : lease === undefined ? ptr : lease.ptr + array.byteOffset, array.readOnly],
     strides,
     version: 3,
     ...(streamNumber === undefined ? {} : { stream: streamNumber }),
@@ -204,8 +211,12 @@ export function fromCudaArrayInterface(obj: CudaArrayInterface, options: FromCud
     const low = outStrides === undefined ? 0 : outStrides.reduce((sum, s, i) => sum + Math.min(0, s * (outShape[i]! - 1)), 0);
     // The interface points at element (0, ..., 0); fromPointer takes the lowest byte reached.
     array = DeviceArray.fromPointer(address + low * dt.byteSize, outShape, dt, {
-      owner: options.owner, device: options.device, stream: options.stream, readOnly,
-      byteOffset: Math.abs(low * dt.byteSize), ...(outStrides === undefined ? {} : { strides: outStrides }),
+      owner: options.owner,
+      device: options.device,
+      stream: options.stream,
+      readOnly,
+      byteOffset: Math.abs(low * dt.byteSize),
+      ...(outStrides === undefined ? {} : { strides: outStrides }),
     });
     if (producer !== undefined) {
       try {
@@ -317,7 +328,10 @@ function readStream(value: unknown): Handle | undefined {
 
 /** The array's dtype and layout in its elements: the scalar's, or a vector's over the last dimension. */
 function fold(
-  scalar: ScalarName, shape: number[], strides: number[] | undefined, wanted: DTypeName | DType | undefined,
+  scalar: ScalarName,
+  shape: number[],
+  strides: number[] | undefined,
+  wanted: DTypeName | DType | undefined,
 ): { dt: DType; outShape: number[]; outStrides: number[] | undefined } {
   if (wanted === undefined) return { dt: dtypes[scalar], outShape: shape, outStrides: strides };
   const dt = dtypeOf(wanted);
@@ -327,8 +341,10 @@ function fold(
   if (dt.components === 1) return { dt, outShape: shape, outStrides: strides };
   const last = shape.length - 1;
   if (last < 0 || shape[last] !== dt.components || (strides !== undefined && strides[last] !== 1)) {
-    throw new RangeError(`dtype ${dt.name} needs a last dimension of ${dt.components} contiguous components, ` +
-      `got shape [${shape.join(', ')}]${strides === undefined ? '' : ` with strides (items) [${strides.join(', ')}]`}`);
+    throw new RangeError(
+      `dtype ${dt.name} needs a last dimension of ${dt.components} contiguous components, ` +
+        `got shape [${shape.join(', ')}]${strides === undefined ? '' : ` with strides (items) [${strides.join(', ')}]`}`,
+    );
   }
   let outStrides: number[] | undefined;
   if (strides !== undefined) {

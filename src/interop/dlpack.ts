@@ -30,9 +30,23 @@
  * versioned one has something else where the deleter should be, and calling it crashes.
  */
 import {
-  addressNumber, allocateNative, callDeleter, deleterAddress, deviceTypeName, DLDataTypeCode, DLDeviceType,
-  DLPACK_FLAG_IS_COPIED, DLPACK_FLAG_READ_ONLY, DLPACK_VERSION, freeNative, managedLayout, nativeBuffer, nativeView,
-  TENSOR_LAYOUT, typeCodeName, type NativeBlock,
+  addressNumber,
+  allocateNative,
+  callDeleter,
+  deleterAddress,
+  deviceTypeName,
+  DLDataTypeCode,
+  DLDeviceType,
+  DLPACK_FLAG_IS_COPIED,
+  DLPACK_FLAG_READ_ONLY,
+  DLPACK_VERSION,
+  freeNative,
+  managedLayout,
+  nativeBuffer,
+  nativeView,
+  TENSOR_LAYOUT,
+  typeCodeName,
+  type NativeBlock,
 } from '../cuda/dlpack-abi.js';
 import { Device } from '../device.js';
 import { CudaError, CUresult, NotSupportedError, VramStateError } from '../errors.js';
@@ -88,9 +102,7 @@ export interface DLPackImportInfo {
 const MAX_NDIM = 64;
 
 /** The device types vram imports and exports. */
-const SUPPORTED_DEVICES: readonly number[] = [
-  DLDeviceType.kDLCPU, DLDeviceType.kDLCUDA, DLDeviceType.kDLCUDAHost, DLDeviceType.kDLCUDAManaged,
-];
+const SUPPORTED_DEVICES: readonly number[] = [DLDeviceType.kDLCPU, DLDeviceType.kDLCUDA, DLDeviceType.kDLCUDAHost, DLDeviceType.kDLCUDAManaged];
 
 /** An exported struct vram still holds: the array kept reachable, and the native memory to free. */
 interface ExportRecord {
@@ -121,8 +133,10 @@ const liveImports = new Set<number>();
  */
 function checkNotImported(address: number, what: string): void {
   if (!liveImports.has(address)) return;
-  throw new VramStateError(`${what}: the DLPack tensor at 0x${address.toString(16)} is already imported, and the array ` +
-    'from that fromDLPack calls its deleter when freed; a tensor is consumed once (import it once and share the array or its views)');
+  throw new VramStateError(
+    `${what}: the DLPack tensor at 0x${address.toString(16)} is already imported, and the array ` +
+      'from that fromDLPack calls its deleter when freed; a tensor is consumed once (import it once and share the array or its views)',
+  );
 }
 
 /**
@@ -164,8 +178,10 @@ function dtypeFromDLPack(code: number, bits: number, lanes: number): DType {
   const scalar = scalarByCode.get(`${code}:${bits}`);
   const shown = `${typeCodeName(code)} of ${bits} bits${lanes === 1 ? '' : ` x ${lanes} lanes`}`;
   if (scalar === undefined) {
-    throw new NotSupportedError(`DLPack dtype ${shown} has no vram dtype: vram reads kDLInt/kDLUInt 8-64, ` +
-      'kDLFloat 16/32/64, kDLBfloat 16 and kDLBool 8, with 1 lane or a CUDA vector type\'s 2 to 4');
+    throw new NotSupportedError(
+      `DLPack dtype ${shown} has no vram dtype: vram reads kDLInt/kDLUInt 8-64, ` +
+        "kDLFloat 16/32/64, kDLBfloat 16 and kDLBool 8, with 1 lane or a CUDA vector type's 2 to 4",
+    );
   }
   if (lanes === 1) return dtypeOf(scalar);
   const vector = vectorByLanes.get(`${scalar}:${lanes}`);
@@ -251,13 +267,19 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
   // Memory lent read-only is exported read-only: the next consumer is told what vram was told.
   const readOnly = flag(askedReadOnly, 'readOnly') || lentReadOnly;
   if (lentReadOnly && askedReadOnly === false) {
-    throw new VramStateError('toDLPack: the array is read-only memory (lent with readOnly by its producer) and cannot be exported writable; export a copy (a.copy())');
+    throw new VramStateError(
+      'toDLPack: the array is read-only memory (lent with readOnly by its producer) and cannot be exported writable; export a copy (a.copy())',
+    );
   }
   const copied = flag(options.copied, 'copied');
   if (!versioned && (readOnly || copied)) {
-    throw new TypeError(`toDLPack: the legacy DLManagedTensor has no flags; ${lentReadOnly
-      ? 'the array is read-only memory, which needs { versioned: true } to say so (or export a copy)'
-      : 'readOnly and copied need { versioned: true }'}`);
+    throw new TypeError(
+      `toDLPack: the legacy DLManagedTensor has no flags; ${
+        lentReadOnly
+          ? 'the array is read-only memory, which needs { versioned: true } to say so (or export a copy)'
+          : 'readOnly and copied need { versioned: true }'
+      }`,
+    );
   }
   const buffer = array.buffer;
   // Spillable memory stays on the device at its address until the consumer's deleter runs.
@@ -364,25 +386,31 @@ function readTensor(address: number, versioned: boolean): TensorFields {
     version = { major: view.getUint32(layout.version, true), minor: view.getUint32(layout.version + 4, true) };
     if (version.major !== 1) {
       const legacy = version.major === 0 || version.major > 255;
-      throw new NotSupportedError(legacy
-        ? `${what}: the struct's version reads ${version.major}.${version.minor}, which no DLManagedTensorVersioned has: ` +
-          'is it a legacy DLManagedTensor? pass { versioned: false }. The caller still owns the tensor'
-        : `${what}: DLPack ${version.major}.${version.minor} tensors have another layout; vram reads 1.x. ` +
-          'The caller still owns the tensor: call its deleter (deleteDLPack does)');
+      throw new NotSupportedError(
+        legacy
+          ? `${what}: the struct's version reads ${version.major}.${version.minor}, which no DLManagedTensorVersioned has: ` +
+              'is it a legacy DLManagedTensor? pass { versioned: false }. The caller still owns the tensor'
+          : `${what}: DLPack ${version.major}.${version.minor} tensors have another layout; vram reads 1.x. ` +
+              'The caller still owns the tensor: call its deleter (deleteDLPack does)',
+      );
     }
     flags = Number(view.getBigUint64(layout.flags, true) & 0xffffffffn);
   }
   const deleter = u64(view, layout.deleter, `${what}: the deleter`);
   if (deleter === 0) {
-    throw new NotSupportedError(`${what}: the tensor has a NULL deleter, so nothing tells its producer when vram is done and ` +
-      'nothing tells vram how long the memory lives; wrap memory whose lifetime you manage with DeviceArray.fromPointer');
+    throw new NotSupportedError(
+      `${what}: the tensor has a NULL deleter, so nothing tells its producer when vram is done and ` +
+        'nothing tells vram how long the memory lives; wrap memory whose lifetime you manage with DeviceArray.fromPointer',
+    );
   }
   const t = layout.tensor;
   const T = TENSOR_LAYOUT;
   const deviceType = view.getInt32(t + T.deviceType, true);
   if (!SUPPORTED_DEVICES.includes(deviceType)) {
-    throw new NotSupportedError(`${what}: the tensor is on ${deviceTypeName(deviceType)}; vram imports kDLCPU, kDLCUDA, ` +
-      'kDLCUDAHost and kDLCUDAManaged memory. The caller still owns the tensor');
+    throw new NotSupportedError(
+      `${what}: the tensor is on ${deviceTypeName(deviceType)}; vram imports kDLCPU, kDLCUDA, ` +
+        'kDLCUDAHost and kDLCUDAManaged memory. The caller still owns the tensor',
+    );
   }
   const deviceId = view.getInt32(t + T.deviceId, true);
   if (deviceId < 0) throw new RangeError(`${what}: device_id ${deviceId} is negative`);
@@ -421,14 +449,25 @@ function readTensor(address: number, versioned: boolean): TensorFields {
   if (size > 0 && (data + byteOffset) % dtype.alignment !== 0) {
     // Checked here for every device: the address a kDLCPU tensor gets once pinned is the
     // backend's, which (emulated) need not keep the native address's alignment.
-    throw new RangeError(`${what}: element (0, ..., 0) at 0x${(data + byteOffset).toString(16)} (data + byte_offset) ` +
-      `is not aligned to ${dtype.name}'s ${dtype.alignment} bytes`);
+    throw new RangeError(
+      `${what}: element (0, ..., 0) at 0x${(data + byteOffset).toString(16)} (data + byte_offset) ` +
+        `is not aligned to ${dtype.name}'s ${dtype.alignment} bytes`,
+    );
   }
   return {
-    deleter, data, deviceId, dtype, shape, strides, byteOffset,
+    deleter,
+    data,
+    deviceId,
+    dtype,
+    shape,
+    strides,
+    byteOffset,
     info: Object.freeze({
-      versioned, version: Object.freeze(version), deviceType,
-      readOnly: (flags & DLPACK_FLAG_READ_ONLY) !== 0, copied: (flags & DLPACK_FLAG_IS_COPIED) !== 0,
+      versioned,
+      version: Object.freeze(version),
+      deviceType,
+      readOnly: (flags & DLPACK_FLAG_READ_ONLY) !== 0,
+      copied: (flags & DLPACK_FLAG_IS_COPIED) !== 0,
     }),
   };
 }
@@ -509,16 +548,16 @@ export function fromDLPack(ptr: number | bigint, options: FromDLPackOptions = {}
  */
 function wrapTensor(f: TensorFields, release: () => void, device: Device | undefined): DeviceArray {
   const itemSize = f.dtype.byteSize;
-  const layout: Layout = f.strides === undefined
-    ? contiguousLayout(f.shape, itemSize)
-    : { shape: f.shape, strides: f.strides, byteOffset: 0, itemSize };
+  const layout: Layout = f.strides === undefined ? contiguousLayout(f.shape, itemSize) : { shape: f.shape, strides: f.strides, byteOffset: 0, itemSize };
   const { start, end } = byteSpan(layout);
   const lowest = f.data + f.byteOffset + start;
   // A read-only tensor's memory is wrapped read-only: writes into it are VramStateErrors.
   const placed = { strides: layout.strides, byteOffset: -start, readOnly: f.info.readOnly };
   if (f.info.deviceType !== DLDeviceType.kDLCPU) {
     return DeviceArray.fromPointer(lowest, f.shape, f.dtype, {
-      ...placed, onRelease: release, device: f.info.deviceType === DLDeviceType.kDLCUDA ? f.deviceId : device,
+      ...placed,
+      onRelease: release,
+      device: f.info.deviceType === DLDeviceType.kDLCUDA ? f.deviceId : device,
     });
   }
   let pinned: HostBuffer;
@@ -534,7 +573,9 @@ function wrapTensor(f: TensorFields, release: () => void, device: Device | undef
   }
   try {
     return DeviceArray.fromPointer(pinned.devicePtr, f.shape, f.dtype, {
-      ...placed, device, owner: pinned,
+      ...placed,
+      device,
+      owner: pinned,
       onRelease: () => {
         try {
           pinned.free();

@@ -13,11 +13,8 @@
  */
 import { VramError } from '../errors.js';
 import { pollUntil } from '../stream.js';
-import {
-  acceptUnix, closeFd, connectUnix, listenUnix, MAX_MESSAGE_BYTES, readable, receiveWithFd, removePath, sendWithFd,
-} from '../cuda/libc.js';
+import { acceptUnix, closeFd, connectUnix, listenUnix, MAX_MESSAGE_BYTES, readable, receiveWithFd, removePath, sendWithFd } from '../cuda/libc.js';
 import { readOptions } from '../util/options.js';
-
 
 /** What `receiveFd` returns: the descriptor (this process's own, close-on-exec) and the message sent with it. */
 export interface ReceivedFd {

@@ -37,8 +37,10 @@ export function copyExportedDescriptor(d: IpcDescriptors, i: number): number {
   const expected = d.inodes?.[i] ?? 0;
   if (expected !== 0 && fstatSync(mine).ino % 2 ** 32 !== expected) {
     closeFd(mine);
-    throw new VramStateError(`importIpc: descriptor ${d.fds[i]} of process ${d.pid} is no longer the one exported ` +
-      '(the exporter freed the buffer and the number was reused): the handle is stale');
+    throw new VramStateError(
+      `importIpc: descriptor ${d.fds[i]} of process ${d.pid} is no longer the one exported ` +
+        '(the exporter freed the buffer and the number was reused): the handle is stale',
+    );
   }
   return mine;
 }

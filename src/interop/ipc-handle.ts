@@ -145,8 +145,10 @@ export class IpcHandle {
       if (value.length === ENCODED_BYTES) return IpcHandle.#decode(value);
       if (value.length !== IPC_HANDLE_BYTES && MAGIC.every((b, i) => value[i] === b)) return IpcHandle.#decodeShared(value);
       if (value.length === IPC_HANDLE_BYTES) return new IpcHandle(value, extent.byteLength, extent.offset ?? 0);
-      throw new TypeError(`IpcHandle.from: bytes must be ${IPC_HANDLE_BYTES} (a driver handle), ${ENCODED_BYTES} (IpcHandle.toBytes() of a legacy handle) ` +
-        `or a pool or physical handle's toBytes(), got ${value.length}${value.length === 66 ? ' (66 bytes is PyTorch\'s versioned handle: pass the whole tuple storage._share_cuda_() returns, see importIpc)' : ''}`);
+      throw new TypeError(
+        `IpcHandle.from: bytes must be ${IPC_HANDLE_BYTES} (a driver handle), ${ENCODED_BYTES} (IpcHandle.toBytes() of a legacy handle) ` +
+          `or a pool or physical handle's toBytes(), got ${value.length}${value.length === 66 ? " (66 bytes is PyTorch's versioned handle: pass the whole tuple storage._share_cuda_() returns, see importIpc)" : ''}`,
+      );
     }
     throw new TypeError(`IpcHandle.from expects an IpcHandle, a string or a Uint8Array, got ${describe(value)}`);
   }
@@ -291,7 +293,8 @@ function checkDescriptors(d: IpcDescriptors): void {
   if (d.inodes !== undefined) {
     if (!Array.isArray(d.inodes) || d.inodes.length !== d.fds.length) throw new TypeError('IPC handle descriptors: one inode per descriptor');
     for (const inode of d.inodes) {
-      if (!Number.isInteger(inode) || inode < 0 || inode >= 2 ** 32) throw new RangeError(`IPC handle descriptors: an inode is the low 32 bits, got ${String(inode)}`);
+      if (!Number.isInteger(inode) || inode < 0 || inode >= 2 ** 32)
+        throw new RangeError(`IPC handle descriptors: an inode is the low 32 bits, got ${String(inode)}`);
     }
   }
   if (d.kind === 'physical') {

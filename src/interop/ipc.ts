@@ -88,17 +88,23 @@ export interface ImportIpcOptions {
  */
 export function exportIpc(buffer: DeviceBuffer): IpcHandle {
   if (!(buffer instanceof DeviceBuffer)) {
-    throw new TypeError(`exportIpc expects a DeviceBuffer, got ${buffer === null ? 'null' : typeof buffer === 'object' ? (buffer as object).constructor.name : typeof buffer}`);
+    throw new TypeError(
+      `exportIpc expects a DeviceBuffer, got ${buffer === null ? 'null' : typeof buffer === 'object' ? (buffer as object).constructor.name : typeof buffer}`,
+    );
   }
   if (buffer.spillable && !buffer.freed) {
     // Before reading `ptr`, which would bring it back and count it as written.
-    throw new NotSupportedError(`exportIpc: ${String(buffer)} is spillable and cannot be shared with another process: a spill would ` +
-      'take its memory (and, where it moves, its address) from under the importer; allocate it without { spillable: true }');
+    throw new NotSupportedError(
+      `exportIpc: ${String(buffer)} is spillable and cannot be shared with another process: a spill would ` +
+        'take its memory (and, where it moves, its address) from under the importer; allocate it without { spillable: true }',
+    );
   }
   const ptr = buffer.ptr; // UseAfterFreeError first
   if (graphPoolOf(ptr) !== undefined) {
-    throw new NotSupportedError(`exportIpc: ${String(buffer)} is graph-private memory (allocated during a capture, from the graph's ` +
-      'private pool), which cannot be shared with another process: copy it into a buffer of the default resource');
+    throw new NotSupportedError(
+      `exportIpc: ${String(buffer)} is graph-private memory (allocated during a capture, from the graph's ` +
+        'private pool), which cannot be shared with another process: copy it into a buffer of the default resource',
+    );
   }
   const source = driverSource(buffer.resource);
   const device = buffer.device;
@@ -109,8 +115,10 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
   }
   if (source instanceof AsyncResource) {
     if (!source.exportable) {
-      throw new NotSupportedError(`exportIpc: ${source.describe()} has a pool made without POSIX file-descriptor handles, which cannot be shared: ` +
-        'create it with { pool: { handleTypes: \'posix-fd\' } } (the default allocator\'s is)');
+      throw new NotSupportedError(
+        `exportIpc: ${source.describe()} has a pool made without POSIX file-descriptor handles, which cannot be shared: ` +
+          "create it with { pool: { handleTypes: 'posix-fd' } } (the default allocator's is)",
+      );
     }
     device.makeCurrent();
     allowDescriptorCopies();
@@ -132,18 +140,27 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
     const fds: number[] = [];
     try {
       for (const extent of extents) fds.push(backend.memExportToShareableHandle(extent.handle, MemHandleType.POSIX_FILE_DESCRIPTOR));
-      afterRelease(buffer, () => { for (const fd of fds) closeFd(fd); });
+      afterRelease(buffer, () => {
+        for (const fd of fds) closeFd(fd);
+      });
     } catch (error) {
       for (const fd of fds) closeFd(fd);
       throw error;
     }
-    return new IpcHandle(new Uint8Array(64), buffer.byteLength, offset,
-      { kind: 'physical', pid: process.pid, fds, extentBytes: extents.map((e) => e.bytes), inodes: fds.map(inodeOf) });
+    return new IpcHandle(new Uint8Array(64), buffer.byteLength, offset, {
+      kind: 'physical',
+      pid: process.pid,
+      fds,
+      extentBytes: extents.map((e) => e.bytes),
+      inodes: fds.map(inodeOf),
+    });
   }
-  throw new NotSupportedError(`exportIpc: ${buffer.resource.describe()} is not memory vram can export: ` +
-    'a CudaResource (legacy IPC), an AsyncResource with an exportable pool, or a PoolResource over virtual memory ' +
-    '(the default resource is one of these, whichever VRAM_ALLOCATOR chose); a block of a binning, fixed-size or arena resource is a piece ' +
-    'of memory the resource hands to others too. Allocate the shared buffer from one of those.');
+  throw new NotSupportedError(
+    `exportIpc: ${buffer.resource.describe()} is not memory vram can export: ` +
+      'a CudaResource (legacy IPC), an AsyncResource with an exportable pool, or a PoolResource over virtual memory ' +
+      '(the default resource is one of these, whichever VRAM_ALLOCATOR chose); a block of a binning, fixed-size or arena resource is a piece ' +
+      'of memory the resource hands to others too. Allocate the shared buffer from one of those.',
+  );
 }
 
 /**
@@ -182,9 +199,12 @@ export function importIpc(handle: IpcHandle | string | Uint8Array | TorchShareTu
   const parsed = IpcHandle.from(handle, extent);
   const device = Device.resolve(options.device);
   switch (parsed.kind) {
-    case 'legacy': return IpcBuffer.open(parsed, device);
-    case 'physical': return IpcBuffer.fromPhysical(parsed, device);
-    case 'pool': return importPoolAllocation(parsed, device);
+    case 'legacy':
+      return IpcBuffer.open(parsed, device);
+    case 'physical':
+      return IpcBuffer.fromPhysical(parsed, device);
+    case 'pool':
+      return importPoolAllocation(parsed, device);
   }
 }
 

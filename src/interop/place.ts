@@ -121,7 +121,16 @@ export function place<T extends InferableTypedArray>(data: T, options?: PlaceOpt
 export function place(data: NestedNumbers, options?: PlaceOptions<DefaultDType>): Placement<DefaultDType>;
 export function place(data: NestedArray, options?: PlaceOptions): Placement;
 export function place(data: unknown, options: PlaceOptions = {}): Placement {
-  options = readOptions('place', options, { prefer: true, fallback: true, minFree: true, writeCombined: true, device: true, stream: true, dtype: true, shape: true });
+  options = readOptions('place', options, {
+    prefer: true,
+    fallback: true,
+    minFree: true,
+    writeCombined: true,
+    device: true,
+    stream: true,
+    dtype: true,
+    shape: true,
+  });
   if (options.prefer !== undefined && options.prefer !== 'device') {
     throw new RangeError(`place: prefer must be 'device', got ${String(options.prefer)}`);
   }
@@ -153,8 +162,9 @@ export function place(data: unknown, options: PlaceOptions = {}): Placement {
     }
   }
   if (!device.info.canMapHostMemory) {
-    throw new NotSupportedError(`place: ${bytes} bytes do not fit on ${String(device)} (${free} bytes free, ${minFree} kept free) ` +
-      'and it cannot map host memory');
+    throw new NotSupportedError(
+      `place: ${bytes} bytes do not fit on ${String(device)} (${free} bytes free, ${minFree} kept free) ` + 'and it cannot map host memory',
+    );
   }
   // Its lifetime is the array's (freed by its release), never a `tidy` scope's.
   const host = keep(HostArray.empty(shape, dtype, { mapped: true, writeCombined: options.writeCombined === true }));

@@ -125,7 +125,7 @@ export class ImportedPool {
    * @returns The pool.
    * @throws {RangeError} When `fd` is not a whole number >= 0.
    * @throws {CudaError} When the driver refuses the descriptor (closed, or not a pool's).
-     * @example
+   * @example
    * ```ts
    * using pool = ImportedPool.fromFd(fd);
    * ```

@@ -98,8 +98,10 @@ export function isTorchShareTuple(value: unknown): value is TorchShareTuple {
  */
 export function parseTorchShare(tuple: TorchShareTuple): TorchShare {
   if (!isTorchShareTuple(tuple)) {
-    throw new TypeError('a PyTorch share tuple is the 8 values storage._share_cuda_() returns: ' +
-      '[device, handle, storageSizeBytes, storageOffsetBytes, refCounterHandle, refCounterOffset, eventHandle, eventSyncRequired]');
+    throw new TypeError(
+      'a PyTorch share tuple is the 8 values storage._share_cuda_() returns: ' +
+        '[device, handle, storageSizeBytes, storageOffsetBytes, refCounterHandle, refCounterOffset, eventHandle, eventSyncRequired]',
+    );
   }
   const [device, rawHandle, size, offset, refName, refOffset, rawEvent, sync] = tuple;
   checkNonNegativeInteger(device, 'PyTorch share tuple: device');
@@ -112,18 +114,24 @@ export function parseTorchShare(tuple: TorchShareTuple): TorchShare {
     driver = bytes; // PyTorch before versioned handles: the driver's 64 bytes alone
   } else {
     if (bytes.length < 2 || bytes[0] !== TORCH_HANDLE_VERSION) {
-      throw new TypeError(`PyTorch share tuple: a handle of ${bytes.length} bytes with version byte ${String(bytes[0])}; ` +
-        `vram reads version ${TORCH_HANDLE_VERSION} ('c' handles of ${TORCH_HANDLE_BYTES} bytes) and bare 64-byte handles`);
+      throw new TypeError(
+        `PyTorch share tuple: a handle of ${bytes.length} bytes with version byte ${String(bytes[0])}; ` +
+          `vram reads version ${TORCH_HANDLE_VERSION} ('c' handles of ${TORCH_HANDLE_BYTES} bytes) and bare 64-byte handles`,
+      );
     }
     if (bytes[1] === TYPE_EXPANDABLE_SEGMENT) {
-      throw new NotSupportedError('PyTorch share tuple: an \'e\' handle, memory of PyTorch\'s expandable segments ' +
-        '(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which PyTorch shares as its own per-segment file descriptors. ' +
-        'Allocate the tensor to share with expandable segments off (torch.cuda.memory._set_allocator_settings(\'expandable_segments:False\') ' +
-        'before allocating it, or clone it after setting that), and share that tensor: its handle is a \'c\' handle vram imports.');
+      throw new NotSupportedError(
+        "PyTorch share tuple: an 'e' handle, memory of PyTorch's expandable segments " +
+          '(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which PyTorch shares as its own per-segment file descriptors. ' +
+          "Allocate the tensor to share with expandable segments off (torch.cuda.memory._set_allocator_settings('expandable_segments:False') " +
+          "before allocating it, or clone it after setting that), and share that tensor: its handle is a 'c' handle vram imports.",
+      );
     }
     if (bytes[1] !== TYPE_CUDA_MALLOC || bytes.length !== TORCH_HANDLE_BYTES) {
-      throw new TypeError(`PyTorch share tuple: a version-${TORCH_HANDLE_VERSION} handle is ${TORCH_HANDLE_BYTES} bytes of type 'c' (or 'e'), ` +
-        `got ${bytes.length} bytes of type ${JSON.stringify(String.fromCharCode(bytes[1]!))}`);
+      throw new TypeError(
+        `PyTorch share tuple: a version-${TORCH_HANDLE_VERSION} handle is ${TORCH_HANDLE_BYTES} bytes of type 'c' (or 'e'), ` +
+          `got ${bytes.length} bytes of type ${JSON.stringify(String.fromCharCode(bytes[1]!))}`,
+      );
     }
     driver = bytes.subarray(2);
   }
@@ -160,8 +168,10 @@ export function parseTorchShare(tuple: TorchShareTuple): TorchShare {
  */
 export function torchShareTuple(handle: IpcHandle, device: number): [number, string, number, number, string, number, string, boolean] {
   if (handle.kind !== 'legacy') {
-    throw new NotSupportedError(`torchShareTuple: a ${handle.kind} handle; PyTorch opens cudaIpcMemHandle ('c') handles: ` +
-      'share memory from a CudaResource (DeviceBuffer.allocate(n, { resource: new CudaResource(device) })) with PyTorch');
+    throw new NotSupportedError(
+      `torchShareTuple: a ${handle.kind} handle; PyTorch opens cudaIpcMemHandle ('c') handles: ` +
+        'share memory from a CudaResource (DeviceBuffer.allocate(n, { resource: new CudaResource(device) })) with PyTorch',
+    );
   }
   checkNonNegativeInteger(device, 'torchShareTuple: device');
   if (handle.byteLength === undefined) throw new RangeError('torchShareTuple: the handle does not say how many bytes it grants');

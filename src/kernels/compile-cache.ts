@@ -91,8 +91,11 @@ function warnOnce(folder: string, why: string): void {
   const seen = `${folder}\0${why}`;
   if (warnedFolders.has(seen)) return;
   warnedFolders.add(seen);
-  process.emitWarning(`vram does not use the kernel cache in ${folder}: ${why}; kernels are compiled without the cache. ` +
-    'Set VRAM_CACHE_DIR to a folder only you can write (chmod 700), or fix this one.', { code: 'VRAM_CACHE_UNTRUSTED' });
+  process.emitWarning(
+    `vram does not use the kernel cache in ${folder}: ${why}; kernels are compiled without the cache. ` +
+      'Set VRAM_CACHE_DIR to a folder only you can write (chmod 700), or fix this one.',
+    { code: 'VRAM_CACHE_UNTRUSTED' },
+  );
 }
 
 /** The error code of a failed file-system call, for messages. */
@@ -303,7 +306,9 @@ export function writeCachedImage(dir: string, key: string, entry: CachedImage): 
   const temporary = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   try {
     const body = JSON.stringify({
-      format: FORMAT, key, kind: entry.kind,
+      format: FORMAT,
+      key,
+      kind: entry.kind,
       sha256: entryDigest(key, entry),
       loweredNames: entry.loweredNames,
       image: Buffer.from(entry.image.buffer, entry.image.byteOffset, entry.image.byteLength).toString('base64'),

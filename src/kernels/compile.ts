@@ -79,8 +79,11 @@ export function nvrtcAvailable(): boolean {
 }
 
 /** The architecture option and output kind for a device, given what NVRTC supports. */
-function target(computeCapability: readonly [number, number], supported: readonly number[], options: readonly string[]):
-  { arch: string; output: 'cubin' | 'ptx'; add: boolean } {
+function target(
+  computeCapability: readonly [number, number],
+  supported: readonly number[],
+  options: readonly string[],
+): { arch: string; output: 'cubin' | 'ptx'; add: boolean } {
   // An architecture the caller chose wins; it decides CUBIN (sm_) or PTX (compute_).
   for (const option of options) {
     const m = /^(?:--gpu-architecture|-arch)(?:=|\s+)(\S+)$/.exec(option);
@@ -115,9 +118,14 @@ export function compileSource(request: CompileRequest): CompiledImage {
   const dir = kernelCacheDirectory();
   const key = request.cache
     ? cacheKey({
-      source: request.source, options, headers: request.headers, nameExpressions: request.nameExpressions,
-      arch, nvrtcVersion: nvrtc.version, driverVersion: request.driverVersion,
-    })
+        source: request.source,
+        options,
+        headers: request.headers,
+        nameExpressions: request.nameExpressions,
+        arch,
+        nvrtcVersion: nvrtc.version,
+        driverVersion: request.driverVersion,
+      })
     : '';
   if (request.cache) {
     const hit = readCachedImage(dir, key);
@@ -127,8 +135,12 @@ export function compileSource(request: CompileRequest): CompiledImage {
     }
   }
   const result = nvrtc.compile({
-    source: request.source, name: 'vram_kernel.cu', headers: request.headers, options,
-    nameExpressions: request.nameExpressions, output,
+    source: request.source,
+    name: 'vram_kernel.cu',
+    headers: request.headers,
+    options,
+    nameExpressions: request.nameExpressions,
+    output,
   });
   compiled++;
   if (!('image' in result)) throw new CompileError(result.log, options, result.result);

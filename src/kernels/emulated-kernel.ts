@@ -7,7 +7,6 @@
  */
 import type { EmulatedLaunch } from '../backend/backend.js';
 
-
 /**
  * The number of threads a launch runs: grid size times block size over all three dimensions.
  * A JavaScript kernel that maps one element per thread (`i = blockIdx.x * blockDim.x +

@@ -49,8 +49,7 @@ const AXES = ['x', 'y', 'z'] as const;
  * readLaunchConfig('saxpy', { grid: 4, block: [16, 16] }, limits, attributes, dims); // dims: [4, 1, 1, 16, 16, 1]
  * ```
  */
-export function readLaunchConfig(kernel: string, config: LaunchConfig, limits: KernelLimits, attributes: FunctionAttributes,
-  out: number[]): number {
+export function readLaunchConfig(kernel: string, config: LaunchConfig, limits: KernelLimits, attributes: FunctionAttributes, out: number[]): number {
   if (config === null || typeof config !== 'object') throw new TypeError(`kernel ${kernel}: the launch configuration must be an object with grid and block`);
   readDims(kernel, 'grid', config.grid, limits.maxGridDim, out, 0);
   readDims(kernel, 'block', config.block, limits.maxBlockDim, out, 3);

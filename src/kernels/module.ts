@@ -20,7 +20,6 @@ import { Kernel } from './kernel.js';
 import { checkSignature, type Signature } from './signature.js';
 import { readOptions } from '../util/options.js';
 
-
 /** Options of `Module.fromPtx` and `Module.fromCubin`. */
 export interface LoadOptions {
   /** The device whose context loads it (default device 0). */
@@ -84,8 +83,14 @@ export class Module {
   readonly #functions = new Map<string, Handle>();
   #destroyed = false;
 
-  private constructor(device: Device, context: Handle, handle: Handle, log: string,
-    loweredNames: Readonly<Record<string, string>>, emulated: EmulatedKernels | undefined) {
+  private constructor(
+    device: Device,
+    context: Handle,
+    handle: Handle,
+    log: string,
+    loweredNames: Readonly<Record<string, string>>,
+    emulated: EmulatedKernels | undefined,
+  ) {
     this.device = device;
     this.log = log;
     this.#handle = handle;
@@ -131,8 +136,13 @@ export class Module {
       return Module.#load(device, { kind: 'ptx', data: new Uint8Array(0), emulated: emulated ?? {} }, '', {}, emulated);
     }
     const compiled = compileSource({
-      source, options: nvrtcOptions, nameExpressions, headers, cache,
-      computeCapability: device.info.computeCapability, driverVersion: device.backend.driverVersion(),
+      source,
+      options: nvrtcOptions,
+      nameExpressions,
+      headers,
+      cache,
+      computeCapability: device.info.computeCapability,
+      driverVersion: device.backend.driverVersion(),
     });
     return Module.#load(device, { kind: compiled.kind, data: compiled.image }, compiled.log, compiled.loweredNames, emulated);
   }
@@ -179,8 +189,7 @@ export class Module {
     return Module.#load(Device.resolve(options.device), { kind: 'cubin', data: cubin, ...(emulated ? { emulated } : {}) }, '', {}, emulated);
   }
 
-  static #load(device: Device, image: ModuleImage, log: string, loweredNames: Readonly<Record<string, string>>,
-    emulated: EmulatedKernels | undefined): Module {
+  static #load(device: Device, image: ModuleImage, log: string, loweredNames: Readonly<Record<string, string>>, emulated: EmulatedKernels | undefined): Module {
     device.makeCurrent();
     const context = device.activeContext;
     // A built-in op's module may first be needed inside a capture: loading it orders nothing there.
@@ -230,9 +239,11 @@ export class Module {
     if (fn !== undefined) return fn;
     const backend = this.device.backend;
     if (backend.kernelCode === 'javascript' && (this.#emulated === undefined || !Object.hasOwn(this.#emulated, name))) {
-      throw new NotSupportedError(`kernel ${name}: the emulated backend runs JavaScript in place of CUDA code, and this module has no ` +
-        `JavaScript implementation of ${name}; pass one as { emulated: { '${name}': (launch) => { ... } } } when creating the module ` +
-        '(see EmulatedLaunch: the decoded arguments and launch.memory.bytes(ptr, byteLength))');
+      throw new NotSupportedError(
+        `kernel ${name}: the emulated backend runs JavaScript in place of CUDA code, and this module has no ` +
+          `JavaScript implementation of ${name}; pass one as { emulated: { '${name}': (launch) => { ... } } } when creating the module ` +
+          '(see EmulatedLaunch: the decoded arguments and launch.memory.bytes(ptr, byteLength))',
+      );
     }
     const lowered = Object.hasOwn(this.#loweredNames, name) ? this.#loweredNames[name]! : name;
     backend.contextSetCurrent(this.#context);
@@ -240,8 +251,15 @@ export class Module {
       fn = backend.moduleGetFunction(this.#handle, lowered);
     } catch (error) {
       if (error instanceof CudaError && error.code === CUresult.NOT_FOUND) {
-        throw new CudaError(error.code, error.errorName, error.call, `the module has no kernel ${name}` +
-          (name.includes('<') || name.includes('::') ? ' (give C++ names to Module.compile in nameExpressions)' : ' (declare it extern "C", or give its C++ name in nameExpressions)'));
+        throw new CudaError(
+          error.code,
+          error.errorName,
+          error.call,
+          `the module has no kernel ${name}` +
+            (name.includes('<') || name.includes('::')
+              ? ' (give C++ names to Module.compile in nameExpressions)'
+              : ' (declare it extern "C", or give its C++ name in nameExpressions)'),
+        );
       }
       throw error;
     }
@@ -281,7 +299,8 @@ function stringList(value: unknown, what: string): readonly string[] {
 
 function headerTable(value: unknown): Readonly<Record<string, string>> {
   if (value === undefined) return {};
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new TypeError('Module.compile: headers must be an object of include name -> source');
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw new TypeError('Module.compile: headers must be an object of include name -> source');
   const table: Record<string, string> = {};
   for (const [name, source] of Object.entries(value)) {
     if (typeof source !== 'string') throw new TypeError(`Module.compile: header ${name} must be a string`);

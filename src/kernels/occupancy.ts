@@ -39,8 +39,7 @@ function checkShared(kernel: string, sharedBytes: number, attributes: FunctionAt
  * maxActiveBlocks('saxpy', backend, fn, attributes, 256, 0); // e.g. 8
  * ```
  */
-export function maxActiveBlocks(kernel: string, backend: Backend, fn: Handle, attributes: FunctionAttributes,
-  blockSize: number, sharedBytes: number): number {
+export function maxActiveBlocks(kernel: string, backend: Backend, fn: Handle, attributes: FunctionAttributes, blockSize: number, sharedBytes: number): number {
   if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1 || blockSize > attributes.maxThreadsPerBlock) {
     throw new RangeError(`kernel ${kernel}: blockSize must be a whole number from 1 to ${attributes.maxThreadsPerBlock}, got ${String(blockSize)}`);
   }
@@ -66,8 +65,14 @@ export function maxActiveBlocks(kernel: string, backend: Backend, fn: Handle, at
  * const { blockSize, minGridSize } = suggestedBlockSize('saxpy', backend, fn, attributes, 0, 0);
  * ```
  */
-export function suggestedBlockSize(kernel: string, backend: Backend, fn: Handle, attributes: FunctionAttributes,
-  sharedBytes: number, blockSizeLimit: number): SuggestedBlockSize {
+export function suggestedBlockSize(
+  kernel: string,
+  backend: Backend,
+  fn: Handle,
+  attributes: FunctionAttributes,
+  sharedBytes: number,
+  blockSizeLimit: number,
+): SuggestedBlockSize {
   checkShared(kernel, sharedBytes, attributes);
   if (typeof blockSizeLimit !== 'number' || !Number.isInteger(blockSizeLimit) || blockSizeLimit < 0) {
     throw new RangeError(`kernel ${kernel}: blockSizeLimit must be a whole number >= 0 (0 for none), got ${String(blockSizeLimit)}`);

@@ -17,7 +17,6 @@ import { addressOf } from '../buffer/lifetime.js';
 import { beginOperation, movesOnReload, prepareUse } from '../buffer/spill/residency.js';
 import type { StreamRef } from '../stream.js';
 
-
 /**
  * A kernel's parameters, in order. Declare it `as const` (or inline) so launches are type-checked.
  * `'cptr'` marks a pointer the kernel only reads (C's `const T*`): spillable memory passed there
@@ -33,20 +32,27 @@ export type Signature = readonly ParamType[];
 export type PointerArg = DeviceMemory | DeviceArray | HostBuffer | HostArray | number;
 
 /** The JavaScript value a parameter of type P takes. */
-export type ArgOf<P extends ParamType> =
-  P extends 'ptr' | 'cptr' ? PointerArg
-    : P extends 'i64' | 'u64' ? number | bigint
-      : P extends ScalarParam ? number
-        : P extends { readonly struct: infer M extends readonly ScalarParam[] } ? { readonly [K in keyof M]: number | bigint }
-          : never;
+export type ArgOf<P extends ParamType> = P extends 'ptr' | 'cptr'
+  ? PointerArg
+  : P extends 'i64' | 'u64'
+    ? number | bigint
+    : P extends ScalarParam
+      ? number
+      : P extends { readonly struct: infer M extends readonly ScalarParam[] }
+        ? { readonly [K in keyof M]: number | bigint }
+        : never;
 
 /** The arguments of a launch of a kernel with signature S, as a tuple. */
 export type ArgsOf<S extends Signature> = { -readonly [K in keyof S]: S[K] extends ParamType ? ArgOf<S[K]> : never };
 
 /** Integer ranges of the scalar types that take whole numbers. */
 const INTEGER_RANGE: Readonly<Partial<Record<ScalarParam, readonly [number, number]>>> = {
-  i8: [-128, 127], u8: [0, 255], i16: [-32768, 32767], u16: [0, 65535],
-  i32: [-2147483648, 2147483647], u32: [0, 4294967295],
+  i8: [-128, 127],
+  u8: [0, 255],
+  i16: [-32768, 32767],
+  u16: [0, 65535],
+  i32: [-2147483648, 2147483647],
+  u32: [0, 4294967295],
 };
 
 const TWO_32 = 4294967296;
@@ -66,9 +72,9 @@ const TWO_32 = 4294967296;
  */
 export function checkSignature<S extends Signature>(signature: S, kernel: string): S {
   if (!Array.isArray(signature)) throw new TypeError(`kernel ${kernel}: the signature must be an array of parameter types`);
-  const copy = signature.map((type: ParamType) => (typeof type === 'object' && type !== null
-    ? Object.freeze({ struct: Object.freeze([...(Array.isArray(type.struct) ? type.struct : [])]) })
-    : type));
+  const copy = signature.map((type: ParamType) =>
+    typeof type === 'object' && type !== null ? Object.freeze({ struct: Object.freeze([...(Array.isArray(type.struct) ? type.struct : [])]) }) : type,
+  );
   try {
     paramLayout(copy);
   } catch (error) {
@@ -154,8 +160,10 @@ const defaultStreamRef: StreamRef = { handle: 0 };
  */
 function refuseReadOnly(kernel: string, index: number, value: unknown): void {
   if ((value instanceof DeviceArray || value instanceof DeviceMemory) && value.readOnly) {
-    throw new VramStateError(`kernel ${kernel}: argument ${index} is read-only memory (lent with readOnly by its producer), ` +
-      "and a 'ptr' parameter may be written: declare it 'cptr' if the kernel only reads it, or pass a copy");
+    throw new VramStateError(
+      `kernel ${kernel}: argument ${index} is read-only memory (lent with readOnly by its producer), ` +
+        "and a 'ptr' parameter may be written: declare it 'cptr' if the kernel only reads it, or pass a copy",
+    );
   }
 }
 
@@ -216,9 +224,15 @@ function writeScalar(kernel: string, index: number, view: DataView, offset: numb
     throw new RangeError(`kernel ${kernel}: argument ${index} (${type}) must be a whole number from ${low} to ${high}, got ${value}`);
   }
   switch (SCALAR_PARAM_BYTES[type]) {
-    case 1: view.setUint8(offset, value & 0xff); break;
-    case 2: view.setUint16(offset, value & 0xffff, true); break;
-    default: view.setUint32(offset, value >>> 0, true); break;
+    case 1:
+      view.setUint8(offset, value & 0xff);
+      break;
+    case 2:
+      view.setUint16(offset, value & 0xffff, true);
+      break;
+    default:
+      view.setUint32(offset, value >>> 0, true);
+      break;
   }
 }
 
@@ -232,7 +246,9 @@ function writeInt64(kernel: string, index: number, view: DataView, offset: numbe
   }
   if (typeof value !== 'number') throw new TypeError(`kernel ${kernel}: argument ${index} (${type}) must be a number or a bigint, got ${describe(value)}`);
   if (!Number.isSafeInteger(value) || (type === 'u64' && value < 0)) {
-    throw new RangeError(`kernel ${kernel}: argument ${index} (${type}) must be a whole number${type === 'u64' ? ' >= 0' : ''} exact in a number (pass a bigint beyond 2^53), got ${value}`);
+    throw new RangeError(
+      `kernel ${kernel}: argument ${index} (${type}) must be a whole number${type === 'u64' ? ' >= 0' : ''} exact in a number (pass a bigint beyond 2^53), got ${value}`,
+    );
   }
   writeU64(view, offset, value);
 }

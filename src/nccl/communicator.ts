@@ -9,9 +9,7 @@
 import { DeviceArray } from '../array/device-array.js';
 import { defaultDType, dtypeOf, type DType, type DTypeName, type ScalarName } from '../array/dtype.js';
 import type { Handle } from '../backend/backend.js';
-import {
-  COLLECTIVE_DATA_TYPES, COLLECTIVE_REDUCE_OPS, type CollectiveDataType, type CollectiveReduceOp, type TransportComm,
-} from '../backend/collectives.js';
+import { COLLECTIVE_DATA_TYPES, COLLECTIVE_REDUCE_OPS, type CollectiveDataType, type CollectiveReduceOp, type TransportComm } from '../backend/collectives.js';
 import { getBackend } from '../backend/select.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
 import { loadNccl, ncclVersionText } from '../cuda/nccl.js';
@@ -223,8 +221,14 @@ export class Communicator {
     if (o.id === undefined || o.rank === undefined || o.size === undefined) {
       throw new TypeError('Communicator.init: options.id, options.rank and options.size are required');
     }
-    const id = o.id instanceof UniqueId ? o.id : typeof o.id === 'string' ? UniqueId.fromBase64(o.id)
-      : o.id instanceof Uint8Array ? UniqueId.fromBytes(o.id) : undefined;
+    const id =
+      o.id instanceof UniqueId
+        ? o.id
+        : typeof o.id === 'string'
+          ? UniqueId.fromBase64(o.id)
+          : o.id instanceof Uint8Array
+            ? UniqueId.fromBytes(o.id)
+            : undefined;
     if (id === undefined) throw new TypeError('Communicator.init: options.id must be a UniqueId, its base64 text or its 128 bytes');
     const size = o.size;
     if (typeof size !== 'number' || !Number.isInteger(size) || size < 1) {
@@ -458,7 +462,11 @@ export class Communicator {
     // Every step runs even when one fails (nothing is leaked); the first failure is reported after.
     let failure: unknown;
     const step = (run: () => void): void => {
-      try { run(); } catch (error) { failure ??= error; }
+      try {
+        run();
+      } catch (error) {
+        failure ??= error;
+      }
     };
     for (const registration of [...this.#registrations]) step(() => registration.destroy());
     this.#registrations.clear();
@@ -529,8 +537,7 @@ export class Communicator {
   }
 
   /** Checks one side of a call: its kind, liveness, layout, device and element type. */
-  #operand(call: string, name: string, memory: unknown, dtypeOption: DTypeName | DType | undefined,
-    writes: boolean, op?: CollectiveReduceOp): Operand {
+  #operand(call: string, name: string, memory: unknown, dtypeOption: DTypeName | DType | undefined, writes: boolean, op?: CollectiveReduceOp): Operand {
     this.#checkAlive(call);
     const what = `Communicator.${call}: ${name}`;
     let dtype: DType;
@@ -568,8 +575,10 @@ export class Communicator {
     const component = dtype.component as ScalarName;
     const reducible = component !== 'int16' && component !== 'uint16' && (component !== 'bool' || op === 'max' || op === 'min');
     if (op !== undefined && !reducible) {
-      throw new NotSupportedError(`${what}: NCCL cannot reduce ${dtype.name} with ${op} (it reduces int8, uint8, int32, uint32, ` +
-        'int64, uint64, float16, bfloat16, float32 and float64; bool with max and min)');
+      throw new NotSupportedError(
+        `${what}: NCCL cannot reduce ${dtype.name} with ${op} (it reduces int8, uint8, int32, uint32, ` +
+          'int64, uint64, float16, bfloat16, float32 and float64; bool with max and min)',
+      );
     }
     // Moving data needs no type: a type NCCL lacks (int16) moves as its bytes.
     return (COLLECTIVE_DATA_TYPES as readonly string[]).includes(component)
@@ -581,9 +590,15 @@ export class Communicator {
   #sameCount(call: string, s: Operand, r: Operand, sendTimes: number, recvTimes: number): void {
     if (s.dtype !== r.dtype) throw new TypeError(`Communicator.${call}: send is ${s.dtype.name} and recv ${r.dtype.name}; they must be the same type`);
     if (s.bytes * sendTimes !== r.bytes * recvTimes) {
-      const need = sendTimes === recvTimes ? 'the same number of elements'
-        : sendTimes > recvTimes ? `${sendTimes} times send's elements` : `${recvTimes} times fewer elements than send`;
-      throw new RangeError(`Communicator.${call}: recv must hold ${need} (${this.size} ranks); send holds ${s.count} and recv ${r.count} ${s.component} elements`);
+      const need =
+        sendTimes === recvTimes
+          ? 'the same number of elements'
+          : sendTimes > recvTimes
+            ? `${sendTimes} times send's elements`
+            : `${recvTimes} times fewer elements than send`;
+      throw new RangeError(
+        `Communicator.${call}: recv must hold ${need} (${this.size} ranks); send holds ${s.count} and recv ${r.count} ${s.component} elements`,
+      );
     }
   }
 

@@ -18,20 +18,30 @@ function view<T>(bytes: Uint8Array, make: (buffer: ArrayBuffer) => T): T {
 /** One element-wise step of `op` on numbers. */
 function numberStep(op: CollectiveReduceOp, imul: boolean): (a: number, b: number) => number {
   switch (op) {
-    case 'sum': case 'avg': return (a, b) => a + b;
-    case 'prod': return imul ? Math.imul : (a, b) => a * b;
-    case 'max': return (a, b) => (b > a || Number.isNaN(b) ? b : a);
-    case 'min': return (a, b) => (b < a || Number.isNaN(b) ? b : a);
+    case 'sum':
+    case 'avg':
+      return (a, b) => a + b;
+    case 'prod':
+      return imul ? Math.imul : (a, b) => a * b;
+    case 'max':
+      return (a, b) => (b > a || Number.isNaN(b) ? b : a);
+    case 'min':
+      return (a, b) => (b < a || Number.isNaN(b) ? b : a);
   }
 }
 
 /** One element-wise step of `op` on bigints. */
 function bigintStep(op: CollectiveReduceOp): (a: bigint, b: bigint) => bigint {
   switch (op) {
-    case 'sum': case 'avg': return (a, b) => a + b;
-    case 'prod': return (a, b) => a * b;
-    case 'max': return (a, b) => (b > a ? b : a);
-    case 'min': return (a, b) => (b < a ? b : a);
+    case 'sum':
+    case 'avg':
+      return (a, b) => a + b;
+    case 'prod':
+      return (a, b) => a * b;
+    case 'max':
+      return (a, b) => (b > a ? b : a);
+    case 'min':
+      return (a, b) => (b < a ? b : a);
   }
 }
 
@@ -44,8 +54,7 @@ function bigintStep(op: CollectiveReduceOp): (a: bigint, b: bigint) => bigint {
  * @param type The element type.
  * @param op The operator.
  */
-export function reduceInto(out: Uint8Array, inputs: readonly Uint8Array[], offset: number, type: CollectiveDataType,
-  op: CollectiveReduceOp): void {
+export function reduceInto(out: Uint8Array, inputs: readonly Uint8Array[], offset: number, type: CollectiveDataType, op: CollectiveReduceOp): void {
   const slices = inputs.map((input) => input.subarray(offset, offset + out.byteLength));
   const ranks = inputs.length;
   if (type === 'int64' || type === 'uint64') {
@@ -73,12 +82,18 @@ export function reduceInto(out: Uint8Array, inputs: readonly Uint8Array[], offse
   }
   const make = (b: ArrayBuffer): Numeric => {
     switch (type) {
-      case 'float64': return new Float64Array(b);
-      case 'float32': return new Float32Array(b);
-      case 'int32': return new Int32Array(b);
-      case 'uint32': return new Uint32Array(b);
-      case 'int8': return new Int8Array(b);
-      default: return new Uint8Array(b); // uint8, bool
+      case 'float64':
+        return new Float64Array(b);
+      case 'float32':
+        return new Float32Array(b);
+      case 'int32':
+        return new Int32Array(b);
+      case 'uint32':
+        return new Uint32Array(b);
+      case 'int8':
+        return new Int8Array(b);
+      default:
+        return new Uint8Array(b); // uint8, bool
     }
   };
   const acc = view(slices[0]!, make);

@@ -83,7 +83,9 @@ export class TickingClock {
   constructor() {
     // No execArgv: the program's flags (`--input-type=module`, say) would change how the source is read.
     const worker = new Worker(WORKER_SOURCE, {
-      eval: true, execArgv: [], workerData: { shared: this.shared, origin: performance.timeOrigin },
+      eval: true,
+      execArgv: [],
+      workerData: { shared: this.shared, origin: performance.timeOrigin },
     });
     // The clock must not keep a program alive that is otherwise done.
     worker.unref();

@@ -23,9 +23,7 @@ import { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { callerFrames, rawStack } from '../util/call-stack.js';
 import { TickingClock } from './history-clock.js';
-import {
-  isReserving, setAllocationObserver, type AllocationObserver, type MemoryResource, type ReservingResource,
-} from '../resource/resource.js';
+import { isReserving, setAllocationObserver, type AllocationObserver, type MemoryResource, type ReservingResource } from '../resource/resource.js';
 import type { HistoryEvent, HistoryEventKind, SnapshotBaseline, SnapshotResource, SnapshotStack } from './snapshot-format.js';
 import { readOptions } from '../util/options.js';
 import { setSpillObserver, type SpillObserver } from '../buffer/spill/spill-manager.js';
@@ -132,8 +130,17 @@ export function resourceRecord(mr: MemoryResource): ResourceRecord {
       if (isReserving(r)) reserveSource = r;
     }
     record = {
-      id: nextResourceId++, label: mr.describe(), className: mr.constructor.name, kind: mr.kind, device: mr.deviceOrdinal,
-      upstream, ref: new WeakRef(mr), reserveSource, lastReserved: 0, seenBy: null, baseline: null,
+      id: nextResourceId++,
+      label: mr.describe(),
+      className: mr.constructor.name,
+      kind: mr.kind,
+      device: mr.deviceOrdinal,
+      upstream,
+      ref: new WeakRef(mr),
+      reserveSource,
+      lastReserved: 0,
+      seenBy: null,
+      baseline: null,
     };
     records.set(mr, record);
   }
@@ -334,8 +341,13 @@ export class MemoryHistory {
       const address = ring[o + 1]!;
       const stack = ring[o + 5]!;
       out[k] = {
-        kind: KINDS[kindAndResource % 8]!, address: Number.isNaN(address) ? null : address, bytes: ring[o + 2]!,
-        stream: ring[o + 3]!, time: ring[o + 4]!, resource: Math.floor(kindAndResource / 8), stack: stack < 0 ? null : stack,
+        kind: KINDS[kindAndResource % 8]!,
+        address: Number.isNaN(address) ? null : address,
+        bytes: ring[o + 2]!,
+        stream: ring[o + 3]!,
+        time: ring[o + 4]!,
+        resource: Math.floor(kindAndResource / 8),
+        stack: stack < 0 ? null : stack,
       };
     }
     return out;
@@ -394,7 +406,9 @@ export class MemoryHistory {
       site.count += 1;
       bySite.set(block.stack, site);
     }
-    return [...bySite.entries()].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, count)
+    return [...bySite.entries()]
+      .sort((a, b) => b[1].bytes - a[1].bytes)
+      .slice(0, count)
       .map(([stack, site]) => ({ frames: this.#frames[stack]!, ...site }));
   }
 
@@ -477,7 +491,7 @@ export class MemoryHistory {
     this.#write(kind + 8 * record.id, address, bytes, stream, time, stack);
     if (kind === ALLOC && stack >= 0) {
       let blocks = this.#live.get(record.id);
-      if (blocks === undefined) this.#live.set(record.id, blocks = new Map());
+      if (blocks === undefined) this.#live.set(record.id, (blocks = new Map()));
       blocks.set(address, { bytes, stream, time, resource: record.id, stack });
     } else if (kind === FREE && this.stacks) {
       this.#live.get(record.id)?.delete(address);

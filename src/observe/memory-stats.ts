@@ -124,8 +124,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
     resource: mr.describe(),
     allocatedBytes: allocated,
     allocations: figures?.allocations,
-    reservedBytes: figures === undefined ? undefined
-      : Object.freeze({ value: figures.reservedBytes, peak: figures.peakReservedBytes }),
+    reservedBytes: figures === undefined ? undefined : Object.freeze({ value: figures.reservedBytes, peak: figures.peakReservedBytes }),
     cachedBytes: figures === undefined ? undefined : Math.max(0, figures.reservedBytes - figures.allocatedBytes.value),
     allocationRetries: figures?.allocationRetries,
     outOfMemoryErrors: mr.outOfMemoryErrors,
@@ -222,8 +221,10 @@ export function memorySummary(device?: Device | number): string {
  */
 function liveLines(): string[] {
   const live = liveAllocations(true);
-  const lines = [`Live buffers and arrays (all devices): ${live.count} (${formatBytes(live.bytes)}); ` +
-    (live.sites.length === 0 ? 'captureAllocationStacks(true) names their sites' : 'by site:')];
+  const lines = [
+    `Live buffers and arrays (all devices): ${live.count} (${formatBytes(live.bytes)}); ` +
+      (live.sites.length === 0 ? 'captureAllocationStacks(true) names their sites' : 'by site:'),
+  ];
   const growing = [...live.sites].sort((a, b) => b.growth - a.growth || b.count - a.count);
   for (const site of growing.slice(0, 3)) {
     const growth = site.growth > 0 ? `, +${site.growth} since the last summary: growing (dropped without free()?)` : '';

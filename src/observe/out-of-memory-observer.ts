@@ -83,7 +83,9 @@ function largestSites(top: MemoryResource): LiveSite[] {
     site.count += 1;
     bySite.set(stack, site);
   }
-  return [...bySite.entries()].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, SITES_NAMED)
+  return [...bySite.entries()]
+    .sort((a, b) => b[1].bytes - a[1].bytes)
+    .slice(0, SITES_NAMED)
     .map(([stack, site]) => ({ frames: stack === '' ? [] : stack.split('\n'), ...site }));
 }
 
@@ -96,10 +98,13 @@ function freeSpace(segments: readonly SnapshotSegment[]): { free: number; larges
   let largest = 0;
   for (const segment of segments) {
     // Free runs: adjacent free or parked blocks, clipped to mapped pages in a virtual range.
-    const ranges: Array<[number, number]> = segment.pages === null
-      ? [[segment.address, segment.address + segment.bytes]]
-      : segment.pages.mapped.map(([first, count]) => [
-        segment.address + first * segment.pages!.pageBytes, segment.address + (first + count) * segment.pages!.pageBytes]);
+    const ranges: Array<[number, number]> =
+      segment.pages === null
+        ? [[segment.address, segment.address + segment.bytes]]
+        : segment.pages.mapped.map(([first, count]) => [
+            segment.address + first * segment.pages!.pageBytes,
+            segment.address + (first + count) * segment.pages!.pageBytes,
+          ]);
     let run = 0;
     let runEnd = -1; // runs do not cross segments: two chunks may be adjacent, not one block
     for (const block of segment.blocks) {
@@ -126,7 +131,8 @@ function fragmentation(top: MemoryResource): string | undefined {
     if (segments === undefined) continue;
     if (segments.every((s) => s.kind === 'allocation')) return undefined; // one driver allocation per block: no free blocks
     const { free, largest } = freeSpace(segments);
-    return free === 0 ? `no free memory cached in ${mr.describe()}`
+    return free === 0
+      ? `no free memory cached in ${mr.describe()}`
       : `largest free block ${formatBytes(largest)} of ${formatBytes(free)} free in ${mr.describe()}`;
   }
   return undefined;
@@ -137,8 +143,11 @@ function diagnosis(top: MemoryResource): string {
   const parts: string[] = [];
   const sites = largestSites(top);
   if (sites.length > 0) {
-    parts.push(`largest live allocation sites: ${sites.map((s) =>
-      `${formatBytes(s.bytes)} in ${s.count} block${s.count === 1 ? '' : 's'} ${s.frames[0] ?? 'at an unknown site'}`).join('; ')}`);
+    parts.push(
+      `largest live allocation sites: ${sites
+        .map((s) => `${formatBytes(s.bytes)} in ${s.count} block${s.count === 1 ? '' : 's'} ${s.frames[0] ?? 'at an unknown site'}`)
+        .join('; ')}`,
+    );
   }
   const fragments = fragmentation(top);
   if (fragments !== undefined) parts.push(`fragmentation: ${fragments}`);
@@ -176,7 +185,9 @@ function observeOnce(resource: MemoryResource, error: OutOfMemoryError | CudaErr
       const snapshot = takeSnapshot(Device.get(resource.deviceOrdinal), resource, {
         kind: 'out-of-memory',
         error: {
-          message: error.message, requestedBytes: bytes, resource: resourceRecord(resource).id,
+          message: error.message,
+          requestedBytes: bytes,
+          resource: resourceRecord(resource).id,
           reason: error instanceof OutOfMemoryError ? error.reason : 'device',
           call: error.call,
         },

@@ -300,8 +300,14 @@ function numberCheck(options: { readonly min?: number; readonly integer?: boolea
   const { min, max, integer = false } = options;
   const expected = `${integer ? 'a whole number' : 'a number'}${min === undefined ? '' : ` >= ${min}`}${max === undefined ? '' : ` <= ${max}`}`;
   return (value, field) => {
-    if (typeof value !== 'number' || !Number.isFinite(value) || (integer && !Number.isInteger(value)) ||
-      (min !== undefined && value < min) || (max !== undefined && value > max)) wrong(field, expected, value);
+    if (
+      typeof value !== 'number' ||
+      !Number.isFinite(value) ||
+      (integer && !Number.isInteger(value)) ||
+      (min !== undefined && value < min) ||
+      (max !== undefined && value > max)
+    )
+      wrong(field, expected, value);
   };
 }
 
@@ -384,31 +390,55 @@ const pageRun: Check = (value, field) => {
 };
 
 const segmentCheck = objectCheck({
-  address, bytes, kind: oneOf(['virtual-range', 'chunk', 'region', 'allocation', 'graph-pool']),
+  address,
+  bytes,
+  kind: oneOf(['virtual-range', 'chunk', 'region', 'allocation', 'graph-pool']),
   pages: nullable(objectCheck({ pageBytes: numberCheck({ min: 1, integer: true }), mapped: arrayOf(pageRun) })),
-  blocks: arrayOf(objectCheck({
-    address, bytes, requestedBytes: nullable(bytes), state: oneOf(['live', 'free', 'parked']),
-    stream: nullable(numberCheck({ min: 0 })), stack: stackId,
-  })),
+  blocks: arrayOf(
+    objectCheck({
+      address,
+      bytes,
+      requestedBytes: nullable(bytes),
+      state: oneOf(['live', 'free', 'parked']),
+      stream: nullable(numberCheck({ min: 0 })),
+      stack: stackId,
+    }),
+  ),
 });
 
 const resourceCheck = objectCheck({
-  id, label: stringCheck(), className: stringCheck(), kind: stringCheck(), device: numberCheck({ min: -1, integer: true }),
-  upstream: nullable(id), current: booleanCheck, status: oneOf(['active', 'destroyed', 'collected']),
-  figures: nullable(figuresCheck), segments: nullable(arrayOf(segmentCheck)),
+  id,
+  label: stringCheck(),
+  className: stringCheck(),
+  kind: stringCheck(),
+  device: numberCheck({ min: -1, integer: true }),
+  upstream: nullable(id),
+  current: booleanCheck,
+  status: oneOf(['active', 'destroyed', 'collected']),
+  figures: nullable(figuresCheck),
+  segments: nullable(arrayOf(segmentCheck)),
   baseline: nullable(objectCheck({ time, allocatedBytes: nullable(bytes), reservedBytes: nullable(bytes) })),
 });
 
 const eventFields = objectCheck({
-  kind: oneOf(['alloc', 'free', 'oom', 'reserve', 'release', 'spill', 'reload']), address: nullable(address), bytes,
-  stream: numberCheck({ min: 0 }), time, resource: id, stack: stackId,
+  kind: oneOf(['alloc', 'free', 'oom', 'reserve', 'release', 'spill', 'reload']),
+  address: nullable(address),
+  bytes,
+  stream: numberCheck({ min: 0 }),
+  time,
+  resource: id,
+  stack: stackId,
 });
 const eventCheck: Check = (value, field) => {
   eventFields(value, field);
   const event = value as HistoryEvent;
   const placed = event.kind === 'alloc' || event.kind === 'free' || event.kind === 'spill' || event.kind === 'reload';
   if (placed !== (event.address !== null)) {
-    wrong(`${field}.address`, placed ? `an address for a${event.kind === 'alloc' ? 'n' : ''} ${event.kind} event` : `null for a${event.kind === 'oom' ? 'n' : ''} ${event.kind} event`, event.address);
+    wrong(
+      `${field}.address`,
+      placed ? `an address for a${event.kind === 'alloc' ? 'n' : ''} ${event.kind} event` : `null for a${event.kind === 'oom' ? 'n' : ''} ${event.kind} event`,
+      event.address,
+    );
   }
 };
 
@@ -417,7 +447,10 @@ const snapshotCheck = objectCheck({
     if (value !== SNAPSHOT_VERSION) throw new SnapshotFormatError(field, `this vram reads snapshot version ${SNAPSHOT_VERSION}, got ${shown(value)}`);
   },
   createdAt: stringCheck(/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$/, 'an ISO 8601 time in UTC'),
-  time, timeOrigin: time, backend: stringCheck(), device: numberCheck({ min: 0, integer: true }),
+  time,
+  timeOrigin: time,
+  backend: stringCheck(),
+  device: numberCheck({ min: 0, integer: true }),
   trigger: objectCheck({
     kind: oneOf(['request', 'out-of-memory']),
     error: nullable(objectCheck({ message: stringCheck(), requestedBytes: bytes, reason: stringCheck(), call: stringCheck(), resource: id })),
@@ -426,10 +459,17 @@ const snapshotCheck = objectCheck({
   resources: arrayOf(resourceCheck),
   blocks: arrayOf(objectCheck({ address, bytes, stream: nullable(numberCheck({ min: 0 })), time: nullable(time), resource: id, stack: stackId })),
   stacks: arrayOf(objectCheck({ id: numberCheck({ min: 0, integer: true }), frames: arrayOf(stringCheck()) })),
-  history: nullable(objectCheck({
-    recording: booleanCheck, maxEntries: numberCheck({ min: 1, integer: true }), stacks: booleanCheck, startTime: time,
-    recorded: count, dropped: count, events: arrayOf(eventCheck),
-  })),
+  history: nullable(
+    objectCheck({
+      recording: booleanCheck,
+      maxEntries: numberCheck({ min: 1, integer: true }),
+      stacks: booleanCheck,
+      startTime: time,
+      recorded: count,
+      dropped: count,
+      events: arrayOf(eventCheck),
+    }),
+  ),
 });
 
 /**

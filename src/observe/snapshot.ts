@@ -62,25 +62,41 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
   }
   for (const record of history?.seenResources() ?? []) byId.set(record.id, record);
 
-  const resources: SnapshotResource[] = [...byId.values()].sort((a, b) => a.id - b.id).map((record) => {
-    const mr = record.ref.deref();
-    const active = mr !== undefined && !mr.destroyed;
-    return {
-      id: record.id, label: active ? mr.describe() : record.label, className: record.className, kind: record.kind,
-      device: record.device, upstream: record.upstream, current: mr !== undefined && onCurrentStack.has(mr),
-      status: mr === undefined ? 'collected' : mr.destroyed ? 'destroyed' : 'active',
-      figures: active ? mr.memoryFigures() ?? null : null,
-      segments: active ? mr.memorySegments() ?? null : null,
-      baseline: history !== undefined && record.seenBy === history ? record.baseline : null,
-    };
-  });
+  const resources: SnapshotResource[] = [...byId.values()]
+    .sort((a, b) => a.id - b.id)
+    .map((record) => {
+      const mr = record.ref.deref();
+      const active = mr !== undefined && !mr.destroyed;
+      return {
+        id: record.id,
+        label: active ? mr.describe() : record.label,
+        className: record.className,
+        kind: record.kind,
+        device: record.device,
+        upstream: record.upstream,
+        current: mr !== undefined && onCurrentStack.has(mr),
+        status: mr === undefined ? 'collected' : mr.destroyed ? 'destroyed' : 'active',
+        figures: active ? (mr.memoryFigures() ?? null) : null,
+        segments: active ? (mr.memorySegments() ?? null) : null,
+        baseline: history !== undefined && record.seenBy === history ? record.baseline : null,
+      };
+    });
 
   // Capture-private pools (GraphPool): memory CUDA graphs own, laid out as segments of kind 'graph-pool'.
   let nextId = resources.reduce((m, r) => Math.max(m, r.id), 0) + 1;
   for (const pool of graphPoolsOf(device.ordinal)) {
     resources.push({
-      id: nextId++, label: String(pool), className: 'GraphPool', kind: 'device', device: device.ordinal, upstream: null, current: false,
-      status: 'active', figures: null, segments: pool.segments(), baseline: null,
+      id: nextId++,
+      label: String(pool),
+      className: 'GraphPool',
+      kind: 'device',
+      device: device.ordinal,
+      upstream: null,
+      current: false,
+      status: 'active',
+      figures: null,
+      segments: pool.segments(),
+      baseline: null,
     });
   }
 
@@ -104,8 +120,12 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
         const recorded = seen.get(block.address);
         seen.delete(block.address);
         blocks.push({
-          address: block.address, bytes: block.requestedBytes ?? block.bytes, stream: recorded?.stream ?? block.stream,
-          time: recorded?.time ?? null, resource: resource.id, stack: recorded?.stack ?? null,
+          address: block.address,
+          bytes: block.requestedBytes ?? block.bytes,
+          stream: recorded?.stream ?? block.stream,
+          time: recorded?.time ?? null,
+          resource: resource.id,
+          stack: recorded?.stack ?? null,
         });
         return recorded === undefined ? block : { ...block, stream: recorded.stream, stack: recorded.stack };
       }),
@@ -116,7 +136,8 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
   // those of a destroyed stack went with it.
   const active = new Set(resources.filter((r) => r.status === 'active').map((r) => r.id));
   for (const [address, recorded] of seen) {
-    if (active.has(recorded.resource)) blocks.push({ address, bytes: recorded.bytes, stream: recorded.stream, time: recorded.time, resource: recorded.resource, stack: recorded.stack });
+    if (active.has(recorded.resource))
+      blocks.push({ address, bytes: recorded.bytes, stream: recorded.stream, time: recorded.time, resource: recorded.resource, stack: recorded.stack });
   }
   blocks.sort((a, b) => a.address - b.address);
 
@@ -132,9 +153,17 @@ export function takeSnapshot(device: Device, top: MemoryResource | undefined, tr
     resources: withStacks,
     blocks,
     stacks: history?.callStacks() ?? [],
-    history: history === undefined ? null : {
-      recording: history.recording, maxEntries: history.maxEntries, stacks: history.stacks, startTime: history.startTime,
-      recorded: history.recorded, dropped: history.dropped, events: history.events(),
-    },
+    history:
+      history === undefined
+        ? null
+        : {
+            recording: history.recording,
+            maxEntries: history.maxEntries,
+            stacks: history.stacks,
+            startTime: history.startTime,
+            recorded: history.recorded,
+            dropped: history.dropped,
+            events: history.events(),
+          },
   };
 }

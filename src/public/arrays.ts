@@ -8,20 +8,32 @@
  * @module vram/arrays
  */
 export { isDTypeName, hostArrayType, vectorTable, defaultDType } from '../array/dtype.js';
-export type {
-  DTypeKind, DefaultDType, ComponentOf, ComponentsOf, AnyHostTypedArray, TypedArrayClass, ScalarHostArrays,
-} from '../array/dtype.js';
-export {
-  float16Bits, fromFloat16Bits, bfloat16Bits, fromBfloat16Bits, encodeFloat16, decodeFloat16, encodeBfloat16, decodeBfloat16,
-} from '../array/half.js';
+export type { DTypeKind, DefaultDType, ComponentOf, ComponentsOf, AnyHostTypedArray, TypedArrayClass, ScalarHostArrays } from '../array/dtype.js';
+export { float16Bits, fromFloat16Bits, bfloat16Bits, fromBfloat16Bits, encodeFloat16, decodeFloat16, encodeBfloat16, decodeBfloat16 } from '../array/half.js';
 export type { WritableNumbers } from '../array/half.js';
 export type {
-  NestedArray, NestedElement, ScalarValue, ElementValue, Float16ArrayLike, Float16Input, ComponentTuple, ComponentInput, ComponentOutput,
+  NestedArray,
+  NestedElement,
+  ScalarValue,
+  ElementValue,
+  Float16ArrayLike,
+  Float16Input,
+  ComponentTuple,
+  ComponentInput,
+  ComponentOutput,
 } from '../array/host-data.js';
 export { StridedArray } from '../array/layout.js';
 export type { Layout, SliceSpec, SliceRange, ArrayJSON } from '../array/layout.js';
 export type { ShapeInput } from '../array/shape.js';
 export type {
-  DeviceArrayViewOptions, DeviceArrayAsyncOptions, PitchedArrayOptions, DeviceArrayMemory, InferableTypedArray, InferredDType, DeviceArrayPointerOptions, NestedNumbers, PeerCopyOptions,
+  DeviceArrayViewOptions,
+  DeviceArrayAsyncOptions,
+  PitchedArrayOptions,
+  DeviceArrayMemory,
+  InferableTypedArray,
+  InferredDType,
+  DeviceArrayPointerOptions,
+  NestedNumbers,
+  PeerCopyOptions,
 } from '../array/device-array.js';
 export type { HostArrayViewOptions, HostArrayOptions, HostArrayLikeOptions } from '../array/host-array.js';

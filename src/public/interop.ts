@@ -11,7 +11,10 @@
  */
 export { toCudaArrayInterface, fromCudaArrayInterface, cudaArrayInterfaceInfo } from '../interop/cuda-array-interface.js';
 export type {
-  CudaArrayInterface, ToCudaArrayInterfaceOptions, FromCudaArrayInterfaceOptions, CudaArrayInterfaceInfo,
+  CudaArrayInterface,
+  ToCudaArrayInterfaceOptions,
+  FromCudaArrayInterfaceOptions,
+  CudaArrayInterfaceInfo,
 } from '../interop/cuda-array-interface.js';
 export { toDLPack, fromDLPack, deleteDLPack, dlpackInfo, dlpackExportsHeld } from '../interop/dlpack.js';
 export type { ToDLPackOptions, FromDLPackOptions, DLPackImportInfo } from '../interop/dlpack.js';

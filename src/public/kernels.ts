@@ -20,8 +20,18 @@ export type { SuggestedBlockSize } from '../kernels/occupancy.js';
 export { threadCount } from '../kernels/emulated-kernel.js';
 // A kernel's emulated twin is written against these (Module.compile's `emulated` option).
 export type {
-  EmulatedAccess, EmulatedKernels, EmulatedKernel, EmulatedLaunch, EmulatedMemory, FunctionAttributes, KernelLimits, ParamType, ScalarParam,
-  KernelParams, ParamSlot, ModuleImage,
+  EmulatedAccess,
+  EmulatedKernels,
+  EmulatedKernel,
+  EmulatedLaunch,
+  EmulatedMemory,
+  FunctionAttributes,
+  KernelLimits,
+  ParamType,
+  ScalarParam,
+  KernelParams,
+  ParamSlot,
+  ModuleImage,
 } from '../backend/backend.js';
 export { kernelCacheDirectory } from '../kernels/compile-cache.js';
 export { NvrtcError } from '../cuda/nvrtc.js';

@@ -10,9 +10,7 @@
  * @module vram/nccl
  */
 export { Communicator, Registration, group, ncclVersion } from '../nccl/communicator.js';
-export type {
-  CollectiveMemory, CommunicatorOptions, CollectiveOptions, CollectiveReduceOptions, BroadcastOptions,
-} from '../nccl/communicator.js';
+export type { CollectiveMemory, CommunicatorOptions, CollectiveOptions, CollectiveReduceOptions, BroadcastOptions } from '../nccl/communicator.js';
 export type { CollectiveReduceOp } from '../backend/collectives.js';
 export { UniqueId } from '../nccl/unique-id.js';
 export { NcclError } from '../errors.js';

@@ -12,7 +12,21 @@ export { memorySnapshot } from '../observe/snapshot.js';
 export type { AllocationWaits } from '../resource/waiting.js';
 export type { SnapshotOptions } from '../observe/snapshot.js';
 export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from '../observe/snapshot-format.js';
-export type { MemorySnapshot, HistoryEventKind, HistoryEvent, SnapshotStack, SnapshotFigures, ResourceStatus, SnapshotBaseline, SnapshotResource, SnapshotLiveBlock, SnapshotHistory, SnapshotTriggerKind, SnapshotError, SnapshotTrigger } from '../observe/snapshot-format.js';
+export type {
+  MemorySnapshot,
+  HistoryEventKind,
+  HistoryEvent,
+  SnapshotStack,
+  SnapshotFigures,
+  ResourceStatus,
+  SnapshotBaseline,
+  SnapshotResource,
+  SnapshotLiveBlock,
+  SnapshotHistory,
+  SnapshotTriggerKind,
+  SnapshotError,
+  SnapshotTrigger,
+} from '../observe/snapshot-format.js';
 export type { BlockState, SnapshotBlock, SegmentKind, SnapshotPages, SnapshotSegment } from '../resource/figures.js';
 export { onOutOfMemory, OOM_SNAPSHOT_VARIABLE } from '../observe/out-of-memory-observer.js';
 export type { OutOfMemoryEvent } from '../observe/out-of-memory-observer.js';

@@ -12,7 +12,14 @@ export { InputFileError } from '../util/input-file.js';
 export type { AllocationTrace, TraceEvent, TraceAction, TraceSummary } from '../replay/parse.js';
 export { replay, ReplayError } from '../replay/engine.js';
 export type {
-  ReplayResult, ReplayOptions, ReplayPass, ReplayFailurePoint, ReservedSource, GrowthFigures, ReplayTimeline, PeakBlock,
+  ReplayResult,
+  ReplayOptions,
+  ReplayPass,
+  ReplayFailurePoint,
+  ReservedSource,
+  GrowthFigures,
+  ReplayTimeline,
+  PeakBlock,
 } from '../replay/engine.js';
 export { renderReport } from '../report/html.js';
 export { replayReport } from '../report/replay-report.js';
@@ -21,6 +28,15 @@ export { benchReport } from '../report/bench-report.js';
 export type { BenchReportInput, BenchFigure, BenchSkipped } from '../report/bench-report.js';
 export { snapshotReport } from '../report/snapshot-report.js';
 export type {
-  Report, ReportSection, PlotSection, PlotSeries, PlotAxis, ValueUnit, MemoryMapSection, MapSegment, MapBlock, MapSite,
+  Report,
+  ReportSection,
+  PlotSection,
+  PlotSeries,
+  PlotAxis,
+  ValueUnit,
+  MemoryMapSection,
+  MapSegment,
+  MapBlock,
+  MapSite,
   TableSection,
 } from '../report/report.js';

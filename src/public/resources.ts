@@ -19,12 +19,8 @@ export { withMemoryBudget } from '../buffer/budget.js';
 export { StreamOrder } from '../resource/stream-order.js';
 export { JoinClock } from '../resource/join-clock.js';
 export type { Lane, OrderEvents } from '../resource/stream-order.js';
-export {
-  ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings,
-} from '../resource/default-resource.js';
-export type {
-  AllocatorName, DefaultResourceSettings, EnvironmentValues, EnvironmentVariableDescription, MemoryCap,
-} from '../resource/default-resource.js';
+export { ALLOCATOR_NAMES, DEFAULT_RESOURCE_VARIABLES, createDefaultResource, readDefaultResourceSettings } from '../resource/default-resource.js';
+export type { AllocatorName, DefaultResourceSettings, EnvironmentValues, EnvironmentVariableDescription, MemoryCap } from '../resource/default-resource.js';
 export { DriverResource } from '../resource/upstream/driver-resource.js';
 export { CudaResource } from '../resource/upstream/cuda-resource.js';
 export { AsyncResource } from '../resource/upstream/async-resource.js';

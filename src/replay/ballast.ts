@@ -43,8 +43,10 @@ export interface Ballast {
 export function checkCapacity(device: Device, capacityBytes: number): { free: number; total: number } {
   const { free, total } = device.memInfo();
   if (capacityBytes > free) {
-    throw new RangeError(`a capacity of ${formatBytes(capacityBytes)} (${capacityBytes} bytes) is more than device ${device.ordinal}'s ` +
-      `free memory, ${formatBytes(free)} (${free} bytes) of ${formatBytes(total)}`);
+    throw new RangeError(
+      `a capacity of ${formatBytes(capacityBytes)} (${capacityBytes} bytes) is more than device ${device.ordinal}'s ` +
+        `free memory, ${formatBytes(free)} (${free} bytes) of ${formatBytes(total)}`,
+    );
   }
   return { free, total };
 }
@@ -83,7 +85,10 @@ export function holdBallast(device: Device, capacityBytes: number): Ballast {
     throw error;
   }
   return {
-    capacityBytes, bytes, freeBytes, totalBytes: total,
+    capacityBytes,
+    bytes,
+    freeBytes,
+    totalBytes: total,
     release(): void {
       if (!held) return;
       held = false;

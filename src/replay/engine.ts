@@ -225,7 +225,7 @@ function median(values: Float64Array): number | undefined {
   if (values.length === 0) return undefined;
   const sorted = values.slice().sort();
   const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid] as number : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
 /**
@@ -260,7 +260,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
   const repeat = options.repeat ?? 1;
   if (!Number.isInteger(repeat) || repeat < 1) throw new RangeError(`repeat must be a whole number >= 1, got ${repeat}`);
   const perOp = options.perOperationTiming === true;
-  if (perOp && options.timeline === true) throw new RangeError('perOperationTiming and timeline cannot be combined: the timeline\'s readings would be timed');
+  if (perOp && options.timeline === true) throw new RangeError("perOperationTiming and timeline cannot be combined: the timeline's readings would be timed");
   const { refs: streamRefs, created } = createTraceStreams(trace, resource);
   for (let i = 0; i < n; i++) {
     const event = events[i]!;
@@ -311,7 +311,8 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
             }
           }
         } else {
-          let a = 0, f = 0;
+          let a = 0,
+            f = 0;
           for (; i < n; i++) {
             const kind = kinds[i];
             if (kind === 2) continue;
@@ -335,9 +336,14 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
         const point = failurePoint(trace, i, pass, resource);
         freeLive(resource, pointers, isLive, sizes, events);
         const what = event.action === 'allocate' ? `allocate ${event.size} bytes` : `free of ${event.size} bytes`;
-        throw new ReplayError(event.line, i,
+        throw new ReplayError(
+          event.line,
+          i,
           `${trace.source}:${event.line}${repeat > 1 ? ` (pass ${pass + 1} of ${repeat})` : ''}: ${what} failed on ` +
-          `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`, error, point);
+            `${resource.describe()}: ${error instanceof Error ? error.message : String(error)}`,
+          error,
+          point,
+        );
       }
       // Read the stack's high-water mark before the leftovers are freed (freeing does not lower it).
       let peakReservedBytes: number;
@@ -352,7 +358,9 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
       const growthAfter = options.growth?.();
       freeLive(resource, pointers, isLive, sizes, events);
       passes.push({
-        totalNs, nsPerOperation: operations > 0 ? totalNs / operations : 0, peakReservedBytes,
+        totalNs,
+        nsPerOperation: operations > 0 ? totalNs / operations : 0,
+        peakReservedBytes,
         ...(growthBefore !== undefined && growthAfter !== undefined ? { growth: growthBetween(growthBefore, growthAfter) } : {}),
       });
     }
@@ -382,8 +390,7 @@ export function replay(trace: AllocationTrace, resource: MemoryResource, options
     ...(recorder !== undefined ? { timeline: recorder.result() } : {}),
   };
 
-  function freeLive(mr: MemoryResource, ptrs: Float64Array, live: Uint8Array, sz: Float64Array,
-    evs: AllocationTrace['events']): void {
+  function freeLive(mr: MemoryResource, ptrs: Float64Array, live: Uint8Array, sz: Float64Array, evs: AllocationTrace['events']): void {
     // Sizes live by slot: find each live slot's allocation event (rare path: leftovers, failures).
     const slotSize = new Float64Array(ptrs.length);
     const slotStream: StreamRef[] = new Array<StreamRef>(ptrs.length);
@@ -423,7 +430,11 @@ function failurePoint(trace: AllocationTrace, index: number, pass: number, resou
     // A resource that cannot report after its failure still has its failure reported.
   }
   return {
-    operation, pass: pass + 1, action: event.action === 'free' ? 'free' : 'allocate', bytes: event.size, liveBytes,
+    operation,
+    pass: pass + 1,
+    action: event.action === 'free' ? 'free' : 'allocate',
+    bytes: event.size,
+    liveBytes,
     ...(reservedBytes === undefined ? {} : { reservedBytes }),
   };
 }
@@ -451,7 +462,10 @@ class TimelineRecorder {
   private peakBlocks: PeakBlock[] = [];
   private peakSegments: ReplayTimeline['peakSegments'] = null;
 
-  constructor(private readonly trace: AllocationTrace, private readonly resource: MemoryResource) {
+  constructor(
+    private readonly trace: AllocationTrace,
+    private readonly resource: MemoryResource,
+  ) {
     const operations = trace.summary.operations;
     this.timeUs = new Float64Array(operations);
     this.liveBytes = new Float64Array(operations);
@@ -496,8 +510,13 @@ class TimelineRecorder {
 
   result(): ReplayTimeline {
     return {
-      timeUs: this.timeUs, liveBytes: this.liveBytes, reservedBytes: this.reservedBytes, reservedSource: this.source,
-      peakOperation: this.peakOperation, peakBlocks: this.peakBlocks, peakSegments: this.peakSegments,
+      timeUs: this.timeUs,
+      liveBytes: this.liveBytes,
+      reservedBytes: this.reservedBytes,
+      reservedSource: this.source,
+      peakOperation: this.peakOperation,
+      peakBlocks: this.peakBlocks,
+      peakSegments: this.peakSegments,
     };
   }
 }
@@ -510,8 +529,11 @@ function growthBetween(a: GrowthFigures, b: GrowthFigures): GrowthFigures {
     pageMoves: b.pageMoves - a.pageMoves,
     hostWaits: b.hostWaits - a.hostWaits,
     driverCalls: {
-      create: d.create - c.create, map: d.map - c.map, unmap: d.unmap - c.unmap,
-      setAccess: d.setAccess - c.setAccess, release: d.release - c.release,
+      create: d.create - c.create,
+      map: d.map - c.map,
+      unmap: d.unmap - c.unmap,
+      setAccess: d.setAccess - c.setAccess,
+      release: d.release - c.release,
     },
     growthNs: b.growthNs - a.growthNs,
     ...(a.streamJoins !== undefined && b.streamJoins !== undefined

@@ -139,12 +139,14 @@ export function parseAllocationLog(text: string, source = '<log>'): AllocationTr
   let headerIndex = 0;
   while (headerIndex < lines.length && (lines[headerIndex] ?? '').trim() === '') headerIndex += 1;
   if (headerIndex === lines.length) throw new TraceParseError(source, 1, 'the log is empty');
-  const header = (lines[headerIndex] ?? '').trim().split(',').map((name) => name.trim());
+  const header = (lines[headerIndex] ?? '')
+    .trim()
+    .split(',')
+    .map((name) => name.trim());
   const index = columns.map((name) => header.findIndex((h) => h.toLowerCase() === name.toLowerCase()));
   const missing = columns.filter((_, i) => index[i] === -1);
   if (missing.length > 0) {
-    throw new TraceParseError(source, headerIndex + 1,
-      `expected the header '${ALLOCATION_LOG_HEADER}', missing column(s) ${missing.join(', ')}`);
+    throw new TraceParseError(source, headerIndex + 1, `expected the header '${ALLOCATION_LOG_HEADER}', missing column(s) ${missing.join(', ')}`);
   }
   const [threadAt, timeAt, actionAt, pointerAt, sizeAt, streamAt] = index as [number, number, number, number, number, number];
 
@@ -152,15 +154,23 @@ export function parseAllocationLog(text: string, source = '<log>'): AllocationTr
   const live = new Map<number, { slot: number; size: number; line: number }>();
   const streams = new Set<number>();
   const threads = new Set<number>();
-  let allocations = 0, frees = 0, failures = 0;
-  let liveBytes = 0, peakLiveBytes = 0, peakLiveCount = 0, largest = 0;
-  let firstTime: number | undefined, lastTime = 0;
+  let allocations = 0,
+    frees = 0,
+    failures = 0;
+  let liveBytes = 0,
+    peakLiveBytes = 0,
+    peakLiveCount = 0,
+    largest = 0;
+  let firstTime: number | undefined,
+    lastTime = 0;
 
   for (let i = headerIndex + 1; i < lines.length; i++) {
     const raw = (lines[i] ?? '').trim();
     if (raw === '') continue;
     const lineNo = i + 1;
-    const fail = (reason: string): never => { throw new TraceParseError(source, lineNo, reason); };
+    const fail = (reason: string): never => {
+      throw new TraceParseError(source, lineNo, reason);
+    };
     const fields = raw.split(',');
     if (fields.length < header.length) fail(`expected ${header.length} fields, got ${fields.length}: '${raw}'`);
     const field = (at: number): string => (fields[at] ?? '').trim();

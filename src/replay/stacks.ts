@@ -45,7 +45,10 @@ export function arenaSizeFor(peakLiveBytes: number): number {
 function growthOf(pool: PoolResource): GrowthFigures {
   const s = pool.statistics();
   return {
-    pageMoves: s.pageMoves, hostWaits: s.synchronizations, driverCalls: s.driverCalls, growthNs: s.growthNs,
+    pageMoves: s.pageMoves,
+    hostWaits: s.synchronizations,
+    driverCalls: s.driverCalls,
+    growthNs: s.growthNs,
     streamJoins: { records: s.eventRecords, waits: s.streamSteals },
   };
 }
@@ -70,14 +73,21 @@ export function createStack(name: ResourceStackName, trace: AllocationTrace, opt
   const { stack, notes } = buildStack(name, trace, device, options.extentSize);
   const pool: PoolResource | undefined = stack.pool;
   return {
-    name, resource: stack.resource, notes, destroy: () => stack.destroy(),
+    name,
+    resource: stack.resource,
+    notes,
+    destroy: () => stack.destroy(),
     ...(pool === undefined ? {} : { growth: () => growthOf(pool) }),
   };
 }
 
 /** The catalogue's stack with the options this replay gives it, and the notes that say how. */
-function buildStack(name: ResourceStackName, trace: AllocationTrace, device: number, extentSize: number | undefined):
-  { stack: ResourceStack; notes: readonly string[] } {
+function buildStack(
+  name: ResourceStackName,
+  trace: AllocationTrace,
+  device: number,
+  extentSize: number | undefined,
+): { stack: ResourceStack; notes: readonly string[] } {
   const extentNotes = extentSize === undefined ? [] : [`extentSize ${extentSize} bytes`];
   switch (name) {
     case 'cuda':
@@ -92,20 +102,24 @@ function buildStack(name: ResourceStackName, trace: AllocationTrace, device: num
     case 'adaptive':
       return {
         stack: createResourceStack(name, { device }),
-        notes: [`extentSize adaptive: chunks of 1/${Math.round(1 / CHUNK_FRACTION)} of reserved (${formatBytes(MIN_CHUNK_BYTES)} to ` +
-          `${formatBytes(MAX_CHUNK_BYTES)}) mapped ahead while ${LOW_WATER_FRACTION * 100}% of the device stays free, one-page extents below`],
+        notes: [
+          `extentSize adaptive: chunks of 1/${Math.round(1 / CHUNK_FRACTION)} of reserved (${formatBytes(MIN_CHUNK_BYTES)} to ` +
+            `${formatBytes(MAX_CHUNK_BYTES)}) mapped ahead while ${LOW_WATER_FRACTION * 100}% of the device stays free, one-page extents below`,
+        ],
       };
     case 'binning':
       return {
         stack: createResourceStack(name, { device, ...(extentSize === undefined ? {} : { extentSize }) }),
-        notes: ['fixed-size bins 256 KiB .. 4 MiB (as RMM\'s replay benchmark); peak reserved is the PoolResource\'s under them', ...extentNotes],
+        notes: ["fixed-size bins 256 KiB .. 4 MiB (as RMM's replay benchmark); peak reserved is the PoolResource's under them", ...extentNotes],
       };
     case 'arena': {
       const size = arenaSizeFor(trace.summary.peakLiveBytes);
       return {
         stack: createResourceStack(name, { size, device }),
-        notes: [`arena of ${formatBytes(size)} (peak live ${formatBytes(trace.summary.peakLiveBytes)} + 25% + 64 MiB); ` +
-          'its peak reserved is that fixed size, so its overhead is the headroom chosen, not fragmentation'],
+        notes: [
+          `arena of ${formatBytes(size)} (peak live ${formatBytes(trace.summary.peakLiveBytes)} + 25% + 64 MiB); ` +
+            'its peak reserved is that fixed size, so its overhead is the headroom chosen, not fragmentation',
+        ],
       };
     }
     default:

@@ -81,46 +81,64 @@ export function benchReport(input: BenchReportInput): Report {
     const rows = bandwidth.filter((r) => direction.test.test(r.name));
     if (rows.length === 0) continue;
     for (const r of rows) plotted.add(r);
-    sections.push(sizePlot(rows, {
-      id: direction.id, title: `Transfer bandwidth, ${direction.title}`,
-      description: 'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), for each kind of memory and copy path, ' +
-        'against the bytes per copy. Pinned and device copies are timed with events on a stream, pageable ones with the host clock to completion.',
-      y: { label: 'bandwidth', unit: 'GB/s' },
-    }));
+    sections.push(
+      sizePlot(rows, {
+        id: direction.id,
+        title: `Transfer bandwidth, ${direction.title}`,
+        description:
+          'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), for each kind of memory and copy path, ' +
+          'against the bytes per copy. Pinned and device copies are timed with events on a stream, pageable ones with the host clock to completion.',
+        y: { label: 'bandwidth', unit: 'GB/s' },
+      }),
+    );
   }
   // Bandwidth rows of no direction (a kernel reading host memory) still get their plot.
   const otherBandwidth = bandwidth.filter((r) => !plotted.has(r));
   if (otherBandwidth.length > 0) {
     for (const r of otherBandwidth) plotted.add(r);
-    sections.push(sizePlot(otherBandwidth, {
-      id: 'bandwidth-other', title: 'Bandwidth, other measurements',
-      description: 'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), of the rows that are not a copy one way (a kernel reading memory, a reduction), against the bytes read.',
-      y: { label: 'bandwidth', unit: 'GB/s' },
-    }));
+    sections.push(
+      sizePlot(otherBandwidth, {
+        id: 'bandwidth-other',
+        title: 'Bandwidth, other measurements',
+        description:
+          'Median bandwidth over the repeats, in GB/s (1e9 bytes per second), of the rows that are not a copy one way (a kernel reading memory, a reduction), against the bytes read.',
+        y: { label: 'bandwidth', unit: 'GB/s' },
+      }),
+    );
   }
   const latency = input.rows.filter((r) => r.unit === 'ns/pair');
   if (latency.length > 0) {
-    sections.push(sizePlot(latency, {
-      id: 'allocation-latency', title: 'Allocation latency',
-      description: 'Median time of one allocate+free pair, per resource (a pool hit: each resource is warmed first) and per driver call, ' +
-        'against the allocation size, over batches of pairs.',
-      y: { label: 'time per allocate+free pair', unit: 'ns', log: true },
-    }));
+    sections.push(
+      sizePlot(latency, {
+        id: 'allocation-latency',
+        title: 'Allocation latency',
+        description:
+          'Median time of one allocate+free pair, per resource (a pool hit: each resource is warmed first) and per driver call, ' +
+          'against the allocation size, over batches of pairs.',
+        y: { label: 'time per allocate+free pair', unit: 'ns', log: true },
+      }),
+    );
   }
   for (const r of latency) plotted.add(r);
   const others = input.rows.filter((r) => !plotted.has(r));
   if (others.length > 0) {
     sections.push({
-      kind: 'table', id: 'other-rows', title: 'Other measurements',
-      description: 'Figures measured at one size each: the random-allocations pattern (time per operation, sizes up to the one given), ' +
-        'the async pageable copies and the event loop\'s p99 delay while they ran, and whatever else the run measured once.',
+      kind: 'table',
+      id: 'other-rows',
+      title: 'Other measurements',
+      description:
+        'Figures measured at one size each: the random-allocations pattern (time per operation, sizes up to the one given), ' +
+        "the async pageable copies and the event loop's p99 delay while they ran, and whatever else the run measured once.",
       columns: [{ label: 'measurement' }, { label: 'size', numeric: true }, { label: 'value', numeric: true }, { label: 'repeats', numeric: true }],
       rows: others.map((r) => [r.name, formatBytes(r.size), `${+r.value.toPrecision(4)} ${r.unit}`, String(r.repeats)]),
     });
   }
   if (input.skipped.length > 0) {
     sections.push({
-      kind: 'table', id: 'skipped', title: 'Skipped', description: 'Measurements that could not run here, and why.',
+      kind: 'table',
+      id: 'skipped',
+      title: 'Skipped',
+      description: 'Measurements that could not run here, and why.',
       columns: [{ label: 'measurement' }, { label: 'size', numeric: true }, { label: 'reason' }],
       rows: input.skipped.map((s) => [`${s.group}: ${s.name}`, formatBytes(s.size), s.reason]),
     });

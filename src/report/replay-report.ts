@@ -74,15 +74,27 @@ function classLabel(c: number): string {
 /** The table of the peak's size classes. */
 function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableSection {
   const rows = sizeClasses(timeline).map(([c, e]) => [
-    classLabel(c), formatBytes(e.bytes), `${((e.bytes / peakLiveBytes) * 100).toFixed(1)}%`, String(e.count), formatBytes(e.largest),
+    classLabel(c),
+    formatBytes(e.bytes),
+    `${((e.bytes / peakLiveBytes) * 100).toFixed(1)}%`,
+    String(e.count),
+    formatBytes(e.largest),
   ]);
   return {
-    kind: 'table', id: 'peak-sizes', title: 'Live blocks at the peak, by size',
-    description: `The ${timeline.peakBlocks.length} blocks live when the trace first reached its peak of ` +
+    kind: 'table',
+    id: 'peak-sizes',
+    title: 'Live blocks at the peak, by size',
+    description:
+      `The ${timeline.peakBlocks.length} blocks live when the trace first reached its peak of ` +
       `${formatBytes(peakLiveBytes)} (after operation ${timeline.peakOperation + 1}), grouped by size class, most bytes first. ` +
       'An RMM log records no call stacks, so the sizes stand in for allocation sites.',
-    columns: [{ label: 'size class' }, { label: 'bytes', numeric: true }, { label: 'share of peak', numeric: true },
-      { label: 'blocks', numeric: true }, { label: 'largest', numeric: true }],
+    columns: [
+      { label: 'size class' },
+      { label: 'bytes', numeric: true },
+      { label: 'share of peak', numeric: true },
+      { label: 'blocks', numeric: true },
+      { label: 'largest', numeric: true },
+    ],
     rows,
   };
 }
@@ -95,15 +107,22 @@ function peakMap(name: string, timeline: ReplayTimeline): MemoryMapSection | und
   if (segments.length === 0) return undefined;
   const classes = sizeClasses(timeline);
   const site = new Map(classes.map(([c], i) => [c, i]));
-  const { blocks, outside } = placeBlocks(segments, timeline.peakBlocks.map((b) => ({ address: b.address, bytes: b.bytes, site: site.get(sizeClass(b.bytes))! })));
+  const { blocks, outside } = placeBlocks(
+    segments,
+    timeline.peakBlocks.map((b) => ({ address: b.address, bytes: b.bytes, site: site.get(sizeClass(b.bytes))! })),
+  );
   const heldBytes = segments.reduce((sum, seg) => sum + seg.bytes, 0);
   return {
-    kind: 'memory-map', id: `memory-map-${name}`, title: `Memory map at the peak: ${name}`,
-    description: `What ${held.resource} held when the trace first reached its peak (${formatBytes(heldBytes)}; of a virtual range only ` +
+    kind: 'memory-map',
+    id: `memory-map-${name}`,
+    title: `Memory map at the peak: ${name}`,
+    description:
+      `What ${held.resource} held when the trace first reached its peak (${formatBytes(heldBytes)}; of a virtual range only ` +
       'its mapped pages), laid end to end, the live blocks coloured by size class; grey is held but not live in the trace ' +
-      '(free, cached, or the unused part of a bin). Hover for a block\'s size and address.' +
+      "(free, cached, or the unused part of a bin). Hover for a block's size and address." +
       `${outside > 0 ? ` ${outside} block(s) lie outside ${held.resource}'s segments (another layer holds them) and are not drawn.` : ''}`,
-    segments, blocks,
+    segments,
+    blocks,
     sites: classes.map(([c, e]) => ({ label: `blocks of ${classLabel(c)}`, detail: `${e.count} block(s), ${formatBytes(e.bytes)} at the peak` })),
   };
 }
@@ -131,17 +150,24 @@ export function replayReport(input: ReplayReportInput): Report {
   const series: PlotSeries[] = [{ label: 'live (the trace)', values: first.timeline.liveBytes, dashed: true }];
   for (const s of withTimeline) series.push({ label: `${s.name} reserved`, values: s.timeline.reservedBytes });
   const sources = withTimeline.map((s) => `${s.name}: ${SOURCE_WORDS[s.timeline.reservedSource]}`).join('; ');
-  const sections: ReportSection[] = [...(input.leading ?? []), {
-    kind: 'plot', id: 'timeline', title: 'Live and reserved bytes over time', style: 'steps',
-    description: `What the traced program had live (dashed) and what each resource stack held from the driver ` +
-      `after each of the ${timeUs.length.toLocaleString('en-US')} operations, from a replay of its own on a fresh stack ` +
-      `(so the timed figures above are unaffected). Drag across the plot to zoom; double-click to zoom out. ` +
-      `Reserved: ${sources}.${byTime ? '' : ' The log\'s times are not in order (several threads), so the x axis counts operations.'}`,
-    x: byTime ? { label: 'time since the trace began', unit: 'seconds' } : { label: 'operation', unit: 'count' },
-    y: { label: 'bytes', unit: 'bytes' },
-    xValues,
-    series,
-  }];
+  const sections: ReportSection[] = [
+    ...(input.leading ?? []),
+    {
+      kind: 'plot',
+      id: 'timeline',
+      title: 'Live and reserved bytes over time',
+      style: 'steps',
+      description:
+        `What the traced program had live (dashed) and what each resource stack held from the driver ` +
+        `after each of the ${timeUs.length.toLocaleString('en-US')} operations, from a replay of its own on a fresh stack ` +
+        `(so the timed figures above are unaffected). Drag across the plot to zoom; double-click to zoom out. ` +
+        `Reserved: ${sources}.${byTime ? '' : " The log's times are not in order (several threads), so the x axis counts operations."}`,
+      x: byTime ? { label: 'time since the trace began', unit: 'seconds' } : { label: 'operation', unit: 'count' },
+      y: { label: 'bytes', unit: 'bytes' },
+      xValues,
+      series,
+    },
+  ];
   if (first.timeline.peakOperation >= 0) {
     for (const s of withTimeline) {
       const map = peakMap(s.name, s.timeline);

@@ -5,9 +5,7 @@
  * site, free space), the allocation sites holding the most bytes, and the resources' figures.
  */
 import { formatBytes } from '../util/size.js';
-import {
-  validateSnapshot, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack,
-} from '../observe/snapshot-format.js';
+import { validateSnapshot, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack } from '../observe/snapshot-format.js';
 import { heldSegments, placeBlocks } from './memory-map.js';
 import type { MapSegment, MapSite, MemoryMapSection, PlotSeries, PlotSection, Report, ReportSection, TableSection } from './report.js';
 
@@ -42,7 +40,9 @@ class Sites {
 }
 
 /** Bytes and blocks per stack id, the most bytes first. */
-function bytesByStack(blocks: readonly { readonly bytes: number; readonly stack: number | null }[]): [number | null, { bytes: number; count: number; largest: number }][] {
+function bytesByStack(
+  blocks: readonly { readonly bytes: number; readonly stack: number | null }[],
+): [number | null, { bytes: number; count: number; largest: number }][] {
   const by = new Map<number | null, { bytes: number; count: number; largest: number }>();
   for (const b of blocks) {
     const entry = by.get(b.stack) ?? { bytes: 0, count: 0, largest: 0 };
@@ -129,8 +129,12 @@ function timelineSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number
   if (moves > 0) series.push({ label: 'spilled to host memory (since recording began)', values: spilled });
   if (ooms > 0) series.push({ label: 'out of memory (live + the request)', values: oom, markers: true });
   return {
-    kind: 'plot', id: 'timeline', title: 'Live and reserved bytes over time', style: 'steps',
-    description: `From the history's ${n.toLocaleString('en-US')} events` +
+    kind: 'plot',
+    id: 'timeline',
+    title: 'Live and reserved bytes over time',
+    style: 'steps',
+    description:
+      `From the history's ${n.toLocaleString('en-US')} events` +
       `${history.dropped > 0 ? ` (the ring dropped ${history.dropped.toLocaleString('en-US')} older ones)` : ''}: ` +
       'for each resource the program called, the bytes its blocks asked for (dashed) and what the stack held from below it. ' +
       `${ooms > 0 ? `Each marker is an out-of-memory error: the live bytes plus the request that failed. ` : ''}` +
@@ -168,16 +172,24 @@ function mapSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number, Sna
   live.sort((a, b) => a.address - b.address);
   const order = bytesByStack(live).map(([stack]) => stack);
   const siteIndex = new Map(order.map((stack, i) => [stack, i]));
-  const { blocks, outside } = placeBlocks(segments, live.map((b) => ({ address: b.address, bytes: b.bytes, site: siteIndex.get(b.stack)! })));
+  const { blocks, outside } = placeBlocks(
+    segments,
+    live.map((b) => ({ address: b.address, bytes: b.bytes, site: siteIndex.get(b.stack)! })),
+  );
   const held = segments.reduce((sum, seg) => sum + seg.bytes, 0);
   const liveBytes = blocks.reduce((sum, b) => sum + b.bytes, 0);
   return {
-    kind: 'memory-map', id: 'memory-map', title: 'Memory map when the snapshot was taken',
-    description: `The ${formatBytes(held)} the resources hold (segments; of a virtual range only its mapped pages), laid end to end, ` +
+    kind: 'memory-map',
+    id: 'memory-map',
+    title: 'Memory map when the snapshot was taken',
+    description:
+      `The ${formatBytes(held)} the resources hold (segments; of a virtual range only its mapped pages), laid end to end, ` +
       `${formatBytes(liveBytes)} of it in live blocks coloured by the call stack that allocated them; grey is free (held, not live). ` +
       'Hover a block for its size, address and stack.' +
       `${outside > 0 ? ` ${outside} live block(s) outside the mapped memory are not drawn.` : ''}`,
-    segments, blocks, sites: order.map((stack) => sites.site(stack)),
+    segments,
+    blocks,
+    sites: order.map((stack) => sites.site(stack)),
   };
 }
 
@@ -185,16 +197,27 @@ function mapSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number, Sna
 function sitesTable(snapshot: MemorySnapshot, sites: Sites): TableSection | undefined {
   if (snapshot.blocks.length === 0) return undefined;
   const total = snapshot.blocks.reduce((sum, b) => sum + b.bytes, 0);
-  const rows = bytesByStack(snapshot.blocks).slice(0, TOP_SITES).map(([stack, e]) => {
-    const site = sites.site(stack);
-    return [site.label, formatBytes(e.bytes), `${((e.bytes / total) * 100).toFixed(1)}%`, String(e.count), formatBytes(e.largest), site.detail];
-  });
+  const rows = bytesByStack(snapshot.blocks)
+    .slice(0, TOP_SITES)
+    .map(([stack, e]) => {
+      const site = sites.site(stack);
+      return [site.label, formatBytes(e.bytes), `${((e.bytes / total) * 100).toFixed(1)}%`, String(e.count), formatBytes(e.largest), site.detail];
+    });
   return {
-    kind: 'table', id: 'top-sites', title: 'Allocation sites holding the most memory',
-    description: `The live blocks (${snapshot.blocks.length}, ${formatBytes(total)} asked for) grouped by the call stack that allocated them, ` +
+    kind: 'table',
+    id: 'top-sites',
+    title: 'Allocation sites holding the most memory',
+    description:
+      `The live blocks (${snapshot.blocks.length}, ${formatBytes(total)} asked for) grouped by the call stack that allocated them, ` +
       `most bytes first${rows.length === TOP_SITES ? ` (the first ${TOP_SITES})` : ''}.`,
-    columns: [{ label: 'site' }, { label: 'bytes', numeric: true }, { label: 'share', numeric: true }, { label: 'blocks', numeric: true },
-      { label: 'largest', numeric: true }, { label: 'stack' }],
+    columns: [
+      { label: 'site' },
+      { label: 'bytes', numeric: true },
+      { label: 'share', numeric: true },
+      { label: 'blocks', numeric: true },
+      { label: 'largest', numeric: true },
+      { label: 'stack' },
+    ],
     rows,
   };
 }
@@ -204,12 +227,17 @@ function resourcesTable(snapshot: MemorySnapshot): TableSection {
   const both = (value: number | undefined, peak: number | undefined): string =>
     value === undefined ? '-' : `${formatBytes(value)} (peak ${formatBytes(peak ?? value)})`;
   return {
-    kind: 'table', id: 'resources', title: 'Resources',
-    description: 'Every resource of the device\'s current stack and every other one the history recorded a call to, with its figures now.',
+    kind: 'table',
+    id: 'resources',
+    title: 'Resources',
+    description: "Every resource of the device's current stack and every other one the history recorded a call to, with its figures now.",
     columns: [{ label: 'id', numeric: true }, { label: 'resource' }, { label: 'status' }, { label: 'allocated' }, { label: 'reserved' }],
     rows: snapshot.resources.map((r) => [
-      String(r.id), `${r.label}${r.current ? ' (current stack)' : ''}${r.upstream !== null ? `\nupstream #${r.upstream}` : ''}`, r.status,
-      both(r.figures?.allocatedBytes.value, r.figures?.allocatedBytes.peak), both(r.figures?.reservedBytes, r.figures?.peakReservedBytes),
+      String(r.id),
+      `${r.label}${r.current ? ' (current stack)' : ''}${r.upstream !== null ? `\nupstream #${r.upstream}` : ''}`,
+      r.status,
+      both(r.figures?.allocatedBytes.value, r.figures?.allocatedBytes.peak),
+      both(r.figures?.reservedBytes, r.figures?.peakReservedBytes),
     ]),
   };
 }
@@ -241,10 +269,15 @@ export function snapshotReport(snapshot: MemorySnapshot): Report {
   if (error !== null) facts.push(['error', error.message]);
   const current = snapshot.currentResource === null ? undefined : resources.get(snapshot.currentResource);
   if (current !== undefined) facts.push(['current resource', current.label]);
-  facts.push(['history', history === null ? 'none recorded (recordMemoryHistory() records one)'
-    : `${history.events.length.toLocaleString('en-US')} events kept of ${history.recorded.toLocaleString('en-US')} recorded ` +
-      `(ring of ${history.maxEntries.toLocaleString('en-US')}), call stacks ${history.stacks ? 'on' : 'off'}`]);
-  const sections = [timelineSection(snapshot, resources), mapSection(snapshot, resources, sites), sitesTable(snapshot, sites), resourcesTable(snapshot)]
-    .filter((s): s is ReportSection => s !== undefined);
+  facts.push([
+    'history',
+    history === null
+      ? 'none recorded (recordMemoryHistory() records one)'
+      : `${history.events.length.toLocaleString('en-US')} events kept of ${history.recorded.toLocaleString('en-US')} recorded ` +
+        `(ring of ${history.maxEntries.toLocaleString('en-US')}), call stacks ${history.stacks ? 'on' : 'off'}`,
+  ]);
+  const sections = [timelineSection(snapshot, resources), mapSection(snapshot, resources, sites), sitesTable(snapshot, sites), resourcesTable(snapshot)].filter(
+    (s): s is ReportSection => s !== undefined,
+  );
   return { title: error !== null ? 'vram: out of memory' : 'vram: memory snapshot', facts, sections };
 }

@@ -113,16 +113,14 @@ function guarded<T>(resource: CachingResource, what: string, read: () => T, fall
   try {
     return read();
   } catch (error) {
-    process.emitWarning(`could not ${what} ${nameOf(resource)}: ${error instanceof Error ? error.message : String(error)}`,
-      { code: 'VRAM_CACHE_RELEASE' });
+    process.emitWarning(`could not ${what} ${nameOf(resource)}: ${error instanceof Error ? error.message : String(error)}`, { code: 'VRAM_CACHE_RELEASE' });
     return fallback;
   }
 }
 
 function holds(resource: CachingResource, memory: CachedMemory): boolean {
   if (resource.destroyed) return false;
-  return memory === 'pinned-host' ? resource.kind === 'pinned-host'
-    : resource.kind !== 'pinned-host' && resource.deviceOrdinal === memory;
+  return memory === 'pinned-host' ? resource.kind === 'pinned-host' : resource.kind !== 'pinned-host' && resource.deviceOrdinal === memory;
 }
 
 /** How many resources lie below `resource`. */
@@ -134,7 +132,12 @@ function depth(resource: CachingResource): number {
 
 /** A driver-backed resource's figures (undefined for one with an upstream, a destroyed one, or one that cannot give them). */
 function driverFigures(resource: CachingResource): MemoryFigures | undefined {
-  return guarded(resource, 'read the figures of', () => (resource.upstream !== undefined || resource.destroyed ? undefined : resource.memoryFigures()), undefined);
+  return guarded(
+    resource,
+    'read the figures of',
+    () => (resource.upstream !== undefined || resource.destroyed ? undefined : resource.memoryFigures()),
+    undefined,
+  );
 }
 
 /** Bytes the resources that take memory from the driver itself (no upstream) hold from it now. */
@@ -187,7 +190,10 @@ export function releaseCaches(memory: CachedMemory, bytes?: number): number {
       if (resource === undefined) live.delete(ref);
       else if (guarded(resource, 'read the memory of', () => holds(resource, memory), false)) {
         resources.push(resource);
-        depths.set(resource, guarded(resource, 'walk the upstreams of', () => depth(resource), 0));
+        depths.set(
+          resource,
+          guarded(resource, 'walk the upstreams of', () => depth(resource), 0),
+        );
       }
     }
     resources.sort((a, b) => depths.get(b)! - depths.get(a)!);
@@ -288,9 +294,12 @@ export function retryAfterReleasingCaches<T>(error: unknown, device: number, ret
   }
   const what = memory === 'pinned-host' ? 'pinned host memory' : `device ${memory}'s memory`;
   if (failure instanceof Error) {
-    extendMessage(failure, released > 0
-      ? `vram's caches released ${formatBytes(released)} of ${what} to the driver before a retry, which failed too`
-      : `vram's caches held none of ${what} to release`);
+    extendMessage(
+      failure,
+      released > 0
+        ? `vram's caches released ${formatBytes(released)} of ${what} to the driver before a retry, which failed too`
+        : `vram's caches held none of ${what} to release`,
+    );
   }
   throw failure;
 }

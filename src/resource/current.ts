@@ -71,12 +71,18 @@ export function useResource<T>(resource: MemoryResource, fn: () => T): T {
   if (resource.destroyed) throw new UseAfterFreeError(`useResource: ${resource.describe()} was destroyed`);
   if (typeof fn !== 'function') throw new TypeError('useResource: fn must be a function');
   const scope: ResourceScope = { resource, outer: scopes.getStore(), open: true };
-  return runScope(scopes, scope, fn, () => {
-    scope.open = false;
-    openScopes -= 1;
-  }, () => {
-    openScopes += 1;
-  });
+  return runScope(
+    scopes,
+    scope,
+    fn,
+    () => {
+      scope.open = false;
+      openScopes -= 1;
+    },
+    () => {
+      openScopes += 1;
+    },
+  );
 }
 
 /**
@@ -190,8 +196,10 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
   }
   const scoped = openScopes === 0 ? undefined : scopedResource(dev);
   if (scoped !== undefined) {
-    throw new VramStateError(`setCurrentResource(${dev.ordinal}) inside useResource(${scoped.describe()}): the scope's resource stays ` +
-      'current there, so it would take effect only once the scope ends; set it outside the scope, or nest another useResource');
+    throw new VramStateError(
+      `setCurrentResource(${dev.ordinal}) inside useResource(${scoped.describe()}): the scope's resource stays ` +
+        'current there, so it would take effect only once the scope ends; set it outside the scope, or nest another useResource',
+    );
   }
   const previous = baseResource(dev);
   current.set(dev, mr);

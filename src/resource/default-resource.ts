@@ -28,9 +28,7 @@
  */
 import { Device } from '../device.js';
 import { NotSupportedError } from '../errors.js';
-import {
-  choiceOf, fractionOfOne, sizeInBytes, variableReader, variableText, type EnvironmentValues,
-} from '../util/environment.js';
+import { choiceOf, fractionOfOne, sizeInBytes, variableReader, variableText, type EnvironmentValues } from '../util/environment.js';
 import { LimitingAdaptor } from './adaptors/limiting.js';
 import type { MemoryResource } from './resource.js';
 import { createResourceStack } from './stacks.js';
@@ -49,9 +47,7 @@ export type AllocatorName = 'async' | 'pool' | 'adaptive' | 'cuda';
 export const ALLOCATOR_NAMES: readonly AllocatorName[] = ['async', 'pool', 'adaptive', 'cuda'];
 
 /** The cap on a default resource, as the environment gave it. */
-export type MemoryCap =
-  | { readonly kind: 'limit'; readonly bytes: number }
-  | { readonly kind: 'fraction'; readonly fraction: number };
+export type MemoryCap = { readonly kind: 'limit'; readonly bytes: number } | { readonly kind: 'fraction'; readonly fraction: number };
 
 /** What the environment says about the default resources. */
 export interface DefaultResourceSettings {
@@ -94,7 +90,8 @@ export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription
     name: 'VRAM_ALLOCATOR',
     values: 'async|pool|adaptive|cuda',
     default: 'async',
-    meaning: "each device's default resource: a CUDA memory pool that caches what is freed (async), " +
+    meaning:
+      "each device's default resource: a CUDA memory pool that caches what is freed (async), " +
       "vram's PoolResource, which holds the least (pool), PoolResource growing in large extents while the " +
       'device has room and by the page when it is short (adaptive), or cuMemAlloc per block (cuda)',
   },
@@ -102,8 +99,8 @@ export const DEFAULT_RESOURCE_VARIABLES: readonly EnvironmentVariableDescription
     name: 'VRAM_MEMORY_LIMIT',
     values: 'size (16G, 512M, bytes)',
     default: 'no limit',
-    meaning: "a cap on the bytes allocated through each device's default resource; past it, OutOfMemoryError " +
-      "(reason 'limit'); not with VRAM_MEMORY_FRACTION",
+    meaning:
+      "a cap on the bytes allocated through each device's default resource; past it, OutOfMemoryError " + "(reason 'limit'); not with VRAM_MEMORY_FRACTION",
   },
   {
     name: 'VRAM_MEMORY_FRACTION',
@@ -139,13 +136,12 @@ export function readDefaultResourceSettings(env: EnvironmentValues = process.env
   const limitText = variableText(MEMORY_LIMIT_VARIABLE.name, env);
   const fractionText = variableText(MEMORY_FRACTION_VARIABLE.name, env);
   if (limitText !== undefined && fractionText !== undefined) {
-    throw new RangeError(`VRAM_MEMORY_LIMIT ('${limitText}') and VRAM_MEMORY_FRACTION ('${fractionText}') are both set; ` +
-      'set one of them');
+    throw new RangeError(`VRAM_MEMORY_LIMIT ('${limitText}') and VRAM_MEMORY_FRACTION ('${fractionText}') are both set; ` + 'set one of them');
   }
   const limit = MEMORY_LIMIT_VARIABLE.read(env);
   const fraction = MEMORY_FRACTION_VARIABLE.read(env);
-  const cap: MemoryCap | undefined = limit !== undefined ? { kind: 'limit', bytes: limit }
-    : fraction !== undefined ? { kind: 'fraction', fraction } : undefined;
+  const cap: MemoryCap | undefined =
+    limit !== undefined ? { kind: 'limit', bytes: limit } : fraction !== undefined ? { kind: 'fraction', fraction } : undefined;
   return cap === undefined ? { allocator, explicit: name !== undefined } : { allocator, explicit: name !== undefined, cap };
 }
 
@@ -166,13 +162,13 @@ export function chooseAllocator(
   settings: DefaultResourceSettings,
   device: { readonly ordinal: number; readonly memoryPoolsSupported: boolean; readonly virtualMemoryManagementSupported: boolean },
 ): AllocatorName {
-  const runs = (a: AllocatorName): boolean =>
-    a === 'cuda' || (a === 'async' ? device.memoryPoolsSupported : device.virtualMemoryManagementSupported);
+  const runs = (a: AllocatorName): boolean => a === 'cuda' || (a === 'async' ? device.memoryPoolsSupported : device.virtualMemoryManagementSupported);
   if (runs(settings.allocator)) return settings.allocator;
   if (settings.explicit) {
     const lacks = settings.allocator === 'async' ? 'stream-ordered memory pools' : 'virtual memory management';
-    throw new NotSupportedError(`VRAM_ALLOCATOR=${settings.allocator}: device ${device.ordinal} does not support ` +
-      `${lacks}; choose another of ${ALLOCATOR_NAMES.join(', ')}`);
+    throw new NotSupportedError(
+      `VRAM_ALLOCATOR=${settings.allocator}: device ${device.ordinal} does not support ` + `${lacks}; choose another of ${ALLOCATOR_NAMES.join(', ')}`,
+    );
   }
   return runs('pool') ? 'pool' : 'cuda';
 }
@@ -211,4 +207,3 @@ export function createDefaultResource(device?: Device | number, env: Environment
   const resource = createResourceStack(chooseAllocator(settings, dev.info), { device: dev }).resource;
   return limit === undefined ? resource : new LimitingAdaptor(resource, limit);
 }
-

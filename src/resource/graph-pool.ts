@@ -183,7 +183,7 @@ export class GraphPool implements CapturePool {
       return;
     }
     let bySize = this.#free.get(handle);
-    if (bySize === undefined) this.#free.set(handle, bySize = new Map());
+    if (bySize === undefined) this.#free.set(handle, (bySize = new Map()));
     const list = bySize.get(size);
     if (list === undefined) bySize.set(size, [ptr]);
     else list.push(ptr);
@@ -230,12 +230,19 @@ export class GraphPool implements CapturePool {
    * ```
    */
   segments(): SnapshotSegment[] {
-    return [...this.#blocks].sort((a, b) => a[0] - b[0]).map(([address, bytes]) => ({
-      address, bytes, kind: 'graph-pool' as const, pages: null,
-      blocks: [this.#live.has(address)
-        ? { address, bytes, requestedBytes: bytes, state: 'live' as const, stream: null, stack: null }
-        : { address, bytes, requestedBytes: 0, state: 'free' as const, stream: null, stack: null }],
-    }));
+    return [...this.#blocks]
+      .sort((a, b) => a[0] - b[0])
+      .map(([address, bytes]) => ({
+        address,
+        bytes,
+        kind: 'graph-pool' as const,
+        pages: null,
+        blocks: [
+          this.#live.has(address)
+            ? { address, bytes, requestedBytes: bytes, state: 'live' as const, stream: null, stack: null }
+            : { address, bytes, requestedBytes: 0, state: 'free' as const, stream: null, stack: null },
+        ],
+      }));
   }
 
   /**

@@ -9,7 +9,9 @@ import { MemAccess } from '../backend/backend.js';
 export type PoolAccess = 'none' | 'read' | 'readwrite';
 
 const FLAGS: Readonly<Record<PoolAccess, number>> = {
-  none: MemAccess.NONE, read: MemAccess.READ, readwrite: MemAccess.READWRITE,
+  none: MemAccess.NONE,
+  read: MemAccess.READ,
+  readwrite: MemAccess.READWRITE,
 };
 
 /**

@@ -29,7 +29,6 @@ import { memoryFreed, waiting } from './waiting.js';
 import type { MemoryFigures, MemoryKind, SnapshotSegment } from './figures.js';
 import { checkBytes, checkPointer, checkStreamHandle, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 
-
 /**
  * What the memory history is told of the program's calls (the outermost ones: a resource's calls
  * to its upstream are part of the call that made them). Implemented by `history.ts`; declared
@@ -291,11 +290,14 @@ export abstract class MemoryResource {
     const policy = this.capturePolicy;
     if (policy === 'driver' || policy === 'upstream') return undefined;
     if (policy === 'refuse') {
-      throw new StreamCaptureError(`${this.constructor.name}.allocate()`, `${this.describe()} allocates with a call a capture forbids ` +
-        '(cuMemAlloc and the like): allocate from an AsyncResource (graph memory nodes) or a PoolResource (the capture-private pool)');
+      throw new StreamCaptureError(
+        `${this.constructor.name}.allocate()`,
+        `${this.describe()} allocates with a call a capture forbids ` +
+          '(cuMemAlloc and the like): allocate from an AsyncResource (graph memory nodes) or a PoolResource (the capture-private pool)',
+      );
     }
-    const pool = session.pool ??= retained(new GraphPool({ device: session.deviceOrdinal }));
-    if (!(pool instanceof GraphPool)) throw new TypeError('the capture\'s pool is not a GraphPool');
+    const pool = (session.pool ??= retained(new GraphPool({ device: session.deviceOrdinal })));
+    if (!(pool instanceof GraphPool)) throw new TypeError("the capture's pool is not a GraphPool");
     const ptr = pool.allocate(bytes, handle);
     this.#live += 1;
     if (observer !== null && nesting === 0) observer.allocated(this, ptr, bytes, handle);
@@ -597,8 +599,10 @@ export abstract class MemoryResource {
   toString(): string {
     const where = this.deviceOrdinal < 0 ? 'the host' : `device ${this.deviceOrdinal}`;
     const f = this.#figuresOrUndefined();
-    const figures = f === undefined ? ''
-      : `, allocated ${formatBytes(f.allocatedBytes.value)} in ${f.allocations.value} block${f.allocations.value === 1 ? '' : 's'}, reserved ${formatBytes(f.reservedBytes)}`;
+    const figures =
+      f === undefined
+        ? ''
+        : `, allocated ${formatBytes(f.allocatedBytes.value)} in ${f.allocations.value} block${f.allocations.value === 1 ? '' : 's'}, reserved ${formatBytes(f.reservedBytes)}`;
     return `${this.describe()}: ${this.kind} memory on ${where}${figures}${this.#destroyed ? ', destroyed' : ''}`;
   }
 
@@ -630,7 +634,13 @@ export abstract class MemoryResource {
    */
   toJSON(): ResourceJSON {
     const figures = this.#figuresOrUndefined();
-    return { resource: this.describe(), kind: this.kind, device: this.deviceOrdinal, destroyed: this.#destroyed, ...(figures === undefined ? {} : { figures }) };
+    return {
+      resource: this.describe(),
+      kind: this.kind,
+      device: this.deviceOrdinal,
+      destroyed: this.#destroyed,
+      ...(figures === undefined ? {} : { figures }),
+    };
   }
 
   /** The figures for display: none where the resource keeps none or can no longer read them. */

@@ -156,7 +156,15 @@ function buildStack(name: ResourceStackName, options: ResourceStackOptions | und
       const pool = new PoolResource(poolOptions(what, options));
       const resource = new BinningResource(pool, { minSizeExponent: 18, maxSizeExponent: 22 });
       // The bins were given the pool, so destroying them leaves it: the stack made it, and ends it.
-      return { name, resource, pool, destroy: () => { resource.destroy(); pool.destroy(); } };
+      return {
+        name,
+        resource,
+        pool,
+        destroy: () => {
+          resource.destroy();
+          pool.destroy();
+        },
+      };
     }
     case 'arena': {
       const { device, size } = readOptions(what, options as ArenaStackOptions | undefined, ARENA_NAMES);

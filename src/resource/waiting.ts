@@ -172,7 +172,10 @@ export class BlockedResult {
    * @param by What held the try back.
    * @param error The try's out-of-memory error, for the message when the wait ends without memory.
    */
-  constructor(readonly by: 'memory' | object, readonly error: OutOfMemoryError) {}
+  constructor(
+    readonly by: 'memory' | object,
+    readonly error: OutOfMemoryError,
+  ) {}
 }
 
 /** Asks each stream of `q.pendingStreams` whether its work has ended (no wait); forgets those that have. */
@@ -355,7 +358,8 @@ function timedOut(w: Waiter, options: WaitOptions): OutOfMemoryError {
     reason: last?.reason ?? 'device',
     resource: last?.resource,
     statistics: last?.statistics,
-    message: `${options.call}: waited ${waited} ms (timeout ${options.timeout} ms) for ${options.requestedBytes} bytes and none came free` +
+    message:
+      `${options.call}: waited ${waited} ms (timeout ${options.timeout} ms) for ${options.requestedBytes} bytes and none came free` +
       (last === undefined ? '' : `; the last try failed with: ${last.message}`),
     cause: last,
   });

@@ -55,8 +55,10 @@ export function rawStack(frames = CAPTURED_FRAMES): string {
  * ```
  */
 export function callerFrames(raw: string): string[] {
-  return raw.split('\n').slice(1).map((line) => line.trim())
-    .filter((line) => line.startsWith('at ') && !line.includes('node:internal/') &&
-      !ownRoots.some((root) => line.includes(root)))
+  return raw
+    .split('\n')
+    .slice(1)
+    .map((line) => line.trim())
+    .filter((line) => line.startsWith('at ') && !line.includes('node:internal/') && !ownRoots.some((root) => line.includes(root)))
     .slice(0, KEPT_FRAMES);
 }

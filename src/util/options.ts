@@ -29,7 +29,10 @@ function editDistance(a: string, b: string): number {
   for (let i = 0; i <= a.length; i++) {
     const row = [i];
     for (let j = 1; j <= b.length; j++) {
-      if (i === 0) { row.push(j); continue; }
+      if (i === 0) {
+        row.push(j);
+        continue;
+      }
       const above = rows[i - 1]!;
       let d = Math.min(above[j]! + 1, row[j - 1]! + 1, above[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
       if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, rows[i - 2]![j - 2]! + 1);
@@ -52,7 +55,10 @@ function nearest(key: string, valid: readonly string[]): string | undefined {
   let bestDistance = Math.max(2, Math.ceil(key.length / 3)) + 1;
   for (const v of valid) {
     const d = editDistance(lower, v.toLowerCase());
-    if (d < bestDistance) { best = v; bestDistance = d; }
+    if (d < bestDistance) {
+      best = v;
+      bestDistance = d;
+    }
   }
   return best;
 }
@@ -71,9 +77,7 @@ function nearest(key: string, valid: readonly string[]): string | undefined {
  * options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
  * ```
  */
-export function readOptions<T extends object>(
-  what: string, options: T | undefined, names: NoInfer<OptionNames<T>>, argument = 'options',
-): T {
+export function readOptions<T extends object>(what: string, options: T | undefined, names: NoInfer<OptionNames<T>>, argument = 'options'): T {
   const snapshot: Record<string, unknown> = {};
   if (options === undefined) return snapshot as T;
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
@@ -87,8 +91,10 @@ export function readOptions<T extends object>(
   for (const key of own) {
     if (Object.hasOwn(names, key)) continue;
     const guess = nearest(key, valid);
-    throw new TypeError(`${what}: unknown ${argument === 'options' ? 'option' : `${argument} option`} '${key}'` +
-      `${guess === undefined ? '' : ` (did you mean '${guess}'?)`}; valid: ${valid.join(', ')}`);
+    throw new TypeError(
+      `${what}: unknown ${argument === 'options' ? 'option' : `${argument} option`} '${key}'` +
+        `${guess === undefined ? '' : ` (did you mean '${guess}'?)`}; valid: ${valid.join(', ')}`,
+    );
   }
   for (const key of valid) {
     const value: unknown = (options as Record<string, unknown>)[key];

@@ -40,9 +40,11 @@ export function parseSize(text: string, what: string): number {
   if (ambiguous !== null) {
     const [, n, u] = ambiguous as unknown as [string, string, string];
     const unit = u.toUpperCase();
-    const decimal = Number(n) * 1000 ** (' KMGT'.indexOf(unit));
-    throw new RangeError(`${what}: '${text}' is ambiguous (powers of 1000 or of 1024?); write ${n}${unit} or ${n}${unit}iB for ` +
-      `${n} x 1024^${' KMGT'.indexOf(unit)} bytes${Number.isSafeInteger(decimal) ? `, or ${decimal} for ${n} x 1000^${' KMGT'.indexOf(unit)}` : ''}`);
+    const decimal = Number(n) * 1000 ** ' KMGT'.indexOf(unit);
+    throw new RangeError(
+      `${what}: '${text}' is ambiguous (powers of 1000 or of 1024?); write ${n}${unit} or ${n}${unit}iB for ` +
+        `${n} x 1024^${' KMGT'.indexOf(unit)} bytes${Number.isSafeInteger(decimal) ? `, or ${decimal} for ${n} x 1000^${' KMGT'.indexOf(unit)}` : ''}`,
+    );
   }
   const match = /^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:ib)?|(b)?)\s*$/i.exec(text);
   if (match === null) throw new RangeError(`${what} must be ${EXAMPLES}; got '${text}'`);

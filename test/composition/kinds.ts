@@ -118,7 +118,8 @@ function rawBlock(stream: Stream, values: Float32Array): { ptr: number; resource
   writer.free();
   stream.synchronize();
   return {
-    ptr, resource,
+    ptr,
+    resource,
     end: () => {
       resource.deallocate(ptr, BYTES);
       resource.destroy();
@@ -134,7 +135,12 @@ function foreign(readOnly: boolean): Kind['prepare'] {
     return Promise.resolve({
       make: () => {
         made++;
-        const array = DeviceArray.fromPointer(block.ptr, [N], 'float32', { readOnly, onRelease: () => { released++; } });
+        const array = DeviceArray.fromPointer(block.ptr, [N], 'float32', {
+          readOnly,
+          onRelease: () => {
+            released++;
+          },
+        });
         return deviceSubject(array, values, () => made - released);
       },
       teardown: block.end,
@@ -183,33 +189,36 @@ export const kinds = {
   },
   pinned: {
     about: 'pinned host memory (HostArray), not mapped',
-    prepare: () => Promise.resolve({
-      make: ({ values }) => {
-        const array = HostArray.from(values);
-        return { array, expected: values.slice(), memory: undefined, owner: array, free: () => array.free(), held: weakHeld(array) };
-      },
-      teardown: nothing,
-    }),
+    prepare: () =>
+      Promise.resolve({
+        make: ({ values }) => {
+          const array = HostArray.from(values);
+          return { array, expected: values.slice(), memory: undefined, owner: array, free: () => array.free(), held: weakHeld(array) };
+        },
+        teardown: nothing,
+      }),
   },
   mapped: {
     about: 'mapped pinned host memory seen by the device (HostArray { mapped: true }.deviceView())',
-    prepare: () => Promise.resolve({
-      make: ({ values }) => {
-        const host = HostArray.from(values, { mapped: true });
-        return deviceSubject(host.deviceView(), values, weakHeld(host), host);
-      },
-      teardown: nothing,
-    }),
+    prepare: () =>
+      Promise.resolve({
+        make: ({ values }) => {
+          const host = HostArray.from(values, { mapped: true });
+          return deviceSubject(host.deviceView(), values, weakHeld(host), host);
+        },
+        teardown: nothing,
+      }),
   },
   'spillable-fixed': {
     about: 'spillable memory at a fixed address ({ spillable: true })',
-    prepare: () => Promise.resolve({
-      make: ({ stream, values }) => {
-        const array = DeviceArray.from(values, { stream, spillable: true });
-        return deviceSubject(array, values, spillableHeld);
-      },
-      teardown: nothing,
-    }),
+    prepare: () =>
+      Promise.resolve({
+        make: ({ stream, values }) => {
+          const array = DeviceArray.from(values, { stream, spillable: true });
+          return deviceSubject(array, values, spillableHeld);
+        },
+        teardown: nothing,
+      }),
   },
   'spillable-moving': {
     about: 'spillable memory that moves ({ spillable: true, resource: CudaResource })',
@@ -287,10 +296,14 @@ export const kinds = {
       return Promise.resolve({
         make: () => {
           let array: DeviceArray<'float32'> | undefined;
-          using graph = captureGraph(stream, () => {
-            array = DeviceArray.empty([N], 'float32', { stream });
-            fill(array, 0, { stream });
-          }, { pool });
+          using graph = captureGraph(
+            stream,
+            () => {
+              array = DeviceArray.empty([N], 'float32', { stream });
+              fill(array, 0, { stream });
+            },
+            { pool },
+          );
           {
             using exec = graph.instantiate();
             exec.launch(stream);

@@ -95,7 +95,10 @@ export const factories: readonly SubjectFactory[] = [
         size: (r) => 1 + Math.floor(r() * 64 * 1024),
         live: () => ({ bytes: -1, count: fixed.liveCount }),
         reserved: () => fixed.reservedBytes,
-        close: () => { fixed.releaseCached(); fixed.destroy(); },
+        close: () => {
+          fixed.releaseCached();
+          fixed.destroy();
+        },
       };
     },
   },
@@ -107,7 +110,10 @@ export const factories: readonly SubjectFactory[] = [
         resource: bin,
         maxRequest: 64 * 1024,
         size: (r) => logUniform(r, 64 * 1024), // within the bins: the upstream (cuMemFree) does not detect double frees
-        close: () => { bin.releaseCached(); bin.destroy(); },
+        close: () => {
+          bin.releaseCached();
+          bin.destroy();
+        },
       };
     },
   },
@@ -118,7 +124,10 @@ export const factories: readonly SubjectFactory[] = [
       return {
         resource: pinned,
         size: (r) => logUniform(r, 1024 * 1024),
-        close: () => { pinned.releaseCached(); pinned.destroy(); },
+        close: () => {
+          pinned.releaseCached();
+          pinned.destroy();
+        },
       };
     },
   },
@@ -133,14 +142,22 @@ function poolSubject(pool: PoolResource, maxSize: number): Subject {
       return { bytes: s.bytes.value, count: s.allocations.value };
     },
     reserved: () => pool.reservedBytes,
-    close: () => { pool.releaseCached(); pool.destroy(); },
+    close: () => {
+      pool.releaseCached();
+      pool.destroy();
+    },
   };
 }
 
 /** A failure, with the seed and step that reproduce it. */
 export class FuzzFailure extends Error {
-  constructor(readonly subject: string, readonly seed: number, readonly step: number, cause: unknown) {
-    super(`${subject}: seed ${seed} failed at step ${step}: ${cause instanceof Error ? cause.stack ?? cause.message : String(cause)}`);
+  constructor(
+    readonly subject: string,
+    readonly seed: number,
+    readonly step: number,
+    cause: unknown,
+  ) {
+    super(`${subject}: seed ${seed} failed at step ${step}: ${cause instanceof Error ? (cause.stack ?? cause.message) : String(cause)}`);
     this.name = 'FuzzFailure';
   }
 }
@@ -255,8 +272,10 @@ function insertChecked(live: LiveBlock[], b: LiveBlock): void {
   }
   const prev = live[lo - 1];
   const next = live[lo];
-  if (prev !== undefined && prev.ptr + prev.bytes > b.ptr) throw new Error(`block 0x${b.ptr.toString(16)}+${b.bytes} overlaps 0x${prev.ptr.toString(16)}+${prev.bytes}`);
-  if (next !== undefined && b.ptr + b.bytes > next.ptr) throw new Error(`block 0x${b.ptr.toString(16)}+${b.bytes} overlaps 0x${next.ptr.toString(16)}+${next.bytes}`);
+  if (prev !== undefined && prev.ptr + prev.bytes > b.ptr)
+    throw new Error(`block 0x${b.ptr.toString(16)}+${b.bytes} overlaps 0x${prev.ptr.toString(16)}+${prev.bytes}`);
+  if (next !== undefined && b.ptr + b.bytes > next.ptr)
+    throw new Error(`block 0x${b.ptr.toString(16)}+${b.bytes} overlaps 0x${next.ptr.toString(16)}+${next.bytes}`);
   live.splice(lo, 0, b);
 }
 

@@ -300,32 +300,61 @@ export async function runDataFuzzAsync(factory: ResourceFactory, options: DataFu
  * @param options Which operations were on.
  * @returns The shell command.
  */
-export function replayAsyncCommand(name: string, seed: number, ops: number,
-  options: Pick<DataFuzzOptions, 'copies' | 'nested' | 'readOnly' | 'overlaps'> = ALL_OPERATIONS): string {
+export function replayAsyncCommand(
+  name: string,
+  seed: number,
+  ops: number,
+  options: Pick<DataFuzzOptions, 'copies' | 'nested' | 'readOnly' | 'overlaps'> = ALL_OPERATIONS,
+): string {
   const on = { copies: options.copies === true, nested: options.nested === true, readOnly: options.readOnly === true, overlaps: options.overlaps === true };
   if (Object.values(on).every(Boolean)) {
     return `VRAM_BACKEND=${getBackend().name} node dist/test/fuzz/run.js --full --only '${name}' --seed ${seed} --ops ${ops}`;
   }
-  const flags = Object.entries(on).filter(([, v]) => v).map(([k]) => `${k}: true`).join(', ');
-  const script = "const { runDataFuzzAsync } = await import('./dist/test/fuzz/data-fuzz.js'); " +
+  const flags = Object.entries(on)
+    .filter(([, v]) => v)
+    .map(([k]) => `${k}: true`)
+    .join(', ');
+  const script =
+    "const { runDataFuzzAsync } = await import('./dist/test/fuzz/data-fuzz.js'); " +
     "const { resourceFactories } = await import('./dist/test/fuzz/resources.js'); " +
     `await runDataFuzzAsync(resourceFactories.find((f) => f.name === ${JSON.stringify(name)}), { seed: ${seed}, ops: ${ops}${flags === '' ? '' : `, ${flags}`} });`;
   return `VRAM_BACKEND=${getBackend().name} node --input-type=module -e '${script.replaceAll("'", "'\\''")}'`;
 }
 
 function failure(factory: ResourceFactory, options: DataFuzzOptions, run: DataRun, error: unknown, async: boolean): DataFuzzFailure {
-  const replay = options.replay?.(factory.name, options.seed, options.ops) ??
+  const replay =
+    options.replay?.(factory.name, options.seed, options.ops) ??
     (async ? replayAsyncCommand(factory.name, options.seed, options.ops, options) : replayCommand(factory.name, options.seed, options.ops));
   const mismatch = error instanceof DataMismatch;
-  const detail = mismatch ? error.message : error instanceof Error ? error.stack ?? error.message : String(error);
+  const detail = mismatch ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error);
   return new DataFuzzFailure(factory.name, options.seed, run.step, replay, mismatch, detail);
 }
 
 class DataRun {
   readonly stats: DataFuzzStats = {
-    steps: 0, allocations: 0, outOfMemory: 0, frees: 0, fills: 0, moves: 0, releases: 0, bursts: 0, rebuilds: 0, streamsReplaced: 0,
-    verifications: 0, blocksChecked: 0, bytesChecked: 0, crossStreamReuses: 0, copies: 0, freedInUse: 0,
-    nestedCreated: 0, nestedDestroyedLive: 0, nestedBlocks: 0, readOnlyRefused: 0, viewOps: 0, overlapping: 0, milliseconds: 0,
+    steps: 0,
+    allocations: 0,
+    outOfMemory: 0,
+    frees: 0,
+    fills: 0,
+    moves: 0,
+    releases: 0,
+    bursts: 0,
+    rebuilds: 0,
+    streamsReplaced: 0,
+    verifications: 0,
+    blocksChecked: 0,
+    bytesChecked: 0,
+    crossStreamReuses: 0,
+    copies: 0,
+    freedInUse: 0,
+    nestedCreated: 0,
+    nestedDestroyedLive: 0,
+    nestedBlocks: 0,
+    readOnlyRefused: 0,
+    viewOps: 0,
+    overlapping: 0,
+    milliseconds: 0,
   };
   step = 0;
   private readonly backend: Backend;
@@ -384,7 +413,11 @@ class DataRun {
   /** Resources nested over the target, oldest first (with `nested`). */
   private inners: Inner[] = [];
 
-  constructor(private readonly factory: ResourceFactory, private readonly options: DataFuzzOptions, private readonly async: boolean) {
+  constructor(
+    private readonly factory: ResourceFactory,
+    private readonly options: DataFuzzOptions,
+    private readonly async: boolean,
+  ) {
     if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
       throw new RangeError(`seed must be a whole number from 0 to 2^32-1, got ${options.seed}`);
     }
@@ -458,8 +491,12 @@ class DataRun {
     if (this.options.overlaps === true) emptyCache(0);
     b.contextSynchronize();
     this.freeBefore = b.memGetInfo().free;
-    this.streams.push(Stream.default(device), Stream.create({ device }),
-      Stream.create({ device, nonBlocking: true }), Stream.create({ device, nonBlocking: true }));
+    this.streams.push(
+      Stream.default(device),
+      Stream.create({ device }),
+      Stream.create({ device, nonBlocking: true }),
+      Stream.create({ device, nonBlocking: true }),
+    );
     for (const s of this.streams) {
       this.handles.push(s.handle);
       this.refs.push(s);
@@ -488,7 +525,7 @@ class DataRun {
     if (live.length === 0 || (u < 0.36 && live.length < this.liveCap)) this.allocate();
     else if (u < 0.36) this.free(live[Math.floor(r() * live.length)]!, false);
     else if (u < 0.52) this.refill(live[Math.floor(r() * live.length)]!);
-    else if (u < 0.60) this.move(live[Math.floor(r() * live.length)]!);
+    else if (u < 0.6) this.move(live[Math.floor(r() * live.length)]!);
     else if (u < 0.88) this.free(live[Math.floor(r() * live.length)]!, false);
     else if (u < 0.94) this.free(live[Math.floor(r() * live.length)]!, true);
     else if (u < 0.945) this.releaseCached();
@@ -521,24 +558,32 @@ class DataRun {
         this.live.length = 0;
         this.destroyInners();
         this.target.close();
-      } catch { /* see above */ }
+      } catch {
+        /* see above */
+      }
       this.closed = true;
     }
     if (this.shared !== undefined) {
       try {
         this.shared.close();
-      } catch { /* see above */ }
+      } catch {
+        /* see above */
+      }
       this.shared = undefined;
     }
     try {
       b.contextSynchronize();
-    } catch { /* see above */ }
+    } catch {
+      /* see above */
+    }
     // After a failure, the checks still queued free what they hold (so the next run in this
     // process starts with the memory it measures; their own failures are ignored, as above).
     for (const check of this.afterDrain.splice(0)) {
       try {
         check();
-      } catch { /* see above */ }
+      } catch {
+        /* see above */
+      }
     }
     for (const s of this.streams) if (!s.isDefault && !s.destroyed) s.destroy();
     if (this.event !== undefined && !this.event.destroyed) this.event.destroy();
@@ -628,8 +673,17 @@ class DataRun {
     this.stats.allocations++;
     this.checkDisjoint(ptr, bytes, from !== undefined ? `${from.resource.describe()} (nested)` : this.mr.describe());
     const block: Block = {
-      id: this.nextId++, ptr, bytes, stream: s, pattern: 0, written: 0, checked: 0,
-      index: this.live.length, allocatedAt: this.step, allocatedOn: s, from,
+      id: this.nextId++,
+      ptr,
+      bytes,
+      stream: s,
+      pattern: 0,
+      written: 0,
+      checked: 0,
+      index: this.live.length,
+      allocatedAt: this.step,
+      allocatedOn: s,
+      from,
     };
     if (from !== undefined) {
       from.live++;
@@ -754,8 +808,17 @@ class DataRun {
     const pattern = this.nextPattern();
     const copy = owner.copyFromHostAsync(new Uint8Array(bytes).fill(pattern), { stream: this.refs[s]! });
     const block: Block = {
-      id: this.nextId++, ptr: owner.ptr, bytes, stream: s, pattern, written: 0, checked: 0,
-      index: -1, allocatedAt: this.step, allocatedOn: s, owner,
+      id: this.nextId++,
+      ptr: owner.ptr,
+      bytes,
+      stream: s,
+      pattern,
+      written: 0,
+      checked: 0,
+      index: -1,
+      allocatedAt: this.step,
+      allocatedOn: s,
+      owner,
     };
     this.writes[pattern] = { step: this.step, what: 'staged copy in', block, stream: s, freedAt: -1, freedOn: -1 };
     if (freeNow) {
@@ -766,13 +829,15 @@ class DataRun {
       this.pending.push(copy);
       return;
     }
-    this.pending.push(copy.then(() => {
-      // Settled before a verification: a live block written in this epoch, checked by it.
-      block.index = this.live.length;
-      this.live.push(block);
-      block.written = this.epoch;
-      this.dirty.push(block);
-    }));
+    this.pending.push(
+      copy.then(() => {
+        // Settled before a verification: a live block written in this epoch, checked by it.
+        block.index = this.live.length;
+        this.live.push(block);
+        block.written = this.epoch;
+        this.dirty.push(block);
+      }),
+    );
   }
 
   /** A staged copy out of a live buffer of the copy operations into JavaScript memory, usually freed at once. */
@@ -792,17 +857,24 @@ class DataRun {
     } else {
       this.unlive(block);
     }
-    this.pending.push(copy.then(() => {
-      if (!allEqual(out, expected)) {
-        throw new DataMismatch(`a staged copy out of block #${block.id} at 0x${block.ptr.toString(16)} (+${block.bytes}) on stream ` +
-          `${STREAM_LABELS[s]}, ${freeNow ? 'freed while it ran' : 'kept'}: expected every byte 0x${expected.toString(16)}, ` +
-          `got ${[...new Set(out)].slice(0, 4).map((v) => `0x${v.toString(16)}`).join(', ')}`);
-      }
-      if (!freeNow) {
-        block.index = this.live.length;
-        this.live.push(block);
-      }
-    }));
+    this.pending.push(
+      copy.then(() => {
+        if (!allEqual(out, expected)) {
+          throw new DataMismatch(
+            `a staged copy out of block #${block.id} at 0x${block.ptr.toString(16)} (+${block.bytes}) on stream ` +
+              `${STREAM_LABELS[s]}, ${freeNow ? 'freed while it ran' : 'kept'}: expected every byte 0x${expected.toString(16)}, ` +
+              `got ${[...new Set(out)]
+                .slice(0, 4)
+                .map((v) => `0x${v.toString(16)}`)
+                .join(', ')}`,
+          );
+        }
+        if (!freeNow) {
+          block.index = this.live.length;
+          this.live.push(block);
+        }
+      }),
+    );
   }
 
   /** Takes `block` out of the live blocks without freeing it. */
@@ -866,8 +938,10 @@ class DataRun {
       try {
         const seen = read ? device.copyToHost(new Uint8Array(bytes)) : undefined;
         if (seen !== undefined && !allEqual(seen, pattern)) {
-          throw new DataMismatch(`a copy on stream ${STREAM_LABELS[t]} at step ${step} read pooled pinned memory freed under it ` +
-            `and read 0x${seen.find((v) => v !== pattern)!.toString(16)} where 0x${pattern.toString(16)} was written`);
+          throw new DataMismatch(
+            `a copy on stream ${STREAM_LABELS[t]} at step ${step} read pooled pinned memory freed under it ` +
+              `and read 0x${seen.find((v) => v !== pattern)!.toString(16)} where 0x${pattern.toString(16)} was written`,
+          );
         }
       } finally {
         device.free();
@@ -879,9 +953,11 @@ class DataRun {
   private checkDisjoint(ptr: Ptr, bytes: number, from: string): void {
     for (const b of this.live) {
       if (b.ptr < ptr + bytes && ptr < b.ptr + b.bytes) {
-        throw new DataMismatch(`${from} handed out 0x${ptr.toString(16)} (+${bytes}) at step ${this.step}, which overlaps live block ` +
-          `#${b.id} at 0x${b.ptr.toString(16)} (+${b.bytes}), allocated at step ${b.allocatedAt}` +
-          `${b.from !== undefined ? ` from ${b.from.resource.describe()}${b.from.destroyed ? ' (since destroyed)' : ''}` : ''}`);
+        throw new DataMismatch(
+          `${from} handed out 0x${ptr.toString(16)} (+${bytes}) at step ${this.step}, which overlaps live block ` +
+            `#${b.id} at 0x${b.ptr.toString(16)} (+${b.bytes}), allocated at step ${b.allocatedAt}` +
+            `${b.from !== undefined ? ` from ${b.from.resource.describe()}${b.from.destroyed ? ' (since destroyed)' : ''}` : ''}`,
+        );
       }
     }
   }
@@ -970,8 +1046,10 @@ class DataRun {
   private destroyInners(): void {
     for (const inner of this.inners.slice().reverse()) if (!inner.destroyed) this.destroyInner(inner);
     if (this.inners.length > 0) {
-      throw new Error(`${this.inners.length} nested resource(s) destroyed with every block freed still hold memory: ` +
-        this.inners.map((x) => `${x.resource.describe()} (${x.live} live)`).join(', '));
+      throw new Error(
+        `${this.inners.length} nested resource(s) destroyed with every block freed still hold memory: ` +
+          this.inners.map((x) => `${x.resource.describe()} (${x.live} live)`).join(', '),
+      );
     }
   }
 
@@ -997,7 +1075,10 @@ class DataRun {
     const dtype = block.bytes >= 4 && r() < 0.7 ? 'float32' : 'uint8';
     const n = Math.min(1024, dtype === 'float32' ? block.bytes >> 2 : block.bytes);
     const owned: DeviceArray[] = [];
-    const keep = <A extends DeviceArray>(a: A): A => { owned.unshift(a); return a; };
+    const keep = <A extends DeviceArray>(a: A): A => {
+      owned.unshift(a);
+      return a;
+    };
     const writable = keep(DeviceArray.fromPointer(block.ptr, [n], dtype, { stream }));
     const how = Math.floor(r() * 5);
     let ro: DeviceArray;
@@ -1017,7 +1098,7 @@ class DataRun {
     else if (n % 2 === 0 && v < 0.6) into = ro.reshape(2, n / 2).T;
     const value = 1 + Math.floor(r() * 200);
     const m = into.size;
-    const hostData = (): Float32Array | Uint8Array => dtype === 'float32' ? new Float32Array(m).fill(value) : new Uint8Array(m).fill(value);
+    const hostData = (): Float32Array | Uint8Array => (dtype === 'float32' ? new Float32Array(m).fill(value) : new Uint8Array(m).fill(value));
     // A one-element view of `into`, for a reduction's output.
     const first = (): DeviceArray => (into.shape.length === 2 ? into.slice(0) : into).slice([0, 1]);
     const writes: ReadonlyArray<readonly [string, () => unknown]> = [
@@ -1034,16 +1115,26 @@ class DataRun {
     ];
     const refused = (what: string, error: unknown): void => {
       if (!(error instanceof VramStateError) || !/read-only/.test(error.message)) {
-        throw new DataMismatch(`a write into block #${block.id} imported read-only (${['fromPointer', 'DLPack', 'CUDA Array Interface', 'DLPack re-export', 'CUDA Array Interface re-export'][how]}) ` +
-          `through ${what} at step ${this.step} was not refused as read-only: ${error instanceof Error ? `${error.name}: ${error.message}` : 'it was accepted'}`);
+        throw new DataMismatch(
+          `a write into block #${block.id} imported read-only (${['fromPointer', 'DLPack', 'CUDA Array Interface', 'DLPack re-export', 'CUDA Array Interface re-export'][how]}) ` +
+            `through ${what} at step ${this.step} was not refused as read-only: ${error instanceof Error ? `${error.name}: ${error.message}` : 'it was accepted'}`,
+        );
       }
       this.stats.readOnlyRefused++;
     };
     if (this.async && r() < 0.15) {
       // The asynchronous copy must be refused too (its promise rejects).
-      this.pending.push(into.copyFromAsync(hostData(), { stream })
-        .then(() => refused('copyFromAsync', undefined), (error: unknown) => refused('copyFromAsync', error))
-        .finally(() => { for (const a of owned) a.free(); }));
+      this.pending.push(
+        into
+          .copyFromAsync(hostData(), { stream })
+          .then(
+            () => refused('copyFromAsync', undefined),
+            (error: unknown) => refused('copyFromAsync', error),
+          )
+          .finally(() => {
+            for (const a of owned) a.free();
+          }),
+      );
     } else {
       const [what, write] = writes[Math.floor(r() * writes.length)]!;
       let outcome: unknown;
@@ -1104,7 +1195,10 @@ class DataRun {
     const operands: Array<Int32Array | number> = inputs.map((v) => v.index);
     if (scalar !== undefined) operands[1] = scalar;
     const expected = applyAsIfCopied(before.slice(), operands, output.index, expectedOf[op]!);
-    const overlapping = inputs.some((v) => { const out = new Set(output.index); return v.index.some((k) => out.has(k)); });
+    const overlapping = inputs.some((v) => {
+      const out = new Set(output.index);
+      return v.index.some((k) => out.has(k));
+    });
     b.memcpyAsync(block.ptr, host, bytes, handle);
     const base = DeviceArray.fromPointer(block.ptr, [length], 'float32', { stream });
     try {
@@ -1125,7 +1219,8 @@ class DataRun {
     this.stats.viewOps++;
     if (overlapping) this.stats.overlapping++;
     const step = this.step;
-    const what = `${['elementwise', 'map', 'zipWith', 'copyFrom'][op]} of ${inputs.map(describeView).join(' and ')}${scalar !== undefined ? ` and ${scalar}` : ''} ` +
+    const what =
+      `${['elementwise', 'map', 'zipWith', 'copyFrom'][op]} of ${inputs.map(describeView).join(' and ')}${scalar !== undefined ? ` and ${scalar}` : ''} ` +
       `into ${describeView(output)} of block #${block.id} (${length} float32) on stream ${STREAM_LABELS[s]} at step ${step}`;
     this.afterDrain.push(() => {
       const after = view.subarray(length, 2 * length);
@@ -1134,9 +1229,11 @@ class DataRun {
           if (after[i] !== expected[i]) {
             const got = new Uint8Array(after.buffer, after.byteOffset + 4 * i, 4);
             const wrong = after.reduce((n, v, k) => n + (v === expected[k] ? 0 : 1), 0);
-            throw new DataMismatch(`${what}${overlapping ? ', the output overlapping an input,' : ''} gave element ${i} = ${after[i]}, ` +
-              `NumPy's as-if-copied result is ${expected[i]} (it held ${before[i]} before; ${wrong} of ${length} elements wrong)` +
-              (allEqual(got, got[0]!) ? `; its bytes are 0x${got[0]!.toString(16)}: ${this.describeWrite(got[0]!)}` : ''));
+            throw new DataMismatch(
+              `${what}${overlapping ? ', the output overlapping an input,' : ''} gave element ${i} = ${after[i]}, ` +
+                `NumPy's as-if-copied result is ${expected[i]} (it held ${before[i]} before; ${wrong} of ${length} elements wrong)` +
+                (allEqual(got, got[0]!) ? `; its bytes are 0x${got[0]!.toString(16)}: ${this.describeWrite(got[0]!)}` : ''),
+            );
           }
         }
       } finally {
@@ -1361,17 +1458,14 @@ class DataRun {
     }
     const hex = (v: number): string => `0x${v.toString(16).padStart(2, '0')}`;
     const lines = [
-      `data mismatch in block #${block.id} at 0x${block.ptr.toString(16)} (+${block.bytes} bytes) ` +
-      `from ${this.mr.describe()}`,
+      `data mismatch in block #${block.id} at 0x${block.ptr.toString(16)} (+${block.bytes} bytes) ` + `from ${this.mr.describe()}`,
       `  allocated at step ${block.allocatedAt} on stream ${STREAM_LABELS[block.allocatedOn]}, now on ` +
-      `${STREAM_LABELS[block.stream]}; expected every byte ${hex(block.pattern)} (${this.describeWrite(block.pattern)})`,
-      `  ${wrong} of ${view.length} bytes read${from > 0 ? ` (from offset ${from})` : ''} are wrong, ` +
-      `the first at offset ${from + first}`,
+        `${STREAM_LABELS[block.stream]}; expected every byte ${hex(block.pattern)} (${this.describeWrite(block.pattern)})`,
+      `  ${wrong} of ${view.length} bytes read${from > 0 ? ` (from offset ${from})` : ''} are wrong, ` + `the first at offset ${from + first}`,
     ];
     const top = [...counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, 3);
     for (const [value, n] of top) lines.push(`  ${n} byte(s) hold ${hex(value)}: ${this.describeWrite(value)}`);
-    lines.push(`  verification #${this.stats.verifications + 1}; ${this.live.length} live blocks; ` +
-      `${this.stats.rebuilds} rebuild(s) so far`);
+    lines.push(`  verification #${this.stats.verifications + 1}; ${this.live.length} live blocks; ` + `${this.stats.rebuilds} rebuild(s) so far`);
     return lines.join('\n');
   }
 
@@ -1380,10 +1474,18 @@ class DataRun {
     const w = this.writes[value];
     if (w === undefined) return 'a pattern this run never wrote';
     const blk = w.block;
-    const freed = w.freedAt >= 0 ? `freed at step ${w.freedAt} on stream ${STREAM_LABELS[w.freedOn]}`
-      : blk.index < 0 ? 'since freed' : blk.pattern === value ? 'still live' : 'still live, written again since';
-    return `last written at step ${w.step} (${w.what}) into block #${blk.id} at 0x${blk.ptr.toString(16)} ` +
-      `(+${blk.bytes}) on stream ${STREAM_LABELS[w.stream]}, ${freed}`;
+    const freed =
+      w.freedAt >= 0
+        ? `freed at step ${w.freedAt} on stream ${STREAM_LABELS[w.freedOn]}`
+        : blk.index < 0
+          ? 'since freed'
+          : blk.pattern === value
+            ? 'still live'
+            : 'still live, written again since';
+    return (
+      `last written at step ${w.step} (${w.what}) into block #${blk.id} at 0x${blk.ptr.toString(16)} ` +
+      `(+${blk.bytes}) on stream ${STREAM_LABELS[w.stream]}, ${freed}`
+    );
   }
 }
 
@@ -1395,7 +1497,7 @@ function viewOf(base: DeviceArray, view: View): DeviceArray {
 }
 
 function describeView(view: View): string {
-  const spec = (x: SliceSpec): string => Array.isArray(x) ? x.map((v: number | null | undefined) => v ?? '').join(':') : String(x);
+  const spec = (x: SliceSpec): string => (Array.isArray(x) ? x.map((v: number | null | undefined) => v ?? '').join(':') : String(x));
   return `${view.reshape !== undefined ? `reshape(${view.reshape.join(', ')})` : ''}[${view.slices.map(spec).join(', ')}]${view.transposed ? '.T' : ''}`;
 }
 

@@ -66,7 +66,13 @@ export interface MixedFuzzStats {
 
 /** A mixed run's first wrong value or unexpected error, with its seed and replay command. */
 export class MixedFuzzFailure extends Error {
-  constructor(readonly target: string, readonly seed: number, readonly step: number, readonly replay: string, detail: string) {
+  constructor(
+    readonly target: string,
+    readonly seed: number,
+    readonly step: number,
+    readonly replay: string,
+    detail: string,
+  ) {
     super(`${target}: seed ${seed} failed at step ${step}: ${detail}\n  replay: ${replay}`);
     this.name = 'MixedFuzzFailure';
   }
@@ -131,7 +137,7 @@ export function runMixedFuzz(target: string, options: MixedFuzzOptions): MixedFu
   try {
     run.run();
   } catch (error) {
-    const detail = error instanceof Error ? error.stack ?? error.message : String(error);
+    const detail = error instanceof Error ? (error.stack ?? error.message) : String(error);
     throw new MixedFuzzFailure(target, options.seed, run.step, mixedReplayCommand(target, options.seed, options.ops), detail);
   } finally {
     run.dispose();
@@ -141,8 +147,18 @@ export function runMixedFuzz(target: string, options: MixedFuzzOptions): MixedFu
 
 class MixedRun {
   readonly stats: MixedFuzzStats = {
-    steps: 0, allocations: 0, spillable: 0, writes: 0, graphs: 0, launches: 0, updates: 0, dlpack: 0,
-    budgetsRefused: 0, pressures: 0, frees: 0, checks: 0,
+    steps: 0,
+    allocations: 0,
+    spillable: 0,
+    writes: 0,
+    graphs: 0,
+    launches: 0,
+    updates: 0,
+    dlpack: 0,
+    budgetsRefused: 0,
+    pressures: 0,
+    frees: 0,
+    checks: 0,
   };
   step = 0;
   private readonly random: () => number;
@@ -161,7 +177,12 @@ class MixedRun {
     this.random = mulberry32(options.seed);
     this.maxLive = options.maxLive ?? 24;
     const device = Device.get(0);
-    this.streams = [Stream.create({ device }), Stream.create({ device }), Stream.create({ device, nonBlocking: true }), Stream.create({ device, nonBlocking: true })];
+    this.streams = [
+      Stream.create({ device }),
+      Stream.create({ device }),
+      Stream.create({ device, nonBlocking: true }),
+      Stream.create({ device, nonBlocking: true }),
+    ];
     this.module = Module.compile(ADD_C_SOURCE, { emulated: { add_c: addCEmulated } });
     const kernel = this.module.kernel('add_c', ['ptr', 'f32', 'u32'] as const);
     this.addC = (stream, y, c) => kernel.launch({ grid: Math.ceil(y.size / 128), block: 128, stream }, y, c, y.size);
@@ -375,9 +396,11 @@ class MixedRun {
       if (got[i] !== l.expected[i]) {
         let wrong = 0;
         for (let k = 0; k < l.expected.length; k++) if (got[k] !== l.expected[k]) wrong++;
-        throw new Error(`array #${l.id} (${l.expected.length} float32, ${l.spillable ? 'spillable' : 'plain'}, ` +
-          `${l.graphs} graph(s), last on stream ${l.stream}) ${how}: element ${i} is ${got[i]}, expected ${l.expected[i]} ` +
-          `(${wrong} of ${l.expected.length} wrong)`);
+        throw new Error(
+          `array #${l.id} (${l.expected.length} float32, ${l.spillable ? 'spillable' : 'plain'}, ` +
+            `${l.graphs} graph(s), last on stream ${l.stream}) ${how}: element ${i} is ${got[i]}, expected ${l.expected[i]} ` +
+            `(${wrong} of ${l.expected.length} wrong)`,
+        );
       }
     }
   }
@@ -386,17 +409,23 @@ class MixedRun {
     for (const s of this.streams) {
       try {
         s.synchronize();
-      } catch { /* the failure being reported matters more */ }
+      } catch {
+        /* the failure being reported matters more */
+      }
     }
     for (const g of this.graphs.splice(0)) {
       try {
         g.exec.destroy();
-      } catch { /* as above */ }
+      } catch {
+        /* as above */
+      }
     }
     for (const l of this.live.splice(0)) {
       try {
         l.array.free();
-      } catch { /* as above */ }
+      } catch {
+        /* as above */
+      }
     }
     this.module.destroy();
     for (const s of this.streams) s.destroy();

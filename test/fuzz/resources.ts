@@ -75,7 +75,14 @@ export function destroyResource(mr: MemoryResource): void {
  * a sub-allocator leaves alone a resource it was given, so every layer is listed).
  */
 function target(resource: MemoryResource, maxBytes: number, owned: readonly MemoryResource[], bounded = false): FuzzTarget {
-  return { resource, maxBytes, bounded, close: () => { for (const r of owned) destroyResource(r); } };
+  return {
+    resource,
+    maxBytes,
+    bounded,
+    close: () => {
+      for (const r of owned) destroyResource(r);
+    },
+  };
 }
 
 /**
@@ -89,7 +96,15 @@ function defaultPool(): AsyncResource {
 
 /** A target of `top` over the default pool `up`: close destroys `top`, trims the pool, destroys `up`. */
 function overDefaultPool(top: MemoryResource, up: AsyncResource, maxBytes: number): FuzzTarget {
-  return { resource: top, maxBytes, close: () => { destroyResource(top); up.releaseCached(); destroyResource(up); } };
+  return {
+    resource: top,
+    maxBytes,
+    close: () => {
+      destroyResource(top);
+      up.releaseCached();
+      destroyResource(up);
+    },
+  };
 }
 
 /** A PoolResource growing through virtual memory: what the adaptor stacks sit on. */
@@ -117,24 +132,36 @@ function given(shared: MemoryResource | undefined): MemoryResource {
 export const resourceFactories: readonly ResourceFactory[] = [
   {
     name: 'PoolResource (virtual memory)',
-    create: () => { const p = virtualPool(); return target(p, 4 * MiB, [p]); },
+    create: () => {
+      const p = virtualPool();
+      return target(p, 4 * MiB, [p]);
+    },
   },
   {
     // Adaptive growth with room (a quarter of 512 MiB stays free): chunks mapped ahead as large extents.
     name: 'PoolResource (adaptive extents, room)',
-    create: () => { const p = new PoolResource({ maximumSize: 512 * MiB, extentSize: 'adaptive' }); return target(p, 4 * MiB, [p]); },
+    create: () => {
+      const p = new PoolResource({ maximumSize: 512 * MiB, extentSize: 'adaptive' });
+      return target(p, 4 * MiB, [p]);
+    },
   },
   {
     // Adaptive growth near its maximum: chunks while a quarter of 40 MiB stays free, then one-page
     // extents, and compaction (free extents released, a page-granular retry) before OutOfMemoryError.
     name: 'PoolResource (adaptive extents, short)',
-    create: () => { const p = new PoolResource({ maximumSize: 40 * MiB, extentSize: 'adaptive' }); return target(p, 4 * MiB, [p]); },
+    create: () => {
+      const p = new PoolResource({ maximumSize: 40 * MiB, extentSize: 'adaptive' });
+      return target(p, 4 * MiB, [p]);
+    },
   },
   {
     // A granule-aligned virtual range and its own physical memory per block (spilling's resource;
     // the spilling itself is fuzzed by test/spill-fuzz.test.ts).
     name: 'SpillableResource',
-    create: () => { const r = new SpillableResource(); return target(r, 4 * MiB, [r]); },
+    create: () => {
+      const r = new SpillableResource();
+      return target(r, 4 * MiB, [r]);
+    },
   },
   {
     name: 'PoolResource (upstream chunks)',
@@ -211,52 +238,91 @@ export const resourceFactories: readonly ResourceFactory[] = [
   },
   {
     name: 'ArenaResource',
-    create: () => { const a = new ArenaResource({ size: 64 * MiB }); return target(a, 4 * MiB, [a], true); },
+    create: () => {
+      const a = new ArenaResource({ size: 64 * MiB });
+      return target(a, 4 * MiB, [a], true);
+    },
   },
   {
     name: 'PinnedHostPool',
-    create: () => { const p = new PinnedHostPool({ maximumCachedBytes: 8 * MiB }); return target(p, 4 * MiB, [p]); },
+    create: () => {
+      const p = new PinnedHostPool({ maximumCachedBytes: 8 * MiB });
+      return target(p, 4 * MiB, [p]);
+    },
   },
   {
     name: 'CudaResource',
-    create: () => { const c = new CudaResource(); return target(c, 4 * MiB, [c]); },
+    create: () => {
+      const c = new CudaResource();
+      return target(c, 4 * MiB, [c]);
+    },
   },
   {
     name: 'AsyncResource (default pool)',
     create: () => {
       const a = defaultPool();
-      return { resource: a, maxBytes: 4 * MiB, close: () => { a.releaseCached(); destroyResource(a); } };
+      return {
+        resource: a,
+        maxBytes: 4 * MiB,
+        close: () => {
+          a.releaseCached();
+          destroyResource(a);
+        },
+      };
     },
   },
   {
     name: 'AsyncResource (new pool)',
-    create: () => { const a = new AsyncResource({ pool: {} }); return target(a, 4 * MiB, [a]); },
+    create: () => {
+      const a = new AsyncResource({ pool: {} });
+      return target(a, 4 * MiB, [a]);
+    },
   },
   {
     name: 'ManagedResource',
-    create: () => { const m = new ManagedResource(); return target(m, 4 * MiB, [m]); },
+    create: () => {
+      const m = new ManagedResource();
+      return target(m, 4 * MiB, [m]);
+    },
   },
   {
     name: 'PinnedHostResource',
-    create: () => { const p = new PinnedHostResource(); return target(p, 4 * MiB, [p]); },
+    create: () => {
+      const p = new PinnedHostResource();
+      return target(p, 4 * MiB, [p]);
+    },
   },
   {
     name: 'StatisticsAdaptor on PoolResource',
-    create: () => { const p = virtualPool(); const a = new StatisticsAdaptor(p); return target(a, 4 * MiB, [a, p]); },
+    create: () => {
+      const p = virtualPool();
+      const a = new StatisticsAdaptor(p);
+      return target(a, 4 * MiB, [a, p]);
+    },
   },
   {
     name: 'LimitingAdaptor on PoolResource',
-    create: () => { const p = virtualPool(); const a = new LimitingAdaptor(p, 48 * MiB); return target(a, 4 * MiB, [a, p], true); },
+    create: () => {
+      const p = virtualPool();
+      const a = new LimitingAdaptor(p, 48 * MiB);
+      return target(a, 4 * MiB, [a, p], true);
+    },
   },
   {
     name: 'TrackingAdaptor on PoolResource',
-    create: () => { const p = virtualPool(); const a = new TrackingAdaptor(p); return target(a, 4 * MiB, [a, p]); },
+    create: () => {
+      const p = virtualPool();
+      const a = new TrackingAdaptor(p);
+      return target(a, 4 * MiB, [a, p]);
+    },
   },
   {
     name: 'LoggingAdaptor on PoolResource',
     create: () => {
       const p = virtualPool();
-      const sink = (line: string): void => { if (line.length === 0) throw new Error('LoggingAdaptor wrote an empty line'); };
+      const sink = (line: string): void => {
+        if (line.length === 0) throw new Error('LoggingAdaptor wrote an empty line');
+      };
       const a = new LoggingAdaptor(p, sink);
       return target(a, 4 * MiB, [a, p]);
     },
@@ -264,7 +330,11 @@ export const resourceFactories: readonly ResourceFactory[] = [
   {
     // A small maximum, so out-of-memory (and the release-and-retry path) happens now and then.
     name: 'RetryOnOutOfMemory on PoolResource',
-    create: () => { const p = virtualPool(32 * MiB); const a = new RetryOnOutOfMemory(p); return target(a, 4 * MiB, [a, p], true); },
+    create: () => {
+      const p = virtualPool(32 * MiB);
+      const a = new RetryOnOutOfMemory(p);
+      return target(a, 4 * MiB, [a, p], true);
+    },
   },
   {
     name: 'All adaptors stacked on PoolResource',

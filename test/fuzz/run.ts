@@ -70,7 +70,7 @@ interface Fuzz {
 
 /** The message of a failure that is not the fuzz's own (its own names the seed and the replay). */
 function unexpected(target: string, seed: number, error: unknown, replay: string): string {
-  return `${target}: seed ${seed}: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n  replay: ${replay}`;
+  return `${target}: seed ${seed}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n  replay: ${replay}`;
 }
 
 const fuzzes: readonly Fuzz[] = [
@@ -186,13 +186,17 @@ function parse(argv: readonly string[]): Plan {
   if (only !== undefined && only.trim() === '') throw new UsageError('--only needs a name');
   const all = wanted.flatMap((f) => f.targets);
   const exact = only !== undefined && all.includes(only);
-  const selected = wanted.map((fuzz) => ({
-    fuzz,
-    targets: fuzz.targets.filter((t) => only === undefined || (exact ? t === only : t.toLowerCase().includes(only.toLowerCase()))),
-  })).filter((x) => x.targets.length > 0);
+  const selected = wanted
+    .map((fuzz) => ({
+      fuzz,
+      targets: fuzz.targets.filter((t) => only === undefined || (exact ? t === only : t.toLowerCase().includes(only.toLowerCase()))),
+    }))
+    .filter((x) => x.targets.length > 0);
   if (selected.length === 0) {
-    throw new UsageError(`--only '${only}' matches no target of the ${wanted.map((f) => f.name).join(' and ')} fuzz; targets:\n` +
-      wanted.map((f) => f.targets.map((t) => `  ${f.name}: ${t}`).join('\n')).join('\n'));
+    throw new UsageError(
+      `--only '${only}' matches no target of the ${wanted.map((f) => f.name).join(' and ')} fuzz; targets:\n` +
+        wanted.map((f) => f.targets.map((t) => `  ${f.name}: ${t}`).join('\n')).join('\n'),
+    );
   }
   return { selected, ops, runs, seed, list: values.list === true, help: false };
 }
@@ -215,14 +219,15 @@ async function main(argv: readonly string[]): Promise<number> {
     return 0;
   }
   const perRun = Math.ceil(plan.ops / plan.runs);
-  console.log(`backend ${getBackend().name}; ${plan.ops} operations per target in ${plan.runs} run(s) of ${perRun}` +
-    (plan.seed !== undefined ? `, seed ${plan.seed}` : ', random seeds'));
+  console.log(
+    `backend ${getBackend().name}; ${plan.ops} operations per target in ${plan.runs} run(s) of ${perRun}` +
+      (plan.seed !== undefined ? `, seed ${plan.seed}` : ', random seeds'),
+  );
   let failures = 0;
   const t0 = performance.now();
   for (const { fuzz, targets } of plan.selected) {
     for (const target of targets) {
-      const seeds = plan.seed !== undefined ? [plan.seed]
-        : Array.from({ length: plan.runs }, () => (Math.random() * 2 ** 32) >>> 0);
+      const seeds = plan.seed !== undefined ? [plan.seed] : Array.from({ length: plan.runs }, () => (Math.random() * 2 ** 32) >>> 0);
       console.log(`${fuzz.name}: ${target}: seed(s) ${seeds.join(', ')}`);
       const t = performance.now();
       let failed = 0;
@@ -234,8 +239,10 @@ async function main(argv: readonly string[]): Promise<number> {
         }
       }
       failures += failed;
-      console.log(`${fuzz.name}: ${target}: ${perRun * seeds.length} operations in ` +
-        `${((performance.now() - t) / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} FAILED run(s)` : ''}`);
+      console.log(
+        `${fuzz.name}: ${target}: ${perRun * seeds.length} operations in ` +
+          `${((performance.now() - t) / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} FAILED run(s)` : ''}`,
+      );
     }
   }
   console.log(`done in ${((performance.now() - t0) / 1000).toFixed(1)} s`);

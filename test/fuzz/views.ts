@@ -90,9 +90,13 @@ export function drawShape(random: () => number, max: number): number[] {
  * @param f The operation on one element's inputs, in float32 as the kernel computes.
  * @returns The flat array after the operation.
  */
-export function applyAsIfCopied(memory: Float32Array, inputs: ReadonlyArray<Int32Array | number>, output: Int32Array,
-  f: (args: readonly number[]) => number): Float32Array {
-  const gathered = inputs.map((x) => typeof x === 'number' ? x : Float32Array.from(x, (k) => memory[k]!));
+export function applyAsIfCopied(
+  memory: Float32Array,
+  inputs: ReadonlyArray<Int32Array | number>,
+  output: Int32Array,
+  f: (args: readonly number[]) => number,
+): Float32Array {
+  const gathered = inputs.map((x) => (typeof x === 'number' ? x : Float32Array.from(x, (k) => memory[k]!)));
   const result = memory.slice();
   const args: number[] = new Array<number>(inputs.length).fill(0);
   for (let i = 0; i < output.length; i++) {

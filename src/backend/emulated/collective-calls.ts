@@ -10,9 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { NCCL_UNIQUE_ID_BYTES } from '../../cuda/nccl.js';
 import { NcclError } from '../../errors.js';
 import type { Backend, Handle, Ptr } from '../backend.js';
-import type {
-  CollectiveDataType, CollectiveReduceOp, CollectiveTransport, TransportComm, TransportOptions,
-} from '../collectives.js';
+import type { CollectiveDataType, CollectiveReduceOp, CollectiveTransport, TransportComm, TransportOptions } from '../collectives.js';
 import { CollectiveChannel } from './collective-channel.js';
 
 /** ncclResult_t ncclInvalidUsage. */
@@ -20,7 +18,17 @@ const INVALID_USAGE = 5;
 
 /** The bytes of one element of each type. */
 const ELEMENT_BYTES: Readonly<Record<CollectiveDataType, number>> = {
-  bool: 1, int8: 1, uint8: 1, int32: 4, uint32: 4, int64: 8, uint64: 8, float16: 2, bfloat16: 2, float32: 4, float64: 8,
+  bool: 1,
+  int8: 1,
+  uint8: 1,
+  int32: 4,
+  uint32: 4,
+  int64: 8,
+  uint64: 8,
+  float16: 2,
+  bfloat16: 2,
+  float32: 4,
+  float64: 8,
 };
 
 /** What the emulation needs from its backend: stream order and the device's bytes. */
@@ -34,8 +42,12 @@ interface Pending {
 
 /** One rank's communicator: its channel, and the calls on device memory. */
 class EmulatedComm implements TransportComm {
-  constructor(private readonly calls: CollectiveCalls, private readonly device: DeviceAccess,
-    private readonly channel: CollectiveChannel, private readonly options: TransportOptions) {}
+  constructor(
+    private readonly calls: CollectiveCalls,
+    private readonly device: DeviceAccess,
+    private readonly channel: CollectiveChannel,
+    private readonly options: TransportOptions,
+  ) {}
 
   /** Runs `work` now, or at the group's end when a group is open. */
   #queue(phase: 0 | 1 | 2, work: () => void): void {
@@ -81,8 +93,7 @@ class EmulatedComm implements TransportComm {
   reduceScatter(send: Ptr, recv: Ptr, recvCount: number, type: CollectiveDataType, op: CollectiveReduceOp, stream: Handle): void {
     const bytes = recvCount * ELEMENT_BYTES[type];
     this.#queue(1, () => {
-      const all = this.channel.exchange('ncclReduceScatter', this.#read(send, bytes * this.channel.size, stream),
-        { count: recvCount, dtype: type, op });
+      const all = this.channel.exchange('ncclReduceScatter', this.#read(send, bytes * this.channel.size, stream), { count: recvCount, dtype: type, op });
       const out = new Uint8Array(bytes);
       this.options.reduce(out, all, this.channel.rank * bytes, type, op);
       this.#write(recv, bytes, out);
@@ -92,8 +103,11 @@ class EmulatedComm implements TransportComm {
   broadcast(send: Ptr, recv: Ptr, count: number, type: CollectiveDataType, root: number, stream: Handle): void {
     const bytes = count * ELEMENT_BYTES[type];
     this.#queue(1, () => {
-      const all = this.channel.exchange('ncclBroadcast', this.channel.rank === root ? this.#read(send, bytes, stream) : new Uint8Array(0),
-        { count, dtype: type, root });
+      const all = this.channel.exchange('ncclBroadcast', this.channel.rank === root ? this.#read(send, bytes, stream) : new Uint8Array(0), {
+        count,
+        dtype: type,
+        root,
+      });
       this.#write(recv, bytes, all[root]!);
     });
   }

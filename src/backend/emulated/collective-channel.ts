@@ -45,7 +45,13 @@ interface SignedCall extends CollectiveSignature {
 }
 
 /** How a field of a call reads in a mismatch. */
-const FIELDS: readonly [keyof SignedCall, string][] = [['call', 'collective'], ['count', 'count'], ['dtype', 'dtype'], ['op', 'op'], ['root', 'root']];
+const FIELDS: readonly [keyof SignedCall, string][] = [
+  ['call', 'collective'],
+  ['count', 'count'],
+  ['dtype', 'dtype'],
+  ['op', 'op'],
+  ['root', 'root'],
+];
 
 /**
  * The first field on which the ranks' calls of one collective differ, said with each rank's
@@ -56,8 +62,10 @@ function firstMismatch(calls: readonly SignedCall[]): string | undefined {
     const values = calls.map((c) => c[field]);
     if (values.every((v) => v === values[0])) continue;
     const said = values.map((v, rank) => `rank ${rank}: ${v === undefined ? 'none' : String(v)}`).join(', ');
-    return `the ranks' calls of this collective differ in ${name} (${said}): every rank must make the same ` +
-      'collective with the same count, dtype, op and root, in the same order';
+    return (
+      `the ranks' calls of this collective differ in ${name} (${said}): every rank must make the same ` +
+      'collective with the same count, dtype, op and root, in the same order'
+    );
   }
   return undefined;
 }
@@ -95,7 +103,12 @@ export class CollectiveChannel {
    * @throws {NcclError} When another process already joined as `rank`, a rank joined with another
    *   size, or the others do not come within `timeout`.
    */
-  constructor(id: Uint8Array, readonly rank: number, readonly size: number, readonly timeout: number) {
+  constructor(
+    id: Uint8Array,
+    readonly rank: number,
+    readonly size: number,
+    readonly timeout: number,
+  ) {
     const key = createHash('sha256').update(id).digest('hex').slice(0, 32);
     this.dir = path.join(tmpdir(), `vram-nccl-${key}`);
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
@@ -106,8 +119,12 @@ export class CollectiveChannel {
       // A hard link fails when the name exists: two processes cannot both join as one rank.
       linkSync(temporary, mine);
     } catch {
-      throw new NcclError('ncclCommInitRank', INVALID_USAGE, 'invalid usage',
-        `rank ${rank} of this unique id has already joined (each rank joins once, from one process)`);
+      throw new NcclError(
+        'ncclCommInitRank',
+        INVALID_USAGE,
+        'invalid usage',
+        `rank ${rank} of this unique id has already joined (each rank joins once, from one process)`,
+      );
     } finally {
       unlinkSync(temporary);
     }
@@ -115,8 +132,12 @@ export class CollectiveChannel {
       for (let peer = 0; peer < size; peer++) {
         const joined = JSON.parse(this.#wait('ncclCommInitRank', `join.${peer}`, peer).toString('utf8')) as { size: number };
         if (joined.size !== size) {
-          throw new NcclError('ncclCommInitRank', INVALID_USAGE, 'invalid usage',
-            `rank ${peer} joined this unique id with size ${joined.size}, rank ${rank} with size ${size}`);
+          throw new NcclError(
+            'ncclCommInitRank',
+            INVALID_USAGE,
+            'invalid usage',
+            `rank ${peer} joined this unique id with size ${joined.size}, rank ${rank} with size ${size}`,
+          );
         }
       }
     } catch (error) {
@@ -124,7 +145,11 @@ export class CollectiveChannel {
       // timed out takes itself back, and the folder when nobody else is in it.
       if (error instanceof NcclError && error.result === INVALID_USAGE) throw error;
       rmSync(mine, { force: true });
-      try { rmdirSync(this.dir); } catch { /* others are there */ }
+      try {
+        rmdirSync(this.dir);
+      } catch {
+        /* others are there */
+      }
       throw error;
     }
   }
@@ -160,8 +185,12 @@ export class CollectiveChannel {
         if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
       }
       if (Date.now() > deadline) {
-        throw new NcclError(call, REMOTE_ERROR, 'remote process exited or there was a network error',
-          `rank ${this.rank} waited ${this.timeout} ms for rank ${peer} (emulated backend; the timeout option of Communicator.init sets the wait)`);
+        throw new NcclError(
+          call,
+          REMOTE_ERROR,
+          'remote process exited or there was a network error',
+          `rank ${this.rank} waited ${this.timeout} ms for rank ${peer} (emulated backend; the timeout option of Communicator.init sets the wait)`,
+        );
       }
       sleep(pause);
       pause = Math.min(pause * 2, 5);
@@ -240,8 +269,12 @@ export class CollectiveChannel {
     this.#received.set(peer, n + 1);
     rmSync(this.#file(name), { force: true });
     if (data.byteLength !== byteLength) {
-      throw new NcclError('ncclRecv', INVALID_USAGE, 'invalid usage',
-        `rank ${peer} sent ${data.byteLength} bytes and rank ${this.rank} receives ${byteLength} (a send and its receive must have the same count and type)`);
+      throw new NcclError(
+        'ncclRecv',
+        INVALID_USAGE,
+        'invalid usage',
+        `rank ${peer} sent ${data.byteLength} bytes and rank ${this.rank} receives ${byteLength} (a send and its receive must have the same count and type)`,
+      );
     }
     return data;
   }

@@ -70,7 +70,9 @@ export class Copies {
       this.s.settle(call, 'none');
       return;
     }
-    this.synchronous(call, [copy.dst, copy.src], () => { for (const [d, s] of rows) copySpans(d, s); });
+    this.synchronous(call, [copy.dst, copy.src], () => {
+      for (const [d, s] of rows) copySpans(d, s);
+    });
   }
 
   /** cuMemcpy2DAsync: checked now, runs in stream order. */
@@ -79,7 +81,15 @@ export class Copies {
     const s = this.s.stream(stream, call);
     const rows = this.rows(copy, call);
     if (rows.length === 0) return;
-    this.s.enqueue(s, () => { for (const [d, from] of rows) copySpans(d, from); }, undefined, undefined, call);
+    this.s.enqueue(
+      s,
+      () => {
+        for (const [d, from] of rows) copySpans(d, from);
+      },
+      undefined,
+      undefined,
+      call,
+    );
   }
 
   /** cuMemsetD8/D16/D32: synchronous; `ptr` must be aligned to the element size. */
@@ -158,6 +168,8 @@ export class Copies {
     if (count === 0) return undefined;
     const spans = this.s.spans(ptr, count * elementBytes, true, call);
     const pattern = fillPattern(value, elementBytes);
-    return () => { for (const s of spans) s.store.fill(s.offset, s.length, pattern); };
+    return () => {
+      for (const s of spans) s.store.fill(s.offset, s.length, pattern);
+    };
   }
 }

@@ -28,9 +28,12 @@ export class DeviceState {
   /** Charges `bytes` of capacity, or throws OutOfMemoryError naming `call`. */
   charge(bytes: number, call: string, requested = bytes): void {
     if (this.used + bytes > this.capacity) {
-      outOfMemory(requested, call,
+      outOfMemory(
+        requested,
+        call,
         `emulated device ${this.ordinal}: ${formatBytesExact(this.capacity - this.used)} of ${formatBytesExact(this.capacity)} free, ` +
-        `${formatBytesExact(bytes)} needed`);
+          `${formatBytesExact(bytes)} needed`,
+      );
     }
     this.used += bytes;
   }
@@ -90,16 +93,41 @@ function emulatedAttributes(device: DeviceState): Partial<Record<DeviceAttribute
   const info = device.info();
   const [bus] = [device.ordinal];
   return {
-    maxThreadsPerBlock: 1024, maxBlockDimX: 1024, maxBlockDimY: 1024, maxBlockDimZ: 64,
-    maxGridDimX: 2 ** 31 - 1, maxGridDimY: 65535, maxGridDimZ: 65535, maxSharedMemoryPerBlock: 48 * 1024, warpSize: 32,
-    multiprocessorCount: info.multiprocessorCount, integrated: info.integrated ? 1 : 0, canMapHostMemory: 1,
-    l2CacheSize: info.l2CacheSize, asyncEngineCount: info.asyncEngineCount, unifiedAddressing: 1,
-    texturePitchAlignment: info.texturePitchAlignment, computeCapabilityMajor: info.computeCapability[0],
-    computeCapabilityMinor: info.computeCapability[1], managedMemory: 1, concurrentManagedAccess: 1,
-    virtualMemoryManagementSupported: 1, memoryPoolsSupported: 1, handleTypePosixFileDescriptorSupported: 1,
-    mempoolSupportedHandleTypes: 1, pciBusId: bus, pciDeviceId: 0, pciDomainId: 0, streamPrioritiesSupported: 1,
-    hostRegisterSupported: 1, ipcEventSupported: 1, concurrentKernels: 1,
-    numaConfig: 0, numaId: -1, hostNumaId: 0, hostNumaMemoryPoolsSupported: device.hostNumaPools ? 1 : 0,
+    maxThreadsPerBlock: 1024,
+    maxBlockDimX: 1024,
+    maxBlockDimY: 1024,
+    maxBlockDimZ: 64,
+    maxGridDimX: 2 ** 31 - 1,
+    maxGridDimY: 65535,
+    maxGridDimZ: 65535,
+    maxSharedMemoryPerBlock: 48 * 1024,
+    warpSize: 32,
+    multiprocessorCount: info.multiprocessorCount,
+    integrated: info.integrated ? 1 : 0,
+    canMapHostMemory: 1,
+    l2CacheSize: info.l2CacheSize,
+    asyncEngineCount: info.asyncEngineCount,
+    unifiedAddressing: 1,
+    texturePitchAlignment: info.texturePitchAlignment,
+    computeCapabilityMajor: info.computeCapability[0],
+    computeCapabilityMinor: info.computeCapability[1],
+    managedMemory: 1,
+    concurrentManagedAccess: 1,
+    virtualMemoryManagementSupported: 1,
+    memoryPoolsSupported: 1,
+    handleTypePosixFileDescriptorSupported: 1,
+    mempoolSupportedHandleTypes: 1,
+    pciBusId: bus,
+    pciDeviceId: 0,
+    pciDomainId: 0,
+    streamPrioritiesSupported: 1,
+    hostRegisterSupported: 1,
+    ipcEventSupported: 1,
+    concurrentKernels: 1,
+    numaConfig: 0,
+    numaId: -1,
+    hostNumaId: 0,
+    hostNumaMemoryPoolsSupported: device.hostNumaPools ? 1 : 0,
   };
 }
 

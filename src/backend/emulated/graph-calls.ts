@@ -144,7 +144,15 @@ export class GraphCalls {
     }
     const nodes = e.nodes;
     if (s.capture !== undefined) {
-      this.s.enqueue(s, () => { for (const n of nodes) n.run?.(); }, undefined, undefined, call);
+      this.s.enqueue(
+        s,
+        () => {
+          for (const n of nodes) n.run?.();
+        },
+        undefined,
+        undefined,
+        call,
+      );
     } else {
       for (const n of nodes) this.s.enqueue(s, n.run, undefined, n.hold?.(), call);
     }

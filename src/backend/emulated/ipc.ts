@@ -240,7 +240,11 @@ export class IpcCalls {
     // A record made before the export is not in the shared words: let it run first.
     this.s.scheduler.drainAll();
     if (e.recordedAt !== undefined && !e.completed) {
-      fail(CUresult.NOT_READY, call, `event ${event} was recorded behind held work before it was shared: the emulation shares events before their first record or once it ran`);
+      fail(
+        CUresult.NOT_READY,
+        call,
+        `event ${event} was recorded behind held work before it was shared: the emulation shares events before their first record or once it ran`,
+      );
     }
     const { token, fd, address } = createShared(PAGE);
     e.shared = {
@@ -359,7 +363,7 @@ export class IpcCalls {
     const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
     const at = view.getUint32(28, true);
     const size = Number(view.getBigUint64(32 + TOKEN_BYTES, true));
-    if (size === 0 || at + size > fields.bytes) invalidValue(call, 'the bytes are not a pool allocation\'s export data');
+    if (size === 0 || at + size > fields.bytes) invalidValue(call, "the bytes are not a pool allocation's export data");
     const address = this.mapOther(fields, POOL_POINTER_MAGIC, call);
     let base: number;
     try {
@@ -388,7 +392,9 @@ export class IpcCalls {
     if (entry === undefined) return false;
     const s = this.s.stream(stream, 'cuMemFreeAsync');
     this.importedPointers.delete(ptr);
-    this.s.enqueue(s, () => { if (entry.allocation.live) this.s.dropAllocation(this.s.deviceIndex, entry.allocation); });
+    this.s.enqueue(s, () => {
+      if (entry.allocation.live) this.s.dropAllocation(this.s.deviceIndex, entry.allocation);
+    });
     return true;
   }
 

@@ -11,8 +11,16 @@
 import { checkCacheConfig } from './context-calls.js';
 import type {
   EmulatedAccess,
-  EmulatedKernel, EmulatedKernels, EmulatedMemory, FunctionAttributes, Handle, KernelLimits, KernelParams, ModuleImage,
-  ParamType, Ptr,
+  EmulatedKernel,
+  EmulatedKernels,
+  EmulatedMemory,
+  FunctionAttributes,
+  Handle,
+  KernelLimits,
+  KernelParams,
+  ModuleImage,
+  ParamType,
+  Ptr,
 } from '../backend.js';
 import { paramLayout } from '../backend.js';
 import { CudaError, CUresult } from '../../errors.js';
@@ -140,8 +148,18 @@ export class KernelCalls {
   }
 
   /** cuLaunchKernel: checked now, arguments decoded now, the JavaScript run in stream order. */
-  launchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number, blockZ: number,
-    sharedBytes: number, stream: Handle, params: KernelParams): void {
+  launchKernel(
+    fn: Handle,
+    gridX: number,
+    gridY: number,
+    gridZ: number,
+    blockX: number,
+    blockY: number,
+    blockZ: number,
+    sharedBytes: number,
+    stream: Handle,
+    params: KernelParams,
+  ): void {
     const call = 'cuLaunchKernel';
     const f = this.fn(fn, call);
     const s = this.s.stream(stream, call);
@@ -163,17 +181,23 @@ export class KernelCalls {
     const launch = { grid, block, sharedBytes, args };
     const run = f.run;
     const name = f.name;
-    this.s.enqueue(s, () => {
-      const memory = new LaunchMemory(this.s, name);
-      try {
-        run({ ...launch, memory });
-      } catch (error) {
-        // What the kernel wrote before a fault stays written, as on a GPU (not 'write' ranges: see EmulatedMemory).
-        memory.writeBack(false);
-        throw launchFailure(name, error);
-      }
-      memory.writeBack(true);
-    }, undefined, undefined, call);
+    this.s.enqueue(
+      s,
+      () => {
+        const memory = new LaunchMemory(this.s, name);
+        try {
+          run({ ...launch, memory });
+        } catch (error) {
+          // What the kernel wrote before a fault stays written, as on a GPU (not 'write' ranges: see EmulatedMemory).
+          memory.writeBack(false);
+          throw launchFailure(name, error);
+        }
+        memory.writeBack(true);
+      },
+      undefined,
+      undefined,
+      call,
+    );
   }
 
   /** cuOccupancyMaxActiveBlocksPerMultiprocessor, from the model's multiprocessor. */
@@ -240,10 +264,12 @@ function decodeArgs(params: KernelParams): (number | bigint | number[])[] {
   for (const slot of params.slots) {
     const type = slot.type;
     if (typeof type === 'object') {
-      args.push(type.struct.map((member, i) => {
-        const value = readScalar(view, slot.offset + slot.memberOffsets[i]!, member);
-        return typeof value === 'bigint' ? Number(value) : value;
-      }));
+      args.push(
+        type.struct.map((member, i) => {
+          const value = readScalar(view, slot.offset + slot.memberOffsets[i]!, member);
+          return typeof value === 'bigint' ? Number(value) : value;
+        }),
+      );
     } else {
       args.push(readScalar(view, slot.offset, type === 'ptr' || type === 'cptr' ? 'u64' : type));
     }
@@ -252,16 +278,28 @@ function decodeArgs(params: KernelParams): (number | bigint | number[])[] {
 }
 
 /** One scalar from the block; 64-bit integers as numbers when exact, else bigints. */
-function readScalar(view: DataView, offset: number, type: Exclude<ParamType, 'ptr' | 'cptr' | { readonly struct: readonly unknown[] }> | 'u64'): number | bigint {
+function readScalar(
+  view: DataView,
+  offset: number,
+  type: Exclude<ParamType, 'ptr' | 'cptr' | { readonly struct: readonly unknown[] }> | 'u64',
+): number | bigint {
   switch (type) {
-    case 'i8': return view.getInt8(offset);
-    case 'u8': return view.getUint8(offset);
-    case 'i16': return view.getInt16(offset, true);
-    case 'u16': return view.getUint16(offset, true);
-    case 'i32': return view.getInt32(offset, true);
-    case 'u32': return view.getUint32(offset, true);
-    case 'f32': return view.getFloat32(offset, true);
-    case 'f64': return view.getFloat64(offset, true);
+    case 'i8':
+      return view.getInt8(offset);
+    case 'u8':
+      return view.getUint8(offset);
+    case 'i16':
+      return view.getInt16(offset, true);
+    case 'u16':
+      return view.getUint16(offset, true);
+    case 'i32':
+      return view.getInt32(offset, true);
+    case 'u32':
+      return view.getUint32(offset, true);
+    case 'f32':
+      return view.getFloat32(offset, true);
+    case 'f64':
+      return view.getFloat64(offset, true);
     case 'i64': {
       const v = view.getBigInt64(offset, true);
       return v >= -9007199254740991n && v <= 9007199254740991n ? Number(v) : v;
@@ -281,8 +319,12 @@ function readScalar(view: DataView, offset: number, type: Exclude<ParamType, 'pt
 function launchFailure(name: string, error: unknown): CudaError {
   if (error instanceof CudaError && error.code === CUresult.ILLEGAL_ADDRESS) return error;
   const message = error instanceof Error ? error.message : String(error);
-  const failure = new CudaError(CUresult.LAUNCH_FAILED, 'CUDA_ERROR_LAUNCH_FAILED', 'cuLaunchKernel',
-    `kernel ${name} (emulated: its JavaScript implementation threw: ${message})`);
+  const failure = new CudaError(
+    CUresult.LAUNCH_FAILED,
+    'CUDA_ERROR_LAUNCH_FAILED',
+    'cuLaunchKernel',
+    `kernel ${name} (emulated: its JavaScript implementation threw: ${message})`,
+  );
   Object.defineProperty(failure, 'cause', { value: error, enumerable: false, writable: true, configurable: true });
   return failure;
 }
@@ -340,13 +382,17 @@ class LaunchMemory implements EmulatedMemory {
   }
 
   bytes(ptr: Ptr, byteLength: number, access: EmulatedAccess = 'readwrite'): Uint8Array {
-    if (access !== 'read' && access !== 'write' && access !== 'readwrite') throw new TypeError(`memory.bytes: access must be 'read', 'write' or 'readwrite', got ${String(access)}`);
+    if (access !== 'read' && access !== 'write' && access !== 'readwrite')
+      throw new TypeError(`memory.bytes: access must be 'read', 'write' or 'readwrite', got ${String(access)}`);
     if (typeof ptr !== 'number' || !Number.isSafeInteger(ptr) || ptr < 0) throw new TypeError(`memory.bytes: ptr must be an address, got ${String(ptr)}`);
     if (!Number.isSafeInteger(byteLength) || byteLength < 0) throw new RangeError(`memory.bytes: byteLength must be a whole number >= 0, got ${byteLength}`);
     const a = this.s.lookup(ptr);
     if (a === undefined || ptr - a.base + byteLength > a.size) {
-      fail(CUresult.ILLEGAL_ADDRESS, 'cuLaunchKernel',
-        `kernel ${this.kernel} (emulated) accessed [${hex(ptr)}, +${byteLength}), which is not inside one allocation the device can address`);
+      fail(
+        CUresult.ILLEGAL_ADDRESS,
+        'cuLaunchKernel',
+        `kernel ${this.kernel} (emulated) accessed [${hex(ptr)}, +${byteLength}), which is not inside one allocation the device can address`,
+      );
     }
     if (byteLength === 0) return new Uint8Array(0);
     let spans: Span[];

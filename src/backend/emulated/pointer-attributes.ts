@@ -19,7 +19,6 @@ export function pointerAttributes(s: EmulatedState, ptr: Ptr): PointerAttributes
       rangeSize = block.size;
     }
   }
-  const memoryType = a.kind === 'managed' ? MemoryType.UNIFIED
-    : a.kind === 'pinned' || a.kind === 'registered' ? MemoryType.HOST : MemoryType.DEVICE;
+  const memoryType = a.kind === 'managed' ? MemoryType.UNIFIED : a.kind === 'pinned' || a.kind === 'registered' ? MemoryType.HOST : MemoryType.DEVICE;
   return { memoryType, device: a.device, isManaged: a.kind === 'managed', rangeStart, rangeSize, context: a.context };
 }

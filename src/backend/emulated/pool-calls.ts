@@ -36,7 +36,8 @@ export class PoolCalls {
     if (bytes === 0) return 0;
     // A graph memory node never comes from a pool made for sharing: the driver refuses the
     // allocation (probed on a CUDA 13 driver with a POSIX file-descriptor pool).
-    if (s.capture !== undefined && p.handleTypes !== 0) fail(CUresult.NOT_SUPPORTED, call, 'a pool with shareable handles cannot allocate during stream capture');
+    if (s.capture !== undefined && p.handleTypes !== 0)
+      fail(CUresult.NOT_SUPPORTED, call, 'a pool with shareable handles cannot allocate during stream capture');
     return this.poolAlloc(p, bytes, s, call);
   }
 
@@ -53,7 +54,9 @@ export class PoolCalls {
       const a = this.s.deviceIndex.find(ptr);
       if (a !== undefined && a.base === ptr && a.kind === 'device') {
         // The driver accepts cuMemAlloc memory too: it is freed when the stream reaches the free.
-        this.s.enqueue(s, () => { if (a.live) this.s.dropAllocation(this.s.deviceIndex, a); });
+        this.s.enqueue(s, () => {
+          if (a.live) this.s.dropAllocation(this.s.deviceIndex, a);
+        });
         return;
       }
       invalidValue(call, `${hex(ptr)} is not a stream-ordered allocation`);
@@ -145,13 +148,22 @@ export class PoolCalls {
     const call = 'cuMemPoolGetAttribute';
     const p = this.pool(pool, call);
     switch (attribute) {
-      case 1: case 2: case 3: return p.reuse.get(attribute) ?? 1;
-      case 4: return p.releaseThreshold;
-      case 5: return p.reserved;
-      case 6: return p.reservedHigh;
-      case 7: return p.used;
-      case 8: return p.usedHigh;
-      default: return invalidValue(call, `unknown attribute ${String(attribute)}`);
+      case 1:
+      case 2:
+      case 3:
+        return p.reuse.get(attribute) ?? 1;
+      case 4:
+        return p.releaseThreshold;
+      case 5:
+        return p.reserved;
+      case 6:
+        return p.reservedHigh;
+      case 7:
+        return p.used;
+      case 8:
+        return p.usedHigh;
+      default:
+        return invalidValue(call, `unknown attribute ${String(attribute)}`);
     }
   }
 
@@ -161,13 +173,16 @@ export class PoolCalls {
     const p = this.pool(pool, call);
     checkCount(value, call, 'value');
     switch (attribute) {
-      case 1: case 2: case 3:
+      case 1:
+      case 2:
+      case 3:
         p.reuse.set(attribute, value === 0 ? 0 : 1);
         return;
       case 4:
         p.releaseThreshold = value;
         return;
-      case 6: case 8:
+      case 6:
+      case 8:
         if (value !== 0) invalidValue(call, 'high-water marks can only be reset to 0');
         if (attribute === 6) p.reservedHigh = p.reserved;
         else p.usedHigh = p.used;
@@ -193,7 +208,7 @@ export class PoolCalls {
     const p = this.pool(pool, call);
     this.s.device(ordinal, call);
     // Host NUMA memory is the host's until access is granted, its creating device's included.
-    return ordinal === p.device && p.hostNuma === undefined ? 3 : p.access.get(ordinal) ?? 0;
+    return ordinal === p.device && p.hostNuma === undefined ? 3 : (p.access.get(ordinal) ?? 0);
   }
 
   private pool(handle: Handle, call: string): PoolState {
@@ -221,8 +236,7 @@ export class PoolCalls {
    */
   private newPool(ordinal: number, maxSize: number, handleTypes: number, call: string, hostNuma?: number): PoolState {
     const device = this.s.devices[ordinal]!;
-    const span = Math.ceil((maxSize > 0 ? Math.min(maxSize, device.capacity) : device.capacity) * 4 / POOL_SEGMENT_GRANULARITY)
-      * POOL_SEGMENT_GRANULARITY;
+    const span = Math.ceil(((maxSize > 0 ? Math.min(maxSize, device.capacity) : device.capacity) * 4) / POOL_SEGMENT_GRANULARITY) * POOL_SEGMENT_GRANULARITY;
     const base = this.s.poolRange.take(span, POOL_SEGMENT_GRANULARITY, call);
     const pool = new PoolState(this.s.handle(), ordinal, this.s.contextFor(ordinal).handle, maxSize, handleTypes, base, span, this.s.poolHost, hostNuma);
     this.s.pools.set(pool.handle, pool);

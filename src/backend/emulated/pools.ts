@@ -78,7 +78,11 @@ export class PoolState implements Allocation {
   readonly charged = 0;
   readonly store: LazyStore;
   /** The three reuse policies, stored as set (they default to enabled). */
-  readonly reuse = new Map<number, number>([[1, 1], [2, 1], [3, 1]]);
+  readonly reuse = new Map<number, number>([
+    [1, 1],
+    [2, 1],
+    [3, 1],
+  ]);
   releaseThreshold = 0;
   reserved = 0;
   reservedHigh = 0;

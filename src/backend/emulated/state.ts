@@ -73,7 +73,6 @@ export class EmulatedState {
   /** Pool blocks that graphs' alloc nodes made, by address. */
   readonly graphAllocations = new Map<number, GraphAllocation>();
 
-
   readonly deviceRange = addressRange('device');
   readonly managedRange = addressRange('managed');
   readonly virtualRange = addressRange('virtual');
@@ -93,11 +92,19 @@ export class EmulatedState {
   /** How pools charge and uncharge their device's capacity. */
   readonly poolHost: PoolHost = {
     // A pool in host NUMA memory takes none of the device's capacity (the host's is not modelled).
-    charge: (pool, bytes, call) => { if (pool.hostNuma === undefined) this.devices[pool.device]!.charge(bytes, call); },
-    uncharge: (pool, bytes) => { if (pool.hostNuma === undefined) this.devices[pool.device]!.uncharge(bytes); },
+    charge: (pool, bytes, call) => {
+      if (pool.hostNuma === undefined) this.devices[pool.device]!.charge(bytes, call);
+    },
+    uncharge: (pool, bytes) => {
+      if (pool.hostNuma === undefined) this.devices[pool.device]!.uncharge(bytes);
+    },
   };
 
-  constructor(deviceCount: number, capacity: number, readonly hostNumaPools = true) {
+  constructor(
+    deviceCount: number,
+    capacity: number,
+    readonly hostNumaPools = true,
+  ) {
     this.devices = Array.from({ length: deviceCount }, (_, i) => new DeviceState(i, capacity, hostNumaPools));
   }
 
@@ -332,8 +339,12 @@ export class EmulatedState {
   /** The error of a synchronisation `call` that would wait forever on `stream`'s held work. */
   heldError(call: string, stream: StreamState): never {
     const by = stream.heldBy() ?? 'a cuStreamWaitValue32';
-    fail(CUresult.NOT_READY, call, `emulated ${this.streamName(stream)} is blocked: it waits for ${by}, which the host never ` +
-      'released; on a GPU this call would never return (write the value into the memory\'s host view before synchronising)');
+    fail(
+      CUresult.NOT_READY,
+      call,
+      `emulated ${this.streamName(stream)} is blocked: it waits for ${by}, which the host never ` +
+        "released; on a GPU this call would never return (write the value into the memory's host view before synchronising)",
+    );
   }
 
   /** A stream as messages name it. */

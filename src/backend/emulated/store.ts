@@ -38,8 +38,7 @@ function fillWith(target: Uint8Array, pattern: Uint8Array): void {
  * Walks [offset, offset + length) page by page: `visit` gets the page index, the offset in that
  * page, the bytes already walked and the chunk's length. Every LazyStore operation is this walk.
  */
-function forEachPage(offset: number, length: number,
-  visit: (index: number, inPage: number, done: number, chunk: number) => void): void {
+function forEachPage(offset: number, length: number, visit: (index: number, inPage: number, done: number, chunk: number) => void): void {
   let done = 0;
   while (done < length) {
     const at = offset + done;
@@ -279,7 +278,13 @@ export function copySpans(dst: readonly Span[], src: readonly Span[]): void {
     copyStore(d.store, d.offset + dDone, s.store, s.offset + sDone, chunk);
     dDone += chunk;
     sDone += chunk;
-    if (dDone === d.length) { di++; dDone = 0; }
-    if (sDone === s.length) { si++; sDone = 0; }
+    if (dDone === d.length) {
+      di++;
+      dDone = 0;
+    }
+    if (sDone === s.length) {
+      si++;
+      sDone = 0;
+    }
   }
 }

@@ -158,7 +158,9 @@ export class StreamCalls {
     const s = this.s.stream(stream, call);
     const makeHold = (): Hold => {
       let turned = false;
-      setImmediate(() => { turned = true; });
+      setImmediate(() => {
+        turned = true;
+      });
       return {
         ready: () => turned,
         progress: () => this.s.scheduler.drainAll(),
@@ -211,7 +213,15 @@ export class StreamCalls {
     const spans = this.word(addr, true, call);
     const bytes = new Uint8Array(4);
     new DataView(bytes.buffer).setUint32(0, value, true);
-    this.s.enqueue(s, () => { for (const sp of spans) sp.store.write(sp.offset, bytes); }, undefined, undefined, call);
+    this.s.enqueue(
+      s,
+      () => {
+        for (const sp of spans) sp.store.write(sp.offset, bytes);
+      },
+      undefined,
+      undefined,
+      call,
+    );
   }
 
   /**
@@ -344,8 +354,12 @@ function waitForOtherProcess(shared: Int32Array, call: string, event: Handle): v
   const deadline = performance.now() + OTHER_PROCESS_WAIT_MS;
   while (Atomics.load(shared, 1) < Atomics.load(shared, 0)) {
     if (performance.now() > deadline) {
-      fail(CUresult.NOT_READY, call, `interprocess event ${event}: the process that recorded it has not run that work in ` +
-        `${OTHER_PROCESS_WAIT_MS / 1000} s (its emulated stream work runs when it synchronises); on a GPU this would keep waiting`);
+      fail(
+        CUresult.NOT_READY,
+        call,
+        `interprocess event ${event}: the process that recorded it has not run that work in ` +
+          `${OTHER_PROCESS_WAIT_MS / 1000} s (its emulated stream work runs when it synchronises); on a GPU this would keep waiting`,
+      );
     }
     Atomics.wait(sleeper, 0, 0, 1);
   }

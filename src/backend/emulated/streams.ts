@@ -210,8 +210,7 @@ export class Scheduler {
    * synchronisation: work on the legacy stream waits for all blocking streams of its context, and
    * work on a blocking stream waits for the legacy stream's earlier work.
    */
-  enqueue(stream: StreamState, run: (() => void) | undefined, extraDeps?: readonly StreamPoint[], legacy?: StreamState,
-    hold?: Hold): StreamPoint {
+  enqueue(stream: StreamState, run: (() => void) | undefined, extraDeps?: readonly StreamPoint[], legacy?: StreamState, hold?: Hold): StreamPoint {
     let deps: StreamPoint[] | undefined = extraDeps === undefined ? undefined : [...extraDeps];
     if (stream.legacy) {
       for (const s of this.streams) {

@@ -160,7 +160,12 @@ export class SpillEntry implements Residency {
    * @param moving The resource without virtual memory the memory comes from (undefined: the
    *   manager's SpillableResource, whose addresses stay put).
    */
-  constructor(readonly manager: SpillManager, public ptr: Ptr, readonly bytes: number, readonly moving?: MemoryResource) {}
+  constructor(
+    readonly manager: SpillManager,
+    public ptr: Ptr,
+    readonly bytes: number,
+    readonly moving?: MemoryResource,
+  ) {}
 
   prepare(stream: StreamRef | undefined, writes: boolean): void {
     this.manager.use(this, stream, writes);
@@ -221,8 +226,19 @@ export function spillFigures(device?: Device | number): SpillFigures {
   if (manager !== undefined) return manager.figures();
   const zero = { value: 0, peak: 0, total: 0 };
   return {
-    spilledBytes: zero, spilledBuffers: zero, copiesOut: 0, copiedOutBytes: 0, reloads: 0, reloadedBytes: 0,
-    spilledAhead: 0, cancelledSpills: 0, waits: 0, residentBytes: 0, leasedBytes: 0, hostReservedBytes: 0, hostAllocatedBytes: 0,
+    spilledBytes: zero,
+    spilledBuffers: zero,
+    copiesOut: 0,
+    copiedOutBytes: 0,
+    reloads: 0,
+    reloadedBytes: 0,
+    spilledAhead: 0,
+    cancelledSpills: 0,
+    waits: 0,
+    residentBytes: 0,
+    leasedBytes: 0,
+    hostReservedBytes: 0,
+    hostAllocatedBytes: 0,
   };
 }
 
@@ -321,7 +337,7 @@ export class SpillManager {
   constructor(readonly device: Device) {
     this.resource = new SpillableResource(device);
     this.#host = new SpillHost(device);
-    this.resource.setEvictor((bytes) => bytes === undefined ? this.evictAll() : this.evictFor(bytes));
+    this.resource.setEvictor((bytes) => (bytes === undefined ? this.evictAll() : this.evictFor(bytes)));
   }
 
   /**
@@ -378,8 +394,11 @@ export class SpillManager {
   #captured(entry: SpillEntry, capture: CaptureSession, writes: boolean): void {
     if (entry.spilling !== 0) this.#cancel(entry); // its pages are still mapped: it stays
     if (!entry.resident) {
-      throw new StreamCaptureError('a use of a spilled buffer', 'it is spilled to host memory, and bringing it back would be recorded ' +
-        'into the graph instead of run: use it (or take a lease) before the capture; the graph then keeps it on the device while it lives');
+      throw new StreamCaptureError(
+        'a use of a spilled buffer',
+        'it is spilled to host memory, and bringing it back would be recorded ' +
+          'into the graph instead of run: use it (or take a lease) before the capture; the graph then keeps it on the device while it lives',
+      );
     }
     entry.epoch = currentEpoch();
     this.#lru.delete(entry);
@@ -476,12 +495,19 @@ export class SpillManager {
       if (entry.leases > 0) leased += entry.bytes;
     }
     return {
-      spilledBytes: this.#spilledBytes.snapshot(), spilledBuffers: this.#spilledBuffers.snapshot(),
-      copiesOut: this.#copiesOut, copiedOutBytes: this.#copiedOutBytes,
-      reloads: this.#reloads, reloadedBytes: this.#reloadedBytes,
-      spilledAhead: this.#spilledAhead, cancelledSpills: this.#cancelledSpills, waits: this.#waits,
-      residentBytes: resident, leasedBytes: leased,
-      hostReservedBytes: host.reservedBytes, hostAllocatedBytes: host.allocatedBytes,
+      spilledBytes: this.#spilledBytes.snapshot(),
+      spilledBuffers: this.#spilledBuffers.snapshot(),
+      copiesOut: this.#copiesOut,
+      copiedOutBytes: this.#copiedOutBytes,
+      reloads: this.#reloads,
+      reloadedBytes: this.#reloadedBytes,
+      spilledAhead: this.#spilledAhead,
+      cancelledSpills: this.#cancelledSpills,
+      waits: this.#waits,
+      residentBytes: resident,
+      leasedBytes: leased,
+      hostReservedBytes: host.reservedBytes,
+      hostAllocatedBytes: host.allocatedBytes,
     };
   }
 
@@ -803,9 +829,12 @@ export class SpillManager {
       else if (entry.epoch === epoch) inUse += entry.bytes;
     }
     const spilled = this.#spilledBytes.value;
-    extendMessage(error, `spilling could not help: ${formatBytes(resident)} of spillable memory on device ${this.device.ordinal} ` +
-      `(${formatBytes(leased)} held by leases, ${formatBytes(inUse)} used by this operation, the rest could not be copied out), ` +
-      `${formatBytes(spilled)} spilled to host memory`);
+    extendMessage(
+      error,
+      `spilling could not help: ${formatBytes(resident)} of spillable memory on device ${this.device.ordinal} ` +
+        `(${formatBytes(leased)} held by leases, ${formatBytes(inUse)} used by this operation, the rest could not be copied out), ` +
+        `${formatBytes(spilled)} spilled to host memory`,
+    );
     return error;
   }
 }

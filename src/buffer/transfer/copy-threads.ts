@@ -119,7 +119,10 @@ export class CopyThreads {
    * @param workerUrl The threads' module (tests name a missing or broken one; vram never does).
    * @throws {RangeError} For a bad count.
    */
-  constructor(threads: number = defaultCopyThreads(), private readonly workerUrl: URL = WORKER_URL) {
+  constructor(
+    threads: number = defaultCopyThreads(),
+    private readonly workerUrl: URL = WORKER_URL,
+  ) {
     this.threads = checkThreadCount(threads, 'threads');
     for (let b = BATCHES - 1; b >= 0; b--) this.free.push(b);
   }
@@ -249,9 +252,13 @@ export class CopyThreads {
     const started = ring.waitReady(this.threads, START_TIMEOUT_MS);
     if (started !== 'ready') {
       ring.stop();
-      this.fail(new Error(started === 'failed'
-        ? `a copy thread could not load ${this.workerUrl.href}`
-        : `only ${ring.readyThreads} of ${this.threads} copy threads started within ${START_TIMEOUT_MS} ms`));
+      this.fail(
+        new Error(
+          started === 'failed'
+            ? `a copy thread could not load ${this.workerUrl.href}`
+            : `only ${ring.readyThreads} of ${this.threads} copy threads started within ${START_TIMEOUT_MS} ms`,
+        ),
+      );
       return undefined;
     }
     this.ring = ring;
@@ -265,8 +272,9 @@ export class CopyThreads {
     this.ring = undefined;
     process.emitWarning(
       `vram's copy threads could not start (${error instanceof Error ? error.message : String(error)}); ` +
-      'staged copies run on the main thread instead, at single-thread speed.',
-      { code: 'VRAM_COPY_THREADS', type: 'PerformanceWarning' });
+        'staged copies run on the main thread instead, at single-thread speed.',
+      { code: 'VRAM_COPY_THREADS', type: 'PerformanceWarning' },
+    );
   }
 }
 

@@ -90,7 +90,10 @@ export class RegistrationCache {
    * @param backend The backend registrations are made with.
    * @param policy Read at every copy, so a change applies at once.
    */
-  constructor(private readonly backend: Backend, private readonly policy: () => RegistrationPolicy) {
+  constructor(
+    private readonly backend: Backend,
+    private readonly policy: () => RegistrationPolicy,
+  ) {
     this.registry = new FinalizationRegistry((entry) => {
       if (entry.ptr === undefined) return;
       this.collected++;
@@ -159,8 +162,12 @@ export class RegistrationCache {
   /** What the cache did so far. */
   statistics(): RegistrationStatistics {
     return {
-      hits: this.hits, registrations: this.registrations, evictions: this.evictions,
-      collected: this.collected, refused: this.refused, bytes: this.registered.snapshot(),
+      hits: this.hits,
+      registrations: this.registrations,
+      evictions: this.evictions,
+      collected: this.collected,
+      refused: this.refused,
+      bytes: this.registered.snapshot(),
     };
   }
 

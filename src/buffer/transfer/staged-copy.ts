@@ -152,9 +152,9 @@ function* pipeline(copy: StagedCopy): Pipeline {
     attached();
     const offset = i * chunkBytes;
     const length = Math.min(chunkBytes, bytes - offset);
-    const copies = [toDevice
-      ? { dst: stagingAddress[k]!, src: hostAddress + offset, bytes: length }
-      : { dst: hostAddress + offset, src: stagingAddress[k]!, bytes: length }];
+    const copies = [
+      toDevice ? { dst: stagingAddress[k]!, src: hostAddress + offset, bytes: length } : { dst: hostAddress + offset, src: stagingAddress[k]!, bytes: length },
+    ];
     const ticket = yield { kind: 'start', copies };
     if (ticket === undefined) throw new TypeError('staged copy: the driver answered a start with no ticket');
     running.set(i, ticket);

@@ -89,7 +89,7 @@ let settings: TransferSettings = {
   // VRAM_COPY_THREADS is read when the count is first needed, not when vram is imported: a bad
   // value is then the RangeError of the copy (or configureTransfers) that needs it.
   get threads(): number {
-    return threadsFromEnvironment ??= defaultCopyThreads();
+    return (threadsFromEnvironment ??= defaultCopyThreads());
   },
   chunkBytes: 8 * MiB,
   depth: 4,
@@ -144,8 +144,7 @@ export function configureTransfers(options: TransferOptions): TransferSettings {
     threads: options.threads === undefined ? settings.threads : checkThreadCount(checkNonNegativeInteger(options.threads, 'threads'), 'threads'),
     chunkBytes: options.chunkBytes === undefined ? settings.chunkBytes : readBytes(options.chunkBytes, 'chunkBytes'),
     depth: options.depth === undefined ? settings.depth : checkDepth(options.depth),
-    stagingThreshold: options.stagingThreshold === undefined
-      ? settings.stagingThreshold : readBytes(options.stagingThreshold, 'stagingThreshold', true),
+    stagingThreshold: options.stagingThreshold === undefined ? settings.stagingThreshold : readBytes(options.stagingThreshold, 'stagingThreshold', true),
     registration: {
       enabled: r.enabled ?? settings.registration.enabled,
       minimumBytes: r.minimumBytes === undefined ? settings.registration.minimumBytes : readBytes(r.minimumBytes, 'registration.minimumBytes', true),
@@ -154,7 +153,9 @@ export function configureTransfers(options: TransferOptions): TransferSettings {
     },
   };
   if (next.registration.minimumBytes > next.registration.maximumBytes) {
-    throw new RangeError(`configureTransfers: registration.minimumBytes (${next.registration.minimumBytes}) exceeds registration.maximumBytes (${next.registration.maximumBytes})`);
+    throw new RangeError(
+      `configureTransfers: registration.minimumBytes (${next.registration.minimumBytes}) exceeds registration.maximumBytes (${next.registration.maximumBytes})`,
+    );
   }
   if (next.threads !== settings.threads) {
     threads?.destroy();
@@ -200,7 +201,9 @@ export function transferStatistics(device?: Device | number): TransferStatistics
   const state = transfersOf(Device.resolve(device).backend);
   const { direct, staged, registered } = state.counts;
   return {
-    direct: { ...direct }, staged: { ...staged }, registered: { ...registered },
+    direct: { ...direct },
+    staged: { ...staged },
+    registered: { ...registered },
     registration: state.registrations.statistics(),
   };
 }
@@ -334,7 +337,14 @@ function staged(copy: PageableCopy, state: BackendTransfers, stream: StreamRef):
   }
   threads ??= new CopyThreads(settings.threads);
   return {
-    direction: copy.direction, device: copy.device, stream, devicePtr: copy.devicePtr, host: copy.host,
-    chunkBytes: settings.chunkBytes, depth: settings.depth, pool, threads,
+    direction: copy.direction,
+    device: copy.device,
+    stream,
+    devicePtr: copy.devicePtr,
+    host: copy.host,
+    chunkBytes: settings.chunkBytes,
+    depth: settings.depth,
+    pool,
+    threads,
   };
 }

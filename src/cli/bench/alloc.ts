@@ -18,7 +18,9 @@ export const RELEASE_THRESHOLD_MAX = Number.MAX_SAFE_INTEGER;
 function syncPairCase(settings: BenchSettings, size: number): BenchCase {
   const name = 'cuMemAlloc+cuMemFree';
   return {
-    group: 'alloc', name, size,
+    group: 'alloc',
+    name,
+    size,
     run: (): BenchRow => {
       const { backend } = settings;
       const { ns, batches } = timePairs(settings, pairsPerBatch(size, true), {
@@ -39,7 +41,9 @@ function driverModel(settings: BenchSettings): { model?: true } {
 function asyncPairCase(settings: BenchSettings, size: number): BenchCase {
   const name = 'cuMemAllocAsync+cuMemFreeAsync';
   return {
-    group: 'alloc', name, size,
+    group: 'alloc',
+    name,
+    size,
     run: (): BenchRow => {
       const { backend } = settings;
       const device = 0;
@@ -48,10 +52,15 @@ function asyncPairCase(settings: BenchSettings, size: number): BenchCase {
       backend.memPoolSetAttribute(pool, MemPoolAttribute.RELEASE_THRESHOLD, RELEASE_THRESHOLD_MAX);
       const stream = backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
       try {
-        const { ns, batches } = timePairs(settings, pairsPerBatch(size, false), {
-          pair: () => backend.memFreeAsync(backend.memAllocAsync(size, stream), stream),
-          sync: () => backend.streamSynchronize(stream),
-        }, true);
+        const { ns, batches } = timePairs(
+          settings,
+          pairsPerBatch(size, false),
+          {
+            pair: () => backend.memFreeAsync(backend.memAllocAsync(size, stream), stream),
+            sync: () => backend.streamSynchronize(stream),
+          },
+          true,
+        );
         return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...driverModel(settings) };
       } finally {
         backend.streamSynchronize(stream);
@@ -66,8 +75,5 @@ function asyncPairCase(settings: BenchSettings, size: number): BenchCase {
 
 /** Every driver allocation case for the sizes asked for. */
 export function allocCases(settings: BenchSettings): BenchCase[] {
-  return [
-    ...settings.allocSizes.map((size) => syncPairCase(settings, size)),
-    ...settings.allocSizes.map((size) => asyncPairCase(settings, size)),
-  ];
+  return [...settings.allocSizes.map((size) => syncPairCase(settings, size)), ...settings.allocSizes.map((size) => asyncPairCase(settings, size))];
 }

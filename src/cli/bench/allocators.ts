@@ -57,14 +57,22 @@ function withSubject<T>(subject: Subject, body: (mr: MemoryResource, stream: Str
 
 function pairCase(settings: BenchSettings, subject: Subject, size: number): BenchCase {
   return {
-    group: 'allocators', name: subject.name, size,
-    run: (): BenchRow => withSubject(subject, (mr, stream) => {
-      const { ns, batches } = timePairs(settings, pairsPerBatch(size, subject.slow), {
-        pair: () => mr.deallocate(mr.allocate(size, stream), size, stream),
-        sync: () => stream.synchronize(),
-      }, !subject.slow);
-      return { group: 'allocators', name: subject.name, size, value: ns, unit: 'ns/pair', repeats: batches, ...model(settings, subject) };
-    }),
+    group: 'allocators',
+    name: subject.name,
+    size,
+    run: (): BenchRow =>
+      withSubject(subject, (mr, stream) => {
+        const { ns, batches } = timePairs(
+          settings,
+          pairsPerBatch(size, subject.slow),
+          {
+            pair: () => mr.deallocate(mr.allocate(size, stream), size, stream),
+            sync: () => stream.synchronize(),
+          },
+          !subject.slow,
+        );
+        return { group: 'allocators', name: subject.name, size, value: ns, unit: 'ns/pair', repeats: batches, ...model(settings, subject) };
+      }),
   };
 }
 
@@ -83,28 +91,28 @@ function randomCase(settings: BenchSettings, subject: Subject): BenchCase {
   const pattern = randomPattern(settings, subject.slow);
   const name = `${subject.name} random`;
   return {
-    group: 'allocators', name, size: pattern.maxSize,
-    run: (): BenchRow => withSubject(subject, (mr, stream) => {
-      // One untimed pass warms the resource (pool growth, driver caches); timed passes repeat it.
-      runRandomAllocations(mr, pattern, stream);
-      stream.synchronize();
-      const repeats = repeatsFor(settings, 5);
-      const samples: number[] = [];
-      for (let r = 0; r < repeats; r++) {
-        const start = nowNs();
-        const operations = runRandomAllocations(mr, pattern, stream);
+    group: 'allocators',
+    name,
+    size: pattern.maxSize,
+    run: (): BenchRow =>
+      withSubject(subject, (mr, stream) => {
+        // One untimed pass warms the resource (pool growth, driver caches); timed passes repeat it.
+        runRandomAllocations(mr, pattern, stream);
         stream.synchronize();
-        samples.push((nowNs() - start) / operations);
-      }
-      return { group: 'allocators', name, size: pattern.maxSize, value: median(samples), unit: 'ns/op', repeats, ...model(settings, subject) };
-    }),
+        const repeats = repeatsFor(settings, 5);
+        const samples: number[] = [];
+        for (let r = 0; r < repeats; r++) {
+          const start = nowNs();
+          const operations = runRandomAllocations(mr, pattern, stream);
+          stream.synchronize();
+          samples.push((nowNs() - start) / operations);
+        }
+        return { group: 'allocators', name, size: pattern.maxSize, value: median(samples), unit: 'ns/op', repeats, ...model(settings, subject) };
+      }),
   };
 }
 
 /** Every allocator case: pair latency at each size, then the random pattern, per resource. */
 export function allocatorCases(settings: BenchSettings): BenchCase[] {
-  return SUBJECTS.flatMap((subject) => [
-    ...settings.allocSizes.map((size) => pairCase(settings, subject, size)),
-    randomCase(settings, subject),
-  ]);
+  return SUBJECTS.flatMap((subject) => [...settings.allocSizes.map((size) => pairCase(settings, subject, size)), randomCase(settings, subject)]);
 }

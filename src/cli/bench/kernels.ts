@@ -99,7 +99,9 @@ function launchCase(settings: BenchSettings, withArgs: boolean): BenchCase {
   const name = withArgs ? 'kernel launch, 4 arguments' : 'kernel launch, empty kernel';
   const size = withArgs ? ARGUMENT_BYTES : 0;
   return {
-    group: 'kernels', name, size,
+    group: 'kernels',
+    name,
+    size,
     run: (): BenchRow => {
       const device = Device.get(0);
       const batches = repeatsFor(settings, BATCHES);
@@ -125,7 +127,9 @@ function mappedReadCase(settings: BenchSettings, writeCombined: boolean): BenchC
   const name = writeCombined ? 'kernel read, mapped write-combined' : 'kernel read, mapped pinned';
   const size = settings.quick ? QUICK_MAPPED_BYTES : MAPPED_BYTES;
   return {
-    group: 'kernels', name, size,
+    group: 'kernels',
+    name,
+    size,
     run: (): BenchRow => {
       const device = Device.get(0);
       const backend = device.backend;
@@ -178,10 +182,5 @@ function mappedReadCase(settings: BenchSettings, writeCombined: boolean): BenchC
  * ```
  */
 export function kernelCases(settings: BenchSettings): BenchCase[] {
-  return [
-    launchCase(settings, false),
-    launchCase(settings, true),
-    mappedReadCase(settings, false),
-    mappedReadCase(settings, true),
-  ];
+  return [launchCase(settings, false), launchCase(settings, true), mappedReadCase(settings, false), mappedReadCase(settings, true)];
 }

@@ -56,9 +56,7 @@ function hostCeiling(backend: Backend, bytes: number, repeats: number, intoPinne
     const host = pageable(bytes);
     const pinnedAddress = nativeAddress(view);
     const hostAddress = nativeAddress(host);
-    const copy = intoPinned
-      ? { dst: pinnedAddress, src: hostAddress, bytes }
-      : { dst: hostAddress, src: pinnedAddress, bytes };
+    const copy = intoPinned ? { dst: pinnedAddress, src: hostAddress, bytes } : { dst: hostAddress, src: pinnedAddress, bytes };
     return timeHostClock(bytes, repeats, () => threads.copy([copy]));
   } finally {
     threads.destroy();
@@ -70,9 +68,17 @@ function hostCeiling(backend: Backend, bytes: number, repeats: number, intoPinne
 function pageableCopy(toDevice: boolean, register: boolean): Measure {
   return (bytes, repeats) => {
     const host = pageable(bytes);
-    return withDevice(bytes, (buf) => timeHostClock(bytes, repeats, toDevice
-      ? () => buf.copyFromHost(host, { register })
-      : () => { buf.copyToHost(host, { register }); }));
+    return withDevice(bytes, (buf) =>
+      timeHostClock(
+        bytes,
+        repeats,
+        toDevice
+          ? () => buf.copyFromHost(host, { register })
+          : () => {
+              buf.copyToHost(host, { register });
+            },
+      ),
+    );
   };
 }
 
@@ -126,7 +132,9 @@ export function pageableCases(settings: BenchSettings): BenchCase[] {
     for (const size of settings.transferSizes) {
       const repeats = repeatsFor(settings, fullRepeats(size));
       cases.push({
-        group: 'transfers', name, size,
+        group: 'transfers',
+        name,
+        size,
         run: (): BenchRow => ({ group: 'transfers', name, size, unit: 'GB/s', repeats, value: measure(size, repeats) }),
       });
     }
@@ -135,7 +143,9 @@ export function pageableCases(settings: BenchSettings): BenchCase[] {
   const name = 'async staged pageable H2D+D2H';
   const repeats = repeatsFor(settings, 5);
   cases.push({
-    group: 'transfers', name, size,
+    group: 'transfers',
+    name,
+    size,
     run: async (): Promise<BenchRow[]> => {
       const { h2d, d2h, p99Ms } = await asyncCopies(size, repeats);
       return [

@@ -48,7 +48,7 @@ export interface PairOps {
  */
 export function timePairs(settings: BenchSettings, pairs: number, ops: PairOps, hit = false): { ns: number; batches: number } {
   const warm = hit && settings.warmHits === true;
-  const batches = warm ? settings.repeats ?? HIT_ROUNDS : repeatsFor(settings, FULL_BATCHES);
+  const batches = warm ? (settings.repeats ?? HIT_ROUNDS) : repeatsFor(settings, FULL_BATCHES);
   let perBatch = settings.quick ? Math.max(10, Math.ceil(pairs / 10)) : pairs;
   if (warm) {
     perBatch = warmUp(ops);

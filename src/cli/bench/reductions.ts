@@ -56,7 +56,9 @@ export function reductionCases(settings: BenchSettings): BenchCase[] {
   return REDUCTIONS.map((op): BenchCase => {
     const name = `${op} float32 (built-in)`;
     return {
-      group: 'kernels', name, size,
+      group: 'kernels',
+      name,
+      size,
       run: (): BenchRow => {
         const device = Device.get(0);
         using stream = Stream.create({ device, nonBlocking: true });

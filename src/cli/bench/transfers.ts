@@ -87,30 +87,45 @@ type Measure = (backend: Backend, bytes: number, repeats: number) => number;
  * which is the honest cost a caller pays before it may reuse or trust the data).
  */
 const MEASURES: readonly (readonly [name: string, measure: Measure])[] = [
-  ['driver pageable H2D', (backend, bytes, repeats) => {
-    const host = new Uint8Array(bytes).fill(1);
-    return withDevice(backend, bytes, (dev) => timeHostClock(bytes, repeats, () => {
-      backend.memcpyFromHost(dev, host, bytes);
-      backend.contextSynchronize();
-    }));
-  }],
-  ['driver pageable D2H', (backend, bytes, repeats) => {
-    const host = new Uint8Array(bytes).fill(1);
-    return withDevice(backend, bytes, (dev) => timeHostClock(bytes, repeats, () => {
-      backend.memcpyToHost(host, dev, bytes);
-      backend.contextSynchronize();
-    }));
-  }],
-  ['pinned H2D', (backend, bytes, repeats) =>
-    withPinned(backend, bytes, 0, (host) => withDevice(backend, bytes, (dev) => timeEvents(backend, bytes, repeats, dev, host)))],
-  ['pinned D2H', (backend, bytes, repeats) =>
-    withPinned(backend, bytes, 0, (host) => withDevice(backend, bytes, (dev) => timeEvents(backend, bytes, repeats, host, dev)))],
-  ['write-combined pinned H2D', (backend, bytes, repeats) =>
-    withPinned(backend, bytes, HostAllocFlags.WRITECOMBINED, (host) =>
-      withDevice(backend, bytes, (dev) => timeEvents(backend, bytes, repeats, dev, host)))],
+  [
+    'driver pageable H2D',
+    (backend, bytes, repeats) => {
+      const host = new Uint8Array(bytes).fill(1);
+      return withDevice(backend, bytes, (dev) =>
+        timeHostClock(bytes, repeats, () => {
+          backend.memcpyFromHost(dev, host, bytes);
+          backend.contextSynchronize();
+        }),
+      );
+    },
+  ],
+  [
+    'driver pageable D2H',
+    (backend, bytes, repeats) => {
+      const host = new Uint8Array(bytes).fill(1);
+      return withDevice(backend, bytes, (dev) =>
+        timeHostClock(bytes, repeats, () => {
+          backend.memcpyToHost(host, dev, bytes);
+          backend.contextSynchronize();
+        }),
+      );
+    },
+  ],
+  [
+    'pinned H2D',
+    (backend, bytes, repeats) => withPinned(backend, bytes, 0, (host) => withDevice(backend, bytes, (dev) => timeEvents(backend, bytes, repeats, dev, host))),
+  ],
+  [
+    'pinned D2H',
+    (backend, bytes, repeats) => withPinned(backend, bytes, 0, (host) => withDevice(backend, bytes, (dev) => timeEvents(backend, bytes, repeats, host, dev))),
+  ],
+  [
+    'write-combined pinned H2D',
+    (backend, bytes, repeats) =>
+      withPinned(backend, bytes, HostAllocFlags.WRITECOMBINED, (host) => withDevice(backend, bytes, (dev) => timeEvents(backend, bytes, repeats, dev, host))),
+  ],
   // D2D counts the bytes copied once (not read + written), like cudaMemcpy-based reports.
-  ['D2D', (backend, bytes, repeats) =>
-    withDevice(backend, bytes, (src) => withDevice(backend, bytes, (dst) => timeEvents(backend, bytes, repeats, dst, src)))],
+  ['D2D', (backend, bytes, repeats) => withDevice(backend, bytes, (src) => withDevice(backend, bytes, (dst) => timeEvents(backend, bytes, repeats, dst, src)))],
 ];
 
 /** Every transfer case for the sizes asked for. */
@@ -120,9 +135,15 @@ export function transferCases(settings: BenchSettings): BenchCase[] {
     for (const size of settings.transferSizes) {
       const repeats = repeatsFor(settings, fullRepeats(size));
       cases.push({
-        group: 'transfers', name, size,
+        group: 'transfers',
+        name,
+        size,
         run: (): BenchRow => ({
-          group: 'transfers', name, size, unit: 'GB/s', repeats,
+          group: 'transfers',
+          name,
+          size,
+          unit: 'GB/s',
+          repeats,
           value: measure(settings.backend, size, repeats),
         }),
       });

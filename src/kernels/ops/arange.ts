@@ -42,7 +42,9 @@ export function arange<N extends ScalarName = DefaultDType>(stop: number, option
 export function arange<N extends ScalarName = DefaultDType>(start: number, stop: number, options?: ArangeOptions<N>): DeviceArray<N>;
 export function arange<N extends ScalarName = DefaultDType>(start: number, stop: number, step: number, options?: ArangeOptions<N>): DeviceArray<N>;
 export function arange<N extends ScalarName = DefaultDType>(
-  range: number | readonly [number, number] | readonly [number, number, number], dtype?: N | DType<N>, options?: DeviceArrayOptions,
+  range: number | readonly [number, number] | readonly [number, number, number],
+  dtype?: N | DType<N>,
+  options?: DeviceArrayOptions,
 ): DeviceArray<N>;
 export function arange(...args: unknown[]): DeviceArray {
   const { range, dtype, options } = readArguments(args);
@@ -63,7 +65,13 @@ function readArguments(args: readonly unknown[]): { range: unknown; dtype: unkno
   if (args.length > count + 1) {
     throw new TypeError(`arange: takes stop, start and stop, or start, stop and step, then the options; got ${args.length} arguments`);
   }
-  const given: ArangeOptions = readOptions('arange', args[count] as ArangeOptions | undefined, { dtype: true, resource: true, stream: true, device: true, spillable: true });
+  const given: ArangeOptions = readOptions('arange', args[count] as ArangeOptions | undefined, {
+    dtype: true,
+    resource: true,
+    stream: true,
+    device: true,
+    spillable: true,
+  });
   const { dtype = defaultDType, ...options } = given;
   return { range: count === 1 ? args[0] : args.slice(0, count), dtype, options };
 }
@@ -94,7 +102,9 @@ function bounds(range: unknown): [unknown, unknown, unknown] {
   if (Array.isArray(range)) {
     const items = (range as unknown[]).slice();
     if (items.length === 2 || items.length === 3) return [items[0], items[1], items[2] ?? 1];
-    throw new TypeError(`arange: the range must be n, [start, stop] or [start, stop, step], got an array of ${items.length} element${items.length === 1 ? '' : 's'}`);
+    throw new TypeError(
+      `arange: the range must be n, [start, stop] or [start, stop, step], got an array of ${items.length} element${items.length === 1 ? '' : 's'}`,
+    );
   }
   throw new TypeError(`arange: the range must be n, [start, stop] or [start, stop, step], got ${range === null ? 'null' : typeof range}`);
 }

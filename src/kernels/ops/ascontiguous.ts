@@ -59,6 +59,14 @@ function copyElementsOnDevice(dst: DeviceArray, src: DeviceArray, stream: OpOpti
   const { unit, units } = elementUnits(src.dtype);
   const merged = mergeDimensions(src.shape, [dst.strides, src.strides]);
   const kernel = builtinKernel(src.device, basicBuiltin(), 'vram_copy', basicSignatures.vram_copy, 'ascontiguous');
-  kernel.launch({ grid: gridFor(src.device, n), block: OP_BLOCK, stream },
-    dst, packLayout(merged.shape, merged.strides[0]!), src, packLayout(merged.shape, merged.strides[1]!), n, unit, units);
+  kernel.launch(
+    { grid: gridFor(src.device, n), block: OP_BLOCK, stream },
+    dst,
+    packLayout(merged.shape, merged.strides[0]!),
+    src,
+    packLayout(merged.shape, merged.strides[1]!),
+    n,
+    unit,
+    units,
+  );
 }

@@ -36,7 +36,9 @@ export function astype<M extends DTypeName>(a: DeviceArray, dtype: M | DType<M>,
   const to = dtypeOf(dtype);
   const stream = streamFor(readOptions('astype', options, { stream: true }), a, 'astype');
   if (to.components !== a.dtype.components) {
-    throw new TypeError(`astype: ${a.dtype.name} has ${a.dtype.components} component(s) and ${to.name} ${to.components}; convert between dtypes of as many components`);
+    throw new TypeError(
+      `astype: ${a.dtype.name} has ${a.dtype.components} component(s) and ${to.name} ${to.components}; convert between dtypes of as many components`,
+    );
   }
   const out = DeviceArray.empty(a.shape, to, { device: a.device, stream });
   const n = a.size;
@@ -44,9 +46,17 @@ export function astype<M extends DTypeName>(a: DeviceArray, dtype: M | DType<M>,
   try {
     const merged = mergeDimensions(a.shape, [out.strides, a.strides]);
     const kernel = builtinKernel(a.device, basicBuiltin(), 'vram_astype', basicSignatures.vram_astype, 'astype');
-    kernel.launch({ grid: gridFor(a.device, n), block: OP_BLOCK, stream },
-      out, packLayout(merged.shape, merged.strides[0]!), kernelScalar[to.component].code,
-      a, packLayout(merged.shape, merged.strides[1]!), kernelScalar[a.dtype.component].code, to.components, n);
+    kernel.launch(
+      { grid: gridFor(a.device, n), block: OP_BLOCK, stream },
+      out,
+      packLayout(merged.shape, merged.strides[0]!),
+      kernelScalar[to.component].code,
+      a,
+      packLayout(merged.shape, merged.strides[1]!),
+      kernelScalar[a.dtype.component].code,
+      to.components,
+      n,
+    );
   } catch (error) {
     out.free();
     throw error;

@@ -49,8 +49,8 @@ function switchOver(body: (s: KernelScalar) => string): string {
  * ```
  */
 export function basicSource(): string {
-  const unitCase = (assign: (t: string) => string): string => [1, 2, 4, 8]
-    .map((u) => `      ${u === 8 ? 'default' : `case ${u}`}: ${assign(UNIT_TYPES[u]!)} break;`).join('\n');
+  const unitCase = (assign: (t: string) => string): string =>
+    [1, 2, 4, 8].map((u) => `      ${u === 8 ? 'default' : `case ${u}`}: ${assign(UNIT_TYPES[u]!)} break;`).join('\n');
   const lastInt = kernelScalar.uint64.code;
   return [
     '// vram basic kernels: fill, copy, astype, arange (generated: src/kernels/ops/basic-kernels.ts)',
@@ -77,8 +77,13 @@ export function basicSource(): string {
     '}',
     'static __device__ void vram_store_int(unsigned char* p, int code, long long i, long long v) {',
     '  switch (code) {',
-    switchOver((s) => (s.name === 'bool' ? '((unsigned char*)p)[i] = (unsigned char)(v != 0); break;'
-      : s.family === 'int' ? `((${s.storage}*)p)[i] = (${s.storage})v; break;` : 'break;')),
+    switchOver((s) =>
+      s.name === 'bool'
+        ? '((unsigned char*)p)[i] = (unsigned char)(v != 0); break;'
+        : s.family === 'int'
+          ? `((${s.storage}*)p)[i] = (${s.storage})v; break;`
+          : 'break;',
+    ),
     '    default: break;',
     '  }',
     '}',
@@ -133,10 +138,14 @@ export function basicSource(): string {
 
 function unitAccess(unit: number): { get: (v: DataView, o: number) => bigint; set: (v: DataView, o: number, x: bigint) => void } {
   switch (unit) {
-    case 1: return { get: (v, o) => BigInt(v.getUint8(o)), set: (v, o, x) => v.setUint8(o, Number(BigInt.asUintN(8, x))) };
-    case 2: return { get: (v, o) => BigInt(v.getUint16(o, true)), set: (v, o, x) => v.setUint16(o, Number(BigInt.asUintN(16, x)), true) };
-    case 4: return { get: (v, o) => BigInt(v.getUint32(o, true)), set: (v, o, x) => v.setUint32(o, Number(BigInt.asUintN(32, x)), true) };
-    default: return { get: (v, o) => v.getBigUint64(o, true), set: (v, o, x) => v.setBigUint64(o, BigInt.asUintN(64, x), true) };
+    case 1:
+      return { get: (v, o) => BigInt(v.getUint8(o)), set: (v, o, x) => v.setUint8(o, Number(BigInt.asUintN(8, x))) };
+    case 2:
+      return { get: (v, o) => BigInt(v.getUint16(o, true)), set: (v, o, x) => v.setUint16(o, Number(BigInt.asUintN(16, x)), true) };
+    case 4:
+      return { get: (v, o) => BigInt(v.getUint32(o, true)), set: (v, o, x) => v.setUint32(o, Number(BigInt.asUintN(32, x)), true) };
+    default:
+      return { get: (v, o) => v.getBigUint64(o, true), set: (v, o, x) => v.setBigUint64(o, BigInt.asUintN(64, x), true) };
   }
 }
 
@@ -240,7 +249,8 @@ const astype = (launch: EmulatedLaunch): void => {
   const ds = kernelScalar[kernelScalars[dcode]!];
   const ss = kernelScalar[kernelScalars[scode]!];
   const [d, s] = operands(launch.memory, [
-    { ptr: dst, ...layoutSpan(dl, n), elementBytes: ds.bytes * comps }, { ptr: src, ...layoutSpan(sl, n), elementBytes: ss.bytes * comps },
+    { ptr: dst, ...layoutSpan(dl, n), elementBytes: ds.bytes * comps },
+    { ptr: src, ...layoutSpan(sl, n), elementBytes: ss.bytes * comps },
   ]);
   const ints = ds.family === 'int' && ss.family === 'int';
   for (let i = 0; i < n; i++) {

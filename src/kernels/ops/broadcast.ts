@@ -38,8 +38,10 @@ export function broadcastShape(operands: readonly NamedShape[], what: string): n
       if (n === current || n === 1) continue;
       if (current !== 1) {
         const other = from[lead + d]!;
-        throw new RangeError(`${what}: ${other.name} has shape ${formatShape(other.shape)} and ${o.name} ${formatShape(o.shape)}, ` +
-          'which do not broadcast (aligned from the last dimension, each pair of extents must be equal or one of them 1)');
+        throw new RangeError(
+          `${what}: ${other.name} has shape ${formatShape(other.shape)} and ${o.name} ${formatShape(o.shape)}, ` +
+            'which do not broadcast (aligned from the last dimension, each pair of extents must be equal or one of them 1)',
+        );
       }
       out[lead + d] = n;
       from[lead + d] = o;

@@ -167,10 +167,13 @@ function loadModule(device: Device, built: BuiltinSource, what: string): Module 
     if (!(error instanceof NvrtcUnavailableError)) throw error;
     const ptx = name === undefined ? undefined : shippedPtxFor(name, source);
     if (ptx === undefined) {
-      throw new NotSupportedError(name === undefined
-        ? `${what}: an expression is compiled to CUDA at run time and needs NVRTC, which is missing; the fixed ` +
-          `operations (fill, arange, ascontiguous, astype, sum, min, max, dot) run without it from shipped PTX. ${error.message}`
-        : `${what}: NVRTC is missing and the package ships no PTX for this kernel source (${name}); ${error.message}`, { cause: error });
+      throw new NotSupportedError(
+        name === undefined
+          ? `${what}: an expression is compiled to CUDA at run time and needs NVRTC, which is missing; the fixed ` +
+              `operations (fill, arange, ascontiguous, astype, sum, min, max, dot) run without it from shipped PTX. ${error.message}`
+          : `${what}: NVRTC is missing and the package ships no PTX for this kernel source (${name}); ${error.message}`,
+        { cause: error },
+      );
     }
     return Module.fromPtx(ptx, { device, emulated });
   }

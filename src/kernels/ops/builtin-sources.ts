@@ -42,7 +42,7 @@ export function basicBuiltin(): BuiltinSource {
 export function reductionBuiltin(op: ReduceOp, dtype: ScalarName): BuiltinSource {
   const name = `${op}-${dtype}`;
   let r = reductions.get(name);
-  if (r === undefined) reductions.set(name, r = { name, source: reductionSource(op, dtype), emulated: reductionEmulated(op, dtype) });
+  if (r === undefined) reductions.set(name, (r = { name, source: reductionSource(op, dtype), emulated: reductionEmulated(op, dtype) }));
   return r;
 }
 

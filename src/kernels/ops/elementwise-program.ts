@@ -26,9 +26,7 @@ import { loadSource, storeSource, typedHelpers, typedOperand } from './typed-acc
 export const ELEMENTWISE_KERNEL = 'vram_elementwise';
 
 /** One operand the program names: an array (its dtype) or a scalar (a double argument). */
-export type ProgramOperand =
-  | { readonly name: string; readonly kind: 'array'; readonly dtype: DType }
-  | { readonly name: string; readonly kind: 'scalar' };
+export type ProgramOperand = { readonly name: string; readonly kind: 'array'; readonly dtype: DType } | { readonly name: string; readonly kind: 'scalar' };
 
 /** An array the program uses, in parameter order. */
 export interface ProgramArray {
@@ -57,26 +55,73 @@ export interface ElementwiseProgram {
 const COMPONENTS: readonly Component[] = ['x', 'y', 'z', 'w'];
 
 const C_FUNCTIONS: Readonly<Record<string, string>> = {
-  sqrt: 'sqrt', exp: 'exp', log: 'log', sin: 'sin', cos: 'cos', tan: 'tan', tanh: 'tanh', abs: 'fabs',
-  floor: 'floor', ceil: 'ceil', min: 'vram_min', max: 'vram_max', pow: 'pow', fma: 'fma',
+  sqrt: 'sqrt',
+  exp: 'exp',
+  log: 'log',
+  sin: 'sin',
+  cos: 'cos',
+  tan: 'tan',
+  tanh: 'tanh',
+  abs: 'fabs',
+  floor: 'floor',
+  ceil: 'ceil',
+  min: 'vram_min',
+  max: 'vram_max',
+  pow: 'pow',
+  fma: 'fma',
 };
 
 type Fn = (...args: number[]) => number;
 const JS_FUNCTIONS: Readonly<Record<string, Fn>> = {
-  sqrt: Math.sqrt, exp: Math.exp, log: Math.log, sin: Math.sin, cos: Math.cos, tan: Math.tan, tanh: Math.tanh,
-  abs: Math.abs, floor: Math.floor, ceil: Math.ceil, pow: Math.pow,
-  min: (a, b) => (b! < a! ? b! : a!), max: (a, b) => (b! > a! ? b! : a!), fma: (a, b, c) => a! * b! + c!,
+  sqrt: Math.sqrt,
+  exp: Math.exp,
+  log: Math.log,
+  sin: Math.sin,
+  cos: Math.cos,
+  tan: Math.tan,
+  tanh: Math.tanh,
+  abs: Math.abs,
+  floor: Math.floor,
+  ceil: Math.ceil,
+  pow: Math.pow,
+  min: (a, b) => (b! < a! ? b! : a!),
+  max: (a, b) => (b! > a! ? b! : a!),
+  fma: (a, b, c) => a! * b! + c!,
 };
 
 /** The JavaScript of each operator (`==` compares doubles: `===`). */
 const JS_OPERATORS: Readonly<Record<string, string>> = {
-  '*': '*', '/': '/', '%': '%', '+': '+', '-': '-', '<': '<', '<=': '<=', '>': '>', '>=': '>=', '==': '===', '!=': '!==', '&&': '&&', '||': '||',
+  '*': '*',
+  '/': '/',
+  '%': '%',
+  '+': '+',
+  '-': '-',
+  '<': '<',
+  '<=': '<=',
+  '>': '>',
+  '>=': '>=',
+  '==': '===',
+  '!=': '!==',
+  '&&': '&&',
+  '||': '||',
 };
 
 /** The JavaScript each function is called as in generated code (`F` is JS_FUNCTIONS). */
 const JS_FUNCTION_SOURCE: Readonly<Record<string, string>> = {
-  sqrt: 'Math.sqrt', exp: 'Math.exp', log: 'Math.log', sin: 'Math.sin', cos: 'Math.cos', tan: 'Math.tan', tanh: 'Math.tanh',
-  abs: 'Math.abs', floor: 'Math.floor', ceil: 'Math.ceil', pow: 'Math.pow', min: 'F.min', max: 'F.max', fma: 'F.fma',
+  sqrt: 'Math.sqrt',
+  exp: 'Math.exp',
+  log: 'Math.log',
+  sin: 'Math.sin',
+  cos: 'Math.cos',
+  tan: 'Math.tan',
+  tanh: 'Math.tanh',
+  abs: 'Math.abs',
+  floor: 'Math.floor',
+  ceil: 'Math.ceil',
+  pow: 'Math.pow',
+  min: 'F.min',
+  max: 'F.max',
+  fma: 'F.fma',
 };
 
 /** A double as a C literal that stays a double (`2` would be an int: `1 / 2` would be 0). */
@@ -93,7 +138,10 @@ class Binder {
   readonly scalars = new Map<string, number>();
   private readonly operands: ReadonlyMap<string, ProgramOperand>;
 
-  constructor(private readonly source: string, operands: readonly ProgramOperand[]) {
+  constructor(
+    private readonly source: string,
+    operands: readonly ProgramOperand[],
+  ) {
     this.operands = new Map(operands.map((o) => [o.name, o]));
   }
 
@@ -103,7 +151,9 @@ class Binder {
 
   /** The component index a name with (or without) `.c` denotes, checked against its array's dtype. */
   private componentOf(name: string, dtype: DType, component: Component | undefined, pos: number): number {
-    const list = COMPONENTS.slice(0, dtype.components).map((c) => `${name}.${c}`).join(', ');
+    const list = COMPONENTS.slice(0, dtype.components)
+      .map((c) => `${name}.${c}`)
+      .join(', ');
     if (component === undefined) {
       if (dtype.components > 1) this.typeError(pos, `${name} is a ${dtype.name} array: use its components ${list}`);
       return 0;
@@ -133,7 +183,8 @@ class Binder {
   collect(statements: readonly Statement[]): void {
     const visit = (e: Expression): void => {
       switch (e.kind) {
-        case 'number': return;
+        case 'number':
+          return;
         case 'name': {
           const o = this.operands.get(e.name);
           if (o?.kind === 'scalar') {
@@ -145,10 +196,17 @@ class Binder {
           a.reads.add(this.componentOf(e.name, a.dtype, e.component, e.pos));
           return;
         }
-        case 'unary': return visit(e.arg);
-        case 'binary': visit(e.left); return visit(e.right);
-        case 'conditional': visit(e.test); visit(e.then); return visit(e.otherwise);
-        case 'call': return e.args.forEach(visit);
+        case 'unary':
+          return visit(e.arg);
+        case 'binary':
+          visit(e.left);
+          return visit(e.right);
+        case 'conditional':
+          visit(e.test);
+          visit(e.then);
+          return visit(e.otherwise);
+        case 'call':
+          return e.args.forEach(visit);
       }
     };
     for (const s of statements) {
@@ -159,8 +217,12 @@ class Binder {
       a.writes.add(this.componentOf(s.target, a.dtype, s.component, s.pos));
     }
     // Parameter order by name, so the source (the cache key) does not depend on property order.
-    [...this.arrays.keys()].sort().forEach((name, i) => { this.arrays.get(name)!.index = i; });
-    [...this.scalars.keys()].sort().forEach((name, i) => { this.scalars.set(name, i); });
+    [...this.arrays.keys()].sort().forEach((name, i) => {
+      this.arrays.get(name)!.index = i;
+    });
+    [...this.scalars.keys()].sort().forEach((name, i) => {
+      this.scalars.set(name, i);
+    });
   }
 
   /** The env slot of an array component: arrays first, 4 slots each; then the scalars. */
@@ -174,26 +236,40 @@ class Binder {
 
   c(e: Expression): string {
     switch (e.kind) {
-      case 'number': return cDouble(e.value);
+      case 'number':
+        return cDouble(e.value);
       case 'name': {
         if (this.scalars.has(e.name)) return `s${this.scalars.get(e.name)!}`;
         const a = this.arrays.get(e.name)!;
         return `v${a.index}_${this.componentOf(e.name, a.dtype, e.component, e.pos)}`;
       }
-      case 'unary': return e.op === '!' ? `((${this.c(e.arg)}) == 0.0 ? 1.0 : 0.0)` : `(${e.op}${this.c(e.arg)})`;
+      case 'unary':
+        return e.op === '!' ? `((${this.c(e.arg)}) == 0.0 ? 1.0 : 0.0)` : `(${e.op}${this.c(e.arg)})`;
       case 'binary': {
         const l = this.c(e.left);
         const r = this.c(e.right);
         switch (e.op) {
-          case '%': return `fmod(${l}, ${r})`;
-          case '&&': return `((${l}) != 0.0 && (${r}) != 0.0 ? 1.0 : 0.0)`;
-          case '||': return `((${l}) != 0.0 || (${r}) != 0.0 ? 1.0 : 0.0)`;
-          case '<': case '<=': case '>': case '>=': case '==': case '!=': return `((${l}) ${e.op} (${r}) ? 1.0 : 0.0)`;
-          default: return `(${l} ${e.op} ${r})`;
+          case '%':
+            return `fmod(${l}, ${r})`;
+          case '&&':
+            return `((${l}) != 0.0 && (${r}) != 0.0 ? 1.0 : 0.0)`;
+          case '||':
+            return `((${l}) != 0.0 || (${r}) != 0.0 ? 1.0 : 0.0)`;
+          case '<':
+          case '<=':
+          case '>':
+          case '>=':
+          case '==':
+          case '!=':
+            return `((${l}) ${e.op} (${r}) ? 1.0 : 0.0)`;
+          default:
+            return `(${l} ${e.op} ${r})`;
         }
       }
-      case 'conditional': return `((${this.c(e.test)}) != 0.0 ? (${this.c(e.then)}) : (${this.c(e.otherwise)}))`;
-      case 'call': return `${C_FUNCTIONS[e.fn]!}(${e.args.map((a) => this.c(a)).join(', ')})`;
+      case 'conditional':
+        return `((${this.c(e.test)}) != 0.0 ? (${this.c(e.then)}) : (${this.c(e.otherwise)}))`;
+      case 'call':
+        return `${C_FUNCTIONS[e.fn]!}(${e.args.map((a) => this.c(a)).join(', ')})`;
     }
   }
 
@@ -204,7 +280,8 @@ class Binder {
         return () => v;
       }
       case 'name': {
-        const k = this.scalars.has(e.name) ? this.scalarSlot(e.name)
+        const k = this.scalars.has(e.name)
+          ? this.scalarSlot(e.name)
           : this.slot(e.name, this.componentOf(e.name, this.arrays.get(e.name)!.dtype, e.component, e.pos));
         return (env) => env[k]!;
       }
@@ -218,19 +295,32 @@ class Binder {
         const l = this.js(e.left);
         const r = this.js(e.right);
         switch (e.op) {
-          case '*': return (env) => l(env) * r(env);
-          case '/': return (env) => l(env) / r(env);
-          case '%': return (env) => l(env) % r(env);
-          case '+': return (env) => l(env) + r(env);
-          case '-': return (env) => l(env) - r(env);
-          case '<': return (env) => (l(env) < r(env) ? 1 : 0);
-          case '<=': return (env) => (l(env) <= r(env) ? 1 : 0);
-          case '>': return (env) => (l(env) > r(env) ? 1 : 0);
-          case '>=': return (env) => (l(env) >= r(env) ? 1 : 0);
-          case '==': return (env) => (l(env) === r(env) ? 1 : 0);
-          case '!=': return (env) => (l(env) !== r(env) ? 1 : 0);
-          case '&&': return (env) => (l(env) !== 0 && r(env) !== 0 ? 1 : 0);
-          case '||': return (env) => (l(env) !== 0 || r(env) !== 0 ? 1 : 0);
+          case '*':
+            return (env) => l(env) * r(env);
+          case '/':
+            return (env) => l(env) / r(env);
+          case '%':
+            return (env) => l(env) % r(env);
+          case '+':
+            return (env) => l(env) + r(env);
+          case '-':
+            return (env) => l(env) - r(env);
+          case '<':
+            return (env) => (l(env) < r(env) ? 1 : 0);
+          case '<=':
+            return (env) => (l(env) <= r(env) ? 1 : 0);
+          case '>':
+            return (env) => (l(env) > r(env) ? 1 : 0);
+          case '>=':
+            return (env) => (l(env) >= r(env) ? 1 : 0);
+          case '==':
+            return (env) => (l(env) === r(env) ? 1 : 0);
+          case '!=':
+            return (env) => (l(env) !== r(env) ? 1 : 0);
+          case '&&':
+            return (env) => (l(env) !== 0 && r(env) !== 0 ? 1 : 0);
+          case '||':
+            return (env) => (l(env) !== 0 || r(env) !== 0 ? 1 : 0);
         }
         break;
       }
@@ -281,13 +371,22 @@ class Binder {
         const op = JS_OPERATORS[e.op];
         if (op === undefined) throw new TypeError('unknown operator');
         switch (e.op) {
-          case '*': case '/': case '%': case '+': case '-': return `(${l} ${op} ${r})`;
-          case '&&': return `(${l} !== 0 && ${r} !== 0 ? 1 : 0)`;
-          case '||': return `(${l} !== 0 || ${r} !== 0 ? 1 : 0)`;
-          default: return `(${l} ${op} ${r} ? 1 : 0)`;
+          case '*':
+          case '/':
+          case '%':
+          case '+':
+          case '-':
+            return `(${l} ${op} ${r})`;
+          case '&&':
+            return `(${l} !== 0 && ${r} !== 0 ? 1 : 0)`;
+          case '||':
+            return `(${l} !== 0 || ${r} !== 0 ? 1 : 0)`;
+          default:
+            return `(${l} ${op} ${r} ? 1 : 0)`;
         }
       }
-      case 'conditional': return `(${this.jsSource(e.test)} !== 0 ? ${this.jsSource(e.then)} : ${this.jsSource(e.otherwise)})`;
+      case 'conditional':
+        return `(${this.jsSource(e.test)} !== 0 ? ${this.jsSource(e.then)} : ${this.jsSource(e.otherwise)})`;
       case 'call': {
         const f = Object.hasOwn(JS_FUNCTION_SOURCE, e.fn) ? JS_FUNCTION_SOURCE[e.fn] : undefined;
         if (f === undefined) throw new TypeError('unknown function');
@@ -354,7 +453,9 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
     `extern "C" __global__ void ${ELEMENTWISE_KERNEL}(${params.join(', ')}) {`,
     '  const long long step = (long long)gridDim.x * blockDim.x;',
     '  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {',
-    ...prologue, ...body, ...epilogue,
+    ...prologue,
+    ...body,
+    ...epilogue,
     '  }',
     '}',
     '',
@@ -363,22 +464,34 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
   const run = statements.map((s) => {
     const slot = b.slot(s.target, s.component === undefined ? 0 : COMPONENTS.indexOf(s.component));
     const f = b.js(s.value);
-    return (env: Float64Array): void => { env[slot] = f(env); };
+    return (env: Float64Array): void => {
+      env[slot] = f(env);
+    };
   });
   const programArrays: ProgramArray[] = arrays.map(([name, a]) => ({
-    name, dtype: a.dtype, reads: [...a.reads].sort(), writes: [...a.writes].sort(),
+    name,
+    dtype: a.dtype,
+    reads: [...a.reads].sort(),
+    writes: [...a.writes].sort(),
   }));
   const slots = arrays.length * 4 + scalars.length;
   /** The DataView interpreter: operands not aligned to a component, a big-endian host, or code that did not generate. */
   const interpreted = (n: number, env: Float64Array, ops: readonly EmulatedOperand[], layouts: readonly (readonly number[])[]): void => {
     const views = programArrays.map((a, k): { op: EmulatedOperand; layout: readonly number[]; s: KernelScalar; a: ProgramArray } => ({
-      op: ops[k]!, layout: layouts[k]!, s: kernelScalar[a.dtype.component], a,
+      op: ops[k]!,
+      layout: layouts[k]!,
+      s: kernelScalar[a.dtype.component],
+      a,
     }));
     for (let i = 0; i < n; i++) {
       const at = views.map((v) => v.op.base + layoutOffset(v.layout, i) * v.a.dtype.byteSize);
-      views.forEach((v, k) => { for (const c of v.a.reads) env[k * 4 + c] = v.s.read(v.op.view, at[k]! + c * v.s.bytes); });
+      views.forEach((v, k) => {
+        for (const c of v.a.reads) env[k * 4 + c] = v.s.read(v.op.view, at[k]! + c * v.s.bytes);
+      });
       for (const r of run) r(env);
-      views.forEach((v, k) => { for (const c of v.a.writes) v.s.write(v.op.view, at[k]! + c * v.s.bytes, env[k * 4 + c]!); });
+      views.forEach((v, k) => {
+        for (const c of v.a.writes) v.s.write(v.op.view, at[k]! + c * v.s.bytes, env[k * 4 + c]!);
+      });
     }
   };
   // Generated kernels by operand pattern ('1': at most one dimension, 'g': more), made on first use.
@@ -390,11 +503,19 @@ export function elementwiseProgram(text: string, statements: readonly Statement[
   const emulated = (launch: EmulatedLaunch): void => {
     const n = Number(launch.args[0]);
     const env = new Float64Array(slots);
-    scalars.forEach((_, k) => { env[arrays.length * 4 + k] = Number(launch.args[1 + 2 * arrays.length + k]); });
+    scalars.forEach((_, k) => {
+      env[arrays.length * 4 + k] = Number(launch.args[1 + 2 * arrays.length + k]);
+    });
     const layouts = programArrays.map((_, k) => launch.args[2 + 2 * k] as readonly number[]);
-    const ops = operands(launch.memory, programArrays.map((a, k) => ({
-      ptr: Number(launch.args[1 + 2 * k]), ...layoutSpan(layouts[k]!, n), elementBytes: a.dtype.byteSize, access: accessOf(a, layouts[k]!),
-    })));
+    const ops = operands(
+      launch.memory,
+      programArrays.map((a, k) => ({
+        ptr: Number(launch.args[1 + 2 * k]),
+        ...layoutSpan(layouts[k]!, n),
+        elementBytes: a.dtype.byteSize,
+        access: accessOf(a, layouts[k]!),
+      })),
+    );
     const typed = programArrays.map((a, k) => typedOperand(ops[k]!, a.dtype.component));
     const pattern = layouts.map((l) => (l[0]! <= 1 ? '1' : 'g')).join('');
     let loop = generated.get(pattern);
@@ -430,8 +551,12 @@ type GeneratedLoop = (...args: unknown[]) => void;
  *   component stride of a one-dimensional layout and the packed layout, then the scalars; or null
  *   when the engine refuses the generated text (a tree too deep for its parser).
  */
-function generateLoop(arrays: readonly ProgramArray[], scalarCount: number,
-  body: readonly { readonly index: number; readonly component: number; readonly value: string }[], pattern: string): GeneratedLoop | null {
+function generateLoop(
+  arrays: readonly ProgramArray[],
+  scalarCount: number,
+  body: readonly { readonly index: number; readonly component: number; readonly value: string }[],
+  pattern: string,
+): GeneratedLoop | null {
   const params = ['n'];
   const perElement: string[] = [];
   const stores: string[] = [];

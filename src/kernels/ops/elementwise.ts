@@ -53,8 +53,10 @@ function programBytes(text: string): number {
   return 28 * 1024 + 40 * text.length;
 }
 
-const programs = new LruMap<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>(
-  PROGRAM_CACHE_SIZE, undefined, { weigh: (entry) => entry.built.weight ?? 0, limit: PROGRAM_CACHE_BYTES });
+const programs = new LruMap<string, { readonly program: ElementwiseProgram; readonly built: BuiltinSource }>(PROGRAM_CACHE_SIZE, undefined, {
+  weigh: (entry) => entry.built.weight ?? 0,
+  limit: PROGRAM_CACHE_BYTES,
+});
 
 /** The name the result of `map` and `zipWith` is bound to: not an identifier, so no expression can name it. */
 const RESULT = '$result';
@@ -88,8 +90,16 @@ export function programsCached(): number {
   return programs.size;
 }
 
-function compiled(key: string, text: string, statements: () => readonly Statement[], operands: readonly ProgramOperand[]): { program: ElementwiseProgram; built: BuiltinSource } {
-  const fullKey = `${key}\u0000${operands.map((o) => `${o.name}:${o.kind === 'array' ? o.dtype.name : 'scalar'}`).sort().join(',')}`;
+function compiled(
+  key: string,
+  text: string,
+  statements: () => readonly Statement[],
+  operands: readonly ProgramOperand[],
+): { program: ElementwiseProgram; built: BuiltinSource } {
+  const fullKey = `${key}\u0000${operands
+    .map((o) => `${o.name}:${o.kind === 'array' ? o.dtype.name : 'scalar'}`)
+    .sort()
+    .join(',')}`;
   const entry = programs.get(fullKey);
   if (entry !== undefined) return entry;
   const program = elementwiseProgram(text, statements(), operands);
@@ -122,26 +132,39 @@ function run(what: string, key: string, text: string, statements: () => readonly
   const first = used[0]!.array;
   // NumPy's broadcasting: inputs of extent 1 (or fewer dimensions) are read again along the
   // result's larger dimensions; an array written must have the result's whole shape.
-  const shape = broadcastShape(used.map(({ name, array }) => ({ name, shape: array.shape })), what);
+  const shape = broadcastShape(
+    used.map(({ name, array }) => ({ name, shape: array.shape })),
+    what,
+  );
   for (const { name, array: a, written } of used) {
     if (written && !sameShape(a.shape, shape)) {
-      throw new RangeError(`${what}: ${name} is written and has shape ${formatShape(a.shape)}, but the operands broadcast to ${formatShape(shape)}; ` +
-        'an array written must have the whole shape');
+      throw new RangeError(
+        `${what}: ${name} is written and has shape ${formatShape(a.shape)}, but the operands broadcast to ${formatShape(shape)}; ` +
+          'an array written must have the whole shape',
+      );
     }
   }
-  const device = sameDevice(used.map((u) => u.array), what);
+  const device = sameDevice(
+    used.map((u) => u.array),
+    what,
+  );
   const stream = streamFor(options, first, what);
   const n = elementCount(shape);
   if (n === 0) return;
   const kernel = builtinKernel(device, built, ELEMENTWISE_KERNEL, program.signature, what);
   const { arrays, release } = separateOperands(what, used, stream);
   try {
-    const merged = mergeDimensions(shape, arrays.map((a) => broadcastStrides(a.shape, a.strides, shape)));
+    const merged = mergeDimensions(
+      shape,
+      arrays.map((a) => broadcastStrides(a.shape, a.strides, shape)),
+    );
     const args: (DeviceArray | number | number[])[] = [n];
     arrays.forEach((a, k) => args.push(a, packLayout(merged.shape, merged.strides[k]!)));
     for (const s of program.scalars) args.push(Number(snapshot.get(s)));
     (kernel.launch as (config: Parameters<typeof kernel.launch>[0], ...rest: unknown[]) => void)(
-      { grid: gridFor(device, n), block: OP_BLOCK, stream }, ...args);
+      { grid: gridFor(device, n), block: OP_BLOCK, stream },
+      ...args,
+    );
   } finally {
     release();
   }
@@ -188,21 +211,37 @@ export function elementwise(expression: string, values: ElementwiseValues, optio
   run('elementwise', `s\u0000${String(expression)}`, expression, () => parseStatements(expression), values, opts);
 }
 
-function resultArray(what: string, like: DeviceArray, inputs: Readonly<Record<string, DeviceArray>>, out: DeviceArray | undefined, options: Readonly<MapOptions>): DeviceArray {
+function resultArray(
+  what: string,
+  like: DeviceArray,
+  inputs: Readonly<Record<string, DeviceArray>>,
+  out: DeviceArray | undefined,
+  options: Readonly<MapOptions>,
+): DeviceArray {
   if (out === undefined) {
     if (like.dtype.components > 1) throw new TypeError(`${what}: the input is ${like.dtype.name}; pass { out } with a scalar dtype for the result`);
-    const shape = broadcastShape(Object.entries(inputs).map(([name, a]) => ({ name: name === 'x' ? 'a' : 'b', shape: a.shape })), what);
+    const shape = broadcastShape(
+      Object.entries(inputs).map(([name, a]) => ({ name: name === 'x' ? 'a' : 'b', shape: a.shape })),
+      what,
+    );
     // NumPy's promotion over the inputs (array/promotion.ts): int32 and float32 give float64, not a truncation to int32.
     let dtype = like.dtype as DType;
     for (const input of Object.values(inputs)) if (input.dtype.components === 1) dtype = resultDType(dtype, input.dtype);
     return DeviceArray.empty(shape, dtype, { device: like.device, stream: streamFor(options, like, what) });
   }
   checkOutput(out, `${what}: out`);
-  if (out.dtype.components > 1) throw new TypeError(`${what}: out is ${out.dtype.name}; the result of an expression is one number (use elementwise for components)`);
+  if (out.dtype.components > 1)
+    throw new TypeError(`${what}: out is ${out.dtype.name}; the result of an expression is one number (use elementwise for components)`);
   return out;
 }
 
-function mapped(what: string, inputs: Readonly<Record<string, DeviceArray>>, like: DeviceArray, expression: string, options: MapOptions | undefined): DeviceArray {
+function mapped(
+  what: string,
+  inputs: Readonly<Record<string, DeviceArray>>,
+  like: DeviceArray,
+  expression: string,
+  options: MapOptions | undefined,
+): DeviceArray {
   const opts = readOptions(what, options, { out: true, stream: true });
   for (const [name, a] of Object.entries(inputs)) checkArray(a, `${what}: ${name === 'x' ? 'a' : 'b'}`);
   const out = resultArray(what, like, inputs, opts.out, opts);
@@ -254,8 +293,18 @@ export function map(a: DeviceArray, expression: string, options?: MapOptions): D
  * using centred = zipWith(m, mean, 'x - y');      // (1000, 3) minus (3,): every row
  * ```
  */
-export function zipWith<N extends DTypeName>(a: DeviceArray<N>, b: DeviceArray<N>, expression: string, options?: MapOptions<N> & { readonly out?: undefined }): DeviceArray<N>;
-export function zipWith<O extends DTypeName>(a: DeviceArray, b: DeviceArray, expression: string, options: MapOptions<O> & { readonly out: DeviceArray<O> }): DeviceArray<O>;
+export function zipWith<N extends DTypeName>(
+  a: DeviceArray<N>,
+  b: DeviceArray<N>,
+  expression: string,
+  options?: MapOptions<N> & { readonly out?: undefined },
+): DeviceArray<N>;
+export function zipWith<O extends DTypeName>(
+  a: DeviceArray,
+  b: DeviceArray,
+  expression: string,
+  options: MapOptions<O> & { readonly out: DeviceArray<O> },
+): DeviceArray<O>;
 export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray;
 export function zipWith(a: DeviceArray, b: DeviceArray, expression: string, options?: MapOptions): DeviceArray {
   return mapped('zipWith', { x: a, y: b }, a, expression, options);

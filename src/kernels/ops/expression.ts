@@ -13,8 +13,20 @@ export type Component = 'x' | 'y' | 'z' | 'w';
 
 /** The functions expressions may call, with their argument counts. */
 export const expressionFunctions: Readonly<Record<string, number>> = Object.freeze({
-  sqrt: 1, exp: 1, log: 1, sin: 1, cos: 1, tan: 1, tanh: 1, abs: 1, floor: 1, ceil: 1,
-  min: 2, max: 2, pow: 2, fma: 3,
+  sqrt: 1,
+  exp: 1,
+  log: 1,
+  sin: 1,
+  cos: 1,
+  tan: 1,
+  tanh: 1,
+  abs: 1,
+  floor: 1,
+  ceil: 1,
+  min: 2,
+  max: 2,
+  pow: 2,
+  fma: 3,
 });
 
 /** A binary operator. */
@@ -46,9 +58,7 @@ interface Token {
 const PUNCTUATION = ['&&', '||', '==', '!=', '<=', '>=', '+', '-', '*', '/', '%', '(', ')', ',', '.', '?', ':', ';', '=', '<', '>', '!'];
 
 /** Levels of binary precedence, loosest first (C's, from || up to the multiplicative operators). */
-const BINARY_LEVELS: readonly (readonly BinaryOperator[])[] = [
-  ['||'], ['&&'], ['==', '!='], ['<', '<=', '>', '>='], ['+', '-'], ['*', '/', '%'],
-];
+const BINARY_LEVELS: readonly (readonly BinaryOperator[])[] = [['||'], ['&&'], ['==', '!='], ['<', '<=', '>', '>='], ['+', '-'], ['*', '/', '%']];
 
 /**
  * An error naming the 1-based column of `pos`, with the source and a caret under it: a
@@ -125,7 +135,10 @@ class Parser {
   /** Nested expression, unary and call levels being parsed: bounded by MAX_EXPRESSION_NESTING. */
   private nesting = 0;
 
-  constructor(private readonly source: string, private readonly tokens: readonly Token[]) {}
+  constructor(
+    private readonly source: string,
+    private readonly tokens: readonly Token[],
+  ) {}
 
   private get next(): Token {
     return this.tokens[this.index]!;
@@ -175,7 +188,7 @@ class Parser {
       out.push(this.statement());
       if (this.next.kind !== 'end') this.expect(';', 'between statements');
     }
-    if (out.length === 0) this.fail(this.next, 'expected a statement such as \'z = x + y\'');
+    if (out.length === 0) this.fail(this.next, "expected a statement such as 'z = x + y'");
     return out;
   }
 
@@ -269,7 +282,8 @@ class Parser {
     }
     const args: Expression[] = [];
     if (!this.accept(')')) {
-      do args.push(this.expression()); while (this.accept(','));
+      do args.push(this.expression());
+      while (this.accept(','));
       this.expect(')', `to close the call of ${name.text}`);
     }
     if (args.length !== arity) {
@@ -303,7 +317,9 @@ export function parseStatements(source: string): Statement[] {
 function tokens(source: string): Token[] {
   if (typeof source !== 'string') throw new TypeError(`the expression must be a string, got ${typeof source}`);
   if (source.length > MAX_EXPRESSION_LENGTH) {
-    throw new SyntaxError(`the expression is ${source.length} characters long; at most ${MAX_EXPRESSION_LENGTH} are taken (column ${MAX_EXPRESSION_LENGTH + 1} is past the limit)`);
+    throw new SyntaxError(
+      `the expression is ${source.length} characters long; at most ${MAX_EXPRESSION_LENGTH} are taken (column ${MAX_EXPRESSION_LENGTH + 1} is past the limit)`,
+    );
   }
   return tokenize(source);
 }
@@ -315,7 +331,11 @@ function checkDepth(source: string, root: Expression): void {
     const [e, depth] = top;
     if (depth > MAX_EXPRESSION_DEPTH) {
       // A long chain of one operator is deep from its end: name the operand where it got too deep.
-      throw expressionError(source, e.kind === 'binary' ? e.right.pos : e.pos, `the expression is more than ${MAX_EXPRESSION_DEPTH} operations deep; split it into statements (t = ...; z = t + ...)`);
+      throw expressionError(
+        source,
+        e.kind === 'binary' ? e.right.pos : e.pos,
+        `the expression is more than ${MAX_EXPRESSION_DEPTH} operations deep; split it into statements (t = ...; z = t + ...)`,
+      );
     }
     if (e.kind === 'unary') stack.push([e.arg, depth + 1]);
     else if (e.kind === 'binary') stack.push([e.right, depth + 1], [e.left, depth + 1]);

@@ -63,7 +63,16 @@ export function fill<N extends DTypeName>(a: DeviceArray<N>, value: ScalarValue<
   }
   const merged = mergeDimensions(a.shape, [a.strides]);
   const kernel = builtinKernel(a.device, basicBuiltin(), 'vram_fill', basicSignatures.vram_fill, 'fill');
-  kernel.launch({ grid: gridFor(a.device, n), block: OP_BLOCK, stream },
-    a, packLayout(merged.shape, merged.strides[0]!), n, unit, units, parts[0]!, parts[1]!, parts[2]!);
+  kernel.launch(
+    { grid: gridFor(a.device, n), block: OP_BLOCK, stream },
+    a,
+    packLayout(merged.shape, merged.strides[0]!),
+    n,
+    unit,
+    units,
+    parts[0]!,
+    parts[1]!,
+    parts[2]!,
+  );
   return a;
 }

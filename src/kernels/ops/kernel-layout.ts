@@ -79,7 +79,9 @@ export function mergeDimensions(shape: Shape, strides: readonly (readonly number
     const last = outShape.length - 1;
     if (last >= 0 && strides.every((s, k) => outStrides[k]![last] === n * s[d]!)) {
       outShape[last] = outShape[last]! * n;
-      strides.forEach((s, k) => { outStrides[k]![last] = s[d]!; });
+      strides.forEach((s, k) => {
+        outStrides[k]![last] = s[d]!;
+      });
     } else {
       outShape.push(n);
       strides.forEach((s, k) => outStrides[k]!.push(s[d]!));
@@ -165,7 +167,8 @@ export function layoutSpan(layout: readonly number[], count: number): { lo: numb
   let hi = 0;
   for (let d = 0; d < ndim; d++) {
     const reach = (layout[1 + d]! - 1) * layout[1 + MAX_KERNEL_DIMS + d]!;
-    if (reach < 0) lo += reach; else hi += reach;
+    if (reach < 0) lo += reach;
+    else hi += reach;
   }
   return { lo, hi: hi + 1 };
 }

@@ -21,9 +21,7 @@ import { mergeDimensions, packLayout } from './kernel-layout.js';
 import { checkArray, checkOutput, readResult, sameDevice, streamFor, type OpOptions } from './op-support.js';
 import { readOptions } from '../../util/options.js';
 import { separateOperands } from './overlap.js';
-import {
-  accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp,
-} from './reduction-kernels.js';
+import { accumulatorDtype, REDUCE_BLOCK, REDUCE_DTYPES, reduceKernelName, reduceSignatures, resultDtype, type ReduceOp } from './reduction-kernels.js';
 import { REDUCE_OPS } from './reduce-op.js';
 import { kernelScalar } from './scalar.js';
 
@@ -55,8 +53,11 @@ export interface DotOptions extends OpOptions {
  * const total: ReductionValue<'int64'> = sum(counts); // a bigint
  * ```
  */
-export type ReductionValue<N extends DTypeName> =
-  [N] extends ['int64' | 'uint64'] ? bigint : [N] extends [Exclude<DTypeName, 'int64' | 'uint64'>] ? number : number | bigint;
+export type ReductionValue<N extends DTypeName> = [N] extends ['int64' | 'uint64']
+  ? bigint
+  : [N] extends [Exclude<DTypeName, 'int64' | 'uint64'>]
+    ? number
+    : number | bigint;
 
 /** Whether a whole-array reduction of `dtype` is read back as a bigint (see ReductionValue). */
 function readsBigint(dtype: ScalarName): boolean {
@@ -73,9 +74,11 @@ const SPLIT_THRESHOLD = REDUCE_BLOCK * 16;
 function checkDtype(op: ReduceOp, a: DeviceArray): ScalarName {
   const name = a.dtype.name;
   if (!(REDUCE_DTYPES as readonly string[]).includes(name)) {
-    throw new TypeError(a.dtype.components > 1
-      ? `${op}: ${name} is a vector dtype; reduce one component (elementwise into a scalar array) instead`
-      : `${op}: ${name} arrays are not reduced; astype(a, 'int32') first (the dtypes are ${REDUCE_DTYPES.join(', ')})`);
+    throw new TypeError(
+      a.dtype.components > 1
+        ? `${op}: ${name} is a vector dtype; reduce one component (elementwise into a scalar array) instead`
+        : `${op}: ${name} arrays are not reduced; astype(a, 'int32') first (the dtypes are ${REDUCE_DTYPES.join(', ')})`,
+    );
   }
   return name as ScalarName;
 }
@@ -125,8 +128,19 @@ function splitGrid(device: DeviceArray['device'], k: number): number {
 }
 
 /** Launches the reduction of `k` elements (of each of `m` rows) and returns nothing: the result is in `out`. */
-function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: number[], ao: number[], b: DeviceArray, bi: number[],
-  m: number, k: number, out: DeviceArray, stream: StreamRef): void {
+function launchReduce(
+  op: ReduceOp,
+  dtype: ScalarName,
+  a: DeviceArray,
+  ai: number[],
+  ao: number[],
+  b: DeviceArray,
+  bi: number[],
+  m: number,
+  k: number,
+  out: DeviceArray,
+  stream: StreamRef,
+): void {
   const device = a.device;
   const built = reductionBuiltin(op, dtype);
   const name = reduceKernelName(op, dtype);
@@ -152,15 +166,24 @@ function launchReduce(op: ReduceOp, dtype: ScalarName, a: DeviceArray, ai: numbe
 }
 
 /** The whole-array result: into `out` (returned), or read back as a number on `stream`. */
-function finishWhole(op: ReduceOp, dtype: ScalarName, run: (out: DeviceArray) => void, out: DeviceArray | undefined,
-  device: DeviceArray['device'], stream: StreamRef): number | bigint | DeviceArray {
+function finishWhole(
+  op: ReduceOp,
+  dtype: ScalarName,
+  run: (out: DeviceArray) => void,
+  out: DeviceArray | undefined,
+  device: DeviceArray['device'],
+  stream: StreamRef,
+): number | bigint | DeviceArray {
   if (out !== undefined) {
     run(out);
     return out;
   }
   // Before anything is queued or allocated: a value read back to the host cannot be captured.
-  refuseDuringCapture(`${op}()`, `its value is read back to the host: pass \`out\` (a device array of shape () or (1)) to keep it on the device (${op}(a, { out, stream }))`,
-    streamHandleOf(stream));
+  refuseDuringCapture(
+    `${op}()`,
+    `its value is read back to the host: pass \`out\` (a device array of shape () or (1)) to keep it on the device (${op}(a, { out, stream }))`,
+    streamHandleOf(stream),
+  );
   const result = resultDtype(op, dtype);
   const scratch = DeviceArray.empty([1], result, { device, stream });
   try {

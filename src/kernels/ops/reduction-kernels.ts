@@ -36,10 +36,20 @@ import { reductionLoops } from './reduction-threads.js';
 export { REDUCE_OPS, type ReduceOp };
 import { typedOperand } from './typed-access.js';
 
-
 /** The dtypes every reduction takes (bool and the vector dtypes are refused: astype first). */
 export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze([
-  'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16', 'bfloat16', 'float32', 'float64',
+  'int8',
+  'uint8',
+  'int16',
+  'uint16',
+  'int32',
+  'uint32',
+  'int64',
+  'uint64',
+  'float16',
+  'bfloat16',
+  'float32',
+  'float64',
 ]);
 
 /** The signatures of a reduction's two kernels, `vram_<op>_<dtype>` and its `_finish`. */
@@ -113,9 +123,19 @@ export function reduceKernelName(op: ReduceOp, dtype: ScalarName): string {
 function identityC(op: ReduceOp, acc: Acc): string {
   if (op === 'sum' || op === 'dot') return { float32: '0.0f', float64: '0.0', int64: '0LL', uint64: '0ULL' }[acc];
   if (op === 'min') {
-    return { float32: '__uint_as_float(0x7f800000u)', float64: '__longlong_as_double(0x7ff0000000000000LL)', int64: '9223372036854775807LL', uint64: '0xffffffffffffffffULL' }[acc];
+    return {
+      float32: '__uint_as_float(0x7f800000u)',
+      float64: '__longlong_as_double(0x7ff0000000000000LL)',
+      int64: '9223372036854775807LL',
+      uint64: '0xffffffffffffffffULL',
+    }[acc];
   }
-  return { float32: '__uint_as_float(0xff800000u)', float64: '__longlong_as_double((long long)0xfff0000000000000ULL)', int64: '(-9223372036854775807LL - 1)', uint64: '0ULL' }[acc];
+  return {
+    float32: '__uint_as_float(0xff800000u)',
+    float64: '__longlong_as_double((long long)0xfff0000000000000ULL)',
+    int64: '(-9223372036854775807LL - 1)',
+    uint64: '0ULL',
+  }[acc];
 }
 
 function combineC(op: ReduceOp): string {
@@ -225,7 +245,10 @@ function kernelC(op: ReduceOp, dtype: ScalarName): string {
 export function reductionSource(op: ReduceOp, dtype: ScalarName): string {
   return [
     `// vram ${op} of ${dtype} (generated: src/kernels/ops/reduction-kernels.ts)`,
-    layoutSource(), scalarConversionsSource(), kernelC(op, dtype), '',
+    layoutSource(),
+    scalarConversionsSource(),
+    kernelC(op, dtype),
+    '',
   ].join('\n');
 }
 
@@ -262,29 +285,50 @@ function accOps(op: ReduceOp, dtype: ScalarName): AccOps {
     combine = float ? (a, b) => round((a as number) + (b as number)) : (a, b) => wrap((a as bigint) + (b as bigint));
     identity = float ? 0 : 0n;
   }
-  const read: (view: DataView, byte: number) => Value = float ? (v, o) => s.read(v, o)
-    : dtype === 'int64' ? (v, o) => v.getBigInt64(o, true)
-      : dtype === 'uint64' ? (v, o) => v.getBigUint64(o, true)
+  const read: (view: DataView, byte: number) => Value = float
+    ? (v, o) => s.read(v, o)
+    : dtype === 'int64'
+      ? (v, o) => v.getBigInt64(o, true)
+      : dtype === 'uint64'
+        ? (v, o) => v.getBigUint64(o, true)
         : (v, o) => BigInt(s.read(v, o));
-  const multiply = float ? (a: Value, b: Value): Value => round((a as number) * (b as number)) : (a: Value, b: Value): Value => wrap((a as bigint) * (b as bigint));
-  const readPartial: (view: DataView, byte: number) => Value = acc === 'float32' ? (v, o) => v.getFloat32(o, true)
-    : acc === 'float64' ? (v, o) => v.getFloat64(o, true)
-      : acc === 'int64' ? (v, o) => v.getBigInt64(o, true) : (v, o) => v.getBigUint64(o, true);
-  const writePartial: (view: DataView, byte: number, x: Value) => void = acc === 'float32' ? (v, o, x) => v.setFloat32(o, x as number, true)
-    : acc === 'float64' ? (v, o, x) => v.setFloat64(o, x as number, true)
-      : acc === 'int64' ? (v, o, x) => v.setBigInt64(o, x as bigint, true) : (v, o, x) => v.setBigUint64(o, x as bigint, true);
+  const multiply = float
+    ? (a: Value, b: Value): Value => round((a as number) * (b as number))
+    : (a: Value, b: Value): Value => wrap((a as bigint) * (b as bigint));
+  const readPartial: (view: DataView, byte: number) => Value =
+    acc === 'float32'
+      ? (v, o) => v.getFloat32(o, true)
+      : acc === 'float64'
+        ? (v, o) => v.getFloat64(o, true)
+        : acc === 'int64'
+          ? (v, o) => v.getBigInt64(o, true)
+          : (v, o) => v.getBigUint64(o, true);
+  const writePartial: (view: DataView, byte: number, x: Value) => void =
+    acc === 'float32'
+      ? (v, o, x) => v.setFloat32(o, x as number, true)
+      : acc === 'float64'
+        ? (v, o, x) => v.setFloat64(o, x as number, true)
+        : acc === 'int64'
+          ? (v, o, x) => v.setBigInt64(o, x as bigint, true)
+          : (v, o, x) => v.setBigUint64(o, x as bigint, true);
   return { identity, combine, read, multiply, readPartial, writePartial };
 }
 
 /** Writes the accumulator as the result dtype (exact for min/max; rounded for half sums). */
 function resultWriter(out: ScalarName): (view: DataView, byte: number, v: Value) => void {
   switch (out) {
-    case 'float16': return (view, o, v) => view.setUint16(o, float16Bits(v as number), true);
-    case 'bfloat16': return (view, o, v) => view.setUint16(o, bfloat16Bits(v as number), true);
-    case 'float32': return (view, o, v) => view.setFloat32(o, v as number, true);
-    case 'float64': return (view, o, v) => view.setFloat64(o, v as number, true);
-    case 'int64': return (view, o, v) => view.setBigInt64(o, BigInt.asIntN(64, v as bigint), true);
-    case 'uint64': return (view, o, v) => view.setBigUint64(o, BigInt.asUintN(64, v as bigint), true);
+    case 'float16':
+      return (view, o, v) => view.setUint16(o, float16Bits(v as number), true);
+    case 'bfloat16':
+      return (view, o, v) => view.setUint16(o, bfloat16Bits(v as number), true);
+    case 'float32':
+      return (view, o, v) => view.setFloat32(o, v as number, true);
+    case 'float64':
+      return (view, o, v) => view.setFloat64(o, v as number, true);
+    case 'int64':
+      return (view, o, v) => view.setBigInt64(o, BigInt.asIntN(64, v as bigint), true);
+    case 'uint64':
+      return (view, o, v) => view.setBigUint64(o, BigInt.asUintN(64, v as bigint), true);
     default: {
       const s = kernelScalar[out];
       return (view, o, v) => s.write(view, o, Number(v));
@@ -332,8 +376,18 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
   const float = accumulator === 'float32' || accumulator === 'float64';
   const loops = reductionLoops(op, dtype, accumulator);
   const main = (launch: EmulatedLaunch): void => {
-    const [aPtr, ai, ao, bPtr, bi, mArg, kArg, split, outPtr, partialsPtr] = launch.args as
-      [number, number[], number[], number, number[], number, number, number, number, number];
+    const [aPtr, ai, ao, bPtr, bi, mArg, kArg, split, outPtr, partialsPtr] = launch.args as [
+      number,
+      number[],
+      number[],
+      number,
+      number[],
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
     const m = Number(mArg);
     const k = Number(kArg);
     const grid = launch.grid[0];
@@ -343,7 +397,9 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
     const specs = [
       { ptr: aPtr, lo: k === 0 ? 0 : outer.lo + inner.lo, hi: k === 0 ? 0 : outer.hi + inner.hi - 1, elementBytes: size, access: 'read' as const },
       { ptr: bPtr, ...(op === 'dot' ? layoutSpan(bi, k) : { lo: 0, hi: 0 }), elementBytes: size, access: 'read' as const },
-      split !== 0 ? { ptr: partialsPtr, lo: 0, hi: grid, elementBytes: accSize, access: 'write' as const } : { ptr: outPtr, lo: 0, hi: m, elementBytes: outSize, access: 'write' as const },
+      split !== 0
+        ? { ptr: partialsPtr, lo: 0, hi: grid, elementBytes: accSize, access: 'write' as const }
+        : { ptr: outPtr, lo: 0, hi: m, elementBytes: outSize, access: 'write' as const },
     ];
     const [a, b, dst] = operands(launch.memory, specs) as [EmulatedOperand, EmulatedOperand, EmulatedOperand];
     // The typed path: the same elements in the same order, accumulated in doubles (exact for the
@@ -371,8 +427,8 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
     };
     if (split !== 0) {
       const step = grid * blockSize;
-      const flat = ai[0] === 1 && ai[1 + MAX_KERNEL_DIMS] === 1 && aPtr % 16 === 0
-        && (op !== 'dot' || (bi[0] === 1 && bi[1 + MAX_KERNEL_DIMS] === 1 && bPtr % 16 === 0));
+      const flat =
+        ai[0] === 1 && ai[1 + MAX_KERNEL_DIMS] === 1 && aPtr % 16 === 0 && (op !== 'dot' || (bi[0] === 1 && bi[1 + MAX_KERNEL_DIMS] === 1 && bPtr % 16 === 0));
       const chunks = flat ? Math.floor(k / lanes) : 0;
       for (let blk = 0; blk < grid; blk++) {
         if (typed) {
@@ -411,7 +467,8 @@ export function reductionEmulated(op: ReduceOp, dtype: ScalarName): EmulatedKern
     const g = Number(gArg);
     const blockSize = launch.block[0];
     const [p, dst] = operands(launch.memory, [
-      { ptr: partialsPtr, lo: 0, hi: g, elementBytes: accSize }, { ptr: outPtr, lo: 0, hi: 1, elementBytes: outSize },
+      { ptr: partialsPtr, lo: 0, hi: g, elementBytes: accSize },
+      { ptr: outPtr, lo: 0, hi: 1, elementBytes: outSize },
     ]) as [EmulatedOperand, EmulatedOperand];
     const threads: Value[] = [];
     for (let th = 0; th < blockSize; th++) {

@@ -18,8 +18,22 @@ import { type ComponentArray, loadSource, typedHelpers } from './typed-access.js
  * aligned contiguous operand), then every `step`-th element below `k` (`base` added to a's offsets:
  * the row, in rows mode).
  */
-export type BlockLoop = (a: ComponentArray, ia: number, b: ComponentArray, ib: number, ai: readonly number[], bi: readonly number[],
-  base: number, first: number, threads: number, step: number, chunks: number, lanes: number, k: number, out: Float64Array) => void;
+export type BlockLoop = (
+  a: ComponentArray,
+  ia: number,
+  b: ComponentArray,
+  ib: number,
+  ai: readonly number[],
+  bi: readonly number[],
+  base: number,
+  first: number,
+  threads: number,
+  step: number,
+  chunks: number,
+  lanes: number,
+  k: number,
+  out: Float64Array,
+) => void;
 
 /**
  * The block's result as thread 0 holds it, from the threads' accumulations in `v` (a multiple of
@@ -58,9 +72,8 @@ export function reductionLoops(op: ReduceOp, dtype: ScalarName, accumulator: Sca
   const known = cache.get(key);
   if (known !== undefined) return known;
   const round = (x: string): string => (accumulator === 'float32' ? `Math.fround(${x})` : x);
-  const element = (ea: string, eb: string): string => (op === 'dot'
-    ? round(`${loadSource(dtype, `a[${ea}]`)} * ${loadSource(dtype, `b[${eb}]`)}`)
-    : loadSource(dtype, `a[${ea}]`));
+  const element = (ea: string, eb: string): string =>
+    op === 'dot' ? round(`${loadSource(dtype, `a[${ea}]`)} * ${loadSource(dtype, `b[${eb}]`)}`) : loadSource(dtype, `a[${ea}]`);
   const combine = op === 'min' ? '(x < acc || x !== x ? x : acc)' : op === 'max' ? '(x > acc || x !== x ? x : acc)' : round('acc + x');
   const identity = op === 'min' ? 'Infinity' : op === 'max' ? '-Infinity' : '0';
   const blockText = [

@@ -17,8 +17,19 @@ import { bfloat16Bits, float16Bits, fromBfloat16Bits, fromFloat16Bits } from '..
 
 /** The scalar dtypes in runtime-code order: `kernelScalars[code]`. */
 export const kernelScalars: readonly ScalarName[] = Object.freeze([
-  'bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64',
-  'float16', 'bfloat16', 'float32', 'float64',
+  'bool',
+  'int8',
+  'uint8',
+  'int16',
+  'uint16',
+  'int32',
+  'uint32',
+  'int64',
+  'uint64',
+  'float16',
+  'bfloat16',
+  'float32',
+  'float64',
 ]);
 
 /** How one scalar dtype is stored, converted and accessed by the built-in kernels. */
@@ -90,14 +101,35 @@ const accessors: { readonly [K in ScalarName]: Accessors } = {
 };
 
 const storage: { readonly [K in ScalarName]: string } = {
-  bool: 'unsigned char', int8: 'signed char', uint8: 'unsigned char', int16: 'short', uint16: 'unsigned short',
-  int32: 'int', uint32: 'unsigned int', int64: 'long long', uint64: 'unsigned long long',
-  float16: 'unsigned short', bfloat16: 'unsigned short', float32: 'float', float64: 'double',
+  bool: 'unsigned char',
+  int8: 'signed char',
+  uint8: 'unsigned char',
+  int16: 'short',
+  uint16: 'unsigned short',
+  int32: 'int',
+  uint32: 'unsigned int',
+  int64: 'long long',
+  uint64: 'unsigned long long',
+  float16: 'unsigned short',
+  bfloat16: 'unsigned short',
+  float32: 'float',
+  float64: 'double',
 };
 
 const sizes: { readonly [K in ScalarName]: 1 | 2 | 4 | 8 } = {
-  bool: 1, int8: 1, uint8: 1, int16: 2, uint16: 2, int32: 4, uint32: 4, int64: 8, uint64: 8,
-  float16: 2, bfloat16: 2, float32: 4, float64: 8,
+  bool: 1,
+  int8: 1,
+  uint8: 1,
+  int16: 2,
+  uint16: 2,
+  int32: 4,
+  uint32: 4,
+  int64: 8,
+  uint64: 8,
+  float16: 2,
+  bfloat16: 2,
+  float32: 4,
+  float64: 8,
 };
 
 /**
@@ -109,28 +141,47 @@ const sizes: { readonly [K in ScalarName]: 1 | 2 | 4 | 8 } = {
  * kernelScalar.int8.load;       // 'vram_ld_int8'
  * ```
  */
-export const kernelScalar: { readonly [K in ScalarName]: KernelScalar } = Object.freeze(Object.fromEntries(
-  kernelScalars.map((name, code) => [name, Object.freeze({
-    name, code, bytes: sizes[name], storage: storage[name],
-    family: name.startsWith('float') || name === 'bfloat16' ? 'float' : 'int',
-    signed: name.startsWith('int'),
-    load: `vram_ld_${name}`, store: `vram_st_${name}`,
-    ...accessors[name],
-  } satisfies KernelScalar)]),
-) as { readonly [K in ScalarName]: KernelScalar });
+export const kernelScalar: { readonly [K in ScalarName]: KernelScalar } = Object.freeze(
+  Object.fromEntries(
+    kernelScalars.map((name, code) => [
+      name,
+      Object.freeze({
+        name,
+        code,
+        bytes: sizes[name],
+        storage: storage[name],
+        family: name.startsWith('float') || name === 'bfloat16' ? 'float' : 'int',
+        signed: name.startsWith('int'),
+        load: `vram_ld_${name}`,
+        store: `vram_st_${name}`,
+        ...accessors[name],
+      } satisfies KernelScalar),
+    ]),
+  ) as { readonly [K in ScalarName]: KernelScalar },
+);
 
 /** The C limits each integer's saturating store clamps to, as C literals (and as doubles). */
 const limits: Partial<Record<ScalarName, readonly [string, string]>> = {
-  int8: ['-128', '127'], uint8: ['0', '255'], int16: ['-32768', '32767'], uint16: ['0', '65535'],
-  int32: ['(-2147483647 - 1)', '2147483647'], uint32: ['0u', '4294967295u'],
-  int64: ['(-9223372036854775807LL - 1)', '9223372036854775807LL'], uint64: ['0ull', '18446744073709551615ull'],
+  int8: ['-128', '127'],
+  uint8: ['0', '255'],
+  int16: ['-32768', '32767'],
+  uint16: ['0', '65535'],
+  int32: ['(-2147483647 - 1)', '2147483647'],
+  uint32: ['0u', '4294967295u'],
+  int64: ['(-9223372036854775807LL - 1)', '9223372036854775807LL'],
+  uint64: ['0ull', '18446744073709551615ull'],
 };
 
 /** The double thresholds of the same clamps (C compares the double against these). */
 const thresholds: Partial<Record<ScalarName, readonly [string, string]>> = {
-  int8: ['-128.0', '127.0'], uint8: ['0.0', '255.0'], int16: ['-32768.0', '32767.0'], uint16: ['0.0', '65535.0'],
-  int32: ['-2147483648.0', '2147483647.0'], uint32: ['0.0', '4294967295.0'],
-  int64: ['-9223372036854775808.0', '9223372036854775808.0'], uint64: ['0.0', '18446744073709551616.0'],
+  int8: ['-128.0', '127.0'],
+  uint8: ['0.0', '255.0'],
+  int16: ['-32768.0', '32767.0'],
+  uint16: ['0.0', '65535.0'],
+  int32: ['-2147483648.0', '2147483647.0'],
+  uint32: ['0.0', '4294967295.0'],
+  int64: ['-9223372036854775808.0', '9223372036854775808.0'],
+  uint64: ['0.0', '18446744073709551616.0'],
 };
 
 /**
@@ -161,9 +212,14 @@ export function scalarConversionsSource(): string {
   ];
   for (const name of kernelScalars) {
     const s = kernelScalar[name];
-    const ld = name === 'bool' ? '(double)(v != 0)'
-      : name === 'float16' ? '(double)vram_f16_to_float(v)'
-        : name === 'bfloat16' ? '(double)vram_bf16_to_float(v)' : '(double)v';
+    const ld =
+      name === 'bool'
+        ? '(double)(v != 0)'
+        : name === 'float16'
+          ? '(double)vram_f16_to_float(v)'
+          : name === 'bfloat16'
+            ? '(double)vram_bf16_to_float(v)'
+            : '(double)v';
     lines.push(`static __device__ __forceinline__ double ${s.load}(${s.storage} v) { return ${ld}; }`);
     let st: string;
     if (name === 'bool') st = 'return (unsigned char)(d != 0.0);';

@@ -14,15 +14,34 @@ import { layoutOffset } from './kernel-layout.js';
 import { int64Of, saturate, uint64Of } from './scalar.js';
 
 /** A typed array of any component dtype. */
-export type ComponentArray = Uint8Array | Int8Array | Int16Array | Uint16Array | Int32Array | Uint32Array
-  | BigInt64Array | BigUint64Array | Float32Array | Float64Array;
+export type ComponentArray =
+  | Uint8Array
+  | Int8Array
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | BigInt64Array
+  | BigUint64Array
+  | Float32Array
+  | Float64Array;
 
 type ComponentArrayConstructor = new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ComponentArray;
 
 const CONSTRUCTORS: { readonly [K in ScalarName]: ComponentArrayConstructor } = {
-  bool: Uint8Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array,
-  int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array, uint64: BigUint64Array,
-  float16: Uint16Array, bfloat16: Uint16Array, float32: Float32Array, float64: Float64Array,
+  bool: Uint8Array,
+  int8: Int8Array,
+  uint8: Uint8Array,
+  int16: Int16Array,
+  uint16: Uint16Array,
+  int32: Int32Array,
+  uint32: Uint32Array,
+  int64: BigInt64Array,
+  uint64: BigUint64Array,
+  float16: Uint16Array,
+  bfloat16: Uint16Array,
+  float32: Float32Array,
+  float64: Float64Array,
 };
 
 /** True on a little-endian host, where typed arrays read memory as the DataView accessors (little-endian) do. */
@@ -75,8 +94,12 @@ export const typedHelpers = Object.freeze({
 });
 
 const LIMITS: Partial<Record<ScalarName, readonly [number, number]>> = {
-  int8: [-128, 127], uint8: [0, 255], int16: [-32768, 32767], uint16: [0, 65535],
-  int32: [-2147483648, 2147483647], uint32: [0, 4294967295],
+  int8: [-128, 127],
+  uint8: [0, 255],
+  int16: [-32768, 32767],
+  uint16: [0, 65535],
+  int32: [-2147483648, 2147483647],
+  uint32: [0, 4294967295],
 };
 
 /**
@@ -93,11 +116,17 @@ const LIMITS: Partial<Record<ScalarName, readonly [number, number]>> = {
  */
 export function loadSource(dtype: ScalarName, stored: string): string {
   switch (dtype) {
-    case 'bool': return `(${stored} !== 0 ? 1 : 0)`;
-    case 'int64': case 'uint64': return `Number(${stored})`;
-    case 'float16': return `H.f16(${stored})`;
-    case 'bfloat16': return `H.bf16(${stored})`;
-    default: return stored;
+    case 'bool':
+      return `(${stored} !== 0 ? 1 : 0)`;
+    case 'int64':
+    case 'uint64':
+      return `Number(${stored})`;
+    case 'float16':
+      return `H.f16(${stored})`;
+    case 'bfloat16':
+      return `H.bf16(${stored})`;
+    default:
+      return stored;
   }
 }
 
@@ -118,11 +147,17 @@ export function storeSource(dtype: ScalarName, value: string): string {
   const limits = LIMITS[dtype];
   if (limits !== undefined) return `H.saturate(${value}, ${limits[0]}, ${limits[1]})`;
   switch (dtype) {
-    case 'bool': return `(${value} !== 0 ? 1 : 0)`;
-    case 'int64': return `H.toI64(${value})`;
-    case 'uint64': return `H.toU64(${value})`;
-    case 'float16': return `H.toF16(${value})`;
-    case 'bfloat16': return `H.toBf16(${value})`;
-    default: return value;
+    case 'bool':
+      return `(${value} !== 0 ? 1 : 0)`;
+    case 'int64':
+      return `H.toI64(${value})`;
+    case 'uint64':
+      return `H.toU64(${value})`;
+    case 'float16':
+      return `H.toF16(${value})`;
+    case 'bfloat16':
+      return `H.toBf16(${value})`;
+    default:
+      return value;
   }
 }

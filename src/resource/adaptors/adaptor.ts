@@ -103,8 +103,7 @@ export abstract class ResourceAdaptor extends MemoryResource {
    */
   override isEqual(other: MemoryResource): boolean {
     if (other === this) return true;
-    return !this.keepsOwnCount && other instanceof ResourceAdaptor && other.constructor === this.constructor &&
-      this.upstream.isEqual(other.upstream);
+    return !this.keepsOwnCount && other instanceof ResourceAdaptor && other.constructor === this.constructor && this.upstream.isEqual(other.upstream);
   }
 
   /**

@@ -23,11 +23,11 @@ import type { MemoryResource } from '../resource.js';
 export function checkCounted(counted: number | undefined, ptr: Ptr, bytes: number, adaptor: MemoryResource): void {
   if (counted === undefined) {
     throw new InvalidPointerError(
-      `${adaptor.constructor.name}: 0x${ptr.toString(16)} was not allocated through ${adaptor.describe()} or was already deallocated`);
+      `${adaptor.constructor.name}: 0x${ptr.toString(16)} was not allocated through ${adaptor.describe()} or was already deallocated`,
+    );
   }
   if (counted !== bytes) {
-    throw new InvalidPointerError(
-      `${adaptor.constructor.name}: 0x${ptr.toString(16)} was allocated with ${counted} bytes, deallocated with ${bytes}`);
+    throw new InvalidPointerError(`${adaptor.constructor.name}: 0x${ptr.toString(16)} was allocated with ${counted} bytes, deallocated with ${bytes}`);
   }
 }
 

@@ -72,8 +72,12 @@ export class LimitingAdaptor extends ResourceAdaptor {
     if (below === undefined) {
       const bytes = this.counted.snapshot();
       return {
-        allocatedBytes: bytes, allocations: this.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
-        reservedFromAllocated: true, limitBytes: this.limitBytes,
+        allocatedBytes: bytes,
+        allocations: this.allocations.snapshot(),
+        reservedBytes: bytes.value,
+        peakReservedBytes: bytes.peak,
+        reservedFromAllocated: true,
+        limitBytes: this.limitBytes,
       };
     }
     const limitBytes = Math.min(this.limitBytes, below.limitBytes ?? Infinity);
@@ -91,10 +95,16 @@ export class LimitingAdaptor extends ResourceAdaptor {
     const counted = alignUp(bytes, this.alignment);
     if (this.counted.value + counted > this.limitBytes) {
       throw new OutOfMemoryError({
-        requestedBytes: bytes, call: 'LimitingAdaptor.allocate', reason: 'limit', resource: this.describe(),
+        requestedBytes: bytes,
+        call: 'LimitingAdaptor.allocate',
+        reason: 'limit',
+        resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: outOfMemoryMessage(bytes, this.describe(), `${formatBytesExact(this.counted.value)} of the ` +
-          `${formatBytesExact(this.limitBytes)} limit in use`),
+        message: outOfMemoryMessage(
+          bytes,
+          this.describe(),
+          `${formatBytesExact(this.counted.value)} of the ` + `${formatBytesExact(this.limitBytes)} limit in use`,
+        ),
       });
     }
     const ptr = this.upstream.allocate(bytes, stream);

@@ -147,8 +147,7 @@ export class LoggingAdaptor extends ResourceAdaptor {
     try {
       this.write(line);
     } catch (error) {
-      process.emitWarning(`${this.describe()} could not log '${line}': ${error instanceof Error ? error.message : String(error)}`,
-        { code: 'VRAM_LOG_SINK' });
+      process.emitWarning(`${this.describe()} could not log '${line}': ${error instanceof Error ? error.message : String(error)}`, { code: 'VRAM_LOG_SINK' });
     }
   }
 

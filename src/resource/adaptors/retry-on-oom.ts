@@ -101,11 +101,13 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
       } catch (second) {
         if (!isOutOfMemory(second)) throw second;
         throw new OutOfMemoryError({
-          requestedBytes: bytes, call: 'RetryOnOutOfMemory.allocate', resource: this.describe(),
+          requestedBytes: bytes,
+          call: 'RetryOnOutOfMemory.allocate',
+          resource: this.describe(),
           reason: second instanceof OutOfMemoryError ? second.reason : 'device',
-          statistics: outOfMemoryStatistics(this.upstream.memoryFigures()), cause: second,
-          message: outOfMemoryMessage(bytes, this.describe(),
-            `even after releasing ${formatBytesExact(released)} of cached memory: ${second.message}`),
+          statistics: outOfMemoryStatistics(this.upstream.memoryFigures()),
+          cause: second,
+          message: outOfMemoryMessage(bytes, this.describe(), `even after releasing ${formatBytesExact(released)} of cached memory: ${second.message}`),
         });
       }
     }
@@ -137,5 +139,4 @@ export class RetryOnOutOfMemory extends ResourceAdaptor {
     if (typeof gc === 'function') gc();
     return released;
   }
-
 }

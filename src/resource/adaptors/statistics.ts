@@ -93,7 +93,10 @@ export class StatisticsAdaptor extends ResourceAdaptor {
     if (below !== undefined) return { ...below, ...own };
     const bytes = own.allocatedBytes;
     return {
-      allocatedBytes: bytes, allocations: this.allocationsCounter.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+      allocatedBytes: bytes,
+      allocations: this.allocationsCounter.snapshot(),
+      reservedBytes: bytes.value,
+      peakReservedBytes: bytes.peak,
       reservedFromAllocated: true,
     };
   }

@@ -149,12 +149,16 @@ export class TrackingAdaptor extends ResourceAdaptor {
       group.streams.add(record.stream);
     }
     const sorted = [...groups.entries()].sort((a, b) => b[1].bytes - a[1].bytes || b[1].count - a[1].count);
-    const lines = [`${this.describe()}: ${this.live.size} outstanding allocation(s), ` +
-      `${formatBytes(this.liveBytes)} (${this.liveBytes} bytes), from ${sorted.length} place(s)`];
+    const lines = [
+      `${this.describe()}: ${this.live.size} outstanding allocation(s), ` +
+        `${formatBytes(this.liveBytes)} (${this.liveBytes} bytes), from ${sorted.length} place(s)`,
+    ];
     for (const [stack, group] of sorted) {
       const streams = [...group.streams].sort((a, b) => a - b).join(', ');
-      lines.push(`  ${formatBytes(group.bytes)} in ${group.count} allocation(s) on stream(s) ${streams}` +
-        (stack ? ', allocated at:' : ' (stacks not captured: use { captureStacks: true })'));
+      lines.push(
+        `  ${formatBytes(group.bytes)} in ${group.count} allocation(s) on stream(s) ${streams}` +
+          (stack ? ', allocated at:' : ' (stacks not captured: use { captureStacks: true })'),
+      );
       if (stack) for (const frame of stack.split('\n')) lines.push(`      ${frame}`);
     }
     return lines.join('\n');

@@ -278,10 +278,17 @@ export class ArenaResource extends MemoryResource {
     if (i === NIL) {
       const heap = this.heap;
       throw new OutOfMemoryError({
-        requestedBytes: bytes, call: 'ArenaResource.allocate', reason: 'arena', resource: this.describe(),
+        requestedBytes: bytes,
+        call: 'ArenaResource.allocate',
+        reason: 'arena',
+        resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: outOfMemoryMessage(bytes, this.describe(), `arena exhausted: ${formatBytesExact(heap.freeBytes)} of ` +
-          `${formatBytesExact(this.size)} free, but no free range is large enough; size it with ArenaResource.ceil1DVolume/ceil2DVolume`),
+        message: outOfMemoryMessage(
+          bytes,
+          this.describe(),
+          `arena exhausted: ${formatBytesExact(heap.freeBytes)} of ` +
+            `${formatBytesExact(this.size)} free, but no free range is large enough; size it with ArenaResource.ceil1DVolume/ceil2DVolume`,
+        ),
       });
     }
     this.heap.markLive(i, bytes);

@@ -122,9 +122,10 @@ export class BinningResource extends MemoryResource {
   addBin(allocationSize: ByteSize, binResource?: MemoryResource): this {
     if (this.destroyed) throw this.destroyedError();
     const bytes = readBytes(allocationSize, 'allocationSize');
-    const resource = binResource === undefined
-      ? new FixedSizeResource(this.upstream, { blockSize: bytes })
-      : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.deviceOrdinal, this.describe(), 'binResource');
+    const resource =
+      binResource === undefined
+        ? new FixedSizeResource(this.upstream, { blockSize: bytes })
+        : checkMemoryOf(checkResource(binResource, 'binResource'), this.kind, this.deviceOrdinal, this.describe(), 'binResource');
     if (binResource === undefined) this.owned.add(resource);
     const k = this.bins.findIndex((b) => b.size === bytes);
     if (k >= 0) this.bins.splice(k, 1);
@@ -251,7 +252,6 @@ export class BinningResource extends MemoryResource {
     for (let r: MemoryResource | undefined = bin.upstream; r !== undefined; r = r.upstream) if (r === this.upstream) return true;
     return false;
   }
-
 
   private route(bytes: number): number {
     const bins = this.bins;

@@ -133,8 +133,12 @@ export class FixedSizeResource extends MemoryResource {
       for (let address = chunk.ptr; address < chunk.ptr + chunk.bytes; address += this.blockSize) {
         const requested = this.live.get(address);
         blocks.push({
-          address, bytes: this.blockSize, requestedBytes: requested ?? null,
-          state: requested === undefined ? 'free' : 'live', stream: null, stack: null,
+          address,
+          bytes: this.blockSize,
+          requestedBytes: requested ?? null,
+          state: requested === undefined ? 'free' : 'live',
+          stream: null,
+          stack: null,
         });
       }
       return { address: chunk.ptr, bytes: chunk.bytes, kind: 'chunk', pages: null, blocks };
@@ -197,8 +201,10 @@ export class FixedSizeResource extends MemoryResource {
   override memoryFigures(): MemoryFigures {
     const reserved = this.reserved;
     return {
-      allocatedBytes: this.liveBytes.snapshot(), allocations: this.liveBlocks.snapshot(),
-      reservedBytes: reserved.value, peakReservedBytes: reserved.peak,
+      allocatedBytes: this.liveBytes.snapshot(),
+      allocations: this.liveBlocks.snapshot(),
+      reservedBytes: reserved.value,
+      peakReservedBytes: reserved.peak,
     };
   }
 
@@ -250,10 +256,12 @@ export class FixedSizeResource extends MemoryResource {
     } catch (error) {
       if (!isOutOfMemory(error)) throw error;
       throw new OutOfMemoryError({
-        requestedBytes: bytes, call: 'FixedSizeResource.allocate', reason: 'upstream', resource: this.describe(),
+        requestedBytes: bytes,
+        call: 'FixedSizeResource.allocate',
+        reason: 'upstream',
+        resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
-        message: outOfMemoryMessage(bytes, this.describe(),
-          `its upstream refused a chunk of ${formatBytesExact(chunkBytes)}: ${(error as Error).message}`),
+        message: outOfMemoryMessage(bytes, this.describe(), `its upstream refused a chunk of ${formatBytesExact(chunkBytes)}: ${(error as Error).message}`),
         cause: error,
       });
     }

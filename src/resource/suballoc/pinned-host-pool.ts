@@ -108,12 +108,10 @@ export class PinnedHostPool extends MemoryResource {
     super();
     options = readOptions('new PinnedHostPool', options, { upstream: true, device: true, maximumCachedBytes: true });
     const device = Device.resolve(options.device);
-    this.#maximumCachedBytes = options.maximumCachedBytes === undefined
-      ? 256 * 1024 * 1024 : readBytes(options.maximumCachedBytes, 'maximumCachedBytes', true);
+    this.#maximumCachedBytes = options.maximumCachedBytes === undefined ? 256 * 1024 * 1024 : readBytes(options.maximumCachedBytes, 'maximumCachedBytes', true);
     this.#ownsUpstream = options.upstream === undefined;
-    this.upstream = options.upstream === undefined
-      ? new PinnedHostResource({ device })
-      : checkMemoryOf(checkResource(options.upstream), 'pinned-host', -1, 'PinnedHostPool');
+    this.upstream =
+      options.upstream === undefined ? new PinnedHostResource({ device }) : checkMemoryOf(checkResource(options.upstream), 'pinned-host', -1, 'PinnedHostPool');
     this.alignment = this.upstream.alignment;
     this.#backend = device.backend;
     this.#order = new StreamOrder(this.#backend);
@@ -272,8 +270,10 @@ export class PinnedHostPool extends MemoryResource {
    */
   override memoryFigures(): MemoryFigures {
     return {
-      allocatedBytes: this.#lentBytes.snapshot(), allocations: this.#lentCount.snapshot(),
-      reservedBytes: this.#held.value, peakReservedBytes: this.#held.peak,
+      allocatedBytes: this.#lentBytes.snapshot(),
+      allocations: this.#lentCount.snapshot(),
+      reservedBytes: this.#held.value,
+      peakReservedBytes: this.#held.peak,
     };
   }
 
@@ -288,7 +288,6 @@ export class PinnedHostPool extends MemoryResource {
   get reservedBytes(): number {
     return this.#held.value;
   }
-
 
   /** Bytes idle in the cache. */
   get idleBytes(): number {
@@ -344,9 +343,7 @@ function freeEntry(order: StreamOrder, upstream: MemoryResource, e: Entry): void
  *
  * @returns The bytes given back.
  */
-function releaseAll(
-  idle: Map<number, Entry[]>, lent: Map<Ptr, Entry>, order: StreamOrder, upstream: MemoryResource, ownsUpstream: boolean,
-): number {
+function releaseAll(idle: Map<number, Entry[]>, lent: Map<Ptr, Entry>, order: StreamOrder, upstream: MemoryResource, ownsUpstream: boolean): number {
   let bytes = 0;
   for (const list of idle.values()) {
     for (const e of list) {

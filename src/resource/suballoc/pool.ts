@@ -21,9 +21,7 @@ import { BlockHeap, PARKED } from './kit/block-heap.js';
 import { NIL } from './kit/block-store.js';
 import { GRANULE } from './kit/free-list.js';
 import { UpstreamChunks } from './kit/upstream-growth.js';
-import {
-  CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages,
-} from './kit/virtual-growth.js';
+import { CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages } from './kit/virtual-growth.js';
 import { checkMemoryOf, checkResource, MemoryResource, upstreamChain } from '../resource.js';
 import { type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
@@ -141,12 +139,16 @@ function readExtentSize(size: ByteSize, page: number): number {
   try {
     bytes = readBytes(size, 'extentSize');
   } catch (error) {
-    throw new RangeError(`extentSize must be a size (a number of bytes or text like '64M'), Infinity or 'adaptive'; got ${
-      typeof size === 'string' ? `'${size}'` : String(size)}`, { cause: error });
+    throw new RangeError(
+      `extentSize must be a size (a number of bytes or text like '64M'), Infinity or 'adaptive'; got ${typeof size === 'string' ? `'${size}'` : String(size)}`,
+      { cause: error },
+    );
   }
   if (bytes < page) {
-    throw new RangeError(`extentSize (${bytes}) is below one page of the device's allocation granularity (${page} bytes): ` +
-      'no physical allocation is smaller (omit it for one page per extent)');
+    throw new RangeError(
+      `extentSize (${bytes}) is below one page of the device's allocation granularity (${page} bytes): ` +
+        'no physical allocation is smaller (omit it for one page per extent)',
+    );
   }
   return Math.floor(bytes / page) * page;
 }
@@ -157,10 +159,12 @@ function refuseOtherGrowthOptions(options: PoolOptions, overUpstream: boolean): 
     ? (['extentSize', 'addressSpaceSize'] as const).filter((key) => options[key] !== undefined)
     : (['chunkSize'] as const).filter((key) => options[key] !== undefined);
   if (ignored.length === 0) return;
-  throw new TypeError(overUpstream
-    ? `new PoolResource: ${ignored.join(' and ')} ${ignored.length > 1 ? 'are options' : 'is an option'} of virtual growth (no upstream); ` +
-      'a pool over an upstream grows in chunks (chunkSize)'
-    : 'new PoolResource: chunkSize is an option of growth from an upstream; a pool over virtual memory grows by pages (extentSize)');
+  throw new TypeError(
+    overUpstream
+      ? `new PoolResource: ${ignored.join(' and ')} ${ignored.length > 1 ? 'are options' : 'is an option'} of virtual growth (no upstream); ` +
+          'a pool over an upstream grows in chunks (chunkSize)'
+      : 'new PoolResource: chunkSize is an option of growth from an upstream; a pool over virtual memory grows by pages (extentSize)',
+  );
 }
 
 /**
@@ -175,8 +179,10 @@ function roundSizes(initialAsked: number, maximumAsked: number, unit: number, wh
     throw new RangeError(`maximumSize (${maximumAsked}) is below one ${what} (${unit} bytes): the pool could never allocate`);
   }
   if (initial > maximum) {
-    throw new RangeError(`initialSize (${initialAsked}) rounds up to ${initial} bytes, whole ${what}s, which exceeds ` +
-      `maximumSize (${maximumAsked}) rounded down to ${maximum}`);
+    throw new RangeError(
+      `initialSize (${initialAsked}) rounds up to ${initial} bytes, whole ${what}s, which exceeds ` +
+        `maximumSize (${maximumAsked}) rounded down to ${maximum}`,
+    );
   }
   return { initial, maximum };
 }
@@ -237,7 +243,15 @@ export class PoolResource extends MemoryResource {
    */
   constructor(options: PoolOptions = {}) {
     super();
-    options = readOptions('new PoolResource', options, { device: true, upstream: true, initialSize: true, maximumSize: true, chunkSize: true, addressSpaceSize: true, extentSize: true });
+    options = readOptions('new PoolResource', options, {
+      device: true,
+      upstream: true,
+      initialSize: true,
+      maximumSize: true,
+      chunkSize: true,
+      addressSpaceSize: true,
+      extentSize: true,
+    });
     this.options = options;
     const maximumAsked = options.maximumSize === undefined ? Infinity : readBytes(options.maximumSize, 'maximumSize');
     const initialAsked = options.initialSize === undefined || options.initialSize === 0 ? 0 : readBytes(options.initialSize, 'initialSize');
@@ -250,8 +264,9 @@ export class PoolResource extends MemoryResource {
     this.backend = dev.backend;
     this.owner = dev;
     if (upstream === undefined && !dev.info.virtualMemoryManagementSupported) {
-      throw new NotSupportedError(`${dev.info.name} does not support virtual memory management; ` +
-        'give PoolResource an upstream (e.g. new CudaResource(device))');
+      throw new NotSupportedError(
+        `${dev.info.name} does not support virtual memory management; ` + 'give PoolResource an upstream (e.g. new CudaResource(device))',
+      );
     }
     // The pool's own unit of growth: a 256-byte granule of a chunk, or a page of virtual memory.
     const unit = upstream !== undefined ? GRANULE : this.backend.memGetAllocationGranularity(dev.ordinal);
@@ -276,7 +291,10 @@ export class PoolResource extends MemoryResource {
       this.chunks = new UpstreamChunks(upstream, this.heap, chunk, maximum);
       if (initial > 0 && this.chunks.grow(initial, -1, initial) !== null) {
         throw new OutOfMemoryError({
-          requestedBytes: initial, call: 'new PoolResource', reason: 'upstream', resource: this.describe(),
+          requestedBytes: initial,
+          call: 'new PoolResource',
+          reason: 'upstream',
+          resource: this.describe(),
           message: outOfMemoryMessage(initial, this.describe(), 'the upstream refused the initial size'),
         });
       }
@@ -289,9 +307,7 @@ export class PoolResource extends MemoryResource {
       this.kind = 'device';
       this.deviceOrdinal = dev.ordinal;
       dev.makeCurrent();
-      const range = options.addressSpaceSize === undefined
-        ? 2 * dev.info.totalMemory
-        : readBytes(options.addressSpaceSize, 'addressSpaceSize');
+      const range = options.addressSpaceSize === undefined ? 2 * dev.info.totalMemory : readBytes(options.addressSpaceSize, 'addressSpaceSize');
       const size = options.extentSize;
       const adaptive = size === 'adaptive';
       const extent = adaptive || size === undefined ? 0 : size === Infinity ? size : readExtentSize(size, unit);
@@ -367,8 +383,7 @@ export class PoolResource extends MemoryResource {
     const s = heap.store;
     if (s.requested[i] !== bytes) {
       if (s.requested[i] === PARKED) throw new DoubleFreeError(`deallocate(${hex(ptr)}): the block is already free (freed twice?)`);
-      throw new InvalidPointerError(
-        `deallocate(${hex(ptr)}, ${bytes}): the block was allocated with ${s.requested[i]} bytes`);
+      throw new InvalidPointerError(`deallocate(${hex(ptr)}, ${bytes}): the block was allocated with ${s.requested[i]} bytes`);
     }
     // Parked: the stream's next allocation of this size takes it back as it is (pages still counted).
     if (heap.park(i, h)) return;
@@ -395,8 +410,10 @@ export class PoolResource extends MemoryResource {
    */
   physicalExtents(ptr: Ptr, bytes: number): { readonly extents: readonly { readonly handle: number; readonly bytes: number }[]; readonly offset: number } {
     if (this.pages === null) {
-      throw new NotSupportedError(`${this.describe()} grows from ${this.upstream!.describe()}: its blocks are that resource's memory, ` +
-        'which cannot be exported a block at a time; use a PoolResource over virtual memory (no upstream), or an AsyncResource');
+      throw new NotSupportedError(
+        `${this.describe()} grows from ${this.upstream!.describe()}: its blocks are that resource's memory, ` +
+          'which cannot be exported a block at a time; use a PoolResource over virtual memory (no upstream), or an AsyncResource',
+      );
     }
     if (this.heap.live.get(ptr) === NIL) throw this.badPointer(ptr);
     return this.pages.extentsUnder(ptr, bytes);
@@ -424,11 +441,13 @@ export class PoolResource extends MemoryResource {
     const flags = accessFlags(access);
     if (this.destroyed) throw this.destroyedError();
     const own = this.owner;
-    if (peer === own) throw new RangeError('a pool\'s own device always has read-write access');
+    if (peer === own) throw new RangeError("a pool's own device always has read-write access");
     const pages = this.pages;
     if (pages === null) {
-      throw new NotSupportedError(`${this.describe()} grows from ${this.upstream!.describe()}, whose memory's peer access ` +
-        'is set on the contexts: call device.enablePeerAccess(peer) on both devices instead');
+      throw new NotSupportedError(
+        `${this.describe()} grows from ${this.upstream!.describe()}, whose memory's peer access ` +
+          'is set on the contexts: call device.enablePeerAccess(peer) on both devices instead',
+      );
     }
     if (access !== 'none' && !peer.canAccessPeer(own)) {
       throw new NotSupportedError(`device ${peer.ordinal} cannot access device ${own.ordinal}'s memory (no peer access between them)`);
@@ -510,7 +529,11 @@ export class PoolResource extends MemoryResource {
     const pages = this.pages;
     if (pages === null) {
       return regions.map((blocks) => ({
-        address: blocks[0]!.address, bytes: blocks.reduce((sum, b) => sum + b.bytes, 0), kind: 'chunk', pages: null, blocks,
+        address: blocks[0]!.address,
+        bytes: blocks.reduce((sum, b) => sum + b.bytes, 0),
+        kind: 'chunk',
+        pages: null,
+        blocks,
       }));
     }
     // Runs of mapped pages, probed page by page (tens of thousands of pages: a snapshot, not a hot path).
@@ -522,9 +545,15 @@ export class PoolResource extends MemoryResource {
       if (last !== undefined && last[0] + last[1] === p) last[1] += 1;
       else mapped.push([p, 1]);
     }
-    return [{
-      address: pages.base, bytes: pages.rangeBytes, kind: 'virtual-range', pages: { pageBytes: pages.pageBytes, mapped }, blocks: regions.flat(),
-    }];
+    return [
+      {
+        address: pages.base,
+        bytes: pages.rangeBytes,
+        kind: 'virtual-range',
+        pages: { pageBytes: pages.pageBytes, mapped },
+        blocks: regions.flat(),
+      },
+    ];
   }
 
   /** Frees everything the pool holds (pages or chunks). */
@@ -569,7 +598,10 @@ export class PoolResource extends MemoryResource {
   statistics(): PoolStatistics {
     const { allocatedBytes, allocations, reservedBytes, peakReservedBytes } = this.memoryFigures();
     return {
-      bytes: allocatedBytes, allocations, reservedBytes, peakReservedBytes,
+      bytes: allocatedBytes,
+      allocations,
+      reservedBytes,
+      peakReservedBytes,
       freeBytes: this.heap.freeBytes,
       streamSteals: this.heap.steals,
       eventRecords: this.heap.order.records,
@@ -632,9 +664,12 @@ export class PoolResource extends MemoryResource {
         const i = this.heap.take(size, stream);
         if (i !== NIL) return i;
       }
-      throw this.outOfMemory(bytes, refusal === 'maximum'
-        ? 'the maximum size refused a new chunk' : 'the upstream refused a new chunk',
-      refusal ?? 'upstream', chunks.lastRefusal);
+      throw this.outOfMemory(
+        bytes,
+        refusal === 'maximum' ? 'the maximum size refused a new chunk' : 'the upstream refused a new chunk',
+        refusal ?? 'upstream',
+        chunks.lastRefusal,
+      );
     }
     throw this.outOfMemory(bytes, 'the virtual address range is exhausted', 'address-space');
   }
@@ -642,10 +677,17 @@ export class PoolResource extends MemoryResource {
   private outOfMemory(bytes: number, why: string, reason: OutOfMemoryReason, cause?: unknown): OutOfMemoryError {
     const heap = this.heap;
     return new OutOfMemoryError({
-      requestedBytes: bytes, call: 'PoolResource.allocate', reason, resource: this.describe(),
-      statistics: outOfMemoryStatistics(this.memoryFigures()), cause,
-      message: outOfMemoryMessage(bytes, this.describe(), `${why} ` +
-        `(live ${formatBytesExact(heap.liveBytes)} in ${heap.liveCount} blocks, reserved ${formatBytesExact(this.reservedBytes)})`),
+      requestedBytes: bytes,
+      call: 'PoolResource.allocate',
+      reason,
+      resource: this.describe(),
+      statistics: outOfMemoryStatistics(this.memoryFigures()),
+      cause,
+      message: outOfMemoryMessage(
+        bytes,
+        this.describe(),
+        `${why} ` + `(live ${formatBytesExact(heap.liveBytes)} in ${heap.liveCount} blocks, reserved ${formatBytesExact(this.reservedBytes)})`,
+      ),
     });
   }
 
@@ -703,4 +745,3 @@ function releasePool(pages: VirtualPages | null, chunks: UpstreamChunks | null, 
 function hex(ptr: number): string {
   return Number.isFinite(ptr) ? `0x${ptr.toString(16)}` : String(ptr);
 }
-

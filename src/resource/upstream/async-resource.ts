@@ -154,7 +154,7 @@ export class AsyncResource extends DriverResource {
 
   /** The driver's pool handle (CUmemoryPool). */
   get pool(): Handle {
-    if (this.destroyed) throw new UseAfterFreeError('the AsyncResource\'s pool was destroyed');
+    if (this.destroyed) throw new UseAfterFreeError("the AsyncResource's pool was destroyed");
     return this.rawPool;
   }
 
@@ -317,7 +317,7 @@ export class AsyncResource extends DriverResource {
     if (!(peer instanceof Device)) throw new TypeError('peer must be a Device');
     const flags = accessFlags(access);
     if (peer === this.deviceObject) {
-      throw new RangeError('a pool\'s own device always has read-write access');
+      throw new RangeError("a pool's own device always has read-write access");
     }
     const pool = this.pool;
     this.deviceObject.makeCurrent();
@@ -412,7 +412,9 @@ function readLocation(location: AsyncPoolLocation | undefined): AsyncPoolLocatio
     return { type };
   }
   if (type === 'host' || type === 'host-numa-current') {
-    throw new RangeError(`pool.location.type '${type}' is refused for pools (the driver takes a NUMA node: CU_MEM_LOCATION_TYPE_HOST_NUMA); use { type: 'host-numa', id }`);
+    throw new RangeError(
+      `pool.location.type '${type}' is refused for pools (the driver takes a NUMA node: CU_MEM_LOCATION_TYPE_HOST_NUMA); use { type: 'host-numa', id }`,
+    );
   }
   if (type !== 'host-numa') throw new RangeError(`pool.location.type must be 'device' or 'host-numa', got ${JSON.stringify(type)}`);
   if (read.id === undefined) return { type };
@@ -432,13 +434,17 @@ function hostNumaNode(device: Device, id: number | undefined): number {
     } catch (error) {
       // A driver older than the attribute refuses it: it has no host NUMA pools either.
       if (error instanceof CudaError) {
-        throw new NotSupportedError(`device ${device.ordinal}: the driver does not know CU_DEVICE_ATTRIBUTE_${snake(name)} (${error.errorName}): pools in host NUMA memory need CUDA 12.2 or later`);
+        throw new NotSupportedError(
+          `device ${device.ordinal}: the driver does not know CU_DEVICE_ATTRIBUTE_${snake(name)} (${error.errorName}): pools in host NUMA memory need CUDA 12.2 or later`,
+        );
       }
       throw error;
     }
   };
   if (attribute('hostNumaMemoryPoolsSupported') === 0) {
-    throw new NotSupportedError(`device ${device.ordinal} does not support pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED is 0)`);
+    throw new NotSupportedError(
+      `device ${device.ordinal} does not support pools in host NUMA memory (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED is 0)`,
+    );
   }
   if (id !== undefined) return id;
   const nearest = attribute('hostNumaId');

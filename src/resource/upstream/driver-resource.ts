@@ -100,7 +100,10 @@ export abstract class DriverResource extends MemoryResource {
   override memoryFigures(): MemoryFigures {
     const bytes = this.table.bytes.snapshot();
     return {
-      allocatedBytes: bytes, allocations: this.table.allocations.snapshot(), reservedBytes: bytes.value, peakReservedBytes: bytes.peak,
+      allocatedBytes: bytes,
+      allocations: this.table.allocations.snapshot(),
+      reservedBytes: bytes.value,
+      peakReservedBytes: bytes.peak,
       reservedFromAllocated: true,
     };
   }
@@ -149,8 +152,11 @@ export abstract class DriverResource extends MemoryResource {
   private checkCapture(call: 'allocate' | 'deallocate', handle: number): void {
     const what = `${this.constructor.name}.${call}()`;
     if (this.capturePolicy === 'refuse') {
-      refuseDuringCapture(what, `${this.describe()} ${call}s with the driver's synchronous calls (cuMemAlloc, cuMemFree and the like), ` +
-        'which a capture forbids: call it before or after the capture, or capture in mode \'relaxed\'');
+      refuseDuringCapture(
+        what,
+        `${this.describe()} ${call}s with the driver's synchronous calls (cuMemAlloc, cuMemFree and the like), ` +
+          "which a capture forbids: call it before or after the capture, or capture in mode 'relaxed'",
+      );
     } else if (handle === 0) {
       refuseOnLegacyDuringCapture(what, `${this.describe()} ${call}s in stream order on the legacy default stream`);
     }
@@ -158,10 +164,16 @@ export abstract class DriverResource extends MemoryResource {
 
   /** One segment per live allocation, ascending by address: each is its one block. */
   protected override doMemorySegments(): SnapshotSegment[] {
-    return this.table.entries().sort((a, b) => a[0] - b[0]).map(([address, bytes]) => ({
-      address, bytes, kind: 'allocation', pages: null,
-      blocks: [{ address, bytes, requestedBytes: bytes, state: 'live', stream: null, stack: null }],
-    }));
+    return this.table
+      .entries()
+      .sort((a, b) => a[0] - b[0])
+      .map(([address, bytes]) => ({
+        address,
+        bytes,
+        kind: 'allocation',
+        pages: null,
+        blocks: [{ address, bytes, requestedBytes: bytes, state: 'live', stream: null, stack: null }],
+      }));
   }
 
   /**
@@ -214,11 +226,17 @@ export abstract class DriverResource extends MemoryResource {
     if (!(error instanceof OutOfMemoryError) || error.resource !== undefined) return error;
     const live = this.table;
     return new OutOfMemoryError({
-      requestedBytes: bytes, call: error.call, reason: this.outOfMemoryReason(error, bytes), resource: this.describe(),
+      requestedBytes: bytes,
+      call: error.call,
+      reason: this.outOfMemoryReason(error, bytes),
+      resource: this.describe(),
       statistics: outOfMemoryStatistics(this.memoryFigures()),
       // The driver's own words (the cause), not the backend's message, which already named the request.
-      message: outOfMemoryMessage(bytes, this.describe(), `${error.cause instanceof Error ? error.cause.message : error.message} ` +
-        `(${live.size} live allocations, ${formatBytesExact(live.bytes.value)})`),
+      message: outOfMemoryMessage(
+        bytes,
+        this.describe(),
+        `${error.cause instanceof Error ? error.cause.message : error.message} ` + `(${live.size} live allocations, ${formatBytesExact(live.bytes.value)})`,
+      ),
       cause: error.cause ?? error,
     });
   }

@@ -34,8 +34,11 @@ export interface PinnedHostOptions {
 /** The cuMemHostAlloc flags for `options`, checking their types. */
 export function hostAllocFlags(options: PinnedHostOptions): number {
   let flags = 0;
-  for (const [name, bit] of [['portable', HostAllocFlags.PORTABLE], ['mapped', HostAllocFlags.DEVICEMAP],
-    ['writeCombined', HostAllocFlags.WRITECOMBINED]] as const) {
+  for (const [name, bit] of [
+    ['portable', HostAllocFlags.PORTABLE],
+    ['mapped', HostAllocFlags.DEVICEMAP],
+    ['writeCombined', HostAllocFlags.WRITECOMBINED],
+  ] as const) {
     const value = options[name];
     if (value === undefined) continue;
     if (typeof value !== 'boolean') throw new TypeError(`${name} must be a boolean, got ${typeof value}`);
@@ -100,7 +103,9 @@ export class PinnedHostResource extends DriverResource {
 
   /** `PinnedHostResource(mapped, portable)`. */
   describe(): string {
-    const set = Object.entries(this.options).filter(([, v]) => v).map(([k]) => k);
+    const set = Object.entries(this.options)
+      .filter(([, v]) => v)
+      .map(([k]) => k);
     return `PinnedHostResource(${set.join(', ')})`;
   }
 

@@ -106,8 +106,10 @@ export class SizeTable {
   private unknown(ptr: number, owner: string): Error {
     for (const [start, bytes] of this.entries()) {
       if (ptr > start && ptr < start + bytes) {
-        return new InvalidPointerError(`deallocate(0x${ptr.toString(16)}): the address lies inside the ` +
-          `${bytes}-byte allocation at 0x${start.toString(16)}; give back the address allocate returned (${owner})`);
+        return new InvalidPointerError(
+          `deallocate(0x${ptr.toString(16)}): the address lies inside the ` +
+            `${bytes}-byte allocation at 0x${start.toString(16)}; give back the address allocate returned (${owner})`,
+        );
       }
     }
     if (this.recent.includes(ptr)) {

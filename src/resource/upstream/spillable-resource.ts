@@ -165,8 +165,10 @@ export class SpillableResource extends MemoryResource {
    */
   override destroy(): void {
     if (this.#evictor !== undefined) {
-      throw new VramStateError(`${this.describe()}: the device's spillable resource (spillableResource(${this.deviceOrdinal})) ` +
-        'belongs to the device, which takes every spillable allocation from it; it cannot be destroyed (free the spillable buffers instead)');
+      throw new VramStateError(
+        `${this.describe()}: the device's spillable resource (spillableResource(${this.deviceOrdinal})) ` +
+          'belongs to the device, which takes every spillable allocation from it; it cannot be destroyed (free the spillable buffers instead)',
+      );
     }
     super.destroy();
   }
@@ -368,8 +370,10 @@ export class SpillableResource extends MemoryResource {
   /** Backed blocks' bytes and count; reserved is the physical memory held (freed blocks waiting for their stream included). */
   override memoryFigures(): MemoryFigures {
     return {
-      allocatedBytes: this.#allocated.snapshot(), allocations: this.#allocations.snapshot(),
-      reservedBytes: this.#physical, peakReservedBytes: this.#peakPhysical,
+      allocatedBytes: this.#allocated.snapshot(),
+      allocations: this.#allocations.snapshot(),
+      reservedBytes: this.#physical,
+      peakReservedBytes: this.#peakPhysical,
     };
   }
 
@@ -382,11 +386,15 @@ export class SpillableResource extends MemoryResource {
 
   /** One virtual-range segment per block, its one page run mapped or not. */
   protected override doMemorySegments(): SnapshotSegment[] {
-    return [...this.#blocks.values()].sort((a, b) => a.ptr - b.ptr).map((block) => ({
-      address: block.ptr, bytes: block.size, kind: 'virtual-range',
-      pages: { pageBytes: this.alignment, mapped: block.handle === 0 ? [] : [[0, block.size / this.alignment] as const] },
-      blocks: [{ address: block.ptr, bytes: block.size, requestedBytes: block.bytes, state: 'live', stream: null, stack: null }],
-    }));
+    return [...this.#blocks.values()]
+      .sort((a, b) => a.ptr - b.ptr)
+      .map((block) => ({
+        address: block.ptr,
+        bytes: block.size,
+        kind: 'virtual-range',
+        pages: { pageBytes: this.alignment, mapped: block.handle === 0 ? [] : [[0, block.size / this.alignment] as const] },
+        blocks: [{ address: block.ptr, bytes: block.size, requestedBytes: block.bytes, state: 'live', stream: null, stack: null }],
+      }));
   }
 
   #block(ptr: Ptr, what: string): Block {
@@ -451,7 +459,10 @@ export class SpillableResource extends MemoryResource {
       if (!isOutOfMemory(error)) throw error;
       if (this.releaseSpares() > 0) return this.#create(size, bytes);
       throw new OutOfMemoryError({
-        requestedBytes: bytes, call: 'cuMemCreate', reason: 'device', resource: this.describe(),
+        requestedBytes: bytes,
+        call: 'cuMemCreate',
+        reason: 'device',
+        resource: this.describe(),
         statistics: outOfMemoryStatistics(this.memoryFigures()),
         message: `${error instanceof Error ? error.message : String(error)} (${this.describe()}: ${this.#allocations.value} blocks backed, ${this.#physical} bytes)`,
         cause: error,

@@ -79,8 +79,7 @@ export function adaptiveChunkPages(s: GrowthState): number {
   if (s.heldPages * P < MIN_CHUNK_BYTES) return s.blockPages * P >= MIN_CHUNK_BYTES ? s.blockPages : -1;
   const chunk = Math.min(Math.floor(MAX_CHUNK_BYTES / P), Math.max(Math.ceil(MIN_CHUNK_BYTES / P), Math.ceil(s.heldPages * CHUNK_FRACTION)));
   // Near either threshold the chunk shrinks to what keeps both, down to the block itself.
-  const fits = Math.min(Math.floor((room - floor) / P),
-    Math.floor((room - HELD_FRACTION * s.heldPages * P) / ((1 + HELD_FRACTION) * P)));
+  const fits = Math.min(Math.floor((room - floor) / P), Math.floor((room - HELD_FRACTION * s.heldPages * P) / ((1 + HELD_FRACTION) * P)));
   return Math.max(s.blockPages, Math.min(chunk, fits));
 }
 

@@ -364,10 +364,14 @@ export class BlockHeap implements StreamWatcher {
       for (let i = head; i !== NIL; i = s.next[i]!) {
         const parked = parkedBy.get(i);
         const live = s.owner[i] === LIVE && parked === undefined;
-        const stream = live ? null : parked ?? this.lists[s.owner[i]!]!.stream;
+        const stream = live ? null : (parked ?? this.lists[s.owner[i]!]!.stream);
         region.push({
-          address: s.start[i]!, bytes: s.size[i]!, requestedBytes: live ? s.requested[i]! : null,
-          state: live ? 'live' : parked === undefined ? 'free' : 'parked', stream: stream !== null && stream < 0 ? null : stream, stack: null,
+          address: s.start[i]!,
+          bytes: s.size[i]!,
+          requestedBytes: live ? s.requested[i]! : null,
+          state: live ? 'live' : parked === undefined ? 'free' : 'parked',
+          stream: stream !== null && stream < 0 ? null : stream,
+          stack: null,
         });
       }
       regions.push(region);

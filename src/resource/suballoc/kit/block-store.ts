@@ -66,8 +66,16 @@ export class BlockStore {
 
   private grow(): void {
     const n = this.start.length * 2;
-    const f64 = (a: Float64Array): Float64Array => { const b = new Float64Array(n); b.set(a); return b; };
-    const i32 = (a: Int32Array): Int32Array => { const b = new Int32Array(n); b.set(a); return b; };
+    const f64 = (a: Float64Array): Float64Array => {
+      const b = new Float64Array(n);
+      b.set(a);
+      return b;
+    };
+    const i32 = (a: Int32Array): Int32Array => {
+      const b = new Int32Array(n);
+      b.set(a);
+      return b;
+    };
     this.start = f64(this.start);
     this.size = f64(this.size);
     this.requested = f64(this.requested);

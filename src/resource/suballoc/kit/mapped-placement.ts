@@ -171,8 +171,7 @@ export class MappedPlacement {
     const added = this.pages.addedPages(x, size);
     if (added > this.bestAdded) return;
     const whole = x === a || x + size === e;
-    if (added < this.bestAdded || this.bestBlock === NIL || (whole && !this.bestWhole) ||
-      (whole === this.bestWhole && x < this.bestStart)) {
+    if (added < this.bestAdded || this.bestBlock === NIL || (whole && !this.bestWhole) || (whole === this.bestWhole && x < this.bestStart)) {
       this.bestAdded = added;
       this.bestBlock = b;
       this.bestStart = x;

@@ -44,7 +44,7 @@ export class PageBitmap {
     const head = -1 << (p0 & 31);
     if ((m[w0]! & head) !== head) return false;
     for (let w = w0 + 1; w < w1; w++) if (m[w] !== -1) return false;
-    const tail = -1 >>> (31 - (p1 & 31)) | 0;
+    const tail = (-1 >>> (31 - (p1 & 31))) | 0;
     return (m[w1]! & tail) === tail;
   }
 

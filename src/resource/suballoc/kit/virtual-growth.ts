@@ -280,8 +280,12 @@ export class VirtualPages {
     }
     const { free, total } = this.memInfo();
     const state = {
-      heldPages: this.physicalPages, blockPages: p1 - p0 + 1, pageBytes: this.pageBytes,
-      freeBytes: free, totalBytes: total, maximumBytes: this.maximumBytes,
+      heldPages: this.physicalPages,
+      blockPages: p1 - p0 + 1,
+      pageBytes: this.pageBytes,
+      freeBytes: free,
+      totalBytes: total,
+      maximumBytes: this.maximumBytes,
     };
     const chunk = adaptiveChunkPages(state);
     this.pressureRoom = pressurePages(state);
@@ -576,8 +580,11 @@ export class VirtualPages {
     let done = 0;
     try {
       if ((this.physicalPages - this.spareCount + missing) * P > this.maximumBytes) {
-        throw new PhysicalExhausted(`needs ${this.physicalPages - this.spareCount + missing - Math.floor(this.maximumBytes / P)} ` +
-          `more page(s) of ${formatBytesExact(P, true)} beyond the maximum of ${formatBytesExact(this.maximumBytes)}`, 'maximum');
+        throw new PhysicalExhausted(
+          `needs ${this.physicalPages - this.spareCount + missing - Math.floor(this.maximumBytes / P)} ` +
+            `more page(s) of ${formatBytesExact(P, true)} beyond the maximum of ${formatBytesExact(this.maximumBytes)}`,
+          'maximum',
+        );
       }
       // Moved one-page handles first, page by page; what they do not cover, one new extent per run.
       let k = nRuns;
