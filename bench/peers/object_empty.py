@@ -9,34 +9,12 @@ per pair at 256 B, 1 MiB and 64 MiB.
 Prints one JSON line per row; a peer that is missing or fails prints a line with "skipped".
 usage: object_empty.py [batches]
 """
-import json
-import statistics
+import os
 import sys
-import time
 
-SIZES = (256, 1 << 20, 64 << 20)
-PAIRS = 1000
-BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 51
-WARMUP_BATCHES = 3
-
-
-def emit(**fields):
-    print(json.dumps(fields), flush=True)
-
-
-def time_pairs(pair, sync):
-    for _ in range(WARMUP_BATCHES):
-        for _ in range(PAIRS):
-            pair()
-        sync()
-    samples = []
-    for _ in range(BATCHES):
-        t0 = time.perf_counter_ns()
-        for _ in range(PAIRS):
-            pair()
-        sync()
-        samples.append((time.perf_counter_ns() - t0) / PAIRS)
-    return statistics.median(samples)
+# The batch scheme (warm-up batches, timed batches, median) is cupy_pool.py's own, shared, not copied.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cupy_pool import SIZES, emit, time_pairs  # noqa: E402
 
 
 def torch_rows():
