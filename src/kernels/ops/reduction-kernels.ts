@@ -29,7 +29,7 @@ import { bfloat16Bits, float16Bits } from '../../array/half.js';
 import type { EmulatedKernels, EmulatedLaunch } from '../../backend/backend.js';
 import { type EmulatedOperand, operands } from './emulated-operand.js';
 import { layoutOffset, layoutSource, layoutSpan, layoutStruct, MAX_KERNEL_DIMS } from './kernel-layout.js';
-import { kernelScalar, scalarConversionsSource } from './scalar.js';
+import { kernelScalar, kernelScalars, scalarConversionsSource } from './scalar.js';
 import { REDUCE_OPS, type ReduceOp } from './reduce-op.js';
 import { reductionLoops } from './reduction-threads.js';
 
@@ -37,20 +37,7 @@ export { REDUCE_OPS, type ReduceOp };
 import { typedOperand } from './typed-access.js';
 
 /** The dtypes every reduction takes (bool and the vector dtypes are refused: astype first). */
-export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze([
-  'int8',
-  'uint8',
-  'int16',
-  'uint16',
-  'int32',
-  'uint32',
-  'int64',
-  'uint64',
-  'float16',
-  'bfloat16',
-  'float32',
-  'float64',
-]);
+export const REDUCE_DTYPES: readonly ScalarName[] = Object.freeze(kernelScalars.filter((name) => name !== 'bool'));
 
 /** The signatures of a reduction's two kernels, `vram_<op>_<dtype>` and its `_finish`. */
 export const reduceSignatures = Object.freeze({

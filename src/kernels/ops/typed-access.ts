@@ -7,7 +7,7 @@
  * docs/design/emulated-kernels.md) read and write through these; typed arrays use the host's byte
  * order, so on a big-endian host `typedOperand` gives undefined and the DataView paths run.
  */
-import type { ScalarName } from '../../array/dtype.js';
+import { hostArrayType, type ScalarName } from '../../array/dtype.js';
 import { bfloat16Bits, float16Bits, fromBfloat16Bits, fromFloat16Bits } from '../../array/half.js';
 import type { EmulatedOperand } from './emulated-operand.js';
 import { layoutOffset } from './kernel-layout.js';
@@ -25,24 +25,6 @@ export type ComponentArray =
   | BigUint64Array
   | Float32Array
   | Float64Array;
-
-type ComponentArrayConstructor = new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ComponentArray;
-
-const CONSTRUCTORS: { readonly [K in ScalarName]: ComponentArrayConstructor } = {
-  bool: Uint8Array,
-  int8: Int8Array,
-  uint8: Uint8Array,
-  int16: Int16Array,
-  uint16: Uint16Array,
-  int32: Int32Array,
-  uint32: Uint32Array,
-  int64: BigInt64Array,
-  uint64: BigUint64Array,
-  float16: Uint16Array,
-  bfloat16: Uint16Array,
-  float32: Float32Array,
-  float64: Float64Array,
-};
 
 /** True on a little-endian host, where typed arrays read memory as the DataView accessors (little-endian) do. */
 export const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
@@ -68,8 +50,9 @@ export interface TypedOperand {
  * ```
  */
 export function typedOperand(op: EmulatedOperand, dtype: ScalarName): TypedOperand | undefined {
-  const C = CONSTRUCTORS[dtype];
-  const bytes = (C as unknown as { BYTES_PER_ELEMENT: number }).BYTES_PER_ELEMENT;
+  // The host class of the dtype's components (Uint16Array for float16 and bfloat16, as their bits).
+  const C = hostArrayType(dtype);
+  const bytes = C.BYTES_PER_ELEMENT;
   const v = op.view;
   const at = v.byteOffset + op.base;
   if (!LITTLE_ENDIAN || at % bytes !== 0) return undefined;
