@@ -198,6 +198,19 @@ export const kinds = {
         teardown: nothing,
       }),
   },
+  'host-numa-pool': {
+    about: "pinned host memory from a stream-ordered pool on the device's host NUMA node (AsyncResource { location: host-numa })",
+    prepare: () => {
+      const resource = new AsyncResource({ device: device0(), pool: { location: { type: 'host-numa' } } });
+      return Promise.resolve({
+        make: ({ values }) => {
+          const array = HostArray.from(values, { resource });
+          return { array, expected: values.slice(), memory: undefined, owner: array, free: () => array.free(), held: weakHeld(array) };
+        },
+        teardown: () => resource.destroy(),
+      });
+    },
+  },
   mapped: {
     about: 'mapped pinned host memory seen by the device (HostArray { mapped: true }.deviceView())',
     prepare: () =>
