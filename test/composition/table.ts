@@ -195,7 +195,8 @@ export const table: Readonly<Record<string, Readonly<Record<string, Expectation>
     free: works,
     using: works,
     backstop: works,
-  },  'host-numa-pool': {
+  },
+  'host-numa-pool': {
     'builtin-read': notDevice,
     'builtin-write': notDevice,
     'user-kernel': notDevice,
