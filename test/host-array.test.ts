@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, onGpu } from './helpers.js';
 import { setBackend } from '../src/backend/select.js';
-import { EmulatedBackend } from '../src/backend/emulated.js';
+import { EmulatedBackend } from '../src/backend/emulated/emulated-backend.js';
 import { Device } from '../src/device.js';
 import { Stream } from '../src/stream.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';

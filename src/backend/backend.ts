@@ -1,6 +1,6 @@
 /**
  * The Backend interface: the few primitive operations everything above it is written in terms of.
- * `cuda.ts` implements it over the driver API; `emulated.ts` over host memory with the same
+ * `cuda.ts` implements it over the driver API; `emulated/emulated-backend.ts` over host memory with the same
  * semantics (capacity, errors, alignment, stream order), so the library and its whole test suite
  * run on a machine with no GPU.
  *

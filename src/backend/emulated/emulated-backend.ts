@@ -23,26 +23,26 @@ import type {
   ParamType,
   PointerAttributes,
   Ptr,
-} from './backend.js';
-import { MemAccess } from './backend.js';
-import type { CollectiveTransport } from './collectives.js';
-import { CollectiveCalls } from './emulated/collective-calls.js';
-import { ContextCalls } from './emulated/context-calls.js';
-import { Copies } from './emulated/copies.js';
-import { DeviceMemory } from './emulated/device-memory.js';
-import { HostMemoryCalls } from './emulated/host-memory.js';
-import { IpcCalls } from './emulated/ipc.js';
-import { KernelCalls } from './emulated/kernels.js';
-import { pointerAttributes } from './emulated/pointer-attributes.js';
-import { PoolCalls } from './emulated/pool-calls.js';
-import { EmulatedState } from './emulated/state.js';
-import { GraphCalls } from './emulated/graph-calls.js';
-import { StreamCalls } from './emulated/stream-calls.js';
-import { VirtualMemory } from './emulated/virtual-memory.js';
-import { sizeInBytes, variableReader } from '../util/environment.js';
-import { readOptions } from '../util/options.js';
+} from '../backend.js';
+import { MemAccess } from '../backend.js';
+import type { CollectiveTransport } from '../collectives.js';
+import { CollectiveCalls } from './collective-calls.js';
+import { ContextCalls } from './context-calls.js';
+import { Copies } from './copies.js';
+import { DeviceMemory } from './device-memory.js';
+import { HostMemoryCalls } from './host-memory.js';
+import { IpcCalls } from './ipc.js';
+import { KernelCalls } from './kernels.js';
+import { pointerAttributes } from './pointer-attributes.js';
+import { PoolCalls } from './pool-calls.js';
+import { EmulatedState } from './state.js';
+import { GraphCalls } from './graph-calls.js';
+import { StreamCalls } from './stream-calls.js';
+import { VirtualMemory } from './virtual-memory.js';
+import { sizeInBytes, variableReader } from '../../util/environment.js';
+import { readOptions } from '../../util/options.js';
 
-export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './emulated/device-memory.js';
+export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './device-memory.js';
 
 /** Options of `new EmulatedBackend()`. */
 export interface EmulatedBackendOptions {
