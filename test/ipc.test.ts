@@ -4,7 +4,7 @@
  * over the peer's stdio, in both directions, and survive the other's death; an interprocess
  * event orders the two processes' work; file descriptors travel over Unix sockets (to and from
  * Python too). On the emulated backend the shared bytes and event words live in shared memory
- * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too, stream-ordered
+ * both processes map (src/backend/emulated/ipc-calls.ts), so all of that runs there too, stream-ordered
  * pools shared between processes included. GPU-only: CuPy peers in both directions. Memory of
  * the default allocators (pool and physical handles) is test/ipc-default.test.ts.
  */

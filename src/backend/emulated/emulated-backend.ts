@@ -28,21 +28,21 @@ import { MemAccess } from '../backend.js';
 import type { CollectiveTransport } from '../collectives.js';
 import { CollectiveCalls } from './collective-calls.js';
 import { ContextCalls } from './context-calls.js';
-import { Copies } from './copies.js';
-import { DeviceMemory } from './device-memory.js';
-import { HostMemoryCalls } from './host-memory.js';
-import { IpcCalls } from './ipc.js';
-import { KernelCalls } from './kernels.js';
-import { pointerAttributes } from './pointer-attributes.js';
+import { Copies } from './copy-calls.js';
+import { DeviceMemory } from './device-memory-calls.js';
+import { HostMemoryCalls } from './host-memory-calls.js';
+import { IpcCalls } from './ipc-calls.js';
+import { KernelCalls } from './kernel-calls.js';
+import { pointerAttributes } from './pointer-calls.js';
 import { PoolCalls } from './pool-calls.js';
 import { EmulatedState } from './state.js';
 import { GraphCalls } from './graph-calls.js';
 import { StreamCalls } from './stream-calls.js';
-import { VirtualMemory } from './virtual-memory.js';
+import { VirtualMemory } from './virtual-memory-calls.js';
 import { sizeInBytes, variableReader } from '../../util/environment.js';
 import { readOptions } from '../../util/options.js';
 
-export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './device-memory.js';
+export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './device-memory-calls.js';
 
 /** Options of `new EmulatedBackend()`. */
 export interface EmulatedBackendOptions {

@@ -5,7 +5,7 @@
 import type { Handle, MemLocation, Ptr } from '../backend.js';
 import { PlainAllocation } from './allocation.js';
 import { checkSize, hex, invalidValue } from './fail.js';
-import { eagerStore, HOST_ALIGNMENT } from './host-memory.js';
+import { eagerStore, HOST_ALIGNMENT } from './host-memory-calls.js';
 import type { EmulatedState } from './state.js';
 import { LazyStore } from './store.js';
 

@@ -14,7 +14,7 @@ import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, MemHandleTyp
 import { CUresult } from '../../errors.js';
 import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
 import { PlainAllocation, type Allocation } from './allocation.js';
-import { DEVICE_ALIGNMENT } from './device-memory.js';
+import { DEVICE_ALIGNMENT } from './device-memory-calls.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
 import { EagerStore, LazyStore, PAGE_SIZE } from './store.js';
