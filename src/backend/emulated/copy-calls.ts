@@ -11,7 +11,7 @@ import type { EmulatedState } from './state.js';
 import { copySpans, EagerStore, fillPattern, type Span } from './store.js';
 
 /** Copies and fills of one emulated driver. */
-export class Copies {
+export class CopyCalls {
   constructor(private readonly s: EmulatedState) {}
 
   /** cuMemcpy: synchronous, after all queued work. */
