@@ -22,7 +22,7 @@ import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
 import { captureSessionOf, type CaptureSession } from '../graph/sessions.js';
-import { GraphPool, graphPoolOf } from './graph-pool.js';
+import { GraphPool, graphPoolOf } from './suballoc/graph-pool.js';
 import { streamHandleOf, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
 import { memoryFreed, waiting } from './waiting.js';

@@ -18,7 +18,7 @@ import { dlpackExportsHeld, fromDLPack, toDLPack } from '../../src/interop/dlpac
 import { importIpc } from '../../src/interop/ipc.js';
 import { DeviceMemory } from '../../src/buffer/device-memory.js';
 import { fill } from '../../src/kernels/ops/index.js';
-import { GraphPool } from '../../src/resource/graph-pool.js';
+import { GraphPool } from '../../src/resource/suballoc/graph-pool.js';
 import type { MemoryResource } from '../../src/resource/resource.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
