@@ -11,7 +11,7 @@ import { checkLiveStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
-import { Graph } from './graph/graph.js';
+import { Graph } from './graphs/graph.js';
 import {
   CAPTURE_MODES,
   CaptureSession,
@@ -25,7 +25,7 @@ import {
   type CaptureModeName,
   type CapturePool,
   type CaptureStatusName,
-} from './graph/sessions.js';
+} from './graphs/sessions.js';
 
 /** A `synchronized()` in progress: it waits for the host functions up to `through`, and rejects with the first error of one. */
 interface HostFunctionWait {
@@ -724,7 +724,7 @@ export interface EventOptions {
 export class Event {
   #destroyed = false;
   #recorded = false;
-  /** The capture the latest record was made in, if it was (graph/graph.ts). */
+  /** The capture the latest record was made in, if it was (graphs/graph.ts). */
   #captureSession: CaptureSession | undefined;
   /** What the backstop ends if this event is collected undestroyed. */
   readonly #dropped: Dropped;

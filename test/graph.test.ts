@@ -19,7 +19,7 @@ import {
   StreamCaptureError,
   UseAfterFreeError,
 } from '../src/errors.js';
-import { captureGraph } from '../src/graph/capture.js';
+import { captureGraph } from '../src/graphs/capture.js';
 import { Module } from '../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../src/kernels/ops/elementwise.js';
 import { fill } from '../src/kernels/ops/fill.js';

@@ -25,7 +25,7 @@ import type { Release } from '../buffer/lifetime.js';
 import { type MemoryResource } from '../resource/resource.js';
 import { defaultStream, type StreamRef } from '../stream.js';
 import { Stream, streamHandleOf } from '../stream.js';
-import { refuseDuringCapture } from '../graph/sessions.js';
+import { refuseDuringCapture } from '../graphs/sessions.js';
 import { addressOf, waitForUsesOn } from '../buffer/lifetime.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';

@@ -20,7 +20,7 @@
 import type { Backend, Handle, Ptr } from '../backend/backend.js';
 import { Device, ensureAnyContext } from '../device.js';
 import { StreamCaptureError, VramStateError } from '../errors.js';
-import { captureError, captureSessionOf, refuseDuringCapture } from '../graph/sessions.js';
+import { captureError, captureSessionOf, refuseDuringCapture } from '../graphs/sessions.js';
 import { Event, Stream, streamHandleOf } from '../stream.js';
 import { checkNonNegativeInteger, checkRange } from '../validate.js';
 import { readOptions, type OptionNames } from '../util/options.js';

@@ -21,7 +21,7 @@ import { formatBytes } from '../util/size.js';
 import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
-import { captureSessionOf, type CaptureSession } from '../graph/sessions.js';
+import { captureSessionOf, type CaptureSession } from '../graphs/sessions.js';
 import { GraphPool, graphPoolOf } from './suballoc/graph-pool.js';
 import { streamHandleOf, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';

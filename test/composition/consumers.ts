@@ -16,7 +16,7 @@ import { spillManager } from '../../src/buffer/spill/spill-manager.js';
 import { Communicator } from '../../src/nccl/communicator.js';
 import { UniqueId } from '../../src/nccl/unique-id.js';
 import { Device } from '../../src/device.js';
-import { captureGraph } from '../../src/graph/capture.js';
+import { captureGraph } from '../../src/graphs/capture.js';
 import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
 import { exportIpc } from '../../src/interop/ipc.js';

@@ -12,7 +12,7 @@
 import { DeviceArray } from '../../src/array/device-array.js';
 import { HostArray } from '../../src/array/host-array.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
-import { captureGraph } from '../../src/graph/capture.js';
+import { captureGraph } from '../../src/graphs/capture.js';
 import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { dlpackExportsHeld, fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
 import { importIpc } from '../../src/interop/ipc.js';

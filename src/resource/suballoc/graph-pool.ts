@@ -17,7 +17,7 @@
 import type { Ptr } from '../../backend/backend.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError } from '../../errors.js';
-import { relaxedDuringCapture, type CapturePool } from '../../graph/sessions.js';
+import { relaxedDuringCapture, type CapturePool } from '../../graphs/sessions.js';
 import { inspectCustom } from '../../util/inspect.js';
 import { formatBytes } from '../../util/size.js';
 import { readOptions } from '../../util/options.js';
