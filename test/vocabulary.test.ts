@@ -15,7 +15,7 @@ import { DeviceBuffer, PitchedDeviceBuffer } from '../src/buffer/device-buffer.j
 import { ForeignDeviceBuffer } from '../src/buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../src/buffer/host-buffer.js';
 import { ManagedBuffer } from '../src/buffer/managed-buffer.js';
-import { StridedArray } from '../src/array/layout.js';
+import { StridedArray } from '../src/array/strided-array.js';
 import { DeviceArray } from '../src/array/device-array.js';
 import { HostArray } from '../src/array/host-array.js';
 import { IpcBuffer } from '../src/interop/ipc-buffer.js';

@@ -31,7 +31,8 @@ import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { defaultDType, dtypeOf, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import { allocateHost, encodeScalar, hostElements, type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue } from './host-data.js';
-import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, StridedArray, type Layout } from './layout.js';
+import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, type Layout } from './layout.js';
+import { StridedArray } from './strided-array.js';
 import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
 import {
   copyOnDevice,
