@@ -12,7 +12,6 @@
 import { VramStateError } from '../errors.js';
 import { checkShape, contiguousStrides, elementCount, formatShape, type Shape } from './shape.js';
 
-
 /** Where an array's elements are: shape, strides in elements, byte offset of the first, element size. */
 export interface Layout {
   /** Extent of each dimension (frozen). */
