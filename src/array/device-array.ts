@@ -19,9 +19,8 @@ import { bytesOf, checkWritableMemory, DeviceMemory } from '../buffer/device-mem
 import { DeviceBuffer, PitchedDeviceBuffer, type AllocateAsyncOptions } from '../buffer/device-buffer.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
-import { chargeAllocated } from '../buffer/budget.js';
 import type { AbortSignalLike } from '../resource/waiting.js';
-import type { Release } from '../buffer/lifetime.js';
+import { ArenaPitchedBuffer } from '../buffer/arena-pitched-buffer.js';
 import { type MemoryResource } from '../resource/resource.js';
 import { defaultStream, type StreamRef } from '../stream.js';
 import { Stream, streamHandleOf } from '../stream.js';
@@ -255,25 +254,6 @@ function plainArrayDtype(data: readonly unknown[]): DTypeName {
 
 /** The memory a DeviceArray lives in: device (or managed) memory, or a mapped HostBuffer. */
 export type DeviceArrayMemory = DeviceMemory | HostBuffer;
-
-/** A pitched block of an ArenaResource as a buffer: freed back to the arena with deallocatePitched. */
-class ArenaPitchedBuffer extends DeviceBuffer {
-  private constructor(ptr: Ptr, bytes: number, arena: ArenaResource, stream: StreamRef, release: Release) {
-    super(ptr, bytes, arena, stream, release);
-  }
-
-  /** Takes `height` rows of at least `widthBytes` from the arena; the pitch comes back with the buffer. */
-  static take(arena: ArenaResource, widthBytes: number, height: number, stream: StreamRef): { buffer: DeviceBuffer; pitch: number } {
-    const { ptr, pitch } = arena.allocatePitched(widthBytes, height, stream);
-    // Built here so that the release captures the arena and pointer, never the buffer.
-    const refund = chargeAllocated(pitch * height, 'DeviceArray.pitched', () => arena.deallocatePitched(ptr, stream));
-    const release: Release = (on) => {
-      arena.deallocatePitched(ptr, on);
-      refund?.();
-    };
-    return { buffer: new ArenaPitchedBuffer(ptr, pitch * height, arena, stream, release), pitch };
-  }
-}
 
 /** The largest power of two dividing `n` (n > 0): a lower bound of the alignment a pitch was rounded to. */
 function powerOfTwoIn(n: number): number {
