@@ -4,7 +4,8 @@
  * that polls without ever blocking the event loop, and nothing synchronises behind the caller's back.
  */
 import { guard, unguard, type Dropped } from './backstop.js';
-import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
+import { DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
+import { checkIpcHandle } from './backend/argument-checks.js';
 import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, StreamCaptureError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkLiveStreamHandle } from './validate.js';

@@ -6,7 +6,8 @@
  * holds the memory until it settles, and a host view keeps its buffer reachable.
  * (Note [Buffer lifetimes], docs/design/buffer-lifetimes.md)
  */
-import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/backend.js';
+import type { Backend, Handle, Ptr } from '../backend/backend.js';
+import { recordNewEvent } from '../backend/record-event.js';
 import { inspectCustom } from '../util/inspect.js';
 import { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';

@@ -10,7 +10,8 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, fstatSync } from 'node:fs';
 import koffi from 'koffi';
-import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, MemHandleType, type Handle, type Ptr } from '../backend.js';
+import { EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, MemHandleType, type Handle, type Ptr } from '../backend.js';
+import { checkIpcHandle } from '../argument-checks.js';
 import { CUresult } from '../../errors.js';
 import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
 import { PlainAllocation, type Allocation } from './allocation.js';

@@ -32,7 +32,7 @@
  * waited for only when the memory is needed now. The rest of the device is never synchronised.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { recordNewEvent } from '../../backend/backend.js';
+import { recordNewEvent } from '../../backend/record-event.js';
 import { CounterCell, type Counter } from '../../counter.js';
 import { Device } from '../../device.js';
 import { isOutOfMemory, StreamCaptureError } from '../../errors.js';
