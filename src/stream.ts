@@ -90,7 +90,10 @@ export interface StreamRef {
   readonly handle: number;
 }
 
-/** The legacy default stream, as a StreamRef. */
+/**
+ * The legacy default stream as a bare StreamRef, what the library passes where a stream was left out.
+ * Not exported by the package: users name that stream `Stream.default()`.
+ */
 export const defaultStream: StreamRef = Object.freeze({ handle: 0 });
 
 /**
