@@ -9,15 +9,15 @@
  *
  * @module vram/ipc
  */
-export { exportIpc, importIpc } from '../interop/ipc.js';
-export type { ImportIpcOptions } from '../interop/ipc.js';
-export { IpcHandle } from '../interop/ipc-handle.js';
-export type { IpcHandleKind, IpcDescriptors } from '../interop/ipc-handle.js';
-export { parseTorchShare, torchShareTuple, isTorchShareTuple, TORCH_HANDLE_BYTES } from '../interop/torch-ipc.js';
-export type { TorchShareTuple, TorchShare, TorchBytes } from '../interop/torch-ipc.js';
-export { IpcBuffer } from '../interop/ipc-buffer.js';
-export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../interop/pool-ipc.js';
-export type { ImportPoolOptions, ImportPointerOptions } from '../interop/pool-ipc.js';
-export { sendFd, receiveFd } from '../interop/fd-passing.js';
+export { exportIpc, importIpc } from '../ipc/ipc.js';
+export type { ImportIpcOptions } from '../ipc/ipc.js';
+export { IpcHandle } from '../ipc/ipc-handle.js';
+export type { IpcHandleKind, IpcDescriptors } from '../ipc/ipc-handle.js';
+export { parseTorchShare, torchShareTuple, isTorchShareTuple, TORCH_HANDLE_BYTES } from '../ipc/torch-ipc.js';
+export type { TorchShareTuple, TorchShare, TorchBytes } from '../ipc/torch-ipc.js';
+export { IpcBuffer } from '../ipc/ipc-buffer.js';
+export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../ipc/pool-ipc.js';
+export type { ImportPoolOptions, ImportPointerOptions } from '../ipc/pool-ipc.js';
+export { sendFd, receiveFd } from '../ipc/fd-passing.js';
 export { closeFd, SystemCallError } from '../cuda/libc.js';
-export type { ReceivedFd, ReceiveFdOptions } from '../interop/fd-passing.js';
+export type { ReceivedFd, ReceiveFdOptions } from '../ipc/fd-passing.js';

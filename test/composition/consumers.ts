@@ -19,7 +19,7 @@ import { Device } from '../../src/device.js';
 import { captureGraph } from '../../src/graphs/capture.js';
 import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
-import { exportIpc } from '../../src/interop/ipc.js';
+import { exportIpc } from '../../src/ipc/ipc.js';
 import { threadCount } from '../../src/kernels/emulated-kernel.js';
 import { type EmulatedKernel } from '../../src/backend/backend.js';
 import { Module } from '../../src/kernels/module.js';

@@ -15,7 +15,7 @@ import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { captureGraph } from '../../src/graphs/capture.js';
 import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { dlpackExportsHeld, fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
-import { importIpc } from '../../src/interop/ipc.js';
+import { importIpc } from '../../src/ipc/ipc.js';
 import { DeviceMemory } from '../../src/buffer/device-memory.js';
 import { fill } from '../../src/kernels/ops/index.js';
 import { GraphPool } from '../../src/resource/suballoc/graph-pool.js';
