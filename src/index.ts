@@ -6,7 +6,7 @@
  * vram: CUDA memory management for TypeScript. This root holds what a user of arrays and the default
  * allocator needs: devices, streams, buffers, arrays, the current resource, its statistics and the
  * errors. The rest lives in subpaths, one file each under src/public/ (package.json "exports"; this
- * list is checked against it by test/exports.test.ts):
+ * list is checked against it by test/package/docs.test.ts):
  * - `vram/resources`: memory resources, sub-allocators and adaptors;
  * - `vram/buffers`: every kind of buffer, and copies to and from JavaScript memory;
  * - `vram/arrays`: dtypes, layouts, `DeviceArray` and `HostArray` in full;
@@ -18,7 +18,7 @@
  * - `vram/backend`: the Backend interface and the emulated backend;
  * - `vram/nccl`: collectives between GPUs and hosts;
  * - `vram/graphs`: CUDA graphs and their memory pool.
- * test/exports.test.ts lists the root's names, so adding one here is a visible decision: keep it to
+ * test/package/exports.test.ts lists the root's names, so adding one here is a visible decision: keep it to
  * what the first page of the README uses.
  *
  * @module vram
