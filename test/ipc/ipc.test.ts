@@ -6,7 +6,7 @@
  * Python too). On the emulated backend the shared bytes and event words live in shared memory
  * both processes map (src/backend/emulated/ipc-calls.ts), so all of that runs there too, stream-ordered
  * pools shared between processes included. GPU-only: CuPy peers in both directions. Memory of
- * the default allocators (pool and physical handles) is test/interop/ipc-default.test.ts.
+ * the default allocators (pool and physical handles) is test/ipc/ipc-default.test.ts.
  */
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
