@@ -1046,7 +1046,7 @@ export class Event {
  * @throws {UseAfterFreeError} For a destroyed Stream.
  */
 export function streamHandleOf(stream: StreamRef | undefined, name = 'stream'): Handle {
-  if (stream === undefined) return DEFAULT_STREAM;
+  if (stream === undefined || stream === defaultStream) return DEFAULT_STREAM;
   if (stream instanceof Stream) return stream.handle;
   return checkLiveStreamHandle(stream, Device.get(0).backend, name);
 }

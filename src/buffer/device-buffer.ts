@@ -193,7 +193,7 @@ export class DeviceBuffer extends DeviceMemory {
    * using big = DeviceBuffer.allocate('256M');
    * ```
    */
-  static allocate(size: ByteSize, options: DeviceBufferOptions = {}): DeviceBuffer {
+  static allocate(size: ByteSize, options?: DeviceBufferOptions): DeviceBuffer {
     const bytes = readBytes(size, 'bytes');
     options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true, spillable: true });
     const stream = options.stream ?? defaultStream;
@@ -203,7 +203,7 @@ export class DeviceBuffer extends DeviceMemory {
     const budgets = activeBudgets();
     if (budgets.length === 0) {
       const ptr = resource.allocate(bytes, stream);
-      return new DeviceBuffer(ptr, bytes, resource, stream, (on) => resource.deallocate(ptr, bytes, on));
+      return new DeviceBuffer(ptr, bytes, resource, stream, resource);
     }
     const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
     if (over !== undefined) throw over.error;
