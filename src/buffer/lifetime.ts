@@ -382,7 +382,7 @@ export abstract class Allocation {
   /**
    * True for memory lent to vram for reading only (a foreign device buffer wrapped with
    * `readOnly`, JavaScript memory registered with `readOnly`): vram writes nothing into it. Copies
-   * and fills check it in one place (`checkWritableMemory`, buffer/device-memory.ts), arrays and the built-in
+   * and fills check it in one place (`checkWritableMemory`, buffer/copy-planning.ts), arrays and the built-in
    * operations through `DeviceArray.readOnly`, and exports say so. False for vram's own memory.
    *
    * @returns Whether writes into the memory are refused.
