@@ -6,11 +6,11 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { getBackend } from '../src/backend/select.js';
-import { modelMark, type BenchSettings } from '../src/cli/bench/common.js';
-import { driverCallTally } from '../src/cli/bench/driver-calls.js';
-import { HIT_PAIRS, HIT_ROUNDS, measureHits, measureHitsApart } from '../src/cli/bench/hits.js';
-import { createResourceStack } from '../src/resource/stacks.js';
+import { getBackend } from '../../src/backend/select.js';
+import { modelMark, type BenchSettings } from '../../src/cli/bench/common.js';
+import { driverCallTally } from '../../src/cli/bench/driver-calls.js';
+import { HIT_PAIRS, HIT_ROUNDS, measureHits, measureHitsApart } from '../../src/cli/bench/hits.js';
+import { createResourceStack } from '../../src/resource/stacks.js';
 
 const settings: BenchSettings = { backend: getBackend(), quick: true, transferSizes: [], asyncTransferSize: 0, allocSizes: [256] };
 
