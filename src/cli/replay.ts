@@ -444,7 +444,15 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
     'replay',
     '--html',
     path,
-    renderReport(replayReport({ trace, facts: headingLines(run, backend, capacity), stacks, leading: [table] })),
+    renderReport(
+      replayReport({
+        trace,
+        facts: headingLines(run, backend, capacity),
+        stacks,
+        leading: [table],
+        ...(run.limit === undefined ? {} : { capacityBytes: run.limit.ballast.capacityBytes }),
+      }),
+    ),
   );
 }
 
