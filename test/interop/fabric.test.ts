@@ -9,6 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
+import { MemHandleType } from '../../src/backend/backend.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { Device } from '../../src/device.js';
 import { FabricUnavailableError, NotSupportedError, type FabricRequirement } from '../../src/errors.js';
@@ -233,6 +234,26 @@ describe('the IMEX check, before the driver is asked', () => {
   });
 });
 
+test(
+  'the emulated driver keeps the handle types apart: fabric-only memory has no descriptor, descriptor memory no fabric handle',
+  { skip: onGpu ? 'emulation only: the driver answers these itself' : false },
+  () => {
+    const backend = device.backend;
+    const page = backend.memGetAllocationGranularity(0);
+    const invalid = (e: unknown): boolean => e instanceof Error && (e as { errorName?: string }).errorName === 'CUDA_ERROR_INVALID_VALUE';
+    const fabricOnly = backend.memCreate(page, 0, MemHandleType.FABRIC);
+    const posixOnly = backend.memCreate(page, 0);
+    try {
+      assert.throws(() => backend.memExportToShareableHandle(fabricOnly, MemHandleType.POSIX_FILE_DESCRIPTOR), invalid);
+      assert.throws(() => backend.memExportFabricHandle(posixOnly), invalid);
+      assert.equal(backend.memExportFabricHandle(fabricOnly).length, 64);
+    } finally {
+      backend.memRelease(fabricOnly);
+      backend.memRelease(posixOnly);
+    }
+  },
+);
+
 describe('options', () => {
   test('handleTypes takes none, posix-fd and fabric; a bad value names them', () => {
     assert.throws(
@@ -245,7 +266,7 @@ describe('options', () => {
     );
   });
 
-  test('fabric is for device memory: refused for a host NUMA pool, before the pool is created', () => {
+  test('fabric is for device memory: refused for a host NUMA pool, before any driver call', () => {
     assert.throws(
       () => new AsyncResource({ pool: { handleTypes: 'fabric', location: { type: 'host-numa', id: 0 } } }),
       (e: unknown) => e instanceof RangeError && /device memory/.test(e.message),

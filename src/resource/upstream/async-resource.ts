@@ -128,10 +128,7 @@ export class AsyncResource extends DriverResource {
       throw new NotSupportedError(`device ${device.ordinal} does not support stream-ordered memory pools`);
     }
     const hostNumaId = typeof pool === 'object' && pool.location.type === 'host-numa' ? hostNumaNode(device, pool.location.id) : undefined;
-    if (typeof pool === 'object' && pool.handleTypes === 'fabric') {
-      if (hostNumaId !== undefined) throw new RangeError("pool.handleTypes 'fabric' is for device memory, not a pool on a host NUMA node");
-      checkFabricSupport(device, 'pool', 'new AsyncResource');
-    }
+    if (typeof pool === 'object' && pool.handleTypes === 'fabric') checkFabricSupport(device, 'pool', 'new AsyncResource');
     super(device);
     this.hostNumaId = hostNumaId;
     this.kind = hostNumaId === undefined ? 'device' : 'pinned-host';
@@ -425,7 +422,11 @@ function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'cu
   if (handleTypes !== 'none' && handleTypes !== 'posix-fd' && handleTypes !== 'fabric') {
     throw new RangeError(`pool.handleTypes must be 'none', 'posix-fd' or 'fabric', got '${String(handleTypes)}'`);
   }
-  return { maxSize, handleTypes, location: readLocation(pool.location) };
+  const location = readLocation(pool.location);
+  if (handleTypes === 'fabric' && location.type !== 'device') {
+    throw new RangeError("pool.handleTypes 'fabric' is for device memory, not a pool on a host NUMA node");
+  }
+  return { maxSize, handleTypes, location };
 }
 
 /** `pool.location`, checked: 'device' or 'host-numa' with an optional node id. */
