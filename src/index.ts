@@ -45,7 +45,7 @@ export { HostBuffer } from './buffer/host-buffer.js';
 export type { HostBufferOptions } from './buffer/host-buffer.js';
 export { ManagedBuffer } from './buffer/managed-buffer.js';
 export type { ManagedBufferOptions } from './buffer/managed-buffer.js';
-export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/device-memory.js';
+export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/copy-planning.js';
 export type { FreeOptions } from './buffer/lifetime.js';
 export { tidy, keep } from './buffer/tidy.js';
 

@@ -7,7 +7,7 @@ import { guard, unguard, type Dropped } from './backstop.js';
 import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
 import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, StreamCaptureError, UseAfterFreeError, VramStateError } from './errors.js';
-import { checkLiveStreamHandle } from './validate.js';
+import { checkLiveStreamHandle, checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
@@ -1046,7 +1046,9 @@ export class Event {
  * @throws {UseAfterFreeError} For a destroyed Stream.
  */
 export function streamHandleOf(stream: StreamRef | undefined, name = 'stream'): Handle {
-  if (stream === undefined) return DEFAULT_STREAM;
+  if (stream === undefined || stream === defaultStream) return DEFAULT_STREAM;
   if (stream instanceof Stream) return stream.handle;
+  // Every backend vouches for the legacy stream: `{ handle: 0 }` needs no device looked up.
+  if (checkStreamHandle(stream, name) === DEFAULT_STREAM) return DEFAULT_STREAM;
   return checkLiveStreamHandle(stream, Device.get(0).backend, name);
 }

@@ -19,7 +19,7 @@
  */
 import type { Device } from '../device.js';
 import { UseAfterFreeError, VramStateError } from '../errors.js';
-import { bytesOf, checkWritableMemory } from '../buffer/device-memory.js';
+import { bytesOf, checkWritableMemory } from '../buffer/copy-planning.js';
 import { HostBuffer, type HostBufferOptions } from '../buffer/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';

@@ -15,7 +15,7 @@ import { Device } from '../../src/device.js';
 import { Stream } from '../../src/stream.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { ArenaResource } from '../../src/resource/suballoc/arena.js';
-import { bytesOf } from '../../src/buffer/device-memory.js';
+import { bytesOf } from '../../src/buffer/copy-planning.js';
 import { onLeak } from '../../src/backstop.js';
 import { DoubleFreeError, UseAfterFreeError, VramStateError } from '../../src/errors.js';
 import { dtypeOf, dtypes, type DTypeName } from '../../src/array/dtype.js';

@@ -14,7 +14,7 @@ import { EmulatedBackend } from '../../src/backend/emulated.js';
 import { Device } from '../../src/device.js';
 import { Stream } from '../../src/stream.js';
 import { HostBuffer } from '../../src/buffer/host-buffer.js';
-import { bytesOf } from '../../src/buffer/device-memory.js';
+import { bytesOf } from '../../src/buffer/copy-planning.js';
 import { PinnedHostPool } from '../../src/resource/suballoc/pinned-host-pool.js';
 import { DoubleFreeError, UseAfterFreeError, VramStateError } from '../../src/errors.js';
 import { dtypeOf, dtypes, type DTypeName } from '../../src/array/dtype.js';
