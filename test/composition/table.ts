@@ -55,13 +55,6 @@ const notSpillable = refuses(NotSupportedError, /spillable/);
  * only when asked ({ mapped: true }); a GPU with unified addressing maps every cuMemHostAlloc.
  */
 const pinnedDLPack = onGpu ? works : refuses(InvalidPointerError, /not mapped/);
-/**
- * A peer copy of spillable memory at a fixed address: its virtual range is mapped for its own
- * device only, and the copy grants the other device nothing (a PoolResource's does), so the
- * driver refuses the copy. Found by this table; see the report of the composition-table branch.
- */
-const PEER_SPILLABLE = finding(works, 'a peer copy of fixed-address spillable memory fails in the driver (no access granted to the copying device)');
-
 /** Row after row: kind -> consumer -> outcome. */
 export const table: Readonly<Record<string, Readonly<Record<string, Expectation>>>> = {
   'pool-block': {
@@ -250,7 +243,7 @@ export const table: Readonly<Record<string, Readonly<Record<string, Expectation>
     'copy-js-async': works,
     'copy-pinned': works,
     'copy-device': works,
-    'copy-peer': PEER_SPILLABLE,
+    'copy-peer': works,
     graph: works,
     'dlpack-export': works,
     'cai-export': works,
