@@ -9,7 +9,7 @@
  * and the marker goes when the fix lands. `skip` is for cells this machine cannot run (peer
  * copies need two devices).
  */
-import { InvalidPointerError, NotSupportedError, OutOfMemoryError, VramStateError } from '../../src/errors.js';
+import { InvalidPointerError, NotSupportedError, OutOfMemoryError, StreamCaptureError, VramStateError } from '../../src/errors.js';
 import { onGpu } from '../helpers.js';
 
 /** An error class a refusal names. */
@@ -289,6 +289,29 @@ export const table: Readonly<Record<string, Readonly<Record<string, Expectation>
     'copy-device': works,
     'copy-peer': works,
     graph: works,
+    'dlpack-export': works,
+    'cai-export': works,
+    'ipc-export': notExportable,
+    nccl: works,
+    budget: works,
+    'scoped-resource': works,
+    spilling: works,
+    'stats-snapshot': works,
+    free: works,
+    using: works,
+    backstop: works,
+  },
+  'foreign-mirror': {
+    'builtin-read': works,
+    'builtin-write': works,
+    'user-kernel': works,
+    'copy-js-sync': works,
+    'copy-js-async': works,
+    'copy-pinned': works,
+    'copy-device': works,
+    'copy-peer': works,
+    // A graph's launches would write it without the mirror seeing them: the host side would go stale unnoticed.
+    graph: refuses(StreamCaptureError, /ForeignMirror/),
     'dlpack-export': works,
     'cai-export': works,
     'ipc-export': notExportable,
