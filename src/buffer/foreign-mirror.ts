@@ -4,7 +4,7 @@
  * Note [Which side of a foreign mirror is current] in docs/design/foreign-mirror.md.
  */
 import { StreamCaptureError, VramStateError } from '../errors.js';
-import { captureSessionOf } from '../graph/sessions.js';
+import { captureSessionOf } from '../graphs/sessions.js';
 import { readOptions } from '../util/options.js';
 import type { StreamRef } from '../stream.js';
 import { ForeignDeviceBuffer } from './foreign-device-buffer.js';

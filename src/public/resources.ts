@@ -8,7 +8,6 @@
  *
  * @module vram/resources
  */
-export { defaultStream } from '../stream.js';
 export type { ReservingResource, ResourceJSON } from '../resource/resource.js';
 export type { MemoryKind, MemoryFigures } from '../resource/figures.js';
 export type { ByteSize } from '../validate.js';

@@ -22,8 +22,8 @@ import { formatBytes } from '../util/size.js';
 import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
 import { isOutOfMemory, StreamCaptureError, UseAfterFreeError } from '../errors.js';
-import { captureSessionOf, type CaptureSession } from '../graph/sessions.js';
-import { GraphPool, graphPoolOf } from './graph-pool.js';
+import { captureSessionOf, type CaptureSession } from '../graphs/sessions.js';
+import { GraphPool, graphPoolOf } from './suballoc/graph-pool.js';
 import { streamHandleOf, type StreamRef } from '../stream.js';
 import { retryAfterReleasingCaches, trackResource, withoutHostWait } from './cache-registry.js';
 import { memoryFreed, waiting } from './waiting.js';
@@ -762,7 +762,7 @@ export function upstreamChain(top: MemoryResource): MemoryResource[] {
  * ```ts
  * allowPeerCopy(src.resource, src.ptr, stream.device, false);
  * ```
- * @internal the copy path's (`src/buffer/device-memory.ts`).
+ * @internal the copy path's (`src/buffer/copy-planning.ts`).
  */
 export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device, write: boolean): void {
   for (const r of upstreamChain(resource)) if (r.allowPeerCopy(ptr, device, write)) return;

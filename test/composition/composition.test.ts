@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { Device } from '../../src/device.js';
 import type { Module } from '../../src/kernels/module.js';
 import { Stream } from '../../src/stream.js';
@@ -19,7 +19,7 @@ import { table, type Expectation } from './table.js';
 import { deviceMemoryUsed, forceGc, onGpu } from '../helpers.js';
 import { heldByResources } from '../../src/resource/cache-registry.js';
 import { emptyCache } from '../../src/resource/current.js';
-import { graphPoolsOf } from '../../src/resource/graph-pool.js';
+import { graphPoolsOf } from '../../src/resource/suballoc/graph-pool.js';
 
 // A second emulated device, so the peer copies run here too (a GPU machine has what it has).
 if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2 }));

@@ -12,7 +12,7 @@ import { ForeignMirror } from '../../src/buffer/foreign-mirror.js';
 import { ForeignDeviceBuffer } from '../../src/buffer/foreign-device-buffer.js';
 import { Device } from '../../src/device.js';
 import { StreamCaptureError, UseAfterFreeError, VramStateError } from '../../src/errors.js';
-import type { Graph } from '../../src/graph/graph.js';
+import type { Graph } from '../../src/graphs/graph.js';
 import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
 import { elementwise, sum } from '../../src/kernels/ops/index.js';
