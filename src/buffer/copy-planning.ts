@@ -27,9 +27,8 @@ import { readOptions } from '../util/options.js';
 import { addressOf, Allocation, holdMemory } from './lifetime.js';
 import { DeviceMemory } from './device-memory.js';
 import { beginOperation, movesOnReload, prepareUse } from './spill/residency.js';
-import { MemoryResource } from '../resource/resource.js';
+import { allowPeerCopy, MemoryResource } from '../resource/resource.js';
 import { defaultStream, type StreamRef } from '../stream.js';
-import { allowPeerCopy } from '../resource/suballoc/pool.js';
 import { copyPageable, copyPageableAsync, type PageableCopy } from './transfer/transfers.js';
 
 /** JavaScript memory a copy may read or write: any TypedArray, Buffer, DataView or ArrayBuffer. */
@@ -269,10 +268,11 @@ function pageable(plan: PlannedCopy, register: boolean | undefined): PageableCop
 
 /**
  * Lets `device`, whose context runs a copy between devices, reach the other device's side of it:
- * the side's memory, when a virtual-memory pool of vram's handed it out (a PoolResource, the
- * `pool` and `adaptive` default allocators), is reachable only from the devices its mappings were
- * granted to, where memory from cuMemAlloc or CUDA's pools is copied by cuMemcpyPeer as it is.
- * The buffer's resource (a DeviceBuffer's) leads to the pool; other memory needs nothing.
+ * the side's memory, when a resource of vram's mapped it (a virtual-memory pool: PoolResource, the
+ * `pool` and `adaptive` default allocators; spillable memory at a fixed address), is reachable
+ * only from the devices its mappings were granted to, where memory from cuMemAlloc or CUDA's pools
+ * is copied by cuMemcpyPeer as it is. The buffer's resource (a DeviceBuffer's) leads to the
+ * mapping resource; other memory needs nothing.
  */
 function reachFrom(device: Device, end: CopyEndpoint, ptr: Ptr, write: boolean): void {
   const resource = (end as { readonly resource?: unknown }).resource;

@@ -3,7 +3,8 @@
  * dirty host data): vram knows which side is current and copies only when the side read is stale.
  * Note [Which side of a foreign mirror is current] in docs/design/foreign-mirror.md.
  */
-import { VramStateError } from '../errors.js';
+import { StreamCaptureError, VramStateError } from '../errors.js';
+import { captureSessionOf } from '../graphs/sessions.js';
 import { readOptions } from '../util/options.js';
 import type { StreamRef } from '../stream.js';
 import { ForeignDeviceBuffer } from './foreign-device-buffer.js';
@@ -17,7 +18,7 @@ export type MirrorHost = ArrayBufferView;
 
 /** What the mirrors of a device hold and copied (`memoryStats().foreign`). */
 export interface ForeignFigures {
-  /** Live mirrors. */
+  /** Live mirrors: not destroyed, their buffer not freed, not collected. */
   readonly mirrors: number;
   /** Their device bytes: foreign memory vram never frees or spills (its owner does). */
   readonly bytes: number;
@@ -27,22 +28,28 @@ export interface ForeignFigures {
   readonly copiesToHost: number;
 }
 
-interface Counts {
-  mirrors: number;
-  bytes: number;
+interface Copies {
   copiesToDevice: number;
   copiesToHost: number;
 }
-const figures = new Map<number, Counts>();
+const copies = new Map<number, Copies>();
 
-function countsOf(device: number): Counts {
-  let c = figures.get(device);
+function countsOf(device: number): Copies {
+  let c = copies.get(device);
   if (c === undefined) {
-    c = { mirrors: 0, bytes: 0, copiesToDevice: 0, copiesToHost: 0 };
-    figures.set(device, c);
+    c = { copiesToDevice: 0, copiesToHost: 0 };
+    copies.set(device, c);
   }
   return c;
 }
+
+/**
+ * The mirrors made and not known to be over: a mirror is live until `destroy()`, the free of its
+ * buffer, or its collection (a program may drop one without `destroy()`), which the figures
+ * read when they are asked for rather than count as they happen (no hook on either).
+ */
+const mirrors = new Set<WeakRef<ForeignMirror>>();
+const collected = new FinalizationRegistry<WeakRef<ForeignMirror>>((ref) => mirrors.delete(ref));
 
 /**
  * The figures of the device's mirrors (zeros where it has none).
@@ -51,7 +58,20 @@ function countsOf(device: number): Counts {
  * @returns A copy of the figures.
  */
 export function foreignFigures(device: number): ForeignFigures {
-  return { ...(figures.get(device) ?? { mirrors: 0, bytes: 0, copiesToDevice: 0, copiesToHost: 0 }) };
+  let live = 0;
+  let bytes = 0;
+  for (const ref of mirrors) {
+    const m = ref.deref();
+    if (m === undefined || m.destroyed || m.buffer.freed) {
+      mirrors.delete(ref);
+      continue;
+    }
+    if (m.buffer.device.ordinal !== device) continue;
+    live++;
+    bytes += m.buffer.byteLength;
+  }
+  const c = copies.get(device);
+  return { mirrors: live, bytes, copiesToDevice: c?.copiesToDevice ?? 0, copiesToHost: c?.copiesToHost ?? 0 };
 }
 
 /**
@@ -112,9 +132,9 @@ export class ForeignMirror<H extends MirrorHost = MirrorHost> {
     const mirror = new ForeignMirror(buffer, host, current);
     tied.add(buffer);
     setResidency(buffer, { prepare: (stream, writes) => mirror.#prepare(stream, writes), moves: false });
-    const c = countsOf(buffer.device.ordinal);
-    c.mirrors++;
-    c.bytes += buffer.byteLength;
+    const ref = new WeakRef<ForeignMirror>(mirror);
+    mirrors.add(ref);
+    collected.register(mirror, ref);
     return mirror;
   }
 
@@ -146,8 +166,10 @@ export class ForeignMirror<H extends MirrorHost = MirrorHost> {
     if (this.#side === 'device') {
       this.#sync(() => this.buffer.copyToHost(this.#host));
       countsOf(this.buffer.device.ordinal).copiesToHost++;
+      this.#side = 'both';
     }
-    this.#side = write ? 'host' : 'both';
+    // A read leaves a host side that is ahead of the device ahead: the device copy is still stale.
+    if (write) this.#side = 'host';
     return this.#host;
   }
 
@@ -165,9 +187,6 @@ export class ForeignMirror<H extends MirrorHost = MirrorHost> {
     this.#destroyed = true;
     tied.delete(this.buffer);
     setResidency(this.buffer, { prepare: () => undefined, moves: false });
-    const c = countsOf(this.buffer.device.ordinal);
-    c.mirrors--;
-    c.bytes -= this.buffer.byteLength;
   }
 
   [Symbol.dispose](): void {
@@ -175,8 +194,15 @@ export class ForeignMirror<H extends MirrorHost = MirrorHost> {
   }
 
   /** Before a use of the buffer by vram: bring the device side up to date, note a write. */
-  #prepare(_stream: StreamRef | undefined, writes: boolean): void {
+  #prepare(stream: StreamRef | undefined, writes: boolean): void {
     if (this.#syncing || this.#destroyed) return;
+    if (stream !== undefined && captureSessionOf(stream.handle) !== undefined) {
+      throw new StreamCaptureError(
+        "a use of a ForeignMirror's buffer",
+        "a graph's launches would read and write it without the mirror seeing them (the host side would go stale " +
+          'unnoticed): use the mirror outside graphs, or untie it (destroy()) and capture its buffer, which is then plain foreign memory',
+      );
+    }
     if (this.#side === 'host') {
       this.#sync(() => this.buffer.copyFromHost(this.#host));
       countsOf(this.buffer.device.ordinal).copiesToDevice++;

@@ -22,6 +22,7 @@ import { NotSupportedError } from '../errors.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
 import { DeviceBuffer } from '../buffer/device-buffer.js';
 import type { SpillLease } from '../buffer/spill/lease.js';
+import { prepareUse } from '../buffer/spill/residency.js';
 import { Stream, streamHandleOf, type StreamRef } from '../stream.js';
 import { readOptions } from '../util/options.js';
 
@@ -142,6 +143,8 @@ export function toCudaArrayInterface(array: DeviceArray, options: ToCudaArrayInt
   // Spillable memory stays on the device at its address while the exported object lives.
   const buffer = array.buffer;
   const lease = buffer instanceof DeviceBuffer && buffer.spillable ? buffer.lease({ readOnly: array.readOnly }) : undefined;
+  // Other memory meets the residency hook as any use does (a ForeignMirror's host side copied over; the consumer may write).
+  if (lease === undefined) prepareUse(buffer, undefined, !array.readOnly);
   const vector = dt.components > 1;
   const itemSize = dt.byteSize / dt.components;
   const shape = vector ? [...array.shape, dt.components] : [...array.shape];

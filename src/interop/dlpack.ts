@@ -52,6 +52,7 @@ import { Device } from '../device.js';
 import { CudaError, CUresult, NotSupportedError, VramStateError } from '../errors.js';
 import { DeviceBuffer } from '../buffer/device-buffer.js';
 import type { SpillLease } from '../buffer/spill/lease.js';
+import { prepareUse } from '../buffer/spill/residency.js';
 import { ForeignDeviceBuffer } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
 import { keep } from '../buffer/tidy.js';
@@ -285,6 +286,8 @@ export function toDLPack(array: DeviceArray | HostArray, options: ToDLPackOption
   const buffer = array.buffer;
   // Spillable memory stays on the device at its address until the consumer's deleter runs.
   const lease = buffer instanceof DeviceBuffer ? buffer.lease({ readOnly }) : undefined;
+  // Other memory meets the residency hook as any use does (a ForeignMirror's host side copied over; the consumer may write).
+  if (lease === undefined) prepareUse(buffer, undefined, !readOnly);
   // The memory's first byte (`ptr` throws UseAfterFreeError once freed); the array's byte offset
   // goes apart, in byte_offset.
   const data = lease !== undefined ? lease.ptr : buffer.ptr;

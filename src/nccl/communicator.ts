@@ -12,6 +12,7 @@ import type { Handle } from '../backend/backend.js';
 import { COLLECTIVE_DATA_TYPES, COLLECTIVE_REDUCE_OPS, type CollectiveDataType, type CollectiveReduceOp, type TransportComm } from '../backend/collectives.js';
 import { getBackend } from '../backend/select.js';
 import { DeviceMemory } from '../buffer/device-memory.js';
+import { prepareUse } from '../buffer/spill/residency.js';
 import { loadNccl, ncclVersionText } from '../cuda/nccl.js';
 import { Device } from '../device.js';
 import { NotSupportedError, VramStateError } from '../errors.js';
@@ -552,12 +553,15 @@ export class Communicator {
       if (dtypeOption !== undefined && dtypeOf(dtypeOption) !== dtype) {
         throw new TypeError(`${what} is a ${dtype.name} array; options.dtype (${dtypeOf(dtypeOption).name}) is for buffers only`);
       }
+      // The residency hook first, as every copy and launch calls it (a ForeignMirror's host side copied over).
+      prepareUse(memory.buffer, undefined, writes);
       ptr = memory.ptr;
       bytes = memory.nbytes;
       device = memory.device;
       readOnly = memory.readOnly;
     } else if (memory instanceof DeviceMemory) {
       dtype = dtypeOf(dtypeOption ?? defaultDType);
+      prepareUse(memory, undefined, writes);
       ptr = memory.ptr;
       bytes = memory.byteLength;
       device = memory.device;

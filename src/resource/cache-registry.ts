@@ -27,6 +27,8 @@ export interface CachingResource {
   readonly deviceOrdinal: number;
   readonly upstream?: CachingResource;
   readonly destroyed: boolean;
+  /** True once a destroyed resource's memory went back (its last live block returned). */
+  readonly released: boolean;
   releaseCached(): number;
   memoryFigures(): MemoryFigures | undefined;
   describe(): string;
@@ -145,6 +147,39 @@ function driverReserved(resources: readonly CachingResource[]): number {
   let bytes = 0;
   for (const r of resources) bytes += driverFigures(r)?.reservedBytes ?? 0;
   return bytes;
+}
+
+/**
+ * What vram's resources hold of `memory` now, by their own figures: `reservedBytes`, what every
+ * resource that takes its memory from the driver itself (no upstream) holds from it, and
+ * `allocatedBytes`, what every resource has handed out, summed over all (a block of a pool over
+ * another resource counts at both, so a block left live anywhere in a stack shows). Resources
+ * that have not given their memory back count, a destroyed one whose memory waits for its last
+ * live blocks included; one whose figures cannot be read counts nothing. vram's own count, where
+ * the driver's (cuMemGetInfo) is the whole device's, which other processes and libraries (an IPC
+ * peer, NCCL) move too.
+ *
+ * @param memory A device ordinal, or 'pinned-host'.
+ * @returns The bytes.
+ * @internal the tests' checks that memory went back.
+ */
+export function heldByResources(memory: CachedMemory): { readonly reservedBytes: number; readonly allocatedBytes: number } {
+  let reservedBytes = 0;
+  let allocatedBytes = 0;
+  for (const ref of live) {
+    const r = ref.deref();
+    if (r === undefined || r.released) continue;
+    if (memory === 'pinned-host' ? r.kind !== 'pinned-host' : r.kind === 'pinned-host' || r.deviceOrdinal !== memory) continue;
+    try {
+      const figures = r.memoryFigures();
+      if (figures === undefined) continue;
+      allocatedBytes += figures.allocatedBytes.value;
+      if (r.upstream === undefined) reservedBytes += figures.reservedBytes;
+    } catch {
+      // A resource (the program's own subclass) whose figures cannot be read holds nothing vram can count.
+    }
+  }
+  return { reservedBytes, allocatedBytes };
 }
 
 /** Bytes the driver-backed resources among `resources` hold from the driver beyond what they hand out. */

@@ -17,6 +17,7 @@
  * stream it is handed to (see `stream-order.ts`).
  */
 import type { Ptr } from '../backend/backend.js';
+import type { Device } from '../device.js';
 import { formatBytes } from '../util/size.js';
 import { inspectCustom } from '../util/inspect.js';
 import { guard, unguard, type Dropped } from '../backstop.js';
@@ -571,6 +572,27 @@ export abstract class MemoryResource {
   }
 
   /**
+   * Lets `device` reach the memory at `ptr` for a copy between devices that runs in `device`'s
+   * context, where this resource maps its memory for named devices only (cuMemSetAccess): the
+   * virtual-memory pool and the SpillableResource grant the access (Note [Peer copies of mapped
+   * memory] in docs/design/peer-grants.md). Memory of any other resource needs nothing: false.
+   *
+   * @param _ptr An address in memory this resource handed out.
+   * @param _device The device whose context runs the copy.
+   * @param _write Whether the copy writes the memory.
+   * @returns True when `ptr` is this resource's mapped memory (granted now or before).
+   * @throws {CudaError} When the driver refuses the grant.
+   * @example
+   * ```ts
+   * resource.allowPeerCopy(src.ptr, Device.get(1), false);
+   * ```
+   * @internal the copy path's, through `allowPeerCopy` below.
+   */
+  allowPeerCopy(_ptr: Ptr, _device: Device, _write: boolean): boolean {
+    return false;
+  }
+
+  /**
    * A short description for logs and errors, e.g. `PoolResource(initial=1 GiB)`; it names the
    * resource's class, its parameters and its upstream's description. It works after `destroy()`,
    * since error messages about a destroyed resource use it.
@@ -724,6 +746,26 @@ export function upstreamChain(top: MemoryResource): MemoryResource[] {
   const chain: MemoryResource[] = [];
   for (let r: MemoryResource | undefined = top; r !== undefined && !chain.includes(r); r = r.upstream) chain.push(r);
   return chain;
+}
+
+/**
+ * Lets `device` reach the memory at `ptr`, which `resource` handed out, for a copy between devices
+ * that runs in `device`'s context: the first resource down the stack (adaptors, bins, a limit over
+ * a pool) whose mappings hold `ptr` grants the access (`MemoryResource.allowPeerCopy`).
+ *
+ * @param resource The resource the memory came from (a buffer's).
+ * @param ptr An address in the memory.
+ * @param device The device whose context runs the copy.
+ * @param write Whether the copy writes the memory.
+ * @throws {CudaError} When the driver refuses the grant.
+ * @example
+ * ```ts
+ * allowPeerCopy(src.resource, src.ptr, stream.device, false);
+ * ```
+ * @internal the copy path's (`src/buffer/copy-planning.ts`).
+ */
+export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device, write: boolean): void {
+  for (const r of upstreamChain(resource)) if (r.allowPeerCopy(ptr, device, write)) return;
 }
 
 /**

@@ -9,6 +9,7 @@
  * resource), and ended by its `teardown`, so the column measures the kind and not its
  * scaffolding. To add a row: add a kind here and a line for it in every column of table.ts.
  */
+import assert from 'node:assert/strict';
 import { DeviceArray } from '../../src/array/device-array.js';
 import { HostArray } from '../../src/array/host-array.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
@@ -17,6 +18,7 @@ import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/
 import { dlpackExportsHeld, fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
 import { importIpc } from '../../src/ipc/ipc.js';
 import { DeviceMemory } from '../../src/buffer/device-memory.js';
+import { ForeignMirror, foreignFigures } from '../../src/buffer/foreign-mirror.js';
 import { fill } from '../../src/kernels/ops/index.js';
 import { GraphPool } from '../../src/resource/suballoc/graph-pool.js';
 import type { MemoryResource } from '../../src/resource/resource.js';
@@ -50,6 +52,11 @@ export interface Subject {
   readonly owner: { free(): void; readonly freed: boolean; [Symbol.dispose](): void };
   /** Frees the subject: its owner. */
   free(): void;
+  /**
+   * Reads what it holds, for a kind whose memory has another side to check besides the array (a
+   * ForeignMirror's host array); undefined: the array read the way its memory is read.
+   */
+  readonly read?: () => Float32Array;
   /**
    * What is still held of the memory this subject came from (bytes a resource has handed out,
    * deleters not yet called, imports still open): back to where it was before `make` once the
@@ -247,6 +254,42 @@ export const kinds = {
   'read-only-view': {
     about: 'a read-only view (fromPointer { readOnly: true })',
     prepare: foreign(true),
+  },
+  'foreign-mirror': {
+    about: 'a ForeignMirror: a foreign device pointer tied to a host array, the host side current when made',
+    prepare: ({ stream }) => {
+      // The foreign library's block holds stale data: the values are on the host side, which every use must copy first.
+      const block = rawBlock(stream, new Float32Array(N).fill(-1));
+      const before = foreignFigures(0).mirrors;
+      let released = 0;
+      let made = 0;
+      // Made here, not in `make`: a closure made there would share its scope with the subject and keep it.
+      const onRelease = (): void => {
+        released++;
+      };
+      const held = (): number => made - released + foreignFigures(0).mirrors - before;
+      return Promise.resolve({
+        make: ({ stream: s, values }) => {
+          made++;
+          const buffer = DeviceBuffer.fromPointer(block.ptr, BYTES, { onRelease });
+          const mirror = ForeignMirror.tie(buffer, values.slice(), 'host');
+          const array = DeviceArray.fromBuffer<'float32'>(buffer, { dtype: 'float32', shape: [N], stream: s });
+          return {
+            ...deviceSubject(array, values, held, buffer),
+            // Both sides: the host array through the mirror (a copy back when the device side was written), then the
+            // device's, which must agree; the host side is then made current, so the next use must copy it over first.
+            read: () => {
+              const host = Float32Array.from(mirror.host());
+              s.synchronize();
+              assert.deepEqual(Array.from(array.toHost()), Array.from(host), "the device side agrees with the mirror's host array");
+              mirror.host({ write: true });
+              return host;
+            },
+          };
+        },
+        teardown: block.end,
+      });
+    },
   },
   'ipc-import': {
     about: "an IPC import (importIpc of another process's CudaResource buffer)",

@@ -9,7 +9,7 @@
  * and the marker goes when the fix lands. `skip` is for cells this machine cannot run (peer
  * copies need two devices).
  */
-import { InvalidPointerError, NotSupportedError, OutOfMemoryError, VramStateError } from '../../src/errors.js';
+import { InvalidPointerError, NotSupportedError, OutOfMemoryError, StreamCaptureError, VramStateError } from '../../src/errors.js';
 import { onGpu } from '../helpers.js';
 
 /** An error class a refusal names. */
@@ -55,13 +55,6 @@ const notSpillable = refuses(NotSupportedError, /spillable/);
  * only when asked ({ mapped: true }); a GPU with unified addressing maps every cuMemHostAlloc.
  */
 const pinnedDLPack = onGpu ? works : refuses(InvalidPointerError, /not mapped/);
-/**
- * A peer copy of spillable memory at a fixed address: its virtual range is mapped for its own
- * device only, and the copy grants the other device nothing (a PoolResource's does), so the
- * driver refuses the copy. Found by this table; see the report of the composition-table branch.
- */
-const PEER_SPILLABLE = finding(works, 'a peer copy of fixed-address spillable memory fails in the driver (no access granted to the copying device)');
-
 /** Row after row: kind -> consumer -> outcome. */
 export const table: Readonly<Record<string, Readonly<Record<string, Expectation>>>> = {
   'pool-block': {
@@ -250,7 +243,7 @@ export const table: Readonly<Record<string, Readonly<Record<string, Expectation>
     'copy-js-async': works,
     'copy-pinned': works,
     'copy-device': works,
-    'copy-peer': PEER_SPILLABLE,
+    'copy-peer': works,
     graph: works,
     'dlpack-export': works,
     'cai-export': works,
@@ -296,6 +289,29 @@ export const table: Readonly<Record<string, Readonly<Record<string, Expectation>
     'copy-device': works,
     'copy-peer': works,
     graph: works,
+    'dlpack-export': works,
+    'cai-export': works,
+    'ipc-export': notExportable,
+    nccl: works,
+    budget: works,
+    'scoped-resource': works,
+    spilling: works,
+    'stats-snapshot': works,
+    free: works,
+    using: works,
+    backstop: works,
+  },
+  'foreign-mirror': {
+    'builtin-read': works,
+    'builtin-write': works,
+    'user-kernel': works,
+    'copy-js-sync': works,
+    'copy-js-async': works,
+    'copy-pinned': works,
+    'copy-device': works,
+    'copy-peer': works,
+    // A graph's launches would write it without the mirror seeing them: the host side would go stale unnoticed.
+    graph: refuses(StreamCaptureError, /ForeignMirror/),
     'dlpack-export': works,
     'cai-export': works,
     'ipc-export': notExportable,

@@ -1,8 +1,9 @@
 /**
  * DeviceArray.to: copies between devices queued on a stream of the destination, ordered after
  * the work queued on the source, the source's memory kept until the copy read it; with peer access
- * off, with it enabled between the contexts, and with a pool's peer access granted. Runs on the
- * emulated backend with two devices and on a machine with two GPUs (skipped with one).
+ * off, with it enabled between the contexts, with a pool's peer access granted, and of spillable
+ * memory at a fixed address. Runs on the emulated backend with two devices and on a machine with
+ * two GPUs (skipped with one).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -15,6 +16,7 @@ import { DeviceArray } from '../../src/array/device-array.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { Stream } from '../../src/stream.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
+import { spillManager } from '../../src/buffer/spill/spill-manager.js';
 import { deviceMemoryUsed, onGpu } from '../helpers.js';
 
 if (!onGpu) setBackend(new EmulatedBackend({ deviceCount: 2, capacityBytes: 1 << 30 }));
@@ -185,5 +187,37 @@ describe('peer copies of blocks from virtual-memory pools (VRAM_ALLOCATOR=pool a
     s1.synchronize();
     assert.equal(pool.getAccess(d1), 'readwrite');
     assert.deepEqual(b.toHost(), iota(300));
+  });
+});
+
+describe('peer copies of spillable memory at a fixed address', () => {
+  // Its blocks are mapped for their own device only (cuMemSetAccess), like a virtual-memory pool's
+  // pages: a copy run on another device must grant that device access, and a reload, which maps
+  // new memory at the same address, must grant it again.
+  it('copies to and from another device, after a spill and reload too, and blocks allocated later', needsTwo, () => {
+    const [d0, d1] = [Device.get(0), Device.get(1)];
+    const before = [deviceMemoryUsed(d0), deviceMemoryUsed(d1)];
+    {
+      using s1 = Stream.create({ device: d1 });
+      using a = DeviceArray.from(iota(5000, 1), { device: d0, spillable: true });
+      // Read on device 1's stream: device 1 reads device 0's spillable block.
+      using b = a.to(d1, { stream: s1 });
+      s1.synchronize();
+      assert.deepEqual(b.toHost(), iota(5000, 1));
+      // Spilled, then read from device 1 again: the reload maps new memory, which device 1 must reach too.
+      spillManager(d0).evictAll();
+      assert.equal((a.buffer as DeviceBuffer).resident, false);
+      using c = a.to(d1, { stream: s1 });
+      s1.synchronize();
+      assert.deepEqual(c.toHost(), iota(5000, 1));
+      // Written on device 1's stream: device 1 writes a spillable block allocated after the first grant.
+      using src = DeviceBuffer.allocate(20000, { device: d1 });
+      src.copyFromHost(iota(5000, 3));
+      using dst = DeviceBuffer.allocate(20000, { device: d0, spillable: true });
+      dst.copyFrom(src, { stream: s1 });
+      s1.synchronize();
+      assert.deepEqual(dst.copyToHost(new Float32Array(5000)), iota(5000, 3));
+    }
+    if (!onGpu) assert.deepEqual([deviceMemoryUsed(d0), deviceMemoryUsed(d1)], before);
   });
 });

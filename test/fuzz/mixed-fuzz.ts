@@ -10,7 +10,10 @@
  *   constants, destroy; the arrays a graph captured stay live until it is destroyed;
  * - DLPack round trips: export, press the device, import, read, free the import (its deleter);
  * - memory pressure (every spillable buffer that may go is spilled);
- * - frees on the array's stream or on another after an event wait.
+ * - frees on the array's stream or on another after an event wait;
+ * - ForeignMirrors: foreign device memory tied to a host array, made with the host side current,
+ *   written by the same device ops and by the host (`host({ write: true })`), read back through
+ *   both sides, exported by DLPack; a capture of one must refuse it (StreamCaptureError).
  * Now and then it checks arrays: the stream they were last used on synchronised, every value
  * must be what the model says. A mismatch or unexpected error throws MixedFuzzFailure naming
  * the seed, the step and a replay command.
@@ -24,7 +27,9 @@ import { withMemoryBudget } from '../../src/buffer/budget.js';
 import { spillManager } from '../../src/buffer/spill/spill-manager.js';
 import { getBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
-import { OutOfMemoryError } from '../../src/errors.js';
+import { OutOfMemoryError, StreamCaptureError } from '../../src/errors.js';
+import { ForeignMirror } from '../../src/buffer/foreign-mirror.js';
+import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
 import { captureGraph } from '../../src/graphs/capture.js';
 import type { GraphExec } from '../../src/graphs/graph.js';
 import { fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
@@ -62,6 +67,9 @@ export interface MixedFuzzStats {
   pressures: number;
   frees: number;
   checks: number;
+  mirrors: number;
+  hostWrites: number;
+  capturesRefused: number;
 }
 
 /** A mixed run's first wrong value or unexpected error, with its seed and replay command. */
@@ -119,6 +127,8 @@ interface Live {
   stream: number;
   /** Graphs that captured it and are not destroyed: it is not freed while any lives. */
   graphs: number;
+  /** For a ForeignMirror's array: the mirror and the foreign block under it (a CudaResource's). */
+  readonly mirror?: { readonly mirror: ForeignMirror<Float32Array>; readonly ptr: number; readonly bytes: number };
 }
 
 interface LiveGraph {
@@ -159,6 +169,9 @@ class MixedRun {
     pressures: 0,
     frees: 0,
     checks: 0,
+    mirrors: 0,
+    hostWrites: 0,
+    capturesRefused: 0,
   };
   step = 0;
   private readonly random: () => number;
@@ -169,6 +182,8 @@ class MixedRun {
   private readonly graphs: LiveGraph[] = [];
   private nextId = 0;
   private readonly maxLive: number;
+  /** Where the mirrors' foreign memory comes from (a library vram does not know, as far as the mirror sees). */
+  private readonly foreignResource: CudaResource;
 
   constructor(private readonly options: MixedFuzzOptions) {
     if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
@@ -183,6 +198,7 @@ class MixedRun {
       Stream.create({ device, nonBlocking: true }),
       Stream.create({ device, nonBlocking: true }),
     ];
+    this.foreignResource = new CudaResource(device);
     this.module = Module.compile(ADD_C_SOURCE, { emulated: { add_c: addCEmulated } });
     const kernel = this.module.kernel('add_c', ['ptr', 'f32', 'u32'] as const);
     this.addC = (stream, y, c) => kernel.launch({ grid: Math.ceil(y.size / 128), block: 128, stream }, y, c, y.size);
@@ -204,7 +220,8 @@ class MixedRun {
     const u = this.random();
     if (this.live.length === 0 || (u < 0.2 && this.live.length < this.maxLive)) this.allocate();
     else if (u < 0.2) this.free(this.pick(this.live));
-    else if (u < 0.42) this.write(this.pick(this.live));
+    else if (u < 0.38) this.write(this.pick(this.live));
+    else if (u < 0.42) this.hostWrite(this.pick(this.live));
     else if (u < 0.5) this.capture();
     else if (u < 0.62) this.launch();
     else if (u < 0.66) this.update();
@@ -243,7 +260,37 @@ class MixedRun {
   }
 
   private allocate(): void {
-    this.make(this.random() < 0.4);
+    const u = this.random();
+    if (u < 0.15) this.makeMirror();
+    else this.make(u < 0.45);
+  }
+
+  /** A ForeignMirror over a foreign block, the values on its host side (the device side stale). */
+  private makeMirror(): Live {
+    const n = 1 + Math.floor(this.random() * 600);
+    const values = this.drawValues(n);
+    const bytes = 4 * n;
+    const ptr = this.foreignResource.allocate(bytes);
+    const buffer = DeviceBuffer.fromPointer(ptr, bytes);
+    const mirror = ForeignMirror.tie(buffer, values.slice(), 'host');
+    const s = Math.floor(this.random() * this.streams.length);
+    const array = DeviceArray.fromBuffer<'float32'>(buffer, { dtype: 'float32', shape: [n], stream: this.streams[s]! });
+    const l: Live = { id: this.nextId++, array, expected: values, spillable: false, stream: s, graphs: 0, mirror: { mirror, ptr, bytes } };
+    this.live.push(l);
+    this.stats.allocations++;
+    this.stats.mirrors++;
+    return l;
+  }
+
+  /** A host write through a mirror (its device work done first: a host write racing it is the program's). */
+  private hostWrite(l: Live): void {
+    if (l.mirror === undefined) return this.write(l);
+    this.streams[l.stream]!.synchronize();
+    const host = l.mirror.mirror.host({ write: true });
+    const c = Math.floor(this.random() * 9) - 4;
+    for (let i = 0; i < host.length; i++) host[i] = host[i]! * 2 + c;
+    for (let i = 0; i < l.expected.length; i++) l.expected[i] = l.expected[i]! * 2 + c;
+    this.stats.hostWrites++;
   }
 
   private write(l: Live): void {
@@ -263,7 +310,22 @@ class MixedRun {
 
   /** Arrays a graph or an export may take: spillable ones only with `spillableInGraphs`. */
   private graphable(): Live[] {
-    return this.options.spillableInGraphs === true ? this.live : this.live.filter((l) => !l.spillable);
+    return this.live.filter((l) => l.mirror === undefined && (this.options.spillableInGraphs === true || !l.spillable));
+  }
+
+  /** A capture over a mirror's array: refused (a graph's launches would bypass the mirror), nothing else changes. */
+  private captureMirror(l: Live): void {
+    const s = Math.floor(this.random() * this.streams.length);
+    const stream = this.moveTo(l, s);
+    try {
+      using graph = captureGraph(stream, () => this.addC(stream, l.array, 1));
+      graph.instantiate().destroy();
+    } catch (error) {
+      if (!(error instanceof StreamCaptureError)) throw error;
+      this.stats.capturesRefused++;
+      return;
+    }
+    throw new Error(`a capture over mirror array #${l.id} was not refused`);
   }
 
   /**
@@ -279,6 +341,8 @@ class MixedRun {
   }
 
   private capture(): void {
+    const mirrored = this.live.filter((l) => l.mirror !== undefined);
+    if (mirrored.length > 0 && this.random() < 0.15) return this.captureMirror(this.pick(mirrored));
     const candidates = this.graphable();
     if (candidates.length === 0 || this.graphs.length >= 4) return;
     const s = Math.floor(this.random() * this.streams.length);
@@ -372,6 +436,7 @@ class MixedRun {
     this.check(l);
     const i = this.live.indexOf(l);
     this.live.splice(i, 1);
+    if (l.mirror !== undefined) return this.freeMirror(l);
     // An array frees on its allocation stream; its buffer frees in stream order on any stream.
     const u = this.random();
     if (u < 0.4) {
@@ -385,9 +450,22 @@ class MixedRun {
     this.stats.frees++;
   }
 
+  /** Ends a mirror's array: the mirror untied or not, its (foreign) buffer freed, the block given back. */
+  private freeMirror(l: Live): void {
+    const m = l.mirror!;
+    this.streams[l.stream]!.synchronize();
+    if (this.random() < 0.5) m.mirror.destroy();
+    (l.array.buffer as DeviceBuffer).free();
+    this.foreignResource.deallocate(m.ptr, m.bytes);
+    this.stats.frees++;
+  }
+
   private check(l: Live): void {
     this.streams[l.stream]!.synchronize();
+    // A mirror's two sides, in either order: each must hold the values (a stale side copied over first).
+    if (l.mirror !== undefined && this.random() < 0.5) this.compare(l, Float32Array.from(l.mirror.mirror.host()), "read through the mirror's host side");
     this.compare(l, Float32Array.from(l.array.toHost()), 'read back');
+    if (l.mirror !== undefined) this.compare(l, Float32Array.from(l.mirror.mirror.host()), "read through the mirror's host side");
     this.stats.checks++;
   }
 
@@ -422,11 +500,13 @@ class MixedRun {
     }
     for (const l of this.live.splice(0)) {
       try {
-        l.array.free();
+        if (l.mirror === undefined) l.array.free();
+        else this.freeMirror(l);
       } catch {
         /* as above */
       }
     }
+    this.foreignResource.destroy();
     this.module.destroy();
     for (const s of this.streams) s.destroy();
   }

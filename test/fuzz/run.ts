@@ -18,7 +18,8 @@
  *   operations whose output overlaps their inputs (checked against NumPy's as-if-copied result).
  * - mixed (mixed-fuzz.ts): where capabilities meet, on the current resource: plain and spillable
  *   arrays on four streams, built-in ops and a user kernel, graphs captured, launched, updated and
- *   destroyed, DLPack round trips, budgets, memory pressure and frees, every value checked. Two
+ *   destroyed, DLPack round trips, budgets, memory pressure and frees, ForeignMirrors written from
+ *   both sides (a capture of one refused), every value checked. Two
  *   targets: the compositions that work today, and all of them (spillable arrays in graphs,
  *   exports and budgets: issue 33 items 1-3).
  *

@@ -22,7 +22,7 @@ import { NIL } from './kit/block-store.js';
 import { GRANULE } from './kit/free-list.js';
 import { UpstreamChunks } from './kit/upstream-growth.js';
 import { CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages } from './kit/virtual-growth.js';
-import { checkMemoryOf, checkResource, MemoryResource, upstreamChain } from '../resource.js';
+import { checkMemoryOf, checkResource, MemoryResource } from '../resource.js';
 import { type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
@@ -493,20 +493,14 @@ export class PoolResource extends MemoryResource {
   getAccess(device: Device): PoolAccess {
     if (!(device instanceof Device)) throw new TypeError('device must be a Device');
     if (device === this.owner) return 'readwrite';
-    return poolAccess(this.pages === null ? MemAccess.NONE : this.pages.peerAccess(device.ordinal));
+    return poolAccess(this.pages === null ? MemAccess.NONE : this.pages.peers.of(device.ordinal));
   }
 
   /**
    * Lets `device` reach the block at `ptr` for a copy between devices that runs in its context:
-   * read access for a source, read-write for a destination, added to what it has (never taken
-   * away), over every page mapped now and later, as `setAccess` grants it. Memory from cuMemAlloc
-   * or CUDA's pools is copied by cuMemcpyPeer without any grant; a virtual-memory mapping is
-   * reachable only from the devices cuMemSetAccess named (the driver refuses the copy otherwise),
-   * so without this a program's peer copies would work under one default allocator and fail
-   * under another. Kept for the pool's life rather than revoked after the copy: revoking must
-   * wait for the copy on the host, and the next copy would pay the grant again; the mappings,
-   * and their access with them, go when the pool does. Nothing when the devices cannot reach each
-   * other at all (the driver then copies, or refuses, as it does).
+   * read access for a source, read-write for a destination, added to what it has, over every page
+   * mapped now and later, as `setAccess` grants it (Note [Peer copies of mapped memory] in
+   * docs/design/peer-grants.md).
    *
    * @param ptr An address in a live block of this pool.
    * @param device The device whose context runs the copy.
@@ -517,17 +511,16 @@ export class PoolResource extends MemoryResource {
    * ```ts
    * pool.allowPeerCopy(src.ptr, Device.get(1), false); // before a copy on a stream of device 1
    * ```
-   * @internal the copy path's (`allowPeerCopy` below); programs grant access with `setAccess`.
+   * @internal the copy path's (`allowPeerCopy` in resource.ts); programs grant access with `setAccess`.
    */
-  allowPeerCopy(ptr: Ptr, device: Device, write: boolean): boolean {
+  override allowPeerCopy(ptr: Ptr, device: Device, write: boolean): boolean {
     const pages = this.pages;
     if (pages === null || !pages.contains(ptr)) return false;
-    if (device === this.owner || this.released) return true;
-    const needed = write ? MemAccess.READWRITE : MemAccess.READ;
-    const granted = pages.peerAccess(device.ordinal);
-    if ((granted & needed) === needed || !device.canAccessPeer(this.owner)) return true;
+    if (this.released) return true;
+    const flags = pages.peers.forCopy(this.owner, device, write);
+    if (flags === undefined) return true;
     this.owner.makeCurrent();
-    pages.setPeerAccess(device.ordinal, granted | needed);
+    pages.setPeerAccess(device.ordinal, flags);
     return true;
   }
 
@@ -727,29 +720,6 @@ export class PoolResource extends MemoryResource {
       return new InvalidPointerError(`deallocate(${hex(ptr)}): not the start of a block from ${this.describe()}`);
     }
     return new InvalidPointerError(`deallocate(${hex(ptr)}): the pointer is not from ${this.describe()}`);
-  }
-}
-
-/**
- * Lets `device` reach the memory at `ptr`, which `resource` handed out, for a copy between devices
- * that runs in `device`'s context: the PoolResource with virtual growth whose range holds `ptr`,
- * found down the resource's stack (adaptors, bins, a limit over the pool), grants the access
- * (`PoolResource.allowPeerCopy`); memory of any other resource needs nothing.
- *
- * @param resource The resource the memory came from (a buffer's).
- * @param ptr An address in the memory.
- * @param device The device whose context runs the copy.
- * @param write Whether the copy writes the memory.
- * @throws {CudaError} When the driver refuses the grant.
- * @example
- * ```ts
- * allowPeerCopy(src.resource, src.ptr, stream.device, false);
- * ```
- * @internal the copy path's (`src/buffer/copy-planning.ts`).
- */
-export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device, write: boolean): void {
-  for (const r of upstreamChain(resource)) {
-    if (r instanceof PoolResource && r.allowPeerCopy(ptr, device, write)) return;
   }
 }
 

@@ -30,6 +30,7 @@ import { outOfMemoryStatistics, type MemoryFigures, type SnapshotSegment } from 
 import { MemoryResource } from '../resource.js';
 import { type StreamRef } from '../../stream.js';
 import { refusedBytes } from '../cache-registry.js';
+import { PeerGrants } from '../peer-grants.js';
 
 /** One block: its range, what was asked for, and the physical allocation mapped there (0: none). */
 interface Block {
@@ -106,6 +107,8 @@ export class SpillableResource extends MemoryResource {
    * at a refusal, all it may otherwise); returns bytes unbacked.
    */
   #evictor: ((bytes: number | undefined) => number) | undefined;
+  /** Peer devices granted access to every block's mapping, now and at every later back (copies between devices grant it). */
+  readonly #peers = new PeerGrants();
 
   /**
    * @param device The device (device 0 by default).
@@ -290,6 +293,42 @@ export class SpillableResource extends MemoryResource {
     this.#counted(block);
   }
 
+  /**
+   * Lets `device` reach the block holding `ptr` for a copy between devices that runs in its
+   * context: read access for a source, read-write for a destination, added to what it has, on
+   * every backed block and on every block mapped later (a reload maps new memory at the same
+   * address, and the grant must hold there too). Note [Peer copies of mapped memory] in
+   * docs/design/peer-grants.md.
+   *
+   * @param ptr An address in a block of this resource.
+   * @param device The device whose context runs the copy.
+   * @param write Whether the copy writes the block.
+   * @returns True when `ptr` is in a block of this resource, false when it is not.
+   * @throws {CudaError} When the driver refuses the grant.
+   * @example
+   * ```ts
+   * mr.allowPeerCopy(ptr, Device.get(1), false); // before a copy on a stream of device 1
+   * ```
+   * @internal the copy path's (`allowPeerCopy` in resource.ts).
+   */
+  override allowPeerCopy(ptr: Ptr, device: Device, write: boolean): boolean {
+    if (this.destroyed || !this.#holds(ptr)) return false;
+    const flags = this.#peers.forCopy(this.#device, device, write);
+    if (flags === undefined) return true;
+    this.#device.makeCurrent();
+    const backend = this.#device.backend;
+    for (const block of this.#blocks.values()) if (block.handle !== 0) backend.memSetAccess(block.ptr, block.size, device.ordinal, flags);
+    this.#peers.set(device.ordinal, flags);
+    return true;
+  }
+
+  /** Whether `ptr` lies in one of this resource's blocks: one lookup for a block's start, else a scan (copies at an offset). */
+  #holds(ptr: Ptr): boolean {
+    if (this.#blocks.has(ptr)) return true;
+    for (const block of this.#blocks.values()) if (ptr >= block.ptr && ptr < block.ptr + block.size) return true;
+    return false;
+  }
+
   protected doAllocate(bytes: number, _handle: number, _stream: StreamRef | undefined): Ptr {
     this.#collect();
     const size = Math.ceil(bytes / this.alignment) * this.alignment;
@@ -433,6 +472,7 @@ export class SpillableResource extends MemoryResource {
       backend.memMap(ptr, size, handle);
       try {
         backend.memSetAccess(ptr, size, this.#device.ordinal, MemAccess.READWRITE);
+        this.#peers.grant(backend, ptr, size);
       } catch (error) {
         backend.memUnmap(ptr, size);
         throw error;

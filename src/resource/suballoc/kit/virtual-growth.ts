@@ -30,6 +30,7 @@ import { LIVE, NIL } from './block-store.js';
 import { MappedPlacement } from './mapped-placement.js';
 import { PageBitmap } from './page-bitmap.js';
 import { adaptiveChunkPages, LARGE_BLOCK_SHARE, pressurePages } from './adaptive-growth.js';
+import { PeerGrants } from '../../peer-grants.js';
 
 /** Indices of `VirtualPages.calls`. */
 export const CALL_CREATE = 0;
@@ -144,8 +145,8 @@ export class VirtualPages {
   /** Scratch of `waitForDonors`: list ids whose stream must pass an event. */
   private waitMark = new Uint8Array(8);
   private destroyed = false;
-  /** Peer devices granted access to every mapped page, now and later: ordinal -> CUmemAccess_flags. */
-  private readonly peers = new Map<number, number>();
+  /** Peer devices granted access to every mapped page, now and later. */
+  readonly peers = new PeerGrants();
 
   /** Reserves the range and adds it to `heap` as one free region usable by any stream. */
   constructor(
@@ -435,8 +436,7 @@ export class VirtualPages {
       this.calls[CALL_SET_ACCESS]!++;
       p = q;
     }
-    if (flags === MemAccess.NONE) this.peers.delete(peer);
-    else this.peers.set(peer, flags);
+    this.peers.set(peer, flags);
   }
 
   /**
@@ -463,11 +463,6 @@ export class VirtualPages {
       p = first + n;
     }
     return { extents, offset };
-  }
-
-  /** The access `peer` was granted (MemAccess.NONE when none). */
-  peerAccess(peer: number): number {
-    return this.peers.get(peer) ?? MemAccess.NONE;
   }
 
   private isMapped(p: number): boolean {
@@ -807,11 +802,7 @@ export class VirtualPages {
       }
       const bytes = pages * P;
       b.memSetAccess(addr, bytes, this.ordinal, MemAccess.READWRITE);
-      this.calls[CALL_SET_ACCESS]!++;
-      for (const [peer, flags] of this.peers) {
-        b.memSetAccess(addr, bytes, peer, flags);
-        this.calls[CALL_SET_ACCESS]!++;
-      }
+      this.calls[CALL_SET_ACCESS]! += 1 + this.peers.grant(b, addr, bytes);
     }
   }
 
