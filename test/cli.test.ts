@@ -13,7 +13,7 @@ import { median } from '../src/cli/bench/common.js';
 import { mulberry32 } from '../src/util/random.js';
 import { formatTable, Progress } from '../src/cli/format.js';
 import { formatRows } from '../src/cli/bench.js';
-import { ENVIRONMENT } from '../src/environment.js';
+import { ENVIRONMENT } from '../src/cli/environment-table.js';
 import { formatBytes, parseSize } from '../src/util/size.js';
 import { InputFileError, readTextFile } from '../src/util/input-file.js';
 

@@ -10,7 +10,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
-import { ENVIRONMENT, ENVIRONMENT_READERS, environmentSettings } from '../src/environment.js';
+import { ENVIRONMENT, ENVIRONMENT_READERS, environmentSettings } from '../src/cli/environment-table.js';
 import { defaultCopyThreads } from '../src/buffer/transfer/copy-threads.js';
 import { wholeNumberFrom } from '../src/util/environment.js';
 

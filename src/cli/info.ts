@@ -8,7 +8,7 @@ import type { Backend, DeviceInfo } from '../backend/backend.js';
 import { BACKEND_VARIABLE, backendFallbackReason, getBackend, showsFallbackItself } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
-import { environmentSettings, type EnvironmentSetting } from '../environment.js';
+import { environmentSettings, type EnvironmentSetting } from './environment-table.js';
 import { chooseAllocator, readDefaultResourceSettings } from '../resource/default-resource.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes } from '../util/size.js';

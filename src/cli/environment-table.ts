@@ -8,17 +8,17 @@
  * variables are described in `resource/default-resource.ts`, beside the code that reads them, and
  * taken from there, so the table cannot drift from what that code does.
  */
-import { BACKEND_VARIABLE } from './backend/select.js';
-import { EMULATED_BYTES_VARIABLE } from './backend/emulated.js';
-import { LIBCUDA_VARIABLE } from './cuda/library.js';
-import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
-import { LIBNCCL_VARIABLE } from './cuda/nccl-library.js';
-import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
-import { ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE } from './resource/default-resource.js';
-import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
-import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
-import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
-import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
+import { BACKEND_VARIABLE } from '../backend/select.js';
+import { EMULATED_BYTES_VARIABLE } from '../backend/emulated.js';
+import { LIBCUDA_VARIABLE } from '../cuda/library.js';
+import { LIBNVRTC_VARIABLE } from '../cuda/nvrtc-library.js';
+import { LIBNCCL_VARIABLE } from '../cuda/nccl-library.js';
+import { CACHE_DIR_VARIABLE } from '../kernels/compile-cache.js';
+import { ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE } from '../resource/default-resource.js';
+import { OOM_SNAPSHOT } from '../observe/out-of-memory-observer.js';
+import { COPY_THREADS_VARIABLE } from '../buffer/transfer/copy-threads.js';
+import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from '../buffer/spill/spill-manager.js';
+import { anyText, variableReader, type EnvironmentValues, type VariableReader } from '../util/environment.js';
 
 /**
  * `VRAM_DEBUG`: any value makes the CLI print the stack of an unexpected error. Declared here, as
