@@ -10,7 +10,8 @@
 import type { Backend } from './backend.js';
 import { loadCudaBackend } from './cuda.js';
 import { EmulatedBackend } from './emulated.js';
-import { VramStateError } from '../errors.js';
+import { CudaError, VramStateError } from '../errors.js';
+import { LIBCUDA_VARIABLE } from '../cuda/library.js';
 import { choiceOf, variableReader } from '../util/environment.js';
 
 /** `VRAM_BACKEND`: which backend the process runs on (read when the backend is first needed). */
@@ -112,6 +113,9 @@ function chooseBackend(choice: 'cuda' | 'emulated' | 'auto'): Backend {
         if (cuda.deviceCount() > 0) return cuda;
         autoFallbackReason = 'the CUDA driver reports no device';
       } catch (error) {
+        // A driver the user named (VRAM_LIBCUDA) that does not load, or is no driver, is an error
+        // to hear of, not a missing GPU; a driver that loads and finds no device still falls back.
+        if (LIBCUDA_VARIABLE.read() !== undefined && !(error instanceof CudaError)) throw error;
         autoFallbackReason = error instanceof Error ? error.message : String(error);
       }
       warnFallback(autoFallbackReason);

@@ -78,7 +78,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: 'VRAM_LIBCUDA',
     values: 'path',
     default: 'libcuda.so.1 on the loader path, then the usual driver folders',
-    meaning: 'the CUDA driver library to load, when it is somewhere unusual',
+    meaning:
+      'the CUDA driver library to load, when it is somewhere unusual; when set, the only one tried, and one that does not load is an error (no fall back to the emulated backend)',
   },
   {
     name: 'VRAM_LIBNVRTC',
