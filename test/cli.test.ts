@@ -193,6 +193,39 @@ describe('vram info', () => {
   });
 });
 
+describe('the fallback warning', () => {
+  const multiStream = join(root, 'test', 'fixtures', 'traces', 'multi_stream.csv');
+  const commands: readonly (readonly string[])[] = [
+    ['info'],
+    ['bench', '--json', '--only', 'transfers', '--sizes', '64K', '--repeats', '2'],
+    ['replay', multiStream, '-r', 'pool'],
+  ];
+
+  it('every command that touches a device prints it once, as its own line with one full stop', async (t) => {
+    // No device visible: a machine with a driver falls back as one without does.
+    const hidden = { CUDA_VISIBLE_DEVICES: '-1' };
+    for (const args of commands) {
+      const { code, stdout, stderr } = await vramWith(hidden, ...args);
+      assert.equal(code, 0, stderr);
+      if (args[0] === 'info' && !/^backend: +emulated \(no GPU/m.test(stdout)) return t.skip('a device is visible all the same');
+      const lines = stderr.split('\n').filter((l) => /runs on the emulated backend/.test(l));
+      assert.equal(lines.length, 1, `vram ${args[0]!}: ${stderr}`);
+      assert.match(
+        lines[0]!,
+        new RegExp(`^vram ${args[0]!}: warning: vram runs on the emulated backend \\(host memory, no GPU\\): .*[^.]\\. Set VRAM_BACKEND=emulated`),
+      );
+      assert.doesNotMatch(stderr, /VRAM_EMULATED_FALLBACK|\.\. /, 'no second warning from node, and no double period');
+    }
+  });
+
+  it('is not printed when VRAM_BACKEND=emulated chose the emulation', async () => {
+    for (const args of commands) {
+      const { stderr } = await vram(...args);
+      assert.doesNotMatch(stderr, /warning: vram runs on the emulated backend/, `vram ${args[0]!}`);
+    }
+  });
+});
+
 describe('vram bench', () => {
   it('--quick --json gives rows for every group, with the emulated header data and no 256 MiB copies', async () => {
     const { code, stdout, stderr } = await vram('bench', '--quick', '--json');

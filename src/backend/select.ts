@@ -131,11 +131,27 @@ function chooseBackend(choice: 'cuda' | 'emulated' | 'auto'): Backend {
 function warnFallback(reason: string): void {
   if (!fallbackWarningDue) return;
   fallbackWarningDue = false;
-  process.emitWarning(
-    // The reason is a sentence of its own (the loader's ends with a period): one full stop, not two.
+  process.emitWarning(fallbackWarning(reason), { code: FALLBACK_WARNING_CODE });
+}
+
+/**
+ * The words of the fallback warning, for the library's process warning and the CLI's own line.
+ * Internal to vram (not exported from the package).
+ *
+ * @param reason Why `auto` fell back (`backendFallbackReason()`).
+ * @returns One line: what vram runs on, why, and the two ways to make it say nothing.
+ * @example
+ * ```ts
+ * const why = backendFallbackReason();
+ * if (why !== undefined) process.stderr.write(`vram info: warning: ${fallbackWarning(why)}\n`);
+ * ```
+ * @throws Never.
+ */
+export function fallbackWarning(reason: string): string {
+  // The reason is a sentence of its own (the loader's ends with a period): one full stop, not two.
+  return (
     `vram runs on the emulated backend (host memory, no GPU): ${reason.replace(/[.\s]+$/, '')}. ` +
-      'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.',
-    { code: FALLBACK_WARNING_CODE },
+    'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.'
   );
 }
 
@@ -143,8 +159,8 @@ function warnFallback(reason: string): void {
 export const FALLBACK_WARNING_CODE = 'VRAM_EMULATED_FALLBACK';
 
 /**
- * Tells the backend choice that the caller shows the backend and its fallback reason itself
- * (`vram info` and `vram bench` head their output with it), so `auto` gives no warning as well.
+ * Tells the backend choice that the caller shows the fallback itself (the CLI prints it as a line
+ * of its own, `vram <command>: warning: ...`), so `auto` gives no process warning as well.
  * Internal to vram (not exported from the package).
  *
  * @example

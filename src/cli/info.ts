@@ -5,13 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Backend, DeviceInfo } from '../backend/backend.js';
-import { BACKEND_VARIABLE, backendFallbackReason, getBackend, showsFallbackItself } from '../backend/select.js';
+import { BACKEND_VARIABLE, backendFallbackReason, getBackend } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
 import { environmentSettings, type EnvironmentSetting } from './environment-table.js';
 import { chooseAllocator, readDefaultResourceSettings } from '../resource/default-resource.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes } from '../util/size.js';
+import { commandBackend } from './fallback-warning.js';
 import { formatPairs } from './format.js';
 import { formatEnvironment } from './usage.js';
 
@@ -236,10 +237,9 @@ export async function infoCommand(args: string[]): Promise<number> {
     json: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
   });
-  // The backend line says why it is emulated; a warning on stderr would say it twice.
-  showsFallbackItself();
   let report: InfoReport;
   try {
+    commandBackend('info');
     report = collectInfo();
   } catch (error) {
     // A bad VRAM_BACKEND or VRAM_EMULATED_BYTES stops the backend: name every bad variable, not

@@ -18,7 +18,7 @@
 import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
 import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated.js';
-import { getBackend, setBackend } from '../backend/select.js';
+import { setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { Device } from '../device.js';
 import { ReplayError, replay, type ReplayFailurePoint, type ReplayPass, type ReplayResult } from '../replay/engine.js';
@@ -31,6 +31,7 @@ import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
+import { commandBackend } from './fallback-warning.js';
 import { checkOutputPath, writeReportFile } from './output-path.js';
 import { formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
@@ -567,14 +568,15 @@ async function replayWith(args: string[]): Promise<number> {
   if (names.length === 0) throw new UsageError(`--resource needs a name: ${RESOURCE_STACK_NAMES.join(', ')}, all`, 'replay');
   const stacks = [...new Set(names)];
 
-  const count = getBackend().deviceCount();
+  const chosen = commandBackend('replay');
+  const count = chosen.deviceCount();
   if (device >= count) {
     throw new UsageError(
-      `--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${getBackend().name} backend), ordinals 0 to ${count - 1}`,
+      `--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${chosen.name} backend), ordinals 0 to ${count - 1}`,
       'replay',
     );
   }
-  const extentSize = values['extent-size'] === undefined ? undefined : extentSizeOf(values['extent-size'], getBackend(), device);
+  const extentSize = values['extent-size'] === undefined ? undefined : extentSizeOf(values['extent-size'], chosen, device);
   const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
 
   const traces: AllocationTrace[] = [];
@@ -588,7 +590,7 @@ async function replayWith(args: string[]): Promise<number> {
   }
   let sized: ReturnType<typeof sizeEmulatedDevice>;
   try {
-    sized = sizeEmulatedDevice(getBackend(), traces, request);
+    sized = sizeEmulatedDevice(chosen, traces, request);
   } catch (error) {
     process.stderr.write(`vram replay: ${messageOf(error)}\n`);
     return 1;
