@@ -173,6 +173,18 @@ describe('vram info', () => {
     assert.equal(under.stderr, '');
   });
 
+  it('names a VRAM_* variable it reads nowhere, with a did-you-mean, and exits 0', async () => {
+    const text = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_ALOCATOR: 'pool' }, 'info');
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stderr, /^vram info: warning: VRAM_ALOCATOR is set, but vram reads no such variable \(did you mean VRAM_ALLOCATOR\?\)$/m);
+    const json = JSON.parse((await vramWith({ VRAM_BACKEND: 'emulated', VRAM_ALOCATOR: 'pool' }, 'info', '--json')).stdout) as { warnings: string[] };
+    assert.deepEqual(json.warnings, ['VRAM_ALOCATOR is set, but vram reads no such variable (did you mean VRAM_ALLOCATOR?)']);
+    // Beside a refused value, which stops the backend, it is still named.
+    const refused = await vramWith({ VRAM_BACKEND: 'gpu', VRAM_SPIL: '1' }, 'info');
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /^vram info: warning: VRAM_SPIL is set, but vram reads no such variable \(did you mean VRAM_SPILL\?\)$/m);
+  });
+
   it('keeps the backend line short; --verbose lists every driver path searched', async () => {
     const short = await vramWith({}, 'info');
     const verbose = await vramWith({}, 'info', '--verbose');

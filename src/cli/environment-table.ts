@@ -19,6 +19,7 @@ import { OOM_SNAPSHOT } from '../observe/out-of-memory-observer.js';
 import { COPY_THREADS_VARIABLE } from '../buffer/transfer/copy-threads.js';
 import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from '../buffer/spill/spill-manager.js';
 import { anyText, variableReader, type EnvironmentValues, type VariableReader } from '../util/environment.js';
+import { nearestName } from '../util/nearest-name.js';
 
 /**
  * `VRAM_DEBUG`: any value makes the CLI print the stack of an unexpected error. Declared here, as
@@ -192,4 +193,31 @@ export function environmentVariable(name: string): EnvironmentVariable {
   const found = ENVIRONMENT.find((v) => v.name === name);
   if (found === undefined) throw new RangeError(`vram reads no environment variable named '${name}'`);
   return found;
+}
+
+/**
+ * The `VRAM_*` variables set in `env` that vram reads nowhere (a misspelt name passes silently
+ * otherwise), each with the nearest name it does read. The names known are the readers'
+ * (`ENVIRONMENT_READERS`), the one list of what the library reads.
+ *
+ * @param env The environment to look through (default `process.env`).
+ * @returns One line per unknown variable, in name order: `VRAM_BAKCEND is set, but vram reads no
+ *   such variable (did you mean VRAM_BACKEND?)`.
+ * @throws Never.
+ * @example
+ * ```ts
+ * unknownVariables({ VRAM_BAKCEND: 'cuda' }); // ['VRAM_BAKCEND is set, but vram reads no such variable (did you mean VRAM_BACKEND?)']
+ * ```
+ */
+export function unknownVariables(env: EnvironmentValues = process.env): string[] {
+  const known = [...ENVIRONMENT_READERS.keys()];
+  // Matched on what follows the prefix, which every name shares.
+  const suffixes = known.map((name) => name.slice('VRAM_'.length));
+  return Object.keys(env)
+    .filter((name) => name.startsWith('VRAM_') && env[name] !== undefined && !ENVIRONMENT_READERS.has(name))
+    .sort()
+    .map((name) => {
+      const guess = nearestName(name.slice('VRAM_'.length), suffixes);
+      return `${name} is set, but vram reads no such variable${guess === undefined ? '' : ` (did you mean VRAM_${guess}?)`}`;
+    });
 }

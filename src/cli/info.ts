@@ -8,7 +8,7 @@ import type { Backend, DeviceInfo } from '../backend/backend.js';
 import { BACKEND_VARIABLE, backendFallbackReason, getBackend } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
-import { environmentSettings, type EnvironmentSetting } from './environment-table.js';
+import { environmentSettings, unknownVariables, type EnvironmentSetting } from './environment-table.js';
 import { chooseAllocator, readDefaultResourceSettings } from '../resource/default-resource.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes } from '../util/size.js';
@@ -35,7 +35,7 @@ export interface InfoReport {
   readonly environment: readonly EnvironmentSetting[];
   /** Settings vram refuses, one message each (naming the variable): `vram info` exits 1 when any. */
   readonly problems: readonly string[];
-  /** Settings vram takes but that do not do what they seem to (a limit above the device's memory). */
+  /** Settings vram takes but that do not do what they seem to (a limit above the device's memory), and `VRAM_*` variables it reads nowhere. */
   readonly warnings: readonly string[];
 }
 
@@ -178,6 +178,7 @@ export function collectInfo(): InfoReport {
   }
   const reason = emulatedReason(backend);
   const environment = environmentSettings();
+  const { problems, warnings } = checkSettings(environment, devices);
   return {
     backend: backend.name,
     ...(reason === undefined ? {} : { emulatedReason: reason }),
@@ -185,7 +186,8 @@ export function collectInfo(): InfoReport {
     cudaVersion: formatCudaVersion(backend.driverVersion()),
     devices,
     environment,
-    ...checkSettings(environment, devices),
+    problems,
+    warnings: [...warnings, ...unknownVariables()],
   };
 }
 
@@ -246,7 +248,7 @@ export async function infoCommand(args: string[]): Promise<number> {
     // only the one that tripped first.
     const { problems } = checkSettings(environmentSettings(), []);
     if (problems.length === 0) throw error;
-    return reportSettings(problems, []);
+    return reportSettings(problems, unknownVariables());
   }
   process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatInfo(report, values.verbose)}\n`);
   return reportSettings(report.problems, report.warnings);
