@@ -455,20 +455,22 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
  */
 function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]): string[] {
   const count = stacks[0]![1].length;
+  // The later passes: 'pass 2' after one, 'passes 2-4' after three (never 'passes 2-2').
+  const span = count === 2 ? 'pass 2' : `passes 2-${count}`;
   const header = [
     'resource',
     'us/op first',
-    `us/op 2-${count}`,
+    `us/op ${span}`,
     'growth ms first',
-    `growth ms 2-${count}`,
+    `growth ms ${span}`,
     'page moves first',
-    `page moves 2-${count}`,
+    `page moves ${span}`,
     'driver calls first',
-    `driver calls 2-${count}`,
+    `driver calls ${span}`,
     'joins first',
-    `joins 2-${count}`,
+    `joins ${span}`,
     'peak reserved first',
-    `peak reserved 2-${count}`,
+    `peak reserved ${span}`,
   ];
   const calls = (p: ReplayPass): number => {
     const c = p.growth?.driverCalls;
@@ -479,25 +481,26 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
     const later = passes.slice(1);
     const sum = (f: (p: ReplayPass) => number): number => later.reduce((t, p) => t + f(p), 0);
     const growth = (v: number): string => (first.growth === undefined ? '-' : formatValue(v));
+    // Page moves, driver calls and joins are counts: whole numbers, never 17.0.
+    const counted = (v: number): string => (first.growth === undefined ? '-' : Number.isFinite(v) ? v.toLocaleString('en-US') : String(v));
     return [
       name,
       formatValue(first.nsPerOperation / 1e3),
       formatValue(sum((p) => p.nsPerOperation) / later.length / 1e3),
       growth((first.growth?.growthNs ?? NaN) / 1e6),
       growth(sum((p) => p.growth?.growthNs ?? NaN) / 1e6),
-      growth(first.growth?.pageMoves ?? NaN),
-      growth(sum((p) => p.growth?.pageMoves ?? NaN)),
-      growth(calls(first)),
-      growth(sum(calls)),
-      growth(first.growth?.streamJoins?.waits ?? NaN),
-      growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
+      counted(first.growth?.pageMoves ?? NaN),
+      counted(sum((p) => p.growth?.pageMoves ?? NaN)),
+      counted(calls(first)),
+      counted(sum(calls)),
+      counted(first.growth?.streamJoins?.waits ?? NaN),
+      counted(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
       formatBytes(first.peakReservedBytes),
       formatBytes(Math.max(...later.map((p) => p.peakReservedBytes))),
     ];
   });
-  const later = count === 2 ? 'pass 2' : `passes 2-${count}`;
   return [
-    `passes (--repeat ${count}): the first, then ${later} (time per operation: their mean; growth: their sum)`,
+    `passes (--repeat ${count}): the first, then ${span} (time per operation: their mean; growth: their sum)`,
     formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]),
   ];
 }
