@@ -378,6 +378,21 @@ describe('vram replay', () => {
     assert.match(stderr, /^vram replay: arena: /m);
   });
 
+  it('--capacity above what an emulated device can have is refused in one line, before any stack runs', async () => {
+    const trace = join(root, 'test', 'fixtures', 'traces', 'multi_stream.csv');
+    const { code, stdout, stderr } = await vram('replay', trace, '-r', 'pool,async', '--capacity', '100T');
+    assert.equal(code, 1, stderr);
+    assert.equal(stdout, '', 'nothing replayed');
+    assert.match(
+      stderr,
+      /^vram replay: --capacity 100T: a capacity of 100 TiB for .*multi_stream\.csv needs an emulated device of .*, more than the 16 TiB one can have\n$/,
+    );
+    // And the variable that sizes the device by hand, by its reader.
+    const info = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '100T' }, 'info');
+    assert.equal(info.code, 1);
+    assert.match(info.stderr, /^vram info: VRAM_EMULATED_BYTES must be at most 16 TiB, an emulated device's most, got '100T'$/m);
+  });
+
   it('--capacity 24G: the emulated device is sized for the capacity and a ballast, and each stack says it fit', async () => {
     // "Will it fit on a 24 GiB card?" without a GPU: an 80 GiB device, as an H100, and a ballast of 56 GiB.
     const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,async', '--capacity', '24G');

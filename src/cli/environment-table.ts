@@ -104,7 +104,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   },
   {
     name: 'VRAM_EMULATED_BYTES',
-    values: 'size (16G, 512M, bytes)',
+    values: 'size (16G, 512M, bytes; at most 16T)',
     default: '4 GiB (vram replay sizes it for the trace)',
     meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory',
   },

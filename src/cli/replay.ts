@@ -17,7 +17,7 @@
  */
 import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
-import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated.js';
+import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend, MAX_EMULATED_CAPACITY } from '../backend/emulated.js';
 import { setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { Device } from '../device.js';
@@ -26,7 +26,7 @@ import { checkCapacity, holdBallast, pagesAtPeak, type Ballast, type PeakPages }
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { createStack, type StackOptions } from '../replay/stacks.js';
 import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } from '../resource/stacks.js';
-import { formatBytes, parseSize } from '../util/size.js';
+import { formatBytes, formatBytesExact, parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
@@ -104,7 +104,8 @@ const PRESSURE_DEVICE_BYTES = 80 * GIB;
 /**
  * On the emulated backend, sizes the device for the traces (the largest of them, and with a
  * capacity, room for a ballast too) unless VRAM_EMULATED_BYTES says otherwise. Runs before any
- * Device exists (setBackend refuses a change afterwards). Throws when the size would pass 2^53 bytes.
+ * Device exists (setBackend refuses a change afterwards). Throws when the size would pass
+ * `MAX_EMULATED_CAPACITY`.
  */
 function sizeEmulatedDevice(
   backend: Backend,
@@ -117,18 +118,19 @@ function sizeEmulatedDevice(
   let forCapacity = 0;
   for (const trace of traces) {
     const forTrace = emulatedCapacityFor(trace.summary.peakLiveBytes);
-    if (!Number.isSafeInteger(forTrace)) {
-      // Said here in the trace's terms: the backend's own refusal names its constructor option.
+    // Said here in the trace's terms, before any stack runs: the backend's own refusal names its
+    // constructor option, and a device past its address ranges fails as the emulator's limit.
+    if (!(forTrace <= MAX_EMULATED_CAPACITY)) {
       throw new Error(
         `${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
-          `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`,
+          `2 x peak live + 1 GiB, more than the ${formatBytes(MAX_EMULATED_CAPACITY)} one can have; set VRAM_EMULATED_BYTES to size the device yourself`,
       );
     }
     const withBallast = request === undefined ? 0 : emulatedCapacityWithBallast(capacityFor(request, trace));
-    if (!Number.isSafeInteger(withBallast)) {
+    if (!(withBallast <= MAX_EMULATED_CAPACITY)) {
       throw new Error(
         `${request!.flag} ${request!.text}: a capacity of ${formatBytes(capacityFor(request!, trace))} for ${trace.source} ` +
-          'needs an emulated device larger than the 2^53 - 1 bytes one can have',
+          `needs an emulated device of ${formatBytesExact(withBallast, true)}, more than the ${formatBytesExact(MAX_EMULATED_CAPACITY, true)} one can have`,
       );
     }
     forTraces = Math.max(forTraces, forTrace);
