@@ -133,12 +133,14 @@ describe('the release-and-retry path never turns an out-of-memory error into ano
     });
   }
 
-  it('a whole resource whose figures cannot be read is skipped with a warning', async () => {
+  it('a whole resource whose figures cannot be read is skipped with one warning', () => {
+    // Taken here rather than printed: it is what this test expects, not news for whoever runs the suite.
     const warnings: string[] = [];
-    const onWarning = (warning: Error & { code?: string }): void => {
-      if (warning.code === 'VRAM_CACHE_RELEASE') warnings.push(warning.message);
-    };
-    process.on('warning', onWarning);
+    const emitWarning = process.emitWarning;
+    process.emitWarning = ((warning: string | Error, options?: { code?: string }) => {
+      if (options?.code === 'VRAM_CACHE_RELEASE') warnings.push(String(warning));
+      else emitWarning.call(process, warning, options);
+    }) as typeof process.emitWarning;
     try {
       const inner = new CudaResource(device);
       class BrokenFigures extends MemoryResource {
@@ -161,14 +163,11 @@ describe('the release-and-retry path never turns an out-of-memory error into ano
       using broken = new BrokenFigures();
       broken.deallocate(broken.allocate(MiB), MiB); // joins the registry
       assertDeviceOutOfMemory();
-      await new Promise((resolve) => setImmediate(resolve));
-      assert.ok(
-        warnings.some((m) => /BrokenFigures: figures unreadable/.test(m)),
-        warnings.join('\n'),
-      );
+      // One refusal, one release: one warning, though the figures are read three times.
+      assert.deepEqual(warnings, ['could not read the figures of BrokenFigures: figures unreadable']);
       inner.destroy();
     } finally {
-      process.off('warning', onWarning);
+      process.emitWarning = emitWarning;
     }
   });
 });
