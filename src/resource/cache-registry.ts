@@ -126,7 +126,13 @@ function guarded<T>(resource: CachingResource, what: string, read: () => T, fall
 }
 
 function holds(resource: CachingResource, memory: CachedMemory): boolean {
-  if (resource.destroyed) return false;
+  // Over a destroyed resource (an adaptor whose upstream was destroyed) nothing is held to release:
+  // skipped, not warned of as a resource that cannot be read.
+  const seen = new Set<CachingResource>();
+  for (let r: CachingResource | undefined = resource; r !== undefined && !seen.has(r); r = r.upstream) {
+    if (r.destroyed) return false;
+    seen.add(r);
+  }
   return memory === 'pinned-host' ? resource.kind === 'pinned-host' : resource.kind !== 'pinned-host' && resource.deviceOrdinal === memory;
 }
 
