@@ -8,7 +8,6 @@
  *
  * @module vram/resources
  */
-export { defaultStream } from '../stream.js';
 export type { ReservingResource, ResourceJSON } from '../resource/resource.js';
 export type { MemoryKind, MemoryFigures } from '../resource/figures.js';
 export type { ByteSize } from '../validate.js';
@@ -25,14 +24,16 @@ export { DriverResource } from '../resource/upstream/driver-resource.js';
 export { CudaResource } from '../resource/upstream/cuda-resource.js';
 export { AsyncResource } from '../resource/upstream/async-resource.js';
 export type { PoolAccess } from '../resource/pool-access.js';
-export type { AsyncResourceOptions, AsyncPoolOptions, AsyncPoolLocation } from '../resource/upstream/async-resource.js';
+export type { AsyncResourceOptions, AsyncPoolOptions, AsyncPoolLocation, AsyncHandleTypes } from '../resource/upstream/async-resource.js';
+export { FabricUnavailableError } from '../errors.js';
+export type { FabricRequirement } from '../errors.js';
 export { ManagedResource } from '../resource/upstream/managed-resource.js';
 export type { ManagedResourceOptions, ManagedAttach } from '../resource/upstream/managed-resource.js';
 export { PinnedHostResource } from '../resource/upstream/pinned-host-resource.js';
 export { SpillableResource } from '../resource/upstream/spillable-resource.js';
 export type { PinnedHostOptions } from '../resource/upstream/pinned-host-resource.js';
 export { PoolResource } from '../resource/suballoc/pool.js';
-export type { PoolOptions, PoolStatistics, GrowthCalls } from '../resource/suballoc/pool.js';
+export type { PoolOptions, PoolStatistics, GrowthCalls, PoolHandleTypes } from '../resource/suballoc/pool.js';
 export { ArenaResource } from '../resource/suballoc/arena.js';
 export type { ArenaOptions, PitchedBlock } from '../resource/suballoc/arena.js';
 export { BinningResource } from '../resource/suballoc/binning.js';

@@ -637,9 +637,10 @@ test('the root exports exactly ROOT, at most 80 names', () => {
 
 /**
  * Old root names retired on purpose in this release (each with a CHANGELOG line): the second
- * statistics channel (`isReserving`) and the `{ current, peak }` shape (`CurrentAndPeak`, now `Gauge`).
+ * statistics channel (`isReserving`), the `{ current, peak }` shape (`CurrentAndPeak`, now `Gauge`), and
+ * `defaultStream`, a second name for the legacy default stream (`Stream.default()`).
  */
-const RETIRED: readonly string[] = ['CurrentAndPeak', 'isReserving'];
+const RETIRED: readonly string[] = ['CurrentAndPeak', 'isReserving', 'defaultStream'];
 
 test('every name the old root exported is exported by the root or a subpath, or retired on purpose', () => {
   const all = new Set([...exportedNames().values()].flat());

@@ -51,15 +51,11 @@ import {
   ForeignMirror,
   fromCudaArrayInterface,
   fromDLPack,
-  importIpc,
-  ImportedPool,
-  importPool,
-  IpcHandle,
   place,
-  receiveFd,
   toCudaArrayInterface,
   toDLPack,
 } from '../../src/public/interop.js';
+import { importIpc, ImportedPool, importPool, IpcHandle, receiveFd } from '../../src/public/ipc.js';
 import { EmulatedBackend } from '../../src/public/backend.js';
 import { captureGraph, GraphPool } from '../../src/public/graphs.js';
 import { memorySnapshot, recordMemoryHistory } from '../../src/public/observe.js';
@@ -316,6 +312,13 @@ const TABLE: readonly Entry[] = [
     keys: ['device'],
     call: (o) => ImportedPool.fromFd(1_000_000, o as never),
     partial: "needs a pool's descriptor from another process",
+  },
+  {
+    name: 'ImportedPool.fromFabricHandle',
+    says: 'importPool',
+    keys: ['device'],
+    call: (o) => ImportedPool.fromFabricHandle(new Uint8Array(64), o as never),
+    partial: "needs a pool's fabric handle from another process",
   },
   {
     name: 'ImportedPool#importPointer',

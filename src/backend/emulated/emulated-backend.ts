@@ -23,28 +23,28 @@ import type {
   ParamType,
   PointerAttributes,
   Ptr,
-} from './backend.js';
-import { MemAccess } from './backend.js';
-import type { CollectiveTransport } from './collectives.js';
-import { CollectiveCalls } from './emulated/collective-calls.js';
-import { ContextCalls } from './emulated/context-calls.js';
-import { Copies } from './emulated/copies.js';
-import { DeviceMemory } from './emulated/device-memory.js';
-import { HostMemoryCalls } from './emulated/host-memory.js';
-import { IpcCalls } from './emulated/ipc.js';
-import { KernelCalls } from './emulated/kernels.js';
-import { pointerAttributes } from './emulated/pointer-attributes.js';
-import { PoolCalls } from './emulated/pool-calls.js';
-import { EmulatedState } from './emulated/state.js';
-import { GraphCalls } from './emulated/graph-calls.js';
-import { StreamCalls } from './emulated/stream-calls.js';
-import { VirtualMemory } from './emulated/virtual-memory.js';
-import { sizeInBytes, variableReader } from '../util/environment.js';
-import { readOptions } from '../util/options.js';
-import { formatBytes } from '../util/size.js';
-import { MAX_DEVICE_CAPACITY } from './emulated/address-space.js';
+} from '../backend.js';
+import { MemAccess } from '../backend.js';
+import type { CollectiveTransport } from '../collectives.js';
+import { CollectiveCalls } from './collective-calls.js';
+import { ContextCalls } from './context-calls.js';
+import { CopyCalls } from './copy-calls.js';
+import { DeviceMemoryCalls } from './device-memory-calls.js';
+import { HostMemoryCalls } from './host-memory-calls.js';
+import { IpcCalls } from './ipc-calls.js';
+import { KernelCalls } from './kernel-calls.js';
+import { pointerAttributes } from './pointer-calls.js';
+import { PoolCalls } from './pool-calls.js';
+import { EmulatedState } from './state.js';
+import { GraphCalls } from './graph-calls.js';
+import { StreamCalls } from './stream-calls.js';
+import { VirtualMemoryCalls } from './virtual-memory-calls.js';
+import { sizeInBytes, variableReader } from '../../util/environment.js';
+import { readOptions } from '../../util/options.js';
+import { formatBytes } from '../../util/size.js';
+import { MAX_DEVICE_CAPACITY } from './address-space.js';
 
-export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './emulated/device-memory.js';
+export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './device-memory-calls.js';
 
 /** Options of `new EmulatedBackend()`. */
 export interface EmulatedBackendOptions {
@@ -58,6 +58,14 @@ export interface EmulatedBackendOptions {
    * (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED reads 0, cuMemPoolCreate refuses).
    */
   readonly hostNumaPools?: boolean;
+  /**
+   * Whether the devices support fabric handles (default true, as a GPU of an NVLink domain:
+   * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED reads 1, pools and physical memory take
+   * CU_MEM_HANDLE_TYPE_FABRIC); false models one without them (the attribute reads 0, the driver
+   * refuses the handle type). The IMEX channel is the host's, not the driver's: see
+   * `resource/fabric-support.ts`.
+   */
+  readonly fabric?: boolean;
 }
 
 /** Default capacity of an emulated device. */
@@ -99,12 +107,12 @@ export class EmulatedBackend implements Backend {
 
   private readonly state: EmulatedState;
   private readonly contexts: ContextCalls;
-  private readonly deviceMemory: DeviceMemory;
+  private readonly deviceMemory: DeviceMemoryCalls;
   private readonly hostMemory: HostMemoryCalls;
-  private readonly copies: Copies;
+  private readonly copies: CopyCalls;
   private readonly streams: StreamCalls;
   private readonly pools: PoolCalls;
-  private readonly virtualMemory: VirtualMemory;
+  private readonly virtualMemory: VirtualMemoryCalls;
   private readonly ipc: IpcCalls;
   private readonly kernels: KernelCalls;
   private readonly graphs: GraphCalls;
@@ -122,7 +130,7 @@ export class EmulatedBackend implements Backend {
    * ```
    */
   constructor(options: EmulatedBackendOptions = {}) {
-    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true, hostNumaPools: true });
+    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true, hostNumaPools: true, fabric: true });
     const capacity = options.capacityBytes ?? defaultCapacity();
     const count = options.deviceCount ?? 1;
     if (!Number.isSafeInteger(capacity) || capacity <= 0) throw new RangeError(`capacityBytes must be a positive whole number, got ${capacity}`);
@@ -132,15 +140,17 @@ export class EmulatedBackend implements Backend {
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new RangeError(`deviceCount must be 1 to 16, got ${count}`);
     const hostNumaPools = options.hostNumaPools ?? true;
     if (typeof hostNumaPools !== 'boolean') throw new TypeError(`hostNumaPools must be a boolean, got ${typeof hostNumaPools}`);
-    const state = new EmulatedState(count, capacity, hostNumaPools);
+    const fabric = options.fabric ?? true;
+    if (typeof fabric !== 'boolean') throw new TypeError(`fabric must be a boolean, got ${typeof fabric}`);
+    const state = new EmulatedState(count, capacity, hostNumaPools, fabric);
     this.state = state;
     this.contexts = new ContextCalls(state);
-    this.deviceMemory = new DeviceMemory(state);
+    this.deviceMemory = new DeviceMemoryCalls(state);
     this.hostMemory = new HostMemoryCalls(state);
-    this.copies = new Copies(state);
+    this.copies = new CopyCalls(state);
     this.streams = new StreamCalls(state);
     this.pools = new PoolCalls(state);
-    this.virtualMemory = new VirtualMemory(state);
+    this.virtualMemory = new VirtualMemoryCalls(state);
     this.ipc = new IpcCalls(state);
     this.kernels = new KernelCalls(state);
     this.graphs = new GraphCalls(state);
@@ -505,6 +515,22 @@ export class EmulatedBackend implements Backend {
     return this.ipc.memPoolImportPointer(pool, data);
   }
 
+  memPoolExportFabricHandle(pool: Handle): Uint8Array {
+    return this.ipc.memPoolExportFabricHandle(pool);
+  }
+
+  memPoolImportFabricHandle(handle: Uint8Array): Handle {
+    return this.ipc.memPoolImportFabricHandle(handle);
+  }
+
+  memExportFabricHandle(handle: Handle): Uint8Array {
+    return this.ipc.memExportFabricHandle(handle);
+  }
+
+  memImportFabricHandle(data: Uint8Array): Handle {
+    return this.ipc.memImportFabricHandle(data);
+  }
+
   // --- Stream-ordered allocation ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {
@@ -580,8 +606,8 @@ export class EmulatedBackend implements Backend {
     this.virtualMemory.memAddressFree(ptr, bytes);
   }
 
-  memCreate(bytes: number, ordinal: number): Handle {
-    return this.virtualMemory.memCreate(bytes, ordinal);
+  memCreate(bytes: number, ordinal: number, handleTypes?: number): Handle {
+    return this.virtualMemory.memCreate(bytes, ordinal, handleTypes);
   }
 
   memRelease(handle: Handle): void {
