@@ -10,7 +10,8 @@
 import type { Backend } from './backend.js';
 import { loadCudaBackend } from './cuda.js';
 import { EmulatedBackend } from './emulated/emulated-backend.js';
-import { VramStateError } from '../errors.js';
+import { CudaError, VramStateError } from '../errors.js';
+import { LIBCUDA_VARIABLE } from '../cuda/library.js';
 import { choiceOf, variableReader } from '../util/environment.js';
 
 /** `VRAM_BACKEND`: which backend the process runs on (read when the backend is first needed). */
@@ -112,6 +113,9 @@ function chooseBackend(choice: 'cuda' | 'emulated' | 'auto'): Backend {
         if (cuda.deviceCount() > 0) return cuda;
         autoFallbackReason = 'the CUDA driver reports no device';
       } catch (error) {
+        // A driver the user named (VRAM_LIBCUDA) that does not load, or is no driver, is an error
+        // to hear of, not a missing GPU; a driver that loads and finds no device still falls back.
+        if (LIBCUDA_VARIABLE.read() !== undefined && !(error instanceof CudaError)) throw error;
         autoFallbackReason = error instanceof Error ? error.message : String(error);
       }
       warnFallback(autoFallbackReason);
@@ -127,11 +131,27 @@ function chooseBackend(choice: 'cuda' | 'emulated' | 'auto'): Backend {
 function warnFallback(reason: string): void {
   if (!fallbackWarningDue) return;
   fallbackWarningDue = false;
-  process.emitWarning(
-    // The reason is a sentence of its own (the loader's ends with a period): one full stop, not two.
+  process.emitWarning(fallbackWarning(reason), { code: FALLBACK_WARNING_CODE });
+}
+
+/**
+ * The words of the fallback warning, for the library's process warning and the CLI's own line.
+ * Internal to vram (not exported from the package).
+ *
+ * @param reason Why `auto` fell back (`backendFallbackReason()`).
+ * @returns One line: what vram runs on, why, and the two ways to make it say nothing.
+ * @example
+ * ```ts
+ * const why = backendFallbackReason();
+ * if (why !== undefined) process.stderr.write(`vram info: warning: ${fallbackWarning(why)}\n`);
+ * ```
+ * @throws Never.
+ */
+export function fallbackWarning(reason: string): string {
+  // The reason is a sentence of its own (the loader's ends with a period): one full stop, not two.
+  return (
     `vram runs on the emulated backend (host memory, no GPU): ${reason.replace(/[.\s]+$/, '')}. ` +
-      'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.',
-    { code: FALLBACK_WARNING_CODE },
+    'Set VRAM_BACKEND=emulated to choose it without this warning, or VRAM_BACKEND=cuda to make a missing driver an error.'
   );
 }
 
@@ -139,8 +159,8 @@ function warnFallback(reason: string): void {
 export const FALLBACK_WARNING_CODE = 'VRAM_EMULATED_FALLBACK';
 
 /**
- * Tells the backend choice that the caller shows the backend and its fallback reason itself
- * (`vram info` and `vram bench` head their output with it), so `auto` gives no warning as well.
+ * Tells the backend choice that the caller shows the fallback itself (the CLI prints it as a line
+ * of its own, `vram <command>: warning: ...`), so `auto` gives no process warning as well.
  * Internal to vram (not exported from the package).
  *
  * @example

@@ -24,6 +24,7 @@ import { PoolResource } from '../resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
 import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
 import { formatBytes } from '../util/size.js';
+import { deviceMemoryWords } from '../resource/larger-than-device.js';
 import { collectDropped, reclaimDropped } from './dropped-memory.js';
 import { spillManager, SPILL_VARIABLE, type SpillEntry } from './spill/spill-manager.js';
 import { beginOperation, setResidency } from './spill/residency.js';
@@ -450,8 +451,8 @@ function neverMet(resource: MemoryResource, bytes: number, budget: number, call:
     else if (r instanceof ArenaResource) consider(r.size, 'arena', `the ${formatBytes(r.size)} of ${r.describe()}`);
   }
   if (resource.kind === 'device') {
-    const total = Device.get(resource.deviceOrdinal).memInfo().total;
-    consider(total, 'device', `device ${resource.deviceOrdinal}'s ${formatBytes(total)} of memory`);
+    const device = Device.get(resource.deviceOrdinal);
+    consider(device.info.totalMemory, 'device', deviceMemoryWords(device));
   }
   if (bytes <= most) return undefined;
   return new OutOfMemoryError({

@@ -1,11 +1,13 @@
 /**
  * Argument parsing shared by the commands: node's `parseArgs`, plus what it does not do for a CLI.
- * `--help`/`-h` on every command; a parse error becomes a one-line UsageError naming the command
- * (so `main.ts` prints its usage and where its help is, not "Unknown option" and a stack); and an
+ * `--help`/`-h` on every command; a parse error becomes a one-line UsageError naming the command,
+ * in vram's words (so `main.ts` prints it and where the help is, not node's "Unknown option" and a
+ * stack); and an
  * option's value may start with `-` when it is a number (`--repeats -1` reaches the command's own
  * check, which says what it wants, instead of parseArgs' "argument is ambiguous").
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { nearestName } from '../util/nearest-name.js';
 import { UsageError } from './usage.js';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
@@ -48,11 +50,38 @@ function joinNegativeValues(args: readonly string[], options: Options): string[]
   return out;
 }
 
-/** Parse errors from node are several sentences; the first one says it. */
-function firstSentence(message: string): string {
-  const line = message.split('\n')[0] ?? message;
-  const cut = line.search(/\. (?=[A-Z])/);
-  return cut > 0 ? line.slice(0, cut) : line.replace(/\.$/, '');
+/**
+ * A parse error of node's (`ERR_PARSE_ARGS_*`, its own words and capitals: "Unknown option
+ * '--foo'. To specify a positional argument ...") in vram's: what is wrong, in one clause naming
+ * the option as the user wrote it, with the nearest option where one was misspelt.
+ */
+function usageMessage(code: string, message: string, options: Options): string {
+  const quoted = /'([^']*)'/.exec(message)?.[1] ?? '';
+  // The option's long form: node quotes `--name`, `-n`, `--name <value>` or `-n, --name <value>`.
+  const long = /--([\w-]+)/.exec(quoted)?.[1];
+  const short = /^-(\w)\b/.exec(quoted)?.[1];
+  const name = long ?? Object.entries(options).find(([, o]) => o.short === short)?.[0];
+  const flag = name === undefined ? quoted : `--${name}`;
+  switch (code) {
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION': {
+      const names = Object.keys(options);
+      const guess = quoted.startsWith('--') ? nearestName(quoted.slice(2).split('=')[0]!, names) : undefined;
+      return `unknown option ${quoted}${guess === undefined ? '' : ` (did you mean --${guess}?)`}`;
+    }
+    case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL':
+      return `takes no arguments besides its options, got '${quoted}'`;
+    case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE':
+      if (/does not take an argument/.test(message)) return `${flag} takes no value`;
+      // "argument is ambiguous": the next word starts with '-', so it may be an option left without its value.
+      if (/ambiguous/.test(message)) return `${flag} needs a value; for one that starts with '-', write ${flag}=<value>`;
+      return `${flag} needs a value`;
+    default: {
+      // A code node may add later: its first sentence.
+      const line = message.split('\n')[0] ?? message;
+      const cut = line.search(/\. (?=[A-Z])/);
+      return cut > 0 ? line.slice(0, cut) : line.replace(/\.$/, '');
+    }
+  }
 }
 
 /**
@@ -77,7 +106,7 @@ export function parseCommandArgs<const T extends Options>(command: string, args:
   } catch (error) {
     const code = (error as { code?: unknown } | null)?.code;
     if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS')) {
-      throw new UsageError(firstSentence((error as Error).message), command);
+      throw new UsageError(usageMessage(code, (error as Error).message, all), command);
     }
     throw error;
   }

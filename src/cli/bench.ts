@@ -5,7 +5,6 @@
  * the header and runs a quick pass without the largest sizes (host memory says nothing about a GPU).
  * `--html FILE` also writes the rows as a report with plots (src/report/bench-report.ts).
  */
-import { getBackend, showsFallbackItself } from '../backend/select.js';
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
 import { allocatorCases } from './bench/allocators.js';
@@ -19,6 +18,7 @@ import { renderReport } from '../report/html.js';
 import { formatBytes, parseSize } from '../util/size.js';
 import { parseCommandArgs } from './args.js';
 import { formatPairs, formatTable, formatValue, Progress } from './format.js';
+import { commandBackend } from './fallback-warning.js';
 import { checkOutputPath, writeReportFile } from './output-path.js';
 import { describeBackend, emulatedReason, verboseDriverSearch } from './info.js';
 import { UsageError } from './usage.js';
@@ -201,9 +201,7 @@ export async function benchCommand(args: string[]): Promise<number> {
   const repeats = parseRepeats(values.repeats);
   if (values.html !== undefined) checkOutputPath('bench', '--html', values.html);
 
-  // The header (and --json's emulatedReason) says why it is emulated; no warning as well.
-  showsFallbackItself();
-  const backend = getBackend();
+  const backend = commandBackend('bench');
   const device = Device.get(0).makeCurrent();
   const emulated = backend.name === 'emulated';
   const settings: BenchSettings = {

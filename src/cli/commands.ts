@@ -21,7 +21,7 @@ export interface CommandHelp {
   /** One line for the list of commands. */
   readonly summary: string;
   readonly options: readonly OptionHelp[];
-  /** The `VRAM_*` variables it reads (names from src/environment.ts). */
+  /** The `VRAM_*` variables it reads (names from src/cli/environment-table.ts). */
   readonly environment: readonly string[];
 }
 

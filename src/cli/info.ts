@@ -5,13 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Backend, DeviceInfo } from '../backend/backend.js';
-import { BACKEND_VARIABLE, backendFallbackReason, getBackend, showsFallbackItself } from '../backend/select.js';
+import { BACKEND_VARIABLE, backendFallbackReason, getBackend } from '../backend/select.js';
 import { driverCandidates } from '../cuda/library.js';
 import { Device } from '../device.js';
-import { environmentSettings, type EnvironmentSetting } from '../environment.js';
+import { environmentSettings, unknownVariables, type EnvironmentSetting } from './environment-table.js';
 import { chooseAllocator, readDefaultResourceSettings } from '../resource/default-resource.js';
 import { parseCommandArgs } from './args.js';
 import { formatBytes } from '../util/size.js';
+import { commandBackend } from './fallback-warning.js';
 import { formatPairs } from './format.js';
 import { formatEnvironment } from './usage.js';
 
@@ -34,7 +35,7 @@ export interface InfoReport {
   readonly environment: readonly EnvironmentSetting[];
   /** Settings vram refuses, one message each (naming the variable): `vram info` exits 1 when any. */
   readonly problems: readonly string[];
-  /** Settings vram takes but that do not do what they seem to (a limit above the device's memory). */
+  /** Settings vram takes but that do not do what they seem to (a limit above the device's memory), and `VRAM_*` variables it reads nowhere. */
   readonly warnings: readonly string[];
 }
 
@@ -177,6 +178,7 @@ export function collectInfo(): InfoReport {
   }
   const reason = emulatedReason(backend);
   const environment = environmentSettings();
+  const { problems, warnings } = checkSettings(environment, devices);
   return {
     backend: backend.name,
     ...(reason === undefined ? {} : { emulatedReason: reason }),
@@ -184,7 +186,8 @@ export function collectInfo(): InfoReport {
     cudaVersion: formatCudaVersion(backend.driverVersion()),
     devices,
     environment,
-    ...checkSettings(environment, devices),
+    problems,
+    warnings: [...warnings, ...unknownVariables()],
   };
 }
 
@@ -236,17 +239,16 @@ export async function infoCommand(args: string[]): Promise<number> {
     json: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
   });
-  // The backend line says why it is emulated; a warning on stderr would say it twice.
-  showsFallbackItself();
   let report: InfoReport;
   try {
+    commandBackend('info');
     report = collectInfo();
   } catch (error) {
     // A bad VRAM_BACKEND or VRAM_EMULATED_BYTES stops the backend: name every bad variable, not
     // only the one that tripped first.
     const { problems } = checkSettings(environmentSettings(), []);
     if (problems.length === 0) throw error;
-    return reportSettings(problems, []);
+    return reportSettings(problems, unknownVariables());
   }
   process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatInfo(report, values.verbose)}\n`);
   return reportSettings(report.problems, report.warnings);

@@ -5,7 +5,7 @@
  * Subcommands are loaded lazily so `vram info` never loads the benchmark or replay code.
  */
 import { readFileSync } from 'node:fs';
-import { DEBUG_VARIABLE } from '../environment.js';
+import { DEBUG_VARIABLE } from './environment-table.js';
 import { answerUsageError, formatCommandHelp, formatMainHelp, UsageError } from './usage.js';
 
 /** A subcommand: takes its own arguments, prints, and returns the exit status. */

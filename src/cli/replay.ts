@@ -17,8 +17,8 @@
  */
 import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
-import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated/emulated-backend.js';
-import { getBackend, setBackend } from '../backend/select.js';
+import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend, MAX_EMULATED_CAPACITY } from '../backend/emulated/emulated-backend.js';
+import { setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { Device } from '../device.js';
 import { ReplayError, replay, type ReplayFailurePoint, type ReplayPass, type ReplayResult } from '../replay/engine.js';
@@ -26,11 +26,12 @@ import { checkCapacity, holdBallast, pagesAtPeak, type Ballast, type PeakPages }
 import { readAllocationLog, type AllocationTrace } from '../replay/parse.js';
 import { createStack, type StackOptions } from '../replay/stacks.js';
 import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } from '../resource/stacks.js';
-import { formatBytes, parseSize } from '../util/size.js';
+import { formatBytes, formatBytesExact, parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
+import { commandBackend } from './fallback-warning.js';
 import { checkOutputPath, writeReportFile } from './output-path.js';
 import { formatTable, formatValue } from './format.js';
 import { answerUsageError, UsageError } from './usage.js';
@@ -103,7 +104,8 @@ const PRESSURE_DEVICE_BYTES = 80 * GIB;
 /**
  * On the emulated backend, sizes the device for the traces (the largest of them, and with a
  * capacity, room for a ballast too) unless VRAM_EMULATED_BYTES says otherwise. Runs before any
- * Device exists (setBackend refuses a change afterwards). Throws when the size would pass 2^53 bytes.
+ * Device exists (setBackend refuses a change afterwards). Throws when the size would pass
+ * `MAX_EMULATED_CAPACITY`.
  */
 function sizeEmulatedDevice(
   backend: Backend,
@@ -116,18 +118,19 @@ function sizeEmulatedDevice(
   let forCapacity = 0;
   for (const trace of traces) {
     const forTrace = emulatedCapacityFor(trace.summary.peakLiveBytes);
-    if (!Number.isSafeInteger(forTrace)) {
-      // Said here in the trace's terms: the backend's own refusal names its constructor option.
+    // Said here in the trace's terms, before any stack runs: the backend's own refusal names its
+    // constructor option, and a device past its address ranges fails as the emulator's limit.
+    if (!(forTrace <= MAX_EMULATED_CAPACITY)) {
       throw new Error(
         `${trace.source}: peak live ${formatBytes(trace.summary.peakLiveBytes)} needs an emulated device of ` +
-          `2 x peak live + 1 GiB, more than the 2^53 - 1 bytes one can have; set VRAM_EMULATED_BYTES to size the device yourself`,
+          `2 x peak live + 1 GiB, more than the ${formatBytes(MAX_EMULATED_CAPACITY)} one can have; set VRAM_EMULATED_BYTES to size the device yourself`,
       );
     }
     const withBallast = request === undefined ? 0 : emulatedCapacityWithBallast(capacityFor(request, trace));
-    if (!Number.isSafeInteger(withBallast)) {
+    if (!(withBallast <= MAX_EMULATED_CAPACITY)) {
       throw new Error(
         `${request!.flag} ${request!.text}: a capacity of ${formatBytes(capacityFor(request!, trace))} for ${trace.source} ` +
-          'needs an emulated device larger than the 2^53 - 1 bytes one can have',
+          `needs an emulated device of ${formatBytesExact(withBallast, true)}, more than the ${formatBytesExact(MAX_EMULATED_CAPACITY, true)} one can have`,
       );
     }
     forTraces = Math.max(forTraces, forTrace);
@@ -462,20 +465,22 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
  */
 function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]): string[] {
   const count = stacks[0]![1].length;
+  // The later passes: 'pass 2' after one, 'passes 2-4' after three (never 'passes 2-2').
+  const span = count === 2 ? 'pass 2' : `passes 2-${count}`;
   const header = [
     'resource',
     'us/op first',
-    `us/op 2-${count}`,
+    `us/op ${span}`,
     'growth ms first',
-    `growth ms 2-${count}`,
+    `growth ms ${span}`,
     'page moves first',
-    `page moves 2-${count}`,
+    `page moves ${span}`,
     'driver calls first',
-    `driver calls 2-${count}`,
+    `driver calls ${span}`,
     'joins first',
-    `joins 2-${count}`,
+    `joins ${span}`,
     'peak reserved first',
-    `peak reserved 2-${count}`,
+    `peak reserved ${span}`,
   ];
   const calls = (p: ReplayPass): number => {
     const c = p.growth?.driverCalls;
@@ -486,25 +491,26 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
     const later = passes.slice(1);
     const sum = (f: (p: ReplayPass) => number): number => later.reduce((t, p) => t + f(p), 0);
     const growth = (v: number): string => (first.growth === undefined ? '-' : formatValue(v));
+    // Page moves, driver calls and joins are counts: whole numbers, never 17.0.
+    const counted = (v: number): string => (first.growth === undefined ? '-' : Number.isFinite(v) ? v.toLocaleString('en-US') : String(v));
     return [
       name,
       formatValue(first.nsPerOperation / 1e3),
       formatValue(sum((p) => p.nsPerOperation) / later.length / 1e3),
       growth((first.growth?.growthNs ?? NaN) / 1e6),
       growth(sum((p) => p.growth?.growthNs ?? NaN) / 1e6),
-      growth(first.growth?.pageMoves ?? NaN),
-      growth(sum((p) => p.growth?.pageMoves ?? NaN)),
-      growth(calls(first)),
-      growth(sum(calls)),
-      growth(first.growth?.streamJoins?.waits ?? NaN),
-      growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
+      counted(first.growth?.pageMoves ?? NaN),
+      counted(sum((p) => p.growth?.pageMoves ?? NaN)),
+      counted(calls(first)),
+      counted(sum(calls)),
+      counted(first.growth?.streamJoins?.waits ?? NaN),
+      counted(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
       formatBytes(first.peakReservedBytes),
       formatBytes(Math.max(...later.map((p) => p.peakReservedBytes))),
     ];
   });
-  const later = count === 2 ? 'pass 2' : `passes 2-${count}`;
   return [
-    `passes (--repeat ${count}): the first, then ${later} (time per operation: their mean; growth: their sum)`,
+    `passes (--repeat ${count}): the first, then ${span} (time per operation: their mean; growth: their sum)`,
     formatTable(header, rows, ['left', ...Array<'right'>(header.length - 1).fill('right')]),
   ];
 }
@@ -575,14 +581,15 @@ async function replayWith(args: string[]): Promise<number> {
   if (names.length === 0) throw new UsageError(`--resource needs a name: ${RESOURCE_STACK_NAMES.join(', ')}, all`, 'replay');
   const stacks = [...new Set(names)];
 
-  const count = getBackend().deviceCount();
+  const chosen = commandBackend('replay');
+  const count = chosen.deviceCount();
   if (device >= count) {
     throw new UsageError(
-      `--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${getBackend().name} backend), ordinals 0 to ${count - 1}`,
+      `--device ${device}: this machine has ${count} device${count === 1 ? '' : 's'} (${chosen.name} backend), ordinals 0 to ${count - 1}`,
       'replay',
     );
   }
-  const extentSize = values['extent-size'] === undefined ? undefined : extentSizeOf(values['extent-size'], getBackend(), device);
+  const extentSize = values['extent-size'] === undefined ? undefined : extentSizeOf(values['extent-size'], chosen, device);
   const stackOptions: StackOptions = { device, ...(extentSize === undefined ? {} : { extentSize }) };
 
   const traces: AllocationTrace[] = [];
@@ -596,7 +603,7 @@ async function replayWith(args: string[]): Promise<number> {
   }
   let sized: ReturnType<typeof sizeEmulatedDevice>;
   try {
-    sized = sizeEmulatedDevice(getBackend(), traces, request);
+    sized = sizeEmulatedDevice(chosen, traces, request);
   } catch (error) {
     process.stderr.write(`vram replay: ${messageOf(error)}\n`);
     return 1;

@@ -2,10 +2,10 @@
  * Help text and the usage error every subcommand throws for bad arguments, so `main.ts` can answer
  * all of them the same way: one line saying what is wrong and where the command's help is, exit
  * status 2. The text is built from the command descriptions (`commands.ts`) and the
- * environment table (`../environment.ts`).
+ * environment table (`environment-table.ts`).
  */
 import { VramError } from '../errors.js';
-import { ENVIRONMENT, environmentVariable, type EnvironmentSetting, type EnvironmentVariable } from '../environment.js';
+import { ENVIRONMENT, environmentVariable, type EnvironmentSetting, type EnvironmentVariable } from './environment-table.js';
 import { COMMAND_HELP, commandHelp, type CommandHelp } from './commands.js';
 
 /**

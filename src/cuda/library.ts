@@ -6,7 +6,11 @@ import koffi from 'koffi';
 import type { LibraryHandle } from 'koffi';
 import { anyText, variableReader, type EnvironmentValues } from '../util/environment.js';
 
-/** `VRAM_LIBCUDA`: the driver library to load first, a path or a name the loader searches for. */
+/**
+ * `VRAM_LIBCUDA`: the driver library to load, a path or a name the loader searches for. When set it
+ * is the only one tried, and one that does not load is an error rather than a fall back to the
+ * emulated backend: the user named a driver, so a typo in the path must not run on host memory.
+ */
 export const LIBCUDA_VARIABLE = variableReader('VRAM_LIBCUDA', anyText);
 
 /** An opened shared library (the driver, NVRTC) and where it came from. */
@@ -64,13 +68,13 @@ const LINUX_DRIVER_DIRS: readonly string[] = [
 ];
 
 /**
- * The candidates to try, in order: `VRAM_LIBCUDA` when set, then the loader path, then the usual
- * driver folders. Exported so tests and error messages can show the same list.
+ * The candidates to try, in order: `VRAM_LIBCUDA` alone when set, else the loader path, then the
+ * usual driver folders. Exported so tests and error messages can show the same list.
  */
 export function driverCandidates(env: EnvironmentValues = process.env, platform: string = process.platform): string[] {
-  const candidates: string[] = [];
   const explicit = LIBCUDA_VARIABLE.read(env);
-  if (explicit !== undefined) candidates.push(explicit);
+  if (explicit !== undefined) return [explicit];
+  const candidates: string[] = [];
   if (platform === 'win32') {
     candidates.push('nvcuda.dll');
   } else if (platform === 'linux') {
@@ -80,6 +84,22 @@ export function driverCandidates(env: EnvironmentValues = process.env, platform:
   return candidates;
 }
 
+/** Opens the driver `VRAM_LIBCUDA` names, or throws with the loader's own words for why not. */
+function openNamedDriver(path: string): DriverLibrary {
+  let reason = isStub(path) ? 'a CUDA toolkit stub, not a driver' : undefined;
+  if (reason === undefined) {
+    try {
+      return { lib: koffi.load(path), path };
+    } catch (error) {
+      reason = error instanceof Error ? (error.message.split('\n')[0] ?? '') : String(error);
+    }
+  }
+  throw new Error(
+    `VRAM_LIBCUDA names ${path}, which does not load: ${reason.replace(/[.\s]+$/, '')}. ` +
+      'Unset VRAM_LIBCUDA to search the usual driver folders, or set VRAM_BACKEND=emulated to run without a GPU.',
+  );
+}
+
 /** True for the toolkit's link-time stub, which loads but is no driver (cuInit fails with STUB_LIBRARY). */
 function isStub(path: string): boolean {
   return /[\\/]stubs[\\/]/.test(path);
@@ -87,9 +107,12 @@ function isStub(path: string): boolean {
 
 /**
  * Opens the first driver library that loads. Throws an Error listing every candidate and why it
- * failed, so "no GPU here" is easy to tell from "driver in an unusual place".
+ * failed, so "no GPU here" is easy to tell from "driver in an unusual place"; for `VRAM_LIBCUDA`,
+ * an Error naming that path and the loader's reason.
  */
 export function openDriverLibrary(env: EnvironmentValues = process.env): DriverLibrary {
+  const explicit = LIBCUDA_VARIABLE.read(env);
+  if (explicit !== undefined) return openNamedDriver(explicit);
   const { library, failures } = loadFirstLibrary(driverCandidates(env), (path) => (isStub(path) ? 'a CUDA toolkit stub, not a driver' : undefined));
   if (library !== undefined) return library;
   const tried = failures.length > 0 ? failures.join(', ') : `nothing (no known driver location on ${process.platform})`;

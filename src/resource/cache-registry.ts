@@ -47,6 +47,8 @@ let releasing = false;
 let wanted: number | undefined;
 /** Set while an allocation that waits tries (`withoutHostWait`): releasing caches must not synchronise the device. */
 let hostWaitRefused = false;
+/** The resources a release has warned of (`guarded`): each once per `releaseCaches`. */
+const warned = new Set<CachingResource>();
 
 /**
  * Runs `fn` (one try of an allocation that waits for memory) with the release of caches kept from
@@ -115,13 +117,24 @@ function guarded<T>(resource: CachingResource, what: string, read: () => T, fall
   try {
     return read();
   } catch (error) {
-    process.emitWarning(`could not ${what} ${nameOf(resource)}: ${error instanceof Error ? error.message : String(error)}`, { code: 'VRAM_CACHE_RELEASE' });
+    // Once per resource and release: its figures are read before and after each pass, and three
+    // copies of one warning say no more than one.
+    if (!warned.has(resource)) {
+      warned.add(resource);
+      process.emitWarning(`could not ${what} ${nameOf(resource)}: ${error instanceof Error ? error.message : String(error)}`, { code: 'VRAM_CACHE_RELEASE' });
+    }
     return fallback;
   }
 }
 
 function holds(resource: CachingResource, memory: CachedMemory): boolean {
-  if (resource.destroyed) return false;
+  // Over a destroyed resource (an adaptor whose upstream was destroyed) nothing is held to release:
+  // skipped, not warned of as a resource that cannot be read.
+  const seen = new Set<CachingResource>();
+  for (let r: CachingResource | undefined = resource; r !== undefined && !seen.has(r); r = r.upstream) {
+    if (r.destroyed) return false;
+    seen.add(r);
+  }
   return memory === 'pinned-host' ? resource.kind === 'pinned-host' : resource.kind !== 'pinned-host' && resource.deviceOrdinal === memory;
 }
 
@@ -243,6 +256,7 @@ export function releaseCaches(memory: CachedMemory, bytes?: number): number {
   } finally {
     releasing = false;
     wanted = undefined;
+    warned.clear();
   }
 }
 

@@ -64,7 +64,7 @@ export type { EnvironmentValues };
 
 /**
  * One environment variable, as `vram info` and the README's table describe it (the shape of the
- * table's rows in `src/environment.ts`, declared here so this layer need not import that one).
+ * table's rows in `src/cli/environment-table.ts`, declared here so this layer need not import that one).
  */
 export interface EnvironmentVariableDescription {
   /** The variable, e.g. `VRAM_ALLOCATOR`. */

@@ -12,7 +12,7 @@
  *
  * This module sits below every layer (it imports nothing of vram's), so the driver loader and the
  * backend choice can use it as well as the CLI. The table that describes the variables for people
- * is `src/environment.ts`.
+ * is `src/cli/environment-table.ts`.
  */
 import { parseSize } from './size.js';
 

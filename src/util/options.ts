@@ -8,6 +8,7 @@
  * The check returns a snapshot: each valid key is read exactly once, so a getter cannot hand the
  * check one value and the code after it another.
  */
+import { nearestName } from './nearest-name.js';
 
 /**
  * The option names of an entry point, one entry per key of its options type: the compiler refuses
@@ -21,46 +22,6 @@ function describe(value: unknown): string {
   if (Array.isArray(value)) return 'an array';
   const type = typeof value;
   return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
-}
-
-/** The number of single-character edits (insert, delete, substitute, swap) from `a` to `b`. */
-function editDistance(a: string, b: string): number {
-  const rows: number[][] = [];
-  for (let i = 0; i <= a.length; i++) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j++) {
-      if (i === 0) {
-        row.push(j);
-        continue;
-      }
-      const above = rows[i - 1]!;
-      let d = Math.min(above[j]! + 1, row[j - 1]! + 1, above[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, rows[i - 2]![j - 2]! + 1);
-      row.push(d);
-    }
-    rows.push(row);
-  }
-  return rows[a.length]![b.length]!;
-}
-
-/**
- * The valid key nearest to a misspelt one, if one is near enough to be the likely intent: the same
- * letters in another case, or a few edits away (a third of the key's length, at least two).
- */
-function nearest(key: string, valid: readonly string[]): string | undefined {
-  const lower = key.toLowerCase();
-  const sameLetters = valid.find((v) => v.toLowerCase() === lower);
-  if (sameLetters !== undefined) return sameLetters;
-  let best: string | undefined;
-  let bestDistance = Math.max(2, Math.ceil(key.length / 3)) + 1;
-  for (const v of valid) {
-    const d = editDistance(lower, v.toLowerCase());
-    if (d < bestDistance) {
-      best = v;
-      bestDistance = d;
-    }
-  }
-  return best;
 }
 
 /**
@@ -90,7 +51,7 @@ export function readOptions<T extends object>(what: string, options: T | undefin
   // Every own enumerable key is checked before any value is read, so a refused call runs no getter.
   for (const key of own) {
     if (Object.hasOwn(names, key)) continue;
-    const guess = nearest(key, valid);
+    const guess = nearestName(key, valid);
     throw new TypeError(
       `${what}: unknown ${argument === 'options' ? 'option' : `${argument} option`} '${key}'` +
         `${guess === undefined ? '' : ` (did you mean '${guess}'?)`}; valid: ${valid.join(', ')}`,

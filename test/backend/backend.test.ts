@@ -19,7 +19,7 @@ import {
   StreamFlags,
 } from '../../src/backend/backend.js';
 import { getBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
+import { EmulatedBackend, MAX_EMULATED_CAPACITY } from '../../src/backend/emulated/emulated-backend.js';
 import { CudaError, OutOfMemoryError } from '../../src/errors.js';
 
 const backend: Backend = getBackend();
@@ -703,6 +703,21 @@ describe('emulation', () => {
     assert.ok(out.every((v) => v === 0x99));
     emu.contextDisablePeerAccess(c1);
     throwsCuda(() => emu.contextDisablePeerAccess(c1), 'CUDA_ERROR_PEER_ACCESS_NOT_ENABLED');
+  });
+
+  test('a device is at most MAX_EMULATED_CAPACITY (16 TiB), which its address ranges hold whole: cuMemAlloc of all of it, and a range of twice it', () => {
+    assert.equal(MAX_EMULATED_CAPACITY, 16 * 2 ** 40);
+    assert.throws(
+      () => new EmulatedBackend({ capacityBytes: 100 * 2 ** 40 }),
+      /^RangeError: capacityBytes must be at most 16 TiB, an emulated device's most, got 109951162777600$/,
+    );
+    const most = new EmulatedBackend({ capacityBytes: MAX_EMULATED_CAPACITY });
+    const ctx = most.primaryContextRetain(0);
+    most.contextSetCurrent(ctx);
+    const all = most.memAlloc(MAX_EMULATED_CAPACITY);
+    most.memFree(all);
+    const range = most.memAddressReserve(2 * MAX_EMULATED_CAPACITY, 0);
+    most.memAddressFree(range, 2 * MAX_EMULATED_CAPACITY);
   });
 
   test('device info says it is emulated', emulatedOnly, () => {

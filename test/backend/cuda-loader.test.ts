@@ -4,8 +4,9 @@
  */
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { loadCudaBackend } from '../../src/backend/cuda.js';
 import { driverCandidates } from '../../src/cuda/library.js';
 import { EventFlags, MemAccess, MemoryType, MemPoolAttribute, type Backend, type Handle } from '../../src/backend/backend.js';
@@ -37,10 +38,10 @@ describe('cuda loader without a driver', { skip: wantCuda ? 'VRAM_BACKEND=cuda' 
     t.skip(`a CUDA driver is present (${backend.name})`);
   });
 
-  test('candidates: VRAM_LIBCUDA first, then the loader path, never a stub folder', () => {
-    const list = driverCandidates({ VRAM_LIBCUDA: '/opt/driver/libcuda.so.1' }, 'linux');
-    assert.equal(list[0], '/opt/driver/libcuda.so.1');
-    assert.equal(list[1], 'libcuda.so.1');
+  test('candidates: VRAM_LIBCUDA alone when set, else the loader path, never a stub folder', () => {
+    assert.deepEqual(driverCandidates({ VRAM_LIBCUDA: '/opt/driver/libcuda.so.1' }, 'linux'), ['/opt/driver/libcuda.so.1']);
+    const list = driverCandidates({}, 'linux');
+    assert.equal(list[0], 'libcuda.so.1');
     assert.ok(list.every((path) => !path.includes('/stubs/')));
     assert.deepEqual(driverCandidates({}, 'win32'), ['nvcuda.dll']);
   });
@@ -48,7 +49,7 @@ describe('cuda loader without a driver', { skip: wantCuda ? 'VRAM_BACKEND=cuda' 
 
 describe('auto falling back to the emulated backend', () => {
   /** Runs a program that uses vram twice over in a child with `env` (no other VRAM_* variable). */
-  function child(env: Record<string, string>): { backend: string; reason: string | null; warnings: number; stderr: string } {
+  function spawnProgram(env: Record<string, string>): SpawnSyncReturns<string> {
     const select = new URL('../../src/backend/select.js', import.meta.url).href;
     const device = new URL('../../src/device.js', import.meta.url).href;
     const program = `import { getBackend, backendFallbackReason } from '${select}';
@@ -57,21 +58,27 @@ describe('auto falling back to the emulated backend', () => {
       const d = Device.get(0); d.makeCurrent();
       console.log(JSON.stringify({ backend: getBackend().name, reason: backendFallbackReason() ?? null }));`;
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('VRAM_')));
-    const run = spawnSync(process.execPath, ['--input-type=module', '-e', program], {
+    return spawnSync(process.execPath, ['--input-type=module', '-e', program], {
       encoding: 'utf8',
       timeout: 60_000,
       env: { ...base, ...env },
     });
+  }
+
+  /** `spawnProgram`, which must succeed: the backend it chose, why it fell back, and its fallback warnings. */
+  function child(env: Record<string, string>): { backend: string; reason: string | null; warnings: number; stderr: string } {
+    const run = spawnProgram(env);
     assert.equal(run.status, 0, run.stderr);
     const out = JSON.parse(run.stdout) as { backend: string; reason: string | null };
     return { ...out, warnings: run.stderr.split('[VRAM_EMULATED_FALLBACK]').length - 1, stderr: run.stderr };
   }
 
   test('warns once per process, naming the reason; a machine with a driver finds it and stays quiet', () => {
-    const missing = '/nonexistent/vram-test/libcuda.so.1';
-    const auto = child({ VRAM_BACKEND: 'auto', VRAM_LIBCUDA: missing });
+    // No device visible: a machine with a driver falls back too, as one without does.
+    const hidden = { CUDA_VISIBLE_DEVICES: '-1' };
+    const auto = child({ VRAM_BACKEND: 'auto', ...hidden });
     if (auto.backend === 'cuda') {
-      // The loader found the driver after the missing VRAM_LIBCUDA: nothing fell back.
+      // The driver found a device all the same: nothing fell back.
       assert.equal(auto.reason, null);
       assert.equal(auto.warnings, 0, auto.stderr);
       return;
@@ -82,11 +89,26 @@ describe('auto falling back to the emulated backend', () => {
     assert.match(auto.stderr, /VRAM_BACKEND=emulated/, 'and says how to choose the emulation without it');
     assert.doesNotMatch(auto.stderr, /\.\. Set VRAM_BACKEND/, 'one full stop after the reason, not two');
     // The default is auto: the same without VRAM_BACKEND.
-    assert.equal(child({ VRAM_LIBCUDA: missing }).warnings, 1);
+    assert.equal(child(hidden).warnings, 1);
+  });
+
+  test('a driver VRAM_LIBCUDA names that does not load is an error naming it and why, not a fall back', () => {
+    for (const [path, why] of [
+      ['/nonexistent/vram-test/libcuda.so.1', /cannot open shared object file|No such file|not found|cannot find|specified module/i],
+      [fileURLToPath(import.meta.url), /invalid ELF header|not a valid|file too short|not.*dynamic|slice is not valid|not a mach-o/i],
+    ] as const) {
+      for (const backend of ['auto', 'cuda']) {
+        const failed = spawnProgram({ VRAM_BACKEND: backend, VRAM_LIBCUDA: path });
+        assert.notEqual(failed.status, 0, `VRAM_BACKEND=${backend} VRAM_LIBCUDA=${path} ran: ${failed.stdout}`);
+        assert.ok(failed.stderr.includes(`VRAM_LIBCUDA names ${path}, which does not load: `), failed.stderr);
+        assert.match(failed.stderr, why);
+        assert.doesNotMatch(failed.stderr, /VRAM_EMULATED_FALLBACK/);
+      }
+    }
   });
 
   test('VRAM_BACKEND=emulated, chosen on purpose, gives no warning', () => {
-    const chosen = child({ VRAM_BACKEND: 'emulated', VRAM_LIBCUDA: '/nonexistent/vram-test/libcuda.so.1' });
+    const chosen = child({ VRAM_BACKEND: 'emulated', CUDA_VISIBLE_DEVICES: '-1' });
     assert.equal(chosen.backend, 'emulated');
     assert.equal(chosen.reason, null);
     assert.equal(chosen.warnings, 0, chosen.stderr);

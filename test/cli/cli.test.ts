@@ -13,7 +13,7 @@ import { median } from '../../src/cli/bench/common.js';
 import { mulberry32 } from '../../src/util/random.js';
 import { formatTable, Progress } from '../../src/cli/format.js';
 import { formatRows } from '../../src/cli/bench.js';
-import { ENVIRONMENT } from '../../src/environment.js';
+import { ENVIRONMENT } from '../../src/cli/environment-table.js';
 import { formatBytes, parseSize } from '../../src/util/size.js';
 import { InputFileError, readTextFile } from '../../src/util/input-file.js';
 
@@ -173,6 +173,18 @@ describe('vram info', () => {
     assert.equal(under.stderr, '');
   });
 
+  it('names a VRAM_* variable it reads nowhere, with a did-you-mean, and exits 0', async () => {
+    const text = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_ALOCATOR: 'pool' }, 'info');
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stderr, /^vram info: warning: VRAM_ALOCATOR is set, but vram reads no such variable \(did you mean VRAM_ALLOCATOR\?\)$/m);
+    const json = JSON.parse((await vramWith({ VRAM_BACKEND: 'emulated', VRAM_ALOCATOR: 'pool' }, 'info', '--json')).stdout) as { warnings: string[] };
+    assert.deepEqual(json.warnings, ['VRAM_ALOCATOR is set, but vram reads no such variable (did you mean VRAM_ALLOCATOR?)']);
+    // Beside a refused value, which stops the backend, it is still named.
+    const refused = await vramWith({ VRAM_BACKEND: 'gpu', VRAM_SPIL: '1' }, 'info');
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /^vram info: warning: VRAM_SPIL is set, but vram reads no such variable \(did you mean VRAM_SPILL\?\)$/m);
+  });
+
   it('keeps the backend line short; --verbose lists every driver path searched', async () => {
     const short = await vramWith({}, 'info');
     const verbose = await vramWith({}, 'info', '--verbose');
@@ -190,6 +202,39 @@ describe('vram info', () => {
     const chosen = await vram('info', '--verbose');
     assert.match(chosen.stdout, /^backend: +emulated \(selected by VRAM_BACKEND=emulated\)$/m);
     assert.match(chosen.stdout, /^driver search: +.*libcuda\.so\.1/m);
+  });
+});
+
+describe('the fallback warning', () => {
+  const multiStream = join(root, 'test', 'fixtures', 'traces', 'multi_stream.csv');
+  const commands: readonly (readonly string[])[] = [
+    ['info'],
+    ['bench', '--json', '--only', 'transfers', '--sizes', '64K', '--repeats', '2'],
+    ['replay', multiStream, '-r', 'pool'],
+  ];
+
+  it('every command that touches a device prints it once, as its own line with one full stop', async (t) => {
+    // No device visible: a machine with a driver falls back as one without does.
+    const hidden = { CUDA_VISIBLE_DEVICES: '-1' };
+    for (const args of commands) {
+      const { code, stdout, stderr } = await vramWith(hidden, ...args);
+      assert.equal(code, 0, stderr);
+      if (args[0] === 'info' && !/^backend: +emulated \(no GPU/m.test(stdout)) return t.skip('a device is visible all the same');
+      const lines = stderr.split('\n').filter((l) => /runs on the emulated backend/.test(l));
+      assert.equal(lines.length, 1, `vram ${args[0]!}: ${stderr}`);
+      assert.match(
+        lines[0]!,
+        new RegExp(`^vram ${args[0]!}: warning: vram runs on the emulated backend \\(host memory, no GPU\\): .*[^.]\\. Set VRAM_BACKEND=emulated`),
+      );
+      assert.doesNotMatch(stderr, /VRAM_EMULATED_FALLBACK|\.\. /, 'no second warning from node, and no double period');
+    }
+  });
+
+  it('is not printed when VRAM_BACKEND=emulated chose the emulation', async () => {
+    for (const args of commands) {
+      const { stderr } = await vram(...args);
+      assert.doesNotMatch(stderr, /warning: vram runs on the emulated backend/, `vram ${args[0]!}`);
+    }
   });
 });
 
@@ -347,6 +392,21 @@ describe('vram replay', () => {
     assert.match(stderr, /^vram replay: arena: /m);
   });
 
+  it('--capacity above what an emulated device can have is refused in one line, before any stack runs', async () => {
+    const trace = join(root, 'test', 'fixtures', 'traces', 'multi_stream.csv');
+    const { code, stdout, stderr } = await vram('replay', trace, '-r', 'pool,async', '--capacity', '100T');
+    assert.equal(code, 1, stderr);
+    assert.equal(stdout, '', 'nothing replayed');
+    assert.match(
+      stderr,
+      /^vram replay: --capacity 100T: a capacity of 100 TiB for .*multi_stream\.csv needs an emulated device of .*, more than the 16 TiB one can have\n$/,
+    );
+    // And the variable that sizes the device by hand, by its reader.
+    const info = await vramWith({ VRAM_BACKEND: 'emulated', VRAM_EMULATED_BYTES: '100T' }, 'info');
+    assert.equal(info.code, 1);
+    assert.match(info.stderr, /^vram info: VRAM_EMULATED_BYTES must be at most 16 TiB, an emulated device's most, got '100T'$/m);
+  });
+
   it('--capacity 24G: the emulated device is sized for the capacity and a ballast, and each stack says it fit', async () => {
     // "Will it fit on a 24 GiB card?" without a GPU: an 80 GiB device, as an H100, and a ballast of 56 GiB.
     const { code, stdout, stderr } = await vramWith({ VRAM_BACKEND: 'emulated' }, 'replay', trace, '-r', 'pool,async', '--capacity', '24G');
@@ -451,7 +511,10 @@ describe('vram replay', () => {
       writeFileSync(path, `Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1000,${2 ** 52},0\n`);
       const { code, stderr } = await vram('replay', path);
       assert.equal(code, 1);
-      assert.match(stderr, /^vram replay: .*huge\.csv: peak live 4096 TiB needs an emulated device of 2 x peak live \+ 1 GiB, more than the 2\^53 - 1 bytes/);
+      assert.match(
+        stderr,
+        /^vram replay: .*huge\.csv: peak live 4096 TiB needs an emulated device of 2 x peak live \+ 1 GiB, more than the 16 TiB one can have; /,
+      );
       assert.doesNotMatch(stderr, /capacityBytes/);
       // Live bytes that no longer add up exactly are refused by the parser, naming the line.
       writeFileSync(path, `Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1000,${2 ** 52},0\n0,1,allocate,0x${(2 ** 52).toString(16)},${2 ** 52},0\n`);
@@ -497,16 +560,23 @@ describe('vram usage', () => {
   }
 
   const commandErrors: [string[], RegExp][] = [
-    [['info', '--bogus'], /Unknown option '--bogus'/],
-    [['info', 'extra'], /Unexpected argument 'extra'/],
+    [['info', '--bogus'], /^vram info: unknown option --bogus; /],
+    [['info', '--jsno'], /^vram info: unknown option --jsno \(did you mean --json\?\); /],
+    [['info', '--json=3'], /^vram info: --json takes no value; /],
+    [['info', 'extra'], /^vram info: takes no arguments besides its options, got 'extra'; /],
     [['bench', '--only', 'nope'], /--only takes transfers, alloc, allocators, kernels; got 'nope'/],
     [['bench', '--sizes', '12Q'], /--sizes must be .*got '12Q'/],
     [['bench', '--sizes'], /--sizes/],
     [['bench', '--only', ''], /--only takes .*got nothing/],
     [['bench', '--sizes', '1.5'], /--sizes must come to a whole number of bytes; got '1.5'/],
-    [['bench', '--json', 'extra'], /Unexpected argument 'extra'/],
+    [['bench', '--json', 'extra'], /^vram bench: takes no arguments besides its options, got 'extra'; /],
     [['replay', 'test/fixtures/traces/resnet50_train.csv', '-r', ''], /--resource needs a name/],
-    [['replay', 'test/fixtures/traces/resnet50_train.csv', '-r'], /argument missing/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '-r'], /^vram replay: --resource needs a value; /],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--repeat'], /^vram replay: --repeat needs a value; /],
+    [
+      ['replay', 'test/fixtures/traces/resnet50_train.csv', '-r', '--json'],
+      /^vram replay: --resource needs a value; for one that starts with '-', write --resource=<value>; /,
+    ],
     [['bench', '--repeats', '0'], /--repeats must be a whole number >= 1, got '0'/],
     [['bench', '--repeats', '-1'], /--repeats must be a whole number >= 1, got '-1'/],
     [['bench', '--repeats', '2.5'], /--repeats must be a whole number >= 1, got '2.5'/],
@@ -516,7 +586,7 @@ describe('vram usage', () => {
     [['replay', 'test/fixtures/traces/resnet50_train.csv', '--device', '-1'], /--device must be a device ordinal.*'-1'/],
     [['replay', 'test/fixtures/traces/resnet50_train.csv', '--repeat', '-1'], /--repeat must be a whole number from 1 to 1000, got '-1'/],
     [['replay', 'test/fixtures/traces/resnet50_train.csv', '-r', 'nope'], /unknown resource 'nope'/],
-    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--frob'], /Unknown option '--frob'/],
+    [['replay', 'test/fixtures/traces/resnet50_train.csv', '--frob'], /^vram replay: unknown option --frob; see 'vram replay --help'$/],
   ];
   for (const [args, message] of commandErrors) {
     it(`'vram ${args.join(' ')}' is a one-line usage error naming the command's help, exit 2`, async () => {
@@ -526,7 +596,8 @@ describe('vram usage', () => {
       const [first, ...rest] = stderr.trimEnd().split('\n');
       assert.match(first!, new RegExp(`^vram ${args[0]}: `));
       assert.match(first!, message);
-      assert.doesNotMatch(stderr, /ambiguous|\n\s+at /);
+      // Not node's words: 'Unknown option', 'argument missing', 'is ambiguous', 'Unexpected argument'.
+      assert.doesNotMatch(stderr, /ambiguous|Unknown|Unexpected|argument missing|does not take an argument|\n\s+at /);
       assert.ok(first!.endsWith(`; see 'vram ${args[0]} --help'`), first);
       assert.deepEqual(rest, [], 'one line');
     });

@@ -10,7 +10,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
-import { ENVIRONMENT, ENVIRONMENT_READERS, environmentSettings } from '../../src/environment.js';
+import { ENVIRONMENT, ENVIRONMENT_READERS, environmentSettings, unknownVariables } from '../../src/cli/environment-table.js';
 import { defaultCopyThreads } from '../../src/buffer/transfer/copy-threads.js';
 import { wholeNumberFrom } from '../../src/util/environment.js';
 
@@ -117,4 +117,43 @@ test('no module of src/ reads a VRAM_* variable around its reader', () => {
   };
   walk(root);
   assert.deepEqual(offenders, []);
+});
+
+test('a VRAM_* variable vram reads nowhere is named, with the nearest name it reads', () => {
+  assert.deepEqual(unknownVariables({ VRAM_BAKCEND: 'cuda', VRAM_SPILL_LIMT: '1G', VRAM_NO_SUCH_THING: '1', VRAM_BACKEND: 'emulated', HOME: '/home/x' }), [
+    'VRAM_BAKCEND is set, but vram reads no such variable (did you mean VRAM_BACKEND?)',
+    'VRAM_NO_SUCH_THING is set, but vram reads no such variable',
+    'VRAM_SPILL_LIMT is set, but vram reads no such variable (did you mean VRAM_SPILL_LIMIT?)',
+  ]);
+  const every = Object.fromEntries([...ENVIRONMENT_READERS.keys()].map((name) => [name, '1']));
+  assert.deepEqual(unknownVariables(every), [], 'every variable vram reads is known');
+  for (const name of ENVIRONMENT_READERS.keys()) {
+    // One letter dropped from the middle of the part after VRAM_: the name it came from is the guess.
+    const at = 5 + Math.floor((name.length - 5) / 2);
+    const typo = name.slice(0, at) + name.slice(at + 1);
+    assert.deepEqual(unknownVariables({ [typo]: '1' }), [`${typo} is set, but vram reads no such variable (did you mean ${name}?)`]);
+  }
+});
+
+test('the names vram info knows are every variable src/ declares a reader for', () => {
+  const root = fileURLToPath(new URL('../../../src/', import.meta.url));
+  const declared = new Set<string>();
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (entry.name.endsWith('.ts')) {
+        const text = readFileSync(path, 'utf8');
+        // variableReader('VRAM_X', ...) or variableReader(X_VARIABLE, ...) with `X_VARIABLE = 'VRAM_X'` in the file.
+        for (const m of text.matchAll(/variableReader\(\s*(?:'(VRAM_\w+)'|([A-Z_]+)\b)/g)) {
+          const name = m[1] ?? new RegExp(`\\b${m[2]!}\\s*=\\s*'(VRAM_\\w+)'`).exec(text)?.[1];
+          assert.ok(name !== undefined, `${path}: ${m[0]}`);
+          declared.add(name);
+        }
+      }
+    }
+  };
+  walk(root);
+  assert.ok(declared.size >= 10, `found ${declared.size} readers`);
+  assert.deepEqual([...declared].sort(), [...ENVIRONMENT_READERS.keys()].sort());
 });

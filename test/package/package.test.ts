@@ -66,7 +66,7 @@ test("the tarball holds every file the package's help and README name", { skip }
   for (const required of ['docs/snapshot-schema.json', 'README.md', 'CHANGELOG.md', 'LICENSE', 'bin/vram.js', 'dist/src/cli/main.js']) {
     assert.ok(files.has(required), `the tarball lacks ${required}`);
   }
-  const help = readFileSync(path.join(root, 'dist', 'src', 'environment.js'), 'utf8');
+  const help = readFileSync(path.join(root, 'dist', 'src', 'cli', 'environment-table.js'), 'utf8');
   assert.match(help, /docs\/snapshot-schema\.json/, 'the help still names the schema (else this check is moot)');
   assert.deepEqual(
     [...files].filter((f) => f.endsWith('.map')),

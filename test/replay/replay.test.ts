@@ -548,7 +548,7 @@ async function replayCaptured(...args: string[]): Promise<{ code: number; stdout
   }
 }
 
-test('vram replay --repeat 2 names the one later pass "pass 2", not "passes 2-2"', async () => {
+test('vram replay --repeat 2 names the one later pass "pass 2", not "passes 2-2", and prints counts as whole numbers', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'vram-repeat-'));
   try {
     const trace = join(dir, 'two.csv');
@@ -556,7 +556,12 @@ test('vram replay --repeat 2 names the one later pass "pass 2", not "passes 2-2"
     const two = await replayCaptured(trace, '-r', 'pool', '--repeat', '2');
     assert.equal(two.code, 0, two.stderr);
     assert.match(two.stdout, /the first, then pass 2 \(/);
-    assert.doesNotMatch(two.stdout, /passes 2-2/);
+    assert.doesNotMatch(two.stdout, /2-2/, 'nor in the column headings');
+    assert.match(two.stdout, /^resource +us\/op first +us\/op pass 2 +growth ms first +growth ms pass 2 +page moves first +page moves pass 2 /m);
+    // Page moves, driver calls and joins (first and later) are counts: whole numbers.
+    const row = /^pool {2,}.*$/m.exec(two.stdout.slice(two.stdout.indexOf('passes (--repeat')))?.[0].split(/ {2,}/) ?? [];
+    assert.equal(row.length, 13, two.stdout);
+    for (const cell of row.slice(5, 11)) assert.match(cell, /^\d[\d,]*$/, `a count: ${row.join(' | ')}`);
     const three = await replayCaptured(trace, '-r', 'pool', '--repeat', '3');
     assert.match(three.stdout, /the first, then passes 2-3 \(/);
   } finally {

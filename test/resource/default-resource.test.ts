@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { Device } from '../../src/device.js';
-import { ENVIRONMENT } from '../../src/environment.js';
+import { ENVIRONMENT } from '../../src/cli/environment-table.js';
 import { NotSupportedError, OutOfMemoryError } from '../../src/errors.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';

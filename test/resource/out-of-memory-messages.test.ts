@@ -14,6 +14,9 @@ import { FixedSizeResource } from '../../src/resource/suballoc/fixed-size.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { LimitingAdaptor } from '../../src/resource/adaptors/limiting.js';
 import { RetryOnOutOfMemory } from '../../src/resource/adaptors/retry-on-oom.js';
+import { BinningResource } from '../../src/resource/suballoc/binning.js';
+import { SpillableResource } from '../../src/resource/upstream/spillable-resource.js';
+import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import type { MemoryResource } from '../../src/resource/resource.js';
 import { formatBytesExact } from '../../src/util/size.js';
 
@@ -71,4 +74,44 @@ test('describe() spells sizes as messages do: exact figures bare, others with th
   assert.equal(limited.describe(), 'LimitingAdaptor(limit=1.00 MiB (1048577 bytes), CudaResource(device=0))');
   using fixed = new FixedSizeResource(cuda, { blockSize: 64 * 1024 });
   assert.match(fixed.describe(), /^FixedSizeResource\(block=64 KiB, /);
+});
+
+test('a request larger than the whole device says so, on every device-memory resource, not what ran out first', async () => {
+  const device = Device.get(0);
+  const total = device.info.totalMemory;
+  const larger = new RegExp(`: it is larger than device 0's .*\\(${total} bytes\\) of memory`);
+  const check = (error: OutOfMemoryError, what: string): void => {
+    assert.match(error.message, larger, what);
+    assert.doesNotMatch(error.message, /address range|refused a new chunk|cannot allocate 2 MiB/, what);
+    assert.equal(error.reason, 'device', what);
+  };
+  // Just over the device (within a pool's address range, twice the device), and far over it.
+  for (const bytes of [total + 2 * MiB, 4 * total, PETABYTE]) {
+    using cuda = new CudaResource();
+    check(outOfMemory(cuda, bytes), `CudaResource ${bytes}`);
+    using async = new AsyncResource();
+    check(outOfMemory(async, bytes), `AsyncResource ${bytes}`);
+    using pool = new PoolResource();
+    check(outOfMemory(pool, bytes), `PoolResource ${bytes}`);
+    using adaptive = new PoolResource({ extentSize: 'adaptive' });
+    check(outOfMemory(adaptive, bytes), `adaptive PoolResource ${bytes}`);
+    using chunked = new PoolResource({ upstream: cuda });
+    check(outOfMemory(chunked, bytes), `PoolResource over CudaResource ${bytes}`);
+    // Past its bins a BinningResource hands the request to its upstream, whose error it passes on.
+    using binned = new BinningResource(pool);
+    assert.throws(
+      () => binned.allocate(bytes),
+      (e: unknown) => e instanceof OutOfMemoryError && larger.test(e.message),
+      `BinningResource ${bytes}`,
+    );
+    using spillable = new SpillableResource();
+    check(outOfMemory(spillable, bytes), `SpillableResource ${bytes}`);
+    for (const allocate of [() => DeviceBuffer.allocate(bytes), () => DeviceBuffer.allocateAsync(bytes)]) {
+      await assert.rejects(
+        async () => (await allocate()).free(),
+        (e: unknown) => e instanceof OutOfMemoryError && larger.test(e.message) && !/address range/.test(e.message),
+        `DeviceBuffer ${bytes}`,
+      );
+    }
+  }
 });

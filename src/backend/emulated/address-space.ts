@@ -138,6 +138,13 @@ export const ADDRESS_RANGES = {
   pool: { start: 0x4_0000_0000_0000, size: 1024 * TIB },
 } as const;
 
+/**
+ * The largest device the ranges hold room for: four of each use that spans a whole device (a
+ * cuMemAlloc of all of it, a PoolResource's virtual range of twice it, a memory pool's range of four
+ * times it), whose addresses are handed out upwards and never taken back. 16 TiB.
+ */
+export const MAX_DEVICE_CAPACITY = Math.min(ADDRESS_RANGES.device.size, ADDRESS_RANGES.virtual.size / 2, ADDRESS_RANGES.pool.size / 4) / 4;
+
 /** Creates the bump range for one kind of memory. */
 export function addressRange(kind: keyof typeof ADDRESS_RANGES): AddressRange {
   const r = ADDRESS_RANGES[kind];

@@ -41,6 +41,8 @@ import { StreamCalls } from './stream-calls.js';
 import { VirtualMemoryCalls } from './virtual-memory-calls.js';
 import { sizeInBytes, variableReader } from '../../util/environment.js';
 import { readOptions } from '../../util/options.js';
+import { formatBytes } from '../../util/size.js';
+import { MAX_DEVICE_CAPACITY } from './address-space.js';
 
 export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './device-memory-calls.js';
 
@@ -69,8 +71,19 @@ export interface EmulatedBackendOptions {
 /** Default capacity of an emulated device. */
 export const DEFAULT_EMULATED_CAPACITY = 4 * 1024 ** 3;
 
-/** `VRAM_EMULATED_BYTES`: each emulated device's capacity, bytes or a size such as `16G`. */
-export const EMULATED_BYTES_VARIABLE = variableReader('VRAM_EMULATED_BYTES', sizeInBytes);
+/**
+ * The largest capacity an emulated device can have (16 TiB): its address ranges hold room for a few
+ * uses of the whole device each, which a larger one would exhaust in the emulator, not on a GPU.
+ */
+export const MAX_EMULATED_CAPACITY = MAX_DEVICE_CAPACITY;
+
+/** `VRAM_EMULATED_BYTES`: each emulated device's capacity, bytes or a size such as `16G`, at most 16 TiB. */
+export const EMULATED_BYTES_VARIABLE = variableReader('VRAM_EMULATED_BYTES', (text, name) => {
+  const bytes = sizeInBytes(text, name);
+  if (bytes > MAX_EMULATED_CAPACITY)
+    throw new RangeError(`${name} must be at most ${formatBytes(MAX_EMULATED_CAPACITY)}, an emulated device's most, got '${text}'`);
+  return bytes;
+});
 
 /** The default capacity: VRAM_EMULATED_BYTES, else 4 GiB. */
 function defaultCapacity(): number {
@@ -108,8 +121,9 @@ export class EmulatedBackend implements Backend {
   /**
    * @param options Each device's capacity (default `VRAM_EMULATED_BYTES`, else 4 GiB) and the number of devices (default 1).
    * @throws {TypeError} When `options` is not an object or has a key other than `capacityBytes` and `deviceCount`.
-   * @throws {RangeError} When `capacityBytes` is not a positive whole number, `deviceCount` is not 1 to 16, or
-   *   `VRAM_EMULATED_BYTES` (read when `capacityBytes` is not given) is not a size.
+   * @throws {RangeError} When `capacityBytes` is not a positive whole number up to `MAX_EMULATED_CAPACITY`,
+   *   `deviceCount` is not 1 to 16, or `VRAM_EMULATED_BYTES` (read when `capacityBytes` is not given) is not a size
+   *   up to it.
    * @example
    * ```ts
    * const backend = new EmulatedBackend({ deviceCount: 2 }); // two devices, for peer-access code
@@ -120,6 +134,9 @@ export class EmulatedBackend implements Backend {
     const capacity = options.capacityBytes ?? defaultCapacity();
     const count = options.deviceCount ?? 1;
     if (!Number.isSafeInteger(capacity) || capacity <= 0) throw new RangeError(`capacityBytes must be a positive whole number, got ${capacity}`);
+    if (capacity > MAX_EMULATED_CAPACITY) {
+      throw new RangeError(`capacityBytes must be at most ${formatBytes(MAX_EMULATED_CAPACITY)}, an emulated device's most, got ${capacity}`);
+    }
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new RangeError(`deviceCount must be 1 to 16, got ${count}`);
     const hostNumaPools = options.hostNumaPools ?? true;
     if (typeof hostNumaPools !== 'boolean') throw new TypeError(`hostNumaPools must be a boolean, got ${typeof hostNumaPools}`);

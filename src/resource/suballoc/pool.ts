@@ -25,6 +25,7 @@ import { CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, Physi
 import { checkMemoryOf, checkResource, MemoryResource } from '../resource.js';
 import { type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
+import { largerThanDevice } from '../larger-than-device.js';
 import { readOptions } from '../../util/options.js';
 import { checkFabricSupport } from '../fabric-support.js';
 
@@ -243,6 +244,8 @@ export class PoolResource extends MemoryResource {
   private readonly initialBytes: number;
   /** The device the pool's memory lives on. */
   private readonly owner: Device;
+  /** The device's total memory for device memory, else Infinity: no request above it can be met. */
+  private readonly deviceBytes: number;
 
   /**
    * A pool on `device` (virtual growth) or over `upstream` (chunked growth).
@@ -283,6 +286,7 @@ export class PoolResource extends MemoryResource {
     if (upstream !== undefined && upstream.deviceOrdinal >= 0) checkMemoryOf(upstream, upstream.kind, dev.ordinal, 'PoolResource');
     this.backend = dev.backend;
     this.owner = dev;
+    this.deviceBytes = upstream === undefined || upstream.kind === 'device' ? dev.info.totalMemory : Infinity;
     if (upstream === undefined && !dev.info.virtualMemoryManagementSupported) {
       throw new NotSupportedError(
         `${dev.info.name} does not support virtual memory management; ` + 'give PoolResource an upstream (e.g. new CudaResource(device))',
@@ -372,6 +376,8 @@ export class PoolResource extends MemoryResource {
     const parked = heap.takeParked(size, bytes, h);
     // The block this stream freed last, of exactly this size, live again: its pages are still counted.
     if (parked !== NIL) return heap.store.start[parked]!;
+    // Before growth maps the whole device page by page (or asks the upstream) only to fail on the last.
+    if (bytes > this.deviceBytes) throw this.outOfMemory(bytes, largerThanDevice(this.owner, bytes)!, 'device');
     const pages = this.pages;
     let i = heap.take(size, h);
     if (heap.parkedCount > 0 && (i === NIL || (pages !== null && !pages.covers(heap.store.start[i]!, size)))) {

@@ -6,7 +6,7 @@
  */
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
-import { OutOfMemoryError, outOfMemoryMessage, type OutOfMemoryReason } from '../../errors.js';
+import { CudaError, OutOfMemoryError, outOfMemoryMessage, type OutOfMemoryReason } from '../../errors.js';
 import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graphs/sessions.js';
 import { formatBytesExact } from '../../util/size.js';
 import { MemoryResource } from '../resource.js';
@@ -14,6 +14,7 @@ import { type MemoryFigures } from '../figures.js';
 import { type StreamRef } from '../../stream.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { SizeTable } from './size-table.js';
+import { largerThanDevice } from '../larger-than-device.js';
 
 /**
  * A resource whose every block is one driver allocation. Subclasses implement `driverAllocate`
@@ -225,6 +226,8 @@ export abstract class DriverResource extends MemoryResource {
   private nameOutOfMemory(error: unknown, bytes: number): unknown {
     if (!(error instanceof OutOfMemoryError) || error.resource !== undefined) return error;
     const live = this.table;
+    // Larger than the whole device: that is the cause, whatever the driver ran out of first.
+    const tooLarge = this.kind === 'device' ? largerThanDevice(this.owner, bytes) : undefined;
     return new OutOfMemoryError({
       requestedBytes: bytes,
       call: error.call,
@@ -235,7 +238,8 @@ export abstract class DriverResource extends MemoryResource {
       message: outOfMemoryMessage(
         bytes,
         this.describe(),
-        `${error.cause instanceof Error ? error.cause.message : error.message} ` + `(${live.size} live allocations, ${formatBytesExact(live.bytes.value)})`,
+        `${tooLarge === undefined ? (error.cause instanceof Error ? error.cause.message : error.message) : `${tooLarge} (${error.cause instanceof CudaError ? `${error.cause.call} failed: ${error.cause.errorName}` : `${error.call} refused it`})`} ` +
+          `(${live.size} live allocations, ${formatBytesExact(live.bytes.value)})`,
       ),
       cause: error.cause ?? error,
     });

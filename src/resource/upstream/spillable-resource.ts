@@ -25,11 +25,12 @@ import { MemAccess, type Handle, type Ptr } from '../../backend/backend.js';
 import { recordNewEvent } from '../../backend/record-event.js';
 import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
-import { InvalidPointerError, OutOfMemoryError, VramStateError, isOutOfMemory } from '../../errors.js';
+import { InvalidPointerError, OutOfMemoryError, VramStateError, isOutOfMemory, outOfMemoryMessage } from '../../errors.js';
 import { outOfMemoryStatistics, type MemoryFigures, type SnapshotSegment } from '../figures.js';
 import { MemoryResource } from '../resource.js';
 import { type StreamRef } from '../../stream.js';
 import { refusedBytes } from '../cache-registry.js';
+import { largerThanDevice } from '../larger-than-device.js';
 import { PeerGrants } from '../peer-grants.js';
 
 /** One block: its range, what was asked for, and the physical allocation mapped there (0: none). */
@@ -332,6 +333,18 @@ export class SpillableResource extends MemoryResource {
   protected doAllocate(bytes: number, _handle: number, _stream: StreamRef | undefined): Ptr {
     this.#collect();
     const size = Math.ceil(bytes / this.alignment) * this.alignment;
+    // A block is backed on the device whenever it is used: one larger than the device never can be.
+    const tooLarge = largerThanDevice(this.#device, bytes);
+    if (tooLarge !== undefined) {
+      throw new OutOfMemoryError({
+        requestedBytes: bytes,
+        call: 'SpillableResource.allocate',
+        reason: 'device',
+        resource: this.describe(),
+        statistics: outOfMemoryStatistics(this.memoryFigures()),
+        message: outOfMemoryMessage(bytes, this.describe(), tooLarge),
+      });
+    }
     this.#device.makeCurrent();
     const backend = this.#device.backend;
     const ptr = backend.memAddressReserve(size, this.alignment);

@@ -8,18 +8,19 @@
  * variables are described in `resource/default-resource.ts`, beside the code that reads them, and
  * taken from there, so the table cannot drift from what that code does.
  */
-import { BACKEND_VARIABLE } from './backend/select.js';
-import { EMULATED_BYTES_VARIABLE } from './backend/emulated/emulated-backend.js';
-import { LIBCUDA_VARIABLE } from './cuda/library.js';
-import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
-import { LIBNCCL_VARIABLE } from './cuda/nccl-library.js';
-import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
-import { ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE } from './resource/default-resource.js';
-import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
-import { IMEX_ROOT_VARIABLE } from './resource/fabric-support.js';
-import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
-import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
-import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
+import { BACKEND_VARIABLE } from '../backend/select.js';
+import { EMULATED_BYTES_VARIABLE } from '../backend/emulated/emulated-backend.js';
+import { LIBCUDA_VARIABLE } from '../cuda/library.js';
+import { LIBNVRTC_VARIABLE } from '../cuda/nvrtc-library.js';
+import { LIBNCCL_VARIABLE } from '../cuda/nccl-library.js';
+import { CACHE_DIR_VARIABLE } from '../kernels/compile-cache.js';
+import { ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE } from '../resource/default-resource.js';
+import { OOM_SNAPSHOT } from '../observe/out-of-memory-observer.js';
+import { IMEX_ROOT_VARIABLE } from '../resource/fabric-support.js';
+import { COPY_THREADS_VARIABLE } from '../buffer/transfer/copy-threads.js';
+import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from '../buffer/spill/spill-manager.js';
+import { anyText, variableReader, type EnvironmentValues, type VariableReader } from '../util/environment.js';
+import { nearestName } from '../util/nearest-name.js';
 
 /**
  * `VRAM_DEBUG`: any value makes the CLI print the stack of an unexpected error. Declared here, as
@@ -80,7 +81,8 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     name: 'VRAM_LIBCUDA',
     values: 'path',
     default: 'libcuda.so.1 on the loader path, then the usual driver folders',
-    meaning: 'the CUDA driver library to load, when it is somewhere unusual',
+    meaning:
+      'the CUDA driver library to load, when it is somewhere unusual; when set, the only one tried, and one that does not load is an error (no fall back to the emulated backend)',
   },
   {
     name: 'VRAM_LIBNVRTC',
@@ -104,7 +106,7 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
   },
   {
     name: 'VRAM_EMULATED_BYTES',
-    values: 'size (16G, 512M, bytes)',
+    values: 'size (16G, 512M, bytes; at most 16T)',
     default: '4 GiB (vram replay sizes it for the trace)',
     meaning: 'capacity of each emulated device; backed lazily, so only what is written costs host memory',
   },
@@ -200,4 +202,31 @@ export function environmentVariable(name: string): EnvironmentVariable {
   const found = ENVIRONMENT.find((v) => v.name === name);
   if (found === undefined) throw new RangeError(`vram reads no environment variable named '${name}'`);
   return found;
+}
+
+/**
+ * The `VRAM_*` variables set in `env` that vram reads nowhere (a misspelt name passes silently
+ * otherwise), each with the nearest name it does read. The names known are the readers'
+ * (`ENVIRONMENT_READERS`), the one list of what the library reads.
+ *
+ * @param env The environment to look through (default `process.env`).
+ * @returns One line per unknown variable, in name order: `VRAM_BAKCEND is set, but vram reads no
+ *   such variable (did you mean VRAM_BACKEND?)`.
+ * @throws Never.
+ * @example
+ * ```ts
+ * unknownVariables({ VRAM_BAKCEND: 'cuda' }); // ['VRAM_BAKCEND is set, but vram reads no such variable (did you mean VRAM_BACKEND?)']
+ * ```
+ */
+export function unknownVariables(env: EnvironmentValues = process.env): string[] {
+  const known = [...ENVIRONMENT_READERS.keys()];
+  // Matched on what follows the prefix, which every name shares.
+  const suffixes = known.map((name) => name.slice('VRAM_'.length));
+  return Object.keys(env)
+    .filter((name) => name.startsWith('VRAM_') && env[name] !== undefined && !ENVIRONMENT_READERS.has(name))
+    .sort()
+    .map((name) => {
+      const guess = nearestName(name.slice('VRAM_'.length), suffixes);
+      return `${name} is set, but vram reads no such variable${guess === undefined ? '' : ` (did you mean VRAM_${guess}?)`}`;
+    });
 }
