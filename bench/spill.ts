@@ -219,7 +219,7 @@ try {
     const { figures: f } = spilled;
     console.log(
       `    spillable arrays   ${total(spilled).toFixed(3)} s  ${gbps(work, total(spilled))} of arrays passed ` +
-        `(${f.spilledBuffers.total} spills, ${f.spilledAhead} queued ahead, ${f.waits} host waits, ${f.copiesOut} copies out, ` +
+        `(${f.spilledBuffers.total} spills, ${f.spilledAhead} queued ahead, ${f.hostWaits} host waits, ${f.copiesOut} copies out, ` +
         `${f.reloads} reloads, ${spilled.hostAllocs} cuMemHostAlloc for ${formatBytes(f.hostReservedBytes)})`,
     );
     console.log(`    by hand, pinned    ${total(byHand).toFixed(3)} s  ${gbps(work, total(byHand))}`);

@@ -29,6 +29,7 @@ import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } fro
 import { formatBytes, parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
+import { totalDriverCalls } from '../resource/figures.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
 import { checkOutputPath, writeReportFile } from './output-path.js';
@@ -469,10 +470,7 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
     'peak reserved first',
     `peak reserved 2-${count}`,
   ];
-  const calls = (p: ReplayPass): number => {
-    const c = p.growth?.driverCalls;
-    return c === undefined ? NaN : c.create + c.map + c.unmap + c.setAccess + c.release;
-  };
+  const calls = (p: ReplayPass): number => (p.growth === undefined ? NaN : totalDriverCalls(p.growth.driverCalls));
   const rows = stacks.map(([name, passes]): string[] => {
     const first = passes[0]!;
     const later = passes.slice(1);
@@ -488,8 +486,8 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
       growth(sum((p) => p.growth?.pageMoves ?? NaN)),
       growth(calls(first)),
       growth(sum(calls)),
-      growth(first.growth?.streamJoins?.waits ?? NaN),
-      growth(sum((p) => p.growth?.streamJoins?.waits ?? NaN)),
+      growth(first.growth?.streamJoins.waits ?? NaN),
+      growth(sum((p) => p.growth?.streamJoins.waits ?? NaN)),
       formatBytes(first.peakReservedBytes),
       formatBytes(Math.max(...later.map((p) => p.peakReservedBytes))),
     ];
