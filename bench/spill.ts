@@ -266,13 +266,13 @@ try {
     const hostAllocs = calls.count;
     for (const a of arrays) check(a.toHost(), 'spillable');
     for (const a of arrays) a.free();
-    const delta = (key: 'copiesOut' | 'reloads' | 'spilledAhead' | 'waits'): number => end[key] - start[key];
+    const delta = (key: 'copiesOut' | 'reloads' | 'spilledAhead' | 'hostWaits'): number => end[key] - start[key];
     const figures: SpillFigures = {
       ...end,
       copiesOut: delta('copiesOut'),
       reloads: delta('reloads'),
       spilledAhead: delta('spilledAhead'),
-      waits: delta('waits'),
+      hostWaits: delta('hostWaits'),
       spilledBuffers: { ...end.spilledBuffers, total: end.spilledBuffers.total - start.spilledBuffers.total },
     };
     emptyCache(device);
