@@ -7,7 +7,7 @@
  *   node dist/examples/accelerate.js [path/to/libaccelerate.so]
  *
  * With the library's path (examples/native/accelerate.c built with nvcc, as
- * test/kernels-examples.test.ts does on a GPU machine), the C side is that compiled C, called
+ * test/kernels/kernels-examples.test.ts does on a GPU machine), the C side is that compiled C, called
  * through koffi. Without it (the emulated backend, where there is no libcuda for C to call) the
  * same role is played by memory allocated through the backend directly: cuMemAlloc and
  * cuMemcpyHtoD in the primary context, as the C does.

@@ -3,7 +3,7 @@
  * mapped, write-combined pinned memory and read in place by a kernel that computes each
  * triangle's area, with no copy to the device; then the same program with `place()`, which puts
  * the mesh in device memory when the device has room, gives the same areas. Runs on either
- * backend: `node dist/examples/chroma-mesh.js` (test/kernels-examples.test.ts runs it). On the
+ * backend: `node dist/examples/chroma-mesh.js` (test/kernels/kernels-examples.test.ts runs it). On the
  * emulated backend the kernel's JavaScript implementation runs in place of the CUDA code.
  */
 import assert from 'node:assert/strict';

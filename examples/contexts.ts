@@ -3,7 +3,7 @@
  * preference set as Chroma's `create_cuda_context` does, pushed for a piece of work and popped at the
  * end of the scope (`using`), a context adopted from a handle made elsewhere (borrowed, never destroyed
  * by vram), and the device's current pool that other libraries' cudaMallocAsync use. It prints what it
- * checked; test/context-stack.test.ts runs it on the selected backend.
+ * checked; test/device/context-stack.test.ts runs it on the selected backend.
  */
 import { Context, Device, DeviceBuffer } from '../src/index.js';
 import { AsyncResource } from '../src/public/resources.js';

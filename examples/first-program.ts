@@ -1,8 +1,8 @@
 /**
  * The README's first program ("Install and first program"), word for word below the header: four numbers
  * copied to the device, summed there, the array freed at the end of the scope by `using`. It prints
- * `cuda: sum 10` on a GPU and `emulated: sum 10` without one. test/examples.test.ts checks the README shows
- * this file and runs it; test/consumer.test.ts compiles the README's copy in a fresh `npm init -y` project.
+ * `cuda: sum 10` on a GPU and `emulated: sum 10` without one. test/package/examples.test.ts checks the README shows
+ * this file and runs it; test/package/consumer.test.ts compiles the README's copy in a fresh `npm init -y` project.
  */
 import { DeviceArray, getBackend, sum } from '../src/index.js';
 

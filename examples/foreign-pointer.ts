@@ -1,7 +1,7 @@
 /**
  * A `CUdeviceptr` from C code, used as a DeviceArray without copying it and without freeing what
  * vram does not own (the question Accelerate's users ask). Runs on either backend:
- * `node dist/examples/foreign-pointer.js` (test/foreign-pointer-example.test.ts runs it in `npm test`).
+ * `node dist/examples/foreign-pointer.js` (test/buffer/foreign-pointer-example.test.ts runs it in `npm test`).
  *
  * The "C library" below is what a native addon would do, written with the backend's own
  * primitives: on the cuda backend `memAlloc`, `memcpyFromHost`, `memFree`, `contextCreate` are

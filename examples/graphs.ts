@@ -1,6 +1,6 @@
 /**
  * The README's "CUDA graphs" example, word for word below the header: a step captured once and
- * launched again for the cost of one call. test/examples.test.ts checks the README shows this file
+ * launched again for the cost of one call. test/package/examples.test.ts checks the README shows this file
  * and runs it on the selected backend.
  */
 import assert from 'node:assert/strict';

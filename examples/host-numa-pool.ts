@@ -1,7 +1,7 @@
 /**
  * A stream-ordered pool of pinned host memory on the GPU's own NUMA node (CUDA's cuMemPoolCreate with
  * CU_MEM_LOCATION_TYPE_HOST_NUMA): staging buffers the host fills through a zero-copy view and the device
- * copies from, freed back to the pool in stream order. The README shows it; test/examples.test.ts runs it.
+ * copies from, freed back to the pool in stream order. The README shows it; test/package/examples.test.ts runs it.
  */
 import { Device, DeviceArray, HostArray, Stream, sum } from '../src/index.js';
 import { AsyncResource } from '../src/public/resources.js';

@@ -1,6 +1,6 @@
 /**
  * The README's "Kernels" example, word for word below the header: CUDA C of your own (with the JavaScript the
- * emulated backend runs in its place), then the built-in operations. test/examples.test.ts checks the README
+ * emulated backend runs in its place), then the built-in operations. test/package/examples.test.ts checks the README
  * shows this file and runs it on the selected backend.
  */
 import assert from 'node:assert/strict';

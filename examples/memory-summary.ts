@@ -1,7 +1,7 @@
 /**
  * The README's `memorySummary()` table ("Where did my memory go?"), made as the README says: a 64 MiB
  * `LimitingAdaptor` over a `PoolResource` as the current resource, 10 MiB and 20 MiB allocated, the 20 MiB freed,
- * then a 100 MiB request refused by the limit. test/examples.test.ts checks the README shows exactly what this
+ * then a 100 MiB request refused by the limit. test/package/examples.test.ts checks the README shows exactly what this
  * prints on the emulated backend.
  */
 import assert from 'node:assert/strict';

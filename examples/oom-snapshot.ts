@@ -4,7 +4,7 @@
  * keeps 4 MiB blocks it never lets go until the limit refuses one. With `VRAM_OOM_SNAPSHOT` set,
  * vram writes a memory snapshot at the moment of the error, and `vram view` turns it into a report
  * whose memory map and top sites show `cacheActivations` holding most of the memory
- * (docs/debugging-out-of-memory.md walks through it; test/report.test.ts runs it):
+ * (docs/debugging-out-of-memory.md walks through it; test/report/report.test.ts runs it):
  *
  *   npx tsc -p . && VRAM_OOM_SNAPSHOT=oom.json node dist/examples/oom-snapshot.js
  *   npx vram view oom.json -o oom.html

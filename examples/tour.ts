@@ -1,6 +1,6 @@
 /**
  * The README's tour of the API, as one program that runs on either backend:
- * `node dist/examples/tour.js` (test/examples.test.ts runs it in `npm test`).
+ * `node dist/examples/tour.js` (test/package/examples.test.ts runs it in `npm test`).
  */
 import assert from 'node:assert/strict';
 import { Device, DeviceArray, DeviceBuffer, HostArray, HostBuffer, Stream, getBackend, setCurrentResource, sum, tidy } from '../src/index.js';

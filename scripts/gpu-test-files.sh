@@ -3,7 +3,7 @@
 # (npm run test:gpu runs them in one go). Run there through gpu-run.sh: scripts/gpu-run.sh exec scripts/gpu-test-files.sh [LIMIT_S] [BUDGET_S]
 limit=${1:-40}; budget=${2:-400}; start=$(date +%s)
 export VRAM_BACKEND=cuda VRAM_TEST_GPU=1
-for f in dist/test/*.test.js; do
+for f in dist/test/*/*.test.js; do
   now=$(date +%s); [ $((now - start)) -ge "$budget" ] && { echo "BUDGET $f and after not run"; break; }
   timeout "$limit" node --test --test-concurrency=1 "$f" > /tmp/one.txt 2>&1; rc=$?
   p=$(grep -E '^# pass' /tmp/one.txt | awk '{print $3}'); fl=$(grep -E '^# fail' /tmp/one.txt | awk '{print $3}'); sk=$(grep -E '^# skipped' /tmp/one.txt | awk '{print $3}')

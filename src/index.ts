@@ -7,7 +7,7 @@
  * allocator needs: devices, streams, buffers, arrays, the current resource, its statistics and the
  * errors. The rest lives in subpaths, one file each under src/public/ (see package.json "exports"):
  * `vram/resources`, `vram/buffers`, `vram/arrays`, `vram/kernels`, `vram/interop`, `vram/observe`,
- * `vram/replay`, `vram/backend`, `vram/nccl` and `vram/graphs`. test/exports.test.ts lists the root's
+ * `vram/replay`, `vram/backend`, `vram/nccl` and `vram/graphs`. test/package/exports.test.ts lists the root's
  * names, so adding one here is a visible decision: keep it to what the first page of the README uses.
  *
  * @module vram

@@ -4,7 +4,7 @@
  * It allocates `count` floats with cuMemAlloc in device 0's primary context (the context vram
  * and the CUDA runtime use), fills them 0, 1, 2, ... with cuMemcpyHtoD, and frees them itself.
  *
- * Built by test/kernels-examples.test.ts on a GPU machine:
+ * Built by test/kernels/kernels-examples.test.ts on a GPU machine:
  *   nvcc -shared -Xcompiler -fPIC -o libaccelerate.so examples/native/accelerate.c -lcuda
  */
 #include <cuda.h>

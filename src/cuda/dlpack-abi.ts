@@ -3,7 +3,7 @@
  * values vram reads and writes, and the native memory and function pointers an exchange needs.
  * The layouts are declared as koffi structs (under a `vram_` prefix) and every offset vram reads
  * or writes is taken from koffi's layout of them, so the C layout rules decide, not a table typed
- * by hand; test/dlpack.test.ts checks them against the sizes dlpack.h gives on 64-bit targets
+ * by hand; test/interop/dlpack.test.ts checks them against the sizes dlpack.h gives on 64-bit targets
  * (DLTensor 48 bytes, DLManagedTensor 64, DLManagedTensorVersioned 80).
  *
  * Everything here works on addresses as JavaScript numbers (exact below 2^53, as every address vram

@@ -6,7 +6,7 @@
  * `renderMs` (from the script's start: parsing the data, building and drawing every section). Plain ES2020 with no imports: it must run from a file with no network.
  *
  * It is text, not a module of this package, because it runs in a page rather than in Node; the
- * browser test (test/report-browser.test.ts) is what checks it. `formatBytes` is spliced in from
+ * browser test (test/report/report-browser.test.ts) is what checks it. `formatBytes` is spliced in from
  * src/util/size.ts so the page writes sizes exactly as the library's messages do.
  */
 import { formatBytes } from '../util/size.js';

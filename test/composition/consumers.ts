@@ -1,5 +1,5 @@
 /**
- * The columns of the composition table (test/composition.test.ts): every part of vram that uses
+ * The columns of the composition table (test/composition/composition.test.ts): every part of vram that uses
  * memory, each as a short use of one subject (kinds.ts) that checks the data it sees or leaves.
  *
  * A consumer makes its subjects through the cell (`cell.make()`, after `cell.prepare()` where the

@@ -1,5 +1,5 @@
 /**
- * The rows of the composition table (test/composition.test.ts): every kind of memory vram hands
+ * The rows of the composition table (test/composition/composition.test.ts): every kind of memory vram hands
  * out or adopts, each as a way to make a small float32 array of it holding known values.
  *
  * A kind's `make` returns a Subject: the array consumers use, the values its memory holds now

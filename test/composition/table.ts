@@ -2,7 +2,7 @@
  * The composition contract: for every kind of memory (kinds.ts) and every consumer
  * (consumers.ts), what must happen. `works`: the data round-trips, as the consumer checks. A
  * refusal: the consumer's use throws that error class with that message fragment, before harm.
- * test/composition.test.ts runs every cell and fails while a pair has no cell here.
+ * test/composition/composition.test.ts runs every cell and fails while a pair has no cell here.
  *
  * `todo` marks a cell that fails today only because of a known bug (issue 33's numbered items),
  * reported by node:test as TODO, not as a failure; the cell still states the intended outcome,

@@ -1,7 +1,7 @@
 /**
  * Every memory resource and adaptor stack the data fuzz (data-fuzz.ts) runs, in one list. When a
  * constructor, an option or the way a resource is torn down changes, this is the one file to edit:
- * the engine, `npm run fuzz -- --data` and test/data-fuzz.test.ts all take their targets from here.
+ * the engine, `npm run fuzz -- --data` and test/resource/data-fuzz.test.ts all take their targets from here.
  *
  * A factory builds a fresh stack each time it is called (the fuzz destroys and rebuilds it now and
  * then); `close()` tears down what that stack owns, after the fuzz has freed every block.
@@ -156,7 +156,7 @@ export const resourceFactories: readonly ResourceFactory[] = [
   },
   {
     // A granule-aligned virtual range and its own physical memory per block (spilling's resource;
-    // the spilling itself is fuzzed by test/spill-fuzz.test.ts).
+    // the spilling itself is fuzzed by test/buffer/spill-fuzz.test.ts).
     name: 'SpillableResource',
     create: () => {
       const r = new SpillableResource();

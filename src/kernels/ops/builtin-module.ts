@@ -3,7 +3,7 @@
  * `Module.compile` (so the disk cache serves later processes), once per device and source for the
  * life of the process; on a GPU without NVRTC, loaded from the PTX the package ships for the
  * fixed kernels (`shipped-ptx.ts`, written by scripts/generate-builtin-ptx.mjs from the same
- * sources and checked against them by test/ops-ptx.test.ts). Elementwise expressions are user
+ * sources and checked against them by test/kernels/ops-ptx.test.ts). Elementwise expressions are user
  * code with no shipped PTX: without NVRTC they fail with an error that says so.
  */
 import { gunzipSync } from 'node:zlib';

@@ -48,7 +48,7 @@ export function reductionBuiltin(op: ReduceOp, dtype: ScalarName): BuiltinSource
 
 /**
  * Every fixed built-in source, in a stable order: what scripts/generate-builtin-ptx.mjs compiles
- * and test/ops-ptx.test.ts checks.
+ * and test/kernels/ops-ptx.test.ts checks.
  *
  * @returns name and source of each.
  * @throws Never.
