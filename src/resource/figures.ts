@@ -59,6 +59,7 @@ export interface DriverCalls {
  *
  * @param calls Driver calls by kind.
  * @returns Their sum.
+ * @throws Never.
  * @example
  * ```ts
  * totalDriverCalls({ create: 1, map: 1, unmap: 0, setAccess: 1, release: 0 }); // 3

@@ -209,7 +209,16 @@ test("a pool's growth figures: one declaration, driverCalls by kind as memoryFig
   withCurrent(new PoolResource(), (pool) => {
     const p = pool.allocate(3 * MiB);
     const growth = pool.growthFigures();
-    assert.deepEqual(Object.keys(growth).sort(), ['compactions', 'driverCalls', 'growthNs', 'hostWaits', 'pageMoves', 'pageMovesBack', 'pagesMappedAhead', 'streamJoins']);
+    assert.deepEqual(Object.keys(growth).sort(), [
+      'compactions',
+      'driverCalls',
+      'growthNs',
+      'hostWaits',
+      'pageMoves',
+      'pageMovesBack',
+      'pagesMappedAhead',
+      'streamJoins',
+    ]);
     assert.deepEqual(Object.keys(growth.driverCalls), DRIVER_CALL_KINDS);
     assert.ok(growth.driverCalls.map >= 1, 'growing mapped pages');
     assert.deepEqual(pool.memoryFigures().driverCalls, growth.driverCalls, 'the same figure, the same shape');

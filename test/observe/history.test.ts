@@ -146,7 +146,7 @@ test("reserves follow every resource's reservedBytes where they are measured: a 
   assert.ok(held >= 3 * MiB);
   const reserves = history.events().filter((e) => e.kind === 'reserve' && e.resource === id);
   assert.ok(reserves.length >= 1, 'the second block mapped physical memory: a reserve event');
-  assert.equal(baseline.reservedBytes! + reserves.reduce((sum, e) => sum + e.bytes, 0), held, "baseline and reserves add up to what it held");
+  assert.equal(baseline.reservedBytes! + reserves.reduce((sum, e) => sum + e.bytes, 0), held, 'baseline and reserves add up to what it held');
   assert.equal(resourceRecord(cuda).baseline!.reservedBytes, null, "a CudaResource's reserved bytes are not measured");
   assert.ok(!history.events().some((e) => (e.kind === 'reserve' || e.kind === 'release') && e.resource === resourceRecord(cuda).id));
 });

@@ -43,7 +43,7 @@ test('PoolResource: allocated, reserved and cached move with allocate, free, emp
     assert.ok(b.reservedBytes!.value >= 4 * MiB);
     assert.equal(b.cachedBytes, b.reservedBytes!.value - 4 * MiB);
     assert.ok(b.driverCalls!.map > a.driverCalls!.map, 'growing maps pages through the driver');
-    assert.deepEqual(b.driverCalls, pool.growthFigures().driverCalls, 'one shape of driverCalls: the pool\'s growth figures');
+    assert.deepEqual(b.driverCalls, pool.growthFigures().driverCalls, "one shape of driverCalls: the pool's growth figures");
 
     pool.deallocate(p3, 3 * MiB);
     const c = memoryStats();
