@@ -1,6 +1,6 @@
 /**
  * `axpb` (y = a * x + b over float32), in CUDA C with its JavaScript twin for the emulated
- * backend: the user kernel of bench/graph.ts and test/graph/graph.test.ts.
+ * backend: the user kernel of bench/graph.ts and test/graphs/graph.test.ts.
  */
 import { threadCount } from '../src/kernels/emulated-kernel.js';
 import { type EmulatedKernel } from '../src/backend/backend.js';

@@ -23,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { DeviceArray } from '../src/array/device-array.js';
 import { Device } from '../src/device.js';
-import { captureGraph } from '../src/graph/capture.js';
+import { captureGraph } from '../src/graphs/capture.js';
 import { Module } from '../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../src/kernels/ops/elementwise.js';
 import { Stream } from '../src/stream.js';

@@ -16,6 +16,7 @@ import { Device } from '../src/device.js';
 import { getCurrentResource, setCurrentResource } from '../src/resource/current.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { parseSize } from '../src/util/size.js';
+import { defaultStream } from '../src/stream.js';
 
 const { values } = parseArgs({
   options: {
@@ -37,7 +38,8 @@ const device = Device.get(0);
 device.makeCurrent();
 if (values.pool) setCurrentResource(device, new PoolResource());
 const resource = getCurrentResource();
-const stream = { handle: 0 };
+// The stream the object layer passes its resource when none is named, so both sides pay the same stream check.
+const stream = defaultStream;
 
 function kindsOf(bytes: number): Record<string, () => void> {
   const elements = Math.max(1, Math.floor(bytes / 4));

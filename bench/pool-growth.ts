@@ -15,7 +15,7 @@
 import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { EmulatedBackend } from '../src/backend/emulated.js';
+import { EmulatedBackend } from '../src/backend/emulated/emulated-backend.js';
 import { getBackend, setBackend } from '../src/backend/select.js';
 import { parseSize } from '../src/util/size.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';

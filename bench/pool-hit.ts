@@ -2,6 +2,8 @@
  * Micro-benchmark: median nanoseconds per allocate+free pair on a pool hit, at 256 B, 1 MiB and
  * 64 MiB, for PoolResource (virtual memory growth), then the p50 and p99 of pairs timed one by one
  * (beside the clock's own cost). `node dist/bench/pool-hit.js [--passes N] [--history] [--adaptive]`
+ * The pair is timed by `measureHits` (src/cli/bench/hits.ts), the code `vram bench` times its
+ * pool-hit rows with, each resource in a process of its own as this one is.
  *
  * `--adaptive` measures a pool with `extentSize: 'adaptive'` (the `adaptive` stack): its hit path
  * is the same code, so its pairs should match the default pool's.
@@ -17,7 +19,8 @@
 import { parseArgs } from 'node:util';
 import { Device } from '../src/device.js';
 import { recordMemoryHistory } from '../src/observe/history.js';
-import { PoolResource } from '../src/resource/suballoc/pool.js';
+import { hitPairs, measureHits } from '../src/cli/bench/hits.js';
+import { createResourceStack } from '../src/resource/stacks.js';
 
 const { values } = parseArgs({
   options: { passes: { type: 'string', default: '1' }, history: { type: 'boolean', default: false }, adaptive: { type: 'boolean', default: false } },
@@ -29,27 +32,15 @@ const sizes: Array<[string, number]> = [
   ['1 MiB', 1 << 20],
   ['64 MiB', 64 << 20],
 ];
-const pool = new PoolResource(values.adaptive ? { extentSize: 'adaptive' } : {});
+const stack = createResourceStack(values.adaptive ? 'adaptive' : 'pool');
+const pool = stack.resource;
 const device = Device.get(0);
 device.makeCurrent();
-// A few live blocks around, so the heap is not trivially empty.
-const keep = [1000, 5000, 300_000, 3 << 20].map((n) => [pool.allocate(n), n] as const);
-console.log(`backend ${device.backend.name}, ${pool.describe()}, pool addresses from 0x${keep[0]![0].toString(16)}`);
+const probe = pool.allocate(256);
+console.log(`backend ${device.backend.name}, ${pool.describe()}, pool addresses from 0x${probe.toString(16)}`);
+pool.deallocate(probe, 256);
 const stream = { handle: 0 };
-
-/**
- * Nanoseconds per pair over `iterations` pairs. One function for every size, so its optimized code
- * is made once; a loop in the module body is compiled on the fly mid-loop and thrown away when
- * anything around it changes, which made the first size measured look slower than the rest.
- */
-function pairs(bytes: number, iterations: number): number {
-  const t0 = process.hrtime.bigint();
-  for (let i = 0; i < iterations; i++) pool.deallocate(pool.allocate(bytes, stream), bytes, stream);
-  return Number(process.hrtime.bigint() - t0) / iterations;
-}
-// Warm every size first (maps the pages, and gives the JIT feedback for every branch: a branch first
-// taken after optimization costs a deoptimization and a recompile in the middle of a measurement).
-for (let k = 0; k < 3; k++) for (const [, bytes] of sizes) pairs(bytes, 20_000);
+const pairs = (bytes: number, iterations: number): number => hitPairs(pool, bytes, iterations, stream);
 
 /**
  * What recording the memory history costs (issue 11: at most 2x the pair with stacks off): rounds
@@ -66,7 +57,13 @@ function measureHistory(): void {
       history.stop();
     }
   };
-  for (let k = 0; k < 3; k++) for (const [, bytes] of sizes) recorded(bytes, 20_000);
+  // Warm both (maps the pages, gives the JIT feedback for every branch before anything is timed).
+  for (let k = 0; k < 3; k++) {
+    for (const [, bytes] of sizes) {
+      pairs(bytes, 20_000);
+      recorded(bytes, 20_000);
+    }
+  }
   for (const [label, bytes] of sizes) {
     const off: number[] = [];
     const on: number[] = [];
@@ -90,15 +87,17 @@ function measureHistory(): void {
   console.log(`pool hit  256 B recording history with stacks: ${(stacked[3]! / 1000).toFixed(1)} us per pair (median of 7 rounds)`);
 }
 
-/** The pair at each size, `passes` times, then the tail of pairs timed one by one. */
+/** The pair at each size, `passes` times (`measureHits`: live blocks, warm-up, 15 rounds), then the tail of pairs timed one by one. */
 function measurePairs(): void {
   for (let pass = 0; pass < passes; pass++) {
-    for (const [label, bytes] of sizes) {
-      const iterations = 200_000;
-      const samples: number[] = [];
-      for (let round = 0; round < 15; round++) samples.push(pairs(bytes, iterations));
-      samples.sort((a, b) => a - b);
-      console.log(`pool hit ${label.padStart(6)}: ${samples[7]!.toFixed(1)} ns per allocate+free pair (median of 15 rounds)`);
+    for (const f of measureHits(
+      pool,
+      sizes.map(([, bytes]) => bytes),
+    )) {
+      const label = sizes.find(([, bytes]) => bytes === f.bytes)![0];
+      console.log(
+        `pool hit ${label.padStart(6)}: ${f.ns.toFixed(1)} ns per allocate+free pair (median of ${f.rounds} rounds of ${f.pairs.toLocaleString('en-US')})`,
+      );
     }
   }
   // The tail: every pair timed on its own, 200,000 per size. Each sample includes one clock read
@@ -127,5 +126,4 @@ function measurePairs(): void {
 
 if (values.history) measureHistory();
 else measurePairs();
-for (const [p, n] of keep) pool.deallocate(p, n);
-pool.destroy();
+stack.destroy();

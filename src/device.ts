@@ -11,7 +11,7 @@ import { DEVICE_ATTRIBUTES, type DeviceAttributeName } from './cuda/device-attri
 import { claimBackend, getBackend } from './backend/select.js';
 import { CUresult, CudaError, UseAfterFreeError, VramStateError } from './errors.js';
 import { checkNonNegativeInteger } from './validate.js';
-import { refuseDuringCapture } from './graph/sessions.js';
+import { refuseDuringCapture } from './graphs/sessions.js';
 import { formatBytes } from './util/size.js';
 import { inspectCustom } from './util/inspect.js';
 import { readOptions } from './util/options.js';

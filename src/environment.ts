@@ -9,7 +9,7 @@
  * taken from there, so the table cannot drift from what that code does.
  */
 import { BACKEND_VARIABLE } from './backend/select.js';
-import { EMULATED_BYTES_VARIABLE } from './backend/emulated.js';
+import { EMULATED_BYTES_VARIABLE } from './backend/emulated/emulated-backend.js';
 import { LIBCUDA_VARIABLE } from './cuda/library.js';
 import { LIBNVRTC_VARIABLE } from './cuda/nvrtc-library.js';
 import { LIBNCCL_VARIABLE } from './cuda/nccl-library.js';

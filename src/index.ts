@@ -5,10 +5,21 @@
 /**
  * vram: CUDA memory management for TypeScript. This root holds what a user of arrays and the default
  * allocator needs: devices, streams, buffers, arrays, the current resource, its statistics and the
- * errors. The rest lives in subpaths, one file each under src/public/ (see package.json "exports"):
- * `vram/resources`, `vram/buffers`, `vram/arrays`, `vram/kernels`, `vram/interop`, `vram/observe`,
- * `vram/replay`, `vram/backend`, `vram/nccl` and `vram/graphs`. test/package/exports.test.ts lists the root's
- * names, so adding one here is a visible decision: keep it to what the first page of the README uses.
+ * errors. The rest lives in subpaths, one file each under src/public/ (package.json "exports"; this
+ * list is checked against it by test/package/docs.test.ts):
+ * - `vram/resources`: memory resources, sub-allocators and adaptors;
+ * - `vram/buffers`: every kind of buffer, and copies to and from JavaScript memory;
+ * - `vram/arrays`: dtypes, layouts, `DeviceArray` and `HostArray` in full;
+ * - `vram/kernels`: modules, kernels and the built-in operations;
+ * - `vram/interop`: memory shared with other libraries in the process (DLPack, CAI, foreign pointers);
+ * - `vram/ipc`: memory shared with other processes (IPC handles, PyTorch's share tuples, pools over fds);
+ * - `vram/observe`: statistics, the memory history and snapshots;
+ * - `vram/replay`: RMM allocation logs, replayed;
+ * - `vram/backend`: the Backend interface and the emulated backend;
+ * - `vram/nccl`: collectives between GPUs and hosts;
+ * - `vram/graphs`: CUDA graphs and their memory pool.
+ * test/package/exports.test.ts lists the root's names, so adding one here is a visible decision: keep it to
+ * what the first page of the README uses.
  *
  * @module vram
  */
@@ -45,7 +56,7 @@ export { HostBuffer } from './buffer/host-buffer.js';
 export type { HostBufferOptions } from './buffer/host-buffer.js';
 export { ManagedBuffer } from './buffer/managed-buffer.js';
 export type { ManagedBufferOptions } from './buffer/managed-buffer.js';
-export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/device-memory.js';
+export type { CopyEndpoint, CopyOptions, CopyInOptions, CopyOutOptions, HostData, MemsetOptions } from './buffer/copy-planning.js';
 export type { FreeOptions } from './buffer/lifetime.js';
 export { tidy, keep } from './buffer/tidy.js';
 

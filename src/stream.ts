@@ -4,14 +4,15 @@
  * that polls without ever blocking the event loop, and nothing synchronises behind the caller's back.
  */
 import { guard, unguard, type Dropped } from './backstop.js';
-import { checkIpcHandle, DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
+import { DEFAULT_STREAM, EventFlags, StreamFlags, type Handle } from './backend/backend.js';
+import { checkIpcHandle } from './backend/argument-checks.js';
 import { Device } from './device.js';
 import { DoubleFreeError, NotSupportedError, StreamCaptureError, UseAfterFreeError, VramStateError } from './errors.js';
-import { checkLiveStreamHandle } from './validate.js';
+import { checkLiveStreamHandle, checkStreamHandle } from './validate.js';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { readOptions } from './util/options.js';
 import { inspectCustom } from './util/inspect.js';
-import { Graph } from './graph/graph.js';
+import { Graph } from './graphs/graph.js';
 import {
   CAPTURE_MODES,
   CaptureSession,
@@ -25,7 +26,7 @@ import {
   type CaptureModeName,
   type CapturePool,
   type CaptureStatusName,
-} from './graph/sessions.js';
+} from './graphs/sessions.js';
 
 /** A `synchronized()` in progress: it waits for the host functions up to `through`, and rejects with the first error of one. */
 interface HostFunctionWait {
@@ -89,7 +90,10 @@ export interface StreamRef {
   readonly handle: number;
 }
 
-/** The legacy default stream, as a StreamRef. */
+/**
+ * The legacy default stream as a bare StreamRef, what the library passes where a stream was left out.
+ * Not exported by the package: users name that stream `Stream.default()`.
+ */
 export const defaultStream: StreamRef = Object.freeze({ handle: 0 });
 
 /**
@@ -724,7 +728,7 @@ export interface EventOptions {
 export class Event {
   #destroyed = false;
   #recorded = false;
-  /** The capture the latest record was made in, if it was (graph/graph.ts). */
+  /** The capture the latest record was made in, if it was (graphs/graph.ts). */
   #captureSession: CaptureSession | undefined;
   /** What the backstop ends if this event is collected undestroyed. */
   readonly #dropped: Dropped;
@@ -1046,7 +1050,9 @@ export class Event {
  * @throws {UseAfterFreeError} For a destroyed Stream.
  */
 export function streamHandleOf(stream: StreamRef | undefined, name = 'stream'): Handle {
-  if (stream === undefined) return DEFAULT_STREAM;
+  if (stream === undefined || stream === defaultStream) return DEFAULT_STREAM;
   if (stream instanceof Stream) return stream.handle;
+  // Every backend vouches for the legacy stream: `{ handle: 0 }` needs no device looked up.
+  if (checkStreamHandle(stream, name) === DEFAULT_STREAM) return DEFAULT_STREAM;
   return checkLiveStreamHandle(stream, Device.get(0).backend, name);
 }

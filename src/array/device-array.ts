@@ -15,24 +15,26 @@ import type { Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { NotSupportedError, UseAfterFreeError, VramStateError } from '../errors.js';
 import { ArenaResource } from '../resource/suballoc/arena.js';
-import { bytesOf, checkWritableMemory, DeviceMemory } from '../buffer/device-memory.js';
-import { DeviceBuffer, PitchedDeviceBuffer, type AllocateAsyncOptions } from '../buffer/device-buffer.js';
+import { DeviceMemory } from '../buffer/device-memory.js';
+import { bytesOf, checkWritableMemory } from '../buffer/copy-planning.js';
+import { DeviceBuffer, PitchedDeviceBuffer, type AllocateAsyncOptions, type DeviceBufferOptions } from '../buffer/device-buffer.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from '../buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
-import { chargeAllocated } from '../buffer/budget.js';
 import type { AbortSignalLike } from '../resource/waiting.js';
-import type { Release } from '../buffer/lifetime.js';
+import { ArenaPitchedBuffer } from '../buffer/arena-pitched-buffer.js';
 import { type MemoryResource } from '../resource/resource.js';
 import { defaultStream, type StreamRef } from '../stream.js';
 import { Stream, streamHandleOf } from '../stream.js';
-import { refuseDuringCapture } from '../graph/sessions.js';
+import { refuseDuringCapture } from '../graphs/sessions.js';
 import { addressOf, waitForUsesOn } from '../buffer/lifetime.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { defaultDType, dtypeOf, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import { allocateHost, encodeScalar, hostElements, type Float16ArrayLike, type HostInput, type NestedArray, type ScalarValue } from './host-data.js';
-import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, StridedArray, type Layout } from './layout.js';
+import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, type Layout } from './layout.js';
+import { StridedArray } from './strided-array.js';
 import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
+import { recentLayout, recentShape } from './recent-layouts.js';
 import {
   copyOnDevice,
   pinnedSink,
@@ -239,6 +241,13 @@ export function resolveHostInput(
   return { dtype: dt, bytes: h.bytes, shape: h.shape };
 }
 
+/** The options of `DeviceBuffer.allocate` among an array factory's (checked) options; undefined when none is set. */
+function bufferOptions(options: DeviceArrayOptions): DeviceBufferOptions | undefined {
+  const { resource, stream, device, spillable } = options;
+  if (resource === undefined && stream === undefined && device === undefined && spillable === undefined) return undefined;
+  return { resource, stream, device, spillable };
+}
+
 /**
  * The dtype of plain JavaScript data given none, by its first element (every other element is
  * then checked against it): numbers take the default dtype, bigints int64, booleans bool. An
@@ -254,25 +263,6 @@ function plainArrayDtype(data: readonly unknown[]): DTypeName {
 
 /** The memory a DeviceArray lives in: device (or managed) memory, or a mapped HostBuffer. */
 export type DeviceArrayMemory = DeviceMemory | HostBuffer;
-
-/** A pitched block of an ArenaResource as a buffer: freed back to the arena with deallocatePitched. */
-class ArenaPitchedBuffer extends DeviceBuffer {
-  private constructor(ptr: Ptr, bytes: number, arena: ArenaResource, stream: StreamRef, release: Release) {
-    super(ptr, bytes, arena, stream, release);
-  }
-
-  /** Takes `height` rows of at least `widthBytes` from the arena; the pitch comes back with the buffer. */
-  static take(arena: ArenaResource, widthBytes: number, height: number, stream: StreamRef): { buffer: DeviceBuffer; pitch: number } {
-    const { ptr, pitch } = arena.allocatePitched(widthBytes, height, stream);
-    // Built here so that the release captures the arena and pointer, never the buffer.
-    const refund = chargeAllocated(pitch * height, 'DeviceArray.pitched', () => arena.deallocatePitched(ptr, stream));
-    const release: Release = (on) => {
-      arena.deallocatePitched(ptr, on);
-      refund?.();
-    };
-    return { buffer: new ArenaPitchedBuffer(ptr, pitch * height, arena, stream, release), pitch };
-  }
-}
 
 /** The largest power of two dividing `n` (n > 0): a lower bound of the alignment a pitch was rounded to. */
 function powerOfTwoIn(n: number): number {
@@ -339,10 +329,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * using v = DeviceArray.empty(1000);            // float32, 1000 elements
    * ```
    */
-  static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options: DeviceArrayOptions = {}): DeviceArray<N> {
-    const s = checkShape(shape);
+  static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options?: DeviceArrayOptions): DeviceArray<N> {
+    const s = recentShape(shape);
     const dt = dtypeOf(dtype ?? (defaultDType as N));
-    options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
+    if (options !== undefined) options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
     return DeviceArray.allocate(dt, s, options);
   }
 
@@ -789,16 +779,11 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   }
 
   /** Allocates a contiguous array's buffer; the one place arrays take memory from a resource. */
-  private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions): DeviceArray<N> {
+  private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions | undefined): DeviceArray<N> {
     const bytes = elementCount(shape) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
-    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), {
-      resource: options.resource,
-      stream: options.stream,
-      device: options.device,
-      spillable: options.spillable,
-    });
-    return new DeviceArray(dt, contiguousLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
+    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), options === undefined ? undefined : bufferOptions(options));
+    return new DeviceArray(dt, recentLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
   }
 
   /**

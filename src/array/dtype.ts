@@ -200,6 +200,9 @@ export const dtypes: { readonly [K in DTypeName]: DType<K> } = Object.freeze(
   Object.fromEntries(names.map((n) => [n, makeDType(n)])) as { readonly [K in DTypeName]: DType<K> },
 );
 
+/** The schemas by name, for `dtypeOf`. */
+const byName: ReadonlyMap<string, DType<DTypeName>> = new Map(Object.entries(dtypes));
+
 /**
  * True when `value` is a dtype name vram knows.
  *
@@ -232,6 +235,9 @@ export function isDTypeName(value: unknown): value is DTypeName {
  */
 export function dtypeOf<N extends DTypeName>(dtype: N | DType<N>): DType<N> {
   const name: unknown = typeof dtype === 'object' && dtype !== null ? (dtype as { name?: unknown }).name : dtype;
+  // One lookup in a Map on the allocation path, where `Object.hasOwn` and the read were two of the frozen table.
+  const found = typeof name === 'string' ? byName.get(name) : undefined;
+  if (found !== undefined) return found as DType<DTypeName> as DType<N>;
   if (!isDTypeName(name)) {
     const shown = typeof name === 'string' ? `'${name}'` : typeof dtype === 'object' && dtype !== null ? 'an object with no dtype name' : String(dtype);
     throw new TypeError(`unknown dtype ${shown}; the known dtypes are ${names.join(', ')}`);

@@ -19,14 +19,15 @@
  */
 import type { Device } from '../device.js';
 import { UseAfterFreeError, VramStateError } from '../errors.js';
-import { bytesOf, checkWritableMemory } from '../buffer/device-memory.js';
+import { bytesOf, checkWritableMemory } from '../buffer/copy-planning.js';
 import { HostBuffer, type HostBufferOptions } from '../buffer/host-buffer.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 import { DeviceArray, resolveHostInput, type AsyncCopyOptions, type InferableTypedArray, type InferredDType, type NestedNumbers } from './device-array.js';
 import { defaultDType, dtypeOf, hostArrayType, type DefaultDType, type DType, type DTypeName, type HostTypedArray } from './dtype.js';
 import { allocateHost, hostElements, type HostInput, type NestedArray } from './host-data.js';
-import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, isContiguous, StridedArray, transposeLayout, type Layout } from './layout.js';
+import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, copyElements, isContiguous, transposeLayout, type Layout } from './layout.js';
+import { StridedArray } from './strided-array.js';
 import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
 
 /** Options of `HostArray.empty` and `zeros`: the pinned-memory flags (or a resource), and the element order. */

@@ -69,7 +69,7 @@ export function checkShape(shape: unknown, what = 'shape'): Shape {
  */
 export function elementCount(shape: Shape): number {
   let count = 1;
-  for (const d of shape) count *= d;
+  for (let i = 0; i < shape.length; i++) count *= shape[i]!;
   return count;
 }
 

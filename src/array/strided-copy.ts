@@ -34,7 +34,8 @@
  */
 import type { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
-import { copy2D, copyBetween, DeviceMemory, type CopyEndpoint } from '../buffer/device-memory.js';
+import { DeviceMemory } from '../buffer/device-memory.js';
+import { copy2D, copyBetween, type CopyEndpoint } from '../buffer/copy-planning.js';
 import { HostBuffer } from '../buffer/host-buffer.js';
 import { addressOf, Allocation } from '../buffer/lifetime.js';
 import type { StreamRef } from '../stream.js';

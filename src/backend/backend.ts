@@ -1,6 +1,6 @@
 /**
  * The Backend interface: the few primitive operations everything above it is written in terms of.
- * `cuda.ts` implements it over the driver API; `emulated.ts` over host memory with the same
+ * `cuda.ts` implements it over the driver API; `emulated/emulated-backend.ts` over host memory with the same
  * semantics (capacity, errors, alignment, stream order), so the library and its whole test suite
  * run on a machine with no GPU.
  *
@@ -120,30 +120,6 @@ export const EventFlags = {
 } as const;
 
 /**
- * A new event (no timing) recorded on `stream`, marking the work queued there so far; the event
- * is destroyed again if the record fails, so nothing leaks. The caller destroys it when done.
- *
- * @param events The backend (its event calls).
- * @param stream The stream's handle.
- * @returns The event's handle.
- * @throws {CudaError} When the driver refuses the create or the record.
- * @example
- * ```ts
- * const event = recordNewEvent(device.backend, stream.handle);
- * ```
- */
-export function recordNewEvent(events: Pick<Backend, 'eventCreate' | 'eventRecord' | 'eventDestroy'>, stream: Handle): Handle {
-  const event = events.eventCreate(EventFlags.DISABLE_TIMING);
-  try {
-    events.eventRecord(event, stream);
-  } catch (error) {
-    events.eventDestroy(event);
-    throw error;
-  }
-  return event;
-}
-
-/**
  * Conditions of `streamWaitValue32` (CUstreamWaitValue_flags). The stream's later work waits until
  * the 32-bit word at the address satisfies the condition against `value`:
  * - GEQ: `(int32_t)(word - value) >= 0`, a cyclic greater-or-equal that ignores wraparound;
@@ -169,78 +145,6 @@ export const StreamWaitValueFlags = {
 export const StreamWriteValueFlags = {
   DEFAULT: 0x0,
 } as const;
-
-/**
- * The argument checks both backends make for `streamWaitValue32` / `streamWriteValue32` before
- * any driver call: `addr` a whole number > 0 aligned to 4 bytes, `value` a 32-bit unsigned whole
- * number, `flags` one the call supports. A non-number is a TypeError, the rest RangeErrors.
- */
-export function checkStreamValue32(call: 'streamWaitValue32' | 'streamWriteValue32', addr: unknown, value: unknown, flags: unknown): void {
-  for (const [name, v] of [
-    ['addr', addr],
-    ['value', value],
-    ['flags', flags],
-  ] as const) {
-    if (typeof v !== 'number') throw new TypeError(`${call}: ${name} must be a number, got ${typeof v}`);
-  }
-  const a = addr as number;
-  const v = value as number;
-  const f = flags as number;
-  if (!Number.isSafeInteger(a) || a <= 0) throw new RangeError(`${call}: addr must be a device address (a whole number > 0), got ${a}`);
-  if (a % 4 !== 0) throw new RangeError(`${call}: addr 0x${a.toString(16)} is not aligned to 4 bytes`);
-  if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new RangeError(`${call}: value must be a 32-bit unsigned whole number, got ${v}`);
-  const maxFlag = call === 'streamWaitValue32' ? StreamWaitValueFlags.NOR : StreamWriteValueFlags.DEFAULT;
-  if (!Number.isInteger(f) || f < 0 || f > maxFlag) {
-    const known = call === 'streamWaitValue32' ? 'a StreamWaitValueFlags value (GEQ, EQ, AND or NOR)' : 'StreamWriteValueFlags.DEFAULT (0)';
-    throw new RangeError(`${call}: flags must be ${known}, got ${f}`);
-  }
-}
-
-/**
- * The streams a backend vouches for as live (`streamKnown`), counted: its own creation counts
- * once and each `adoptStream` once more, so one borrower's `forgetStream` leaves a stream that
- * its creator or another borrower still holds known; `streamDestroy` ends them all. Both backends
- * keep one.
- */
-export class LiveStreams {
-  private readonly holders = new Map<Handle, number>();
-
-  /**
-   * Counts one more holder of `stream` (a creation or an adoption).
-   * @param stream The handle.
-   */
-  hold(stream: Handle): void {
-    this.holders.set(stream, (this.holders.get(stream) ?? 0) + 1);
-  }
-
-  /**
-   * Counts one holder fewer; the last one makes the stream unknown. An unknown handle is ignored.
-   * @param stream The handle.
-   */
-  release(stream: Handle): void {
-    const n = this.holders.get(stream);
-    if (n === undefined) return;
-    if (n > 1) this.holders.set(stream, n - 1);
-    else this.holders.delete(stream);
-  }
-
-  /**
-   * Forgets `stream` whoever holds it: the driver destroyed it.
-   * @param stream The handle.
-   */
-  destroyed(stream: Handle): void {
-    this.holders.delete(stream);
-  }
-
-  /**
-   * True when someone holds `stream`.
-   * @param stream The handle.
-   * @returns Whether it is vouched for.
-   */
-  has(stream: Handle): boolean {
-    return this.holders.has(stream);
-  }
-}
 
 /**
  * Stream capture modes (CUstreamCaptureMode): which calls a capture forbids. GLOBAL and
@@ -288,18 +192,6 @@ export const IPC_HANDLE_BYTES = 64;
 export const IpcMemFlags = {
   LAZY_ENABLE_PEER_ACCESS: 0x1,
 } as const;
-
-/**
- * The argument check both backends make on a handle given to `ipcOpenMemHandle` /
- * `ipcOpenEventHandle`, before any driver call: a Uint8Array of exactly 64 bytes (koffi would
- * zero-fill or cut anything else into the by-value struct), else a TypeError.
- */
-export function checkIpcHandle(handle: unknown, call: string): Uint8Array {
-  if (!(handle instanceof Uint8Array) || handle.length !== IPC_HANDLE_BYTES) {
-    throw new TypeError(`${call}: the handle must be a Uint8Array of ${IPC_HANDLE_BYTES} bytes`);
-  }
-  return handle;
-}
 
 /** Attributes of a stream-ordered memory pool (CUmemPool_attribute). */
 export const MemPoolAttribute = {
@@ -390,20 +282,6 @@ export type ScalarParam = 'i8' | 'u8' | 'i16' | 'u16' | 'i32' | 'u32' | 'i64' | 
  */
 export type ParamType = 'ptr' | 'cptr' | ScalarParam | { readonly struct: readonly ScalarParam[] };
 
-/** Bytes and alignment of each scalar parameter type (the C ABI of x86-64 and aarch64). */
-export const SCALAR_PARAM_BYTES: Readonly<Record<ScalarParam, 1 | 2 | 4 | 8>> = {
-  i8: 1,
-  u8: 1,
-  i16: 2,
-  u16: 2,
-  i32: 4,
-  u32: 4,
-  i64: 8,
-  u64: 8,
-  f32: 4,
-  f64: 8,
-};
-
 /** Where one parameter lies in a parameter block, and the C layout of its members. */
 export interface ParamSlot {
   readonly type: ParamType;
@@ -413,55 +291,6 @@ export interface ParamSlot {
   readonly align: number;
   /** For a struct: the byte offset of each member inside it; empty otherwise. */
   readonly memberOffsets: readonly number[];
-}
-
-/**
- * Lays out a kernel's parameters, each at its own aligned offset in one block (cuLaunchKernel
- * takes one pointer per parameter, so they need not be packed as the kernel sees them; only a
- * struct's members follow C's layout, as the kernel reads the struct's bytes).
- *
- * @param types The parameters, in order.
- * @returns Each parameter's slot, and the block's size (a multiple of 8, at least 8).
- * @throws {TypeError} For a type that is not a ParamType.
- * @example
- * ```ts
- * paramLayout(['ptr', 'i32', { struct: ['f32', 'f64'] }]).slots.map((s) => s.offset); // [0, 8, 16]
- * ```
- */
-export function paramLayout(types: readonly ParamType[]): { readonly slots: readonly ParamSlot[]; readonly bytes: number } {
-  const slots: ParamSlot[] = [];
-  let end = 0;
-  for (const type of types) {
-    let bytes: number;
-    let align: number;
-    const memberOffsets: number[] = [];
-    if (type === 'ptr' || type === 'cptr') {
-      bytes = 8;
-      align = 8;
-    } else if (typeof type === 'string' && Object.hasOwn(SCALAR_PARAM_BYTES, type)) {
-      bytes = SCALAR_PARAM_BYTES[type];
-      align = bytes;
-    } else if (typeof type === 'object' && type !== null && Array.isArray(type.struct) && type.struct.length > 0) {
-      const members: readonly ScalarParam[] = type.struct;
-      let at = 0;
-      align = 1;
-      for (const member of members) {
-        if (!Object.hasOwn(SCALAR_PARAM_BYTES, member)) throw new TypeError(`paramLayout: struct member ${String(member)} is not a scalar type`);
-        const size = SCALAR_PARAM_BYTES[member];
-        at = Math.ceil(at / size) * size;
-        memberOffsets.push(at);
-        at += size;
-        align = Math.max(align, size);
-      }
-      bytes = Math.ceil(at / align) * align;
-    } else {
-      throw new TypeError(`paramLayout: ${JSON.stringify(type)} is not a parameter type ('ptr', 'cptr', a scalar or { struct: [...] })`);
-    }
-    const offset = Math.ceil(end / align) * align;
-    slots.push({ type, offset, bytes, align, memberOffsets });
-    end = offset + bytes;
-  }
-  return { slots, bytes: Math.max(8, Math.ceil(end / 8) * 8) };
 }
 
 /**

@@ -27,7 +27,10 @@ import type {
   PointerAttributes,
   Ptr,
 } from './backend.js';
-import { checkIpcHandle, checkStreamValue32, DEFAULT_STREAM, IPC_HANDLE_BYTES, LiveStreams, MemHandleType, paramLayout } from './backend.js';
+import { DEFAULT_STREAM, IPC_HANDLE_BYTES, MemHandleType } from './backend.js';
+import { checkIpcHandle, checkStreamValue32 } from './argument-checks.js';
+import { LiveStreams } from './live-streams.js';
+import { paramLayout } from './param-layout.js';
 import { CUresult, CudaError, type OutOfMemoryError } from '../errors.js';
 import type { CollectiveTransport } from './collectives.js';
 import { ncclCollectives } from './nccl-collectives.js';

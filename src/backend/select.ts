@@ -9,7 +9,7 @@
  */
 import type { Backend } from './backend.js';
 import { loadCudaBackend } from './cuda.js';
-import { EmulatedBackend } from './emulated.js';
+import { EmulatedBackend } from './emulated/emulated-backend.js';
 import { VramStateError } from '../errors.js';
 import { choiceOf, variableReader } from '../util/environment.js';
 

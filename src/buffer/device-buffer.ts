@@ -8,7 +8,8 @@ import { Device } from '../device.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, MAX_BYTES, readBytes, type ByteSize } from '../validate.js';
 import { readOptions } from '../util/options.js';
-import { copy2D, DeviceMemory, type CopyEndpoint } from './device-memory.js';
+import { DeviceMemory } from './device-memory.js';
+import { copy2D, type CopyEndpoint } from './copy-planning.js';
 import { allocateReleasingCaches } from '../resource/cache-registry.js';
 import { CudaResource } from '../resource/upstream/cuda-resource.js';
 import { ForeignDeviceBuffer, type ForeignPointerOptions } from './foreign-device-buffer.js';
@@ -193,7 +194,7 @@ export class DeviceBuffer extends DeviceMemory {
    * using big = DeviceBuffer.allocate('256M');
    * ```
    */
-  static allocate(size: ByteSize, options: DeviceBufferOptions = {}): DeviceBuffer {
+  static allocate(size: ByteSize, options?: DeviceBufferOptions): DeviceBuffer {
     const bytes = readBytes(size, 'bytes');
     options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true, spillable: true });
     const stream = options.stream ?? defaultStream;
@@ -203,7 +204,7 @@ export class DeviceBuffer extends DeviceMemory {
     const budgets = activeBudgets();
     if (budgets.length === 0) {
       const ptr = resource.allocate(bytes, stream);
-      return new DeviceBuffer(ptr, bytes, resource, stream, (on) => resource.deallocate(ptr, bytes, on));
+      return new DeviceBuffer(ptr, bytes, resource, stream, resource);
     }
     const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
     if (over !== undefined) throw over.error;

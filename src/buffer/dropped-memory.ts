@@ -31,6 +31,20 @@ let unfreed = 0;
 /** `unfreed` at which the device is looked at again (the hit path pays one compare). */
 let checkAt = LEAST_STEP;
 
+/** Registers the allocations not yet registered with the backstop (lifetime.ts sets it). */
+let beforeCollection: () => void = () => {};
+
+/**
+ * Sets what runs before each collection this module asks for: the backstop's registration of the
+ * newest allocations (`registerPending`), so that the collection can reclaim them.
+ *
+ * @param run Called before each collection.
+ * @internal
+ */
+export function setBeforeCollection(run: () => void): void {
+  beforeCollection = run;
+}
+
 /**
  * Counts a new allocation.
  *
@@ -94,6 +108,7 @@ function pressure(owner: Device): void {
   checkAt = step;
   if (unfreed < step) return;
   unfreed = 0;
+  beforeCollection();
   collectGarbage(false);
 }
 
@@ -108,6 +123,7 @@ function pressure(owner: Device): void {
 export function collectDropped(): boolean {
   if (liveCount === 0) return false;
   unfreed = 0;
+  beforeCollection();
   return collectGarbage(true);
 }
 

@@ -22,7 +22,7 @@ import { VramStateError } from '../errors.js';
 import { streamHandleOf } from '../stream.js';
 import { checkBytes, checkNonNegativeInteger, readBytes, type ByteSize } from '../validate.js';
 import { readOptions } from '../util/options.js';
-import { bytesOf, isHostData, type HostData } from './device-memory.js';
+import { bytesOf, isHostData, type HostData } from './copy-planning.js';
 import { Allocation, type Release } from './lifetime.js';
 import { forgetRegistration } from './transfer/transfers.js';
 import { hostAllocFlags, PinnedHostResource, type PinnedHostOptions } from '../resource/upstream/pinned-host-resource.js';

@@ -6,28 +6,32 @@
  * holds the memory until it settles, and a host view keeps its buffer reachable.
  * (Note [Buffer lifetimes], docs/design/buffer-lifetimes.md)
  */
-import { recordNewEvent, type Backend, type Handle, type Ptr } from '../backend/backend.js';
+import type { Backend, Handle, Ptr } from '../backend/backend.js';
+import { recordNewEvent } from '../backend/record-event.js';
 import { inspectCustom } from '../util/inspect.js';
 import { Device } from '../device.js';
 import { reportLeak } from '../backstop.js';
-import { countAllocated, countReleased } from './dropped-memory.js';
+import { countAllocated, countReleased, setBeforeCollection } from './dropped-memory.js';
 import { DoubleFreeError, UseAfterFreeError } from '../errors.js';
 import { defaultStream, Event, onStreamRetiring, Stream, streamHandleOf } from '../stream.js';
 import type { StreamRef } from '../stream.js';
+import type { MemoryResource } from '../resource/resource.js';
 import { readOptions } from '../util/options.js';
 
 /**
  * Returns memory where it came from. `stream` is the stream it is freed on (the one given to
  * `free({ stream })`, else the allocation stream, else the first recorded stream); closures over a
  * resource pass it to `deallocate`, closures that are not stream-ordered ignore it. Built in a
- * buffer's static factory, so that it captures the resource and pointer but never the buffer.
+ * buffer's static factory, so that it captures the resource and pointer but never the buffer. Or
+ * the resource itself, for memory that goes back as it came (`deallocate(ptr, bytes, stream)`):
+ * no closure per buffer.
  *
  * @example
  * ```ts
  * const release: Release = (on) => resource.deallocate(ptr, bytes, on);
  * ```
  */
-export type Release = (stream: StreamRef | undefined) => void;
+export type Release = ((stream: StreamRef | undefined) => void) | MemoryResource;
 
 /**
  * Everything needed to free an allocation, held apart from the buffer: the backstop frees from it
@@ -35,7 +39,10 @@ export type Release = (stream: StreamRef | undefined) => void;
  * allocation, nothing more on the hot path).
  */
 interface Held {
-  readonly kind: string;
+  /** The buffer's class, named in the leak report (its `name` read only then). */
+  readonly type: { readonly name: string };
+  /** PENDING until the backstop registration (`registerPending`), REGISTERED, then RELEASED by `free()`. */
+  state: number;
   /** Changes only for spillable memory that moves (`moveAllocation`). */
   ptr: Ptr;
   readonly bytes: number;
@@ -82,6 +89,11 @@ export function setAllocationHook(hook: ((allocation: Allocation) => void) | und
   scopeHook = hook;
 }
 
+/** A Held record's backstop state (`Held.state`). */
+const PENDING = 0;
+const REGISTERED = 1;
+const RELEASED = 2;
+
 const registry = new FinalizationRegistry<Held>((held) => {
   let releaseError: unknown;
   try {
@@ -91,13 +103,51 @@ const registry = new FinalizationRegistry<Held>((held) => {
   }
   countReleased(held.bytes, held.stack, false);
   reportLeak({
-    kind: held.kind,
+    kind: held.type.name,
     ptr: held.ptr,
     bytes: held.bytes,
     ...(held.stack !== undefined ? { stack: held.stack } : {}),
     ...(releaseError !== undefined ? { releaseError } : {}),
   });
 });
+
+/**
+ * Allocations made since the last `registerPending`, and their records: a buffer is registered
+ * with the backstop only if it outlives a batch (docs/design/buffer-lifetimes.md, "Backstop
+ * registration"), so an allocate + free pair never touches the registry.
+ */
+const pendingBuffers: Allocation[] = [];
+const pendingHeld: Held[] = [];
+/** The batch: a buffer waits at most this many allocations, or until the current job ends. */
+const PENDING_BATCH = 64;
+/** True while a microtask that registers the batch is queued. */
+let flushQueued = false;
+
+/**
+ * Registers with the backstop every buffer of the batch not freed yet, and empties the batch: at
+ * the end of each job (a microtask), every `PENDING_BATCH` allocations, and before a collection is
+ * asked for (what the program dropped must be registered for the collection to reclaim it).
+ *
+ * @internal
+ */
+export function registerPending(): void {
+  const count = pendingBuffers.length;
+  for (let i = 0; i < count; i++) {
+    const held = pendingHeld[i]!;
+    if (held.state !== PENDING) continue;
+    held.state = REGISTERED;
+    registry.register(pendingBuffers[i]!, held, held);
+  }
+  pendingBuffers.length = 0;
+  pendingHeld.length = 0;
+}
+
+function flushQueuedBatch(): void {
+  flushQueued = false;
+  registerPending();
+}
+
+setBeforeCollection(registerPending);
 
 /**
  * A Stream recorded on live buffers: by how many, and, once it was destroyed, the driver event
@@ -248,7 +298,8 @@ export abstract class Allocation {
     this.#ptr = ptr;
     this.#bytes = byteLength;
     const held: Held = {
-      kind: new.target.name,
+      type: new.target,
+      state: PENDING,
       ptr,
       bytes: byteLength,
       stack: captureStacks ? new Error('allocated here').stack : undefined,
@@ -262,7 +313,13 @@ export abstract class Allocation {
       after: undefined,
     };
     this.#held = held;
-    registry.register(this, held, held);
+    if (pendingBuffers.length === PENDING_BATCH) registerPending();
+    pendingBuffers.push(this);
+    pendingHeld.push(held);
+    if (!flushQueued) {
+      flushQueued = true;
+      queueMicrotask(flushQueuedBatch);
+    }
     countAllocated(byteLength, owner, held.stack);
     if (scopeHook !== undefined) scopeHook(this);
   }
@@ -326,7 +383,7 @@ export abstract class Allocation {
   /**
    * True for memory lent to vram for reading only (a foreign device buffer wrapped with
    * `readOnly`, JavaScript memory registered with `readOnly`): vram writes nothing into it. Copies
-   * and fills check it in one place (`checkWritableMemory`, buffer/device-memory.ts), arrays and the built-in
+   * and fills check it in one place (`checkWritableMemory`, buffer/copy-planning.ts), arrays and the built-in
    * operations through `DeviceArray.readOnly`, and exports say so. False for vram's own memory.
    *
    * @returns Whether writes into the memory are refused.
@@ -454,7 +511,8 @@ export abstract class Allocation {
     this.#freed = true;
     this.#view = undefined;
     this.#viewTied = false;
-    registry.unregister(held);
+    if (held.state === REGISTERED) registry.unregister(held);
+    held.state = RELEASED;
     countReleased(held.bytes, held.stack, true);
   }
 
@@ -560,7 +618,7 @@ export function holdMemory(allocation: Allocation): () => void {
       releaseHeld(held, stream);
     } catch (error) {
       process.emitWarning(
-        `${held.kind} of ${held.bytes} bytes, freed while a copy used it, could not be given back when the copy ended: ` +
+        `${held.type.name} of ${held.bytes} bytes, freed while a copy used it, could not be given back when the copy ended: ` +
           (error instanceof Error ? error.message : String(error)),
         { code: 'VRAM_DEFERRED_FREE' },
       );
@@ -683,7 +741,9 @@ function releaseHeld(held: Held, freeStream: StreamRef | undefined): void {
   if (uses !== undefined || (freeStream !== undefined && (held.stream !== undefined || !held.ordered))) {
     waitForUses(held, target, freeStream);
   }
-  held.release(target);
+  const release = held.release;
+  if (typeof release === 'function') release(target);
+  else release.deallocate(held.ptr, held.bytes, target);
   // The streams need not stay alive with a freed buffer (after the release: one that throws changes nothing).
   held.uses = undefined;
   if (uses !== undefined) for (const used of uses) untrack(used);

@@ -17,7 +17,7 @@
  */
 import { existsSync } from 'node:fs';
 import type { Backend } from '../backend/backend.js';
-import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated.js';
+import { DEFAULT_EMULATED_CAPACITY, EMULATED_BYTES_VARIABLE, EmulatedBackend } from '../backend/emulated/emulated-backend.js';
 import { getBackend, setBackend } from '../backend/select.js';
 import { isOutOfMemory, VramStateError } from '../errors.js';
 import { Device } from '../device.js';
@@ -445,7 +445,15 @@ function writeHtmlReport(path: string, run: TraceRun, backend: string, capacity:
     'replay',
     '--html',
     path,
-    renderReport(replayReport({ trace, facts: headingLines(run, backend, capacity), stacks, leading: [table] })),
+    renderReport(
+      replayReport({
+        trace,
+        facts: headingLines(run, backend, capacity),
+        stacks,
+        leading: [table],
+        ...(run.limit === undefined ? {} : { capacityBytes: run.limit.ballast.capacityBytes }),
+      }),
+    ),
   );
 }
 

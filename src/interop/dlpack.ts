@@ -59,7 +59,8 @@ import { ManagedBuffer } from '../buffer/managed-buffer.js';
 import { DeviceArray } from '../array/device-array.js';
 import { dtypeOf, dtypes, type DType, type DTypeName } from '../array/dtype.js';
 import { HostArray } from '../array/host-array.js';
-import { byteSpan, contiguousLayout, type Layout, type StridedArray } from '../array/layout.js';
+import { byteSpan, contiguousLayout, type Layout } from '../array/layout.js';
+import type { StridedArray } from '../array/strided-array.js';
 import { readOptions } from '../util/options.js';
 
 /** Options of `toDLPack`. */

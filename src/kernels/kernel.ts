@@ -4,7 +4,7 @@
  * launches; a driver error comes back naming the kernel. After the first launch a launch creates no
  * JavaScript objects of its own (the rest-parameter array and the config object are the caller's).
  */
-import { captureError, capturing, refuseOnLegacyDuringCapture } from '../graph/sessions.js';
+import { captureError, capturing, refuseOnLegacyDuringCapture } from '../graphs/sessions.js';
 import type { Backend, FunctionAttributes, Handle, KernelLimits, KernelParams } from '../backend/backend.js';
 import { cacheConfigValue, type CacheConfig, type Device } from '../device.js';
 import { CudaError, UseAfterFreeError } from '../errors.js';

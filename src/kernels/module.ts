@@ -13,7 +13,7 @@
  */
 import type { EmulatedKernels, Handle, ModuleImage } from '../backend/backend.js';
 import { Device } from '../device.js';
-import { relaxedDuringCapture } from '../graph/sessions.js';
+import { relaxedDuringCapture } from '../graphs/sessions.js';
 import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../errors.js';
 import { compileSource } from './compile.js';
 import { Kernel } from './kernel.js';

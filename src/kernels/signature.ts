@@ -6,7 +6,7 @@
  * a BigInt), so a launch costs no garbage.
  */
 import type { KernelParams, ParamType, ScalarParam } from '../backend/backend.js';
-import { paramLayout, SCALAR_PARAM_BYTES } from '../backend/backend.js';
+import { paramLayout, SCALAR_PARAM_BYTES } from '../backend/param-layout.js';
 import { DeviceArray } from '../array/device-array.js';
 import { VramStateError } from '../errors.js';
 import { HostArray } from '../array/host-array.js';

@@ -14,7 +14,7 @@ import { checkResource } from '../resource/resource.js';
 import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resource/waiting.js';
 import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
 import { foreignFigures, type ForeignFigures } from '../buffer/foreign-mirror.js';
-import { graphPoolsOf } from '../resource/graph-pool.js';
+import { graphPoolsOf } from '../resource/suballoc/graph-pool.js';
 import { totalDriverCalls, type DriverCalls } from '../resource/figures.js';
 
 /**

@@ -5,7 +5,7 @@
  * records stacks); and the history's events. The format is `snapshot-format.ts`
  * (`SNAPSHOT_VERSION`, docs/snapshot-schema.json); `JSON.stringify` writes it as it is.
  */
-import { graphPoolsOf } from '../resource/graph-pool.js';
+import { graphPoolsOf } from '../resource/suballoc/graph-pool.js';
 import { Device } from '../device.js';
 import { existingCurrentResource, getCurrentResource } from '../resource/current.js';
 import { memoryHistory, resourceRecord, type ResourceRecord } from './history.js';

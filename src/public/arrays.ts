@@ -22,8 +22,9 @@ export type {
   ComponentInput,
   ComponentOutput,
 } from '../array/host-data.js';
-export { StridedArray } from '../array/layout.js';
-export type { Layout, SliceSpec, SliceRange, ArrayJSON } from '../array/layout.js';
+export { StridedArray } from '../array/strided-array.js';
+export type { ArrayJSON } from '../array/strided-array.js';
+export type { Layout, SliceSpec, SliceRange } from '../array/layout.js';
 export type { ShapeInput } from '../array/shape.js';
 export type {
   DeviceArrayViewOptions,

@@ -10,8 +10,8 @@
  * @module vram/backend
  */
 export { getBackend, setBackend, backendFallbackReason } from '../backend/select.js';
-export { EmulatedBackend } from '../backend/emulated.js';
-export type { EmulatedBackendOptions } from '../backend/emulated.js';
+export { EmulatedBackend } from '../backend/emulated/emulated-backend.js';
+export type { EmulatedBackendOptions } from '../backend/emulated/emulated-backend.js';
 export type { Backend, Ptr, Handle, DeviceInfo, MemInfo, PointerAttributes, MemPoolProps, Memcpy2D, HostMemory, MemLocation } from '../backend/backend.js';
 export { MemPoolAttribute } from '../backend/backend.js';
 export type { CollectiveDataType, CollectiveTransport, HostReduce, TransportComm, TransportOptions } from '../backend/collectives.js';

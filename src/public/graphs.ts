@@ -8,10 +8,10 @@
  *
  * @module vram/graphs
  */
-export { Graph, GraphExec } from '../graph/graph.js';
-export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graph/sessions.js';
-export { captureGraph } from '../graph/capture.js';
-export { GraphPool } from '../resource/graph-pool.js';
-export type { GraphPoolOptions } from '../resource/graph-pool.js';
+export { Graph, GraphExec } from '../graphs/graph.js';
+export type { CaptureModeName, CaptureStatusName, CapturePool, LaunchStream } from '../graphs/sessions.js';
+export { captureGraph } from '../graphs/capture.js';
+export { GraphPool } from '../resource/suballoc/graph-pool.js';
+export type { GraphPoolOptions } from '../resource/suballoc/graph-pool.js';
 export type { CaptureOptions } from '../stream.js';
 export { StreamCaptureError, GraphUpdateError, GraphMemoryLiveError } from '../errors.js';

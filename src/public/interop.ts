@@ -1,11 +1,10 @@
 /// <reference lib="esnext.disposable" preserve="true" />
 // Kept in the .d.ts (preserve), as in index.ts: a consumer that imports only this subpath needs `Disposable` too.
 /**
- * `vram/interop`: memory shared with other libraries and processes. The CUDA Array Interface and
- * DLPack, pointers vram did not allocate (`ForeignDeviceBuffer`), streams another library created
- * (`Stream.fromHandle`'s options, and `watchStreamDestroy` for libraries that cache per-stream state),
- * IPC handles (of any default-allocator memory, and PyTorch's share tuples both ways), pools shared
- * over file descriptors, and `place()`.
+ * `vram/interop`: memory shared with other libraries in the same process. The CUDA Array Interface
+ * and DLPack, pointers vram did not allocate (`ForeignDeviceBuffer`, `ForeignMirror`), streams another
+ * library created (`Stream.fromHandle`'s options, and `watchStreamDestroy` for libraries that cache
+ * per-stream state), and `place()`. Memory shared with other processes is `vram/ipc`.
  *
  * @module vram/interop
  */
@@ -27,15 +26,3 @@ export { watchStreamDestroy } from '../stream.js';
 export type { BorrowedStreamOptions, StreamWatcher } from '../stream.js';
 export { place, defaultPlacementMargin } from '../interop/place.js';
 export type { PlaceOptions, Placement } from '../interop/place.js';
-export { exportIpc, importIpc } from '../interop/ipc.js';
-export type { ImportIpcOptions } from '../interop/ipc.js';
-export { IpcHandle } from '../interop/ipc-handle.js';
-export type { IpcHandleKind, IpcDescriptors } from '../interop/ipc-handle.js';
-export { parseTorchShare, torchShareTuple, isTorchShareTuple, TORCH_HANDLE_BYTES } from '../interop/torch-ipc.js';
-export type { TorchShareTuple, TorchShare, TorchBytes } from '../interop/torch-ipc.js';
-export { IpcBuffer } from '../interop/ipc-buffer.js';
-export { exportPool, exportPoolPointer, importPool, ImportedPool } from '../interop/pool-ipc.js';
-export type { ImportPoolOptions, ImportPointerOptions } from '../interop/pool-ipc.js';
-export { sendFd, receiveFd } from '../interop/fd-passing.js';
-export { closeFd, SystemCallError } from '../cuda/libc.js';
-export type { ReceivedFd, ReceiveFdOptions } from '../interop/fd-passing.js';

@@ -8,7 +8,6 @@
  *
  * @module vram/resources
  */
-export { defaultStream } from '../stream.js';
 export type { ResourceJSON } from '../resource/resource.js';
 export type { MemoryKind, MemoryFigures, GrowthFigures, DriverCalls } from '../resource/figures.js';
 export { totalDriverCalls } from '../resource/figures.js';

@@ -114,7 +114,7 @@ export function benchReport(input: BenchReportInput): Report {
         title: 'Allocation latency',
         description:
           'Median time of one allocate+free pair, per resource (a pool hit: each resource is warmed first) and per driver call, ' +
-          'against the allocation size, over batches of pairs.',
+          'against the allocation size, over batches of pairs (on the emulated backend, pool hits over rounds timed as bench/pool-hit times them).',
         y: { label: 'time per allocate+free pair', unit: 'ns', log: true },
       }),
     );

@@ -56,3 +56,29 @@ export function placeBlocks(segments: readonly MapSegment[], blocks: readonly Ma
   }
   return { blocks: kept, outside };
 }
+
+/**
+ * True when `segments` lay memory out: some segment is not one driver allocation holding one block
+ * (kind `allocation`). A resource whose every block is its own driver allocation (CudaResource,
+ * AsyncResource over CUDA's pool) has segments that are its blocks, placed where the driver chose
+ * and with whatever the driver keeps around them unseen; drawn, they would be a gap-free row of
+ * blocks that says nothing of the layout, the same for every such stack.
+ *
+ * @param segments A resource's segments.
+ * @returns Whether a memory map of them shows a layout.
+ * @example
+ * ```ts
+ * showsLayout(new CudaResource().memorySegments() ?? []); // false: the driver places each block
+ * ```
+ */
+export function showsLayout(segments: readonly SnapshotSegment[]): boolean {
+  return segments.some((s) => s.kind !== 'allocation' || s.blocks.length !== 1 || s.blocks[0]!.bytes !== s.bytes);
+}
+
+/** The sentence a report says in place of the maps it leaves out, naming whose they are. */
+export function driverLayoutNote(names: readonly string[]): string {
+  return (
+    `No memory map for ${names.join(', ')}: each block is one driver allocation, placed where the driver chooses ` +
+    '(CUDA lays its pool out itself), which vram cannot see.'
+  );
+}

@@ -1,13 +1,14 @@
 /**
  * The report of `vram replay --html`: live and reserved bytes over the trace's time for every
- * stack replayed (one plot, the stacks overlaid), each stack's memory map at the trace's peak, and
+ * stack replayed (one plot, the stacks overlaid), each stack's memory map at the trace's peak (but
+ * for stacks whose every block is a driver allocation, whose layout vram cannot see), and
  * the live blocks then by size (an RMM log records no call stacks, so sizes stand in for
  * allocation sites).
  */
 import { formatBytes } from '../util/size.js';
 import type { ReplayTimeline } from '../replay/engine.js';
 import type { AllocationTrace } from '../replay/parse.js';
-import { heldSegments, placeBlocks } from './memory-map.js';
+import { driverLayoutNote, heldSegments, placeBlocks, showsLayout } from './memory-map.js';
 import type { MemoryMapSection, PlotSeries, Report, ReportSection, TableSection } from './report.js';
 
 /** One stack's part in the report. */
@@ -26,6 +27,8 @@ export interface ReplayReportInput {
   readonly stacks: readonly ReplayReportStack[];
   /** Sections to show first (the command's results table). */
   readonly leading?: readonly ReportSection[];
+  /** The device capacity the replay was asked to fit in (`--capacity`): drawn as a line on the timeline. */
+  readonly capacityBytes?: number;
 }
 
 /** How each stack's reserved figures were found, for the plot's description. */
@@ -71,8 +74,8 @@ function classLabel(c: number): string {
   return c === 0 ? '1 B' : `${formatBytes(2 ** (c - 1) + 1)} .. ${formatBytes(2 ** c)}`;
 }
 
-/** The table of the peak's size classes. */
-function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableSection {
+/** The table of the peak's size classes; `note` is said after its description (maps left out). */
+function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number, note: string): TableSection {
   const rows = sizeClasses(timeline).map(([c, e]) => [
     classLabel(c),
     formatBytes(e.bytes),
@@ -87,7 +90,7 @@ function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableS
     description:
       `The ${timeline.peakBlocks.length} blocks live when the trace first reached its peak of ` +
       `${formatBytes(peakLiveBytes)} (after operation ${timeline.peakOperation + 1}), grouped by size class, most bytes first. ` +
-      'An RMM log records no call stacks, so the sizes stand in for allocation sites.',
+      `An RMM log records no call stacks, so the sizes stand in for allocation sites.${note === '' ? '' : ` ${note}`}`,
     columns: [
       { label: 'size class' },
       { label: 'bytes', numeric: true },
@@ -99,10 +102,14 @@ function peakSizesTable(timeline: ReplayTimeline, peakLiveBytes: number): TableS
   };
 }
 
-/** One stack's memory map at the trace's peak: what it held then, the live blocks by size class. */
-function peakMap(name: string, timeline: ReplayTimeline): MemoryMapSection | undefined {
+/**
+ * One stack's memory map at the trace's peak: what it held then, the live blocks by size class;
+ * `undefined` where it held nothing it lays out, `'driver'` where the driver lays its memory out.
+ */
+function peakMap(name: string, timeline: ReplayTimeline): MemoryMapSection | 'driver' | undefined {
   const held = timeline.peakSegments;
   if (held === null) return undefined;
+  if (held.segments.length > 0 && !showsLayout(held.segments)) return 'driver';
   const segments = heldSegments(held.segments, held.resource).sort((a, b) => a.address - b.address);
   if (segments.length === 0) return undefined;
   const classes = sizeClasses(timeline);
@@ -149,6 +156,9 @@ export function replayReport(input: ReplayReportInput): Report {
   const xValues = byTime ? Array.from(timeUs, (t) => t / 1e6) : Array.from(timeUs, (_, i) => i + 1);
   const series: PlotSeries[] = [{ label: 'live (the trace)', values: first.timeline.liveBytes, dashed: true }];
   for (const s of withTimeline) series.push({ label: `${s.name} reserved`, values: s.timeline.reservedBytes });
+  const capacity = input.capacityBytes;
+  // Will it fit: the capacity as a line, so a stack's reserved bytes read against it.
+  if (capacity !== undefined) series.push({ label: `capacity (${formatBytes(capacity)})`, values: xValues.map(() => capacity) });
   const sources = withTimeline.map((s) => `${s.name}: ${SOURCE_WORDS[s.timeline.reservedSource]}`).join('; ');
   const sections: ReportSection[] = [
     ...(input.leading ?? []),
@@ -160,7 +170,9 @@ export function replayReport(input: ReplayReportInput): Report {
       description:
         `What the traced program had live (dashed) and what each resource stack held from the driver ` +
         `after each of the ${timeUs.length.toLocaleString('en-US')} operations, from a replay of its own on a fresh stack ` +
-        `(so the timed figures above are unaffected). Drag across the plot to zoom; double-click to zoom out. ` +
+        `(so the timed figures above are unaffected). ` +
+        `${capacity === undefined ? '' : `The flat line is the capacity asked for (${formatBytes(capacity)}): a stack fits while its reserved bytes stay under it. `}` +
+        `Drag across the plot to zoom; double-click to zoom out. ` +
         `Reserved: ${sources}.${byTime ? '' : " The log's times are not in order (several threads), so the x axis counts operations."}`,
       x: byTime ? { label: 'time since the trace began', unit: 'seconds' } : { label: 'operation', unit: 'count' },
       y: { label: 'bytes', unit: 'bytes' },
@@ -169,11 +181,13 @@ export function replayReport(input: ReplayReportInput): Report {
     },
   ];
   if (first.timeline.peakOperation >= 0) {
+    const driverLaidOut: string[] = [];
     for (const s of withTimeline) {
       const map = peakMap(s.name, s.timeline);
-      if (map !== undefined) sections.push(map);
+      if (map === 'driver') driverLaidOut.push(s.name);
+      else if (map !== undefined) sections.push(map);
     }
-    sections.push(peakSizesTable(first.timeline, input.trace.summary.peakLiveBytes));
+    sections.push(peakSizesTable(first.timeline, input.trace.summary.peakLiveBytes, driverLaidOut.length > 0 ? driverLayoutNote(driverLaidOut) : ''));
   }
   return { title: `vram replay: ${input.trace.source}`, facts: input.facts, sections };
 }

@@ -6,7 +6,7 @@
  */
 import { formatBytes } from '../util/size.js';
 import { validateSnapshot, type HistoryEvent, type MemorySnapshot, type SnapshotResource, type SnapshotStack } from '../observe/snapshot-format.js';
-import { heldSegments, placeBlocks } from './memory-map.js';
+import { driverLayoutNote, heldSegments, placeBlocks, showsLayout } from './memory-map.js';
 import type { MapSegment, MapSite, MemoryMapSection, PlotSeries, PlotSection, Report, ReportSection, TableSection } from './report.js';
 
 /** A site's stand-in where a block's call stack was not recorded. */
@@ -136,7 +136,7 @@ function timelineSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number
     description:
       `From the history's ${n.toLocaleString('en-US')} events` +
       `${history.dropped > 0 ? ` (the ring dropped ${history.dropped.toLocaleString('en-US')} older ones)` : ''}: ` +
-      'for each resource the program called, the bytes its blocks asked for (dashed) and what the stack held from below it. ' +
+      'for each resource the program called, live: the bytes its blocks asked for (dashed), and reserved: what the stack held from below it. ' +
       `${ooms > 0 ? `Each marker is an out-of-memory error: the live bytes plus the request that failed. ` : ''}` +
       `Drag across the plot to zoom; double-click to zoom out.${notes.length > 0 ? `\n${notes.join('\n')}` : ''}`,
     x: { label: 'time since recording began', unit: 'seconds' },
@@ -159,13 +159,28 @@ function mappedResources(snapshot: MemorySnapshot, resources: ReadonlyMap<number
   return layered.filter((r) => !below.has(r.id));
 }
 
-/** The memory map: mapped memory of the resources that lay it out, live blocks by site. */
-function mapSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number, SnapshotResource>, sites: Sites): MemoryMapSection | undefined {
+/**
+ * The memory map: mapped memory of the resources that lay it out, live blocks by site; those whose
+ * every block is a driver allocation are left out (`showsLayout`) and named in `driverLaidOut`.
+ */
+function mapSection(
+  snapshot: MemorySnapshot,
+  resources: ReadonlyMap<number, SnapshotResource>,
+  sites: Sites,
+  driverLaidOut: string[],
+): MemoryMapSection | undefined {
   const segments: MapSegment[] = [];
   const live: { address: number; bytes: number; stack: number | null }[] = [];
+  const drawn: SnapshotResource[] = [];
   for (const r of mappedResources(snapshot, resources)) {
-    segments.push(...heldSegments(r.segments ?? [], r.label));
-    for (const s of r.segments ?? []) for (const b of s.blocks) if (b.state === 'live') live.push(b);
+    const own = r.segments ?? [];
+    if (own.length > 0 && !showsLayout(own)) {
+      driverLaidOut.push(shortName(r, r.id));
+      continue;
+    }
+    drawn.push(r);
+    segments.push(...heldSegments(own, r.label));
+    for (const s of own) for (const b of s.blocks) if (b.state === 'live') live.push(b);
   }
   if (segments.length === 0) return undefined;
   segments.sort((a, b) => a.address - b.address);
@@ -178,15 +193,24 @@ function mapSection(snapshot: MemorySnapshot, resources: ReadonlyMap<number, Sna
   );
   const held = segments.reduce((sum, seg) => sum + seg.bytes, 0);
   const liveBytes = blocks.reduce((sum, b) => sum + b.bytes, 0);
+  const names = drawn.map((r) => shortName(r, r.id)).join(', ');
+  // The map's total is the resources' reserved figure where they agree (a pool's mapped pages, an
+  // arena's region), so the page says one figure with one name; else it is named for what it is.
+  const reserved = drawn.reduce((sum, r) => sum + (r.figures?.reservedBytes ?? NaN), 0);
+  const total =
+    held === reserved
+      ? `The ${formatBytes(held)} reserved by ${names}`
+      : `The ${formatBytes(held)} in the segments of ${names}${Number.isNaN(reserved) ? '' : ` (which report ${formatBytes(reserved)} reserved)`}`;
   return {
     kind: 'memory-map',
     id: 'memory-map',
     title: 'Memory map when the snapshot was taken',
     description:
-      `The ${formatBytes(held)} the resources hold (segments; of a virtual range only its mapped pages), laid end to end, ` +
-      `${formatBytes(liveBytes)} of it in live blocks coloured by the call stack that allocated them; grey is free (held, not live). ` +
+      `${total} (segments; of a virtual range only its mapped pages), laid end to end, ` +
+      `${formatBytes(liveBytes)} of it live, in blocks coloured by the call stack that allocated them; grey is free (reserved, not live). ` +
       'Hover a block for its size, address and stack.' +
-      `${outside > 0 ? ` ${outside} live block(s) outside the mapped memory are not drawn.` : ''}`,
+      `${outside > 0 ? ` ${outside} live block(s) outside the mapped memory are not drawn.` : ''}` +
+      `${driverLaidOut.length > 0 ? ` ${driverLayoutNote(driverLaidOut)}` : ''}`,
     segments,
     blocks,
     sites: order.map((stack) => sites.site(stack)),
@@ -222,16 +246,19 @@ function sitesTable(snapshot: MemorySnapshot, sites: Sites): TableSection | unde
   };
 }
 
-/** Every resource with its figures. */
-function resourcesTable(snapshot: MemorySnapshot): TableSection {
+/** Every resource with its figures; `note` is said after the description (the maps left out where no map is drawn). */
+function resourcesTable(snapshot: MemorySnapshot, note: string): TableSection {
   const both = (value: number | undefined, peak: number | undefined): string =>
     value === undefined ? '-' : `${formatBytes(value)} (peak ${formatBytes(peak ?? value)})`;
   return {
     kind: 'table',
     id: 'resources',
     title: 'Resources',
-    description: "Every resource of the device's current stack and every other one the history recorded a call to, with its figures now.",
-    columns: [{ label: 'id', numeric: true }, { label: 'resource' }, { label: 'status' }, { label: 'allocated' }, { label: 'reserved' }],
+    description:
+      "Every resource of the device's current stack and every other one the history recorded a call to, with its figures now: " +
+      'live, the bytes of the blocks it has handed out; reserved, what it holds from below it (the driver or its upstream), live blocks and cache alike.' +
+      `${note === '' ? '' : ` ${note}`}`,
+    columns: [{ label: 'id', numeric: true }, { label: 'resource' }, { label: 'status' }, { label: 'live' }, { label: 'reserved' }],
     rows: snapshot.resources.map((r) => [
       String(r.id),
       `${r.label}${r.current ? ' (current stack)' : ''}${r.upstream !== null ? `\nupstream #${r.upstream}` : ''}`,
@@ -268,7 +295,16 @@ export function snapshotReport(snapshot: MemorySnapshot): Report {
   ];
   if (error !== null) facts.push(['error', error.message]);
   const current = snapshot.currentResource === null ? undefined : resources.get(snapshot.currentResource);
-  if (current !== undefined) facts.push(['current resource', current.label]);
+  if (current !== undefined) {
+    facts.push(['current resource', current.label]);
+    // The figures the page names everywhere: live (blocks handed out) and reserved (held from below).
+    if (current.figures !== null) {
+      facts.push([
+        'memory',
+        `${formatBytes(current.figures.allocatedBytes.value)} live, ${formatBytes(current.figures.reservedBytes)} reserved by the current stack`,
+      ]);
+    }
+  }
   facts.push([
     'history',
     history === null
@@ -276,7 +312,11 @@ export function snapshotReport(snapshot: MemorySnapshot): Report {
       : `${history.events.length.toLocaleString('en-US')} events kept of ${history.recorded.toLocaleString('en-US')} recorded ` +
         `(ring of ${history.maxEntries.toLocaleString('en-US')}), call stacks ${history.stacks ? 'on' : 'off'}`,
   ]);
-  const sections = [timelineSection(snapshot, resources), mapSection(snapshot, resources, sites), sitesTable(snapshot, sites), resourcesTable(snapshot)].filter(
+  const driverLaidOut: string[] = [];
+  const map = mapSection(snapshot, resources, sites, driverLaidOut);
+  // Where no map is drawn, the resources table says why.
+  const note = map === undefined && driverLaidOut.length > 0 ? driverLayoutNote(driverLaidOut) : '';
+  const sections = [timelineSection(snapshot, resources), map, sitesTable(snapshot, sites), resourcesTable(snapshot, note)].filter(
     (s): s is ReportSection => s !== undefined,
   );
   return { title: error !== null ? 'vram: out of memory' : 'vram: memory snapshot', facts, sections };

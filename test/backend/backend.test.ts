@@ -19,7 +19,7 @@ import {
   StreamFlags,
 } from '../../src/backend/backend.js';
 import { getBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { CudaError, OutOfMemoryError } from '../../src/errors.js';
 
 const backend: Backend = getBackend();

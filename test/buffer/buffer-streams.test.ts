@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { onGpu } from '../helpers.js';
 import { setBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { HostAllocFlags, StreamWaitValueFlags, type Backend } from '../../src/backend/backend.js';
 import { Device } from '../../src/device.js';
 import { Event, Stream } from '../../src/stream.js';

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { assertMemoryReturned, captureWarnings, deviceMemoryUsed, forceGc, FREE_MEMORY_SLACK, gpuOnly, onGpu, randomBytes } from '../helpers.js';
 import { setBackend, getBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { Device } from '../../src/device.js';
 import { Stream } from '../../src/stream.js';
 import { DeviceBuffer, PitchedDeviceBuffer } from '../../src/buffer/device-buffer.js';

@@ -11,7 +11,7 @@ import { describe, it } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { DeviceArray } from '../../src/array/device-array.js';
 import { HostAllocFlags } from '../../src/backend/backend.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { getBackend, setBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
 import { DoubleFreeError, InvalidPointerError, UseAfterFreeError } from '../../src/errors.js';

@@ -14,7 +14,7 @@ import { withMemoryBudget } from '../../src/buffer/budget.js';
 import { SPILL_AHEAD_VARIABLE, spillableResource, spillFigures } from '../../src/buffer/spill/spill-manager.js';
 import { Device } from '../../src/device.js';
 import { OutOfMemoryError, StreamCaptureError, VramStateError } from '../../src/errors.js';
-import { captureGraph } from '../../src/graph/capture.js';
+import { captureGraph } from '../../src/graphs/capture.js';
 import { toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { deleteDLPack, toDLPack } from '../../src/interop/dlpack.js';
 import { dot, elementwise, map, max, min, sum, zipWith } from '../../src/kernels/ops/index.js';

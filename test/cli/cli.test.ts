@@ -244,6 +244,16 @@ describe('vram bench', () => {
     ]);
     // Pool hits timed as bench/pool-hit times them (15 long rounds), not as quick mode's 11 short batches.
     for (const row of rows.filter((r) => r.name === 'PoolResource')) assert.equal(row.repeats, 15);
+    // Enough sizes per series to read a curve in the report: allocations 256 B to 64 MiB, copies 64 KiB to 16 MiB, by 4x.
+    const sizesOf = (name: string): number[] => rows.filter((r) => r.name === name).map((r) => r.size as number);
+    for (const name of ['PoolResource', 'AsyncResource', 'CudaResource', 'ArenaResource', 'BinningResource', 'cuMemAlloc+cuMemFree']) {
+      assert.deepEqual(
+        sizesOf(name),
+        Array.from({ length: 10 }, (_, i) => 256 * 4 ** i),
+        name,
+      );
+    }
+    assert.deepEqual(sizesOf('pinned H2D'), [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]);
     // Progress on stderr without a terminal: one line a case, none in stdout.
     const lines = stderr.trimEnd().split('\n');
     assert.match(lines[0]!, /^\[1\/(\d+)\] transfers: /);
@@ -269,7 +279,11 @@ describe('vram bench', () => {
     assert.equal(code, 0);
     assert.match(stdout, /^backend:\s+emulated \(/m);
     assert.match(stdout, /^measures:\s+host memory standing in for a GPU/m);
-    assert.match(stdout, /^mode:\s+quick, because the backend is emulated; transfer sizes 64 KiB, 1 MiB, 16 MiB$/m);
+    assert.match(stdout, /^mode:\s+quick, because the backend is emulated; transfer sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB$/m);
+    assert.match(
+      stdout,
+      /^pool hits:\s+timed as bench\/pool-hit times them, with its code \(src\/cli\/bench\/hits\.ts\): each resource in a process of its own/m,
+    );
     assert.match(stdout, /^D2D:\s+a host-memory copy/m);
     assert.match(stdout, /^on a GPU:\s+no figure here carries over/m);
     assert.match(stdout, /^cuMemAlloc\+cuMemFree \(model\) /m);
@@ -278,7 +292,7 @@ describe('vram bench', () => {
     const json = JSON.parse((await vram('bench', '--only', 'alloc', '--json')).stdout) as Record<string, unknown>;
     assert.equal(json.quick, true);
     assert.equal(json.quickReason, 'emulated backend');
-    assert.deepEqual(json.transferSizes, [64 << 10, 1 << 20, 16 << 20]);
+    assert.deepEqual(json.transferSizes, [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]);
   });
 });
 

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { Device } from '../../src/device.js';
 import type { Module } from '../../src/kernels/module.js';
 import { Stream } from '../../src/stream.js';

@@ -12,13 +12,13 @@
 import { DeviceArray } from '../../src/array/device-array.js';
 import { HostArray } from '../../src/array/host-array.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
-import { captureGraph } from '../../src/graph/capture.js';
+import { captureGraph } from '../../src/graphs/capture.js';
 import { fromCudaArrayInterface, toCudaArrayInterface } from '../../src/interop/cuda-array-interface.js';
 import { dlpackExportsHeld, fromDLPack, toDLPack } from '../../src/interop/dlpack.js';
-import { importIpc } from '../../src/interop/ipc.js';
+import { importIpc } from '../../src/ipc/ipc.js';
 import { DeviceMemory } from '../../src/buffer/device-memory.js';
 import { fill } from '../../src/kernels/ops/index.js';
-import { GraphPool } from '../../src/resource/graph-pool.js';
+import { GraphPool } from '../../src/resource/suballoc/graph-pool.js';
 import type { MemoryResource } from '../../src/resource/resource.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';

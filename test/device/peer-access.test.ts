@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { setBackend } from '../../src/backend/select.js';
 import { Device } from '../../src/device.js';
 import { CudaError, NotSupportedError } from '../../src/errors.js';

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DeviceArray } from '../../src/array/device-array.js';
 import { HostArray } from '../../src/array/host-array.js';
-import { paramLayout } from '../../src/backend/backend.js';
+import { paramLayout } from '../../src/backend/param-layout.js';
 import { Device } from '../../src/device.js';
 import { CudaError, CUresult, NotSupportedError, UseAfterFreeError } from '../../src/errors.js';
 import { threadCount } from '../../src/kernels/emulated-kernel.js';

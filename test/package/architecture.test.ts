@@ -139,6 +139,30 @@ export function architectureBreaks(files: ReadonlyMap<string, string>, layers: L
 }
 
 /**
+ * Where `src/backend/emulated/` breaks its naming scheme: a module of Backend calls (one that declares a
+ * `...Calls` class or implements a group of driver calls) is named `<group>-calls.ts`, and a data module
+ * (every other one but `emulated-backend.ts`, the class that composes them) imports no module of calls.
+ *
+ * @param files Repository paths with their text.
+ * @returns One line per break.
+ */
+export function emulatedNamingBreaks(files: ReadonlyMap<string, string>): string[] {
+  const dir = 'src/backend/emulated/';
+  const out: string[] = [];
+  const isCalls = (f: string): boolean => f.endsWith('-calls.ts');
+  for (const [file, text] of files) {
+    if (!file.startsWith(dir) || file.slice(dir.length).includes('/')) continue;
+    const calls = /^export class (\w+Calls)\b/m.exec(text);
+    if (calls !== null && !isCalls(file)) out.push(`${file}: declares ${calls[1]}, a module of Backend calls: name it <group>-calls.ts`);
+    if (isCalls(file) || file === `${dir}emulated-backend.ts`) continue;
+    for (const e of importsOf(file, text)) {
+      if (e.to.startsWith(dir) && isCalls(e.to)) out.push(`${file}:${e.line}: a data module imports ${e.to}, a module of calls`);
+    }
+  }
+  return out;
+}
+
+/**
  * The files that mix the two privacy styles: a `#name` member and a member marked `private`
  * (a `private constructor` and a constructor's parameter properties are exempt: they have no `#` form).
  *
@@ -173,6 +197,19 @@ describe('architecture', () => {
 
   it('holds: one privacy style per file (#name or private, not both)', () => {
     assert.deepEqual(privacyMixes(files), []);
+  });
+
+  it('holds: the emulated backend names its modules of calls <group>-calls.ts, and its data modules import none', () => {
+    assert.deepEqual(emulatedNamingBreaks(files), []);
+    const planted = new Map([
+      ['src/backend/emulated/copies.ts', 'export class CopyCalls {}\n'],
+      ['src/backend/emulated/streams.ts', "import { StreamCalls } from './stream-calls.js';\n"],
+      ['src/backend/emulated/stream-calls.ts', 'export class StreamCalls {}\n'],
+    ]);
+    assert.deepEqual(emulatedNamingBreaks(planted), [
+      'src/backend/emulated/copies.ts: declares CopyCalls, a module of Backend calls: name it <group>-calls.ts',
+      'src/backend/emulated/streams.ts:1: a data module imports src/backend/emulated/stream-calls.ts, a module of calls',
+    ]);
   });
 
   it('every floor of docs/layers.json names paths that exist', () => {

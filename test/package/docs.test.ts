@@ -210,3 +210,22 @@ test("the README's subpath table names every subpath package.json exports, and t
   assert.match(readme, /"types": \["node"\]/);
   assert.match(readme, /\(both from `vram\/resources`\): `withMemoryBudget/);
 });
+
+test("src/index.ts's header names every subpath package.json exports, and typedoc.json documents each entry point", () => {
+  const root = fileURLToPath(new URL('../../../', import.meta.url));
+  const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { exports: Record<string, { types: string }> };
+  const subpaths = Object.keys(pkg.exports)
+    .filter((k) => k !== '.')
+    .map((k) => `vram/${k.slice(2)}`)
+    .sort();
+  const index = readFileSync(path.join(root, 'src/index.ts'), 'utf8');
+  const header = index.slice(0, index.indexOf('@module vram'));
+  const named = [...new Set([...header.matchAll(/`(vram\/[a-z-]+)`/g)].map((m) => m[1]!))].sort();
+  assert.deepEqual(named, subpaths, "src/index.ts's header lists the subpaths of package.json exports, no more and no fewer");
+  const typedoc = readFileSync(path.join(root, 'typedoc.json'), 'utf8');
+  const documented = [...typedoc.matchAll(/"(src\/[^"]+\.ts)"/g)].map((m) => m[1]!).sort();
+  const entries = Object.values(pkg.exports)
+    .map((e) => e.types.replace(/^\.\/dist\//, '').replace(/\.d\.ts$/, '.ts'))
+    .sort();
+  assert.deepEqual(documented, entries, 'typedoc.json lists every entry point of package.json exports');
+});

@@ -15,6 +15,7 @@ import * as backend from '../../src/public/backend.js';
 import * as buffers from '../../src/public/buffers.js';
 import * as graphs from '../../src/public/graphs.js';
 import * as interop from '../../src/public/interop.js';
+import * as ipc from '../../src/public/ipc.js';
 import * as kernels from '../../src/public/kernels.js';
 import * as nccl from '../../src/public/nccl.js';
 import * as observe from '../../src/public/observe.js';
@@ -22,7 +23,7 @@ import * as replay from '../../src/public/replay.js';
 import * as resources from '../../src/public/resources.js';
 
 /** Everything the package exports, from the root and every subpath. */
-const vram = { ...arrays, ...backend, ...buffers, ...graphs, ...interop, ...kernels, ...nccl, ...observe, ...replay, ...resources, ...root };
+const vram = { ...arrays, ...backend, ...buffers, ...graphs, ...interop, ...ipc, ...kernels, ...nccl, ...observe, ...replay, ...resources, ...root };
 
 /** True when `value` is a class whose instances are Errors. */
 function isErrorClass(value: unknown): value is abstract new (...args: never[]) => Error {

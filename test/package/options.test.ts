@@ -51,15 +51,11 @@ import {
   ForeignMirror,
   fromCudaArrayInterface,
   fromDLPack,
-  importIpc,
-  ImportedPool,
-  importPool,
-  IpcHandle,
   place,
-  receiveFd,
   toCudaArrayInterface,
   toDLPack,
 } from '../../src/public/interop.js';
+import { importIpc, ImportedPool, importPool, IpcHandle, receiveFd } from '../../src/public/ipc.js';
 import { EmulatedBackend } from '../../src/public/backend.js';
 import { captureGraph, GraphPool } from '../../src/public/graphs.js';
 import { memorySnapshot, recordMemoryHistory } from '../../src/public/observe.js';

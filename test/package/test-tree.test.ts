@@ -1,7 +1,8 @@
 /**
  * The test tree (docs/architecture.md, "The test tree"): every test file sits one folder below test/, where the
  * scripts' globs (`dist/test/*\/*.test.js`: Node 20's `--test` takes no `**`) find it, and every file the
- * allocator-sensitive list (test/allocator-sensitive.json, run by `npm run test:allocators`) names exists.
+ * allocator-sensitive list (test/allocator-sensitive.json, run by `npm run test:allocators`) names exists, and
+ * every layer's folder is named after the src/ folder or file it tests.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -42,4 +43,16 @@ test('every file of the allocator-sensitive list exists', () => {
   );
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
   assert.match(pkg.scripts['test:allocators'] ?? '', /scripts\/test-allocators\.mjs/, '`npm run test:allocators` runs the list');
+});
+
+test("every layer's test folder is named after its src/ folder or file", () => {
+  const own = new Set(['package', 'composition', 'fixtures', 'fuzz']);
+  const folders = readdirSync(path.join(root, 'test'), { withFileTypes: true })
+    .filter((e) => e.isDirectory() && !own.has(e.name))
+    .map((e) => e.name);
+  assert.deepEqual(
+    folders.filter((name) => !existsSync(path.join(root, 'src', name)) && !existsSync(path.join(root, 'src', `${name}.ts`))),
+    [],
+    'test folders that name no src/ folder or file (rename them with the layer they test)',
+  );
 });

@@ -15,11 +15,11 @@ import { DeviceBuffer, PitchedDeviceBuffer } from '../../src/buffer/device-buffe
 import { ForeignDeviceBuffer } from '../../src/buffer/foreign-device-buffer.js';
 import { HostBuffer } from '../../src/buffer/host-buffer.js';
 import { ManagedBuffer } from '../../src/buffer/managed-buffer.js';
-import { StridedArray } from '../../src/array/layout.js';
+import { StridedArray } from '../../src/array/strided-array.js';
 import { DeviceArray } from '../../src/array/device-array.js';
 import { HostArray } from '../../src/array/host-array.js';
-import { IpcBuffer } from '../../src/interop/ipc-buffer.js';
-import { ImportedPool } from '../../src/interop/pool-ipc.js';
+import { IpcBuffer } from '../../src/ipc/ipc-buffer.js';
+import { ImportedPool } from '../../src/ipc/pool-ipc.js';
 import { Module } from '../../src/kernels/module.js';
 import { MemoryResource } from '../../src/resource/resource.js';
 import { ResourceAdaptor } from '../../src/resource/adaptors/adaptor.js';

@@ -15,6 +15,10 @@ import { execFileSync } from 'node:child_process';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { recordMemoryHistory } from '../../src/observe/history.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
+import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
+import { setCurrentResource } from '../../src/resource/current.js';
+import type { MemoryResource } from '../../src/resource/resource.js';
+import { formatBytes } from '../../src/util/size.js';
 import { memorySnapshot } from '../../src/observe/snapshot.js';
 import { SNAPSHOT_VERSION, SnapshotFormatError, validateSnapshot, type MemorySnapshot, type SnapshotResource } from '../../src/observe/snapshot-format.js';
 import { type SnapshotBlock } from '../../src/resource/figures.js';
@@ -187,6 +191,47 @@ describe('replayReport', () => {
       const plot = section(report, 'timeline', 'plot');
       assert.deepEqual(Array.from(plot.xValues), [1, 2, 3, 4]);
       assert.equal(plot.x.unit, 'count');
+    } finally {
+      stack.destroy();
+    }
+  });
+
+  it('draws no map for the stacks whose every block is a driver allocation (cuda, async), and says so', () => {
+    const trace = parseAllocationLog(log([0, 10, 20, 30]), 'tiny');
+    const stacks = (['cuda', 'async', 'pool'] as const).map((name) => {
+      const stack = createStack(name, trace);
+      try {
+        return { name, timeline: replay(trace, stack.resource, { timeline: true }).timeline! };
+      } finally {
+        stack.destroy();
+      }
+    });
+    // Their segments are their blocks, laid end to end: nothing of where the driver put them.
+    for (const s of stacks.slice(0, 2)) assert.ok(s.timeline.peakSegments!.segments.every((seg) => seg.kind === 'allocation' && seg.blocks.length === 1));
+    const report = replayReport({ trace, facts: [], stacks });
+    assert.deepEqual(
+      report.sections.map((s) => s.id),
+      ['timeline', 'memory-map-pool', 'peak-sizes'],
+    );
+    assert.match(
+      section(report, 'peak-sizes', 'table').description,
+      /No memory map for cuda, async: each block is one driver allocation, placed where the driver chooses/,
+    );
+    // Without such stacks, no such sentence.
+    assert.doesNotMatch(section(replayReport({ trace, facts: [], stacks: stacks.slice(2) }), 'peak-sizes', 'table').description, /No memory map/);
+  });
+
+  it('draws the capacity as a line on the timeline when the replay was asked to fit in one', () => {
+    const trace = parseAllocationLog(log([0, 10, 20, 30]), 'tiny');
+    const stack = createStack('pool', trace);
+    try {
+      const stacks = [{ name: 'pool', timeline: replay(trace, stack.resource, { timeline: true }).timeline! }];
+      const plot = section(replayReport({ trace, facts: [], stacks, capacityBytes: 64 * MiB }), 'timeline', 'plot');
+      const line = plot.series.find((s) => s.label === 'capacity (64 MiB)');
+      assert.ok(line, plot.series.map((s) => s.label).join(', '));
+      assert.deepEqual(Array.from(line.values), [64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB]);
+      assert.match(plot.description, /The flat line is the capacity asked for \(64 MiB\)/);
+      assert.ok(!section(replayReport({ trace, facts: [], stacks }), 'timeline', 'plot').series.some((s) => s.label.startsWith('capacity')));
     } finally {
       stack.destroy();
     }
@@ -367,6 +412,66 @@ describe('snapshotReport', () => {
     assert.deepEqual(Array.from(plot.series[0]!.values), [12 * MiB, 12 * MiB, 12 * MiB]);
     assert.deepEqual(Array.from(plot.series[1]!.values), [6 * MiB, 10 * MiB, 10 * MiB]);
     assert.match(plot.description, /the ring dropped 2 older ones/);
+  });
+
+  /** A snapshot with `mr` as the current resource: 8 blocks of 4 MiB and one of 1.5 MiB live, recorded. */
+  function snapshotOver(mr: MemoryResource): MemorySnapshot {
+    const previous = setCurrentResource(0, mr);
+    const history = recordMemoryHistory();
+    const sizes = [...Array<number>(8).fill(4 * MiB), 1.5 * MiB];
+    const ptrs = sizes.map((bytes) => mr.allocate(bytes));
+    try {
+      return memorySnapshot();
+    } finally {
+      ptrs.forEach((ptr, i) => mr.deallocate(ptr, sizes[i]!));
+      history.stop();
+      setCurrentResource(0, previous);
+    }
+  }
+
+  it("names each figure one way over the default resource (CUDA pool): live, reserved; and draws no map of the driver's layout", () => {
+    const mr = new AsyncResource();
+    try {
+      const snapshot = snapshotOver(mr);
+      const report = snapshotReport(snapshot);
+      const figures = snapshot.resources.find((r) => r.current)!.figures!;
+      const live = formatBytes(figures.allocatedBytes.value);
+      const reserved = formatBytes(figures.reservedBytes);
+      assert.equal(live, '33.5 MiB');
+      // One fact with both, the table's columns by the same names, the timeline's series too.
+      assert.deepEqual(
+        report.facts.find(([key]) => key === 'memory'),
+        ['memory', `${live} live, ${reserved} reserved by the current stack`],
+      );
+      const table = section(report, 'resources', 'table');
+      assert.deepEqual(table.columns.map((c) => c.label).slice(3), ['live', 'reserved']);
+      assert.match(table.rows[0]![3]!, new RegExp(`^${live} `));
+      assert.match(table.rows[0]![4]!, new RegExp(`^${reserved} `));
+      assert.deepEqual(
+        section(report, 'timeline', 'plot').series.map((s) => s.label.replace(/^AsyncResource #\d+ /, '')),
+        ['reserved', 'live'],
+      );
+      // The map would be the 9 blocks end to end, calling 33.5 MiB what the resource holds: left out, and said why.
+      assert.ok(!report.sections.some((s) => s.kind === 'memory-map'));
+      assert.match(table.description, /No memory map for AsyncResource #\d+: each block is one driver allocation/);
+    } finally {
+      mr.destroy();
+    }
+  });
+
+  it("calls the map's total reserved where it is the resources' reserved figure (a pool's mapped pages)", () => {
+    const pool = new PoolResource();
+    try {
+      const snapshot = snapshotOver(pool);
+      const report = snapshotReport(snapshot);
+      const map = section(report, 'memory-map', 'memory-map');
+      const reserved = formatBytes(snapshot.resources.find((r) => r.current)!.figures!.reservedBytes);
+      assert.equal(formatBytes(map.segments.reduce((sum, seg) => sum + seg.bytes, 0)), reserved);
+      assert.match(map.description, new RegExp(`^The ${reserved} reserved by PoolResource #\\d+ `));
+      assert.doesNotMatch(map.description, /hold|No memory map/);
+    } finally {
+      pool.destroy();
+    }
   });
 
   it('refuses a version it does not read', () => {

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setBackend } from '../../src/backend/select.js';
-import { EmulatedBackend } from '../../src/backend/emulated.js';
+import { EmulatedBackend } from '../../src/backend/emulated/emulated-backend.js';
 import { Device } from '../../src/device.js';
 import { NotSupportedError } from '../../src/errors.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';

@@ -7,7 +7,7 @@ import type { Interval } from './address-space.js';
 import type { Store } from './store.js';
 
 /** The kinds of memory the emulated driver hands out. */
-/** ('ipc': another process's device memory mapped with cuIpcOpenMemHandle, see ipc.ts.) */
+/** ('ipc': another process's device memory mapped with cuIpcOpenMemHandle, see ipc-calls.ts.) */
 export type AllocationKind = 'device' | 'managed' | 'pinned' | 'registered' | 'pool' | 'reservation' | 'ipc';
 
 /** A live (or freed) allocation in the emulated address space. */

@@ -61,7 +61,7 @@ export class EmulatedState {
   readonly physical = new PhysicalTable();
   /**
    * Told when a plain allocation is dropped (freed, or its context destroyed): the IPC module
-   * (ipc.ts) unmaps the shared memory of exported and imported allocations there.
+   * (ipc-calls.ts) unmaps the shared memory of exported and imported allocations there.
    */
   onDrop: ((a: Allocation) => void) | undefined = undefined;
   /** Capture sequences in progress (graphs.ts). */

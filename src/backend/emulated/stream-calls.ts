@@ -2,7 +2,9 @@
  * The emulated driver's stream and event calls: creation and destruction, ordering between
  * streams, and the deterministic rule that queries and synchronisations run queued work now.
  */
-import { checkStreamValue32, LiveStreams, type Handle, type Ptr } from '../backend.js';
+import type { Handle, Ptr } from '../backend.js';
+import { checkStreamValue32 } from '../argument-checks.js';
+import { LiveStreams } from '../live-streams.js';
 import { CUresult } from '../../errors.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';

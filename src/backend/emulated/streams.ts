@@ -165,7 +165,7 @@ export class EventState {
   /** performance.now() when the latest record ran. */
   time = 0;
   /**
-   * Set once the event is shared with other processes (ipc.ts): two 32-bit words in shared memory,
+   * Set once the event is shared with other processes (ipc-calls.ts): two 32-bit words in shared memory,
    * [0] the number of the latest record in any process, [1] the number of the latest record whose
    * work has run. Records, queries and waits then go by these words too.
    */

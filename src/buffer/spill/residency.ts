@@ -1,7 +1,7 @@
 /**
  * The hook vram's operations call before they touch a buffer's memory, so a spilled buffer is
  * brought back first, on the stream of the use, and its dirty state and recency are kept: copies
- * and fills (device-memory.ts), kernel launches (kernels/signature.ts), and through them the
+ * and fills (copy-planning.ts), kernel launches (kernels/signature.ts), and through them the
  * built-in operations, `toHost` and the exports. Apart from the spill manager so that the copy
  * path needs nothing of it but this lookup (a WeakMap miss for every buffer that is not spillable).
  *

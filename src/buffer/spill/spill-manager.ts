@@ -32,11 +32,11 @@
  * waited for only when the memory is needed now. The rest of the device is never synchronised.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { recordNewEvent } from '../../backend/backend.js';
+import { recordNewEvent } from '../../backend/record-event.js';
 import { CounterCell, type Counter } from '../../counter.js';
 import { Device } from '../../device.js';
 import { isOutOfMemory, StreamCaptureError } from '../../errors.js';
-import { captureSessionOf, refuseDuringCapture, type CaptureSession } from '../../graph/sessions.js';
+import { captureSessionOf, refuseDuringCapture, type CaptureSession } from '../../graphs/sessions.js';
 import { Stream } from '../../stream.js';
 import { extendMessage, releaseCaches } from '../../resource/cache-registry.js';
 import { addCacheRelease } from '../../resource/current.js';

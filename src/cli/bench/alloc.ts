@@ -5,7 +5,7 @@
  * src/memory is measured against, and what bench/c/alloc_async.c measures in C.
  */
 import { MemPoolAttribute, StreamFlags } from '../../backend/backend.js';
-import type { BenchCase, BenchRow, BenchSettings } from './common.js';
+import { modelMark, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { pairsPerBatch, timePairs } from './pairs.js';
 
 /**
@@ -23,18 +23,14 @@ function syncPairCase(settings: BenchSettings, size: number): BenchCase {
     size,
     run: (): BenchRow => {
       const { backend } = settings;
-      const { ns, batches } = timePairs(settings, pairsPerBatch(size, true), {
+      const { ns, batches, pairs } = timePairs(settings, pairsPerBatch(size, true), {
         pair: () => backend.memFree(backend.memAlloc(size)),
         sync: () => {},
       });
-      return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...driverModel(settings) };
+      // Each pair is two driver calls.
+      return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...modelMark(settings, 2 * pairs) };
     },
   };
-}
-
-/** `{ model: true }` on the emulated backend, whose driver calls are a model of the driver's. */
-function driverModel(settings: BenchSettings): { model?: true } {
-  return settings.backend.name === 'emulated' ? { model: true } : {};
 }
 
 /** cuMemAllocAsync+cuMemFreeAsync pair latency at one size, on the default pool. */
@@ -52,16 +48,11 @@ function asyncPairCase(settings: BenchSettings, size: number): BenchCase {
       backend.memPoolSetAttribute(pool, MemPoolAttribute.RELEASE_THRESHOLD, RELEASE_THRESHOLD_MAX);
       const stream = backend.streamCreate(StreamFlags.NON_BLOCKING, 0);
       try {
-        const { ns, batches } = timePairs(
-          settings,
-          pairsPerBatch(size, false),
-          {
-            pair: () => backend.memFreeAsync(backend.memAllocAsync(size, stream), stream),
-            sync: () => backend.streamSynchronize(stream),
-          },
-          true,
-        );
-        return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...driverModel(settings) };
+        const { ns, batches, pairs } = timePairs(settings, pairsPerBatch(size, false), {
+          pair: () => backend.memFreeAsync(backend.memAllocAsync(size, stream), stream),
+          sync: () => backend.streamSynchronize(stream),
+        });
+        return { group: 'alloc', name, size, value: ns, unit: 'ns/pair', repeats: batches, ...modelMark(settings, 2 * pairs) };
       } finally {
         backend.streamSynchronize(stream);
         backend.streamDestroy(stream);

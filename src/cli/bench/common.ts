@@ -56,8 +56,9 @@ export interface BenchSettings {
   /** Overrides the number of timed repeats / batches when set. */
   readonly repeats?: number;
   /**
-   * Time pool hits as bench/pool-hit does (warm, large rounds) even on a quick run: the emulated
-   * backend's, whose quick batches would time a cold JIT (pairs.ts).
+   * Time pool hits as bench/pool-hit does (hits.ts: each resource in a process of its own, warm,
+   * 15 long rounds) even on a quick run: the emulated backend's, whose quick batches in one process
+   * timed a cold JIT and call sites other resources had already made slow.
    */
   readonly warmHits?: boolean;
 }
@@ -93,4 +94,22 @@ export function nowNs(): number {
 export function repeatsFor(settings: BenchSettings, full: number): number {
   if (settings.repeats !== undefined) return settings.repeats;
   return settings.quick ? Math.max(3, Math.ceil(full / 5)) : full;
+}
+
+/**
+ * The one rule for the `(model)` mark: a row is a model of the driver when the backend is the
+ * emulation and the code it timed called the driver for memory (`driverTally` > 0: what the
+ * driver rows call by definition, or what `driverCallTally` moved by over the timed part). A pool
+ * hit, or a random pattern over memory the pool already holds, times vram's own code and is not.
+ *
+ * @param settings The run's settings (its backend).
+ * @param driverTally The driver calls (or tally movement) over the timed part.
+ * @returns `{ model: true }`, or nothing to spread.
+ * @example
+ * ```ts
+ * const row = { group: 'alloc', name, size, value, unit: 'ns/pair', repeats, ...modelMark(settings, 2 * pairs) };
+ * ```
+ */
+export function modelMark(settings: BenchSettings, driverTally: number): { model?: true } {
+  return settings.backend.name === 'emulated' && driverTally > 0 ? { model: true } : {};
 }

@@ -4,7 +4,8 @@
  * synchronising only the stream it was computed on.
  */
 import { addressOfArray, checkWritable, DeviceArray } from '../../array/device-array.js';
-import { isNonOverlapping, StridedArray } from '../../array/layout.js';
+import { isNonOverlapping } from '../../array/layout.js';
+import { StridedArray } from '../../array/strided-array.js';
 import type { Device } from '../../device.js';
 import { VramStateError } from '../../errors.js';
 import { HostBuffer } from '../../buffer/host-buffer.js';

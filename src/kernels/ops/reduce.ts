@@ -8,7 +8,7 @@
  * `{ out }` (a one-element array of the result dtype) nothing is waited for and the result stays
  * on the device. An `axis` reduction returns a new array (or fills `out`) without waiting.
  */
-import { refuseDuringCapture } from '../../graph/sessions.js';
+import { refuseDuringCapture } from '../../graphs/sessions.js';
 import { streamHandleOf } from '../../stream.js';
 import { DeviceArray } from '../../array/device-array.js';
 import type { DTypeName, ScalarName } from '../../array/dtype.js';

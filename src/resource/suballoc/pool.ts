@@ -641,7 +641,7 @@ export class PoolResource extends MemoryResource {
  * ```ts
  * allowPeerCopy(src.resource, src.ptr, stream.device, false);
  * ```
- * @internal the copy path's (`src/buffer/device-memory.ts`).
+ * @internal the copy path's (`src/buffer/copy-planning.ts`).
  */
 export function allowPeerCopy(resource: MemoryResource, ptr: Ptr, device: Device, write: boolean): void {
   for (const r of upstreamChain(resource)) {

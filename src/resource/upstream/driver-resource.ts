@@ -7,7 +7,7 @@
 import type { Backend, Ptr } from '../../backend/backend.js';
 import type { Device } from '../../device.js';
 import { OutOfMemoryError, outOfMemoryMessage, type OutOfMemoryReason } from '../../errors.js';
-import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graph/sessions.js';
+import { capturing, refuseDuringCapture, refuseOnLegacyDuringCapture } from '../../graphs/sessions.js';
 import { formatBytesExact } from '../../util/size.js';
 import { MemoryResource } from '../resource.js';
 import { type MemoryFigures } from '../figures.js';

@@ -21,7 +21,8 @@
  * `releaseCached` gives back when it can: the cache registry's protocol for memory freed on a
  * stream.
  */
-import { MemAccess, recordNewEvent, type Handle, type Ptr } from '../../backend/backend.js';
+import { MemAccess, type Handle, type Ptr } from '../../backend/backend.js';
+import { recordNewEvent } from '../../backend/record-event.js';
 import { CounterCell } from '../../counter.js';
 import { Device } from '../../device.js';
 import { InvalidPointerError, OutOfMemoryError, VramStateError, isOutOfMemory } from '../../errors.js';

@@ -27,7 +27,7 @@ export const CAPTURE_MODES: Readonly<Record<CaptureModeName, number>> = {
 
 /**
  * Memory a capture allocates from when the resource is not the driver's stream-ordered pool: a
- * capture-private pool (`GraphPool`, src/resource/graph-pool.ts), held by each graph and
+ * capture-private pool (`GraphPool`, src/resource/suballoc/graph-pool.ts), held by each graph and
  * executable graph that may write it, and given back when the last of them lets go.
  */
 export interface CapturePool {

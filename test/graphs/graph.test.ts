@@ -19,14 +19,14 @@ import {
   StreamCaptureError,
   UseAfterFreeError,
 } from '../../src/errors.js';
-import { captureGraph } from '../../src/graph/capture.js';
+import { captureGraph } from '../../src/graphs/capture.js';
 import { Module } from '../../src/kernels/module.js';
 import { elementwise, map, zipWith } from '../../src/kernels/ops/elementwise.js';
 import { fill } from '../../src/kernels/ops/fill.js';
 import { sum } from '../../src/kernels/ops/reduce.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
-import { GraphPool } from '../../src/resource/graph-pool.js';
+import { GraphPool } from '../../src/resource/suballoc/graph-pool.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { Event, Stream } from '../../src/stream.js';
 import { randomBytes } from '../helpers.js';

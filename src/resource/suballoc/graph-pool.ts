@@ -14,15 +14,15 @@
  * Its memory comes from cuMemAlloc in the relaxed capture mode (what PyTorch's allocator does),
  * since the global mode forbids cuMemAlloc while a capture lasts; it is freed with cuMemFreeAsync.
  */
-import type { Ptr } from '../backend/backend.js';
-import { Device } from '../device.js';
-import { DoubleFreeError, InvalidPointerError } from '../errors.js';
-import { relaxedDuringCapture, type CapturePool } from '../graph/sessions.js';
-import { inspectCustom } from '../util/inspect.js';
-import { formatBytes } from '../util/size.js';
-import { readOptions } from '../util/options.js';
-import { checkBytes, checkNonNegativeInteger, checkPointer } from '../validate.js';
-import type { SnapshotSegment } from './figures.js';
+import type { Ptr } from '../../backend/backend.js';
+import { Device } from '../../device.js';
+import { DoubleFreeError, InvalidPointerError } from '../../errors.js';
+import { relaxedDuringCapture, type CapturePool } from '../../graphs/sessions.js';
+import { inspectCustom } from '../../util/inspect.js';
+import { formatBytes } from '../../util/size.js';
+import { readOptions } from '../../util/options.js';
+import { checkBytes, checkNonNegativeInteger, checkPointer } from '../../validate.js';
+import type { SnapshotSegment } from '../figures.js';
 
 /** Blocks are rounded to this, as cuMemAlloc aligns them. */
 const GRAPH_POOL_ALIGNMENT = 512;

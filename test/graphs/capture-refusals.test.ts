@@ -12,7 +12,7 @@ import { HostBuffer } from '../../src/buffer/host-buffer.js';
 import { map } from '../../src/kernels/ops/elementwise.js';
 import { Device } from '../../src/device.js';
 import { StreamCaptureError } from '../../src/errors.js';
-import { captureGraph } from '../../src/graph/capture.js';
+import { captureGraph } from '../../src/graphs/capture.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';

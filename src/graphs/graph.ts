@@ -8,7 +8,8 @@
  * stream.ts: a stream is `{ handle }`.
  */
 import { guard, unguard, type Dropped } from '../backstop.js';
-import { GraphUpdateResult, recordNewEvent, type Handle } from '../backend/backend.js';
+import { GraphUpdateResult, type Handle } from '../backend/backend.js';
+import { recordNewEvent } from '../backend/record-event.js';
 import type { Device } from '../device.js';
 import { CudaError, CUresult, DoubleFreeError, GraphMemoryLiveError, GraphUpdateError, UseAfterFreeError } from '../errors.js';
 import { CaptureHolds, type CapturePool, type LaunchStream } from './sessions.js';

@@ -4,9 +4,9 @@
  * over the peer's stdio, in both directions, and survive the other's death; an interprocess
  * event orders the two processes' work; file descriptors travel over Unix sockets (to and from
  * Python too). On the emulated backend the shared bytes and event words live in shared memory
- * both processes map (src/backend/emulated/ipc.ts), so all of that runs there too, stream-ordered
+ * both processes map (src/backend/emulated/ipc-calls.ts), so all of that runs there too, stream-ordered
  * pools shared between processes included. GPU-only: CuPy peers in both directions. Memory of
- * the default allocators (pool and physical handles) is test/interop/ipc-default.test.ts.
+ * the default allocators (pool and physical handles) is test/ipc/ipc-default.test.ts.
  */
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
@@ -19,13 +19,13 @@ import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Device } from '../../src/device.js';
 import { CudaError, NotSupportedError, UseAfterFreeError, VramError } from '../../src/errors.js';
-import { receiveFd, sendFd } from '../../src/interop/fd-passing.js';
+import { receiveFd, sendFd } from '../../src/ipc/fd-passing.js';
 import { closeFd, SystemCallError } from '../../src/cuda/libc.js';
-import { exportPool, exportPoolPointer, importPool } from '../../src/interop/pool-ipc.js';
+import { exportPool, exportPoolPointer, importPool } from '../../src/ipc/pool-ipc.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
-import { exportIpc, importIpc } from '../../src/interop/ipc.js';
-import { IpcBuffer } from '../../src/interop/ipc-buffer.js';
-import { IpcHandle } from '../../src/interop/ipc-handle.js';
+import { exportIpc, importIpc } from '../../src/ipc/ipc.js';
+import { IpcBuffer } from '../../src/ipc/ipc-buffer.js';
+import { IpcHandle } from '../../src/ipc/ipc-handle.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import { HostBuffer } from '../../src/buffer/host-buffer.js';

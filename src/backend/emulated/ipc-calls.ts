@@ -10,11 +10,12 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, fstatSync } from 'node:fs';
 import koffi from 'koffi';
-import { checkIpcHandle, EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, MemHandleType, type Handle, type Ptr } from '../backend.js';
+import { EventFlags, IPC_HANDLE_BYTES, IpcMemFlags, MemHandleType, type Handle, type Ptr } from '../backend.js';
+import { checkIpcHandle } from '../argument-checks.js';
 import { CUresult } from '../../errors.js';
 import { closeFd, mapShared, memfdCreate, openReadWrite, readLink, unmap } from '../../cuda/libc.js';
 import { PlainAllocation, type Allocation } from './allocation.js';
-import { DEVICE_ALIGNMENT } from './device-memory.js';
+import { DEVICE_ALIGNMENT } from './device-memory-calls.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
 import { EagerStore, LazyStore, PAGE_SIZE } from './store.js';

@@ -45,7 +45,7 @@ import { IpcHandle } from './ipc-handle.js';
 import { readOptions } from '../util/options.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
 import { PoolResource } from '../resource/suballoc/pool.js';
-import { graphPoolOf } from '../resource/graph-pool.js';
+import { graphPoolOf } from '../resource/suballoc/graph-pool.js';
 import { MemHandleType } from '../backend/backend.js';
 import { fstatSync } from 'node:fs';
 import { allowDescriptorCopies, closeFd } from '../cuda/libc.js';

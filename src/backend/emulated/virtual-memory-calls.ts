@@ -9,7 +9,7 @@ import type { EmulatedState } from './state.js';
 import { PhysicalMemory, PhysicalTable, Reservation, VMM_GRANULARITY } from './vmm.js';
 
 /** Virtual memory management of one emulated driver. */
-export class VirtualMemory {
+export class VirtualMemoryCalls {
   constructor(private readonly s: EmulatedState) {}
 
   /** 2 MiB, as on current GPUs. */

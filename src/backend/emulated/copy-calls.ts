@@ -6,12 +6,12 @@
  */
 import type { Handle, HostMemory, Memcpy2D, Ptr } from '../backend.js';
 import { checkCount, hex, invalidValue } from './fail.js';
-import { hostBytes } from './host-memory.js';
+import { hostBytes } from './host-memory-calls.js';
 import type { EmulatedState } from './state.js';
 import { copySpans, EagerStore, fillPattern, type Span } from './store.js';
 
 /** Copies and fills of one emulated driver. */
-export class Copies {
+export class CopyCalls {
   constructor(private readonly s: EmulatedState) {}
 
   /** cuMemcpy: synchronous, after all queued work. */

@@ -5,7 +5,7 @@
 import type { Handle, MemLocation, Ptr } from '../backend.js';
 import { PlainAllocation } from './allocation.js';
 import { checkSize, hex, invalidValue } from './fail.js';
-import { eagerStore, HOST_ALIGNMENT } from './host-memory.js';
+import { eagerStore, HOST_ALIGNMENT } from './host-memory-calls.js';
 import type { EmulatedState } from './state.js';
 import { LazyStore } from './store.js';
 
@@ -19,7 +19,7 @@ export const LARGE_ALLOCATION = 1024 * 1024;
 const LARGE_PAGE = 2 * 1024 * 1024;
 
 /** Device, pitched and managed memory of one emulated driver. */
-export class DeviceMemory {
+export class DeviceMemoryCalls {
   constructor(private readonly s: EmulatedState) {}
 
   /** cuMemAlloc: 512-byte aligned (2 MiB for >= 1 MiB); capacity per LARGE_ALLOCATION's rule. */

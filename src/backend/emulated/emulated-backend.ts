@@ -23,26 +23,26 @@ import type {
   ParamType,
   PointerAttributes,
   Ptr,
-} from './backend.js';
-import { MemAccess } from './backend.js';
-import type { CollectiveTransport } from './collectives.js';
-import { CollectiveCalls } from './emulated/collective-calls.js';
-import { ContextCalls } from './emulated/context-calls.js';
-import { Copies } from './emulated/copies.js';
-import { DeviceMemory } from './emulated/device-memory.js';
-import { HostMemoryCalls } from './emulated/host-memory.js';
-import { IpcCalls } from './emulated/ipc.js';
-import { KernelCalls } from './emulated/kernels.js';
-import { pointerAttributes } from './emulated/pointer-attributes.js';
-import { PoolCalls } from './emulated/pool-calls.js';
-import { EmulatedState } from './emulated/state.js';
-import { GraphCalls } from './emulated/graph-calls.js';
-import { StreamCalls } from './emulated/stream-calls.js';
-import { VirtualMemory } from './emulated/virtual-memory.js';
-import { sizeInBytes, variableReader } from '../util/environment.js';
-import { readOptions } from '../util/options.js';
+} from '../backend.js';
+import { MemAccess } from '../backend.js';
+import type { CollectiveTransport } from '../collectives.js';
+import { CollectiveCalls } from './collective-calls.js';
+import { ContextCalls } from './context-calls.js';
+import { CopyCalls } from './copy-calls.js';
+import { DeviceMemoryCalls } from './device-memory-calls.js';
+import { HostMemoryCalls } from './host-memory-calls.js';
+import { IpcCalls } from './ipc-calls.js';
+import { KernelCalls } from './kernel-calls.js';
+import { pointerAttributes } from './pointer-calls.js';
+import { PoolCalls } from './pool-calls.js';
+import { EmulatedState } from './state.js';
+import { GraphCalls } from './graph-calls.js';
+import { StreamCalls } from './stream-calls.js';
+import { VirtualMemoryCalls } from './virtual-memory-calls.js';
+import { sizeInBytes, variableReader } from '../../util/environment.js';
+import { readOptions } from '../../util/options.js';
 
-export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './emulated/device-memory.js';
+export { DEVICE_ALIGNMENT, LARGE_ALLOCATION } from './device-memory-calls.js';
 
 /** Options of `new EmulatedBackend()`. */
 export interface EmulatedBackendOptions {
@@ -86,12 +86,12 @@ export class EmulatedBackend implements Backend {
 
   private readonly state: EmulatedState;
   private readonly contexts: ContextCalls;
-  private readonly deviceMemory: DeviceMemory;
+  private readonly deviceMemory: DeviceMemoryCalls;
   private readonly hostMemory: HostMemoryCalls;
-  private readonly copies: Copies;
+  private readonly copies: CopyCalls;
   private readonly streams: StreamCalls;
   private readonly pools: PoolCalls;
-  private readonly virtualMemory: VirtualMemory;
+  private readonly virtualMemory: VirtualMemoryCalls;
   private readonly ipc: IpcCalls;
   private readonly kernels: KernelCalls;
   private readonly graphs: GraphCalls;
@@ -118,12 +118,12 @@ export class EmulatedBackend implements Backend {
     const state = new EmulatedState(count, capacity, hostNumaPools);
     this.state = state;
     this.contexts = new ContextCalls(state);
-    this.deviceMemory = new DeviceMemory(state);
+    this.deviceMemory = new DeviceMemoryCalls(state);
     this.hostMemory = new HostMemoryCalls(state);
-    this.copies = new Copies(state);
+    this.copies = new CopyCalls(state);
     this.streams = new StreamCalls(state);
     this.pools = new PoolCalls(state);
-    this.virtualMemory = new VirtualMemory(state);
+    this.virtualMemory = new VirtualMemoryCalls(state);
     this.ipc = new IpcCalls(state);
     this.kernels = new KernelCalls(state);
     this.graphs = new GraphCalls(state);

@@ -22,7 +22,7 @@ import type {
   ParamType,
   Ptr,
 } from '../backend.js';
-import { paramLayout } from '../backend.js';
+import { paramLayout } from '../param-layout.js';
 import { CudaError, CUresult } from '../../errors.js';
 import { fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';

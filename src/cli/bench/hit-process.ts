@@ -1,0 +1,23 @@
+/**
+ * The process `measureHitsApart` (hits.ts) starts: builds the stack named in its one argument (a
+ * `HitRequest` as JSON), times its hits with `measureHits`, prints the figures as JSON, and ends
+ * the stack. It holds nothing else, as bench/pool-hit's process does. A failure is one line on
+ * stderr (the error's name and message) and exit status 1.
+ */
+import { Device } from '../../device.js';
+import { createResourceStack } from '../../resource/stacks.js';
+import { measureHits, type HitRequest } from './hits.js';
+
+try {
+  const request = JSON.parse(process.argv[2] ?? '') as HitRequest;
+  Device.get(0).makeCurrent();
+  const stack = createResourceStack(request.stack, request.options);
+  try {
+    process.stdout.write(JSON.stringify(measureHits(stack.resource, request.sizes, request.rounds)));
+  } finally {
+    stack.destroy();
+  }
+} catch (error) {
+  process.stderr.write(`${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}\n`);
+  process.exitCode = 1;
+}
