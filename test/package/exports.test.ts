@@ -642,7 +642,15 @@ test('the root exports exactly ROOT, at most 80 names', () => {
  * (`PoolStatistics` and `GrowthCalls`, now `GrowthFigures` and `DriverCalls`; `AllocationStatistics`,
  * now `MemoryFigures`), and `defaultStream`, a second name for the legacy default stream (`Stream.default()`).
  */
-const RETIRED: readonly string[] = ['AllocationStatistics', 'CurrentAndPeak', 'GrowthCalls', 'PoolStatistics', 'ReservingResource', 'defaultStream', 'isReserving'];
+const RETIRED: readonly string[] = [
+  'AllocationStatistics',
+  'CurrentAndPeak',
+  'GrowthCalls',
+  'PoolStatistics',
+  'ReservingResource',
+  'defaultStream',
+  'isReserving',
+];
 
 test('every name the old root exported is exported by the root or a subpath, or retired on purpose', () => {
   const all = new Set([...exportedNames().values()].flat());
