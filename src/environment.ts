@@ -16,6 +16,7 @@ import { LIBNCCL_VARIABLE } from './cuda/nccl-library.js';
 import { CACHE_DIR_VARIABLE } from './kernels/compile-cache.js';
 import { ALLOCATOR_VARIABLE, DEFAULT_RESOURCE_VARIABLES, MEMORY_FRACTION_VARIABLE, MEMORY_LIMIT_VARIABLE } from './resource/default-resource.js';
 import { OOM_SNAPSHOT } from './observe/out-of-memory-observer.js';
+import { IMEX_ROOT_VARIABLE } from './resource/fabric-support.js';
 import { COPY_THREADS_VARIABLE } from './buffer/transfer/copy-threads.js';
 import { SPILL_AHEAD_VARIABLE, SPILL_LIMIT_VARIABLE, SPILL_VARIABLE } from './buffer/spill/spill-manager.js';
 import { anyText, variableReader, type EnvironmentValues, type VariableReader } from './util/environment.js';
@@ -44,6 +45,7 @@ export const ENVIRONMENT_READERS: ReadonlyMap<string, VariableReader<unknown>> =
     SPILL_VARIABLE,
     SPILL_LIMIT_VARIABLE,
     SPILL_AHEAD_VARIABLE,
+    IMEX_ROOT_VARIABLE,
   ].map((reader): [string, VariableReader<unknown>] => [reader.name, reader]),
 );
 
@@ -139,6 +141,13 @@ export const ENVIRONMENT: readonly EnvironmentVariable[] = [
     values: 'whole number (0 = copy on the calling thread)',
     default: 'half the cores, 1 to 8',
     meaning: 'threads that split large pageable host copies',
+  },
+  {
+    name: 'VRAM_IMEX_ROOT',
+    values: 'absolute path',
+    default: '/',
+    meaning:
+      "where fabric handles' IMEX check reads proc/devices and dev/nvidia-caps-imex-channels/ (handleTypes: 'fabric'): for a container that mounts the host's elsewhere",
   },
   { name: 'VRAM_DEBUG', values: 'any non-empty value', default: 'off', meaning: 'the CLI prints the stack of an unexpected error, not only its message' },
 ];

@@ -309,6 +309,43 @@ export class InvalidPointerError extends VramStateError {}
 export class NotSupportedError extends VramError {}
 
 /**
+ * What fabric handles (CU_MEM_HANDLE_TYPE_FABRIC) need and this machine lacks: `device-attribute`,
+ * the device or driver does not support them (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+ * or for pools CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES); `proc-devices`, the driver
+ * registered no `nvidia-caps-imex-channels` device (/proc/devices); `channel-directory`, no
+ * /dev/nvidia-caps-imex-channels/; `channel`, no IMEX channel there this user can open.
+ */
+export type FabricRequirement = 'device-attribute' | 'proc-devices' | 'channel-directory' | 'channel';
+
+/**
+ * Fabric handles cannot work here, found before the driver is asked: `missing` says which
+ * requirement failed and the message what to run (the CUDA programming guide's IMEX
+ * prerequisites: an IMEX channel the user can open, made by the administrator).
+ * @example
+ * ```ts
+ * try { new AsyncResource({ pool: { handleTypes: 'fabric' } }); } catch (e) { if (e instanceof FabricUnavailableError) console.warn(e.missing); }
+ * ```
+ */
+export class FabricUnavailableError extends NotSupportedError {
+  /**
+   * @param missing The requirement that failed.
+   * @param message The whole message: what is missing and what to run.
+   * @throws Never.
+   * @example
+   * ```ts
+   * throw new FabricUnavailableError('channel', 'no IMEX channel in /dev/nvidia-caps-imex-channels/');
+   * ```
+   */
+  constructor(
+    /** Which requirement failed. */
+    readonly missing: FabricRequirement,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
  * JavaScript memory a copy was reading or writing was detached meanwhile (transferred to a worker,
  * or by `ArrayBuffer.prototype.transfer`): the copy stops there, and the bytes it had not reached
  * are not copied.

@@ -211,7 +211,12 @@ export type MemPoolAttribute = (typeof MemPoolAttribute)[keyof typeof MemPoolAtt
 export const MemHandleType = {
   NONE: 0x0,
   POSIX_FILE_DESCRIPTOR: 0x1,
+  /** CU_MEM_HANDLE_TYPE_FABRIC: a 64-byte CUmemFabricHandle, importable across hosts of one NVLink domain (IMEX). */
+  FABRIC: 0x8,
 } as const;
+
+/** Bytes of a CUmemFabricHandle (CU_IPC_HANDLE_SIZE). */
+export const FABRIC_HANDLE_BYTES = 64;
 
 /** Properties of a new stream-ordered memory pool (a subset of CUmemPoolProps). */
 export interface MemPoolProps {
@@ -621,6 +626,14 @@ export interface Backend {
   memPoolExportPointer(ptr: Ptr): Uint8Array;
   /** cuMemPoolImportPointer: that allocation in an imported pool; free it with memFreeAsync before the exporter frees it. */
   memPoolImportPointer(pool: Handle, data: Uint8Array): Ptr;
+  /**
+   * cuMemPoolExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: the 64-byte CUmemFabricHandle
+   * of a pool created with `handleTypes: MemHandleType.FABRIC`, which any process of the NVLink
+   * domain imports (no descriptor to pass, nothing to close).
+   */
+  memPoolExportFabricHandle(pool: Handle): Uint8Array;
+  /** cuMemPoolImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: the pool behind a fabric handle. */
+  memPoolImportFabricHandle(handle: Uint8Array): Handle;
 
   // --- Stream-ordered allocation (CUDA memory pools) ---
   memAllocAsync(bytes: number, stream: Handle): Ptr;
@@ -645,8 +658,12 @@ export interface Backend {
   memGetAllocationGranularity(ordinal: number): number;
   memAddressReserve(bytes: number, alignment: number): Ptr;
   memAddressFree(ptr: Ptr, bytes: number): void;
-  /** Creates `bytes` of physical device memory (a multiple of the granularity). */
-  memCreate(bytes: number, ordinal: number): Handle;
+  /**
+   * Creates `bytes` of physical device memory (a multiple of the granularity). `handleTypes`
+   * (MemHandleType bits) asks for exactly those shareable handles, and a refusal is the driver's
+   * error; omitted, the CUDA backend asks for POSIX descriptors where the driver allows them.
+   */
+  memCreate(bytes: number, ordinal: number, handleTypes?: number): Handle;
   /**
    * cuMemExportToShareableHandle: a new POSIX file descriptor for a physical allocation (the
    * caller owns it and closes it). The CUDA backend creates physical memory exportable where the
@@ -655,6 +672,13 @@ export interface Backend {
   memExportToShareableHandle(handle: Handle, handleType: number): number;
   /** cuMemImportFromShareableHandle: another process's physical allocation (the caller still closes `fd`); map it, then memRelease. */
   memImportFromShareableHandle(fd: number, handleType: number): Handle;
+  /**
+   * cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: the 64-byte CUmemFabricHandle of
+   * a physical allocation created with `MemHandleType.FABRIC`.
+   */
+  memExportFabricHandle(handle: Handle): Uint8Array;
+  /** cuMemImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: another process's physical allocation; map it, then memRelease. */
+  memImportFabricHandle(data: Uint8Array): Handle;
   memRelease(handle: Handle): void;
   memMap(ptr: Ptr, bytes: number, handle: Handle): void;
   memUnmap(ptr: Ptr, bytes: number): void;

@@ -27,7 +27,7 @@ import type {
   PointerAttributes,
   Ptr,
 } from './backend.js';
-import { DEFAULT_STREAM, IPC_HANDLE_BYTES, MemHandleType } from './backend.js';
+import { DEFAULT_STREAM, FABRIC_HANDLE_BYTES, IPC_HANDLE_BYTES, MemHandleType } from './backend.js';
 import { checkIpcHandle, checkStreamValue32 } from './argument-checks.js';
 import { LiveStreams } from './live-streams.js';
 import { paramLayout } from './param-layout.js';
@@ -889,6 +889,18 @@ class CudaBackend implements Backend {
     return this.outNumber('cuMemPoolImportPointer');
   }
 
+  memPoolExportFabricHandle(pool: Handle): Uint8Array {
+    const handle = new Uint8Array(FABRIC_HANDLE_BYTES);
+    this.check(this.fn.cuMemPoolExportToFabricHandle(handle, pool, MemHandleType.FABRIC, 0), 'cuMemPoolExportToShareableHandle');
+    return handle;
+  }
+
+  memPoolImportFabricHandle(handle: Uint8Array): Handle {
+    checkIpcHandle(handle, 'cuMemPoolImportFromShareableHandle');
+    this.check(this.fn.cuMemPoolImportFromFabricHandle(this.u64, handle, MemHandleType.FABRIC, 0), 'cuMemPoolImportFromShareableHandle');
+    return this.outNumber('cuMemPoolImportFromShareableHandle');
+  }
+
   // --- Stream-ordered allocation (hot: one call, one test) ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {
@@ -1006,7 +1018,13 @@ class CudaBackend implements Backend {
     this.check(this.fn.cuMemAddressFree(ptr, bytes), 'cuMemAddressFree');
   }
 
-  memCreate(bytes: number, ordinal: number): Handle {
+  memCreate(bytes: number, ordinal: number, handleTypes?: number): Handle {
+    if (handleTypes !== undefined) {
+      // Exactly what the caller asked for (fabric memory, say): a refusal is the caller's to report.
+      const r = this.fn.cuMemCreate(this.u64, bytes, this.allocationProp(ordinal, handleTypes), 0);
+      if (r !== 0) throw this.fail(r, 'cuMemCreate', bytes);
+      return this.outNumber('cuMemCreate');
+    }
     // Physical memory is made exportable as a POSIX descriptor (so a pool's blocks can be shared
     // with other processes), unless the driver refused that once: then plain memory, as before.
     // Growth only: a pool's hit path makes no driver call.
@@ -1030,6 +1048,18 @@ class CudaBackend implements Backend {
   memImportFromShareableHandle(fd: number, handleType: number): Handle {
     checkNonNegativeInteger(fd, 'file descriptor');
     this.check(this.fn.cuMemImportFromShareableHandle(this.u64, fd, handleType), 'cuMemImportFromShareableHandle');
+    return this.outNumber('cuMemImportFromShareableHandle');
+  }
+
+  memExportFabricHandle(handle: Handle): Uint8Array {
+    const data = new Uint8Array(FABRIC_HANDLE_BYTES);
+    this.check(this.fn.cuMemExportToFabricHandle(data, handle, MemHandleType.FABRIC, 0), 'cuMemExportToShareableHandle');
+    return data;
+  }
+
+  memImportFabricHandle(data: Uint8Array): Handle {
+    checkIpcHandle(data, 'cuMemImportFromShareableHandle');
+    this.check(this.fn.cuMemImportFromFabricHandle(this.u64, data, MemHandleType.FABRIC), 'cuMemImportFromShareableHandle');
     return this.outNumber('cuMemImportFromShareableHandle');
   }
 

@@ -154,6 +154,14 @@ export interface DriverFunctions {
   cuMemPoolImportPointer(ptr: BigUint64Array, pool: number, data: Uint8Array): R;
   cuMemExportToShareableHandle(handle: Int32Array, allocation: number, handleType: number, flags: number): R;
   cuMemImportFromShareableHandle(allocation: BigUint64Array, handle: number, handleType: number): R;
+  /** cuMemPoolExportToShareableHandle bound for a fabric handle: the driver writes its 64 bytes. */
+  cuMemPoolExportToFabricHandle(handle: Uint8Array, pool: number, handleType: number, flags: number): R;
+  /** cuMemPoolImportFromShareableHandle bound for a fabric handle: `handle` points at its 64 bytes. */
+  cuMemPoolImportFromFabricHandle(pool: BigUint64Array, handle: Uint8Array, handleType: number, flags: number): R;
+  /** cuMemExportToShareableHandle bound for a fabric handle. */
+  cuMemExportToFabricHandle(handle: Uint8Array, allocation: number, handleType: number, flags: number): R;
+  /** cuMemImportFromShareableHandle bound for a fabric handle. */
+  cuMemImportFromFabricHandle(allocation: BigUint64Array, handle: Uint8Array, handleType: number): R;
   cuModuleLoadData(module: BigUint64Array, image: Uint8Array): R;
   cuModuleUnload(module: number): R;
   cuModuleGetFunction(fn: BigUint64Array, module: number, name: string): R;
@@ -362,6 +370,29 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
     params: `int *handle, ${U64} allocation, int handleType, uint64_t flags`,
   },
   cuMemImportFromShareableHandle: { symbol: 'cuMemImportFromShareableHandle', version: 10020, params: `uint64_t *allocation, ${U64} handle, int handleType` },
+  // The same four calls for CU_MEM_HANDLE_TYPE_FABRIC: the handle is a 64-byte CUmemFabricHandle,
+  // written through the `void *` out-parameter and passed in by its address (the `void *handle`
+  // points at it), so they are bound a second time with byte pointers (cuda.h: CUDA 12.3 and later).
+  cuMemPoolExportToFabricHandle: {
+    symbol: 'cuMemPoolExportToShareableHandle',
+    version: 11020,
+    params: `uint8_t *handle, ${U64} pool, int handleType, uint64_t flags`,
+  },
+  cuMemPoolImportFromFabricHandle: {
+    symbol: 'cuMemPoolImportFromShareableHandle',
+    version: 11020,
+    params: `uint64_t *pool, const uint8_t *handle, int handleType, uint64_t flags`,
+  },
+  cuMemExportToFabricHandle: {
+    symbol: 'cuMemExportToShareableHandle',
+    version: 10020,
+    params: `uint8_t *handle, ${U64} allocation, int handleType, uint64_t flags`,
+  },
+  cuMemImportFromFabricHandle: {
+    symbol: 'cuMemImportFromShareableHandle',
+    version: 10020,
+    params: 'uint64_t *allocation, const uint8_t *handle, int handleType',
+  },
   // Modules and kernels. The cuModule* calls rather than cuLibrary*: a module is loaded into the
   // context current at the time, which is the context vram chose for the device, as its memory is.
   cuModuleLoadData: { symbol: 'cuModuleLoadData', version: 2000, params: 'uint64_t *module, const uint8_t *image' },

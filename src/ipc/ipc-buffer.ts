@@ -16,6 +16,7 @@ import { streamHandleOf } from '../stream.js';
 import type { IpcDescriptors, IpcHandle } from './ipc-handle.js';
 import { fstatSync } from 'node:fs';
 import { VramStateError } from '../errors.js';
+import { checkFabricSupport } from '../resource/fabric-support.js';
 
 /**
  * This process's copy of descriptor `i` of an exporter (pidfd_getfd), checked against the inode
@@ -128,17 +129,19 @@ export class IpcBuffer extends DeviceMemory {
 
   /**
    * Maps another process's physical allocations (cuMemImportFromShareableHandle of each
-   * descriptor, copied from the exporter with pidfd_getfd) back to back in a range reserved here,
+   * descriptor, copied from the exporter with pidfd_getfd, or of each fabric handle of a
+   * `fabric-physical` handle) back to back in a range reserved here,
    * readable and writable from `device`, and gives the range `handle.offset` on as the buffer.
    * The physical handles are released once mapped (the mappings keep the memory), so freeing the
    * buffer (unmap, then free the range, after the device's work) leaves nothing behind, whether
    * the exporter lives or not. On any failure, everything done so far is undone.
    *
-   * @param handle A `physical` handle.
+   * @param handle A `physical` or `fabric-physical` handle.
    * @param device The importing device.
    * @returns The mapped memory.
    * @throws {SystemCallError} When a descriptor cannot be copied (the exporter exited or freed the buffer: ESRCH, EBADF).
    * @throws {VramStateError} When a descriptor number now names another file (a stale handle).
+   * @throws {FabricUnavailableError} For fabric handles, when this machine lacks what they need (checked first).
    * @throws {CudaError} What the driver answers.
    * @throws {RangeError} When the extent does not fit in the mapped allocations.
    * @example
@@ -149,8 +152,26 @@ export class IpcBuffer extends DeviceMemory {
    */
   static fromPhysical(handle: IpcHandle, device: Device): IpcBuffer {
     const d = handle.descriptors;
-    if (d === undefined || d.kind !== 'physical') throw new TypeError('fromPhysical needs a physical handle');
-    const total = d.extentBytes.reduce((a, b) => a + b, 0);
+    const f = handle.fabric;
+    const backend = device.backend;
+    if (f !== undefined && f.kind === 'fabric-physical') {
+      checkFabricSupport(device, 'physical', 'importIpc');
+      return IpcBuffer.#mapExtents(handle, device, f.extentBytes, (i) => backend.memImportFabricHandle(f.handles[i]!));
+    }
+    if (d === undefined || d.kind !== 'physical') throw new TypeError('fromPhysical needs a physical or fabric-physical handle');
+    return IpcBuffer.#mapExtents(handle, device, d.extentBytes, (i) => {
+      const mine = copyExportedDescriptor(d, i);
+      try {
+        return backend.memImportFromShareableHandle(mine, MemHandleType.POSIX_FILE_DESCRIPTOR);
+      } finally {
+        closeFd(mine);
+      }
+    });
+  }
+
+  /** Maps the allocations `importExtent` imports, of `extentBytes` each, back to back (see `fromPhysical`). */
+  static #mapExtents(handle: IpcHandle, device: Device, extentBytes: readonly number[], importExtent: (i: number) => Handle): IpcBuffer {
+    const total = extentBytes.reduce((a, b) => a + b, 0);
     const bytes = grantedBytes(handle, total, 'what the exported allocations map');
     const backend = device.backend;
     device.makeCurrent();
@@ -165,22 +186,16 @@ export class IpcBuffer extends DeviceMemory {
       const reserved = base;
       undo.push(() => backend.memAddressFree(reserved, total));
       let at = 0;
-      for (let i = 0; i < d.fds.length; i++) {
-        const mine = copyExportedDescriptor(d, i);
-        let physical: Handle;
+      for (let i = 0; i < extentBytes.length; i++) {
+        const physical = importExtent(i);
         try {
-          physical = backend.memImportFromShareableHandle(mine, MemHandleType.POSIX_FILE_DESCRIPTOR);
-        } finally {
-          closeFd(mine);
-        }
-        try {
-          backend.memMap(reserved + at, d.extentBytes[i]!, physical);
+          backend.memMap(reserved + at, extentBytes[i]!, physical);
         } finally {
           // The mapping holds the memory from here on (or nothing does, after a failed map).
           backend.memRelease(physical);
         }
         const mappedAt = reserved + at;
-        const size = d.extentBytes[i]!;
+        const size = extentBytes[i]!;
         undo.push(() => backend.memUnmap(mappedAt, size));
         at += size;
       }

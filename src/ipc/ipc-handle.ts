@@ -6,7 +6,7 @@
  * allocation (0 for what vram exports; PyTorch and CuPy share tensors at offsets inside larger
  * cached blocks). The handle is only meaningful on the machine that made it.
  */
-import { IPC_HANDLE_BYTES } from '../backend/backend.js';
+import { FABRIC_HANDLE_BYTES, IPC_HANDLE_BYTES } from '../backend/backend.js';
 import { checkNonNegativeInteger } from '../validate.js';
 import { readOptions } from '../util/options.js';
 
@@ -15,9 +15,25 @@ import { readOptions } from '../util/options.js';
  * the driver's 64 bytes); `pool`, an allocation of a stream-ordered pool (the pool imported from
  * the exporter's descriptor, then cuMemPoolImportPointer of the 64 bytes); `physical`, a block of
  * a virtual-memory pool (each physical allocation under it imported from the exporter's
- * descriptor and mapped back to back).
+ * descriptor and mapped back to back); `fabric-pool` and `fabric-physical`, the same two made
+ * with fabric handles (CU_MEM_HANDLE_TYPE_FABRIC), which carry the driver's 64-byte handles
+ * themselves and so open in any process of the NVLink domain, on this host or another.
  */
-export type IpcHandleKind = 'legacy' | 'pool' | 'physical';
+export type IpcHandleKind = 'legacy' | 'pool' | 'physical' | 'fabric-pool' | 'fabric-physical';
+
+/**
+ * The driver's fabric handles a `fabric-pool` or `fabric-physical` handle carries: the pool's
+ * (cuMemPoolExportToShareableHandle), or one per physical allocation under the block
+ * (cuMemExportToShareableHandle) with its size.
+ */
+export interface IpcFabricHandles {
+  /** `fabric-pool` or `fabric-physical`. */
+  readonly kind: 'fabric-pool' | 'fabric-physical';
+  /** The 64-byte CUmemFabricHandles: the pool's alone, or one per physical allocation. */
+  readonly handles: readonly Uint8Array[];
+  /** `fabric-physical`: each allocation's size, in order (empty for `fabric-pool`). */
+  readonly extentBytes: readonly number[];
+}
 
 /**
  * Where a `pool` or `physical` handle's file descriptors are: open in the exporting process (which
@@ -39,7 +55,7 @@ export interface IpcDescriptors {
   readonly inodes?: readonly number[];
 }
 
-/** The first bytes of the binary form of a `pool` or `physical` handle: 'VRI' and the kind (1 pool, 2 physical). */
+/** The first bytes of the binary form of a shared handle: 'VRI' and the kind (1 pool, 2 physical, 3 fabric-pool, 4 fabric-physical). */
 const MAGIC = [0x56, 0x52, 0x49] as const;
 /** Bytes of that form before the kind's own: magic and kind, pid u32, count u32, byteLength u64, offset u64. */
 const HEADER_BYTES = 28;
@@ -84,6 +100,8 @@ export class IpcHandle {
     readonly offset = 0,
     /** For a `pool` or `physical` handle: the exporter's descriptors; undefined for legacy IPC. */
     readonly descriptors?: IpcDescriptors,
+    /** For a `fabric-pool` or `fabric-physical` handle: the driver's fabric handles (copied). */
+    fabric?: IpcFabricHandles,
   ) {
     if (!(handle instanceof Uint8Array) || handle.length !== IPC_HANDLE_BYTES) {
       throw new TypeError(`an IPC handle is ${IPC_HANDLE_BYTES} bytes (a Uint8Array), got ${describe(handle)}`);
@@ -94,20 +112,28 @@ export class IpcHandle {
     }
     checkNonNegativeInteger(offset, 'IPC handle offset');
     if (descriptors !== undefined) checkDescriptors(descriptors);
+    if (fabric !== undefined) {
+      if (descriptors !== undefined) throw new TypeError('an IPC handle carries descriptors or fabric handles, not both');
+      checkFabric(fabric);
+      this.fabric = { kind: fabric.kind, handles: fabric.handles.map((h) => h.slice()), extentBytes: [...fabric.extentBytes] };
+    }
     this.#handle = handle.slice();
   }
+
+  /** For a `fabric-pool` or `fabric-physical` handle: the driver's fabric handles; undefined otherwise. */
+  readonly fabric?: IpcFabricHandles;
 
   /**
    * How the memory is opened (see `IpcHandleKind`).
    *
-   * @returns `legacy`, `pool` or `physical`.
+   * @returns `legacy`, `pool`, `physical`, `fabric-pool` or `fabric-physical`.
    * @example
    * ```ts
    * exportIpc(DeviceBuffer.allocate(1024)).kind; // 'pool' under VRAM_ALLOCATOR=async
    * ```
    */
   get kind(): IpcHandleKind {
-    return this.descriptors?.kind ?? 'legacy';
+    return this.fabric?.kind ?? this.descriptors?.kind ?? 'legacy';
   }
 
   /**
@@ -153,10 +179,11 @@ export class IpcHandle {
     throw new TypeError(`IpcHandle.from expects an IpcHandle, a string or a Uint8Array, got ${describe(value)}`);
   }
 
-  /** Reads the binary form of a `pool` or `physical` handle (`toBytes()`). */
+  /** Reads the binary form of a `pool`, `physical`, `fabric-pool` or `fabric-physical` handle (`toBytes()`). */
   static #decodeShared(bytes: Uint8Array): IpcHandle {
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const magic = MAGIC.every((b, i) => bytes[i] === b);
+    if (magic && (bytes[3] === 3 || bytes[3] === 4)) return IpcHandle.#decodeFabric(bytes, view);
     const kind = !magic ? undefined : bytes[3] === 1 ? 'pool' : bytes[3] === 2 ? 'physical' : undefined;
     const count = bytes.length >= HEADER_BYTES ? view.getUint32(8, true) : -1;
     const expected = kind === 'pool' ? HEADER_BYTES + 8 + IPC_HANDLE_BYTES : HEADER_BYTES + 16 * count;
@@ -180,6 +207,30 @@ export class IpcHandle {
       extentBytes.push(Number(view.getBigUint64(HEADER_BYTES + 16 * i + 8, true)));
     }
     return new IpcHandle(new Uint8Array(IPC_HANDLE_BYTES), length, offset, { kind, pid, fds, extentBytes, inodes });
+  }
+
+  /** Reads the binary form of a `fabric-pool` or `fabric-physical` handle (see `toBytes`). */
+  static #decodeFabric(bytes: Uint8Array, view: DataView): IpcHandle {
+    const kind = bytes[3] === 3 ? 'fabric-pool' : 'fabric-physical';
+    const count = bytes.length >= HEADER_BYTES ? view.getUint32(8, true) : -1;
+    const expected = kind === 'fabric-pool' ? HEADER_BYTES + FABRIC_HANDLE_BYTES + IPC_HANDLE_BYTES : HEADER_BYTES + FABRIC_EXTENT_BYTES * count;
+    if (count < 1 || (kind === 'fabric-pool' && count !== 1) || bytes.length !== expected) {
+      throw new TypeError(`IpcHandle.from: ${bytes.length} bytes are not a fabric handle's binary form`);
+    }
+    const length = Number(view.getBigUint64(12, true));
+    const offset = Number(view.getBigUint64(20, true));
+    if (kind === 'fabric-pool') {
+      const pool = bytes.subarray(HEADER_BYTES, HEADER_BYTES + FABRIC_HANDLE_BYTES);
+      return new IpcHandle(bytes.subarray(HEADER_BYTES + FABRIC_HANDLE_BYTES), length, offset, undefined, { kind, handles: [pool], extentBytes: [] });
+    }
+    const handles: Uint8Array[] = [];
+    const extentBytes: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const at = HEADER_BYTES + FABRIC_EXTENT_BYTES * i;
+      handles.push(bytes.subarray(at, at + FABRIC_HANDLE_BYTES));
+      extentBytes.push(Number(view.getBigUint64(at + FABRIC_HANDLE_BYTES, true)));
+    }
+    return new IpcHandle(new Uint8Array(IPC_HANDLE_BYTES), length, offset, undefined, { kind, handles, extentBytes });
   }
 
   static #decode(bytes: Uint8Array): IpcHandle {
@@ -208,7 +259,9 @@ export class IpcHandle {
    * 0 when not known), 80 bytes. Pool and physical: 'VRI', the kind, the exporter's pid, the
    * descriptor count, byteLength and offset, then the pool's descriptor, its inode and the 64
    * export bytes (100 bytes), or each allocation's descriptor, inode and size (28 + 16 per
-   * allocation).
+   * allocation). Fabric: the same header (pid 0, the count of fabric handles), then the pool's
+   * fabric handle and the 64 export bytes (156 bytes), or each allocation's fabric handle and
+   * size (28 + 72 per allocation).
    *
    * @returns A new Uint8Array.
    * @throws Never.
@@ -220,6 +273,7 @@ export class IpcHandle {
   toBytes(): Uint8Array {
     const d = this.descriptors;
     if (d !== undefined) return encodeShared(d, this.#handle, this.byteLength ?? 0, this.offset);
+    if (this.fabric !== undefined) return encodeFabric(this.fabric, this.#handle, this.byteLength ?? 0, this.offset);
     const out = new Uint8Array(ENCODED_BYTES);
     out.set(this.#handle, 0);
     const view = new DataView(out.buffer);
@@ -281,6 +335,48 @@ function encodeShared(d: IpcDescriptors, data: Uint8Array, byteLength: number, o
     view.setBigUint64(HEADER_BYTES + 16 * i + 8, BigInt(d.extentBytes[i]!), true);
   });
   return out;
+}
+
+/** Bytes of one allocation in a `fabric-physical` handle's binary form: its fabric handle and its size (u64). */
+const FABRIC_EXTENT_BYTES = FABRIC_HANDLE_BYTES + 8;
+
+/** The binary form of a `fabric-pool` or `fabric-physical` handle (see `toBytes`). */
+function encodeFabric(f: IpcFabricHandles, data: Uint8Array, byteLength: number, offset: number): Uint8Array {
+  const pool = f.kind === 'fabric-pool';
+  const out = new Uint8Array(pool ? HEADER_BYTES + FABRIC_HANDLE_BYTES + IPC_HANDLE_BYTES : HEADER_BYTES + FABRIC_EXTENT_BYTES * f.handles.length);
+  const view = new DataView(out.buffer);
+  out.set(MAGIC, 0);
+  out[3] = pool ? 3 : 4;
+  view.setUint32(8, f.handles.length, true);
+  view.setBigUint64(12, BigInt(byteLength), true);
+  view.setBigUint64(20, BigInt(offset), true);
+  if (pool) {
+    out.set(f.handles[0]!, HEADER_BYTES);
+    out.set(data, HEADER_BYTES + FABRIC_HANDLE_BYTES);
+    return out;
+  }
+  f.handles.forEach((h, i) => {
+    out.set(h, HEADER_BYTES + FABRIC_EXTENT_BYTES * i);
+    view.setBigUint64(HEADER_BYTES + FABRIC_EXTENT_BYTES * i + FABRIC_HANDLE_BYTES, BigInt(f.extentBytes[i]!), true);
+  });
+  return out;
+}
+
+/** Checks a handle's fabric handles: a kind, 64 bytes each (one for a pool), a size per allocation. */
+function checkFabric(f: IpcFabricHandles): void {
+  if (f.kind !== 'fabric-pool' && f.kind !== 'fabric-physical') {
+    throw new TypeError(`IPC fabric handles: kind must be 'fabric-pool' or 'fabric-physical', got ${String(f.kind)}`);
+  }
+  if (!Array.isArray(f.handles) || f.handles.length === 0) throw new TypeError('IPC fabric handles: handles must be a non-empty array');
+  for (const h of f.handles) {
+    if (!(h instanceof Uint8Array) || h.length !== FABRIC_HANDLE_BYTES)
+      throw new TypeError(`IPC fabric handles: each is ${FABRIC_HANDLE_BYTES} bytes (a Uint8Array)`);
+  }
+  if (f.kind === 'fabric-pool' && f.handles.length !== 1) throw new TypeError(`IPC fabric handles: a pool handle has one, got ${f.handles.length}`);
+  if (f.kind === 'fabric-physical') {
+    if (!Array.isArray(f.extentBytes) || f.extentBytes.length !== f.handles.length) throw new TypeError('IPC fabric handles: one size per handle');
+    for (const bytes of f.extentBytes) checkNonNegativeInteger(bytes, 'IPC fabric handle extent size');
+  }
 }
 
 /** Checks a handle's descriptors: a kind, a pid, descriptors (one for a pool, one per extent with its size). */

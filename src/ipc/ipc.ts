@@ -16,6 +16,11 @@
  *   pool's cuMemCreate asks for exportable memory); the importer maps them back to back in a range
  *   of its own and finds the block at the same offset.
  *
+ * - `fabric-pool` and `fabric-physical` (an `AsyncResource` or a `PoolResource` made with
+ *   `handleTypes: 'fabric'`): the same two with fabric handles (CU_MEM_HANDLE_TYPE_FABRIC), the
+ *   driver's 64 bytes per pool or physical allocation, carried in the handle itself; any process
+ *   of the NVLink domain imports them, on this host or another (the IMEX daemon connects them).
+ *
  * A descriptor means nothing in another process, so the exporter keeps its descriptors open (until
  * the buffer is freed) and the handle names them and the exporting process; the importer copies
  * them with pidfd_getfd (Linux 5.6; same user; under Yama's ptrace_scope 1 the exporter opts in
@@ -113,6 +118,22 @@ export function exportIpc(buffer: DeviceBuffer): IpcHandle {
     device.makeCurrent();
     return new IpcHandle(backend.ipcGetMemHandle(ptr), buffer.byteLength, 0);
   }
+  if (source instanceof AsyncResource && source.handleTypes === 'fabric') {
+    // Fabric handles are the driver's own 64 bytes each: nothing is kept open, the handle is all.
+    device.makeCurrent();
+    const pool = backend.memPoolExportFabricHandle(source.pool);
+    return new IpcHandle(backend.memPoolExportPointer(ptr), buffer.byteLength, 0, undefined, { kind: 'fabric-pool', handles: [pool], extentBytes: [] });
+  }
+  if (source instanceof PoolResource && source.handleTypes === 'fabric') {
+    const { extents, offset } = source.physicalExtents(ptr, buffer.byteLength);
+    device.makeCurrent();
+    const handles = extents.map((extent) => backend.memExportFabricHandle(extent.handle));
+    return new IpcHandle(new Uint8Array(64), buffer.byteLength, offset, undefined, {
+      kind: 'fabric-physical',
+      handles,
+      extentBytes: extents.map((e) => e.bytes),
+    });
+  }
   if (source instanceof AsyncResource) {
     if (!source.exportable) {
       throw new NotSupportedError(
@@ -202,10 +223,19 @@ export function importIpc(handle: IpcHandle | string | Uint8Array | TorchShareTu
     case 'legacy':
       return IpcBuffer.open(parsed, device);
     case 'physical':
+    case 'fabric-physical':
       return IpcBuffer.fromPhysical(parsed, device);
     case 'pool':
       return importPoolAllocation(parsed, device);
+    case 'fabric-pool':
+      return importFabricPoolAllocation(parsed, device);
   }
+}
+
+/** A `fabric-pool` handle: the pool imported from its fabric handle, the allocation from it; freeing frees the import, then the pool. */
+function importFabricPoolAllocation(handle: IpcHandle, device: Device): IpcBuffer {
+  const pool = ImportedPool.fromFabricHandle(handle.fabric!.handles[0]!, { device });
+  return importFromPool(pool, handle);
 }
 
 /** A `pool` handle: the pool imported from the exporter's descriptor, the allocation from it; freeing frees the import, then the pool. */
@@ -218,6 +248,11 @@ function importPoolAllocation(handle: IpcHandle, device: Device): IpcBuffer {
   } finally {
     closeFd(fd);
   }
+  return importFromPool(pool, handle);
+}
+
+/** The allocation `handle` names, imported from `pool`, which is destroyed with the import (or at once, when the import fails). */
+function importFromPool(pool: ImportedPool, handle: IpcHandle): IpcBuffer {
   try {
     // The handle's own extent, offset included: checked against the allocation the driver imported.
     const buffer = pool.importPointer(new IpcHandle(handle.driverHandle, handle.byteLength, handle.offset));

@@ -16,7 +16,7 @@
  * pages move into shared memory when it is exported). `exportIpc` of a buffer of such a pool
  * makes one handle that carries the pool and the allocation, with no socket: see `ipc.ts`.
  */
-import { MemAccess, MemHandleType, type Handle } from '../backend/backend.js';
+import { FABRIC_HANDLE_BYTES, MemAccess, MemHandleType, type Handle } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { UseAfterFreeError } from '../errors.js';
 import { AsyncResource } from '../resource/upstream/async-resource.js';
@@ -28,6 +28,7 @@ import { checkNonNegativeInteger } from '../validate.js';
 import { IpcBuffer } from './ipc-buffer.js';
 import { IpcHandle } from './ipc-handle.js';
 import { readOptions } from '../util/options.js';
+import { checkFabricSupport } from '../resource/fabric-support.js';
 
 /**
  * The pool of `resource` as a new file descriptor (cuMemPoolExportToShareableHandle). Send it with
@@ -52,6 +53,30 @@ export function exportPool(resource: AsyncResource): number {
   const device = resource.deviceObject;
   device.makeCurrent();
   return device.backend.memPoolExportToShareableHandle(pool, MemHandleType.POSIX_FILE_DESCRIPTOR);
+}
+
+/**
+ * The pool of `resource` as a fabric handle (cuMemPoolExportToShareableHandle with
+ * CU_MEM_HANDLE_TYPE_FABRIC): 64 bytes that any channel carries to a process of the NVLink
+ * domain, on this host or another, which imports it with `importPool`. Nothing to close.
+ *
+ * @param resource An AsyncResource created with `{ pool: { handleTypes: 'fabric' } }`.
+ * @returns The 64 bytes.
+ * @throws {TypeError} When `resource` is not an AsyncResource.
+ * @throws {UseAfterFreeError} When it was destroyed.
+ * @throws {CudaError} When the pool was created without fabric handles (the driver refuses).
+ * @example
+ * ```ts
+ * using mr = new AsyncResource({ pool: { handleTypes: 'fabric' } });
+ * socket.write(Buffer.from(exportPoolFabricHandle(mr)).toString('hex') + '\n');
+ * ```
+ */
+export function exportPoolFabricHandle(resource: AsyncResource): Uint8Array {
+  if (!(resource instanceof AsyncResource)) throw new TypeError('exportPoolFabricHandle expects an AsyncResource');
+  const pool = resource.pool;
+  const device = resource.deviceObject;
+  device.makeCurrent();
+  return device.backend.memPoolExportFabricHandle(pool);
 }
 
 /**
@@ -136,7 +161,40 @@ export class ImportedPool {
     const device = Device.resolve(options.device);
     const backend = device.backend;
     device.makeCurrent();
-    const pool = backend.memPoolImportFromShareableHandle(fd, MemHandleType.POSIX_FILE_DESCRIPTOR);
+    return ImportedPool.#withAccess(backend.memPoolImportFromShareableHandle(fd, MemHandleType.POSIX_FILE_DESCRIPTOR), device);
+  }
+
+  /**
+   * Imports the pool behind a fabric handle (cuMemPoolImportFromShareableHandle with
+   * CU_MEM_HANDLE_TYPE_FABRIC), exported by a process of this host or another of the NVLink
+   * domain, and gives `device` read-write access to its memory when it has none yet.
+   *
+   * @param handle The 64 bytes `exportPoolFabricHandle` gave.
+   * @param options `device`.
+   * @returns The pool.
+   * @throws {TypeError} When `handle` is not 64 bytes.
+   * @throws {FabricUnavailableError} When this machine lacks what fabric handles need (checked first).
+   * @throws {CudaError} When the driver refuses the handle (stale, or not a pool's).
+   * @example
+   * ```ts
+   * using pool = ImportedPool.fromFabricHandle(new Uint8Array(Buffer.from(line, 'hex')));
+   * ```
+   */
+  static fromFabricHandle(handle: Uint8Array, options: ImportPoolOptions = {}): ImportedPool {
+    if (!(handle instanceof Uint8Array) || handle.length !== FABRIC_HANDLE_BYTES) {
+      throw new TypeError(`importPool: a fabric handle is ${FABRIC_HANDLE_BYTES} bytes (a Uint8Array)`);
+    }
+    options = readOptions('importPool', options, { device: true });
+    const device = Device.resolve(options.device);
+    // The importer needs an IMEX channel of its own, as the exporter did.
+    checkFabricSupport(device, 'pool', 'importPool');
+    device.makeCurrent();
+    return ImportedPool.#withAccess(device.backend.memPoolImportFabricHandle(handle), device);
+  }
+
+  /** `pool`, imported in `device`'s context, readable and writable from it (destroyed again when that fails). */
+  static #withAccess(pool: Handle, device: Device): ImportedPool {
+    const backend = device.backend;
     try {
       if (backend.memPoolGetAccess(pool, device.ordinal) !== MemAccess.READWRITE) {
         backend.memPoolSetAccess(pool, device.ordinal, MemAccess.READWRITE);
@@ -234,17 +292,17 @@ export class ImportedPool {
 }
 
 /**
- * Same as `ImportedPool.fromFd`.
+ * Same as `ImportedPool.fromFd` for a descriptor, `ImportedPool.fromFabricHandle` for a fabric handle's 64 bytes.
  *
- * @param fd The received descriptor (left open).
+ * @param handle The received descriptor (left open), or a fabric handle.
  * @param options `device`.
  * @returns The pool.
- * @throws {CudaError | RangeError} As `ImportedPool.fromFd`.
+ * @throws {CudaError | RangeError | TypeError} As `ImportedPool.fromFd` and `ImportedPool.fromFabricHandle`.
  * @example
  * ```ts
  * using pool = importPool(fd);
  * ```
  */
-export function importPool(fd: number, options: ImportPoolOptions = {}): ImportedPool {
-  return ImportedPool.fromFd(fd, options);
+export function importPool(handle: number | Uint8Array, options: ImportPoolOptions = {}): ImportedPool {
+  return handle instanceof Uint8Array ? ImportedPool.fromFabricHandle(handle, options) : ImportedPool.fromFd(handle, options);
 }

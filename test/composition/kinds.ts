@@ -28,6 +28,9 @@ import { Device } from '../../src/device.js';
 import { spillableResource } from '../../src/buffer/spill/spill-manager.js';
 import type { Stream } from '../../src/stream.js';
 import { Peer, emulatedIpcResources } from '../ipc-peer.js';
+import { plantImex, withImexRoot } from '../imex.js';
+import { onGpu } from '../helpers.js';
+import type { IpcBuffer } from '../../src/ipc/ipc-buffer.js';
 
 /** Elements of every subject (float32): small, so each cell is quick on the emulated backend. */
 export const N = 96;
@@ -260,6 +263,32 @@ export const kinds = {
           return deviceSubject(array, values, () => emulatedIpcResources() - before, imported);
         },
         teardown: nothing,
+      };
+    },
+  },
+  'fabric-import': {
+    about: "fabric-imported pool memory (importIpc of another process's buffer from an AsyncResource with handleTypes 'fabric')",
+    prepare: async ({ values }) => {
+      const bytes = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+      // The emulated backend models the driver; the host's IMEX channel is planted (a GPU uses its own).
+      const planted = onGpu ? undefined : plantImex();
+      const p = ipcPeer();
+      const { handle } = await p.do({ op: 'export-fabric', from: 'pool', bytes: BYTES, fill: 0, ...(planted ? { root: planted.root } : {}) });
+      await p.do({ op: 'write', offset: 0, hex: bytes.toString('hex') });
+      return {
+        make: ({ stream }) => {
+          const open = (): IpcBuffer => importIpc(handle ?? '');
+          const imported = planted === undefined ? open() : withImexRoot(planted.root, open);
+          const array = DeviceArray.fromBuffer<'float32'>(imported, { dtype: 'float32', shape: [N], stream });
+          // Its free is stream-ordered (cuMemFreeAsync of the import): what is held is the import
+          // until freed or collected, as an AsyncResource's allocations count until deallocated.
+          return deviceSubject(array, values, weakHeld(imported), imported);
+        },
+        teardown: () => {
+          // Queued behind every command sent so far: the importer's frees came first, as CUDA requires.
+          p.do({ op: 'free' }).catch(() => undefined);
+          planted?.remove();
+        },
       };
     },
   },

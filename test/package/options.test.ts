@@ -314,6 +314,13 @@ const TABLE: readonly Entry[] = [
     partial: "needs a pool's descriptor from another process",
   },
   {
+    name: 'ImportedPool.fromFabricHandle',
+    says: 'importPool',
+    keys: ['device'],
+    call: (o) => ImportedPool.fromFabricHandle(new Uint8Array(64), o as never),
+    partial: "needs a pool's fabric handle from another process",
+  },
+  {
     name: 'ImportedPool#importPointer',
     keys: ['stream'],
     call: (o) => importedPoolStandIn().importPointer('00', o as never),

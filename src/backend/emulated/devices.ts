@@ -23,6 +23,8 @@ export class DeviceState {
     readonly capacity: number,
     /** Whether pools in host NUMA memory are supported (EmulatedBackendOptions.hostNumaPools). */
     readonly hostNumaPools = true,
+    /** Whether fabric handles are supported (EmulatedBackendOptions.fabric). */
+    readonly fabric = true,
   ) {}
 
   /** Charges `bytes` of capacity, or throws OutOfMemoryError naming `call`. */
@@ -116,7 +118,9 @@ function emulatedAttributes(device: DeviceState): Partial<Record<DeviceAttribute
     virtualMemoryManagementSupported: 1,
     memoryPoolsSupported: 1,
     handleTypePosixFileDescriptorSupported: 1,
-    mempoolSupportedHandleTypes: 1,
+    handleTypeFabricSupported: device.fabric ? 1 : 0,
+    // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, and CU_MEM_HANDLE_TYPE_FABRIC where supported.
+    mempoolSupportedHandleTypes: device.fabric ? 0x9 : 0x1,
     pciBusId: bus,
     pciDeviceId: 0,
     pciDomainId: 0,

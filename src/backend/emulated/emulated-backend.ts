@@ -56,6 +56,14 @@ export interface EmulatedBackendOptions {
    * (CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED reads 0, cuMemPoolCreate refuses).
    */
   readonly hostNumaPools?: boolean;
+  /**
+   * Whether the devices support fabric handles (default true, as a GPU of an NVLink domain:
+   * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED reads 1, pools and physical memory take
+   * CU_MEM_HANDLE_TYPE_FABRIC); false models one without them (the attribute reads 0, the driver
+   * refuses the handle type). The IMEX channel is the host's, not the driver's: see
+   * `resource/fabric-support.ts`.
+   */
+  readonly fabric?: boolean;
 }
 
 /** Default capacity of an emulated device. */
@@ -108,14 +116,16 @@ export class EmulatedBackend implements Backend {
    * ```
    */
   constructor(options: EmulatedBackendOptions = {}) {
-    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true, hostNumaPools: true });
+    options = readOptions('new EmulatedBackend', options, { capacityBytes: true, deviceCount: true, hostNumaPools: true, fabric: true });
     const capacity = options.capacityBytes ?? defaultCapacity();
     const count = options.deviceCount ?? 1;
     if (!Number.isSafeInteger(capacity) || capacity <= 0) throw new RangeError(`capacityBytes must be a positive whole number, got ${capacity}`);
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new RangeError(`deviceCount must be 1 to 16, got ${count}`);
     const hostNumaPools = options.hostNumaPools ?? true;
     if (typeof hostNumaPools !== 'boolean') throw new TypeError(`hostNumaPools must be a boolean, got ${typeof hostNumaPools}`);
-    const state = new EmulatedState(count, capacity, hostNumaPools);
+    const fabric = options.fabric ?? true;
+    if (typeof fabric !== 'boolean') throw new TypeError(`fabric must be a boolean, got ${typeof fabric}`);
+    const state = new EmulatedState(count, capacity, hostNumaPools, fabric);
     this.state = state;
     this.contexts = new ContextCalls(state);
     this.deviceMemory = new DeviceMemoryCalls(state);
@@ -488,6 +498,22 @@ export class EmulatedBackend implements Backend {
     return this.ipc.memPoolImportPointer(pool, data);
   }
 
+  memPoolExportFabricHandle(pool: Handle): Uint8Array {
+    return this.ipc.memPoolExportFabricHandle(pool);
+  }
+
+  memPoolImportFabricHandle(handle: Uint8Array): Handle {
+    return this.ipc.memPoolImportFabricHandle(handle);
+  }
+
+  memExportFabricHandle(handle: Handle): Uint8Array {
+    return this.ipc.memExportFabricHandle(handle);
+  }
+
+  memImportFabricHandle(data: Uint8Array): Handle {
+    return this.ipc.memImportFabricHandle(data);
+  }
+
   // --- Stream-ordered allocation ---
 
   memAllocAsync(bytes: number, stream: Handle): Ptr {
@@ -563,8 +589,8 @@ export class EmulatedBackend implements Backend {
     this.virtualMemory.memAddressFree(ptr, bytes);
   }
 
-  memCreate(bytes: number, ordinal: number): Handle {
-    return this.virtualMemory.memCreate(bytes, ordinal);
+  memCreate(bytes: number, ordinal: number, handleTypes?: number): Handle {
+    return this.virtualMemory.memCreate(bytes, ordinal, handleTypes);
   }
 
   memRelease(handle: Handle): void {

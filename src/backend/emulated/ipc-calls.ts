@@ -2,7 +2,8 @@
  * The emulated driver's interprocess calls between processes of one Linux machine: legacy IPC
  * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle), stream-ordered pools
  * (cuMemPool*ShareableHandle, cuMemPool*Pointer), physical allocations
- * (cuMemExportToShareableHandle, cuMemImportFromShareableHandle) and interprocess events, all on
+ * (cuMemExportToShareableHandle, cuMemImportFromShareableHandle), fabric handles of both (the
+ * 64 bytes name the exporter's file by process and descriptor) and interprocess events, all on
  * one mechanism: at export the memory moves into an anonymous shared-memory file that the
  * importer maps through `/proc/<pid>/fd/<n>`, so both processes see the same bytes. Errors follow
  * what the driver answers. (Note [Emulated IPC], docs/design/emulated-ipc.md)
@@ -26,6 +27,10 @@ import { EventState } from './streams.js';
 const MEMORY_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x01] as const;
 /** The first 8 bytes of an emulated pool allocation's export data: 'VRAMIPC' then 2 (pool pointer, layout 1; bytes 28-31 its offset in the shared file). */
 const POOL_POINTER_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x02] as const;
+/** The first 8 bytes of an emulated pool's fabric handle: 'VRAMIPC' then 3 (fabric pool, layout 1). */
+const FABRIC_POOL_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x03] as const;
+/** The first 8 bytes of an emulated physical allocation's fabric handle: 'VRAMIPC' then 4 (fabric memory, layout 1). */
+const FABRIC_MEMORY_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x04] as const;
 /** The first 8 bytes of an emulated event handle: 'VRAMIPC' then 0x81 (event, layout 1). */
 const EVENT_MAGIC = [0x56, 0x52, 0x41, 0x4d, 0x49, 0x50, 0x43, 0x81] as const;
 /** Bytes of random token that name the shared file. */
@@ -85,7 +90,8 @@ function decode(handle: Uint8Array, magic: readonly number[], call: string): Han
   // export data says which allocation it is: the importer's pointer attributes give its range).
   const tail = handle.subarray(32 + TOKEN_BYTES + (magic === POOL_POINTER_MAGIC ? 8 : 0));
   if (!magicOk || bytes === 0n || bytes > BigInt(Number.MAX_SAFE_INTEGER) || tail.some((b) => b !== 0)) {
-    malformed(magic, call, `the bytes are not an IPC ${magic === EVENT_MAGIC ? 'event' : 'memory'} handle`);
+    const what = magic === EVENT_MAGIC ? 'an IPC event' : magic === FABRIC_POOL_MAGIC || magic === FABRIC_MEMORY_MAGIC ? 'a fabric' : 'an IPC memory';
+    malformed(magic, call, `the bytes are not ${what} handle`);
   }
   return {
     pid: view.getUint32(8, true),
@@ -288,13 +294,46 @@ export class IpcCalls {
     if (handleType !== MemHandleType.POSIX_FILE_DESCRIPTOR || (p.handleTypes & MemHandleType.POSIX_FILE_DESCRIPTOR) === 0) {
       invalidValue(call, `pool ${pool} was not created with POSIX file-descriptor handles`);
     }
+    return openReadWrite(`/proc/self/fd/${this.poolFile(pool).fd}`);
+  }
+
+  /** The name file of an exported pool, made at its first export (by descriptor or fabric handle). */
+  private poolFile(pool: Handle): { readonly token: string; readonly fd: number } {
     let named = this.poolFiles.get(pool);
     if (named === undefined) {
       const token = randomBytes(TOKEN_BYTES).toString('hex');
       named = { token, fd: memfdCreate(poolFileName(token), PAGE) };
       this.poolFiles.set(pool, named);
     }
-    return openReadWrite(`/proc/self/fd/${named.fd}`);
+    return named;
+  }
+
+  /**
+   * cuMemPoolExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: 64 bytes naming the pool's
+   * name file by the exporting process and descriptor (an importer of this machine opens it
+   * through /proc, as the driver's IMEX daemon would reach the exporter). Only pools created with
+   * fabric handles export so, as on the driver.
+   */
+  memPoolExportFabricHandle(pool: Handle): Uint8Array {
+    const call = 'cuMemPoolExportToShareableHandle';
+    const ctx = this.s.ctx(call);
+    const p = this.s.pools.get(pool);
+    if (p === undefined) invalidValue(call, `${pool} is not a pool`);
+    if ((p.handleTypes & MemHandleType.FABRIC) === 0) invalidValue(call, `pool ${pool} was not created with fabric handles`);
+    const named = this.poolFile(pool);
+    return encode(FABRIC_POOL_MAGIC, { pid: process.pid, fd: named.fd, bytes: PAGE, device: ctx.device.ordinal, token: named.token });
+  }
+
+  /** cuMemPoolImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: the pool the handle names, as an imported pool of the current context. */
+  memPoolImportFabricHandle(data: Uint8Array): Handle {
+    const call = 'cuMemPoolImportFromShareableHandle';
+    checkIpcHandle(data, call);
+    const ctx = this.s.ctx(call);
+    const fields = decode(data, FABRIC_POOL_MAGIC, call);
+    this.checkLink(fields, `/memfd:${poolFileName(fields.token)} (deleted)`, call);
+    const handle = this.s.handle();
+    this.importedPools.set(handle, { token: fields.token, context: ctx.handle });
+    return handle;
   }
 
   /** cuMemPoolImportFromShareableHandle: the pool the descriptor names, as an imported pool of the current context. */
@@ -330,8 +369,8 @@ export class IpcCalls {
     this.s.ctx(call);
     const block = typeof ptr === 'number' ? this.s.poolBlocks.get(ptr) : undefined;
     if (block === undefined) invalidValue(call, `${hex(ptr)} is not an allocation of a stream-ordered pool`);
-    if ((block.pool.handleTypes & MemHandleType.POSIX_FILE_DESCRIPTOR) === 0) {
-      invalidValue(call, `${hex(ptr)} is in a pool created without POSIX file-descriptor handles`);
+    if ((block.pool.handleTypes & (MemHandleType.POSIX_FILE_DESCRIPTOR | MemHandleType.FABRIC)) === 0) {
+      invalidValue(call, `${hex(ptr)} is in a pool created without shareable (POSIX file-descriptor or fabric) handles`);
     }
     const known = this.exportedPointers.get(ptr);
     if (known !== undefined) return known.handle.slice();
@@ -427,11 +466,44 @@ export class IpcCalls {
     this.s.ctx(call);
     if (handleType !== MemHandleType.POSIX_FILE_DESCRIPTOR) invalidValue(call, `handle type ${handleType} is not CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`);
     const memory = this.s.physical.get(handle, call);
+    if ((memory.handleTypes & MemHandleType.POSIX_FILE_DESCRIPTOR) === 0)
+      invalidValue(call, `allocation ${handle} was not created with POSIX file-descriptor handles`);
+    return openReadWrite(`/proc/self/fd/${this.shareMemory(memory).fd}`);
+  }
+
+  /**
+   * cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: the allocation's bytes move into
+   * a shared file (as for a descriptor) and 64 bytes name it by the exporting process, descriptor,
+   * size and token. Only memory created with fabric handles exports so, as on the driver.
+   */
+  memExportFabricHandle(handle: Handle): Uint8Array {
+    const call = 'cuMemExportToShareableHandle';
+    this.s.ctx(call);
+    const memory = this.s.physical.get(handle, call);
+    if ((memory.handleTypes & MemHandleType.FABRIC) === 0) invalidValue(call, `allocation ${handle} was not created with fabric handles`);
+    const shared = this.shareMemory(memory);
+    return encode(FABRIC_MEMORY_MAGIC, { pid: process.pid, fd: shared.fd, bytes: memory.size, device: memory.device, token: shared.token ?? '' });
+  }
+
+  /** cuMemImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC: another process's physical allocation, mapped from its shared file. */
+  memImportFabricHandle(data: Uint8Array): Handle {
+    const call = 'cuMemImportFromShareableHandle';
+    checkIpcHandle(data, call);
+    const ctx = this.s.ctx(call);
+    const fields = decode(data, FABRIC_MEMORY_MAGIC, call);
+    if (fields.bytes % VMM_GRANULARITY !== 0) invalidValue(call, `the handle names ${fields.bytes} bytes, not whole pages of ${VMM_GRANULARITY}`);
+    const address = this.mapOther(fields, FABRIC_MEMORY_MAGIC, call);
+    return this.importedPhysical(address, fields.bytes, ctx.device.ordinal, MemHandleType.FABRIC);
+  }
+
+  /** The shared file of a physical allocation, made at its first export: its bytes move there once. */
+  private shareMemory(memory: PhysicalMemory): { readonly fd: number; readonly token?: string } {
     if (memory.shared === undefined) {
-      const { fd, address } = createShared(memory.size);
+      const { token, fd, address } = createShared(memory.size);
       memory.store.shareInto(new Uint8Array(koffi.view(address, memory.size)));
       memory.shared = {
         fd,
+        token,
         release: () => {
           memory.store.shareInto(undefined);
           unmap(address, memory.size);
@@ -439,7 +511,23 @@ export class IpcCalls {
         },
       };
     }
-    return openReadWrite(`/proc/self/fd/${memory.shared.fd}`);
+    return memory.shared;
+  }
+
+  /** Another process's physical allocation, mapped at `address` here: a handle of this process that charges no capacity. */
+  private importedPhysical(address: number, size: number, ordinal: number, handleTypes: number): Handle {
+    const memory = new PhysicalMemory(this.s.handle(), size, ordinal, handleTypes);
+    memory.store.shareInto(new Uint8Array(koffi.view(address, size)));
+    memory.imported = true;
+    memory.shared = {
+      fd: -1,
+      release: () => {
+        memory.store.shareInto(undefined);
+        unmap(address, size);
+      },
+    };
+    this.s.physical.add(memory);
+    return memory.handle;
   }
 
   /** cuMemImportFromShareableHandle: another process's physical allocation, mapped from its shared file. */
@@ -452,19 +540,7 @@ export class IpcCalls {
     }
     const size = fstatSync(fd).size;
     if (size === 0 || size % VMM_GRANULARITY !== 0) invalidValue(call, `descriptor ${fd} is not an exported allocation (${size} bytes)`);
-    const address = mapShared(fd, size);
-    const memory = new PhysicalMemory(this.s.handle(), size, ctx.device.ordinal);
-    memory.store.shareInto(new Uint8Array(koffi.view(address, size)));
-    memory.imported = true;
-    memory.shared = {
-      fd: -1,
-      release: () => {
-        memory.store.shareInto(undefined);
-        unmap(address, size);
-      },
-    };
-    this.s.physical.add(memory);
-    return memory.handle;
+    return this.importedPhysical(mapShared(fd, size), size, ctx.device.ordinal, MemHandleType.POSIX_FILE_DESCRIPTOR);
   }
 
   /**
@@ -486,16 +562,23 @@ export class IpcCalls {
     }
   }
 
+  /**
+   * Checks that the exporter's descriptor the handle names is still the file `expected`: as an
+   * H100 answered legacy handles (CUDA 13), CUDA_ERROR_INVALID_HANDLE once the exporting process
+   * is gone, CUDA_ERROR_INVALID_VALUE while it lives but has freed the memory.
+   */
+  private checkLink(fields: HandleFields, expected: string, call: string): void {
+    if (readLink(`/proc/${fields.pid}/fd/${fields.fd}`) !== expected) {
+      if (!existsSync(`/proc/${fields.pid}`)) fail(CUresult.INVALID_HANDLE, call, 'the handle is stale: its exporting process has exited');
+      invalidValue(call, 'the handle is stale: its exporting process freed the memory');
+    }
+  }
+
   /** Opens the exporter's shared file, checking it is the one the handle names. */
   private openShared(fields: HandleFields, call: string): number {
     const path = `/proc/${fields.pid}/fd/${fields.fd}`;
     const expected = `/memfd:${fileName(fields.token)} (deleted)`;
-    if (readLink(path) !== expected) {
-      // As an H100 answered (CUDA 13): CUDA_ERROR_INVALID_HANDLE once the exporting process is
-      // gone, CUDA_ERROR_INVALID_VALUE while it lives but has freed the memory.
-      if (!existsSync(`/proc/${fields.pid}`)) fail(CUresult.INVALID_HANDLE, call, 'the handle is stale: its exporting process has exited');
-      invalidValue(call, 'the handle is stale: its exporting process freed the memory');
-    }
+    this.checkLink(fields, expected, call);
     try {
       const fd = openReadWrite(path);
       // The descriptor number could have been reused between the check and the open: check again.

@@ -111,7 +111,8 @@ export class PoolCalls {
     const maxSize = props.maxSize ?? 0;
     const handleTypes = props.handleTypes ?? 0;
     checkCount(maxSize, call, 'maxSize');
-    if (handleTypes !== 0 && handleTypes !== 1) invalidValue(call, `unsupported handle types ${handleTypes}`);
+    if (handleTypes !== 0 && handleTypes !== 1 && handleTypes !== 8) invalidValue(call, `unsupported handle types ${handleTypes}`);
+    if (handleTypes === 8 && !this.s.fabric) fail(CUresult.NOT_SUPPORTED, call, 'this device does not support fabric handles');
     const numa = props.hostNumaId;
     if (numa !== undefined) {
       if (!this.s.hostNumaPools) fail(CUresult.NOT_SUPPORTED, call, 'this device does not support pools in host NUMA memory');

@@ -104,8 +104,10 @@ export class EmulatedState {
     deviceCount: number,
     capacity: number,
     readonly hostNumaPools = true,
+    /** Whether the devices take fabric handles (EmulatedBackendOptions.fabric). */
+    readonly fabric = true,
   ) {
-    this.devices = Array.from({ length: deviceCount }, (_, i) => new DeviceState(i, capacity, hostNumaPools));
+    this.devices = Array.from({ length: deviceCount }, (_, i) => new DeviceState(i, capacity, hostNumaPools, fabric));
   }
 
   /** A fresh handle (handles are never reused). */

@@ -2,7 +2,7 @@
  * The emulated driver's virtual memory management calls: address reservations, physical
  * allocations charged against capacity, mappings and access.
  */
-import type { Handle, Ptr } from '../backend.js';
+import { MemHandleType, type Handle, type Ptr } from '../backend.js';
 import { CUresult } from '../../errors.js';
 import { checkCount, checkSize, fail, hex, invalidValue } from './fail.js';
 import type { EmulatedState } from './state.js';
@@ -42,14 +42,19 @@ export class VirtualMemoryCalls {
     this.s.virtualIndex.remove(r);
   }
 
-  /** cuMemCreate: lazily backed physical memory, charged against capacity. */
-  memCreate(bytes: number, ordinal: number): Handle {
+  /**
+   * cuMemCreate: lazily backed physical memory, charged against capacity, exportable as the handle
+   * types asked for (POSIX descriptors when not given, as the CUDA backend asks by default).
+   */
+  memCreate(bytes: number, ordinal: number, handleTypes: number = MemHandleType.POSIX_FILE_DESCRIPTOR): Handle {
     const call = 'cuMemCreate';
     checkSize(bytes, call);
     const device = this.s.device(ordinal, call);
     if (bytes % VMM_GRANULARITY !== 0) invalidValue(call, `size must be a multiple of ${VMM_GRANULARITY}`);
+    if ((handleTypes & ~(MemHandleType.POSIX_FILE_DESCRIPTOR | MemHandleType.FABRIC)) !== 0) invalidValue(call, `unsupported handle types ${handleTypes}`);
+    if ((handleTypes & MemHandleType.FABRIC) !== 0 && !device.fabric) fail(CUresult.NOT_SUPPORTED, call, 'this device does not support fabric handles');
     device.charge(bytes, call);
-    const memory = new PhysicalMemory(this.s.handle(), bytes, ordinal);
+    const memory = new PhysicalMemory(this.s.handle(), bytes, ordinal, handleTypes);
     this.s.physical.add(memory);
     return memory.handle;
   }

@@ -26,7 +26,7 @@ export class PhysicalMemory {
    * Set once the memory is in a shared file (exported with cuMemExportToShareableHandle, or
    * imported from another process's): undoes the sharing once the memory is gone.
    */
-  shared: { readonly fd: number; readonly release: () => void } | undefined;
+  shared: { readonly fd: number; readonly token?: string; readonly release: () => void } | undefined;
   /** Another process's memory (cuMemImportFromShareableHandle): it charges no capacity here. */
   imported = false;
 
@@ -34,6 +34,8 @@ export class PhysicalMemory {
     readonly handle: number,
     readonly size: number,
     readonly device: number,
+    /** The shareable handle types it was created with (MemHandleType bits; imports: the type they came by). */
+    readonly handleTypes: number = 0x1,
   ) {
     this.store = new LazyStore(size);
   }

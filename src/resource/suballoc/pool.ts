@@ -9,7 +9,7 @@
  * `kit/virtual-growth.ts`; `extentSize: 'adaptive'` maps chunks ahead while memory is plentiful:
  * `kit/adaptive-growth.ts`). With an `upstream` resource, the pool grows RMM style, in chunks.
  */
-import { MemAccess, type Backend, type Ptr } from '../../backend/backend.js';
+import { MemAccess, MemHandleType, type Backend, type Ptr } from '../../backend/backend.js';
 import { nonZero } from '../../backstop.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason, outOfMemoryMessage } from '../../errors.js';
@@ -25,6 +25,7 @@ import { checkMemoryOf, checkResource, MemoryResource, upstreamChain } from '../
 import { type DriverCalls, type GrowthFigures, type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { readOptions } from '../../util/options.js';
+import { checkFabricSupport } from '../fabric-support.js';
 
 /**
  * Options for a PoolResource.
@@ -66,7 +67,18 @@ export interface PoolOptions {
    * (Note [Extent size], docs/design/extent-size.md)
    */
   readonly extentSize?: ByteSize | 'adaptive';
+  /**
+   * Virtual growth only: how the pool's physical memory can be shared with other processes
+   * (`exportIpc` of its blocks). 'posix-fd' (the default): POSIX descriptors, where the driver
+   * allows them (otherwise plain memory); 'fabric': fabric handles (CU_MEM_HANDLE_TYPE_FABRIC),
+   * which processes on other hosts of the NVLink domain import too; needs an IMEX channel,
+   * checked at creation (`FabricUnavailableError`).
+   */
+  readonly handleTypes?: PoolHandleTypes;
 }
+
+/** How a virtual-memory pool's physical allocations can be shared (`PoolOptions.handleTypes`). */
+export type PoolHandleTypes = 'posix-fd' | 'fabric';
 
 /**
  * `extentSize` in bytes, rounded down to whole pages; a bad value's error names every form the
@@ -94,7 +106,7 @@ function readExtentSize(size: ByteSize, page: number): number {
 /** The options of the growth a pool does not do: given, they would be ignored. */
 function refuseOtherGrowthOptions(options: PoolOptions, overUpstream: boolean): void {
   const ignored = overUpstream
-    ? (['extentSize', 'addressSpaceSize'] as const).filter((key) => options[key] !== undefined)
+    ? (['extentSize', 'addressSpaceSize', 'handleTypes'] as const).filter((key) => options[key] !== undefined)
     : (['chunkSize'] as const).filter((key) => options[key] !== undefined);
   if (ignored.length === 0) return;
   throw new TypeError(
@@ -154,6 +166,8 @@ export class PoolResource extends MemoryResource {
   readonly alignment = GRANULE;
   /** The device ordinal. */
   readonly deviceOrdinal: number;
+  /** How its physical memory can be shared ('posix-fd' also for a pool over an upstream, whose memory is the upstream's). */
+  readonly handleTypes: PoolHandleTypes;
   /** The upstream resource, when growing from one. */
   declare readonly upstream?: MemoryResource;
   private readonly heap: BlockHeap;
@@ -189,8 +203,14 @@ export class PoolResource extends MemoryResource {
       chunkSize: true,
       addressSpaceSize: true,
       extentSize: true,
+      handleTypes: true,
     });
     this.options = options;
+    const handleTypes = options.handleTypes ?? 'posix-fd';
+    if (handleTypes !== 'posix-fd' && handleTypes !== 'fabric') {
+      throw new RangeError(`handleTypes must be 'posix-fd' or 'fabric', got ${JSON.stringify(handleTypes)}`);
+    }
+    this.handleTypes = handleTypes;
     const maximumAsked = options.maximumSize === undefined ? Infinity : readBytes(options.maximumSize, 'maximumSize');
     const initialAsked = options.initialSize === undefined || options.initialSize === 0 ? 0 : readBytes(options.initialSize, 'initialSize');
     if (initialAsked > maximumAsked) throw new RangeError(`initialSize (${initialAsked}) exceeds maximumSize (${maximumAsked})`);
@@ -206,6 +226,7 @@ export class PoolResource extends MemoryResource {
         `${dev.info.name} does not support virtual memory management; ` + 'give PoolResource an upstream (e.g. new CudaResource(device))',
       );
     }
+    if (handleTypes === 'fabric') checkFabricSupport(dev, 'physical', 'new PoolResource');
     // The pool's own unit of growth: a 256-byte granule of a chunk, or a page of virtual memory.
     const unit = upstream !== undefined ? GRANULE : this.backend.memGetAllocationGranularity(dev.ordinal);
     const { initial, maximum } = roundSizes(initialAsked, maximumAsked, unit, upstream !== undefined ? 'granule of 256 bytes' : 'page');
@@ -258,7 +279,8 @@ export class PoolResource extends MemoryResource {
       // resource is made on the first allocation that needs it, in whatever context that runs.
       this.backend.contextSetCurrent(dev.context);
       try {
-        this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo);
+        const types = handleTypes === 'fabric' ? MemHandleType.FABRIC : undefined;
+        this.pages = virtual = new VirtualPages(this.backend, dev.ordinal, Math.max(range, initial), maximum, this.heap, extent, memInfo, types);
       } finally {
         dev.makeCurrent();
       }
@@ -572,6 +594,7 @@ export class PoolResource extends MemoryResource {
     if (this.initialBytes > 0) parts.push(`initial=${formatBytesExact(this.initialBytes, true)}`);
     if (this.maximumBytes !== Infinity) parts.push(`maximum=${formatBytesExact(this.maximumBytes, true)}`);
     if (this.options.extentSize === 'adaptive') parts.push('extents=adaptive');
+    if (this.handleTypes === 'fabric') parts.push('fabric');
     return `PoolResource(${parts.join(', ')})`;
   }
 

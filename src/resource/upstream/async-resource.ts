@@ -13,13 +13,19 @@ import { DriverResource } from './driver-resource.js';
 import { accessFlags, poolAccess, type PoolAccess } from '../pool-access.js';
 import type { MemoryFigures, MemoryKind } from '../figures.js';
 import { readOptions } from '../../util/options.js';
+import { checkFabricSupport } from '../fabric-support.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
 export interface AsyncPoolOptions {
   /** Upper bound on the pool's reserved bytes; 0 or omitted for none. */
   readonly maxSize?: ByteSize;
-  /** 'posix-fd' to make the pool's memory shareable with other processes (IPC); default 'none'. */
-  readonly handleTypes?: 'none' | 'posix-fd';
+  /**
+   * 'posix-fd' to make the pool's memory shareable with other processes of this host (IPC);
+   * 'fabric' to share it over NVLink with processes of other hosts of the domain too
+   * (CU_MEM_HANDLE_TYPE_FABRIC: needs an IMEX channel, checked first, see `FabricUnavailableError`);
+   * default 'none'.
+   */
+  readonly handleTypes?: AsyncHandleTypes;
   /**
    * Where the pool's memory lives: the device (`{ type: 'device' }`, the default), or pinned host
    * memory on a host NUMA node (`{ type: 'host-numa', id }`, CU_MEM_LOCATION_TYPE_HOST_NUMA; `id`
@@ -28,6 +34,9 @@ export interface AsyncPoolOptions {
    */
   readonly location?: AsyncPoolLocation;
 }
+
+/** How a created pool's memory can be shared (`AsyncPoolOptions.handleTypes`). */
+export type AsyncHandleTypes = 'none' | 'posix-fd' | 'fabric';
 
 /** Where a created pool's memory lives (`AsyncPoolOptions.location`). */
 export type AsyncPoolLocation = { readonly type: 'device' } | { readonly type: 'host-numa'; readonly id?: number };
@@ -86,8 +95,13 @@ export class AsyncResource extends DriverResource {
   readonly alignment = DEVICE_ALIGNMENT;
   /** True when this resource created its pool (and so destroys it with itself). */
   readonly ownsPool: boolean;
-  /** True when the pool was created with POSIX file-descriptor handles: its allocations can be shared with other processes (`exportIpc`). */
+  /**
+   * True when the pool was created with shareable handles (POSIX file descriptors or fabric): its
+   * allocations can be shared with other processes (`exportIpc`).
+   */
   readonly exportable: boolean;
+  /** The handles the pool was created with: 'none' for the default and current pools. */
+  readonly handleTypes: AsyncHandleTypes;
   /** How `describe()` names a pool it did not create. */
   private readonly describedPool: 'default' | 'current';
   /** The pool's maximum size in bytes, as created; 0 for none (the default pool has none). */
@@ -114,6 +128,7 @@ export class AsyncResource extends DriverResource {
       throw new NotSupportedError(`device ${device.ordinal} does not support stream-ordered memory pools`);
     }
     const hostNumaId = typeof pool === 'object' && pool.location.type === 'host-numa' ? hostNumaNode(device, pool.location.id) : undefined;
+    if (typeof pool === 'object' && pool.handleTypes === 'fabric') checkFabricSupport(device, 'pool', 'new AsyncResource');
     super(device);
     this.hostNumaId = hostNumaId;
     this.kind = hostNumaId === undefined ? 'device' : 'pinned-host';
@@ -122,12 +137,13 @@ export class AsyncResource extends DriverResource {
       this.rawPool = pool === 'default' ? device.backend.deviceGetDefaultMemPool(device.ordinal) : device.backend.deviceGetMemPool(device.ordinal);
       this.ownsPool = false;
       this.exportable = false;
+      this.handleTypes = 'none';
       this.maxSize = 0;
       this.describedPool = pool;
     } else {
       this.rawPool = device.backend.memPoolCreate({
         device: device.ordinal,
-        handleTypes: pool.handleTypes === 'posix-fd' ? MemHandleType.POSIX_FILE_DESCRIPTOR : MemHandleType.NONE,
+        handleTypes: HANDLE_TYPES[pool.handleTypes],
         maxSize: pool.maxSize,
         ...(hostNumaId === undefined ? {} : { hostNumaId }),
       });
@@ -142,7 +158,8 @@ export class AsyncResource extends DriverResource {
         }
       }
       this.ownsPool = true;
-      this.exportable = pool.handleTypes === 'posix-fd';
+      this.exportable = pool.handleTypes !== 'none';
+      this.handleTypes = pool.handleTypes;
       this.maxSize = pool.maxSize;
       this.describedPool = 'default';
     }
@@ -364,9 +381,16 @@ export class AsyncResource extends DriverResource {
 /** The properties of a new pool, checked. */
 interface PoolProperties {
   readonly maxSize: number;
-  readonly handleTypes: 'none' | 'posix-fd';
+  readonly handleTypes: AsyncHandleTypes;
   readonly location: AsyncPoolLocation;
 }
+
+/** The driver's CUmemAllocationHandleType of each `handleTypes`. */
+const HANDLE_TYPES: Readonly<Record<AsyncHandleTypes, number>> = {
+  none: MemHandleType.NONE,
+  'posix-fd': MemHandleType.POSIX_FILE_DESCRIPTOR,
+  fabric: MemHandleType.FABRIC,
+};
 
 /** The pool options, checked: 'default', or the properties of a new pool. */
 function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'current' | PoolProperties {
@@ -376,10 +400,14 @@ function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'cu
   const pool = readOptions('new AsyncResource', options, { maxSize: true, handleTypes: true, location: true }, 'pool');
   const maxSize = pool.maxSize === undefined ? 0 : readBytes(pool.maxSize, 'pool.maxSize', true);
   const handleTypes = pool.handleTypes ?? 'none';
-  if (handleTypes !== 'none' && handleTypes !== 'posix-fd') {
-    throw new RangeError(`pool.handleTypes must be 'none' or 'posix-fd', got '${String(handleTypes)}'`);
+  if (handleTypes !== 'none' && handleTypes !== 'posix-fd' && handleTypes !== 'fabric') {
+    throw new RangeError(`pool.handleTypes must be 'none', 'posix-fd' or 'fabric', got '${String(handleTypes)}'`);
   }
-  return { maxSize, handleTypes, location: readLocation(pool.location) };
+  const location = readLocation(pool.location);
+  if (handleTypes === 'fabric' && location.type !== 'device') {
+    throw new RangeError("pool.handleTypes 'fabric' is for device memory, not a pool on a host NUMA node");
+  }
+  return { maxSize, handleTypes, location };
 }
 
 /** `pool.location`, checked: 'device' or 'host-numa' with an optional node id. */

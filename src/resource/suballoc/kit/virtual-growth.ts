@@ -165,6 +165,8 @@ export class VirtualPages {
      * growth path only; null for fixed extents of `extentBytes`.
      */
     private readonly memInfo: (() => { free: number; total: number }) | null = null,
+    /** The shareable handle types each physical allocation is created with (MemHandleType bits); undefined: the backend's default. */
+    private readonly handleTypes: number | undefined = undefined,
   ) {
     this.pageBytes = backend.memGetAllocationGranularity(ordinal);
     this.rangeBytes = Math.ceil(rangeBytes / this.pageBytes) * this.pageBytes;
@@ -610,7 +612,7 @@ export class VirtualPages {
           if (n === 0) break;
           let h: number;
           try {
-            h = b.memCreate(n * P, this.ordinal);
+            h = b.memCreate(n * P, this.ordinal, this.handleTypes);
             this.calls[CALL_CREATE]!++;
           } catch (error) {
             if (!isOutOfMemory(error)) throw error;
