@@ -19,7 +19,8 @@ import { EmulatedBackend } from '../src/backend/emulated/emulated-backend.js';
 import { getBackend, setBackend } from '../src/backend/select.js';
 import { parseSize } from '../src/util/size.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
-import { replay, type GrowthFigures, type ReplayOptions, type ReplayPass } from '../src/replay/engine.js';
+import { replay, type ReplayOptions, type ReplayPass } from '../src/replay/engine.js';
+import { totalDriverCalls, type GrowthFigures } from '../src/resource/figures.js';
 import { readAllocationLog, type AllocationTrace } from '../src/replay/parse.js';
 import { createStack } from '../src/replay/stacks.js';
 
@@ -45,10 +46,7 @@ console.log(`backend ${getBackend().name}, ${repeat} passes per replay`);
 function row(name: string, trace: AllocationTrace, passes: readonly ReplayPass[]): string {
   const [first, ...later] = passes as [ReplayPass, ...ReplayPass[]];
   const mean = later.reduce((t, p) => t + p.nsPerOperation, 0) / later.length;
-  const calls = (p: ReplayPass): number => {
-    const c = p.growth?.driverCalls;
-    return c === undefined ? NaN : c.create + c.map + c.unmap + c.setAccess + c.release;
-  };
+  const calls = (p: ReplayPass): number => (p.growth === undefined ? NaN : totalDriverCalls(p.growth.driverCalls));
   const sum = (f: (p: ReplayPass) => number): number => later.reduce((t, p) => t + f(p), 0);
   const peak = Math.max(...passes.map((p) => p.peakReservedBytes));
   const overhead = (peak / trace.summary.peakLiveBytes - 1) * 100;
@@ -84,10 +82,7 @@ for (const path of paths) {
     }
     const extentSize = extents[k]!;
     const pool = new PoolResource({ extentSize });
-    const growth = (): GrowthFigures => {
-      const s = pool.statistics();
-      return { pageMoves: s.pageMoves, hostWaits: s.synchronizations, driverCalls: s.driverCalls, growthNs: s.growthNs };
-    };
+    const growth = (): GrowthFigures => pool.growthFigures();
     try {
       const name = extentSize === 'adaptive' ? 'pool adaptive' : `pool ${extentSize === Infinity ? 'inf' : `${extentSize / 2 ** 20}M`}`;
       console.log(row(name, trace, replay(trace, pool, { repeat, growth }).passes));

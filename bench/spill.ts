@@ -219,7 +219,7 @@ try {
     const { figures: f } = spilled;
     console.log(
       `    spillable arrays   ${total(spilled).toFixed(3)} s  ${gbps(work, total(spilled))} of arrays passed ` +
-        `(${f.spilledBuffers.total} spills, ${f.spilledAhead} queued ahead, ${f.waits} host waits, ${f.copiesOut} copies out, ` +
+        `(${f.spilledBuffers.total} spills, ${f.spilledAhead} queued ahead, ${f.hostWaits} host waits, ${f.copiesOut} copies out, ` +
         `${f.reloads} reloads, ${spilled.hostAllocs} cuMemHostAlloc for ${formatBytes(f.hostReservedBytes)})`,
     );
     console.log(`    by hand, pinned    ${total(byHand).toFixed(3)} s  ${gbps(work, total(byHand))}`);
@@ -266,13 +266,13 @@ try {
     const hostAllocs = calls.count;
     for (const a of arrays) check(a.toHost(), 'spillable');
     for (const a of arrays) a.free();
-    const delta = (key: 'copiesOut' | 'reloads' | 'spilledAhead' | 'waits'): number => end[key] - start[key];
+    const delta = (key: 'copiesOut' | 'reloads' | 'spilledAhead' | 'hostWaits'): number => end[key] - start[key];
     const figures: SpillFigures = {
       ...end,
       copiesOut: delta('copiesOut'),
       reloads: delta('reloads'),
       spilledAhead: delta('spilledAhead'),
-      waits: delta('waits'),
+      hostWaits: delta('hostWaits'),
       spilledBuffers: { ...end.spilledBuffers, total: end.spilledBuffers.total - start.spilledBuffers.total },
     };
     emptyCache(device);

@@ -143,8 +143,6 @@ export const CUresultName: Readonly<Record<number, string>> = {
 export interface OutOfMemoryStatistics {
   /** Bytes handed out through the resource and not yet returned (as requested), with peak and total. */
   readonly allocatedBytes: Counter;
-  /** @deprecated the same counter as `allocatedBytes`, under its old name; kept for one release. */
-  readonly bytes: Counter;
   /** Live allocations, with peak and total. */
   readonly allocations: Counter;
   /** Bytes the resource holds from the driver or its upstream, for caching resources. */

@@ -29,6 +29,7 @@ import { RESOURCE_STACK_NAMES, isResourceStackName, type ResourceStackName } fro
 import { formatBytes, formatBytesExact, parseSize } from '../util/size.js';
 import { renderReport } from '../report/html.js';
 import type { TableSection } from '../report/report.js';
+import { totalDriverCalls } from '../resource/figures.js';
 import { replayReport } from '../report/replay-report.js';
 import { parseCommandArgs } from './args.js';
 import { commandBackend } from './fallback-warning.js';
@@ -482,10 +483,7 @@ function passTable(stacks: readonly (readonly [string, readonly ReplayPass[]])[]
     'peak reserved first',
     `peak reserved ${span}`,
   ];
-  const calls = (p: ReplayPass): number => {
-    const c = p.growth?.driverCalls;
-    return c === undefined ? NaN : c.create + c.map + c.unmap + c.setAccess + c.release;
-  };
+  const calls = (p: ReplayPass): number => (p.growth === undefined ? NaN : totalDriverCalls(p.growth.driverCalls));
   const rows = stacks.map(([name, passes]): string[] => {
     const first = passes[0]!;
     const later = passes.slice(1);

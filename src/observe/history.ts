@@ -7,9 +7,12 @@
  * `releaseCached`), for the outermost call only: the program's call on the top of a stack, not the
  * calls the stack makes to its upstreams. So every resource is recorded the same way, written once,
  * and an adaptor over a pool gives one event per allocation. Reserved bytes are followed the same
- * way: after each allocation and `releaseCached` the stack's reserving resource (the first in its
- * upstream chain that reports `reservedBytes`) is read, and a change is a `reserve` or `release`
- * event (frees are not read: resources give memory back in releaseCached or while growing).
+ * way: at each allocation and after `releaseCached` the top's `reservedBytes` (which every
+ * resource reports, an adaptor its upstream's) is read, and a change is a `reserve` or `release`
+ * event (frees are not read: resources give memory back in releaseCached or while growing; spills
+ * and reloads are, as they move physical memory). A stack
+ * whose reserved bytes are its allocated ones (`memoryFigures().reservedFromAllocated`: one driver
+ * allocation per block) or that keeps no figures has no reserve events.
  *
  * Cost, with stacks off: no object is made per event; an event is six numbers written into one
  * Float64Array, a time read from shared memory (`history-clock.ts`: a clock read would cost more
@@ -23,7 +26,7 @@ import { Device } from '../device.js';
 import { VramStateError } from '../errors.js';
 import { callerFrames, rawStack } from '../util/call-stack.js';
 import { TickingClock } from './history-clock.js';
-import { isReserving, setAllocationObserver, type AllocationObserver, type MemoryResource, type ReservingResource } from '../resource/resource.js';
+import { setAllocationObserver, type AllocationObserver, type MemoryResource } from '../resource/resource.js';
 import type { HistoryEvent, HistoryEventKind, SnapshotBaseline, SnapshotResource, SnapshotStack } from './snapshot-format.js';
 import { readOptions } from '../util/options.js';
 import { setSpillObserver, type SpillObserver } from '../buffer/spill/spill-manager.js';
@@ -78,9 +81,12 @@ export interface LiveSite {
 export interface ResourceRecord extends Pick<SnapshotResource, 'id' | 'label' | 'className' | 'kind' | 'device' | 'upstream'> {
   /** The resource, while it lives. */
   readonly ref: WeakRef<MemoryResource>;
-  /** The first resource of its upstream chain that reports reserved bytes: the stack's reserved figure. */
-  readonly reserveSource: ReservingResource | null;
-  /** The reserve source's reserved bytes after the last event recorded on this stack. */
+  /**
+   * Whether the history follows the resource's `reservedBytes`: where its figures measure them
+   * (not `reservedFromAllocated`, and not none).
+   */
+  readonly measuresReserved: boolean;
+  /** The resource's reserved bytes after the last event recorded on this stack. */
   lastReserved: number;
   /** The history that took this stack's baseline, and the baseline. */
   seenBy: MemoryHistory | null;
@@ -125,10 +131,6 @@ export function resourceRecord(mr: MemoryResource): ResourceRecord {
   let record = records.get(mr);
   if (record === undefined) {
     const upstream = mr.upstream === undefined ? null : resourceRecord(mr.upstream).id;
-    let reserveSource: ReservingResource | null = null;
-    for (let r: MemoryResource | undefined = mr; r !== undefined && reserveSource === null; r = r.upstream) {
-      if (isReserving(r)) reserveSource = r;
-    }
     record = {
       id: nextResourceId++,
       label: mr.describe(),
@@ -137,7 +139,7 @@ export function resourceRecord(mr: MemoryResource): ResourceRecord {
       device: mr.deviceOrdinal,
       upstream,
       ref: new WeakRef(mr),
-      reserveSource,
+      measuresReserved: measuresReserved(mr),
       lastReserved: 0,
       seenBy: null,
       baseline: null,
@@ -145,6 +147,16 @@ export function resourceRecord(mr: MemoryResource): ResourceRecord {
     records.set(mr, record);
   }
   return record;
+}
+
+/** Whether `mr`'s figures measure reserved bytes (read once per resource: its figures' kind does not change). */
+function measuresReserved(mr: MemoryResource): boolean {
+  try {
+    const figures = mr.memoryFigures();
+    return figures !== undefined && figures.reservedFromAllocated !== true;
+  } catch {
+    return false; // destroyed: nothing more will be reserved
+  }
 }
 
 /** The recording history of each device, by ordinal. */
@@ -183,19 +195,19 @@ function forgetLast(): void {
 const dispatcher: AllocationObserver = {
   allocated(mr, ptr, bytes, handle) {
     if (mr !== lastResource) lookUp(mr, bytes);
-    lastHistory?.add(ALLOC, lastRecord!, ptr, bytes, handle);
+    lastHistory?.add(ALLOC, lastRecord!, mr, ptr, bytes, handle);
   },
   deallocated(mr, ptr, bytes, handle) {
     if (mr !== lastResource) lookUp(mr, -bytes);
-    lastHistory?.add(FREE, lastRecord!, ptr, bytes, handle);
+    lastHistory?.add(FREE, lastRecord!, mr, ptr, bytes, handle);
   },
   failed(mr, bytes, handle) {
     if (mr !== lastResource) lookUp(mr, 0);
-    lastHistory?.add(OOM, lastRecord!, Number.NaN, bytes, handle);
+    lastHistory?.add(OOM, lastRecord!, mr, Number.NaN, bytes, handle);
   },
   releasedCache(mr) {
     if (mr !== lastResource) lookUp(mr, 0);
-    lastHistory?.reserveReleased(lastRecord!);
+    lastHistory?.reserveReleased(lastRecord!, mr);
   },
 };
 
@@ -203,11 +215,11 @@ const dispatcher: AllocationObserver = {
 const spillDispatcher: SpillObserver = {
   spilled(mr, ptr, bytes) {
     if (mr !== lastResource) lookUp(mr, 0);
-    lastHistory?.addMove(SPILL, lastRecord!, ptr, bytes, 0);
+    lastHistory?.addMove(SPILL, lastRecord!, mr, ptr, bytes, 0);
   },
   reloaded(mr, ptr, bytes, handle) {
     if (mr !== lastResource) lookUp(mr, 0);
-    lastHistory?.addMove(RELOAD, lastRecord!, ptr, bytes, handle);
+    lastHistory?.addMove(RELOAD, lastRecord!, mr, ptr, bytes, handle);
   },
 };
 
@@ -439,13 +451,13 @@ export class MemoryHistory {
       m = m?.upstream;
       r = m === undefined ? null : resourceRecord(m);
     }
-    const source = record.reserveSource;
-    record.lastReserved = source === null ? 0 : source.reservedBytes;
+    const measured = record.measuresReserved;
+    record.lastReserved = measured ? (mr.reservedBytes ?? 0) : 0;
     const allocated = mr.memoryFigures()?.allocatedBytes.value;
     record.baseline = {
       time: this.#time[0]!,
       allocatedBytes: allocated === undefined ? null : allocated - allocatedChange,
-      reservedBytes: source === null ? null : record.lastReserved,
+      reservedBytes: measured ? record.lastReserved : null,
     };
   }
 
@@ -455,7 +467,7 @@ export class MemoryHistory {
    *
    * @internal
    */
-  add(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
+  add(kind: number, record: ResourceRecord, mr: MemoryResource, address: number, bytes: number, stream: number): void {
     // Small, so V8 inlines it into the resource's allocate and deallocate: a double passed to a
     // call that is not inlined is boxed, an allocation per event (measured: `add` written out
     // with the stack and reserve cases was 417 bytes of bytecode, over the inlining budget). The
@@ -463,9 +475,8 @@ export class MemoryHistory {
     // memory back in releaseCached (recorded there) or while they grow, not when a block is freed.
     if (--this.#untilClockCheck === 0) this.#untilClockCheck = this.#clock.check();
     const time = this.#time[0]!;
-    const source = record.reserveSource;
-    if (this.stacks || (kind !== FREE && source !== null && source.reservedBytes !== record.lastReserved)) {
-      this.#addWith(kind, record, address, bytes, stream, time);
+    if (this.stacks || (kind !== FREE && record.measuresReserved && mr.reservedBytes !== record.lastReserved)) {
+      this.#addWith(kind, record, mr, address, bytes, stream, time);
       return;
     }
     this.#write(kind + 8 * record.id, address, bytes, stream, time, -1);
@@ -476,16 +487,20 @@ export class MemoryHistory {
    *
    * @internal
    */
-  addMove(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number): void {
-    this.#write(kind + 8 * record.id, address, bytes, stream, this.#time[0]!, -1);
+  addMove(kind: number, record: ResourceRecord, mr: MemoryResource, address: number, bytes: number, stream: number): void {
+    const time = this.#time[0]!;
+    if (record.measuresReserved) {
+      const reserved = mr.reservedBytes ?? 0;
+      if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
+    }
+    this.#write(kind + 8 * record.id, address, bytes, stream, time, -1);
   }
 
   /** `add` with a call stack to capture or a change of reserved bytes to record before the event. */
-  #addWith(kind: number, record: ResourceRecord, address: number, bytes: number, stream: number, time: number): void {
+  #addWith(kind: number, record: ResourceRecord, mr: MemoryResource, address: number, bytes: number, stream: number, time: number): void {
     const stack = this.stacks && kind !== FREE ? this.#stackId() : -1;
-    const source = record.reserveSource;
-    if (kind !== FREE && source !== null) {
-      const reserved = source.reservedBytes;
+    if (kind !== FREE && record.measuresReserved) {
+      const reserved = mr.reservedBytes ?? 0;
       if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, stream, time);
     }
     this.#write(kind + 8 * record.id, address, bytes, stream, time, stack);
@@ -521,10 +536,9 @@ export class MemoryHistory {
    *
    * @internal
    */
-  reserveReleased(record: ResourceRecord): void {
-    const source = record.reserveSource;
-    if (source === null) return;
-    const reserved = source.reservedBytes;
+  reserveReleased(record: ResourceRecord, mr: MemoryResource): void {
+    if (!record.measuresReserved) return;
+    const reserved = mr.reservedBytes ?? 0;
     if (reserved !== record.lastReserved) this.#reserveChange(record, reserved, 0, this.#time[0]!);
   }
 

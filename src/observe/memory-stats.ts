@@ -15,6 +15,7 @@ import { allocationWaits, resetPeakWaits, type AllocationWaits } from '../resour
 import { spillFigures, type SpillFigures } from '../buffer/spill/spill-manager.js';
 import { foreignFigures, type ForeignFigures } from '../buffer/foreign-mirror.js';
 import { graphPoolsOf } from '../resource/suballoc/graph-pool.js';
+import { totalDriverCalls, type DriverCalls } from '../resource/figures.js';
 
 /**
  * A figure now (`value`) and its high-water mark (`peak`): a `Counter` without the running total,
@@ -24,12 +25,17 @@ import { graphPoolsOf } from '../resource/suballoc/graph-pool.js';
 export type Gauge = Pick<Counter, 'value' | 'peak'>;
 
 /**
- * The figures of one device's current resource (schema version 1). Fields the resource does not
- * keep are `undefined`, never a 0 that would read as measured: a resource outside vram reports only
- * its description, errors and leaks. Every counter reads `.value` and `.peak` (and `.total` where
- * a running total is kept).
+ * The figures of one device's current resource (schema version 1): what is always there
+ * (`MemoryStatsBase`), and the resource's own figures, which every resource of vram keeps
+ * (`ResourceFigureStats`); a resource outside vram that keeps none has them all `undefined`
+ * (`NoResourceFigures`), never a 0 that would read as measured. One test narrows them all:
+ * `if (stats.allocatedBytes !== undefined) stats.reservedBytes.peak`. Every counter reads `.value`
+ * and `.peak` (and `.total` where a running total is kept).
  */
-export interface MemoryStats {
+export type MemoryStats = MemoryStatsBase & (ResourceFigureStats | NoResourceFigures);
+
+/** The fields of `memoryStats()` every resource has, whatever figures it keeps. */
+export interface MemoryStatsBase {
   /** The schema version of this object; a change of meaning or a removed field raises it. */
   readonly version: 1;
   /** The device ordinal. */
@@ -37,37 +43,11 @@ export interface MemoryStats {
   /** The current resource's `describe()`, e.g. `LimitingAdaptor(limit=64 MiB, PoolResource(...))`. */
   readonly resource: string;
   /**
-   * Bytes handed out and not yet returned (`value`, as the callers asked for them), their peak,
-   * and all bytes ever handed out (`total`). PyTorch's `allocated_bytes`.
-   */
-  readonly allocatedBytes: Counter | undefined;
-  /** Live allocations (`value`), their peak and all allocations ever made. PyTorch's `allocation`. */
-  readonly allocations: Counter | undefined;
-  /**
-   * Bytes the resource holds from the driver (or its upstream): live blocks, their rounding and
-   * what it caches. PyTorch's `reserved_bytes`. For a CudaResource it is the allocated bytes.
-   */
-  readonly reservedBytes: Gauge | undefined;
-  /**
-   * Reserved minus allocated bytes: what is cached, plus the rounding of live blocks. The most
-   * `emptyCache()` can give back (it gives back whole free pages or chunks only), and the memory
-   * that looks like a leak in `nvidia-smi` but is the cache.
-   */
-  readonly cachedBytes: number | undefined;
-  /** Allocations that failed for lack of memory and were retried (RetryOnOutOfMemory in the stack). */
-  readonly allocationRetries: number | undefined;
-  /**
    * Out-of-memory errors the current resource's `allocate` threw to its callers (failures a
    * RetryOnOutOfMemory recovered from are not among them). Counted per resource: setting another
    * current resource starts from its own count.
    */
   readonly outOfMemoryErrors: number;
-  /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */
-  readonly limitBytes: number | undefined;
-  /** Cached physical pages moved to where live data needed them (virtual-memory PoolResource). */
-  readonly pageMoves: number | undefined;
-  /** Driver calls made to grow, move and give back pages (virtual-memory PoolResource). */
-  readonly driverCalls: number | undefined;
   /**
    * Allocations the garbage-collection backstop freed because the program dropped them without
    * `free()`, with their bytes: process-wide, every device and resource together.
@@ -101,6 +81,42 @@ export interface MemoryStats {
 }
 
 /**
+ * The current resource's figures (`memoryFigures()`), as `memoryStats()` gives them. The first four
+ * are there for every resource of vram; the others only where a part of the stack keeps them.
+ */
+export interface ResourceFigureStats {
+  /**
+   * Bytes handed out and not yet returned (`value`, as the callers asked for them), their peak,
+   * and all bytes ever handed out (`total`). PyTorch's `allocated_bytes`.
+   */
+  readonly allocatedBytes: Counter;
+  /** Live allocations (`value`), their peak and all allocations ever made. PyTorch's `allocation`. */
+  readonly allocations: Counter;
+  /**
+   * Bytes the resource holds from the driver (or its upstream): live blocks, their rounding and
+   * what it caches. PyTorch's `reserved_bytes`. For a CudaResource it is the allocated bytes.
+   */
+  readonly reservedBytes: Gauge;
+  /**
+   * Reserved minus allocated bytes: what is cached, plus the rounding of live blocks. The most
+   * `emptyCache()` can give back (it gives back whole free pages or chunks only), and the memory
+   * that looks like a leak in `nvidia-smi` but is the cache.
+   */
+  readonly cachedBytes: number;
+  /** Allocations that failed for lack of memory and were retried (RetryOnOutOfMemory in the stack). */
+  readonly allocationRetries: number | undefined;
+  /** The byte cap of a LimitingAdaptor in the stack (the lowest, where there are several). */
+  readonly limitBytes: number | undefined;
+  /** Cached physical pages moved to where live data needed them (virtual-memory PoolResource). */
+  readonly pageMoves: number | undefined;
+  /** Driver calls made to grow, move and give back pages, by kind (virtual-memory PoolResource). */
+  readonly driverCalls: DriverCalls | undefined;
+}
+
+/** A current resource that keeps no figures (one from outside vram): none of `ResourceFigureStats`. */
+export type NoResourceFigures = { readonly [K in keyof ResourceFigureStats]: undefined };
+
+/**
  * The figures of the current resource of `device`, in one flat object.
  *
  * @param device The device (device 0 by default).
@@ -117,20 +133,25 @@ export function memoryStats(device?: Device | number): MemoryStats {
   const dev = Device.resolve(device);
   const mr = checkResource(getCurrentResource(dev), 'the current resource');
   const figures = mr.memoryFigures();
-  const allocated = figures?.allocatedBytes;
+  const own: ResourceFigureStats | NoResourceFigures =
+    figures === undefined
+      ? NO_FIGURES
+      : {
+          allocatedBytes: figures.allocatedBytes,
+          allocations: figures.allocations,
+          reservedBytes: Object.freeze({ value: figures.reservedBytes, peak: figures.peakReservedBytes }),
+          cachedBytes: Math.max(0, figures.reservedBytes - figures.allocatedBytes.value),
+          allocationRetries: figures.allocationRetries,
+          limitBytes: figures.limitBytes,
+          pageMoves: figures.pageMoves,
+          driverCalls: figures.driverCalls,
+        };
   return Object.freeze({
     version: 1,
     device: dev.ordinal,
     resource: mr.describe(),
-    allocatedBytes: allocated,
-    allocations: figures?.allocations,
-    reservedBytes: figures === undefined ? undefined : Object.freeze({ value: figures.reservedBytes, peak: figures.peakReservedBytes }),
-    cachedBytes: figures === undefined ? undefined : Math.max(0, figures.reservedBytes - figures.allocatedBytes.value),
-    allocationRetries: figures?.allocationRetries,
+    ...own,
     outOfMemoryErrors: mr.outOfMemoryErrors,
-    limitBytes: figures?.limitBytes,
-    pageMoves: figures?.pageMoves,
-    driverCalls: figures?.driverCalls,
     leaks: leakStatistics(),
     waits: allocationWaits(dev.ordinal),
     spill: spillFigures(dev),
@@ -138,6 +159,17 @@ export function memoryStats(device?: Device | number): MemoryStats {
     graphPools: graphPoolFigures(dev.ordinal),
   } as const);
 }
+
+const NO_FIGURES: NoResourceFigures = {
+  allocatedBytes: undefined,
+  allocations: undefined,
+  reservedBytes: undefined,
+  cachedBytes: undefined,
+  allocationRetries: undefined,
+  limitBytes: undefined,
+  pageMoves: undefined,
+  driverCalls: undefined,
+};
 
 /** The capture-private pools of device `ordinal`, summed. */
 function graphPoolFigures(ordinal: number): MemoryStats['graphPools'] {
@@ -198,7 +230,7 @@ export function memorySummary(device?: Device | number): string {
     ['Allocation retries', '-', '-', count(s.allocationRetries)],
     ['Out-of-memory errors', '-', '-', String(s.outOfMemoryErrors)],
     ['Page moves', '-', '-', count(s.pageMoves)],
-    ['Driver calls', '-', '-', count(s.driverCalls)],
+    ['Driver calls', '-', '-', count(s.driverCalls === undefined ? undefined : totalDriverCalls(s.driverCalls))],
     ['Waiting allocations', String(s.waits.count.value), String(s.waits.count.peak), String(s.waits.count.total)],
     ['Wait time (longest)', '-', `${Math.round(s.waits.waitedMs.longest)} ms`, `${Math.round(s.waits.waitedMs.total)} ms`],
     ['Wait timeouts, aborts', '-', '-', `${s.waits.timeouts}, ${s.waits.aborts}`],

@@ -378,9 +378,11 @@ const stackId = nullable(numberCheck({ min: 0, integer: true }));
 const count = numberCheck({ min: 0, integer: true });
 const counter = objectCheck({ value: numberCheck(), peak: numberCheck(), total: numberCheck() });
 
+const driverCalls = objectCheck({ create: count, map: count, unmap: count, setAccess: count, release: count });
+
 const figuresCheck = objectCheck(
   { allocatedBytes: counter, allocations: counter, reservedBytes: bytes, peakReservedBytes: bytes },
-  { allocationRetries: count, limitBytes: bytes, pageMoves: count, driverCalls: count, reservedFromAllocated: trueCheck },
+  { allocationRetries: count, limitBytes: bytes, pageMoves: count, driverCalls, reservedFromAllocated: trueCheck },
 );
 
 const pageRun: Check = (value, field) => {

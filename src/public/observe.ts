@@ -10,6 +10,7 @@ export { recordMemoryHistory, memoryHistory, MemoryHistory } from '../observe/hi
 export type { HistoryOptions, HistoryLiveBlock, LiveSite, ResourceRecord } from '../observe/history.js';
 export { memorySnapshot } from '../observe/snapshot.js';
 export type { AllocationWaits } from '../resource/waiting.js';
+export type { MemoryStatsBase, ResourceFigureStats, NoResourceFigures } from '../observe/memory-stats.js';
 export type { SnapshotOptions } from '../observe/snapshot.js';
 export { SNAPSHOT_VERSION, validateSnapshot, SnapshotFormatError } from '../observe/snapshot-format.js';
 export type {

@@ -11,16 +11,8 @@ export { parseAllocationLog, readAllocationLog, TraceParseError } from '../repla
 export { InputFileError } from '../util/input-file.js';
 export type { AllocationTrace, TraceEvent, TraceAction, TraceSummary } from '../replay/parse.js';
 export { replay, ReplayError } from '../replay/engine.js';
-export type {
-  ReplayResult,
-  ReplayOptions,
-  ReplayPass,
-  ReplayFailurePoint,
-  ReservedSource,
-  GrowthFigures,
-  ReplayTimeline,
-  PeakBlock,
-} from '../replay/engine.js';
+export type { GrowthFigures, DriverCalls } from '../resource/figures.js';
+export type { ReplayResult, ReplayOptions, ReplayPass, ReplayFailurePoint, ReservedSource, ReplayTimeline, PeakBlock } from '../replay/engine.js';
 export { renderReport } from '../report/html.js';
 export { replayReport } from '../report/replay-report.js';
 export type { ReplayReportInput, ReplayReportStack } from '../report/replay-report.js';

@@ -8,8 +8,9 @@
  *
  * @module vram/resources
  */
-export type { ReservingResource, ResourceJSON } from '../resource/resource.js';
-export type { MemoryKind, MemoryFigures } from '../resource/figures.js';
+export type { ResourceJSON } from '../resource/resource.js';
+export type { MemoryKind, MemoryFigures, GrowthFigures, DriverCalls } from '../resource/figures.js';
+export { totalDriverCalls } from '../resource/figures.js';
 export type { ByteSize } from '../validate.js';
 export { ResourceAdaptor } from '../resource/adaptors/adaptor.js';
 export { useResource } from '../resource/current.js';
@@ -33,7 +34,7 @@ export { PinnedHostResource } from '../resource/upstream/pinned-host-resource.js
 export { SpillableResource } from '../resource/upstream/spillable-resource.js';
 export type { PinnedHostOptions } from '../resource/upstream/pinned-host-resource.js';
 export { PoolResource } from '../resource/suballoc/pool.js';
-export type { PoolOptions, PoolStatistics, GrowthCalls, PoolHandleTypes } from '../resource/suballoc/pool.js';
+export type { PoolOptions, PoolHandleTypes } from '../resource/suballoc/pool.js';
 export { ArenaResource } from '../resource/suballoc/arena.js';
 export type { ArenaOptions, PitchedBlock } from '../resource/suballoc/arena.js';
 export { BinningResource } from '../resource/suballoc/binning.js';
@@ -43,7 +44,6 @@ export type { FixedSizeOptions } from '../resource/suballoc/fixed-size.js';
 export { PinnedHostPool } from '../resource/suballoc/pinned-host-pool.js';
 export type { PinnedHostPoolOptions, PinnedChunk } from '../resource/suballoc/pinned-host-pool.js';
 export { StatisticsAdaptor } from '../resource/adaptors/statistics.js';
-export type { AllocationStatistics } from '../resource/adaptors/statistics.js';
 export { LimitingAdaptor } from '../resource/adaptors/limiting.js';
 export { TrackingAdaptor } from '../resource/adaptors/tracking.js';
 export type { TrackedAllocation, TrackingOptions } from '../resource/adaptors/tracking.js';

@@ -7,7 +7,7 @@ import { Device } from '../device.js';
 import { VramError } from '../errors.js';
 import { type MemoryResource } from '../resource/resource.js';
 import { type StreamRef, defaultStream } from '../stream.js';
-import type { MemoryFigures } from '../resource/figures.js';
+import type { GrowthFigures, MemoryFigures } from '../resource/figures.js';
 import { Stream } from '../stream.js';
 import { alignUp } from '../validate.js';
 import type { SnapshotSegment } from '../resource/figures.js';
@@ -76,23 +76,6 @@ export interface ReplayTimeline {
    * memory out (`memorySegments()`), with its `describe()`; null when none does.
    */
   readonly peakSegments: { readonly resource: string; readonly segments: readonly SnapshotSegment[] } | null;
-}
-
-/** What a resource spent on growing, cumulative (PoolResource's statistics report these). */
-export interface GrowthFigures {
-  /** Cached pages moved to where live data needed them. */
-  readonly pageMoves: number;
-  /** Host waits for a stream before pages could be moved or released. */
-  readonly hostWaits: number;
-  /** Driver calls by kind (cuMemCreate, cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemRelease). */
-  readonly driverCalls: { readonly create: number; readonly map: number; readonly unmap: number; readonly setAccess: number; readonly release: number };
-  /** Nanoseconds on the growth path. */
-  readonly growthNs: number;
-  /**
-   * Stream joins, where the stack reports them (the pools): events recorded on a stream that freed
-   * blocks, and waits of another stream on them (each wait orders the two streams on the GPU).
-   */
-  readonly streamJoins?: { readonly records: number; readonly waits: number };
 }
 
 /** One pass of a repeated replay. */
@@ -527,6 +510,7 @@ function growthBetween(a: GrowthFigures, b: GrowthFigures): GrowthFigures {
   const d = b.driverCalls;
   return {
     pageMoves: b.pageMoves - a.pageMoves,
+    pageMovesBack: b.pageMovesBack - a.pageMovesBack,
     hostWaits: b.hostWaits - a.hostWaits,
     driverCalls: {
       create: d.create - c.create,
@@ -536,9 +520,9 @@ function growthBetween(a: GrowthFigures, b: GrowthFigures): GrowthFigures {
       release: d.release - c.release,
     },
     growthNs: b.growthNs - a.growthNs,
-    ...(a.streamJoins !== undefined && b.streamJoins !== undefined
-      ? { streamJoins: { records: b.streamJoins.records - a.streamJoins.records, waits: b.streamJoins.waits - a.streamJoins.waits } }
-      : {}),
+    pagesMappedAhead: b.pagesMappedAhead - a.pagesMappedAhead,
+    compactions: b.compactions - a.compactions,
+    streamJoins: { records: b.streamJoins.records - a.streamJoins.records, waits: b.streamJoins.waits - a.streamJoins.waits },
   };
 }
 

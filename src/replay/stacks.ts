@@ -2,13 +2,12 @@
  * The resource stacks `vram replay` compares, built fresh for each replay so that every figure
  * (peak reserved above all) belongs to that replay alone.
  */
-import type { PoolResource } from '../resource/suballoc/pool.js';
 import type { MemoryResource } from '../resource/resource.js';
+import type { GrowthFigures } from '../resource/figures.js';
 import { createResourceStack, type ResourceStack, type ResourceStackName } from '../resource/stacks.js';
 import { CHUNK_FRACTION, LOW_WATER_FRACTION, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES } from '../resource/suballoc/kit/adaptive-growth.js';
 import { formatBytes } from '../util/size.js';
 import { alignUp } from '../validate.js';
-import type { GrowthFigures } from './engine.js';
 import type { AllocationTrace } from './parse.js';
 
 /** A resource stack ready for one replay. */
@@ -41,18 +40,6 @@ export function arenaSizeFor(peakLiveBytes: number): number {
   return alignUp(Math.ceil(peakLiveBytes * 1.25) + (64 << 20), 2 << 20);
 }
 
-/** A PoolResource's growth figures, as the replay engine reads them. */
-function growthOf(pool: PoolResource): GrowthFigures {
-  const s = pool.statistics();
-  return {
-    pageMoves: s.pageMoves,
-    hostWaits: s.synchronizations,
-    driverCalls: s.driverCalls,
-    growthNs: s.growthNs,
-    streamJoins: { records: s.eventRecords, waits: s.streamSteals },
-  };
-}
-
 /**
  * Builds the named stack of the catalogue (src/resource/stacks.ts says what each one is) for one
  * replay, with how its figures are read:
@@ -71,13 +58,13 @@ function growthOf(pool: PoolResource): GrowthFigures {
 export function createStack(name: ResourceStackName, trace: AllocationTrace, options: StackOptions = {}): ReplayStack {
   const device = options.device ?? 0;
   const { stack, notes } = buildStack(name, trace, device, options.extentSize);
-  const pool: PoolResource | undefined = stack.pool;
+  const pool = stack.pool;
   return {
     name,
     resource: stack.resource,
     notes,
     destroy: () => stack.destroy(),
-    ...(pool === undefined ? {} : { growth: () => growthOf(pool) }),
+    ...(pool === undefined ? {} : { growth: () => pool.growthFigures() }),
   };
 }
 

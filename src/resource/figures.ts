@@ -37,8 +37,67 @@ export interface MemoryFigures {
   readonly limitBytes?: number;
   /** Cached physical pages moved to where live data needed them (virtual-memory pools). */
   readonly pageMoves?: number;
-  /** Driver calls made to grow, move and give back memory (virtual-memory pools). */
-  readonly driverCalls?: number;
+  /** Driver calls made to grow, move and give back memory, by kind (virtual-memory pools). */
+  readonly driverCalls?: DriverCalls;
+}
+
+/**
+ * Driver calls of a pool's virtual growth, by kind (cuMemCreate, cuMemMap, cuMemUnmap,
+ * cuMemSetAccess, cuMemRelease): the one shape of `driverCalls` wherever it is reported
+ * (`memoryFigures()`, `memoryStats()`, snapshots, `growthFigures()`, replay).
+ */
+export interface DriverCalls {
+  readonly create: number;
+  readonly map: number;
+  readonly unmap: number;
+  readonly setAccess: number;
+  readonly release: number;
+}
+
+/**
+ * The sum of driver calls of every kind.
+ *
+ * @param calls Driver calls by kind.
+ * @returns Their sum.
+ * @throws Never.
+ * @example
+ * ```ts
+ * totalDriverCalls({ create: 1, map: 1, unmap: 0, setAccess: 1, release: 0 }); // 3
+ * ```
+ */
+export function totalDriverCalls(calls: DriverCalls): number {
+  return calls.create + calls.map + calls.unmap + calls.setAccess + calls.release;
+}
+
+/**
+ * What a pool spent on growing, counted since it was made (`PoolResource.growthFigures()`; replay
+ * reports each pass's share of them). With upstream growth every figure but the stream joins is 0.
+ */
+export interface GrowthFigures {
+  /**
+   * Cached pages whose memory went to where a live block needed it, on the growth path only (a
+   * one-page allocation is mapped at its new place, its old mapping left there; a larger one, see
+   * `extentSize`, is unmapped and released whole and its bytes created again).
+   */
+  readonly pageMoves: number;
+  /** Of those, moves back to a place where the page was mapped before: its old mapping was still there, no driver call. */
+  readonly pageMovesBack: number;
+  /** Host waits before unmapping cached pages, each for one event on one stream that freed blocks on them and had not passed it. */
+  readonly hostWaits: number;
+  /** Driver calls made to grow, move and give back pages, by kind. */
+  readonly driverCalls: DriverCalls;
+  /** Nanoseconds spent on the growth path (allocations that had to map pages). */
+  readonly growthNs: number;
+  /** `extentSize: 'adaptive'`: pages mapped beyond what blocks needed, by growths while memory was plentiful. */
+  readonly pagesMappedAhead: number;
+  /** `extentSize: 'adaptive'`: growths refused (by the driver or the maximum) that released every wholly free extent and retried. */
+  readonly compactions: number;
+  /**
+   * Stream joins: events recorded on the streams that freed blocks (`records`, for joins and host
+   * waits), and times a stream took another stream's free blocks, waiting on such an event (`waits`:
+   * each orders the two streams on the GPU, not the host).
+   */
+  readonly streamJoins: { readonly records: number; readonly waits: number };
 }
 
 /**
@@ -54,7 +113,7 @@ export interface MemoryFigures {
  */
 export function outOfMemoryStatistics(figures: MemoryFigures | undefined): OutOfMemoryStatistics | undefined {
   if (figures === undefined) return undefined;
-  return { allocatedBytes: figures.allocatedBytes, bytes: figures.allocatedBytes, allocations: figures.allocations, reservedBytes: figures.reservedBytes };
+  return { allocatedBytes: figures.allocatedBytes, allocations: figures.allocations, reservedBytes: figures.reservedBytes };
 }
 
 /**

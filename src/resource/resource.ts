@@ -372,6 +372,38 @@ export abstract class MemoryResource {
   }
 
   /**
+   * `memoryFigures().reservedBytes`, read without building the figures: bytes held from the driver
+   * or the upstream now. Every resource of vram answers it at the cost of a field read (the memory
+   * history reads it at each allocation it records); by default it is read from `memoryFigures()`,
+   * so a resource that reports figures reports this too, and `undefined` where it keeps none.
+   *
+   * @returns The bytes, or `undefined` when the resource keeps no figures.
+   * @throws {UseAfterFreeError} Where reading them needs a resource that was destroyed.
+   * @example
+   * ```ts
+   * pool.reservedBytes === pool.memoryFigures().reservedBytes; // true
+   * ```
+   */
+  get reservedBytes(): number | undefined {
+    return this.memoryFigures()?.reservedBytes;
+  }
+
+  /**
+   * `memoryFigures().peakReservedBytes`, read without building the figures: the high-water mark of
+   * `reservedBytes` since creation or the last `resetPeakFigures()`.
+   *
+   * @returns The bytes, or `undefined` when the resource keeps no figures.
+   * @throws {UseAfterFreeError} Where reading them needs a resource that was destroyed.
+   * @example
+   * ```ts
+   * pool.peakReservedBytes - pool.memoryFigures().allocatedBytes.peak; // what the peak cost beyond its blocks
+   * ```
+   */
+  get peakReservedBytes(): number | undefined {
+    return this.memoryFigures()?.peakReservedBytes;
+  }
+
+  /**
    * Starts new high-water marks (allocated bytes and count, reserved bytes) from the current
    * figures, here and in what the resource reports; nothing by default.
    *
@@ -697,35 +729,6 @@ export abstract class MemoryResource {
   protected destroyedError(): UseAfterFreeError {
     return new UseAfterFreeError(`${this.describe()} was destroyed`);
   }
-}
-
-/**
- * Resources whose reserved bytes can be read without building their figures (pools, arenas, CUDA's
- * own pool): the memory history reads them on every event it records, where `memoryFigures()`
- * would allocate. Not a second channel: the values are `memoryFigures().reservedBytes` and
- * `.peakReservedBytes`, and everything else (stats, snapshots, replay, errors) reads those. Not
- * exported from the package root.
- */
-export interface ReservingResource extends MemoryResource {
-  /** Bytes currently obtained from the driver (physical memory, for virtual-memory pools). */
-  readonly reservedBytes: number;
-  /** The high-water mark of `reservedBytes` since creation or the last reset. */
-  readonly peakReservedBytes: number;
-}
-
-/**
- * True when `mr`'s reserved bytes can be read without building its figures (the history's fast path).
- *
- * @param mr A resource.
- * @returns Whether it is a ReservingResource.
- * @throws Never.
- * @example
- * ```ts
- * if (isReserving(mr)) console.log(`overhead ${mr.peakReservedBytes - peakLive} bytes`);
- * ```
- */
-export function isReserving(mr: MemoryResource): mr is ReservingResource {
-  return typeof (mr as Partial<ReservingResource>).peakReservedBytes === 'number';
 }
 
 /**

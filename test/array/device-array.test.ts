@@ -519,7 +519,7 @@ test("pitched arrays from an ArenaResource's pitched blocks", async () => {
       const pitch = img.strides[0]! * 12;
       assert.equal(pitch % arena.pitchAlignment, 0);
       assert.equal(pitch % 12, 0);
-      assert.ok(arena.liveBytes >= pitch * 48);
+      assert.ok(arena.memoryFigures().allocatedBytes.value >= pitch * 48);
       const data = randomData('float3', 48 * 640, 17);
       await img.copyFromAsync(data as never, { stream: s });
       assert.deepEqual(bytesOf(await img.toHostAsync()), bytesOf(data));
@@ -528,7 +528,7 @@ test("pitched arrays from an ArenaResource's pitched blocks", async () => {
       gray.copyFrom(randomData('uint8', 48 * 641, 5) as never);
       assert.throws(() => DeviceArray.pitched([2, 2], 'float32', { resource: {} as ArenaResource }), TypeError);
     }
-    assert.equal(arena.liveBytes, 0, 'the blocks went back to the arena');
+    assert.equal(arena.memoryFigures().allocatedBytes.value, 0, 'the blocks went back to the arena');
   } finally {
     arena.destroy();
   }
@@ -702,9 +702,9 @@ test('arrays come from the resource, stream and device asked for', () => {
     {
       using b = DeviceArray.zeros([1000], 'float64', { resource: arena });
       assert.equal((b.buffer as DeviceBuffer).resource, arena);
-      assert.equal(arena.liveBytes, 8000);
+      assert.equal(arena.memoryFigures().allocatedBytes.value, 8000);
     }
-    assert.equal(arena.liveBytes, 0);
+    assert.equal(arena.memoryFigures().allocatedBytes.value, 0);
   } finally {
     arena.destroy();
   }

@@ -84,7 +84,7 @@ describe('spilling ahead', () => {
         assert.equal(end.cancelledSpills, start.cancelledSpills);
         // The emulated device runs a stream's work when it is queried, so nothing is ever waited
         // for; a GPU may still be copying when the next reload needs the memory.
-        if (!onGpu) assert.equal(end.waits - start.waits, 0, 'no host wait for a copy out');
+        if (!onGpu) assert.equal(end.hostWaits - start.hostWaits, 0, 'no host wait for a copy out');
         buffers.forEach((b, i) => assert.equal(byteOf(b, stream), 3, `buffer ${i}`));
       } finally {
         for (const b of buffers) b.free();

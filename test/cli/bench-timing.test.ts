@@ -73,7 +73,7 @@ describe('measureHits', () => {
         assert.equal(f.rounds, 3);
         assert.ok(f.pairs >= HIT_PAIRS[0] && f.pairs <= HIT_PAIRS[1], String(f.pairs));
         assert.ok(Number.isFinite(f.ns) && f.ns > 0);
-        assert.equal(f.driverCalls, 0);
+        assert.equal(f.driverTally, 0);
       }
       assert.equal(stack.resource.memoryFigures()?.allocations.value, 0, 'the live blocks it kept while timing are freed');
     } finally {
@@ -85,10 +85,10 @@ describe('measureHits', () => {
     const [pool] = measureHitsApart({ stack: 'pool', sizes: [4096] });
     assert.equal(pool!.bytes, 4096);
     assert.equal(pool!.rounds, HIT_ROUNDS);
-    assert.equal(pool!.driverCalls, 0);
+    assert.equal(pool!.driverTally, 0);
     const [async] = measureHitsApart({ stack: 'async', sizes: [4096], rounds: 2 });
     assert.equal(async!.rounds, 2);
-    assert.ok(async!.driverCalls > 0, 'every AsyncResource block is a cuMemAllocAsync from the pool');
+    assert.ok(async!.driverTally > 0, 'every AsyncResource block is a cuMemAllocAsync from the pool');
     assert.throws(() => measureHitsApart({ stack: 'arena', sizes: [256] }), /the pool-hit process for stack 'arena' failed .*size/);
   });
 });

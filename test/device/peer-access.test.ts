@@ -90,7 +90,7 @@ describe('peer access to pool memory', () => {
         pool.setAccess(d1, 'none');
         const d = pool.allocate(8 * page); // five back to a's mappings, made when the peer had access
         assert.equal(d, a);
-        assert.equal(pool.statistics().pageMovesBack, 5);
+        assert.equal(pool.growthFigures().pageMovesBack, 5);
         d1.makeCurrent();
         for (let k = 0; k < 8; k++) assert.throws(() => d1.backend.memset(d + k * page, 1, 1, page), CudaError, `page ${k}`);
         d0.makeCurrent();

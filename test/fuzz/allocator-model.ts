@@ -79,7 +79,7 @@ export const factories: readonly SubjectFactory[] = [
       return {
         resource: arena,
         size: (r) => logUniform(r, 2 * 1024 * 1024),
-        live: () => ({ bytes: arena.liveBytes, count: -1 }),
+        live: () => ({ bytes: arena.memoryFigures().allocatedBytes.value, count: -1 }),
         bounded: true,
         reserved: () => arena.reservedBytes,
         close: () => arena.destroy(),
@@ -138,8 +138,8 @@ function poolSubject(pool: PoolResource, maxSize: number): Subject {
     resource: pool,
     size: (r) => logUniform(r, maxSize),
     live: () => {
-      const s = pool.statistics();
-      return { bytes: s.bytes.value, count: s.allocations.value };
+      const f = pool.memoryFigures();
+      return { bytes: f.allocatedBytes.value, count: f.allocations.value };
     },
     reserved: () => pool.reservedBytes,
     close: () => {

@@ -1,6 +1,8 @@
 /**
  * One statistics contract: every resource, sub-allocator and adaptor answers `memoryFigures()` in
- * the full shape with values that agree after allocations and frees, and `memoryStats()` over
+ * the full shape with values that agree after allocations and frees, and the reserved bytes it
+ * reports beside them (`reservedBytes`, `peakReservedBytes`) are the figures'; a pool's growth
+ * figures are declared once, `driverCalls` in one shape wherever it appears; and `memoryStats()` over
  * binning, fixed-size and pinned-host-pool stacks reports the memory they hold (they reported
  * nothing before: a binning stack was blank while the pool below held its chunks).
  */
@@ -14,6 +16,7 @@ import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
 import { ManagedResource } from '../../src/resource/upstream/managed-resource.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
 import { PinnedHostResource } from '../../src/resource/upstream/pinned-host-resource.js';
+import { SpillableResource } from '../../src/resource/upstream/spillable-resource.js';
 import { PoolResource } from '../../src/resource/suballoc/pool.js';
 import { ArenaResource } from '../../src/resource/suballoc/arena.js';
 import { BinningResource } from '../../src/resource/suballoc/binning.js';
@@ -28,6 +31,8 @@ import { RetryOnOutOfMemory } from '../../src/resource/adaptors/retry-on-oom.js'
 import { withCurrent } from '../helpers.js';
 
 const MiB = 1024 * 1024;
+/** The one shape of `driverCalls`, wherever it is reported. */
+const DRIVER_CALL_KINDS = ['create', 'map', 'unmap', 'setAccess', 'release'];
 
 /** A stack by name: the resource under test and what lies below it (destroyed after it). */
 const stacks: Record<string, () => { mr: MemoryResource; below: MemoryResource[] }> = {
@@ -50,6 +55,7 @@ const stacks: Record<string, () => { mr: MemoryResource; below: MemoryResource[]
     return { mr: new FixedSizeResource(up, { blockSize: 4096, blocksToPreallocate: 8 }), below: [up] };
   },
   PinnedHostPool: () => ({ mr: new PinnedHostPool(), below: [] }),
+  SpillableResource: () => ({ mr: new SpillableResource(), below: [] }),
   StatisticsAdaptor: () => {
     const up = new CudaResource();
     return { mr: new StatisticsAdaptor(up), below: [up] };
@@ -78,8 +84,13 @@ function isCounter(c: Counter): void {
   assert.ok(c.value <= c.peak && c.peak <= c.total, `value <= peak <= total: ${JSON.stringify(c)}`);
 }
 
-function checkShape(f: MemoryFigures | undefined, name: string): MemoryFigures {
+/** The figures' shape, and the reserved bytes every resource reports beside them (what the memory history reads) equal to theirs. */
+function checkShape(mr: MemoryResource, name: string): MemoryFigures {
+  const f = mr.memoryFigures();
   assert.ok(f !== undefined, `${name}.memoryFigures() is undefined`);
+  assert.equal(mr.reservedBytes, f.reservedBytes, `${name}.reservedBytes is memoryFigures().reservedBytes`);
+  assert.equal(mr.peakReservedBytes, f.peakReservedBytes, `${name}.peakReservedBytes is memoryFigures().peakReservedBytes`);
+  if (f.driverCalls !== undefined) assert.deepEqual(Object.keys(f.driverCalls), DRIVER_CALL_KINDS, `${name}: driver calls by kind`);
   isCounter(f.allocatedBytes);
   isCounter(f.allocations);
   assert.ok(Number.isInteger(f.reservedBytes) && f.reservedBytes >= 0, `${name}: reservedBytes ${f.reservedBytes}`);
@@ -95,24 +106,24 @@ for (const [name, make] of Object.entries(stacks)) {
       const a = mr.allocate(1000);
       const b = mr.allocate(3000);
       const c = mr.allocate(200);
-      const f1 = checkShape(mr.memoryFigures(), name);
+      const f1 = checkShape(mr, name);
       assert.deepEqual(f1.allocations, { value: 3, peak: 3, total: 3 }, name);
       assert.ok(f1.allocatedBytes.value >= 4200, `${name}: ${f1.allocatedBytes.value} allocated`);
       assert.ok(f1.reservedBytes >= f1.allocatedBytes.value, `${name}: reserved ${f1.reservedBytes} under allocated ${f1.allocatedBytes.value}`);
       mr.deallocate(b, 3000);
       mr.deallocate(a, 1000);
-      const f2 = checkShape(mr.memoryFigures(), name);
+      const f2 = checkShape(mr, name);
       assert.deepEqual(f2.allocations, { value: 1, peak: 3, total: 3 }, name);
       assert.equal(f2.allocatedBytes.peak, f1.allocatedBytes.value, name);
       assert.equal(f2.allocatedBytes.total, f1.allocatedBytes.total, name);
       assert.ok(f2.allocatedBytes.value < f1.allocatedBytes.value, name);
       mr.resetPeakFigures();
-      const f3 = checkShape(mr.memoryFigures(), name);
+      const f3 = checkShape(mr, name);
       assert.equal(f3.allocations.peak, 1, `${name}: resetPeakFigures restarts the peak`);
       assert.equal(f3.allocatedBytes.peak, f3.allocatedBytes.value, name);
       assert.equal(f3.allocations.total, 3, `${name}: the total stays`);
       mr.deallocate(c, 200);
-      const f4 = checkShape(mr.memoryFigures(), name);
+      const f4 = checkShape(mr, name);
       assert.deepEqual(f4.allocations, { value: 0, peak: 1, total: 3 }, name);
       assert.equal(f4.allocatedBytes.value, 0, name);
     } finally {
@@ -136,7 +147,7 @@ test("memoryStats over new BinningResource(new PoolResource()) reports the pool'
       assert.ok(poolFigures.reservedBytes > 4 * MiB);
       assert.deepEqual(s.reservedBytes, { value: poolFigures.reservedBytes, peak: poolFigures.peakReservedBytes });
       assert.equal(s.cachedBytes, poolFigures.reservedBytes - s.allocatedBytes!.value);
-      assert.equal(s.driverCalls, poolFigures.driverCalls, 'what the pool reports beyond reserved comes up too');
+      assert.deepEqual(s.driverCalls, poolFigures.driverCalls, 'what the pool reports beyond reserved comes up too');
       assert.match(memorySummary(), /Reserved memory +\d/);
       for (const p of small) bins.deallocate(p, 1000);
       bins.deallocate(large, 4 * MiB);
@@ -191,5 +202,40 @@ test('a PinnedHostPool reports the buffers it holds and those it lent (memorySta
     assert.equal(staging.memoryFigures().peakReservedBytes, held);
   } finally {
     staging.destroy();
+  }
+});
+
+test("a pool's growth figures: one declaration, driverCalls by kind as memoryFigures() and memoryStats() report them, hostWaits", () => {
+  withCurrent(new PoolResource(), (pool) => {
+    const p = pool.allocate(3 * MiB);
+    const growth = pool.growthFigures();
+    assert.deepEqual(Object.keys(growth).sort(), [
+      'compactions',
+      'driverCalls',
+      'growthNs',
+      'hostWaits',
+      'pageMoves',
+      'pageMovesBack',
+      'pagesMappedAhead',
+      'streamJoins',
+    ]);
+    assert.deepEqual(Object.keys(growth.driverCalls), DRIVER_CALL_KINDS);
+    assert.ok(growth.driverCalls.map >= 1, 'growing mapped pages');
+    assert.deepEqual(pool.memoryFigures().driverCalls, growth.driverCalls, 'the same figure, the same shape');
+    assert.equal(pool.memoryFigures().pageMoves, growth.pageMoves);
+    assert.deepEqual(memoryStats().driverCalls, growth.driverCalls);
+    pool.deallocate(p, 3 * MiB);
+  });
+  const chunked = new CudaResource();
+  const overUpstream = new PoolResource({ upstream: chunked });
+  try {
+    overUpstream.deallocate(overUpstream.allocate(1000), 1000);
+    const g = overUpstream.growthFigures();
+    assert.deepEqual(g.driverCalls, { create: 0, map: 0, unmap: 0, setAccess: 0, release: 0 }, 'upstream growth makes no virtual-memory calls');
+    assert.equal(g.hostWaits, 0);
+    assert.equal(overUpstream.memoryFigures().driverCalls, undefined);
+  } finally {
+    overUpstream.destroy();
+    chunked.destroy();
   }
 });

@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import type { Ptr } from '../../src/backend/backend.js';
 import { OutOfMemoryError, VramStateError } from '../../src/errors.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
+import { SpillableResource } from '../../src/resource/upstream/spillable-resource.js';
 import { memoryHistory, recordMemoryHistory, resourceRecord } from '../../src/observe/history.js';
 import { TickingClock } from '../../src/observe/history-clock.js';
 import { LimitingAdaptor } from '../../src/resource/adaptors/limiting.js';
@@ -124,6 +125,31 @@ function fromSiteA(pool: PoolResource): Ptr {
 function fromSiteB(pool: PoolResource): Ptr {
   return pool.allocate(512);
 }
+
+test("reserves follow every resource's reservedBytes where they are measured: a SpillableResource's physical memory, none for a CudaResource", () => {
+  using spillable = new SpillableResource();
+  using cuda = new CudaResource();
+  const history = recordMemoryHistory({ maxEntries: 1000 });
+  let held: number;
+  try {
+    cuda.deallocate(cuda.allocate(MiB), MiB); // reserved is allocated (one driver allocation per block): nothing to follow
+    const a = spillable.allocate(MiB);
+    const b = spillable.allocate(2 * MiB);
+    held = spillable.reservedBytes;
+    spillable.deallocate(a, MiB);
+    spillable.deallocate(b, 2 * MiB);
+  } finally {
+    history.stop();
+  }
+  const id = resourceRecord(spillable).id;
+  const baseline = resourceRecord(spillable).baseline!;
+  assert.ok(held >= 3 * MiB);
+  const reserves = history.events().filter((e) => e.kind === 'reserve' && e.resource === id);
+  assert.ok(reserves.length >= 1, 'the second block mapped physical memory: a reserve event');
+  assert.equal(baseline.reservedBytes! + reserves.reduce((sum, e) => sum + e.bytes, 0), held, 'baseline and reserves add up to what it held');
+  assert.equal(resourceRecord(cuda).baseline!.reservedBytes, null, "a CudaResource's reserved bytes are not measured");
+  assert.ok(!history.events().some((e) => (e.kind === 'reserve' || e.kind === 'release') && e.resource === resourceRecord(cuda).id));
+});
 
 test("stacks: one id per allocating site, its frames the program's (not vram's), live blocks kept with their site", () => {
   using pool = new PoolResource();

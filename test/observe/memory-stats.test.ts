@@ -9,7 +9,7 @@ import type { Ptr } from '../../src/backend/backend.js';
 import { OutOfMemoryError } from '../../src/errors.js';
 import { AsyncResource } from '../../src/resource/upstream/async-resource.js';
 import { CudaResource } from '../../src/resource/upstream/cuda-resource.js';
-import { emptyCache } from '../../src/resource/current.js';
+import { emptyCache, getCurrentResource } from '../../src/resource/current.js';
 import { LimitingAdaptor } from '../../src/resource/adaptors/limiting.js';
 import { memoryStats, memorySummary, resetPeakStats } from '../../src/observe/memory-stats.js';
 import { RetryOnOutOfMemory } from '../../src/resource/adaptors/retry-on-oom.js';
@@ -29,7 +29,7 @@ test('PoolResource: allocated, reserved and cached move with allocate, free, emp
     assert.match(a.resource, /^PoolResource\(/);
     assert.deepEqual(a.allocatedBytes, { value: 0, peak: 0, total: 0 });
     assert.equal(typeof a.pageMoves, 'number');
-    assert.equal(typeof a.driverCalls, 'number');
+    assert.deepEqual(Object.keys(a.driverCalls ?? {}), ['create', 'map', 'unmap', 'setAccess', 'release'], 'driver calls by kind, as growthFigures() has them');
     assert.equal(a.allocationRetries, undefined);
     assert.equal(a.limitBytes, undefined);
     assert.equal(a.outOfMemoryErrors, 0);
@@ -42,7 +42,8 @@ test('PoolResource: allocated, reserved and cached move with allocate, free, emp
     assert.deepEqual(b.allocations, { value: 2, peak: 2, total: 2 });
     assert.ok(b.reservedBytes!.value >= 4 * MiB);
     assert.equal(b.cachedBytes, b.reservedBytes!.value - 4 * MiB);
-    assert.ok(b.driverCalls! > a.driverCalls!, 'growing maps pages through the driver');
+    assert.ok(b.driverCalls!.map > a.driverCalls!.map, 'growing maps pages through the driver');
+    assert.deepEqual(b.driverCalls, pool.growthFigures().driverCalls, "one shape of driverCalls: the pool's growth figures");
 
     pool.deallocate(p3, 3 * MiB);
     const c = memoryStats();
@@ -182,13 +183,28 @@ test('a resource that keeps no figures reports them undefined, and the summary s
   withCurrent(new Uncounted(cuda), () => {
     const s = memoryStats();
     assert.equal(s.resource, 'Uncounted');
-    assert.equal(s.allocatedBytes, undefined);
-    assert.equal(s.reservedBytes, undefined);
-    assert.equal(s.cachedBytes, undefined);
+    assert.deepEqual(
+      [s.allocatedBytes, s.allocations, s.reservedBytes, s.cachedBytes, s.allocationRetries, s.limitBytes, s.pageMoves, s.driverCalls],
+      Array(8).fill(undefined),
+      "none of the resource's figures, all together",
+    );
+    assert.equal(getCurrentResource(0).reservedBytes, undefined, 'nor its reserved bytes');
     resetPeakStats();
     assert.match(memorySummary(), /\nAllocated memory +n\/a +n\/a +n\/a\n/);
   });
   cuda.destroy();
+});
+
+test("memoryStats()' resource figures come together: one test narrows them all", () => {
+  withCurrent(new PoolResource(), (pool) => {
+    const p = pool.allocate(MiB);
+    const s = memoryStats();
+    assert.ok(s.allocatedBytes !== undefined, 'a resource of vram keeps figures');
+    // Narrowed by the one test above: reserved and cached are there too (no `!`, no `?.`).
+    assert.equal(s.cachedBytes, s.reservedBytes.value - s.allocatedBytes.value);
+    assert.equal(s.allocations.value, 1);
+    pool.deallocate(p, MiB);
+  });
 });
 
 test('bad devices are refused', () => {

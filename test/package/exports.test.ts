@@ -637,10 +637,20 @@ test('the root exports exactly ROOT, at most 80 names', () => {
 
 /**
  * Old root names retired on purpose in this release (each with a CHANGELOG line): the second
- * statistics channel (`isReserving`), the `{ current, peak }` shape (`CurrentAndPeak`, now `Gauge`), and
- * `defaultStream`, a second name for the legacy default stream (`Stream.default()`).
+ * statistics channel (`isReserving`, `ReservingResource`: every resource reports `reservedBytes`), the
+ * `{ current, peak }` shape (`CurrentAndPeak`, now `Gauge`), the statistics beside the figures
+ * (`PoolStatistics` and `GrowthCalls`, now `GrowthFigures` and `DriverCalls`; `AllocationStatistics`,
+ * now `MemoryFigures`), and `defaultStream`, a second name for the legacy default stream (`Stream.default()`).
  */
-const RETIRED: readonly string[] = ['CurrentAndPeak', 'isReserving', 'defaultStream'];
+const RETIRED: readonly string[] = [
+  'AllocationStatistics',
+  'CurrentAndPeak',
+  'GrowthCalls',
+  'PoolStatistics',
+  'ReservingResource',
+  'defaultStream',
+  'isReserving',
+];
 
 test('every name the old root exported is exported by the root or a subpath, or retired on purpose', () => {
   const all = new Set([...exportedNames().values()].flat());

@@ -16,7 +16,7 @@ import { MemoryResource } from '../../src/resource/resource.js';
 import { StatisticsAdaptor } from '../../src/resource/adaptors/statistics.js';
 import { CounterCell } from '../../src/counter.js';
 import type { MemoryFigures } from '../../src/resource/figures.js';
-import { ReplayError, estimateDriverReservation, peakOccupied, replay, type GrowthFigures } from '../../src/replay/engine.js';
+import { ReplayError, estimateDriverReservation, peakOccupied, replay } from '../../src/replay/engine.js';
 import { TraceParseError, parseAllocationLog, readAllocationLog } from '../../src/replay/parse.js';
 import { createStack, type StackOptions } from '../../src/replay/stacks.js';
 import { RESOURCE_STACK_NAMES, createResourceStack } from '../../src/resource/stacks.js';
@@ -163,9 +163,9 @@ describe('replay engine', () => {
   it("replays in order to the trace's peak live and frees the leftovers", () => {
     const mr = addresses();
     const result = replay(synthetic, mr);
-    assert.equal(mr.statistics.bytes.peak, 700);
-    assert.equal(mr.statistics.allocations.total, 5);
-    assert.equal(mr.statistics.bytes.value, 0, 'leftovers freed after the timed loop');
+    assert.equal(mr.memoryFigures().allocatedBytes.peak, 700);
+    assert.equal(mr.memoryFigures().allocations.total, 5);
+    assert.equal(mr.memoryFigures().allocatedBytes.value, 0, 'leftovers freed after the timed loop');
     assert.equal(result.operations, 7);
     assert.equal(result.peakLiveBytes, 700);
     assert.ok(result.totalNs > 0);
@@ -225,7 +225,7 @@ describe('replay engine', () => {
         return true;
       },
     );
-    assert.equal(mr.statistics.bytes.value, 0);
+    assert.equal(mr.memoryFigures().allocatedBytes.value, 0);
   });
 
   it("a failure in a later pass names that pass, and the pass's blocks go back", () => {
@@ -248,31 +248,27 @@ describe('replay engine', () => {
         return true;
       },
     );
-    assert.equal(mr.statistics.bytes.value, 0);
+    assert.equal(mr.memoryFigures().allocatedBytes.value, 0);
   });
 
   it('repeats the trace back to back: each pass its own pointers, figures and growth share', () => {
     const mr = addresses();
     const result = replay(synthetic, mr, { repeat: 3 });
     assert.equal(result.passes.length, 3);
-    assert.equal(mr.statistics.allocations.total, 15, 'five allocations a pass');
-    assert.equal(mr.statistics.bytes.value, 0, "every pass's leftovers freed");
-    assert.equal(mr.statistics.bytes.peak, 700, "a pass's leftovers never overlap the next pass");
+    assert.equal(mr.memoryFigures().allocations.total, 15, 'five allocations a pass');
+    assert.equal(mr.memoryFigures().allocatedBytes.value, 0, "every pass's leftovers freed");
+    assert.equal(mr.memoryFigures().allocatedBytes.peak, 700, "a pass's leftovers never overlap the next pass");
     assert.equal(result.totalNs, result.passes[0]!.totalNs);
     assert.throws(() => replay(synthetic, addresses(), { repeat: 0 }), RangeError);
 
     using pool = new PoolResource();
-    const growth = (): GrowthFigures => {
-      const st = pool.statistics();
-      return { pageMoves: st.pageMoves, hostWaits: st.synchronizations, driverCalls: st.driverCalls, growthNs: st.growthNs };
-    };
-    const warm = replay(synthetic, pool, { repeat: 2, growth });
+    const warm = replay(synthetic, pool, { repeat: 2, growth: () => pool.growthFigures() });
     const [first, second] = warm.passes;
     assert.ok(first!.growth!.driverCalls.create >= 1 && first!.growth!.driverCalls.map >= 1, 'the first pass maps a page');
     assert.ok(first!.growth!.growthNs > 0);
     assert.deepEqual(second!.growth!.driverCalls, { create: 0, map: 0, unmap: 0, setAccess: 0, release: 0 }, 'a warm pool makes no driver call');
     assert.equal(second!.peakReservedBytes, first!.peakReservedBytes);
-    const stats = pool.statistics();
+    const stats = pool.growthFigures();
     assert.equal(stats.driverCalls.map, stats.driverCalls.setAccess, 'one set-access per map (no peers)');
   });
 
@@ -306,9 +302,9 @@ describe('replay of the real traces', () => {
     const result = replay(resnet, counted);
     assert.equal(result.operations, 5081);
     // The replay held exactly the trace's live set at its peak, and gave every block back.
-    assert.equal(counted.statistics.bytes.peak, result.peakLiveBytes);
-    assert.equal(counted.statistics.allocations.total, resnet.summary.allocations);
-    assert.equal(counted.statistics.bytes.value, 0, 'every block returned to the resource');
+    assert.equal(counted.memoryFigures().allocatedBytes.peak, result.peakLiveBytes);
+    assert.equal(counted.memoryFigures().allocations.total, resnet.summary.allocations);
+    assert.equal(counted.memoryFigures().allocatedBytes.value, 0, 'every block returned to the resource');
     // cuMemAlloc reports nothing per block: peak reserved is the documented estimate over the live set.
     assert.equal(result.reservedSource, 'estimate');
     assert.equal(result.peakReservedBytes, peakOccupied(resnet, estimateDriverReservation));

@@ -103,27 +103,31 @@ describe('StatisticsAdaptor', () => {
         const upstream = new CountingResource();
         const stats = new StatisticsAdaptor(upstream);
         const live = run(stats, program, (m) => {
-          assert.deepEqual(stats.statistics, {
-            bytes: { value: m.current, peak: m.peak, total: m.total },
-            allocations: { value: m.count, peak: m.peakCount, total: m.totalCount },
-          });
+          const { allocatedBytes, allocations } = stats.memoryFigures();
+          assert.deepEqual(
+            { allocatedBytes, allocations },
+            {
+              allocatedBytes: { value: m.current, peak: m.peak, total: m.total },
+              allocations: { value: m.count, peak: m.peakCount, total: m.totalCount },
+            },
+          );
         });
         for (const b of live) stats.deallocate(b.ptr, b.bytes);
-        assert.equal(stats.statistics.bytes.value, 0);
+        assert.equal(stats.memoryFigures().allocatedBytes.value, 0);
         assert.equal(upstream.live.size, 0);
       }),
     );
   });
 
-  it('resetPeaks starts the marks from the current figures', () => {
+  it('resetPeakFigures starts the marks from the current figures', () => {
     const stats = new StatisticsAdaptor(new CountingResource());
     const a = stats.allocate(1000);
     const b = stats.allocate(3000);
     stats.deallocate(b, 3000);
-    assert.equal(stats.statistics.bytes.peak, 4000);
-    stats.resetPeaks();
-    assert.equal(stats.statistics.bytes.peak, 1000);
-    assert.equal(stats.statistics.allocations.peak, 1);
+    assert.equal(stats.memoryFigures().allocatedBytes.peak, 4000);
+    stats.resetPeakFigures();
+    assert.equal(stats.memoryFigures().allocatedBytes.peak, 1000);
+    assert.equal(stats.memoryFigures().allocations.peak, 1);
     stats.deallocate(a, 1000);
   });
 
@@ -151,7 +155,6 @@ describe('LimitingAdaptor', () => {
         assert.equal(error.requestedBytes, 1);
         assert.match(error.resource ?? '', /LimitingAdaptor\(limit=1 MiB, CountingResource\)/);
         assert.equal(error.statistics?.allocatedBytes.value, 1 << 20);
-        assert.equal(error.statistics?.bytes, error.statistics?.allocatedBytes, 'the deprecated name is the same counter');
         assert.equal(error.statistics?.allocations.value, 4);
         return true;
       },
@@ -217,6 +220,26 @@ describe('TrackingAdaptor', () => {
     assert.equal(tracking.outstandingCount, 2);
   });
 
+  it("reports what is outstanding through it in memoryFigures(), not its upstream's other blocks", () => {
+    const pool = new PoolResource();
+    try {
+      const tracking = new TrackingAdaptor(pool);
+      const beside = pool.allocate(5000); // straight from the pool, not through the adaptor
+      const p = tracking.allocate(1000);
+      const f = tracking.memoryFigures();
+      assert.deepEqual(f.allocatedBytes, { value: 1000, peak: 1000, total: 1000 });
+      assert.deepEqual(f.allocations, { value: 1, peak: 1, total: 1 });
+      assert.equal(f.reservedBytes, pool.reservedBytes, "reserved is the pool's");
+      assert.equal(tracking.reservedBytes, pool.reservedBytes);
+      tracking.deallocate(p, 1000);
+      tracking.resetPeakFigures();
+      assert.deepEqual(tracking.memoryFigures().allocatedBytes, { value: 0, peak: 0, total: 1000 });
+      pool.deallocate(beside, 5000);
+    } finally {
+      pool.destroy();
+    }
+  });
+
   it('rejects an unknown pointer and a wrong size with InvalidPointerError, passing nothing upstream', () => {
     const upstream = new CountingResource();
     const tracking = new TrackingAdaptor(upstream);
@@ -251,7 +274,7 @@ describe('an adaptor that keeps its own count is equal only to itself', () => {
       'TrackingAdaptor',
       (upstream) => {
         const mr = new TrackingAdaptor(upstream);
-        return { mr, counted: () => mr.outstandingBytes };
+        return { mr, counted: () => mr.memoryFigures().allocatedBytes.value };
       },
     ],
   ];
@@ -313,13 +336,13 @@ describe('LoggingAdaptor', () => {
         for (const b of live) logging.deallocate(b.ptr, b.bytes, { handle: 0 });
         assert.equal(lines[0], 'Thread,Time,Action,Pointer,Size,Stream');
         const trace = parseAllocationLog(lines.join('\n'), 'logged');
-        assert.equal(trace.summary.peakLiveBytes, stats.statistics.bytes.peak);
-        assert.equal(trace.summary.allocations, stats.statistics.allocations.total);
+        assert.equal(trace.summary.peakLiveBytes, stats.memoryFigures().allocatedBytes.peak);
+        assert.equal(trace.summary.allocations, stats.memoryFigures().allocations.total);
         const again = new StatisticsAdaptor(new CountingResource());
         const result = replay(trace, again);
-        assert.equal(result.peakLiveBytes, stats.statistics.bytes.peak);
-        assert.equal(again.statistics.bytes.peak, stats.statistics.bytes.peak);
-        assert.equal(again.statistics.bytes.value, 0);
+        assert.equal(result.peakLiveBytes, stats.memoryFigures().allocatedBytes.peak);
+        assert.equal(again.memoryFigures().allocatedBytes.peak, stats.memoryFigures().allocatedBytes.peak);
+        assert.equal(again.memoryFigures().allocatedBytes.value, 0);
       }),
       { numRuns: 50 },
     );
@@ -461,7 +484,7 @@ describe('RetryOnOutOfMemory', () => {
       (error: unknown) => {
         assert.ok(error instanceof OutOfMemoryError);
         assert.equal(error.requestedBytes, 512 << 10);
-        assert.equal(error.statistics?.bytes.value, 768 << 10);
+        assert.equal(error.statistics?.allocatedBytes.value, 768 << 10);
         assert.equal(error.statistics?.allocations.value, 1);
         assert.match(error.resource ?? '', /^RetryOnOutOfMemory\(StatisticsAdaptor\(LimitingAdaptor/);
         assert.ok(error.cause instanceof OutOfMemoryError);

@@ -31,7 +31,7 @@ test('pitched blocks: pitch rounded to the texture pitch alignment, start aligne
     blocks.push({ ptr, pitch, h });
   }
   for (const b of blocks) arena.deallocatePitched(b.ptr);
-  assert.equal(arena.liveBytes, 0);
+  assert.equal(arena.memoryFigures().allocatedBytes.value, 0);
   assert.equal(arena.freeBytes, arena.size, 'everything coalesced back into one range');
 });
 

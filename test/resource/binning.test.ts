@@ -29,7 +29,7 @@ test('requests go to the smallest bin that fits, larger ones upstream', () => {
   const mid = bin.allocate(3000);
   const big = bin.allocate(60000);
   const huge = bin.allocate(1 << 20);
-  assert.equal(pool.statistics().allocations.value, 1, '60000 bytes went to the 64 KiB bin');
+  assert.equal(pool.memoryFigures().allocations.value, 1, '60000 bytes went to the 64 KiB bin');
   assert.throws(() => bin.deallocate(small, 3000), InvalidPointerError, 'wrong size routes to a bin that does not know it');
   assert.throws(() => bin.allocate(-1), RangeError);
   bin.deallocate(small, 1000);

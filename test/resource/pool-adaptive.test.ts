@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Device } from '../../src/device.js';
 import { CudaError, CUresult, OutOfMemoryError } from '../../src/errors.js';
-import { PoolResource, type GrowthCalls } from '../../src/resource/suballoc/pool.js';
+import { PoolResource } from '../../src/resource/suballoc/pool.js';
+import type { DriverCalls } from '../../src/resource/figures.js';
 import { DeviceBuffer } from '../../src/buffer/device-buffer.js';
 import {
   adaptiveChunkPages,
@@ -28,8 +29,8 @@ const device = Device.get(0);
 const backend = device.backend;
 const page = backend.memGetAllocationGranularity(0);
 
-function calls(pool: PoolResource): GrowthCalls {
-  return pool.statistics().driverCalls;
+function calls(pool: PoolResource): DriverCalls {
+  return pool.growthFigures().driverCalls;
 }
 
 /**
@@ -61,7 +62,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const a = pool.allocate(MiB);
     assert.deepEqual(calls(pool), { create: 2, map: 2, unmap: 0, setAccess: 2, release: 0 }, 'one growth: one create, map, set-access');
     assert.equal(pool.reservedBytes, 2 * MIN_CHUNK_BYTES, 'the smallest chunk, not the one page the block needs');
-    assert.equal(pool.statistics().pagesMappedAhead, MIN_CHUNK_BYTES / page - 1);
+    assert.equal(pool.growthFigures().pagesMappedAhead, MIN_CHUNK_BYTES / page - 1);
     const more = Array.from({ length: MIN_CHUNK_BYTES / MiB - 2 }, () => pool.allocate(MiB));
     assert.equal(calls(pool).create, 2, 'later blocks land on the pages mapped ahead: no driver call');
     for (const p of [a, ...more]) pool.deallocate(p, MiB);
@@ -88,7 +89,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const w = warm(pool);
     const a = pool.allocate(large);
     assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, large, "the large block's pages only");
-    assert.equal(pool.statistics().pagesMappedAhead, 0);
+    assert.equal(pool.growthFigures().pagesMappedAhead, 0);
     const b = pool.allocate(large - page); // below the share: a chunk is mapped ahead
     assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES - large, chunk);
     assert.deepEqual([calls(pool).create, calls(pool).map], [3, 3]);
@@ -142,19 +143,19 @@ describe("PoolResource extentSize 'adaptive'", () => {
     // Every other page idle: four cached pages, none two in a row, so a three-page block has no place on mapped pages.
     for (let k = 0; k < 8; k += 2) pool.deallocate(ones[k]!, page);
     assert.equal(pool.reservedBytes, 8 * page);
-    let before = { ...calls(pool), moves: pool.statistics().pageMoves };
+    let before = { ...calls(pool), moves: pool.growthFigures().pageMoves };
     const three = pool.allocate(3 * page);
     let after = calls(pool);
-    assert.equal(pool.statistics().pageMoves - before.moves, 0, 'the maximum leaves room: nothing moved');
+    assert.equal(pool.growthFigures().pageMoves - before.moves, 0, 'the maximum leaves room: nothing moved');
     assert.equal(after.create - before.create, 3, 'three pages created, one extent each');
     assert.equal(after.unmap - before.unmap, 0);
     assert.equal(pool.reservedBytes, 11 * page);
     // The room runs out: the one page the maximum still allows is created, the other moved from an idle page.
-    before = { ...after, moves: pool.statistics().pageMoves };
+    before = { ...after, moves: pool.growthFigures().pageMoves };
     const two = pool.allocate(2 * page);
     after = calls(pool);
     assert.equal(after.create - before.create, 1, 'the page left under the maximum, created');
-    assert.equal(pool.statistics().pageMoves - before.moves, 1, 'the other moved from an idle page');
+    assert.equal(pool.growthFigures().pageMoves - before.moves, 1, 'the other moved from an idle page');
     assert.equal(pool.reservedBytes, maximum);
     pool.deallocate(three, 3 * page);
     pool.deallocate(two, 2 * page);
@@ -167,9 +168,9 @@ describe("PoolResource extentSize 'adaptive'", () => {
     {
       using _ = refuseCreates((bytes) => bytes > page); // the driver has only one-page pieces left
       const p = pool.allocate(MiB);
-      assert.equal(pool.statistics().compactions, 1);
+      assert.equal(pool.growthFigures().compactions, 1);
       assert.equal(pool.reservedBytes - MIN_CHUNK_BYTES, page, "the block's own page");
-      assert.equal(pool.statistics().pagesMappedAhead, 0);
+      assert.equal(pool.growthFigures().pagesMappedAhead, 0);
       pool.deallocate(p, MiB);
     }
     // With the driver whole again, the next growth maps a chunk ahead again.
@@ -193,7 +194,7 @@ describe("PoolResource extentSize 'adaptive'", () => {
     const budget = pool.reservedBytes + page;
     using _ = refuseCreates((bytes) => bytes > page || pool.reservedBytes + bytes > budget);
     const big = pool.allocate(chunk + 2 * page); // fits neither the free chunk's addresses nor the rest of the second
-    const s = pool.statistics();
+    const s = pool.growthFigures();
     assert.ok(pool.reservedBytes <= budget, `reserved ${pool.reservedBytes} within the ${budget} bytes the driver had`);
     assert.ok(s.driverCalls.release >= 1, 'the free extent went back to the driver');
     assert.equal(s.compactions, 1);

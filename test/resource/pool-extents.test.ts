@@ -42,9 +42,9 @@ describe('PoolResource extents and peer access', () => {
     peerWrites(b, 0x22, 'an extent mapped after setAccess');
     a.free();
     // Ten pages do not fit a's range: a's cached extent is released and ten pages made again.
-    const calls = pool.statistics().driverCalls;
+    const calls = pool.growthFigures().driverCalls;
     using c = DeviceBuffer.allocate(10 * page, { resource: pool });
-    const after = pool.statistics();
+    const after = pool.growthFigures();
     assert.equal(after.driverCalls.release - calls.release, 1, 'the cached extent released');
     assert.equal(after.driverCalls.create - calls.create, 1, 'ten pages made in one allocation');
     assert.equal(after.pageMoves, 8);

@@ -25,7 +25,7 @@ test('bad sizes are TypeError/RangeError before anything else', () => {
   for (const bad of [0, -1, 1.5, NaN, Infinity, 2 ** 60]) assert.throws(() => pool.allocate(bad), RangeError);
   assert.throws(() => pool.allocate(8n as unknown as number), TypeError);
   assert.throws(() => pool.allocate('8 bytes please'), /bytes must be a whole number of bytes or a size like 64K/);
-  assert.equal(pool.statistics().allocations.value, 0);
+  assert.equal(pool.memoryFigures().allocations.value, 0);
 });
 
 test('foreign pointer, double free and wrong size are typed errors that leave the pool consistent', () => {
@@ -39,10 +39,10 @@ test('foreign pointer, double free and wrong size are typed errors that leave th
   assert.throws(() => pool.deallocate(a + 256, 256), InvalidPointerError);
   pool.deallocate(a, 1000);
   assert.throws(() => pool.deallocate(a, 1000), DoubleFreeError);
-  assert.equal(pool.statistics().allocations.value, 1);
-  assert.equal(pool.statistics().bytes.value, 3000);
+  assert.equal(pool.memoryFigures().allocations.value, 1);
+  assert.equal(pool.memoryFigures().allocatedBytes.value, 3000);
   pool.deallocate(b, 3000);
-  assert.equal(pool.statistics().allocations.value, 0);
+  assert.equal(pool.memoryFigures().allocations.value, 0);
 });
 
 test('a hit reuses the block just freed on the same stream; reserved stays put', () => {
@@ -84,7 +84,7 @@ test('virtual growth: physical pages follow live data; cached pages are reused, 
   }
   assert.deepEqual(recorded, [0], 'one event, on the stream that freed the moved pages');
   assert.equal(pool.reservedBytes, 11 * page, 'only 2 new pages: 8 cached ones were moved');
-  assert.equal(pool.statistics().pageMoves, 8);
+  assert.equal(pool.growthFigures().pageMoves, 8);
   backend.memset(c, 7, 1, 10 * page);
   pool.deallocate(c, 10 * page);
   pool.deallocate(b, page);
@@ -108,7 +108,7 @@ test('virtual growth: a page moved away keeps its old mapping, so moving it back
     pool.deallocate(a, 8 * page);
     // Ten pages on stream S fit nowhere mapped: a's eight pages move there (mapped anew), two are created.
     const c = pool.allocate(10 * page, S);
-    assert.equal(pool.statistics().pageMoves, 8);
+    assert.equal(pool.growthFigures().pageMoves, 8);
     assert.equal(pool.reservedBytes, 11 * page);
     backend.memset(c, 5, 1, 10 * page);
     // Nine pages on S beyond c (too large for a's old place), so that c's free pages end before them.
@@ -122,11 +122,11 @@ test('virtual growth: a page moved away keeps its old mapping, so moving it back
     assert.equal(z, c);
     // Eight pages on the default stream: a's old place. The five of a's pages that are free move
     // back to their old mappings (no driver call); three more pages come as any growth's do.
-    const maps0 = pool.statistics().driverCalls.map;
+    const maps0 = pool.growthFigures().driverCalls.map;
     const d = pool.allocate(8 * page);
     assert.equal(d, a);
-    assert.equal(pool.statistics().pageMovesBack, 5);
-    assert.equal(pool.statistics().driverCalls.map - maps0, 3, 'a mapping for each of the three other pages, none for the five');
+    assert.equal(pool.growthFigures().pageMovesBack, 5);
+    assert.equal(pool.growthFigures().driverCalls.map - maps0, 3, 'a mapping for each of the three other pages, none for the five');
     // Writable and readable through the old mappings (access was granted when they were made).
     backend.memset(d, 9, 1, 8 * page);
     const out = new Uint8Array(8 * page);
@@ -204,7 +204,7 @@ test('maximumSize caps physical memory with an OutOfMemoryError carrying the req
   assert.ok(err instanceof OutOfMemoryError);
   assert.equal(err.requestedBytes, 2 * MiB);
   assert.match(err.resource ?? '', /PoolResource/);
-  assert.equal(err.statistics?.bytes.value, 3 * MiB);
+  assert.equal(err.statistics?.allocatedBytes.value, 3 * MiB);
   pool.deallocate(a, 3 * MiB);
   const b = pool.allocate(4 * MiB);
   pool.deallocate(b, 4 * MiB);
@@ -317,7 +317,7 @@ for (const mode of ['virtual', 'upstream'] as const) {
       assert.deepEqual(calls, [`record ${A.handle}`, `wait ${B.handle}`]);
       assert.deepEqual(lastBytesOn(q + n, B), new Array(16).fill(0xab), "B's read ran after A's memset");
       pool.deallocate(q, n, B);
-      assert.equal(pool.statistics().streamSteals, 1);
+      assert.equal(pool.growthFigures().streamJoins.waits, 1);
       pool.destroy();
     });
   });
@@ -330,7 +330,7 @@ test("virtual: a growth takes another stream's free mapped pages by an event wai
   withTwoStreams((A, B, calls) => {
     const page = backend.memGetAllocationGranularity(0);
     const pool = new PoolResource();
-    const driverCalls = (): number => Object.values(pool.statistics().driverCalls).reduce((a, b) => a + b, 0);
+    const driverCalls = (): number => Object.values(pool.growthFigures().driverCalls).reduce((a, b) => a + b, 0);
     const p = pool.allocate(2 * page, A);
     const q = pool.allocate(page, B);
     backend.memsetAsync(p, 0xcd, 1, 2 * page, A.handle);
@@ -342,7 +342,7 @@ test("virtual: a growth takes another stream's free mapped pages by an event wai
     assert.equal(r, p, 'B takes the pages A freed');
     assert.deepEqual(calls, [`record ${A.handle}`, `wait ${B.handle}`], 'B waits on A in stream order');
     assert.equal(driverCalls(), before, 'no page mapped or moved');
-    assert.equal(pool.statistics().pageMoves, 0);
+    assert.equal(pool.growthFigures().pageMoves, 0);
     assert.equal(pool.reservedBytes, 3 * page);
     assert.deepEqual(lastBytesOn(r + 2 * page, B), new Array(16).fill(0xcd), "B's read ran after A's memset");
     pool.deallocate(r, 2 * page, B);
@@ -360,7 +360,7 @@ test("virtual: a stream about to cut into the top of the range first gathers the
   withTwoStreams((A, B, calls) => {
     const page = backend.memGetAllocationGranularity(0);
     const pool = new PoolResource();
-    const driverCalls = (): number => Object.values(pool.statistics().driverCalls).reduce((a, b) => a + b, 0);
+    const driverCalls = (): number => Object.values(pool.growthFigures().driverCalls).reduce((a, b) => a + b, 0);
     const x = pool.allocate(page, A);
     const y = pool.allocate(page, B);
     const live = pool.allocate(page);
@@ -395,7 +395,7 @@ test('extentSize: one allocation per run grown; cached extents go whole to make 
   const page = backend.memGetAllocationGranularity(0);
   const pool = new PoolResource({ extentSize: Infinity });
   const calls = (): number[] => {
-    const c = pool.statistics().driverCalls;
+    const c = pool.growthFigures().driverCalls;
     return [c.create, c.map, c.unmap, c.setAccess, c.release];
   };
   const a = pool.allocate(8 * page);
@@ -407,7 +407,7 @@ test('extentSize: one allocation per run grown; cached extents go whole to make 
   const c = pool.allocate(10 * page);
   assert.deepEqual(calls(), [3, 3, 1, 3, 1]);
   assert.equal(pool.reservedBytes, 11 * page, 'the peak stays at what live data needs');
-  assert.equal(pool.statistics().pageMoves, 8);
+  assert.equal(pool.growthFigures().pageMoves, 8);
   backend.memset(c, 7, 1, 10 * page);
   pool.deallocate(c, 10 * page);
   // Two pages on c's cached extent: a hit. Its other eight pages cannot go while it lives.
@@ -437,7 +437,7 @@ for (const [label, extentSize] of [
       return {
         resource: pool,
         size: (r) => logUniform(r, 24 * MiB),
-        live: () => ({ bytes: pool.statistics().bytes.value, count: pool.statistics().allocations.value }),
+        live: () => ({ bytes: pool.memoryFigures().allocatedBytes.value, count: pool.memoryFigures().allocations.value }),
         reserved: () => pool.reservedBytes,
         close: () => {
           pool.releaseCached();
@@ -509,7 +509,7 @@ test('extentSize: live data survives growth that takes cached extents (random bl
         assert.equal(tagAt(p + Math.ceil(n / 256) * 256 - 256), tag, `step ${step}: last bytes of a live block`);
       }
     }
-    assert.ok(pool.statistics().pageMoves > 0, 'growth took cached extents');
+    assert.ok(pool.growthFigures().pageMoves > 0, 'growth took cached extents');
     assert.ok(refused < 150, 'most allocations fit under the cap');
   } finally {
     backend.memFreeHost(host);
@@ -539,9 +539,9 @@ test('virtual growth below the high-water mark takes cached pages when the devic
         }
       }
     }
-    const moves = pool.statistics().pageMoves;
+    const moves = pool.growthFigures().pageMoves;
     const e = pool.allocate(3 * page);
-    assert.equal(pool.statistics().pageMoves - moves, 3, 'three cached pages moved, none created');
+    assert.equal(pool.growthFigures().pageMoves - moves, 3, 'three cached pages moved, none created');
     assert.equal(pool.reservedBytes, 9 * page);
     backend.memset(e, 1, 1, 3 * page);
     pool.deallocate(e, 3 * page);
@@ -563,9 +563,9 @@ test('virtual growth after releaseCached takes cached pages before creating any,
   pool.deallocate(c, 2 * page);
   // Three pages fit nowhere mapped: c's two cached pages move there and one page is created, although
   // the pool once held eight.
-  const moves = pool.statistics().pageMoves;
+  const moves = pool.growthFigures().pageMoves;
   const d = pool.allocate(3 * page);
-  assert.equal(pool.statistics().pageMoves - moves, 2);
+  assert.equal(pool.growthFigures().pageMoves - moves, 2);
   assert.equal(pool.reservedBytes, 4 * page);
   pool.deallocate(d, 3 * page);
   pool.deallocate(e, page);
@@ -589,10 +589,10 @@ test('a growth whose best fit misses many pages goes where the fewest pages are 
   pool.deallocate(low, 6 * page);
   // Free now: pages 0-11 (0-5 mapped) and 13-20 (none mapped). An eight-page block fits best at 13
   // and would miss all eight pages there (six moved from 0-5, two created); at 0 it misses two.
-  const moves = pool.statistics().pageMoves;
+  const moves = pool.growthFigures().pageMoves;
   const b = pool.allocate(8 * page);
   assert.equal(b, low, 'placed where six of its eight pages are mapped');
-  assert.equal(pool.statistics().pageMoves - moves, 0, 'no cached page moved');
+  assert.equal(pool.growthFigures().pageMoves - moves, 0, 'no cached page moved');
   assert.equal(pool.reservedBytes, 10 * page);
   backend.memset(b, 7, 1, 8 * page);
   const out = new Uint8Array(8 * page);

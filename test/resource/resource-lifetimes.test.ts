@@ -51,7 +51,7 @@ function overlaps(a: number, an: number, b: number, bn: number): boolean {
 
 /** Live blocks in a pool (its own count, not the base class's). */
 function liveIn(pool: PoolResource): number {
-  return pool.statistics().allocations.value;
+  return pool.memoryFigures().allocations.value;
 }
 
 describe('a resource destroyed with live blocks keeps their memory until the last is freed', () => {

@@ -27,13 +27,13 @@ describe('the size argument never decides where a free goes', () => {
   it('BinningResource: a wrong size is refused and the bin keeps its chunk', () => {
     using pool = new PoolResource();
     using bins = new BinningResource(pool, { minSizeExponent: 8, maxSizeExponent: 12 });
-    const reserved = pool.statistics().bytes.value;
+    const reserved = pool.memoryFigures().allocatedBytes.value;
     const p = bins.allocate(300);
-    const inBins = pool.statistics().bytes.value;
+    const inBins = pool.memoryFigures().allocatedBytes.value;
     assert.ok(inBins > reserved, 'the 512-byte bin took a chunk from the pool');
     assert.throws(() => bins.deallocate(p, 1 << 20), InvalidPointerError);
     assert.throws(() => bins.deallocate(p, 100), InvalidPointerError);
-    assert.equal(pool.statistics().bytes.value, inBins, "the chunk is still the bin's");
+    assert.equal(pool.memoryFigures().allocatedBytes.value, inBins, "the chunk is still the bin's");
     const q = bins.allocate(300);
     assert.notEqual(q, p, 'the bin does not hand out the live block again');
     bins.deallocate(p, 300);
@@ -52,9 +52,9 @@ describe('the size argument never decides where a free goes', () => {
         (e: unknown) => e instanceof OutOfMemoryError && e.reason === 'limit',
       );
       assert.equal(limited.allocatedBytes, MiB);
-      assert.equal(stats.statistics.bytes.value, MiB, 'no negative or shrunken figure');
+      assert.equal(stats.memoryFigures().allocatedBytes.value, MiB, 'no negative or shrunken figure');
       limited.deallocate(p, MiB);
-      assert.equal(stats.statistics.bytes.value, 0);
+      assert.equal(stats.memoryFigures().allocatedBytes.value, 0);
       upstream.destroy();
     }
   });
@@ -101,7 +101,7 @@ describe('failures keep nothing they took', () => {
     });
     fail = true;
     assert.throws(() => logging.allocate(4096), /disk full/);
-    assert.equal(pool.statistics().allocations.value, 0, 'the block went back upstream');
+    assert.equal(pool.memoryFigures().allocations.value, 0, 'the block went back upstream');
     fail = false;
     logging.deallocate(logging.allocate(4096), 4096);
     logging.destroy();

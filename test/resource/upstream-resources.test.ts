@@ -122,8 +122,9 @@ test('AsyncResource over a created pool: attributes, statistics, trim, release',
   await s.synchronized();
   assert.equal(mr.usedBytes, 0);
   assert.ok(mr.reservedBytes >= bytes, 'the release threshold keeps the memory in the pool');
-  mr.resetPeaks();
-  assert.equal(mr.peakUsedBytes, 0);
+  mr.resetPeakFigures();
+  assert.equal(mr.peakUsedBytes, 0, 'resetPeakFigures restarts the used high-water mark');
+  assert.equal(mr.memoryFigures().allocatedBytes.peak, 0);
   // The driver releases memory whose stream-ordered free it has seen complete: a blocking
   // synchronise makes sure it has (a polled event is not enough for cuMemPoolTrimTo).
   device.synchronize();
@@ -132,7 +133,7 @@ test('AsyncResource over a created pool: attributes, statistics, trim, release',
   assert.equal(released, reserved - mr.reservedBytes);
   assert.ok(released > 0);
   assert.equal(mr.reservedBytes, 0);
-  mr.resetPeakReserved();
+  mr.resetPeakFigures();
   assert.equal(mr.peakReservedBytes, 0);
   mr.trimTo(0);
   assert.throws(() => mr.trimTo(-1), RangeError);

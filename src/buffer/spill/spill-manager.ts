@@ -15,7 +15,7 @@
  * least eight of that size are on the device) queues the copy out of the next least recently used
  * buffers at once, before its own copy in, and leaves their pages mapped. Their pages go when the
  * event after their copy out has passed, seen by a query at a later entry of the manager; only an
- * allocation that needs the memory now waits on the host for it (`waits` in the figures). So the
+ * allocation that needs the memory now waits on the host for it (`hostWaits` in the figures). So the
  * copy out of one buffer runs on one copy engine while the copy in of the next runs on the other,
  * and the pages it gives back are mapped again by the next reload of the same size (the resource's
  * spares: no cuMemRelease and cuMemCreate between them). A buffer used while its spill is queued
@@ -98,7 +98,7 @@ export interface SpillFigures {
    * Host waits for a copy out: an allocation or reload that needed memory at once and found no
    * spill ahead finished (spilling on demand waits for each copy out in series).
    */
-  readonly waits: number;
+  readonly hostWaits: number;
   /** Bytes of spillable buffers on the device now (a queued spill's included, until its pages go). */
   readonly residentBytes: number;
   /** Of those, bytes a lease keeps there. */
@@ -234,7 +234,7 @@ export function spillFigures(device?: Device | number): SpillFigures {
     reloadedBytes: 0,
     spilledAhead: 0,
     cancelledSpills: 0,
-    waits: 0,
+    hostWaits: 0,
     residentBytes: 0,
     leasedBytes: 0,
     hostReservedBytes: 0,
@@ -325,7 +325,7 @@ export class SpillManager {
   #reloadedBytes = 0;
   #spilledAhead = 0;
   #cancelledSpills = 0;
-  #waits = 0;
+  #hostWaits = 0;
   /** Spilling has started (memory was needed and something had to go): from then on it spills ahead. */
   #pressed = false;
   #stream: Stream | undefined;
@@ -503,7 +503,7 @@ export class SpillManager {
       reloadedBytes: this.#reloadedBytes,
       spilledAhead: this.#spilledAhead,
       cancelledSpills: this.#cancelledSpills,
-      waits: this.#waits,
+      hostWaits: this.#hostWaits,
       residentBytes: resident,
       leasedBytes: leased,
       hostReservedBytes: host.reservedBytes,
@@ -578,7 +578,7 @@ export class SpillManager {
   #waitFor(entry: SpillEntry): void {
     this.device.makeCurrent();
     this.device.backend.eventSynchronize(entry.spilling);
-    this.#waits++;
+    this.#hostWaits++;
   }
 
   /**

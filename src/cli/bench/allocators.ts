@@ -72,7 +72,7 @@ function hitsCase(settings: BenchSettings, subject: Subject): BenchCase {
         value: f.ns,
         unit: 'ns/pair',
         repeats: f.rounds,
-        ...modelMark(settings, f.driverCalls),
+        ...modelMark(settings, f.driverTally),
       })),
   };
 }

@@ -98,18 +98,18 @@ export function repeatsFor(settings: BenchSettings, full: number): number {
 
 /**
  * The one rule for the `(model)` mark: a row is a model of the driver when the backend is the
- * emulation and the code it timed called the driver for memory (`driverCalls` > 0: what the
+ * emulation and the code it timed called the driver for memory (`driverTally` > 0: what the
  * driver rows call by definition, or what `driverCallTally` moved by over the timed part). A pool
  * hit, or a random pattern over memory the pool already holds, times vram's own code and is not.
  *
  * @param settings The run's settings (its backend).
- * @param driverCalls The driver calls (or tally movement) over the timed part.
+ * @param driverTally The driver calls (or tally movement) over the timed part.
  * @returns `{ model: true }`, or nothing to spread.
  * @example
  * ```ts
  * const row = { group: 'alloc', name, size, value, unit: 'ns/pair', repeats, ...modelMark(settings, 2 * pairs) };
  * ```
  */
-export function modelMark(settings: BenchSettings, driverCalls: number): { model?: true } {
-  return settings.backend.name === 'emulated' && driverCalls > 0 ? { model: true } : {};
+export function modelMark(settings: BenchSettings, driverTally: number): { model?: true } {
+  return settings.backend.name === 'emulated' && driverTally > 0 ? { model: true } : {};
 }

@@ -5,6 +5,7 @@
  */
 import { DriverResource } from '../../resource/upstream/driver-resource.js';
 import { upstreamChain, type MemoryResource } from '../../resource/resource.js';
+import { totalDriverCalls } from '../../resource/figures.js';
 
 /**
  * A figure of `top`'s stack that grows whenever the stack calls the driver for memory: the blocks
@@ -28,7 +29,7 @@ export function driverCallTally(top: MemoryResource): number {
     const figures = resource.memoryFigures();
     if (figures === undefined) continue;
     if (resource instanceof DriverResource) tally += figures.allocations.total;
-    tally += figures.driverCalls ?? 0;
+    if (figures.driverCalls !== undefined) tally += totalDriverCalls(figures.driverCalls);
   }
   return tally;
 }

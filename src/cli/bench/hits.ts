@@ -37,7 +37,7 @@ export interface HitFigure {
   /** Pairs per round. */
   readonly pairs: number;
   /** What `driverCallTally` moved by over the timed rounds: 0 when the pairs never reached the driver. */
-  readonly driverCalls: number;
+  readonly driverTally: number;
 }
 
 /**
@@ -109,7 +109,7 @@ export function measureHits(resource: MemoryResource, sizes: readonly number[], 
         stream.synchronize();
         samples.push(Number(process.hrtime.bigint() - t0) / pairs);
       }
-      return { bytes, ns: median(samples), rounds, pairs, driverCalls: driverCallTally(resource) - before };
+      return { bytes, ns: median(samples), rounds, pairs, driverTally: driverCallTally(resource) - before };
     });
   } finally {
     for (const [ptr, bytes] of keep) resource.deallocate(ptr, bytes, stream);

@@ -90,6 +90,16 @@ export abstract class ResourceAdaptor extends MemoryResource {
     return this.upstream.memoryFigures();
   }
 
+  /** The upstream's reserved bytes: an adaptor holds nothing itself. */
+  override get reservedBytes(): number | undefined {
+    return this.upstream.reservedBytes;
+  }
+
+  /** The upstream's peak reserved bytes. */
+  override get peakReservedBytes(): number | undefined {
+    return this.upstream.peakReservedBytes;
+  }
+
   /** Restarts the upstream's peaks (an adaptor that counts restarts its own too). */
   override resetPeakFigures(): void {
     this.upstream.resetPeakFigures();

@@ -5,6 +5,8 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { InvalidPointerError } from '../../errors.js';
+import type { Counter } from '../../counter.js';
+import type { MemoryFigures } from '../figures.js';
 import type { MemoryResource } from '../resource.js';
 
 /**
@@ -63,4 +65,21 @@ export class CountedBlocks {
   delete(ptr: Ptr): void {
     this.#sizes.delete(ptr);
   }
+}
+
+/**
+ * The figures of an adaptor that counts what passes through it (statistics, tracking): its own
+ * allocated bytes and allocations, with the upstream's reserved bytes and whatever else it
+ * reports; over an upstream that keeps no figures, reserved is taken as allocated (nothing is
+ * known of what the upstream caches).
+ *
+ * @param below The upstream's `memoryFigures()`.
+ * @param allocatedBytes The adaptor's count of bytes.
+ * @param allocations The adaptor's count of blocks.
+ * @returns The adaptor's figures.
+ * @internal
+ */
+export function countedFigures(below: MemoryFigures | undefined, allocatedBytes: Counter, allocations: Counter): MemoryFigures {
+  if (below !== undefined) return { ...below, allocatedBytes, allocations };
+  return { allocatedBytes, allocations, reservedBytes: allocatedBytes.value, peakReservedBytes: allocatedBytes.peak, reservedFromAllocated: true };
 }

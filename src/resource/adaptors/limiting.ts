@@ -84,6 +84,16 @@ export class LimitingAdaptor extends ResourceAdaptor {
     return { ...below, limitBytes };
   }
 
+  /** The upstream's reserved bytes; over one that keeps no figures, the bytes counted against the limit. */
+  override get reservedBytes(): number {
+    return this.upstream.reservedBytes ?? this.counted.value;
+  }
+
+  /** The upstream's peak reserved bytes; over one that keeps no figures, the peak counted against the limit. */
+  override get peakReservedBytes(): number {
+    return this.upstream.peakReservedBytes ?? this.counted.peak;
+  }
+
   /** Restarts this adaptor's peaks and the upstream's. */
   override resetPeakFigures(): void {
     this.counted.resetPeak();

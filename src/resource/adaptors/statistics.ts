@@ -3,20 +3,12 @@
  * total), so a program can see how much it uses and an out-of-memory error can say where it went.
  */
 import type { Ptr } from '../../backend/backend.js';
-import { CounterCell, type Counter } from '../../counter.js';
+import { CounterCell } from '../../counter.js';
 import { ResourceAdaptor } from './adaptor.js';
-import { CountedBlocks } from './counted-blocks.js';
+import { CountedBlocks, countedFigures } from './counted-blocks.js';
 import type { MemoryResource } from '../resource.js';
 import type { MemoryFigures } from '../figures.js';
 import type { StreamRef } from '../../stream.js';
-
-/** What has passed through a StatisticsAdaptor: two counters of one shape. */
-export interface AllocationStatistics {
-  /** Bytes allocated and not yet deallocated (value), their high-water mark and all bytes ever allocated. */
-  readonly bytes: Counter;
-  /** Allocations not yet deallocated, their high-water mark and all allocations ever made. */
-  readonly allocations: Counter;
-}
 
 /**
  * Counts what its upstream hands out (RMM's statistics_resource_adaptor). The counters change
@@ -51,54 +43,22 @@ export class StatisticsAdaptor extends ResourceAdaptor {
   }
 
   /**
-   * @deprecated use `memoryFigures()` (`allocatedBytes` is `bytes` here); kept for one release.
-   * A snapshot of the counters, read from `memoryFigures()`.
-   */
-  get statistics(): AllocationStatistics {
-    const { allocatedBytes, allocations } = this.memoryFigures();
-    return { bytes: allocatedBytes, allocations };
-  }
-
-  /**
-   * @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release.
-   * Bytes allocated and not yet deallocated.
-   */
-  get currentBytes(): number {
-    return this.memoryFigures().allocatedBytes.value;
-  }
-
-  /**
-   * @deprecated use `resetPeakFigures()` (which restarts the upstream's peaks too); kept for one release.
-   * Starts new high-water marks from the current figures.
-   *
-   * @throws Never.
-   * @example
-   * ```ts
-   * stats.resetPeakFigures(); // rather than stats.resetPeaks()
-   * ```
-   */
-  resetPeaks(): void {
-    this.bytesCounter.resetPeak();
-    this.allocationsCounter.resetPeak();
-  }
-
-  /**
    * What passed through this adaptor (allocated bytes as asked for, allocations) with the
    * upstream's reserved bytes and what else it reports; over an upstream that keeps no figures,
    * reserved is taken as allocated (nothing is known of what the upstream caches).
    */
   override memoryFigures(): MemoryFigures {
-    const below = this.upstream.memoryFigures();
-    const own = { allocatedBytes: this.bytesCounter.snapshot(), allocations: this.allocationsCounter.snapshot() };
-    if (below !== undefined) return { ...below, ...own };
-    const bytes = own.allocatedBytes;
-    return {
-      allocatedBytes: bytes,
-      allocations: this.allocationsCounter.snapshot(),
-      reservedBytes: bytes.value,
-      peakReservedBytes: bytes.peak,
-      reservedFromAllocated: true,
-    };
+    return countedFigures(this.upstream.memoryFigures(), this.bytesCounter.snapshot(), this.allocationsCounter.snapshot());
+  }
+
+  /** The upstream's reserved bytes; over one that keeps no figures, the bytes counted here. */
+  override get reservedBytes(): number {
+    return this.upstream.reservedBytes ?? this.bytesCounter.value;
+  }
+
+  /** The upstream's peak reserved bytes; over one that keeps no figures, the peak counted here. */
+  override get peakReservedBytes(): number {
+    return this.upstream.peakReservedBytes ?? this.bytesCounter.peak;
   }
 
   /** Restarts this adaptor's peaks and the upstream's. */

@@ -5,10 +5,12 @@
  */
 import type { Ptr } from '../../backend/backend.js';
 import { ResourceAdaptor } from './adaptor.js';
-import { checkCounted } from './counted-blocks.js';
+import { checkCounted, countedFigures } from './counted-blocks.js';
+import { CounterCell } from '../../counter.js';
 import { formatBytes } from '../../util/size.js';
 import { callerFrames, rawStack } from '../../util/call-stack.js';
 import type { MemoryResource } from '../resource.js';
+import type { MemoryFigures } from '../figures.js';
 import type { StreamRef } from '../../stream.js';
 import { readOptions } from '../../util/options.js';
 
@@ -50,7 +52,8 @@ export class TrackingAdaptor extends ResourceAdaptor {
   /** Whether allocation stacks are captured. */
   readonly captureStacks: boolean;
   private readonly live = new Map<Ptr, TrackedAllocation>();
-  private liveBytes = 0;
+  private readonly liveBytes = new CounterCell();
+  private readonly liveBlocks = new CounterCell();
 
   /**
    * @param upstream The resource whose allocations are tracked.
@@ -69,14 +72,35 @@ export class TrackingAdaptor extends ResourceAdaptor {
     this.captureStacks = options.captureStacks === true;
   }
 
-  /** Bytes outstanding through this adaptor. */
-  get outstandingBytes(): number {
-    return this.liveBytes;
-  }
-
   /** Allocations outstanding through this adaptor. */
   get outstandingCount(): number {
     return this.live.size;
+  }
+
+  /**
+   * What is outstanding through this adaptor (the bytes its records asked for, and their count),
+   * with the upstream's reserved bytes and what else it reports; over an upstream that keeps no
+   * figures, reserved is taken as allocated.
+   */
+  override memoryFigures(): MemoryFigures {
+    return countedFigures(this.upstream.memoryFigures(), this.liveBytes.snapshot(), this.liveBlocks.snapshot());
+  }
+
+  /** The upstream's reserved bytes; over one that keeps no figures, the bytes outstanding here. */
+  override get reservedBytes(): number {
+    return this.upstream.reservedBytes ?? this.liveBytes.value;
+  }
+
+  /** The upstream's peak reserved bytes; over one that keeps no figures, the peak outstanding here. */
+  override get peakReservedBytes(): number {
+    return this.upstream.peakReservedBytes ?? this.liveBytes.peak;
+  }
+
+  /** Restarts this adaptor's peaks and the upstream's. */
+  override resetPeakFigures(): void {
+    this.liveBytes.resetPeak();
+    this.liveBlocks.resetPeak();
+    super.resetPeakFigures();
   }
 
   /** Allocates through the upstream and records the block. */
@@ -86,7 +110,8 @@ export class TrackingAdaptor extends ResourceAdaptor {
       ? { ptr, bytes, stream: handle, time: performance.now(), stack: callerFrames(rawStack()).join('\n') }
       : { ptr, bytes, stream: handle, time: performance.now() };
     this.live.set(ptr, record);
-    this.liveBytes += bytes;
+    this.liveBytes.add(bytes);
+    this.liveBlocks.add(1);
     return ptr;
   }
 
@@ -95,13 +120,15 @@ export class TrackingAdaptor extends ResourceAdaptor {
     checkCounted(this.live.get(ptr)?.bytes, ptr, bytes, this);
     this.upstream.deallocate(ptr, bytes, stream);
     this.live.delete(ptr);
-    this.liveBytes -= bytes;
+    this.liveBytes.sub(bytes);
+    this.liveBlocks.sub(1);
   }
 
   /** Forgets the records (the memory stays the upstream's: an adaptor owns none). */
   protected override doDestroy(): void {
     this.live.clear();
-    this.liveBytes = 0;
+    this.liveBytes.sub(this.liveBytes.value);
+    this.liveBlocks.sub(this.liveBlocks.value);
   }
 
   /** Pointers from another tracking adaptor are unknown to this one: only itself is equal. */
@@ -151,7 +178,7 @@ export class TrackingAdaptor extends ResourceAdaptor {
     const sorted = [...groups.entries()].sort((a, b) => b[1].bytes - a[1].bytes || b[1].count - a[1].count);
     const lines = [
       `${this.describe()}: ${this.live.size} outstanding allocation(s), ` +
-        `${formatBytes(this.liveBytes)} (${this.liveBytes} bytes), from ${sorted.length} place(s)`,
+        `${formatBytes(this.liveBytes.value)} (${this.liveBytes.value} bytes), from ${sorted.length} place(s)`,
     ];
     for (const [stack, group] of sorted) {
       const streams = [...group.streams].sort((a, b) => a - b).join(', ');

@@ -227,29 +227,13 @@ export class ArenaResource extends MemoryResource {
   }
 
   /** The bytes taken from upstream, while active. */
-  get reservedBytes(): number {
+  override get reservedBytes(): number {
     return this.released ? 0 : this.regionBytes;
   }
 
   /** An arena's reservation never changes while active. */
-  get peakReservedBytes(): number {
+  override get peakReservedBytes(): number {
     return this.regionBytes;
-  }
-
-  /**
-   * @deprecated use `resetPeakFigures()`; kept for one release. Nothing to reset: the reservation is fixed.
-   *
-   * @throws Never.
-   * @example
-   * ```ts
-   * arena.resetPeakFigures(); // rather than arena.resetPeakReserved()
-   * ```
-   */
-  resetPeakReserved(): void {}
-
-  /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live blocks (as requested). */
-  get liveBytes(): number {
-    return this.memoryFigures().allocatedBytes.value;
   }
 
   /** Bytes not in any live block. */

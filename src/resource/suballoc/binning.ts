@@ -193,22 +193,35 @@ export class BinningResource extends MemoryResource {
    */
   override memoryFigures(): MemoryFigures {
     const below = this.upstream.memoryFigures();
-    let reserved = 0;
-    let peak = 0;
+    const own = { allocatedBytes: this.allocatedBytes.snapshot(), allocations: this.allocations.snapshot() };
+    // Over an upstream that keeps no figures, the peaks of parts that peaked at different times: a bound, not a measured peak.
+    const reserved = { reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
+    return below === undefined ? { ...own, ...reserved } : { ...below, ...own, ...reserved };
+  }
+
+  /** `memoryFigures().reservedBytes` without building the figures. */
+  override get reservedBytes(): number {
+    return this.reservedOf(false);
+  }
+
+  /** `memoryFigures().peakReservedBytes` without building the figures. */
+  override get peakReservedBytes(): number {
+    return this.reservedOf(true);
+  }
+
+  /**
+   * Reserved bytes (or their peak): the upstream's where it keeps figures, with the bins' that do
+   * not take from it; over an upstream that keeps none, the bins' and the requests passed upstream.
+   */
+  private reservedOf(peak: boolean): number {
+    const below = peak ? this.upstream.peakReservedBytes : this.upstream.reservedBytes;
+    let n = below ?? (peak ? this.passedBytes.peak : this.passedBytes.value);
     for (let r = 1; r < this.routes.length; r++) {
       const bin = this.routes[r]!;
       if (below !== undefined && this.binTakesFromUpstream(bin)) continue;
-      const f = bin.memoryFigures();
-      reserved += f?.reservedBytes ?? 0;
-      peak += f?.peakReservedBytes ?? 0;
+      n += (peak ? bin.peakReservedBytes : bin.reservedBytes) ?? 0;
     }
-    const own = { allocatedBytes: this.allocatedBytes.snapshot(), allocations: this.allocations.snapshot() };
-    if (below === undefined) {
-      // The peaks of parts that peaked at different times: a bound, not a measured peak.
-      const passed = this.passedBytes;
-      return { ...own, reservedBytes: reserved + passed.value, peakReservedBytes: peak + passed.peak };
-    }
-    return { ...below, ...own, reservedBytes: below.reservedBytes + reserved, peakReservedBytes: below.peakReservedBytes + peak };
+    return n;
   }
 
   /** Restarts its own high-water marks, its bins' and the upstream's. */

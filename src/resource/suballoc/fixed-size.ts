@@ -216,26 +216,13 @@ export class FixedSizeResource extends MemoryResource {
   }
 
   /** `memoryFigures().reservedBytes` without building the figures (the memory history reads it per event). */
-  get reservedBytes(): number {
+  override get reservedBytes(): number {
     return this.reserved.value;
   }
 
   /** `memoryFigures().peakReservedBytes` without building the figures. */
-  get peakReservedBytes(): number {
+  override get peakReservedBytes(): number {
     return this.reserved.peak;
-  }
-
-  /**
-   * @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved high-water mark.
-   *
-   * @throws Never.
-   * @example
-   * ```ts
-   * fixed.resetPeakFigures(); // rather than fixed.resetPeakReserved()
-   * ```
-   */
-  resetPeakReserved(): void {
-    this.reserved.resetPeak();
   }
 
   /** Number of live blocks. */

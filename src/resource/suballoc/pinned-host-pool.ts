@@ -285,8 +285,13 @@ export class PinnedHostPool extends MemoryResource {
   }
 
   /** `memoryFigures().reservedBytes` without building the figures: bytes held from upstream, idle or lent. */
-  get reservedBytes(): number {
+  override get reservedBytes(): number {
     return this.#held.value;
+  }
+
+  /** `memoryFigures().peakReservedBytes` without building the figures. */
+  override get peakReservedBytes(): number {
+    return this.#held.peak;
   }
 
   /** Bytes idle in the cache. */

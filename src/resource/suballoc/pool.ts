@@ -11,7 +11,6 @@
  */
 import { MemAccess, MemHandleType, type Backend, type Ptr } from '../../backend/backend.js';
 import { nonZero } from '../../backstop.js';
-import type { Counter } from '../../counter.js';
 import { Device } from '../../device.js';
 import { DoubleFreeError, InvalidPointerError, NotSupportedError, OutOfMemoryError, type OutOfMemoryReason, outOfMemoryMessage } from '../../errors.js';
 import { readBytes, type ByteSize } from '../../validate.js';
@@ -23,7 +22,7 @@ import { GRANULE } from './kit/free-list.js';
 import { UpstreamChunks } from './kit/upstream-growth.js';
 import { CALL_CREATE, CALL_MAP, CALL_RELEASE, CALL_SET_ACCESS, CALL_UNMAP, PhysicalExhausted, VirtualPages } from './kit/virtual-growth.js';
 import { checkMemoryOf, checkResource, MemoryResource } from '../resource.js';
-import { type MemoryFigures, type MemoryKind } from '../figures.js';
+import { type DriverCalls, type GrowthFigures, type MemoryFigures, type MemoryKind } from '../figures.js';
 import { outOfMemoryStatistics, type SnapshotSegment } from '../figures.js';
 import { largerThanDevice } from '../larger-than-device.js';
 import { readOptions } from '../../util/options.js';
@@ -81,67 +80,6 @@ export interface PoolOptions {
 
 /** How a virtual-memory pool's physical allocations can be shared (`PoolOptions.handleTypes`). */
 export type PoolHandleTypes = 'posix-fd' | 'fabric';
-
-/** Statistics of a pool, for logs and tests. */
-export interface PoolStatistics {
-  /** Bytes the callers asked for, over live blocks (value), their peak and all ever allocated. */
-  readonly bytes: Counter;
-  /** Live blocks, their peak and all blocks ever allocated. */
-  readonly allocations: Counter;
-  /** Bytes held from the driver or upstream. */
-  readonly reservedBytes: number;
-  /** High-water mark of reservedBytes. */
-  readonly peakReservedBytes: number;
-  /** Bytes sitting in free lists (address space for virtual growth). */
-  readonly freeBytes: number;
-  /** Times a stream took another stream's free blocks (an event wait each). */
-  readonly streamSteals: number;
-  /** Events recorded on the streams that freed blocks, for the waits of `streamSteals` and host waits. */
-  readonly eventRecords: number;
-  /**
-   * Virtual growth: cached pages whose memory went to where live data needed it, on the growth
-   * path only (a one-page allocation is mapped at its new place, its old mapping left there; a
-   * larger one, see `extentSize`, is unmapped and released whole and its bytes created again); 0
-   * with upstream growth.
-   */
-  readonly pageMoves: number;
-  /**
-   * Virtual growth: those of pageMoves that went back to a place where the page was mapped
-   * before: its old mapping was still there, so the move made no driver call.
-   */
-  readonly pageMovesBack: number;
-  /**
-   * Virtual growth: host waits before unmapping cached pages, each for one event on one stream
-   * that freed blocks on them and had not yet passed it; 0 with upstream growth.
-   */
-  readonly synchronizations: number;
-  /**
-   * Virtual growth: driver calls made to grow, move and give back pages, by kind (cuMemCreate,
-   * cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemRelease); all 0 with upstream growth.
-   */
-  readonly driverCalls: GrowthCalls;
-  /** Virtual growth: nanoseconds spent on the growth path (allocations that had to map pages). */
-  readonly growthNs: number;
-  /**
-   * `extentSize: 'adaptive'`: pages mapped beyond what blocks needed, by growths while memory was
-   * plentiful (cached from the start); 0 otherwise.
-   */
-  readonly pagesMappedAhead: number;
-  /**
-   * `extentSize: 'adaptive'`: growths the driver or the maximum refused that then released every
-   * wholly free extent and retried one page per extent; 0 otherwise.
-   */
-  readonly compactions: number;
-}
-
-/** Driver calls of a pool's virtual growth, by kind. */
-export interface GrowthCalls {
-  readonly create: number;
-  readonly map: number;
-  readonly unmap: number;
-  readonly setAccess: number;
-  readonly release: number;
-}
 
 /**
  * `extentSize` in bytes, rounded down to whole pages; a bad value's error names every form the
@@ -202,7 +140,7 @@ function roundSizes(initialAsked: number, maximumAsked: number, unit: number, wh
 
 const DEFAULT_CHUNK = 32 * 1024 * 1024;
 
-function growthCalls(pages: VirtualPages | null): GrowthCalls {
+function growthCalls(pages: VirtualPages | null): DriverCalls {
   const c = pages?.calls;
   if (c === undefined) return { create: 0, map: 0, unmap: 0, setAccess: 0, release: 0 };
   return { create: c[CALL_CREATE]!, map: c[CALL_MAP]!, unmap: c[CALL_UNMAP]!, setAccess: c[CALL_SET_ACCESS]!, release: c[CALL_RELEASE]! };
@@ -583,56 +521,39 @@ export class PoolResource extends MemoryResource {
   }
 
   /** Bytes obtained from the driver (physical) or upstream. */
-  get reservedBytes(): number {
+  override get reservedBytes(): number {
     return this.pages !== null ? this.pages.reservedBytes : this.chunks!.reservedBytes;
   }
 
   /** High-water mark of reservedBytes. */
-  get peakReservedBytes(): number {
+  override get peakReservedBytes(): number {
     return this.pages !== null ? this.pages.peakReservedBytes : this.chunks!.peakReservedBytes;
   }
 
   /**
-   * @deprecated use `resetPeakFigures()`; kept for one release. Restarts the reserved and live high-water marks.
-   *
-   * @throws Never.
-   * @example
-   * ```ts
-   * pool.resetPeakFigures(); // rather than pool.resetPeakReserved()
-   * ```
-   */
-  resetPeakReserved(): void {
-    this.resetPeakFigures();
-  }
-
-  /**
-   * The pool's growth detail beyond `memoryFigures()` (free bytes, stream steals, page moves back,
-   * host waits, driver calls by kind, growth time), with the common figures read from it.
+   * What the pool spent on growing since it was made: page moves (and of those, moves back), host
+   * waits, driver calls by kind, growth time, pages mapped ahead and compactions (`extentSize:
+   * 'adaptive'`), and its stream joins. Figures beside `memoryFigures()` (which has what it holds),
+   * read the same way.
    *
    * @returns The figures now.
    * @throws Never: it reads counters the pool keeps (after `destroy()`, the last figures).
    * @example
    * ```ts
-   * pool.statistics().driverCalls.map; // cuMemMap calls so far
+   * pool.growthFigures().driverCalls.map; // cuMemMap calls so far
    * ```
    */
-  statistics(): PoolStatistics {
-    const { allocatedBytes, allocations, reservedBytes, peakReservedBytes } = this.memoryFigures();
+  growthFigures(): GrowthFigures {
+    const pages = this.pages;
     return {
-      bytes: allocatedBytes,
-      allocations,
-      reservedBytes,
-      peakReservedBytes,
-      freeBytes: this.heap.freeBytes,
-      streamSteals: this.heap.steals,
-      eventRecords: this.heap.order.records,
-      pageMoves: this.pages !== null ? this.pages.pageMoves : 0,
-      pageMovesBack: this.pages !== null ? this.pages.pageMovesBack : 0,
-      synchronizations: this.pages !== null ? this.pages.synchronizations : 0,
-      driverCalls: growthCalls(this.pages),
-      growthNs: this.pages !== null ? this.pages.growthNs : 0,
-      pagesMappedAhead: this.pages !== null ? this.pages.pagesAhead : 0,
-      compactions: this.pages !== null ? this.pages.compactions : 0,
+      pageMoves: pages !== null ? pages.pageMoves : 0,
+      pageMovesBack: pages !== null ? pages.pageMovesBack : 0,
+      hostWaits: pages !== null ? pages.hostWaits : 0,
+      driverCalls: growthCalls(pages),
+      growthNs: pages !== null ? pages.growthNs : 0,
+      pagesMappedAhead: pages !== null ? pages.pagesAhead : 0,
+      compactions: pages !== null ? pages.compactions : 0,
+      streamJoins: { records: this.heap.order.records, waits: this.heap.steals },
     };
   }
 
@@ -641,9 +562,7 @@ export class PoolResource extends MemoryResource {
     const { bytes, allocations } = this.heap.counters();
     const figures = { allocatedBytes: bytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
     if (this.pages === null) return figures;
-    const calls = growthCalls(this.pages);
-    const driverCalls = calls.create + calls.map + calls.unmap + calls.setAccess + calls.release;
-    return { ...figures, pageMoves: this.pages.pageMoves, driverCalls };
+    return { ...figures, pageMoves: this.pages.pageMoves, driverCalls: growthCalls(this.pages) };
   }
 
   /** Restarts the reserved and live high-water marks. */

@@ -236,13 +236,13 @@ export class AsyncResource extends DriverResource {
     this.set(MemPoolAttribute.REUSE_ALLOW_INTERNAL_DEPENDENCIES, checkBoolean(on, 'reuseAllowInternalDependencies'));
   }
 
-  /** Bytes the pool holds from the driver now. */
-  get reservedBytes(): number {
+  /** Bytes the pool holds from the driver now (RESERVED_MEM_CURRENT). */
+  override get reservedBytes(): number {
     return this.get(MemPoolAttribute.RESERVED_MEM_CURRENT);
   }
 
-  /** High-water mark of `reservedBytes` since creation or the last reset. */
-  get peakReservedBytes(): number {
+  /** High-water mark of `reservedBytes` since creation or the last `resetPeakFigures()` (RESERVED_MEM_HIGH). */
+  override get peakReservedBytes(): number {
     return this.get(MemPoolAttribute.RESERVED_MEM_HIGH);
   }
 
@@ -256,45 +256,26 @@ export class AsyncResource extends DriverResource {
     return this.get(MemPoolAttribute.USED_MEM_HIGH);
   }
 
-  /**
-   * Resets both high-water marks (reserved and used) to the current values.
-   *
-   * @throws {UseAfterFreeError} When the resource was destroyed.
-   * @throws {CudaError} When the driver refuses.
-   * @example
-   * ```ts
-   * mr.resetPeaks(); // mr.peakUsedBytes === mr.usedBytes
-   * ```
-   */
-  resetPeaks(): void {
-    this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
-    this.set(MemPoolAttribute.USED_MEM_HIGH, 0);
-  }
-
-  /**
-   * @deprecated use `resetPeakFigures()`; kept for one release. Resets the reserved high-water mark.
-   *
-   * @throws {UseAfterFreeError} When the resource was destroyed.
-   * @throws {CudaError} When the driver refuses.
-   * @example
-   * ```ts
-   * mr.resetPeakFigures(); // rather than mr.resetPeakReserved()
-   * ```
-   */
-  resetPeakReserved(): void {
-    this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
-  }
-
   /** The live table's allocated figures with the pool's reserved bytes and their high-water mark. */
   override memoryFigures(): MemoryFigures {
     const { allocatedBytes, allocations } = super.memoryFigures()!;
     return { allocatedBytes, allocations, reservedBytes: this.reservedBytes, peakReservedBytes: this.peakReservedBytes };
   }
 
-  /** Restarts the live table's peaks and the pool's high-water marks. */
+  /**
+   * Restarts the live table's peaks and both of the pool's high-water marks (reserved and used).
+   *
+   * @throws {UseAfterFreeError} When the resource was destroyed.
+   * @throws {CudaError} When the driver refuses.
+   * @example
+   * ```ts
+   * mr.resetPeakFigures(); // mr.peakUsedBytes === mr.usedBytes
+   * ```
+   */
   override resetPeakFigures(): void {
     super.resetPeakFigures();
-    this.resetPeaks();
+    this.set(MemPoolAttribute.RESERVED_MEM_HIGH, 0);
+    this.set(MemPoolAttribute.USED_MEM_HIGH, 0);
   }
 
   /**

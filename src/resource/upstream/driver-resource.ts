@@ -84,14 +84,19 @@ export abstract class DriverResource extends MemoryResource {
     return this.owner.backend;
   }
 
-  /** @deprecated use `memoryFigures().allocatedBytes.value`; kept for one release. Bytes in live allocations. */
-  get liveBytes(): number {
-    return this.memoryFigures().allocatedBytes.value;
-  }
-
   /** Number of live allocations. */
   get liveCount(): number {
     return this.table.size;
+  }
+
+  /** The bytes of the live allocations: every block is one driver allocation (`memoryFigures().reservedFromAllocated`). */
+  override get reservedBytes(): number {
+    return this.table.bytes.value;
+  }
+
+  /** The high-water mark of the live allocations' bytes. */
+  override get peakReservedBytes(): number {
+    return this.table.bytes.peak;
   }
 
   /**

@@ -430,6 +430,16 @@ export class SpillableResource extends MemoryResource {
     };
   }
 
+  /** `memoryFigures().reservedBytes` without building the figures: the physical memory held. */
+  override get reservedBytes(): number {
+    return this.#physical;
+  }
+
+  /** `memoryFigures().peakReservedBytes` without building the figures. */
+  override get peakReservedBytes(): number {
+    return this.#peakPhysical;
+  }
+
   /** Restarts the peaks. */
   override resetPeakFigures(): void {
     this.#allocated.resetPeak();

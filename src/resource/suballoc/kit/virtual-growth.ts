@@ -100,10 +100,10 @@ export class VirtualPages {
   private pressureRoom = 0;
   /** Where a block goes when its best fit needs unmapped pages. */
   private readonly placement: MappedPlacement;
-  /** Cached pages whose memory went to where a live block needed it (see PoolStatistics.pageMoves). */
+  /** Cached pages whose memory went to where a live block needed it (see GrowthFigures.pageMoves). */
   pageMoves = 0;
   /** Host waits for a stream before unmapping cached pages (see `waitForDonors`). */
-  synchronizations = 0;
+  hostWaits = 0;
   /**
    * Driver calls made to grow, move and give back pages (not the reservation, nor `destroy`), by
    * kind: CALL_CREATE, CALL_MAP, CALL_UNMAP, CALL_SET_ACCESS, CALL_RELEASE.
@@ -970,7 +970,7 @@ export class VirtualPages {
       if (mark[id] === 0) continue;
       const waits = order.hostWaits;
       order.hostWait(lists[id]!);
-      if (order.hostWaits !== waits) this.synchronizations++;
+      if (order.hostWaits !== waits) this.hostWaits++;
     }
   }
 }
