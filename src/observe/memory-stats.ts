@@ -37,7 +37,7 @@ export type MemoryStats = MemoryStatsBase & (ResourceFigureStats | NoResourceFig
 /** The fields of `memoryStats()` every resource has, whatever figures it keeps. */
 export interface MemoryStatsBase {
   /** The schema version of this object; a change of meaning or a removed field raises it. */
-  readonly version: 1;
+  readonly version: 2;
   /** The device ordinal. */
   readonly device: number;
   /** The current resource's `describe()`, e.g. `LimitingAdaptor(limit=64 MiB, PoolResource(...))`. */
@@ -147,7 +147,7 @@ export function memoryStats(device?: Device | number): MemoryStats {
           driverCalls: figures.driverCalls,
         };
   return Object.freeze({
-    version: 1,
+    version: 2,
     device: dev.ordinal,
     resource: mr.describe(),
     ...own,

@@ -30,7 +30,7 @@ import type { MemoryFigures, SnapshotSegment } from '../resource/figures.js';
  * if (snapshot.version !== SNAPSHOT_VERSION) throw new Error(`snapshot version ${snapshot.version}`);
  * ```
  */
-export const SNAPSHOT_VERSION = 1;
+export const SNAPSHOT_VERSION = 2;
 
 /**
  * What a history event records:
