@@ -8,6 +8,7 @@
 import { Device } from '../device.js';
 import { allocCases } from './bench/alloc.js';
 import { allocatorCases } from './bench/allocators.js';
+import { objectCases } from './bench/object-pairs.js';
 import { kernelCases } from './bench/kernels.js';
 import { GROUPS, type BenchCase, type BenchRow, type BenchSettings, type Group, type SkippedRow } from './bench/common.js';
 import { pageableCases } from './bench/pageable.js';
@@ -34,6 +35,7 @@ const CASES: Readonly<Record<Group, (settings: BenchSettings) => BenchCase[]>> =
   transfers: (settings) => [...transferCases(settings), ...pageableCases(settings)],
   alloc: allocCases,
   allocators: allocatorCases,
+  objects: objectCases,
   kernels: (settings) => [...kernelCases(settings), ...reductionCases(settings)],
 };
 
@@ -111,6 +113,7 @@ const TITLES: Readonly<Record<string, string>> = {
   'alloc ns/pair': 'driver allocate+free pair, ns per pair, median over batches',
   'allocators ns/pair': 'resource allocate+free pair (pool hit), ns per pair, median over batches',
   'allocators ns/op': 'RMM random-allocations pattern, ns per operation (sizes up to the column)',
+  'objects ns/pair': 'the object layer beside its resource pair (a PoolResource), ns per pair, median of rounds alternated in one process',
   'kernels ns/op': 'kernel launch from TypeScript, ns per launch, median over batches',
   'kernels GB/s': 'kernel reads, GB/s (1e9 bytes/s), median',
 };
@@ -122,6 +125,7 @@ const COLUMNS: Readonly<Record<string, string>> = {
   'alloc ns/pair': 'bytes per allocation',
   'allocators ns/pair': 'bytes per allocation',
   'allocators ns/op': 'largest allocation',
+  'objects ns/pair': 'bytes per allocation',
   'kernels ns/op': 'argument bytes',
   'kernels GB/s': 'bytes read',
 };

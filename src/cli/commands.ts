@@ -53,7 +53,7 @@ export const COMMAND_HELP: readonly CommandHelp[] = [
       { flag: '--json', meaning: 'print the rows as JSON' },
       { flag: '--html FILE', meaning: 'also write the rows as a report with plots to FILE (one self-contained HTML file)' },
       { flag: '--quick', meaning: 'fewer repeats and sizes up to 16 MiB (always on the emulated backend)' },
-      { flag: '--only GROUP', meaning: 'transfers, alloc, allocators or kernels; repeat it or separate with commas (default all)' },
+      { flag: '--only GROUP', meaning: 'transfers, alloc, allocators, objects or kernels; repeat it or separate with commas (default all)' },
       { flag: '--sizes SIZE,...', meaning: 'transfer sizes, e.g. 64K,1M,256M (binary units; default 64K,1M,16M,256M)' },
       { flag: '--repeats N', meaning: 'measurements per case, a whole number >= 1 (default per case)' },
       VERBOSE_OPTION,

@@ -10,6 +10,9 @@ import { getBackend } from '../../src/backend/select.js';
 import { modelMark, type BenchSettings } from '../../src/cli/bench/common.js';
 import { driverCallTally } from '../../src/cli/bench/driver-calls.js';
 import { HIT_PAIRS, HIT_ROUNDS, measureHits, measureHitsApart } from '../../src/cli/bench/hits.js';
+import { measureObjectPairs, objectCases } from '../../src/cli/bench/object-pairs.js';
+import { Device } from '../../src/device.js';
+import { getCurrentResource } from '../../src/resource/current.js';
 import { createResourceStack } from '../../src/resource/stacks.js';
 
 const settings: BenchSettings = { backend: getBackend(), quick: true, transferSizes: [], asyncTransferSize: 0, allocSizes: [256] };
@@ -90,5 +93,42 @@ describe('measureHits', () => {
     assert.equal(async!.rounds, 2);
     assert.ok(async!.driverTally > 0, 'every AsyncResource block is a cuMemAllocAsync from the pool');
     assert.throws(() => measureHitsApart({ stack: 'arena', sizes: [256] }), /the pool-hit process for stack 'arena' failed .*size/);
+  });
+});
+
+describe('measureObjectPairs', () => {
+  it('times the three pairs over the resource at every size and leaves the current resource as it was', () => {
+    const device = Device.get(0);
+    const before = getCurrentResource(device);
+    const stack = createResourceStack('pool');
+    try {
+      const figures = measureObjectPairs(stack.resource, [256, 1 << 20], 2);
+      assert.deepEqual(
+        figures.map((f) => f.bytes),
+        [256, 1 << 20],
+      );
+      for (const f of figures) {
+        for (const ns of [f.resourceNs, f.bufferNs, f.arrayNs]) assert.ok(Number.isFinite(ns) && ns > 0, `${ns}`);
+        assert.equal(f.rounds, 2);
+      }
+      assert.equal(getCurrentResource(device), before);
+      // Every object made was freed: the pool holds no block of them.
+      assert.equal(stack.resource.memoryFigures().allocations.value, 0);
+    } finally {
+      stack.destroy();
+    }
+  });
+
+  it('is the bench group objects: three rows per size, from a process of its own', async () => {
+    const settings = { backend: getBackend(), quick: true, transferSizes: [], asyncTransferSize: 0, allocSizes: [], repeats: 2 } satisfies BenchSettings;
+    const [objects] = objectCases(settings);
+    const rows = await objects!.run();
+    const list = Array.isArray(rows) ? rows : [rows];
+    assert.deepEqual(
+      [...new Set(list.map((r) => r.name))],
+      ['PoolResource allocate+deallocate', 'DeviceBuffer.allocate+free', 'DeviceArray.empty+free (float32)'],
+    );
+    assert.deepEqual([...new Set(list.map((r) => r.size))], [256, 1 << 20, 64 << 20]);
+    assert.ok(list.every((r) => r.group === 'objects' && r.unit === 'ns/pair' && r.value > 0 && r.repeats === 2));
   });
 });

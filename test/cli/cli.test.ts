@@ -260,7 +260,7 @@ describe('vram bench', () => {
       assert.ok(Number.isInteger(row.repeats) && (row.repeats as number) >= 1);
       if (row.group === 'transfers') assert.ok((row.size as number) < 256 << 20);
     }
-    assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'kernels', 'transfers']);
+    assert.deepEqual([...groups].sort(), ['alloc', 'allocators', 'kernels', 'objects', 'transfers']);
     const names = new Set((report.rows as Record<string, unknown>[]).map((r) => r.name));
     for (const name of [
       'driver pageable H2D',
@@ -273,6 +273,9 @@ describe('vram bench', () => {
       'cuMemAllocAsync+cuMemFreeAsync',
       'PoolResource',
       'PoolResource random',
+      'PoolResource allocate+deallocate',
+      'DeviceBuffer.allocate+free',
+      'DeviceArray.empty+free (float32)',
     ]) {
       assert.ok(names.has(name), name);
     }
@@ -564,7 +567,7 @@ describe('vram usage', () => {
     [['info', '--jsno'], /^vram info: unknown option --jsno \(did you mean --json\?\); /],
     [['info', '--json=3'], /^vram info: --json takes no value; /],
     [['info', 'extra'], /^vram info: takes no arguments besides its options, got 'extra'; /],
-    [['bench', '--only', 'nope'], /--only takes transfers, alloc, allocators, kernels; got 'nope'/],
+    [['bench', '--only', 'nope'], /--only takes transfers, alloc, allocators, objects, kernels; got 'nope'/],
     [['bench', '--sizes', '12Q'], /--sizes must be .*got '12Q'/],
     [['bench', '--sizes'], /--sizes/],
     [['bench', '--only', ''], /--only takes .*got nothing/],

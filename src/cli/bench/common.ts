@@ -5,7 +5,7 @@
 import type { Backend } from '../../backend/backend.js';
 
 /** The groups `--only` selects. */
-export const GROUPS = ['transfers', 'alloc', 'allocators', 'kernels'] as const;
+export const GROUPS = ['transfers', 'alloc', 'allocators', 'objects', 'kernels'] as const;
 /** One of {@link GROUPS}. */
 export type Group = (typeof GROUPS)[number];
 

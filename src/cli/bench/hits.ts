@@ -124,6 +124,8 @@ export interface HitRequest {
   readonly options?: ResourceStackOptions;
   readonly sizes: readonly number[];
   readonly rounds?: number;
+  /** What to time: the resource's hits (the default), or the object layer's pairs over it (object-pairs.ts). */
+  readonly measure?: 'hits' | 'objects';
 }
 
 /**
@@ -140,6 +142,21 @@ export interface HitRequest {
  * ```
  */
 export function measureHitsApart(request: HitRequest): HitFigure[] {
+  return JSON.parse(runApart({ ...request, measure: 'hits' })) as HitFigure[];
+}
+
+/**
+ * The stack's process (hit-process.ts) run on `request`, its standard output returned.
+ *
+ * @param request What to build and time.
+ * @returns What the process printed: its figures as JSON.
+ * @throws {Error} When the process fails, with the last line it wrote on stderr (its error).
+ * @example
+ * ```ts
+ * const figures = JSON.parse(runApart({ stack: 'pool', sizes: [256], measure: 'objects' }));
+ * ```
+ */
+export function runApart(request: HitRequest): string {
   const child = spawnSync(process.execPath, [fileURLToPath(new URL('./hit-process.js', import.meta.url)), JSON.stringify(request)], {
     encoding: 'utf8',
     env: process.env,
@@ -148,5 +165,5 @@ export function measureHitsApart(request: HitRequest): HitFigure[] {
     const why = child.error?.message ?? child.stderr.trim().split('\n').at(-1);
     throw new Error(`the pool-hit process for stack '${request.stack}' failed (${child.signal ?? `exit ${child.status}`}): ${why}`);
   }
-  return JSON.parse(child.stdout) as HitFigure[];
+  return child.stdout;
 }
