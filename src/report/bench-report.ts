@@ -7,9 +7,12 @@
 import { formatBytes } from '../util/size.js';
 import type { PlotSection, Report, ReportSection } from './report.js';
 
+/** The row the object layer's pairs are divided by (src/cli/bench/object-pairs.ts names it). */
+const OBJECT_BASE = 'PoolResource allocate+deallocate';
+
 /** One measured figure, as `vram bench` rows are (its `BenchRow` has this shape). */
 export interface BenchFigure {
-  /** `transfers`, `alloc` or `allocators`. */
+  /** `transfers`, `alloc`, `allocators`, `objects` or `kernels`. */
   readonly group: string;
   /** What was measured, e.g. `pinned H2D`, `PoolResource`. */
   readonly name: string;
@@ -106,7 +109,9 @@ export function benchReport(input: BenchReportInput): Report {
       }),
     );
   }
-  const latency = input.rows.filter((r) => r.unit === 'ns/pair');
+  // The object layer's pairs are a table beside their resource pair (a ratio per size), not more latency curves.
+  const objects = input.rows.filter((r) => r.group === 'objects');
+  const latency = input.rows.filter((r) => r.unit === 'ns/pair' && r.group !== 'objects');
   if (latency.length > 0) {
     sections.push(
       sizePlot(latency, {
@@ -120,6 +125,28 @@ export function benchReport(input: BenchReportInput): Report {
     );
   }
   for (const r of latency) plotted.add(r);
+  if (objects.length > 0) {
+    const base = (size: number): number | undefined => objects.find((r) => r.size === size && r.name === OBJECT_BASE)?.value;
+    sections.push({
+      kind: 'table',
+      id: 'object-layer',
+      title: 'The object layer beside its resource pair',
+      description:
+        "Median time of DeviceBuffer.allocate+free and DeviceArray.empty+free over a PoolResource, and of that resource's own " +
+        'allocate+deallocate, in rounds alternated in one process of their own; the last column is each pair over the resource pair at its size.',
+      columns: [
+        { label: 'measurement' },
+        { label: 'size', numeric: true },
+        { label: 'ns per pair', numeric: true },
+        { label: 'x the resource pair', numeric: true },
+      ],
+      rows: objects.map((r) => {
+        const b = base(r.size);
+        return [r.name, formatBytes(r.size), `${+r.value.toPrecision(4)}`, b === undefined ? '' : `${(r.value / b).toFixed(1)}x`];
+      }),
+    });
+    for (const r of objects) plotted.add(r);
+  }
   const others = input.rows.filter((r) => !plotted.has(r));
   if (others.length > 0) {
     sections.push({

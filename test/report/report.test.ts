@@ -290,6 +290,25 @@ describe('benchReport', () => {
       ['async staged pageable H2D', 'PoolResource random'],
     );
   });
+
+  it("puts the object layer's pairs in a table beside their resource pair, with the ratio per size, not in the latency plot", () => {
+    const objects = [
+      row('objects', 'PoolResource allocate+deallocate', MiB, 100, 'ns/pair'),
+      row('objects', 'DeviceBuffer.allocate+free', MiB, 350, 'ns/pair'),
+      row('objects', 'DeviceArray.empty+free (float32)', MiB, 520, 'ns/pair'),
+    ];
+    const report = benchReport({ facts: [], rows: [...rows, ...objects], skipped: [] });
+    assert.deepEqual(
+      section(report, 'allocation-latency', 'plot').series.map((s) => s.label),
+      ['cuMemAlloc+cuMemFree', 'PoolResource'],
+    );
+    assert.deepEqual(section(report, 'object-layer', 'table').rows, [
+      ['PoolResource allocate+deallocate', '1 MiB', '100', '1.0x'],
+      ['DeviceBuffer.allocate+free', '1 MiB', '350', '3.5x'],
+      ['DeviceArray.empty+free (float32)', '1 MiB', '520', '5.2x'],
+    ]);
+    assert.ok(!section(report, 'other-rows', 'table').rows.some((r) => String(r[0]).includes('Device')));
+  });
 });
 
 /** A snapshot as an out-of-memory error would leave it: a limit over a pool, two sites, a history. */
