@@ -10,13 +10,11 @@
  * `node dist/bench/object-pair.js [--rounds N] [--pairs N] [--pool] [--sizes LIST] [--clock cpu|wall]`
  */
 import { parseArgs } from 'node:util';
-import { DeviceArray } from '../src/array/device-array.js';
-import { DeviceBuffer } from '../src/buffer/device-buffer.js';
+import { objectPairKinds } from '../src/cli/bench/object-pairs.js';
 import { Device } from '../src/device.js';
 import { getCurrentResource, setCurrentResource } from '../src/resource/current.js';
 import { PoolResource } from '../src/resource/suballoc/pool.js';
 import { parseSize } from '../src/util/size.js';
-import { defaultStream } from '../src/stream.js';
 
 const { values } = parseArgs({
   options: {
@@ -38,21 +36,13 @@ const device = Device.get(0);
 device.makeCurrent();
 if (values.pool) setCurrentResource(device, new PoolResource());
 const resource = getCurrentResource();
-// The stream the object layer passes its resource when none is named, so both sides pay the same stream check.
-const stream = defaultStream;
 
 function kindsOf(bytes: number): Record<string, () => void> {
-  const elements = Math.max(1, Math.floor(bytes / 4));
+  const [resourcePairs, bufferPairs, arrayPairs] = objectPairKinds(resource, bytes, pairs);
   return {
-    'resource allocate + deallocate': () => {
-      for (let i = 0; i < pairs; i++) resource.deallocate(resource.allocate(bytes, stream), bytes, stream);
-    },
-    'DeviceBuffer.allocate + free': () => {
-      for (let i = 0; i < pairs; i++) DeviceBuffer.allocate(bytes).free();
-    },
-    'DeviceArray.empty + free': () => {
-      for (let i = 0; i < pairs; i++) DeviceArray.empty([elements], 'float32').free();
-    },
+    'resource allocate + deallocate': resourcePairs,
+    'DeviceBuffer.allocate + free': bufferPairs,
+    'DeviceArray.empty + free': arrayPairs,
   };
 }
 

@@ -7,8 +7,8 @@
 import { formatBytes } from '../util/size.js';
 import type { PlotSection, Report, ReportSection } from './report.js';
 
-/** The row the object layer's pairs are divided by (src/cli/bench/object-pairs.ts names it). */
-const OBJECT_BASE = 'PoolResource allocate+deallocate';
+/** The row the object layer's pairs are divided by, as `vram bench`'s objects group names it. */
+export const OBJECT_PAIR_BASE = 'PoolResource allocate+deallocate';
 
 /** One measured figure, as `vram bench` rows are (its `BenchRow` has this shape). */
 export interface BenchFigure {
@@ -126,7 +126,7 @@ export function benchReport(input: BenchReportInput): Report {
   }
   for (const r of latency) plotted.add(r);
   if (objects.length > 0) {
-    const base = (size: number): number | undefined => objects.find((r) => r.size === size && r.name === OBJECT_BASE)?.value;
+    const base = (size: number): number | undefined => objects.find((r) => r.size === size && r.name === OBJECT_PAIR_BASE)?.value;
     sections.push({
       kind: 'table',
       id: 'object-layer',

@@ -11,6 +11,7 @@ import { Device } from '../../device.js';
 import { setCurrentResource } from '../../resource/current.js';
 import type { MemoryResource } from '../../resource/resource.js';
 import { defaultStream } from '../../stream.js';
+import { OBJECT_PAIR_BASE } from '../../report/bench-report.js';
 import { median, type BenchCase, type BenchRow, type BenchSettings } from './common.js';
 import { runApart } from './hits.js';
 
@@ -27,6 +28,36 @@ export interface ObjectPairFigure {
   readonly arrayNs: number;
   readonly rounds: number;
   readonly pairs: number;
+}
+
+/**
+ * The three pairs as loops of `pairs` each, in the order the figures name them: the resource's own
+ * allocate+deallocate (on the stream the object layer passes it), `DeviceBuffer.allocate`+`free`,
+ * `DeviceArray.empty`+`free` of float32 (from the current resource, which the caller sets).
+ *
+ * @param resource The resource under the objects.
+ * @param bytes Bytes per allocation.
+ * @param pairs Pairs per call of each loop.
+ * @returns The three loops.
+ * @example
+ * ```ts
+ * const [resourcePairs, bufferPairs, arrayPairs] = objectPairKinds(pool, 1 << 20, 1000);
+ * bufferPairs();
+ * ```
+ */
+export function objectPairKinds(resource: MemoryResource, bytes: number, pairs: number): readonly [() => void, () => void, () => void] {
+  const elements = Math.max(1, Math.floor(bytes / 4));
+  return [
+    () => {
+      for (let i = 0; i < pairs; i++) resource.deallocate(resource.allocate(bytes, defaultStream), bytes, defaultStream);
+    },
+    () => {
+      for (let i = 0; i < pairs; i++) DeviceBuffer.allocate(bytes).free();
+    },
+    () => {
+      for (let i = 0; i < pairs; i++) DeviceArray.empty([elements], 'float32').free();
+    },
+  ];
 }
 
 /**
@@ -48,18 +79,7 @@ export function measureObjectPairs(resource: MemoryResource, sizes: readonly num
   const previous = setCurrentResource(device, resource);
   try {
     return sizes.map((bytes) => {
-      const elements = Math.max(1, Math.floor(bytes / 4));
-      const kinds = [
-        () => {
-          for (let i = 0; i < OBJECT_PAIRS; i++) resource.deallocate(resource.allocate(bytes, defaultStream), bytes, defaultStream);
-        },
-        () => {
-          for (let i = 0; i < OBJECT_PAIRS; i++) DeviceBuffer.allocate(bytes).free();
-        },
-        () => {
-          for (let i = 0; i < OBJECT_PAIRS; i++) DeviceArray.empty([elements], 'float32').free();
-        },
-      ] as const;
+      const kinds = objectPairKinds(resource, bytes, OBJECT_PAIRS);
       for (let w = 0; w < WARM_ROUNDS; w++) for (const kind of kinds) kind();
       const samples: [number[], number[], number[]] = [[], [], []];
       for (let round = 0; round < rounds; round++) {
@@ -103,7 +123,7 @@ export function objectCases(settings: BenchSettings): BenchCase[] {
         return figures.flatMap((f) =>
           (
             [
-              ['PoolResource allocate+deallocate', f.resourceNs],
+              [OBJECT_PAIR_BASE, f.resourceNs],
               ['DeviceBuffer.allocate+free', f.bufferNs],
               ['DeviceArray.empty+free (float32)', f.arrayNs],
             ] as const
