@@ -25,7 +25,7 @@ import { LimitingAdaptor } from '../resource/adaptors/limiting.js';
 import { activeBudgets, chargeAllocated, chargeBudgets, overBudget, smallestBudget } from './budget.js';
 import { formatBytes } from '../util/size.js';
 import { deviceMemoryWords } from '../resource/larger-than-device.js';
-import { collectDropped, reclaimDropped } from './dropped-memory.js';
+import { collectDropped, pressureTurns, reclaimDropped } from './dropped-memory.js';
 import { spillManager, SPILL_VARIABLE, type SpillEntry } from './spill/spill-manager.js';
 import { beginOperation, setResidency } from './spill/residency.js';
 import { SpillLease, type LeaseOptions } from './spill/lease.js';
@@ -268,6 +268,8 @@ export class DeviceBuffer extends DeviceMemory {
       throw new RangeError(`DeviceBuffer.allocateAsync: timeout must be a number of milliseconds >= 0 (or Infinity), got ${String(timeout)}`);
     }
     if (signal?.aborted === true) throw abortReason(signal);
+    const due = pressureTurns();
+    if (due !== undefined) await due;
     const stream = options.stream ?? defaultStream;
     // Spillable memory makes room by spilling other spillable buffers, not by waiting.
     if (isSpillable(options)) return DeviceBuffer.#allocateSpillable(bytes, options, stream);

@@ -31,6 +31,9 @@ let unfreed = 0;
 /** `unfreed` at which the device is looked at again (the hit path pays one compare). */
 let checkAt = LEAST_STEP;
 
+/** Set when pressure asked for a collection; the next asynchronous allocation takes a turn first. */
+let turnDue = false;
+
 /** Registers the allocations not yet registered with the backstop (lifetime.ts sets it). */
 let beforeCollection: () => void = () => {};
 
@@ -109,7 +112,25 @@ function pressure(owner: Device): void {
   if (unfreed < step) return;
   unfreed = 0;
   beforeCollection();
-  collectGarbage(false);
+  turnDue = collectGarbage(false);
+}
+
+/**
+ * For the asynchronous allocation paths: after pressure asked for a collection, that collection
+ * finished now and two turns of the event loop (once; finalizers run on the first after a
+ * collection, and what they free may queue more), so that the finalizers of what the program
+ * dropped run before it allocates more; a loop whose awaits never leave the microtask queue
+ * otherwise grows until the device refuses. Undefined when none is due (the hit path pays one
+ * compare).
+ *
+ * @returns The turn to await, or undefined.
+ * @internal
+ */
+export function pressureTurns(): Promise<void> | undefined {
+  if (!turnDue) return undefined;
+  turnDue = false;
+  collectGarbage(true);
+  return turns(2);
 }
 
 /**
@@ -136,9 +157,13 @@ export function collectDropped(): boolean {
  */
 export async function reclaimDropped(): Promise<boolean> {
   if (!collectDropped()) return false;
-  await new Promise<void>((resolve) => setImmediate(resolve));
-  await new Promise<void>((resolve) => setImmediate(resolve));
+  await turns(2);
   return true;
+}
+
+/** `count` turns of the event loop. */
+async function turns(count: number): Promise<void> {
+  for (let i = 0; i < count; i++) await new Promise<void>((resolve) => setImmediate(resolve));
 }
 
 /** One allocation site of live memory. */
