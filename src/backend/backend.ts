@@ -256,8 +256,13 @@ export interface PointerAttributes {
   /** Device ordinal the memory belongs to; -1 for unknown. */
   readonly device: number;
   readonly isManaged: boolean;
-  /** Start and size of the allocation that contains the address. */
+  /**
+   * Start of the allocation that contains the address; 0 where the driver gives no address for it
+   * (for a pool in host NUMA memory CUDA 13 reports the block's offset in the pool, not its address:
+   * Note [Pointer ranges of host NUMA pools], docs/design/host-numa-pools.md).
+   */
   readonly rangeStart: Ptr;
+  /** Size of that allocation in bytes (given also where its start is not). */
   readonly rangeSize: number;
   /** The context the allocation belongs to (0 when none). */
   readonly context: Handle;

@@ -1206,13 +1206,16 @@ class CudaBackend implements Backend {
     this.check(this.fn.cuPointerGetAttributes(this.attrList.length, this.attrList, this.attrSlotPointers, ptr), 'cuPointerGetAttributes');
     const memoryType = slots.getUint32(8, true);
     const known = memoryType !== 0;
+    const rangeStart = slotNumber(slots, 32);
+    const rangeSize = slotNumber(slots, 40);
     return {
       context: slotNumber(slots, 0),
       memoryType,
       isManaged: slots.getUint32(16, true) !== 0,
       device: known ? slots.getInt32(24, true) : -1,
-      rangeStart: slotNumber(slots, 32),
-      rangeSize: slotNumber(slots, 40),
+      // A start whose range does not hold the address is no address (a host NUMA pool's block offset).
+      rangeStart: ptr >= rangeStart && ptr < rangeStart + rangeSize ? rangeStart : 0,
+      rangeSize,
     };
   }
 }

@@ -260,7 +260,15 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
   if (a.memoryType === MemoryType.ARRAY) {
     throw new InvalidPointerError(`fromPointer: ${at} is a CUDA array (cuPointerGetAttributes reported CU_MEMORYTYPE_ARRAY), which has no linear address`);
   }
-  if (a.rangeSize <= 0 || ptr < a.rangeStart || ptr + bytes > a.rangeStart + a.rangeSize) {
+  if (a.rangeStart === 0 && a.rangeSize > 0) {
+    // The driver gives the allocation's size but not its start: the view cannot be larger.
+    if (bytes > a.rangeSize) {
+      throw new InvalidPointerError(
+        `fromPointer: ${bytes} bytes at ${at} are more than its allocation's ${a.rangeSize} (cuPointerGetAttributes RANGE_SIZE; ` +
+          'the driver gives no start address for this memory, so where the view ends in it is not checked)',
+      );
+    }
+  } else if (a.rangeSize <= 0 || ptr < a.rangeStart || ptr + bytes > a.rangeStart + a.rangeSize) {
     const end = a.rangeStart + a.rangeSize;
     throw new InvalidPointerError(
       `fromPointer: [${at}, ${hex(ptr + bytes)}) runs past its allocation ` +

@@ -118,8 +118,9 @@ export class IpcBuffer extends DeviceMemory {
     };
     let bytes: number;
     try {
+      // The import is the allocation's first byte; where the driver gives no start, the size alone.
       const { rangeStart, rangeSize } = backend.pointerGetAttributes(ptr);
-      bytes = grantedBytes(handle, rangeStart + rangeSize - ptr, 'the exported pool allocation');
+      bytes = grantedBytes(handle, rangeStart === 0 ? rangeSize : rangeStart + rangeSize - ptr, 'the exported pool allocation');
     } catch (error) {
       release(undefined);
       throw error;

@@ -327,6 +327,27 @@ describe('bad pointers are InvalidPointerErrors, with nothing leaked', () => {
     }
   });
 
+  it('memory whose start the driver does not give (a pool on a host NUMA node): its size still bounds the view', (t) => {
+    let supported = false;
+    try {
+      supported = device.attribute('hostNumaMemoryPoolsSupported') === 1 && device.attribute('hostNumaId') >= 0;
+    } catch {
+      // A driver without the attribute has no such pools.
+    }
+    if (!supported) return t.skip('the device has no pools in host NUMA memory');
+    using mr = new AsyncResource({ pool: { location: { type: 'host-numa' } } });
+    const ptr = mr.allocate(384);
+    try {
+      device.synchronize();
+      assert.equal(backend.pointerGetAttributes(ptr).rangeStart, 0, 'CUDA 13 gives such a block a size and no start');
+      assert.equal(backend.pointerGetAttributes(ptr).rangeSize, 384);
+      DeviceBuffer.fromPointer(ptr, 384).free();
+      refused(ptr, 385, /385 bytes at 0x[0-9a-f]+ are more than its allocation's 384 \(cuPointerGetAttributes RANGE_SIZE/);
+    } finally {
+      mr.deallocate(ptr, 384);
+    }
+  });
+
   it('a range past the end of its allocation, and one starting inside and running out', () => {
     device.makeCurrent();
     const ptr = cAlloc(4096);

@@ -15,8 +15,9 @@ export function pointerAttributes(s: EmulatedState, ptr: Ptr): PointerAttributes
   if (a instanceof PoolState) {
     const block = a.blockAt(ptr);
     if (block !== undefined) {
-      rangeStart = block.address;
-      rangeSize = block.size;
+      // As CUDA 13 answers: the size asked for; a block of a pool in host NUMA memory has no start address.
+      rangeStart = a.hostNuma === undefined ? block.address : 0;
+      rangeSize = block.free ? block.size : block.requested;
     }
   }
   const memoryType = a.kind === 'managed' ? MemoryType.UNIFIED : a.kind === 'pinned' || a.kind === 'registered' ? MemoryType.HOST : MemoryType.DEVICE;

@@ -48,6 +48,8 @@ export class Block {
   pending: PendingFree | undefined;
   /** Bumped whenever the block changes hands. */
   generation = 0;
+  /** The bytes asked for when it was last handed out (what the driver reports as its range size). */
+  requested = 0;
   prev: Block | undefined;
   next: Block | undefined;
 
@@ -171,6 +173,7 @@ export class PoolState implements Allocation {
     block.free = false;
     block.pending = undefined;
     block.generation++;
+    block.requested = bytes;
     this.used += block.size;
     this.usedHigh = Math.max(this.usedHigh, this.used);
     if (this.hostNuma !== undefined) this.store.sharePages(block.address - this.base, block.size, new Uint8Array(block.size));

@@ -17,7 +17,7 @@ import { checkFabricSupport } from '../fabric-support.js';
 
 /** Properties of a pool this resource creates (instead of using the device's default pool). */
 export interface AsyncPoolOptions {
-  /** Upper bound on the pool's reserved bytes; 0 or omitted for none. */
+  /** Upper bound on the pool's reserved bytes; 0 or omitted for none. Device pools only (the driver ignores it for host NUMA pools). */
   readonly maxSize?: ByteSize;
   /**
    * 'posix-fd' to make the pool's memory shareable with other processes of this host (IPC);
@@ -406,6 +406,13 @@ function readPoolOptions(options: AsyncResourceOptions['pool']): 'default' | 'cu
   const location = readLocation(pool.location);
   if (handleTypes === 'fabric' && location.type !== 'device') {
     throw new RangeError("pool.handleTypes 'fabric' is for device memory, not a pool on a host NUMA node");
+  }
+  if (maxSize > 0 && location.type !== 'device') {
+    // Measured (CUDA 13, H200): a host NUMA pool of maxSize 4 MiB reserved 32 MiB and handed out 10 MiB.
+    throw new RangeError(
+      'pool.maxSize does not bound a pool on a host NUMA node: the driver ignores it there; ' +
+        'bound what is allocated with a memory budget (withMemoryBudget) or a LimitingAdaptor instead',
+    );
   }
   return { maxSize, handleTypes, location };
 }
