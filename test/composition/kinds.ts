@@ -303,7 +303,10 @@ export const kinds = {
         make: ({ stream }) => {
           const imported = importIpc(handle ?? '');
           const array = DeviceArray.fromBuffer<'float32'>(imported, { dtype: 'float32', shape: [N], stream });
-          return deviceSubject(array, values, () => emulatedIpcResources() - before, imported);
+          // What the emulated driver still holds for the import, and (on a GPU, where the importer's
+          // figures do not move) the import itself until freed or collected.
+          const importHeld = weakHeld(imported);
+          return deviceSubject(array, values, () => emulatedIpcResources() - before + importHeld(), imported);
         },
         teardown: nothing,
       };
