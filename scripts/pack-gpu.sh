@@ -44,7 +44,7 @@ log "npm $(node "$NPM_DIR/bin/npm-cli.js" --version 2>/dev/null || echo '?') fro
 tar -czf "$PACK/npm.tar.gz" -C "$(dirname "$NPM_DIR")" "$(basename "$NPM_DIR")"
 
 # koffi's other prebuilt platforms (musl, docs) are of no use on a glibc x86-64 box, nor are the linter,
-# the formatter and the API reference generator (CI's, never the GPU machine's).
+# the formatter and the API reference generator (CI's, never the GPU machine's), nor source maps.
 log "node_modules (production koffi for linux-x64 + dev dependencies)"
 tar -czf "$PACK/node_modules.tar.gz" \
   --exclude='node_modules/@koromix/koffi-linux-x64/musl_x64' \
@@ -54,7 +54,7 @@ tar -czf "$PACK/node_modules.tar.gz" \
   --exclude='node_modules/@koromix/koffi-freebsd-*' \
   --exclude='node_modules/@koromix/koffi-openbsd-*' \
   --exclude='node_modules/koffi/doc' \
-  --exclude='node_modules/.cache' \
+  --exclude='node_modules/.cache' --exclude='*.map' \
   --exclude='node_modules/@oxlint' --exclude='node_modules/oxlint' \
   --exclude='node_modules/@oxfmt' --exclude='node_modules/oxfmt' \
   --exclude='node_modules/typedoc' --exclude='node_modules/@shikijs' --exclude='node_modules/@gerrit0' \
