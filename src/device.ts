@@ -25,7 +25,8 @@ import { readOptions } from './util/options.js';
  * ```
  */
 export class Device {
-  static readonly #devices = new Map<number, Device>();
+  /** By ordinal (an array: `get` is on every allocation's path). */
+  static readonly #devices: (Device | undefined)[] = [];
   #primaryContext: Handle | undefined;
   #cachedInfo: DeviceInfo | undefined;
   /** The explicit context selected for this device, if any; undefined means the primary context. */
@@ -60,7 +61,7 @@ export class Device {
    * ```
    */
   static get(ordinal = 0): Device {
-    let device = Device.#devices.get(ordinal);
+    let device = typeof ordinal === 'number' ? Device.#devices[ordinal] : undefined;
     if (device === undefined) {
       checkNonNegativeInteger(ordinal, 'device ordinal');
       const backend = getBackend();
@@ -71,7 +72,7 @@ export class Device {
       // From here on the backend is fixed: this device's contexts and handles belong to it.
       claimBackend();
       device = new Device(ordinal, backend);
-      Device.#devices.set(ordinal, device);
+      Device.#devices[ordinal] = device;
     }
     return device;
   }

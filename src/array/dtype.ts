@@ -202,6 +202,9 @@ export const dtypes: { readonly [K in DTypeName]: DType<K> } = Object.freeze(
 
 /** The schemas by name, for `dtypeOf`. */
 const byName: ReadonlyMap<string, DType<DTypeName>> = new Map(Object.entries(dtypes));
+/** The name `dtypeOf` last found, and its dtype. */
+let lastAsked: string = 'float32';
+let lastFound: DType<DTypeName> = dtypes.float32;
 
 /**
  * True when `value` is a dtype name vram knows.
@@ -234,10 +237,17 @@ export function isDTypeName(value: unknown): value is DTypeName {
  * ```
  */
 export function dtypeOf<N extends DTypeName>(dtype: N | DType<N>): DType<N> {
+  // The allocation path asks for one dtype over and over: the last one found answers first.
+  if (dtype === lastAsked) return lastFound as DType<DTypeName> as DType<N>;
   const name: unknown = typeof dtype === 'object' && dtype !== null ? (dtype as { name?: unknown }).name : dtype;
-  // One lookup in a Map on the allocation path, where `Object.hasOwn` and the read were two of the frozen table.
   const found = typeof name === 'string' ? byName.get(name) : undefined;
-  if (found !== undefined) return found as DType<DTypeName> as DType<N>;
+  if (found !== undefined) {
+    if (typeof dtype === 'string') {
+      lastAsked = dtype;
+      lastFound = found;
+    }
+    return found as DType<DTypeName> as DType<N>;
+  }
   if (!isDTypeName(name)) {
     const shown = typeof name === 'string' ? `'${name}'` : typeof dtype === 'object' && dtype !== null ? 'an object with no dtype name' : String(dtype);
     throw new TypeError(`unknown dtype ${shown}; the known dtypes are ${names.join(', ')}`);

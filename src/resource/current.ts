@@ -10,7 +10,8 @@ import { UseAfterFreeError, VramStateError } from '../errors.js';
 import { createDefaultResource } from './default-resource.js';
 import { MemoryResource } from './resource.js';
 
-const current = new Map<Device, MemoryResource>();
+/** By device ordinal (an array: every allocation without a resource looks here). */
+const current: (MemoryResource | undefined)[] = [];
 
 /** One `useResource` scope: its resource, the scope around it, and whether `fn` is still running. */
 interface ResourceScope {
@@ -142,10 +143,10 @@ export function getCurrentResource(device?: Device | number): MemoryResource {
 
 /** The resource set for `dev` (or its default, made now), whatever scope is active. */
 function baseResource(dev: Device): MemoryResource {
-  let mr = current.get(dev);
+  let mr = current[dev.ordinal];
   if (mr === undefined) {
     mr = createDefaultResource(dev);
-    current.set(dev, mr);
+    current[dev.ordinal] = mr;
   }
   return mr;
 }
@@ -162,7 +163,7 @@ function baseResource(dev: Device): MemoryResource {
  * ```
  */
 export function existingCurrentResource(device: Device): MemoryResource | undefined {
-  return current.get(device);
+  return current[device.ordinal];
 }
 
 /**
@@ -202,7 +203,7 @@ export function setCurrentResource(device: Device | number, mr: MemoryResource):
     );
   }
   const previous = baseResource(dev);
-  current.set(dev, mr);
+  current[dev.ordinal] = mr;
   return previous;
 }
 
@@ -240,10 +241,10 @@ export function addCacheRelease(release: (device: Device | undefined) => number)
  * ```
  */
 export function emptyCache(device?: Device | number): number {
-  const devices = device === undefined ? [...current.keys()] : [Device.resolve(device)];
+  const devices = device === undefined ? current.flatMap((mr, ordinal) => (mr === undefined ? [] : [Device.get(ordinal)])) : [Device.resolve(device)];
   let released = 0;
   for (const dev of devices) {
-    const mr = current.get(dev);
+    const mr = current[dev.ordinal];
     if (mr === undefined || mr.destroyed) continue;
     dev.synchronize();
     released += mr.releaseCached();

@@ -24,6 +24,9 @@ function describe(value: unknown): string {
   return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
 }
 
+/** The snapshot of options not given, or given as a plain `{}`: one frozen object. */
+const NOTHING: Readonly<Record<string, unknown>> = Object.freeze({});
+
 /**
  * Checks an options argument and returns a snapshot of it.
  *
@@ -31,7 +34,8 @@ function describe(value: unknown): string {
  * @param options The argument as the caller passed it: undefined means no options.
  * @param names The valid keys (see {@link OptionNames}).
  * @param argument The argument's name in messages (`options`, or a nested field such as `registration`).
- * @returns A new object holding each valid key's value, read once; keys whose value is undefined are left out.
+ * @returns An object holding each valid key's value, read once; keys whose value is undefined are left out
+ *   (frozen, and shared, when there are none).
  * @throws {TypeError} When `options` is not undefined or a non-array object, or has a key not in `names`.
  * @example
  * ```ts
@@ -39,14 +43,15 @@ function describe(value: unknown): string {
  * ```
  */
 export function readOptions<T extends object>(what: string, options: T | undefined, names: NoInfer<OptionNames<T>>, argument = 'options'): T {
+  // Nothing given: the one frozen empty snapshot (the allocation paths take this most; nothing writes a snapshot).
+  if (options === undefined) return NOTHING as T;
   const snapshot: Record<string, unknown> = {};
-  if (options === undefined) return snapshot as T;
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw new TypeError(`${what}: ${argument} must be an object with any of ${Object.keys(names).join(', ')}, got ${describe(options)}`);
   }
   const own = Object.keys(options);
   // A plain `{}` (every default parameter) has nothing to check or read: the allocation paths take this often.
-  if (own.length === 0 && Object.getPrototypeOf(options) === Object.prototype) return snapshot as T;
+  if (own.length === 0 && Object.getPrototypeOf(options) === Object.prototype) return NOTHING as T;
   const valid = Object.keys(names);
   // Every own enumerable key is checked before any value is read, so a refused call runs no getter.
   for (const key of own) {
