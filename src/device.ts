@@ -567,7 +567,10 @@ export class Context {
    * @param handle The CUcontext, as a number.
    * @returns A borrowed Context on the context's device (`isPrimary` when it is that device's primary context).
    * @throws {TypeError} When `handle` is not a positive whole number.
-   * @throws {CudaError} When the driver does not know the context (CUDA_ERROR_INVALID_CONTEXT).
+   * @throws {CudaError} When the driver refuses the handle (the emulated driver: CUDA_ERROR_INVALID_CONTEXT
+   *   for one it does not know). The real driver does not check a number that is no live context (made
+   *   up, or destroyed): it reads through it, and the process may crash (measured: SIGSEGV for a
+   *   made-up one, CUDA 13). Pass only live handles.
    * @example
    * ```ts
    * const ctx = Context.fromHandle(otherLibrary.contextHandle());

@@ -124,7 +124,9 @@ test('Context.fromHandle adopts a context made elsewhere, borrowed: usable, neve
   }
   assert.throws(() => Context.fromHandle(0), TypeError);
   assert.throws(() => Context.fromHandle(-5), TypeError);
-  assert.throws(() => Context.fromHandle(0x7777_7777), CudaError, 'a handle the driver does not know');
+  // The real driver reads through a made-up handle and crashes the process (SIGSEGV, CUDA 13): only
+  // the emulated driver can be asked about one.
+  if (!onGpu) assert.throws(() => Context.fromHandle(0x7777_7777), CudaError, 'a handle the driver does not know');
 });
 
 test("Device.fromPciBusId finds a device by the bus id it reports, in each of the driver's forms", () => {
