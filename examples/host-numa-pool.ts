@@ -8,7 +8,8 @@ import { AsyncResource } from '../src/public/resources.js';
 
 const device = Device.get(0);
 // The node nearest the device (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID); a NotSupportedError where the driver has none.
-using staging = new AsyncResource({ pool: { location: { type: 'host-numa' }, maxSize: '256M' } });
+// No maxSize: the driver does not bound such a pool (a memory budget does).
+using staging = new AsyncResource({ pool: { location: { type: 'host-numa' } } });
 using stream = Stream.create();
 using frame = HostArray.empty([1080, 1920], 'float32', { resource: staging, stream });
 stream.synchronize();                                    // stream-ordered memory: touch it once the stream got there

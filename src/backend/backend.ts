@@ -264,6 +264,8 @@ export interface PointerAttributes {
   readonly rangeStart: Ptr;
   /** Size of that allocation in bytes (given also where its start is not). */
   readonly rangeSize: number;
+  /** The memory pool it was allocated from (CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE); 0 when none. */
+  readonly pool: Handle;
   /** The context the allocation belongs to (0 when none). */
   readonly context: Handle;
 }

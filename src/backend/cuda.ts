@@ -65,6 +65,7 @@ const POINTER_ATTRIBUTES = [
   PointerAttribute.DEVICE_ORDINAL,
   PointerAttribute.RANGE_START_ADDR,
   PointerAttribute.RANGE_SIZE,
+  PointerAttribute.MEMPOOL_HANDLE,
 ] as const;
 
 /**
@@ -1216,6 +1217,7 @@ class CudaBackend implements Backend {
       // A start whose range does not hold the address is no address (a host NUMA pool's block offset).
       rangeStart: ptr >= rangeStart && ptr < rangeStart + rangeSize ? rangeStart : 0,
       rangeSize,
+      pool: slotNumber(slots, 48),
     };
   }
 }

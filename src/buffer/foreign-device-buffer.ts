@@ -13,7 +13,7 @@
  * its device's primary context; work queued on a stream runs in the stream's context, where the
  * driver resolves the address through unified addressing.
  */
-import { MemoryType, type Handle, type PointerAttributes, type Ptr } from '../backend/backend.js';
+import { MemAccess, MemoryType, type Handle, type PointerAttributes, type Ptr } from '../backend/backend.js';
 import { Device } from '../device.js';
 import { CudaError, InvalidPointerError } from '../errors.js';
 import { checkNonNegativeInteger, checkPointer } from '../validate.js';
@@ -282,6 +282,18 @@ function checkForeignPointer(ptr: Ptr, bytes: number, asked: Device | undefined)
   // Managed memory first: the driver may report it as device or host memory, wherever it lies now.
   if (a.isManaged || a.memoryType === MemoryType.UNIFIED) {
     return { device: asked ?? reported ?? probe, resident: undefined, context, kind: 'managed' };
+  }
+  if (a.memoryType === MemoryType.HOST && a.pool !== 0) {
+    // A pool's host memory (a host NUMA node's) is the device's at the same address once the pool
+    // grants it access; cuMemHostGetDevicePointer knows only cuMemHostAlloc'd and registered memory.
+    const user = asked ?? probe;
+    if ((backend.memPoolGetAccess(a.pool, user.ordinal) & MemAccess.READ) === 0) {
+      throw new InvalidPointerError(
+        `fromPointer: ${at} is host memory of a memory pool that device ${user.ordinal} has no access to ` +
+          '(cuMemPoolGetAccess reported none): grant it first (AsyncResource.setAccess, cuMemPoolSetAccess)',
+      );
+    }
+    return { device: user, resident: undefined, context, kind: 'mapped-host' };
   }
   if (a.memoryType === MemoryType.HOST) {
     let devicePtr: Ptr;

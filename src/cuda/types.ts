@@ -52,6 +52,7 @@ export const PointerAttribute = {
   DEVICE_ORDINAL: 9,
   RANGE_START_ADDR: 11,
   RANGE_SIZE: 12,
+  MEMPOOL_HANDLE: 17,
 } as const;
 
 /** CUmemLocationType (cuda.h, CUmemLocationType_enum). */

@@ -341,10 +341,26 @@ describe('bad pointers are InvalidPointerErrors, with nothing leaked', () => {
       device.synchronize();
       assert.equal(backend.pointerGetAttributes(ptr).rangeStart, 0, 'CUDA 13 gives such a block a size and no start');
       assert.equal(backend.pointerGetAttributes(ptr).rangeSize, 384);
-      DeviceBuffer.fromPointer(ptr, 384).free();
+      // Host memory of a pool the device was granted (AsyncResource grants its device): same address on the device.
+      using view = DeviceArray.fromPointer(ptr, [96], 'float32');
+      view.fill(2);
+      assert.deepEqual([...view.toHost().slice(0, 2)], [2, 2]);
       refused(ptr, 385, /385 bytes at 0x[0-9a-f]+ are more than its allocation's 384 \(cuPointerGetAttributes RANGE_SIZE/);
     } finally {
       mr.deallocate(ptr, 384);
+    }
+    // A pool that never granted the device access: refused, before any copy could fault.
+    const raw = backend.memPoolCreate({ device: 0, hostNumaId: device.attribute('hostNumaId') });
+    const s = backend.streamCreate(1, 0);
+    try {
+      const p = backend.memAllocFromPoolAsync(4096, raw, s);
+      backend.streamSynchronize(s);
+      refused(p, 4096, /host memory of a memory pool that device 0 has no access to \(cuMemPoolGetAccess reported none\)/);
+      backend.memFreeAsync(p, s);
+      backend.streamSynchronize(s);
+    } finally {
+      backend.streamDestroy(s);
+      backend.memPoolDestroy(raw);
     }
   });
 

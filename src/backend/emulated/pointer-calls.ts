@@ -9,7 +9,7 @@ import type { EmulatedState } from './state.js';
 /** What the emulated driver knows about `ptr`; memoryType 0 and device -1 when nothing. */
 export function pointerAttributes(s: EmulatedState, ptr: Ptr): PointerAttributes {
   const a = typeof ptr === 'number' ? s.lookup(ptr) : undefined;
-  if (a === undefined) return { memoryType: 0, device: -1, isManaged: false, rangeStart: 0, rangeSize: 0, context: 0 };
+  if (a === undefined) return { memoryType: 0, device: -1, isManaged: false, rangeStart: 0, rangeSize: 0, context: 0, pool: 0 };
   let rangeStart = a.base;
   let rangeSize = a.size;
   if (a instanceof PoolState) {
@@ -20,6 +20,8 @@ export function pointerAttributes(s: EmulatedState, ptr: Ptr): PointerAttributes
       rangeSize = block.free ? block.size : block.requested;
     }
   }
-  const memoryType = a.kind === 'managed' ? MemoryType.UNIFIED : a.kind === 'pinned' || a.kind === 'registered' ? MemoryType.HOST : MemoryType.DEVICE;
-  return { memoryType, device: a.device, isManaged: a.kind === 'managed', rangeStart, rangeSize, context: a.context };
+  const host = a.kind === 'pinned' || a.kind === 'registered' || (a instanceof PoolState && a.hostNuma !== undefined);
+  const memoryType = a.kind === 'managed' ? MemoryType.UNIFIED : host ? MemoryType.HOST : MemoryType.DEVICE;
+  const pool = a instanceof PoolState ? a.handle : 0;
+  return { memoryType, device: a.device, isManaged: a.kind === 'managed', rangeStart, rangeSize, context: a.context, pool };
 }
