@@ -197,6 +197,11 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static allocate(size: ByteSize, options?: DeviceBufferOptions): DeviceBuffer {
     const bytes = readBytes(size, 'bytes');
+    // No options, no spilling by default, no scope, no budget: the current resource of device 0 on the default stream.
+    if (options === undefined && activeBudgets().length === 0 && !isSpillable(NO_OPTIONS)) {
+      const resource = getCurrentResource(undefined);
+      return new DeviceBuffer(resource.allocate(bytes, defaultStream), bytes, resource, defaultStream, resource);
+    }
     options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true, spillable: true });
     const stream = options.stream ?? defaultStream;
     if (isSpillable(options)) return DeviceBuffer.#allocateSpillable(bytes, options, stream);
@@ -468,6 +473,8 @@ function neverMet(resource: MemoryResource, bytes: number, budget: number, call:
 
 /** `VRAM_SPILL`, read at the first allocation that could use it (process.env costs a lookup per read). */
 let spillByDefault: boolean | undefined;
+/** The options of a call that gave none. */
+const NO_OPTIONS: DeviceBufferOptions = Object.freeze({});
 
 /**
  * Whether an allocation is spillable: as asked, else `VRAM_SPILL=1` where no resource is named.
