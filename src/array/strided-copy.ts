@@ -251,8 +251,8 @@ function runBlocks(
     else copy2D(h, d, widthBytes, height, stream, what);
   };
   // Mapped host memory (a HostArray's deviceView) and JavaScript memory: a one-row 2D copy, whose
-  // unified-addressing form infers both sides' memory types, where the linear form would hand a
-  // host address to cuMemcpyHtoD/DtoH as if it were device memory.
+  // unified-addressing form infers both sides' memory types (the linear form once handed a host
+  // address to cuMemcpyHtoD/DtoH as if it were device memory; it is cuMemcpy now, which infers too).
   const hostToHost = device instanceof HostBuffer && !(host instanceof Allocation);
   const linear = (deviceOffset: number, hostOffset: number, bytes: number): void => {
     if (hostToHost) rows(deviceOffset, hostOffset, bytes, 1, bytes);

@@ -524,12 +524,12 @@ class CudaBackend implements Backend {
   memcpyFromHost(dst: Ptr, src: HostMemory, bytes: number): void {
     checkHostRange(src, bytes, 'memcpyFromHost');
     // koffi passes the view's data pointer, byteOffset included.
-    this.check(this.fn.cuMemcpyHtoD_v2(dst, src, bytes), 'cuMemcpyHtoD');
+    this.check(this.fn.cuMemcpyFromHostUnified(dst, src, bytes), 'cuMemcpy');
   }
 
   memcpyToHost(dst: HostMemory, src: Ptr, bytes: number): void {
     checkHostRange(dst, bytes, 'memcpyToHost');
-    this.check(this.fn.cuMemcpyDtoH_v2(dst, src, bytes), 'cuMemcpyDtoH');
+    this.check(this.fn.cuMemcpyToHostUnified(dst, src, bytes), 'cuMemcpy');
   }
 
   memcpyPeer(dst: Ptr, dstCtx: Handle, src: Ptr, srcCtx: Handle, bytes: number): void {

@@ -78,8 +78,8 @@ export interface DriverFunctions {
   cuMemHostUnregister(p: number): R;
   cuMemcpy(dst: number, src: number, bytes: number): R;
   cuMemcpyAsync(dst: number, src: number, bytes: number, stream: number): R;
-  cuMemcpyHtoD_v2(dst: number, src: HostMemory, bytes: number): R;
-  cuMemcpyDtoH_v2(dst: HostMemory, src: number, bytes: number): R;
+  cuMemcpyToHostUnified(dst: HostMemory, src: number, bytes: number): R;
+  cuMemcpyFromHostUnified(dst: number, src: HostMemory, bytes: number): R;
   cuMemcpyPeer(dst: number, dstCtx: number, src: number, srcCtx: number, bytes: number): R;
   cuMemcpyPeerAsync(dst: number, dstCtx: number, src: number, srcCtx: number, bytes: number, stream: number): R;
   cuMemcpy2D_v2(copy: Memcpy2DValue): R;
@@ -268,8 +268,10 @@ const SPECS: { readonly [K in keyof DriverFunctions]-?: EntrySpec } = {
   cuMemHostUnregister: { symbol: 'cuMemHostUnregister', version: 4000, params: `${U64} p` },
   cuMemcpy: { symbol: 'cuMemcpy', version: 4000, params: `${U64} dst, ${U64} src, size_t bytes` },
   cuMemcpyAsync: { symbol: 'cuMemcpyAsync', version: 4000, params: `${U64} dst, ${U64} src, size_t bytes, ${U64} stream` },
-  cuMemcpyHtoD_v2: { symbol: 'cuMemcpyHtoD', version: 3020, params: `${U64} dst, const void *src, size_t bytes` },
-  cuMemcpyDtoH_v2: { symbol: 'cuMemcpyDtoH', version: 3020, params: `void *dst, ${U64} src, size_t bytes` },
+  // cuMemcpy with one side JavaScript memory: unified addressing infers both sides, so the other may
+  // be host memory too (a host NUMA pool's block, which cuMemcpyDtoH/HtoD refuse as not device memory).
+  cuMemcpyToHostUnified: { symbol: 'cuMemcpy', version: 4000, params: `void *dst, ${U64} src, size_t bytes` },
+  cuMemcpyFromHostUnified: { symbol: 'cuMemcpy', version: 4000, params: `${U64} dst, const void *src, size_t bytes` },
   cuMemcpyPeer: { symbol: 'cuMemcpyPeer', version: 4000, params: `${U64} dst, ${U64} dstCtx, ${U64} src, ${U64} srcCtx, size_t bytes` },
   cuMemcpyPeerAsync: {
     symbol: 'cuMemcpyPeerAsync',

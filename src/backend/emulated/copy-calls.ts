@@ -24,9 +24,9 @@ export class CopyCalls {
     this.copyInOrder(dst, src, bytes, stream, 'cuMemcpyAsync');
   }
 
-  /** cuMemcpyHtoD from JavaScript memory; synchronous. */
+  /** cuMemcpy from JavaScript memory (the other side any memory unified addressing knows); synchronous. */
   memcpyFromHost(dst: Ptr, src: HostMemory, bytes: number): void {
-    const call = 'cuMemcpyHtoD';
+    const call = 'cuMemcpy';
     checkCount(bytes, call, 'bytes');
     const { buffer, byteOffset, byteLength } = hostBytes(src);
     if (bytes > byteLength) invalidValue(call, `${bytes} bytes requested from host memory of ${byteLength}`);
@@ -35,9 +35,9 @@ export class CopyCalls {
     copySpans(this.s.spans(dst, bytes, true, call), [{ store: new EagerStore(buffer, byteOffset, bytes), offset: 0, length: bytes }]);
   }
 
-  /** cuMemcpyDtoH to JavaScript memory; synchronous. */
+  /** cuMemcpy to JavaScript memory (the other side any memory unified addressing knows); synchronous. */
   memcpyToHost(dst: HostMemory, src: Ptr, bytes: number): void {
-    const call = 'cuMemcpyDtoH';
+    const call = 'cuMemcpy';
     checkCount(bytes, call, 'bytes');
     const { buffer, byteOffset, byteLength } = hostBytes(dst);
     if (bytes > byteLength) invalidValue(call, `${bytes} bytes requested into host memory of ${byteLength}`);
