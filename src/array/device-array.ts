@@ -782,7 +782,8 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
   private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions | undefined): DeviceArray<N> {
     const bytes = elementCount(shape) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
-    const buffer = DeviceBuffer.allocate(Math.max(bytes, 1), options === undefined ? undefined : bufferOptions(options));
+    const given = options === undefined ? undefined : bufferOptions(options);
+    const buffer = given === undefined ? DeviceBuffer.allocateDefault(Math.max(bytes, 1)) : DeviceBuffer.allocate(Math.max(bytes, 1), given);
     return new DeviceArray(dt, recentLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
   }
 

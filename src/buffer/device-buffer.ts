@@ -197,11 +197,7 @@ export class DeviceBuffer extends DeviceMemory {
    */
   static allocate(size: ByteSize, options?: DeviceBufferOptions): DeviceBuffer {
     const bytes = readBytes(size, 'bytes');
-    // No options, no spilling by default, no scope, no budget: the current resource of device 0 on the default stream.
-    if (options === undefined && activeBudgets().length === 0 && !isSpillable(NO_OPTIONS)) {
-      const resource = getCurrentResource(undefined);
-      return new DeviceBuffer(resource.allocate(bytes, defaultStream), bytes, resource, defaultStream, resource);
-    }
+    if (options === undefined) return DeviceBuffer.allocateDefault(bytes);
     options = readOptions('DeviceBuffer.allocate', options, { resource: true, stream: true, device: true, spillable: true });
     const stream = options.stream ?? defaultStream;
     if (isSpillable(options)) return DeviceBuffer.#allocateSpillable(bytes, options, stream);
@@ -215,6 +211,21 @@ export class DeviceBuffer extends DeviceMemory {
     const over = overBudget(budgets, bytes, 'DeviceBuffer.allocate');
     if (over !== undefined) throw over.error;
     return DeviceBuffer.#charged(resource.allocate(bytes, stream), bytes, resource, stream, budgets);
+  }
+
+  /**
+   * `allocate(bytes)` with no options, for a caller that has checked `bytes` (the resource contract
+   * checks it again): with no budget open and spilling not the default, straight to the current
+   * resource of device 0 (or the `useResource` scope's) on the default stream.
+   *
+   * @param bytes A whole number of bytes, at least 1.
+   * @returns The buffer; it owns its memory.
+   * @internal DeviceArray's allocation path; a user calls `allocate`.
+   */
+  static allocateDefault(bytes: number): DeviceBuffer {
+    if (activeBudgets().length !== 0 || isSpillable(NO_OPTIONS)) return DeviceBuffer.allocate(bytes, NO_OPTIONS);
+    const resource = getCurrentResource(undefined);
+    return new DeviceBuffer(resource.allocate(bytes, defaultStream), bytes, resource, defaultStream, resource);
   }
 
   /** A buffer whose bytes count against `budgets` until it is freed. */

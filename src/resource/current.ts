@@ -137,6 +137,10 @@ export function getCurrentResource(device?: Device | number): MemoryResource {
   if (openScopes !== 0) {
     const scoped = scopedResource(device);
     if (scoped !== undefined) return scoped;
+  } else if (device === undefined) {
+    // Device 0 without a scope, once it has its resource: every allocation without options asks this.
+    const mr = current[0];
+    if (mr !== undefined) return mr;
   }
   return baseResource(Device.resolve(device));
 }
