@@ -34,7 +34,7 @@ import { allocateHost, encodeScalar, hostElements, type Float16ArrayLike, type H
 import { byteSpan, checkLayoutFits, checkStrides, contiguousLayout, gcd, type Layout } from './layout.js';
 import { StridedArray } from './strided-array.js';
 import { checkShape, elementCount, formatShape, type Shape, type ShapeInput } from './shape.js';
-import { recentLayout, recentShape } from './recent-layouts.js';
+import { recentLayout, recentLayoutOf } from './recent-layouts.js';
 import {
   copyOnDevice,
   pinnedSink,
@@ -330,10 +330,10 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
    * ```
    */
   static empty<N extends DTypeName = DefaultDType>(shape: ShapeInput, dtype?: N | DType<N>, options?: DeviceArrayOptions): DeviceArray<N> {
-    const s = recentShape(shape);
     const dt = dtypeOf(dtype ?? (defaultDType as N));
+    const layout = recentLayoutOf(shape, dt.byteSize);
     if (options !== undefined) options = readOptions('DeviceArray.empty', options, { resource: true, stream: true, device: true, spillable: true });
-    return DeviceArray.allocate(dt, s, options);
+    return DeviceArray.allocateLayout(dt, layout, options);
   }
 
   /**
@@ -780,11 +780,16 @@ export class DeviceArray<N extends DTypeName = DTypeName> extends StridedArray<N
 
   /** Allocates a contiguous array's buffer; the one place arrays take memory from a resource. */
   private static allocate<N extends DTypeName>(dt: DType<N>, shape: Shape, options: DeviceArrayOptions | undefined): DeviceArray<N> {
-    const bytes = elementCount(shape) * dt.byteSize;
+    return DeviceArray.allocateLayout(dt, recentLayout(shape, dt.byteSize), options);
+  }
+
+  /** `allocate` with the contiguous layout already made (`empty` looks shape and layout up at once). */
+  private static allocateLayout<N extends DTypeName>(dt: DType<N>, layout: Layout, options: DeviceArrayOptions | undefined): DeviceArray<N> {
+    const bytes = elementCount(layout.shape) * dt.byteSize;
     // An empty array still holds a (1-byte) buffer, so it has an address and a device like any other.
     const given = options === undefined ? undefined : bufferOptions(options);
     const buffer = given === undefined ? DeviceBuffer.allocateDefault(Math.max(bytes, 1)) : DeviceBuffer.allocate(Math.max(bytes, 1), given);
-    return new DeviceArray(dt, recentLayout(shape, dt.byteSize), buffer, buffer.device, buffer.stream, true);
+    return new DeviceArray(dt, layout, buffer, buffer.device, buffer.stream, true);
   }
 
   /**

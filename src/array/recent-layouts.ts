@@ -40,26 +40,6 @@ function remembered(input: ShapeInput): Shape | undefined {
 }
 
 /**
- * `checkShape(input)`, answered from the remembered shapes when one has the same dimensions (a
- * value equal to a checked dimension is a checked dimension, so nothing needs checking again).
- *
- * @param input The shape as the caller gave it.
- * @returns The dimensions, frozen.
- * @throws TypeError or RangeError as `checkShape`.
- * @example
- * ```ts
- * recentShape([3, 4]) === recentShape([3, 4]); // true once `[3, 4]` was given a layout
- * ```
- */
-export function recentShape(input: unknown): Shape {
-  if (typeof input === 'number' || Array.isArray(input)) {
-    const shape = remembered(input as ShapeInput);
-    if (shape !== undefined) return shape;
-  }
-  return checkShape(input);
-}
-
-/**
  * `contiguousLayout(shape, itemSize)`, the same frozen object for the same shape and element size
  * while they are remembered.
  *
@@ -69,7 +49,7 @@ export function recentShape(input: unknown): Shape {
  * @throws Never.
  * @example
  * ```ts
- * recentLayout(recentShape([2, 3]), 4).strides; // [3, 1]
+ * recentLayout(checkShape([2, 3]), 4).strides; // [3, 1]
  * ```
  */
 export function recentLayout(shape: Shape, itemSize: number): Layout {
@@ -82,4 +62,33 @@ export function recentLayout(shape: Shape, itemSize: number): Layout {
   layouts[next] = layout;
   next = (next + 1) % SLOTS;
   return layout;
+}
+
+/**
+ * `recentLayout(checkShape(input), itemSize)` in one look: the remembered layout whose shape has
+ * the dimensions `input` has (a value equal to a checked dimension is a checked dimension, so
+ * nothing needs checking again) and whose element size is `itemSize`, else the shape checked and
+ * its layout made (and remembered).
+ *
+ * @param input The shape as the caller gave it.
+ * @param itemSize Bytes per element.
+ * @returns The row-major layout from byte 0; its `shape` is the checked, frozen shape.
+ * @throws TypeError or RangeError as `checkShape`.
+ * @example
+ * ```ts
+ * recentLayoutOf([2, 3], 4).strides; // [3, 1]
+ * ```
+ */
+export function recentLayoutOf(input: unknown, itemSize: number): Layout {
+  if (typeof input === 'number' || Array.isArray(input)) {
+    const shape = remembered(input as ShapeInput);
+    if (shape !== undefined) {
+      for (let i = 0; i < SLOTS; i++) {
+        const layout = layouts[i];
+        if (shapes[i] === shape && layout !== undefined && layout.itemSize === itemSize) return layout;
+      }
+      return recentLayout(shape, itemSize);
+    }
+  }
+  return recentLayout(checkShape(input), itemSize);
 }

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DeviceArray } from '../../src/array/device-array.js';
-import { recentLayout, recentShape } from '../../src/array/recent-layouts.js';
+import { recentLayout, recentLayoutOf } from '../../src/array/recent-layouts.js';
 
 describe('recent layouts', () => {
   it('gives arrays of one shape the same frozen shape, unchanged by the caller changing its own array', () => {
@@ -28,13 +28,14 @@ describe('recent layouts', () => {
     assert.throws(() => DeviceArray.empty([4, -1], 'int32'), RangeError);
     assert.throws(() => DeviceArray.empty([4.5], 'int32'), RangeError);
     assert.throws(() => DeviceArray.empty(['4'] as unknown as number[], 'int32'), TypeError);
-    assert.throws(() => recentShape({ length: 1, 0: 4 }), TypeError);
-    assert.deepEqual(recentShape(4), [4]);
-    assert.equal(recentShape(4), recentShape([4]));
+    assert.throws(() => recentLayoutOf({ length: 1, 0: 4 }, 4), TypeError);
+    assert.deepEqual(recentLayoutOf(4, 4).shape, [4]);
+    assert.equal(recentLayoutOf(4, 4), recentLayoutOf([4], 4));
   });
 
   it('makes a layout per element size: one shape, two dtypes, their own strides', () => {
-    const shape = recentShape([3, 4]);
+    const { shape } = recentLayoutOf([3, 4], 4);
+    assert.equal(recentLayoutOf([3, 4], 4), recentLayout(shape, 4));
     assert.equal(recentLayout(shape, 4), recentLayout(shape, 4));
     assert.notEqual(recentLayout(shape, 4), recentLayout(shape, 8));
     assert.equal(recentLayout(shape, 8).itemSize, 8);
