@@ -65,10 +65,9 @@ export function recentLayout(shape: Shape, itemSize: number): Layout {
 }
 
 /**
- * `recentLayout(checkShape(input), itemSize)` in one look: the remembered layout whose shape has
- * the dimensions `input` has (a value equal to a checked dimension is a checked dimension, so
- * nothing needs checking again) and whose element size is `itemSize`, else the shape checked and
- * its layout made (and remembered).
+ * `recentLayout(checkShape(input), itemSize)`, the shape answered from the remembered ones when
+ * one has the dimensions `input` has (a value equal to a checked dimension is a checked
+ * dimension, so nothing needs checking again).
  *
  * @param input The shape as the caller gave it.
  * @param itemSize Bytes per element.
@@ -80,15 +79,6 @@ export function recentLayout(shape: Shape, itemSize: number): Layout {
  * ```
  */
 export function recentLayoutOf(input: unknown, itemSize: number): Layout {
-  if (typeof input === 'number' || Array.isArray(input)) {
-    const shape = remembered(input as ShapeInput);
-    if (shape !== undefined) {
-      for (let i = 0; i < SLOTS; i++) {
-        const layout = layouts[i];
-        if (shapes[i] === shape && layout !== undefined && layout.itemSize === itemSize) return layout;
-      }
-      return recentLayout(shape, itemSize);
-    }
-  }
-  return recentLayout(checkShape(input), itemSize);
+  const shape = typeof input === 'number' || Array.isArray(input) ? remembered(input as ShapeInput) : undefined;
+  return recentLayout(shape ?? checkShape(input), itemSize);
 }
